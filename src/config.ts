@@ -1,0 +1,116 @@
+import { join } from 'node:path'
+import { type Static, Type as T } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+
+// The one reader of process.env (STYLE: config is parsed once, up front). Every variable of
+// API.md §10 and the issues lives here with its default; a bad value stops the start with one
+// line naming the variable. The same schema prints `gridkeep serve --help` and the README table.
+
+const Int = (def: number | undefined, min: number, max: number, description: string) =>
+  T.Integer({ minimum: min, maximum: max, description, ...(def === undefined ? {} : { default: def }) })
+const Str = (description: string, def?: string) =>
+  T.String({ description, ...(def === undefined ? {} : { default: def }) })
+const Bool = (def: boolean, description: string) => T.Boolean({ default: def, description })
+
+const MiB = 1024 * 1024
+
+export const ConfigSchema = T.Object({
+  PORT: Int(8080, 0, 65535, 'TCP port the server listens on (0 = any free port)'),
+  HOST: Str('Interface to bind', '0.0.0.0'),
+  DATA_DIR: Str('Directory for the database, uploaded files, the JWT secret and the mail outbox', './data'),
+  DATABASE_PATH: T.Optional(Str('SQLite database file (default DATA_DIR/gridkeep.db)')),
+  SQLITE_SYNCHRONOUS: T.Union([T.Literal('normal'), T.Literal('full')], {
+    default: 'normal',
+    description: 'SQLite synchronous mode: normal (WAL-safe, fast) or full (survives power loss)',
+  }),
+  PUBLIC_URL: T.Optional(Str('Public base URL used in mailed links (default http://localhost:PORT)')),
+  JWT_SECRET: T.Optional(
+    T.String({
+      minLength: 32,
+      description: 'HS256 secret, at least 32 chars (default: generated once, kept in DATA_DIR/jwt-secret)',
+    }),
+  ),
+  JWT_TTL_SECONDS: Int(86400, 60, 31 * 86400, 'Lifetime of a login JWT'),
+  ADMIN_EMAIL: Str('Email of the superadmin created at first start', 'admin@localhost'),
+  ADMIN_PASSWORD: T.Optional(
+    T.String({
+      minLength: 8,
+      description: 'Password of that superadmin (default: generated and printed once to the log)',
+    }),
+  ),
+  SIGNUP_ENABLED: Bool(true, 'false makes POST /v1/auth/signup answer 403 signup_disabled'),
+  SMTP_URL: T.Optional(
+    Str('SMTP server for mail, e.g. smtp://user:pass@host:587 (unset: mails go to DATA_DIR/outbox/*.eml)'),
+  ),
+  MAIL_FROM: Str('Sender address of mails', 'gridkeep <noreply@localhost>'),
+  RESET_TOKEN_TTL_SECONDS: Int(3600, 60, 7 * 86400, 'Validity of a password reset token'),
+  RATE_LIMIT_LOGIN_PER_MINUTE: Int(10, 0, 1_000_000, 'Logins per email+IP per minute (0 = off)'),
+  RATE_LIMIT_FORGOT_PER_HOUR: Int(5, 0, 1_000_000, 'Forgot-password requests per email per hour (0 = off)'),
+  RATE_LIMIT_KEYS_PER_MINUTE: Int(10, 0, 1_000_000, 'API key creations per caller per minute (0 = off)'),
+  MAX_UPLOAD_BYTES: Int(200 * MiB, 1, 64 * 1024 * MiB, 'Largest accepted file upload'),
+  MAX_LINE_BYTES: Int(MiB, 16, 256 * MiB, 'Longest accepted line of a batch input file'),
+  MAX_REQUESTS_PER_BATCH: Int(50_000, 1, 10_000_000, 'Most request lines in one batch input file'),
+  MAX_SSE_STREAMS_PER_USER: Int(16, 1, 10_000, 'Concurrent batch event streams one user may hold open'),
+  HEARTBEAT_TIMEOUT_SECONDS: Int(120, 1, 86400, 'A worker silent this long is offline'),
+  SWEEP_INTERVAL_SECONDS: Int(60, 1, 86400, 'Period of the sweeper that requeues work of silent workers'),
+  MAX_BATCH_ATTEMPTS: Int(3, 1, 100, 'Attempts before a batch is terminally failed'),
+  POOL_CACHE_SECONDS: Int(15, 0, 3600, 'Cache lifetime of GET /v1/pool/capacity'),
+  MIN_WORKERS_FOR_HARDWARE: Int(3, 0, 1_000_000, 'Online workers needed before pool hardware figures are shown'),
+  CATALOGUE_PATH: T.Optional(
+    Str('Model catalogue manifest (default catalogue/models.yaml, else the copy built into the binary)'),
+  ),
+  METRICS_TOKEN: T.Optional(T.String({ minLength: 1, description: 'When set, /metrics requires Bearer <token>' })),
+  LOG_LEVEL: T.Union([T.Literal('debug'), T.Literal('info'), T.Literal('warn'), T.Literal('error')], {
+    default: 'info',
+    description: 'Least severe log level written',
+  }),
+})
+
+type Raw = Static<typeof ConfigSchema>
+export type Config = Raw & { DATABASE_PATH: string; PUBLIC_URL: string; CATALOGUE_PATH?: string }
+
+export class ConfigError extends Error {}
+
+/** Parses the environment once. Throws ConfigError with one line naming the variable. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const input: Record<string, unknown> = {}
+  for (const name of Object.keys(ConfigSchema.properties)) {
+    const value = env[name]
+    if (value !== undefined && value !== '') input[name] = value.trim()
+  }
+  const converted = Value.Default(ConfigSchema, Value.Convert(ConfigSchema, input)) as Record<string, unknown>
+  const first = Value.Errors(ConfigSchema, converted).First()
+  if (first) {
+    const name = first.path.replace(/^\//, '') || 'environment'
+    const got = input[name] === undefined ? '' : ` (got ${JSON.stringify(redact(name, input[name]))})`
+    throw new ConfigError(`invalid configuration: ${name}: ${describe(first.schema)}${got}`)
+  }
+  const raw = converted as Raw
+  return {
+    ...raw,
+    DATA_DIR: raw.DATA_DIR,
+    DATABASE_PATH: raw.DATABASE_PATH ?? join(raw.DATA_DIR, 'gridkeep.db'),
+    PUBLIC_URL: (raw.PUBLIC_URL ?? `http://localhost:${raw.PORT}`).replace(/\/+$/, ''),
+  }
+}
+
+// Never echo a secret back in the startup error.
+const redact = (name: string, v: unknown) => (/SECRET|PASSWORD|TOKEN|SMTP_URL/.test(name) ? '***' : v)
+
+function describe(schema: any): string {
+  if (schema.anyOf) return `expected one of ${schema.anyOf.map((s: any) => s.const).join(', ')}`
+  if (schema.type === 'integer')
+    return `expected an integer from ${schema.minimum} to ${schema.maximum}`
+  if (schema.type === 'boolean') return 'expected true or false'
+  if (schema.minLength) return `expected at least ${schema.minLength} characters`
+  return `expected ${schema.type}`
+}
+
+/** The rows of the configuration table (README, `gridkeep serve --help`). */
+export function configRows(): { name: string; default: string; description: string }[] {
+  return Object.entries(ConfigSchema.properties).map(([name, s]: [string, any]) => ({
+    name,
+    default: s.default === undefined ? '' : String(s.default),
+    description: s.description ?? '',
+  }))
+}

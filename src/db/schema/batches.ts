@@ -1,0 +1,100 @@
+import { index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core'
+import { users } from './accounts'
+
+// Files, batches, their stored validation errors and assignments (SPEC §2–3, API.md §5–6).
+
+export const files = sqliteTable(
+  'files',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    id: text().notNull().unique(),
+    user_id: text()
+      .notNull()
+      .references(() => users.id, { onDelete: 'cascade' }),
+    // The client's filename is metadata only; bytes live at DATA_DIR/files/<id>.
+    filename: text().notNull(),
+    purpose: text({ enum: ['batch', 'batch_output', 'batch_error'] }).notNull(),
+    bytes: integer().notNull(),
+    batch_id: text(), // set on output and error files
+    created_at: integer().notNull(),
+  },
+  (t) => [index('files_user').on(t.user_id, t.purpose)],
+)
+
+export const batches = sqliteTable(
+  'batches',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    id: text().notNull().unique(),
+    user_id: text()
+      .notNull()
+      .references(() => users.id, { onDelete: 'cascade' }),
+    // No foreign key: the batch keeps naming its input after the file is deleted.
+    input_file_id: text().notNull(),
+    endpoint: text().notNull(),
+    completion_window: text().notNull(),
+    // body.model as submitted (set by validation). A renamed catalogue id keeps the old slug here.
+    model: text(),
+    status: text({ enum: ['validating', 'validated', 'in_progress', 'completed', 'failed'] }).notNull(),
+    attempts: integer().notNull().default(0),
+    error: text(), // last failure text, at most 2000 characters
+    errors_total: integer().notNull().default(0), // true count of validation errors (≤100 stored)
+    request_counts_total: integer().notNull().default(0),
+    request_counts_completed: integer().notNull().default(0),
+    request_counts_failed: integer().notNull().default(0),
+    output_file_id: text(),
+    error_file_id: text(),
+    metadata: text({ mode: 'json' }).$type<Record<string, string>>(),
+    usage: text({ mode: 'json' }).$type<Record<string, number>>(),
+    created_at: integer().notNull(),
+    in_progress_at: integer(),
+    completed_at: integer(),
+    failed_at: integer(),
+    updated_at: integer().notNull(),
+  },
+  (t) => [
+    index('batches_user').on(t.user_id, t.seq),
+    // Poll: the oldest validated batch of one model is one index probe.
+    index('batches_status_model').on(t.status, t.model, t.seq),
+  ],
+)
+
+export const batchErrors = sqliteTable(
+  'batch_errors',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    batch_id: text()
+      .notNull()
+      .references(() => batches.id, { onDelete: 'cascade' }),
+    code: text().notNull(),
+    line: integer(),
+    field: text(),
+    message: text().notNull(),
+  },
+  (t) => [index('batch_errors_batch').on(t.batch_id)],
+)
+
+// SPEC §2: links a batch to the worker holding it; deleted on requeue; survives removal of the
+// worker as history (so worker_id carries no foreign key). UNIQUE(batch_id) makes a double claim
+// impossible at the storage level, whatever the code above it does.
+export const batchAssignments = sqliteTable(
+  'batch_assignments',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    id: text().notNull().unique(),
+    batch_id: text()
+      .notNull()
+      .unique()
+      .references(() => batches.id, { onDelete: 'cascade' }),
+    worker_id: text().notNull(),
+    org_id: text().notNull(),
+    assigned_at: integer().notNull(),
+    completed_at: integer(),
+  },
+  (t) => [index('batch_assignments_worker').on(t.worker_id)],
+)
+
+export type FileRow = typeof files.$inferSelect
+export type BatchRow = typeof batches.$inferSelect
+export type BatchStatus = BatchRow['status']
+export type BatchAssignmentRow = typeof batchAssignments.$inferSelect

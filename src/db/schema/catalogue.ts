@@ -1,0 +1,73 @@
+import { index, integer, real, sqliteTable, text, unique } from 'drizzle-orm/sqlite-core'
+
+// The model catalogue (SPEC §2 "Catalogue entry", API.md §4). Curated from a manifest; worker
+// reports feed availability only, never identity (SPEC rule 6). Child rows follow a one-shot
+// rename through ON UPDATE CASCADE (SPEC rule 5: the row and its child rows are updated in place).
+
+export const catalogEntries = sqliteTable(
+  'catalog_entries',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    id: text().notNull().unique(),
+    display_name: text().notNull(),
+    runtime: text(), // deprecated in favour of serving profiles; still written
+    runtime_model_id: text(), // deprecated in favour of serving profiles; still written
+    digest: text(), // 64 lowercase hex, or null (then matched by name)
+    quantization: text(),
+    parameter_size: text(),
+    context_length: integer(),
+    vram_gb: real(), // null disables the VRAM filter
+    size_gb: real(),
+    task_type: text({ enum: ['chat', 'text-generation', 'embedding', 'vision'] }).notNull(),
+    capabilities: text({ mode: 'json' }).$type<Record<string, boolean>>().notNull().default({}),
+    lineage: text(),
+    source_type: text(),
+    source_ref: text(),
+    source_revision: text(),
+    homepage_url: text(),
+    org_id: text(), // null = public; set = private to that org (reserved, SPEC rule 10)
+    status: text({ enum: ['active', 'requested', 'deprecated', 'unverified'] })
+      .notNull()
+      .default('active'),
+    enabled: integer({ mode: 'boolean' }).notNull().default(true),
+    renamed_from: text(),
+    created_at: integer().notNull(),
+    updated_at: integer().notNull(),
+  },
+  (t) => [index('catalog_entries_renamed_from').on(t.renamed_from)],
+)
+
+export const servingProfiles = sqliteTable(
+  'serving_profiles',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    catalog_id: text()
+      .notNull()
+      .references(() => catalogEntries.id, { onDelete: 'cascade', onUpdate: 'cascade' }),
+    runtime: text().notNull(),
+    runtime_model_id: text().notNull(),
+    // Platform-owned server-launch settings; per-request sampling stays in each line's body.
+    params: text({ mode: 'json' }).$type<Record<string, unknown>>().notNull().default({}),
+    // true when derived from the entry's runtime/runtime_model_id (no explicit profiles given).
+    derived: integer({ mode: 'boolean' }).notNull().default(false),
+  },
+  (t) => [unique('serving_profiles_entry_runtime').on(t.catalog_id, t.runtime)],
+)
+
+export const artifactFiles = sqliteTable(
+  'artifact_files',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    catalog_id: text()
+      .notNull()
+      .references(() => catalogEntries.id, { onDelete: 'cascade', onUpdate: 'cascade' }),
+    path: text().notNull(),
+    sha256: text().notNull(),
+    size_bytes: integer(),
+  },
+  (t) => [unique('artifact_files_entry_path').on(t.catalog_id, t.path)],
+)
+
+export type CatalogEntryRow = typeof catalogEntries.$inferSelect
+export type ServingProfileRow = typeof servingProfiles.$inferSelect
+export type ArtifactFileRow = typeof artifactFiles.$inferSelect

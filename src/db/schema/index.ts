@@ -1,0 +1,4 @@
+export * from './accounts'
+export * from './batches'
+export * from './catalogue'
+export * from './workers'

@@ -1,0 +1,93 @@
+import { index, integer, real, sqliteTable, text, unique } from 'drizzle-orm/sqlite-core'
+import { organizations } from './accounts'
+
+// Workers and their child rows (SPEC §2 "Worker", API.md §7). `status` is the stored liveness;
+// anything shown to users is re-checked against last_seen_at at read time (SPEC §4 Pool rule 2).
+
+export const workers = sqliteTable(
+  'workers',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    id: text().notNull().unique(),
+    org_id: text()
+      .notNull()
+      .references(() => organizations.id, { onDelete: 'cascade' }),
+    key_id: text(), // the worker key that registered it (informational)
+    name: text().notNull(),
+    hostname: text(),
+    machine_id: text(),
+    daemon_version: text(),
+    status: text({ enum: ['online', 'offline'] }).notNull(),
+    activity: text({ enum: ['idle', 'busy', 'downloading_model'] }).notNull().default('idle'),
+    vram_total_gb: real(),
+    vram_available_gb: real(),
+    gpu_utilization: real(),
+    gpu_memory_used_gb: real(),
+    loaded_models: text({ mode: 'json' }).$type<string[]>().notNull().default([]),
+    current_job_id: text(),
+    uptime_seconds: integer(),
+    max_concurrent_jobs: integer().notNull().default(1),
+    max_download_gb: real().notNull().default(0),
+    registered_at: integer().notNull(),
+    last_heartbeat_at: integer(), // null = never heartbeated (SPEC Poll rule 6)
+    last_seen_at: integer().notNull(), // liveness: register, heartbeat, model-progress
+  },
+  (t) => [
+    index('workers_org_machine').on(t.org_id, t.machine_id),
+    index('workers_status_seen').on(t.status, t.last_seen_at),
+  ],
+)
+
+export const workerRuntimes = sqliteTable(
+  'worker_runtimes',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    worker_id: text()
+      .notNull()
+      .references(() => workers.id, { onDelete: 'cascade' }),
+    engine: text().notNull(),
+    base_url: text().notNull(),
+    status: text({ enum: ['online', 'offline', 'error'] }).notNull(),
+  },
+  (t) => [unique('worker_runtimes_engine').on(t.worker_id, t.engine)],
+)
+
+// One row per model a worker hosts: advertised at registration, on disk in the inventory, or
+// reported loaded. name is the runtime's model string (runtime_model_id or inventory local_name).
+export const workerModels = sqliteTable(
+  'worker_models',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    worker_id: text()
+      .notNull()
+      .references(() => workers.id, { onDelete: 'cascade' }),
+    name: text().notNull(),
+    runtime: text(),
+    runtime_model_id: text(),
+    digest: text(),
+    size_bytes: integer(),
+    status: text().notNull().default('available'), // on-disk status
+    loaded: integer({ mode: 'boolean' }).notNull().default(false),
+    advertised: integer({ mode: 'boolean' }).notNull().default(false), // named at registration
+  },
+  (t) => [unique('worker_models_name').on(t.worker_id, t.name), index('worker_models_name_idx').on(t.name)],
+)
+
+export const workerGpus = sqliteTable(
+  'worker_gpus',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    worker_id: text()
+      .notNull()
+      .references(() => workers.id, { onDelete: 'cascade' }),
+    vendor: text(),
+    name: text(),
+    vram_gb: real(),
+    driver: text(),
+    cuda: text(),
+  },
+  (t) => [index('worker_gpus_worker').on(t.worker_id)],
+)
+
+export type WorkerRow = typeof workers.$inferSelect
+export type WorkerModelRow = typeof workerModels.$inferSelect

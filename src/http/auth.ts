@@ -1,0 +1,111 @@
+import { Elysia } from 'elysia'
+import type { Deps } from '../deps'
+import { forbidden, unauthorized } from '../lib/errors'
+import {
+  type AnonymousPrincipal,
+  authenticate,
+  type Principal,
+  type UserPrincipal,
+  type WorkerPrincipal,
+} from '../modules/auth/credentials'
+
+// The credential matrix of API.md §1, enforced here and only here (STYLE example 4). A route
+// declares `{ auth: <level> }`; the level says which credentials it accepts. The wrong type of
+// credential is a 401, never silently another meaning. Authentication runs in `transform`, before
+// body validation, so an unauthenticated caller learns nothing about a route's schema.
+//
+//   public      no credential needed; any Authorization header is ignored (signup, login, reset)
+//   session     JWT only, even while must_change_password (me, change-password)
+//   jwt         JWT only (orgs, personal key management)
+//   user        JWT or personal key (files, batches, models, key regenerate)
+//   superadmin  JWT of a superadmin (/v1/admin/**); another user's JWT is a 403
+//   worker      worker key only (/workers/**)
+//   optional    anyone; JWT or personal key → user, worker key or nothing → anonymous (pool capacity)
+//   reader      JWT, personal key or worker key (GET /v1/files/{id}/content; the service checks which)
+
+export type AuthLevel = 'public' | 'session' | 'jwt' | 'user' | 'superadmin' | 'worker' | 'optional' | 'reader'
+
+type PrincipalFor<L extends AuthLevel> = L extends 'public'
+  ? AnonymousPrincipal
+  : L extends 'worker'
+    ? WorkerPrincipal
+    : L extends 'optional'
+      ? UserPrincipal | AnonymousPrincipal
+      : L extends 'reader'
+        ? UserPrincipal | WorkerPrincipal
+        : UserPrincipal
+
+const DESCRIPTIONS: Record<AuthLevel, string> = {
+  public: 'No credential.',
+  session: 'JWT from login (allowed while a password change is pending).',
+  jwt: 'JWT from login.',
+  user: 'JWT from login or a personal API key.',
+  superadmin: 'JWT of a superadmin.',
+  worker: 'Organization worker API key.',
+  optional: 'Optional: JWT or personal key for the full view; anonymous callers get a reduced view.',
+  reader: 'JWT, personal API key, or the worker key of the worker holding the batch.',
+}
+
+export const check = (level: AuthLevel, p: Principal): Principal => {
+  if (level === 'public') return { kind: 'anonymous' }
+  if (level === 'optional') return p.kind === 'worker' ? { kind: 'anonymous' } : gate(level, p)
+  if (p.kind === 'anonymous') throw unauthorized('missing_credential', 'This endpoint requires a Bearer credential')
+  if (level === 'worker') {
+    if (p.kind !== 'worker') throw unauthorized('wrong_credential_type', 'This endpoint requires a worker API key')
+    return p
+  }
+  if (p.kind === 'worker') {
+    if (level === 'reader') return p
+    throw unauthorized('wrong_credential_type', 'Worker keys are accepted only on /workers endpoints')
+  }
+  const jwtOnly = level === 'session' || level === 'jwt' || level === 'superadmin'
+  if (jwtOnly && p.via !== 'jwt') {
+    throw unauthorized('wrong_credential_type', 'This endpoint requires a JWT from login, not an API key')
+  }
+  if (level === 'session') return p
+  gate(level, p)
+  if (level === 'superadmin' && p.user.platform_role !== 'superadmin') {
+    throw forbidden('superadmin_required', 'This endpoint is for superadmins')
+  }
+  return p
+}
+
+// API.md §1: until the password is changed, a user may only read /me and change the password.
+function gate(_level: AuthLevel, p: Principal): Principal {
+  if (p.kind === 'user' && p.user.must_change_password) {
+    throw forbidden('password_change_required', 'Change your password first (POST /v1/auth/change-password)')
+  }
+  return p
+}
+
+const resolved = new WeakMap<Request, Principal>()
+
+// One plugin instance per deps, named with a per-deps seed so Elysia deduplicates it across modules.
+const instances = new WeakMap<Deps, ReturnType<typeof build>>()
+let instanceCount = 0
+
+export function authPlugin(deps: Deps) {
+  let plugin = instances.get(deps)
+  if (!plugin) {
+    plugin = build(deps, ++instanceCount)
+    instances.set(deps, plugin)
+  }
+  return plugin
+}
+
+const build = (deps: Deps, seed: number) =>
+  new Elysia({ name: 'http.auth', seed }).macro({
+    auth: <L extends AuthLevel>(level: L) => ({
+      detail: {
+        description: `Auth: ${DESCRIPTIONS[level]}`,
+        ...(level === 'public' ? {} : { security: [{ bearerAuth: [] }] }),
+      },
+      async transform({ request }: { request: Request }) {
+        const principal = level === 'public' ? ({ kind: 'anonymous' } as const) : await authenticate(deps, request.headers.get('authorization'))
+        resolved.set(request, check(level, principal))
+      },
+      resolve({ request }: { request: Request }) {
+        return { principal: resolved.get(request) as PrincipalFor<L> }
+      },
+    }),
+  })

@@ -1,0 +1,21 @@
+import { newId } from '../lib/ids'
+
+// Per-request facts that must survive into onError and onAfterResponse, keyed by the Request so
+// nothing leaks between requests and nothing needs cleaning up.
+interface RequestFacts {
+  id: string
+  startedMs: number
+}
+const facts = new WeakMap<Request, RequestFacts>()
+
+const CLIENT_ID = /^[\w.:-]{1,128}$/
+
+/** Echoes a well-formed client X-Request-Id, else makes one. */
+export function beginRequest(request: Request): RequestFacts {
+  const given = request.headers.get('x-request-id')
+  const f = { id: given && CLIENT_ID.test(given) ? given : newId('req_'), startedMs: performance.now() }
+  facts.set(request, f)
+  return f
+}
+
+export const requestFacts = (request: Request): RequestFacts | undefined => facts.get(request)

@@ -1,0 +1,64 @@
+import { createApp } from './app'
+import { type Config, ConfigError, loadConfig } from './config'
+import { createDeps, type Deps } from './deps'
+import { log, setLogLevel } from './lib/logger'
+import { ensureSuperadmin } from './modules/auth/service'
+
+// Composition root: loadConfig → openDb → migrate → seed → services → listen.
+
+export interface RunningServer {
+  deps: Deps
+  port: number
+  url: string
+  stop(): Promise<void>
+}
+
+export async function startServer(config: Config, deps: Deps = createDeps(config)): Promise<RunningServer> {
+  setLogLevel(config.LOG_LEVEL)
+  await ensureSuperadmin(deps)
+  const app = createApp(deps)
+  const server = Bun.serve({
+    port: config.PORT,
+    hostname: config.HOST,
+    // Uploads are streamed and capped by the files module itself; Bun's own limit sits just above.
+    maxRequestBodySize: config.MAX_UPLOAD_BYTES + 1024 * 1024,
+    idleTimeout: 0,
+    fetch: (request, srv) => app.fetch(request),
+  })
+  const url = `http://${config.HOST === '0.0.0.0' ? 'localhost' : config.HOST}:${server.port}`
+  log.info('gridkeep listening', { url, database: config.DATABASE_PATH })
+  return {
+    deps,
+    port: server.port!,
+    url,
+    async stop() {
+      await server.stop()
+      deps.mailer.close()
+      deps.sqlite.close()
+    },
+  }
+}
+
+export async function serve(env: Record<string, string | undefined> = process.env): Promise<RunningServer> {
+  let config: Config
+  try {
+    config = loadConfig(env)
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      console.error(`gridkeep: ${e.message}`)
+      process.exit(2)
+    }
+    throw e
+  }
+  const running = await startServer(config)
+  const shutdown = async (signal: string) => {
+    log.info('shutting down', { signal })
+    await running.stop()
+    process.exit(0)
+  }
+  process.once('SIGTERM', () => void shutdown('SIGTERM'))
+  process.once('SIGINT', () => void shutdown('SIGINT'))
+  return running
+}
+
+if (import.meta.main) await serve()

@@ -1,0 +1,56 @@
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { jwt } from '@elysiajs/jwt'
+import { Elysia } from 'elysia'
+import type { Clock } from './clock'
+import { randomBase62 } from './ids'
+import { log } from './logger'
+
+// Login JWTs (API.md §1): HS256 with claims sub, iat, exp and tv (the user's token version).
+// Signing and verification go through @elysiajs/jwt (jose underneath), which pins the algorithm to
+// the key type: `alg: none` and tokens signed with another secret are refused.
+
+export interface TokenClaims {
+  sub: string
+  tv: number
+  exp: number
+}
+
+export interface Tokens {
+  sign(userId: string, tokenVersion: number): Promise<{ token: string; expiresIn: number }>
+  verify(token: string): Promise<TokenClaims | null>
+}
+
+export function createTokens(secret: string, ttlSeconds: number, clock: Clock): Tokens {
+  const signer = new Elysia().use(jwt({ name: 'jwt', secret, alg: 'HS256' })).decorator.jwt
+  return {
+    async sign(userId, tokenVersion) {
+      const exp = clock.now() + ttlSeconds
+      const token = await signer.sign({ sub: userId, tv: tokenVersion, exp })
+      return { token, expiresIn: ttlSeconds }
+    },
+    async verify(token) {
+      // jose checks exp against the clock we pass, so tests can move time forward.
+      const payload = await signer.verify(token, {
+        algorithms: ['HS256'],
+        currentDate: new Date(clock.nowMs()),
+      })
+      if (!payload || typeof payload.sub !== 'string' || typeof payload.tv !== 'number') return null
+      if (typeof payload.exp !== 'number') return null
+      return { sub: payload.sub, tv: payload.tv, exp: payload.exp }
+    },
+  }
+}
+
+/** JWT_SECRET, or a secret generated once and kept in DATA_DIR/jwt-secret with mode 0600. */
+export function resolveJwtSecret(configured: string | undefined, dataDir: string): string {
+  if (configured) return configured
+  const path = join(dataDir, 'jwt-secret')
+  if (existsSync(path)) return readFileSync(path, 'utf8').trim()
+  mkdirSync(dataDir, { recursive: true })
+  const secret = randomBase62(64)
+  writeFileSync(path, secret + '\n', { mode: 0o600 })
+  chmodSync(path, 0o600)
+  log.info('generated JWT secret', { file: path })
+  return secret
+}

@@ -1,0 +1,178 @@
+import { and, eq, gt, isNull, sql } from 'drizzle-orm'
+import { memberships, organizations, passwordResetTokens, users } from '../../db/schema'
+import type { Deps } from '../../deps'
+import { type Tx, writeTx } from '../../db/tx'
+import { badRequest, forbidden, unauthorized } from '../../lib/errors'
+import { generateResetToken, sha256Hex } from '../../lib/keys'
+import { randomBase62 } from '../../lib/ids'
+import { log } from '../../lib/logger'
+import { toUserObject } from '../users/model'
+import { checkPassword, createUser, normalizeEmail } from '../users/service'
+import type { UserPrincipal } from './credentials'
+
+export async function signup(deps: Deps, input: { email: string; password: string; full_name: string }) {
+  if (!deps.config.SIGNUP_ENABLED) {
+    throw forbidden('signup_disabled', 'Signup is disabled on this server; ask an administrator for an account')
+  }
+  return toUserObject(await createUser(deps, input))
+}
+
+export async function login(deps: Deps, input: { email: string; password: string }, ip: string) {
+  const email = input.email.trim().toLowerCase()
+  deps.limiter.take(`login:${email}:${ip}`, deps.config.RATE_LIMIT_LOGIN_PER_MINUTE, 60)
+  const user = deps.db.select().from(users).where(eq(users.email, email)).get()
+  // Unknown email and wrong password take the same time and give the same answer.
+  if (!user) {
+    await deps.passwords.burn(input.password)
+    throw unauthorized('invalid_credentials', 'Incorrect email or password')
+  }
+  if (!(await deps.passwords.verify(input.password, user.password_hash))) {
+    throw unauthorized('invalid_credentials', 'Incorrect email or password')
+  }
+  if (!user.is_active) throw forbidden('account_disabled', 'This account has been deactivated')
+  const { token, expiresIn } = await deps.tokens.sign(user.id, user.token_version)
+  return {
+    access_token: token,
+    token_type: 'bearer' as const,
+    expires_in: expiresIn,
+    platform_role: user.platform_role,
+    must_change_password: user.must_change_password,
+    user: toUserObject(user),
+  }
+}
+
+export function me(deps: Deps, principal: UserPrincipal) {
+  const rows = deps.db
+    .select({
+      org_id: memberships.org_id,
+      org_name: organizations.name,
+      role: memberships.role,
+      personal: organizations.personal,
+    })
+    .from(memberships)
+    .innerJoin(organizations, eq(organizations.id, memberships.org_id))
+    .where(eq(memberships.user_id, principal.user.id))
+    .orderBy(organizations.seq)
+    .all()
+  return { ...toUserObject(principal.user), memberships: rows }
+}
+
+/** Sets a new password, bumps the token version (older JWTs stop working), clears the gate. */
+function storePassword(tx: Tx, now: number, userId: string, hash: string) {
+  tx.update(users)
+      .set({
+        password_hash: hash,
+        must_change_password: false,
+        token_version: sql`${users.token_version} + 1`,
+        updated_at: now,
+      })
+      .where(eq(users.id, userId))
+      .run()
+}
+
+export async function changePassword(
+  deps: Deps,
+  principal: UserPrincipal,
+  input: { current_password: string; new_password: string },
+) {
+  const user = principal.user
+  if (!(await deps.passwords.verify(input.current_password, user.password_hash))) {
+    throw badRequest('invalid_current_password', 'The current password is not correct', 'current_password')
+  }
+  checkPassword(input.new_password, 'new_password')
+  const hash = await deps.passwords.hash(input.new_password)
+  writeTx(deps.db, (tx) => storePassword(tx, deps.clock.now(), user.id, hash))
+  const fresh = deps.db.select().from(users).where(eq(users.id, user.id)).get()!
+  const { token, expiresIn } = await deps.tokens.sign(fresh.id, fresh.token_version)
+  return { status: 'password_changed' as const, access_token: token, expires_in: expiresIn }
+}
+
+/**
+ * Always answers the same (API.md §2: no user enumeration). For an active user, a fresh token is
+ * stored hashed and mailed; the mail goes out after the response, so timing reveals nothing either.
+ */
+export function forgotPassword(deps: Deps, input: { email: string }) {
+  const email = input.email.trim().toLowerCase()
+  deps.limiter.take(`forgot:${email}`, deps.config.RATE_LIMIT_FORGOT_PER_HOUR, 3600)
+  const user = deps.db.select().from(users).where(eq(users.email, email)).get()
+  if (user?.is_active) {
+    const token = generateResetToken()
+    const now = deps.clock.now()
+    deps.db
+      .insert(passwordResetTokens)
+      .values({
+        user_id: user.id,
+        token_hash: sha256Hex(token),
+        created_at: now,
+        expires_at: now + deps.config.RESET_TOKEN_TTL_SECONDS,
+      })
+      .run()
+    const link = `${deps.config.PUBLIC_URL}/reset-password?token=${encodeURIComponent(token)}`
+    const minutes = Math.round(deps.config.RESET_TOKEN_TTL_SECONDS / 60)
+    deps.mailer
+      .send({
+        to: user.email,
+        subject: 'Reset your gridkeep password',
+        text:
+          `Someone asked to reset the password of your gridkeep account.\n\n` +
+          `Open this link to choose a new password:\n${link}\n\n` +
+          `Or use this reset token with POST /v1/auth/reset-password:\n${token}\n\n` +
+          `The token works once and expires in ${minutes} minutes. If you did not ask, ignore this mail.\n`,
+      })
+      .catch((error) => log.error('reset mail failed', { to: user.email, error }))
+  }
+  return { status: 'accepted' as const }
+}
+
+export async function resetPassword(deps: Deps, input: { token: string; new_password: string }) {
+  checkPassword(input.new_password, 'new_password')
+  const hash = await deps.passwords.hash(input.new_password)
+  const now = deps.clock.now()
+  const tokenHash = sha256Hex(input.token)
+  writeTx(deps.db, (tx) => {
+    // Single use: claiming the token and setting the password happen in one transaction.
+    const claimed = tx
+      .update(passwordResetTokens)
+      .set({ used_at: now })
+      .where(
+        and(
+          eq(passwordResetTokens.token_hash, tokenHash),
+          isNull(passwordResetTokens.used_at),
+          gt(passwordResetTokens.expires_at, now),
+        ),
+      )
+      .returning({ user_id: passwordResetTokens.user_id })
+      .get()
+    if (!claimed) throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
+    const user = tx.select().from(users).where(eq(users.id, claimed.user_id)).get()
+    if (!user?.is_active) throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
+    storePassword(tx, now, user.id, hash)
+  })
+  return { status: 'password_reset' as const }
+}
+
+/**
+ * First start (SPEC §1): without any superadmin, create one from ADMIN_EMAIL / ADMIN_PASSWORD with
+ * must_change_password. A generated password is printed once, to the console, never to the log.
+ */
+export async function ensureSuperadmin(deps: Deps, print: (line: string) => void = console.error) {
+  const existing = deps.db.select({ id: users.id }).from(users).where(eq(users.platform_role, 'superadmin')).get()
+  if (existing) return null
+  const generated = deps.config.ADMIN_PASSWORD === undefined
+  const password = deps.config.ADMIN_PASSWORD ?? randomBase62(20)
+  const user = await createUser(deps, {
+    email: deps.config.ADMIN_EMAIL,
+    password,
+    full_name: 'Administrator',
+    platform_role: 'superadmin',
+    must_change_password: true,
+  })
+  log.info('created superadmin', { user_id: user.id, email: user.email })
+  if (generated) {
+    print(
+      `\n  gridkeep: created superadmin ${user.email} with password: ${password}\n` +
+        `  It is shown only this once. Log in and change it: POST /v1/auth/change-password\n`,
+    )
+  }
+  return user
+}

@@ -1,0 +1,19 @@
+import { Elysia } from 'elysia'
+import type { Deps } from '../../deps'
+import { AppError } from '../../lib/errors'
+
+export const healthRoutes = (deps: Deps) =>
+  new Elysia({ name: 'routes.health' })
+    .get('/healthz', () => ({ status: 'ok' as const }), { detail: { tags: ['operations'], summary: 'Liveness' } })
+    .get(
+      '/readyz',
+      () => {
+        try {
+          deps.sqlite.query('SELECT 1').get()
+          return { status: 'ready' as const }
+        } catch {
+          throw new AppError(503, 'not_ready', 'The database does not answer')
+        }
+      },
+      { detail: { tags: ['operations'], summary: 'Readiness: the database answers' } },
+    )

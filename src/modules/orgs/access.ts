@@ -1,0 +1,31 @@
+import { and, eq } from 'drizzle-orm'
+import { memberships, type OrgRole, organizations } from '../../db/schema'
+import type { Deps } from '../../deps'
+import { forbidden, notFound } from '../../lib/errors'
+import type { UserPrincipal } from '../auth/credentials'
+
+// The one org-role check (SPEC §5 rule 2, API.md §3): a non-member gets 404 (never leak that the
+// org exists), a member without the role 403. Superadmins pass every check as if owner.
+
+const RANK: Record<OrgRole, number> = { viewer: 1, admin: 2, owner: 3 }
+
+export interface OrgAccess {
+  org: typeof organizations.$inferSelect
+  role: OrgRole
+}
+
+export function requireOrgRole(deps: Deps, principal: UserPrincipal, orgId: string, least: OrgRole): OrgAccess {
+  const row = deps.db
+    .select({ org: organizations, role: memberships.role })
+    .from(organizations)
+    .leftJoin(memberships, and(eq(memberships.org_id, organizations.id), eq(memberships.user_id, principal.user.id)))
+    .where(eq(organizations.id, orgId))
+    .get()
+  const superadmin = principal.user.platform_role === 'superadmin'
+  if (!row || (!row.role && !superadmin)) throw notFound('org_not_found', 'No such organization')
+  const role: OrgRole = superadmin ? 'owner' : row.role!
+  if (RANK[role] < RANK[least]) {
+    throw forbidden('insufficient_role', `This action needs the ${least === 'admin' ? 'owner or admin' : least} role`)
+  }
+  return { org: row.org, role }
+}

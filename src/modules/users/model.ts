@@ -1,0 +1,31 @@
+import { t } from 'elysia'
+import type { UserRow } from '../../db/schema'
+
+// The user object of API.md §2. Never password, hashes, or keys.
+export const UserObject = t.Object({
+  id: t.String(),
+  object: t.Literal('user'),
+  email: t.String(),
+  full_name: t.String(),
+  platform_role: t.Union([t.Literal('user'), t.Literal('superadmin')]),
+  is_active: t.Boolean(),
+  must_change_password: t.Boolean(),
+  created_at: t.Integer(),
+})
+export type UserObject = typeof UserObject.static
+
+export const toUserObject = (u: UserRow): UserObject => ({
+  id: u.id,
+  object: 'user',
+  email: u.email,
+  full_name: u.full_name,
+  platform_role: u.platform_role,
+  is_active: u.is_active,
+  must_change_password: u.must_change_password,
+  created_at: u.created_at,
+})
+
+export const Email = t.String({ minLength: 3, maxLength: 320, description: 'Email address' })
+// Length rules (8–256) are checked by the service to answer with the code `weak_password`.
+export const Password = t.String({ maxLength: 4096, description: 'Password, 8 to 256 characters' })
+export const FullName = t.String({ minLength: 1, maxLength: 200 })
