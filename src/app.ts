@@ -14,54 +14,52 @@ import { userRoutes } from './modules/users'
 
 /** The HTTP application: request ids and logging, the JSON parser, error mapping, docs, modules. */
 export function createApp(deps: Deps) {
-  return (
-    new Elysia({ name: 'gridkeep', normalize: false })
-      .onRequest(({ request, set }) => {
-        set.headers['x-request-id'] = beginRequest(request).id
+  return new Elysia({ name: 'gridkeep', normalize: false })
+    .onRequest(({ request, set }) => {
+      set.headers['x-request-id'] = beginRequest(request).id
+    })
+    .onParse({ as: 'global' }, ({ request, contentType }) => parseBody(request, contentType))
+    .onAfterResponse({ as: 'global' }, ({ request, route, set }) => {
+      const facts = requestFacts(request)
+      log.info('request', {
+        request_id: facts?.id,
+        method: request.method,
+        route: route || new URL(request.url).pathname,
+        status: typeof set.status === 'number' ? set.status : 200,
+        duration_ms: facts ? Math.round((performance.now() - facts.startedMs) * 100) / 100 : undefined,
       })
-      .onParse({ as: 'global' }, ({ request, contentType }) => parseBody(request, contentType))
-      .onAfterResponse({ as: 'global' }, ({ request, route, set }) => {
-        const facts = requestFacts(request)
-        log.info('request', {
-          request_id: facts?.id,
-          method: request.method,
-          route: route || new URL(request.url).pathname,
-          status: typeof set.status === 'number' ? set.status : 200,
-          duration_ms: facts ? Math.round((performance.now() - facts.startedMs) * 100) / 100 : undefined,
-        })
-      })
-      .use(errorHandler)
-      .use(
-        openapi({
-          path: '/docs',
-          specPath: '/openapi.json',
-          documentation: {
-            info: {
-              title: 'gridkeep',
-              version: pkg.version,
-              description:
-                'Self-hosted control plane for batch LLM inference. User endpoints follow the OpenAI Files and ' +
-                'Batch API shapes; worker daemons speak the /workers protocol with an organization worker key.',
-            },
-            components: {
-              securitySchemes: {
-                bearerAuth: {
-                  type: 'http',
-                  scheme: 'bearer',
-                  description: 'A JWT from /v1/auth/login, a personal key, or an org worker key (gk-…)',
-                },
+    })
+    .use(errorHandler)
+    .use(
+      openapi({
+        path: '/docs',
+        specPath: '/openapi.json',
+        documentation: {
+          info: {
+            title: 'gridkeep',
+            version: pkg.version,
+            description:
+              'Self-hosted control plane for batch LLM inference. User endpoints follow the OpenAI Files and ' +
+              'Batch API shapes; worker daemons speak the /workers protocol with an organization worker key.',
+          },
+          components: {
+            securitySchemes: {
+              bearerAuth: {
+                type: 'http',
+                scheme: 'bearer',
+                description: 'A JWT from /v1/auth/login, a personal key, or an org worker key (gk-…)',
               },
             },
           },
-          exclude: { paths: ['/docs', '/openapi.json'] },
-        }),
-      )
-      .use(healthRoutes(deps))
-      .use(authRoutes(deps))
-      .use(userRoutes(deps))
-      .use(orgRoutes(deps))
-      .use(adminRoutes(deps))
-  )
+        },
+        exclude: { paths: ['/docs', '/openapi.json'] },
+      }),
+    )
+    .use(healthRoutes(deps))
+    .use(authRoutes(deps))
+    .use(userRoutes(deps))
+    .use(orgRoutes(deps))
+    .use(adminRoutes(deps))
 }
 
 export type App = ReturnType<typeof createApp>

@@ -55,11 +55,18 @@ export const ConfigSchema = T.Object({
   SWEEP_INTERVAL_SECONDS: Int(60, 1, 86400, 'Period of the sweeper that requeues work of silent workers'),
   MAX_BATCH_ATTEMPTS: Int(3, 1, 100, 'Attempts before a batch is terminally failed'),
   POOL_CACHE_SECONDS: Int(15, 0, 3600, 'Cache lifetime of GET /v1/pool/capacity'),
-  MIN_WORKERS_FOR_HARDWARE: Int(3, 0, 1_000_000, 'Online workers needed before pool hardware figures are shown'),
+  MIN_WORKERS_FOR_HARDWARE: Int(
+    3,
+    0,
+    1_000_000,
+    'Online workers needed before pool hardware figures are shown',
+  ),
   CATALOGUE_PATH: T.Optional(
     Str('Model catalogue manifest (default catalogue/models.yaml, else the copy built into the binary)'),
   ),
-  METRICS_TOKEN: T.Optional(T.String({ minLength: 1, description: 'When set, /metrics requires Bearer <token>' })),
+  METRICS_TOKEN: T.Optional(
+    T.String({ minLength: 1, description: 'When set, /metrics requires Bearer <token>' }),
+  ),
   LOG_LEVEL: T.Union([T.Literal('debug'), T.Literal('info'), T.Literal('warn'), T.Literal('error')], {
     default: 'info',
     description: 'Least severe log level written',
@@ -99,8 +106,7 @@ const redact = (name: string, v: unknown) => (/SECRET|PASSWORD|TOKEN|SMTP_URL/.t
 
 function describe(schema: any): string {
   if (schema.anyOf) return `expected one of ${schema.anyOf.map((s: any) => s.const).join(', ')}`
-  if (schema.type === 'integer')
-    return `expected an integer from ${schema.minimum} to ${schema.maximum}`
+  if (schema.type === 'integer') return `expected an integer from ${schema.minimum} to ${schema.maximum}`
   if (schema.type === 'boolean') return 'expected true or false'
   if (schema.minLength) return `expected at least ${schema.minLength} characters`
   return `expected ${schema.type}`

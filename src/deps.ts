@@ -45,7 +45,11 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     clock,
     mailer:
       overrides.mailer ??
-      createMailer({ smtpUrl: config.SMTP_URL, from: config.MAIL_FROM, outboxDir: join(config.DATA_DIR, 'outbox') }),
+      createMailer({
+        smtpUrl: config.SMTP_URL,
+        from: config.MAIL_FROM,
+        outboxDir: join(config.DATA_DIR, 'outbox'),
+      }),
     tokens: createTokens(secret, config.JWT_TTL_SECONDS, clock),
     passwords: overrides.passwords ?? createPasswords(),
     limiter: new RateLimiter(clock),

@@ -23,7 +23,7 @@ export async function startServer(config: Config, deps: Deps = createDeps(config
     // Uploads are streamed and capped by the files module itself; Bun's own limit sits just above.
     maxRequestBodySize: config.MAX_UPLOAD_BYTES + 1024 * 1024,
     idleTimeout: 0,
-    fetch: (request, srv) => app.fetch(request),
+    fetch: (request, _srv) => app.fetch(request),
   })
   const url = `http://${config.HOST === '0.0.0.0' ? 'localhost' : config.HOST}:${server.port}`
   log.info('gridkeep listening', { url, database: config.DATABASE_PATH })

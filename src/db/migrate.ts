@@ -18,6 +18,9 @@ export function migrate(db: Db): void {
     }
   })
   // drizzle's public migrator only reads from a folder; its dialect takes the parsed list.
-  const internal = db as unknown as { dialect: { migrate: (m: unknown, s: unknown, c: unknown) => void }; session: unknown }
+  const internal = db as unknown as {
+    dialect: { migrate: (m: unknown, s: unknown, c: unknown) => void }
+    session: unknown
+  }
   internal.dialect.migrate(migrations, internal.session, {})
 }

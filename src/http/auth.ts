@@ -10,7 +10,8 @@ import {
 } from '../modules/auth/credentials'
 
 // The credential matrix of API.md §1, enforced here and only here (STYLE example 4). A route
-// declares `{ auth: <level> }`; the level says which credentials it accepts. The wrong type of
+// declares its level as a macro flag, e.g. `{ user: true }`; the level says which credentials it
+// accepts (test/http/route-auth.test.ts checks that every route declares exactly one). The wrong type of
 // credential is a 401, never silently another meaning. Authentication runs in `transform`, before
 // body validation, so an unauthenticated caller learns nothing about a route's schema.
 //
@@ -23,7 +24,15 @@ import {
 //   optional    anyone; JWT or personal key → user, worker key or nothing → anonymous (pool capacity)
 //   reader      JWT, personal key or worker key (GET /v1/files/{id}/content; the service checks which)
 
-export type AuthLevel = 'public' | 'session' | 'jwt' | 'user' | 'superadmin' | 'worker' | 'optional' | 'reader'
+export type AuthLevel =
+  | 'public'
+  | 'session'
+  | 'jwt'
+  | 'user'
+  | 'superadmin'
+  | 'worker'
+  | 'optional'
+  | 'reader'
 
 type PrincipalFor<L extends AuthLevel> = L extends 'public'
   ? AnonymousPrincipal
@@ -49,9 +58,11 @@ const DESCRIPTIONS: Record<AuthLevel, string> = {
 export const check = (level: AuthLevel, p: Principal): Principal => {
   if (level === 'public') return { kind: 'anonymous' }
   if (level === 'optional') return p.kind === 'worker' ? { kind: 'anonymous' } : gate(level, p)
-  if (p.kind === 'anonymous') throw unauthorized('missing_credential', 'This endpoint requires a Bearer credential')
+  if (p.kind === 'anonymous')
+    throw unauthorized('missing_credential', 'This endpoint requires a Bearer credential')
   if (level === 'worker') {
-    if (p.kind !== 'worker') throw unauthorized('wrong_credential_type', 'This endpoint requires a worker API key')
+    if (p.kind !== 'worker')
+      throw unauthorized('wrong_credential_type', 'This endpoint requires a worker API key')
     return p
   }
   if (p.kind === 'worker') {
@@ -80,6 +91,24 @@ function gate(_level: AuthLevel, p: Principal): Principal {
 
 const resolved = new WeakMap<Request, Principal>()
 
+function level<L extends AuthLevel>(deps: Deps, l: L) {
+  return {
+    detail: {
+      description: `Auth: ${DESCRIPTIONS[l]}`,
+      ...(l === 'public' ? {} : { security: [{ bearerAuth: [] }] }),
+    },
+    async transform({ request }: { request: Request }) {
+      const who = l === 'public' ? ANONYMOUS : await authenticate(deps, request.headers.get('authorization'))
+      resolved.set(request, check(l, who))
+    },
+    resolve({ request }: { request: Request }) {
+      return { principal: resolved.get(request) as PrincipalFor<L> }
+    },
+  }
+}
+
+const ANONYMOUS: AnonymousPrincipal = { kind: 'anonymous' }
+
 // One plugin instance per deps, named with a per-deps seed so Elysia deduplicates it across modules.
 const instances = new WeakMap<Deps, ReturnType<typeof build>>()
 let instanceCount = 0
@@ -93,19 +122,15 @@ export function authPlugin(deps: Deps) {
   return plugin
 }
 
+// Each level is its own macro so the handler's `principal` has exactly the type that level admits.
 const build = (deps: Deps, seed: number) =>
   new Elysia({ name: 'http.auth', seed }).macro({
-    auth: <L extends AuthLevel>(level: L) => ({
-      detail: {
-        description: `Auth: ${DESCRIPTIONS[level]}`,
-        ...(level === 'public' ? {} : { security: [{ bearerAuth: [] }] }),
-      },
-      async transform({ request }: { request: Request }) {
-        const principal = level === 'public' ? ({ kind: 'anonymous' } as const) : await authenticate(deps, request.headers.get('authorization'))
-        resolved.set(request, check(level, principal))
-      },
-      resolve({ request }: { request: Request }) {
-        return { principal: resolved.get(request) as PrincipalFor<L> }
-      },
-    }),
+    public: level(deps, 'public'),
+    session: level(deps, 'session'),
+    jwt: level(deps, 'jwt'),
+    user: level(deps, 'user'),
+    superadmin: level(deps, 'superadmin'),
+    worker: level(deps, 'worker'),
+    optional: level(deps, 'optional'),
+    reader: level(deps, 'reader'),
   })

@@ -25,7 +25,8 @@ function fromValidation(error: ValidationError): AppError {
   if (error.type === 'response') return new AppError(500, 'internal_error', 'Internal server error')
   const first = (error.all as { path?: string; message?: string; schema?: any }[])[0]
   const param = (first?.path ?? '').replace(/^\//, '').replaceAll('/', '.') || null
-  const where = error.type === 'query' ? 'query parameter' : error.type === 'params' ? 'path parameter' : 'field'
+  const where =
+    error.type === 'query' ? 'query parameter' : error.type === 'params' ? 'path parameter' : 'field'
   if (!first || !param) return badRequest('invalid_body', `The request ${error.type} is invalid`, null)
   if (first.message === 'Unexpected property') {
     return badRequest('unknown_field', `Unknown ${where} '${param}'`, param)
@@ -41,7 +42,8 @@ export function describe(schema: any): string {
   if (!schema) return 'invalid value'
   const members: any[] | undefined = schema.anyOf ?? schema.oneOf
   if (members) {
-    if (members.every((m) => m.const !== undefined)) return `must be one of ${members.map((m) => m.const).join(', ')}`
+    if (members.every((m) => m.const !== undefined))
+      return `must be one of ${members.map((m) => m.const).join(', ')}`
     const typed = members.find((m) => m.type && m.type !== 'string') ?? members[0]
     return describe(typed)
   }
@@ -76,21 +78,27 @@ export function describe(schema: any): string {
   return 'invalid value'
 }
 
-export const errorHandler = new Elysia({ name: 'http.errors' }).onError({ as: 'global' }, ({ error, code, request }) => {
-  const appError = toAppError(error, code)
-  const id = requestFacts(request)?.id
-  if (appError.status >= 500) {
-    log.error('unhandled error', {
-      request_id: id,
-      error: error instanceof Error ? { name: error.name, message: error.message, stack: error.stack } : String(error),
+export const errorHandler = new Elysia({ name: 'http.errors' }).onError(
+  { as: 'global' },
+  ({ error, code, request }) => {
+    const appError = toAppError(error, code)
+    const id = requestFacts(request)?.id
+    if (appError.status >= 500) {
+      log.error('unhandled error', {
+        request_id: id,
+        error:
+          error instanceof Error
+            ? { name: error.name, message: error.message, stack: error.stack }
+            : String(error),
+      })
+    }
+    return new Response(JSON.stringify(envelope(appError)), {
+      status: appError.status,
+      headers: {
+        'content-type': 'application/json',
+        ...(id ? { 'x-request-id': id } : {}),
+        ...appError.headers,
+      },
     })
-  }
-  return new Response(JSON.stringify(envelope(appError)), {
-    status: appError.status,
-    headers: {
-      'content-type': 'application/json',
-      ...(id ? { 'x-request-id': id } : {}),
-      ...appError.headers,
-    },
-  })
-})
+  },
+)

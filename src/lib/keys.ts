@@ -12,7 +12,8 @@ export const sha256Hex = (value: string) => createHash('sha256').update(value).d
 export const keyDisplayPrefix = (raw: string) => raw.slice(0, 12)
 
 /** 32 random bytes, base64url: the password reset token of API.md §2. */
-export const generateResetToken = () => Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64url')
+export const generateResetToken = () =>
+  Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64url')
 
 export function constantTimeEqual(a: string, b: string): boolean {
   const ab = Buffer.from(a)

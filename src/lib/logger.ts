@@ -50,14 +50,22 @@ function scrub(value: unknown, depth = 0): unknown {
   if (Array.isArray(value)) return value.slice(0, 50).map((v) => scrub(v, depth + 1))
   const out: Fields = {}
   for (const [k, v] of Object.entries(value)) {
-    out[k] = SECRET_FIELD.test(k) && v !== null && v !== undefined && typeof v !== 'boolean' ? '[redacted]' : scrub(v, depth + 1)
+    out[k] =
+      SECRET_FIELD.test(k) && v !== null && v !== undefined && typeof v !== 'boolean'
+        ? '[redacted]'
+        : scrub(v, depth + 1)
   }
   return out
 }
 
 function write(level: Level, msg: string, fields?: Fields) {
   if (RANK[level] < threshold) return
-  const record = { ts: new Date().toISOString(), level, msg: scrubString(msg), ...(scrub(fields ?? {}) as Fields) }
+  const record = {
+    ts: new Date().toISOString(),
+    level,
+    msg: scrubString(msg),
+    ...(scrub(fields ?? {}) as Fields),
+  }
   sink(JSON.stringify(record))
 }
 

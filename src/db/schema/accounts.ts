@@ -10,7 +10,9 @@ export const users = sqliteTable('users', {
   email: text().notNull().unique(),
   password_hash: text().notNull(),
   full_name: text().notNull(),
-  platform_role: text({ enum: ['user', 'superadmin'] }).notNull().default('user'),
+  platform_role: text({ enum: ['user', 'superadmin'] })
+    .notNull()
+    .default('user'),
   is_active: integer({ mode: 'boolean' }).notNull().default(true),
   must_change_password: integer({ mode: 'boolean' }).notNull().default(false),
   // Bumped by a password change or reset: JWTs carrying an older `tv` stop working.

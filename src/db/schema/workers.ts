@@ -18,7 +18,9 @@ export const workers = sqliteTable(
     machine_id: text(),
     daemon_version: text(),
     status: text({ enum: ['online', 'offline'] }).notNull(),
-    activity: text({ enum: ['idle', 'busy', 'downloading_model'] }).notNull().default('idle'),
+    activity: text({ enum: ['idle', 'busy', 'downloading_model'] })
+      .notNull()
+      .default('idle'),
     vram_total_gb: real(),
     vram_available_gb: real(),
     gpu_utilization: real(),

@@ -12,29 +12,41 @@ export const adminRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.admin', prefix: '/v1/admin' })
     .use(authPlugin(deps))
     .get('/users', ({ query }) => admin.listUsers(deps, query), {
-      auth: 'superadmin',
+      superadmin: true,
       query: page,
       detail: { tags, summary: 'List all users' },
     })
-    .post('/users', async ({ body, principal, status }) => status(201, await admin.createUserAsAdmin(deps, principal, body)), {
-      auth: 'superadmin',
-      body: t.Object({ email: Email, full_name: FullName, password: Password }, { additionalProperties: false }),
-      detail: { tags, summary: 'Create a user who must change the password at first login' },
-    })
-    .patch('/users/:user_id', ({ body, params, principal }) => admin.updateUser(deps, principal, params.user_id, body), {
-      auth: 'superadmin',
-      params: t.Object({ user_id: t.String({ maxLength: 64 }) }),
-      body: t.Object(
-        {
-          is_active: t.Optional(t.Boolean()),
-          platform_role: t.Optional(t.Union([t.Literal('user'), t.Literal('superadmin')])),
-        },
-        { additionalProperties: false },
-      ),
-      detail: { tags, summary: 'Activate, deactivate, promote or demote a user' },
-    })
+    .post(
+      '/users',
+      async ({ body, principal, status }) =>
+        status(201, await admin.createUserAsAdmin(deps, principal, body)),
+      {
+        superadmin: true,
+        body: t.Object(
+          { email: Email, full_name: FullName, password: Password },
+          { additionalProperties: false },
+        ),
+        detail: { tags, summary: 'Create a user who must change the password at first login' },
+      },
+    )
+    .patch(
+      '/users/:user_id',
+      ({ body, params, principal }) => admin.updateUser(deps, principal, params.user_id, body),
+      {
+        superadmin: true,
+        params: t.Object({ user_id: t.String({ maxLength: 64 }) }),
+        body: t.Object(
+          {
+            is_active: t.Optional(t.Boolean()),
+            platform_role: t.Optional(t.Union([t.Literal('user'), t.Literal('superadmin')])),
+          },
+          { additionalProperties: false },
+        ),
+        detail: { tags, summary: 'Activate, deactivate, promote or demote a user' },
+      },
+    )
     .get('/organizations', ({ query }) => admin.listOrganizations(deps, query), {
-      auth: 'superadmin',
+      superadmin: true,
       query: page,
       detail: { tags, summary: 'List all organizations' },
     })

@@ -1,7 +1,7 @@
 import { and, count, eq, ne, sql } from 'drizzle-orm'
 import { memberships, organizations, type UserRow, users } from '../../db/schema'
-import type { Deps } from '../../deps'
 import { writeTx } from '../../db/tx'
+import type { Deps } from '../../deps'
 import { badRequest, notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
 import { pageRows, toPage } from '../../lib/pagination'
@@ -17,7 +17,11 @@ export function listUsers(deps: Deps, query: { limit?: number; after?: string })
 }
 
 /** (ext) An admin-made account must change its password at first login. */
-export async function createUserAsAdmin(deps: Deps, by: UserPrincipal, input: { email: string; full_name: string; password: string }) {
+export async function createUserAsAdmin(
+  deps: Deps,
+  by: UserPrincipal,
+  input: { email: string; full_name: string; password: string },
+) {
   const user = await createUser(deps, { ...input, must_change_password: true })
   log.info('user created by admin', { user_id: user.id, by: by.user.id })
   return toUserObject(user)
@@ -42,7 +46,8 @@ export function updateUser(
         .from(users)
         .where(and(eq(users.platform_role, 'superadmin'), eq(users.is_active, true), ne(users.id, userId)))
         .get()!.n
-      if (others === 0) throw badRequest('last_superadmin', 'The last active superadmin cannot be demoted or deactivated')
+      if (others === 0)
+        throw badRequest('last_superadmin', 'The last active superadmin cannot be demoted or deactivated')
     }
     return tx
       .update(users)
@@ -56,7 +61,12 @@ export function updateUser(
 }
 
 export function listOrganizations(deps: Deps, query: { limit?: number; after?: string }) {
-  const { rows, has_more } = pageRows<typeof organizations.$inferSelect>(deps.db, organizations, undefined, query)
+  const { rows, has_more } = pageRows<typeof organizations.$inferSelect>(
+    deps.db,
+    organizations,
+    undefined,
+    query,
+  )
   const counts = new Map<string, number>()
   if (rows.length) {
     const ids = rows.map((r) => r.id)

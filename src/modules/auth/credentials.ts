@@ -65,14 +65,15 @@ function byKey(deps: Deps, raw: string): Principal {
   if (!key) throw unauthorized('invalid_api_key', 'Invalid API key')
   const now = deps.clock.now()
   if (key.revoked_at !== null) throw unauthorized('api_key_revoked', 'This API key has been revoked')
-  if (key.expires_at !== null && key.expires_at <= now) throw unauthorized('api_key_expired', 'This API key has expired')
+  if (key.expires_at !== null && key.expires_at <= now)
+    throw unauthorized('api_key_expired', 'This API key has expired')
   // Recorded at minute resolution: a heartbeat every few seconds must not mean a write each time.
   if (key.last_used_at === null || now - key.last_used_at >= LAST_USED_RESOLUTION_SECONDS) {
     s.touchKey.run({ now, id: key.id })
   }
   if (key.key_type === 'worker') return { kind: 'worker', orgId: key.org_id!, keyId: key.id }
   const user = s.userById.get({ id: key.user_id! })
-  if (!user || !user.is_active) throw unauthorized('invalid_api_key', 'Invalid API key')
+  if (!user?.is_active) throw unauthorized('invalid_api_key', 'Invalid API key')
   return { kind: 'user', via: 'personal_key', user, keyId: key.id }
 }
 
@@ -80,7 +81,7 @@ async function byJwt(deps: Deps, token: string): Promise<Principal> {
   const claims = await deps.tokens.verify(token)
   if (!claims) throw unauthorized('invalid_token', 'Invalid or expired token')
   const user = stmts(deps).userById.get({ id: claims.sub })
-  if (!user || !user.is_active) throw unauthorized('invalid_token', 'Invalid or expired token')
+  if (!user?.is_active) throw unauthorized('invalid_token', 'Invalid or expired token')
   // A password change or reset bumps token_version: every JWT issued before it stops working.
   if (claims.tv !== user.token_version) throw unauthorized('token_revoked', 'This token is no longer valid')
   return { kind: 'user', via: 'jwt', user, keyId: null }

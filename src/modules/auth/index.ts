@@ -12,40 +12,47 @@ export const authRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.auth', prefix: '/v1/auth' })
     .use(authPlugin(deps))
     .post('/signup', ({ body }) => auth.signup(deps, body), {
-      auth: 'public',
+      public: true,
       body: AuthModel.signup,
       detail: { tags, summary: 'Register; creates the user and their Personal Org' },
     })
-    .post('/login', ({ body, request, server }) => auth.login(deps, body, server?.requestIP(request)?.address ?? 'local'), {
-      auth: 'public',
-      body: AuthModel.login,
-      detail: { tags, summary: 'Log in; returns a JWT' },
-    })
+    .post(
+      '/login',
+      ({ body, request, server }) => auth.login(deps, body, server?.requestIP(request)?.address ?? 'local'),
+      {
+        public: true,
+        body: AuthModel.login,
+        detail: { tags, summary: 'Log in; returns a JWT' },
+      },
+    )
     .get('/me', ({ principal }) => auth.me(deps, principal), {
-      auth: 'session',
+      session: true,
       detail: { tags, summary: 'Current profile and org memberships' },
     })
     .post('/change-password', ({ body, principal }) => auth.changePassword(deps, principal, body), {
-      auth: 'session',
+      session: true,
       body: AuthModel.changePassword,
       detail: { tags, summary: 'Change the password; returns a fresh JWT' },
     })
     .post('/forgot-password', ({ body, status }) => status(202, auth.forgotPassword(deps, body)), {
-      auth: 'public',
+      public: true,
       body: AuthModel.forgotPassword,
       detail: { tags, summary: 'Mail a password reset token (always 202)' },
     })
     .post('/reset-password', ({ body }) => auth.resetPassword(deps, body), {
-      auth: 'public',
+      public: true,
       body: AuthModel.resetPassword,
       detail: { tags, summary: 'Redeem a reset token' },
     })
     .post(
       '/api-keys/regenerate',
       ({ body, principal, status }) =>
-        status(201, regenerateKey(deps, { type: 'personal', userId: principal.user.id }, principal, body?.key_id)),
+        status(
+          201,
+          regenerateKey(deps, { type: 'personal', userId: principal.user.id }, principal, body?.key_id),
+        ),
       {
-        auth: 'user',
+        user: true,
         body: KeyModel.regenerate,
         detail: { tags, summary: "Regenerate the caller's personal key" },
       },

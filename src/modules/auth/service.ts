@@ -1,18 +1,21 @@
 import { and, eq, gt, isNull, sql } from 'drizzle-orm'
 import { memberships, organizations, passwordResetTokens, users } from '../../db/schema'
-import type { Deps } from '../../deps'
 import { type Tx, writeTx } from '../../db/tx'
+import type { Deps } from '../../deps'
 import { badRequest, forbidden, unauthorized } from '../../lib/errors'
-import { generateResetToken, sha256Hex } from '../../lib/keys'
 import { randomBase62 } from '../../lib/ids'
+import { generateResetToken, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
 import { toUserObject } from '../users/model'
-import { checkPassword, createUser, normalizeEmail } from '../users/service'
+import { checkPassword, createUser } from '../users/service'
 import type { UserPrincipal } from './credentials'
 
 export async function signup(deps: Deps, input: { email: string; password: string; full_name: string }) {
   if (!deps.config.SIGNUP_ENABLED) {
-    throw forbidden('signup_disabled', 'Signup is disabled on this server; ask an administrator for an account')
+    throw forbidden(
+      'signup_disabled',
+      'Signup is disabled on this server; ask an administrator for an account',
+    )
   }
   return toUserObject(await createUser(deps, input))
 }
@@ -60,14 +63,14 @@ export function me(deps: Deps, principal: UserPrincipal) {
 /** Sets a new password, bumps the token version (older JWTs stop working), clears the gate. */
 function storePassword(tx: Tx, now: number, userId: string, hash: string) {
   tx.update(users)
-      .set({
-        password_hash: hash,
-        must_change_password: false,
-        token_version: sql`${users.token_version} + 1`,
-        updated_at: now,
-      })
-      .where(eq(users.id, userId))
-      .run()
+    .set({
+      password_hash: hash,
+      must_change_password: false,
+      token_version: sql`${users.token_version} + 1`,
+      updated_at: now,
+    })
+    .where(eq(users.id, userId))
+    .run()
 }
 
 export async function changePassword(
@@ -143,9 +146,11 @@ export async function resetPassword(deps: Deps, input: { token: string; new_pass
       )
       .returning({ user_id: passwordResetTokens.user_id })
       .get()
-    if (!claimed) throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
+    if (!claimed)
+      throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
     const user = tx.select().from(users).where(eq(users.id, claimed.user_id)).get()
-    if (!user?.is_active) throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
+    if (!user?.is_active)
+      throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
     storePassword(tx, now, user.id, hash)
   })
   return { status: 'password_reset' as const }
@@ -156,7 +161,11 @@ export async function resetPassword(deps: Deps, input: { token: string; new_pass
  * must_change_password. A generated password is printed once, to the console, never to the log.
  */
 export async function ensureSuperadmin(deps: Deps, print: (line: string) => void = console.error) {
-  const existing = deps.db.select({ id: users.id }).from(users).where(eq(users.platform_role, 'superadmin')).get()
+  const existing = deps.db
+    .select({ id: users.id })
+    .from(users)
+    .where(eq(users.platform_role, 'superadmin'))
+    .get()
   if (existing) return null
   const generated = deps.config.ADMIN_PASSWORD === undefined
   const password = deps.config.ADMIN_PASSWORD ?? randomBase62(20)

@@ -4,7 +4,9 @@ import { AppError } from '../../lib/errors'
 
 export const healthRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.health' })
-    .get('/healthz', () => ({ status: 'ok' as const }), { detail: { tags: ['operations'], summary: 'Liveness' } })
+    .get('/healthz', () => ({ status: 'ok' as const }), {
+      detail: { tags: ['operations'], summary: 'Liveness' },
+    })
     .get(
       '/readyz',
       () => {

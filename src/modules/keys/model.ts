@@ -17,7 +17,9 @@ export const KeyModel = {
     },
     { additionalProperties: false },
   ),
-  regenerate: t.Optional(t.Object({ key_id: t.Optional(t.String({ maxLength: 64 })) }, { additionalProperties: false })),
+  regenerate: t.Optional(
+    t.Object({ key_id: t.Optional(t.String({ maxLength: 64 })) }, { additionalProperties: false }),
+  ),
   params: t.Object({ key_id: t.String({ maxLength: 64 }) }),
 }
 

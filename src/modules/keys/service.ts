@@ -1,7 +1,7 @@
 import { and, eq, isNull, type SQL } from 'drizzle-orm'
 import { type ApiKeyRow, apiKeys } from '../../db/schema'
-import type { Deps } from '../../deps'
 import { type Tx, writeTx } from '../../db/tx'
+import type { Deps } from '../../deps'
 import { badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../../lib/keys'
@@ -27,7 +27,14 @@ function checkExpiry(deps: Deps, expiresAt: number | null | undefined) {
   }
 }
 
-function insertKey(tx: Tx, deps: Deps, owner: KeyOwner, by: UserPrincipal, name: string, expiresAt: number | null) {
+function insertKey(
+  tx: Tx,
+  deps: Deps,
+  owner: KeyOwner,
+  by: UserPrincipal,
+  name: string,
+  expiresAt: number | null,
+) {
   const raw = generateRawKey()
   const row = tx
     .insert(apiKeys)
@@ -59,14 +66,24 @@ export function createKey(
 ): KeyRecord {
   rateLimit(deps, by)
   checkExpiry(deps, input.expires_at)
-  const record = writeTx(deps.db, (tx) => insertKey(tx, deps, owner, by, input.name ?? 'default', input.expires_at ?? null))
-  log.info('api key created', { key_id: record.id, key_type: owner.type, prefix: record.prefix, by: by.user.id })
+  const record = writeTx(deps.db, (tx) =>
+    insertKey(tx, deps, owner, by, input.name ?? 'default', input.expires_at ?? null),
+  )
+  log.info('api key created', {
+    key_id: record.id,
+    key_type: owner.type,
+    prefix: record.prefix,
+    by: by.user.id,
+  })
   return record
 }
 
 export function listKeys(deps: Deps, owner: KeyOwner, query: { limit?: number; after?: string }) {
   const { rows, has_more } = pageRows<ApiKeyRow>(deps.db, apiKeys, ownedBy(owner), query)
-  return toPage(rows.map((r) => toKeyRecord(r)), has_more)
+  return toPage(
+    rows.map((r) => toKeyRecord(r)),
+    has_more,
+  )
 }
 
 function findKey(deps: Deps, owner: KeyOwner, keyId: string): ApiKeyRow {
@@ -129,7 +146,8 @@ export function regenerateKey(deps: Deps, owner: KeyOwner, by: UserPrincipal, ke
         .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
         .get()
       if (!old) throw notFound('api_key_not_found', 'No such API key', 'key_id')
-      if (old.revoked_at !== null) throw badRequest('api_key_revoked', 'This key is already revoked', 'key_id')
+      if (old.revoked_at !== null)
+        throw badRequest('api_key_revoked', 'This key is already revoked', 'key_id')
       // "Same expiry": an expired key cannot be rotated into another born-expired key.
       if (old.expires_at !== null && old.expires_at <= now) {
         throw badRequest('api_key_expired', 'This key has expired; create a new key instead', 'key_id')

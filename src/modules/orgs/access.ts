@@ -14,18 +14,29 @@ export interface OrgAccess {
   role: OrgRole
 }
 
-export function requireOrgRole(deps: Deps, principal: UserPrincipal, orgId: string, least: OrgRole): OrgAccess {
+export function requireOrgRole(
+  deps: Deps,
+  principal: UserPrincipal,
+  orgId: string,
+  least: OrgRole,
+): OrgAccess {
   const row = deps.db
     .select({ org: organizations, role: memberships.role })
     .from(organizations)
-    .leftJoin(memberships, and(eq(memberships.org_id, organizations.id), eq(memberships.user_id, principal.user.id)))
+    .leftJoin(
+      memberships,
+      and(eq(memberships.org_id, organizations.id), eq(memberships.user_id, principal.user.id)),
+    )
     .where(eq(organizations.id, orgId))
     .get()
   const superadmin = principal.user.platform_role === 'superadmin'
   if (!row || (!row.role && !superadmin)) throw notFound('org_not_found', 'No such organization')
   const role: OrgRole = superadmin ? 'owner' : row.role!
   if (RANK[role] < RANK[least]) {
-    throw forbidden('insufficient_role', `This action needs the ${least === 'admin' ? 'owner or admin' : least} role`)
+    throw forbidden(
+      'insufficient_role',
+      `This action needs the ${least === 'admin' ? 'owner or admin' : least} role`,
+    )
   }
   return { org: row.org, role }
 }

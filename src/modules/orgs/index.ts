@@ -14,12 +14,12 @@ export const orgRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.orgs', prefix: '/v1/orgs' })
     .use(authPlugin(deps))
     .get('/', ({ principal, query }) => orgs.listMyOrgs(deps, principal, query), {
-      auth: 'jwt',
+      jwt: true,
       query: OrgModel.page,
       detail: { tags, summary: 'Organizations the caller belongs to' },
     })
     .post('/', ({ principal, body, status }) => status(201, orgs.createTeamOrg(deps, principal, body)), {
-      auth: 'jwt',
+      jwt: true,
       body: OrgModel.create,
       detail: { tags, summary: 'Create a team organization (caller becomes owner)' },
     })
@@ -29,7 +29,12 @@ export const orgRoutes = (deps: Deps) =>
         requireOrgRole(deps, principal, params.org_id, 'viewer')
         return keys.listKeys(deps, workerKeys(params.org_id), query)
       },
-      { auth: 'jwt', params: OrgModel.orgParams, query: OrgModel.page, detail: { tags, summary: 'List worker keys (prefix only)' } },
+      {
+        jwt: true,
+        params: OrgModel.orgParams,
+        query: OrgModel.page,
+        detail: { tags, summary: 'List worker keys (prefix only)' },
+      },
     )
     .post(
       '/:org_id/api-keys',
@@ -38,7 +43,7 @@ export const orgRoutes = (deps: Deps) =>
         return status(201, keys.createKey(deps, workerKeys(params.org_id), principal, body ?? {}))
       },
       {
-        auth: 'jwt',
+        jwt: true,
         params: OrgModel.orgParams,
         body: t.Optional(KeyModel.create),
         detail: { tags, summary: 'Create a worker key (owner or admin); the raw key is returned once' },
@@ -51,7 +56,7 @@ export const orgRoutes = (deps: Deps) =>
         return status(201, keys.regenerateKey(deps, workerKeys(params.org_id), principal, body?.key_id))
       },
       {
-        auth: 'jwt',
+        jwt: true,
         params: OrgModel.orgParams,
         body: KeyModel.regenerate,
         detail: { tags, summary: 'Rotate the org worker key (owner or admin)' },
@@ -64,26 +69,33 @@ export const orgRoutes = (deps: Deps) =>
         return keys.revokeKey(deps, workerKeys(params.org_id), params.key_id)
       },
       {
-        auth: 'jwt',
+        jwt: true,
         params: OrgModel.keyParams,
         detail: { tags, summary: 'Revoke a worker key; daemons using it stop at their next request' },
       },
     )
     .get('/:org_id/members', ({ principal, params }) => orgs.listMembers(deps, principal, params.org_id), {
-      auth: 'jwt',
+      jwt: true,
       params: OrgModel.orgParams,
       detail: { tags, summary: 'List members' },
     })
     .post(
       '/:org_id/members',
-      ({ principal, params, body, status }) => status(201, orgs.addMember(deps, principal, params.org_id, body)),
-      { auth: 'jwt', params: OrgModel.orgParams, body: OrgModel.addMember, detail: { tags, summary: 'Add a member (owner or admin)' } },
+      ({ principal, params, body, status }) =>
+        status(201, orgs.addMember(deps, principal, params.org_id, body)),
+      {
+        jwt: true,
+        params: OrgModel.orgParams,
+        body: OrgModel.addMember,
+        detail: { tags, summary: 'Add a member (owner or admin)' },
+      },
     )
     .patch(
       '/:org_id/members/:user_id',
-      ({ principal, params, body }) => orgs.updateMember(deps, principal, params.org_id, params.user_id, body),
+      ({ principal, params, body }) =>
+        orgs.updateMember(deps, principal, params.org_id, params.user_id, body),
       {
-        auth: 'jwt',
+        jwt: true,
         params: OrgModel.memberParams,
         body: OrgModel.updateMember,
         detail: { tags, summary: "Change a member's role" },
@@ -92,5 +104,5 @@ export const orgRoutes = (deps: Deps) =>
     .delete(
       '/:org_id/members/:user_id',
       ({ principal, params }) => orgs.removeMember(deps, principal, params.org_id, params.user_id),
-      { auth: 'jwt', params: OrgModel.memberParams, detail: { tags, summary: 'Remove a member, or leave' } },
+      { jwt: true, params: OrgModel.memberParams, detail: { tags, summary: 'Remove a member, or leave' } },
     )

@@ -1,7 +1,7 @@
-import { and, count, desc, eq, lt, ne } from 'drizzle-orm'
+import { and, count, desc, eq, lt, ne, type SQL } from 'drizzle-orm'
 import { memberships, type OrgRole, organizations, users } from '../../db/schema'
-import type { Deps } from '../../deps'
 import { writeTx } from '../../db/tx'
+import type { Deps } from '../../deps'
 import { badRequest, conflict, forbidden, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { toPage } from '../../lib/pagination'
@@ -23,7 +23,7 @@ const toOrg = (o: typeof organizations.$inferSelect, role: OrgRole) => ({
 export function listMyOrgs(deps: Deps, principal: UserPrincipal, query: { limit?: number; after?: string }) {
   const limit = query.limit ?? 20
   const mine = eq(memberships.user_id, principal.user.id)
-  let cursor
+  let cursor: SQL | undefined
   if (query.after) {
     const c = deps.db
       .select({ seq: organizations.seq })
@@ -53,13 +53,25 @@ export function createTeamOrg(deps: Deps, principal: UserPrincipal, input: { nam
   if (!name) throw badRequest('invalid_value', 'name must not be blank', 'name')
   const now = deps.clock.now()
   return writeTx(deps.db, (tx) => {
-    const org = tx.insert(organizations).values({ id: newId('org_'), name, personal: false, created_at: now }).returning().get()
-    tx.insert(memberships).values({ org_id: org.id, user_id: principal.user.id, role: 'owner', created_at: now }).run()
+    const org = tx
+      .insert(organizations)
+      .values({ id: newId('org_'), name, personal: false, created_at: now })
+      .returning()
+      .get()
+    tx.insert(memberships)
+      .values({ org_id: org.id, user_id: principal.user.id, role: 'owner', created_at: now })
+      .run()
     return toOrg(org, 'owner')
   })
 }
 
-const toMember = (m: { user_id: string; role: OrgRole; created_at: number; email: string; full_name: string }) => ({
+const toMember = (m: {
+  user_id: string
+  role: OrgRole
+  created_at: number
+  email: string
+  full_name: string
+}) => ({
   id: m.user_id,
   object: 'organization.member' as const,
   user_id: m.user_id,
@@ -89,10 +101,16 @@ export function listMembers(deps: Deps, principal: UserPrincipal, orgId: string)
   return toPage(rows.map(toMember), false)
 }
 
-export function addMember(deps: Deps, principal: UserPrincipal, orgId: string, input: { email: string; role: OrgRole }) {
+export function addMember(
+  deps: Deps,
+  principal: UserPrincipal,
+  orgId: string,
+  input: { email: string; role: OrgRole },
+) {
   const access = requireOrgRole(deps, principal, orgId, 'admin')
   if (access.org.personal) throw badRequest('personal_org', 'A Personal Org has no other members')
-  if (input.role === 'owner' && access.role !== 'owner') throw forbidden('insufficient_role', 'Only an owner may grant owner')
+  if (input.role === 'owner' && access.role !== 'owner')
+    throw forbidden('insufficient_role', 'Only an owner may grant owner')
   const email = input.email.trim().toLowerCase()
   const user = deps.db.select().from(users).where(eq(users.email, email)).get()
   if (!user) throw notFound('user_not_found', 'No user with this email', 'email')
@@ -104,9 +122,17 @@ export function addMember(deps: Deps, principal: UserPrincipal, orgId: string, i
       .where(and(eq(memberships.org_id, orgId), eq(memberships.user_id, user.id)))
       .get()
     if (existing) throw conflict('already_member', 'This user is already a member', 'email')
-    tx.insert(memberships).values({ org_id: orgId, user_id: user.id, role: input.role, created_at: now }).run()
+    tx.insert(memberships)
+      .values({ org_id: orgId, user_id: user.id, role: input.role, created_at: now })
+      .run()
   })
-  return toMember({ user_id: user.id, role: input.role, created_at: now, email: user.email, full_name: user.full_name })
+  return toMember({
+    user_id: user.id,
+    role: input.role,
+    created_at: now,
+    email: user.email,
+    full_name: user.full_name,
+  })
 }
 
 function ownerCountExcept(tx: Pick<Deps['db'], 'select'>, orgId: string, userId: string) {
@@ -134,7 +160,8 @@ export function updateMember(
       .get()
     if (!target) throw notFound('member_not_found', 'No such member', 'user_id')
     const touchesOwner = target.role === 'owner' || input.role === 'owner'
-    if (touchesOwner && access.role !== 'owner') throw forbidden('insufficient_role', 'Only an owner may grant or remove owner')
+    if (touchesOwner && access.role !== 'owner')
+      throw forbidden('insufficient_role', 'Only an owner may grant or remove owner')
     if (target.role === 'owner' && input.role !== 'owner' && ownerCountExcept(tx, orgId, userId) === 0) {
       throw badRequest('last_owner', 'An organization must keep at least one owner')
     }

@@ -12,29 +12,38 @@ const own = (p: UserPrincipal) => ({ type: 'personal' as const, userId: p.user.i
 export const userRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.users', prefix: '/v1/users/me/api-keys' })
     .use(authPlugin(deps))
-    .post('/', ({ body, principal, status }) => status(201, keys.createKey(deps, own(principal), principal, body ?? {})), {
-      auth: 'jwt',
-      body: t.Optional(KeyModel.create),
-      detail: { tags, summary: 'Create a personal key; the raw key is returned once' },
-    })
+    .post(
+      '/',
+      ({ body, principal, status }) =>
+        status(201, keys.createKey(deps, own(principal), principal, body ?? {})),
+      {
+        jwt: true,
+        body: t.Optional(KeyModel.create),
+        detail: { tags, summary: 'Create a personal key; the raw key is returned once' },
+      },
+    )
     .get('/', ({ query, principal }) => keys.listKeys(deps, own(principal), query), {
-      auth: 'jwt',
+      jwt: true,
       query: t.Object(PageQuery, { additionalProperties: false }),
       detail: { tags, summary: 'List own personal keys (prefix only)' },
     })
     .get('/:key_id', ({ params, principal }) => keys.getKey(deps, own(principal), params.key_id), {
-      auth: 'jwt',
+      jwt: true,
       params: KeyModel.params,
       detail: { tags, summary: 'One personal key (prefix only)' },
     })
-    .put('/:key_id', ({ params, body, principal }) => keys.updateKey(deps, own(principal), params.key_id, body), {
-      auth: 'jwt',
-      params: KeyModel.params,
-      body: KeyModel.update,
-      detail: { tags, summary: 'Rename, set expiry, or revoke' },
-    })
+    .put(
+      '/:key_id',
+      ({ params, body, principal }) => keys.updateKey(deps, own(principal), params.key_id, body),
+      {
+        jwt: true,
+        params: KeyModel.params,
+        body: KeyModel.update,
+        detail: { tags, summary: 'Rename, set expiry, or revoke' },
+      },
+    )
     .delete('/:key_id', ({ params, principal }) => keys.revokeKey(deps, own(principal), params.key_id), {
-      auth: 'jwt',
+      jwt: true,
       params: KeyModel.params,
       detail: { tags, summary: 'Revoke (idempotent)' },
     })

@@ -1,8 +1,8 @@
 import { eq } from 'drizzle-orm'
 import { memberships, organizations, type UserRow, users } from '../../db/schema'
-import type { Deps } from '../../deps'
 import type { Tx } from '../../db/tx'
 import { writeTx } from '../../db/tx'
+import type { Deps } from '../../deps'
 import { badRequest, conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 
@@ -13,7 +13,8 @@ const EMAIL = /^[^\s@]+@[^\s@]+$/
 
 export function normalizeEmail(raw: string): string {
   const email = raw.trim().toLowerCase()
-  if (!EMAIL.test(email) || email.length > 254) throw badRequest('invalid_email', 'Not a valid email address', 'email')
+  if (!EMAIL.test(email) || email.length > 254)
+    throw badRequest('invalid_email', 'Not a valid email address', 'email')
   return email
 }
 

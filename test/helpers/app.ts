@@ -1,0 +1,139 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createApp } from '../../src/app'
+import { type Config, loadConfig } from '../../src/config'
+import { createDeps, type Deps } from '../../src/deps'
+import { type RunningServer, startServer } from '../../src/index'
+import { type ManualClock, manualClock } from '../../src/lib/clock'
+import type { Mail, Mailer } from '../../src/lib/mailer'
+import { createPasswords } from '../../src/lib/passwords'
+import { rememberSecretsIn } from './secrets'
+
+// Tests build an app on a temporary database with a fixed clock (STYLE example 12) and talk to it
+// through app.handle(new Request(...)); a real listening server is used where concurrency,
+// streaming or the openai SDK is involved.
+
+export const cheapPasswords = () => createPasswords({ memoryCost: 256, timeCost: 1 })
+
+export function testConfig(env: Record<string, string> = {}): Config {
+  const dir = mkdtempSync(join(tmpdir(), 'gridkeep-test-'))
+  return loadConfig({
+    DATA_DIR: dir,
+    JWT_SECRET: 'test-secret-test-secret-test-secret-0123456789',
+    ADMIN_PASSWORD: 'admin-password-1',
+    PORT: '0',
+    HOST: '127.0.0.1',
+    LOG_LEVEL: 'debug',
+    ...env,
+  })
+}
+
+export interface CapturingMailer extends Mailer {
+  sent: Mail[]
+}
+
+export function capturingMailer(): CapturingMailer {
+  const sent: Mail[] = []
+  return { sent, send: async (m) => void sent.push(m), close() {} }
+}
+
+export interface Res<T = any> {
+  status: number
+  body: T
+  text: string
+  headers: Headers
+}
+
+export interface ReqOptions {
+  body?: unknown
+  token?: string
+  headers?: Record<string, string>
+  /** A raw body (multipart, text) instead of JSON. */
+  raw?: NonNullable<RequestInit['body']>
+}
+
+export interface TestApp {
+  app: ReturnType<typeof createApp>
+  deps: Deps
+  clock: ManualClock
+  config: Config
+  mail: CapturingMailer
+  req<T = any>(method: string, path: string, opts?: ReqOptions): Promise<Res<T>>
+  close(): void
+}
+
+export function buildRequest(base: string, method: string, path: string, opts: ReqOptions = {}): Request {
+  const headers: Record<string, string> = { ...opts.headers }
+  if (opts.token) headers.authorization = `Bearer ${opts.token}`
+  let body: NonNullable<RequestInit['body']> | undefined = opts.raw
+  if (opts.body !== undefined) {
+    rememberSecretsIn(opts.body)
+    headers['content-type'] ??= 'application/json'
+    body = JSON.stringify(opts.body)
+  }
+  return new Request(base + path, { method, headers, body })
+}
+
+export async function readRes(res: Response): Promise<Res> {
+  const text = await res.text()
+  let body: any = text
+  if ((res.headers.get('content-type') ?? '').includes('json')) {
+    try {
+      body = JSON.parse(text)
+    } catch {}
+  }
+  rememberSecretsIn(body)
+  return { status: res.status, body, text, headers: res.headers }
+}
+
+export function makeTestApp(env: Record<string, string> = {}, opts: { clock?: ManualClock } = {}): TestApp {
+  const config = testConfig(env)
+  const clock = opts.clock ?? manualClock()
+  const mail = capturingMailer()
+  const deps = createDeps(config, { clock, mailer: mail, passwords: cheapPasswords() })
+  const app = createApp(deps)
+  return {
+    app,
+    deps,
+    clock,
+    config,
+    mail,
+    req: async (method, path, o) =>
+      readRes(await app.handle(buildRequest('http://localhost', method, path, o))),
+    close() {
+      deps.sqlite.close()
+      rmSync(config.DATA_DIR, { recursive: true, force: true })
+    },
+  }
+}
+
+export interface TestServer extends RunningServer {
+  clock: ManualClock
+  config: Config
+  mail: CapturingMailer
+  req<T = any>(method: string, path: string, opts?: ReqOptions): Promise<Res<T>>
+}
+
+/** A real listening server on 127.0.0.1 and a free port. */
+export async function startTestServer(
+  env: Record<string, string> = {},
+  opts: { clock?: ManualClock; mailer?: Mailer } = {},
+): Promise<TestServer> {
+  const config = testConfig(env)
+  const clock = opts.clock ?? manualClock()
+  const mail = capturingMailer()
+  const deps = createDeps(config, { clock, mailer: opts.mailer ?? mail, passwords: cheapPasswords() })
+  const running = await startServer(config, deps)
+  return {
+    ...running,
+    clock,
+    config,
+    mail,
+    req: async (method, path, o) => readRes(await fetch(buildRequest(running.url, method, path, o))),
+    async stop() {
+      await running.stop()
+      rmSync(config.DATA_DIR, { recursive: true, force: true })
+    },
+  }
+}
