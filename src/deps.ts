@@ -5,6 +5,7 @@ import { migrate } from './db/migrate'
 import { type Db, openDb } from './db/open'
 import { type Clock, systemClock } from './lib/clock'
 import { createMailer, type Mailer } from './lib/mailer'
+import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { RateLimiter } from './lib/rate-limit'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
@@ -22,6 +23,9 @@ export interface Deps {
   tokens: Tokens
   passwords: Passwords
   limiter: RateLimiter
+  metrics: Metrics
+  /** Aborted when the server begins to shut down: open streams end and loops stop. */
+  shutdown: AbortController
   /** Unix seconds when this process started (sweeper startup grace). */
   startedAt: number
 }
@@ -53,6 +57,8 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     tokens: createTokens(secret, config.JWT_TTL_SECONDS, clock),
     passwords: overrides.passwords ?? createPasswords(),
     limiter: new RateLimiter(clock),
+    metrics: createMetrics(),
+    shutdown: new AbortController(),
     startedAt: clock.now(),
   }
 }

@@ -32,6 +32,7 @@ export async function startServer(config: Config, deps: Deps = createDeps(config
     port: server.port!,
     url,
     async stop() {
+      deps.shutdown.abort()
       await server.stop()
       deps.mailer.close()
       deps.sqlite.close()
