@@ -64,6 +64,12 @@ export const ConfigSchema = T.Object({
   CATALOGUE_PATH: T.Optional(
     Str('Model catalogue manifest (default catalogue/models.yaml, else the copy built into the binary)'),
   ),
+  SHUTDOWN_TIMEOUT_SECONDS: Int(
+    30,
+    1,
+    3600,
+    'On SIGTERM, how long in-flight requests may take to finish before connections are cut',
+  ),
   METRICS_TOKEN: T.Optional(
     T.String({ minLength: 1, description: 'When set, /metrics requires Bearer <token>' }),
   ),
