@@ -6,4 +6,6 @@ const path = new URL('../README.md', import.meta.url).pathname
 const before = readFileSync(path, 'utf8')
 const after = withConfigTable(before)
 writeFileSync(path, after)
-console.log(before === after ? 'README.md configuration table is up to date' : 'README.md configuration table updated')
+console.log(
+  before === after ? 'README.md configuration table is up to date' : 'README.md configuration table updated',
+)
