@@ -15,12 +15,18 @@ import { userRoutes } from './modules/users'
 
 /** The HTTP application: request ids and logging, the JSON parser, error mapping, docs, modules. */
 export function createApp(deps: Deps) {
+  const open = { count: 0 }
+  openByDeps.set(deps, open)
   return new Elysia({ name: 'gridkeep', normalize: false })
     .onRequest(({ request, set }) => {
       set.headers['x-request-id'] = beginRequest(request).id
+      open.count++
     })
     .onParse({ as: 'global' }, ({ request, contentType }) => parseBody(request, contentType))
-    .onAfterResponse({ as: 'global' }, (ctx) => recordRequest(deps, ctx))
+    .onAfterResponse({ as: 'global' }, (ctx) => {
+      open.count--
+      recordRequest(deps, ctx)
+    })
     .use(errorHandler)
     .use(
       openapi({
@@ -56,6 +62,11 @@ export function createApp(deps: Deps) {
 }
 
 export type App = ReturnType<typeof createApp>
+
+// Requests begun and not yet recorded. Elysia runs after-response hooks on a later turn of the
+// event loop, so the shutdown waits for this to reach 0 before exiting: every request is logged.
+const openByDeps = new WeakMap<Deps, { count: number }>()
+export const openRequests = (deps: Deps) => openByDeps.get(deps)?.count ?? 0
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
 

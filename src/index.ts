@@ -1,5 +1,5 @@
 import { collectDefaultMetrics } from 'prom-client'
-import { createApp } from './app'
+import { createApp, openRequests } from './app'
 import { type Config, ConfigError, loadConfig } from './config'
 import { createDeps, type Deps } from './deps'
 import { log, setLogLevel } from './lib/logger'
@@ -73,6 +73,8 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
       log.warn('shutdown timeout: cutting the remaining connections')
       await settlesWithin(server.stop(true), 2000)
     }
+    // Connections are closed; let the last after-response hooks run so those requests are logged.
+    for (let waited = 0; openRequests(running) > 0 && waited < 1000; waited += 5) await Bun.sleep(5)
     running.mailer.close()
     running.sqlite.close()
     lock.release()
@@ -118,7 +120,26 @@ async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> 
  * one line on stderr.
  */
 export async function serve(env: Record<string, string | undefined> = process.env): Promise<RunningServer> {
-  let running: RunningServer
+  let running: RunningServer | undefined
+  let pending: { reason: string; code: number } | undefined
+  const stopAndExit = (reason: string, code: number) => {
+    // A signal during startup is honoured once the server is up (a half-started server is not stopped).
+    if (!running) {
+      pending ??= { reason, code }
+      return
+    }
+    log.info('stop requested', { reason })
+    void running.stop().then(({ drained }) => process.exit(drained ? code : 1))
+  }
+  // Installed before the start, so no signal can slip in between "listening" and the handlers.
+  // A second signal while draining changes nothing: stop() is idempotent and bounded by its timeout.
+  process.on('SIGTERM', () => stopAndExit('SIGTERM', 0))
+  process.on('SIGINT', () => stopAndExit('SIGINT', 0))
+  process.on('unhandledRejection', (error) => log.error('unhandled rejection', { error }))
+  process.on('uncaughtException', (error) => {
+    log.error('uncaught exception', { error: { name: error.name, message: error.message, stack: error.stack } })
+    stopAndExit('uncaught exception', 1)
+  })
   try {
     running = await startServer(loadConfig(env))
   } catch (error) {
@@ -132,20 +153,7 @@ export async function serve(env: Record<string, string | undefined> = process.en
     }
     throw error
   }
-  const stopAndExit = (reason: string, code: number) => {
-    log.info('stop requested', { reason })
-    void running.stop().then(({ drained }) => process.exit(drained ? code : 1))
-  }
-  // A second signal while draining changes nothing: stop() is idempotent and bounded by its timeout.
-  process.on('SIGTERM', () => stopAndExit('SIGTERM', 0))
-  process.on('SIGINT', () => stopAndExit('SIGINT', 0))
-  process.on('unhandledRejection', (error) => log.error('unhandled rejection', { error }))
-  process.on('uncaughtException', (error) => {
-    log.error('uncaught exception', {
-      error: { name: error.name, message: error.message, stack: error.stack },
-    })
-    stopAndExit('uncaught exception', 1)
-  })
+  if (pending) stopAndExit(pending.reason, pending.code)
   return running
 }
 
