@@ -137,7 +137,9 @@ export async function serve(env: Record<string, string | undefined> = process.en
   process.on('SIGINT', () => stopAndExit('SIGINT', 0))
   process.on('unhandledRejection', (error) => log.error('unhandled rejection', { error }))
   process.on('uncaughtException', (error) => {
-    log.error('uncaught exception', { error: { name: error.name, message: error.message, stack: error.stack } })
+    log.error('uncaught exception', {
+      error: { name: error.name, message: error.message, stack: error.stack },
+    })
     stopAndExit('uncaught exception', 1)
   })
   try {
