@@ -1,4 +1,5 @@
-import { type AddressInfo, SMTPServer } from 'smtp-server'
+import type { AddressInfo } from 'node:net'
+import { SMTPServer } from 'smtp-server'
 
 // A real receiving SMTP server for tests (issue 2: a real SMTP round trip).
 

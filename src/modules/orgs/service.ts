@@ -4,7 +4,7 @@ import { writeTx } from '../../db/tx'
 import type { Deps } from '../../deps'
 import { badRequest, conflict, forbidden, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import { toPage } from '../../lib/pagination'
+import { type PageParams, parseLimit, toPage } from '../../lib/pagination'
 import type { UserPrincipal } from '../auth/credentials'
 import { requireOrgRole } from './access'
 
@@ -20,8 +20,8 @@ const toOrg = (o: typeof organizations.$inferSelect, role: OrgRole) => ({
   created_at: o.created_at,
 })
 
-export function listMyOrgs(deps: Deps, principal: UserPrincipal, query: { limit?: number; after?: string }) {
-  const limit = query.limit ?? 20
+export function listMyOrgs(deps: Deps, principal: UserPrincipal, query: PageParams) {
+  const limit = parseLimit(query.limit)
   const mine = eq(memberships.user_id, principal.user.id)
   let cursor: SQL | undefined
   if (query.after) {
