@@ -1,4 +1,4 @@
-import { and, count, desc, eq, lt, ne, type SQL } from 'drizzle-orm'
+import { and, count, desc, eq, lt, ne, type SQL, sql } from 'drizzle-orm'
 import { memberships, type OrgRole, organizations, users } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import type { Deps } from '../../deps'
@@ -96,7 +96,8 @@ export function listMembers(deps: Deps, principal: UserPrincipal, orgId: string)
     .from(memberships)
     .innerJoin(users, eq(users.id, memberships.user_id))
     .where(eq(memberships.org_id, orgId))
-    .orderBy(memberships.created_at)
+    // Oldest member first; rowid breaks ties within one second.
+    .orderBy(memberships.created_at, sql`memberships.rowid`)
     .all()
   return toPage(rows.map(toMember), false)
 }
