@@ -48,7 +48,7 @@ describe('request log', () => {
         path: '/v1/users/me/api-keys',
         opts: { token: user.token, body: { name: 'k' } },
         status: 201,
-        route: '/v1/users/me/api-keys/',
+        route: '/v1/users/me/api-keys',
       },
       {
         method: 'POST',
