@@ -35,10 +35,12 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
   let server: ReturnType<typeof Bun.serve>
   try {
     deps ??= createDeps(config)
-    await ensureSuperadmin(deps)
+    // First start hashes the superadmin's password off the main thread while the app is built.
+    const superadmin = ensureSuperadmin(deps)
     // Background loops register their stop() here, e.g. loops.push(startSweeper(deps)).
     collectDefaultMetrics({ register: deps.metrics.registry })
     const app = createApp(deps)
+    await superadmin
     server = Bun.serve({
       port: config.PORT,
       hostname: config.HOST,
