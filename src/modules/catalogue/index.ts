@@ -9,7 +9,7 @@ const tags = ['models']
 export const catalogueRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.catalogue', prefix: '/v1/models' })
     .use(authPlugin(deps))
-    .get('/', ({ principal }) => catalogue.listModels(deps, principal), {
+    .get('', ({ principal }) => catalogue.listModels(deps, principal), {
       user: true,
       response: { 200: ModelList },
       detail: { tags, summary: 'Selectable catalogue entries: public plus the caller’s orgs, enabled only' },
