@@ -8,6 +8,7 @@ import { parseBody } from './http/parse'
 import { log } from './lib/logger'
 import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
+import { catalogueRoutes } from './modules/catalogue'
 import { healthRoutes } from './modules/health'
 import { orgRoutes } from './modules/orgs'
 import { userRoutes } from './modules/users'
@@ -60,6 +61,7 @@ export function createApp(deps: Deps) {
     .use(userRoutes(deps))
     .use(orgRoutes(deps))
     .use(adminRoutes(deps))
+    .use(catalogueRoutes(deps))
 }
 
 export type App = ReturnType<typeof createApp>
