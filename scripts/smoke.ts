@@ -148,6 +148,14 @@ async function main() {
 
   // Files, batches and the catalogue arrive on other branches: exercised as soon as they are built in.
   const paths = Object.keys((await call('GET', '/openapi.json')).body?.paths ?? {})
+  if (paths.includes('/v1/models')) {
+    // Nothing beside the binary: the catalogue must come from the copy built into it.
+    const models = await call('GET', '/v1/models', { token })
+    expectStatus('models', models, 200)
+    if (!(models.body.data?.length > 0))
+      fail('GET /v1/models is empty: the built-in catalogue was not seeded')
+    ok(`built-in catalogue seeded: ${models.body.data.length} models`)
+  }
   let batchId: string | undefined
   if (paths.includes('/v1/files') && paths.includes('/v1/batches') && paths.includes('/v1/models')) {
     const models = await call('GET', '/v1/models', { token })

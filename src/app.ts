@@ -8,6 +8,7 @@ import { parseBody } from './http/parse'
 import { log } from './lib/logger'
 import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
+import { catalogueRoutes } from './modules/catalogue'
 import { healthRoutes } from './modules/health'
 import { metricsRoutes } from './modules/metrics'
 import { orgRoutes } from './modules/orgs'
@@ -59,6 +60,7 @@ export function createApp(deps: Deps) {
     .use(userRoutes(deps))
     .use(orgRoutes(deps))
     .use(adminRoutes(deps))
+    .use(catalogueRoutes(deps))
 }
 
 export type App = ReturnType<typeof createApp>

@@ -1,6 +1,7 @@
 import pkg from '../package.json'
 import { ConfigError, loadConfig } from './config'
 import { serve } from './index'
+import { catalogueCommand as runCatalogue } from './modules/catalogue/cli'
 import { BackupError, backupDatabase, formatBytes } from './ops/backup'
 import { configHelpText } from './ops/config-docs'
 
@@ -145,11 +146,11 @@ async function versionCommand(_argv: string[], io: Io): Promise<number> {
   return 0
 }
 
-// `worker` and `catalogue` live in modules built on other branches. The literal import() inside
-// try/catch lets this file build without them: Bun's bundler embeds the module when the file
-// exists and leaves a failing import when it does not. NOTE for the merge: once both files exist,
-// replace these by static imports and delete the @ts-ignore lines; test/ops/cli.test.ts and
-// .ci/run fail while the compiled binary cannot run either command.
+// `worker` lives in a module built on another branch. The literal import() inside try/catch lets
+// this file build without it: Bun's bundler embeds the module when the file exists and leaves a
+// failing import when it does not. NOTE for the merge: once src/daemon/cli.ts exists, replace it
+// by a static import (as for catalogue) and delete the @ts-ignore line; .ci/run's smoke test fails
+// while the compiled binary cannot run the command although the file exists.
 
 type SubcommandFn = (argv: string[]) => Promise<number>
 
@@ -165,14 +166,7 @@ async function workerCommand(argv: string[], io: Io): Promise<number> {
 }
 
 async function catalogueCommand(argv: string[], io: Io): Promise<number> {
-  let run: SubcommandFn | undefined
-  try {
-    // @ts-expect-error -- src/modules/catalogue/cli.ts arrives with the catalogue branch
-    run = (await import('./modules/catalogue/cli')).catalogueCommand
-  } catch (error) {
-    if (!isMissing(error, 'catalogue/cli')) throw error
-  }
-  return run ? run(argv) : unavailable('catalogue', 'src/modules/catalogue/cli.ts', argv, io)
+  return runCatalogue(argv, io)
 }
 
 const isMissing = (error: unknown, module: string) =>

@@ -4,6 +4,7 @@ import { type Config, ConfigError, loadConfig } from './config'
 import { createDeps, type Deps } from './deps'
 import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
+import { seedCatalogue } from './modules/catalogue/seed'
 import { acquireInstanceLock, InstanceLockedError } from './ops/instance-lock'
 
 // Composition root: lock → loadConfig → openDb → migrate → seed → services → listen, and the one
@@ -37,10 +38,12 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
     deps ??= createDeps(config)
     // First start hashes the superadmin's password off the main thread while the app is built.
     const superadmin = ensureSuperadmin(deps)
+    // SPEC rule 7: the catalogue is upserted from the manifest at every start, before listening.
+    const catalogue = seedCatalogue(deps)
     // Background loops register their stop() here, e.g. loops.push(startSweeper(deps)).
     collectDefaultMetrics({ register: deps.metrics.registry })
     const app = createApp(deps)
-    await superadmin
+    await Promise.all([superadmin, catalogue])
     server = Bun.serve({
       port: config.PORT,
       hostname: config.HOST,
