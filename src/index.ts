@@ -24,7 +24,10 @@ export interface StopOutcome {
   drained: boolean
 }
 
-/** A background loop's stop(), as returned by `start(deps)` of src/services/*. */
+/**
+ * A background loop's stop(), as returned by `start(deps)` of src/services/*. It may return a
+ * promise that settles once a pass in progress has finished: the database is closed only after.
+ */
 type StopLoop = () => unknown
 
 export async function startServer(config: Config, given?: Deps): Promise<RunningServer> {
