@@ -148,9 +148,9 @@ async function versionCommand(_argv: string[], io: Io): Promise<number> {
 
 // `worker` lives in a module built on another branch. The literal import() inside try/catch lets
 // this file build without it: Bun's bundler embeds the module when the file exists and leaves a
-// failing import when it does not. NOTE for the merge: once src/daemon/cli.ts exists, replace it
-// by a static import (as for catalogue) and delete the @ts-ignore line; .ci/run's smoke test fails
-// while the compiled binary cannot run the command although the file exists.
+// failing import when it does not. NOTE for the merge: once src/daemon/cli.ts exists, tsc flags
+// the @ts-expect-error below; replace the import() by a static import (as for catalogue).
+// .ci/run's smoke test fails if the binary cannot run the command although the file exists.
 
 type SubcommandFn = (argv: string[]) => Promise<number>
 
