@@ -8,6 +8,8 @@ import { parseBody } from './http/parse'
 import { log } from './lib/logger'
 import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
+import { batchRoutes } from './modules/batches'
+import { fileRoutes } from './modules/files'
 import { healthRoutes } from './modules/health'
 import { orgRoutes } from './modules/orgs'
 import { userRoutes } from './modules/users'
@@ -60,6 +62,8 @@ export function createApp(deps: Deps) {
     .use(userRoutes(deps))
     .use(orgRoutes(deps))
     .use(adminRoutes(deps))
+    .use(fileRoutes(deps))
+    .use(batchRoutes(deps))
 }
 
 export type App = ReturnType<typeof createApp>

@@ -3,6 +3,7 @@ import { type Config, ConfigError, loadConfig } from './config'
 import { createDeps, type Deps } from './deps'
 import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
+import * as validator from './services/validator'
 
 // Composition root: loadConfig → openDb → migrate → seed → services → listen.
 
@@ -16,6 +17,7 @@ export interface RunningServer {
 export async function startServer(config: Config, deps: Deps = createDeps(config)): Promise<RunningServer> {
   setLogLevel(config.LOG_LEVEL)
   await ensureSuperadmin(deps)
+  const stopValidator = validator.start(deps)
   const app = createApp(deps)
   const server = Bun.serve({
     port: config.PORT,
@@ -33,6 +35,7 @@ export async function startServer(config: Config, deps: Deps = createDeps(config
     url,
     async stop() {
       deps.shutdown.abort()
+      await stopValidator()
       await server.stop()
       deps.mailer.close()
       deps.sqlite.close()
