@@ -1,6 +1,8 @@
-import { Type as T } from '@sinclair/typebox'
+// Elysia's `t` (not bare TypeBox): only its integers are coerced from query strings.
+
 import { and, desc, eq, lt, type SQL } from 'drizzle-orm'
 import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core'
+import { t as T } from 'elysia'
 import type { Db } from '../db/open'
 import { badRequest } from './errors'
 
