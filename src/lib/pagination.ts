@@ -1,5 +1,3 @@
-// Elysia's `t` (not bare TypeBox): only its integers are coerced from query strings.
-
 import { and, desc, eq, lt, type SQL } from 'drizzle-orm'
 import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core'
 import { t as T } from 'elysia'
@@ -8,7 +6,8 @@ import { badRequest } from './errors'
 
 // Lists (API.md §0): newest first, `limit` 1–100 (default 20), cursor `after` = last id of the
 // previous page. The cursor is resolved inside the caller's own visibility filter, so an id the
-// caller may not see is just an invalid cursor: existence never leaks.
+// caller may not see is just an invalid cursor: existence never leaks. The schema uses Elysia's `t`,
+// not bare TypeBox: only Elysia's integers are coerced from query strings.
 
 export const PageQuery = {
   limit: T.Optional(T.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Page size (1–100)' })),
