@@ -55,7 +55,7 @@ export async function validateBatch(
 ): Promise<ValidationOutcome | null> {
   const batch = deps.db.select().from(batches).where(eq(batches.id, batchId)).get()
   const busy = running(deps)
-  if (!batch || batch.status !== 'validating' || busy.has(batchId)) return null
+  if (batch?.status !== 'validating' || busy.has(batchId)) return null
   busy.add(batchId)
   const bus = deps.batchEvents
   bus.beginRun(batchId)
