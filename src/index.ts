@@ -22,8 +22,10 @@ export async function startServer(config: Config, deps: Deps = createDeps(config
   const server = Bun.serve({
     port: config.PORT,
     hostname: config.HOST,
-    // Uploads are streamed and capped by the files module itself; Bun's own limit sits just above.
-    maxRequestBodySize: config.MAX_UPLOAD_BYTES + 1024 * 1024,
+    // Uploads are streamed and capped by the files module itself (413 in the envelope); Bun's own
+    // limit is only a backstop. It counts bytes as the socket receives them, ahead of what the
+    // handler has parsed, so it sits well above the cap: 1 MiB above lost that race under load.
+    maxRequestBodySize: config.MAX_UPLOAD_BYTES + 64 * 1024 * 1024,
     idleTimeout: 0,
     fetch: (request, _srv) => app.fetch(request),
   })

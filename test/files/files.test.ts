@@ -87,7 +87,13 @@ describe('POST /v1/files', () => {
     ['no filename extension', () => uploadForm(CONTENT, 'jsonl'), 400, 'invalid_file_type', 'file'],
     ['empty file', () => uploadForm('', 'e.jsonl'), 400, 'empty_file', 'file'],
     ['missing purpose', () => uploadForm(CONTENT, 'a.jsonl', null), 400, 'missing_field', 'purpose'],
-    ['purpose other than batch', () => uploadForm(CONTENT, 'a.jsonl', 'fine-tune'), 400, 'invalid_value', 'purpose'],
+    [
+      'purpose other than batch',
+      () => uploadForm(CONTENT, 'a.jsonl', 'fine-tune'),
+      400,
+      'invalid_value',
+      'purpose',
+    ],
     [
       'missing file',
       () => {
@@ -197,7 +203,10 @@ describe('GET /v1/files, GET and DELETE /v1/files/{id}', () => {
     const other = await makeUser(t)
     const admin = await makeSuperadmin(t)
     const id = await makeFile(t, u, CONTENT)
-    expect((await t.req('GET', `/v1/files/${id}`, { token: u.token })).body).toMatchObject({ id, object: 'file' })
+    expect((await t.req('GET', `/v1/files/${id}`, { token: u.token })).body).toMatchObject({
+      id,
+      object: 'file',
+    })
     expect((await t.req('GET', `/v1/files/${id}`, { token: admin.token })).status).toBe(200)
     const res = await t.req('GET', `/v1/files/${id}`, { token: other.token })
     expect(res.status).toBe(404)
@@ -240,7 +249,14 @@ function insertOutputFile(userId: string, purpose: 'batch_output' | 'batch_error
   writeFileSync(filePath(t.config, id), '{"id":"out"}\n')
   t.deps.db
     .insert(files)
-    .values({ id, user_id: userId, filename: `${id}.jsonl`, purpose, bytes: 13, created_at: t.clock.now() + 1 })
+    .values({
+      id,
+      user_id: userId,
+      filename: `${id}.jsonl`,
+      purpose,
+      bytes: 13,
+      created_at: t.clock.now() + 1,
+    })
     .run()
   return id
 }

@@ -1,5 +1,5 @@
 import { expect } from 'bun:test'
-import { type CatalogEntryRow, batchAssignments, catalogEntries, workers } from '../../src/db/schema'
+import { batchAssignments, type CatalogEntryRow, catalogEntries, workers } from '../../src/db/schema'
 import { writeTx } from '../../src/db/tx'
 import { newId } from '../../src/lib/ids'
 import { transition } from '../../src/modules/batches/states'
@@ -13,7 +13,10 @@ type Target = Pick<TestApp, 'req' | 'deps'> | Pick<TestServer, 'req' | 'deps'>
 
 let seq = 0
 
-export function makeCatalogEntry(t: Pick<TestApp, 'deps'>, over: Partial<typeof catalogEntries.$inferInsert> = {}) {
+export function makeCatalogEntry(
+  t: Pick<TestApp, 'deps'>,
+  over: Partial<typeof catalogEntries.$inferInsert> = {},
+) {
   const now = t.deps.clock.now()
   return t.deps.db
     .insert(catalogEntries)
@@ -43,7 +46,11 @@ export const line = (customId: string, model: string, extra: Record<string, unkn
 
 export const jsonl = (lines: string[]) => lines.map((l) => l + '\n').join('')
 
-export function uploadForm(content: string | Uint8Array, filename = 'input.jsonl', purpose: string | null = 'batch') {
+export function uploadForm(
+  content: string | Uint8Array,
+  filename = 'input.jsonl',
+  purpose: string | null = 'batch',
+) {
   const form = new FormData()
   if (purpose !== null) form.append('purpose', purpose)
   form.append('file', new Blob([content]), filename)
@@ -74,7 +81,10 @@ export async function makeBatch(
   body: Record<string, unknown> = {},
 ) {
   const fileId = await makeFile(t, user, content)
-  const res = await t.req('POST', '/v1/batches', { token: user.token, body: { input_file_id: fileId, ...body } })
+  const res = await t.req('POST', '/v1/batches', {
+    token: user.token,
+    body: { input_file_id: fileId, ...body },
+  })
   expect(res.status).toBe(200)
   return res.body as { id: string; input_file_id: string; status: string }
 }
@@ -106,14 +116,24 @@ export function makeWorker(t: Pick<TestApp, 'deps'>, orgId: string) {
 }
 
 /** Claims a validated batch for a worker as poll would: validated → in_progress + assignment. */
-export function assignBatch(t: Pick<TestApp, 'deps'>, batchId: string, worker: { id: string; org_id: string }) {
+export function assignBatch(
+  t: Pick<TestApp, 'deps'>,
+  batchId: string,
+  worker: { id: string; org_id: string },
+) {
   const now = t.deps.clock.now()
   return writeTx(t.deps.db, (tx) => {
     const moved = transition(tx, batchId, 'claimed', now, { in_progress_at: now })
     if (!moved) throw new Error(`batch ${batchId} is not validated`)
     return tx
       .insert(batchAssignments)
-      .values({ id: newId('asg_'), batch_id: batchId, worker_id: worker.id, org_id: worker.org_id, assigned_at: now })
+      .values({
+        id: newId('asg_'),
+        batch_id: batchId,
+        worker_id: worker.id,
+        org_id: worker.org_id,
+        assigned_at: now,
+      })
       .returning()
       .get()
   })

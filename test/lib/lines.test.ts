@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { fnv1a32, CompactIdSet } from '../../src/lib/id-set'
+import { CompactIdSet, fnv1a32 } from '../../src/lib/id-set'
 import { LineSplitter } from '../../src/lib/lines'
 
 type Got = [string | null, number, number, number]

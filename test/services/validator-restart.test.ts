@@ -18,10 +18,15 @@ import { makeUser } from '../helpers/builders'
 const config = testConfig()
 afterAll(() => rmSync(config.DATA_DIR, { recursive: true, force: true }))
 
-const depsFor = () => createDeps(config, { clock: manualClock(), mailer: capturingMailer(), passwords: cheapPasswords() })
+const depsFor = () =>
+  createDeps(config, { clock: manualClock(), mailer: capturingMailer(), passwords: cheapPasswords() })
 const target = (deps: Deps) => {
   const app = createApp(deps)
-  return { deps, req: async (m: string, p: string, o?: any) => readRes(await app.handle(buildRequest('http://localhost', m, p, o))) }
+  return {
+    deps,
+    req: async (m: string, p: string, o?: any) =>
+      readRes(await app.handle(buildRequest('http://localhost', m, p, o))),
+  }
 }
 const waitFor = (deps: Deps, batchId: string, event: BatchEvent['event']) =>
   new Promise<BatchEvent>((resolve) => {
@@ -38,7 +43,9 @@ test('a batch interrupted mid-validation stays validating and is validated at th
   const model = makeCatalogEntry(first, { id: 'restart-7b-q4km' }).id
   const user = await makeUser(first)
   // ~3 MB: several chunks, so the run can be interrupted between two of them.
-  const lines = Array.from({ length: 3000 }, (_, i) => line(`r${i}`, model, { body: { model, prompt: 'p'.repeat(1000) } }))
+  const lines = Array.from({ length: 3000 }, (_, i) =>
+    line(`r${i}`, model, { body: { model, prompt: 'p'.repeat(1000) } }),
+  )
   const batch = await makeBatch(first, user, jsonl(lines))
 
   // The first process starts validating (recovering the batch at start) and dies after one chunk.

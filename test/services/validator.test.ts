@@ -109,7 +109,14 @@ describe('validation codes', () => {
     const b = await validated(
       jsonl([
         line('a', chat.id),
-        JSON.stringify({ zz: 1, custom_id: 'a', method: 'PUT', url: '/v1/x', body: { model: 'nope' }, yy: 2 }),
+        JSON.stringify({
+          zz: 1,
+          custom_id: 'a',
+          method: 'PUT',
+          url: '/v1/x',
+          body: { model: 'nope' },
+          yy: 2,
+        }),
       ]),
     )
     expect(codes(b)).toEqual([
@@ -142,13 +149,18 @@ describe('validation codes', () => {
     const u = await makeUser(t)
     const team = 'org_myteam000000000001'
     t.deps.db.insert(organizations).values({ id: team, name: 'Team', created_at: now }).run()
-    t.deps.db.insert(memberships).values({ org_id: team, user_id: u.id, role: 'viewer', created_at: now }).run()
+    t.deps.db
+      .insert(memberships)
+      .values({ org_id: team, user_id: u.id, role: 'viewer', created_at: now })
+      .run()
     const mine = makeCatalogEntry(t, { id: 'team-13b-q8', org_id: team })
     const ok = await makeBatch(t, u, jsonl([line('a', mine.id)]))
     const other = await makeBatch(t, await owner(), jsonl([line('a', mine.id)]))
     await validateAll(t)
     expect((await getBatch(t, u, ok.id)).status).toBe('validated')
-    expect(codes(await getBatch(t, await owner(), other.id))).toEqual([['unsupported_model', 1, 'body.model']])
+    expect(codes(await getBatch(t, await owner(), other.id))).toEqual([
+      ['unsupported_model', 1, 'body.model'],
+    ])
   })
 
   test('embedding models serve /v1/embeddings only, and /v1/embeddings takes only embedding models', async () => {
@@ -159,7 +171,9 @@ describe('validation codes', () => {
     const bad = await validated(jsonl([emb('a', chat.id)]), { endpoint: '/v1/embeddings' })
     expect(codes(bad)).toEqual([['unsupported_endpoint', 1, 'body.model']])
     const completions = await validated(
-      jsonl([JSON.stringify({ custom_id: 'a', url: '/v1/completions', body: { model: chat.id, prompt: 'x' } })]),
+      jsonl([
+        JSON.stringify({ custom_id: 'a', url: '/v1/completions', body: { model: chat.id, prompt: 'x' } }),
+      ]),
       { endpoint: '/v1/completions' },
     )
     expect(completions.status).toBe('validated')
@@ -194,7 +208,11 @@ describe('limits', () => {
   })
 
   test('too_many_requests is recorded once, on the first line beyond the limit', async () => {
-    const b = await validated(jsonl([short('a'), '', short('b'), short('c'), '  ', short('d'), short('e')]), {}, small)
+    const b = await validated(
+      jsonl([short('a'), '', short('b'), short('c'), '  ', short('d'), short('e')]),
+      {},
+      small,
+    )
     expect(codes(b)).toEqual([['too_many_requests', 6, null]])
     expect(b.errors.total).toBe(1)
   })
@@ -250,7 +268,10 @@ describe('encodings and bad input', () => {
   })
 
   test('a 10 MB line is line_too_long without stopping the rest of the file', async () => {
-    const long = JSON.stringify({ custom_id: 'big', body: { model: chat.id, p: 'x'.repeat(10 * 1024 * 1024) } })
+    const long = JSON.stringify({
+      custom_id: 'big',
+      body: { model: chat.id, p: 'x'.repeat(10 * 1024 * 1024) },
+    })
     const b = await validated(`${line('a', chat.id)}\n${long}\n${line('a', chat.id)}\n`)
     expect(codes(b)).toEqual([
       ['line_too_long', 2, null],

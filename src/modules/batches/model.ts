@@ -17,9 +17,10 @@ export const BatchModel = {
       completion_window: t.Optional(t.String({ pattern: '^[1-9][0-9]{0,3}h$', maxLength: 5 })),
       metadata: t.Optional(
         t.Union([
-          t.Record(t.String({ maxLength: 64 }), t.String({ maxLength: 512 }), {
+          // Keys 1–64 characters (the pattern plus additionalProperties: false enforce it), values ≤ 512.
+          t.Record(t.String({ pattern: '^[\\s\\S]{1,64}$' }), t.String({ maxLength: 512 }), {
             maxProperties: MAX_METADATA_PAIRS,
-            propertyNames: { maxLength: 64 },
+            additionalProperties: false,
           }),
           t.Null(),
         ]),
