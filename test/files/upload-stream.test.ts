@@ -61,6 +61,8 @@ test('a 201 MiB upload is a 413 file_too_large while the server keeps answering'
   for (let i = 0; i < 3; i++) expect((await fetch(`${s.url}/healthz`)).status).toBe(200)
   const res = await upload
   expect(res.status).toBe(413)
+  // The rest of the body is never read: the connection is closed, not kept for another request.
+  expect(res.headers.get('connection')).toBe('close')
   expect(((await res.json()) as any).error).toMatchObject({
     type: 'invalid_request_error',
     code: 'file_too_large',

@@ -2,7 +2,7 @@ import { createWriteStream } from 'node:fs'
 import { rm } from 'node:fs/promises'
 import { pipeline } from 'node:stream/promises'
 import busboy from 'busboy'
-import { type AppError, badRequest, tooLarge } from '../../lib/errors'
+import { AppError, badRequest, tooLarge } from '../../lib/errors'
 
 // Receives the multipart upload of POST /v1/files (API.md §5) straight from the request stream
 // to disk: busboy parses the parts as the bytes arrive, the file part is piped to `tmpPath` with
@@ -50,7 +50,7 @@ export async function receiveUpload(
   const declared = Number(input.contentLength ?? Number.NaN)
   if (Number.isFinite(declared) && declared > opts.maxBytes + FORM_OVERHEAD_BYTES) {
     input.body?.cancel().catch(() => {})
-    throw fileTooLarge(opts.maxBytes)
+    throw closing(fileTooLarge(opts.maxBytes))
   }
   if (!input.body) throw badRequest('missing_field', "Missing required field 'file'", 'file')
 
@@ -123,11 +123,13 @@ export async function receiveUpload(
   })
 
   const reader = input.body.getReader()
+  let bodyRead = false
   try {
     for (;;) {
       if (failure) break
       const { done, value } = await reader.read()
       if (done) {
+        bodyRead = true
         bb.end()
         break
       }
@@ -157,9 +159,17 @@ export async function receiveUpload(
     bb.destroy()
     await file?.written?.catch(() => {})
     await rm(opts.tmpPath, { force: true })
-    throw failure
+    throw bodyRead ? failure : closing(failure)
   }
   return { filename: file!.filename, purpose: 'batch', bytes: file!.bytes }
 }
+
+/**
+ * The same error, answered with `Connection: close`: the rest of the body is never read, so the
+ * connection cannot carry another request, and a graceful shutdown must not wait for a client
+ * still pushing an upload nobody reads.
+ */
+const closing = (e: AppError) =>
+  new AppError(e.status, e.errorCode, e.message, e.param, { ...e.headers, connection: 'close' })
 
 const fileTooLarge = (max: number) => tooLarge('file_too_large', `Files are limited to ${max} bytes`)
