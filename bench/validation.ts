@@ -84,13 +84,13 @@ async function bareLoop(path: string): Promise<number> {
       // Only the line that spans two chunks is copied.
       const nl = chunk.indexOf(10)
       if (nl < 0) {
-        const joined = new Uint8Array(rest.length + chunk.length)
+        const joined: Uint8Array = new Uint8Array(rest.length + chunk.length)
         joined.set(rest)
         joined.set(chunk, rest.length)
         rest = joined
         continue
       }
-      const joined = new Uint8Array(rest.length + nl)
+      const joined: Uint8Array = new Uint8Array(rest.length + nl)
       joined.set(rest)
       joined.set(chunk.subarray(0, nl), rest.length)
       JSON.parse(decoder.decode(joined))
@@ -118,7 +118,14 @@ async function throughput(path: string) {
   const now = deps.clock.now()
   deps.db
     .insert(users)
-    .values({ id: 'user_bench', email: 'b@bench', password_hash: 'x', full_name: 'B', created_at: now, updated_at: now })
+    .values({
+      id: 'user_bench',
+      email: 'b@bench',
+      password_hash: 'x',
+      full_name: 'B',
+      created_at: now,
+      updated_at: now,
+    })
     .run()
   deps.db
     .insert(catalogEntries)
@@ -129,7 +136,14 @@ async function throughput(path: string) {
   symlinkSync(path, filePath(config, fileId))
   deps.db
     .insert(files)
-    .values({ id: fileId, user_id: 'user_bench', filename: 'b.jsonl', purpose: 'batch', bytes, created_at: now })
+    .values({
+      id: fileId,
+      user_id: 'user_bench',
+      filename: 'b.jsonl',
+      purpose: 'batch',
+      bytes,
+      created_at: now,
+    })
     .run()
 
   const validator = async () => {
@@ -173,8 +187,12 @@ async function throughput(path: string) {
   rmSync(dir, { recursive: true, force: true })
   const mibs = (ms: number) => bytes / MiB / (ms / 1000)
   console.log(`\n1. throughput (${fmt(bytes / MiB, 1)} MiB, ${LINES} lines, best of ${ROUNDS})`)
-  console.log(`   bare loop (stream + split + JSON.parse): ${fmt(mibs(best.bare))} MiB/s (${fmt(best.bare)} ms)`)
-  console.log(`   validator (validateBatch, all rules):    ${fmt(mibs(best.validator))} MiB/s (${fmt(best.validator)} ms)`)
+  console.log(
+    `   bare loop (stream + split + JSON.parse): ${fmt(mibs(best.bare))} MiB/s (${fmt(best.bare)} ms)`,
+  )
+  console.log(
+    `   validator (validateBatch, all rules):    ${fmt(mibs(best.validator))} MiB/s (${fmt(best.validator)} ms)`,
+  )
   console.log(`   ratio validator / bare: ${fmt((100 * best.bare) / best.validator)}%  (target ≥ 50%)`)
 }
 
@@ -195,7 +213,9 @@ function idTracking() {
     Bun.gc(true)
     const heap = process.memoryUsage().heapUsed - before
     const bytes = s.bytes ? s.bytes() : heap
-    console.log(`   ${label}: ${fmt((ms * 1e6) / n)} ns/id (JSON.parse of the id included), ${fmt(bytes / n, 1)} bytes/id`)
+    console.log(
+      `   ${label}: ${fmt((ms * 1e6) / n)} ns/id (JSON.parse of the id included), ${fmt(bytes / n, 1)} bytes/id`,
+    )
     return s
   }
   console.log(`\n2. custom_id tracking (${n} distinct ids)`)
@@ -206,7 +226,10 @@ function idTracking() {
     }),
     measure('CompactIdSet', () => {
       const set = new CompactIdSet((offset) => idOf(offset))
-      return { add: (id: string, i: number) => void set.addIfAbsent(id, i, id.length), bytes: () => set.bytes }
+      return {
+        add: (id: string, i: number) => void set.addIfAbsent(id, i, id.length),
+        bytes: () => set.bytes,
+      }
     }),
   ]
   return sets.length
@@ -320,7 +343,10 @@ async function serverMemory(path: string) {
     const t0 = performance.now()
     const res = await fetch(`${url}/v1/files`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
+      headers: {
+        authorization: `Bearer ${token}`,
+        'content-type': `multipart/form-data; boundary=${boundary}`,
+      },
       body: body() as any,
       duplex: 'half',
     } as RequestInit)
@@ -341,8 +367,12 @@ async function serverMemory(path: string) {
     const progress = text.split('event: progress').length - 1
 
     console.log(`\n3. real server (subprocess pid ${proc.pid}), ${fmt(bytes / MiB, 1)} MiB file`)
-    console.log(`   upload (chunked, streamed): ${fmt(uploadMs)} ms, ${fmt(bytes / MiB / (uploadMs / 1000))} MiB/s`)
-    console.log(`   validation via POST /v1/batches + events: ${fmt(validateMs)} ms, ${progress} progress events`)
+    console.log(
+      `   upload (chunked, streamed): ${fmt(uploadMs)} ms, ${fmt(bytes / MiB / (uploadMs / 1000))} MiB/s`,
+    )
+    console.log(
+      `   validation via POST /v1/batches + events: ${fmt(validateMs)} ms, ${progress} progress events`,
+    )
     console.log(`   done: ${done}`)
     console.log(`   RSS idle ${fmt(idle)} MiB; peak ${fmt(peak)} MiB`)
     console.log(
@@ -357,7 +387,9 @@ async function serverMemory(path: string) {
 }
 
 const path = await inputFile()
-console.log(`input: ${path} (${fmt(statSync(path).size / MiB, 1)} MiB, ${LINES} lines)${QUICK ? ' [quick]' : ''}`)
+console.log(
+  `input: ${path} (${fmt(statSync(path).size / MiB, 1)} MiB, ${LINES} lines)${QUICK ? ' [quick]' : ''}`,
+)
 await throughput(path)
 idTracking()
 await serverMemory(path)

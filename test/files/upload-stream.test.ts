@@ -3,6 +3,7 @@ import { readdirSync } from 'node:fs'
 import { filesDir } from '../../src/modules/files/storage'
 import { startTestServer } from '../helpers/app'
 import { makeUser } from '../helpers/builders'
+import { eventually } from '../helpers/sse'
 
 // Uploads over a real connection (API.md §5): chunked bodies without Content-Length are streamed
 // to disk, and the size cap is enforced while streaming (default MAX_UPLOAD_BYTES, 200 MiB).
@@ -82,4 +83,36 @@ test('a body that stops in the middle of the form is a 400, with nothing left be
   expect(res.status).toBe(400)
   expect(((await res.json()) as any).error.code).toBe('invalid_multipart')
   expect(leftovers()).toEqual([])
+})
+
+test('a client that goes away mid-upload leaves no partial file', async () => {
+  const u = await makeUser(s)
+  const abort = new AbortController()
+  let sent = 0
+  async function* dying() {
+    yield head('gone.jsonl')
+    for (;;) {
+      yield new Uint8Array(256 * 1024).fill(0x62)
+      if (++sent === 8) {
+        // Give the server time to start writing, then drop the connection.
+        await eventually(() => readdirSync(filesDir(s.config)).some((f) => f.endsWith('.part')))
+        abort.abort()
+        return
+      }
+    }
+  }
+  const res = await fetch(`${s.url}/v1/files`, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${u.token}`,
+      'content-type': `multipart/form-data; boundary=${BOUNDARY}`,
+    },
+    body: dying() as any,
+    signal: abort.signal,
+    duplex: 'half',
+  } as RequestInit).catch((e) => e)
+  expect(res).toBeInstanceOf(Error)
+  await eventually(() => leftovers().length === 0)
+  expect((await s.req('GET', '/v1/files', { token: u.token })).body.data).toEqual([])
+  expect((await fetch(`${s.url}/healthz`)).status).toBe(200)
 })
