@@ -74,10 +74,14 @@ export async function receiveUpload(
   }
 
   let failure: AppError | null = null
-  let wake = () => {}
+  // Settles on the first failure, so no wait below (drain, parse end, disk write) can outlive it.
+  let signalFailure = () => {}
+  const failed = new Promise<void>((resolve) => {
+    signalFailure = resolve
+  })
   const fail = (e: AppError) => {
     failure ??= e
-    wake()
+    signalFailure()
   }
   let purpose: string | undefined
   let file: { filename: string; bytes: number; written?: Promise<void> } | undefined
@@ -133,15 +137,10 @@ export async function receiveUpload(
         bb.end()
         break
       }
-      if (!bb.write(value)) {
-        await new Promise<void>((resolve) => {
-          wake = resolve
-          bb.once('drain', resolve)
-        })
-      }
+      if (!bb.write(value)) await Promise.race([new Promise((resolve) => bb.once('drain', resolve)), failed])
     }
-    if (!failure) await parsed
-    if (!failure && file?.written) await file.written.catch(() => {})
+    if (!failure) await Promise.race([parsed, failed])
+    if (!failure && file?.written) await Promise.race([file.written.catch(() => {}), failed])
   } catch {
     fail(badRequest('upload_aborted', 'The upload was interrupted'))
   }
