@@ -355,6 +355,17 @@ async function serverMemory(path: string) {
     const uploadMs = performance.now() - t0
 
     phase = 'validation'
+    // The server keeps answering while it validates: /healthz latency, probed every 20 ms.
+    const latencies: number[] = []
+    let probing = true
+    const probe = (async () => {
+      while (probing) {
+        const p0 = performance.now()
+        await fetch(`${url}/healthz`)
+        latencies.push(performance.now() - p0)
+        await Bun.sleep(20)
+      }
+    })()
     const t1 = performance.now()
     const batch = await api('POST', '/v1/batches', token, { input_file_id: file.id })
     const events = await fetch(`${url}/v1/batches/${batch.id}/events`, {
@@ -362,6 +373,8 @@ async function serverMemory(path: string) {
     })
     const text = await events.text() // the server closes the stream after `done`
     const validateMs = performance.now() - t1
+    probing = false
+    await probe
     clearInterval(sampler)
     const done = /event: done\ndata: (.*)\n/.exec(text)?.[1]
     const progress = text.split('event: progress').length - 1
@@ -374,6 +387,11 @@ async function serverMemory(path: string) {
       `   validation via POST /v1/batches + events: ${fmt(validateMs)} ms, ${progress} progress events`,
     )
     console.log(`   done: ${done}`)
+    latencies.sort((a, b) => a - b)
+    console.log(
+      `   /healthz during validation: ${latencies.length} answered, median ${fmt(latencies[latencies.length >> 1] ?? 0, 1)} ms, ` +
+        `max ${fmt(latencies.at(-1) ?? 0, 1)} ms`,
+    )
     console.log(`   RSS idle ${fmt(idle)} MiB; peak ${fmt(peak)} MiB`)
     console.log(
       `   peak above idle: upload ${fmt(peaks.upload - idle)} MiB, validation ${fmt(peaks.validation - idle)} MiB, ` +
