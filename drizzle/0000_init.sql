@@ -159,7 +159,7 @@ CREATE TABLE `catalog_entries` (
 	`context_length` integer,
 	`vram_gb` real,
 	`size_gb` real,
-	`task_type` text NOT NULL,
+	`task_type` text,
 	`capabilities` text DEFAULT '{}' NOT NULL,
 	`lineage` text,
 	`source_type` text,

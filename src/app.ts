@@ -9,6 +9,7 @@ import { log } from './lib/logger'
 import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
 import { batchRoutes } from './modules/batches'
+import { catalogueRoutes } from './modules/catalogue'
 import { fileRoutes } from './modules/files'
 import { healthRoutes } from './modules/health'
 import { orgRoutes } from './modules/orgs'
@@ -64,6 +65,7 @@ export function createApp(deps: Deps) {
     .use(adminRoutes(deps))
     .use(fileRoutes(deps))
     .use(batchRoutes(deps))
+    .use(catalogueRoutes(deps))
 }
 
 export type App = ReturnType<typeof createApp>

@@ -3,6 +3,7 @@ import { type Config, ConfigError, loadConfig } from './config'
 import { createDeps, type Deps } from './deps'
 import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
+import { seedCatalogue } from './modules/catalogue/seed'
 import * as validator from './services/validator'
 
 // Composition root: loadConfig → openDb → migrate → seed → services → listen.
@@ -17,6 +18,8 @@ export interface RunningServer {
 export async function startServer(config: Config, deps: Deps = createDeps(config)): Promise<RunningServer> {
   setLogLevel(config.LOG_LEVEL)
   await ensureSuperadmin(deps)
+  // SPEC rule 7: the catalogue is upserted from the manifest at every start, before listening.
+  await seedCatalogue(deps)
   const stopValidator = validator.start(deps)
   const app = createApp(deps)
   const server = Bun.serve({

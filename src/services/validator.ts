@@ -7,7 +7,7 @@ import { LineSplitter } from '../lib/lines'
 import { log } from '../lib/logger'
 import { transition } from '../modules/batches/states'
 import { InputChecker } from '../modules/batches/validation'
-import { findVisibleEntry } from '../modules/catalogue/visibility'
+import { findVisibleEntry } from '../modules/catalogue/service'
 import { filePath } from '../modules/files/storage'
 
 // Asynchronous batch validation (SPEC §3: validating → validated | failed; API.md §6). Batches
@@ -67,7 +67,7 @@ export async function validateBatch(
       endpoint: batch.endpoint,
       maxLineBytes: deps.config.MAX_LINE_BYTES,
       maxRequests: deps.config.MAX_REQUESTS_PER_BATCH,
-      lookupModel: (id) => findVisibleEntry(deps, batch.user_id, id),
+      lookupModel: (id) => findVisibleEntry(deps, batch.user_id, id) ?? null,
       readBytes: (offset, length) => {
         fd ??= openSync(path, 'r')
         const buf = new Uint8Array(length)

@@ -11,12 +11,12 @@ const tags = ['batches']
 export const batchRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.batches', prefix: '/v1/batches' })
     .use(authPlugin(deps))
-    .post('/', ({ body, principal }) => batches.createBatch(deps, principal, body), {
+    .post('', ({ body, principal }) => batches.createBatch(deps, principal, body), {
       user: true,
       body: BatchModel.create,
       detail: { tags, summary: 'Create a batch from an uploaded file; validation runs asynchronously' },
     })
-    .get('/', ({ query, principal }) => batches.listBatches(deps, principal, query), {
+    .get('', ({ query, principal }) => batches.listBatches(deps, principal, query), {
       user: true,
       query: BatchModel.list,
       detail: { tags, summary: 'List own batches (a superadmin sees all), newest first' },

@@ -1,7 +1,6 @@
 import { t } from 'elysia'
 import type { BatchErrorRow, BatchRow } from '../../db/schema'
 import { PageQuery } from '../../lib/pagination'
-import { BATCH_STATUSES } from './states'
 
 export const BATCH_ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings'] as const
 export type BatchEndpoint = (typeof BATCH_ENDPOINTS)[number]
@@ -12,7 +11,13 @@ export const BatchModel = {
   create: t.Object(
     {
       input_file_id: t.String({ minLength: 1, maxLength: 128 }),
-      endpoint: t.Optional(t.Union(BATCH_ENDPOINTS.map((e) => t.Literal(e)))),
+      endpoint: t.Optional(
+        t.Union([
+          t.Literal('/v1/chat/completions'),
+          t.Literal('/v1/completions'),
+          t.Literal('/v1/embeddings'),
+        ]),
+      ),
       // Stored as given; no expiry is produced (API.md §6). OpenAI's form: hours, e.g. "24h".
       completion_window: t.Optional(t.String({ pattern: '^[1-9][0-9]{0,3}h$', maxLength: 5 })),
       metadata: t.Optional(
@@ -30,7 +35,18 @@ export const BatchModel = {
   ),
   params: t.Object({ batch_id: t.String({ maxLength: 128 }) }),
   list: t.Object(
-    { ...PageQuery, status: t.Optional(t.Union(BATCH_STATUSES.map((s) => t.Literal(s)))) },
+    {
+      ...PageQuery,
+      status: t.Optional(
+        t.Union([
+          t.Literal('validating'),
+          t.Literal('validated'),
+          t.Literal('in_progress'),
+          t.Literal('completed'),
+          t.Literal('failed'),
+        ]),
+      ),
+    },
     { additionalProperties: false },
   ),
 }

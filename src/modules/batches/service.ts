@@ -12,7 +12,7 @@ import type { Deps } from '../../deps'
 import { badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import { pageRows, toPage } from '../../lib/pagination'
+import { type PageParams, pageRows, toPage } from '../../lib/pagination'
 import type { UserPrincipal } from '../auth/credentials'
 import { type BatchCreate, type BatchObject, toBatchObject } from './model'
 
@@ -106,7 +106,7 @@ export const getBatch = (deps: Deps, principal: UserPrincipal, batchId: string) 
 export function listBatches(
   deps: Deps,
   principal: UserPrincipal,
-  query: { limit?: number; after?: string; status?: BatchStatus },
+  query: PageParams & { status?: BatchStatus },
 ) {
   const where = and(
     isSuperadmin(principal) ? undefined : eq(batches.user_id, principal.user.id),

@@ -10,7 +10,7 @@ export const fileRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.files', prefix: '/v1/files' })
     .use(authPlugin(deps))
     .post(
-      '/',
+      '',
       ({ request, principal }) =>
         files.uploadFile(deps, principal, {
           contentType: request.headers.get('content-type'),
@@ -29,7 +29,7 @@ export const fileRoutes = (deps: Deps) =>
         },
       },
     )
-    .get('/', ({ query, principal }) => files.listFiles(deps, principal, query), {
+    .get('', ({ query, principal }) => files.listFiles(deps, principal, query), {
       user: true,
       query: FileModel.list,
       detail: { tags, summary: 'List own files, newest first' },

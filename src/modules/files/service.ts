@@ -6,7 +6,7 @@ import type { Deps } from '../../deps'
 import { badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import { pageRows, toPage } from '../../lib/pagination'
+import { type PageParams, pageRows, toPage } from '../../lib/pagination'
 import type { UserPrincipal, WorkerPrincipal } from '../auth/credentials'
 import { type FileObject, toFileObject } from './model'
 import { ensureFilesDir, filePath, partialPath } from './storage'
@@ -58,7 +58,7 @@ export async function uploadFile(
 export function listFiles(
   deps: Deps,
   principal: UserPrincipal,
-  query: { limit?: number; after?: string; purpose?: FileRow['purpose'] },
+  query: PageParams & { purpose?: FileRow['purpose'] },
 ) {
   const where = and(
     eq(files.user_id, principal.user.id),
