@@ -8,7 +8,9 @@ import { parseBody } from './http/parse'
 import { log } from './lib/logger'
 import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
+import { batchRoutes } from './modules/batches'
 import { catalogueRoutes } from './modules/catalogue'
+import { fileRoutes } from './modules/files'
 import { healthRoutes } from './modules/health'
 import { orgRoutes } from './modules/orgs'
 import { userRoutes } from './modules/users'
@@ -61,6 +63,8 @@ export function createApp(deps: Deps) {
     .use(userRoutes(deps))
     .use(orgRoutes(deps))
     .use(adminRoutes(deps))
+    .use(fileRoutes(deps))
+    .use(batchRoutes(deps))
     .use(catalogueRoutes(deps))
 }
 

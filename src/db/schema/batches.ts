@@ -98,3 +98,4 @@ export type FileRow = typeof files.$inferSelect
 export type BatchRow = typeof batches.$inferSelect
 export type BatchStatus = BatchRow['status']
 export type BatchAssignmentRow = typeof batchAssignments.$inferSelect
+export type BatchErrorRow = typeof batchErrors.$inferSelect
