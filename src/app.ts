@@ -10,7 +10,9 @@ import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
 import { healthRoutes } from './modules/health'
 import { orgRoutes } from './modules/orgs'
+import { poolRoutes } from './modules/pool'
 import { userRoutes } from './modules/users'
+import { workerRoutes } from './modules/workers'
 
 /** The HTTP application: request ids and logging, the JSON parser, error mapping, docs, modules. */
 export function createApp(deps: Deps) {
@@ -60,6 +62,8 @@ export function createApp(deps: Deps) {
     .use(userRoutes(deps))
     .use(orgRoutes(deps))
     .use(adminRoutes(deps))
+    .use(workerRoutes(deps))
+    .use(poolRoutes(deps))
 }
 
 export type App = ReturnType<typeof createApp>

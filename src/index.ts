@@ -3,6 +3,7 @@ import { type Config, ConfigError, loadConfig } from './config'
 import { createDeps, type Deps } from './deps'
 import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
+import * as sweeper from './services/sweeper'
 
 // Composition root: loadConfig → openDb → migrate → seed → services → listen.
 
@@ -25,6 +26,7 @@ export async function startServer(config: Config, deps: Deps = createDeps(config
     idleTimeout: 0,
     fetch: (request, _srv) => app.fetch(request),
   })
+  const stopSweeper = sweeper.start(deps)
   const url = `http://${config.HOST === '0.0.0.0' ? 'localhost' : config.HOST}:${server.port}`
   log.info('gridkeep listening', { url, database: config.DATABASE_PATH })
   return {
@@ -33,6 +35,7 @@ export async function startServer(config: Config, deps: Deps = createDeps(config
     url,
     async stop() {
       deps.shutdown.abort()
+      stopSweeper()
       await server.stop()
       deps.mailer.close()
       deps.sqlite.close()
