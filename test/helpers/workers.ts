@@ -252,7 +252,10 @@ export const errorLine = (customId: string) =>
     error: null,
   })
 
-export function uploadForm(fields: Record<string, string | number | undefined>, content: string) {
+export function uploadForm(
+  fields: Record<string, string | number | undefined>,
+  content: string | Uint8Array,
+) {
   const form = new FormData()
   for (const [k, v] of Object.entries(fields)) if (v !== undefined) form.append(k, String(v))
   form.append('file', new Blob([content], { type: 'application/jsonl' }), 'output.jsonl')
@@ -263,7 +266,7 @@ export async function upload(
   t: Target,
   key: string,
   fields: Record<string, string | number | undefined>,
-  content: string,
+  content: string | Uint8Array,
 ) {
   return t.req('POST', '/workers/upload-results', { token: key, raw: uploadForm(fields, content) })
 }

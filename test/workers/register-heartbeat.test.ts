@@ -2,7 +2,7 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { eq } from 'drizzle-orm'
 import { workerGpus, workerModels, workerRuntimes } from '../../src/db/schema'
 import { makeTestApp } from '../helpers/app'
-import { makePersonalKey, makeUser } from '../helpers/builders'
+import { makePersonalKey } from '../helpers/builders'
 import {
   batchRow,
   heartbeat,

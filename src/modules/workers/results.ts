@@ -314,7 +314,10 @@ export async function uploadResults(
         work = Promise.resolve(null)
         return
       }
-      work = splitOutput(deps, authorized.held, stream, dir).catch((e) => {
+      // On an early exit (invalid output) the rest of the part is drained, not destroyed, so
+      // busboy still reaches the end of the body and the client gets its 400.
+      const lines = stream.iterator({ destroyOnReturn: false })
+      work = splitOutput(deps, authorized.held, lines, dir).catch((e) => {
         stream.resume()
         fail(e)
         return null
