@@ -1,6 +1,6 @@
-import { Type as T } from '@sinclair/typebox'
 import { and, desc, eq, lt, type SQL } from 'drizzle-orm'
 import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core'
+import { t as T } from 'elysia'
 import type { Db } from '../db/open'
 import { badRequest } from './errors'
 
