@@ -266,5 +266,4 @@ CREATE TABLE `workers` (
 );
 --> statement-breakpoint
 CREATE UNIQUE INDEX `workers_id_unique` ON `workers` (`id`);--> statement-breakpoint
-CREATE INDEX `workers_org_machine` ON `workers` (`org_id`,`machine_id`);--> statement-breakpoint
-CREATE INDEX `workers_status_seen` ON `workers` (`status`,`last_seen_at`);
+CREATE INDEX `workers_org_machine` ON `workers` (`org_id`,`machine_id`);

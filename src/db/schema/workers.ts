@@ -38,10 +38,10 @@ export const workers = sqliteTable(
     last_heartbeat_at: integer(), // null = never heartbeated (SPEC Poll rule 6)
     last_seen_at: integer().notNull(), // liveness: register, heartbeat, model-progress
   },
-  (t) => [
-    index('workers_org_machine').on(t.org_id, t.machine_id),
-    index('workers_status_seen').on(t.status, t.last_seen_at),
-  ],
+  // No index on (status, last_seen_at): every heartbeat moves last_seen_at, and keeping such an
+  // index current tripled the pages each heartbeat writes. The sweeper and pool capacity scan
+  // the table instead (10,000 workers: a few ms).
+  (t) => [index('workers_org_machine').on(t.org_id, t.machine_id)],
 )
 
 export const workerRuntimes = sqliteTable(
