@@ -226,7 +226,7 @@ CREATE TABLE `worker_models` (
 	FOREIGN KEY (`worker_id`) REFERENCES `workers`(`id`) ON UPDATE no action ON DELETE cascade
 );
 --> statement-breakpoint
-CREATE INDEX `worker_models_name_idx` ON `worker_models` (`name`);--> statement-breakpoint
+CREATE INDEX `worker_models_name_idx` ON `worker_models` (`name`,`worker_id`);--> statement-breakpoint
 CREATE UNIQUE INDEX `worker_models_name` ON `worker_models` (`worker_id`,`name`);--> statement-breakpoint
 CREATE TABLE `worker_runtimes` (
 	`seq` integer PRIMARY KEY AUTOINCREMENT NOT NULL,

@@ -5,7 +5,7 @@
 declare const self: Worker
 
 interface Job {
-  requests: { url: string; headers: Record<string, string>; body: string }[]
+  requests: { url: string; headers: Record<string, string>; body?: string; method?: string }[]
   concurrency: number
   durationMs: number
 }
@@ -22,7 +22,7 @@ self.onmessage = async (event: MessageEvent<Job>) => {
       while (performance.now() < deadline) {
         const t0 = performance.now()
         try {
-          const res = await fetch(r.url, { method: 'POST', headers: r.headers, body: r.body })
+          const res = await fetch(r.url, { method: r.method ?? 'POST', headers: r.headers, body: r.body })
           await res.arrayBuffer()
           if (res.status >= 400) errors++
         } catch {

@@ -7,7 +7,7 @@ export interface LoadResult {
 
 /** Runs the closed-loop load generator in a worker thread for `durationMs`. */
 export function load(
-  requests: { url: string; headers: Record<string, string>; body: string }[],
+  requests: { url: string; headers: Record<string, string>; body?: string; method?: string }[],
   concurrency: number,
   durationMs: number,
 ): Promise<LoadResult> {

@@ -82,7 +82,11 @@ export const workerModels = sqliteTable(
     // In the latest inventory (registration, then each heartbeat that carries one).
     on_disk: integer({ mode: 'boolean' }).notNull().default(false),
   },
-  (t) => [unique('worker_models_name').on(t.worker_id, t.name), index('worker_models_name_idx').on(t.name)],
+  // (name, worker_id): "who hosts this name?" is answered from the index alone.
+  (t) => [
+    unique('worker_models_name').on(t.worker_id, t.name),
+    index('worker_models_name_idx').on(t.name, t.worker_id),
+  ],
 )
 
 export const workerGpus = sqliteTable(

@@ -172,26 +172,24 @@ function prepare(db: Deps['db']) {
       .from(workerModels)
       .where(eq(workerModels.worker_id, sql.placeholder('id')))
       .prepare(),
-    // Online hosts of one model name, in pages along the name index (keyset on seq), so the
-    // search for "some online worker serves it" stops at the first match.
+    onlineWorkers: db
+      .select({
+        id: workers.id,
+        org_id: workers.org_id,
+        last_heartbeat_at: workers.last_heartbeat_at,
+        vram_total_gb: workers.vram_total_gb,
+      })
+      .from(workers)
+      .where(and(eq(workers.status, 'online'), gt(workers.last_seen_at, sql.placeholder('cutoff'))))
+      .prepare(),
+    // Index-only on worker_models_name_idx (name, worker_id).
     hostsNamed: db
-      .select({ seq: workerModels.seq, worker_id: workerModels.worker_id })
+      .select({ worker_id: workerModels.worker_id })
       .from(workerModels)
-      .innerJoin(workers, eq(workers.id, workerModels.worker_id))
-      .where(
-        and(
-          eq(workerModels.name, sql.placeholder('name')),
-          gt(workerModels.seq, sql.placeholder('after')),
-          eq(workers.status, 'online'),
-          gt(workers.last_seen_at, sql.placeholder('cutoff')),
-        ),
-      )
-      .orderBy(asc(workerModels.seq))
-      .limit(HOST_PAGE)
+      .where(eq(workerModels.name, sql.placeholder('name')))
       .prepare(),
   }
 }
-const HOST_PAGE = 16
 
 export const matchingStatements = (deps: Deps) => {
   let s = statements.get(deps.db)
@@ -262,14 +260,27 @@ export function loadCatalogue(deps: Deps): Catalogue {
 }
 
 /** The predicate's view of one worker, from its stored row and child rows. */
-export function loadWorkerView(deps: Deps, worker: WorkerRow): WorkerView {
+export function loadWorkerView(
+  deps: Deps,
+  worker: Pick<WorkerRow, 'id' | 'org_id' | 'last_heartbeat_at' | 'vram_total_gb'>,
+): WorkerView {
   const s = matchingStatements(deps)
+  let engines: string[] | undefined
+  let models: HostedModel[] | undefined
+  // Child rows are read on first use: the predicate rules a worker out on VRAM before it looks
+  // at models, so scanning many unfit hosts stays cheap.
   return {
     org_id: worker.org_id,
     heartbeated: worker.last_heartbeat_at !== null,
     vram_total_gb: worker.vram_total_gb,
-    engines: s.engines.all({ id: worker.id }).map((r) => r.engine),
-    models: s.models.all({ id: worker.id }),
+    get engines() {
+      engines ??= s.engines.all({ id: worker.id }).map((r) => r.engine)
+      return engines
+    },
+    get models() {
+      models ??= s.models.all({ id: worker.id })
+      return models
+    },
   }
 }
 
@@ -288,30 +299,31 @@ export function matchesFor(view: WorkerView, catalogue: Catalogue): Match[] {
   return out
 }
 
+/** The online workers, read once for a series of "does any online worker serve X?" questions. */
+export interface OnlineFleet {
+  views: Map<string, WorkerView>
+  hostsOf(name: string): string[]
+}
+
+export function onlineFleet(deps: Deps): OnlineFleet {
+  const s = matchingStatements(deps)
+  const views = new Map<string, WorkerView>()
+  for (const w of s.onlineWorkers.all({ cutoff: onlineCutoff(deps) }))
+    views.set(w.id, loadWorkerView(deps, w))
+  return { views, hostsOf: (name) => s.hostsNamed.all({ name }).map((r) => r.worker_id) }
+}
+
 /** Whether some online worker can serve `entry` now (stops at the first that can). */
 export function someOnlineWorkerServes(
   deps: Deps,
   entry: CatalogueEntry,
-  views: Map<string, WorkerView | null> = new Map(),
-): boolean {
+  fleet: OnlineFleet = onlineFleet(deps),
+) {
   if (!entry.enabled) return false
-  const s = matchingStatements(deps)
-  const cutoff = onlineCutoff(deps)
   for (const name of new Set(entry.profiles.map((p) => p.runtime_model_id))) {
-    let after = 0
-    for (;;) {
-      const page = s.hostsNamed.all({ name, after, cutoff })
-      for (const host of page) {
-        let view = views.get(host.worker_id)
-        if (view === undefined) {
-          const row = s.workerById.get({ id: host.worker_id })
-          view = row ? loadWorkerView(deps, row) : null
-          views.set(host.worker_id, view)
-        }
-        if (view && matchEntry(view, entry)) return true
-      }
-      if (page.length < HOST_PAGE) break
-      after = page.at(-1)!.seq
+    for (const id of fleet.hostsOf(name)) {
+      const view = fleet.views.get(id)
+      if (view && matchEntry(view, entry)) return true
     }
   }
   return false
@@ -322,8 +334,8 @@ export function someOnlineWorkerServes(
  * "servable": poll-side code, pool capacity's models_servable and `available` in GET /v1/models.
  */
 export function servableCatalogIds(deps: Deps, catalogue: Catalogue = loadCatalogue(deps)): Set<string> {
-  const views = new Map<string, WorkerView | null>()
+  const fleet = onlineFleet(deps)
   const out = new Set<string>()
-  for (const entry of catalogue.entries) if (someOnlineWorkerServes(deps, entry, views)) out.add(entry.id)
+  for (const entry of catalogue.entries) if (someOnlineWorkerServes(deps, entry, fleet)) out.add(entry.id)
   return out
 }

@@ -1,4 +1,4 @@
-import { eq } from 'drizzle-orm'
+import { eq, sql } from 'drizzle-orm'
 import { batchAssignments, batches } from '../../db/schema'
 import type { Tx } from '../../db/tx'
 import type { Deps } from '../../deps'
@@ -8,6 +8,29 @@ import { transition } from '../batches/states'
 // release a held batch through requeueBatch(), inside the caller's writeTx.
 
 export const MAX_ERROR_CHARS = 2000
+
+const statements = new WeakMap<Deps['db'], ReturnType<typeof prepare>>()
+function prepare(db: Deps['db']) {
+  return {
+    batch: db
+      .select({ status: batches.status, attempts: batches.attempts, total: batches.request_counts_total })
+      .from(batches)
+      .where(eq(batches.id, sql.placeholder('id')))
+      .prepare(),
+    dropAssignment: db
+      .delete(batchAssignments)
+      .where(eq(batchAssignments.batch_id, sql.placeholder('id')))
+      .prepare(),
+  }
+}
+const stmts = (deps: Deps) => {
+  let s = statements.get(deps.db)
+  if (!s) {
+    s = prepare(deps.db)
+    statements.set(deps.db, s)
+  }
+  return s
+}
 
 export type RequeueReason = 'reported_failure' | 'worker_silent' | 'worker_reregistered'
 
@@ -38,15 +61,13 @@ export function requeueBatch(
   errorText: string,
   now: number,
 ): RequeueOutcome | null {
-  const batch = tx
-    .select({ status: batches.status, attempts: batches.attempts, total: batches.request_counts_total })
-    .from(batches)
-    .where(eq(batches.id, batchId))
-    .get()
+  // Prepared statements run on the same connection, so inside the caller's transaction.
+  const s = stmts(deps)
+  const batch = s.batch.get({ id: batchId })
   if (batch?.status !== 'in_progress') return null
   const attempts = batch.attempts + 1
   const error = truncateError(errorText)
-  tx.delete(batchAssignments).where(eq(batchAssignments.batch_id, batchId)).run()
+  s.dropAssignment.run({ id: batchId })
   const exhausted = attempts >= deps.config.MAX_BATCH_ATTEMPTS
   const row = exhausted
     ? transition(
