@@ -169,6 +169,17 @@ describe('POST /workers/register', () => {
     expect(modelsOf(wid).map((m) => m.name)).toEqual(['x:1'])
   })
 
+  test('an unknown worker_id (e.g. after a server reset) registers a new worker', async () => {
+    const f = await makeFleet(t)
+    const res = await t.req('POST', '/workers/register', {
+      token: f.key,
+      body: registerBody({ worker_id: 'wrk_fromanolddatabase' }),
+    })
+    expect(res.status).toBe(200)
+    expect(res.body.worker_id).not.toBe('wrk_fromanolddatabase')
+    expect(workerRow(t.deps, res.body.worker_id).org_id).toBe(f.orgId)
+  })
+
   test('a worker_id of another org is 403; the same machine_id in another org is another worker', async () => {
     const a = await makeFleet(t)
     const b = await makeFleet(t)

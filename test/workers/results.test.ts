@@ -392,6 +392,27 @@ describe('POST /workers/upload-results', () => {
     expect(batchRow(t.deps, job.job_id).status).toBe('in_progress')
   })
 
+  test('an upload over MAX_UPLOAD_BYTES is 413 and changes nothing', async () => {
+    const small = makeTestApp({ MAX_UPLOAD_BYTES: '2000' })
+    try {
+      const f = await makeFleet(small)
+      const entry = makeCatalogEntry(small.deps, { runtime_model_id: 'big-upload:1' })
+      const batch = makeValidatedBatch(small.deps, { userId: f.user.id, model: entry.id, requests: 40 })
+      const wid = await registerWorker(small, f.key, { models: ['big-upload:1'] })
+      expect((await poll(small, f.key, wid))?.job_id).toBe(batch.id)
+      const content = Array.from({ length: 40 }, (_, i) => okLine(`req-${i + 1}`)).join('\n')
+      const res = await upload(small, f.key, { job_id: batch.id, worker_id: wid }, content)
+      expect(res.status).toBe(413)
+      expect(res.body.error.code).toBe('file_too_large')
+      expect(batchRow(small.deps, batch.id).status).toBe('in_progress')
+      expect(readdirSync(join(small.config.DATA_DIR, 'files')).filter((n) => n.startsWith('.tmp'))).toEqual(
+        [],
+      )
+    } finally {
+      small.close()
+    }
+  })
+
   test('an upload with no successful line stores only an error file', async () => {
     const { f, wid, job } = await claimed(2)
     const res = await upload(
