@@ -55,7 +55,10 @@ describe('POST /workers/poll', () => {
       total_requests: 4,
     })
     expect(batchRow(t.deps, batch.id)).toMatchObject({ status: 'in_progress', in_progress_at: t.clock.now() })
+    const claims = (await t.deps.metrics.claims.get()).values[0]!.value
     expect(await poll(t, f.key, wid)).toBeNull()
+    expect((await t.deps.metrics.claims.get()).values[0]!.value).toBe(claims)
+    expect(claims).toBeGreaterThanOrEqual(1)
   })
 
   test('unknown worker → 404, another org’s worker → 403, bad body → 400', async () => {

@@ -348,6 +348,30 @@ describe('pull_models (on-the-fly downloads)', () => {
     ])
   })
 
+  test('an ask the worker stays silent about lapses after the heartbeat timeout', async () => {
+    const t = fresh()
+    const f = await makeFleet(t)
+    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'lapse:1', size_gb: 5 })
+    makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    const w1 = await downloader(t, f)
+    const w2 = await downloader(t, f)
+    expect((await heartbeat(t, f.key, w1)).body.pull_models).toHaveLength(1)
+    t.clock.advance(60)
+    await heartbeat(t, f.key, w1, { activity: 'downloading_model' })
+    expect((await heartbeat(t, f.key, w2)).body.pull_models).toEqual([])
+    // Download progress keeps the ask alive; silence about it for the timeout lets it lapse.
+    await t.req('POST', '/workers/model-progress', {
+      token: f.key,
+      body: { worker_id: w1, model: 'lapse:1', status: 'downloading', completed_bytes: 1 },
+    })
+    t.clock.advance(100)
+    expect((await heartbeat(t, f.key, w2)).body.pull_models).toEqual([])
+    t.clock.advance(30)
+    expect((await heartbeat(t, f.key, w2)).body.pull_models.map((p: any) => p.catalogue_id)).toEqual([
+      entry.id,
+    ])
+  })
+
   test('never asks when nothing waits, when an online worker serves it, or when the worker is unfit', async () => {
     const t = fresh()
     const f = await makeFleet(t)
