@@ -37,7 +37,7 @@ function prepare(db: Deps['db']) {
   const id = sql.placeholder('id')
   return {
     // Ownership is in the WHERE: no row changed = unknown worker or another org's. (A RETURNING
-    // clause measured slower than the two small reads that follow.)
+    // clause measured slower than the small read that follows.)
     beat: db
       .update(workers)
       .set({
@@ -57,7 +57,11 @@ function prepare(db: Deps['db']) {
       .where(and(eq(workers.id, id), eq(workers.org_id, sql.placeholder('org_id'))))
       .prepare(),
     afterBeat: db
-      .select({ inventory_sig: workers.inventory_sig, max_download_gb: workers.max_download_gb })
+      .select({
+        inventory_sig: workers.inventory_sig,
+        max_download_gb: workers.max_download_gb,
+        assigned: sql<string>`(select json_group_array(batch_id) from (select ${batchAssignments.batch_id} from ${batchAssignments} where ${batchAssignments.worker_id} = ${id} and ${batchAssignments.completed_at} is null order by ${batchAssignments.seq}))`,
+      })
       .from(workers)
       .where(eq(workers.id, id))
       .prepare(),
@@ -431,7 +435,7 @@ export function heartbeat(deps: Deps, principal: WorkerPrincipal, workerId: stri
     status: 'online' as const,
     worker_id: workerId,
     next_heartbeat_in: HEARTBEAT_INTERVAL_SECONDS,
-    assigned_job_ids: s.activeAssignments.all({ id: workerId }).map((a) => a.batch_id),
+    assigned_job_ids: JSON.parse(row.assigned) as string[],
     pull_models,
   }
 }
