@@ -13,7 +13,9 @@ import { catalogueRoutes } from './modules/catalogue'
 import { fileRoutes } from './modules/files'
 import { healthRoutes } from './modules/health'
 import { orgRoutes } from './modules/orgs'
+import { poolRoutes } from './modules/pool'
 import { userRoutes } from './modules/users'
+import { workerRoutes } from './modules/workers'
 
 /** The HTTP application: request ids and logging, the JSON parser, error mapping, docs, modules. */
 export function createApp(deps: Deps) {
@@ -66,6 +68,8 @@ export function createApp(deps: Deps) {
     .use(fileRoutes(deps))
     .use(batchRoutes(deps))
     .use(catalogueRoutes(deps))
+    .use(workerRoutes(deps))
+    .use(poolRoutes(deps))
 }
 
 export type App = ReturnType<typeof createApp>

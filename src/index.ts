@@ -4,6 +4,7 @@ import { createDeps, type Deps } from './deps'
 import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
 import { seedCatalogue } from './modules/catalogue/seed'
+import * as sweeper from './services/sweeper'
 import * as validator from './services/validator'
 
 // Composition root: loadConfig → openDb → migrate → seed → services → listen.
@@ -32,6 +33,7 @@ export async function startServer(config: Config, deps: Deps = createDeps(config
     idleTimeout: 0,
     fetch: (request, _srv) => app.fetch(request),
   })
+  const stopSweeper = sweeper.start(deps)
   const url = `http://${config.HOST === '0.0.0.0' ? 'localhost' : config.HOST}:${server.port}`
   log.info('gridkeep listening', { url, database: config.DATABASE_PATH })
   return {
@@ -41,6 +43,7 @@ export async function startServer(config: Config, deps: Deps = createDeps(config
     async stop() {
       deps.shutdown.abort()
       await stopValidator()
+      stopSweeper()
       await server.stop()
       deps.mailer.close()
       deps.sqlite.close()
