@@ -6,6 +6,8 @@ import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
 import { seedCatalogue } from './modules/catalogue/seed'
 import { acquireInstanceLock, InstanceLockedError } from './ops/instance-lock'
+import * as sweeper from './services/sweeper'
+import * as validator from './services/validator'
 
 // Composition root: lock → loadConfig → openDb → migrate → seed → services → listen, and the one
 // shutdown sequence (issue 6): stop accepting, drain in-flight requests, end event streams, stop
@@ -43,18 +45,23 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
     const superadmin = ensureSuperadmin(deps)
     // SPEC rule 7: the catalogue is upserted from the manifest at every start, before listening.
     const catalogue = seedCatalogue(deps)
-    // Background loops register their stop() here, e.g. loops.push(startSweeper(deps)).
     collectDefaultMetrics({ register: deps.metrics.registry })
     const app = createApp(deps)
     await Promise.all([superadmin, catalogue])
+    // Background loops register their stop() in `loops`; the shutdown awaits them all.
+    // The validator validates against the catalogue: it starts once the catalogue is seeded.
+    loops.push(validator.start(deps))
     server = Bun.serve({
       port: config.PORT,
       hostname: config.HOST,
-      // Uploads are streamed and capped by the files module itself; Bun's own limit sits just above.
-      maxRequestBodySize: config.MAX_UPLOAD_BYTES + 1024 * 1024,
+      // Uploads are streamed and capped by the files module itself (413 in the envelope); Bun's own
+      // limit is only a backstop. It counts bytes as the socket receives them, ahead of what the
+      // handler has parsed, so it sits well above the cap: 1 MiB above lost that race under load.
+      maxRequestBodySize: config.MAX_UPLOAD_BYTES + 64 * 1024 * 1024,
       idleTimeout: 0,
       fetch: (request, _srv) => app.fetch(request),
     })
+    loops.push(sweeper.start(deps))
   } catch (error) {
     for (const stopLoop of loops) stopLoop()
     if (!given) deps?.sqlite.close()

@@ -225,6 +225,9 @@ describe('no secret in a real server process output', () => {
       delete env.ADMIN_PASSWORD
       const server = await startServerProcess(env)
       const call = client(server, secrets)
+      // stderr is a separate pipe: the console line may arrive after the listening log line.
+      await server.waitFor('with password: ')
+      await server.waitFor('It is shown only this once')
       const printed = /created superadmin admin@localhost with password: (\S+)/.exec(server.output())?.[1]
       expect(printed).toBeDefined()
       const generated = printed!
