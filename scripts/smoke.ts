@@ -157,6 +157,8 @@ async function main() {
     ok(`built-in catalogue seeded: ${models.body.data.length} models`)
   }
   let batchId: string | undefined
+  let fileId: string | undefined
+  let fileText: string | undefined
   if (paths.includes('/v1/files') && paths.includes('/v1/batches') && paths.includes('/v1/models')) {
     const models = await call('GET', '/v1/models', { token })
     expectStatus('models', models, 200)
@@ -175,6 +177,8 @@ async function main() {
     form.append('file', new Blob([`${JSON.stringify(line)}\n`]), 'smoke.jsonl')
     const file = await call('POST', '/v1/files', { token, form })
     expectStatus('upload', file, 200)
+    fileId = file.body.id as string
+    fileText = `${JSON.stringify(line)}\n`
     const batch = await call('POST', '/v1/batches', {
       token,
       body: { input_file_id: file.body.id, endpoint: '/v1/chat/completions', completion_window: '24h' },
@@ -195,6 +199,8 @@ async function main() {
   const metrics = await call('GET', '/metrics')
   expectStatus('metrics', metrics, 200)
   if (!metrics.text.includes('gridkeep_http_requests_total{')) fail('no request counter in /metrics')
+  if (batchId && !metrics.text.includes('gridkeep_batches{status="validated"} 1'))
+    fail('/metrics does not count the validated batch')
   ok('/metrics')
 
   const backup = await run(['backup', join(dir, 'smoke-backup.db')])
@@ -210,8 +216,14 @@ async function main() {
   login = await call('POST', '/v1/auth/login', { body: { email: user.email, password: user.password } })
   expectStatus('login after restart', login, 200)
   token = login.body.access_token
-  if (batchId)
-    expectStatus('batch after restart', await call('GET', `/v1/batches/${batchId}`, { token }), 200)
+  if (batchId) {
+    const batch = await call('GET', `/v1/batches/${batchId}`, { token })
+    expectStatus('batch after restart', batch, 200)
+    if (batch.body.status !== 'validated') fail(`batch after restart: ${batch.body.status}`)
+    const content = await call('GET', `/v1/files/${fileId}/content`, { token })
+    expectStatus('file content after restart', content, 200)
+    if (content.text !== fileText) fail('the uploaded file changed across the restart')
+  }
   ok('restarted: the data is still there')
   await stop(server)
   ok('SIGTERM again: exit code 0')

@@ -1,5 +1,7 @@
+import { Database } from 'bun:sqlite'
 import { afterAll, describe, expect, test } from 'bun:test'
 import { rmSync } from 'node:fs'
+import { join } from 'node:path'
 import { startServer } from '../../src/index'
 import { InstanceLockedError } from '../../src/ops/instance-lock'
 import { startTestServer, testConfig } from '../helpers/app'
@@ -119,6 +121,57 @@ describe('graceful shutdown (a real server process)', () => {
       expect(await login(again.url, user.email, user.password)).toBe(200)
       again.proc.kill('SIGTERM')
       expect(await again.exited).toBe(0)
+    },
+    PROCESS_TEST_TIMEOUT,
+  )
+
+  test(
+    'SIGTERM ends open batch event streams, so they do not hold the drain; exit 0',
+    async () => {
+      const dataDir = newDataDir()
+      const server = await startServerProcess(baseEnv(dataDir, { SHUTDOWN_TIMEOUT_SECONDS: '20' }))
+      const user = { email: 'sse@example.test', password: 'sse-password-1' }
+      const post = (path: string, body: unknown) =>
+        fetch(`${server.url}${path}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        })
+      const signup = (await (await post('/v1/auth/signup', { ...user, full_name: 'Sse' })).json()) as {
+        id: string
+      }
+      const { access_token } = (await (await post('/v1/auth/login', user)).json()) as { access_token: string }
+      // A batch left `validating` (as after a crash): written beside the server, which has no reason
+      // to validate it now, so its event stream stays open until something ends it.
+      const db = new Database(join(dataDir, 'gridkeep.db'))
+      db.exec('PRAGMA busy_timeout = 5000')
+      db.query(
+        `INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, status, created_at, updated_at)
+         VALUES ('batch_ssestream0000000000000000', ?, 'file-none', '/v1/chat/completions', '24h', 'validating', 1, 1)`,
+      ).run(signup.id)
+      db.close()
+
+      const res = await fetch(`${server.url}/v1/batches/batch_ssestream0000000000000000/events`, {
+        headers: { authorization: `Bearer ${access_token}` },
+      })
+      expect(res.status).toBe(200)
+      expect(res.headers.get('content-type')).toStartWith('text/event-stream')
+      const reader = res.body!.getReader()
+      const first = new TextDecoder().decode((await reader.read()).value)
+      expect(first).toContain('event: status')
+      expect(first).toContain('"validating"')
+
+      server.proc.kill('SIGTERM')
+      // The server ends the stream: reading reaches its end (no `done`: the batch is still validating).
+      let rest = ''
+      for (;;) {
+        const chunk = await reader.read().catch(() => ({ done: true as const, value: undefined }))
+        if (chunk.done) break
+        rest += new TextDecoder().decode(chunk.value)
+      }
+      expect(rest).not.toContain('event: done')
+      expect(await server.exited).toBe(0)
+      expect(jsonLines(server.output()).find((l) => l.msg === 'stopped')).toMatchObject({ drained: true })
     },
     PROCESS_TEST_TIMEOUT,
   )
