@@ -3,6 +3,7 @@ import { count, sql } from 'drizzle-orm'
 import { batches, workers } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { unauthorized } from '../../lib/errors'
+import { onlineCutoff } from '../workers/matching'
 
 // GET /metrics (API.md §10): Prometheus text. Counters are incremented where things happen; the
 // gauges describing stored state are computed here, at scrape time, from the database.
@@ -46,8 +47,9 @@ export function refreshStateGauges(deps: Deps) {
   )
   for (const status of BATCH_STATUSES) deps.metrics.batches.set({ status }, batchCounts.get(status) ?? 0)
 
-  // API.md §7: online only if stored online AND seen within HEARTBEAT_TIMEOUT_SECONDS (read time).
-  const cutoff = deps.clock.now() - deps.config.HEARTBEAT_TIMEOUT_SECONDS
+  // API.md §7: online only if stored online AND seen within HEARTBEAT_TIMEOUT_SECONDS (read time),
+  // with the workers module's cutoff, like pool capacity and the listings.
+  const cutoff = onlineCutoff(deps)
   const liveness = sql<string>`CASE WHEN ${workers.status} = 'online' AND ${workers.last_seen_at} > ${cutoff} THEN 'online' ELSE 'offline' END`
   const workerCounts = new Map<string, number>(
     deps.db
