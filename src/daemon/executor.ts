@@ -86,7 +86,9 @@ export async function executeJob(
   // The sink writes its buffer out whenever it passes FLUSH_BYTES: results reach the disk as the
   // job goes, and memory holds at most one buffer of them.
   const writer = Bun.file(outputPath).writer({ highWaterMark: FLUSH_BYTES })
-  const write = (line: string, ok: boolean) => {
+  // Counted from the record written, so counts always agree with what the server will count
+  // (API.md §7: status_code < 400 and no error → output file; everything else → error file).
+  const write = ({ line, ok }: Written) => {
     writer.write(line)
     if (ok) counts.completed++
     else counts.failed++
@@ -105,7 +107,7 @@ export async function executeJob(
     if (typeof customId !== 'string') return
     const body = parsed.body
     if (body === null || typeof body !== 'object' || Array.isArray(body)) {
-      write(errorLine(ids(), customId, 'invalid_request', 'body is not a JSON object'), false)
+      write(errorLine(ids(), customId, 'invalid_request', 'body is not a JSON object'))
       return
     }
     body.model = job.model
@@ -119,7 +121,7 @@ export async function executeJob(
         )
     }
     if (stop.signal.aborted) return
-    write(outputLine(ids(), customId, outcome, requestIds), !outcome.error && (outcome.status ?? 500) < 400)
+    write(outputLine(ids(), customId, outcome, requestIds))
   }
 
   // A counting semaphore with one waiter: the reading loop below.
@@ -207,7 +209,13 @@ async function request(
   return last
 }
 
-function outputLine(id: string, customId: string, o: Outcome, requestIds: () => string): string {
+interface Written {
+  line: string
+  /** Goes to the output file (a success), not the error file. */
+  ok: boolean
+}
+
+function outputLine(id: string, customId: string, o: Outcome, requestIds: () => string): Written {
   if (o.error) return errorLine(id, customId, o.error.code, o.error.message)
   const text = o.text ?? ''
   let body: string
@@ -220,15 +228,19 @@ function outputLine(id: string, customId: string, o: Outcome, requestIds: () => 
       return errorLine(id, customId, 'invalid_response', 'runtime answered with invalid JSON')
     body = JSON.stringify({ error: { message: text.slice(0, MAX_ERROR_TEXT) } })
   }
-  return (
-    `{"id":${JSON.stringify(id)},"custom_id":${JSON.stringify(customId)},` +
-    `"response":{"status_code":${o.status},"request_id":${JSON.stringify(o.requestId || requestIds())},` +
-    `"body":${body}},"error":null}\n`
-  )
+  const status = o.status ?? 500
+  return {
+    line:
+      `{"id":${JSON.stringify(id)},"custom_id":${JSON.stringify(customId)},` +
+      `"response":{"status_code":${status},"request_id":${JSON.stringify(o.requestId || requestIds())},` +
+      `"body":${body}},"error":null}\n`,
+    ok: status < 400,
+  }
 }
 
-function errorLine(id: string, customId: string, code: string, message: string): string {
-  return `${JSON.stringify({ id, custom_id: customId, response: null, error: { code, message: message.slice(0, MAX_ERROR_TEXT) } })}\n`
+function errorLine(id: string, customId: string, code: string, message: string): Written {
+  const error = { code, message: message.slice(0, MAX_ERROR_TEXT) }
+  return { line: `${JSON.stringify({ id, custom_id: customId, response: null, error })}\n`, ok: false }
 }
 
 /** Unique ids without a CSPRNG call per line: a random prefix and a counter. */

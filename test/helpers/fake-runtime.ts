@@ -207,7 +207,7 @@ export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
       if (path === '/api/show' && req.method === 'POST') {
         const { model, name } = (await req.json()) as { model?: string; name?: string }
         const found = ollamaModels.find((m) => m.tag.name === (model ?? name))
-        return found ? json(found.show) : json({ error: `model '${model ?? name}' not found` }, 404)
+        return found?.show ? json(found.show) : json({ error: `model '${model ?? name}' not found` }, 404)
       }
       if (path === '/api/pull' && req.method === 'POST') return pull(req)
     }
