@@ -82,6 +82,7 @@ export class Agent {
   private lastSnapshot: RuntimeSnapshot | null = null
   private runtimeOnline: boolean | null = null
   private closed = false
+  private registering: Promise<boolean> | null = null
 
   private stopping = false
   private killed = false
@@ -172,8 +173,18 @@ export class Agent {
 
   // ── registration ────────────────────────────────────────────────────────────────────────────
 
-  /** Registers (retrying while the server is unreachable); false after a fatal answer or a stop. */
-  private async register(): Promise<boolean> {
+  /**
+   * Registers (retrying while the server is unreachable); false after a fatal answer or a stop.
+   * The heartbeat and the poll loop may both find the worker unknown: they share one registration.
+   */
+  private register(): Promise<boolean> {
+    this.registering ??= this.registerOnce().finally(() => {
+      this.registering = null
+    })
+    return this.registering
+  }
+
+  private async registerOnce(): Promise<boolean> {
     for (let attempt = 0; !this.stopping; attempt++) {
       const identity = this.state.identity()
       // A worker_id is only meaningful to the server that issued it.
