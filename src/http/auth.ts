@@ -24,15 +24,17 @@ import {
 //   optional    anyone; JWT or personal key → user, worker key or nothing → anonymous (pool capacity)
 //   reader      JWT, personal key or worker key (GET /v1/files/{id}/content; the service checks which)
 
-export type AuthLevel =
-  | 'public'
-  | 'session'
-  | 'jwt'
-  | 'user'
-  | 'superadmin'
-  | 'worker'
-  | 'optional'
-  | 'reader'
+export const AUTH_LEVELS = [
+  'public',
+  'session',
+  'jwt',
+  'user',
+  'superadmin',
+  'worker',
+  'optional',
+  'reader',
+] as const
+export type AuthLevel = (typeof AUTH_LEVELS)[number]
 
 type PrincipalFor<L extends AuthLevel> = L extends 'public'
   ? AnonymousPrincipal
@@ -95,6 +97,7 @@ function level<L extends AuthLevel>(deps: Deps, l: L) {
   return {
     detail: {
       description: `Auth: ${DESCRIPTIONS[l]}`,
+      'x-gridkeep-auth': l,
       ...(l === 'public' ? {} : { security: [{ bearerAuth: [] }] }),
     },
     async transform({ request }: { request: Request }) {

@@ -9,6 +9,8 @@ import { requestFacts } from './context'
 
 export function toAppError(error: unknown, code: string | number): AppError {
   if (error instanceof AppError) return error
+  // Elysia wraps whatever the body parser throws in a ParseError; ours are AppErrors.
+  if (error instanceof Error && error.cause instanceof AppError) return error.cause
   if (error instanceof ValidationError) return fromValidation(error)
   switch (code) {
     case 'NOT_FOUND':

@@ -5,6 +5,9 @@ import { badRequest, tooLarge } from '../lib/errors'
 // stream `request.body` themselves (Elysia would otherwise buffer the whole upload in memory).
 
 export const MAX_JSON_BYTES = 4 * 1024 * 1024
+// No request body of this API nests deeply; a hostile one must not reach the validator, whose error
+// reporting recurses through the value (a 10,000-level array overflowed the stack).
+export const MAX_JSON_DEPTH = 64
 
 /** Returned as the parsed body of multipart requests: an empty object, so a JSON route given
  * multipart fails its schema with a 400, while streaming routes ignore it and read the stream. */
@@ -16,6 +19,9 @@ export async function parseBody(request: Request, contentType: string): Promise<
   if (type === 'application/json' || type.endsWith('+json')) {
     const text = await readTextCapped(request, MAX_JSON_BYTES)
     if (text.trim() === '') return null
+    if (jsonDepthExceeds(text, MAX_JSON_DEPTH)) {
+      throw badRequest('invalid_json', `JSON bodies may nest at most ${MAX_JSON_DEPTH} levels`)
+    }
     try {
       return JSON.parse(text)
     } catch {
@@ -40,4 +46,21 @@ async function readTextCapped(request: Request, cap: number): Promise<string> {
     chunks.push(chunk)
   }
   return new TextDecoder('utf-8', { fatal: false }).decode(Buffer.concat(chunks))
+}
+
+/** True when the JSON text nests deeper than `max`; a linear scan that skips string contents. */
+export function jsonDepthExceeds(text: string, max: number): boolean {
+  let depth = 0
+  let inString = false
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (inString) {
+      if (c === 92 /* \\ */) i++
+      else if (c === 34 /* " */) inString = false
+    } else if (c === 34) inString = true
+    else if (c === 123 || c === 91 /* { [ */) {
+      if (++depth > max) return true
+    } else if (c === 125 || c === 93 /* } ] */) depth--
+  }
+  return false
 }

@@ -1,6 +1,6 @@
-import { Type as T } from '@sinclair/typebox'
 import { and, desc, eq, lt, type SQL } from 'drizzle-orm'
 import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core'
+import { t as T } from 'elysia'
 import type { Db } from '../db/open'
 import { badRequest } from './errors'
 
@@ -8,8 +8,16 @@ import { badRequest } from './errors'
 // previous page. The cursor is resolved inside the caller's own visibility filter, so an id the
 // caller may not see is just an invalid cursor: existence never leaks.
 
+// `limit` is taken as a string and parsed here: Elysia's coerced integers lose the parameter's name
+// when they fail a bound, and the envelope must name it.
 export const PageQuery = {
-  limit: T.Optional(T.Integer({ minimum: 1, maximum: 100, default: 20, description: 'Page size (1–100)' })),
+  limit: T.Optional(
+    T.String({
+      maxLength: 8,
+      pattern: '^[0-9]+$',
+      description: 'Page size, an integer from 1 to 100 (default 20)',
+    }),
+  ),
   after: T.Optional(T.String({ maxLength: 128, description: 'Cursor: the last id of the previous page' })),
 }
 
@@ -23,13 +31,31 @@ export interface Page<T> {
 
 type Pageable = SQLiteTable & { seq: SQLiteColumn; id: SQLiteColumn }
 
+export interface PageParams {
+  limit?: string | number
+  after?: string
+}
+
+export function parseLimit(raw: string | number | undefined): number {
+  if (raw === undefined) return 20
+  const n = Number(raw)
+  if (!Number.isInteger(n) || n < 1 || n > 100) {
+    throw badRequest(
+      'invalid_value',
+      "Invalid query parameter 'limit': must be an integer from 1 to 100",
+      'limit',
+    )
+  }
+  return n
+}
+
 export function pageRows<R extends { id: string }>(
   db: Db,
   table: Pageable,
   where: SQL | undefined,
-  query: { limit?: number; after?: string },
+  query: PageParams,
 ): { rows: R[]; has_more: boolean } {
-  const limit = query.limit ?? 20
+  const limit = parseLimit(query.limit)
   let cursor: SQL | undefined
   if (query.after) {
     const row = db

@@ -123,7 +123,9 @@ export async function startTestServer(
   const config = testConfig(env)
   const clock = opts.clock ?? manualClock()
   const mail = capturingMailer()
-  const deps = createDeps(config, { clock, mailer: opts.mailer ?? mail, passwords: cheapPasswords() })
+  // With SMTP_URL set, the server's real nodemailer transport is used.
+  const mailer = opts.mailer ?? (env.SMTP_URL ? undefined : mail)
+  const deps = createDeps(config, { clock, mailer, passwords: cheapPasswords() })
   const running = await startServer(config, deps)
   return {
     ...running,

@@ -4,14 +4,14 @@ import { writeTx } from '../../db/tx'
 import type { Deps } from '../../deps'
 import { badRequest, notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
-import { pageRows, toPage } from '../../lib/pagination'
+import { type PageParams, pageRows, toPage } from '../../lib/pagination'
 import type { UserPrincipal } from '../auth/credentials'
 import { toUserObject } from '../users/model'
 import { createUser } from '../users/service'
 
 // Superadmin views (SPEC §4, API.md §9). Route access is the auth plugin's `superadmin` level.
 
-export function listUsers(deps: Deps, query: { limit?: number; after?: string }) {
+export function listUsers(deps: Deps, query: PageParams) {
   const { rows, has_more } = pageRows<UserRow>(deps.db, users, undefined, query)
   return toPage(rows.map(toUserObject), has_more)
 }
@@ -60,7 +60,7 @@ export function updateUser(
   return toUserObject(row)
 }
 
-export function listOrganizations(deps: Deps, query: { limit?: number; after?: string }) {
+export function listOrganizations(deps: Deps, query: PageParams) {
   const { rows, has_more } = pageRows<typeof organizations.$inferSelect>(
     deps.db,
     organizations,

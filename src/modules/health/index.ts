@@ -1,10 +1,13 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
+import { authPlugin } from '../../http/auth'
 import { AppError } from '../../lib/errors'
 
 export const healthRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.health' })
+    .use(authPlugin(deps))
     .get('/healthz', () => ({ status: 'ok' as const }), {
+      public: true,
       detail: { tags: ['operations'], summary: 'Liveness' },
     })
     .get(
@@ -17,5 +20,5 @@ export const healthRoutes = (deps: Deps) =>
           throw new AppError(503, 'not_ready', 'The database does not answer')
         }
       },
-      { detail: { tags: ['operations'], summary: 'Readiness: the database answers' } },
+      { public: true, detail: { tags: ['operations'], summary: 'Readiness: the database answers' } },
     )

@@ -6,7 +6,7 @@ import { badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
-import { pageRows, toPage } from '../../lib/pagination'
+import { type PageParams, pageRows, toPage } from '../../lib/pagination'
 import type { UserPrincipal } from '../auth/credentials'
 import { type KeyRecord, toKeyRecord } from './model'
 
@@ -78,7 +78,7 @@ export function createKey(
   return record
 }
 
-export function listKeys(deps: Deps, owner: KeyOwner, query: { limit?: number; after?: string }) {
+export function listKeys(deps: Deps, owner: KeyOwner, query: PageParams) {
   const { rows, has_more } = pageRows<ApiKeyRow>(deps.db, apiKeys, ownedBy(owner), query)
   return toPage(
     rows.map((r) => toKeyRecord(r)),
@@ -111,16 +111,14 @@ export function updateKey(
   const now = deps.clock.now()
   const row = writeTx(deps.db, (tx) => {
     const current = tx.select().from(apiKeys).where(eq(apiKeys.id, keyId)).get()!
-    return tx
-      .update(apiKeys)
-      .set({
-        ...(input.name !== undefined ? { name: input.name } : {}),
-        ...(input.expires_at !== undefined ? { expires_at: input.expires_at } : {}),
-        ...(input.revoked && current.revoked_at === null ? { revoked_at: now } : {}),
-      })
-      .where(eq(apiKeys.id, keyId))
-      .returning()
-      .get()
+    const changes = {
+      ...(input.name !== undefined ? { name: input.name } : {}),
+      ...(input.expires_at !== undefined ? { expires_at: input.expires_at } : {}),
+      // Revoking twice keeps the first revocation time (DELETE is idempotent).
+      ...(input.revoked && current.revoked_at === null ? { revoked_at: now } : {}),
+    }
+    if (Object.keys(changes).length === 0) return current
+    return tx.update(apiKeys).set(changes).where(eq(apiKeys.id, keyId)).returning().get()
   })
   if (input.revoked) log.info('api key revoked', { key_id: keyId, key_type: owner.type })
   return toKeyRecord(row)

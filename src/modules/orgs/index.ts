@@ -13,12 +13,12 @@ const workerKeys = (orgId: string) => ({ type: 'worker' as const, orgId })
 export const orgRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.orgs', prefix: '/v1/orgs' })
     .use(authPlugin(deps))
-    .get('/', ({ principal, query }) => orgs.listMyOrgs(deps, principal, query), {
+    .get('', ({ principal, query }) => orgs.listMyOrgs(deps, principal, query), {
       jwt: true,
       query: OrgModel.page,
       detail: { tags, summary: 'Organizations the caller belongs to' },
     })
-    .post('/', ({ principal, body, status }) => status(201, orgs.createTeamOrg(deps, principal, body)), {
+    .post('', ({ principal, body, status }) => status(201, orgs.createTeamOrg(deps, principal, body)), {
       jwt: true,
       body: OrgModel.create,
       detail: { tags, summary: 'Create a team organization (caller becomes owner)' },

@@ -1,10 +1,10 @@
-import { and, count, desc, eq, lt, ne, type SQL } from 'drizzle-orm'
+import { and, count, desc, eq, lt, ne, type SQL, sql } from 'drizzle-orm'
 import { memberships, type OrgRole, organizations, users } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import type { Deps } from '../../deps'
 import { badRequest, conflict, forbidden, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import { toPage } from '../../lib/pagination'
+import { type PageParams, parseLimit, toPage } from '../../lib/pagination'
 import type { UserPrincipal } from '../auth/credentials'
 import { requireOrgRole } from './access'
 
@@ -20,8 +20,8 @@ const toOrg = (o: typeof organizations.$inferSelect, role: OrgRole) => ({
   created_at: o.created_at,
 })
 
-export function listMyOrgs(deps: Deps, principal: UserPrincipal, query: { limit?: number; after?: string }) {
-  const limit = query.limit ?? 20
+export function listMyOrgs(deps: Deps, principal: UserPrincipal, query: PageParams) {
+  const limit = parseLimit(query.limit)
   const mine = eq(memberships.user_id, principal.user.id)
   let cursor: SQL | undefined
   if (query.after) {
@@ -96,7 +96,8 @@ export function listMembers(deps: Deps, principal: UserPrincipal, orgId: string)
     .from(memberships)
     .innerJoin(users, eq(users.id, memberships.user_id))
     .where(eq(memberships.org_id, orgId))
-    .orderBy(memberships.created_at)
+    // Oldest member first; rowid breaks ties within one second.
+    .orderBy(memberships.created_at, sql`memberships.rowid`)
     .all()
   return toPage(rows.map(toMember), false)
 }

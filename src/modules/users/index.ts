@@ -13,7 +13,7 @@ export const userRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.users', prefix: '/v1/users/me/api-keys' })
     .use(authPlugin(deps))
     .post(
-      '/',
+      '',
       ({ body, principal, status }) =>
         status(201, keys.createKey(deps, own(principal), principal, body ?? {})),
       {
@@ -22,7 +22,7 @@ export const userRoutes = (deps: Deps) =>
         detail: { tags, summary: 'Create a personal key; the raw key is returned once' },
       },
     )
-    .get('/', ({ query, principal }) => keys.listKeys(deps, own(principal), query), {
+    .get('', ({ query, principal }) => keys.listKeys(deps, own(principal), query), {
       jwt: true,
       query: t.Object(PageQuery, { additionalProperties: false }),
       detail: { tags, summary: 'List own personal keys (prefix only)' },

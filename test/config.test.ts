@@ -1,0 +1,81 @@
+import { describe, expect, test } from 'bun:test'
+import { ConfigError, configRows, loadConfig } from '../src/config'
+
+describe('loadConfig', () => {
+  test('defaults serve one machine', () => {
+    const c = loadConfig({})
+    expect(c).toMatchObject({
+      PORT: 8080,
+      HOST: '0.0.0.0',
+      DATA_DIR: './data',
+      DATABASE_PATH: 'data/gridkeep.db',
+      PUBLIC_URL: 'http://localhost:8080',
+      JWT_TTL_SECONDS: 86400,
+      ADMIN_EMAIL: 'admin@localhost',
+      SIGNUP_ENABLED: true,
+      MAX_UPLOAD_BYTES: 200 * 1024 * 1024,
+      MAX_LINE_BYTES: 1024 * 1024,
+      MAX_REQUESTS_PER_BATCH: 50_000,
+      HEARTBEAT_TIMEOUT_SECONDS: 120,
+      SWEEP_INTERVAL_SECONDS: 60,
+      MAX_BATCH_ATTEMPTS: 3,
+      POOL_CACHE_SECONDS: 15,
+      MIN_WORKERS_FOR_HARDWARE: 3,
+      RESET_TOKEN_TTL_SECONDS: 3600,
+      RATE_LIMIT_LOGIN_PER_MINUTE: 10,
+      RATE_LIMIT_FORGOT_PER_HOUR: 5,
+      RATE_LIMIT_KEYS_PER_MINUTE: 10,
+      SQLITE_SYNCHRONOUS: 'normal',
+      LOG_LEVEL: 'info',
+    })
+    expect(c.JWT_SECRET).toBeUndefined()
+  })
+
+  test('values are converted and derived paths follow DATA_DIR', () => {
+    const c = loadConfig({
+      PORT: '9000',
+      DATA_DIR: '/srv/gk',
+      SIGNUP_ENABLED: 'false',
+      PUBLIC_URL: 'https://gk.lab/',
+    })
+    expect(c.PORT).toBe(9000)
+    expect(c.DATABASE_PATH).toBe('/srv/gk/gridkeep.db')
+    expect(c.SIGNUP_ENABLED).toBe(false)
+    expect(c.PUBLIC_URL).toBe('https://gk.lab')
+  })
+
+  test.each([
+    ['PORT', 'eighty', /PORT: expected an integer from 0 to 65535/],
+    ['PORT', '70000', /PORT/],
+    ['MAX_BATCH_ATTEMPTS', '0', /MAX_BATCH_ATTEMPTS/],
+    ['LOG_LEVEL', 'loud', /LOG_LEVEL: expected one of debug, info, warn, error/],
+    ['SIGNUP_ENABLED', 'maybe', /SIGNUP_ENABLED: expected true or false/],
+    ['SQLITE_SYNCHRONOUS', 'off', /SQLITE_SYNCHRONOUS/],
+    ['JWT_SECRET', 'short-secret', /JWT_SECRET: expected at least 32 characters/],
+  ])('a bad %s stops the start with one line naming it', (name, value, message) => {
+    let error: unknown
+    try {
+      loadConfig({ [name]: value })
+    } catch (e) {
+      error = e
+    }
+    expect(error).toBeInstanceOf(ConfigError)
+    expect((error as Error).message).toMatch(message)
+    expect((error as Error).message.split('\n')).toHaveLength(1)
+  })
+
+  test('a bad secret value is never echoed back', () => {
+    expect(() => loadConfig({ JWT_SECRET: 'tiny-secret' })).toThrow(/\*\*\*/)
+    try {
+      loadConfig({ ADMIN_PASSWORD: 'short' })
+    } catch (e) {
+      expect((e as Error).message).not.toContain('short')
+    }
+  })
+
+  test('every variable has a description for the README and --help', () => {
+    const rows = configRows()
+    expect(rows.length).toBeGreaterThan(25)
+    for (const r of rows) expect(r.description.length).toBeGreaterThan(10)
+  })
+})
