@@ -227,3 +227,13 @@ export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
   rt.restart = () => listen(rt.port)
   return rt
 }
+
+// `bun test/helpers/fake-runtime.ts [model…]` serves the stand-in runtime in its own process (the
+// benchmark keeps it out of the daemon's RSS and CPU) and prints its URL on the first line.
+if (import.meta.main) {
+  const rt = startFakeRuntime({
+    models: process.argv.slice(2).length ? process.argv.slice(2) : ['bench-model'],
+  })
+  console.log(rt.url)
+  process.on('SIGTERM', () => void rt.stop().then(() => process.exit(0)))
+}
