@@ -240,6 +240,26 @@ function describe(schema: any): string {
   return `expected ${schema.type}`
 }
 
+const PLACEHOLDER: Partial<Record<Field, string>> = {
+  server: 'URL',
+  key: 'gk-…',
+  runtime: 'openai|ollama',
+  runtime_url: 'URL',
+  engine: 'NAME',
+  name: 'NAME',
+  state_dir: 'DIR',
+  concurrency: 'N',
+  max_jobs: 'N',
+  vram_gb: 'GB',
+  max_download_gb: 'GB',
+  progress_interval: 'S',
+  poll_interval: 'S',
+  request_timeout: 'S',
+  retries: 'N',
+  shutdown_grace: 'S',
+  log_level: 'LEVEL',
+}
+
 export function helpText(): string {
   const lines = [
     'Usage: gridkeep worker --server URL --key gk-… --runtime openai|ollama [options]',
@@ -251,8 +271,7 @@ export function helpText(): string {
   ]
   for (const f of FIELDS) {
     const s = (DaemonOptionsSchema.properties as any)[f]
-    const flag =
-      f === 'model_files' ? '--model-file NAME=PATH' : `${flagOf(f)} ${f === 'key' ? 'KEY' : 'VALUE'}`
+    const flag = f === 'model_files' ? '--model-file NAME=PATH' : `${flagOf(f)} ${PLACEHOLDER[f] ?? 'VALUE'}`
     const def = s.default === undefined ? '' : ` [default ${s.default}]`
     lines.push(`  ${flag.padEnd(30)} ${s.description}${def}`)
     lines.push(`  ${''.padEnd(30)} env ${ENV_NAMES[f]}`)
