@@ -184,8 +184,12 @@ export class ControlPlane {
     return bytes
   }
 
-  /** Multipart upload of the output file (SPEC §4 Upload results), streamed from disk. */
-  uploadResults(args: {
+  /**
+   * Multipart upload of the output file (SPEC §4 Upload results), streamed from disk: the body is
+   * generated chunk by chunk (fields, then the file), so a 50,000-line output is never held in
+   * memory (a FormData holding the file would be).
+   */
+  async uploadResults(args: {
     job_id: string
     worker_id: string
     assignment_id?: string
@@ -193,17 +197,17 @@ export class ControlPlane {
     failed: number
     file: string
   }): Promise<UploadResult> {
-    const form = new FormData()
-    form.append('job_id', args.job_id)
-    form.append('worker_id', args.worker_id)
-    if (args.assignment_id) form.append('assignment_id', args.assignment_id)
-    form.append('completed', String(args.completed))
-    form.append('failed', String(args.failed))
-    form.append('file', Bun.file(args.file, { type: 'application/jsonl' }), 'output.jsonl')
+    const fields: Record<string, string> = {
+      job_id: args.job_id,
+      worker_id: args.worker_id,
+      ...(args.assignment_id ? { assignment_id: args.assignment_id } : {}),
+      completed: String(args.completed),
+      failed: String(args.failed),
+    }
+    const { body, contentType } = multipart(fields, 'file', 'output.jsonl', args.file)
     // No overall time limit: a large file on a slow link legitimately takes long.
-    return this.send('POST', '/workers/upload-results', form, undefined, 0).then(
-      (r) => r.json() as Promise<UploadResult>,
-    )
+    const res = await this.send('POST', '/workers/upload-results', body, undefined, 0, contentType)
+    return (await res.json()) as UploadResult
   }
 
   private async json<T>(method: string, path: string, body: unknown): Promise<T> {
@@ -219,12 +223,14 @@ export class ControlPlane {
   private async send(
     method: string,
     path: string,
-    body: string | FormData | undefined,
+    body: string | ReadableStream<Uint8Array> | undefined,
     signal: AbortSignal | undefined,
     timeoutMs: number,
+    contentType?: string,
   ): Promise<Response> {
     const headers: Record<string, string> = { ...this.headers }
     if (typeof body === 'string') headers['content-type'] = 'application/json'
+    if (contentType) headers['content-type'] = contentType
     const signals = [signal, timeoutMs ? AbortSignal.timeout(timeoutMs) : undefined].filter(
       (s): s is AbortSignal => !!s,
     )
@@ -257,4 +263,49 @@ export class ControlPlane {
       ra ? Number(ra) * 1000 : null,
     )
   }
+}
+
+/** A multipart/form-data body: text fields, then one file streamed from disk. */
+export function multipart(
+  fields: Record<string, string>,
+  fileField: string,
+  filename: string,
+  path: string,
+): { body: ReadableStream<Uint8Array>; contentType: string } {
+  const boundary = `gridkeep-${crypto.randomUUID()}`
+  const enc = new TextEncoder()
+  let head = ''
+  for (const [name, value] of Object.entries(fields))
+    head += `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`
+  head += `--${boundary}\r\nContent-Disposition: form-data; name="${fileField}"; filename="${filename}"\r\n`
+  head += 'Content-Type: application/jsonl\r\n\r\n'
+  const tail = `\r\n--${boundary}--\r\n`
+  let reader: { read(): Promise<{ done: boolean; value?: Uint8Array }>; cancel(): Promise<void> } | null =
+    null
+  let stage: 'head' | 'file' | 'done' = 'head'
+  const body = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      if (stage === 'head') {
+        stage = 'file'
+        reader = Bun.file(path).stream().getReader()
+        controller.enqueue(enc.encode(head))
+        return
+      }
+      if (stage === 'file') {
+        const { value, done } = await reader!.read()
+        if (!done) {
+          controller.enqueue(value)
+          return
+        }
+        stage = 'done'
+        controller.enqueue(enc.encode(tail))
+        return
+      }
+      controller.close()
+    },
+    cancel() {
+      void reader?.cancel()
+    },
+  })
+  return { body, contentType: `multipart/form-data; boundary=${boundary}` }
 }
