@@ -1,3 +1,4 @@
+import { writeFileSync } from 'node:fs'
 import pkg from '../../package.json'
 import type { Gpu } from './gpu'
 import type { InventoryItem } from './runtimes/types'
@@ -169,6 +170,9 @@ export class ControlPlane {
     const res = await this.send('GET', inputPath, undefined, signal, 0)
     if (!res.body) throw new TransportError('empty input file response')
     let bytes = 0
+    // A FileSink writes over an existing file without truncating it: a retried download must
+    // start from an empty file, not on top of the bytes of the broken attempt.
+    writeFileSync(dest, '')
     const sink = Bun.file(dest).writer({ highWaterMark: 1 << 20 })
     try {
       for await (const chunk of res.body) {

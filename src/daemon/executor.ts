@@ -1,3 +1,4 @@
+import { writeFileSync } from 'node:fs'
 import { randomBase62 } from '../lib/ids'
 import { type Backoff, backoffDelay, retryAfterMs, sleep } from './backoff'
 import { readLines } from './lines'
@@ -85,6 +86,7 @@ export async function executeJob(
 
   // The sink writes its buffer out whenever it passes FLUSH_BYTES: results reach the disk as the
   // job goes, and memory holds at most one buffer of them.
+  writeFileSync(outputPath, '') // a FileSink does not truncate what is already there
   const writer = Bun.file(outputPath).writer({ highWaterMark: FLUSH_BYTES })
   // Counted from the record written, so counts always agree with what the server will count
   // (API.md §7: status_code < 400 and no error → output file; everything else → error file).

@@ -221,6 +221,19 @@ describe('jobs', () => {
     expect(cp.failures).toEqual([])
   })
 
+  test('an input download that breaks off is retried', async () => {
+    const { cp, rt } = setup()
+    cp.breakNextDownload = true
+    cp.addJob({ job_id: 'batch_broken_download', input: chatLines(200).join('\n'), model: MODEL })
+    start(cp, rt)
+    await cp.waitFor(() => cp.uploads.length === 1, 'the upload')
+    expect(cp.downloads).toHaveLength(2)
+    const ids = cp.uploads[0]!.lines.map((l) => l.custom_id)
+    expect(ids).toHaveLength(200)
+    expect(new Set(ids).size).toBe(200)
+    expect(cp.failures).toEqual([])
+  })
+
   test('polls only while it has free capacity', async () => {
     const { cp, rt } = setup({ latencyMs: 30 })
     cp.addJob({ job_id: 'batch_a', input: chatLines(12).join('\n'), model: MODEL })

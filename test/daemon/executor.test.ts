@@ -72,6 +72,18 @@ describe('executor: output format and routing', () => {
     }
   })
 
+  test('an output file left from an earlier attempt is replaced, not written over', async () => {
+    const rt = startFakeRuntime({ models: ['m'] })
+    try {
+      const { input, output } = files([chat('a', 'x')])
+      writeFileSync(output, 'stale bytes of an earlier run\n'.repeat(100))
+      await executeJob(input, output, { model: 'm', endpoint: '/v1/chat/completions' }, opts(rt.url))
+      expect(readOutput(output).map((l) => l.custom_id)).toEqual(['a'])
+    } finally {
+      await rt.stop()
+    }
+  })
+
   test('completions and embeddings go to the job endpoint on the runtime', async () => {
     const rt = startFakeRuntime({ models: ['m'] })
     try {

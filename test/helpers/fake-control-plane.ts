@@ -41,6 +41,8 @@ export interface FakeControlPlane {
   /** Heartbeat answers carry these pull_models (once). */
   askToPull(models: unknown[]): void
   refuseProgress: boolean
+  /** The next input download sends part of the file, then the connection breaks. */
+  breakNextDownload: boolean
   /** Next answers of a path fail with this status (e.g. 503 while "restarting"). */
   failNext(path: string, status: number, times?: number): void
   heartbeatSeconds: number
@@ -69,6 +71,7 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     uploads: [],
     failures: [],
     refuseProgress: false,
+    breakNextDownload: false,
     heartbeatSeconds: opts.heartbeatSeconds ?? 0.05,
     addJob(job) {
       const full = { ...job, assignment_id: `asg_${++seq}` }
@@ -170,6 +173,22 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
       cp.downloads.push({ path, authorization: req.headers.get('authorization') })
       const a = assigned.get(file[1]!)
       if (!a) return err(404, 'file not found')
+      if (cp.breakNextDownload) {
+        cp.breakNextDownload = false
+        const half = new TextEncoder().encode(a.job.input.slice(0, Math.floor(a.job.input.length / 2)))
+        let sent = false
+        return new Response(
+          new ReadableStream({
+            async pull(c) {
+              if (sent) return c.error()
+              sent = true
+              c.enqueue(half)
+              await Bun.sleep(5)
+            },
+          }),
+          { headers: { 'content-type': 'application/jsonl' } },
+        )
+      }
       return new Response(a.job.input, { headers: { 'content-type': 'application/jsonl' } })
     }
     if (path === '/workers/progress') {
