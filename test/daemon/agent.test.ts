@@ -310,6 +310,17 @@ describe('jobs', () => {
     expect(cp.failures).toEqual([])
   })
 
+  test('an upload refused with 403 (requeued and re-claimed meanwhile) is dropped without a failure report', async () => {
+    const { cp, rt } = setup()
+    cp.failNext('/workers/upload-results', 403)
+    cp.addJob({ job_id: 'batch_stale', input: chatLines(5).join('\n'), model: MODEL })
+    start(cp, rt)
+    await cp.waitFor(() => rt.requests === 5 && cp.heartbeats.at(-1).activity === 'idle', 'the job ended')
+    await Bun.sleep(50)
+    expect(cp.uploads).toEqual([])
+    expect(cp.failures).toEqual([])
+  })
+
   test('an upload that meets a restarting server is retried until it lands', async () => {
     const { cp, rt } = setup()
     cp.failNext('/workers/upload-results', 503, 3)
