@@ -81,7 +81,7 @@ CREATE TABLE `batch_assignments` (
 --> statement-breakpoint
 CREATE UNIQUE INDEX `batch_assignments_id_unique` ON `batch_assignments` (`id`);--> statement-breakpoint
 CREATE UNIQUE INDEX `batch_assignments_batch_id_unique` ON `batch_assignments` (`batch_id`);--> statement-breakpoint
-CREATE INDEX `batch_assignments_worker` ON `batch_assignments` (`worker_id`);--> statement-breakpoint
+CREATE INDEX `batch_assignments_worker` ON `batch_assignments` (`worker_id`,`completed_at`);--> statement-breakpoint
 CREATE TABLE `batch_errors` (
 	`seq` integer PRIMARY KEY AUTOINCREMENT NOT NULL,
 	`batch_id` text NOT NULL,
@@ -159,7 +159,7 @@ CREATE TABLE `catalog_entries` (
 	`context_length` integer,
 	`vram_gb` real,
 	`size_gb` real,
-	`task_type` text NOT NULL,
+	`task_type` text,
 	`capabilities` text DEFAULT '{}' NOT NULL,
 	`lineage` text,
 	`source_type` text,
@@ -187,6 +187,17 @@ CREATE TABLE `serving_profiles` (
 );
 --> statement-breakpoint
 CREATE UNIQUE INDEX `serving_profiles_entry_runtime` ON `serving_profiles` (`catalog_id`,`runtime`);--> statement-breakpoint
+CREATE TABLE `model_pulls` (
+	`catalog_id` text PRIMARY KEY NOT NULL,
+	`worker_id` text NOT NULL,
+	`runtime` text NOT NULL,
+	`runtime_model_id` text NOT NULL,
+	`asked_at` integer NOT NULL,
+	`last_progress_at` integer NOT NULL,
+	FOREIGN KEY (`catalog_id`) REFERENCES `catalog_entries`(`id`) ON UPDATE cascade ON DELETE cascade,
+	FOREIGN KEY (`worker_id`) REFERENCES `workers`(`id`) ON UPDATE no action ON DELETE cascade
+);
+--> statement-breakpoint
 CREATE TABLE `worker_gpus` (
 	`seq` integer PRIMARY KEY AUTOINCREMENT NOT NULL,
 	`worker_id` text NOT NULL,
@@ -210,10 +221,12 @@ CREATE TABLE `worker_models` (
 	`status` text DEFAULT 'available' NOT NULL,
 	`loaded` integer DEFAULT false NOT NULL,
 	`advertised` integer DEFAULT false NOT NULL,
+	`configured` integer DEFAULT false NOT NULL,
+	`on_disk` integer DEFAULT false NOT NULL,
 	FOREIGN KEY (`worker_id`) REFERENCES `workers`(`id`) ON UPDATE no action ON DELETE cascade
 );
 --> statement-breakpoint
-CREATE INDEX `worker_models_name_idx` ON `worker_models` (`name`);--> statement-breakpoint
+CREATE INDEX `worker_models_name_idx` ON `worker_models` (`name`,`worker_id`);--> statement-breakpoint
 CREATE UNIQUE INDEX `worker_models_name` ON `worker_models` (`worker_id`,`name`);--> statement-breakpoint
 CREATE TABLE `worker_runtimes` (
 	`seq` integer PRIMARY KEY AUTOINCREMENT NOT NULL,
@@ -241,6 +254,7 @@ CREATE TABLE `workers` (
 	`gpu_utilization` real,
 	`gpu_memory_used_gb` real,
 	`loaded_models` text DEFAULT '[]' NOT NULL,
+	`inventory_sig` text,
 	`current_job_id` text,
 	`uptime_seconds` integer,
 	`max_concurrent_jobs` integer DEFAULT 1 NOT NULL,
@@ -252,5 +266,4 @@ CREATE TABLE `workers` (
 );
 --> statement-breakpoint
 CREATE UNIQUE INDEX `workers_id_unique` ON `workers` (`id`);--> statement-breakpoint
-CREATE INDEX `workers_org_machine` ON `workers` (`org_id`,`machine_id`);--> statement-breakpoint
-CREATE INDEX `workers_status_seen` ON `workers` (`status`,`last_seen_at`);
+CREATE INDEX `workers_org_machine` ON `workers` (`org_id`,`machine_id`);

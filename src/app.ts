@@ -8,9 +8,14 @@ import { parseBody } from './http/parse'
 import { log } from './lib/logger'
 import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
+import { batchRoutes } from './modules/batches'
+import { catalogueRoutes } from './modules/catalogue'
+import { fileRoutes } from './modules/files'
 import { healthRoutes } from './modules/health'
 import { orgRoutes } from './modules/orgs'
+import { poolRoutes } from './modules/pool'
 import { userRoutes } from './modules/users'
+import { workerRoutes } from './modules/workers'
 
 /** The HTTP application: request ids and logging, the JSON parser, error mapping, docs, modules. */
 export function createApp(deps: Deps) {
@@ -60,6 +65,11 @@ export function createApp(deps: Deps) {
     .use(userRoutes(deps))
     .use(orgRoutes(deps))
     .use(adminRoutes(deps))
+    .use(fileRoutes(deps))
+    .use(batchRoutes(deps))
+    .use(catalogueRoutes(deps))
+    .use(workerRoutes(deps))
+    .use(poolRoutes(deps))
 }
 
 export type App = ReturnType<typeof createApp>

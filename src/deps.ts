@@ -3,6 +3,7 @@ import { join } from 'node:path'
 import type { Config } from './config'
 import { migrate } from './db/migrate'
 import { type Db, openDb } from './db/open'
+import { BatchEventBus } from './lib/batch-events'
 import { type Clock, systemClock } from './lib/clock'
 import { createMailer, type Mailer } from './lib/mailer'
 import { createMetrics, type Metrics } from './lib/metrics'
@@ -24,6 +25,8 @@ export interface Deps {
   passwords: Passwords
   limiter: RateLimiter
   metrics: Metrics
+  /** Validator → batch event streams, and the "batch created" signal that wakes the validator. */
+  batchEvents: BatchEventBus
   /** Aborted when the server begins to shut down: open streams end and loops stop. */
   shutdown: AbortController
   /** Unix seconds when this process started (sweeper startup grace). */
@@ -58,6 +61,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     passwords: overrides.passwords ?? createPasswords(),
     limiter: new RateLimiter(clock),
     metrics: createMetrics(),
+    batchEvents: new BatchEventBus(),
     shutdown: new AbortController(),
     startedAt: clock.now(),
   }

@@ -3,6 +3,9 @@ import { type Config, ConfigError, loadConfig } from './config'
 import { createDeps, type Deps } from './deps'
 import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
+import { seedCatalogue } from './modules/catalogue/seed'
+import * as sweeper from './services/sweeper'
+import * as validator from './services/validator'
 
 // Composition root: loadConfig → openDb → migrate → seed → services → listen.
 
@@ -16,15 +19,21 @@ export interface RunningServer {
 export async function startServer(config: Config, deps: Deps = createDeps(config)): Promise<RunningServer> {
   setLogLevel(config.LOG_LEVEL)
   await ensureSuperadmin(deps)
+  // SPEC rule 7: the catalogue is upserted from the manifest at every start, before listening.
+  await seedCatalogue(deps)
+  const stopValidator = validator.start(deps)
   const app = createApp(deps)
   const server = Bun.serve({
     port: config.PORT,
     hostname: config.HOST,
-    // Uploads are streamed and capped by the files module itself; Bun's own limit sits just above.
-    maxRequestBodySize: config.MAX_UPLOAD_BYTES + 1024 * 1024,
+    // Uploads are streamed and capped by the files module itself (413 in the envelope); Bun's own
+    // limit is only a backstop. It counts bytes as the socket receives them, ahead of what the
+    // handler has parsed, so it sits well above the cap: 1 MiB above lost that race under load.
+    maxRequestBodySize: config.MAX_UPLOAD_BYTES + 64 * 1024 * 1024,
     idleTimeout: 0,
     fetch: (request, _srv) => app.fetch(request),
   })
+  const stopSweeper = sweeper.start(deps)
   const url = `http://${config.HOST === '0.0.0.0' ? 'localhost' : config.HOST}:${server.port}`
   log.info('gridkeep listening', { url, database: config.DATABASE_PATH })
   return {
@@ -33,6 +42,8 @@ export async function startServer(config: Config, deps: Deps = createDeps(config
     url,
     async stop() {
       deps.shutdown.abort()
+      await stopValidator()
+      stopSweeper()
       await server.stop()
       deps.mailer.close()
       deps.sqlite.close()

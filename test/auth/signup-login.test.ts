@@ -163,6 +163,29 @@ describe('POST /v1/auth/login', () => {
     expect(wrong.body.error.code).toBe('invalid_credentials')
   })
 
+  test('an unknown email still spends one argon2 verification, like a wrong password does', async () => {
+    const u = await makeUser(t)
+    const real = t.deps.passwords
+    let verifications = 0
+    const countVerify = async (pw: string, hash: string) => {
+      verifications++
+      return real.verify(pw, hash)
+    }
+    t.deps.passwords = {
+      ...real,
+      verify: countVerify,
+      burn: async (pw) => void (await countVerify(pw, await real.hash('x-timing-dummy'))),
+    }
+    try {
+      await t.req('POST', '/v1/auth/login', { body: { email: uniqueEmail(), password: 'wrong-password' } })
+      expect(verifications).toBe(1)
+      await t.req('POST', '/v1/auth/login', { body: { email: u.email, password: 'wrong-password' } })
+      expect(verifications).toBe(2)
+    } finally {
+      t.deps.passwords = real
+    }
+  })
+
   test('a deactivated user cannot log in, and their JWT stops working', async () => {
     const u = await makeUser(t)
     setUserFlags(t, u.id, { is_active: false })

@@ -91,10 +91,13 @@ export const batchAssignments = sqliteTable(
     assigned_at: integer().notNull(),
     completed_at: integer(),
   },
-  (t) => [index('batch_assignments_worker').on(t.worker_id)],
+  // (worker_id, completed_at): a worker's current assignments are one range probe, however
+  // much completed history it has (poll's max_concurrent_jobs, heartbeat's assigned_job_ids).
+  (t) => [index('batch_assignments_worker').on(t.worker_id, t.completed_at)],
 )
 
 export type FileRow = typeof files.$inferSelect
 export type BatchRow = typeof batches.$inferSelect
 export type BatchStatus = BatchRow['status']
 export type BatchAssignmentRow = typeof batchAssignments.$inferSelect
+export type BatchErrorRow = typeof batchErrors.$inferSelect

@@ -18,7 +18,8 @@ export const catalogEntries = sqliteTable(
     context_length: integer(),
     vram_gb: real(), // null disables the VRAM filter
     size_gb: real(),
-    task_type: text({ enum: ['chat', 'text-generation', 'embedding', 'vision'] }).notNull(),
+    // null only for staged discovery stubs (enabled = false) awaiting review (SPEC rule 8).
+    task_type: text({ enum: ['chat', 'text-generation', 'embedding', 'vision'] }),
     capabilities: text({ mode: 'json' }).$type<Record<string, boolean>>().notNull().default({}),
     lineage: text(),
     source_type: text(),

@@ -1,5 +1,6 @@
 import { index, integer, real, sqliteTable, text, unique } from 'drizzle-orm/sqlite-core'
 import { organizations } from './accounts'
+import { catalogEntries } from './catalogue'
 
 // Workers and their child rows (SPEC §2 "Worker", API.md §7). `status` is the stored liveness;
 // anything shown to users is re-checked against last_seen_at at read time (SPEC §4 Pool rule 2).
@@ -26,6 +27,9 @@ export const workers = sqliteTable(
     gpu_utilization: real(),
     gpu_memory_used_gb: real(),
     loaded_models: text({ mode: 'json' }).$type<string[]>().notNull().default([]),
+    // Hash of the last inventory + loaded_models applied to worker_models: an unchanged report
+    // (the common heartbeat) skips rewriting the child rows.
+    inventory_sig: text(),
     current_job_id: text(),
     uptime_seconds: integer(),
     max_concurrent_jobs: integer().notNull().default(1),
@@ -34,10 +38,10 @@ export const workers = sqliteTable(
     last_heartbeat_at: integer(), // null = never heartbeated (SPEC Poll rule 6)
     last_seen_at: integer().notNull(), // liveness: register, heartbeat, model-progress
   },
-  (t) => [
-    index('workers_org_machine').on(t.org_id, t.machine_id),
-    index('workers_status_seen').on(t.status, t.last_seen_at),
-  ],
+  // No index on (status, last_seen_at): every heartbeat moves last_seen_at, and keeping such an
+  // index current tripled the pages each heartbeat writes. The sweeper and pool capacity scan
+  // the table instead (10,000 workers: a few ms).
+  (t) => [index('workers_org_machine').on(t.org_id, t.machine_id)],
 )
 
 export const workerRuntimes = sqliteTable(
@@ -54,8 +58,9 @@ export const workerRuntimes = sqliteTable(
   (t) => [unique('worker_runtimes_engine').on(t.worker_id, t.engine)],
 )
 
-// One row per model a worker hosts: advertised at registration, on disk in the inventory, or
-// reported loaded. name is the runtime's model string (runtime_model_id or inventory local_name).
+// One row per model a worker hosts (API.md §7 "hosts"): named in the registration `models`, on
+// disk in the latest inventory, or reported loaded. name is the runtime's model string
+// (registration name or inventory local_name); digest is normalized (64 lowercase hex).
 export const workerModels = sqliteTable(
   'worker_models',
   {
@@ -64,15 +69,24 @@ export const workerModels = sqliteTable(
       .notNull()
       .references(() => workers.id, { onDelete: 'cascade' }),
     name: text().notNull(),
-    runtime: text(),
+    runtime: text(), // engine hosting it, when the inventory says
     runtime_model_id: text(),
     digest: text(),
     size_bytes: integer(),
     status: text().notNull().default('available'), // on-disk status
     loaded: integer({ mode: 'boolean' }).notNull().default(false),
-    advertised: integer({ mode: 'boolean' }).notNull().default(false), // named at registration
+    // Known at registration (models list or registration inventory): SPEC Poll rule 6.
+    advertised: integer({ mode: 'boolean' }).notNull().default(false),
+    // Named in the registration `models` list: survives inventory replacement.
+    configured: integer({ mode: 'boolean' }).notNull().default(false),
+    // In the latest inventory (registration, then each heartbeat that carries one).
+    on_disk: integer({ mode: 'boolean' }).notNull().default(false),
   },
-  (t) => [unique('worker_models_name').on(t.worker_id, t.name), index('worker_models_name_idx').on(t.name)],
+  // (name, worker_id): "who hosts this name?" is answered from the index alone.
+  (t) => [
+    unique('worker_models_name').on(t.worker_id, t.name),
+    index('worker_models_name_idx').on(t.name, t.worker_id),
+  ],
 )
 
 export const workerGpus = sqliteTable(
@@ -90,6 +104,22 @@ export const workerGpus = sqliteTable(
   },
   (t) => [index('worker_gpus_worker').on(t.worker_id)],
 )
+
+// API.md §7 pull_models: at most one worker at a time is asked to materialise an entry. The row
+// lives while the ask is outstanding; it lapses when the worker reports the download finished or
+// failed, goes offline, re-registers, or stays silent about it for HEARTBEAT_TIMEOUT_SECONDS.
+export const modelPulls = sqliteTable('model_pulls', {
+  catalog_id: text()
+    .primaryKey()
+    .references(() => catalogEntries.id, { onDelete: 'cascade', onUpdate: 'cascade' }),
+  worker_id: text()
+    .notNull()
+    .references(() => workers.id, { onDelete: 'cascade' }),
+  runtime: text().notNull(),
+  runtime_model_id: text().notNull(),
+  asked_at: integer().notNull(),
+  last_progress_at: integer().notNull(),
+})
 
 export type WorkerRow = typeof workers.$inferSelect
 export type WorkerModelRow = typeof workerModels.$inferSelect

@@ -3,6 +3,7 @@ import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
 import { PageQuery } from '../../lib/pagination'
 import { Email, FullName, Password } from '../users/model'
+import { listWorkers } from '../workers/listing'
 import * as admin from './service'
 
 const tags = ['admin']
@@ -45,6 +46,11 @@ export const adminRoutes = (deps: Deps) =>
         detail: { tags, summary: 'Activate, deactivate, promote or demote a user' },
       },
     )
+    .get('/workers', ({ query }) => listWorkers(deps, null, query), {
+      superadmin: true,
+      query: page,
+      detail: { tags, summary: 'List all workers across orgs' },
+    })
     .get('/organizations', ({ query }) => admin.listOrganizations(deps, query), {
       superadmin: true,
       query: page,

@@ -1,4 +1,4 @@
-import { and, eq } from 'drizzle-orm'
+import { and, eq, sql } from 'drizzle-orm'
 import { type BatchRow, type BatchStatus, batches } from '../../db/schema'
 import type { Tx } from '../../db/tx'
 import { log } from '../../lib/logger'
@@ -68,14 +68,39 @@ export function transition(
   reason?: string,
 ): BatchRow | null {
   const { from, to } = BATCH_TRANSITIONS[event]
-  const row = tx
-    .update(batches)
-    .set({ ...changes, status: to, updated_at: now })
-    .where(and(eq(batches.id, batchId), eq(batches.status, from)))
-    .returning()
-    .get()
+  const keys = (Object.keys(changes) as (keyof BatchChanges)[]).filter((k) => changes[k] !== undefined).sort()
+  const row = guardedUpdate(tx, event, keys).get({ ...changes, __id: batchId, __now: now })
   if (row) log.info('batch transition', { batch_id: batchId, from, to, event, ...(reason ? { reason } : {}) })
   return row ?? null
+}
+
+// The guarded UPDATE of each (event, changed columns) shape is prepared once per connection:
+// compiling it on every call cost more than running it (sweeper passes requeue in bulk).
+const prepared = new WeakMap<object, Map<string, ReturnType<typeof prepareUpdate>>>()
+function prepareUpdate(tx: Tx, event: BatchEvent, keys: (keyof BatchChanges)[]) {
+  const { from, to } = BATCH_TRANSITIONS[event]
+  const set = Object.fromEntries(keys.map((k) => [k, sql.placeholder(k)]))
+  return tx
+    .update(batches)
+    .set({ ...set, status: to, updated_at: sql.placeholder('__now') as never })
+    .where(and(eq(batches.id, sql.placeholder('__id')), eq(batches.status, from)))
+    .returning()
+    .prepare()
+}
+function guardedUpdate(tx: Tx, event: BatchEvent, keys: (keyof BatchChanges)[]) {
+  const session = (tx as unknown as { session: object }).session
+  let cache = prepared.get(session)
+  if (!cache) {
+    cache = new Map()
+    prepared.set(session, cache)
+  }
+  const shape = `${event}:${keys.join(',')}`
+  let stmt = cache.get(shape)
+  if (!stmt) {
+    stmt = prepareUpdate(tx, event, keys)
+    cache.set(shape, stmt)
+  }
+  return stmt
 }
 
 /** transition() by target state: refuses (throws) any pair that is not an edge of the table. */

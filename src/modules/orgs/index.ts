@@ -3,6 +3,7 @@ import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
 import { KeyModel } from '../keys/model'
 import * as keys from '../keys/service'
+import { listWorkers } from '../workers/listing'
 import { requireOrgRole } from './access'
 import { OrgModel } from './model'
 import * as orgs from './service'
@@ -72,6 +73,19 @@ export const orgRoutes = (deps: Deps) =>
         jwt: true,
         params: OrgModel.keyParams,
         detail: { tags, summary: 'Revoke a worker key; daemons using it stop at their next request' },
+      },
+    )
+    .get(
+      '/:org_id/workers',
+      ({ principal, params, query }) => {
+        requireOrgRole(deps, principal, params.org_id, 'viewer')
+        return listWorkers(deps, params.org_id, query)
+      },
+      {
+        jwt: true,
+        params: OrgModel.orgParams,
+        query: OrgModel.page,
+        detail: { tags, summary: "The org's workers: status, activity, live VRAM, loaded models" },
       },
     )
     .get('/:org_id/members', ({ principal, params }) => orgs.listMembers(deps, principal, params.org_id), {

@@ -1,0 +1,120 @@
+// Heartbeat throughput at concurrency 64: gridkeep's POST /workers/{id}/heartbeat (auth, ownership,
+// worker update, inventory check, assigned jobs) against a bare Elysia route that validates the
+// same ~1 KB body with the same TypeBox schema and runs one SQLite UPDATE. Target: ≥ 50 %.
+//
+//   bun run bench/heartbeat.ts            (5 s per side)
+//   bun run bench/heartbeat.ts --quick    (2 s per side)
+
+import { Database } from 'bun:sqlite'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Elysia } from 'elysia'
+import { WorkerModel } from '../src/modules/workers/model'
+import { benchServer, post } from './lib/fixture'
+import { fmt, load, quick } from './lib/load'
+
+const CONCURRENCY = 64
+const DURATION_MS = quick ? 2000 : 5000
+const sha = (s: string) => new Bun.CryptoHasher('sha256').update(s).digest('hex')
+
+const body = {
+  activity: 'idle',
+  current_job_id: null,
+  gpu_utilization: 12.5,
+  gpu_memory_used_gb: 5.25,
+  vram_total_gb: 24,
+  vram_available_gb: 18.75,
+  loaded_models: ['llama3.1:8b-instruct-q4_K_M'],
+  inventory: [
+    'llama3.1:8b-instruct-q4_K_M',
+    'qwen2.5:7b-instruct-q4_K_M',
+    'mistral:7b-instruct-q4_K_M',
+    'gemma2:9b',
+  ].map((n, i) => ({
+    local_name: n,
+    sha256: sha(n),
+    size_bytes: 4_900_000_000 + i,
+    loaded: i === 0,
+    runtime: 'ollama',
+  })),
+  uptime_seconds: 123456,
+}
+const text = JSON.stringify(body)
+
+// The bare baseline: same validation, one UPDATE, nothing else.
+const dir = mkdtempSync(join(tmpdir(), 'gridkeep-bench-bare-'))
+const sqlite = new Database(join(dir, 'bare.db'), { create: true, strict: true })
+sqlite.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000')
+sqlite.exec(`create table workers (id text primary key, activity text, vram_total_gb real, vram_available_gb real,
+  gpu_utilization real, loaded_models text, last_seen_at integer)`)
+const ids = Array.from({ length: CONCURRENCY }, (_, i) => `w${i}`)
+for (const id of ids) sqlite.query('insert into workers (id) values (?)').run(id)
+const update = sqlite.prepare(
+  `update workers set activity = ?, vram_total_gb = ?, vram_available_gb = ?, gpu_utilization = ?,
+   loaded_models = ?, last_seen_at = ? where id = ?`,
+)
+const bare = new Elysia()
+  .post(
+    '/workers/:worker_id/heartbeat',
+    ({ params, body: b }) => {
+      update.run(
+        b.activity,
+        b.vram_total_gb ?? null,
+        b.vram_available_gb ?? null,
+        b.gpu_utilization ?? null,
+        JSON.stringify(b.loaded_models ?? []),
+        Math.floor(Date.now() / 1000),
+        params.worker_id,
+      )
+      return { status: 'online' }
+    },
+    { params: WorkerModel.params, body: WorkerModel.heartbeat },
+  )
+  .listen({ port: 0, hostname: '127.0.0.1' })
+const bareUrl = `http://127.0.0.1:${bare.server!.port}`
+
+const gk = await benchServer({ LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' })
+const workers: string[] = []
+for (let i = 0; i < CONCURRENCY; i++) {
+  const reg = await post(`${gk.url}/workers/register`, gk.key, {
+    name: `bench-${i}`,
+    runtimes: [{ engine: 'ollama', base_url: 'http://127.0.0.1:11434', status: 'online' }],
+  })
+  workers.push(reg.worker_id)
+}
+
+const requestsFor = (base: string, list: string[], auth?: string) =>
+  list.map((id) => ({
+    url: `${base}/workers/${id}/heartbeat`,
+    headers: { 'content-type': 'application/json', ...(auth ? { authorization: `Bearer ${auth}` } : {}) },
+    body: text,
+  }))
+
+console.log(
+  `heartbeat body ${text.length} bytes, concurrency ${CONCURRENCY}, ${DURATION_MS / 1000} s per side`,
+)
+// Warm both up, then measure them alternately (bare, gridkeep, bare, gridkeep) and keep the best.
+await load(requestsFor(bareUrl, ids), CONCURRENCY, 500)
+await load(requestsFor(gk.url, workers, gk.key), CONCURRENCY, 500)
+const runs = { bare: [] as number[], gridkeep: [] as number[] }
+let errors = 0
+for (let round = 0; round < 2; round++) {
+  const b = await load(requestsFor(bareUrl, ids), CONCURRENCY, DURATION_MS / 2)
+  const g = await load(requestsFor(gk.url, workers, gk.key), CONCURRENCY, DURATION_MS / 2)
+  runs.bare.push(b.perSecond)
+  runs.gridkeep.push(g.perSecond)
+  errors += b.errors + g.errors
+}
+const bareBest = Math.max(...runs.bare)
+const gkBest = Math.max(...runs.gridkeep)
+console.log(`bare Elysia + TypeBox + 1 UPDATE : ${fmt(bareBest)} req/s`)
+console.log(`gridkeep heartbeat               : ${fmt(gkBest)} req/s`)
+console.log(`ratio                            : ${fmt((gkBest / bareBest) * 100, 1)} % (target ≥ 50 %)`)
+if (errors) console.log(`errors: ${errors}`)
+
+await bare.stop()
+sqlite.close()
+rmSync(dir, { recursive: true, force: true })
+await gk.stop()
+process.exit(0)

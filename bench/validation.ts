@@ -1,0 +1,413 @@
+// Validation throughput and server memory (issue 3). Prints figures, not a pass/fail verdict.
+//
+//   bun run bench/validation.ts              200 MB, 50,000-line chat file
+//   BENCH_QUICK=1 bun run bench/validation.ts   20 MB, 5,000 lines (smoke run)
+//
+// 1. Throughput: the validator (validateBatch on a real database) against a bare Bun loop that
+//    streams the same file, splits lines and JSON.parses each one — both in this run, best of N.
+//    Target: validator ≥ 50% of the bare loop.
+// 2. custom_id tracking: the compact hashed set against a Set of the id strings.
+// 3. Memory: a real server in a subprocess; the file is uploaded (streamed, chunked) and
+//    validated while /proc/<pid>/status VmRSS is sampled every 50 ms. Target: peak < 100 MB
+//    above idle.
+
+import { Database } from 'bun:sqlite'
+import { mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { loadConfig } from '../src/config'
+import { batches, catalogEntries, files, users } from '../src/db/schema'
+import { createDeps } from '../src/deps'
+import { CompactIdSet } from '../src/lib/id-set'
+import { newId } from '../src/lib/ids'
+import { filePath } from '../src/modules/files/storage'
+import { validateBatch } from '../src/services/validator'
+
+const QUICK = process.env.BENCH_QUICK === '1'
+const LINES = QUICK ? 5_000 : 50_000
+const TARGET_BYTES = QUICK ? 20_000_000 : 200_000_000
+const ROUNDS = 5
+const MODEL = 'bench-8b-q4km'
+const MiB = 1024 * 1024
+const root = resolve(import.meta.dir, '..')
+const outDir = join(import.meta.dir, '.out')
+
+const fmt = (n: number, d = 0) => n.toFixed(d)
+
+// ---------------------------------------------------------------------------------------------
+// The input file: LINES chat requests, padded to TARGET_BYTES in total.
+
+async function inputFile(): Promise<string> {
+  mkdirSync(outDir, { recursive: true })
+  const path = join(outDir, `chat-${LINES}-${TARGET_BYTES}.jsonl`)
+  try {
+    if (statSync(path).size > 0) return path
+  } catch {}
+  const skeleton = (i: number, pad: string) =>
+    JSON.stringify({
+      custom_id: `request-${i}`,
+      method: 'POST',
+      url: '/v1/chat/completions',
+      body: {
+        model: MODEL,
+        max_tokens: 256,
+        messages: [
+          { role: 'system', content: 'You are a helpful assistant.' },
+          { role: 'user', content: pad },
+        ],
+      },
+    })
+  const padLength = Math.max(0, Math.floor(TARGET_BYTES / LINES) - skeleton(LINES, '').length - 1)
+  // ASCII only, so characters and bytes agree and the file lands on TARGET_BYTES.
+  const words = 'the quick brown fox jumps over a lazy dog while "quoted" text\tand escapes flow by '
+  const escaped = JSON.stringify(words).length - 2 // quotes and tabs grow when escaped
+  const chars = Math.floor((padLength * words.length) / escaped)
+  const pad = words.repeat(Math.ceil(chars / words.length)).slice(0, chars)
+  const writer = Bun.file(path).writer()
+  for (let i = 0; i < LINES; i++) writer.write(`${skeleton(i, pad)}\n`)
+  await writer.end()
+  return path
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Throughput
+
+/** The baseline: stream, split on LF, decode, JSON.parse. Nothing else. */
+async function bareLoop(path: string): Promise<number> {
+  // The same decoder settings as the validator (Bun's fatal decoder is the faster one here).
+  const decoder = new TextDecoder('utf-8', { fatal: true })
+  let rest: Uint8Array | null = null
+  let lines = 0
+  for await (const chunk of Bun.file(path).stream()) {
+    let start = 0
+    if (rest) {
+      // Only the line that spans two chunks is copied.
+      const nl = chunk.indexOf(10)
+      if (nl < 0) {
+        const joined: Uint8Array = new Uint8Array(rest.length + chunk.length)
+        joined.set(rest)
+        joined.set(chunk, rest.length)
+        rest = joined
+        continue
+      }
+      const joined: Uint8Array = new Uint8Array(rest.length + nl)
+      joined.set(rest)
+      joined.set(chunk.subarray(0, nl), rest.length)
+      JSON.parse(decoder.decode(joined))
+      lines++
+      rest = null
+      start = nl + 1
+    }
+    for (;;) {
+      const nl = chunk.indexOf(10, start)
+      if (nl < 0) break
+      JSON.parse(decoder.decode(chunk.subarray(start, nl)))
+      lines++
+      start = nl + 1
+    }
+    if (start < chunk.length) rest = chunk.slice(start)
+  }
+  return lines
+}
+
+async function throughput(path: string) {
+  const bytes = statSync(path).size
+  const dir = mkdtempSync(join(tmpdir(), 'gridkeep-bench-'))
+  const config = loadConfig({ DATA_DIR: dir, JWT_SECRET: 'x'.repeat(40), LOG_LEVEL: 'warn' })
+  const deps = createDeps(config)
+  const now = deps.clock.now()
+  deps.db
+    .insert(users)
+    .values({
+      id: 'user_bench',
+      email: 'b@bench',
+      password_hash: 'x',
+      full_name: 'B',
+      created_at: now,
+      updated_at: now,
+    })
+    .run()
+  deps.db
+    .insert(catalogEntries)
+    .values({ id: MODEL, display_name: 'Bench', task_type: 'chat', created_at: now, updated_at: now })
+    .run()
+  const fileId = newId('file-')
+  mkdirSync(join(dir, 'files'), { recursive: true })
+  symlinkSync(path, filePath(config, fileId))
+  deps.db
+    .insert(files)
+    .values({
+      id: fileId,
+      user_id: 'user_bench',
+      filename: 'b.jsonl',
+      purpose: 'batch',
+      bytes,
+      created_at: now,
+    })
+    .run()
+
+  const validator = async () => {
+    const id = newId('batch_')
+    deps.db
+      .insert(batches)
+      .values({
+        id,
+        user_id: 'user_bench',
+        input_file_id: fileId,
+        endpoint: '/v1/chat/completions',
+        completion_window: '24h',
+        status: 'validating',
+        created_at: now,
+        updated_at: now,
+      })
+      .run()
+    const outcome = await validateBatch(deps, id)
+    if (outcome?.status !== 'validated' || outcome.request_lines !== LINES) {
+      throw new Error(`unexpected outcome ${JSON.stringify(outcome)}`)
+    }
+  }
+  const bare = async () => {
+    if ((await bareLoop(path)) !== LINES) throw new Error('bare loop miscounted')
+  }
+
+  const best = { bare: Number.POSITIVE_INFINITY, validator: Number.POSITIVE_INFINITY }
+  await bare() // warm the page cache and the JIT
+  await validator()
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const [name, fn] of [
+      ['bare', bare],
+      ['validator', validator],
+    ] as const) {
+      const t0 = performance.now()
+      await fn()
+      best[name] = Math.min(best[name], performance.now() - t0)
+    }
+  }
+  deps.sqlite.close()
+  rmSync(dir, { recursive: true, force: true })
+  const mibs = (ms: number) => bytes / MiB / (ms / 1000)
+  console.log(`\n1. throughput (${fmt(bytes / MiB, 1)} MiB, ${LINES} lines, best of ${ROUNDS})`)
+  console.log(
+    `   bare loop (stream + split + JSON.parse): ${fmt(mibs(best.bare))} MiB/s (${fmt(best.bare)} ms)`,
+  )
+  console.log(
+    `   validator (validateBatch, all rules):    ${fmt(mibs(best.validator))} MiB/s (${fmt(best.validator)} ms)`,
+  )
+  console.log(`   ratio validator / bare: ${fmt((100 * best.bare) / best.validator)}%  (target ≥ 50%)`)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. custom_id tracking
+
+function idTracking() {
+  const n = LINES * 4
+  // Ids as the validator sees them: fresh strings out of JSON.parse, held only by the structure.
+  const idOf = (i: number) => JSON.parse(`"request-${i}"`) as string
+  const measure = (label: string, make: () => { add(id: string, i: number): void; bytes?: () => number }) => {
+    Bun.gc(true)
+    const before = process.memoryUsage().heapUsed
+    const t0 = performance.now()
+    const s = make()
+    for (let i = 0; i < n; i++) s.add(idOf(i), i)
+    const ms = performance.now() - t0
+    Bun.gc(true)
+    const heap = process.memoryUsage().heapUsed - before
+    const bytes = s.bytes ? s.bytes() : heap
+    console.log(
+      `   ${label}: ${fmt((ms * 1e6) / n)} ns/id (JSON.parse of the id included), ${fmt(bytes / n, 1)} bytes/id`,
+    )
+    return s
+  }
+  console.log(`\n2. custom_id tracking (${n} distinct ids)`)
+  const sets = [
+    measure('Set<string> ', () => {
+      const set = new Set<string>()
+      return { add: (id: string) => void set.add(id), set }
+    }),
+    measure('CompactIdSet', () => {
+      const set = new CompactIdSet((offset) => idOf(offset))
+      return {
+        add: (id: string, i: number) => void set.addIfAbsent(id, i, id.length),
+        bytes: () => set.bytes,
+      }
+    }),
+  ]
+  return sets.length
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Memory of a real server
+
+function rssMiB(pid: number): number {
+  try {
+    const status = require('node:fs').readFileSync(`/proc/${pid}/status`, 'utf8') as string
+    const kb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0)
+    return kb / 1024
+  } catch {
+    return 0
+  }
+}
+
+async function serverMemory(path: string) {
+  const bytes = statSync(path).size
+  const dir = mkdtempSync(join(tmpdir(), 'gridkeep-bench-server-'))
+  const proc = Bun.spawn(['bun', 'run', 'src/index.ts'], {
+    cwd: root,
+    env: {
+      ...process.env,
+      DATA_DIR: dir,
+      PORT: '0',
+      HOST: '127.0.0.1',
+      JWT_SECRET: 'bench-secret-bench-secret-bench-secret-00',
+      ADMIN_PASSWORD: 'bench-admin-password',
+      LOG_LEVEL: 'info',
+    },
+    stdout: 'pipe',
+    stderr: 'inherit',
+  })
+  try {
+    const url = await new Promise<string>((resolveUrl, reject) => {
+      const decoder = new TextDecoder()
+      let text = ''
+      let found = false
+      ;(async () => {
+        // Keep draining stdout for the whole run so the server never blocks on a full pipe.
+        for await (const chunk of proc.stdout) {
+          if (found) continue
+          text += decoder.decode(chunk)
+          const m = /"msg":"gridkeep listening","url":"([^"]+)"/.exec(text)
+          if (m) {
+            found = true
+            resolveUrl(m[1]!)
+          }
+        }
+        if (!found) reject(new Error(`server did not start:\n${text}`))
+      })()
+    })
+    const api = async (method: string, p: string, token?: string, body?: unknown) => {
+      const res = await fetch(url + p, {
+        method,
+        headers: {
+          ...(token ? { authorization: `Bearer ${token}` } : {}),
+          ...(body ? { 'content-type': 'application/json' } : {}),
+        },
+        body: body ? JSON.stringify(body) : undefined,
+      })
+      if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${await res.text()}`)
+      return res.json() as Promise<any>
+    }
+    await api('POST', '/v1/auth/signup', undefined, {
+      email: 'bench@example.test',
+      password: 'bench-password-1',
+      full_name: 'Bench',
+    })
+    const { access_token: token } = await api('POST', '/v1/auth/login', undefined, {
+      email: 'bench@example.test',
+      password: 'bench-password-1',
+    })
+    // The catalogue entry goes straight into the server's database (WAL allows a second writer).
+    const db = new Database(join(dir, 'gridkeep.db'))
+    db.run(
+      "INSERT OR IGNORE INTO catalog_entries (id, display_name, task_type, created_at, updated_at) VALUES (?, 'Bench', 'chat', 0, 0)",
+      [MODEL],
+    )
+    db.close()
+
+    await Bun.sleep(500)
+    Bun.gc(true)
+    let idle = Number.POSITIVE_INFINITY
+    for (let i = 0; i < 5; i++) {
+      idle = Math.min(idle, rssMiB(proc.pid))
+      await Bun.sleep(50)
+    }
+    let peak = 0
+    let phase: 'upload' | 'validation' = 'upload'
+    const peaks = { upload: 0, validation: 0 }
+    const sampler = setInterval(() => {
+      const r = rssMiB(proc.pid)
+      peak = Math.max(peak, r)
+      peaks[phase] = Math.max(peaks[phase], r)
+    }, 50)
+
+    const boundary = 'bench-boundary'
+    const enc = new TextEncoder()
+    async function* body() {
+      yield enc.encode(
+        `--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n` +
+          `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="bench.jsonl"\r\n` +
+          'Content-Type: application/octet-stream\r\n\r\n',
+      )
+      for await (const chunk of Bun.file(path).stream()) yield chunk
+      yield enc.encode(`\r\n--${boundary}--\r\n`)
+    }
+    const t0 = performance.now()
+    const res = await fetch(`${url}/v1/files`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${token}`,
+        'content-type': `multipart/form-data; boundary=${boundary}`,
+      },
+      body: body() as any,
+      duplex: 'half',
+    } as RequestInit)
+    const file = (await res.json()) as any
+    if (res.status !== 200) throw new Error(`upload: ${res.status} ${JSON.stringify(file)}`)
+    const uploadMs = performance.now() - t0
+
+    phase = 'validation'
+    // The server keeps answering while it validates: /healthz latency, probed every 20 ms.
+    const latencies: number[] = []
+    let probing = true
+    const probe = (async () => {
+      while (probing) {
+        const p0 = performance.now()
+        await fetch(`${url}/healthz`)
+        latencies.push(performance.now() - p0)
+        await Bun.sleep(20)
+      }
+    })()
+    const t1 = performance.now()
+    const batch = await api('POST', '/v1/batches', token, { input_file_id: file.id })
+    const events = await fetch(`${url}/v1/batches/${batch.id}/events`, {
+      headers: { authorization: `Bearer ${token}` },
+    })
+    const text = await events.text() // the server closes the stream after `done`
+    const validateMs = performance.now() - t1
+    probing = false
+    await probe
+    clearInterval(sampler)
+    const done = /event: done\ndata: (.*)\n/.exec(text)?.[1]
+    const progress = text.split('event: progress').length - 1
+
+    console.log(`\n3. real server (subprocess pid ${proc.pid}), ${fmt(bytes / MiB, 1)} MiB file`)
+    console.log(
+      `   upload (chunked, streamed): ${fmt(uploadMs)} ms, ${fmt(bytes / MiB / (uploadMs / 1000))} MiB/s`,
+    )
+    console.log(
+      `   validation via POST /v1/batches + events: ${fmt(validateMs)} ms, ${progress} progress events`,
+    )
+    console.log(`   done: ${done}`)
+    latencies.sort((a, b) => a - b)
+    console.log(
+      `   /healthz during validation: ${latencies.length} answered, median ${fmt(latencies[latencies.length >> 1] ?? 0, 1)} ms, ` +
+        `max ${fmt(latencies.at(-1) ?? 0, 1)} ms`,
+    )
+    console.log(`   RSS idle ${fmt(idle)} MiB; peak ${fmt(peak)} MiB`)
+    console.log(
+      `   peak above idle: upload ${fmt(peaks.upload - idle)} MiB, validation ${fmt(peaks.validation - idle)} MiB, ` +
+        `overall ${fmt(peak - idle)} MiB  (target < 100 MB)`,
+    )
+  } finally {
+    proc.kill()
+    await proc.exited
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+const path = await inputFile()
+console.log(
+  `input: ${path} (${fmt(statSync(path).size / MiB, 1)} MiB, ${LINES} lines)${QUICK ? ' [quick]' : ''}`,
+)
+await throughput(path)
+idTracking()
+await serverMemory(path)

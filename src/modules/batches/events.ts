@@ -1,0 +1,124 @@
+import { eq } from 'drizzle-orm'
+import { type BatchRow, batches } from '../../db/schema'
+import type { Deps } from '../../deps'
+import type { BatchEvent } from '../../lib/batch-events'
+import { AppError } from '../../lib/errors'
+import { log } from '../../lib/logger'
+import { SSE_HEADERS, sseComment, sseEvent } from '../../lib/sse'
+import type { UserPrincipal } from '../auth/credentials'
+import { visibleBatch } from './service'
+
+// GET /v1/batches/{id}/events (API.md §6): `status` first, then live `progress` (≤ 1 per 250 ms,
+// throttled by the validator), one `error` per stored error, `done`, and the stream closes. A
+// batch already past `validating` gets `status` and `done` at once. Everything a stream holds
+// (bus listener, ping timer, shutdown listener, its slot in the per-user limit, the gauge) is
+// released by one idempotent `release`, whichever way the stream ends: done, client disconnect,
+// or server shutdown.
+
+const openByUser = new WeakMap<Deps, Map<string, number>>()
+
+function slots(deps: Deps) {
+  let m = openByUser.get(deps)
+  if (!m) {
+    m = new Map()
+    openByUser.set(deps, m)
+  }
+  return m
+}
+
+/** Open event streams of one user (tests check that closed streams give their slot back). */
+export const openStreams = (deps: Deps, userId: string) => slots(deps).get(userId) ?? 0
+
+const doneData = (b: BatchRow) => ({
+  batch_id: b.id,
+  status: b.status,
+  request_counts: {
+    total: b.request_counts_total,
+    completed: b.request_counts_completed,
+    failed: b.request_counts_failed,
+  },
+  errors_total: b.errors_total,
+})
+
+export function openBatchEvents(deps: Deps, principal: UserPrincipal, batchId: string): Response {
+  visibleBatch(deps, principal, batchId)
+  const userId = principal.user.id
+  const open = slots(deps)
+  const held = open.get(userId) ?? 0
+  if (held >= deps.config.MAX_SSE_STREAMS_PER_USER) {
+    throw new AppError(
+      429,
+      'too_many_streams',
+      `At most ${deps.config.MAX_SSE_STREAMS_PER_USER} event streams may be open at once`,
+      null,
+      { 'retry-after': '5' },
+    )
+  }
+  open.set(userId, held + 1)
+  deps.metrics.sseStreamsOpen.inc()
+
+  let released = false
+  let unsubscribe = () => {}
+  let ping: ReturnType<typeof setInterval> | undefined
+  let onShutdown = () => {}
+  const release = () => {
+    if (released) return
+    released = true
+    unsubscribe()
+    clearInterval(ping)
+    deps.shutdown.signal.removeEventListener('abort', onShutdown)
+    const n = (open.get(userId) ?? 1) - 1
+    if (n > 0) open.set(userId, n)
+    else open.delete(userId)
+    deps.metrics.sseStreamsOpen.dec()
+  }
+
+  const stream = new ReadableStream<Uint8Array>({
+    start(controller) {
+      const send = (bytes: Uint8Array) => {
+        if (released) return
+        try {
+          controller.enqueue(bytes)
+        } catch {
+          release()
+        }
+      }
+      const close = () => {
+        if (released) return
+        release()
+        try {
+          controller.close()
+        } catch {}
+      }
+      // Subscribe before reading the status, in the same tick: the validator publishes
+      // synchronously after its commit, so no event can fall between the two.
+      unsubscribe = deps.batchEvents.subscribe(batchId, (e: BatchEvent) => {
+        send(sseEvent(e.event, e.data))
+        if (e.event === 'done') close()
+      })
+      const batch = deps.db.select().from(batches).where(eq(batches.id, batchId)).get()
+      if (!batch) return close()
+      send(sseEvent('status', { batch_id: batch.id, status: batch.status }))
+      if (batch.status !== 'validating') {
+        send(sseEvent('done', doneData(batch)))
+        return close()
+      }
+      // A client joining half-way catches up on what the running validation has produced.
+      const run = deps.batchEvents.liveRun(batchId)
+      if (run) {
+        send(sseEvent('progress', { lines_read: run.lines_read, errors_total: run.errors_total }))
+        for (const error of run.errors) send(sseEvent('error', error))
+      }
+      ping = setInterval(() => send(sseComment('ping')), deps.config.SSE_PING_SECONDS * 1000)
+      onShutdown = close
+      if (deps.shutdown.signal.aborted) return close()
+      deps.shutdown.signal.addEventListener('abort', onShutdown, { once: true })
+    },
+    cancel() {
+      // The client went away.
+      release()
+    },
+  })
+  log.debug('batch event stream opened', { batch_id: batchId, user_id: userId })
+  return new Response(stream, { headers: SSE_HEADERS })
+}

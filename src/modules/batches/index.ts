@@ -1,0 +1,37 @@
+import { Elysia } from 'elysia'
+import type { Deps } from '../../deps'
+import { authPlugin } from '../../http/auth'
+import { openBatchEvents } from './events'
+import { BatchModel } from './model'
+import * as batches from './service'
+
+const tags = ['batches']
+
+// No cancel route: SPEC §1 "No endpoint cancels a batch", so POST /v1/batches/{id}/cancel is a 404.
+export const batchRoutes = (deps: Deps) =>
+  new Elysia({ name: 'routes.batches', prefix: '/v1/batches' })
+    .use(authPlugin(deps))
+    .post('', ({ body, principal }) => batches.createBatch(deps, principal, body), {
+      user: true,
+      body: BatchModel.create,
+      detail: { tags, summary: 'Create a batch from an uploaded file; validation runs asynchronously' },
+    })
+    .get('', ({ query, principal }) => batches.listBatches(deps, principal, query), {
+      user: true,
+      query: BatchModel.list,
+      detail: { tags, summary: 'List own batches (a superadmin sees all), newest first' },
+    })
+    .get('/:batch_id', ({ params, principal }) => batches.getBatch(deps, principal, params.batch_id), {
+      user: true,
+      params: BatchModel.params,
+      detail: { tags, summary: 'Batch detail (owner or superadmin)' },
+    })
+    .get('/:batch_id/events', ({ params, principal }) => openBatchEvents(deps, principal, params.batch_id), {
+      user: true,
+      params: BatchModel.params,
+      detail: {
+        tags,
+        summary: 'Server-sent validation events: status, progress, error, done',
+        responses: { 200: { description: 'text/event-stream', content: { 'text/event-stream': {} } } },
+      },
+    })

@@ -1,0 +1,119 @@
+import { t } from 'elysia'
+import type { BatchErrorRow, BatchRow } from '../../db/schema'
+import { PageQuery } from '../../lib/pagination'
+
+export const BATCH_ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings'] as const
+export type BatchEndpoint = (typeof BATCH_ENDPOINTS)[number]
+
+export const MAX_METADATA_PAIRS = 16
+
+export const BatchModel = {
+  create: t.Object(
+    {
+      input_file_id: t.String({ minLength: 1, maxLength: 128 }),
+      endpoint: t.Optional(
+        t.Union([
+          t.Literal('/v1/chat/completions'),
+          t.Literal('/v1/completions'),
+          t.Literal('/v1/embeddings'),
+        ]),
+      ),
+      // Stored as given; no expiry is produced (API.md §6). OpenAI's form: hours, e.g. "24h".
+      completion_window: t.Optional(t.String({ pattern: '^[1-9][0-9]{0,3}h$', maxLength: 5 })),
+      metadata: t.Optional(
+        t.Union([
+          // Keys 1–64 characters (the pattern plus additionalProperties: false enforce it), values ≤ 512.
+          t.Record(t.String({ pattern: '^[\\s\\S]{1,64}$' }), t.String({ maxLength: 512 }), {
+            maxProperties: MAX_METADATA_PAIRS,
+            additionalProperties: false,
+          }),
+          t.Null(),
+        ]),
+      ),
+    },
+    { additionalProperties: false },
+  ),
+  params: t.Object({ batch_id: t.String({ maxLength: 128 }) }),
+  list: t.Object(
+    {
+      ...PageQuery,
+      status: t.Optional(
+        t.Union([
+          t.Literal('validating'),
+          t.Literal('validated'),
+          t.Literal('in_progress'),
+          t.Literal('completed'),
+          t.Literal('failed'),
+        ]),
+      ),
+    },
+    { additionalProperties: false },
+  ),
+}
+export type BatchCreate = typeof BatchModel.create.static
+
+export interface BatchErrorObject {
+  code: string
+  line: number | null
+  field: string | null
+  message: string
+}
+
+// API.md §6: the OpenAI batch object, plus `errors.total` (the true count; `data` holds ≤ 100).
+export interface BatchObject {
+  id: string
+  object: 'batch'
+  endpoint: string
+  model: string | null
+  input_file_id: string
+  completion_window: string
+  status: BatchRow['status']
+  output_file_id: string | null
+  error_file_id: string | null
+  created_at: number
+  in_progress_at: number | null
+  completed_at: number | null
+  failed_at: number | null
+  expires_at: null
+  attempts: number
+  error: string | null
+  errors: { object: 'list'; total: number; data: BatchErrorObject[] }
+  request_counts: { total: number; completed: number; failed: number }
+  metadata: Record<string, string> | null
+}
+
+/** The API shape of a batch; `errors` are its stored validation errors in line order. */
+export function toBatchObject(
+  b: BatchRow,
+  errors: Pick<BatchErrorRow, 'code' | 'line' | 'field' | 'message'>[],
+): BatchObject {
+  return {
+    id: b.id,
+    object: 'batch',
+    endpoint: b.endpoint,
+    model: b.model,
+    input_file_id: b.input_file_id,
+    completion_window: b.completion_window,
+    status: b.status,
+    output_file_id: b.output_file_id,
+    error_file_id: b.error_file_id,
+    created_at: b.created_at,
+    in_progress_at: b.in_progress_at,
+    completed_at: b.completed_at,
+    failed_at: b.failed_at,
+    expires_at: null,
+    attempts: b.attempts,
+    error: b.error,
+    errors: {
+      object: 'list',
+      total: b.errors_total,
+      data: errors.map((e) => ({ code: e.code, line: e.line, field: e.field, message: e.message })),
+    },
+    request_counts: {
+      total: b.request_counts_total,
+      completed: b.request_counts_completed,
+      failed: b.request_counts_failed,
+    },
+    metadata: b.metadata ?? null,
+  }
+}

@@ -1,0 +1,22 @@
+import { Elysia } from 'elysia'
+import type { Deps } from '../../deps'
+import { authPlugin } from '../../http/auth'
+import { ModelList, ModelObject, ModelParams } from './model'
+import * as catalogue from './service'
+
+const tags = ['models']
+
+export const catalogueRoutes = (deps: Deps) =>
+  new Elysia({ name: 'routes.catalogue', prefix: '/v1/models' })
+    .use(authPlugin(deps))
+    .get('', ({ principal }) => catalogue.listModels(deps, principal), {
+      user: true,
+      response: { 200: ModelList },
+      detail: { tags, summary: 'Selectable catalogue entries: public plus the caller’s orgs, enabled only' },
+    })
+    .get('/:id', ({ principal, params }) => catalogue.getModel(deps, principal, params.id), {
+      user: true,
+      params: ModelParams,
+      response: { 200: ModelObject },
+      detail: { tags, summary: 'One selectable catalogue entry (404 when not visible)' },
+    })

@@ -1,0 +1,379 @@
+import { type Static, Type as T, type TLiteral, type TSchema } from '@sinclair/typebox'
+import { Value, ValueErrorType } from '@sinclair/typebox/value'
+import { normalizeDigest } from '../../lib/digest'
+
+// The catalogue manifest (API.md §4): a YAML document whose top-level key `models` lists the
+// entries of SPEC §2 "Catalogue entry". This file is the ONE validation used both by seeding at
+// startup and by `gridkeep catalogue check`, so the two can never disagree about an entry.
+
+/** Engine names a daemon reports (API.md §7); a serving profile names one of them. */
+export const ENGINES = ['ollama', 'vllm', 'llama.cpp', 'sglang', 'tgi', 'lmstudio', 'openai'] as const
+export type Engine = (typeof ENGINES)[number]
+
+// SPEC rule 3: an id never contains the name of a serving runtime. Ids carry no dots, so the names
+// are compared with separators removed on both sides: `llama-cpp`, `lm-studio` and `v-llm` are
+// caught as well as `llamacpp`. A plain `llama` is not a runtime name.
+const RUNTIME_NAMES = ENGINES.map((e) => e.replace(/[^a-z0-9]/g, ''))
+
+export const TASK_TYPES = ['chat', 'text-generation', 'embedding', 'vision'] as const
+export const STATUSES = ['active', 'requested', 'deprecated', 'unverified'] as const
+export type TaskType = (typeof TASK_TYPES)[number]
+export type CatalogueStatus = (typeof STATUSES)[number]
+
+export const MAX_ID_LENGTH = 128
+// SPEC rule 1: lowercase [a-z0-9] segments joined by `-`.
+const ID_PATTERN = /^[a-z0-9]+(?:-[a-z0-9]+)*$/
+
+const literals = <V extends readonly string[]>(values: V) =>
+  T.Union(values.map((v) => T.Literal(v)) as TLiteral<V[number]>[])
+const Text = (maxLength: number) => T.String({ minLength: 1, maxLength })
+const Nullable = <S extends TSchema>(s: S) => T.Optional(T.Union([s, T.Null()]))
+
+const ServingProfileSchema = T.Object(
+  {
+    runtime: literals(ENGINES),
+    runtime_model_id: Text(512),
+    // Platform-owned server-launch settings (SPEC §2); per-request sampling stays in batch lines.
+    params: Nullable(T.Record(T.String({ maxLength: 128 }), T.Unknown())),
+  },
+  { additionalProperties: false },
+)
+
+const ArtifactFileSchema = T.Object(
+  {
+    path: Text(1024),
+    sha256: Text(80),
+    size_bytes: Nullable(T.Integer({ minimum: 0 })),
+  },
+  { additionalProperties: false },
+)
+
+const CapabilitiesSchema = T.Object(
+  {
+    json_mode: T.Optional(T.Boolean()),
+    vision: T.Optional(T.Boolean()),
+    embeddings: T.Optional(T.Boolean()),
+    logprobs: T.Optional(T.Boolean()),
+  },
+  { additionalProperties: false },
+)
+
+/** One manifest entry as written. Unknown keys are refused: a typo must not pass silently. */
+export const ManifestEntrySchema = T.Object(
+  {
+    id: T.String({ maxLength: MAX_ID_LENGTH }),
+    display_name: Nullable(Text(200)),
+    runtime: Nullable(literals(ENGINES)),
+    runtime_model_id: Nullable(Text(512)),
+    digest: Nullable(Text(80)),
+    quantization: Nullable(Text(64)),
+    parameter_size: Nullable(Text(32)),
+    context_length: Nullable(T.Integer({ minimum: 1 })),
+    vram_gb: Nullable(T.Number({ minimum: 0 })),
+    size_gb: Nullable(T.Number({ minimum: 0 })),
+    task_type: Nullable(literals(TASK_TYPES)),
+    capabilities: Nullable(CapabilitiesSchema),
+    lineage: Nullable(Text(256)),
+    source_type: Nullable(Text(64)),
+    source_ref: Nullable(Text(512)),
+    source_revision: Nullable(Text(256)),
+    homepage_url: Nullable(Text(1024)),
+    org_id: Nullable(Text(64)),
+    status: T.Optional(literals(STATUSES)),
+    enabled: T.Optional(T.Boolean()),
+    renamed_from: Nullable(Text(MAX_ID_LENGTH)),
+    serving_profiles: Nullable(T.Array(ServingProfileSchema, { maxItems: ENGINES.length })),
+    artifact_files: Nullable(T.Array(ArtifactFileSchema, { maxItems: 1024 })),
+  },
+  { additionalProperties: false },
+)
+type ManifestEntry = Static<typeof ManifestEntrySchema>
+
+export interface ServingProfile {
+  runtime: Engine
+  runtime_model_id: string
+  params: Record<string, unknown>
+  /** true when derived from the entry's runtime/runtime_model_id (SPEC §2). */
+  derived: boolean
+}
+
+export interface ArtifactFile {
+  path: string
+  sha256: string
+  size_bytes: number | null
+}
+
+/** A valid entry with every default applied and every digest normalized: what gets stored. */
+export interface CatalogueEntry {
+  id: string
+  display_name: string
+  runtime: Engine
+  runtime_model_id: string
+  digest: string | null
+  quantization: string | null
+  parameter_size: string | null
+  context_length: number | null
+  vram_gb: number | null
+  size_gb: number | null
+  task_type: TaskType | null
+  capabilities: Record<string, boolean>
+  lineage: string | null
+  source_type: string | null
+  source_ref: string | null
+  source_revision: string | null
+  homepage_url: string | null
+  org_id: string | null
+  status: CatalogueStatus
+  enabled: boolean
+  renamed_from: string | null
+  serving_profiles: ServingProfile[]
+  artifact_files: ArtifactFile[]
+}
+
+/** Which rule an entry breaks: SPEC §2 rules 1–3, or `schema` for a malformed entry. */
+export type Rule = 1 | 2 | 3 | 'schema'
+
+export interface Violation {
+  /** 0-based position in `models`. */
+  index: number
+  id: string | null
+  rule: Rule
+  message: string
+}
+
+export type ManifestCheck =
+  | { ok: true; total: number; entries: CatalogueEntry[]; violations: Violation[] }
+  | { ok: false; error: string }
+
+/** The quant slug of SPEC rule 2: the label lowercased, separators removed ("Q4_K_M" → "q4km"). */
+export const quantSlug = (quantization: string) => quantization.toLowerCase().replace(/[^a-z0-9]/g, '')
+
+/** The runtime name an id contains (SPEC rule 3), if any. */
+export function runtimeNameIn(id: string): string | undefined {
+  const flat = id.toLowerCase().replace(/[^a-z0-9]/g, '')
+  return RUNTIME_NAMES.find((name) => flat.includes(name))
+}
+
+/** SPEC rules 1–3 for one id. */
+export function idViolations(id: string, quantization: string | null): { rule: Rule; message: string }[] {
+  const out: { rule: Rule; message: string }[] = []
+  if (!ID_PATTERN.test(id)) {
+    out.push({ rule: 1, message: `id "${id}" must be lowercase [a-z0-9] segments joined by "-"` })
+  }
+  if (quantization !== null) {
+    const slug = quantSlug(quantization)
+    if (!slug) {
+      out.push({ rule: 2, message: `quantization "${quantization}" has no letters or digits to form a slug` })
+    } else if (id !== slug && !id.endsWith(`-${slug}`)) {
+      out.push({
+        rule: 2,
+        message: `id "${id}" must end with the quant slug "-${slug}" of "${quantization}"`,
+      })
+    }
+  }
+  const runtime = runtimeNameIn(id)
+  if (runtime) {
+    out.push({ rule: 3, message: `id "${id}" contains the runtime name "${runtime}"` })
+  }
+  return out
+}
+
+/** Parses and validates a manifest. Never throws; a document that is unusable as a whole is `ok: false`. */
+export function checkManifest(text: string): ManifestCheck {
+  let doc: unknown
+  try {
+    doc = Bun.YAML.parse(text)
+  } catch (e) {
+    return { ok: false, error: `not valid YAML: ${(e as Error).message}` }
+  }
+  return checkManifestDocument(doc)
+}
+
+export function checkManifestDocument(doc: unknown): ManifestCheck {
+  if (!isMapping(doc))
+    return { ok: false, error: 'the manifest must be a YAML mapping with the key `models`' }
+  if (!('models' in doc)) return { ok: false, error: 'the manifest has no top-level key `models`' }
+  const models = doc.models ?? []
+  if (!Array.isArray(models)) return { ok: false, error: '`models` must be a list of entries' }
+
+  const entries: CatalogueEntry[] = []
+  const violations: Violation[] = []
+  const seenIds = new Map<string, number>()
+  const renameSources = new Map<string, number>()
+  const checked = models.map((raw, index) => ({ index, ...checkEntry(raw, index) }))
+  const allIds = new Set(checked.flatMap((c) => (c.entry ? [c.entry.id] : [])))
+
+  for (const { index, entry, violations: own } of checked) {
+    violations.push(...own)
+    if (!entry) continue
+    const cross: string[] = []
+    const first = seenIds.get(entry.id)
+    if (first !== undefined) cross.push(`duplicate id "${entry.id}" (first at models[${first}])`)
+    if (entry.renamed_from !== null) {
+      // SPEC rule 5: a rename is one-shot; the old id cannot also stay a live entry of the manifest.
+      if (allIds.has(entry.renamed_from)) {
+        cross.push(`renamed_from "${entry.renamed_from}" is still an entry of this manifest`)
+      }
+      const other = renameSources.get(entry.renamed_from)
+      if (other !== undefined) {
+        cross.push(`renamed_from "${entry.renamed_from}" is already claimed by models[${other}]`)
+      }
+    }
+    if (cross.length) {
+      for (const message of cross) violations.push({ index, id: entry.id, rule: 'schema', message })
+      continue
+    }
+    seenIds.set(entry.id, index)
+    if (entry.renamed_from !== null) renameSources.set(entry.renamed_from, index)
+    entries.push(entry)
+  }
+  return { ok: true, total: models.length, entries, violations }
+}
+
+function checkEntry(raw: unknown, index: number): { entry?: CatalogueEntry; violations: Violation[] } {
+  if (!isMapping(raw)) {
+    return { violations: [{ index, id: null, rule: 'schema', message: 'an entry must be a mapping' }] }
+  }
+  const id = typeof raw.id === 'string' ? raw.id : null
+  const found: { rule: Rule; message: string }[] = []
+  if (id !== null) {
+    const quantization = typeof raw.quantization === 'string' ? raw.quantization : null
+    found.push(...idViolations(id, quantization))
+  }
+  for (const message of explain(ManifestEntrySchema, raw)) found.push({ rule: 'schema', message })
+  if (found.length === 0) {
+    const built = buildEntry(raw as ManifestEntry)
+    if (typeof built !== 'string' && !Array.isArray(built)) return { entry: built, violations: [] }
+    for (const message of [built].flat()) found.push({ rule: 'schema', message })
+  }
+  return { violations: found.map((f) => ({ index, id, ...f })) }
+}
+
+/** Applies defaults and the checks a schema cannot express. Returns the problems when there are any. */
+function buildEntry(e: ManifestEntry): CatalogueEntry | string[] {
+  const problems: string[] = []
+  let digest: string | null = null
+  if (e.digest != null) {
+    digest = normalizeDigest(e.digest)
+    if (digest === null) problems.push(`/digest: "${e.digest}" is not a sha256 digest (64 hex characters)`)
+  }
+
+  const artifact_files: ArtifactFile[] = []
+  const paths = new Set<string>()
+  for (const [i, f] of (e.artifact_files ?? []).entries()) {
+    const sha256 = normalizeDigest(f.sha256)
+    if (sha256 === null) problems.push(`/artifact_files/${i}/sha256: "${f.sha256}" is not a sha256 digest`)
+    if (paths.has(f.path)) problems.push(`/artifact_files/${i}/path: duplicate path "${f.path}"`)
+    paths.add(f.path)
+    artifact_files.push({ path: f.path, sha256: sha256 ?? '', size_bytes: f.size_bytes ?? null })
+  }
+
+  // SPEC §2: profiles are unique per (entry, runtime); without explicit ones, one is derived.
+  const explicit = e.serving_profiles ?? []
+  const runtimes = new Set<string>()
+  for (const [i, p] of explicit.entries()) {
+    if (runtimes.has(p.runtime))
+      problems.push(`/serving_profiles/${i}/runtime: a second profile for "${p.runtime}"`)
+    runtimes.add(p.runtime)
+  }
+  const runtime = e.runtime ?? null
+  const runtimeModelId = e.runtime_model_id ?? null
+  if ((runtime === null) !== (runtimeModelId === null)) {
+    problems.push('runtime and runtime_model_id must be given together')
+  }
+  let serving_profiles: ServingProfile[]
+  if (explicit.length > 0) {
+    serving_profiles = explicit.map((p) => ({
+      runtime: p.runtime,
+      runtime_model_id: p.runtime_model_id,
+      params: p.params ?? {},
+      derived: false,
+    }))
+    if (
+      runtime !== null &&
+      !explicit.some((p) => p.runtime === runtime && p.runtime_model_id === runtimeModelId)
+    ) {
+      problems.push(
+        `runtime "${runtime}" / runtime_model_id "${runtimeModelId}" must match one of its serving_profiles`,
+      )
+    }
+  } else if (runtime !== null && runtimeModelId !== null) {
+    serving_profiles = [{ runtime, runtime_model_id: runtimeModelId, params: {}, derived: true }]
+  } else {
+    serving_profiles = []
+    if (runtime === null && runtimeModelId === null) {
+      problems.push('an entry needs runtime and runtime_model_id, or serving_profiles')
+    }
+  }
+
+  const enabled = e.enabled ?? true
+  // SPEC rule 8: stubs may leave task_type open, but only a reviewed entry becomes selectable.
+  if (enabled && e.task_type == null) problems.push('/task_type: required when the entry is enabled')
+  if (e.renamed_from != null && e.renamed_from === e.id) problems.push('/renamed_from: equals the id')
+  if (problems.length) return problems
+
+  // The deprecated columns stay written (SPEC §9): from the entry, else from its first profile.
+  const primary = serving_profiles[0]!
+  return {
+    id: e.id,
+    display_name: e.display_name ?? e.id,
+    runtime: runtime ?? primary.runtime,
+    runtime_model_id: runtimeModelId ?? primary.runtime_model_id,
+    digest,
+    quantization: e.quantization ?? null,
+    parameter_size: e.parameter_size ?? null,
+    context_length: e.context_length ?? null,
+    vram_gb: e.vram_gb ?? null,
+    size_gb: e.size_gb ?? null,
+    task_type: e.task_type ?? null,
+    capabilities: stripUndefined(e.capabilities ?? {}),
+    lineage: e.lineage ?? null,
+    source_type: e.source_type ?? null,
+    source_ref: e.source_ref ?? null,
+    source_revision: e.source_revision ?? null,
+    homepage_url: e.homepage_url ?? null,
+    org_id: e.org_id ?? null,
+    status: e.status ?? 'active',
+    enabled,
+    renamed_from: e.renamed_from ?? null,
+    serving_profiles,
+    artifact_files,
+  }
+}
+
+const stripUndefined = (o: Record<string, boolean | undefined>): Record<string, boolean> =>
+  Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Record<string, boolean>
+
+export const isMapping = (v: unknown): v is Record<string, unknown> =>
+  typeof v === 'object' && v !== null && !Array.isArray(v)
+
+// TypeBox reports a nullable field with a wrong value as "Expected union value"; unwrap the
+// nullable union so `check` says what was expected where.
+function* explain(schema: TSchema, value: unknown, base = ''): Generator<string> {
+  const seen = new Set<string>()
+  for (const e of Value.Errors(schema, value)) {
+    const path = base + e.path
+    if (seen.has(path)) continue
+    seen.add(path)
+    const options = (e.schema as { anyOf?: TSchema[] }).anyOf
+    if (e.type === ValueErrorType.Union && options) {
+      const nonNull = options.filter((o) => o.type !== 'null')
+      if (e.value !== null && nonNull.length === 1 && nonNull.length < options.length) {
+        yield* explain(nonNull[0]!, e.value, path)
+      } else {
+        yield `${path || '/'}: expected ${describe(e.schema)}, got ${JSON.stringify(e.value)}`
+      }
+    } else if (e.type === ValueErrorType.ObjectAdditionalProperties) {
+      yield `${path}: unknown field`
+    } else {
+      yield `${path || '/'}: ${e.message.toLowerCase()}`
+    }
+  }
+}
+
+function describe(schema: TSchema): string {
+  if (schema.anyOf) return (schema.anyOf as TSchema[]).map(describe).join(' or ')
+  if (schema.const !== undefined) return JSON.stringify(schema.const)
+  const names: Record<string, string> = { object: 'a mapping', array: 'a list' }
+  return names[schema.type as string] ?? String(schema.type)
+}

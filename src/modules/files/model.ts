@@ -1,0 +1,37 @@
+import { t } from 'elysia'
+import type { FileRow } from '../../db/schema'
+import { PageQuery } from '../../lib/pagination'
+
+export const FilePurpose = t.Union([t.Literal('batch'), t.Literal('batch_output'), t.Literal('batch_error')])
+
+export const FileModel = {
+  params: t.Object({ file_id: t.String({ maxLength: 128 }) }),
+  list: t.Object({ ...PageQuery, purpose: t.Optional(FilePurpose) }, { additionalProperties: false }),
+  // Documents the multipart form; the route streams the body itself (src/modules/files/upload.ts).
+  upload: t.Object({
+    file: t.File({ description: 'The .jsonl input file' }),
+    purpose: t.Literal('batch'),
+  }),
+}
+
+// API.md §5: the OpenAI file object.
+export const FileObject = t.Object({
+  id: t.String(),
+  object: t.Literal('file'),
+  bytes: t.Integer(),
+  created_at: t.Integer(),
+  filename: t.String(),
+  purpose: FilePurpose,
+  status: t.Literal('processed'),
+})
+export type FileObject = typeof FileObject.static
+
+export const toFileObject = (f: FileRow): FileObject => ({
+  id: f.id,
+  object: 'file',
+  bytes: f.bytes,
+  created_at: f.created_at,
+  filename: f.filename,
+  purpose: f.purpose,
+  status: 'processed',
+})

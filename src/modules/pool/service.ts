@@ -1,0 +1,110 @@
+import { and, eq, gt, sql } from 'drizzle-orm'
+import { memberships, workerGpus, workers } from '../../db/schema'
+import type { Deps } from '../../deps'
+import type { AnonymousPrincipal, UserPrincipal } from '../auth/credentials'
+import { loadCatalogue, onlineCutoff, servableCatalogIds } from '../workers/matching'
+
+// GET /v1/pool/capacity (SPEC §4 Pool, API.md §8): an aggregate that is safe to show anyone. It
+// never names a hostname, GPU name, worker id or org id. models_servable comes from the same
+// predicate poll uses (servableCatalogIds); online is decided at read time.
+
+export interface PoolCapacity {
+  object: 'pool.capacity'
+  workers_online: number
+  workers_idle: number
+  workers_busy: number
+  gpus_online: number | null
+  vram_total_gb: number | null
+  models_servable: { id: string; display_name: string; parameter_size: string | null }[]
+  as_of: number
+}
+
+const statements = new WeakMap<Deps['db'], ReturnType<typeof prepare>>()
+function prepare(db: Deps['db']) {
+  const online = and(eq(workers.status, 'online'), gt(workers.last_seen_at, sql.placeholder('cutoff')))
+  return {
+    workers: db
+      .select({
+        online: sql<number>`count(*)`,
+        idle: sql<number>`coalesce(sum(${workers.activity} = 'idle'), 0)`,
+        vram: sql<number>`coalesce(sum(${workers.vram_total_gb}), 0)`,
+      })
+      .from(workers)
+      .where(online)
+      .prepare(),
+    gpus: db
+      .select({ n: sql<number>`count(*)` })
+      .from(workerGpus)
+      .innerJoin(workers, eq(workers.id, workerGpus.worker_id))
+      .where(online)
+      .prepare(),
+    orgsOf: db
+      .select({ org_id: memberships.org_id })
+      .from(memberships)
+      .where(eq(memberships.user_id, sql.placeholder('user_id')))
+      .prepare(),
+  }
+}
+const stmts = (deps: Deps) => {
+  let s = statements.get(deps.db)
+  if (!s) {
+    s = prepare(deps.db)
+    statements.set(deps.db, s)
+  }
+  return s
+}
+
+/** Computes the view for one caller, uncached. */
+export function computeCapacity(deps: Deps, principal: UserPrincipal | AnonymousPrincipal): PoolCapacity {
+  const s = stmts(deps)
+  const cutoff = onlineCutoff(deps)
+  const counts = s.workers.get({ cutoff })!
+  const catalogue = loadCatalogue(deps)
+  const servable = servableCatalogIds(deps, catalogue)
+  // SPEC Pool rule 4: org-private entries only to that org's members; superadmins see all.
+  const superadmin = principal.kind === 'user' && principal.user.platform_role === 'superadmin'
+  const orgs =
+    principal.kind === 'user' && !superadmin
+      ? new Set(s.orgsOf.all({ user_id: principal.user.id }).map((m) => m.org_id))
+      : new Set<string>()
+  const visible = (orgId: string | null) => orgId === null || superadmin || orgs.has(orgId)
+  // SPEC Pool rule 3: hardware figures for signed-in callers only, and only from the threshold on.
+  const hardware = principal.kind === 'user' && counts.online >= deps.config.MIN_WORKERS_FOR_HARDWARE
+  return {
+    object: 'pool.capacity',
+    workers_online: counts.online,
+    workers_idle: counts.idle,
+    workers_busy: counts.online - counts.idle,
+    gpus_online: hardware ? s.gpus.get({ cutoff })!.n : null,
+    vram_total_gb: hardware ? Math.round(counts.vram * 100) / 100 : null,
+    models_servable: catalogue.entries
+      .filter((e) => servable.has(e.id) && visible(e.org_id))
+      .map((e) => ({ id: e.id, display_name: e.display_name, parameter_size: e.parameter_size }))
+      .sort((a, b) => a.id.localeCompare(b.id)),
+    as_of: deps.clock.now(),
+  }
+}
+
+// SPEC Pool rule 6: responses are cached POOL_CACHE_SECONDS, per caller class (API.md §8:
+// anonymous, and each user, whose org-visible entries differ).
+const caches = new WeakMap<Deps, Map<string, PoolCapacity>>()
+const MAX_CACHED_CLASSES = 10_000
+
+export function poolCapacity(deps: Deps, principal: UserPrincipal | AnonymousPrincipal): PoolCapacity {
+  let cache = caches.get(deps)
+  if (!cache) {
+    cache = new Map()
+    caches.set(deps, cache)
+  }
+  const key = principal.kind === 'user' ? `user:${principal.user.id}` : 'anonymous'
+  const now = deps.clock.now()
+  const hit = cache.get(key)
+  if (hit && now - hit.as_of < deps.config.POOL_CACHE_SECONDS) return hit
+  if (cache.size >= MAX_CACHED_CLASSES) {
+    for (const [k, v] of cache) if (now - v.as_of >= deps.config.POOL_CACHE_SECONDS) cache.delete(k)
+    if (cache.size >= MAX_CACHED_CLASSES) cache.clear()
+  }
+  const fresh = computeCapacity(deps, principal)
+  cache.set(key, fresh)
+  return fresh
+}

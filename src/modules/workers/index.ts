@@ -1,0 +1,58 @@
+import { Elysia } from 'elysia'
+import type { Deps } from '../../deps'
+import { authPlugin } from '../../http/auth'
+import { claimBatch } from './claim'
+import { WorkerModel } from './model'
+import { uploadResults } from './results'
+import * as workers from './service'
+
+// The daemon protocol (SPEC §4 Workers, API.md §7): worker key only, no /v1 prefix (SPEC §9).
+
+const tags = ['workers']
+
+export const workerRoutes = (deps: Deps) =>
+  new Elysia({ name: 'routes.workers', prefix: '/workers' })
+    .use(authPlugin(deps))
+    .post('/register', ({ principal, body }) => workers.register(deps, principal, body), {
+      worker: true,
+      body: WorkerModel.register,
+      detail: { tags, summary: 'Register or re-register a worker; the org comes from the key' },
+    })
+    .post(
+      '/:worker_id/heartbeat',
+      ({ principal, params, body }) => workers.heartbeat(deps, principal, params.worker_id, body),
+      {
+        worker: true,
+        params: WorkerModel.params,
+        body: WorkerModel.heartbeat,
+        detail: { tags, summary: 'Liveness, activity, VRAM and the on-disk inventory' },
+      },
+    )
+    .post('/poll', ({ principal, body }) => claimBatch(deps, principal, body.worker_id), {
+      worker: true,
+      body: WorkerModel.poll,
+      detail: { tags, summary: 'Claim the best-matching validated batch, or {job: null}' },
+    })
+    .post('/progress', ({ principal, body }) => workers.progress(deps, principal, body), {
+      worker: true,
+      body: WorkerModel.progress,
+      detail: { tags, summary: 'Live request counts of a held batch' },
+    })
+    .post('/model-progress', ({ principal, body }) => workers.modelProgress(deps, principal, body), {
+      worker: true,
+      body: WorkerModel.modelProgress,
+      detail: { tags, summary: 'Model download progress (logged; counts as liveness)' },
+    })
+    .post('/upload-results', ({ principal, request }) => uploadResults(deps, principal, request), {
+      worker: true,
+      detail: {
+        tags,
+        summary:
+          'Upload the output JSONL (multipart: job_id, worker_id, assignment_id?, completed?, failed?, file)',
+      },
+    })
+    .post('/report-failure', ({ principal, body }) => workers.reportFailure(deps, principal, body), {
+      worker: true,
+      body: WorkerModel.reportFailure,
+      detail: { tags, summary: 'Report a failed run; the batch is requeued or, on the last attempt, failed' },
+    })

@@ -1,0 +1,247 @@
+import { closeSync, openSync, readSync } from 'node:fs'
+import { asc, eq } from 'drizzle-orm'
+import { batchErrors, batches } from '../db/schema'
+import { writeTx } from '../db/tx'
+import type { Deps } from '../deps'
+import { LineSplitter } from '../lib/lines'
+import { log } from '../lib/logger'
+import { transition } from '../modules/batches/states'
+import { InputChecker } from '../modules/batches/validation'
+import { findVisibleEntry } from '../modules/catalogue/service'
+import { filePath } from '../modules/files/storage'
+
+// Asynchronous batch validation (SPEC §3: validating → validated | failed; API.md §6). Batches
+// are validated one at a time from an in-process queue that POST /v1/batches wakes through the
+// event bus; at start every batch still `validating` (left by a crash or a restart) is queued
+// again, so the database is the queue's source of truth and nothing is lost. A validation
+// streams the file (memory does not grow with its size), always reads to the end (errors.total
+// is exact), yields to the event loop every few milliseconds (the server keeps answering during
+// a 200 MB file), and writes its outcome in one transaction at the end: an interrupted run
+// leaves no trace and is simply run again.
+
+/** Progress events at most this often (API.md §6). */
+export const PROGRESS_INTERVAL_MS = 250
+/** Longest stretch of validation work between two yields to the event loop. */
+const YIELD_AFTER_MS = 8
+
+export interface ValidationOutcome {
+  batch_id: string
+  status: 'validated' | 'failed'
+  errors_total: number
+  request_lines: number
+}
+
+const inFlight = new WeakMap<Deps, Set<string>>()
+const running = (deps: Deps) => {
+  let s = inFlight.get(deps)
+  if (!s) {
+    s = new Set()
+    inFlight.set(deps, s)
+  }
+  return s
+}
+
+const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve))
+
+/**
+ * Validates one batch that is `validating`. Returns null when there is nothing to do (not
+ * validating, already being validated) or when `signal` aborted the run (the batch then stays
+ * `validating` and is validated again at the next start).
+ */
+export async function validateBatch(
+  deps: Deps,
+  batchId: string,
+  signal?: AbortSignal,
+): Promise<ValidationOutcome | null> {
+  const batch = deps.db.select().from(batches).where(eq(batches.id, batchId)).get()
+  const busy = running(deps)
+  if (batch?.status !== 'validating' || busy.has(batchId)) return null
+  busy.add(batchId)
+  const bus = deps.batchEvents
+  bus.beginRun(batchId)
+  const path = filePath(deps.config, batch.input_file_id)
+  let fd: number | undefined
+  let finished = false
+  try {
+    const checker = new InputChecker({
+      endpoint: batch.endpoint,
+      maxLineBytes: deps.config.MAX_LINE_BYTES,
+      maxRequests: deps.config.MAX_REQUESTS_PER_BATCH,
+      lookupModel: (id) => findVisibleEntry(deps, batch.user_id, id) ?? null,
+      readBytes: (offset, length) => {
+        fd ??= openSync(path, 'r')
+        const buf = new Uint8Array(length)
+        return readSync(fd, buf, 0, length, offset) === length ? buf : null
+      },
+      onStoredError: (data) => bus.publish(batchId, { event: 'error', data }),
+    })
+    const splitter = new LineSplitter(deps.config.MAX_LINE_BYTES, checker.check)
+    const progress = () =>
+      bus.publish(batchId, {
+        event: 'progress',
+        data: { lines_read: splitter.lines, errors_total: checker.errorsTotal },
+      })
+
+    if (!(await Bun.file(path).exists())) {
+      checker.fileError('file_not_found', 'The input file is missing')
+    } else {
+      let counted = 0
+      let lastProgress = Number.NEGATIVE_INFINITY
+      let lastYield = performance.now()
+      try {
+        for await (const chunk of Bun.file(path).stream()) {
+          if (signal?.aborted) return null
+          splitter.push(chunk)
+          deps.metrics.validationLines.inc(splitter.lines - counted)
+          counted = splitter.lines
+          const now = deps.clock.nowMs()
+          if (now - lastProgress >= PROGRESS_INTERVAL_MS) {
+            lastProgress = now
+            progress()
+          }
+          if (performance.now() - lastYield >= YIELD_AFTER_MS) {
+            await yieldToEventLoop()
+            lastYield = performance.now()
+          }
+        }
+        if (signal?.aborted) return null
+        splitter.end()
+        deps.metrics.validationLines.inc(splitter.lines - counted)
+      } catch (e) {
+        log.error('batch input could not be read', { batch_id: batchId, error: e })
+        checker.fileError('file_unreadable', 'The input file could not be read')
+      }
+    }
+
+    const result = checker.finish()
+    const now = deps.clock.now()
+    const passed = result.errorsTotal === 0
+    const moved = writeTx(deps.db, (tx) => {
+      const row = passed
+        ? transition(tx, batchId, 'validation_passed', now, {
+            model: result.model,
+            request_counts_total: result.requestLines,
+            errors_total: 0,
+          })
+        : transition(tx, batchId, 'validation_failed', now, {
+            model: result.model,
+            errors_total: result.errorsTotal,
+            failed_at: now,
+            completed_at: now,
+          })
+      // SPEC §7: at most MAX_STORED_ERRORS stored; a stale run (row null) writes nothing.
+      if (row && result.errors.length > 0) {
+        tx.insert(batchErrors)
+          .values(result.errors.map((e) => ({ batch_id: batchId, ...e })))
+          .run()
+      }
+      return row
+    })
+    const final = moved ?? deps.db.select().from(batches).where(eq(batches.id, batchId)).get()
+    finished = true
+    if (final) {
+      bus.publish(batchId, {
+        event: 'done',
+        data: {
+          batch_id: batchId,
+          status: final.status,
+          request_counts: {
+            total: final.request_counts_total,
+            completed: final.request_counts_completed,
+            failed: final.request_counts_failed,
+          },
+          errors_total: final.errors_total,
+        },
+      })
+    }
+    if (!moved) return null
+    log.info('batch validated', {
+      batch_id: batchId,
+      status: moved.status,
+      request_lines: result.requestLines,
+      errors_total: result.errorsTotal,
+    })
+    return {
+      batch_id: batchId,
+      status: passed ? 'validated' : 'failed',
+      errors_total: result.errorsTotal,
+      request_lines: result.requestLines,
+    }
+  } finally {
+    if (!finished) bus.abandonRun(batchId)
+    if (fd !== undefined) closeSync(fd)
+    busy.delete(batchId)
+  }
+}
+
+const validatingIds = (deps: Deps) =>
+  deps.db
+    .select({ id: batches.id })
+    .from(batches)
+    .where(eq(batches.status, 'validating'))
+    .orderBy(asc(batches.seq))
+    .all()
+    .map((r) => r.id)
+
+/** One pass: validates every batch currently `validating`, oldest first. */
+export async function runOnce(deps: Deps, signal?: AbortSignal): Promise<ValidationOutcome[]> {
+  const outcomes: ValidationOutcome[] = []
+  for (const id of validatingIds(deps)) {
+    if (signal?.aborted) break
+    const outcome = await validateBatch(deps, id, signal)
+    if (outcome) outcomes.push(outcome)
+  }
+  return outcomes
+}
+
+/**
+ * Starts the queue: first every batch left `validating`, then each new batch as it is created.
+ * Returns stop(), which aborts the running validation (its batch stays `validating`) and
+ * resolves once the loop has ended. Shutdown (deps.shutdown) stops it too.
+ */
+export function start(deps: Deps): () => Promise<void> {
+  const stopping = new AbortController()
+  const queue: string[] = []
+  const queued = new Set<string>()
+  let wake = () => {}
+  const enqueue = (id: string) => {
+    if (queued.has(id)) return
+    queued.add(id)
+    queue.push(id)
+    wake()
+  }
+  const stopListening = deps.batchEvents.onCreated(enqueue)
+  stopping.signal.addEventListener('abort', () => wake(), { once: true })
+  const onShutdown = () => stopping.abort()
+  deps.shutdown.signal.addEventListener('abort', onShutdown, { once: true })
+  const recovered = validatingIds(deps)
+  if (recovered.length)
+    log.info('validator: revalidating batches left validating', { count: recovered.length })
+  for (const id of recovered) enqueue(id)
+
+  const loop = (async () => {
+    while (!stopping.signal.aborted) {
+      const id = queue.shift()
+      if (id === undefined) {
+        await new Promise<void>((resolve) => {
+          wake = resolve
+        })
+        wake = () => {}
+        continue
+      }
+      queued.delete(id)
+      try {
+        await validateBatch(deps, id, stopping.signal)
+      } catch (e) {
+        log.error('validation failed unexpectedly', { batch_id: id, error: e })
+      }
+    }
+  })()
+
+  return async () => {
+    stopping.abort()
+    stopListening()
+    deps.shutdown.signal.removeEventListener('abort', onShutdown)
+    await loop
+  }
+}

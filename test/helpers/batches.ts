@@ -1,0 +1,140 @@
+import { expect } from 'bun:test'
+import { batchAssignments, type CatalogEntryRow, catalogEntries, workers } from '../../src/db/schema'
+import { writeTx } from '../../src/db/tx'
+import { newId } from '../../src/lib/ids'
+import { transition } from '../../src/modules/batches/states'
+import { runOnce } from '../../src/services/validator'
+import type { Res, TestApp, TestServer } from './app'
+
+// Builders for files and batches: catalogue entries (inserted directly; the catalogue workstream
+// owns seeding), uploads, batches, validation, workers and assignments.
+
+type Target = Pick<TestApp, 'req' | 'deps'> | Pick<TestServer, 'req' | 'deps'>
+
+let seq = 0
+
+export function makeCatalogEntry(
+  t: Pick<TestApp, 'deps'>,
+  over: Partial<typeof catalogEntries.$inferInsert> = {},
+) {
+  const now = t.deps.clock.now()
+  return t.deps.db
+    .insert(catalogEntries)
+    .values({
+      id: `model-${++seq}-q4km`,
+      display_name: 'Test model',
+      runtime: 'ollama',
+      runtime_model_id: 'test:latest',
+      task_type: 'chat',
+      created_at: now,
+      updated_at: now,
+      ...over,
+    })
+    .returning()
+    .get() as CatalogEntryRow
+}
+
+/** One JSONL request line. */
+export const line = (customId: string, model: string, extra: Record<string, unknown> = {}) =>
+  JSON.stringify({
+    custom_id: customId,
+    method: 'POST',
+    url: '/v1/chat/completions',
+    body: { model, messages: [{ role: 'user', content: 'hi' }] },
+    ...extra,
+  })
+
+export const jsonl = (lines: string[]) => lines.map((l) => l + '\n').join('')
+
+export function uploadForm(
+  content: string | Uint8Array,
+  filename = 'input.jsonl',
+  purpose: string | null = 'batch',
+) {
+  const form = new FormData()
+  if (purpose !== null) form.append('purpose', purpose)
+  form.append('file', new Blob([content]), filename)
+  return form
+}
+
+export function upload(
+  t: Target,
+  token: string,
+  content: string | Uint8Array,
+  filename = 'input.jsonl',
+  purpose: string | null = 'batch',
+): Promise<Res> {
+  return t.req('POST', '/v1/files', { token, raw: uploadForm(content, filename, purpose) })
+}
+
+export async function makeFile(t: Target, user: { token: string }, content: string | Uint8Array) {
+  const res = await upload(t, user.token, content)
+  expect(res.status).toBe(200)
+  return res.body.id as string
+}
+
+/** Uploads `content` and creates a batch on it (status `validating`). */
+export async function makeBatch(
+  t: Target,
+  user: { token: string },
+  content: string | Uint8Array,
+  body: Record<string, unknown> = {},
+) {
+  const fileId = await makeFile(t, user, content)
+  const res = await t.req('POST', '/v1/batches', {
+    token: user.token,
+    body: { input_file_id: fileId, ...body },
+  })
+  expect(res.status).toBe(200)
+  return res.body as { id: string; input_file_id: string; status: string }
+}
+
+/** Runs the validator over every batch still `validating`. */
+export const validateAll = (t: Pick<TestApp, 'deps'>) => runOnce(t.deps)
+
+export async function getBatch(t: Target, user: { token: string }, id: string) {
+  const res = await t.req('GET', `/v1/batches/${id}`, { token: user.token })
+  expect(res.status).toBe(200)
+  return res.body
+}
+
+/** A worker row of `orgId` (registration belongs to the workers workstream). */
+export function makeWorker(t: Pick<TestApp, 'deps'>, orgId: string) {
+  const now = t.deps.clock.now()
+  return t.deps.db
+    .insert(workers)
+    .values({
+      id: newId('wrk_'),
+      org_id: orgId,
+      name: 'gpu-box',
+      status: 'online',
+      registered_at: now,
+      last_seen_at: now,
+    })
+    .returning()
+    .get()
+}
+
+/** Claims a validated batch for a worker as poll would: validated → in_progress + assignment. */
+export function assignBatch(
+  t: Pick<TestApp, 'deps'>,
+  batchId: string,
+  worker: { id: string; org_id: string },
+) {
+  const now = t.deps.clock.now()
+  return writeTx(t.deps.db, (tx) => {
+    const moved = transition(tx, batchId, 'claimed', now, { in_progress_at: now })
+    if (!moved) throw new Error(`batch ${batchId} is not validated`)
+    return tx
+      .insert(batchAssignments)
+      .values({
+        id: newId('asg_'),
+        batch_id: batchId,
+        worker_id: worker.id,
+        org_id: worker.org_id,
+        assigned_at: now,
+      })
+      .returning()
+      .get()
+  })
+}

@@ -1,0 +1,85 @@
+import { eq } from 'drizzle-orm'
+import { type CatalogEntryRow, catalogEntries } from '../../src/db/schema'
+import { writeTx } from '../../src/db/tx'
+import type { Deps } from '../../src/deps'
+import { normalizeDigest } from '../../src/lib/digest'
+import type {
+  ArtifactFile,
+  CatalogueEntry,
+  Engine,
+  ServingProfile,
+} from '../../src/modules/catalogue/manifest'
+import { storeEntry } from '../../src/modules/catalogue/seed'
+
+// Catalogue builders for any workstream's tests. Entries are written through the same storeEntry
+// that seeding uses, so they look exactly like seeded ones (derived profile included).
+
+export type CatalogEntryInput = Partial<Omit<CatalogueEntry, 'serving_profiles' | 'artifact_files'>> & {
+  /** Explicit profiles; when absent, one is derived from runtime/runtime_model_id (SPEC §2). */
+  serving_profiles?: { runtime: Engine; runtime_model_id: string; params?: Record<string, unknown> }[]
+  artifact_files?: { path: string; sha256: string; size_bytes?: number | null }[]
+}
+
+let counter = 0
+
+/**
+ * Inserts (or updates) a catalogue entry: public, enabled, active, task `chat`, served by ollama
+ * as `<id>:latest` unless told otherwise. Digests may be given in any accepted spelling.
+ */
+export function makeCatalogEntry(deps: Deps, partial: CatalogEntryInput = {}): CatalogEntryRow {
+  const id = partial.id ?? `test-model-${++counter}`
+  const explicit: ServingProfile[] = (partial.serving_profiles ?? []).map((p) => ({
+    runtime: p.runtime,
+    runtime_model_id: p.runtime_model_id,
+    params: p.params ?? {},
+    derived: false,
+  }))
+  const runtime = partial.runtime ?? explicit[0]?.runtime ?? 'ollama'
+  const runtime_model_id = partial.runtime_model_id ?? explicit[0]?.runtime_model_id ?? `${id}:latest`
+  const serving_profiles: ServingProfile[] = explicit.length
+    ? explicit
+    : [{ runtime, runtime_model_id, params: {}, derived: true }]
+  const artifact_files: ArtifactFile[] = (partial.artifact_files ?? []).map((f) => ({
+    path: f.path,
+    sha256: digest(f.sha256),
+    size_bytes: f.size_bytes ?? null,
+  }))
+  const entry: CatalogueEntry = {
+    display_name: id,
+    quantization: null,
+    parameter_size: null,
+    context_length: null,
+    vram_gb: null,
+    size_gb: null,
+    task_type: 'chat',
+    capabilities: {},
+    lineage: null,
+    source_type: null,
+    source_ref: null,
+    source_revision: null,
+    homepage_url: null,
+    org_id: null,
+    status: 'active',
+    enabled: true,
+    renamed_from: null,
+    ...partial,
+    id,
+    runtime,
+    runtime_model_id,
+    digest: partial.digest ? digest(partial.digest) : null,
+    serving_profiles,
+    artifact_files,
+  }
+  const now = deps.clock.now()
+  writeTx(deps.db, (tx) => storeEntry(tx, entry, now))
+  return deps.db.select().from(catalogEntries).where(eq(catalogEntries.id, id)).get()!
+}
+
+function digest(value: string): string {
+  const d = normalizeDigest(value)
+  if (d === null) throw new Error(`makeCatalogEntry: "${value}" is not a sha256 digest`)
+  return d
+}
+
+/** A valid 64-hex digest derived from a label, for tests that need distinct pins. */
+export const fakeDigest = (label: string) => new Bun.CryptoHasher('sha256').update(label).digest('hex')

@@ -1,0 +1,272 @@
+import { expect } from 'bun:test'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { dirname } from 'node:path'
+import { eq } from 'drizzle-orm'
+import { artifactFiles, batches, catalogEntries, files, servingProfiles, workers } from '../../src/db/schema'
+import type { Deps } from '../../src/deps'
+import { newId } from '../../src/lib/ids'
+import { filePath } from '../../src/modules/files/storage'
+import type { TestApp, TestServer } from './app'
+import { type MadeUser, makeUser, makeWorkerKey } from './builders'
+
+// Builders for the worker protocol: catalogue entries, files and validated batches are inserted
+// directly (other workstreams own their endpoints); workers go through the real /workers routes.
+
+type Target = Pick<TestApp, 'req' | 'deps'> | Pick<TestServer, 'req' | 'deps'>
+
+export interface Fleet {
+  user: MadeUser
+  orgId: string
+  key: string
+  keyId: string
+}
+
+/** A user whose Personal Org holds a worker key. */
+export async function makeFleet(t: Target): Promise<Fleet> {
+  const user = await makeUser(t)
+  const key = await makeWorkerKey(t, user, user.personalOrgId)
+  return { user, orgId: user.personalOrgId, key: key.key, keyId: key.id }
+}
+
+export interface EntryOptions {
+  id?: string
+  runtime?: string | null
+  runtime_model_id?: string | null
+  digest?: string | null
+  vram_gb?: number | null
+  size_gb?: number | null
+  enabled?: boolean
+  org_id?: string | null
+  renamed_from?: string | null
+  display_name?: string
+  parameter_size?: string | null
+  task_type?: 'chat' | 'text-generation' | 'embedding' | 'vision'
+  profiles?: { runtime: string; runtime_model_id: string; params?: Record<string, unknown> }[]
+  artifact_files?: { path: string; sha256: string; size_bytes?: number }[]
+}
+
+let entryCounter = 0
+
+/** A catalogue entry (with explicit serving profiles and artifact files when given). */
+export function makeCatalogEntry(deps: Deps, o: EntryOptions = {}) {
+  const id = o.id ?? `model-${++entryCounter}-q4km`
+  const now = deps.clock.now()
+  const row = deps.db
+    .insert(catalogEntries)
+    .values({
+      id,
+      display_name: o.display_name ?? `Model ${id}`,
+      runtime: o.runtime === undefined ? 'ollama' : o.runtime,
+      runtime_model_id: o.runtime_model_id === undefined ? `${id}:latest` : o.runtime_model_id,
+      digest: o.digest ?? null,
+      quantization: 'Q4_K_M',
+      parameter_size: o.parameter_size === undefined ? '8B' : o.parameter_size,
+      context_length: 8192,
+      vram_gb: o.vram_gb === undefined ? 8 : o.vram_gb,
+      size_gb: o.size_gb === undefined ? 5 : o.size_gb,
+      task_type: o.task_type ?? 'chat',
+      capabilities: {},
+      org_id: o.org_id ?? null,
+      status: 'active',
+      enabled: o.enabled ?? true,
+      renamed_from: o.renamed_from ?? null,
+      created_at: now,
+      updated_at: now,
+    })
+    .returning()
+    .get()
+  for (const p of o.profiles ?? []) {
+    deps.db
+      .insert(servingProfiles)
+      .values({
+        catalog_id: id,
+        runtime: p.runtime,
+        runtime_model_id: p.runtime_model_id,
+        params: p.params ?? {},
+      })
+      .run()
+  }
+  for (const f of o.artifact_files ?? []) {
+    deps.db
+      .insert(artifactFiles)
+      .values({ catalog_id: id, path: f.path, sha256: f.sha256, size_bytes: f.size_bytes ?? null })
+      .run()
+  }
+  return row
+}
+
+export const inputLine = (customId: string, model: string) =>
+  JSON.stringify({
+    custom_id: customId,
+    method: 'POST',
+    url: '/v1/chat/completions',
+    body: { model, messages: [{ role: 'user', content: `hello ${customId}` }] },
+  })
+
+export interface BatchOptions {
+  userId: string
+  model: string
+  requests?: number
+  customIds?: string[]
+  status?: 'validated' | 'validating'
+}
+
+/** An uploaded input file (bytes at DATA_DIR/files/<id>) and a batch already `validated`. */
+export function makeValidatedBatch(deps: Deps, o: BatchOptions) {
+  const ids = o.customIds ?? Array.from({ length: o.requests ?? 3 }, (_, i) => `req-${i + 1}`)
+  const content = ids.map((id) => inputLine(id, o.model)).join('\n') + '\n'
+  const fileId = newId('file-')
+  const path = filePath(deps.config, fileId)
+  mkdirSync(dirname(path), { recursive: true })
+  writeFileSync(path, content)
+  const now = deps.clock.now()
+  deps.db
+    .insert(files)
+    .values({
+      id: fileId,
+      user_id: o.userId,
+      filename: 'input.jsonl',
+      purpose: 'batch',
+      bytes: Buffer.byteLength(content),
+      created_at: now,
+    })
+    .run()
+  return deps.db
+    .insert(batches)
+    .values({
+      id: newId('batch_'),
+      user_id: o.userId,
+      input_file_id: fileId,
+      endpoint: '/v1/chat/completions',
+      completion_window: '24h',
+      model: o.model,
+      status: o.status ?? 'validated',
+      request_counts_total: ids.length,
+      created_at: now,
+      updated_at: now,
+    })
+    .returning()
+    .get()
+}
+
+export const batchRow = (deps: Deps, id: string) =>
+  deps.db.select().from(batches).where(eq(batches.id, id)).get()!
+export const workerRow = (deps: Deps, id: string) =>
+  deps.db.select().from(workers).where(eq(workers.id, id)).get()!
+
+export const sha = (seed: string) => new Bun.CryptoHasher('sha256').update(seed).digest('hex')
+
+export interface InventoryItem {
+  local_name: string
+  sha256: string
+  size_bytes: number
+  loaded: boolean
+  runtime: string
+}
+
+export const inventoryItem = (local_name: string, o: Partial<InventoryItem> = {}): InventoryItem => ({
+  local_name,
+  sha256: o.sha256 ?? sha(local_name),
+  size_bytes: o.size_bytes ?? 1_000_000,
+  loaded: o.loaded ?? false,
+  runtime: o.runtime ?? 'ollama',
+})
+
+export function registerBody(o: Record<string, unknown> = {}) {
+  return {
+    name: 'gpu-box',
+    hostname: 'gpu-box.lab',
+    daemon_version: '0.1.0',
+    runtimes: [{ engine: 'ollama', base_url: 'http://127.0.0.1:11434', status: 'online' }],
+    gpus: [{ vendor: 'nvidia', name: 'RTX 4090', vram_gb: 24, driver: '550.1', cuda: '12.4' }],
+    ...o,
+  }
+}
+
+/** Registers a worker through the real route; returns its id. */
+export async function registerWorker(
+  t: Target,
+  key: string,
+  o: Record<string, unknown> = {},
+): Promise<string> {
+  const res = await t.req('POST', '/workers/register', { token: key, body: registerBody(o) })
+  expect(res.status).toBe(200)
+  return res.body.worker_id as string
+}
+
+export function heartbeatBody(o: Record<string, unknown> = {}) {
+  return {
+    activity: 'idle',
+    gpu_utilization: 3,
+    gpu_memory_used_gb: 1,
+    vram_total_gb: 24,
+    vram_available_gb: 23,
+    loaded_models: [],
+    uptime_seconds: 100,
+    ...o,
+  }
+}
+
+export async function heartbeat(t: Target, key: string, workerId: string, o: Record<string, unknown> = {}) {
+  return t.req('POST', `/workers/${workerId}/heartbeat`, { token: key, body: heartbeatBody(o) })
+}
+
+export async function poll(t: Target, key: string, workerId: string) {
+  const res = await t.req('POST', '/workers/poll', { token: key, body: { worker_id: workerId } })
+  expect(res.status).toBe(200)
+  return res.body.job as null | {
+    job_id: string
+    assignment_id: string
+    input_file_id: string
+    input_path: string
+    model: string
+    catalogue_id: string
+    endpoint: string
+    runtime: string
+    digest: string | null
+    params: Record<string, unknown>
+    total_requests: number
+  }
+}
+
+export const okLine = (
+  customId: string,
+  usage = { prompt_tokens: 5, completion_tokens: 7, total_tokens: 12 },
+) =>
+  JSON.stringify({
+    id: `batch_req_${customId}`,
+    custom_id: customId,
+    response: {
+      status_code: 200,
+      request_id: `req_${customId}`,
+      body: { id: 'chatcmpl-1', object: 'chat.completion', choices: [], usage },
+    },
+    error: null,
+  })
+
+export const errorLine = (customId: string) =>
+  JSON.stringify({
+    id: `batch_req_${customId}`,
+    custom_id: customId,
+    response: { status_code: 500, request_id: `req_${customId}`, body: { error: { message: 'boom' } } },
+    error: null,
+  })
+
+export function uploadForm(
+  fields: Record<string, string | number | undefined>,
+  content: string | Uint8Array,
+) {
+  const form = new FormData()
+  for (const [k, v] of Object.entries(fields)) if (v !== undefined) form.append(k, String(v))
+  form.append('file', new Blob([content], { type: 'application/jsonl' }), 'output.jsonl')
+  return form
+}
+
+export async function upload(
+  t: Target,
+  key: string,
+  fields: Record<string, string | number | undefined>,
+  content: string | Uint8Array,
+) {
+  return t.req('POST', '/workers/upload-results', { token: key, raw: uploadForm(fields, content) })
+}

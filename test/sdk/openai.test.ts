@@ -1,0 +1,122 @@
+import { afterAll, expect, test } from 'bun:test'
+import { createReadStream, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import OpenAI, { toFile, toStreamingFile } from 'openai'
+import { startTestServer } from '../helpers/app'
+import { jsonl, line, makeCatalogEntry } from '../helpers/batches'
+import { makePersonalKey, makeUser } from '../helpers/builders'
+import { eventually } from '../helpers/sse'
+
+// The official `openai` SDK against a real server (API.md: "that compatibility is a product
+// feature"): a personal key as apiKey, baseURL <server>/v1.
+
+const s = await startTestServer()
+afterAll(() => s.stop())
+
+const model = makeCatalogEntry(s, { id: 'sdk-8b-q4km' }).id
+const CONTENT = jsonl([line('a', model), line('b', model), line('c', model)])
+
+/** What the SDK handed to fetch, to show which uploads went out chunked. */
+const sent: { url: string; headers: Headers; body: unknown }[] = []
+
+const client = async () => {
+  const u = await makeUser(s)
+  const { key } = await makePersonalKey(s, u)
+  return new OpenAI({
+    apiKey: key,
+    baseURL: `${s.url}/v1`,
+    maxRetries: 0,
+    fetch: (url: any, init: any) => {
+      sent.push({ url: String(url), headers: new Headers(init?.headers), body: init?.body })
+      return fetch(url, init)
+    },
+  })
+}
+
+test('files.create from a file on disk, files.retrieve, files.content', async () => {
+  const openai = await client()
+  const path = join(s.config.DATA_DIR, 'requests.jsonl')
+  writeFileSync(path, CONTENT)
+  const file = await openai.files.create({ file: createReadStream(path), purpose: 'batch' })
+  expect(file).toMatchObject({
+    object: 'file',
+    bytes: CONTENT.length,
+    filename: 'requests.jsonl',
+    purpose: 'batch',
+  })
+  expect((await openai.files.retrieve(file.id)).id).toBe(file.id)
+  const res = await openai.files.content(file.id)
+  expect(res.headers.get('content-type')).toBe('application/jsonl')
+  expect(await res.text()).toBe(CONTENT)
+})
+
+test('files.create from a stream (chunked, no Content-Length) and from toFile', async () => {
+  const openai = await client()
+  async function* generate() {
+    for (const l of CONTENT.split(/(?<=\n)/)) yield new TextEncoder().encode(l)
+  }
+  const streamed = await openai.files.create({
+    file: toStreamingFile(generate(), 'gen.jsonl'),
+    purpose: 'batch',
+  })
+  const request = sent.at(-1)!
+  expect(request.body).toBeInstanceOf(ReadableStream)
+  expect(request.headers.get('content-length')).toBeNull()
+  expect(streamed).toMatchObject({ filename: 'gen.jsonl', bytes: CONTENT.length })
+  expect(await (await openai.files.content(streamed.id)).text()).toBe(CONTENT)
+  const buffered = await openai.files.create({
+    file: await toFile(Buffer.from(CONTENT), 'buf.jsonl'),
+    purpose: 'batch',
+  })
+  expect(buffered.bytes).toBe(CONTENT.length)
+  const listed = await openai.files.list({ purpose: 'batch' })
+  expect(listed.data.map((f) => f.id)).toEqual([buffered.id, streamed.id])
+  expect(await openai.files.delete(buffered.id)).toEqual({ id: buffered.id, object: 'file', deleted: true })
+})
+
+test('a rejected upload surfaces as the SDK error with the envelope', async () => {
+  const openai = await client()
+  const err = await openai.files
+    .create({ file: await toFile(Buffer.from('x'), 'notes.txt'), purpose: 'batch' })
+    .catch((e) => e)
+  expect(err).toBeInstanceOf(OpenAI.BadRequestError)
+  expect(err.code).toBe('invalid_file_type')
+})
+
+test('batches.create, batches.retrieve, batches.list with pagination and auto-pagination', async () => {
+  const openai = await client()
+  const file = await openai.files.create({
+    file: await toFile(Buffer.from(CONTENT), 'in.jsonl'),
+    purpose: 'batch',
+  })
+  const created: string[] = []
+  for (let i = 0; i < 5; i++) {
+    const batch = await openai.batches.create({
+      input_file_id: file.id,
+      endpoint: '/v1/chat/completions',
+      completion_window: '24h',
+      metadata: { n: String(i) },
+    })
+    expect(batch).toMatchObject({ object: 'batch', status: 'validating', input_file_id: file.id })
+    created.push(batch.id)
+  }
+  await eventually(
+    async () => ((await openai.batches.retrieve(created[4]!)).status as string) === 'validated',
+  )
+  const done = await openai.batches.retrieve(created[0]!)
+  expect(done).toMatchObject({
+    status: 'validated',
+    model,
+    request_counts: { total: 3, completed: 0, failed: 0 },
+  })
+  expect(done.metadata).toEqual({ n: '0' })
+
+  const page = await openai.batches.list({ limit: 2 })
+  expect(page.data.map((b) => b.id)).toEqual([created[4], created[3]])
+  expect(page.hasNextPage()).toBe(true)
+  const second = await page.getNextPage()
+  expect(second.data.map((b) => b.id)).toEqual([created[2], created[1]])
+  const all: string[] = []
+  for await (const b of openai.batches.list({ limit: 2 })) all.push(b.id)
+  expect(all).toEqual([...created].reverse())
+})

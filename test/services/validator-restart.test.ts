@@ -1,0 +1,78 @@
+import { afterAll, expect, test } from 'bun:test'
+import { rmSync } from 'node:fs'
+import { eq } from 'drizzle-orm'
+import { createApp } from '../../src/app'
+import { batchErrors, batches } from '../../src/db/schema'
+import { createDeps, type Deps } from '../../src/deps'
+import { startServer } from '../../src/index'
+import type { BatchEvent } from '../../src/lib/batch-events'
+import { manualClock } from '../../src/lib/clock'
+import * as validator from '../../src/services/validator'
+import { buildRequest, capturingMailer, cheapPasswords, readRes, testConfig } from '../helpers/app'
+import { jsonl, line, makeBatch, makeCatalogEntry } from '../helpers/batches'
+import { makeUser } from '../helpers/builders'
+
+// A batch left `validating` by a crash or a restart is validated again at start (issue 3): the
+// database is the validator's queue, and an interrupted run leaves no trace behind.
+
+const config = testConfig()
+afterAll(() => rmSync(config.DATA_DIR, { recursive: true, force: true }))
+
+const depsFor = () =>
+  createDeps(config, { clock: manualClock(), mailer: capturingMailer(), passwords: cheapPasswords() })
+const target = (deps: Deps) => {
+  const app = createApp(deps)
+  return {
+    deps,
+    req: async (m: string, p: string, o?: any) =>
+      readRes(await app.handle(buildRequest('http://localhost', m, p, o))),
+  }
+}
+const waitFor = (deps: Deps, batchId: string, event: BatchEvent['event']) =>
+  new Promise<BatchEvent>((resolve) => {
+    const off = deps.batchEvents.subscribe(batchId, (e) => {
+      if (e.event === event) {
+        off()
+        resolve(e)
+      }
+    })
+  })
+
+test('a batch interrupted mid-validation stays validating and is validated at the next start', async () => {
+  const first = target(depsFor())
+  const model = makeCatalogEntry(first, { id: 'restart-7b-q4km' }).id
+  const user = await makeUser(first)
+  // ~3 MB: several chunks, so the run can be interrupted between two of them.
+  const lines = Array.from({ length: 3000 }, (_, i) =>
+    line(`r${i}`, model, { body: { model, prompt: 'p'.repeat(1000) } }),
+  )
+  const batch = await makeBatch(first, user, jsonl(lines))
+
+  // The first process starts validating (recovering the batch at start) and dies after one chunk.
+  const progressed = waitFor(first.deps, batch.id, 'progress')
+  const stop = validator.start(first.deps)
+  await progressed
+  await stop()
+  const row = first.deps.db.select().from(batches).where(eq(batches.id, batch.id)).get()!
+  expect(row.status).toBe('validating')
+  expect(first.deps.db.select().from(batchErrors).where(eq(batchErrors.batch_id, batch.id)).all()).toEqual([])
+  expect(first.deps.batchEvents.liveRun(batch.id)).toBeUndefined()
+  first.deps.sqlite.close()
+
+  // The restarted server picks it up without being asked.
+  const deps = depsFor()
+  const done = waitFor(deps, batch.id, 'done')
+  const server = await startServer(config, deps)
+  try {
+    expect(await done).toMatchObject({
+      event: 'done',
+      data: { batch_id: batch.id, status: 'validated', request_counts: { total: 3000 }, errors_total: 0 },
+    })
+    const res = await fetch(`${server.url}/v1/batches/${batch.id}`, {
+      headers: { authorization: `Bearer ${user.token}` },
+    })
+    expect(await res.json()).toMatchObject({ status: 'validated', model, request_counts: { total: 3000 } })
+  } finally {
+    await server.stop()
+  }
+})

@@ -1,0 +1,75 @@
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { batchAssignments, batches } from '../../src/db/schema'
+import { startTestServer, type TestServer } from '../helpers/app'
+import {
+  type Fleet,
+  makeCatalogEntry,
+  makeFleet,
+  makeValidatedBatch,
+  registerWorker,
+} from '../helpers/workers'
+
+// SPEC §4 / API.md §7: "two pollers never get the same batch" — over a real listening server.
+
+const POLLERS = 32
+const BATCHES = 500
+
+let s: TestServer
+let f: Fleet
+let batchIds: string[]
+beforeAll(async () => {
+  s = await startTestServer()
+  f = await makeFleet(s)
+  const entry = makeCatalogEntry(s.deps, { runtime_model_id: 'storm:1' })
+  batchIds = Array.from(
+    { length: BATCHES },
+    () => makeValidatedBatch(s.deps, { userId: f.user.id, model: entry.id, requests: 1 }).id,
+  )
+})
+afterAll(() => s.stop())
+
+test(`${POLLERS} concurrent pollers drain ${BATCHES} batches; every batch is claimed exactly once`, async () => {
+  const workerIds = await Promise.all(
+    Array.from({ length: POLLERS }, () =>
+      registerWorker(s, f.key, { models: ['storm:1'], max_concurrent_jobs: 1024 }),
+    ),
+  )
+  const claimedBy = await Promise.all(
+    workerIds.map(async (wid) => {
+      const mine: string[] = []
+      for (;;) {
+        const res = await fetch(`${s.url}/workers/poll`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${f.key}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ worker_id: wid }),
+        })
+        expect(res.status).toBe(200)
+        const { job } = (await res.json()) as { job: { job_id: string } | null }
+        if (!job) return { wid, mine }
+        mine.push(job.job_id)
+      }
+    }),
+  )
+  const all = claimedBy.flatMap((c) => c.mine)
+  expect(all.length).toBe(BATCHES)
+  expect(new Set(all).size).toBe(BATCHES)
+  expect([...all].sort()).toEqual([...batchIds].sort())
+  // More than one poller took part (the storm really was concurrent).
+  expect(claimedBy.filter((c) => c.mine.length > 0).length).toBeGreaterThan(1)
+
+  const rows = s.deps.db
+    .select({ batch_id: batchAssignments.batch_id, worker_id: batchAssignments.worker_id })
+    .from(batchAssignments)
+    .all()
+  expect(rows.length).toBe(BATCHES)
+  const holder = new Map(rows.map((r) => [r.batch_id, r.worker_id]))
+  for (const c of claimedBy) for (const id of c.mine) expect(holder.get(id)).toBe(c.wid)
+  const statuses = new Set(
+    s.deps.db
+      .select({ status: batches.status })
+      .from(batches)
+      .all()
+      .map((b) => b.status),
+  )
+  expect([...statuses]).toEqual(['in_progress'])
+}, 60_000)

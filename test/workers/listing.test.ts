@@ -1,0 +1,124 @@
+import { afterAll, describe, expect, test } from 'bun:test'
+import { makeTestApp } from '../helpers/app'
+import { makePersonalKey, makeSuperadmin, makeUser } from '../helpers/builders'
+import { heartbeat, inventoryItem, makeFleet, registerWorker, sha } from '../helpers/workers'
+
+const t = makeTestApp()
+afterAll(() => t.close())
+
+const ROW_FIELDS = [
+  'activity',
+  'current_job_id',
+  'daemon_version',
+  'gpu_utilization',
+  'gpus',
+  'hostname',
+  'id',
+  'last_heartbeat_at',
+  'loaded_models',
+  'models',
+  'name',
+  'object',
+  'org_id',
+  'registered_at',
+  'runtimes',
+  'status',
+  'uptime_seconds',
+  'vram_available_gb',
+  'vram_total_gb',
+]
+
+describe('GET /v1/orgs/{org_id}/workers', () => {
+  test('members see the org’s workers with status, activity, live VRAM and loaded models', async () => {
+    const f = await makeFleet(t)
+    const wid = await registerWorker(t, f.key, { models: ['cfg:1'] })
+    await heartbeat(t, f.key, wid, {
+      activity: 'busy',
+      vram_available_gb: 10.5,
+      loaded_models: ['inv:1'],
+      inventory: [inventoryItem('inv:1', { sha256: sha('inv'), loaded: true })],
+    })
+    const res = await t.req('GET', `/v1/orgs/${f.orgId}/workers`, { token: f.user.token })
+    expect(res.status).toBe(200)
+    expect(res.body).toMatchObject({ object: 'list', first_id: wid, last_id: wid, has_more: false })
+    const row = res.body.data[0]
+    expect(Object.keys(row).sort()).toEqual(ROW_FIELDS)
+    expect(row).toMatchObject({
+      id: wid,
+      object: 'worker',
+      org_id: f.orgId,
+      status: 'online',
+      activity: 'busy',
+      vram_total_gb: 24,
+      vram_available_gb: 10.5,
+      loaded_models: ['inv:1'],
+      gpus: [{ vendor: 'nvidia', name: 'RTX 4090', vram_gb: 24, driver: '550.1', cuda: '12.4' }],
+      runtimes: [{ engine: 'ollama', base_url: 'http://127.0.0.1:11434', status: 'online' }],
+      last_heartbeat_at: t.clock.now(),
+    })
+    expect(row.models.sort((a: any, b: any) => a.name.localeCompare(b.name))).toEqual([
+      {
+        name: 'cfg:1',
+        runtime: null,
+        runtime_model_id: 'cfg:1',
+        digest: null,
+        status: 'available',
+        loaded: false,
+      },
+      {
+        name: 'inv:1',
+        runtime: 'ollama',
+        runtime_model_id: 'inv:1',
+        digest: sha('inv'),
+        status: 'available',
+        loaded: true,
+      },
+    ])
+  })
+
+  test('paginates newest first', async () => {
+    const f = await makeFleet(t)
+    const ids = [
+      await registerWorker(t, f.key),
+      await registerWorker(t, f.key),
+      await registerWorker(t, f.key),
+    ]
+    const page1 = await t.req('GET', `/v1/orgs/${f.orgId}/workers?limit=2`, { token: f.user.token })
+    expect(page1.body.data.map((w: any) => w.id)).toEqual([ids[2], ids[1]])
+    expect(page1.body.has_more).toBe(true)
+    const page2 = await t.req('GET', `/v1/orgs/${f.orgId}/workers?limit=2&after=${page1.body.last_id}`, {
+      token: f.user.token,
+    })
+    expect(page2.body.data.map((w: any) => w.id)).toEqual([ids[0]])
+    expect(page2.body.has_more).toBe(false)
+  })
+
+  test('a non-member gets 404; a personal key or worker key 401; no credential 401', async () => {
+    const f = await makeFleet(t)
+    const stranger = await makeUser(t)
+    const personal = await makePersonalKey(t, f.user)
+    expect((await t.req('GET', `/v1/orgs/${f.orgId}/workers`, { token: stranger.token })).status).toBe(404)
+    expect((await t.req('GET', `/v1/orgs/${f.orgId}/workers`, { token: personal.key })).status).toBe(401)
+    expect((await t.req('GET', `/v1/orgs/${f.orgId}/workers`, { token: f.key })).status).toBe(401)
+    expect((await t.req('GET', `/v1/orgs/${f.orgId}/workers`)).status).toBe(401)
+  })
+})
+
+describe('GET /v1/admin/workers', () => {
+  test('a superadmin lists workers across orgs; anyone else is refused', async () => {
+    const a = await makeFleet(t)
+    const b = await makeFleet(t)
+    const wa = await registerWorker(t, a.key)
+    const wb = await registerWorker(t, b.key)
+    const admin = await makeSuperadmin(t)
+    const res = await t.req('GET', '/v1/admin/workers?limit=100', { token: admin.token })
+    expect(res.status).toBe(200)
+    const ids = res.body.data.map((w: any) => w.id)
+    expect(ids).toContain(wa)
+    expect(ids).toContain(wb)
+    expect(Object.keys(res.body.data[0]).sort()).toEqual(ROW_FIELDS)
+    expect((await t.req('GET', '/v1/admin/workers', { token: a.user.token })).status).toBe(403)
+    expect((await t.req('GET', '/v1/admin/workers', { token: a.key })).status).toBe(401)
+    expect((await t.req('GET', '/v1/admin/workers')).status).toBe(401)
+  })
+})

@@ -1,0 +1,376 @@
+import { afterAll, describe, expect, test } from 'bun:test'
+import {
+  type CatalogueEntry,
+  matchEntry,
+  normalizeDigest,
+  servableCatalogIds,
+  type WorkerView,
+} from '../../src/modules/workers/matching'
+import { makeTestApp } from '../helpers/app'
+import {
+  batchRow,
+  heartbeat,
+  inventoryItem,
+  makeCatalogEntry,
+  makeFleet,
+  makeValidatedBatch,
+  poll,
+  registerWorker,
+  sha,
+} from '../helpers/workers'
+
+const t = makeTestApp()
+afterAll(() => t.close())
+
+/** A heartbeated worker (24 GB) hosting `names` through the ollama inventory. */
+async function hostWorker(
+  f: Awaited<ReturnType<typeof makeFleet>>,
+  names: string[],
+  o: Record<string, unknown> = {},
+) {
+  const wid = await registerWorker(t, f.key)
+  const hb = await heartbeat(t, f.key, wid, { inventory: names.map((n) => inventoryItem(n)), ...o })
+  expect(hb.status).toBe(200)
+  return wid
+}
+
+describe('POST /workers/poll', () => {
+  test('claims a compatible batch: input_path, runtime string (not slug), assignment', async () => {
+    const f = await makeFleet(t)
+    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'claim:7b', digest: sha('claim:7b') })
+    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id, requests: 4 })
+    const wid = await hostWorker(f, ['claim:7b'])
+    const job = await poll(t, f.key, wid)
+    expect(job).toEqual({
+      job_id: batch.id,
+      assignment_id: expect.stringMatching(/^asg_/),
+      input_file_id: batch.input_file_id,
+      input_path: `/v1/files/${batch.input_file_id}/content`,
+      model: 'claim:7b',
+      catalogue_id: entry.id,
+      endpoint: '/v1/chat/completions',
+      runtime: 'ollama',
+      digest: sha('claim:7b'),
+      params: {},
+      total_requests: 4,
+    })
+    expect(batchRow(t.deps, batch.id)).toMatchObject({ status: 'in_progress', in_progress_at: t.clock.now() })
+    const claims = (await t.deps.metrics.claims.get()).values[0]!.value
+    expect(await poll(t, f.key, wid)).toBeNull()
+    expect((await t.deps.metrics.claims.get()).values[0]!.value).toBe(claims)
+    expect(claims).toBeGreaterThanOrEqual(1)
+  })
+
+  test('unknown worker → 404, another org’s worker → 403, bad body → 400', async () => {
+    const a = await makeFleet(t)
+    const b = await makeFleet(t)
+    const wid = await registerWorker(t, a.key)
+    expect(
+      (await t.req('POST', '/workers/poll', { token: a.key, body: { worker_id: 'wrk_nope' } })).status,
+    ).toBe(404)
+    expect((await t.req('POST', '/workers/poll', { token: b.key, body: { worker_id: wid } })).status).toBe(
+      403,
+    )
+    expect((await t.req('POST', '/workers/poll', { token: a.key, body: {} })).status).toBe(400)
+    expect(
+      (await t.req('POST', '/workers/poll', { token: a.key, body: { worker_id: wid, x: 1 } })).status,
+    ).toBe(400)
+  })
+
+  test('max_concurrent_jobs is honoured', async () => {
+    const f = await makeFleet(t)
+    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'conc:1' })
+    for (let i = 0; i < 3; i++) makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    const wid = await registerWorker(t, f.key, { max_concurrent_jobs: 2, models: ['conc:1'] })
+    expect(await poll(t, f.key, wid)).not.toBeNull()
+    expect(await poll(t, f.key, wid)).not.toBeNull()
+    expect(await poll(t, f.key, wid)).toBeNull()
+  })
+
+  test('a worker silent past the timeout gets no job until it heartbeats again', async () => {
+    const f = await makeFleet(t)
+    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'silent:1' })
+    makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    const wid = await hostWorker(f, ['silent:1'])
+    t.clock.advance(121)
+    expect(await poll(t, f.key, wid)).toBeNull()
+    await heartbeat(t, f.key, wid, { inventory: [inventoryItem('silent:1')] })
+    expect(await poll(t, f.key, wid)).not.toBeNull()
+  })
+})
+
+describe('SPEC §4 Poll rules', () => {
+  test('rule 1: a batch whose model is not catalogued, or whose entry is disabled, is skipped', async () => {
+    const f = await makeFleet(t)
+    const disabled = makeCatalogEntry(t.deps, { runtime_model_id: 'r1:off', enabled: false })
+    makeValidatedBatch(t.deps, { userId: f.user.id, model: disabled.id })
+    makeValidatedBatch(t.deps, { userId: f.user.id, model: 'r1:off' }) // a raw runtime string, not an id
+    const wid = await hostWorker(f, ['r1:off'])
+    expect(await poll(t, f.key, wid)).toBeNull()
+  })
+
+  test('rule 1 with a one-shot rename: a batch stored with the old slug still resolves', async () => {
+    const f = await makeFleet(t)
+    const entry = makeCatalogEntry(t.deps, {
+      id: 'renamed-new-q4km',
+      renamed_from: 'renamed-old',
+      runtime_model_id: 'ren:1',
+    })
+    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: 'renamed-old' })
+    const wid = await hostWorker(f, ['ren:1'])
+    const job = await poll(t, f.key, wid)
+    expect(job).toMatchObject({ job_id: batch.id, catalogue_id: entry.id, model: 'ren:1' })
+  })
+
+  test('rule 2: once heartbeated, the worker must fit vram_gb; a null vram_gb disables the filter', async () => {
+    const f = await makeFleet(t)
+    const heavy = makeCatalogEntry(t.deps, { runtime_model_id: 'r2:heavy', vram_gb: 32 })
+    const anySize = makeCatalogEntry(t.deps, { runtime_model_id: 'r2:any', vram_gb: null })
+    makeValidatedBatch(t.deps, { userId: f.user.id, model: heavy.id })
+    const nullBatch = makeValidatedBatch(t.deps, { userId: f.user.id, model: anySize.id })
+    const small = await hostWorker(f, ['r2:heavy', 'r2:any'], { vram_total_gb: 24 })
+    expect((await poll(t, f.key, small))?.job_id).toBe(nullBatch.id)
+    const big = await hostWorker(f, ['r2:heavy'], { vram_total_gb: 48 })
+    expect((await poll(t, f.key, big))?.catalogue_id).toBe(heavy.id)
+  })
+
+  test('rule 2: before its first heartbeat the VRAM filter is not applied', async () => {
+    const f = await makeFleet(t)
+    const heavy = makeCatalogEntry(t.deps, { runtime_model_id: 'r2b:heavy', vram_gb: 500 })
+    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: heavy.id })
+    const wid = await registerWorker(t, f.key, { models: ['r2b:heavy'] })
+    expect((await poll(t, f.key, wid))?.job_id).toBe(batch.id)
+  })
+
+  test('rule 3: the worker must host the runtime string — registration models, inventory or loaded_models', async () => {
+    const f = await makeFleet(t)
+    const viaModels = makeCatalogEntry(t.deps, { runtime_model_id: 'r3:models' })
+    const viaInventory = makeCatalogEntry(t.deps, { runtime_model_id: 'r3:inv' })
+    const viaLoaded = makeCatalogEntry(t.deps, { runtime_model_id: 'r3:loaded' })
+    const notHosted = makeCatalogEntry(t.deps, { runtime_model_id: 'r3:absent' })
+    makeValidatedBatch(t.deps, { userId: f.user.id, model: notHosted.id })
+    const wid = await registerWorker(t, f.key, { models: ['r3:models'], max_concurrent_jobs: 10 })
+    await heartbeat(t, f.key, wid, { inventory: [inventoryItem('r3:inv')], loaded_models: ['r3:loaded'] })
+    const want = [viaModels, viaInventory, viaLoaded].map(
+      (e) => makeValidatedBatch(t.deps, { userId: f.user.id, model: e.id }).id,
+    )
+    const got: string[] = []
+    for (let i = 0; i < 4; i++) {
+      const job = await poll(t, f.key, wid)
+      if (job) got.push(job.job_id)
+    }
+    expect(got.sort()).toEqual(want.sort())
+  })
+
+  test('rule 4: same tag with a different digest does not match; equal digests match whatever the prefix or case', async () => {
+    const f = await makeFleet(t)
+    const pinned = makeCatalogEntry(t.deps, {
+      runtime_model_id: 'r4:tag',
+      digest: `sha256:${sha('right').toUpperCase()}`,
+    })
+    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: pinned.id })
+    const wrong = await hostWorker(f, [])
+    await heartbeat(t, f.key, wrong, { inventory: [inventoryItem('r4:tag', { sha256: sha('wrong') })] })
+    expect(await poll(t, f.key, wrong)).toBeNull()
+    const right = await registerWorker(t, f.key)
+    await heartbeat(t, f.key, right, { inventory: [inventoryItem('r4:tag', { sha256: sha('right') })] })
+    expect((await poll(t, f.key, right))?.job_id).toBe(batch.id)
+  })
+
+  test('rule 4: when either side has no digest, the name decides', async () => {
+    const f = await makeFleet(t)
+    const unpinned = makeCatalogEntry(t.deps, { runtime_model_id: 'r4b:any', digest: null })
+    const pinned = makeCatalogEntry(t.deps, { runtime_model_id: 'r4b:pinned', digest: sha('r4b') })
+    const b1 = makeValidatedBatch(t.deps, { userId: f.user.id, model: unpinned.id })
+    const b2 = makeValidatedBatch(t.deps, { userId: f.user.id, model: pinned.id })
+    const wid = await registerWorker(t, f.key, { models: ['r4b:pinned'], max_concurrent_jobs: 2 })
+    await heartbeat(t, f.key, wid, { inventory: [inventoryItem('r4b:any', { sha256: sha('whatever') })] })
+    const got = [(await poll(t, f.key, wid))?.job_id, (await poll(t, f.key, wid))?.job_id]
+    expect(got.sort()).toEqual([b1.id, b2.id].sort())
+  })
+
+  test('rule 5: batches of a model loaded on the worker come first', async () => {
+    const f = await makeFleet(t)
+    const cold = makeCatalogEntry(t.deps, { runtime_model_id: 'r5:cold' })
+    const hot = makeCatalogEntry(t.deps, { runtime_model_id: 'r5:hot' })
+    const older = makeValidatedBatch(t.deps, { userId: f.user.id, model: cold.id })
+    const newer = makeValidatedBatch(t.deps, { userId: f.user.id, model: hot.id })
+    const wid = await registerWorker(t, f.key, { max_concurrent_jobs: 2 })
+    await heartbeat(t, f.key, wid, {
+      inventory: [inventoryItem('r5:cold'), inventoryItem('r5:hot', { loaded: true })],
+    })
+    expect((await poll(t, f.key, wid))?.job_id).toBe(newer.id)
+    expect((await poll(t, f.key, wid))?.job_id).toBe(older.id)
+  })
+
+  test('then oldest first', async () => {
+    const f = await makeFleet(t)
+    const a = makeCatalogEntry(t.deps, { runtime_model_id: 'old:a' })
+    const b = makeCatalogEntry(t.deps, { runtime_model_id: 'old:b' })
+    const first = makeValidatedBatch(t.deps, { userId: f.user.id, model: b.id })
+    const second = makeValidatedBatch(t.deps, { userId: f.user.id, model: a.id })
+    const third = makeValidatedBatch(t.deps, { userId: f.user.id, model: b.id })
+    const wid = await registerWorker(t, f.key, { models: ['old:a', 'old:b'], max_concurrent_jobs: 3 })
+    const order = [await poll(t, f.key, wid), await poll(t, f.key, wid), await poll(t, f.key, wid)].map(
+      (j) => j?.job_id,
+    )
+    expect(order).toEqual([first.id, second.id, third.id])
+  })
+
+  test('rule 6: a worker that never heartbeated only gets models it advertised at registration', async () => {
+    const f = await makeFleet(t)
+    const advertised = makeCatalogEntry(t.deps, { runtime_model_id: 'r6:adv' })
+    const later = makeCatalogEntry(t.deps, { runtime_model_id: 'r6:later' })
+    const wid = await registerWorker(t, f.key, {
+      models: ['r6:adv'],
+      machine_id: 'r6-box',
+      max_concurrent_jobs: 5,
+    })
+    await heartbeat(t, f.key, wid, { inventory: [inventoryItem('r6:later')] })
+    // Re-registration makes it never-heartbeated again, advertising only r6:adv.
+    await registerWorker(t, f.key, { models: ['r6:adv'], machine_id: 'r6-box', max_concurrent_jobs: 5 })
+    makeValidatedBatch(t.deps, { userId: f.user.id, model: later.id })
+    const adv = makeValidatedBatch(t.deps, { userId: f.user.id, model: advertised.id })
+    expect((await poll(t, f.key, wid))?.job_id).toBe(adv.id)
+    expect(await poll(t, f.key, wid)).toBeNull()
+  })
+
+  test('serving profiles: any profile matches; the one whose runtime hosts the model wins', async () => {
+    const f = await makeFleet(t)
+    const entry = makeCatalogEntry(t.deps, {
+      runtime: 'vllm',
+      runtime_model_id: 'org/sp-model',
+      profiles: [
+        { runtime: 'vllm', runtime_model_id: 'org/sp-model', params: { max_model_len: 8192 } },
+        { runtime: 'ollama', runtime_model_id: 'sp-model:q4', params: { num_ctx: 8192 } },
+        { runtime: 'llama.cpp', runtime_model_id: 'sp-model:q4', params: { n_ctx: 4096 } },
+      ],
+    })
+    makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    // Hosted by ollama (inventory runtime): the ollama profile wins over llama.cpp with the same string.
+    const ollama = await hostWorker(f, ['sp-model:q4'])
+    expect(await poll(t, f.key, ollama)).toMatchObject({
+      model: 'sp-model:q4',
+      runtime: 'ollama',
+      params: { num_ctx: 8192 },
+    })
+    const vllm = await registerWorker(t, f.key, {
+      runtimes: [{ engine: 'vllm', base_url: 'http://127.0.0.1:8000', status: 'online' }],
+      models: ['org/sp-model'],
+    })
+    expect(await poll(t, f.key, vllm)).toMatchObject({
+      model: 'org/sp-model',
+      runtime: 'vllm',
+      params: { max_model_len: 8192 },
+    })
+  })
+
+  test('artifact files: every file’s sha256 must be in the inventory', async () => {
+    const f = await makeFleet(t)
+    const entry = makeCatalogEntry(t.deps, {
+      runtime_model_id: 'vis:1',
+      artifact_files: [
+        { path: 'model.gguf', sha256: sha('weights') },
+        { path: 'mmproj.gguf', sha256: `SHA256:${sha('proj').toUpperCase()}` },
+      ],
+    })
+    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    const partial = await registerWorker(t, f.key)
+    await heartbeat(t, f.key, partial, { inventory: [inventoryItem('vis:1', { sha256: sha('weights') })] })
+    expect(await poll(t, f.key, partial)).toBeNull()
+    const full = await registerWorker(t, f.key)
+    await heartbeat(t, f.key, full, {
+      inventory: [
+        inventoryItem('vis:1', { sha256: sha('weights') }),
+        inventoryItem('vis-proj', { sha256: sha('proj') }),
+      ],
+    })
+    expect((await poll(t, f.key, full))?.job_id).toBe(batch.id)
+  })
+
+  test('org-private entries run only on that org’s workers', async () => {
+    const owner = await makeFleet(t)
+    const other = await makeFleet(t)
+    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'priv:1', org_id: owner.orgId })
+    const batch = makeValidatedBatch(t.deps, { userId: owner.user.id, model: entry.id })
+    expect(await poll(t, other.key, await hostWorker(other, ['priv:1']))).toBeNull()
+    expect((await poll(t, owner.key, await hostWorker(owner, ['priv:1'])))?.job_id).toBe(batch.id)
+  })
+})
+
+describe('the predicate itself', () => {
+  const entry = (o: Partial<CatalogueEntry> = {}): CatalogueEntry => ({
+    id: 'e-q4km',
+    renamed_from: null,
+    enabled: true,
+    org_id: null,
+    display_name: 'E',
+    parameter_size: null,
+    vram_gb: 8,
+    size_gb: 4,
+    digest: null,
+    profiles: [{ runtime: 'ollama', runtime_model_id: 'e:1', params: {} }],
+    artifact_sha256: [],
+    ...o,
+  })
+  const view = (o: Partial<WorkerView> = {}): WorkerView => ({
+    org_id: 'org_x',
+    heartbeated: true,
+    vram_total_gb: 24,
+    engines: ['ollama'],
+    models: [
+      {
+        name: 'e:1',
+        runtime: 'ollama',
+        digest: null,
+        loaded: false,
+        advertised: false,
+        configured: false,
+        on_disk: true,
+      },
+    ],
+    ...o,
+  })
+
+  test('rule 6: rows not advertised at registration do not count before the first heartbeat', () => {
+    expect(matchEntry(view(), entry())).not.toBeNull()
+    expect(matchEntry(view({ heartbeated: false }), entry())).toBeNull()
+  })
+
+  test('rule 2: a heartbeated worker that never reported VRAM does not fit a VRAM requirement', () => {
+    expect(matchEntry(view({ vram_total_gb: null }), entry())).toBeNull()
+    expect(matchEntry(view({ vram_total_gb: null }), entry({ vram_gb: null }))).not.toBeNull()
+  })
+
+  test('digests are normalized', () => {
+    expect(normalizeDigest(`sha256:${'AB'.repeat(32)}`)).toBe('ab'.repeat(32))
+    expect(normalizeDigest('')).toBeNull()
+    expect(normalizeDigest(null)).toBeNull()
+  })
+})
+
+describe('servableCatalogIds', () => {
+  test('counts only online workers that can serve the entry', async () => {
+    const s = makeTestApp()
+    try {
+      const f = await makeFleet(s)
+      const served = makeCatalogEntry(s.deps, { runtime_model_id: 'sv:1' })
+      const tooBig = makeCatalogEntry(s.deps, { runtime_model_id: 'sv:big', vram_gb: 100 })
+      const offline = makeCatalogEntry(s.deps, { runtime_model_id: 'sv:off' })
+      makeCatalogEntry(s.deps, { runtime_model_id: 'sv:1', id: 'sv-disabled-q4km', enabled: false })
+      const a = await registerWorker(s, f.key)
+      await heartbeat(s, f.key, a, { inventory: [inventoryItem('sv:1'), inventoryItem('sv:big')] })
+      const b = await registerWorker(s, f.key, { models: ['sv:off'] })
+      s.deps.sqlite.query(`update workers set status = 'offline' where id = ?`).run(b)
+      expect([...servableCatalogIds(s.deps)]).toEqual([served.id])
+      // Read-time cutoff: a worker silent past the timeout serves nothing, even if stored online.
+      s.clock.advance(120)
+      expect([...servableCatalogIds(s.deps)]).toEqual([])
+      void tooBig
+      void offline
+    } finally {
+      s.close()
+    }
+  })
+})
