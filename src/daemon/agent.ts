@@ -563,7 +563,7 @@ export class Agent {
         status: res.status,
         output_file_id: res.output_file_id,
         error_file_id: res.error_file_id,
-        seconds: Math.round((Date.now() - rj.startedAtMs) / 100) / 10,
+        seconds: Math.round(Date.now() - rj.startedAtMs) / 1000,
       })
     } catch (e) {
       if (this.killed) return
