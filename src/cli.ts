@@ -1,5 +1,6 @@
 import pkg from '../package.json'
 import { ConfigError, loadConfig } from './config'
+import { runWorkerCommand } from './daemon/cli'
 import { serve } from './index'
 import { catalogueCommand as runCatalogue } from './modules/catalogue/cli'
 import { BackupError, backupDatabase, formatBytes } from './ops/backup'
@@ -146,40 +147,12 @@ async function versionCommand(_argv: string[], io: Io): Promise<number> {
   return 0
 }
 
-// `worker` lives in a module built on another branch. The literal import() inside try/catch lets
-// this file build without it: Bun's bundler embeds the module when the file exists and leaves a
-// failing import when it does not. NOTE for the merge: once src/daemon/cli.ts exists, tsc flags
-// the @ts-expect-error below; replace the import() by a static import (as for catalogue).
-// .ci/run's smoke test fails if the binary cannot run the command although the file exists.
-
-type SubcommandFn = (argv: string[]) => Promise<number>
-
 async function workerCommand(argv: string[], io: Io): Promise<number> {
-  let run: SubcommandFn | undefined
-  try {
-    // @ts-expect-error -- src/daemon/cli.ts arrives with the daemon branch
-    run = (await import('./daemon/cli')).runWorkerCommand
-  } catch (error) {
-    if (!isMissing(error, 'daemon/cli')) throw error
-  }
-  return run ? run(argv) : unavailable('worker', 'src/daemon/cli.ts', argv, io)
+  return runWorkerCommand(argv, io.env)
 }
 
 async function catalogueCommand(argv: string[], io: Io): Promise<number> {
   return runCatalogue(argv, io)
-}
-
-const isMissing = (error: unknown, module: string) =>
-  /Cannot find module|Could not resolve/.test(String(error)) && String(error).includes(module)
-
-function unavailable(name: string, module: string, argv: string[], io: Io): number {
-  const line = `gridkeep ${name}: not available in this build (${module} is not part of it)`
-  if (isHelp(argv[0])) {
-    io.out(`Usage: gridkeep ${name} …\n\n${COMMANDS[name]!.summary}.\n${line}`)
-    return 0
-  }
-  io.err(line)
-  return 1
 }
 
 if (import.meta.main) {

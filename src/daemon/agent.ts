@@ -1,0 +1,682 @@
+import { rmSync } from 'node:fs'
+import { hostname } from 'node:os'
+import { join } from 'node:path'
+import { log as rootLog } from '../lib/logger'
+import { type Backoff, backoffDelay, sleep } from './backoff'
+import {
+  ApiError,
+  ControlPlane,
+  DAEMON_VERSION,
+  type HeartbeatBody,
+  type HeartbeatResponse,
+  isTransient,
+  type Job,
+  type PullModel,
+} from './client'
+import { type Counts, executeJob, RuntimeUnavailableError } from './executor'
+import { GpuProbe, type GpuSample } from './gpu'
+import type { DaemonOptions } from './options'
+import { createRuntime } from './runtimes'
+import type { PullProgress, Runtime, RuntimeSnapshot } from './runtimes/types'
+import { StateDir } from './state'
+
+// The worker agent (SPEC §1, §4 Workers; API.md §7): registers, heartbeats on its own timer, polls
+// while it has free capacity, runs each claimed batch through the executor, uploads the results with
+// its assignment_id, and reports a failure when a job cannot run. It stops a job the server no longer
+// assigns to it, rides out control-plane restarts, and on SIGTERM finishes or reports its jobs.
+
+const log = rootLog.child({ component: 'worker' })
+
+export interface AgentDeps {
+  runtime?: Runtime
+  gpu?: { sample(): Promise<GpuSample | null> }
+  /** Backoff of control-plane retries (tests shrink it). */
+  backoff?: Backoff
+  /** Backoff between retries of one inference request. */
+  requestBackoff?: Backoff
+}
+
+/** What the operator view shows of one running job. */
+export interface JobView {
+  job_id: string
+  model: string
+  total: number
+  completed: number
+  failed: number
+  started_at_ms: number
+}
+
+interface RunningJob {
+  job: Job
+  abort: AbortController
+  counts: Counts
+  total: number
+  startedAtMs: number
+  /** Set when the server no longer assigns this job to us: drop it without a word. */
+  lost: string | null
+  /** Set when a shutdown stopped it: report the failure so the batch is requeued at once. */
+  shutdown: boolean
+  sentProgress: string
+}
+
+/** The job cannot run at all here; reported as a failure so the batch is requeued. */
+class JobFailure extends Error {}
+
+const SNAPSHOT_BUDGET_MS = 5_000
+const FAILED_HEARTBEAT_RETRY_MS = 5_000
+const MAX_POLL_BACKOFF_MS = 30_000
+
+export class Agent {
+  readonly state: StateDir
+  readonly runtime: Runtime
+  private readonly cp: ControlPlane
+  private readonly gpu: { sample(): Promise<GpuSample | null> }
+  private readonly backoff: Backoff
+  private readonly requestBackoff: Backoff
+  private readonly startedAtMs = Date.now()
+
+  private workerId: string | null = null
+  private heartbeatMs = 30_000
+  private readonly jobs = new Map<string, RunningJob>()
+  private pulling: PullModel | null = null
+  private lastSnapshot: RuntimeSnapshot | null = null
+  private runtimeOnline: boolean | null = null
+  private closed = false
+  private registering: Promise<boolean> | null = null
+
+  private stopping = false
+  private killed = false
+  private exitCode = 0
+  /** Aborted only by kill(): ends uploads and reports in flight. */
+  private readonly life = new AbortController()
+  /** Aborted by shutdown() or kill(): ends sleeps of the loops. */
+  private readonly stopSignal = new AbortController()
+  private wakePoll: (() => void) | null = null
+  private heartbeatTimer: ReturnType<typeof setTimeout> | null = null
+  private heartbeatRunning: Promise<void> | null = null
+  private heartbeatAgain = false
+  private graceMs: number
+
+  constructor(
+    readonly opts: DaemonOptions,
+    deps: AgentDeps = {},
+  ) {
+    this.state = new StateDir(opts.state_dir)
+    this.runtime = deps.runtime ?? createRuntime(opts, this.state)
+    this.cp = new ControlPlane(opts.server, opts.key)
+    this.gpu = deps.gpu ?? new GpuProbe()
+    this.backoff = deps.backoff ?? { baseMs: 1000, maxMs: MAX_POLL_BACKOFF_MS }
+    this.requestBackoff = deps.requestBackoff ?? { baseMs: 500, maxMs: 20_000 }
+    this.graceMs = opts.shutdown_grace * 1000
+  }
+
+  get id() {
+    return this.workerId
+  }
+
+  /** Runs until shutdown() or a fatal error; resolves with the process exit code. */
+  async run(): Promise<number> {
+    const unlock = this.state.lock()
+    try {
+      this.state.clearJobs()
+      await this.runtime.prepare()
+      if (!(await this.register())) return this.exitCode
+      this.scheduleHeartbeat(0)
+      await this.pollLoop()
+      await this.drain()
+      return this.exitCode
+    } finally {
+      this.closed = true
+      if (this.heartbeatTimer) clearTimeout(this.heartbeatTimer)
+      this.heartbeatTimer = null
+      await this.heartbeatRunning
+      unlock()
+    }
+  }
+
+  /**
+   * Graceful stop (SIGTERM): no more polling; running jobs get the grace period to finish, then are
+   * stopped and reported as failed. `now` skips the grace (a second signal).
+   */
+  shutdown(now = false) {
+    if (now) this.graceMs = 0
+    if (this.stopping && !now) return
+    log.info('shutting down', { running_jobs: this.jobs.size, grace_seconds: this.graceMs / 1000 })
+    this.stopping = true
+    this.stopSignal.abort()
+    this.wake()
+    if (now) for (const rj of this.jobs.values()) this.stopForShutdown(rj)
+  }
+
+  /** Simulates a crash (tests): everything stops at once and nothing more is sent. */
+  kill() {
+    this.killed = true
+    this.stopping = true
+    if (this.heartbeatTimer) clearTimeout(this.heartbeatTimer)
+    this.heartbeatTimer = null
+    this.life.abort()
+    this.stopSignal.abort()
+    for (const rj of this.jobs.values()) rj.abort.abort(new Error('killed'))
+    this.wake()
+  }
+
+  jobViews(): JobView[] {
+    return [...this.jobs.values()].map((rj) => ({
+      job_id: rj.job.job_id,
+      model: rj.job.model,
+      total: rj.total || rj.counts.read,
+      completed: rj.counts.completed,
+      failed: rj.counts.failed,
+      started_at_ms: rj.startedAtMs,
+    }))
+  }
+
+  // ── registration ────────────────────────────────────────────────────────────────────────────
+
+  /**
+   * Registers (retrying while the server is unreachable); false after a fatal answer or a stop.
+   * The heartbeat and the poll loop may both find the worker unknown: they share one registration.
+   */
+  private register(): Promise<boolean> {
+    this.registering ??= this.registerOnce().finally(() => {
+      this.registering = null
+    })
+    return this.registering
+  }
+
+  private async registerOnce(): Promise<boolean> {
+    for (let attempt = 0; !this.stopping; attempt++) {
+      const identity = this.state.identity()
+      // A worker_id is only meaningful to the server that issued it.
+      const reuse = identity.server === this.opts.server ? identity.worker_id : undefined
+      try {
+        const snapshot = await this.freshSnapshot()
+        const gpu = await this.gpu.sample()
+        const res = await this.cp.register({
+          name: this.opts.name,
+          hostname: hostname(),
+          machine_id: identity.machine_id,
+          ...(reuse ? { worker_id: reuse } : {}),
+          daemon_version: DAEMON_VERSION,
+          max_concurrent_jobs: this.opts.max_jobs,
+          max_download_gb: this.opts.max_download_gb,
+          models: snapshot.models,
+          runtimes: [
+            {
+              engine: this.runtime.engine,
+              base_url: this.runtime.baseUrl,
+              status: snapshot.status,
+              inventory: snapshot.inventory,
+            },
+          ],
+          gpus: gpu?.gpus ?? [],
+        })
+        this.workerId = res.worker_id
+        this.heartbeatMs = (res.heartbeat_interval_seconds || 30) * 1000
+        this.state.saveWorkerId(res.worker_id, this.opts.server)
+        log.info('registered', {
+          worker_id: res.worker_id,
+          org_id: res.org_id,
+          runtime: this.runtime.engine,
+          runtime_status: snapshot.status,
+          models: snapshot.models.length,
+          gpus: gpu?.gpus.length ?? 0,
+        })
+        return true
+      } catch (e) {
+        if (e instanceof ApiError && !e.transient) {
+          if ((e.status === 403 || e.status === 404) && reuse) {
+            // Our stored worker_id is not this org's (or is gone): register afresh.
+            log.warn('stored worker_id refused; registering as a new worker', { status: e.status })
+            this.state.saveWorkerId('', '')
+            continue
+          }
+          this.fatal(
+            e.status === 401 ? 'the server rejected the worker key' : `registration refused: ${e.message}`,
+          )
+          return false
+        }
+        const wait = backoffDelay(attempt, this.backoff)
+        log.warn('registration failed; retrying', { error: (e as Error).message, retry_in_ms: wait })
+        await sleep(wait, this.stopSignal.signal)
+      }
+    }
+    return false
+  }
+
+  private fatal(message: string) {
+    log.error(message)
+    this.exitCode = 1
+    this.stopping = true
+    this.stopSignal.abort()
+    this.wake()
+  }
+
+  // ── heartbeat ───────────────────────────────────────────────────────────────────────────────
+  // Its own timer: nothing the jobs do waits on it and it waits on nothing the jobs do, so a long
+  // batch never delays liveness (SPEC §8: every 30 s; the server's heartbeat_interval_seconds).
+
+  private scheduleHeartbeat(delayMs: number) {
+    if (this.killed || this.closed) return
+    if (this.heartbeatTimer) clearTimeout(this.heartbeatTimer)
+    this.heartbeatTimer = setTimeout(() => {
+      this.heartbeatTimer = null
+      this.heartbeatRunning = this.heartbeat().finally(() => {
+        this.heartbeatRunning = null
+      })
+    }, delayMs)
+  }
+
+  /** A heartbeat now (after a pull, so the new inventory reaches the server at once). */
+  private heartbeatSoon() {
+    if (this.heartbeatRunning) this.heartbeatAgain = true
+    else this.scheduleHeartbeat(0)
+  }
+
+  private async heartbeat(): Promise<void> {
+    if (!this.workerId || this.killed) return
+    const sentAt = Date.now()
+    let next = this.heartbeatMs
+    try {
+      const res = await this.cp.heartbeat(this.workerId, await this.heartbeatBody())
+      if (res.next_heartbeat_in) next = res.next_heartbeat_in * 1000
+      this.onHeartbeat(res, sentAt)
+    } catch (e) {
+      if (this.killed) return
+      if (e instanceof ApiError && e.status === 404) {
+        // The server does not know us (its database was reset): register again.
+        log.warn('heartbeat: worker unknown to the server; registering again')
+        if (await this.register()) next = 0
+      } else if (e instanceof ApiError && e.status === 401) {
+        this.fatal('the server rejected the worker key')
+      } else if (e instanceof ApiError && e.status === 403) {
+        log.warn('heartbeat refused: worker not owned by this key; registering again')
+        this.state.saveWorkerId('', '')
+        if (await this.register()) next = 0
+      } else {
+        log.warn('heartbeat failed', { error: (e as Error).message })
+        next = Math.min(next, FAILED_HEARTBEAT_RETRY_MS)
+      }
+    }
+    if (this.heartbeatAgain) {
+      this.heartbeatAgain = false
+      next = 0
+    }
+    if (!this.killed && !(this.stopping && this.jobs.size === 0)) this.scheduleHeartbeat(next)
+  }
+
+  private async heartbeatBody(): Promise<HeartbeatBody> {
+    const [snapshot, gpu] = await Promise.all([this.heartbeatSnapshot(), this.gpu.sample()])
+    const first = this.jobs.values().next().value as RunningJob | undefined
+    const vramOverride = this.opts.vram_gb
+    const vramTotal = vramOverride ?? gpu?.memory_total_gb
+    const vramAvailable =
+      vramTotal === undefined ? undefined : Math.max(0, round(vramTotal - (gpu?.memory_used_gb ?? 0)))
+    return {
+      activity: this.jobs.size > 0 ? 'busy' : this.pulling ? 'downloading_model' : 'idle',
+      ...(first
+        ? {
+            current_job_id: first.job.job_id,
+            progress: {
+              total_prompts: first.total || first.counts.read,
+              completed_prompts: first.counts.completed,
+              failed_prompts: first.counts.failed,
+            },
+          }
+        : {}),
+      ...(gpu?.utilization != null ? { gpu_utilization: gpu.utilization } : {}),
+      ...(gpu ? { gpu_memory_used_gb: gpu.memory_used_gb } : {}),
+      ...(vramTotal !== undefined ? { vram_total_gb: vramTotal, vram_available_gb: vramAvailable } : {}),
+      loaded_models: snapshot.loaded,
+      inventory: snapshot.inventory,
+      uptime_seconds: Math.floor((Date.now() - this.startedAtMs) / 1000),
+    }
+  }
+
+  private onHeartbeat(res: HeartbeatResponse, sentAt: number) {
+    if (Array.isArray(res.assigned_job_ids)) {
+      const assigned = new Set(res.assigned_job_ids)
+      for (const rj of this.jobs.values()) {
+        // A job claimed after this heartbeat left cannot be in its answer yet.
+        if (rj.startedAtMs < sentAt && !assigned.has(rj.job.job_id))
+          this.lose(rj, 'the server no longer assigns this job to this worker')
+      }
+    }
+    for (const task of res.pull_models ?? []) this.maybePull(task)
+  }
+
+  /** The runtime's view now (registration, poll, job start). */
+  private async freshSnapshot(): Promise<RuntimeSnapshot> {
+    const s = await this.runtime.snapshot()
+    if (s.status === 'online') this.lastSnapshot = s
+    if (s.status === 'online' && !this.runtimeOnline)
+      log.info('runtime reachable', { runtime: this.runtime.baseUrl })
+    if (s.status !== 'online' && this.runtimeOnline !== false)
+      log.warn('runtime not reachable; not polling', { runtime: this.runtime.baseUrl, error: s.error })
+    this.runtimeOnline = s.status === 'online'
+    return s
+  }
+
+  /**
+   * The heartbeat's view of the runtime. While the runtime is slow or failing in the middle of our
+   * own batch, the last good inventory stands in (within a time budget, so liveness never waits on a
+   * busy runtime), and a loaded server is not reported as having lost its models.
+   */
+  private async heartbeatSnapshot(): Promise<RuntimeSnapshot> {
+    const s = await Promise.race([this.freshSnapshot(), sleep(SNAPSHOT_BUDGET_MS).then(() => null)])
+    if (s && (s.status === 'online' || this.jobs.size === 0 || !this.lastSnapshot)) return s
+    return this.lastSnapshot ?? { status: 'offline', inventory: [], models: [], loaded: [] }
+  }
+
+  // ── model pulls (API.md §7 pull_models) ────────────────────────────────────────────────────
+
+  private maybePull(task: PullModel) {
+    const pull = this.runtime.pull?.bind(this.runtime)
+    if (!pull || this.pulling || this.stopping) return
+    if (task.runtime !== this.runtime.engine && task.runtime !== this.runtime.kind) return
+    this.pulling = task
+    const plog = log.child({ model: task.runtime_model_id, catalogue_id: task.catalogue_id })
+    plog.info('pulling model for the catalogue', { size_gb: task.size_gb })
+    const base = {
+      worker_id: this.workerId!,
+      model: task.runtime_model_id,
+      ...(task.digest ? { digest: task.digest } : {}),
+    }
+    let lastSent = 0
+    const send = (p: PullProgress) =>
+      this.cp
+        .modelProgress({ ...base, ...p })
+        .catch((e) => plog.warn('model-progress failed', { error: e.message }))
+    const onProgress = (p: PullProgress) => {
+      const now = Date.now()
+      if (p.status === 'downloading' && now - lastSent < this.opts.progress_interval * 1000) return
+      lastSent = now
+      void send(p)
+    }
+    this.heartbeatSoon() // activity downloading_model
+    void pull(task, onProgress, this.life.signal)
+      .then(async () => {
+        plog.info('model pulled')
+        await send({ status: 'completed' })
+      })
+      .catch(async (e) => {
+        plog.warn('model pull failed', { error: (e as Error).message })
+        if (!this.killed) await send({ status: 'failed' })
+      })
+      .finally(() => {
+        this.pulling = null
+        this.heartbeatSoon()
+        this.wake()
+      })
+  }
+
+  // ── polling ────────────────────────────────────────────────────────────────────────────────
+
+  private async pollLoop() {
+    let failures = 0
+    while (!this.stopping) {
+      let wait = this.opts.poll_interval * 1000
+      if (this.workerId && this.jobs.size < this.opts.max_jobs) {
+        const snapshot = await this.freshSnapshot()
+        if (this.stopping) break
+        // Claiming a batch we cannot run would only burn one of its attempts.
+        if (snapshot.status === 'online') {
+          try {
+            const job = await this.cp.poll(this.workerId)
+            failures = 0
+            if (job && !this.stopping) {
+              this.startJob(job)
+              continue
+            }
+          } catch (e) {
+            if (e instanceof ApiError && e.status === 401) this.fatal('the server rejected the worker key')
+            else if (e instanceof ApiError && (e.status === 403 || e.status === 404)) {
+              log.warn('poll refused; registering again', { status: e.status })
+              if (e.status === 403) this.state.saveWorkerId('', '')
+              await this.register()
+            } else {
+              wait = Math.max(wait, backoffDelay(failures++, this.backoff))
+              log.warn('poll failed', { error: (e as Error).message, retry_in_ms: wait })
+            }
+          }
+        }
+      }
+      await this.idle(wait)
+    }
+  }
+
+  private idle(ms: number) {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms)
+      function done() {
+        clearTimeout(timer)
+        resolve()
+      }
+      this.wakePoll = done
+    })
+  }
+
+  private wake() {
+    const w = this.wakePoll
+    this.wakePoll = null
+    w?.()
+  }
+
+  // ── jobs ───────────────────────────────────────────────────────────────────────────────────
+
+  private startJob(job: Job) {
+    const rj: RunningJob = {
+      job,
+      abort: new AbortController(),
+      counts: { read: 0, completed: 0, failed: 0 },
+      total: job.total_requests ?? 0,
+      startedAtMs: Date.now(),
+      lost: null,
+      shutdown: false,
+      sentProgress: '',
+    }
+    this.jobs.set(job.job_id, rj)
+    log.info('job claimed', {
+      job_id: job.job_id,
+      assignment_id: job.assignment_id,
+      model: job.model,
+      catalogue_id: job.catalogue_id,
+      endpoint: job.endpoint,
+      total_requests: job.total_requests,
+    })
+    this.heartbeatSoon() // activity busy, current_job_id
+    void this.runJob(rj).finally(() => {
+      this.jobs.delete(job.job_id)
+      if (!this.killed) this.heartbeatSoon()
+      this.wake()
+    })
+  }
+
+  private async runJob(rj: RunningJob) {
+    const { job } = rj
+    const jlog = log.child({ job_id: job.job_id })
+    const dir = this.state.jobDir(job.job_id)
+    const input = join(dir, 'input.jsonl')
+    const output = join(dir, 'output.jsonl')
+    const progressTimer = setInterval(() => this.sendProgress(rj), this.opts.progress_interval * 1000)
+    try {
+      const snapshot = await this.freshSnapshot()
+      if (snapshot.status !== 'online') {
+        throw new JobFailure(
+          `runtime ${this.runtime.engine} at ${this.runtime.baseUrl} is ${snapshot.status}: ${snapshot.error ?? ''}`.trim(),
+        )
+      }
+      if (!this.runtime.serves(job.model, snapshot))
+        throw new JobFailure(`runtime ${this.runtime.engine} does not serve model ${job.model}`)
+      if (job.params && Object.keys(job.params).length)
+        jlog.debug('serving profile params are launch settings of the runtime; not applied per request', {
+          params: job.params,
+        })
+
+      const bytes = await this.retry(
+        'input download',
+        () => this.cp.download(job.input_path, input, rj.abort.signal),
+        {
+          tries: 5,
+          signal: rj.abort.signal,
+        },
+      )
+      jlog.info('input downloaded', { bytes })
+
+      const counts = await executeJob(
+        input,
+        output,
+        { model: job.model, endpoint: job.endpoint ?? '/v1/chat/completions' },
+        {
+          runtimeUrl: this.runtime.baseUrl,
+          concurrency: this.opts.concurrency,
+          tries: this.opts.retries,
+          requestTimeoutMs: this.opts.request_timeout * 1000,
+          backoff: this.requestBackoff,
+          signal: rj.abort.signal,
+          onLine: (c) => {
+            rj.counts = c
+          },
+        },
+      )
+      rj.counts = counts
+      clearInterval(progressTimer)
+      if (rj.lost) throw new Error(rj.lost)
+
+      // Uploading is not stopped by a shutdown: finished work is delivered.
+      const res = await this.retry(
+        'upload-results',
+        () =>
+          this.cp.uploadResults({
+            job_id: job.job_id,
+            worker_id: this.workerId!,
+            ...(job.assignment_id ? { assignment_id: job.assignment_id } : {}),
+            completed: counts.completed,
+            failed: counts.failed,
+            file: output,
+          }),
+        { tries: 30, signal: this.life.signal },
+      )
+      jlog.info('job completed', {
+        completed: counts.completed,
+        failed: counts.failed,
+        status: res.status,
+        output_file_id: res.output_file_id,
+        error_file_id: res.error_file_id,
+        seconds: Math.round(Date.now() - rj.startedAtMs) / 1000,
+      })
+    } catch (e) {
+      if (this.killed) return
+      if (rj.lost) {
+        jlog.warn('job dropped', { reason: rj.lost })
+        return
+      }
+      if (e instanceof ApiError && e.status === 403) {
+        jlog.warn('job dropped: the server says it is not ours any more', { error: e.message })
+        return
+      }
+      const message = rj.shutdown
+        ? 'worker shut down before finishing the job'
+        : e instanceof JobFailure || e instanceof RuntimeUnavailableError
+          ? e.message
+          : `worker error: ${(e as Error).message ?? String(e)}`
+      jlog.warn('job failed; reporting', { error: message })
+      await this.reportFailure(rj, message)
+    } finally {
+      clearInterval(progressTimer)
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }
+
+  private async reportFailure(rj: RunningJob, message: string) {
+    try {
+      const res = await this.retry(
+        'report-failure',
+        () =>
+          this.cp.reportFailure({
+            job_id: rj.job.job_id,
+            worker_id: this.workerId!,
+            error: message.slice(0, 2000),
+            ...(rj.job.assignment_id ? { assignment_id: rj.job.assignment_id } : {}),
+          }),
+        { tries: 20, signal: this.life.signal },
+      )
+      log.info('failure reported', { job_id: rj.job.job_id, status: res.status, attempts: res.attempts })
+    } catch (e) {
+      log.warn('could not report the failure; the sweeper will requeue the batch', {
+        job_id: rj.job.job_id,
+        error: (e as Error).message,
+      })
+    }
+  }
+
+  /** Live counts, throttled to --progress-interval and sent only when they changed. */
+  private sendProgress(rj: RunningJob) {
+    const c = rj.counts
+    const key = `${c.completed}/${c.failed}`
+    if (key === rj.sentProgress || rj.lost || !this.workerId) return
+    rj.sentProgress = key
+    this.cp
+      .progress({
+        worker_id: this.workerId,
+        job_id: rj.job.job_id,
+        ...(rj.job.assignment_id ? { assignment_id: rj.job.assignment_id } : {}),
+        ...(rj.total ? { total_prompts: rj.total } : {}),
+        completed_prompts: c.completed,
+        failed_prompts: c.failed,
+      })
+      .catch((e) => {
+        if (e instanceof ApiError && e.status === 403) this.lose(rj, 'the server refused our progress (403)')
+        else {
+          rj.sentProgress = '' // try again next tick
+          log.debug('progress not delivered', { job_id: rj.job.job_id, error: (e as Error).message })
+        }
+      })
+  }
+
+  private lose(rj: RunningJob, reason: string) {
+    if (rj.lost) return
+    rj.lost = reason
+    rj.abort.abort(new Error(reason))
+  }
+
+  private stopForShutdown(rj: RunningJob) {
+    if (rj.shutdown) return
+    rj.shutdown = true
+    rj.abort.abort(new Error('shutdown'))
+  }
+
+  /** After the poll loop ends: give running jobs the grace period, then stop and report them. */
+  private async drain() {
+    if (this.jobs.size === 0) return
+    const deadline = Date.now() + this.graceMs
+    while (this.jobs.size > 0 && Date.now() < deadline && !this.killed)
+      await this.idle(Math.min(250, this.graceMs))
+    for (const rj of this.jobs.values()) this.stopForShutdown(rj)
+    while (this.jobs.size > 0) await this.idle(50)
+  }
+
+  private async retry<T>(
+    what: string,
+    fn: () => Promise<T>,
+    o: { tries: number; signal?: AbortSignal },
+  ): Promise<T> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await fn()
+      } catch (e) {
+        if (!isTransient(e) || attempt + 1 >= o.tries || o.signal?.aborted) throw e
+        const hinted = e instanceof ApiError ? e.retryAfterMs : null
+        const wait = hinted ?? backoffDelay(attempt, this.backoff)
+        log.warn(`${what} failed; retrying`, {
+          attempt: attempt + 1,
+          retry_in_ms: wait,
+          error: (e as Error).message,
+        })
+        await sleep(wait, o.signal)
+      }
+    }
+  }
+}
+
+const round = (n: number) => Math.round(n * 100) / 100

@@ -1,0 +1,315 @@
+import { writeFileSync } from 'node:fs'
+import pkg from '../../package.json'
+import type { Gpu } from './gpu'
+import type { InventoryItem } from './runtimes/types'
+
+// The control-plane side of API.md §7, as the daemon speaks it. Every call carries the worker key as
+// a bearer token; the key never appears in an error message or a log field.
+
+export const DAEMON_VERSION = pkg.version
+
+export interface RegisterBody {
+  name: string
+  hostname?: string
+  machine_id?: string
+  worker_id?: string
+  daemon_version?: string
+  max_concurrent_jobs?: number
+  max_download_gb?: number
+  models?: string[]
+  runtimes: {
+    engine: string
+    base_url: string
+    status: 'online' | 'offline' | 'error'
+    inventory?: InventoryItem[]
+  }[]
+  gpus?: Gpu[]
+}
+
+export interface RegisterResponse {
+  worker_id: string
+  org_id: string
+  heartbeat_interval_seconds: number
+  heartbeat_timeout_seconds: number
+}
+
+export interface HeartbeatBody {
+  activity: 'idle' | 'busy' | 'downloading_model'
+  current_job_id?: string
+  progress?: { total_prompts: number; completed_prompts: number; failed_prompts: number }
+  gpu_utilization?: number
+  gpu_memory_used_gb?: number
+  vram_total_gb?: number
+  vram_available_gb?: number
+  loaded_models: string[]
+  inventory: InventoryItem[]
+  uptime_seconds: number
+}
+
+export interface PullModel {
+  catalogue_id: string
+  runtime: string
+  runtime_model_id: string
+  digest?: string | null
+  size_gb?: number | null
+}
+
+export interface HeartbeatResponse {
+  status: string
+  worker_id: string
+  next_heartbeat_in?: number
+  assigned_job_ids?: string[]
+  pull_models?: PullModel[]
+}
+
+export interface Job {
+  job_id: string
+  assignment_id?: string
+  input_file_id: string
+  input_path: string
+  model: string
+  catalogue_id?: string
+  endpoint?: string
+  runtime?: string
+  digest?: string | null
+  params?: Record<string, unknown>
+  total_requests?: number
+}
+
+export interface UploadResult {
+  batch_id: string
+  status: string
+  output_file_id?: string | null
+  error_file_id?: string | null
+  request_counts?: { total: number; completed: number; failed: number }
+}
+
+export interface FailureResult {
+  status: string
+  batch_id: string
+  attempts: number
+  error: string
+}
+
+/** The server answered with a non-2xx status (API.md §0 envelope when it is JSON). */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string | null,
+    message: string,
+    readonly retryAfterMs: number | null = null,
+  ) {
+    super(message)
+  }
+  /** Worth retrying later: the server is overloaded, restarting or broken for now. */
+  get transient() {
+    return this.status === 429 || this.status >= 500
+  }
+}
+
+/** The server could not be reached, or the answer did not arrive in time. */
+export class TransportError extends Error {}
+
+/** Retry after the network or the server failed; never after a 4xx (the answer will not change). */
+export const isTransient = (e: unknown) =>
+  e instanceof TransportError || (e instanceof ApiError && e.transient)
+
+const CALL_TIMEOUT_MS = 30_000
+
+export class ControlPlane {
+  private readonly headers: Record<string, string>
+
+  constructor(
+    readonly baseUrl: string,
+    key: string,
+  ) {
+    this.headers = { authorization: `Bearer ${key}`, 'user-agent': `gridkeep-worker/${DAEMON_VERSION}` }
+  }
+
+  register(body: RegisterBody) {
+    return this.json<RegisterResponse>('POST', '/workers/register', body)
+  }
+
+  heartbeat(workerId: string, body: HeartbeatBody) {
+    return this.json<HeartbeatResponse>('POST', `/workers/${encodeURIComponent(workerId)}/heartbeat`, body)
+  }
+
+  async poll(workerId: string): Promise<Job | null> {
+    const res = await this.json<{ job: Job | null }>('POST', '/workers/poll', { worker_id: workerId })
+    return res.job ?? null
+  }
+
+  progress(body: {
+    worker_id: string
+    job_id: string
+    assignment_id?: string
+    total_prompts?: number
+    completed_prompts: number
+    failed_prompts: number
+  }) {
+    return this.json<{ status: string }>('POST', '/workers/progress', body)
+  }
+
+  modelProgress(body: {
+    worker_id: string
+    model: string
+    digest?: string
+    status: 'downloading' | 'verifying' | 'completed' | 'failed'
+    completed_bytes?: number
+    total_bytes?: number
+  }) {
+    return this.json<unknown>('POST', '/workers/model-progress', body)
+  }
+
+  reportFailure(body: { job_id: string; worker_id: string; error: string; assignment_id?: string }) {
+    return this.json<FailureResult>('POST', '/workers/report-failure', body)
+  }
+
+  /** Streams the job input (GET input_path with the worker key) to `dest`; returns its byte count. */
+  async download(inputPath: string, dest: string, signal?: AbortSignal): Promise<number> {
+    const res = await this.send('GET', inputPath, undefined, signal, 0)
+    if (!res.body) throw new TransportError('empty input file response')
+    let bytes = 0
+    // A FileSink writes over an existing file without truncating it: a retried download must
+    // start from an empty file, not on top of the bytes of the broken attempt.
+    writeFileSync(dest, '')
+    const sink = Bun.file(dest).writer({ highWaterMark: 1 << 20 })
+    try {
+      for await (const chunk of res.body) {
+        sink.write(chunk)
+        bytes += chunk.byteLength
+      }
+    } catch (e) {
+      if (signal?.aborted) throw e
+      throw new TransportError(`input download broke off: ${(e as Error).message}`)
+    } finally {
+      await sink.end()
+    }
+    return bytes
+  }
+
+  /**
+   * Multipart upload of the output file (SPEC §4 Upload results), streamed from disk: the body is
+   * generated chunk by chunk (fields, then the file), so a 50,000-line output is never held in
+   * memory (a FormData holding the file would be).
+   */
+  async uploadResults(args: {
+    job_id: string
+    worker_id: string
+    assignment_id?: string
+    completed: number
+    failed: number
+    file: string
+  }): Promise<UploadResult> {
+    const fields: Record<string, string> = {
+      job_id: args.job_id,
+      worker_id: args.worker_id,
+      ...(args.assignment_id ? { assignment_id: args.assignment_id } : {}),
+      completed: String(args.completed),
+      failed: String(args.failed),
+    }
+    const { body, contentType } = multipart(fields, 'file', 'output.jsonl', args.file)
+    // No overall time limit: a large file on a slow link legitimately takes long.
+    const res = await this.send('POST', '/workers/upload-results', body, undefined, 0, contentType)
+    return (await res.json()) as UploadResult
+  }
+
+  private async json<T>(method: string, path: string, body: unknown): Promise<T> {
+    const res = await this.send(method, path, JSON.stringify(body), undefined, CALL_TIMEOUT_MS)
+    const text = await res.text()
+    try {
+      return (text ? JSON.parse(text) : {}) as T
+    } catch {
+      throw new ApiError(res.status, null, `${method} ${path}: answer is not JSON`)
+    }
+  }
+
+  private async send(
+    method: string,
+    path: string,
+    body: string | ReadableStream<Uint8Array> | undefined,
+    signal: AbortSignal | undefined,
+    timeoutMs: number,
+    contentType?: string,
+  ): Promise<Response> {
+    const headers: Record<string, string> = { ...this.headers }
+    if (typeof body === 'string') headers['content-type'] = 'application/json'
+    if (contentType) headers['content-type'] = contentType
+    const signals = [signal, timeoutMs ? AbortSignal.timeout(timeoutMs) : undefined].filter(
+      (s): s is AbortSignal => !!s,
+    )
+    let res: Response
+    try {
+      res = await fetch(this.baseUrl + path, {
+        method,
+        headers,
+        body,
+        signal: signals.length > 1 ? AbortSignal.any(signals) : signals[0],
+      })
+    } catch (e) {
+      if (signal?.aborted) throw e
+      throw new TransportError(`${method} ${path}: ${(e as Error).message}`)
+    }
+    if (res.ok) return res
+    const text = await res.text().catch(() => '')
+    let code: string | null = null
+    let message = text.slice(0, 500)
+    try {
+      const env = JSON.parse(text)
+      code = env?.error?.code ?? null
+      message = env?.error?.message ?? message
+    } catch {}
+    const ra = res.headers.get('retry-after')
+    throw new ApiError(
+      res.status,
+      code,
+      `${method} ${path} → ${res.status}: ${message}`,
+      ra ? Number(ra) * 1000 : null,
+    )
+  }
+}
+
+/** A multipart/form-data body: text fields, then one file streamed from disk. */
+export function multipart(
+  fields: Record<string, string>,
+  fileField: string,
+  filename: string,
+  path: string,
+): { body: ReadableStream<Uint8Array>; contentType: string } {
+  const boundary = `gridkeep-${crypto.randomUUID()}`
+  const enc = new TextEncoder()
+  let head = ''
+  for (const [name, value] of Object.entries(fields))
+    head += `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`
+  head += `--${boundary}\r\nContent-Disposition: form-data; name="${fileField}"; filename="${filename}"\r\n`
+  head += 'Content-Type: application/jsonl\r\n\r\n'
+  const tail = `\r\n--${boundary}--\r\n`
+  let reader: { read(): Promise<{ done: boolean; value?: Uint8Array }>; cancel(): Promise<void> } | null =
+    null
+  let stage: 'head' | 'file' | 'done' = 'head'
+  const body = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      if (stage === 'head') {
+        stage = 'file'
+        reader = Bun.file(path).stream().getReader()
+        controller.enqueue(enc.encode(head))
+        return
+      }
+      if (stage === 'file') {
+        const { value, done } = await reader!.read()
+        if (!done) {
+          controller.enqueue(value)
+          return
+        }
+        stage = 'done'
+        controller.enqueue(enc.encode(tail))
+        return
+      }
+      controller.close()
+    },
+    cancel() {
+      void reader?.cancel()
+    },
+  })
+  return { body, contentType: `multipart/form-data; boundary=${boundary}` }
+}

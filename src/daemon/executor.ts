@@ -1,0 +1,264 @@
+import { writeFileSync } from 'node:fs'
+import { randomBase62 } from '../lib/ids'
+import { type Backoff, backoffDelay, retryAfterMs, sleep } from './backoff'
+import { readLines } from './lines'
+
+// Runs every line of a job's input against the runtime and writes one OpenAI batch output line per
+// request (API.md §7: {id, custom_id, response:{status_code, request_id, body}|null,
+// error:{code,message}|null}). Input is read line by line and output appended to a file as each
+// request finishes, so memory holds only the requests in flight, whatever the batch size.
+//
+// - At most `concurrency` requests are in flight.
+// - 429, 5xx, connection errors and timeouts are retried with exponential backoff and full jitter
+//   (Retry-After honoured) up to `tries` attempts in all.
+// - A request that still fails becomes an output line carrying its error; the job goes on.
+// - A request that ends in a connection error makes the executor check whether the runtime is still
+//   reachable; if not, the job stops with RuntimeUnavailableError (the agent reports the failure so
+//   the batch is requeued instead of being completed with every remaining line failed).
+
+export interface JobRequestSpec {
+  /** The runtime's model string (catalogue runtime_model_id); replaces every line's body.model. */
+  model: string
+  /** The batch endpoint, e.g. /v1/chat/completions; sent to the runtime at runtimeUrl + endpoint. */
+  endpoint: string
+}
+
+export interface Counts {
+  /** Lines read so far. */
+  read: number
+  completed: number
+  failed: number
+}
+
+export interface ExecutorOptions {
+  runtimeUrl: string
+  concurrency: number
+  tries: number
+  requestTimeoutMs: number
+  backoff: Backoff
+  signal?: AbortSignal
+  onLine?: (counts: Counts) => void
+  /** How long a Retry-After may make us wait at most. */
+  maxRetryAfterMs?: number
+}
+
+export class RuntimeUnavailableError extends Error {}
+
+const DEFAULT_ENDPOINT = '/v1/chat/completions'
+const FLUSH_BYTES = 64 * 1024
+const MAX_ERROR_TEXT = 2000
+
+interface Outcome {
+  status?: number
+  requestId?: string | null
+  text?: string
+  error?: { code: string; message: string }
+}
+
+/** Streams the input (a file path, or a byte stream) through the runtime into `outputPath`. */
+export async function executeJob(
+  input: string | ReadableStream<Uint8Array>,
+  outputPath: string,
+  job: JobRequestSpec,
+  opts: ExecutorOptions,
+): Promise<Counts> {
+  const counts: Counts = { read: 0, completed: 0, failed: 0 }
+  const url = opts.runtimeUrl + (job.endpoint || DEFAULT_ENDPOINT)
+  const ids = sequence('batch_req_')
+  const requestIds = sequence('req_')
+  // Stops every request of this job: the caller's abort, or the runtime found gone.
+  const stop = new AbortController()
+  const onOuterAbort = () => stop.abort(opts.signal!.reason)
+  if (opts.signal?.aborted) throw opts.signal.reason
+  opts.signal?.addEventListener('abort', onOuterAbort, { once: true })
+  let fatal: unknown
+  let runtimeCheck: Promise<boolean> | null = null
+  const runtimeGone = () => {
+    runtimeCheck ??= runtimeReachable(opts.runtimeUrl).then((ok) => {
+      // Later failures check again: a runtime may restart while a job waits.
+      setTimeout(() => {
+        runtimeCheck = null
+      }, 1000)
+      return !ok
+    })
+    return runtimeCheck
+  }
+
+  // The sink writes its buffer out whenever it passes FLUSH_BYTES: results reach the disk as the
+  // job goes, and memory holds at most one buffer of them.
+  writeFileSync(outputPath, '') // a FileSink does not truncate what is already there
+  const writer = Bun.file(outputPath).writer({ highWaterMark: FLUSH_BYTES })
+  // Counted from the record written, so counts always agree with what the server will count
+  // (API.md §7: status_code < 400 and no error → output file; everything else → error file).
+  const write = ({ line, ok }: Written) => {
+    writer.write(line)
+    if (ok) counts.completed++
+    else counts.failed++
+    opts.onLine?.(counts)
+  }
+
+  const runLine = async (raw: string) => {
+    let parsed: any
+    try {
+      parsed = JSON.parse(raw)
+    } catch {
+      // Validation guarantees JSON lines; without a custom_id nothing can be reported for this one.
+      return
+    }
+    const customId = parsed?.custom_id
+    if (typeof customId !== 'string') return
+    const body = parsed.body
+    if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+      write(errorLine(ids(), customId, 'invalid_request', 'body is not a JSON object'))
+      return
+    }
+    body.model = job.model
+    // A batch result is one response body; a streamed answer would arrive as server-sent events.
+    if ('stream' in body) body.stream = false
+    const outcome = await request(url, JSON.stringify(body), opts, stop.signal)
+    if (outcome.error?.code === 'connection_error' || outcome.error?.code === 'timeout') {
+      if (!stop.signal.aborted && (await runtimeGone()))
+        throw new RuntimeUnavailableError(
+          `runtime unreachable at ${opts.runtimeUrl}: ${outcome.error.message}`,
+        )
+    }
+    if (stop.signal.aborted) return
+    write(outputLine(ids(), customId, outcome, requestIds))
+  }
+
+  // A counting semaphore with one waiter: the reading loop below.
+  let active = 0
+  let wake: (() => void) | null = null
+  const release = () => {
+    active--
+    const w = wake
+    wake = null
+    w?.()
+  }
+  const waitForSlot = () => new Promise<void>((r) => (wake = r))
+
+  try {
+    for await (const line of readLines(typeof input === 'string' ? Bun.file(input).stream() : input)) {
+      if (stop.signal.aborted) break
+      if (!line.trim()) continue
+      while (active >= opts.concurrency) await waitForSlot()
+      if (stop.signal.aborted) break
+      counts.read++
+      active++
+      runLine(line)
+        .catch((e) => {
+          if (!stop.signal.aborted) {
+            fatal = e
+            stop.abort(e)
+          }
+        })
+        .finally(release)
+    }
+    while (active > 0) await waitForSlot()
+  } finally {
+    opts.signal?.removeEventListener('abort', onOuterAbort)
+    await writer.end()
+  }
+  if (fatal) throw fatal
+  if (opts.signal?.aborted) throw opts.signal.reason
+  return counts
+}
+
+/** One request with retries. Never throws: a final failure is an Outcome with an error. */
+async function request(
+  url: string,
+  payload: string,
+  opts: ExecutorOptions,
+  stop: AbortSignal,
+): Promise<Outcome> {
+  let last: Outcome = { error: { code: 'connection_error', message: 'not attempted' } }
+  for (let attempt = 0; attempt < opts.tries; attempt++) {
+    if (stop.aborted) return last
+    let waitMs: number | null = null
+    const ac = new AbortController()
+    const onStop = () => ac.abort()
+    stop.addEventListener('abort', onStop, { once: true })
+    let timedOut = false
+    const timer = setTimeout(() => {
+      timedOut = true
+      ac.abort()
+    }, opts.requestTimeoutMs)
+    try {
+      const res = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: payload,
+        signal: ac.signal,
+      })
+      const text = await res.text()
+      last = { status: res.status, requestId: res.headers.get('x-request-id'), text }
+      if (res.status !== 429 && res.status < 500) return last
+      waitMs = retryAfterMs(res.headers.get('retry-after'))
+    } catch (e) {
+      if (stop.aborted) return last
+      last = timedOut
+        ? { error: { code: 'timeout', message: `no answer within ${opts.requestTimeoutMs} ms` } }
+        : { error: { code: 'connection_error', message: (e as Error).message || String(e) } }
+    } finally {
+      clearTimeout(timer)
+      stop.removeEventListener('abort', onStop)
+    }
+    if (attempt + 1 < opts.tries) {
+      const backoff = backoffDelay(attempt, opts.backoff)
+      await sleep(waitMs === null ? backoff : Math.min(waitMs, opts.maxRetryAfterMs ?? 60_000), stop)
+    }
+  }
+  return last
+}
+
+interface Written {
+  line: string
+  /** Goes to the output file (a success), not the error file. */
+  ok: boolean
+}
+
+function outputLine(id: string, customId: string, o: Outcome, requestIds: () => string): Written {
+  if (o.error) return errorLine(id, customId, o.error.code, o.error.message)
+  const text = o.text ?? ''
+  let body: string
+  try {
+    const value = JSON.parse(text)
+    // Reuse the runtime's bytes unless they span lines (JSONL needs one line per record).
+    body = text.includes('\n') || text.includes('\r') || text.length === 0 ? JSON.stringify(value) : text
+  } catch {
+    if ((o.status ?? 0) < 400)
+      return errorLine(id, customId, 'invalid_response', 'runtime answered with invalid JSON')
+    body = JSON.stringify({ error: { message: text.slice(0, MAX_ERROR_TEXT) } })
+  }
+  const status = o.status ?? 500
+  return {
+    line:
+      `{"id":${JSON.stringify(id)},"custom_id":${JSON.stringify(customId)},` +
+      `"response":{"status_code":${status},"request_id":${JSON.stringify(o.requestId || requestIds())},` +
+      `"body":${body}},"error":null}\n`,
+    ok: status < 400,
+  }
+}
+
+function errorLine(id: string, customId: string, code: string, message: string): Written {
+  const error = { code, message: message.slice(0, MAX_ERROR_TEXT) }
+  return { line: `${JSON.stringify({ id, custom_id: customId, response: null, error })}\n`, ok: false }
+}
+
+/** Unique ids without a CSPRNG call per line: a random prefix and a counter. */
+function sequence(prefix: string): () => string {
+  const base = prefix + randomBase62(12) + '_'
+  let n = 0
+  return () => base + (++n).toString(36)
+}
+
+/** Any HTTP answer means the runtime is up; only a failed connection means it is gone. */
+export async function runtimeReachable(baseUrl: string): Promise<boolean> {
+  try {
+    const res = await fetch(baseUrl + '/', { signal: AbortSignal.timeout(5000) })
+    await res.arrayBuffer()
+    return true
+  } catch {
+    return false
+  }
+}

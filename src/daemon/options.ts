@@ -1,0 +1,283 @@
+import { homedir, hostname } from 'node:os'
+import { extname, join } from 'node:path'
+import { type Static, Type as T } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+
+// The daemon's options, parsed in this one place. The daemon is a separate program from the server
+// (src/config.ts is the server's), so it reads its own flags, environment and optional config file.
+// Precedence: flags > environment > config file > defaults.
+
+/** Engine names of API.md §7 (`runtime` of a serving profile). */
+export const ENGINES = ['ollama', 'vllm', 'llama.cpp', 'sglang', 'tgi', 'lmstudio', 'openai'] as const
+
+const Num = (def: number | undefined, min: number, max: number, description: string) =>
+  T.Number({ minimum: min, maximum: max, description, ...(def === undefined ? {} : { default: def }) })
+const Int = (def: number, min: number, max: number, description: string) =>
+  T.Integer({ minimum: min, maximum: max, description, default: def })
+
+const ModelFiles = T.Record(
+  T.String({ minLength: 1 }),
+  T.Union([T.String({ minLength: 1 }), T.Array(T.String())]),
+  {
+    description:
+      'openai runtime: model name → weights file (or list of files) whose sha256 is reported as the digest; ' +
+      'flag form NAME=PATH, repeatable; env form NAME=PATH,NAME2=PATH2',
+  },
+)
+
+export const DaemonOptionsSchema = T.Object({
+  server: T.String({
+    pattern: '^https?://',
+    description: 'Control plane base URL, e.g. http://gridkeep:8080',
+  }),
+  key: T.String({ pattern: '^gk-', description: 'Organization worker key (gk-…); never logged' }),
+  runtime: T.Union([T.Literal('openai'), T.Literal('ollama')], {
+    description: 'Runtime adapter: openai (any OpenAI-compatible server) or ollama (native API)',
+  }),
+  runtime_url: T.Optional(
+    T.String({
+      pattern: '^https?://',
+      description:
+        'Runtime base URL (default http://127.0.0.1:11434 for ollama, http://127.0.0.1:8000 for openai)',
+    }),
+  ),
+  engine: T.Optional(
+    T.Union(
+      ENGINES.map((e) => T.Literal(e)),
+      { description: `Engine name reported to the server (${ENGINES.join(', ')}; default: the runtime)` },
+    ),
+  ),
+  name: T.Optional(
+    T.String({ minLength: 1, maxLength: 200, description: 'Worker name (default: the hostname)' }),
+  ),
+  state_dir: T.Optional(
+    T.String({ minLength: 1, description: 'Directory for worker_id, machine_id, digest cache, job files' }),
+  ),
+  concurrency: Int(8, 1, 4096, 'Requests in flight per job'),
+  max_jobs: Int(1, 1, 64, 'Jobs run at once (max_concurrent_jobs)'),
+  vram_gb: T.Optional(
+    Num(undefined, 0, 1_000_000, 'VRAM in GB when no GPU can be probed (or to override it)'),
+  ),
+  max_download_gb: Num(0, 0, 1_000_000, 'Largest model the server may ask this worker to pull (0 = never)'),
+  progress_interval: Num(5, 0.05, 3600, 'Seconds between progress reports of a job'),
+  poll_interval: Num(5, 0.05, 3600, 'Seconds between polls while nothing is compatible'),
+  request_timeout: Num(600, 0.05, 86400, 'Seconds one inference request may take'),
+  retries: Int(
+    3,
+    1,
+    20,
+    'Tries per inference request (429, 5xx, connection errors and timeouts are retried)',
+  ),
+  shutdown_grace: Num(60, 0, 86400, 'Seconds a SIGTERM waits for running jobs before reporting them failed'),
+  model_files: T.Optional(ModelFiles),
+  log_level: T.Union([T.Literal('debug'), T.Literal('info'), T.Literal('warn'), T.Literal('error')], {
+    default: 'info',
+    description: 'Least severe log level written',
+  }),
+})
+
+type Parsed = Static<typeof DaemonOptionsSchema>
+export type DaemonOptions = Omit<Parsed, 'runtime_url' | 'engine' | 'name' | 'state_dir' | 'model_files'> & {
+  runtime_url: string
+  engine: (typeof ENGINES)[number]
+  name: string
+  state_dir: string
+  model_files: Record<string, string[]>
+}
+
+type Field = keyof typeof DaemonOptionsSchema.properties
+
+/** Environment variable of each option (GRIDKEEP_<NAME>, with the two the issue names). */
+export const ENV_NAMES: Record<Field, string> = {
+  server: 'GRIDKEEP_SERVER',
+  key: 'GRIDKEEP_WORKER_KEY',
+  runtime: 'GRIDKEEP_RUNTIME',
+  runtime_url: 'GRIDKEEP_RUNTIME_URL',
+  engine: 'GRIDKEEP_ENGINE',
+  name: 'GRIDKEEP_WORKER_NAME',
+  state_dir: 'GRIDKEEP_STATE_DIR',
+  concurrency: 'GRIDKEEP_CONCURRENCY',
+  max_jobs: 'GRIDKEEP_MAX_JOBS',
+  vram_gb: 'GRIDKEEP_VRAM_GB',
+  max_download_gb: 'GRIDKEEP_MAX_DOWNLOAD_GB',
+  progress_interval: 'GRIDKEEP_PROGRESS_INTERVAL',
+  poll_interval: 'GRIDKEEP_POLL_INTERVAL',
+  request_timeout: 'GRIDKEEP_REQUEST_TIMEOUT',
+  retries: 'GRIDKEEP_RETRIES',
+  shutdown_grace: 'GRIDKEEP_SHUTDOWN_GRACE',
+  model_files: 'GRIDKEEP_MODEL_FILES',
+  log_level: 'GRIDKEEP_LOG_LEVEL',
+}
+export const CONFIG_ENV = 'GRIDKEEP_WORKER_CONFIG'
+
+const FIELDS = Object.keys(DaemonOptionsSchema.properties) as Field[]
+const flagOf = (f: Field) => `--${f.replaceAll('_', '-')}`
+const FLAG_FIELDS = new Map<string, Field>(FIELDS.map((f) => [flagOf(f), f]))
+// `--model-file NAME=PATH` reads better than `--model-files` for a repeatable flag.
+FLAG_FIELDS.set('--model-file', 'model_files')
+FLAG_FIELDS.delete('--model-files')
+
+export class OptionsError extends Error {}
+
+export type ParseResult = { help: true } | { help: false; options: DaemonOptions }
+
+/**
+ * Parses argv (without the program and subcommand), the environment and the config file named by
+ * `--config` or GRIDKEEP_WORKER_CONFIG. Throws OptionsError with one line naming the culprit.
+ */
+export async function parseDaemonOptions(
+  argv: string[],
+  env: Record<string, string | undefined> = process.env,
+): Promise<ParseResult> {
+  const flags: Record<string, unknown> = {}
+  let configPath: string | undefined = env[CONFIG_ENV] || undefined
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!
+    if (arg === '--help' || arg === '-h') return { help: true }
+    const eq = arg.indexOf('=')
+    const flag = eq > 0 && arg.startsWith('--') ? arg.slice(0, eq) : arg
+    let value: string | undefined = eq > 0 && arg.startsWith('--') ? arg.slice(eq + 1) : undefined
+    const field = FLAG_FIELDS.get(flag)
+    if (flag !== '--config' && !field) throw new OptionsError(`unknown option ${flag} (see --help)`)
+    if (value === undefined) {
+      value = argv[++i]
+      if (value === undefined) throw new OptionsError(`${flag} needs a value`)
+    }
+    if (flag === '--config') configPath = value
+    else if (field === 'model_files') {
+      flags.model_files = { ...(flags.model_files as object), ...parseModelFiles(value, flag) }
+    } else flags[field!] = value
+  }
+
+  const fromEnv: Record<string, unknown> = {}
+  for (const f of FIELDS) {
+    const v = env[ENV_NAMES[f]]
+    if (v === undefined || v === '') continue
+    fromEnv[f] = f === 'model_files' ? parseModelFiles(v, ENV_NAMES[f]) : v.trim()
+  }
+
+  const fromFile = configPath ? await readConfigFile(configPath) : {}
+  const merged = { ...fromFile, ...fromEnv, ...flags }
+  const converted = Value.Default(DaemonOptionsSchema, Value.Convert(DaemonOptionsSchema, merged)) as Record<
+    string,
+    unknown
+  >
+  const first = Value.Errors(DaemonOptionsSchema, converted).First()
+  if (first) {
+    const name = (first.path.replace(/^\//, '').split('/')[0] || 'options') as Field
+    const where = name in ENV_NAMES ? `${flagOf(name)} / ${ENV_NAMES[name]}` : name
+    const missing = converted[name] === undefined
+    // Never echo the key back.
+    const got = missing || name === 'key' ? '' : ` (got ${JSON.stringify(converted[name])})`
+    throw new OptionsError(`${where}: ${missing ? 'required' : describe(first.schema)}${got}`)
+  }
+  return { help: false, options: finish(converted as Parsed) }
+}
+
+function finish(p: Parsed): DaemonOptions {
+  const model_files: Record<string, string[]> = {}
+  for (const [name, v] of Object.entries(p.model_files ?? {})) model_files[name] = Array.isArray(v) ? v : [v]
+  return {
+    ...p,
+    server: p.server.replace(/\/+$/, ''),
+    runtime_url: (
+      p.runtime_url ?? (p.runtime === 'ollama' ? 'http://127.0.0.1:11434' : 'http://127.0.0.1:8000')
+    )
+      .replace(/\/+$/, '')
+      // The job's endpoint (/v1/chat/completions) already carries the /v1.
+      .replace(/\/v1$/, ''),
+    engine: p.engine ?? p.runtime,
+    name: p.name ?? hostname(),
+    state_dir: p.state_dir ?? join(homedir(), '.gridkeep', 'worker'),
+    model_files,
+  }
+}
+
+function parseModelFiles(value: string, source: string): Record<string, string> {
+  const out: Record<string, string> = {}
+  for (const pair of value.split(',')) {
+    if (!pair.trim()) continue
+    const eq = pair.indexOf('=')
+    if (eq <= 0 || eq === pair.length - 1)
+      throw new OptionsError(`${source}: expected NAME=PATH (got ${pair})`)
+    out[pair.slice(0, eq).trim()] = pair.slice(eq + 1).trim()
+  }
+  return out
+}
+
+/** A YAML or JSON file whose keys are the option names (snake_case or kebab-case). */
+async function readConfigFile(path: string): Promise<Record<string, unknown>> {
+  const file = Bun.file(path)
+  if (!(await file.exists())) throw new OptionsError(`--config: no such file ${path}`)
+  const text = await file.text()
+  let doc: unknown
+  try {
+    doc = extname(path) === '.json' ? JSON.parse(text) : Bun.YAML.parse(text)
+  } catch (e) {
+    throw new OptionsError(
+      `--config: ${path} is not valid ${extname(path) === '.json' ? 'JSON' : 'YAML'}: ${(e as Error).message}`,
+    )
+  }
+  if (doc === null || doc === undefined) return {}
+  if (typeof doc !== 'object' || Array.isArray(doc))
+    throw new OptionsError(`--config: ${path} must hold a mapping`)
+  const out: Record<string, unknown> = {}
+  for (const [k, v] of Object.entries(doc)) {
+    const field = k.replaceAll('-', '_') as Field
+    if (!FIELDS.includes(field)) throw new OptionsError(`--config: unknown option ${k} in ${path}`)
+    // Numbers in a file may be written as numbers; Value.Convert handles the strings of flags and env.
+    out[field] = v
+  }
+  return out
+}
+
+function describe(schema: any): string {
+  if (schema.anyOf) return `expected one of ${schema.anyOf.map((s: any) => s.const ?? s.type).join(', ')}`
+  if (schema.type === 'integer') return `expected an integer from ${schema.minimum} to ${schema.maximum}`
+  if (schema.type === 'number') return `expected a number from ${schema.minimum} to ${schema.maximum}`
+  if (schema.pattern) return `expected a value matching ${schema.pattern}`
+  if (schema.minLength) return `expected at least ${schema.minLength} characters`
+  return `expected ${schema.type}`
+}
+
+const PLACEHOLDER: Partial<Record<Field, string>> = {
+  server: 'URL',
+  key: 'gk-…',
+  runtime: 'openai|ollama',
+  runtime_url: 'URL',
+  engine: 'NAME',
+  name: 'NAME',
+  state_dir: 'DIR',
+  concurrency: 'N',
+  max_jobs: 'N',
+  vram_gb: 'GB',
+  max_download_gb: 'GB',
+  progress_interval: 'S',
+  poll_interval: 'S',
+  request_timeout: 'S',
+  retries: 'N',
+  shutdown_grace: 'S',
+  log_level: 'LEVEL',
+}
+
+export function helpText(): string {
+  const lines = [
+    'Usage: gridkeep worker --server URL --key gk-… --runtime openai|ollama [options]',
+    '',
+    'The reference worker daemon: registers with a gridkeep control plane, heartbeats, claims batches,',
+    'runs every line against a local inference runtime and uploads the results.',
+    '',
+    'Options (flags > environment > config file > defaults):',
+  ]
+  for (const f of FIELDS) {
+    const s = (DaemonOptionsSchema.properties as any)[f]
+    const flag = f === 'model_files' ? '--model-file NAME=PATH' : `${flagOf(f)} ${PLACEHOLDER[f] ?? 'VALUE'}`
+    const def = s.default === undefined ? '' : ` [default ${s.default}]`
+    lines.push(`  ${flag.padEnd(30)} ${s.description}${def}`)
+    lines.push(`  ${''.padEnd(30)} env ${ENV_NAMES[f]}`)
+  }
+  lines.push(`  ${'--config FILE'.padEnd(30)} YAML or JSON file with the options above as keys`)
+  lines.push(`  ${''.padEnd(30)} env ${CONFIG_ENV}`)
+  lines.push(`  ${'--help'.padEnd(30)} This text`)
+  return lines.join('\n')
+}

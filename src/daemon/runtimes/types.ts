@@ -1,0 +1,97 @@
+// What a runtime adapter tells the agent about the inference engine it fronts (SPEC §4 heartbeat
+// inventory; API.md §7 registration runtimes). Requests themselves always go to the engine's
+// OpenAI-compatible endpoints (job.endpoint on base_url), whichever adapter discovered it.
+
+/** SPEC §4 inventory item: one on-disk artifact with the sha256 of its file. */
+export interface InventoryItem {
+  local_name: string
+  sha256: string
+  size_bytes: number
+  loaded: boolean
+  runtime: string
+}
+
+export type RuntimeStatus = 'online' | 'offline' | 'error'
+
+export interface RuntimeSnapshot {
+  status: RuntimeStatus
+  /** Artifacts whose sha256 is known (an item without a hash would be a lie about the file). */
+  inventory: InventoryItem[]
+  /** Every model name the engine can serve, with or without a known digest (advertised `models`). */
+  models: string[]
+  /** Names loaded in VRAM (heartbeat `loaded_models`). */
+  loaded: string[]
+  /** Why the status is not online. */
+  error?: string
+}
+
+/** One heartbeat `pull_models` entry (API.md §7). */
+export interface PullTask {
+  catalogue_id: string
+  runtime: string
+  runtime_model_id: string
+  digest?: string | null
+  size_gb?: number | null
+}
+
+export interface PullProgress {
+  status: 'downloading' | 'verifying' | 'completed' | 'failed'
+  completed_bytes?: number
+  total_bytes?: number
+}
+
+export interface Runtime {
+  readonly kind: 'openai' | 'ollama'
+  /** Engine name reported to the server (API.md §7 engine names). */
+  readonly engine: string
+  /** Base URL without /v1; job requests go to baseUrl + job.endpoint. */
+  readonly baseUrl: string
+  /** Work worth doing once before registering (hashing model files). */
+  prepare(): Promise<void>
+  snapshot(): Promise<RuntimeSnapshot>
+  /** Whether the engine can serve `model` right now (checked before a job starts). */
+  serves(model: string, snapshot: RuntimeSnapshot): boolean
+  /** Materialises a catalogued model the engine lacks; absent when the engine cannot pull. */
+  pull?(task: PullTask, onProgress: (p: PullProgress) => void, signal?: AbortSignal): Promise<void>
+}
+
+export class RuntimeHttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message)
+  }
+}
+
+const SNAPSHOT_TIMEOUT_MS = 10_000
+
+/** GET/POST JSON from the runtime with a time limit. */
+export async function runtimeJson<T>(
+  url: string,
+  init: { method?: string; body?: unknown; timeoutMs?: number; signal?: AbortSignal } = {},
+): Promise<T> {
+  const timeout = AbortSignal.timeout(init.timeoutMs ?? SNAPSHOT_TIMEOUT_MS)
+  const res = await fetch(url, {
+    method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
+    headers: init.body === undefined ? {} : { 'content-type': 'application/json' },
+    body: init.body === undefined ? undefined : JSON.stringify(init.body),
+    signal: init.signal ? AbortSignal.any([init.signal, timeout]) : timeout,
+  })
+  const text = await res.text()
+  if (!res.ok) throw new RuntimeHttpError(res.status, `${url} answered ${res.status}: ${text.slice(0, 200)}`)
+  try {
+    return JSON.parse(text) as T
+  } catch {
+    throw new RuntimeHttpError(res.status, `${url} answered with invalid JSON`)
+  }
+}
+
+/** offline when the engine cannot be reached at all, error when it answers wrongly. */
+export const statusOf = (e: unknown): RuntimeStatus => (e instanceof RuntimeHttpError ? 'error' : 'offline')
+
+export const normaliseDigest = (d: string) =>
+  d
+    .trim()
+    .toLowerCase()
+    .replace(/^sha256[:-]/, '')

@@ -1,0 +1,448 @@
+import { afterEach, describe, expect, test } from 'bun:test'
+import { readFileSync } from 'node:fs'
+import { hostname } from 'node:os'
+import { join } from 'node:path'
+import { DAEMON_VERSION } from '../../src/daemon/client'
+import { parseNvidiaSmi } from '../../src/daemon/gpu'
+import { randomBase62 } from '../../src/lib/ids'
+import { chatLines, daemonOptions, fastDeps, type RunningAgent, runAgent } from '../helpers/daemon'
+import { type FakeControlPlane, startFakeControlPlane } from '../helpers/fake-control-plane'
+import { type FakeRuntime, startFakeRuntime } from '../helpers/fake-runtime'
+import { capturedLogLines, rememberSecret } from '../helpers/secrets'
+
+// The agent against a scripted control plane (test/helpers/fake-control-plane.ts) and a stand-in
+// runtime. Behaviour against the real server: test/daemon/e2e.test.ts.
+
+const MODEL = 'Qwen/Qwen2.5-0.5B-Instruct'
+let cleanups: (() => unknown)[] = []
+afterEach(async () => {
+  for (const c of cleanups.reverse()) await c()
+  cleanups = []
+})
+
+function setup(rtOpts: Parameters<typeof startFakeRuntime>[0] = {}) {
+  const key = `gk-${randomBase62(40)}`
+  rememberSecret(key)
+  const cp = startFakeControlPlane({ key })
+  const rt = startFakeRuntime({ models: [MODEL], ...rtOpts })
+  cleanups.push(
+    () => cp.stop(),
+    () => rt.stop(),
+  )
+  return { cp, rt, key }
+}
+
+function start(
+  cp: FakeControlPlane,
+  rt: FakeRuntime,
+  o: Parameters<typeof daemonOptions>[3] = {},
+  deps = fastDeps(),
+) {
+  const running = runAgent(daemonOptions(cp.url, cp.key, rt.url, o), deps)
+  cleanups.push(async () => {
+    running.agent.kill()
+    await running.done
+  })
+  return running
+}
+
+async function stopAgent(r: RunningAgent) {
+  r.agent.shutdown(true)
+  return r.done
+}
+
+describe('registration', () => {
+  test('registers with identity, runtime, inventory, GPUs and capacity; persists worker_id and machine_id', async () => {
+    const { cp, rt } = setup()
+    const csv = readFileSync(join(import.meta.dir, '../fixtures/nvidia-smi/two-rtx4090.csv'), 'utf8')
+    const gpu = { sample: async () => parseNvidiaSmi(csv, '12.4') }
+    const opts = daemonOptions(cp.url, cp.key, rt.url, {
+      max_jobs: 2,
+      max_download_gb: 40,
+      name: 'gpu-box-1',
+    })
+    const first = runAgent(opts, fastDeps({ gpu }))
+    await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
+    const reg = cp.registrations[0]
+    expect(reg).toMatchObject({
+      name: 'gpu-box-1',
+      hostname: hostname(),
+      daemon_version: DAEMON_VERSION,
+      max_concurrent_jobs: 2,
+      max_download_gb: 40,
+      models: [MODEL],
+      runtimes: [{ engine: 'openai', base_url: rt.url, status: 'online', inventory: [] }],
+    })
+    expect(reg.machine_id).toMatch(/^[0-9a-f]{32}$/)
+    expect(reg.worker_id).toBeUndefined()
+    expect(reg.gpus).toHaveLength(2)
+    expect(reg.gpus[0]).toEqual({
+      vendor: 'nvidia',
+      name: 'NVIDIA GeForce RTX 4090',
+      vram_gb: 24,
+      driver: '550.54.14',
+      cuda: '12.4',
+    })
+    const workerId = first.agent.id
+    expect(await stopAgent(first)).toBe(0)
+
+    // A restart reuses the persisted identity.
+    const second = runAgent(opts, fastDeps({ gpu }))
+    cleanups.push(() => stopAgent(second))
+    await cp.waitFor(() => cp.registrations.length === 2, 'the second registration')
+    expect(cp.registrations[1]).toMatchObject({ machine_id: reg.machine_id, worker_id: workerId })
+  })
+
+  test('a rejected key stops the daemon with exit code 1 and the key never reaches the logs', async () => {
+    const { cp, rt } = setup()
+    const wrong = `gk-${randomBase62(40)}`
+    rememberSecret(wrong)
+    const r = runAgent(daemonOptions(cp.url, wrong, rt.url))
+    expect(await r.done).toBe(1)
+    expect(capturedLogLines().some((l) => l.includes('rejected the worker key'))).toBe(true)
+    expect(capturedLogLines().some((l) => l.includes(wrong) || l.includes(cp.key))).toBe(false)
+  })
+
+  test('registration waits out an unreachable control plane', async () => {
+    const { cp, rt } = setup()
+    cp.failNext('/workers/register', 503, 3)
+    const r = start(cp, rt)
+    await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat after registering')
+    expect(cp.registrations).toHaveLength(1)
+    expect(r.agent.id).toBeTruthy()
+  })
+})
+
+describe('heartbeat', () => {
+  test('carries activity, VRAM, loaded models, inventory and uptime; GPU figures when probed', async () => {
+    const { cp, rt } = setup()
+    const csv = readFileSync(join(import.meta.dir, '../fixtures/nvidia-smi/two-rtx4090.csv'), 'utf8')
+    start(
+      cp,
+      rt,
+      { vram_gb: undefined },
+      fastDeps({ gpu: { sample: async () => parseNvidiaSmi(csv, '12.4') } }),
+    )
+    await cp.waitFor(() => cp.heartbeats.length > 1, 'two heartbeats')
+    const hb = cp.heartbeats[1]
+    expect(hb).toMatchObject({
+      activity: 'idle',
+      gpu_utilization: 48.5,
+      gpu_memory_used_gb: 17.8,
+      vram_total_gb: 48,
+      vram_available_gb: 30.2,
+      loaded_models: [MODEL],
+      inventory: [],
+    })
+    expect(hb.current_job_id).toBeUndefined()
+    expect(Number.isInteger(hb.uptime_seconds)).toBe(true)
+  })
+
+  test('without a GPU, VRAM comes from --vram-gb and no utilisation is claimed', async () => {
+    const { cp, rt } = setup()
+    start(cp, rt, { vram_gb: 12 })
+    await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
+    expect(cp.heartbeats[0]).toMatchObject({ vram_total_gb: 12, vram_available_gb: 12 })
+    expect(cp.heartbeats[0].gpu_utilization).toBeUndefined()
+  })
+
+  test('keeps its own cadence while a long job runs, reporting busy, the job and its progress', async () => {
+    const { cp, rt } = setup({ latencyMs: 40 })
+    const job = cp.addJob({ job_id: 'batch_long', input: chatLines(30).join('\n'), model: MODEL })
+    start(cp, rt, { concurrency: 1 })
+    await cp.waitFor(() => cp.uploads.length === 1, 'the upload', 15_000)
+    const during = cp.heartbeats.filter((h) => h.current_job_id === job.job_id)
+    expect(during.length).toBeGreaterThanOrEqual(5)
+    for (const h of during) expect(h.activity).toBe('busy')
+    const progressed = during.map((h) => h.progress.completed_prompts)
+    expect(progressed.at(-1)).toBeGreaterThan(progressed[0])
+    expect(during[0].progress.total_prompts).toBe(30)
+    await cp.waitFor(() => cp.heartbeats.at(-1).activity === 'idle', 'idle again')
+  })
+
+  test('a 404 (the server forgot us) makes the daemon register again and carry on', async () => {
+    const { cp, rt } = setup()
+    const r = start(cp, rt)
+    await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
+    const firstId = r.agent.id
+    cp.forgetWorkers()
+    await cp.waitFor(() => cp.registrations.length >= 2, 're-registration')
+    const n = cp.heartbeats.length
+    await cp.waitFor(() => cp.heartbeats.length > n + 1, 'heartbeats after re-registering')
+    expect(r.agent.id).not.toBe(firstId)
+    expect(cp.heartbeats.at(-1).worker_id).toBe(r.agent.id)
+  })
+
+  test('rides out a control-plane restart', async () => {
+    const { cp, rt } = setup()
+    const r = start(cp, rt)
+    await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
+    await cp.stop()
+    await Bun.sleep(150)
+    cp.restart()
+    const n = cp.heartbeats.length
+    await cp.waitFor(() => cp.heartbeats.length > n + 1, 'heartbeats after the restart')
+    expect(cp.registrations).toHaveLength(1)
+    expect(cp.heartbeats.at(-1).worker_id).toBe(r.agent.id)
+  })
+})
+
+describe('jobs', () => {
+  test('download with the worker key, run every line, upload with assignment_id and real counts', async () => {
+    const { cp, rt } = setup({ latencyMs: 10 })
+    const lines = chatLines(25, 'catalogue-slug', (i) => (i % 5 === 0 ? `#400 bad ${i}` : `ok ${i}`))
+    const job = cp.addJob({ job_id: 'batch_one', input: lines.join('\n'), model: MODEL })
+    start(cp, rt, { progress_interval: 0.01, concurrency: 2 }, fastDeps())
+    await cp.waitFor(() => cp.uploads.length === 1, 'the upload')
+    expect(cp.downloads[0]).toEqual({
+      path: '/v1/files/file-batch_one/content',
+      authorization: `Bearer ${cp.key}`,
+    })
+    const up = cp.uploads[0]!
+    expect(up).toMatchObject({
+      job_id: 'batch_one',
+      assignment_id: job.assignment_id,
+      completed: 20,
+      failed: 5,
+    })
+    expect(up.lines.map((l) => l.custom_id).sort()).toEqual(
+      Array.from({ length: 25 }, (_, i) => `req-${i}`).sort(),
+    )
+    const good = up.lines.find((l) => l.custom_id === 'req-1')
+    expect(good.response.body.model).toBe(MODEL)
+    expect(up.lines.find((l) => l.custom_id === 'req-5').response.status_code).toBe(400)
+    expect([...rt.models]).toEqual([MODEL])
+    // Progress went out with the fence, never went down, and never claimed more than done.
+    expect(cp.progress.length).toBeGreaterThan(0)
+    for (const p of cp.progress)
+      expect(p).toMatchObject({ job_id: 'batch_one', assignment_id: job.assignment_id, total_prompts: 25 })
+    const done = cp.progress.map((p) => p.completed_prompts + p.failed_prompts)
+    for (let i = 1; i < done.length; i++) expect(done[i]).toBeGreaterThanOrEqual(done[i - 1])
+    expect(cp.failures).toEqual([])
+  })
+
+  test('an input download that breaks off is retried', async () => {
+    const { cp, rt } = setup()
+    cp.breakNextDownload = true
+    cp.addJob({ job_id: 'batch_broken_download', input: chatLines(200).join('\n'), model: MODEL })
+    start(cp, rt)
+    await cp.waitFor(() => cp.uploads.length === 1, 'the upload')
+    expect(cp.downloads).toHaveLength(2)
+    const ids = cp.uploads[0]!.lines.map((l) => l.custom_id)
+    expect(ids).toHaveLength(200)
+    expect(new Set(ids).size).toBe(200)
+    expect(cp.failures).toEqual([])
+  })
+
+  test('polls only while it has free capacity', async () => {
+    const { cp, rt } = setup({ latencyMs: 30 })
+    cp.addJob({ job_id: 'batch_a', input: chatLines(12).join('\n'), model: MODEL })
+    cp.addJob({ job_id: 'batch_b', input: chatLines(12).join('\n'), model: MODEL })
+    start(cp, rt, { concurrency: 1, max_jobs: 1 })
+    await cp.waitFor(() => cp.heartbeats.some((h) => h.current_job_id === 'batch_a'), 'job a running')
+    const polls = cp.polls
+    await cp.waitFor(() => cp.uploads.length === 1, 'job a uploaded')
+    // No poll while batch_a held the only slot (one more right after it may already be counted).
+    expect(cp.polls).toBeLessThanOrEqual(polls + 1)
+    await cp.waitFor(() => cp.uploads.length === 2, 'job b uploaded')
+    expect(cp.uploads.map((u) => u.job_id)).toEqual(['batch_a', 'batch_b'])
+  })
+
+  test('runs several jobs at once with --max-jobs', async () => {
+    const { cp, rt } = setup({ latencyMs: 20 })
+    for (const id of ['batch_x', 'batch_y', 'batch_z'])
+      cp.addJob({ job_id: id, input: chatLines(10).join('\n'), model: MODEL })
+    start(cp, rt, { concurrency: 1, max_jobs: 3 })
+    await cp.waitFor(() => cp.uploads.length === 3, 'three uploads')
+    expect(rt.maxInFlight).toBe(3)
+  })
+
+  test('a job for a model the runtime does not serve is reported as a failure', async () => {
+    const { cp, rt } = setup()
+    const job = cp.addJob({ job_id: 'batch_wrong', input: chatLines(3).join('\n'), model: 'not-served' })
+    start(cp, rt)
+    await cp.waitFor(() => cp.failures.length === 1, 'the failure report')
+    expect(cp.failures[0]).toMatchObject({ job_id: 'batch_wrong', assignment_id: job.assignment_id })
+    expect(cp.failures[0].error).toContain('does not serve model not-served')
+    expect(rt.requests).toBe(0)
+  })
+
+  test('the runtime dying mid-job is reported as a failure, and no more polls until it is back', async () => {
+    const { cp, rt } = setup({ latencyMs: 5 })
+    cp.addJob({ job_id: 'batch_dies', input: chatLines(400).join('\n'), model: MODEL })
+    start(cp, rt, { concurrency: 2 })
+    await cp.waitFor(() => rt.requests > 20, 'requests flowing')
+    await rt.stop()
+    await cp.waitFor(() => cp.failures.length === 1, 'the failure report')
+    expect(cp.failures[0].error).toContain('runtime unreachable')
+    expect(cp.uploads).toEqual([])
+    const polls = cp.polls
+    await Bun.sleep(200)
+    expect(cp.polls).toBe(polls)
+    rt.restart()
+    await cp.waitFor(() => cp.polls > polls, 'polling again once the runtime is back')
+  })
+
+  test('stops a job the heartbeat no longer assigns to it, without reporting anything', async () => {
+    const { cp, rt } = setup({ latencyMs: 20 })
+    cp.addJob({ job_id: 'batch_gone', input: chatLines(300).join('\n'), model: MODEL })
+    start(cp, rt, { concurrency: 2 })
+    await cp.waitFor(() => rt.requests > 5, 'the job running')
+    cp.unassign('batch_gone')
+    await cp.waitFor(() => cp.heartbeats.at(-1).activity === 'idle', 'the job dropped')
+    const sent = rt.requests
+    await Bun.sleep(100)
+    expect(rt.requests).toBeLessThanOrEqual(sent + 2)
+    expect(rt.requests).toBeLessThan(300)
+    expect(cp.uploads).toEqual([])
+    expect(cp.failures).toEqual([])
+  })
+
+  test('stops a job when the server refuses its progress with 403', async () => {
+    const { cp, rt } = setup({ latencyMs: 20 })
+    cp.refuseProgress = true
+    cp.addJob({ job_id: 'batch_fenced', input: chatLines(300).join('\n'), model: MODEL })
+    start(cp, rt, { concurrency: 2, progress_interval: 0.02 })
+    await cp.waitFor(() => cp.progress.length > 0, 'a progress report')
+    await cp.waitFor(() => cp.heartbeats.at(-1).activity === 'idle', 'the job dropped')
+    expect(rt.requests).toBeLessThan(300)
+    expect(cp.uploads).toEqual([])
+    expect(cp.failures).toEqual([])
+  })
+
+  test('an upload refused with 403 (requeued and re-claimed meanwhile) is dropped without a failure report', async () => {
+    const { cp, rt } = setup()
+    cp.failNext('/workers/upload-results', 403)
+    cp.addJob({ job_id: 'batch_stale', input: chatLines(5).join('\n'), model: MODEL })
+    start(cp, rt)
+    await cp.waitFor(() => rt.requests === 5 && cp.heartbeats.at(-1).activity === 'idle', 'the job ended')
+    await Bun.sleep(50)
+    expect(cp.uploads).toEqual([])
+    expect(cp.failures).toEqual([])
+  })
+
+  test('an upload that meets a restarting server is retried until it lands', async () => {
+    const { cp, rt } = setup()
+    cp.failNext('/workers/upload-results', 503, 3)
+    cp.addJob({ job_id: 'batch_retry', input: chatLines(5).join('\n'), model: MODEL })
+    start(cp, rt)
+    await cp.waitFor(() => cp.uploads.length === 1, 'the upload')
+    expect(cp.uploads[0]!.completed).toBe(5)
+  })
+})
+
+describe('shutdown', () => {
+  test('SIGTERM lets the running job finish and upload, polls no more, and exits 0', async () => {
+    const { cp, rt } = setup({ latencyMs: 20 })
+    cp.addJob({ job_id: 'batch_finish', input: chatLines(20).join('\n'), model: MODEL })
+    cp.addJob({ job_id: 'batch_next', input: chatLines(2).join('\n'), model: MODEL })
+    const r = start(cp, rt, { concurrency: 1, shutdown_grace: 30 })
+    await cp.waitFor(() => rt.requests > 2, 'the job running')
+    r.agent.shutdown()
+    expect(await r.done).toBe(0)
+    expect(cp.uploads.map((u) => u.job_id)).toEqual(['batch_finish'])
+    expect(cp.uploads[0]!.completed).toBe(20)
+    expect(cp.failures).toEqual([])
+  })
+
+  test('past the grace period the job is reported failed so the batch is requeued, and the exit is 0', async () => {
+    const { cp, rt } = setup({ latencyMs: 50 })
+    cp.addJob({ job_id: 'batch_cut', input: chatLines(200).join('\n'), model: MODEL })
+    const r = start(cp, rt, { concurrency: 1, shutdown_grace: 0.1 })
+    await cp.waitFor(() => rt.requests > 1, 'the job running')
+    r.agent.shutdown()
+    expect(await r.done).toBe(0)
+    expect(cp.failures).toHaveLength(1)
+    expect(cp.failures[0]).toMatchObject({
+      job_id: 'batch_cut',
+      error: 'worker shut down before finishing the job',
+    })
+    expect(cp.uploads).toEqual([])
+  })
+})
+
+describe('model pulls (heartbeat pull_models)', () => {
+  test('pulls a catalogued model, reports model-progress and downloading_model, then advertises it', async () => {
+    const weights = 'ab'.repeat(32)
+    const key = `gk-${randomBase62(40)}`
+    rememberSecret(key)
+    const cp = startFakeControlPlane({ key })
+    const rt = startFakeRuntime({
+      ollama: {
+        models: [],
+        library: {
+          'qwen2.5:0.5b': {
+            tag: { name: 'qwen2.5:0.5b', model: 'qwen2.5:0.5b', size: 397821319, digest: 'c'.repeat(64) },
+            show: { modelfile: `FROM /root/.ollama/models/blobs/sha256-${weights}\n` },
+            layers: [{ digest: `sha256:${weights}`, size: 397807936 }],
+          },
+        },
+      },
+    })
+    cleanups.push(
+      () => cp.stop(),
+      () => rt.stop(),
+    )
+    start(cp, rt, { runtime: 'ollama', engine: 'ollama', max_download_gb: 10, progress_interval: 0 })
+    await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
+    expect(cp.heartbeats[0].inventory).toEqual([])
+    cp.askToPull([
+      {
+        catalogue_id: 'qwen2-5-0-5b-q4km',
+        runtime: 'ollama',
+        runtime_model_id: 'qwen2.5:0.5b',
+        digest: `sha256:${weights}`,
+        size_gb: 0.4,
+      },
+    ])
+    await cp.waitFor(() => cp.modelProgress.some((p) => p.status === 'completed'), 'the pull to complete')
+    const statuses = cp.modelProgress.map((p) => p.status)
+    expect(statuses).toContain('downloading')
+    expect(statuses).toContain('verifying')
+    expect(cp.modelProgress[0]).toMatchObject({ model: 'qwen2.5:0.5b', digest: `sha256:${weights}` })
+    const dl = cp.modelProgress.filter((p) => p.status === 'downloading').at(-1)
+    expect(dl).toMatchObject({ completed_bytes: 397807936, total_bytes: 397807936 })
+    expect(cp.heartbeats.some((h) => h.activity === 'downloading_model')).toBe(true)
+    await cp.waitFor(
+      () =>
+        cp.heartbeats
+          .at(-1)
+          .inventory.some((i: any) => i.local_name === 'qwen2.5:0.5b' && i.sha256 === weights),
+      'the pulled model in the inventory',
+    )
+    expect(rt.pulls).toEqual(['qwen2.5:0.5b'])
+  })
+
+  test('a failed pull is reported as failed', async () => {
+    const key = `gk-${randomBase62(40)}`
+    rememberSecret(key)
+    const cp = startFakeControlPlane({ key })
+    const rt = startFakeRuntime({ ollama: { models: [], library: {} } })
+    cleanups.push(
+      () => cp.stop(),
+      () => rt.stop(),
+    )
+    start(cp, rt, { runtime: 'ollama', engine: 'ollama', max_download_gb: 10 })
+    await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
+    cp.askToPull([
+      { catalogue_id: 'x', runtime: 'ollama', runtime_model_id: 'missing:1', digest: null, size_gb: 1 },
+    ])
+    await cp.waitFor(() => cp.modelProgress.some((p) => p.status === 'failed'), 'the failure')
+    expect(cp.modelProgress.at(-1)).toEqual({
+      worker_id: expect.any(String),
+      model: 'missing:1',
+      status: 'failed',
+    })
+  })
+
+  test('an openai runtime cannot pull and ignores the request', async () => {
+    const { cp, rt } = setup()
+    start(cp, rt)
+    await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
+    cp.askToPull([{ catalogue_id: 'x', runtime: 'openai', runtime_model_id: 'm', digest: null, size_gb: 1 }])
+    const n = cp.heartbeats.length
+    await cp.waitFor(() => cp.heartbeats.length > n + 2, 'more heartbeats')
+    expect(cp.modelProgress).toEqual([])
+    expect(cp.heartbeats.every((h) => h.activity === 'idle')).toBe(true)
+  })
+})

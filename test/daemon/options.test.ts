@@ -1,0 +1,167 @@
+import { afterAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { helpText, OptionsError, parseDaemonOptions } from '../../src/daemon/options'
+
+const dir = mkdtempSync(join(tmpdir(), 'gk-opts-'))
+afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+const KEY = 'gk-' + 'A'.repeat(40)
+const base = ['--server', 'http://cp:8080', '--key', KEY, '--runtime', 'openai']
+
+async function parse(argv: string[], env: Record<string, string> = {}) {
+  const r = await parseDaemonOptions(argv, env)
+  if (r.help) throw new Error('unexpected help')
+  return r.options
+}
+
+describe('daemon options', () => {
+  test('defaults fill what is not given', async () => {
+    const o = await parse(base)
+    expect(o).toMatchObject({
+      server: 'http://cp:8080',
+      runtime: 'openai',
+      runtime_url: 'http://127.0.0.1:8000',
+      engine: 'openai',
+      concurrency: 8,
+      max_jobs: 1,
+      max_download_gb: 0,
+      progress_interval: 5,
+      retries: 3,
+      model_files: {},
+    })
+    expect(o.vram_gb).toBeUndefined()
+    expect(o.name.length).toBeGreaterThan(0)
+    expect(o.state_dir).toContain('.gridkeep')
+    const ollama = await parse(['--server', 'http://cp', '--key', KEY, '--runtime', 'ollama'])
+    expect(ollama.runtime_url).toBe('http://127.0.0.1:11434')
+    expect(ollama.engine).toBe('ollama')
+  })
+
+  test('flags beat env, env beats the config file, the file beats defaults', async () => {
+    const file = join(dir, 'worker.yaml')
+    writeFileSync(
+      file,
+      [
+        'server: http://from-file:1',
+        `key: ${KEY}`,
+        'runtime: ollama',
+        'concurrency: 3',
+        'max-jobs: 2',
+        'vram_gb: 12.5',
+        'name: file-name',
+        'model_files:',
+        '  qwen: /models/qwen.gguf',
+        '  llava: [/models/llava.gguf, /models/mmproj.gguf]',
+      ].join('\n'),
+    )
+    const env = {
+      GRIDKEEP_WORKER_CONFIG: file,
+      GRIDKEEP_SERVER: 'http://from-env:2',
+      GRIDKEEP_CONCURRENCY: '16',
+    }
+    const o = await parse(['--concurrency', '32', '--name=flag-name'], env)
+    expect(o.server).toBe('http://from-env:2') // env > file
+    expect(o.concurrency).toBe(32) // flag > env > file
+    expect(o.name).toBe('flag-name') // flag > file
+    expect(o.max_jobs).toBe(2) // file (kebab-case key) > default
+    expect(o.vram_gb).toBe(12.5)
+    expect(o.runtime).toBe('ollama')
+    expect(o.model_files).toEqual({
+      qwen: ['/models/qwen.gguf'],
+      llava: ['/models/llava.gguf', '/models/mmproj.gguf'],
+    })
+  })
+
+  test('a JSON config file via --config', async () => {
+    const file = join(dir, 'worker.json')
+    writeFileSync(file, JSON.stringify({ server: 'http://json:9', key: KEY, runtime: 'openai', retries: 5 }))
+    const o = await parse(['--config', file])
+    expect(o.server).toBe('http://json:9')
+    expect(o.retries).toBe(5)
+  })
+
+  test('--model-file is repeatable and the env form takes a list', async () => {
+    const o = await parse([...base, '--model-file', 'a=/m/a.gguf', '--model-file=b=/m/b.gguf'], {
+      GRIDKEEP_MODEL_FILES: 'c=/m/c.gguf',
+    })
+    expect(o.model_files).toEqual({ a: ['/m/a.gguf'], b: ['/m/b.gguf'] })
+    const fromEnv = await parse(base, { GRIDKEEP_MODEL_FILES: 'c=/m/c.gguf, d=/m/d.gguf' })
+    expect(fromEnv.model_files).toEqual({ c: ['/m/c.gguf'], d: ['/m/d.gguf'] })
+  })
+
+  test('the runtime URL loses a trailing /v1 (the job endpoint carries it)', async () => {
+    const o = await parse([...base, '--runtime-url', 'http://gpu:8000/v1/'])
+    expect(o.runtime_url).toBe('http://gpu:8000')
+  })
+
+  test('GRIDKEEP_SERVER and GRIDKEEP_WORKER_KEY are read from the environment', async () => {
+    const o = await parse(['--runtime', 'openai'], {
+      GRIDKEEP_SERVER: 'http://env:1/',
+      GRIDKEEP_WORKER_KEY: KEY,
+    })
+    expect(o.server).toBe('http://env:1')
+    expect(o.key).toBe(KEY)
+  })
+
+  test('bad input is one clear error naming the option, never echoing the key', async () => {
+    const cases: [string[], Record<string, string>, RegExp][] = [
+      [['--runtime', 'openai', '--key', KEY], {}, /--server .*required/],
+      [['--server', 'http://x', '--runtime', 'openai'], {}, /--key .*required/],
+      [[...base, '--runtime', 'tgi'], {}, /--runtime .*one of openai, ollama/],
+      [[...base, '--concurrency', '0'], {}, /--concurrency .*integer from 1/],
+      [[...base, '--concurrency', 'many'], {}, /--concurrency/],
+      [[...base, '--vram-gb', '-1'], {}, /--vram-gb/],
+      [[...base, '--bogus', '1'], {}, /unknown option --bogus/],
+      [[...base, '--name'], {}, /--name needs a value/],
+      [[...base, '--model-file', 'noequals'], {}, /NAME=PATH/],
+      [['--server', 'ftp://x', '--key', KEY, '--runtime', 'openai'], {}, /--server .*https/],
+      [[...base, '--config', join(dir, 'missing.yaml')], {}, /no such file/],
+    ]
+    for (const [argv, env, re] of cases) {
+      const err = await parseDaemonOptions(argv, env).catch((e) => e)
+      expect(err).toBeInstanceOf(OptionsError)
+      expect(err.message).toMatch(re)
+    }
+    const badKey = await parseDaemonOptions(
+      ['--server', 'http://x', '--runtime', 'openai', '--key', 'sk-secret-value'],
+      {},
+    ).catch((e) => e)
+    expect(badKey.message).toMatch(/--key/)
+    expect(badKey.message).not.toContain('sk-secret-value')
+  })
+
+  test('a config file with an unknown key or bad YAML is refused', async () => {
+    const unknown = join(dir, 'unknown.yaml')
+    writeFileSync(unknown, 'server: http://x\nfrobnicate: 1\n')
+    expect((await parseDaemonOptions(['--config', unknown], {}).catch((e) => e)).message).toMatch(
+      /unknown option frobnicate/,
+    )
+    const broken = join(dir, 'broken.json')
+    writeFileSync(broken, '{"server": ')
+    expect((await parseDaemonOptions(['--config', broken], {}).catch((e) => e)).message).toMatch(
+      /not valid JSON/,
+    )
+  })
+
+  test('--help wins and lists every option with its env name', async () => {
+    expect(await parseDaemonOptions([...base, '--help'], {})).toEqual({ help: true })
+    const text = helpText()
+    for (const s of [
+      '--server',
+      '--key',
+      '--runtime-url',
+      '--concurrency',
+      '--vram-gb',
+      '--max-download-gb',
+      '--progress-interval',
+      '--state-dir',
+      '--model-file',
+      '--config',
+      'GRIDKEEP_SERVER',
+      'GRIDKEEP_WORKER_KEY',
+    ])
+      expect(text).toContain(s)
+  })
+})

@@ -1,0 +1,252 @@
+// A scriptable stand-in for the control plane's /workers protocol (API.md §7), for daemon tests of
+// behaviour the real server cannot easily be made to show (a forgotten worker, pull_models, refusing
+// progress, a restart at a chosen moment). End-to-end tests against the real server live in
+// test/daemon/e2e.test.ts.
+
+export interface FakeJob {
+  job_id: string
+  assignment_id: string
+  input: string
+  model: string
+  endpoint?: string
+  total_requests?: number
+}
+
+export interface Upload {
+  job_id: string
+  worker_id: string
+  assignment_id: string | null
+  completed: number
+  failed: number
+  lines: any[]
+}
+
+export interface FakeControlPlane {
+  url: string
+  key: string
+  registrations: any[]
+  heartbeats: any[]
+  polls: number
+  downloads: { path: string; authorization: string | null }[]
+  progress: any[]
+  modelProgress: any[]
+  uploads: Upload[]
+  failures: any[]
+  /** Queues a batch for the next poll. */
+  addJob(job: Omit<FakeJob, 'assignment_id'>): FakeJob
+  /** The server stops assigning the job to its worker (a requeue the worker missed). */
+  unassign(jobId: string): void
+  /** The server loses every worker (its database was reset): heartbeats get 404. */
+  forgetWorkers(): void
+  /** Heartbeat answers carry these pull_models (once). */
+  askToPull(models: unknown[]): void
+  refuseProgress: boolean
+  /** The next input download sends part of the file, then the connection breaks. */
+  breakNextDownload: boolean
+  /** Next answers of a path fail with this status (e.g. 503 while "restarting"). */
+  failNext(path: string, status: number, times?: number): void
+  heartbeatSeconds: number
+  stop(): Promise<void>
+  restart(): void
+  /** Resolves once `check` holds (polling every few ms), or rejects after `ms`. */
+  waitFor(check: () => boolean, what: string, ms?: number): Promise<void>
+}
+
+export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: number }): FakeControlPlane {
+  const queue: FakeJob[] = []
+  const assigned = new Map<string, { worker_id: string; job: FakeJob }>()
+  const workers = new Set<string>()
+  const failing = new Map<string, { status: number; times: number }>()
+  let pending: unknown[] = []
+  let seq = 0
+  const cp: FakeControlPlane = {
+    url: '',
+    key: opts.key,
+    registrations: [],
+    heartbeats: [],
+    polls: 0,
+    downloads: [],
+    progress: [],
+    modelProgress: [],
+    uploads: [],
+    failures: [],
+    refuseProgress: false,
+    breakNextDownload: false,
+    heartbeatSeconds: opts.heartbeatSeconds ?? 0.05,
+    addJob(job) {
+      const full = { ...job, assignment_id: `asg_${++seq}` }
+      queue.push(full)
+      return full
+    },
+    unassign(jobId) {
+      assigned.delete(jobId)
+    },
+    forgetWorkers() {
+      workers.clear()
+    },
+    askToPull(models) {
+      pending = models
+    },
+    failNext(path, status, times = 1) {
+      failing.set(path, { status, times })
+    },
+    stop: async () => {},
+    restart: () => {},
+    async waitFor(check, what, ms = 10_000) {
+      const until = Date.now() + ms
+      while (!check()) {
+        if (Date.now() > until) throw new Error(`timed out waiting for ${what}`)
+        await Bun.sleep(5)
+      }
+    },
+  }
+
+  const json = (body: unknown, status = 200) => Response.json(body, { status })
+  const err = (status: number, message: string) =>
+    json({ error: { message, type: 'x', code: null, param: null } }, status)
+  const holder = (body: any) => {
+    const a = assigned.get(body.job_id)
+    if (!a || a.worker_id !== body.worker_id) return false
+    return !body.assignment_id || body.assignment_id === a.job.assignment_id
+  }
+
+  const handle = async (req: Request): Promise<Response> => {
+    const path = new URL(req.url).pathname
+    if (req.headers.get('authorization') !== `Bearer ${opts.key}`) return err(401, 'invalid key')
+    const f = [...failing.entries()].find(([p]) => path.endsWith(p))
+    if (f && f[1].times > 0) {
+      f[1].times--
+      return err(f[1].status, 'injected')
+    }
+    if (path === '/workers/register') {
+      const body = (await req.json()) as any
+      cp.registrations.push(body)
+      const worker_id = body.worker_id && workers.has(body.worker_id) ? body.worker_id : `wrk_fake${++seq}`
+      workers.add(worker_id)
+      return json({
+        worker_id,
+        org_id: 'org_fake',
+        heartbeat_interval_seconds: cp.heartbeatSeconds,
+        heartbeat_timeout_seconds: 120,
+      })
+    }
+    const hb = /^\/workers\/([^/]+)\/heartbeat$/.exec(path)
+    if (hb) {
+      const body = (await req.json()) as any
+      if (!workers.has(hb[1]!)) return err(404, 'worker not found')
+      cp.heartbeats.push({ worker_id: hb[1], ...body })
+      const pull_models = pending
+      pending = []
+      return json({
+        status: 'online',
+        worker_id: hb[1],
+        next_heartbeat_in: cp.heartbeatSeconds,
+        assigned_job_ids: [...assigned.entries()].filter(([, a]) => a.worker_id === hb[1]).map(([id]) => id),
+        pull_models,
+      })
+    }
+    if (path === '/workers/poll') {
+      const { worker_id } = (await req.json()) as any
+      cp.polls++
+      if (!workers.has(worker_id)) return err(404, 'worker not found')
+      const job = queue.shift()
+      if (!job) return json({ job: null })
+      assigned.set(job.job_id, { worker_id, job })
+      return json({
+        job: {
+          job_id: job.job_id,
+          assignment_id: job.assignment_id,
+          input_file_id: `file-${job.job_id}`,
+          input_path: `/v1/files/file-${job.job_id}/content`,
+          model: job.model,
+          catalogue_id: 'fake-catalogue-id',
+          endpoint: job.endpoint ?? '/v1/chat/completions',
+          runtime: 'openai',
+          digest: null,
+          params: {},
+          total_requests: job.total_requests ?? job.input.split('\n').filter((l) => l.trim()).length,
+        },
+      })
+    }
+    const file = /^\/v1\/files\/file-(.+)\/content$/.exec(path)
+    if (file) {
+      cp.downloads.push({ path, authorization: req.headers.get('authorization') })
+      const a = assigned.get(file[1]!)
+      if (!a) return err(404, 'file not found')
+      if (cp.breakNextDownload) {
+        cp.breakNextDownload = false
+        const half = new TextEncoder().encode(a.job.input.slice(0, Math.floor(a.job.input.length / 2)))
+        let sent = false
+        return new Response(
+          new ReadableStream({
+            async pull(c) {
+              if (sent) return c.error()
+              sent = true
+              c.enqueue(half)
+              await Bun.sleep(5)
+            },
+          }),
+          { headers: { 'content-type': 'application/jsonl' } },
+        )
+      }
+      return new Response(a.job.input, { headers: { 'content-type': 'application/jsonl' } })
+    }
+    if (path === '/workers/progress') {
+      const body = (await req.json()) as any
+      cp.progress.push(body)
+      if (cp.refuseProgress || !holder(body)) return err(403, 'not the holder')
+      return json({ status: 'ok' })
+    }
+    if (path === '/workers/model-progress') {
+      cp.modelProgress.push(await req.json())
+      return json({ status: 'ok' })
+    }
+    if (path === '/workers/upload-results') {
+      const form = await req.formData()
+      const body = Object.fromEntries([...form.entries()].filter(([, v]) => typeof v === 'string'))
+      if (!holder(body)) return err(403, 'not the holder')
+      const text = await (form.get('file') as Blob).text()
+      const lines = text
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l))
+      cp.uploads.push({
+        job_id: body.job_id as string,
+        worker_id: body.worker_id as string,
+        assignment_id: (body.assignment_id as string) ?? null,
+        completed: Number(body.completed),
+        failed: Number(body.failed),
+        lines,
+      })
+      assigned.delete(body.job_id as string)
+      return json({
+        batch_id: body.job_id,
+        status: 'completed',
+        output_file_id: 'file-out',
+        error_file_id: null,
+      })
+    }
+    if (path === '/workers/report-failure') {
+      const body = (await req.json()) as any
+      cp.failures.push(body)
+      if (!holder(body)) return err(403, 'not the holder')
+      assigned.delete(body.job_id)
+      return json({ status: 'validated', batch_id: body.job_id, attempts: 1, error: body.error })
+    }
+    return err(404, `no route ${path}`)
+  }
+
+  let server: ReturnType<typeof Bun.serve>
+  let port = 0
+  const listen = () => {
+    server = Bun.serve({ port, hostname: '127.0.0.1', idleTimeout: 0, fetch: handle })
+    port = server.port!
+    cp.url = `http://127.0.0.1:${port}`
+  }
+  listen()
+  cp.stop = async () => {
+    await server.stop(true)
+  }
+  cp.restart = listen
+  return cp
+}

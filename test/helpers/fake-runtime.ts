@@ -1,0 +1,239 @@
+// A stand-in inference runtime for daemon tests and benchmarks, started on a free port.
+//
+// OpenAI-compatible: GET /v1/models, POST /v1/chat/completions, /v1/completions, /v1/embeddings.
+// Faults are injected per request, by a marker in the request body or by `behaviour()`:
+//   #500  #503  #429  #400     answer with that status (every time)
+//   #500x2                     …only the first 2 attempts of this exact body, then succeed
+//   #drop / #dropx1            close the connection without an answer
+//   #hang                      never answer (the daemon's timeout must fire)
+// A request whose body.model the runtime does not serve gets a 404, as vLLM answers.
+//
+// Ollama-native mode (`ollama`): GET /api/tags, GET /api/ps, POST /api/show, POST /api/pull
+// (streamed NDJSON progress; a pulled model then appears in /api/tags), beside the /v1 routes.
+
+export type Behaviour =
+  | 'ok'
+  | 'drop'
+  | 'hang'
+  | { status: number; body?: unknown; headers?: Record<string, string> }
+
+export interface OllamaModelFixture {
+  tag: { name: string; model?: string; size: number; digest: string; [k: string]: unknown }
+  show: { modelfile: string; [k: string]: unknown }
+}
+
+export interface FakeRuntimeOptions {
+  port?: number
+  models?: string[]
+  latencyMs?: number
+  behaviour?: (req: { path: string; raw: string; attempt: number }) => Behaviour | undefined
+  ollama?: {
+    models: OllamaModelFixture[]
+    /** Names loaded in memory (/api/ps). */
+    loaded?: string[]
+    /** Models /api/pull can fetch, with the layers it reports. */
+    library?: Record<string, OllamaModelFixture & { layers: { digest: string; size: number }[] }>
+  }
+}
+
+export interface FakeRuntime {
+  url: string
+  port: number
+  /** Inference requests received (any outcome). */
+  requests: number
+  /** Most inference requests in flight at once. */
+  maxInFlight: number
+  /** body.model of every inference request. */
+  models: Set<string>
+  pulls: string[]
+  opts: FakeRuntimeOptions
+  /** Closes the listener and every open connection (a crashed runtime). */
+  stop(): Promise<void>
+  /** Listens again on the same port. */
+  restart(): void
+}
+
+const MARKER = /#(500|503|429|400|drop|hang)(?:x(\d+))?/
+
+export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
+  const attempts = new Map<string, number>()
+  let inFlight = 0
+  let counter = 0
+  const ollamaModels = [...(opts.ollama?.models ?? [])]
+  const rt: FakeRuntime = {
+    url: '',
+    port: 0,
+    requests: 0,
+    maxInFlight: 0,
+    models: new Set(),
+    pulls: [],
+    opts,
+    stop: async () => {},
+    restart: () => {},
+  }
+  const served = () => [...(opts.models ?? []), ...ollamaModels.map((m) => m.tag.name)]
+
+  const json = (body: unknown, status = 200, headers: Record<string, string> = {}) =>
+    new Response(JSON.stringify(body), {
+      status,
+      headers: { 'content-type': 'application/json', ...headers },
+    })
+
+  async function inference(path: string, req: Request): Promise<Response> {
+    rt.requests++
+    inFlight++
+    rt.maxInFlight = Math.max(rt.maxInFlight, inFlight)
+    try {
+      const raw = await req.text()
+      const attempt = (attempts.get(raw) ?? 0) + 1
+      attempts.set(raw, attempt)
+      if (opts.latencyMs) await Bun.sleep(opts.latencyMs)
+      let b: Behaviour = opts.behaviour?.({ path, raw, attempt }) ?? 'ok'
+      const m = MARKER.exec(raw)
+      if (b === 'ok' && m && (!m[2] || attempt <= Number(m[2]))) {
+        b = m[1] === 'drop' || m[1] === 'hang' ? m[1] : { status: Number(m[1]) }
+      }
+      if (b === 'hang') return await new Promise<Response>(() => {})
+      if (b === 'drop') return new Response(new ReadableStream({ pull: (c) => c.error() }))
+      if (b !== 'ok') {
+        return json(
+          b.body ?? { error: { message: `injected ${b.status}`, type: 'server_error' } },
+          b.status,
+          b.headers,
+        )
+      }
+      const body = JSON.parse(raw)
+      rt.models.add(body.model)
+      if (!served().includes(body.model)) {
+        return json(
+          { error: { message: `The model \`${body.model}\` does not exist.`, type: 'NotFoundError' } },
+          404,
+        )
+      }
+      const n = ++counter
+      const usage = { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 }
+      const created = Math.floor(Date.now() / 1000)
+      if (path === '/v1/embeddings') {
+        return json({
+          object: 'list',
+          model: body.model,
+          data: [{ object: 'embedding', index: 0, embedding: [0.1, 0.2, 0.3] }],
+          usage: { prompt_tokens: 7, total_tokens: 7 },
+        })
+      }
+      if (path === '/v1/completions') {
+        return json({
+          id: `cmpl-${n}`,
+          object: 'text_completion',
+          created,
+          model: body.model,
+          choices: [{ index: 0, text: `echo: ${body.prompt}`, finish_reason: 'stop' }],
+          usage,
+        })
+      }
+      const last = body.messages?.[body.messages.length - 1]?.content ?? ''
+      return json(
+        {
+          id: `chatcmpl-${n}`,
+          object: 'chat.completion',
+          created,
+          model: body.model,
+          choices: [
+            { index: 0, message: { role: 'assistant', content: `echo: ${last}` }, finish_reason: 'stop' },
+          ],
+          usage,
+        },
+        200,
+        { 'x-request-id': `rt-${n}` },
+      )
+    } finally {
+      inFlight--
+    }
+  }
+
+  async function pull(req: Request): Promise<Response> {
+    const { model, name } = (await req.json()) as { model?: string; name?: string }
+    const wanted = model ?? name ?? ''
+    rt.pulls.push(wanted)
+    const entry = opts.ollama?.library?.[wanted]
+    const enc = new TextEncoder()
+    const lines: unknown[] = [{ status: 'pulling manifest' }]
+    if (!entry) lines.push({ error: 'pull model manifest: file does not exist' })
+    else {
+      for (const l of entry.layers) {
+        lines.push({ status: `pulling ${l.digest.slice(7, 19)}`, digest: l.digest, total: l.size })
+        lines.push({
+          status: `pulling ${l.digest.slice(7, 19)}`,
+          digest: l.digest,
+          total: l.size,
+          completed: l.size / 2,
+        })
+        lines.push({
+          status: `pulling ${l.digest.slice(7, 19)}`,
+          digest: l.digest,
+          total: l.size,
+          completed: l.size,
+        })
+      }
+      lines.push({ status: 'verifying sha256 digest' }, { status: 'writing manifest' }, { status: 'success' })
+    }
+    return new Response(
+      new ReadableStream({
+        async start(c) {
+          for (const l of lines) {
+            c.enqueue(enc.encode(JSON.stringify(l) + '\n'))
+            await Bun.sleep(1)
+          }
+          if (entry) ollamaModels.push({ tag: entry.tag, show: entry.show })
+          c.close()
+        },
+      }),
+      { headers: { 'content-type': 'application/x-ndjson' } },
+    )
+  }
+
+  const fetchHandler = async (req: Request): Promise<Response> => {
+    const path = new URL(req.url).pathname
+    if (req.method === 'POST' && path.startsWith('/v1/')) return inference(path, req)
+    if (path === '/v1/models') {
+      return json({ object: 'list', data: served().map((id) => ({ id, object: 'model', owned_by: 'fake' })) })
+    }
+    if (opts.ollama) {
+      if (path === '/api/tags') return json({ models: ollamaModels.map((m) => m.tag) })
+      if (path === '/api/ps') {
+        const loaded = opts.ollama.loaded ?? []
+        return json({ models: ollamaModels.filter((m) => loaded.includes(m.tag.name)).map((m) => m.tag) })
+      }
+      if (path === '/api/show' && req.method === 'POST') {
+        const { model, name } = (await req.json()) as { model?: string; name?: string }
+        const found = ollamaModels.find((m) => m.tag.name === (model ?? name))
+        return found?.show ? json(found.show) : json({ error: `model '${model ?? name}' not found` }, 404)
+      }
+      if (path === '/api/pull' && req.method === 'POST') return pull(req)
+    }
+    return new Response('not found', { status: 404 })
+  }
+
+  let server: ReturnType<typeof Bun.serve>
+  const listen = (port: number) => {
+    server = Bun.serve({ port, hostname: '127.0.0.1', idleTimeout: 0, fetch: fetchHandler })
+    rt.port = server.port!
+    rt.url = `http://127.0.0.1:${rt.port}`
+  }
+  listen(opts.port ?? 0)
+  rt.stop = async () => {
+    await server.stop(true)
+  }
+  rt.restart = () => listen(rt.port)
+  return rt
+}
+
+// `bun test/helpers/fake-runtime.ts [model…]` serves the stand-in runtime in its own process (the
+// benchmark keeps it out of the daemon's RSS and CPU) and prints its URL on the first line.
+if (import.meta.main) {
+  const rt = startFakeRuntime({
+    models: process.argv.slice(2).length ? process.argv.slice(2) : ['bench-model'],
+  })
+  console.log(rt.url)
+  process.on('SIGTERM', () => void rt.stop().then(() => process.exit(0)))
+}
