@@ -1,9 +1,9 @@
 import { openapi } from '@elysiajs/openapi'
-import { Elysia } from 'elysia'
+import { type Context, Elysia, ElysiaCustomStatusResponse, StatusMap } from 'elysia'
 import pkg from '../package.json'
 import type { Deps } from './deps'
 import { beginRequest, requestFacts } from './http/context'
-import { errorHandler } from './http/errors'
+import { errorHandler, toAppError } from './http/errors'
 import { parseBody } from './http/parse'
 import { log } from './lib/logger'
 import { adminRoutes } from './modules/admin'
@@ -12,6 +12,7 @@ import { batchRoutes } from './modules/batches'
 import { catalogueRoutes } from './modules/catalogue'
 import { fileRoutes } from './modules/files'
 import { healthRoutes } from './modules/health'
+import { metricsRoutes } from './modules/metrics'
 import { orgRoutes } from './modules/orgs'
 import { poolRoutes } from './modules/pool'
 import { userRoutes } from './modules/users'
@@ -19,20 +20,17 @@ import { workerRoutes } from './modules/workers'
 
 /** The HTTP application: request ids and logging, the JSON parser, error mapping, docs, modules. */
 export function createApp(deps: Deps) {
+  const open = { count: 0 }
+  openByDeps.set(deps, open)
   return new Elysia({ name: 'gridkeep', normalize: false })
     .onRequest(({ request, set }) => {
       set.headers['x-request-id'] = beginRequest(request).id
+      open.count++
     })
     .onParse({ as: 'global' }, ({ request, contentType }) => parseBody(request, contentType))
-    .onAfterResponse({ as: 'global' }, ({ request, route, set }) => {
-      const facts = requestFacts(request)
-      log.info('request', {
-        request_id: facts?.id,
-        method: request.method,
-        route: route || new URL(request.url).pathname,
-        status: typeof set.status === 'number' ? set.status : 200,
-        duration_ms: facts ? Math.round((performance.now() - facts.startedMs) * 100) / 100 : undefined,
-      })
+    .onAfterResponse({ as: 'global' }, (ctx) => {
+      open.count--
+      recordRequest(deps, ctx)
     })
     .use(errorHandler)
     .use(
@@ -61,6 +59,7 @@ export function createApp(deps: Deps) {
       }),
     )
     .use(healthRoutes(deps))
+    .use(metricsRoutes(deps))
     .use(authRoutes(deps))
     .use(userRoutes(deps))
     .use(orgRoutes(deps))
@@ -73,3 +72,63 @@ export function createApp(deps: Deps) {
 }
 
 export type App = ReturnType<typeof createApp>
+
+// Requests begun and not yet recorded. Elysia runs after-response hooks on a later turn of the
+// event loop, so the shutdown waits for this to reach 0 before exiting: every request is logged.
+const openByDeps = new WeakMap<Deps, { count: number }>()
+export const openRequests = (deps: Deps) => openByDeps.get(deps)?.count ?? 0
+
+const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
+
+/**
+ * Every request is logged and counted exactly once, here, when its response is complete: errors
+ * and unmatched paths included (issue 6). The log carries the path without its query string (a
+ * query may carry a token); metrics carry only the route pattern (bounded label cardinality).
+ */
+function recordRequest(
+  deps: Deps,
+  ctx: Pick<Context, 'request' | 'route' | 'set'> & { responseValue?: unknown },
+) {
+  const { request, route } = ctx
+  const facts = requestFacts(request)
+  const status = responseStatus(ctx)
+  const seconds = facts ? (performance.now() - facts.startedMs) / 1000 : 0
+  const labels = {
+    method: METHODS.has(request.method) ? request.method : 'OTHER',
+    route: route || 'unmatched',
+    status: String(status),
+  }
+  deps.metrics.httpRequests.inc(labels)
+  deps.metrics.httpDuration.observe(labels, seconds)
+  log.info('request', {
+    request_id: facts?.id,
+    method: request.method,
+    route: route || null,
+    path: pathOf(request.url),
+    status,
+    duration_ms: Math.round(seconds * 100_000) / 100,
+  })
+}
+
+const pathOf = (url: string) => {
+  const start = url.indexOf('/', url.indexOf('//') + 2)
+  const end = url.indexOf('?', start)
+  return start < 0 ? '/' : url.slice(start, end < 0 ? undefined : end)
+}
+
+/**
+ * The status actually sent. `set.status` alone is not it: an error answered by the error handler
+ * (404, 400 from validation, 500) leaves it untouched, and so does a handler returning a Response.
+ * The error handler's own mapping (toAppError) gives the errors' status.
+ */
+function responseStatus(ctx: { set: { status?: unknown }; responseValue?: unknown }): number {
+  const { error, code } = ctx as { error?: unknown; code?: string | number }
+  if (error !== undefined && error !== null) return toAppError(error, code ?? 'UNKNOWN').status
+  const value = ctx.responseValue
+  if (value instanceof Response) return value.status
+  if (value instanceof ElysiaCustomStatusResponse && typeof value.code === 'number') return value.code
+  const s = ctx.set.status
+  if (typeof s === 'number') return s
+  if (typeof s === 'string') return (StatusMap as Record<string, number>)[s] ?? 200
+  return 200
+}

@@ -65,6 +65,12 @@ export const ConfigSchema = T.Object({
   CATALOGUE_PATH: T.Optional(
     Str('Model catalogue manifest (default catalogue/models.yaml, else the copy built into the binary)'),
   ),
+  SHUTDOWN_TIMEOUT_SECONDS: Int(
+    30,
+    1,
+    3600,
+    'On SIGTERM, how long in-flight requests may take to finish before connections are cut',
+  ),
   METRICS_TOKEN: T.Optional(
     T.String({ minLength: 1, description: 'When set, /metrics requires Bearer <token>' }),
   ),
@@ -94,11 +100,26 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`invalid configuration: ${name}: ${describe(first.schema)}${got}`)
   }
   const raw = converted as Raw
+  if (raw.SMTP_URL !== undefined && !isSmtpUrl(raw.SMTP_URL)) {
+    // Caught here, not by the mailer at start, which would crash with an unclear error.
+    throw new ConfigError(
+      'invalid configuration: SMTP_URL: expected an smtp:// or smtps:// URL with a host (got "***")',
+    )
+  }
   return {
     ...raw,
     DATA_DIR: raw.DATA_DIR,
     DATABASE_PATH: raw.DATABASE_PATH ?? join(raw.DATA_DIR, 'gridkeep.db'),
     PUBLIC_URL: (raw.PUBLIC_URL ?? `http://localhost:${raw.PORT}`).replace(/\/+$/, ''),
+  }
+}
+
+function isSmtpUrl(value: string): boolean {
+  try {
+    const url = new URL(value)
+    return (url.protocol === 'smtp:' || url.protocol === 'smtps:') && url.hostname !== ''
+  } catch {
+    return false
   }
 }
 

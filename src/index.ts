@@ -1,77 +1,183 @@
-import { createApp } from './app'
+import { collectDefaultMetrics } from 'prom-client'
+import { createApp, openRequests } from './app'
 import { type Config, ConfigError, loadConfig } from './config'
 import { createDeps, type Deps } from './deps'
 import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
 import { seedCatalogue } from './modules/catalogue/seed'
+import { acquireInstanceLock, InstanceLockedError } from './ops/instance-lock'
 import * as sweeper from './services/sweeper'
 import * as validator from './services/validator'
 
-// Composition root: loadConfig → openDb → migrate → seed → services → listen.
+// Composition root: lock → loadConfig → openDb → migrate → seed → services → listen, and the one
+// shutdown sequence (issue 6): stop accepting, drain in-flight requests, end event streams, stop
+// the background loops, close the database, release the lock.
 
 export interface RunningServer {
   deps: Deps
   port: number
   url: string
-  stop(): Promise<void>
+  /** Graceful stop; idempotent (every call returns the same promise). */
+  stop(): Promise<StopOutcome>
 }
 
-export async function startServer(config: Config, deps: Deps = createDeps(config)): Promise<RunningServer> {
+export interface StopOutcome {
+  /** false when SHUTDOWN_TIMEOUT_SECONDS ran out and open connections were cut. */
+  drained: boolean
+}
+
+/**
+ * A background loop's stop(), as returned by `start(deps)` of src/services/*. It may return a
+ * promise that settles once a pass in progress has finished: the database is closed only after.
+ */
+type StopLoop = () => unknown
+
+export async function startServer(config: Config, given?: Deps): Promise<RunningServer> {
   setLogLevel(config.LOG_LEVEL)
-  await ensureSuperadmin(deps)
-  // SPEC rule 7: the catalogue is upserted from the manifest at every start, before listening.
-  await seedCatalogue(deps)
-  const stopValidator = validator.start(deps)
-  const app = createApp(deps)
-  // Elysia's listen() hands its compiled routes to Bun's native router (a plain fetch handler
-  // measured about 2× slower on the heartbeat) and gives handlers the server, e.g. for client IPs.
-  app.listen({
-    port: config.PORT,
-    hostname: config.HOST,
-    // Uploads are streamed and capped by the files module itself (413 in the envelope); Bun's own
-    // limit is only a backstop. It counts bytes as the socket receives them, ahead of what the
-    // handler has parsed, so it sits well above the cap: 1 MiB above lost that race under load.
-    maxRequestBodySize: config.MAX_UPLOAD_BYTES + 64 * 1024 * 1024,
-    idleTimeout: 0,
-  })
-  const server = app.server!
-  const stopSweeper = sweeper.start(deps)
+  // Before the database is opened or migrated: a second server must not touch it at all.
+  const lock = acquireInstanceLock(config.DATABASE_PATH)
+  let deps: Deps | undefined = given
+  const loops: StopLoop[] = []
+  let server: ReturnType<typeof Bun.serve>
+  try {
+    deps ??= createDeps(config)
+    // First start hashes the superadmin's password off the main thread while the app is built.
+    const superadmin = ensureSuperadmin(deps)
+    // SPEC rule 7: the catalogue is upserted from the manifest at every start, before listening.
+    const catalogue = seedCatalogue(deps)
+    collectDefaultMetrics({ register: deps.metrics.registry })
+    const app = createApp(deps)
+    await Promise.all([superadmin, catalogue])
+    // Background loops register their stop() in `loops`; the shutdown awaits them all.
+    // The validator validates against the catalogue: it starts once the catalogue is seeded.
+    loops.push(validator.start(deps))
+    // Elysia's listen() hands its compiled routes to Bun's native router (a plain fetch handler
+    // measured about 2× slower on the heartbeat) and gives handlers the server, e.g. for client IPs.
+    app.listen({
+      port: config.PORT,
+      hostname: config.HOST,
+      // Uploads are streamed and capped by the files module itself (413 in the envelope); Bun's own
+      // limit is only a backstop. It counts bytes as the socket receives them, ahead of what the
+      // handler has parsed, so it sits well above the cap: 1 MiB above lost that race under load.
+      maxRequestBodySize: config.MAX_UPLOAD_BYTES + 64 * 1024 * 1024,
+      idleTimeout: 0,
+      // Elysia defaults to SO_REUSEPORT, with which a second server (another DATA_DIR) would share
+      // the port silently and get half the traffic: a busy port must stop the start instead.
+      reusePort: false,
+      // Elysia's default follows NODE_ENV; never serve Bun's development error pages.
+      development: false,
+    })
+    server = app.server!
+    loops.push(sweeper.start(deps))
+  } catch (error) {
+    for (const stopLoop of loops) stopLoop()
+    if (!given) deps?.sqlite.close()
+    lock.release()
+    throw error
+  }
   const url = `http://${config.HOST === '0.0.0.0' ? 'localhost' : config.HOST}:${server.port}`
-  log.info('gridkeep listening', { url, database: config.DATABASE_PATH })
+  log.info('gridkeep listening', { url, database: config.DATABASE_PATH, pid: process.pid })
+
+  const running = deps
+  let stopping: Promise<StopOutcome> | undefined
+  const shutdown = async (): Promise<StopOutcome> => {
+    const started = performance.now()
+    log.info('shutting down: draining requests', { timeout_seconds: config.SHUTDOWN_TIMEOUT_SECONDS })
+    // Event streams watch this signal and end, so their connections can drain like any other.
+    running.shutdown.abort()
+    // server.stop() refuses new connections, closes idle keep-alive ones at once and resolves
+    // when the last in-flight response is complete.
+    const drained = await settlesWithin(
+      Promise.all([server.stop(false), ...loops.map(async (stopLoop) => stopLoop())]),
+      config.SHUTDOWN_TIMEOUT_SECONDS * 1000,
+    )
+    if (!drained) {
+      log.warn('shutdown timeout: cutting the remaining connections')
+      await settlesWithin(server.stop(true), 2000)
+    }
+    // Connections are closed; let the last after-response hooks run so those requests are logged.
+    for (let waited = 0; openRequests(running) > 0 && waited < 1000; waited += 5) await Bun.sleep(5)
+    running.mailer.close()
+    running.sqlite.close()
+    lock.release()
+    log.info('stopped', { drained, duration_ms: Math.round(performance.now() - started) })
+    return { drained }
+  }
   return {
-    deps,
+    deps: running,
     port: server.port!,
     url,
-    async stop() {
-      deps.shutdown.abort()
-      await stopValidator()
-      stopSweeper()
-      await server.stop()
-      deps.mailer.close()
-      deps.sqlite.close()
+    stop: () => {
+      stopping ??= shutdown()
+      return stopping
     },
   }
 }
 
-export async function serve(env: Record<string, string | undefined> = process.env): Promise<RunningServer> {
-  let config: Config
+/** true if `p` settled within `ms`; a rejection counts as settled (the shutdown goes on). */
+async function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const timeout = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms)
+  })
   try {
-    config = loadConfig(env)
-  } catch (e) {
-    if (e instanceof ConfigError) {
-      console.error(`gridkeep: ${e.message}`)
-      process.exit(2)
+    return await Promise.race([
+      p.then(
+        () => true,
+        (error) => {
+          log.error('error while shutting down', { error })
+          return true
+        },
+      ),
+      timeout,
+    ])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/**
+ * `gridkeep serve` and `bun run start`: start from the environment and stop on SIGTERM/SIGINT.
+ * A bad configuration, a database held by another server or a busy port ends the process with
+ * one line on stderr.
+ */
+export async function serve(env: Record<string, string | undefined> = process.env): Promise<RunningServer> {
+  let running: RunningServer | undefined
+  let pending: { reason: string; code: number } | undefined
+  const stopAndExit = (reason: string, code: number) => {
+    // A signal during startup is honoured once the server is up (a half-started server is not stopped).
+    if (!running) {
+      pending ??= { reason, code }
+      return
     }
-    throw e
+    log.info('stop requested', { reason })
+    void running.stop().then(({ drained }) => process.exit(drained ? code : 1))
   }
-  const running = await startServer(config)
-  const shutdown = async (signal: string) => {
-    log.info('shutting down', { signal })
-    await running.stop()
-    process.exit(0)
+  // Installed before the start, so no signal can slip in between "listening" and the handlers.
+  // A second signal while draining changes nothing: stop() is idempotent and bounded by its timeout.
+  process.on('SIGTERM', () => stopAndExit('SIGTERM', 0))
+  process.on('SIGINT', () => stopAndExit('SIGINT', 0))
+  process.on('unhandledRejection', (error) => log.error('unhandled rejection', { error }))
+  process.on('uncaughtException', (error) => {
+    log.error('uncaught exception', {
+      error: { name: error.name, message: error.message, stack: error.stack },
+    })
+    stopAndExit('uncaught exception', 1)
+  })
+  try {
+    running = await startServer(loadConfig(env))
+  } catch (error) {
+    if (error instanceof ConfigError || error instanceof InstanceLockedError) {
+      console.error(`gridkeep: ${error.message}`)
+      process.exit(error instanceof ConfigError ? 2 : 1)
+    }
+    if ((error as { code?: string }).code === 'EADDRINUSE') {
+      console.error(`gridkeep: cannot listen: ${(error as Error).message}`)
+      process.exit(1)
+    }
+    throw error
   }
-  process.once('SIGTERM', () => void shutdown('SIGTERM'))
-  process.once('SIGINT', () => void shutdown('SIGINT'))
+  if (pending) stopAndExit(pending.reason, pending.code)
   return running
 }
 

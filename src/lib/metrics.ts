@@ -1,4 +1,5 @@
-import { Counter, Gauge, Registry } from 'prom-client'
+import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import pkg from '../../package.json'
 
 // Prometheus metrics (issue 6, API.md §10), one registry per server so tests that build several
 // apps in one process never share counts. Modules increment these directly; gauges that describe
@@ -9,8 +10,42 @@ import { Counter, Gauge, Registry } from 'prom-client'
 export function createMetrics() {
   const registry = new Registry()
   const registers = [registry]
+  new Gauge({
+    name: 'gridkeep_build_info',
+    help: 'Always 1; the labels name the running build',
+    labelNames: ['version', 'bun_version'] as const,
+    registers,
+  }).set({ version: pkg.version, bun_version: Bun.version }, 1)
   return {
     registry,
+    /** Every HTTP request, counted once when its response is complete (src/app.ts). */
+    httpRequests: new Counter({
+      name: 'gridkeep_http_requests_total',
+      help: 'HTTP requests by method, route pattern (never the raw path) and status',
+      labelNames: ['method', 'route', 'status'] as const,
+      registers,
+    }),
+    httpDuration: new Histogram({
+      name: 'gridkeep_http_request_duration_seconds',
+      help: 'HTTP request latency by method, route pattern and status',
+      labelNames: ['method', 'route', 'status'] as const,
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    }),
+    /** Set at scrape time from the database (src/modules/metrics). */
+    batches: new Gauge({
+      name: 'gridkeep_batches',
+      help: 'Stored batches by status',
+      labelNames: ['status'] as const,
+      registers,
+    }),
+    /** Set at scrape time; status is the read-time liveness (stored online and seen recently). */
+    workers: new Gauge({
+      name: 'gridkeep_workers',
+      help: 'Registered workers by liveness status and reported activity',
+      labelNames: ['status', 'activity'] as const,
+      registers,
+    }),
     /** Successful claims by POST /workers/poll. */
     claims: new Counter({
       name: 'gridkeep_batch_claims_total',

@@ -235,6 +235,9 @@ export function start(deps: Deps): () => Promise<void> {
       } catch (e) {
         log.error('validation failed unexpectedly', { batch_id: id, error: e })
       }
+      // Let I/O in between batches: a backlog (e.g. recovered at start) of batches that resolve
+      // without touching the event loop would otherwise hold off every request until it is done.
+      await new Promise<void>((resolve) => setImmediate(resolve))
     }
   })()
 

@@ -134,8 +134,9 @@ export async function startTestServer(
     mail,
     req: async (method, path, o) => readRes(await fetch(buildRequest(running.url, method, path, o))),
     async stop() {
-      await running.stop()
+      const outcome = await running.stop()
       rmSync(config.DATA_DIR, { recursive: true, force: true })
+      return outcome
     },
   }
 }

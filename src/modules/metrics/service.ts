@@ -1,0 +1,65 @@
+import { createHash, timingSafeEqual } from 'node:crypto'
+import { count, sql } from 'drizzle-orm'
+import { batches, workers } from '../../db/schema'
+import type { Deps } from '../../deps'
+import { unauthorized } from '../../lib/errors'
+import { onlineCutoff } from '../workers/matching'
+
+// GET /metrics (API.md §10): Prometheus text. Counters are incremented where things happen; the
+// gauges describing stored state are computed here, at scrape time, from the database.
+
+const BATCH_STATUSES = ['validating', 'validated', 'in_progress', 'completed', 'failed'] as const
+const WORKER_STATUSES = ['online', 'offline'] as const
+const ACTIVITIES = ['idle', 'busy', 'downloading_model'] as const
+
+/** METRICS_TOKEN set → `Authorization: Bearer <token>` required, compared in constant time. */
+export function checkMetricsToken(deps: Deps, authorization: string | null) {
+  const expected = deps.config.METRICS_TOKEN
+  if (expected === undefined) return
+  const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')
+  if (!match) throw unauthorized('missing_credential', 'This endpoint requires Bearer <METRICS_TOKEN>')
+  // Equal-length digests, so neither the content nor the length of the token leaks through timing.
+  const digest = (s: string) => createHash('sha256').update(s).digest()
+  if (!timingSafeEqual(digest(match[1]!), digest(expected))) {
+    throw unauthorized('invalid_metrics_token', 'The metrics token is not valid')
+  }
+}
+
+export async function renderMetrics(deps: Deps): Promise<{ body: string; contentType: string }> {
+  refreshStateGauges(deps)
+  const { registry } = deps.metrics
+  return { body: await registry.metrics(), contentType: registry.contentType }
+}
+
+/**
+ * Every label combination is set on every scrape (0 included), so a series never vanishes when
+ * its count drops to zero. Both queries walk an index (batches_status_model, one covering scan;
+ * workers is small), never the table rows.
+ */
+export function refreshStateGauges(deps: Deps) {
+  const batchCounts = new Map<string, number>(
+    deps.db
+      .select({ status: batches.status, n: count() })
+      .from(batches)
+      .groupBy(batches.status)
+      .all()
+      .map((r) => [r.status, r.n]),
+  )
+  for (const status of BATCH_STATUSES) deps.metrics.batches.set({ status }, batchCounts.get(status) ?? 0)
+
+  // API.md §7: online only if stored online AND seen within HEARTBEAT_TIMEOUT_SECONDS (read time),
+  // with the workers module's cutoff, like pool capacity and the listings.
+  const cutoff = onlineCutoff(deps)
+  const liveness = sql<string>`CASE WHEN ${workers.status} = 'online' AND ${workers.last_seen_at} > ${cutoff} THEN 'online' ELSE 'offline' END`
+  const workerCounts = new Map<string, number>(
+    deps.db
+      .select({ status: liveness, activity: workers.activity, n: count() })
+      .from(workers)
+      .groupBy(liveness, workers.activity)
+      .all()
+      .map((r) => [`${r.status}/${r.activity}`, r.n]),
+  )
+  for (const status of WORKER_STATUSES)
+    for (const activity of ACTIVITIES)
+      deps.metrics.workers.set({ status, activity }, workerCounts.get(`${status}/${activity}`) ?? 0)
+}

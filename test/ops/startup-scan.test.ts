@@ -1,0 +1,47 @@
+import { Database } from 'bun:sqlite'
+import { expect, test } from 'bun:test'
+import { startTestServer } from '../helpers/app'
+
+// Issue 6: a server with a million batches must start as fast as an empty one, so nothing run at
+// start (migrations, seeding, the first pass of the background loops) may walk a table that grows
+// with use. Every statement prepared while the server starts is recorded and its query plan read:
+// a `SCAN` of such a table (with or without an index: a full index walk is still O(n)) fails.
+
+// Tables that grow with every batch. (Users and keys grow with people, a lab's few hundred; the
+// first-start superadmin check reads users with LIMIT 1.)
+const GROWING = ['batches', 'batch_errors', 'batch_assignments', 'files']
+
+test('no statement run at startup scans a table that grows with use', async () => {
+  const seen = new Set<string>()
+  const proto = Database.prototype as unknown as Record<
+    'prepare' | 'query',
+    (sql: string, ...a: unknown[]) => unknown
+  >
+  const original = { prepare: proto.prepare, query: proto.query }
+  for (const name of ['prepare', 'query'] as const) {
+    proto[name] = function (this: Database, sql: string, ...rest: unknown[]) {
+      seen.add(sql)
+      return original[name].call(this, sql, ...rest)
+    }
+  }
+  let server: Awaited<ReturnType<typeof startTestServer>> | undefined
+  try {
+    server = await startTestServer()
+    await Bun.sleep(100) // background loops may run their first pass just after the start
+  } finally {
+    proto.prepare = original.prepare
+    proto.query = original.query
+  }
+  const statements = [...seen].filter((sql) => /^\s*(select|update|delete|insert|with)\b/i.test(sql))
+  expect(statements.length).toBeGreaterThan(0)
+  const scans: string[] = []
+  for (const sql of statements) {
+    const plan = server.deps.sqlite.query(`EXPLAIN QUERY PLAN ${sql}`).all() as { detail: string }[]
+    for (const { detail } of plan) {
+      const table = /^SCAN (\w+)/.exec(detail)?.[1]
+      if (table && GROWING.includes(table)) scans.push(`${detail} ← ${sql}`)
+    }
+  }
+  expect(scans).toEqual([])
+  await server.stop()
+})
