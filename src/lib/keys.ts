@@ -1,4 +1,4 @@
-import { createHash, timingSafeEqual } from 'node:crypto'
+import { timingSafeEqual } from 'node:crypto'
 import { randomBase62 } from './ids'
 
 // API keys (API.md §1): raw `gk-` + 40 base62, stored as SHA-256 only, listed by a 12-char prefix.
@@ -8,7 +8,8 @@ export const KEY_PREFIX = 'gk-'
 export const KEY_PATTERN = /^gk-[0-9A-Za-z]{40}$/
 
 export const generateRawKey = () => KEY_PREFIX + randomBase62(40)
-export const sha256Hex = (value: string) => createHash('sha256').update(value).digest('hex')
+// Bun's one-shot SHA-256 is ~5× faster than node:crypto's createHash; every keyed request hashes once.
+export const sha256Hex = (value: string) => Bun.SHA256.hash(value, 'hex') as string
 export const keyDisplayPrefix = (raw: string) => raw.slice(0, 12)
 
 /** 32 random bytes, base64url: the password reset token of API.md §2. */
