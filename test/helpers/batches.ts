@@ -1,38 +1,27 @@
 import { expect } from 'bun:test'
-import { batchAssignments, type CatalogEntryRow, catalogEntries, workers } from '../../src/db/schema'
+import { batchAssignments, workers } from '../../src/db/schema'
 import { writeTx } from '../../src/db/tx'
 import { newId } from '../../src/lib/ids'
 import { transition } from '../../src/modules/batches/states'
 import { runOnce } from '../../src/services/validator'
 import type { Res, TestApp, TestServer } from './app'
+import { type CatalogEntryInput, makeCatalogEntry as makeEntry } from './catalogue'
 
-// Builders for files and batches: catalogue entries (inserted directly; the catalogue workstream
-// owns seeding), uploads, batches, validation, workers and assignments.
+// Builders for files and batches: catalogue entries (through the seeding path), uploads, batches,
+// validation, workers and assignments.
 
 type Target = Pick<TestApp, 'req' | 'deps'> | Pick<TestServer, 'req' | 'deps'>
 
 let seq = 0
 
-export function makeCatalogEntry(
-  t: Pick<TestApp, 'deps'>,
-  over: Partial<typeof catalogEntries.$inferInsert> = {},
-) {
-  const now = t.deps.clock.now()
-  return t.deps.db
-    .insert(catalogEntries)
-    .values({
-      id: `model-${++seq}-q4km`,
-      display_name: 'Test model',
-      runtime: 'ollama',
-      runtime_model_id: 'test:latest',
-      task_type: 'chat',
-      created_at: now,
-      updated_at: now,
-      ...over,
-    })
-    .returning()
-    .get() as CatalogEntryRow
-}
+/** A public chat entry served as `test:latest`, written the way seeding writes it. */
+export const makeCatalogEntry = (t: Pick<TestApp, 'deps'>, over: CatalogEntryInput = {}) =>
+  makeEntry(t.deps, {
+    id: `model-${++seq}-q4km`,
+    display_name: 'Test model',
+    runtime_model_id: 'test:latest',
+    ...over,
+  })
 
 /** One JSONL request line. */
 export const line = (customId: string, model: string, extra: Record<string, unknown> = {}) =>

@@ -2,15 +2,16 @@ import { expect } from 'bun:test'
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { eq } from 'drizzle-orm'
-import { artifactFiles, batches, catalogEntries, files, servingProfiles, workers } from '../../src/db/schema'
+import { batches, files, workers } from '../../src/db/schema'
 import type { Deps } from '../../src/deps'
 import { newId } from '../../src/lib/ids'
 import { filePath } from '../../src/modules/files/storage'
 import type { TestApp, TestServer } from './app'
 import { type MadeUser, makeUser, makeWorkerKey } from './builders'
+import { type CatalogEntryInput, makeCatalogEntry as makeEntry } from './catalogue'
 
-// Builders for the worker protocol: catalogue entries, files and validated batches are inserted
-// directly (other workstreams own their endpoints); workers go through the real /workers routes.
+// Builders for the worker protocol: files and validated batches are inserted directly, catalogue
+// entries through the seeding path; workers go through the real /workers routes.
 
 type Target = Pick<TestApp, 'req' | 'deps'> | Pick<TestServer, 'req' | 'deps'>
 
@@ -45,54 +46,21 @@ export interface EntryOptions {
   artifact_files?: { path: string; sha256: string; size_bytes?: number }[]
 }
 
-let entryCounter = 0
-
-/** A catalogue entry (with explicit serving profiles and artifact files when given). */
+/**
+ * A catalogue entry written the way seeding writes it (test/helpers/catalogue.ts), with the
+ * defaults these tests assume: a Q4_K_M 8B model needing 8 GB of VRAM and 5 GB of disk.
+ */
 export function makeCatalogEntry(deps: Deps, o: EntryOptions = {}) {
-  const id = o.id ?? `model-${++entryCounter}-q4km`
-  const now = deps.clock.now()
-  const row = deps.db
-    .insert(catalogEntries)
-    .values({
-      id,
-      display_name: o.display_name ?? `Model ${id}`,
-      runtime: o.runtime === undefined ? 'ollama' : o.runtime,
-      runtime_model_id: o.runtime_model_id === undefined ? `${id}:latest` : o.runtime_model_id,
-      digest: o.digest ?? null,
-      quantization: 'Q4_K_M',
-      parameter_size: o.parameter_size === undefined ? '8B' : o.parameter_size,
-      context_length: 8192,
-      vram_gb: o.vram_gb === undefined ? 8 : o.vram_gb,
-      size_gb: o.size_gb === undefined ? 5 : o.size_gb,
-      task_type: o.task_type ?? 'chat',
-      capabilities: {},
-      org_id: o.org_id ?? null,
-      status: 'active',
-      enabled: o.enabled ?? true,
-      renamed_from: o.renamed_from ?? null,
-      created_at: now,
-      updated_at: now,
-    })
-    .returning()
-    .get()
-  for (const p of o.profiles ?? []) {
-    deps.db
-      .insert(servingProfiles)
-      .values({
-        catalog_id: id,
-        runtime: p.runtime,
-        runtime_model_id: p.runtime_model_id,
-        params: p.params ?? {},
-      })
-      .run()
-  }
-  for (const f of o.artifact_files ?? []) {
-    deps.db
-      .insert(artifactFiles)
-      .values({ catalog_id: id, path: f.path, sha256: f.sha256, size_bytes: f.size_bytes ?? null })
-      .run()
-  }
-  return row
+  const { profiles, ...rest } = o
+  return makeEntry(deps, {
+    quantization: 'Q4_K_M',
+    parameter_size: '8B',
+    context_length: 8192,
+    vram_gb: 8,
+    size_gb: 5,
+    ...rest,
+    ...(profiles ? { serving_profiles: profiles as CatalogEntryInput['serving_profiles'] } : {}),
+  } as CatalogEntryInput)
 }
 
 export const inputLine = (customId: string, model: string) =>

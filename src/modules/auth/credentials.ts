@@ -1,4 +1,5 @@
 import { eq, sql } from 'drizzle-orm'
+import { preparedOnce } from '../../db/prepared'
 import { type ApiKeyRow, apiKeys, type UserRow, users } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { unauthorized } from '../../lib/errors'
@@ -21,7 +22,6 @@ export type Principal = UserPrincipal | WorkerPrincipal | AnonymousPrincipal
 const LAST_USED_RESOLUTION_SECONDS = 60
 
 // Prepared once per database: these run on every authenticated request.
-const statements = new WeakMap<Deps['db'], ReturnType<typeof prepare>>()
 function prepare(db: Deps['db']) {
   return {
     // Only what authentication reads, as raw SQL on the driver: every worker and keyed request
@@ -48,14 +48,7 @@ function prepare(db: Deps['db']) {
       .prepare(),
   }
 }
-const stmts = (deps: Deps) => {
-  let s = statements.get(deps.db)
-  if (!s) {
-    s = prepare(deps.db)
-    statements.set(deps.db, s)
-  }
-  return s
-}
+const stmts = preparedOnce(prepare)
 
 export async function authenticate(deps: Deps, authorization: string | null | undefined): Promise<Principal> {
   if (!authorization) return { kind: 'anonymous' }

@@ -1,4 +1,5 @@
 import { and, eq, gt, sql } from 'drizzle-orm'
+import { preparedOnce } from '../../db/prepared'
 import { memberships, workerGpus, workers } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { AnonymousPrincipal, UserPrincipal } from '../auth/credentials'
@@ -19,7 +20,6 @@ export interface PoolCapacity {
   as_of: number
 }
 
-const statements = new WeakMap<Deps['db'], ReturnType<typeof prepare>>()
 function prepare(db: Deps['db']) {
   const online = and(eq(workers.status, 'online'), gt(workers.last_seen_at, sql.placeholder('cutoff')))
   return {
@@ -45,14 +45,7 @@ function prepare(db: Deps['db']) {
       .prepare(),
   }
 }
-const stmts = (deps: Deps) => {
-  let s = statements.get(deps.db)
-  if (!s) {
-    s = prepare(deps.db)
-    statements.set(deps.db, s)
-  }
-  return s
-}
+const stmts = preparedOnce(prepare)
 
 /** Computes the view for one caller, uncached. */
 export function computeCapacity(deps: Deps, principal: UserPrincipal | AnonymousPrincipal): PoolCapacity {

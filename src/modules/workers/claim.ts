@@ -1,4 +1,5 @@
 import { and, asc, eq, isNull, sql } from 'drizzle-orm'
+import { preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import type { Deps } from '../../deps'
@@ -28,7 +29,6 @@ export interface Job {
   total_requests: number
 }
 
-const statements = new WeakMap<Deps['db'], ReturnType<typeof prepare>>()
 function prepare(db: Deps['db']) {
   return {
     activeCount: db
@@ -60,14 +60,7 @@ function prepare(db: Deps['db']) {
       .prepare(),
   }
 }
-const stmts = (deps: Deps) => {
-  let s = statements.get(deps.db)
-  if (!s) {
-    s = prepare(deps.db)
-    statements.set(deps.db, s)
-  }
-  return s
-}
+const stmts = preparedOnce(prepare)
 
 export function claimBatch(deps: Deps, principal: WorkerPrincipal, workerId: string): { job: Job | null } {
   const worker = ownWorker(deps, principal, workerId)

@@ -1,4 +1,5 @@
 import { and, asc, eq, gt, sql } from 'drizzle-orm'
+import { preparedOnce } from '../../db/prepared'
 import {
   artifactFiles,
   catalogEntries,
@@ -115,7 +116,6 @@ export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | n
 // ---------------------------------------------------------------------------------------------
 // Loading what the predicate reads. Prepared once per database: poll and heartbeat run these.
 
-const statements = new WeakMap<Deps['db'], ReturnType<typeof prepare>>()
 function prepare(db: Deps['db']) {
   return {
     entries: db
@@ -191,14 +191,7 @@ function prepare(db: Deps['db']) {
   }
 }
 
-export const matchingStatements = (deps: Deps) => {
-  let s = statements.get(deps.db)
-  if (!s) {
-    s = prepare(deps.db)
-    statements.set(deps.db, s)
-  }
-  return s
-}
+export const matchingStatements = preparedOnce(prepare)
 
 export interface Catalogue {
   entries: CatalogueEntry[]

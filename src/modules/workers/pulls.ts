@@ -1,4 +1,5 @@
 import { and, eq, sql } from 'drizzle-orm'
+import { preparedOnce } from '../../db/prepared'
 import { batches, modelPulls, workers } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import type { Deps } from '../../deps'
@@ -27,7 +28,6 @@ export interface PullItem {
   size_gb: number
 }
 
-const statements = new WeakMap<Deps['db'], ReturnType<typeof prepare>>()
 function prepare(db: Deps['db']) {
   return {
     waiting: db
@@ -49,14 +49,7 @@ function prepare(db: Deps['db']) {
       .prepare(),
   }
 }
-const stmts = (deps: Deps) => {
-  let s = statements.get(deps.db)
-  if (!s) {
-    s = prepare(deps.db)
-    statements.set(deps.db, s)
-  }
-  return s
-}
+const stmts = preparedOnce(prepare)
 
 /** An ask lapses when its worker is gone or offline, or silent about it for the heartbeat timeout. */
 function lapsed(

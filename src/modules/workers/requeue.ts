@@ -1,4 +1,5 @@
 import { eq, sql } from 'drizzle-orm'
+import { preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches } from '../../db/schema'
 import type { Tx } from '../../db/tx'
 import type { Deps } from '../../deps'
@@ -9,7 +10,6 @@ import { transition } from '../batches/states'
 
 export const MAX_ERROR_CHARS = 2000
 
-const statements = new WeakMap<Deps['db'], ReturnType<typeof prepare>>()
 function prepare(db: Deps['db']) {
   return {
     batch: db
@@ -23,14 +23,7 @@ function prepare(db: Deps['db']) {
       .prepare(),
   }
 }
-const stmts = (deps: Deps) => {
-  let s = statements.get(deps.db)
-  if (!s) {
-    s = prepare(deps.db)
-    statements.set(deps.db, s)
-  }
-  return s
-}
+const stmts = preparedOnce(prepare)
 
 export type RequeueReason = 'reported_failure' | 'worker_silent' | 'worker_reregistered'
 

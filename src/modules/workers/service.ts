@@ -1,4 +1,5 @@
 import { and, eq, isNull, sql } from 'drizzle-orm'
+import { preparedOnce } from '../../db/prepared'
 import {
   batchAssignments,
   batches,
@@ -32,7 +33,6 @@ import { type RequeueOutcome, requeueBatch } from './requeue'
 
 export const HEARTBEAT_INTERVAL_SECONDS = 30
 
-const statements = new WeakMap<Deps['db'], ReturnType<typeof prepare>>()
 function prepare(db: Deps['db']) {
   const id = sql.placeholder('id')
   return {
@@ -159,14 +159,7 @@ function prepare(db: Deps['db']) {
       .prepare(),
   }
 }
-export const workerStatements = (deps: Deps) => {
-  let s = statements.get(deps.db)
-  if (!s) {
-    s = prepare(deps.db)
-    statements.set(deps.db, s)
-  }
-  return s
-}
+export const workerStatements = preparedOnce(prepare)
 
 /** The worker, if it belongs to the key's org: unknown → 404, another org's → 403 (SPEC §4). */
 export function ownWorker(deps: Deps, principal: WorkerPrincipal, workerId: string): WorkerRow {
