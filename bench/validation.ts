@@ -20,6 +20,7 @@ import { batches, catalogEntries, files, users } from '../src/db/schema'
 import { createDeps } from '../src/deps'
 import { CompactIdSet } from '../src/lib/id-set'
 import { newId } from '../src/lib/ids'
+import { setLogLevel } from '../src/lib/logger'
 import { filePath } from '../src/modules/files/storage'
 import { validateBatch } from '../src/services/validator'
 
@@ -114,6 +115,8 @@ async function throughput(path: string) {
   const bytes = statSync(path).size
   const dir = mkdtempSync(join(tmpdir(), 'gridkeep-bench-'))
   const config = loadConfig({ DATA_DIR: dir, JWT_SECRET: 'x'.repeat(40), LOG_LEVEL: 'warn' })
+  // The in-process validator logs through the process-wide logger; keep the figures readable.
+  setLogLevel(config.LOG_LEVEL)
   const deps = createDeps(config)
   const now = deps.clock.now()
   deps.db
