@@ -2,8 +2,8 @@
 // worker update, inventory check, assigned jobs) against a bare Elysia route that validates the
 // same ~1 KB body with the same TypeBox schema and runs one SQLite UPDATE. Target: ≥ 50 %.
 //
-//   bun run bench/heartbeat.ts            (5 s per side)
-//   bun run bench/heartbeat.ts --quick    (2 s per side)
+//   bun run bench/heartbeat.ts            (6 paired rounds of 2.5 s per side)
+//   bun run bench/heartbeat.ts --quick    (3 paired rounds of 1 s per side)
 
 import { Database } from 'bun:sqlite'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -94,23 +94,35 @@ const requestsFor = (base: string, list: string[], auth?: string) =>
 console.log(
   `heartbeat body ${text.length} bytes, concurrency ${CONCURRENCY}, ${DURATION_MS / 1000} s per side`,
 )
-// Warm both up, then measure them alternately (bare, gridkeep, bare, gridkeep) and keep the best.
+// Warm both up, then measure them in alternating pairs (bare, gridkeep) so both sides see the same
+// machine state; the figure is the median of the pairs' ratios (best-of on this noisy 2-core
+// machine swung by ±3 points between runs), with the range.
 await load(requestsFor(bareUrl, ids), CONCURRENCY, 500)
 await load(requestsFor(gk.url, workers, gk.key), CONCURRENCY, 500)
-const runs = { bare: [] as number[], gridkeep: [] as number[] }
+const ROUNDS = quick ? 3 : 6
+const pairs: { bare: number; gridkeep: number; ratio: number }[] = []
 let errors = 0
-for (let round = 0; round < 2; round++) {
+for (let round = 0; round < ROUNDS; round++) {
   const b = await load(requestsFor(bareUrl, ids), CONCURRENCY, DURATION_MS / 2)
   const g = await load(requestsFor(gk.url, workers, gk.key), CONCURRENCY, DURATION_MS / 2)
-  runs.bare.push(b.perSecond)
-  runs.gridkeep.push(g.perSecond)
+  pairs.push({ bare: b.perSecond, gridkeep: g.perSecond, ratio: g.perSecond / b.perSecond })
   errors += b.errors + g.errors
 }
-const bareBest = Math.max(...runs.bare)
-const gkBest = Math.max(...runs.gridkeep)
-console.log(`bare Elysia + TypeBox + 1 UPDATE : ${fmt(bareBest)} req/s`)
-console.log(`gridkeep heartbeat               : ${fmt(gkBest)} req/s`)
-console.log(`ratio                            : ${fmt((gkBest / bareBest) * 100, 1)} % (target ≥ 50 %)`)
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
+}
+const ratios = pairs.map((p) => p.ratio)
+console.log(
+  `bare Elysia + TypeBox + 1 UPDATE : ${fmt(median(pairs.map((p) => p.bare)))} req/s (median of ${ROUNDS})`,
+)
+console.log(
+  `gridkeep heartbeat               : ${fmt(median(pairs.map((p) => p.gridkeep)))} req/s (median of ${ROUNDS})`,
+)
+console.log(
+  `ratio                            : ${fmt(median(ratios) * 100, 1)} % median of paired rounds ` +
+    `(range ${fmt(Math.min(...ratios) * 100, 1)}–${fmt(Math.max(...ratios) * 100, 1)} %; target ≥ 50 %)`,
+)
 if (errors) console.log(`errors: ${errors}`)
 
 await bare.stop()

@@ -91,7 +91,9 @@ console.log(`  bare single UPDATE: ${fmt(bareMs, 1)} ms (ratio ${fmt(sweepMs / b
 // Pool capacity, uncached, for a signed-in user (the fuller view), with all WORKERS online: the
 // swept ones heartbeat again first.
 gk.deps.sqlite
-  .prepare(`update workers set status = 'online', last_seen_at = ?, last_heartbeat_at = ? where status = 'offline'`)
+  .prepare(
+    `update workers set status = 'online', last_seen_at = ?, last_heartbeat_at = ? where status = 'offline'`,
+  )
   .run(gk.deps.clock.now(), gk.deps.clock.now())
 const user = gk.deps.sqlite.query('select * from users where id = ?').get(gk.userId) as never
 const principal = { kind: 'user' as const, via: 'jwt' as const, user, keyId: null }

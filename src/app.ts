@@ -4,8 +4,8 @@ import pkg from '../package.json'
 import type { Deps } from './deps'
 import { beginRequest, requestFacts } from './http/context'
 import { errorHandler, toAppError } from './http/errors'
-import { parseBody } from './http/parse'
-import { log } from './lib/logger'
+import { checkBodyHeaders, checkJsonDepth } from './http/parse'
+import { log, logEnabled } from './lib/logger'
 import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
 import { batchRoutes } from './modules/batches'
@@ -27,8 +27,10 @@ export function createApp(deps: Deps) {
       .onRequest(({ request, set }) => {
         set.headers['x-request-id'] = beginRequest(request).id
         open.count++
+        checkBodyHeaders(request)
       })
-      .onParse({ as: 'global' }, ({ request, contentType }) => parseBody(request, contentType))
+      // Parsing itself is declared per route (jsonBody / optionalJsonBody in src/http/parse.ts).
+      .onTransform({ as: 'global' }, ({ body }) => checkJsonDepth(body))
       // Destructured on purpose: Elysia's static analysis builds only the context fields its hooks
       // name. A hook taking the whole context made every request parse its headers, query and
       // cookies (about a third of the heartbeat's throughput).
@@ -104,13 +106,11 @@ function recordRequest(deps: Deps, ctx: AfterResponse) {
   const facts = requestFacts(request)
   const status = responseStatus(ctx)
   const seconds = facts ? (performance.now() - facts.startedMs) / 1000 : 0
-  const labels = {
-    method: METHODS.has(request.method) ? request.method : 'OTHER',
-    route: route || 'unmatched',
-    status: String(status),
-  }
-  deps.metrics.httpRequests.inc(labels)
-  deps.metrics.httpDuration.observe(labels, seconds)
+  const method = METHODS.has(request.method) ? request.method : 'OTHER'
+  const series = httpSeries(deps, method, route || 'unmatched', status)
+  series.count.inc()
+  series.duration.observe(seconds)
+  if (!logEnabled('info')) return
   log.info('request', {
     request_id: facts?.id,
     method: request.method,
@@ -119,6 +119,22 @@ function recordRequest(deps: Deps, ctx: AfterResponse) {
     status,
     duration_ms: Math.round(seconds * 100_000) / 100,
   })
+}
+
+// prom-client hashes the label object on every call; the children of one (method, route, status)
+// are looked up once and kept (the set is small: route patterns, not paths).
+const seriesByDeps = new WeakMap<Deps, Map<string, ReturnType<typeof makeSeries>>>()
+const makeSeries = (deps: Deps, method: string, route: string, status: number) => ({
+  count: deps.metrics.httpRequests.labels(method, route, String(status)),
+  duration: deps.metrics.httpDuration.labels(method, route, String(status)),
+})
+function httpSeries(deps: Deps, method: string, route: string, status: number) {
+  let all = seriesByDeps.get(deps)
+  if (!all) seriesByDeps.set(deps, (all = new Map()))
+  const key = `${method} ${status} ${route}`
+  let series = all.get(key)
+  if (!series) all.set(key, (series = makeSeries(deps, method, route, status)))
+  return series
 }
 
 const pathOf = (url: string) => {

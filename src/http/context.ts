@@ -1,5 +1,3 @@
-import { newId } from '../lib/ids'
-
 // Per-request facts that must survive into onError and onAfterResponse, keyed by the Request so
 // nothing leaks between requests and nothing needs cleaning up.
 interface RequestFacts {
@@ -10,10 +8,14 @@ const facts = new WeakMap<Request, RequestFacts>()
 
 const CLIENT_ID = /^[\w.:-]{1,128}$/
 
-/** Echoes a well-formed client X-Request-Id, else makes one. */
+/** Echoes a well-formed client X-Request-Id, else makes one (random, not a secret: a UUID is
+ * the cheapest good source, and every request pays for it). */
 export function beginRequest(request: Request): RequestFacts {
   const given = request.headers.get('x-request-id')
-  const f = { id: given && CLIENT_ID.test(given) ? given : newId('req_'), startedMs: performance.now() }
+  const f = {
+    id: given && CLIENT_ID.test(given) ? given : `req_${crypto.randomUUID().replaceAll('-', '')}`,
+    startedMs: performance.now(),
+  }
   facts.set(request, f)
   return f
 }

@@ -17,6 +17,7 @@ const TYPE_BY_STATUS: Record<number, ErrorType> = {
   403: 'permission_error',
   404: 'not_found_error',
   409: 'conflict_error',
+  411: 'invalid_request_error',
   413: 'invalid_request_error',
   429: 'rate_limit_error',
 }

@@ -22,6 +22,9 @@ export function setLogLevel(level: Level) {
   threshold = RANK[level]
 }
 
+/** Whether a record at `level` would be written: lets hot paths skip building one. */
+export const logEnabled = (level: Level) => RANK[level] >= threshold
+
 /** Replaces the output; returns a function restoring the previous one. */
 export function setLogSink(next: Sink): () => void {
   const prev = sink

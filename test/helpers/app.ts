@@ -67,10 +67,13 @@ export function buildRequest(base: string, method: string, path: string, opts: R
   const headers: Record<string, string> = { ...opts.headers }
   if (opts.token) headers.authorization = `Bearer ${opts.token}`
   let body: NonNullable<RequestInit['body']> | undefined = opts.raw
+  if (typeof opts.raw === 'string') headers['content-length'] ??= String(Buffer.byteLength(opts.raw))
   if (opts.body !== undefined) {
     rememberSecretsIn(opts.body)
     headers['content-type'] ??= 'application/json'
     body = JSON.stringify(opts.body)
+    // What every HTTP client sends with a string body (Request does not add it in-process).
+    headers['content-length'] ??= String(Buffer.byteLength(body))
   }
   return new Request(base + path, { method, headers, body })
 }

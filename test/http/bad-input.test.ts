@@ -117,7 +117,7 @@ describe('routing and headers', () => {
     const ok = await t.req('GET', '/healthz', { headers: { 'x-request-id': 'client-abc.123' } })
     expect(ok.headers.get('x-request-id')).toBe('client-abc.123')
     const generated = await t.req('GET', '/healthz')
-    expect(generated.headers.get('x-request-id')).toMatch(/^req_[0-9A-Za-z]{24}$/)
+    expect(generated.headers.get('x-request-id')).toMatch(/^req_[0-9a-f]{32}$/)
     const err = await t.req('GET', '/v1/auth/me', { headers: { 'x-request-id': 'err-1' } })
     expect(err.status).toBe(401)
     expect(err.headers.get('x-request-id')).toBe('err-1')

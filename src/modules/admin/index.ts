@@ -1,9 +1,10 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { jsonBody } from '../../http/parse'
 import { PageQuery } from '../../lib/pagination'
-import { Email, FullName, Password } from '../users/model'
 import { listWorkers } from '../workers/listing'
+import { AdminModel } from './model'
 import * as admin from './service'
 
 const tags = ['admin']
@@ -23,10 +24,7 @@ export const adminRoutes = (deps: Deps) =>
         status(201, await admin.createUserAsAdmin(deps, principal, body)),
       {
         superadmin: true,
-        body: t.Object(
-          { email: Email, full_name: FullName, password: Password },
-          { additionalProperties: false },
-        ),
+        ...jsonBody(AdminModel.createUser),
         detail: { tags, summary: 'Create a user who must change the password at first login' },
       },
     )
@@ -36,13 +34,7 @@ export const adminRoutes = (deps: Deps) =>
       {
         superadmin: true,
         params: t.Object({ user_id: t.String({ maxLength: 64 }) }),
-        body: t.Object(
-          {
-            is_active: t.Optional(t.Boolean()),
-            platform_role: t.Optional(t.Union([t.Literal('user'), t.Literal('superadmin')])),
-          },
-          { additionalProperties: false },
-        ),
+        ...jsonBody(AdminModel.updateUser),
         detail: { tags, summary: 'Activate, deactivate, promote or demote a user' },
       },
     )

@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { jsonBody, optionalJsonBody } from '../../http/parse'
 import { KeyModel } from '../keys/model'
 import { regenerateKey } from '../keys/service'
 import { AuthModel } from './model'
@@ -13,7 +14,7 @@ export const authRoutes = (deps: Deps) =>
     .use(authPlugin(deps))
     .post('/signup', ({ body }) => auth.signup(deps, body), {
       public: true,
-      body: AuthModel.signup,
+      ...jsonBody(AuthModel.signup),
       detail: { tags, summary: 'Register; creates the user and their Personal Org' },
     })
     .post(
@@ -21,7 +22,7 @@ export const authRoutes = (deps: Deps) =>
       ({ body, request, server }) => auth.login(deps, body, server?.requestIP(request)?.address ?? 'local'),
       {
         public: true,
-        body: AuthModel.login,
+        ...jsonBody(AuthModel.login),
         detail: { tags, summary: 'Log in; returns a JWT' },
       },
     )
@@ -31,17 +32,17 @@ export const authRoutes = (deps: Deps) =>
     })
     .post('/change-password', ({ body, principal }) => auth.changePassword(deps, principal, body), {
       session: true,
-      body: AuthModel.changePassword,
+      ...jsonBody(AuthModel.changePassword),
       detail: { tags, summary: 'Change the password; returns a fresh JWT' },
     })
     .post('/forgot-password', ({ body, status }) => status(202, auth.forgotPassword(deps, body)), {
       public: true,
-      body: AuthModel.forgotPassword,
+      ...jsonBody(AuthModel.forgotPassword),
       detail: { tags, summary: 'Mail a password reset token (always 202)' },
     })
     .post('/reset-password', ({ body }) => auth.resetPassword(deps, body), {
       public: true,
-      body: AuthModel.resetPassword,
+      ...jsonBody(AuthModel.resetPassword),
       detail: { tags, summary: 'Redeem a reset token' },
     })
     .post(
@@ -53,7 +54,7 @@ export const authRoutes = (deps: Deps) =>
         ),
       {
         user: true,
-        body: KeyModel.regenerate,
+        ...optionalJsonBody(KeyModel.regenerate),
         detail: { tags, summary: "Regenerate the caller's personal key" },
       },
     )

@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { jsonBody } from '../../http/parse'
 import { openBatchEvents } from './events'
 import { BatchModel } from './model'
 import * as batches from './service'
@@ -13,7 +14,7 @@ export const batchRoutes = (deps: Deps) =>
     .use(authPlugin(deps))
     .post('', ({ body, principal }) => batches.createBatch(deps, principal, body), {
       user: true,
-      body: BatchModel.create,
+      ...jsonBody(BatchModel.create),
       detail: { tags, summary: 'Create a batch from an uploaded file; validation runs asynchronously' },
     })
     .get('', ({ query, principal }) => batches.listBatches(deps, principal, query), {

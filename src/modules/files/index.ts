@@ -19,6 +19,8 @@ export const fileRoutes = (deps: Deps) =>
         }),
       {
         user: true,
+        // Streamed from request.body by the service; Elysia must not buffer it (src/http/parse.ts).
+        parse: 'none',
         detail: {
           tags,
           summary: 'Upload a .jsonl batch input (multipart: file, purpose=batch)',

@@ -1,6 +1,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { jsonBody, optionalJsonBody } from '../../http/parse'
 import { KeyModel } from '../keys/model'
 import * as keys from '../keys/service'
 import { listWorkers } from '../workers/listing'
@@ -21,7 +22,7 @@ export const orgRoutes = (deps: Deps) =>
     })
     .post('', ({ principal, body, status }) => status(201, orgs.createTeamOrg(deps, principal, body)), {
       jwt: true,
-      body: OrgModel.create,
+      ...jsonBody(OrgModel.create),
       detail: { tags, summary: 'Create a team organization (caller becomes owner)' },
     })
     .get(
@@ -46,7 +47,7 @@ export const orgRoutes = (deps: Deps) =>
       {
         jwt: true,
         params: OrgModel.orgParams,
-        body: t.Optional(KeyModel.create),
+        ...optionalJsonBody(t.Optional(KeyModel.create)),
         detail: { tags, summary: 'Create a worker key (owner or admin); the raw key is returned once' },
       },
     )
@@ -59,7 +60,7 @@ export const orgRoutes = (deps: Deps) =>
       {
         jwt: true,
         params: OrgModel.orgParams,
-        body: KeyModel.regenerate,
+        ...optionalJsonBody(KeyModel.regenerate),
         detail: { tags, summary: 'Rotate the org worker key (owner or admin)' },
       },
     )
@@ -100,7 +101,7 @@ export const orgRoutes = (deps: Deps) =>
       {
         jwt: true,
         params: OrgModel.orgParams,
-        body: OrgModel.addMember,
+        ...jsonBody(OrgModel.addMember),
         detail: { tags, summary: 'Add a member (owner or admin)' },
       },
     )
@@ -111,7 +112,7 @@ export const orgRoutes = (deps: Deps) =>
       {
         jwt: true,
         params: OrgModel.memberParams,
-        body: OrgModel.updateMember,
+        ...jsonBody(OrgModel.updateMember),
         detail: { tags, summary: "Change a member's role" },
       },
     )

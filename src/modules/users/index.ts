@@ -1,6 +1,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { jsonBody, optionalJsonBody } from '../../http/parse'
 import { PageQuery } from '../../lib/pagination'
 import type { UserPrincipal } from '../auth/credentials'
 import { KeyModel } from '../keys/model'
@@ -18,7 +19,7 @@ export const userRoutes = (deps: Deps) =>
         status(201, keys.createKey(deps, own(principal), principal, body ?? {})),
       {
         jwt: true,
-        body: t.Optional(KeyModel.create),
+        ...optionalJsonBody(t.Optional(KeyModel.create)),
         detail: { tags, summary: 'Create a personal key; the raw key is returned once' },
       },
     )
@@ -38,7 +39,7 @@ export const userRoutes = (deps: Deps) =>
       {
         jwt: true,
         params: KeyModel.params,
-        body: KeyModel.update,
+        ...jsonBody(KeyModel.update),
         detail: { tags, summary: 'Rename, set expiry, or revoke' },
       },
     )

@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { jsonBody } from '../../http/parse'
 import { claimBatch } from './claim'
 import { WorkerModel } from './model'
 import { uploadResults } from './results'
@@ -15,7 +16,7 @@ export const workerRoutes = (deps: Deps) =>
     .use(authPlugin(deps))
     .post('/register', ({ principal, body }) => workers.register(deps, principal, body), {
       worker: true,
-      body: WorkerModel.register,
+      ...jsonBody(WorkerModel.register),
       detail: { tags, summary: 'Register or re-register a worker; the org comes from the key' },
     })
     .post(
@@ -24,27 +25,29 @@ export const workerRoutes = (deps: Deps) =>
       {
         worker: true,
         params: WorkerModel.params,
-        body: WorkerModel.heartbeat,
+        ...jsonBody(WorkerModel.heartbeat),
         detail: { tags, summary: 'Liveness, activity, VRAM and the on-disk inventory' },
       },
     )
     .post('/poll', ({ principal, body }) => claimBatch(deps, principal, body.worker_id), {
       worker: true,
-      body: WorkerModel.poll,
+      ...jsonBody(WorkerModel.poll),
       detail: { tags, summary: 'Claim the best-matching validated batch, or {job: null}' },
     })
     .post('/progress', ({ principal, body }) => workers.progress(deps, principal, body), {
       worker: true,
-      body: WorkerModel.progress,
+      ...jsonBody(WorkerModel.progress),
       detail: { tags, summary: 'Live request counts of a held batch' },
     })
     .post('/model-progress', ({ principal, body }) => workers.modelProgress(deps, principal, body), {
       worker: true,
-      body: WorkerModel.modelProgress,
+      ...jsonBody(WorkerModel.modelProgress),
       detail: { tags, summary: 'Model download progress (logged; counts as liveness)' },
     })
     .post('/upload-results', ({ principal, request }) => uploadResults(deps, principal, request), {
       worker: true,
+      // Streamed from request.body (src/modules/workers/results.ts); never buffered by Elysia.
+      parse: 'none',
       detail: {
         tags,
         summary:
@@ -53,6 +56,6 @@ export const workerRoutes = (deps: Deps) =>
     })
     .post('/report-failure', ({ principal, body }) => workers.reportFailure(deps, principal, body), {
       worker: true,
-      body: WorkerModel.reportFailure,
+      ...jsonBody(WorkerModel.reportFailure),
       detail: { tags, summary: 'Report a failed run; the batch is requeued or, on the last attempt, failed' },
     })

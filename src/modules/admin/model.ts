@@ -1,0 +1,16 @@
+import { t } from 'elysia'
+import { Email, FullName, Password } from '../users/model'
+
+export const AdminModel = {
+  createUser: t.Object(
+    { email: Email, full_name: FullName, password: Password },
+    { additionalProperties: false },
+  ),
+  updateUser: t.Object(
+    {
+      is_active: t.Optional(t.Boolean()),
+      platform_role: t.Optional(t.Union([t.Literal('user'), t.Literal('superadmin')])),
+    },
+    { additionalProperties: false },
+  ),
+}
