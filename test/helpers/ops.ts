@@ -1,4 +1,5 @@
-import { mkdtempSync } from 'node:fs'
+import { afterAll } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
@@ -9,6 +10,19 @@ import type { Subprocess } from 'bun'
 export const CLI = join(import.meta.dir, '../../src/cli.ts')
 
 export const tempDir = (hint = 'ops') => mkdtempSync(join(tmpdir(), `gridkeep-${hint}-`))
+
+/** Temporary data directories for one test file, removed after it. */
+export function dataDirs(hint: string) {
+  const dirs: string[] = []
+  afterAll(() => {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true })
+  })
+  return () => {
+    const d = tempDir(hint)
+    dirs.push(d)
+    return d
+  }
+}
 
 export interface ServerProcess {
   proc: Subprocess<'ignore', 'pipe', 'pipe'>

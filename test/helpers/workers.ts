@@ -6,6 +6,7 @@ import { batches, files, workers } from '../../src/db/schema'
 import type { Deps } from '../../src/deps'
 import { newId } from '../../src/lib/ids'
 import { filePath } from '../../src/modules/files/storage'
+import type { Job } from '../../src/modules/workers/claim'
 import type { TestApp, TestServer } from './app'
 import { type MadeUser, makeUser, makeWorkerKey } from './builders'
 import { type CatalogEntryInput, makeCatalogEntry as makeEntry } from './catalogue'
@@ -182,19 +183,7 @@ export async function heartbeat(t: Target, key: string, workerId: string, o: Rec
 export async function poll(t: Target, key: string, workerId: string) {
   const res = await t.req('POST', '/workers/poll', { token: key, body: { worker_id: workerId } })
   expect(res.status).toBe(200)
-  return res.body.job as null | {
-    job_id: string
-    assignment_id: string
-    input_file_id: string
-    input_path: string
-    model: string
-    catalogue_id: string
-    endpoint: string
-    runtime: string
-    digest: string | null
-    params: Record<string, unknown>
-    total_requests: number
-  }
+  return res.body.job as Job | null
 }
 
 export const okLine = (

@@ -1,31 +1,22 @@
 import { Database } from 'bun:sqlite'
-import { afterAll, describe, expect, test } from 'bun:test'
-import { rmSync } from 'node:fs'
+import { describe, expect, test } from 'bun:test'
 import { join } from 'node:path'
 import { startServer } from '../../src/index'
 import { InstanceLockedError } from '../../src/ops/instance-lock'
 import { startTestServer, testConfig } from '../helpers/app'
 import {
   baseEnv,
+  dataDirs,
   jsonLines,
   PROCESS_TEST_TIMEOUT,
   spawnServer,
   startServerProcess,
-  tempDir,
 } from '../helpers/ops'
 
 // Issue 6, lifecycle: graceful shutdown on SIGTERM/SIGINT (drain, exit 0), one server per database
 // file (and no stale lock after SIGKILL), data surviving restarts.
 
-const dirs: string[] = []
-afterAll(() => {
-  for (const d of dirs) rmSync(d, { recursive: true, force: true })
-})
-const newDataDir = () => {
-  const d = tempDir('life')
-  dirs.push(d)
-  return d
-}
+const newDataDir = dataDirs('life')
 
 /**
  * An HTTP/1.1 request over a raw socket, so the test decides when the second half of the body goes
@@ -250,8 +241,7 @@ describe('one server per database file', () => {
   test(
     'after stop() the same database can be served again',
     async () => {
-      const config = testConfig()
-      dirs.push(config.DATA_DIR)
+      const config = testConfig({ DATA_DIR: newDataDir() })
       const a = await startServer(config)
       await a.stop()
       const b = await startServer(config)

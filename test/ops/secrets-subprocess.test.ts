@@ -1,15 +1,15 @@
 import { Database } from 'bun:sqlite'
-import { afterAll, describe, expect, test } from 'bun:test'
-import { readdirSync, readFileSync, rmSync } from 'node:fs'
+import { describe, expect, test } from 'bun:test'
+import { readdirSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import {
   baseEnv,
+  dataDirs,
   jsonLines,
   PROCESS_TEST_TIMEOUT,
   type ServerProcess,
   spawnServer,
   startServerProcess,
-  tempDir,
 } from '../helpers/ops'
 
 // Issue 6: no secret ever reaches a real server's output. Servers run as subprocesses through a
@@ -18,15 +18,7 @@ import {
 // token, an SMTP password — including failures and a 500, and the test scans everything the
 // process wrote to stdout and stderr.
 
-const dirs: string[] = []
-afterAll(() => {
-  for (const d of dirs) rmSync(d, { recursive: true, force: true })
-})
-const newDataDir = () => {
-  const d = tempDir('secrets')
-  dirs.push(d)
-  return d
-}
+const newDataDir = dataDirs('secrets')
 
 function client(server: ServerProcess, secrets: Set<string>) {
   return async (method: string, path: string, opts: { body?: unknown; token?: string } = {}) => {
