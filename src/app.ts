@@ -130,10 +130,16 @@ const makeSeries = (deps: Deps, method: string, route: string, status: number) =
 })
 function httpSeries(deps: Deps, method: string, route: string, status: number) {
   let all = seriesByDeps.get(deps)
-  if (!all) seriesByDeps.set(deps, (all = new Map()))
+  if (!all) {
+    all = new Map()
+    seriesByDeps.set(deps, all)
+  }
   const key = `${method} ${status} ${route}`
   let series = all.get(key)
-  if (!series) all.set(key, (series = makeSeries(deps, method, route, status)))
+  if (!series) {
+    series = makeSeries(deps, method, route, status)
+    all.set(key, series)
+  }
   return series
 }
 
