@@ -1,8 +1,8 @@
 import { afterAll, describe, expect, test } from 'bun:test'
+import { digestOrNull } from '../../src/lib/digest'
 import {
   type CatalogueEntry,
   matchEntry,
-  normalizeDigest,
   servableCatalogIds,
   type WorkerView,
 } from '../../src/modules/workers/matching'
@@ -344,9 +344,9 @@ describe('the predicate itself', () => {
   })
 
   test('digests are normalized', () => {
-    expect(normalizeDigest(`sha256:${'AB'.repeat(32)}`)).toBe('ab'.repeat(32))
-    expect(normalizeDigest('')).toBeNull()
-    expect(normalizeDigest(null)).toBeNull()
+    expect(digestOrNull(`sha256:${'AB'.repeat(32)}`)).toBe('ab'.repeat(32))
+    expect(digestOrNull('')).toBeNull()
+    expect(digestOrNull(null)).toBeNull()
   })
 })
 

@@ -1,9 +1,9 @@
 import { statSync } from 'node:fs'
+import { digestOrNull } from '../../lib/digest'
 import { log } from '../../lib/logger'
 import { readLines } from '../lines'
 import {
   type InventoryItem,
-  normaliseDigest,
   type PullProgress,
   type PullTask,
   type Runtime,
@@ -180,9 +180,9 @@ export class OllamaRuntime implements Runtime {
       const snapshot = await this.snapshot()
       const wanted = ollamaName(task.runtime_model_id)
       const got = snapshot.inventory.find((i) => ollamaName(i.local_name) === wanted)?.sha256
-      if (got !== normaliseDigest(task.digest)) {
+      if (got !== digestOrNull(task.digest)) {
         throw new Error(
-          `pulled ${task.runtime_model_id} but its weights digest ${got ?? 'unknown'} is not the catalogue's ${normaliseDigest(task.digest)}`,
+          `pulled ${task.runtime_model_id} but its weights digest ${got ?? 'unknown'} is not the catalogue's ${digestOrNull(task.digest)}`,
         )
       }
     }

@@ -89,9 +89,3 @@ export async function runtimeJson<T>(
 
 /** offline when the engine cannot be reached at all, error when it answers wrongly. */
 export const statusOf = (e: unknown): RuntimeStatus => (e instanceof RuntimeHttpError ? 'error' : 'offline')
-
-export const normaliseDigest = (d: string) =>
-  d
-    .trim()
-    .toLowerCase()
-    .replace(/^sha256[:-]/, '')

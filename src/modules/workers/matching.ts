@@ -10,6 +10,7 @@ import {
   workers,
 } from '../../db/schema'
 import type { Deps } from '../../deps'
+import { digestOrNull } from '../../lib/digest'
 
 // THE matching predicate (SPEC §4 Poll rules 1–6, API.md §7 "hosts", serving profiles, artifact
 // files). Poll, pool capacity, pull_models and `available` in GET /v1/models all decide "can this
@@ -62,14 +63,6 @@ export interface Match {
   profile: Profile
   /** SPEC Poll rule 5: the model is already loaded in VRAM on this worker. */
   loaded: boolean
-}
-
-/** API.md §4: an optional `sha256:` prefix is stripped and comparisons are case-insensitive. */
-export function normalizeDigest(digest: string | null | undefined): string | null {
-  if (!digest) return null
-  const d = digest.trim().toLowerCase()
-  const bare = d.startsWith('sha256:') ? d.slice(7) : d
-  return bare || null
 }
 
 /** Whether `worker` can serve `entry` now, and with which serving profile. */
@@ -212,7 +205,7 @@ export function loadCatalogue(deps: Deps): Catalogue {
   }
   const artifacts = new Map<string, string[]>()
   for (const a of s.artifacts.all()) {
-    const sha = normalizeDigest(a.sha256)
+    const sha = digestOrNull(a.sha256)
     if (!sha) continue
     const list = artifacts.get(a.catalog_id) ?? []
     list.push(sha)
@@ -227,7 +220,7 @@ export function loadCatalogue(deps: Deps): Catalogue {
     parameter_size: e.parameter_size,
     vram_gb: e.vram_gb,
     size_gb: e.size_gb,
-    digest: normalizeDigest(e.digest),
+    digest: digestOrNull(e.digest),
     // SPEC §2: an entry without explicit profiles gets one derived from runtime/runtime_model_id.
     profiles:
       profiles.get(e.id) ??

@@ -12,11 +12,12 @@ import {
 } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import type { Deps } from '../../deps'
+import { digestOrNull } from '../../lib/digest'
 import { badRequest, forbidden, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
 import type { WorkerPrincipal } from '../auth/credentials'
-import { matchingStatements, normalizeDigest } from './matching'
+import { matchingStatements } from './matching'
 import type {
   HeartbeatBody,
   InventoryItem,
@@ -214,7 +215,7 @@ function mergeInventory(rows: Map<string, ModelRowInput>, items: InventoryItem[]
     rows.set(item.local_name, {
       name: item.local_name,
       runtime: item.runtime,
-      digest: normalizeDigest(item.sha256),
+      digest: digestOrNull(item.sha256),
       size_bytes: item.size_bytes,
       loaded: item.loaded || (prev?.loaded ?? false),
       configured: prev?.configured ?? false,
@@ -504,7 +505,7 @@ export function modelProgress(deps: Deps, principal: WorkerPrincipal, body: Mode
   log.info('model download progress', {
     worker_id: body.worker_id,
     model: body.model,
-    digest: normalizeDigest(body.digest),
+    digest: digestOrNull(body.digest),
     status: body.status,
     completed_bytes: body.completed_bytes,
     total_bytes: body.total_bytes,
