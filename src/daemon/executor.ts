@@ -1,7 +1,8 @@
 import { writeFileSync } from 'node:fs'
 import { randomBase62 } from '../lib/ids'
+import { readLines } from '../lib/read-lines'
 import { type Backoff, backoffDelay, retryAfterMs, sleep } from './backoff'
-import { readLines } from './lines'
+import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 
 // Runs every line of a job's input against the runtime and writes one OpenAI batch output line per
 // request (API.md §7: {id, custom_id, response:{status_code, request_id, body}|null,
@@ -138,7 +139,8 @@ export async function executeJob(
   const waitForSlot = () => new Promise<void>((r) => (wake = r))
 
   try {
-    for await (const line of readLines(typeof input === 'string' ? Bun.file(input).stream() : input)) {
+    const source = typeof input === 'string' ? Bun.file(input).stream() : input
+    for await (const [, line] of readLines(source, MAX_INPUT_LINE_BYTES)) {
       if (stop.signal.aborted) break
       if (!line.trim()) continue
       while (active >= opts.concurrency) await waitForSlot()

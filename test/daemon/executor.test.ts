@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { type ExecutorOptions, executeJob, RuntimeUnavailableError } from '../../src/daemon/executor'
-import { readLines } from '../../src/daemon/lines'
+import { readLines } from '../../src/lib/read-lines'
 import { startFakeRuntime } from '../helpers/fake-runtime'
 
 const dir = mkdtempSync(join(tmpdir(), 'gk-exec-'))
@@ -367,7 +367,7 @@ describe('executor: concurrency and streaming', () => {
       },
     })
     const lines: string[] = []
-    for await (const l of readLines(stream)) lines.push(l)
+    for await (const [, l] of readLines(stream, 1024)) lines.push(l)
     expect(lines).toEqual(['{"a":1}', '{"b":2}', '', '{"c":3}'])
   })
 

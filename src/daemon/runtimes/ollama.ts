@@ -1,9 +1,10 @@
 import { statSync } from 'node:fs'
 import { digestOrNull } from '../../lib/digest'
 import { log } from '../../lib/logger'
-import { readLines } from '../lines'
+import { readLines } from '../../lib/read-lines'
 import {
   type InventoryItem,
+  MAX_INPUT_LINE_BYTES,
   type PullProgress,
   type PullTask,
   type Runtime,
@@ -154,7 +155,7 @@ export class OllamaRuntime implements Runtime {
     // Layers download one after another; progress is the sum over the layers seen so far.
     const layers = new Map<string, { total: number; completed: number }>()
     let success = false
-    for await (const line of readLines(res.body)) {
+    for await (const [, line] of readLines(res.body, MAX_INPUT_LINE_BYTES)) {
       if (!line.trim()) continue
       let msg: { status?: string; error?: string; digest?: string; total?: number; completed?: number }
       try {

@@ -89,3 +89,9 @@ export async function runtimeJson<T>(
 
 /** offline when the engine cannot be reached at all, error when it answers wrongly. */
 export const statusOf = (e: unknown): RuntimeStatus => (e instanceof RuntimeHttpError ? 'error' : 'offline')
+
+/**
+ * The longest line the daemon reads (job input, pull progress): the largest MAX_LINE_BYTES the
+ * server accepts (src/config.ts), so every line a validated batch can hold fits.
+ */
+export const MAX_INPUT_LINE_BYTES = 256 * 1024 * 1024

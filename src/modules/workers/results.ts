@@ -10,10 +10,10 @@ import type { Deps } from '../../deps'
 import { AppError, badRequest, forbidden, tooLarge } from '../../lib/errors'
 import { newId, randomBase62 } from '../../lib/ids'
 import { log } from '../../lib/logger'
+import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { transition } from '../batches/states'
 import { filePath } from '../files/storage'
-import { InvalidUtf8Error, LineTooLongError, readLines } from './lines'
 import { ownWorker, requireHolder } from './service'
 
 // POST /workers/upload-results (SPEC §4, API.md §7). The multipart body is streamed with busboy:

@@ -1,5 +1,8 @@
-// Line splitting over a byte stream without holding more than one line in memory: upload-results
-// reads the worker's output once and the batch input twice (ids, then missing results).
+// Line reading over a byte stream without holding more than one line in memory, bounded by
+// `maxLineBytes`: upload-results reads the worker's output once and the batch input twice (ids,
+// then missing results); the daemon reads job inputs and Ollama's streamed pull progress.
+// (The batch validator has its own splitter in lines.ts: it must drop an over-long line and go on
+// counting, and remember byte offsets, where these readers stop at the first over-long line.)
 
 export class LineTooLongError extends Error {
   constructor(readonly line: number) {
