@@ -2,7 +2,7 @@ import { openapi } from '@elysiajs/openapi'
 import { type Context, Elysia, ElysiaCustomStatusResponse, StatusMap } from 'elysia'
 import pkg from '../package.json'
 import type { Deps } from './deps'
-import { beginRequest, requestFacts } from './http/context'
+import { beginRequest, pathOf, requestFacts } from './http/context'
 import { errorHandler, toAppError } from './http/errors'
 import { checkBodyHeaders, checkJsonDepth } from './http/parse'
 import { log, logEnabled } from './lib/logger'
@@ -141,12 +141,6 @@ function httpSeries(deps: Deps, method: string, route: string, status: number) {
     all.set(key, series)
   }
   return series
-}
-
-const pathOf = (url: string) => {
-  const start = url.indexOf('/', url.indexOf('//') + 2)
-  const end = url.indexOf('?', start)
-  return start < 0 ? '/' : url.slice(start, end < 0 ? undefined : end)
 }
 
 /**

@@ -21,3 +21,11 @@ export function beginRequest(request: Request): RequestFacts {
 }
 
 export const requestFacts = (request: Request): RequestFacts | undefined => facts.get(request)
+
+/** The path of a request URL without its query string (which may carry a token). */
+export function pathOf(url: string): string {
+  const start = url.indexOf('/', url.indexOf('//') + 2)
+  if (start < 0) return '/'
+  const query = url.indexOf('?', start)
+  return url.slice(start, query < 0 ? undefined : query)
+}

@@ -1,4 +1,5 @@
 import { AppError, badRequest, tooLarge } from '../lib/errors'
+import { pathOf } from './context'
 
 // The request body policy (issue 2 "Errors"): JSON only, at most MAX_JSON_BYTES, at most
 // MAX_JSON_DEPTH levels deep; anything else is a 4xx in the envelope, never a 5xx.
@@ -25,11 +26,10 @@ export const STREAMING_UPLOAD_ROUTES = new Set(['POST /v1/files', 'POST /workers
 
 const isJson = (type: string) => type === 'application/json' || type.endsWith('+json')
 
-function pathOf(url: string): string {
-  const start = url.indexOf('/', url.indexOf('//') + 2)
-  const query = url.indexOf('?', start)
-  const path = start < 0 ? '/' : url.slice(start, query < 0 ? undefined : query)
-  return path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path
+/** The route key of a request: method and path, a trailing slash ignored as the router does. */
+function routeKey(request: Request): string {
+  const path = pathOf(request.url)
+  return `${request.method} ${path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path}`
 }
 
 /** Headers-only checks, before routing and before a byte of the body is read. */
@@ -39,7 +39,7 @@ export function checkBodyHeaders(request: Request): void {
   // stream has neither header, and is treated like chunks.
   const chunked = request.headers.has('transfer-encoding') || (length === null && request.body !== null)
   if ((length === null || length === '0') && !chunked) return
-  if (STREAMING_UPLOAD_ROUTES.has(`${request.method} ${pathOf(request.url)}`)) return
+  if (STREAMING_UPLOAD_ROUTES.has(routeKey(request))) return
   const type = (request.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase()
   if (!isJson(type)) {
     throw badRequest('unsupported_media_type', 'Request bodies must be JSON (Content-Type: application/json)')

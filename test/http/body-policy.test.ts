@@ -1,6 +1,7 @@
 import { afterAll, expect, test } from 'bun:test'
 import { STREAMING_UPLOAD_ROUTES } from '../../src/http/parse'
 import { makeTestApp, startTestServer } from '../helpers/app'
+import { uploadForm } from '../helpers/batches'
 import { makePersonalKey, makeUser } from '../helpers/builders'
 import { rememberSecret } from '../helpers/secrets'
 
@@ -94,4 +95,12 @@ test('over HTTP: a chunked JSON body is 411, a declared length over 4 MiB is 413
   } finally {
     await server.stop()
   }
+})
+
+test('an upload route reached with a trailing slash still streams its multipart body', async () => {
+  const u = await makeUser(t)
+  const form = uploadForm('{"custom_id":"a","body":{"model":"m"}}\n', 'in.jsonl')
+  const res = await t.req('POST', '/v1/files/', { token: u.token, raw: form })
+  expect(res.status).toBe(200)
+  expect(res.body).toMatchObject({ object: 'file', purpose: 'batch', filename: 'in.jsonl' })
 })
