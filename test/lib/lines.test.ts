@@ -81,6 +81,8 @@ describe('CompactIdSet', () => {
 
   test('the default hash is seeded FNV-1a', () => {
     expect(fnv1a32('abc', 0)).not.toBe(fnv1a32('abc', 1))
-    expect(fnv1a32('abc', 7)).toBe(fnv1a32('abc', 7))
+    // Seed 0 is plain 32-bit FNV-1a: the published test vectors.
+    expect(fnv1a32('', 0)).toBe(0x811c9dc5)
+    expect(fnv1a32('abc', 0)).toBe(0x1a47e90b)
   })
 })
