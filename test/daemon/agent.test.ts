@@ -289,7 +289,11 @@ describe('jobs', () => {
     start(cp, rt, { concurrency: 2 })
     await cp.waitFor(() => rt.requests > 5, 'the job running')
     cp.unassign('batch_gone')
-    await cp.waitFor(() => cp.heartbeats.at(-1).activity === 'idle', 'the job dropped')
+    const seen = cp.heartbeats.length
+    await cp.waitFor(
+      () => cp.heartbeats.length > seen && cp.heartbeats.at(-1).activity === 'idle',
+      'the job dropped',
+    )
     const sent = rt.requests
     await Bun.sleep(100)
     expect(rt.requests).toBeLessThanOrEqual(sent + 2)
@@ -304,7 +308,11 @@ describe('jobs', () => {
     cp.addJob({ job_id: 'batch_fenced', input: chatLines(300).join('\n'), model: MODEL })
     start(cp, rt, { concurrency: 2, progress_interval: 0.02 })
     await cp.waitFor(() => cp.progress.length > 0, 'a progress report')
-    await cp.waitFor(() => cp.heartbeats.at(-1).activity === 'idle', 'the job dropped')
+    const seen = cp.heartbeats.length
+    await cp.waitFor(
+      () => cp.heartbeats.length > seen && cp.heartbeats.at(-1).activity === 'idle',
+      'the job dropped',
+    )
     expect(rt.requests).toBeLessThan(300)
     expect(cp.uploads).toEqual([])
     expect(cp.failures).toEqual([])
@@ -315,8 +323,15 @@ describe('jobs', () => {
     cp.failNext('/workers/upload-results', 403)
     cp.addJob({ job_id: 'batch_stale', input: chatLines(5).join('\n'), model: MODEL })
     start(cp, rt)
-    await cp.waitFor(() => rt.requests === 5 && cp.heartbeats.at(-1).activity === 'idle', 'the job ended')
+    await cp.waitFor(() => cp.injected.includes('/workers/upload-results'), 'the refused upload')
+    // An idle heartbeat sent after the refusal: the daemon has finished dealing with the job.
+    const seen = cp.heartbeats.length
+    await cp.waitFor(
+      () => cp.heartbeats.length > seen && cp.heartbeats.at(-1).activity === 'idle',
+      'the job ended',
+    )
     await Bun.sleep(50)
+    expect(rt.requests).toBe(5)
     expect(cp.uploads).toEqual([])
     expect(cp.failures).toEqual([])
   })

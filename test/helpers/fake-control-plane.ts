@@ -32,6 +32,8 @@ export interface FakeControlPlane {
   modelProgress: any[]
   uploads: Upload[]
   failures: any[]
+  /** Paths answered with an injected failure (failNext), in order. */
+  injected: string[]
   /** Queues a batch for the next poll. */
   addJob(job: Omit<FakeJob, 'assignment_id'>): FakeJob
   /** The server stops assigning the job to its worker (a requeue the worker missed). */
@@ -70,6 +72,7 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     modelProgress: [],
     uploads: [],
     failures: [],
+    injected: [],
     refuseProgress: false,
     breakNextDownload: false,
     heartbeatSeconds: opts.heartbeatSeconds ?? 0.05,
@@ -116,6 +119,7 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     const f = [...failing.entries()].find(([p]) => path.endsWith(p))
     if (f && f[1].times > 0) {
       f[1].times--
+      cp.injected.push(path)
       return err(f[1].status, 'injected')
     }
     if (path === '/workers/register') {
