@@ -1,26 +1,30 @@
-import { createHash } from 'node:crypto'
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { migrate as drizzleMigrate } from 'drizzle-orm/bun-sqlite/migrator'
 import { embeddedMigrations } from './migrations.gen'
 import type { Db } from './open'
 
+export type MigrationSet = typeof embeddedMigrations
+
 /**
- * Applies the migrations embedded at build time through drizzle's own migrator (same table, same
- * hashes as `drizzle-kit migrate`), so dev, tests and the compiled binary share one path.
+ * Applies the migrations embedded at build time through drizzle's public migrator (same table,
+ * same hashes as `drizzle-kit migrate`), so dev, tests and the compiled binary share one path.
+ * The migrator reads a folder, so the embedded set is written to a private temporary one first:
+ * the compiled binary carries no drizzle/ folder of its own.
  */
-export function migrate(db: Db): void {
-  const migrations = embeddedMigrations.journal.entries.map((entry) => {
-    const query = embeddedMigrations.sql[entry.tag]
-    if (query === undefined) throw new Error(`migration ${entry.tag} is not embedded`)
-    return {
-      sql: query.split('--> statement-breakpoint'),
-      bps: entry.breakpoints,
-      folderMillis: entry.when,
-      hash: createHash('sha256').update(query).digest('hex'),
+export function migrate(db: Db, set: MigrationSet = embeddedMigrations): void {
+  const folder = mkdtempSync(join(tmpdir(), 'gridkeep-migrations-'))
+  try {
+    mkdirSync(join(folder, 'meta'))
+    writeFileSync(join(folder, 'meta', '_journal.json'), JSON.stringify(set.journal))
+    for (const entry of set.journal.entries) {
+      const sql = set.sql[entry.tag]
+      if (sql === undefined) throw new Error(`migration ${entry.tag} is not embedded`)
+      writeFileSync(join(folder, `${entry.tag}.sql`), sql)
     }
-  })
-  // drizzle's public migrator only reads from a folder; its dialect takes the parsed list.
-  const internal = db as unknown as {
-    dialect: { migrate: (m: unknown, s: unknown, c: unknown) => void }
-    session: unknown
+    drizzleMigrate(db, { migrationsFolder: folder })
+  } finally {
+    rmSync(folder, { recursive: true, force: true })
   }
-  internal.dialect.migrate(migrations, internal.session, {})
 }

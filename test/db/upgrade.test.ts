@@ -1,0 +1,78 @@
+import { describe, expect, test } from 'bun:test'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { join } from 'node:path'
+import { type MigrationSet, migrate } from '../../src/db/migrate'
+import { embeddedMigrations } from '../../src/db/migrations.gen'
+import { openDb } from '../../src/db/open'
+
+// Migrations are append-only: a released migration is never rewritten, or an existing database
+// would re-run or skip it. Each release's set is pinned here by the SHA-256 of its files.
+const RELEASED: { tag: string; sha256: string }[] = [
+  { tag: '0000_init', sha256: '72b38f2792977284d5affdaaf2390ca4d08fe25fe5841e48f21d9d3b9efae842' },
+]
+
+/** The migration set as it was at a release: the first `count` entries of today's journal. */
+function releasedSet(count: number): MigrationSet {
+  const entries = embeddedMigrations.journal.entries.slice(0, count)
+  return {
+    journal: { ...embeddedMigrations.journal, entries },
+    sql: Object.fromEntries(entries.map((e) => [e.tag, embeddedMigrations.sql[e.tag] as string])),
+  }
+}
+
+describe('upgrades', () => {
+  test('released migrations are unchanged and still first in the journal', () => {
+    RELEASED.forEach(({ tag, sha256 }, i) => {
+      expect(embeddedMigrations.journal.entries[i]?.tag).toBe(tag)
+      const onDisk = readFileSync(`drizzle/${tag}.sql`)
+      expect(new Bun.CryptoHasher('sha256').update(onDisk).digest('hex')).toBe(sha256)
+    })
+  })
+
+  test('a database built by the first release, with data in it, upgrades to today with its data intact', () => {
+    const dir = mkdtempSync('/tmp/gridkeep-upgrade-')
+    try {
+      const { db, sqlite } = openDb({ path: join(dir, 'g.db') })
+      migrate(db, releasedSet(1))
+      // Rows written in the first release's shape, by raw SQL (today's schema may differ).
+      sqlite.exec(`
+        INSERT INTO users (id, email, password_hash, full_name, platform_role, is_active, must_change_password, token_version, created_at, updated_at)
+          VALUES ('user_a', 'a@x.test', 'hash-a', 'Ada', 'superadmin', 1, 0, 3, 100, 101);
+        INSERT INTO organizations (id, name, personal, created_at) VALUES ('org_a', 'Ada''s Personal Org', 1, 100);
+        INSERT INTO memberships (org_id, user_id, role, created_at) VALUES ('org_a', 'user_a', 'owner', 100);
+        INSERT INTO files (id, user_id, filename, purpose, bytes, batch_id, created_at)
+          VALUES ('file-in', 'user_a', 'in.jsonl', 'batch', 10, NULL, 102);
+        INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status, attempts,
+            request_counts_total, request_counts_completed, request_counts_failed, created_at, updated_at)
+          VALUES ('batch_a', 'user_a', 'file-in', '/v1/chat/completions', '24h', 'm', 'completed', 1, 2, 1, 1, 103, 104);
+      `)
+      const before = {
+        users: sqlite.query('SELECT id, email, password_hash, token_version, platform_role FROM users').all(),
+        memberships: sqlite.query('SELECT * FROM memberships').all(),
+        batches: sqlite
+          .query('SELECT id, status, attempts, request_counts_total, request_counts_completed FROM batches')
+          .all(),
+        files: sqlite.query('SELECT id, user_id, filename, bytes FROM files').all(),
+      }
+
+      migrate(db) // today's full set
+      expect(sqlite.query('SELECT count(*) AS n FROM __drizzle_migrations').get()).toEqual({
+        n: embeddedMigrations.journal.entries.length,
+      })
+      expect(
+        sqlite.query('SELECT id, email, password_hash, token_version, platform_role FROM users').all(),
+      ).toEqual(before.users)
+      expect(sqlite.query('SELECT * FROM memberships').all()).toEqual(before.memberships)
+      expect(
+        sqlite
+          .query('SELECT id, status, attempts, request_counts_total, request_counts_completed FROM batches')
+          .all(),
+      ).toEqual(before.batches)
+      expect(sqlite.query('SELECT id, user_id, filename, bytes FROM files').all()).toEqual(before.files)
+      expect(sqlite.query('PRAGMA integrity_check').get()).toEqual({ integrity_check: 'ok' })
+      sqlite.close()
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})
