@@ -80,7 +80,7 @@ bare.run(gk.deps.clock.now() - gk.config.HEARTBEAT_TIMEOUT_SECONDS)
 gk.deps.sqlite.exec('ROLLBACK')
 const bareMs = performance.now() - tb
 const t0 = performance.now()
-const result = runOnce(gk.deps)
+const result = await runOnce(gk.deps)
 const sweepMs = performance.now() - t0
 console.log(`sweeper pass over ${fmt(WORKERS)} workers (${fmt(SILENT)} silent, each holding a batch):`)
 console.log(

@@ -14,7 +14,13 @@ export type MigrationSet = typeof embeddedMigrations
  * the compiled binary carries no drizzle/ folder of its own.
  */
 export function migrate(db: Db, set: MigrationSet = embeddedMigrations): void {
+  withMigrationsFolder(set, (folder) => drizzleMigrate(db, { migrationsFolder: folder }))
+}
+
+/** Writes an embedded migration set where drizzle's migrator can read it, for the length of `fn`. */
+export function withMigrationsFolder<T>(set: MigrationSet, fn: (folder: string) => T): T {
   const folder = mkdtempSync(join(tmpdir(), 'gridkeep-migrations-'))
+  let result: T | undefined
   try {
     mkdirSync(join(folder, 'meta'))
     writeFileSync(join(folder, 'meta', '_journal.json'), JSON.stringify(set.journal))
@@ -23,8 +29,12 @@ export function migrate(db: Db, set: MigrationSet = embeddedMigrations): void {
       if (sql === undefined) throw new Error(`migration ${entry.tag} is not embedded`)
       writeFileSync(join(folder, `${entry.tag}.sql`), sql)
     }
-    drizzleMigrate(db, { migrationsFolder: folder })
+    result = fn(folder)
+    return result
   } finally {
-    rmSync(folder, { recursive: true, force: true })
+    // An async migrator reads the folder until its promise settles.
+    const done = () => rmSync(folder, { recursive: true, force: true })
+    if (result instanceof Promise) result.then(done, done)
+    else done()
   }
 }

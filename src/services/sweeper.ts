@@ -1,14 +1,11 @@
-import { and, eq, inArray, isNull, lte, or } from 'drizzle-orm'
-import { batchAssignments, batches, modelPulls, workers } from '../db/schema'
-import { writeTx } from '../db/tx'
 import type { Deps } from '../deps'
 import { log } from '../lib/logger'
-import { requeueBatch } from '../modules/workers/requeue'
 
 // The sweeper (SPEC §3 Worker, API.md §7): every SWEEP_INTERVAL_SECONDS, workers unseen for
 // HEARTBEAT_TIMEOUT_SECONDS go offline and each batch they hold is requeued through the one
-// requeue path, as a failed attempt. runOnce() is one pass (tests drive it with a manual clock);
-// start() runs it on an interval and returns stop().
+// requeue rule, as a failed attempt. runOnce() is one pass (tests drive it with a manual clock);
+// start() runs it on an interval and returns stop(). Several instances on one database each run
+// the timer; the engine lets one pass through per interval (API.md §12).
 
 export interface SweepResult {
   /** Set when the pass did nothing because the server started less than the timeout ago. */
@@ -18,7 +15,7 @@ export interface SweepResult {
   failed: string[]
 }
 
-export function runOnce(deps: Deps): SweepResult {
+export async function runOnce(deps: Deps): Promise<SweepResult> {
   deps.metrics.sweeperPasses.inc()
   const now = deps.clock.now()
   const result: SweepResult = { skipped: null, workers_offline: [], requeued: [], failed: [] }
@@ -27,49 +24,12 @@ export function runOnce(deps: Deps): SweepResult {
     result.skipped = 'startup_grace'
     return result
   }
-  const cutoff = now - deps.config.HEARTBEAT_TIMEOUT_SECONDS
-  writeTx(deps.db, (tx) => {
-    result.workers_offline = tx
-      .update(workers)
-      .set({ status: 'offline' })
-      .where(and(eq(workers.status, 'online'), lte(workers.last_seen_at, cutoff)))
-      .returning({ id: workers.id })
-      .all()
-      .map((w) => w.id)
-    // Every in_progress batch whose holder is not live: silent, offline, or no longer there.
-    const orphans = tx
-      .select({ batch_id: batches.id, worker_id: batchAssignments.worker_id })
-      .from(batches)
-      .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
-      .leftJoin(workers, eq(workers.id, batchAssignments.worker_id))
-      .where(
-        and(
-          eq(batches.status, 'in_progress'),
-          or(isNull(workers.id), eq(workers.status, 'offline'), lte(workers.last_seen_at, cutoff)),
-        ),
-      )
-      .all()
-    for (const o of orphans) {
-      const outcome = requeueBatch(
-        tx,
-        deps,
-        o.batch_id,
-        'worker_silent',
-        `worker ${o.worker_id ?? 'unknown'} went silent`,
-        now,
-      )
-      if (outcome?.status === 'validated') result.requeued.push(o.batch_id)
-      else if (outcome) result.failed.push(o.batch_id)
-    }
-    // An offline worker downloads nothing for us: let another be asked (API.md §7 pull_models).
-    if (result.workers_offline.length) {
-      for (let i = 0; i < result.workers_offline.length; i += 500) {
-        tx.delete(modelPulls)
-          .where(inArray(modelPulls.worker_id, result.workers_offline.slice(i, i + 500)))
-          .run()
-      }
-    }
-  })
+  const swept = await deps.engine.sweep(now, now - deps.config.HEARTBEAT_TIMEOUT_SECONDS)
+  result.workers_offline = swept.workers_offline
+  for (const r of swept.requeues) {
+    deps.metrics.requeues.inc({ reason: r.reason, outcome: r.status })
+    ;(r.status === 'validated' ? result.requeued : result.failed).push(r.batch_id)
+  }
   if (result.workers_offline.length || result.requeued.length || result.failed.length) {
     log.info('sweeper pass', {
       workers_offline: result.workers_offline.length,
@@ -82,14 +42,18 @@ export function runOnce(deps: Deps): SweepResult {
 
 /** Runs runOnce every SWEEP_INTERVAL_SECONDS until stopped (or the server shuts down). */
 export function start(deps: Deps): () => void {
-  const pass = () => {
+  const interval = deps.config.SWEEP_INTERVAL_SECONDS
+  const pass = async () => {
     try {
-      runOnce(deps)
+      // One pass per interval across every instance sharing the database; a second of slack so
+      // that timers a little early do not skip a whole interval.
+      if (await deps.engine.tryRunEvery('sweeper', deps.clock.now(), Math.max(1, interval - 1)))
+        await runOnce(deps)
     } catch (e) {
       log.error('sweeper pass failed', { error: e instanceof Error ? e : String(e) })
     }
   }
-  const timer = setInterval(pass, deps.config.SWEEP_INTERVAL_SECONDS * 1000)
+  const timer = setInterval(pass, interval * 1000)
   const stop = () => clearInterval(timer)
   deps.shutdown.signal.addEventListener('abort', stop, { once: true })
   return stop

@@ -118,12 +118,12 @@ export async function validateBatch(
     const passed = result.errorsTotal === 0
     const moved = writeTx(deps.db, (tx) => {
       const row = passed
-        ? transition(tx, batchId, 'validation_passed', now, {
+        ? transition(deps, batchId, 'validation_passed', now, {
             model: result.model,
             request_counts_total: result.requestLines,
             errors_total: 0,
           })
-        : transition(tx, batchId, 'validation_failed', now, {
+        : transition(deps, batchId, 'validation_failed', now, {
             model: result.model,
             errors_total: result.errorsTotal,
             failed_at: now,

@@ -242,7 +242,7 @@ describe('daemon against the real control plane', () => {
 
       // 121 s of silence on the server's clock, then one sweeper pass.
       server.clock.advance(server.config.HEARTBEAT_TIMEOUT_SECONDS + 1)
-      const pass = sweep(server.deps)
+      const pass = await sweep(server.deps)
       expect(pass.requeued).toContain(batchId)
       const requeued = await getBatch(batchId)
       expect(requeued).toMatchObject({ status: 'validated', attempts: 1 })

@@ -112,7 +112,7 @@ export function assignBatch(
 ) {
   const now = t.deps.clock.now()
   return writeTx(t.deps.db, (tx) => {
-    const moved = transition(tx, batchId, 'claimed', now, { in_progress_at: now })
+    const moved = transition(t.deps, batchId, 'claimed', now, { in_progress_at: now })
     if (!moved) throw new Error(`batch ${batchId} is not validated`)
     return tx
       .insert(batchAssignments)

@@ -47,7 +47,7 @@ describe('sweeper', () => {
     // The worker has been silent for 300 s, but the server (re)started less than
     // HEARTBEAT_TIMEOUT_SECONDS ago.
     t.deps.startedAt = t.clock.now() - 119
-    expect(runOnce(t.deps)).toEqual({
+    expect(await runOnce(t.deps)).toEqual({
       skipped: 'startup_grace',
       workers_offline: [],
       requeued: [],
@@ -56,7 +56,7 @@ describe('sweeper', () => {
     expect(workerRow(t.deps, w1).status).toBe('online')
     // Once the grace is over:
     t.deps.startedAt = t.clock.now() - 121
-    const result = runOnce(t.deps)
+    const result = await runOnce(t.deps)
     expect(result).toEqual({ skipped: null, workers_offline: [w1], requeued: [batch.id], failed: [] })
     expect(workerRow(t.deps, w1).status).toBe('offline')
     expect(batchRow(t.deps, batch.id)).toMatchObject({
@@ -67,7 +67,7 @@ describe('sweeper', () => {
     expect(await counter(t, 'sweeperPasses')).toBe(2)
     expect(await requeues(t)).toEqual([['worker_silent', 'validated', 1]])
     // A second pass finds nothing more to do.
-    expect(runOnce(t.deps)).toEqual({ skipped: null, workers_offline: [], requeued: [], failed: [] })
+    expect(await runOnce(t.deps)).toEqual({ skipped: null, workers_offline: [], requeued: [], failed: [] })
   })
 
   test('a worker that heartbeats in time is left alone', async () => {
@@ -76,7 +76,7 @@ describe('sweeper', () => {
     t.clock.advance(100)
     await heartbeat(t, f.key, w1, { activity: 'busy', current_job_id: batch.id })
     t.clock.advance(100)
-    expect(runOnce(t.deps).workers_offline).toEqual([])
+    expect((await runOnce(t.deps)).workers_offline).toEqual([])
     expect(batchRow(t.deps, batch.id).status).toBe('in_progress')
   })
 
@@ -91,7 +91,7 @@ describe('sweeper', () => {
     t.clock.advance(90)
     await heartbeat(t, f.key, w2)
     t.clock.advance(40)
-    const swept = runOnce(t.deps)
+    const swept = await runOnce(t.deps)
     expect(swept.workers_offline).toEqual([w1])
     expect(swept.requeued).toEqual([batch.id])
     expect(batchRow(t.deps, batch.id).request_counts_completed).toBe(0)
@@ -127,7 +127,7 @@ describe('sweeper', () => {
     const t = fresh({ MAX_BATCH_ATTEMPTS: '1' })
     const { batch } = await setup(t)
     t.clock.advance(200)
-    expect(runOnce(t.deps).failed).toEqual([batch.id])
+    expect((await runOnce(t.deps)).failed).toEqual([batch.id])
     expect(batchRow(t.deps, batch.id)).toMatchObject({
       status: 'failed',
       attempts: 1,

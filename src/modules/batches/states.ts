@@ -1,6 +1,7 @@
 import { and, eq, sql } from 'drizzle-orm'
+import type { Db } from '../../db/open'
+import { preparedOnce } from '../../db/prepared'
 import { type BatchRow, type BatchStatus, batches } from '../../db/schema'
-import type { Tx } from '../../db/tx'
 import { log } from '../../lib/logger'
 
 // SPEC §3 "Batch status", as data. These five are the only states; `cancelling`, `cancelled`,
@@ -34,33 +35,17 @@ export const BATCH_TRANSITIONS = {
 
 export type BatchEvent = keyof typeof BATCH_TRANSITIONS
 
-export class IllegalTransitionError extends Error {
-  constructor(
-    readonly from: BatchStatus,
-    readonly to: BatchStatus,
-  ) {
-    super(`illegal batch transition ${from} → ${to}`)
-  }
-}
-
-/** The event that moves `from` to `to`, or an IllegalTransitionError if the table has none. */
-export function eventFor(from: BatchStatus, to: BatchStatus): BatchEvent {
-  for (const [event, t] of Object.entries(BATCH_TRANSITIONS)) {
-    if (t.from === from && t.to === to) return event as BatchEvent
-  }
-  throw new IllegalTransitionError(from, to)
-}
-
-type BatchChanges = Partial<Omit<BatchRow, 'seq' | 'id' | 'status' | 'updated_at'>>
+export type BatchChanges = Partial<Omit<BatchRow, 'seq' | 'id' | 'status' | 'updated_at'>>
 
 /**
- * Moves one batch along one edge of the table in one guarded statement (STYLE example 7):
+ * SQLite: moves one batch along one edge of the table in one guarded statement (STYLE example 7):
  * `UPDATE … WHERE id = ? AND status = <from>`. Returns the updated row, or null when the batch was
  * not in `from` (a stale caller changes nothing). Run it inside writeTx with whatever else must
- * change atomically (assignment rows, counters).
+ * change atomically (assignment rows, counters); the statements are prepared on the one
+ * connection, so they run inside the caller's transaction.
  */
 export function transition(
-  tx: Tx,
+  deps: { db: Db },
   batchId: string,
   event: BatchEvent,
   now: number,
@@ -69,50 +54,31 @@ export function transition(
 ): BatchRow | null {
   const { from, to } = BATCH_TRANSITIONS[event]
   const keys = (Object.keys(changes) as (keyof BatchChanges)[]).filter((k) => changes[k] !== undefined).sort()
-  const row = guardedUpdate(tx, event, keys).get({ ...changes, __id: batchId, __now: now })
+  const row = guardedUpdate(deps, event, keys).get({ ...changes, __id: batchId, __now: now })
   if (row) log.info('batch transition', { batch_id: batchId, from, to, event, ...(reason ? { reason } : {}) })
   return row ?? null
 }
 
-// The guarded UPDATE of each (event, changed columns) shape is prepared once per connection:
+// The guarded UPDATE of each (event, changed columns) shape is prepared once per database:
 // compiling it on every call cost more than running it (sweeper passes requeue in bulk).
-const prepared = new WeakMap<object, Map<string, ReturnType<typeof prepareUpdate>>>()
-function prepareUpdate(tx: Tx, event: BatchEvent, keys: (keyof BatchChanges)[]) {
+const updateShapes = preparedOnce(() => new Map<string, ReturnType<typeof prepareUpdate>>())
+function prepareUpdate(db: Db, event: BatchEvent, keys: (keyof BatchChanges)[]) {
   const { from, to } = BATCH_TRANSITIONS[event]
   const set = Object.fromEntries(keys.map((k) => [k, sql.placeholder(k)]))
-  return tx
+  return db
     .update(batches)
     .set({ ...set, status: to, updated_at: sql.placeholder('__now') as never })
     .where(and(eq(batches.id, sql.placeholder('__id')), eq(batches.status, from)))
     .returning()
     .prepare()
 }
-function guardedUpdate(tx: Tx, event: BatchEvent, keys: (keyof BatchChanges)[]) {
-  const session = (tx as unknown as { session: object }).session
-  let cache = prepared.get(session)
-  if (!cache) {
-    cache = new Map()
-    prepared.set(session, cache)
-  }
+function guardedUpdate(deps: { db: Db }, event: BatchEvent, keys: (keyof BatchChanges)[]) {
+  const shapes = updateShapes(deps)
   const shape = `${event}:${keys.join(',')}`
-  let stmt = cache.get(shape)
+  let stmt = shapes.get(shape)
   if (!stmt) {
-    stmt = prepareUpdate(tx, event, keys)
-    cache.set(shape, stmt)
+    stmt = prepareUpdate(deps.db, event, keys)
+    shapes.set(shape, stmt)
   }
   return stmt
 }
-
-/** transition() by target state: refuses (throws) any pair that is not an edge of the table. */
-export function moveBatch(
-  tx: Tx,
-  batch: Pick<BatchRow, 'id' | 'status'>,
-  to: BatchStatus,
-  now: number,
-  changes?: BatchChanges,
-  reason?: string,
-): BatchRow | null {
-  return transition(tx, batch.id, eventFor(batch.status, to), now, changes, reason)
-}
-
-export const isTerminal = (s: BatchStatus) => s === 'completed' || s === 'failed'

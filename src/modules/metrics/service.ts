@@ -3,12 +3,12 @@ import { count, sql } from 'drizzle-orm'
 import { batches, workers } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { unauthorized } from '../../lib/errors'
+import { BATCH_STATUSES } from '../batches/states'
 import { onlineCutoff } from '../workers/matching'
 
 // GET /metrics (API.md §10): Prometheus text. Counters are incremented where things happen; the
 // gauges describing stored state are computed here, at scrape time, from the database.
 
-const BATCH_STATUSES = ['validating', 'validated', 'in_progress', 'completed', 'failed'] as const
 const WORKER_STATUSES = ['online', 'offline'] as const
 const ACTIVITIES = ['idle', 'busy', 'downloading_model'] as const
 

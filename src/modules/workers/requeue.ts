@@ -1,29 +1,10 @@
-import { eq, sql } from 'drizzle-orm'
-import { preparedOnce } from '../../db/prepared'
-import { batchAssignments, batches } from '../../db/schema'
-import type { Tx } from '../../db/tx'
-import type { Deps } from '../../deps'
-import { transition } from '../batches/states'
+import type { BatchEvent } from '../batches/states'
 
-// The one requeue path (SPEC §3, API.md §7): report-failure, the sweeper and re-registration all
-// release a held batch through requeueBatch(), inside the caller's writeTx.
+// The one requeue rule (SPEC §3, API.md §7): report-failure, the sweeper and re-registration all
+// release a held batch as one failed attempt. The rule is decided here, once; each storage engine
+// (src/store) applies the decision inside its own transaction.
 
 export const MAX_ERROR_CHARS = 2000
-
-function prepare(db: Deps['db']) {
-  return {
-    batch: db
-      .select({ status: batches.status, attempts: batches.attempts, total: batches.request_counts_total })
-      .from(batches)
-      .where(eq(batches.id, sql.placeholder('id')))
-      .prepare(),
-    dropAssignment: db
-      .delete(batchAssignments)
-      .where(eq(batchAssignments.batch_id, sql.placeholder('id')))
-      .prepare(),
-  }
-}
-const stmts = preparedOnce(prepare)
 
 export type RequeueReason = 'reported_failure' | 'worker_silent' | 'worker_reregistered'
 
@@ -40,56 +21,58 @@ export function truncateError(text: string): string {
   return Array.from(text).slice(0, MAX_ERROR_CHARS).join('')
 }
 
+export interface RequeueDecision {
+  event: Extract<BatchEvent, 'requeued' | 'attempts_exhausted'>
+  changes: {
+    attempts: number
+    error: string
+    request_counts_completed: number
+    request_counts_failed: number
+    completed_at?: number
+    failed_at?: number
+  }
+  outcome: RequeueOutcome
+}
+
 /**
- * Counts one failed attempt of an in_progress batch: attempts + 1, the assignment deleted, the error
- * stored; back to `validated` while attempts stay below MAX_BATCH_ATTEMPTS, else terminal `failed`
- * with completed_at/failed_at stamped and every request counted failed. Returns null when the
- * batch is not in_progress (a stale caller changes nothing).
+ * Counts one failed attempt of an in_progress batch: attempts + 1 and the error stored; back to
+ * `validated` while attempts stay below MAX_BATCH_ATTEMPTS, else terminal `failed` with
+ * completed_at/failed_at stamped and every request counted failed. The engine also deletes the
+ * assignment, in the same transaction.
  */
-export function requeueBatch(
-  tx: Tx,
-  deps: Deps,
-  batchId: string,
-  reason: RequeueReason,
+export function requeueDecision(
+  batch: { id: string; attempts: number; request_counts_total: number },
+  maxAttempts: number,
   errorText: string,
   now: number,
-): RequeueOutcome | null {
-  // Prepared statements run on the same connection, so inside the caller's transaction.
-  const s = stmts(deps)
-  const batch = s.batch.get({ id: batchId })
-  if (batch?.status !== 'in_progress') return null
+): RequeueDecision {
   const attempts = batch.attempts + 1
   const error = truncateError(errorText)
-  s.dropAssignment.run({ id: batchId })
-  const exhausted = attempts >= deps.config.MAX_BATCH_ATTEMPTS
-  const row = exhausted
-    ? transition(
-        tx,
-        batchId,
-        'attempts_exhausted',
-        now,
-        {
+  const exhausted = attempts >= maxAttempts
+  const outcome: RequeueOutcome = {
+    status: exhausted ? 'failed' : 'validated',
+    batch_id: batch.id,
+    attempts,
+    error,
+  }
+  return exhausted
+    ? {
+        event: 'attempts_exhausted',
+        // completed + failed == total holds for terminal batches too.
+        changes: {
           attempts,
           error,
           completed_at: now,
           failed_at: now,
-          // completed + failed == total holds for terminal batches too.
           request_counts_completed: 0,
-          request_counts_failed: batch.total,
+          request_counts_failed: batch.request_counts_total,
         },
-        reason,
-      )
+        outcome,
+      }
     : // The next run reports its own counts from zero.
-      transition(
-        tx,
-        batchId,
-        'requeued',
-        now,
-        { attempts, error, request_counts_completed: 0, request_counts_failed: 0 },
-        reason,
-      )
-  if (!row) return null
-  const outcome = exhausted ? 'failed' : 'validated'
-  deps.metrics.requeues.inc({ reason, outcome })
-  return { status: outcome, batch_id: batchId, attempts, error }
+      {
+        event: 'requeued',
+        changes: { attempts, error, request_counts_completed: 0, request_counts_failed: 0 },
+        outcome,
+      }
 }

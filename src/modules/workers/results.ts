@@ -412,7 +412,7 @@ function commit(deps: Deps, held: Held, split: Split, fields: Record<string, str
       // Re-checked inside the transaction: a requeue or re-claim while the upload streamed wins.
       requireHolder(deps, held.workerId, batch.id, held.assignmentId)
       const row = transition(
-        tx,
+        deps,
         batch.id,
         'results_delivered',
         now,

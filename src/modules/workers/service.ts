@@ -16,6 +16,7 @@ import { digestOrNull } from '../../lib/digest'
 import { badRequest, forbidden, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
+import { requeueHeldInTx } from '../../store/sqlite'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { matchingStatements } from './matching'
 import type {
@@ -27,7 +28,8 @@ import type {
   ReportFailureBody,
 } from './model'
 import { type PullItem, pullModelsFor } from './pulls'
-import { type RequeueOutcome, requeueBatch } from './requeue'
+import type { RequeueOutcome } from './requeue'
+import { checkHolder } from './rules'
 
 // The worker protocol (SPEC §4 Workers, API.md §7): register, heartbeat, progress, model-progress
 // and report-failure. Poll lives in claim.ts, upload-results in results.ts.
@@ -68,12 +70,6 @@ function prepare(db: Deps['db']) {
       .update(workers)
       .set({ status: 'online', last_seen_at: sql.placeholder('now') as never })
       .where(eq(workers.id, id))
-      .prepare(),
-    activeAssignments: db
-      .select({ batch_id: batchAssignments.batch_id })
-      .from(batchAssignments)
-      .where(and(eq(batchAssignments.worker_id, id), isNull(batchAssignments.completed_at)))
-      .orderBy(batchAssignments.seq)
       .prepare(),
     deleteUnconfigured: db
       .delete(workerModels)
@@ -171,25 +167,9 @@ export function ownWorker(deps: Deps, principal: WorkerPrincipal, workerId: stri
   return w
 }
 
-/**
- * SPEC §4: progress, results and failures come only from the worker the batch is assigned to, and
- * (API.md §7 fencing) from its current assignment when the run names one. Anything else is a 403 —
- * also for an unknown batch, so a key learns nothing about batches it does not hold.
- */
+/** The holder rule (rules.ts) over the stored assignment of `jobId` (SQLite). */
 export function requireHolder(deps: Deps, workerId: string, jobId: string, assignmentId: string | undefined) {
-  const row = workerStatements(deps).holding.get({ job_id: jobId })
-  if (
-    row?.status !== 'in_progress' ||
-    row.holder !== workerId ||
-    row.assignment_completed_at !== null ||
-    row.assignment_id === null
-  ) {
-    throw forbidden('not_assigned', 'This batch is not assigned to this worker')
-  }
-  if (assignmentId !== undefined && assignmentId !== row.assignment_id) {
-    throw forbidden('stale_assignment', 'This assignment is no longer current; stop the job')
-  }
-  return { ...row, assignment_id: row.assignment_id }
+  return checkHolder(workerStatements(deps).holding.get({ job_id: jobId }), workerId, assignmentId)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -288,10 +268,7 @@ export function register(deps: Deps, principal: WorkerPrincipal, body: RegisterB
     let worker: WorkerRow
     if (existing) {
       // API.md §7: whatever the old incarnation held is requeued as a failed attempt.
-      for (const a of workerStatements(deps).activeAssignments.all({ id: existing.id })) {
-        const outcome = requeueBatch(tx, deps, a.batch_id, 'worker_reregistered', 'worker re-registered', now)
-        if (outcome) requeued.push(outcome)
-      }
+      requeued.push(...requeueHeldInTx(deps, existing.id, 'worker_reregistered', 'worker re-registered', now))
       worker = tx
         .update(workers)
         .set({ ...fields, machine_id: body.machine_id ?? existing.machine_id })
@@ -318,6 +295,7 @@ export function register(deps: Deps, principal: WorkerPrincipal, body: RegisterB
     insertChildren(tx, worker.id, body, models)
     return { worker, requeued, reused: existing !== undefined }
   })
+  for (const r of requeued) deps.metrics.requeues.inc({ reason: 'worker_reregistered', outcome: r.status })
   log.info('worker registered', {
     worker_id: worker.id,
     org_id: worker.org_id,
@@ -513,13 +491,15 @@ export function modelProgress(deps: Deps, principal: WorkerPrincipal, body: Mode
   return { status: 'ok' as const }
 }
 
-export function reportFailure(deps: Deps, principal: WorkerPrincipal, body: ReportFailureBody) {
+export async function reportFailure(deps: Deps, principal: WorkerPrincipal, body: ReportFailureBody) {
   ownWorker(deps, principal, body.worker_id)
-  const outcome = writeTx(deps.db, (tx) => {
-    requireHolder(deps, body.worker_id, body.job_id, body.assignment_id)
-    return requeueBatch(tx, deps, body.job_id, 'reported_failure', body.error, deps.clock.now())
+  const outcome = await deps.engine.reportFailure({
+    workerId: body.worker_id,
+    jobId: body.job_id,
+    assignmentId: body.assignment_id,
+    error: body.error,
+    now: deps.clock.now(),
   })
-  // requireHolder saw the batch in_progress inside this transaction, so the requeue happened.
-  if (!outcome) throw forbidden('not_assigned', 'This batch is not assigned to this worker')
+  deps.metrics.requeues.inc({ reason: 'reported_failure', outcome: outcome.status })
   return outcome
 }

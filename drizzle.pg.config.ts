@@ -1,0 +1,8 @@
+import { defineConfig } from 'drizzle-kit'
+
+// PostgreSQL migrations (API.md §12); drizzle.config.ts is SQLite's.
+export default defineConfig({
+  dialect: 'postgresql',
+  schema: './src/db/pg/schema.ts',
+  out: './drizzle/postgres',
+})

@@ -1,0 +1,92 @@
+// A throwaway PostgreSQL cluster on loopback for tests and benchmarks (API.md §12), from Debian's
+// `postgresql` package: initdb in a temporary directory, started on a free port, stopped by PID.
+// PostgreSQL refuses to run as root, so as root the cluster runs as the `postgres` user.
+//
+//   bun scripts/postgres.ts start   prints the admin URL and the data directory, leaves it running
+//   bun scripts/postgres.ts stop DIR
+//
+// Tests use startPostgres() once per process (test/helpers/postgres.ts), or the cluster named by
+// GRIDKEEP_TEST_POSTGRES_URL when set.
+import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+export interface PostgresCluster {
+  url: string
+  dir: string
+  stop(): void
+}
+
+function binDir(): string {
+  for (const root of ['/usr/lib/postgresql']) {
+    if (!existsSync(root)) continue
+    const versions = readdirSync(root)
+      .filter((v) => existsSync(join(root, v, 'bin', 'initdb')))
+      .sort((a, b) => Number(b) - Number(a))
+    if (versions[0]) return join(root, versions[0], 'bin')
+  }
+  throw new Error('PostgreSQL server binaries not found (apt-get install postgresql)')
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer()
+    srv.once('error', reject)
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as { port: number }).port
+      srv.close(() => resolve(port))
+    })
+  })
+}
+
+function run(argv: string[], asPostgres: boolean) {
+  const cmd = asPostgres ? ['runuser', '-u', 'postgres', '--', ...argv] : argv
+  const r = Bun.spawnSync(cmd, { stdout: 'pipe', stderr: 'pipe' })
+  if (r.exitCode !== 0) throw new Error(`${argv[0]} failed: ${r.stderr.toString().slice(-2000)}`)
+}
+
+export async function startPostgres(): Promise<PostgresCluster> {
+  const bin = binDir()
+  const root = process.getuid?.() === 0
+  const dir = mkdtempSync(join(tmpdir(), 'gridkeep-pg-'))
+  chmodSync(dir, 0o700)
+  if (root) {
+    const uid = Number(Bun.spawnSync(['id', '-u', 'postgres']).stdout.toString())
+    const gid = Number(Bun.spawnSync(['id', '-g', 'postgres']).stdout.toString())
+    chownSync(dir, uid, gid)
+  }
+  const data = join(dir, 'data')
+  run([join(bin, 'initdb'), '-D', data, '-A', 'trust', '-U', 'gridkeep', '--no-sync', '-E', 'UTF8'], root)
+  const port = await freePort()
+  // Durability off: a test cluster is thrown away. Enough connections for several instances.
+  const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300`
+  run([join(bin, 'pg_ctl'), '-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', 'start'], root)
+  const stop = () => {
+    try {
+      run([join(bin, 'pg_ctl'), '-D', data, '-m', 'immediate', '-w', 'stop'], root)
+    } catch {
+      // already stopped
+    }
+    rmSync(dir, { recursive: true, force: true })
+  }
+  return { url: `postgres://gridkeep@127.0.0.1:${port}/postgres`, dir, stop }
+}
+
+if (import.meta.main) {
+  const [verb, arg] = process.argv.slice(2)
+  if (verb === 'start') {
+    const cluster = await startPostgres()
+    console.log(cluster.url)
+    console.log(cluster.dir)
+  } else if (verb === 'stop' && arg) {
+    run(
+      [join(binDir(), 'pg_ctl'), '-D', join(arg, 'data'), '-m', 'immediate', '-w', 'stop'],
+      process.getuid?.() === 0,
+    )
+    rmSync(arg, { recursive: true, force: true })
+  } else {
+    console.error('usage: bun scripts/postgres.ts start | stop DIR')
+    process.exit(2)
+  }
+}

@@ -1,0 +1,56 @@
+import { forbidden } from '../../lib/errors'
+
+// Rules of the worker protocol that every storage engine applies inside its own transaction
+// (src/store): decided here once, never re-implemented in SQL.
+
+/** What an engine reads about the batch a worker says it works on. */
+export interface Holding {
+  status: string
+  holder: string | null
+  assignment_id: string | null
+  assignment_completed_at: number | null
+}
+
+/**
+ * SPEC §4: progress, results and failures come only from the worker the batch is assigned to, and
+ * (API.md §7 fencing) from its current assignment when the run names one. Anything else is a 403 —
+ * also for an unknown batch, so a key learns nothing about batches it does not hold.
+ */
+export function checkHolder<T extends Holding>(
+  row: T | undefined | null,
+  workerId: string,
+  assignmentId: string | undefined,
+): T & { assignment_id: string } {
+  if (
+    row?.status !== 'in_progress' ||
+    row.holder !== workerId ||
+    row.assignment_completed_at !== null ||
+    row.assignment_id === null
+  ) {
+    throw forbidden('not_assigned', 'This batch is not assigned to this worker')
+  }
+  if (assignmentId !== undefined && assignmentId !== row.assignment_id) {
+    throw forbidden('stale_assignment', 'This assignment is no longer current; stop the job')
+  }
+  return row as T & { assignment_id: string }
+}
+
+/** A candidate's oldest validated batch, found by the engine under its claim lock. */
+export interface ClaimHead {
+  batch_id: string
+  seq: number
+  /** SPEC Poll rule 5: the model is already loaded on this worker. */
+  loaded: boolean
+}
+
+/**
+ * Which head a poll claims (SPEC §4 Poll rule 5, API.md §7): a model already loaded first, then
+ * the oldest batch.
+ */
+export function pickClaim<H extends ClaimHead>(heads: readonly H[]): H | null {
+  let best: H | null = null
+  for (const h of heads) {
+    if (!best || (h.loaded && !best.loaded) || (h.loaded === best.loaded && h.seq < best.seq)) best = h
+  }
+  return best
+}

@@ -1,0 +1,72 @@
+import type { BatchRow } from '../db/schema'
+import type { RequeueOutcome, RequeueReason } from '../modules/workers/requeue'
+
+// The storage engine (API.md §12; STYLE example 13, after Oban's engine behaviour): the verbs of
+// the work queue, one implementation per database. What to do is decided above the seam, once —
+// the matching predicate (modules/workers/matching.ts), the state table (batches/states.ts), the
+// requeue rule (workers/requeue.ts), the holder and claim-order rules (workers/rules.ts); an
+// engine only carries the decision out atomically in its own dialect.
+//
+//   sqlite.ts    one process, synchronous BEGIN IMMEDIATE bodies on bun:sqlite (the default)
+//   postgres.ts  any number of instances on one database, Bun's SQL client through drizzle
+
+/** One servable model a worker may claim a batch of: a stored `batches.model` slug. */
+export interface ClaimCandidate<M> {
+  model: string
+  /** SPEC Poll rule 5: loaded on this worker. */
+  loaded: boolean
+  /** Whatever the caller needs back with the claim (the matched entry and profile). */
+  match: M
+}
+
+export interface ClaimRequest<M> {
+  workerId: string
+  orgId: string
+  /** A worker already holding this many assignments gets nothing (API.md §7). */
+  maxConcurrent: number
+  candidates: readonly ClaimCandidate<M>[]
+  now: number
+}
+
+export interface Claimed<M> {
+  batch: BatchRow
+  assignmentId: string
+  match: M
+}
+
+export interface FailureReport {
+  workerId: string
+  jobId: string
+  assignmentId: string | undefined
+  error: string
+  now: number
+}
+
+export interface SweepOutcome {
+  workers_offline: string[]
+  requeues: (RequeueOutcome & { reason: RequeueReason })[]
+}
+
+export interface Engine {
+  readonly kind: 'sqlite' | 'postgres'
+  /**
+   * SPEC §4 Poll: atomically claims the best validated batch among the candidates' models
+   * (pickClaim), records the assignment and moves the batch to in_progress; null when there is
+   * none or the worker is at its limit. Two pollers never get the same batch.
+   */
+  claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null>
+  /** POST /workers/report-failure: the holder rule, then one failed attempt (requeue rule). */
+  reportFailure(report: FailureReport): Promise<RequeueOutcome>
+  /**
+   * The sweeper's pass: workers unseen since `cutoff` go offline; every in_progress batch whose
+   * holder is silent, offline or gone is requeued as a failed attempt; an offline worker's
+   * pull_models asks lapse.
+   */
+  sweep(now: number, cutoff: number): Promise<SweepOutcome>
+  /**
+   * Maintenance across instances (pg-boss `trySetTimestamp`): true for exactly one caller per
+   * `intervalSeconds` among all instances sharing the database.
+   */
+  tryRunEvery(name: string, now: number, intervalSeconds: number): Promise<boolean>
+  close(): Promise<void>
+}

@@ -1,0 +1,237 @@
+import { SQL } from 'bun'
+import { and, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
+import { type BunSQLDatabase, drizzle } from 'drizzle-orm/bun-sql'
+import { migrate as drizzleMigrate } from 'drizzle-orm/bun-sql/migrator'
+import type { Config } from '../config'
+import { withMigrationsFolder } from '../db/migrate'
+import { embeddedMigrations } from '../db/pg/migrations.gen'
+import * as schema from '../db/pg/schema'
+import type { BatchRow } from '../db/schema'
+import { newId } from '../lib/ids'
+import { log } from '../lib/logger'
+import { BATCH_TRANSITIONS, type BatchChanges, type BatchEvent } from '../modules/batches/states'
+import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../modules/workers/requeue'
+import { checkHolder, pickClaim } from '../modules/workers/rules'
+import type { Claimed, ClaimRequest, Engine, FailureReport, SweepOutcome } from './engine'
+
+// The PostgreSQL engine (API.md §12): any number of instances share one database. Bun's built-in
+// SQL client through drizzle's bun-sql driver: drizzle gives the typed schema, drizzle-kit's
+// migrations and its public migrator, and maps bigint columns to numbers (Bun's client returns
+// them as strings); Bun's client brings pooling and pipelining with no extra dependency.
+// Claims lock the head of each candidate model with FOR UPDATE SKIP LOCKED, so concurrent polls
+// skip each other's rows instead of queueing behind them; UNIQUE(batch_id) stays the backstop.
+
+const { batches, batchAssignments, workers, modelPulls, maintenanceRuns } = schema
+
+export type PgDb = BunSQLDatabase<typeof schema> & { $client: SQL }
+type PgTx = Parameters<Parameters<PgDb['transaction']>[0]>[0]
+
+// Any constant shared by every instance: pg_advisory_lock keys are 64-bit integers.
+const MIGRATION_LOCK = 7_146_251_877
+
+export interface PostgresOptions {
+  url: string
+  /** Connections in this instance's pool. */
+  max?: number
+}
+
+export function openPostgres({ url, max = 20 }: PostgresOptions): PgDb {
+  const client = new SQL({ url, max, idleTimeout: 30 })
+  return drizzle({ client, schema }) as PgDb
+}
+
+/**
+ * Applies the embedded PostgreSQL migrations through drizzle's public migrator, holding an advisory
+ * lock so that instances starting together migrate one after the other (API.md §12).
+ */
+export async function migratePostgres(db: PgDb): Promise<void> {
+  const lock = await db.$client.reserve()
+  try {
+    await lock`SELECT pg_advisory_lock(${MIGRATION_LOCK})`
+    try {
+      await withMigrationsFolder(embeddedMigrations, (folder) =>
+        drizzleMigrate(db, { migrationsFolder: folder }),
+      )
+    } finally {
+      await lock`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`
+    }
+  } finally {
+    lock.release()
+  }
+}
+
+/** The state table's guarded UPDATE (STYLE example 7), in PostgreSQL: null when not in `from`. */
+async function transition(
+  tx: PgTx,
+  batchId: string,
+  event: BatchEvent,
+  now: number,
+  changes: BatchChanges,
+  reason: string,
+): Promise<BatchRow | null> {
+  const { from, to } = BATCH_TRANSITIONS[event]
+  const [row] = await tx
+    .update(batches)
+    .set({ ...(changes as object), status: to, updated_at: now })
+    .where(and(eq(batches.id, batchId), eq(batches.status, from)))
+    .returning()
+  if (row) log.info('batch transition', { batch_id: batchId, from, to, event, reason })
+  return (row as BatchRow | undefined) ?? null
+}
+
+/** One failed attempt of a batch the caller has locked and seen in_progress (requeue rule). */
+async function requeueLocked(
+  tx: PgTx,
+  maxAttempts: number,
+  batch: { id: string; attempts: number; request_counts_total: number },
+  reason: RequeueReason,
+  errorText: string,
+  now: number,
+): Promise<RequeueOutcome | null> {
+  const decision = requeueDecision(batch, maxAttempts, errorText, now)
+  await tx.delete(batchAssignments).where(eq(batchAssignments.batch_id, batch.id))
+  if (!(await transition(tx, batch.id, decision.event, now, decision.changes, reason))) return null
+  return decision.outcome
+}
+
+export function postgresEngine(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>): Engine {
+  const maxAttempts = config.MAX_BATCH_ATTEMPTS
+  return {
+    kind: 'postgres',
+
+    async claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null> {
+      if (req.candidates.length === 0) return null
+      return db.transaction(async (tx) => {
+        // One worker's polls take turns (max_concurrent_jobs); other workers' polls do not wait.
+        const [me] = await tx
+          .select({ id: workers.id })
+          .from(workers)
+          .where(eq(workers.id, req.workerId))
+          .for('update')
+        if (!me) return null
+        const [active] = await tx
+          .select({ n: sql<number>`count(*)::int` })
+          .from(batchAssignments)
+          .where(and(eq(batchAssignments.worker_id, req.workerId), isNull(batchAssignments.completed_at)))
+        if ((active?.n ?? 0) >= req.maxConcurrent) return null
+        // The head of each candidate model, one index probe each, skipping rows other polls hold.
+        const values = sql.join(
+          req.candidates.map((c, i) => sql`(${c.model}::text, ${i}::int)`),
+          sql`, `,
+        )
+        const rows = (await tx.execute(sql`
+          SELECT c.i AS i, b.id AS id, b.seq::float8 AS seq
+          FROM (VALUES ${values}) AS c(model, i)
+          CROSS JOIN LATERAL (
+            SELECT id, seq FROM batches
+            WHERE status = 'validated' AND model = c.model
+            ORDER BY seq LIMIT 1
+            FOR UPDATE SKIP LOCKED
+          ) b`)) as unknown as { i: number; id: string; seq: number }[]
+        const heads = rows.map((r) => {
+          const c = req.candidates[r.i]!
+          return { batch_id: r.id, seq: r.seq, loaded: c.loaded, match: c.match }
+        })
+        const best = pickClaim(heads)
+        if (!best) return null
+        const batch = await transition(
+          tx,
+          best.batch_id,
+          'claimed',
+          req.now,
+          { in_progress_at: req.now },
+          `worker ${req.workerId}`,
+        )
+        if (!batch) return null
+        const assignmentId = newId('asg_')
+        await tx.insert(batchAssignments).values({
+          id: assignmentId,
+          batch_id: batch.id,
+          worker_id: req.workerId,
+          org_id: req.orgId,
+          assigned_at: req.now,
+        })
+        return { batch, assignmentId, match: best.match }
+      })
+    },
+
+    async reportFailure(r: FailureReport) {
+      return db.transaction(async (tx) => {
+        const [row] = await tx
+          .select({
+            id: batches.id,
+            status: batches.status,
+            attempts: batches.attempts,
+            request_counts_total: batches.request_counts_total,
+            holder: batchAssignments.worker_id,
+            assignment_id: batchAssignments.id,
+            assignment_completed_at: batchAssignments.completed_at,
+          })
+          .from(batches)
+          .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
+          .where(eq(batches.id, r.jobId))
+          .for('update', { of: batches })
+        const held = checkHolder(row, r.workerId, r.assignmentId)
+        // Locked and seen in_progress by the holder rule: the requeue happens.
+        return (await requeueLocked(tx, maxAttempts, held, 'reported_failure', r.error, r.now))!
+      })
+    },
+
+    async sweep(now: number, cutoff: number): Promise<SweepOutcome> {
+      return db.transaction(async (tx) => {
+        const workers_offline = (
+          await tx
+            .update(workers)
+            .set({ status: 'offline' })
+            .where(and(eq(workers.status, 'online'), lte(workers.last_seen_at, cutoff)))
+            .returning({ id: workers.id })
+        ).map((w) => w.id)
+        // Every in_progress batch whose holder is not live: silent, offline, or no longer there.
+        const orphans = await tx
+          .select({
+            id: batches.id,
+            attempts: batches.attempts,
+            request_counts_total: batches.request_counts_total,
+            worker_id: batchAssignments.worker_id,
+          })
+          .from(batches)
+          .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
+          .leftJoin(workers, eq(workers.id, batchAssignments.worker_id))
+          .where(
+            and(
+              eq(batches.status, 'in_progress'),
+              or(isNull(workers.id), eq(workers.status, 'offline'), lte(workers.last_seen_at, cutoff)),
+            ),
+          )
+          .for('update', { of: batches })
+        const requeues: SweepOutcome['requeues'] = []
+        for (const o of orphans) {
+          const error = `worker ${o.worker_id ?? 'unknown'} went silent`
+          const outcome = await requeueLocked(tx, maxAttempts, o, 'worker_silent', error, now)
+          if (outcome) requeues.push({ ...outcome, reason: 'worker_silent' })
+        }
+        // An offline worker downloads nothing for us: let another be asked (API.md §7 pull_models).
+        if (workers_offline.length)
+          await tx.delete(modelPulls).where(inArray(modelPulls.worker_id, workers_offline))
+        return { workers_offline, requeues }
+      })
+    },
+
+    async tryRunEvery(name: string, now: number, intervalSeconds: number) {
+      const won = await db
+        .insert(maintenanceRuns)
+        .values({ name, last_run_at: now })
+        .onConflictDoUpdate({
+          target: maintenanceRuns.name,
+          set: { last_run_at: now },
+          setWhere: lte(maintenanceRuns.last_run_at, now - intervalSeconds),
+        })
+        .returning({ name: maintenanceRuns.name })
+      return won.length === 1
+    },
+
+    async close() {
+      await db.$client.close()
+    },
+  }
+}

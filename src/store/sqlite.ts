@@ -1,0 +1,213 @@
+import { and, asc, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
+import type { Config } from '../config'
+import type { Db } from '../db/open'
+import { preparedOnce } from '../db/prepared'
+import { batchAssignments, batches, modelPulls, workers } from '../db/schema'
+import { writeTx } from '../db/tx'
+import { newId } from '../lib/ids'
+import { transition } from '../modules/batches/states'
+import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../modules/workers/requeue'
+import { checkHolder, pickClaim } from '../modules/workers/rules'
+import type { Claimed, ClaimRequest, Engine, FailureReport, SweepOutcome } from './engine'
+
+// The SQLite engine (the default, one process): each verb is one synchronous BEGIN IMMEDIATE
+// transaction on bun:sqlite (STYLE example 8), its statements prepared once per database. One
+// process owns the database (src/ops/instance-lock.ts), so maintenance needs no shared lease.
+
+interface SqliteDeps {
+  db: Db
+  config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>
+}
+
+const stmts = preparedOnce((db: Db) => ({
+  activeCount: db
+    .select({ n: sql<number>`count(*)` })
+    .from(batchAssignments)
+    .where(
+      and(
+        eq(batchAssignments.worker_id, sql.placeholder('worker_id')),
+        isNull(batchAssignments.completed_at),
+      ),
+    )
+    .prepare(),
+  // Poll: the oldest validated batch of one model is one probe of the (status, model, seq) index,
+  // so the cost of a poll does not grow with the queue.
+  oldestValidated: db
+    .select({ id: batches.id, seq: batches.seq })
+    .from(batches)
+    .where(and(eq(batches.status, 'validated'), eq(batches.model, sql.placeholder('model'))))
+    .orderBy(asc(batches.seq))
+    .limit(1)
+    .prepare(),
+  insertAssignment: db
+    .insert(batchAssignments)
+    .values({
+      id: sql.placeholder('id') as never,
+      batch_id: sql.placeholder('batch_id') as never,
+      worker_id: sql.placeholder('worker_id') as never,
+      org_id: sql.placeholder('org_id') as never,
+      assigned_at: sql.placeholder('now') as never,
+    })
+    .prepare(),
+  batch: db
+    .select({
+      id: batches.id,
+      status: batches.status,
+      attempts: batches.attempts,
+      request_counts_total: batches.request_counts_total,
+    })
+    .from(batches)
+    .where(eq(batches.id, sql.placeholder('id')))
+    .prepare(),
+  dropAssignment: db
+    .delete(batchAssignments)
+    .where(eq(batchAssignments.batch_id, sql.placeholder('id')))
+    .prepare(),
+  holding: db
+    .select({
+      status: batches.status,
+      holder: batchAssignments.worker_id,
+      assignment_id: batchAssignments.id,
+      assignment_completed_at: batchAssignments.completed_at,
+    })
+    .from(batches)
+    .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
+    .where(eq(batches.id, sql.placeholder('id')))
+    .prepare(),
+  held: db
+    .select({ batch_id: batchAssignments.batch_id })
+    .from(batchAssignments)
+    .where(and(eq(batchAssignments.worker_id, sql.placeholder('id')), isNull(batchAssignments.completed_at)))
+    .orderBy(batchAssignments.seq)
+    .prepare(),
+}))
+
+/**
+ * Inside the caller's writeTx: one failed attempt of an in_progress batch (the requeue rule),
+ * its assignment deleted. Null when the batch is not in_progress (a stale caller changes nothing).
+ */
+export function requeueInTx(
+  deps: SqliteDeps,
+  batchId: string,
+  reason: RequeueReason,
+  errorText: string,
+  now: number,
+): RequeueOutcome | null {
+  const s = stmts(deps)
+  const batch = s.batch.get({ id: batchId })
+  if (batch?.status !== 'in_progress') return null
+  const decision = requeueDecision(batch, deps.config.MAX_BATCH_ATTEMPTS, errorText, now)
+  s.dropAssignment.run({ id: batchId })
+  if (!transition(deps, batchId, decision.event, now, decision.changes, reason)) return null
+  return decision.outcome
+}
+
+/** Inside the caller's writeTx: requeues every batch `workerId` still holds (re-registration). */
+export function requeueHeldInTx(
+  deps: SqliteDeps,
+  workerId: string,
+  reason: RequeueReason,
+  error: string,
+  now: number,
+) {
+  const out: RequeueOutcome[] = []
+  for (const a of stmts(deps).held.all({ id: workerId })) {
+    const outcome = requeueInTx(deps, a.batch_id, reason, error, now)
+    if (outcome) out.push(outcome)
+  }
+  return out
+}
+
+export function sqliteEngine(deps: SqliteDeps): Engine {
+  const lastRun = new Map<string, number>()
+  return {
+    kind: 'sqlite',
+
+    async claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null> {
+      const s = stmts(deps)
+      return writeTx(deps.db, () => {
+        if (s.activeCount.get({ worker_id: req.workerId })!.n >= req.maxConcurrent) return null
+        const heads = []
+        for (const c of req.candidates) {
+          const b = s.oldestValidated.get({ model: c.model })
+          if (b) heads.push({ batch_id: b.id, seq: b.seq, loaded: c.loaded, match: c.match })
+        }
+        const best = pickClaim(heads)
+        if (!best) return null
+        const batch = transition(
+          deps,
+          best.batch_id,
+          'claimed',
+          req.now,
+          { in_progress_at: req.now },
+          `worker ${req.workerId}`,
+        )
+        if (!batch) return null
+        const assignmentId = newId('asg_')
+        s.insertAssignment.run({
+          id: assignmentId,
+          batch_id: batch.id,
+          worker_id: req.workerId,
+          org_id: req.orgId,
+          now: req.now,
+        })
+        return { batch, assignmentId, match: best.match }
+      })
+    },
+
+    async reportFailure(r: FailureReport) {
+      return writeTx(deps.db, () => {
+        checkHolder(stmts(deps).holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
+        // The holder rule saw the batch in_progress inside this transaction: the requeue happens.
+        return requeueInTx(deps, r.jobId, 'reported_failure', r.error, r.now)!
+      })
+    },
+
+    async sweep(now: number, cutoff: number): Promise<SweepOutcome> {
+      return writeTx(deps.db, (tx) => {
+        const workers_offline = tx
+          .update(workers)
+          .set({ status: 'offline' })
+          .where(and(eq(workers.status, 'online'), lte(workers.last_seen_at, cutoff)))
+          .returning({ id: workers.id })
+          .all()
+          .map((w) => w.id)
+        // Every in_progress batch whose holder is not live: silent, offline, or no longer there.
+        const orphans = tx
+          .select({ batch_id: batches.id, worker_id: batchAssignments.worker_id })
+          .from(batches)
+          .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
+          .leftJoin(workers, eq(workers.id, batchAssignments.worker_id))
+          .where(
+            and(
+              eq(batches.status, 'in_progress'),
+              or(isNull(workers.id), eq(workers.status, 'offline'), lte(workers.last_seen_at, cutoff)),
+            ),
+          )
+          .all()
+        const requeues: SweepOutcome['requeues'] = []
+        for (const o of orphans) {
+          const error = `worker ${o.worker_id ?? 'unknown'} went silent`
+          const outcome = requeueInTx(deps, o.batch_id, 'worker_silent', error, now)
+          if (outcome) requeues.push({ ...outcome, reason: 'worker_silent' })
+        }
+        // An offline worker downloads nothing for us: let another be asked (API.md §7 pull_models).
+        for (let i = 0; i < workers_offline.length; i += 500) {
+          tx.delete(modelPulls)
+            .where(inArray(modelPulls.worker_id, workers_offline.slice(i, i + 500)))
+            .run()
+        }
+        return { workers_offline, requeues }
+      })
+    },
+
+    async tryRunEvery(name: string, now: number, intervalSeconds: number) {
+      const last = lastRun.get(name)
+      if (last !== undefined && now - last < intervalSeconds) return false
+      lastRun.set(name, now)
+      return true
+    },
+
+    async close() {},
+  }
+}
