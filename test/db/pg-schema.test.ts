@@ -1,0 +1,68 @@
+import { describe, expect, test } from 'bun:test'
+import { cpSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { PgTable, getTableConfig as pgTableConfig } from 'drizzle-orm/pg-core'
+import { SQLiteTable, getTableConfig as sqliteTableConfig } from 'drizzle-orm/sqlite-core'
+import { embeddedMigrations } from '../../src/db/pg/migrations.gen'
+import * as pg from '../../src/db/pg/schema'
+import * as sqlite from '../../src/db/schema'
+
+// The PostgreSQL schema is SQLite's twin (API.md §12): same tables, same columns, same indexes,
+// plus the tables only several instances need.
+const POSTGRES_ONLY = new Set(['maintenance_runs'])
+
+const shape = <T>(
+  tables: T[],
+  config: (t: T) => { name: string; columns: { name: string }[]; indexes: unknown[] },
+) =>
+  Object.fromEntries(
+    tables.map((t) => {
+      const c = config(t)
+      return [c.name, { columns: c.columns.map((col) => col.name).sort(), indexes: c.indexes.length }]
+    }),
+  )
+
+describe('PostgreSQL schema and migrations', () => {
+  test('the same tables and columns as the SQLite schema', () => {
+    const pgTables = Object.values(pg).filter((t): t is PgTable => t instanceof PgTable)
+    const sqliteTables = Object.values(sqlite).filter((t): t is SQLiteTable => t instanceof SQLiteTable)
+    const pgShape = shape(pgTables, pgTableConfig)
+    for (const name of POSTGRES_ONLY) delete pgShape[name]
+    expect(pgShape).toEqual(shape(sqliteTables, sqliteTableConfig))
+  })
+
+  test('the embedded migrations are exactly the files drizzle-kit wrote', () => {
+    const journal = JSON.parse(readFileSync('drizzle/postgres/meta/_journal.json', 'utf8'))
+    expect(embeddedMigrations.journal).toEqual(journal)
+    const onDisk = readdirSync('drizzle/postgres').filter((f) => f.endsWith('.sql'))
+    expect(Object.keys(embeddedMigrations.sql).map((tag) => `${tag}.sql`)).toEqual(onDisk.sort())
+    for (const [tag, text] of Object.entries(embeddedMigrations.sql)) {
+      expect(text).toBe(readFileSync(`drizzle/postgres/${tag}.sql`, 'utf8'))
+    }
+  })
+
+  test('the migrations match the schema (drizzle-kit has nothing left to generate)', () => {
+    const out = `data/.pg-migration-check-${process.pid}`
+    rmSync(out, { recursive: true, force: true })
+    cpSync('drizzle/postgres', out, { recursive: true })
+    try {
+      const run = Bun.spawnSync(
+        [
+          'bun',
+          'x',
+          'drizzle-kit',
+          'generate',
+          '--dialect',
+          'postgresql',
+          '--schema',
+          './src/db/pg/schema.ts',
+          '--out',
+          out,
+        ],
+        { stdout: 'pipe', stderr: 'pipe' },
+      )
+      expect(run.stdout.toString() + run.stderr.toString()).toContain('No schema changes')
+    } finally {
+      rmSync(out, { recursive: true, force: true })
+    }
+  })
+})
