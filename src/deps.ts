@@ -10,8 +10,8 @@ import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { RateLimiter } from './lib/rate-limit'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
-import type { Engine } from './store/engine'
-import { sqliteEngine } from './store/sqlite'
+import type { Store } from './store'
+import { sqliteStore } from './store/sqlite'
 
 /**
  * Everything a service needs, passed explicitly (STYLE example 2): services take `deps` and a
@@ -21,8 +21,8 @@ export interface Deps {
   config: Config
   db: Db
   sqlite: Database
-  /** The storage engine: the work queue's verbs (src/store). */
-  engine: Engine
+  /** The storage seam (src/store): the product's state, one engine per database. */
+  store: Store
   clock: Clock
   mailer: Mailer
   tokens: Tokens
@@ -53,7 +53,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     config,
     db,
     sqlite,
-    engine: sqliteEngine({ db, config }),
+    store: sqliteStore({ db, sqlite, config }),
     clock,
     mailer:
       overrides.mailer ??

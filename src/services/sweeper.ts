@@ -24,7 +24,7 @@ export async function runOnce(deps: Deps): Promise<SweepResult> {
     result.skipped = 'startup_grace'
     return result
   }
-  const swept = await deps.engine.sweep(now, now - deps.config.HEARTBEAT_TIMEOUT_SECONDS)
+  const swept = await deps.store.queue.sweep(now, now - deps.config.HEARTBEAT_TIMEOUT_SECONDS)
   result.workers_offline = swept.workers_offline
   for (const r of swept.requeues) {
     deps.metrics.requeues.inc({ reason: r.reason, outcome: r.status })
@@ -47,7 +47,7 @@ export function start(deps: Deps): () => void {
     try {
       // One pass per interval across every instance sharing the database; a second of slack so
       // that timers a little early do not skip a whole interval.
-      if (await deps.engine.tryRunEvery('sweeper', deps.clock.now(), Math.max(1, interval - 1)))
+      if (await deps.store.queue.tryRunEvery('sweeper', deps.clock.now(), Math.max(1, interval - 1)))
         await runOnce(deps)
     } catch (e) {
       log.error('sweeper pass failed', { error: e instanceof Error ? e : String(e) })

@@ -23,8 +23,10 @@ const shape = <T>(
 
 describe('PostgreSQL schema and migrations', () => {
   test('the same tables and columns as the SQLite schema', () => {
-    const pgTables = Object.values(pg).filter((t): t is PgTable => t instanceof PgTable)
-    const sqliteTables = Object.values(sqlite).filter((t): t is SQLiteTable => t instanceof SQLiteTable)
+    const pgTables = (Object.values(pg) as unknown[]).filter((t): t is PgTable => t instanceof PgTable)
+    const sqliteTables = (Object.values(sqlite) as unknown[]).filter(
+      (t): t is SQLiteTable => t instanceof SQLiteTable,
+    )
     const pgShape = shape(pgTables, pgTableConfig)
     for (const name of POSTGRES_ONLY) delete pgShape[name]
     expect(pgShape).toEqual(shape(sqliteTables, sqliteTableConfig))

@@ -36,7 +36,7 @@ export async function claimBatch(
     catalogue.slugsOf(match.entry).map((model) => ({ model, loaded: match.loaded, match })),
   )
   if (candidates.length === 0) return { job: null }
-  const claimed = await deps.engine.claim({
+  const claimed = await deps.store.queue.claim({
     workerId,
     orgId: worker.org_id,
     maxConcurrent: worker.max_concurrent_jobs,

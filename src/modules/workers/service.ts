@@ -16,7 +16,7 @@ import { digestOrNull } from '../../lib/digest'
 import { badRequest, forbidden, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import { requeueHeldInTx } from '../../store/sqlite'
+import { requeueHeldInTx } from '../../store/sqlite/queue'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { matchingStatements } from './matching'
 import type {
@@ -493,7 +493,7 @@ export function modelProgress(deps: Deps, principal: WorkerPrincipal, body: Mode
 
 export async function reportFailure(deps: Deps, principal: WorkerPrincipal, body: ReportFailureBody) {
   ownWorker(deps, principal, body.worker_id)
-  const outcome = await deps.engine.reportFailure({
+  const outcome = await deps.store.queue.reportFailure({
     workerId: body.worker_id,
     jobId: body.job_id,
     assignmentId: body.assignment_id,

@@ -1,14 +1,11 @@
 import type { BatchRow } from '../db/schema'
 import type { RequeueOutcome, RequeueReason } from '../modules/workers/requeue'
 
-// The storage engine (API.md §12; STYLE example 13, after Oban's engine behaviour): the verbs of
-// the work queue, one implementation per database. What to do is decided above the seam, once —
-// the matching predicate (modules/workers/matching.ts), the state table (batches/states.ts), the
-// requeue rule (workers/requeue.ts), the holder and claim-order rules (workers/rules.ts); an
-// engine only carries the decision out atomically in its own dialect.
-//
-//   sqlite.ts    one process, synchronous BEGIN IMMEDIATE bodies on bun:sqlite (the default)
-//   postgres.ts  any number of instances on one database, Bun's SQL client through drizzle
+// The work queue's verbs (API.md §12; STYLE example 13, after Oban's engine behaviour). What to
+// do is decided above the seam, once — the matching predicate (modules/workers/matching.ts), the
+// state table (batches/states.ts), the requeue rule (workers/requeue.ts), the holder and
+// claim-order rules (workers/rules.ts); each engine (sqlite/queue.ts, postgres/queue.ts) only
+// carries the decision out atomically in its own dialect.
 
 /** One servable model a worker may claim a batch of: a stored `batches.model` slug. */
 export interface ClaimCandidate<M> {
@@ -47,8 +44,7 @@ export interface SweepOutcome {
   requeues: (RequeueOutcome & { reason: RequeueReason })[]
 }
 
-export interface Engine {
-  readonly kind: 'sqlite' | 'postgres'
+export interface QueueStore {
   /**
    * SPEC §4 Poll: atomically claims the best validated batch among the candidates' models
    * (pickClaim), records the assignment and moves the batch to in_progress; null when there is
@@ -68,5 +64,4 @@ export interface Engine {
    * `intervalSeconds` among all instances sharing the database.
    */
   tryRunEvery(name: string, now: number, intervalSeconds: number): Promise<boolean>
-  close(): Promise<void>
 }

@@ -1,64 +1,20 @@
-import { SQL } from 'bun'
 import { and, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
-import { type BunSQLDatabase, drizzle } from 'drizzle-orm/bun-sql'
-import { migrate as drizzleMigrate } from 'drizzle-orm/bun-sql/migrator'
-import type { Config } from '../config'
-import { withMigrationsFolder } from '../db/migrate'
-import { embeddedMigrations } from '../db/pg/migrations.gen'
-import * as schema from '../db/pg/schema'
-import type { BatchRow } from '../db/schema'
-import { newId } from '../lib/ids'
-import { log } from '../lib/logger'
-import { BATCH_TRANSITIONS, type BatchChanges, type BatchEvent } from '../modules/batches/states'
-import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../modules/workers/requeue'
-import { checkHolder, pickClaim } from '../modules/workers/rules'
-import type { Claimed, ClaimRequest, Engine, FailureReport, SweepOutcome } from './engine'
+import type { Config } from '../../config'
+import * as schema from '../../db/pg/schema'
+import type { BatchRow } from '../../db/schema'
+import { newId } from '../../lib/ids'
+import { log } from '../../lib/logger'
+import { BATCH_TRANSITIONS, type BatchChanges, type BatchEvent } from '../../modules/batches/states'
+import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
+import { checkHolder, pickClaim } from '../../modules/workers/rules'
+import type { Claimed, ClaimRequest, FailureReport, QueueStore, SweepOutcome } from '../queue'
+import type { PgDb, PgTx } from './db'
 
-// The PostgreSQL engine (API.md §12): any number of instances share one database. Bun's built-in
-// SQL client through drizzle's bun-sql driver: drizzle gives the typed schema, drizzle-kit's
-// migrations and its public migrator, and maps bigint columns to numbers (Bun's client returns
-// them as strings); Bun's client brings pooling and pipelining with no extra dependency.
-// Claims lock the head of each candidate model with FOR UPDATE SKIP LOCKED, so concurrent polls
-// skip each other's rows instead of queueing behind them; UNIQUE(batch_id) stays the backstop.
+// The work queue on PostgreSQL, where any number of instances share one database. Claims lock the
+// head of each candidate model with FOR UPDATE SKIP LOCKED, so concurrent polls skip each other's
+// rows instead of queueing behind them; UNIQUE(batch_id) stays the backstop.
 
 const { batches, batchAssignments, workers, modelPulls, maintenanceRuns } = schema
-
-export type PgDb = BunSQLDatabase<typeof schema> & { $client: SQL }
-type PgTx = Parameters<Parameters<PgDb['transaction']>[0]>[0]
-
-// Any constant shared by every instance: pg_advisory_lock keys are 64-bit integers.
-const MIGRATION_LOCK = 7_146_251_877
-
-export interface PostgresOptions {
-  url: string
-  /** Connections in this instance's pool. */
-  max?: number
-}
-
-export function openPostgres({ url, max = 20 }: PostgresOptions): PgDb {
-  const client = new SQL({ url, max, idleTimeout: 30 })
-  return drizzle({ client, schema }) as PgDb
-}
-
-/**
- * Applies the embedded PostgreSQL migrations through drizzle's public migrator, holding an advisory
- * lock so that instances starting together migrate one after the other (API.md §12).
- */
-export async function migratePostgres(db: PgDb): Promise<void> {
-  const lock = await db.$client.reserve()
-  try {
-    await lock`SELECT pg_advisory_lock(${MIGRATION_LOCK})`
-    try {
-      await withMigrationsFolder(embeddedMigrations, (folder) =>
-        drizzleMigrate(db, { migrationsFolder: folder }),
-      )
-    } finally {
-      await lock`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`
-    }
-  } finally {
-    lock.release()
-  }
-}
 
 /** The state table's guarded UPDATE (STYLE example 7), in PostgreSQL: null when not in `from`. */
 async function transition(
@@ -94,11 +50,9 @@ async function requeueLocked(
   return decision.outcome
 }
 
-export function postgresEngine(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>): Engine {
+export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>): QueueStore {
   const maxAttempts = config.MAX_BATCH_ATTEMPTS
   return {
-    kind: 'postgres',
-
     async claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null> {
       if (req.candidates.length === 0) return null
       return db.transaction(async (tx) => {
@@ -228,10 +182,6 @@ export function postgresEngine(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPT
         })
         .returning({ name: maintenanceRuns.name })
       return won.length === 1
-    },
-
-    async close() {
-      await db.$client.close()
     },
   }
 }

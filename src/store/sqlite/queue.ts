@@ -1,20 +1,20 @@
 import { and, asc, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
-import type { Config } from '../config'
-import type { Db } from '../db/open'
-import { preparedOnce } from '../db/prepared'
-import { batchAssignments, batches, modelPulls, workers } from '../db/schema'
-import { writeTx } from '../db/tx'
-import { newId } from '../lib/ids'
-import { transition } from '../modules/batches/states'
-import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../modules/workers/requeue'
-import { checkHolder, pickClaim } from '../modules/workers/rules'
-import type { Claimed, ClaimRequest, Engine, FailureReport, SweepOutcome } from './engine'
+import type { Config } from '../../config'
+import type { Db } from '../../db/open'
+import { preparedOnce } from '../../db/prepared'
+import { batchAssignments, batches, modelPulls, workers } from '../../db/schema'
+import { writeTx } from '../../db/tx'
+import { newId } from '../../lib/ids'
+import { transition } from '../../modules/batches/states'
+import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
+import { checkHolder, pickClaim } from '../../modules/workers/rules'
+import type { Claimed, ClaimRequest, FailureReport, QueueStore, SweepOutcome } from '../queue'
 
-// The SQLite engine (the default, one process): each verb is one synchronous BEGIN IMMEDIATE
-// transaction on bun:sqlite (STYLE example 8), its statements prepared once per database. One
-// process owns the database (src/ops/instance-lock.ts), so maintenance needs no shared lease.
+// The work queue on SQLite: each verb is one synchronous BEGIN IMMEDIATE transaction on
+// bun:sqlite (STYLE example 8), its statements prepared once per database. One process owns the
+// database (src/ops/instance-lock.ts), so maintenance needs no shared lease.
 
-interface SqliteDeps {
+export interface SqliteDeps {
   db: Db
   config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>
 }
@@ -118,11 +118,9 @@ export function requeueHeldInTx(
   return out
 }
 
-export function sqliteEngine(deps: SqliteDeps): Engine {
+export function sqliteQueue(deps: SqliteDeps): QueueStore {
   const lastRun = new Map<string, number>()
   return {
-    kind: 'sqlite',
-
     async claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null> {
       const s = stmts(deps)
       return writeTx(deps.db, () => {
@@ -207,7 +205,5 @@ export function sqliteEngine(deps: SqliteDeps): Engine {
       lastRun.set(name, now)
       return true
     },
-
-    async close() {},
   }
 }

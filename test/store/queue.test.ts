@@ -4,16 +4,17 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { migrate } from '../../src/db/migrate'
 import { openDb } from '../../src/db/open'
-import type { Engine } from '../../src/store/engine'
-import { migratePostgres, openPostgres, postgresEngine } from '../../src/store/postgres'
-import { sqliteEngine } from '../../src/store/sqlite'
+import { postgresStore } from '../../src/store/postgres'
+import { migratePostgres, openPostgres } from '../../src/store/postgres/db'
+import type { QueueStore } from '../../src/store/queue'
+import { sqliteStore } from '../../src/store/sqlite'
 import { freshPostgresUrl } from '../helpers/postgres'
 
 // One suite, both engines (API.md §12): the verbs of the work queue behave the same on SQLite and
 // on PostgreSQL. Fixtures are plain SQL both dialects accept.
 
 interface Harness {
-  engine: Engine
+  engine: QueueStore
   exec(sql: string): Promise<void>
   one<T>(sql: string): Promise<T>
   close(): Promise<void>
@@ -27,7 +28,7 @@ const engines: Record<string, () => Promise<Harness>> = {
     const { db, sqlite } = openDb({ path: join(dir, 'g.db') })
     migrate(db)
     return {
-      engine: sqliteEngine({ db, config }),
+      engine: sqliteStore({ db, sqlite, config }).queue,
       exec: async (sql) => void sqlite.exec(sql),
       one: async (sql) => sqlite.query(sql).get() as never,
       close: async () => {
@@ -39,12 +40,12 @@ const engines: Record<string, () => Promise<Harness>> = {
   postgres: async () => {
     const db = openPostgres({ url: await freshPostgresUrl(), max: 16 })
     await migratePostgres(db)
-    const engine = postgresEngine(db, config)
+    const store = postgresStore(db, config)
     return {
-      engine,
+      engine: store.queue,
       exec: async (sql) => void (await db.$client.unsafe(sql)),
       one: async (sql) => ((await db.$client.unsafe(sql)) as unknown[])[0] as never,
-      close: () => engine.close(),
+      close: () => store.close(),
     }
   },
 }

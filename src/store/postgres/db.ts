@@ -1,0 +1,48 @@
+import { SQL } from 'bun'
+import { type BunSQLDatabase, drizzle } from 'drizzle-orm/bun-sql'
+import { migrate as drizzleMigrate } from 'drizzle-orm/bun-sql/migrator'
+import { withMigrationsFolder } from '../../db/migrate'
+import { embeddedMigrations } from '../../db/pg/migrations.gen'
+import * as schema from '../../db/pg/schema'
+
+// PostgreSQL (API.md §12) through Bun's built-in SQL client and drizzle's bun-sql driver: drizzle
+// gives the typed schema (src/db/pg/schema.ts), drizzle-kit's migrations and its public migrator,
+// and maps bigint columns to numbers (Bun's client returns them as strings); Bun's client brings
+// pooling and pipelining with no extra dependency.
+
+export type PgDb = BunSQLDatabase<typeof schema> & { $client: SQL }
+export type PgTx = Parameters<Parameters<PgDb['transaction']>[0]>[0]
+
+// Any constant shared by every instance: pg_advisory_lock keys are 64-bit integers.
+const MIGRATION_LOCK = 7_146_251_877
+
+export interface PostgresOptions {
+  url: string
+  /** Connections in this instance's pool. */
+  max?: number
+}
+
+export function openPostgres({ url, max = 20 }: PostgresOptions): PgDb {
+  const client = new SQL({ url, max, idleTimeout: 30 })
+  return drizzle({ client, schema }) as PgDb
+}
+
+/**
+ * Applies the embedded PostgreSQL migrations through drizzle's public migrator, holding an advisory
+ * lock so that instances starting together migrate one after the other (API.md §12).
+ */
+export async function migratePostgres(db: PgDb): Promise<void> {
+  const lock = await db.$client.reserve()
+  try {
+    await lock`SELECT pg_advisory_lock(${MIGRATION_LOCK})`
+    try {
+      await withMigrationsFolder(embeddedMigrations, (folder) =>
+        drizzleMigrate(db, { migrationsFolder: folder }),
+      )
+    } finally {
+      await lock`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`
+    }
+  } finally {
+    lock.release()
+  }
+}

@@ -1,0 +1,20 @@
+import type { Database } from 'bun:sqlite'
+import type { Config } from '../../config'
+import type { Db } from '../../db/open'
+import type { Store } from '../index'
+import { sqliteQueue } from './queue'
+
+/** The SQLite store over an open, migrated database (src/db/open.ts). */
+export function sqliteStore(deps: {
+  db: Db
+  sqlite: Database
+  config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>
+}): Store {
+  return {
+    kind: 'sqlite',
+    queue: sqliteQueue(deps),
+    async close() {
+      deps.sqlite.close()
+    },
+  }
+}
