@@ -1,56 +1,9 @@
 import { afterEach, describe, expect, test } from 'bun:test'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { migrate } from '../../src/db/migrate'
-import { openDb } from '../../src/db/open'
-import { postgresStore } from '../../src/store/postgres'
-import { migratePostgres, openPostgres } from '../../src/store/postgres/db'
-import type { QueueStore } from '../../src/store/queue'
-import { sqliteStore } from '../../src/store/sqlite'
-import { freshPostgresUrl } from '../helpers/postgres'
+import { lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// One suite, both engines (API.md §12): the verbs of the work queue behave the same on SQLite and
-// on PostgreSQL. Fixtures are plain SQL both dialects accept.
+// The work queue's verbs behave the same on SQLite and on PostgreSQL (API.md §12).
 
-interface Harness {
-  engine: QueueStore
-  exec(sql: string): Promise<void>
-  one<T>(sql: string): Promise<T>
-  close(): Promise<void>
-}
-
-const config = { MAX_BATCH_ATTEMPTS: 3 }
-
-const engines: Record<string, () => Promise<Harness>> = {
-  sqlite: async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'gridkeep-store-'))
-    const { db, sqlite } = openDb({ path: join(dir, 'g.db') })
-    migrate(db)
-    return {
-      engine: sqliteStore({ db, sqlite, config }).queue,
-      exec: async (sql) => void sqlite.exec(sql),
-      one: async (sql) => sqlite.query(sql).get() as never,
-      close: async () => {
-        sqlite.close()
-        rmSync(dir, { recursive: true, force: true })
-      },
-    }
-  },
-  postgres: async () => {
-    const db = openPostgres({ url: await freshPostgresUrl(), max: 16 })
-    await migratePostgres(db)
-    const store = postgresStore(db, config)
-    return {
-      engine: store.queue,
-      exec: async (sql) => void (await db.$client.unsafe(sql)),
-      one: async (sql) => ((await db.$client.unsafe(sql)) as unknown[])[0] as never,
-      close: () => store.close(),
-    }
-  },
-}
-
-const q = (s: string | null) => (s === null ? 'NULL' : `'${s.replaceAll("'", "''")}'`)
+type Harness = StoreHarness
 
 /** A user, an org, and `workers` workers of that org, online and seen at `now`. */
 async function seed(h: Harness, now: number, workers = 2) {
@@ -80,7 +33,7 @@ const claim = (
   now = 100,
   max = 10,
 ) =>
-  h.engine.claim({
+  h.store.queue.claim({
     workerId,
     orgId: 'org_a',
     maxConcurrent: max,
@@ -88,7 +41,7 @@ const claim = (
     now,
   })
 
-for (const [kind, open] of Object.entries(engines)) {
+for (const [kind, open] of storeEngines) {
   describe(`${kind} engine`, () => {
     let h: Harness
     afterEach(async () => {
@@ -156,7 +109,7 @@ for (const [kind, open] of Object.entries(engines)) {
         const got = await claim(h, 'wrk_1', [{ model: 'm-a' }])
         expect(got?.batch.id).toBe(id)
         await expect(
-          h.engine.reportFailure({
+          h.store.queue.reportFailure({
             workerId: 'wrk_2',
             jobId: id,
             assignmentId: undefined,
@@ -165,7 +118,7 @@ for (const [kind, open] of Object.entries(engines)) {
           }),
         ).rejects.toMatchObject({ status: 403, errorCode: 'not_assigned' })
         await expect(
-          h.engine.reportFailure({
+          h.store.queue.reportFailure({
             workerId: 'wrk_1',
             jobId: id,
             assignmentId: 'asg_stale',
@@ -173,7 +126,7 @@ for (const [kind, open] of Object.entries(engines)) {
             now: 101,
           }),
         ).rejects.toMatchObject({ status: 403, errorCode: 'stale_assignment' })
-        const outcome = await h.engine.reportFailure({
+        const outcome = await h.store.queue.reportFailure({
           workerId: 'wrk_1',
           jobId: id,
           assignmentId: got!.assignmentId,
@@ -199,7 +152,7 @@ for (const [kind, open] of Object.entries(engines)) {
       })
       // An unknown batch is the same 403: a key learns nothing about batches it does not hold.
       await expect(
-        h.engine.reportFailure({
+        h.store.queue.reportFailure({
           workerId: 'wrk_1',
           jobId: 'batch_nope',
           assignmentId: undefined,
@@ -220,7 +173,7 @@ for (const [kind, open] of Object.entries(engines)) {
       const kept = await batch(h, 'm-b')
       expect((await claim(h, 'wrk_1', [{ model: 'm-a' }]))?.batch.id).toBe(held)
       expect((await claim(h, 'wrk_2', [{ model: 'm-b' }]))?.batch.id).toBe(kept)
-      const swept = await h.engine.sweep(200, 80)
+      const swept = await h.store.queue.sweep(200, 80)
       expect(swept.workers_offline).toEqual(['wrk_1'])
       expect(swept.requeues).toEqual([
         {
@@ -240,19 +193,19 @@ for (const [kind, open] of Object.entries(engines)) {
       })
       expect(Number((await h.one<{ n: number }>('SELECT count(*) AS n FROM model_pulls')).n)).toBe(0)
       // A second pass finds nothing left to do.
-      expect(await h.engine.sweep(200, 80)).toEqual({ workers_offline: [], requeues: [] })
+      expect(await h.store.queue.sweep(200, 80)).toEqual({ workers_offline: [], requeues: [] })
     })
 
     test('tryRunEvery: one caller per interval, however many ask at once', async () => {
       h = await open()
       const first = await Promise.all(
-        Array.from({ length: 8 }, () => h.engine.tryRunEvery('sweeper', 1000, 60)),
+        Array.from({ length: 8 }, () => h.store.queue.tryRunEvery('sweeper', 1000, 60)),
       )
       expect(first.filter(Boolean).length).toBe(1)
-      expect(await h.engine.tryRunEvery('sweeper', 1059, 60)).toBe(false)
-      expect(await h.engine.tryRunEvery('other', 1059, 60)).toBe(true)
+      expect(await h.store.queue.tryRunEvery('sweeper', 1059, 60)).toBe(false)
+      expect(await h.store.queue.tryRunEvery('other', 1059, 60)).toBe(true)
       const later = await Promise.all(
-        Array.from({ length: 8 }, () => h.engine.tryRunEvery('sweeper', 1060, 60)),
+        Array.from({ length: 8 }, () => h.store.queue.tryRunEvery('sweeper', 1060, 60)),
       )
       expect(later.filter(Boolean).length).toBe(1)
     })

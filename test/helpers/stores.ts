@@ -1,0 +1,68 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { loadConfig } from '../../src/config'
+import { migrate } from '../../src/db/migrate'
+import { openDb } from '../../src/db/open'
+import type { Store } from '../../src/store'
+import { postgresStore } from '../../src/store/postgres'
+import { migratePostgres, openPostgres } from '../../src/store/postgres/db'
+import { sqliteStore } from '../../src/store/sqlite'
+import { freshPostgresUrl } from './postgres'
+
+// Store tests run one suite against every engine (API.md §12):
+//
+//   for (const [kind, open] of storeEngines) describe(`${kind} store`, () => { … await open() … })
+//
+// Each open() gives a fresh, migrated, empty database. Fixtures are plain SQL both dialects accept
+// (TRUE/FALSE for booleans, '[]' for JSON, integers for timestamps).
+
+export interface StoreHarness {
+  store: Store
+  exec(sql: string): Promise<void>
+  one<T = Record<string, unknown>>(sql: string): Promise<T>
+  all<T = Record<string, unknown>>(sql: string): Promise<T[]>
+  close(): Promise<void>
+}
+
+export const storeConfig = () => loadConfig({ DATA_DIR: '/nonexistent', JWT_SECRET: 'x'.repeat(40) })
+
+export const storeEngines: [string, () => Promise<StoreHarness>][] = [
+  [
+    'sqlite',
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'gridkeep-store-'))
+      const { db, sqlite } = openDb({ path: join(dir, 'g.db') })
+      migrate(db)
+      const store = sqliteStore({ db, sqlite, config: storeConfig() })
+      return {
+        store,
+        exec: async (sql) => void sqlite.exec(sql),
+        one: async (sql) => sqlite.query(sql).get() as never,
+        all: async (sql) => sqlite.query(sql).all() as never,
+        close: async () => {
+          await store.close()
+          rmSync(dir, { recursive: true, force: true })
+        },
+      }
+    },
+  ],
+  [
+    'postgres',
+    async () => {
+      const db = openPostgres({ url: await freshPostgresUrl(), max: 16 })
+      await migratePostgres(db)
+      const store = postgresStore(db, storeConfig())
+      return {
+        store,
+        exec: async (sql) => void (await db.$client.unsafe(sql)),
+        one: async (sql) => ((await db.$client.unsafe(sql)) as unknown[])[0] as never,
+        all: async (sql) => [...((await db.$client.unsafe(sql)) as unknown[])] as never,
+        close: () => store.close(),
+      }
+    },
+  ],
+]
+
+/** SQL string literal. */
+export const lit = (s: string | null) => (s === null ? 'NULL' : `'${s.replaceAll("'", "''")}'`)
