@@ -5,6 +5,7 @@ import { migrate } from './db/migrate'
 import { type Db, openDb } from './db/open'
 import { BatchEventBus } from './lib/batch-events'
 import { type Clock, systemClock } from './lib/clock'
+import { newId } from './lib/ids'
 import { createMailer, type Mailer } from './lib/mailer'
 import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
@@ -35,6 +36,8 @@ export interface Deps {
   shutdown: AbortController
   /** Unix seconds when this process started (sweeper startup grace). */
   startedAt: number
+  /** This process among the instances sharing a database (validation leases, API.md §12). */
+  instanceId: string
 }
 
 export interface DepsOverrides {
@@ -69,5 +72,6 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     batchEvents: new BatchEventBus(),
     shutdown: new AbortController(),
     startedAt: clock.now(),
+    instanceId: newId('inst_'),
   }
 }

@@ -17,6 +17,6 @@ export function randomBase62(n: number): string {
   return out
 }
 
-export type IdPrefix = 'user_' | 'org_' | 'key_' | 'file-' | 'batch_' | 'wrk_' | 'asg_' | 'req_'
+export type IdPrefix = 'user_' | 'org_' | 'key_' | 'file-' | 'batch_' | 'wrk_' | 'asg_' | 'req_' | 'inst_'
 
 export const newId = (prefix: IdPrefix) => prefix + randomBase62(24)

@@ -1,11 +1,7 @@
 import { closeSync, openSync, readSync } from 'node:fs'
-import { asc, eq } from 'drizzle-orm'
-import { batchErrors, batches } from '../db/schema'
-import { writeTx } from '../db/tx'
 import type { Deps } from '../deps'
 import { LineSplitter } from '../lib/lines'
 import { log } from '../lib/logger'
-import { transition } from '../modules/batches/states'
 import { InputChecker } from '../modules/batches/validation'
 import { findVisibleEntry } from '../modules/catalogue/service'
 import { filePath } from '../modules/files/storage'
@@ -21,6 +17,8 @@ import { filePath } from '../modules/files/storage'
 
 /** Progress events at most this often (API.md §6). */
 export const PROGRESS_INTERVAL_MS = 250
+/** How long a validation lease lasts without renewal (several instances, API.md §12). */
+export const VALIDATION_LEASE_SECONDS = 60
 /** Longest stretch of validation work between two yields to the event loop. */
 const YIELD_AFTER_MS = 8
 
@@ -53,10 +51,25 @@ export async function validateBatch(
   batchId: string,
   signal?: AbortSignal,
 ): Promise<ValidationOutcome | null> {
-  const batch = deps.db.select().from(batches).where(eq(batches.id, batchId)).get()
   const busy = running(deps)
-  if (batch?.status !== 'validating' || busy.has(batchId)) return null
+  if (busy.has(batchId)) return null
   busy.add(batchId)
+  let lease: ReturnType<typeof setInterval> | undefined
+  const take = () => {
+    const now = deps.clock.now()
+    return deps.store.batches.leaseValidation(batchId, deps.instanceId, now, now + VALIDATION_LEASE_SECONDS)
+  }
+  const batch = await take().catch((e) => {
+    busy.delete(batchId)
+    throw e
+  })
+  if (!batch) {
+    busy.delete(batchId)
+    return null
+  }
+  // Several instances: the lease is renewed while this run lasts; if this process dies, it
+  // lapses and another instance validates the batch again from the start.
+  lease = setInterval(() => void take().catch(() => {}), (VALIDATION_LEASE_SECONDS * 1000) / 3)
   const bus = deps.batchEvents
   bus.beginRun(batchId)
   const path = filePath(deps.config, batch.input_file_id)
@@ -116,28 +129,18 @@ export async function validateBatch(
     const result = checker.finish()
     const now = deps.clock.now()
     const passed = result.errorsTotal === 0
-    const moved = writeTx(deps.db, (tx) => {
-      const row = passed
-        ? transition(deps, batchId, 'validation_passed', now, {
-            model: result.model,
-            request_counts_total: result.requestLines,
-            errors_total: 0,
-          })
-        : transition(deps, batchId, 'validation_failed', now, {
-            model: result.model,
-            errors_total: result.errorsTotal,
-            failed_at: now,
-            completed_at: now,
-          })
-      // SPEC §7: at most MAX_STORED_ERRORS stored; a stale run (row null) writes nothing.
-      if (row && result.errors.length > 0) {
-        tx.insert(batchErrors)
-          .values(result.errors.map((e) => ({ batch_id: batchId, ...e })))
-          .run()
-      }
-      return row
-    })
-    const final = moved ?? deps.db.select().from(batches).where(eq(batches.id, batchId)).get()
+    const moved = await deps.store.batches.finishValidation(
+      batchId,
+      {
+        passed,
+        model: result.model,
+        request_lines: result.requestLines,
+        errors_total: result.errorsTotal,
+        errors: result.errors,
+      },
+      now,
+    )
+    const final = moved ?? (await deps.store.batches.get(batchId, null))
     finished = true
     if (final) {
       bus.publish(batchId, {
@@ -170,23 +173,15 @@ export async function validateBatch(
   } finally {
     if (!finished) bus.abandonRun(batchId)
     if (fd !== undefined) closeSync(fd)
+    clearInterval(lease)
     busy.delete(batchId)
   }
 }
 
-const validatingIds = (deps: Deps) =>
-  deps.db
-    .select({ id: batches.id })
-    .from(batches)
-    .where(eq(batches.status, 'validating'))
-    .orderBy(asc(batches.seq))
-    .all()
-    .map((r) => r.id)
-
 /** One pass: validates every batch currently `validating`, oldest first. */
 export async function runOnce(deps: Deps, signal?: AbortSignal): Promise<ValidationOutcome[]> {
   const outcomes: ValidationOutcome[] = []
-  for (const id of validatingIds(deps)) {
+  for (const id of await deps.store.batches.validatingIds()) {
     if (signal?.aborted) break
     const outcome = await validateBatch(deps, id, signal)
     if (outcome) outcomes.push(outcome)
@@ -214,12 +209,14 @@ export function start(deps: Deps): () => Promise<void> {
   stopping.signal.addEventListener('abort', () => wake(), { once: true })
   const onShutdown = () => stopping.abort()
   deps.shutdown.signal.addEventListener('abort', onShutdown, { once: true })
-  const recovered = validatingIds(deps)
-  if (recovered.length)
-    log.info('validator: revalidating batches left validating', { count: recovered.length })
-  for (const id of recovered) enqueue(id)
+  const recover = deps.store.batches.validatingIds().then((recovered) => {
+    if (recovered.length)
+      log.info('validator: revalidating batches left validating', { count: recovered.length })
+    for (const id of recovered) enqueue(id)
+  })
 
   const loop = (async () => {
+    await recover.catch((e) => log.error('validator: could not list batches left validating', { error: e }))
     while (!stopping.signal.aborted) {
       const id = queue.shift()
       if (id === undefined) {

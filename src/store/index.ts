@@ -1,3 +1,4 @@
+import type { BatchesStore } from './batches'
 import type { QueueStore } from './queue'
 
 // The storage seam (API.md §12; STYLE example 13): every read and write of the product's state
@@ -13,5 +14,7 @@ export interface Store {
   readonly kind: 'sqlite' | 'postgres'
   /** Claims, failures, the sweeper, maintenance across instances (queue.ts). */
   readonly queue: QueueStore
+  /** Batches, their validation and stored errors (batches.ts). */
+  readonly batches: BatchesStore
   close(): Promise<void>
 }

@@ -148,6 +148,9 @@ export const batches = pgTable(
     completed_at: bigint({ mode: 'number' }),
     failed_at: bigint({ mode: 'number' }),
     updated_at: bigint({ mode: 'number' }).notNull(),
+    // PostgreSQL only (several instances): the instance validating this batch, until when.
+    validation_holder: text(),
+    validation_lease_until: bigint({ mode: 'number' }),
   },
   (t) => [
     index('batches_user').on(t.user_id, t.seq),

@@ -1,5 +1,4 @@
-import { eq } from 'drizzle-orm'
-import { type BatchRow, batches } from '../../db/schema'
+import type { BatchRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { BatchEvent } from '../../lib/batch-events'
 import { AppError } from '../../lib/errors'
@@ -40,8 +39,12 @@ const doneData = (b: BatchRow) => ({
   errors_total: b.errors_total,
 })
 
-export function openBatchEvents(deps: Deps, principal: UserPrincipal, batchId: string): Response {
-  visibleBatch(deps, principal, batchId)
+export async function openBatchEvents(
+  deps: Deps,
+  principal: UserPrincipal,
+  batchId: string,
+): Promise<Response> {
+  await visibleBatch(deps, principal, batchId)
   const userId = principal.user.id
   const open = slots(deps)
   const held = open.get(userId) ?? 0
@@ -74,7 +77,7 @@ export function openBatchEvents(deps: Deps, principal: UserPrincipal, batchId: s
   }
 
   const stream = new ReadableStream<Uint8Array>({
-    start(controller) {
+    async start(controller) {
       const send = (bytes: Uint8Array) => {
         if (released) return
         try {
@@ -90,25 +93,50 @@ export function openBatchEvents(deps: Deps, principal: UserPrincipal, batchId: s
           controller.close()
         } catch {}
       }
-      // Subscribe before reading the status, in the same tick: the validator publishes
-      // synchronously after its commit, so no event can fall between the two.
-      unsubscribe = deps.batchEvents.subscribe(batchId, (e: BatchEvent) => {
+      // The outcome as stored: every stored error, then `done` (API.md §6), and the stream closes.
+      const finishFromDatabase = async () => {
+        const final = await deps.store.batches.get(batchId, null)
+        const stored = (await deps.store.batches.errorsOf([batchId])).get(batchId) ?? []
+        for (const e of stored) {
+          send(sseEvent('error', { code: e.code, line: e.line, field: e.field, message: e.message }))
+        }
+        if (final) send(sseEvent('done', doneData(final)))
+        close()
+      }
+      // Subscribe before reading the status: events published while the read is under way are held
+      // back and sent after `status`, so none falls between the two and `status` stays first.
+      let held: BatchEvent[] | null = []
+      const deliver = (e: BatchEvent) => {
         send(sseEvent(e.event, e.data))
         if (e.event === 'done') close()
+      }
+      unsubscribe = deps.batchEvents.subscribe(batchId, (e: BatchEvent) => {
+        if (held) held.push(e)
+        else deliver(e)
       })
-      const batch = deps.db.select().from(batches).where(eq(batches.id, batchId)).get()
+      const batch = await deps.store.batches.get(batchId, null)
       if (!batch) return close()
       send(sseEvent('status', { batch_id: batch.id, status: batch.status }))
       if (batch.status !== 'validating') {
         send(sseEvent('done', doneData(batch)))
         return close()
       }
-      // A client joining half-way catches up on what the running validation has produced.
+      // A client joining half-way catches up on what the running validation has produced (the
+      // run holds every error so far, those held back included).
       const run = deps.batchEvents.liveRun(batchId)
+      const early = held
+      held = null
       if (run) {
         send(sseEvent('progress', { lines_read: run.lines_read, errors_total: run.errors_total }))
         for (const error of run.errors) send(sseEvent('error', error))
+        for (const e of early) if (e.event !== 'error') deliver(e)
+      } else if (early.some((e) => e.event === 'done')) {
+        // The validation ended while the status was read: its outcome is in the database.
+        return finishFromDatabase()
+      } else {
+        for (const e of early) deliver(e)
       }
+      if (released) return
       ping = setInterval(() => send(sseComment('ping')), deps.config.SSE_PING_SECONDS * 1000)
       onShutdown = close
       if (deps.shutdown.signal.aborted) return close()

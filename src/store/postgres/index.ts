@@ -1,5 +1,6 @@
 import type { Config } from '../../config'
 import type { Store } from '../index'
+import { postgresBatches } from './batches'
 import type { PgDb } from './db'
 import { postgresQueue } from './queue'
 
@@ -8,6 +9,7 @@ export function postgresStore(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
   return {
     kind: 'postgres',
     queue: postgresQueue(db, config),
+    batches: postgresBatches(db),
     async close() {
       await db.$client.close()
     },

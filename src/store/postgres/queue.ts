@@ -17,7 +17,7 @@ import type { PgDb, PgTx } from './db'
 const { batches, batchAssignments, workers, modelPulls, maintenanceRuns } = schema
 
 /** The state table's guarded UPDATE (STYLE example 7), in PostgreSQL: null when not in `from`. */
-async function transition(
+export async function transition(
   tx: PgTx,
   batchId: string,
   event: BatchEvent,

@@ -2,6 +2,7 @@ import type { Database } from 'bun:sqlite'
 import type { Config } from '../../config'
 import type { Db } from '../../db/open'
 import type { Store } from '../index'
+import { sqliteBatches } from './batches'
 import { sqliteQueue } from './queue'
 
 /** The SQLite store over an open, migrated database (src/db/open.ts). */
@@ -13,6 +14,7 @@ export function sqliteStore(deps: {
   return {
     kind: 'sqlite',
     queue: sqliteQueue(deps),
+    batches: sqliteBatches(deps),
     async close() {
       deps.sqlite.close()
     },

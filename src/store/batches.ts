@@ -1,0 +1,51 @@
+import type { BatchErrorRow, BatchRow, BatchStatus, FileRow } from '../db/schema'
+import type { PageParams } from '../lib/pagination'
+
+// Batches and their validation (SPEC §2–3, API.md §6): creation, reads, and the validator's
+// verbs. The state moves go through the state table (modules/batches/states.ts).
+
+export interface NewBatch {
+  id: string
+  user_id: string
+  input_file_id: string
+  endpoint: string
+  completion_window: string
+  metadata: Record<string, string> | null
+  now: number
+}
+
+export interface ValidationResult {
+  passed: boolean
+  model: string | null
+  request_lines: number
+  errors_total: number
+  /** The stored errors (at most MAX_STORED_ERRORS), in line order. */
+  errors: Pick<BatchErrorRow, 'code' | 'line' | 'field' | 'message'>[]
+}
+
+export interface BatchesStore {
+  /**
+   * POST /v1/batches: checks the caller's input file with `check` and inserts the batch as
+   * `validating`, atomically (a DELETE /v1/files cannot slip in between).
+   */
+  create(batch: NewBatch, check: (file: Pick<FileRow, 'purpose'> | undefined) => void): Promise<BatchRow>
+  /** One batch; with `ownerId`, only if that user owns it (null = any owner: a superadmin). */
+  get(batchId: string, ownerId: string | null): Promise<BatchRow | null>
+  /** GET /v1/batches: newest first, cursor pagination, optional status filter. */
+  page(
+    filter: { ownerId: string | null; status?: BatchStatus },
+    query: PageParams,
+  ): Promise<{ rows: BatchRow[]; has_more: boolean }>
+  /** The stored validation errors of each batch, in line order. */
+  errorsOf(batchIds: string[]): Promise<Map<string, BatchErrorRow[]>>
+  /** Batches waiting for validation, oldest first (the validator's queue, rebuilt at start). */
+  validatingIds(): Promise<string[]>
+  /**
+   * The validator takes a `validating` batch for `holder` until `until` (several instances never
+   * validate one batch at once; a crashed holder's lease lapses and another takes over). Null when
+   * the batch is not validating or another live holder has it.
+   */
+  leaseValidation(batchId: string, holder: string, now: number, until: number): Promise<BatchRow | null>
+  /** validating → validated | failed with the result and its stored errors, in one transaction. */
+  finishValidation(batchId: string, result: ValidationResult, now: number): Promise<BatchRow | null>
+}

@@ -1,0 +1,120 @@
+import { and, asc, eq, inArray, isNull, lt, or } from 'drizzle-orm'
+import * as schema from '../../db/pg/schema'
+import type { BatchErrorRow, BatchRow } from '../../db/schema'
+import type { BatchesStore } from '../batches'
+import type { PgDb } from './db'
+import { pageRowsPg } from './page'
+import { transition } from './queue'
+
+const { batches, batchErrors, files } = schema
+
+export function postgresBatches(db: PgDb): BatchesStore {
+  return {
+    async create(b, check) {
+      return db.transaction(async (tx) => {
+        // Locked: a DELETE /v1/files on another instance waits for this batch to exist.
+        const [file] = await tx
+          .select({ purpose: files.purpose })
+          .from(files)
+          .where(and(eq(files.id, b.input_file_id), eq(files.user_id, b.user_id)))
+          .for('share')
+        check(file)
+        const [row] = await tx
+          .insert(batches)
+          .values({
+            id: b.id,
+            user_id: b.user_id,
+            input_file_id: b.input_file_id,
+            endpoint: b.endpoint,
+            completion_window: b.completion_window,
+            status: 'validating',
+            metadata: b.metadata,
+            created_at: b.now,
+            updated_at: b.now,
+          })
+          .returning()
+        return row as BatchRow
+      })
+    },
+
+    async get(batchId, ownerId) {
+      const [row] = await db
+        .select()
+        .from(batches)
+        .where(and(eq(batches.id, batchId), ownerId === null ? undefined : eq(batches.user_id, ownerId)))
+      return (row as BatchRow | undefined) ?? null
+    },
+
+    async page(filter, query) {
+      const where = and(
+        filter.ownerId === null ? undefined : eq(batches.user_id, filter.ownerId),
+        filter.status ? eq(batches.status, filter.status) : undefined,
+      )
+      return pageRowsPg<BatchRow>(db, batches, where, query)
+    },
+
+    async errorsOf(batchIds) {
+      const byBatch = new Map<string, BatchErrorRow[]>()
+      if (batchIds.length === 0) return byBatch
+      const rows = await db
+        .select()
+        .from(batchErrors)
+        .where(inArray(batchErrors.batch_id, batchIds))
+        .orderBy(asc(batchErrors.seq))
+      for (const r of rows) {
+        const list = byBatch.get(r.batch_id)
+        if (list) list.push(r)
+        else byBatch.set(r.batch_id, [r])
+      }
+      return byBatch
+    },
+
+    async validatingIds() {
+      const rows = await db
+        .select({ id: batches.id })
+        .from(batches)
+        .where(eq(batches.status, 'validating'))
+        .orderBy(asc(batches.seq))
+      return rows.map((r) => r.id)
+    },
+
+    async leaseValidation(batchId, holder, now, until) {
+      const [row] = await db
+        .update(batches)
+        .set({ validation_holder: holder, validation_lease_until: until })
+        .where(
+          and(
+            eq(batches.id, batchId),
+            eq(batches.status, 'validating'),
+            or(
+              isNull(batches.validation_lease_until),
+              lt(batches.validation_lease_until, now),
+              eq(batches.validation_holder, holder),
+            ),
+          ),
+        )
+        .returning()
+      return (row as BatchRow | undefined) ?? null
+    },
+
+    async finishValidation(batchId, result, now) {
+      return db.transaction(async (tx) => {
+        const changes = result.passed
+          ? { model: result.model, request_counts_total: result.request_lines, errors_total: 0 }
+          : {
+              model: result.model,
+              errors_total: result.errors_total,
+              failed_at: now,
+              completed_at: now,
+            }
+        const event = result.passed ? 'validation_passed' : 'validation_failed'
+        const row = await transition(tx, batchId, event, now, changes, 'validation finished')
+        // SPEC §7: at most MAX_STORED_ERRORS stored; a stale run (row null) writes nothing.
+        if (row && result.errors.length > 0) {
+          await tx.insert(batchErrors).values(result.errors.map((e) => ({ batch_id: batchId, ...e })))
+        }
+        return row
+      })
+    },
+  }
+}

@@ -1,0 +1,121 @@
+import { and, asc, eq, inArray, sql } from 'drizzle-orm'
+import type { Db } from '../../db/open'
+import { preparedOnce } from '../../db/prepared'
+import { type BatchErrorRow, type BatchRow, batchErrors, batches, files } from '../../db/schema'
+import { writeTx } from '../../db/tx'
+import { pageRows } from '../../lib/pagination'
+import { transition } from '../../modules/batches/states'
+import type { BatchesStore } from '../batches'
+import type { SqliteDeps } from './queue'
+
+const stmts = preparedOnce((db: Db) => ({
+  byId: db
+    .select()
+    .from(batches)
+    .where(eq(batches.id, sql.placeholder('id')))
+    .prepare(),
+  validating: db
+    .select({ id: batches.id })
+    .from(batches)
+    .where(eq(batches.status, 'validating'))
+    .orderBy(asc(batches.seq))
+    .prepare(),
+}))
+
+export function sqliteBatches(deps: SqliteDeps): BatchesStore {
+  const { db } = deps
+  return {
+    async create(b, check) {
+      return writeTx(db, (tx) => {
+        check(
+          tx
+            .select({ purpose: files.purpose })
+            .from(files)
+            .where(and(eq(files.id, b.input_file_id), eq(files.user_id, b.user_id)))
+            .get(),
+        )
+        return tx
+          .insert(batches)
+          .values({
+            id: b.id,
+            user_id: b.user_id,
+            input_file_id: b.input_file_id,
+            endpoint: b.endpoint,
+            completion_window: b.completion_window,
+            status: 'validating',
+            metadata: b.metadata,
+            created_at: b.now,
+            updated_at: b.now,
+          })
+          .returning()
+          .get()
+      })
+    },
+
+    async get(batchId, ownerId) {
+      const row = stmts(deps).byId.get({ id: batchId })
+      return row && (ownerId === null || row.user_id === ownerId) ? row : null
+    },
+
+    async page(filter, query) {
+      const where = and(
+        filter.ownerId === null ? undefined : eq(batches.user_id, filter.ownerId),
+        filter.status ? eq(batches.status, filter.status) : undefined,
+      )
+      return pageRows<BatchRow>(db, batches, where, query)
+    },
+
+    async errorsOf(batchIds) {
+      const byBatch = new Map<string, BatchErrorRow[]>()
+      if (batchIds.length === 0) return byBatch
+      const rows = db
+        .select()
+        .from(batchErrors)
+        .where(inArray(batchErrors.batch_id, batchIds))
+        .orderBy(asc(batchErrors.seq))
+        .all()
+      for (const r of rows) {
+        const list = byBatch.get(r.batch_id)
+        if (list) list.push(r)
+        else byBatch.set(r.batch_id, [r])
+      }
+      return byBatch
+    },
+
+    async validatingIds() {
+      return stmts(deps)
+        .validating.all()
+        .map((r) => r.id)
+    },
+
+    // One process validates (the instance lock): the validator's own in-flight set is the lease.
+    async leaseValidation(batchId) {
+      const row = stmts(deps).byId.get({ id: batchId })
+      return row?.status === 'validating' ? row : null
+    },
+
+    async finishValidation(batchId, result, now) {
+      return writeTx(db, (tx) => {
+        const row = result.passed
+          ? transition(deps, batchId, 'validation_passed', now, {
+              model: result.model,
+              request_counts_total: result.request_lines,
+              errors_total: 0,
+            })
+          : transition(deps, batchId, 'validation_failed', now, {
+              model: result.model,
+              errors_total: result.errors_total,
+              failed_at: now,
+              completed_at: now,
+            })
+        // SPEC §7: at most MAX_STORED_ERRORS stored; a stale run (row null) writes nothing.
+        if (row && result.errors.length > 0) {
+          tx.insert(batchErrors)
+            .values(result.errors.map((e) => ({ batch_id: batchId, ...e })))
+            .run()
+        }
+        return row
+      })
+    },
+  }
+}
