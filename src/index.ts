@@ -6,6 +6,7 @@ import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
 import { seedCatalogue } from './modules/catalogue/seed'
 import { acquireInstanceLock, InstanceLockedError } from './ops/instance-lock'
+import * as signals from './services/signals'
 import * as sweeper from './services/sweeper'
 import * as validator from './services/validator'
 
@@ -51,6 +52,7 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
     // Background loops register their stop() in `loops`; the shutdown awaits them all.
     // The validator validates against the catalogue: it starts once the catalogue is seeded.
     loops.push(validator.start(deps))
+    loops.push(signals.start(deps))
     // Elysia's listen() hands its compiled routes to Bun's native router (a plain fetch handler
     // measured about 2× slower on the heartbeat) and gives handlers the server, e.g. for client IPs.
     app.listen({

@@ -39,6 +39,7 @@ export class BatchEventBus {
   private readonly listeners = new Map<string, Set<Listener>>()
   private readonly runs = new Map<string, LiveRun>()
   private readonly createdListeners = new Set<(batchId: string) => void>()
+  private readonly taps = new Set<(batchId: string, e: BatchEvent) => void>()
 
   /** Listens to one batch's events; returns the function that stops listening. */
   subscribe(batchId: string, listener: Listener): () => void {
@@ -57,6 +58,12 @@ export class BatchEventBus {
   }
 
   publish(batchId: string, e: BatchEvent) {
+    for (const tap of this.taps) tap(batchId, e)
+    this.deliver(batchId, e)
+  }
+
+  /** Hands an event to this process's listeners only (an event from another instance). */
+  deliver(batchId: string, e: BatchEvent) {
     const run = this.runs.get(batchId)
     if (run) {
       if (e.event === 'progress') Object.assign(run, e.data)
@@ -89,6 +96,12 @@ export class BatchEventBus {
     let n = 0
     for (const s of this.listeners.values()) n += s.size
     return n
+  }
+
+  /** Sees every event published in this process (forwarded to the other instances). */
+  onPublish(tap: (batchId: string, e: BatchEvent) => void): () => void {
+    this.taps.add(tap)
+    return () => this.taps.delete(tap)
   }
 
   onCreated(listener: (batchId: string) => void): () => void {

@@ -214,6 +214,16 @@ export function start(deps: Deps): () => Promise<void> {
       log.info('validator: revalidating batches left validating', { count: recovered.length })
     for (const id of recovered) enqueue(id)
   })
+  // Batches whose validator died elsewhere (several instances): once a lease could have lapsed,
+  // look again; a batch another live instance holds is refused by its lease and skipped.
+  const rescan = setInterval(() => {
+    deps.store.batches
+      .validatingIds()
+      .then((ids) => {
+        for (const id of ids) enqueue(id)
+      })
+      .catch((e) => log.warn('validator: rescan failed', { error: e }))
+  }, VALIDATION_LEASE_SECONDS * 1000)
 
   const loop = (async () => {
     await recover.catch((e) => log.error('validator: could not list batches left validating', { error: e }))
@@ -240,6 +250,7 @@ export function start(deps: Deps): () => Promise<void> {
 
   return async () => {
     stopping.abort()
+    clearInterval(rescan)
     stopListening()
     deps.shutdown.signal.removeEventListener('abort', onShutdown)
     await loop

@@ -1,5 +1,6 @@
 import type { BatchesStore } from './batches'
 import type { QueueStore } from './queue'
+import type { SignalsStore } from './signals'
 
 // The storage seam (API.md §12; STYLE example 13): every read and write of the product's state
 // goes through a Store, whose parts are named after the work. One engine per database:
@@ -16,5 +17,7 @@ export interface Store {
   readonly queue: QueueStore
   /** Batches, their validation and stored errors (batches.ts). */
   readonly batches: BatchesStore
+  /** Hints between instances sharing the database (signals.ts). */
+  readonly signals: SignalsStore
   close(): Promise<void>
 }

@@ -52,7 +52,7 @@ export const storeEngines: [string, () => Promise<StoreHarness>][] = [
     async () => {
       const db = openPostgres({ url: await freshPostgresUrl(), max: 16 })
       await migratePostgres(db)
-      const store = postgresStore(db, storeConfig())
+      const store = postgresStore(db, storeConfig(), `inst_${crypto.randomUUID()}`)
       return {
         store,
         exec: async (sql) => void (await db.$client.unsafe(sql)),

@@ -137,7 +137,18 @@ export async function openBatchEvents(
         for (const e of early) deliver(e)
       }
       if (released) return
-      ping = setInterval(() => send(sseComment('ping')), deps.config.SSE_PING_SECONDS * 1000)
+      ping = setInterval(() => {
+        send(sseComment('ping'))
+        // A validation that ended on another instance whose signal was lost (API.md §12).
+        if (!deps.batchEvents.liveRun(batchId)) {
+          deps.store.batches
+            .get(batchId, null)
+            .then((b) => {
+              if (b && b.status !== 'validating' && !released) return finishFromDatabase()
+            })
+            .catch(() => {})
+        }
+      }, deps.config.SSE_PING_SECONDS * 1000)
       onShutdown = close
       if (deps.shutdown.signal.aborted) return close()
       deps.shutdown.signal.addEventListener('abort', onShutdown, { once: true })

@@ -4,6 +4,7 @@ import type { Db } from '../../db/open'
 import type { Store } from '../index'
 import { sqliteBatches } from './batches'
 import { sqliteQueue } from './queue'
+import { sqliteSignals } from './signals'
 
 /** The SQLite store over an open, migrated database (src/db/open.ts). */
 export function sqliteStore(deps: {
@@ -15,6 +16,7 @@ export function sqliteStore(deps: {
     kind: 'sqlite',
     queue: sqliteQueue(deps),
     batches: sqliteBatches(deps),
+    signals: sqliteSignals(),
     async close() {
       deps.sqlite.close()
     },

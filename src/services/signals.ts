@@ -1,0 +1,59 @@
+import type { Deps } from '../deps'
+import { log } from '../lib/logger'
+import type { BatchSignal } from '../store/signals'
+
+// Batch events across instances (API.md §12): a client streaming a batch's events from one
+// instance while another validates it. This process's validation events are forwarded as signals;
+// the other instances' signals are turned into events for this process's open streams, the final
+// ones read from the database (the signal is only a wake-up: src/store/signals.ts).
+
+export function start(deps: Deps): () => Promise<void> {
+  const { batchEvents: bus, store } = deps
+  const forward = (signal: BatchSignal) =>
+    store.signals.publish(signal).catch((e) => log.warn('batch signal not sent', { error: e }))
+  const stopForwarding = bus.onPublish((batchId, e) => {
+    if (e.event === 'progress') void forward({ kind: 'progress', batch_id: batchId, ...e.data })
+    else if (e.event === 'done') void forward({ kind: 'validated', batch_id: batchId })
+  })
+
+  const onSignal = async (signal: BatchSignal) => {
+    const batchId = signal.batch_id
+    if (bus.listenerCount(batchId) === 0) return
+    if (signal.kind === 'progress') {
+      bus.deliver(batchId, {
+        event: 'progress',
+        data: { lines_read: signal.lines_read, errors_total: signal.errors_total },
+      })
+    } else if (signal.kind === 'validated') {
+      const batch = await deps.store.batches.get(batchId, null)
+      if (!batch || batch.status === 'validating') return
+      const stored = (await deps.store.batches.errorsOf([batchId])).get(batchId) ?? []
+      for (const e of stored) {
+        bus.deliver(batchId, {
+          event: 'error',
+          data: { code: e.code, line: e.line, field: e.field, message: e.message },
+        })
+      }
+      bus.deliver(batchId, {
+        event: 'done',
+        data: {
+          batch_id: batchId,
+          status: batch.status,
+          request_counts: {
+            total: batch.request_counts_total,
+            completed: batch.request_counts_completed,
+            failed: batch.request_counts_failed,
+          },
+          errors_total: batch.errors_total,
+        },
+      })
+    }
+  }
+  const subscribed = store.signals.subscribe((signal) => {
+    onSignal(signal).catch((e) => log.warn('batch signal not handled', { error: e }))
+  })
+  return async () => {
+    stopForwarding()
+    await (await subscribed)()
+  }
+}

@@ -1,0 +1,19 @@
+// Signals between the instances sharing a database (API.md §12; STYLE example 15, after pg-boss's
+// notifier): a hint that something happened to a batch, never the state itself. A listener wakes
+// and reads the database, so a lost signal delays, never loses. On SQLite there is one process and
+// the in-process bus (src/lib/batch-events.ts) carries everything: its signals go nowhere.
+
+export type BatchSignal =
+  /** A validation made progress (the counts ride along: they are not stored until the end). */
+  | { kind: 'progress'; batch_id: string; lines_read: number; errors_total: number }
+  /** A validation finished: its outcome and stored errors are in the database. */
+  | { kind: 'validated'; batch_id: string }
+  /** A batch became claimable (validated or requeued): long polls may look again. */
+  | { kind: 'claimable'; batch_id: string }
+
+export interface SignalsStore {
+  /** Sends a signal to every other instance. */
+  publish(signal: BatchSignal): Promise<void>
+  /** Receives the other instances' signals until the returned stop() is called. */
+  subscribe(onSignal: (signal: BatchSignal) => void): Promise<() => Promise<void>>
+}
