@@ -19,6 +19,12 @@ export const ConfigSchema = T.Object({
   HOST: Str('Interface to bind', '0.0.0.0'),
   DATA_DIR: Str('Directory for the database, uploaded files, the JWT secret and the mail outbox', './data'),
   DATABASE_PATH: T.Optional(Str('SQLite database file (default DATA_DIR/gridkeep.db)')),
+  DATABASE_URL: T.Optional(
+    Str(
+      'postgres://user:password@host:5432/db: use PostgreSQL 15+ instead of SQLite (several instances may share it; JWT_SECRET then required)',
+    ),
+  ),
+  DATABASE_POOL_SIZE: Int(20, 1, 1000, 'PostgreSQL connections each instance keeps open at most'),
   SQLITE_SYNCHRONOUS: T.Union([T.Literal('normal'), T.Literal('full')], {
     default: 'normal',
     description: 'SQLite synchronous mode: normal (WAL-safe, fast) or full (survives power loss)',
@@ -100,6 +106,19 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`invalid configuration: ${name}: ${describe(first.schema)}${got}`)
   }
   const raw = converted as Raw
+  if (raw.DATABASE_URL !== undefined) {
+    if (!isPostgresUrl(raw.DATABASE_URL)) {
+      throw new ConfigError(
+        'invalid configuration: DATABASE_URL: expected a postgres:// or postgresql:// URL with a host (got "***")',
+      )
+    }
+    // API.md §12: every instance must sign and check the same tokens.
+    if (raw.JWT_SECRET === undefined) {
+      throw new ConfigError(
+        'invalid configuration: JWT_SECRET: required with DATABASE_URL (every instance must share it)',
+      )
+    }
+  }
   if (raw.SMTP_URL !== undefined && !isSmtpUrl(raw.SMTP_URL)) {
     // Caught here, not by the mailer at start, which would crash with an unclear error.
     throw new ConfigError(
@@ -114,6 +133,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
   }
 }
 
+function isPostgresUrl(value: string): boolean {
+  try {
+    const url = new URL(value)
+    return (url.protocol === 'postgres:' || url.protocol === 'postgresql:') && url.hostname !== ''
+  } catch {
+    return false
+  }
+}
+
 function isSmtpUrl(value: string): boolean {
   try {
     const url = new URL(value)
@@ -124,7 +152,8 @@ function isSmtpUrl(value: string): boolean {
 }
 
 // Never echo a secret back in the startup error.
-const redact = (name: string, v: unknown) => (/SECRET|PASSWORD|TOKEN|SMTP_URL/.test(name) ? '***' : v)
+const redact = (name: string, v: unknown) =>
+  /SECRET|PASSWORD|TOKEN|SMTP_URL|DATABASE_URL/.test(name) ? '***' : v
 
 function describe(schema: any): string {
   if (schema.anyOf) return `expected one of ${schema.anyOf.map((s: any) => s.const).join(', ')}`

@@ -12,6 +12,8 @@ import { createPasswords, type Passwords } from './lib/passwords'
 import { RateLimiter } from './lib/rate-limit'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
 import type { Store } from './store'
+import { postgresStore } from './store/postgres'
+import { openPostgres } from './store/postgres/db'
 import { sqliteStore } from './store/sqlite'
 
 /**
@@ -46,17 +48,33 @@ export interface DepsOverrides {
   passwords?: Passwords
 }
 
-/** Opens and migrates the database and builds the services' dependencies. */
-export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps {
-  const clock = overrides.clock ?? systemClock
+/**
+ * API.md §12: SQLite at DATABASE_PATH (opened and migrated here), or PostgreSQL at DATABASE_URL
+ * (connected lazily; `store.ready()` migrates it before the server listens).
+ */
+function openStore(config: Config, instanceId: string): Pick<Deps, 'db' | 'sqlite' | 'store'> {
+  if (config.DATABASE_URL) {
+    const pg = openPostgres({ url: config.DATABASE_URL, max: config.DATABASE_POOL_SIZE })
+    // The SQLite handles do not exist here; nothing behind the seam may reach for them.
+    return {
+      db: undefined as never,
+      sqlite: undefined as never,
+      store: postgresStore(pg, config, instanceId),
+    }
+  }
   const { db, sqlite } = openDb({ path: config.DATABASE_PATH, synchronous: config.SQLITE_SYNCHRONOUS })
   migrate(db)
+  return { db, sqlite, store: sqliteStore({ db, sqlite, config }) }
+}
+
+/** Opens the database and builds the services' dependencies. */
+export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps {
+  const clock = overrides.clock ?? systemClock
+  const instanceId = newId('inst_')
   const secret = resolveJwtSecret(config.JWT_SECRET, config.DATA_DIR)
   return {
     config,
-    db,
-    sqlite,
-    store: sqliteStore({ db, sqlite, config }),
+    ...openStore(config, instanceId),
     clock,
     mailer:
       overrides.mailer ??
@@ -72,6 +90,6 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     batchEvents: new BatchEventBus(),
     shutdown: new AbortController(),
     startedAt: clock.now(),
-    instanceId: newId('inst_'),
+    instanceId,
   }
 }

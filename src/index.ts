@@ -36,12 +36,14 @@ type StopLoop = () => unknown
 export async function startServer(config: Config, given?: Deps): Promise<RunningServer> {
   setLogLevel(config.LOG_LEVEL)
   // Before the database is opened or migrated: a second server must not touch it at all.
-  const lock = acquireInstanceLock(config.DATABASE_PATH)
+  // PostgreSQL is shared by design (API.md §12): several instances, no lock.
+  const lock = config.DATABASE_URL ? { release() {} } : acquireInstanceLock(config.DATABASE_PATH)
   let deps: Deps | undefined = given
   const loops: StopLoop[] = []
   let server: ReturnType<typeof Bun.serve>
   try {
     deps ??= createDeps(config)
+    await readyStore(config, deps)
     // First start hashes the superadmin's password off the main thread while the app is built.
     const superadmin = ensureSuperadmin(deps)
     // SPEC rule 7: the catalogue is upserted from the manifest at every start, before listening.
@@ -73,12 +75,14 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
     loops.push(sweeper.start(deps))
   } catch (error) {
     for (const stopLoop of loops) stopLoop()
-    if (!given) deps?.sqlite.close()
+    if (!given) await deps?.store.close().catch(() => {})
     lock.release()
     throw error
   }
   const url = `http://${config.HOST === '0.0.0.0' ? 'localhost' : config.HOST}:${server.port}`
-  log.info('gridkeep listening', { url, database: config.DATABASE_PATH, pid: process.pid })
+  // The URL may carry a password: only its engine is logged.
+  const database = config.DATABASE_URL ? 'postgresql' : config.DATABASE_PATH
+  log.info('gridkeep listening', { url, database, pid: process.pid })
 
   const running = deps
   let stopping: Promise<StopOutcome> | undefined
@@ -100,7 +104,7 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
     // Connections are closed; let the last after-response hooks run so those requests are logged.
     for (let waited = 0; openRequests(running) > 0 && waited < 1000; waited += 5) await Bun.sleep(5)
     running.mailer.close()
-    running.sqlite.close()
+    await running.store.close()
     lock.release()
     log.info('stopped', { drained, duration_ms: Math.round(performance.now() - started) })
     return { drained }
@@ -113,6 +117,26 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
       stopping ??= shutdown()
       return stopping
     },
+  }
+}
+
+/**
+ * Connects and migrates. A PostgreSQL that is unreachable, refuses the credentials or the DDL
+ * stops the start with one line naming DATABASE_URL, its password never echoed (API.md §12).
+ */
+async function readyStore(config: Config, deps: Deps) {
+  try {
+    await deps.store.ready()
+  } catch (error) {
+    if (!config.DATABASE_URL) throw error
+    const password = new URL(config.DATABASE_URL).password
+    // drizzle wraps the driver's error ("Failed query: …"): the cause says why.
+    const cause = error instanceof Error && error.cause instanceof Error ? error.cause.message : null
+    let reason = [error instanceof Error ? error.message.split('\n')[0] : String(error), cause]
+      .filter(Boolean)
+      .join(': ')
+    if (password) reason = reason.replaceAll(password, '***').replaceAll(decodeURIComponent(password), '***')
+    throw new ConfigError(`DATABASE_URL: cannot use the database: ${reason.split('\n')[0]}`)
   }
 }
 

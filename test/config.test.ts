@@ -73,6 +73,27 @@ describe('loadConfig', () => {
     }
   })
 
+  test('DATABASE_URL: PostgreSQL only, with JWT_SECRET, never echoing its password', () => {
+    const secret = { JWT_SECRET: 'x'.repeat(40) }
+    for (const bad of ['mysql://u:hunter2-pw@h/db', 'postgres://', 'not a url hunter2-pw']) {
+      let message = ''
+      try {
+        loadConfig({ ...secret, DATABASE_URL: bad })
+      } catch (e) {
+        expect(e).toBeInstanceOf(ConfigError)
+        message = (e as Error).message
+      }
+      expect(message).toMatch(/^invalid configuration: DATABASE_URL: /)
+      expect(message).not.toContain('hunter2')
+    }
+    expect(() => loadConfig({ DATABASE_URL: 'postgres://u:hunter2-pw@db.lab/gk' })).toThrow(
+      /^invalid configuration: JWT_SECRET: required with DATABASE_URL/,
+    )
+    expect(loadConfig({ ...secret, DATABASE_URL: 'postgresql://u:p@db.lab:5432/gk' }).DATABASE_URL).toBe(
+      'postgresql://u:p@db.lab:5432/gk',
+    )
+  })
+
   test('every variable has a description for the README and --help', () => {
     const rows = configRows()
     expect(rows.length).toBeGreaterThan(25)

@@ -19,5 +19,9 @@ export interface Store {
   readonly batches: BatchesStore
   /** Hints between instances sharing the database (signals.ts). */
   readonly signals: SignalsStore
+  /** Connects and brings the schema up to date (PostgreSQL: under an advisory lock). */
+  ready(): Promise<void>
+  /** Readiness: throws when the database does not answer. */
+  ping(): Promise<void>
   close(): Promise<void>
 }

@@ -12,9 +12,9 @@ export const healthRoutes = (deps: Deps) =>
     })
     .get(
       '/readyz',
-      () => {
+      async () => {
         try {
-          deps.sqlite.query('SELECT 1').get()
+          await deps.store.ping()
           return { status: 'ready' as const }
         } catch {
           throw new AppError(503, 'not_ready', 'The database does not answer')

@@ -1,7 +1,7 @@
 import type { Config } from '../../config'
 import type { Store } from '../index'
 import { postgresBatches } from './batches'
-import type { PgDb } from './db'
+import { migratePostgres, type PgDb } from './db'
 import { postgresQueue } from './queue'
 import { postgresSignals } from './signals'
 
@@ -16,6 +16,10 @@ export function postgresStore(
     queue: postgresQueue(db, config),
     batches: postgresBatches(db),
     signals: postgresSignals(db, instanceId),
+    ready: () => migratePostgres(db),
+    async ping() {
+      await db.$client`SELECT 1`
+    },
     async close() {
       await db.$client.close()
     },

@@ -17,6 +17,11 @@ export function sqliteStore(deps: {
     queue: sqliteQueue(deps),
     batches: sqliteBatches(deps),
     signals: sqliteSignals(),
+    // Opened and migrated synchronously by src/db/open.ts and src/db/migrate.ts.
+    async ready() {},
+    async ping() {
+      deps.sqlite.query('SELECT 1').get()
+    },
     async close() {
       deps.sqlite.close()
     },
