@@ -8,6 +8,7 @@ import { type RunningServer, startServer } from '../../src/index'
 import { type ManualClock, manualClock } from '../../src/lib/clock'
 import type { Mail, Mailer } from '../../src/lib/mailer'
 import { createPasswords } from '../../src/lib/passwords'
+import { takePostgresDatabase, testEngine } from './postgres'
 import { rememberSecretsIn } from './secrets'
 
 // Tests build an app on a temporary database with a fixed clock (STYLE example 12) and talk to it
@@ -25,6 +26,9 @@ export function testConfig(env: Record<string, string> = {}): Config {
     PORT: '0',
     HOST: '127.0.0.1',
     LOG_LEVEL: 'debug',
+    ...(testEngine === 'postgres' && !env.DATABASE_URL
+      ? { DATABASE_URL: takePostgresDatabase(), DATABASE_POOL_SIZE: '4' }
+      : {}),
     ...env,
   })
 }
@@ -105,7 +109,7 @@ export function makeTestApp(env: Record<string, string> = {}, opts: { clock?: Ma
     req: async (method, path, o) =>
       readRes(await app.handle(buildRequest('http://localhost', method, path, o))),
     close() {
-      deps.sqlite.close()
+      void deps.store.close()
       rmSync(config.DATA_DIR, { recursive: true, force: true })
     },
   }

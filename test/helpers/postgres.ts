@@ -29,3 +29,45 @@ export async function freshPostgresUrl(): Promise<string> {
   url.pathname = `/${name}`
   return url.toString()
 }
+
+// The whole suite on PostgreSQL (GRIDKEEP_TEST_DATABASE=postgres bun test): the preload
+// (test/setup.ts) prepares migrated databases up front, so that building a test app stays
+// synchronous; testConfig() hands one to each app.
+
+export const testEngine = process.env.GRIDKEEP_TEST_DATABASE === 'postgres' ? 'postgres' : 'sqlite'
+
+const prepared: string[] = []
+
+export async function preparePostgresDatabases(count: number) {
+  const { migratePostgres, openPostgres } = await import('../../src/store/postgres/db')
+  const template = new URL(await freshPostgresUrl())
+  const db = openPostgres({ url: template.toString(), max: 1 })
+  await migratePostgres(db)
+  await db.$client.close()
+  const base = new URL(template)
+  base.pathname = '/postgres'
+  const admin = new SQL({ url: base.toString(), max: 4 })
+  const name = template.pathname.slice(1)
+  try {
+    for (let i = 0; i < count; i += 4) {
+      await Promise.all(
+        Array.from({ length: Math.min(4, count - i) }, async (_, j) => {
+          const clone = `${name}_${i + j}`
+          await admin.unsafe(`CREATE DATABASE ${clone} TEMPLATE ${name}`)
+          const url = new URL(template)
+          url.pathname = `/${clone}`
+          prepared.push(url.toString())
+        }),
+      )
+    }
+  } finally {
+    await admin.close()
+  }
+}
+
+/** A migrated, empty database for one test app (PostgreSQL test mode). */
+export function takePostgresDatabase(): string {
+  const url = prepared.pop()
+  if (!url) throw new Error('test/setup.ts prepared too few PostgreSQL databases: raise the count')
+  return url
+}

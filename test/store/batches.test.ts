@@ -116,7 +116,9 @@ for (const [kind, open] of storeEngines) {
           103,
         ),
       ).toBeNull()
-      expect((await h.one<{ n: number }>('SELECT CAST(count(*) AS INTEGER) AS n FROM batch_errors')).n).toBe(2)
+      expect((await h.one<{ n: number }>('SELECT CAST(count(*) AS INTEGER) AS n FROM batch_errors')).n).toBe(
+        2,
+      )
       expect(await h.store.batches.validatingIds()).toEqual([])
       expect(await h.store.batches.leaseValidation('batch_ok', 'inst_a', 200, 260)).toBeNull()
     })
