@@ -4,7 +4,7 @@ import pkg from '../package.json'
 import type { Deps } from './deps'
 import { beginRequest, pathOf, requestFacts } from './http/context'
 import { errorHandler, toAppError } from './http/errors'
-import { checkBodyHeaders, checkJsonDepth } from './http/parse'
+import { checkBodyHeaders, checkJsonBody } from './http/parse'
 import { log, logEnabled } from './lib/logger'
 import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
@@ -30,7 +30,7 @@ export function createApp(deps: Deps) {
         checkBodyHeaders(request)
       })
       // Parsing itself is declared per route (jsonBody / optionalJsonBody in src/http/parse.ts).
-      .onTransform({ as: 'global' }, ({ body }) => checkJsonDepth(body))
+      .onTransform({ as: 'global' }, ({ body }) => checkJsonBody(body))
       // Destructured on purpose: Elysia's static analysis builds only the context fields its hooks
       // name. A hook taking the whole context made every request parse its headers, query and
       // cookies (about a third of the heartbeat's throughput).
