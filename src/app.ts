@@ -25,7 +25,7 @@ export function createApp(deps: Deps) {
   return (
     new Elysia({ name: 'gridkeep', normalize: false })
       .onRequest(({ request, set }) => {
-        set.headers['x-request-id'] = beginRequest(request).id
+        set.headers['x-request-id'] = beginRequest(request, deps.clock.monotonicMs()).id
         open.count++
         checkBodyHeaders(request)
       })
@@ -105,7 +105,7 @@ function recordRequest(deps: Deps, ctx: AfterResponse) {
   const { request, route } = ctx
   const facts = requestFacts(request)
   const status = responseStatus(ctx)
-  const seconds = facts ? (performance.now() - facts.startedMs) / 1000 : 0
+  const seconds = facts ? (deps.clock.monotonicMs() - facts.startedMs) / 1000 : 0
   const method = METHODS.has(request.method) ? request.method : 'OTHER'
   const series = httpSeries(deps, method, route || 'unmatched', status)
   series.count.inc()

@@ -2,6 +2,7 @@ import { and, eq, inArray, isNull, lte, or } from 'drizzle-orm'
 import { batchAssignments, batches, modelPulls, workers } from '../db/schema'
 import { writeTx } from '../db/tx'
 import type { Deps } from '../deps'
+import { type Every, every } from '../lib/clock'
 import { log } from '../lib/logger'
 import { requeueBatch } from '../modules/workers/requeue'
 
@@ -81,7 +82,7 @@ export function runOnce(deps: Deps): SweepResult {
 }
 
 /** Runs runOnce every SWEEP_INTERVAL_SECONDS until stopped (or the server shuts down). */
-export function start(deps: Deps): () => void {
+export function start(deps: Deps, schedule: Every = every): () => void {
   const pass = () => {
     try {
       runOnce(deps)
@@ -89,8 +90,7 @@ export function start(deps: Deps): () => void {
       log.error('sweeper pass failed', { error: e instanceof Error ? e : String(e) })
     }
   }
-  const timer = setInterval(pass, deps.config.SWEEP_INTERVAL_SECONDS * 1000)
-  const stop = () => clearInterval(timer)
+  const stop = schedule(deps.config.SWEEP_INTERVAL_SECONDS * 1000, pass)
   deps.shutdown.signal.addEventListener('abort', stop, { once: true })
   return stop
 }

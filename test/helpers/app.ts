@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createApp } from '../../src/app'
+import { createApp, openRequests } from '../../src/app'
 import { type Config, loadConfig } from '../../src/config'
 import { createDeps, type Deps } from '../../src/deps'
 import { type RunningServer, startServer } from '../../src/index'
@@ -141,5 +141,17 @@ export async function startTestServer(
       rmSync(config.DATA_DIR, { recursive: true, force: true })
       return outcome
     },
+  }
+}
+
+/**
+ * Resolves once every request served with `deps` has been logged and counted. Elysia runs
+ * after-response hooks on a later turn of the event loop; the open-request count reaches 0 in the
+ * same hook that writes the log line and the metrics.
+ */
+export async function allRequestsRecorded(deps: Deps): Promise<void> {
+  for (let turns = 0; openRequests(deps) > 0; turns++) {
+    if (turns > 1000) throw new Error('a request was never recorded')
+    await new Promise((resolve) => setImmediate(resolve))
   }
 }
