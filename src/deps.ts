@@ -10,6 +10,7 @@ import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { RateLimiter } from './lib/rate-limit'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
+import type { PoolCapacity } from './modules/pool/service'
 
 /**
  * Everything a service needs, passed explicitly (STYLE example 2): services take `deps` and a
@@ -31,6 +32,21 @@ export interface Deps {
   shutdown: AbortController
   /** Unix seconds when this process started (sweeper startup grace). */
   startedAt: number
+  /** Random, one per server: keeps two servers' HTTP plugins apart in one process (src/http/auth.ts). */
+  instanceId: string
+  // Per-server state, here rather than in module-level maps so that each server (and each test's
+  // app) has its own and it goes when the server does.
+  /**
+   * Requests begun and not yet logged and counted (src/app.ts). Elysia runs after-response hooks on
+   * a later turn of the event loop; the shutdown waits for this to reach 0, so every request is logged.
+   */
+  requestsOpen: number
+  /** Open batch event streams per user id (API.md §6, MAX_SSE_STREAMS_PER_USER). */
+  eventStreams: Map<string, number>
+  /** SPEC Pool rule 6: pool capacity answers per caller class, each kept POOL_CACHE_SECONDS. */
+  poolCache: Map<string, PoolCapacity>
+  /** Ids of the batches this server is validating now: one validation of a batch at a time. */
+  validating: Set<string>
 }
 
 export interface DepsOverrides {
@@ -64,5 +80,10 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     batchEvents: new BatchEventBus(),
     shutdown: new AbortController(),
     startedAt: clock.now(),
+    instanceId: crypto.randomUUID(),
+    requestsOpen: 0,
+    eventStreams: new Map(),
+    poolCache: new Map(),
+    validating: new Set(),
   }
 }

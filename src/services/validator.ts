@@ -31,16 +31,6 @@ export interface ValidationOutcome {
   request_lines: number
 }
 
-const inFlight = new WeakMap<Deps, Set<string>>()
-const running = (deps: Deps) => {
-  let s = inFlight.get(deps)
-  if (!s) {
-    s = new Set()
-    inFlight.set(deps, s)
-  }
-  return s
-}
-
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve))
 
 /**
@@ -54,7 +44,7 @@ export async function validateBatch(
   signal?: AbortSignal,
 ): Promise<ValidationOutcome | null> {
   const batch = deps.db.select().from(batches).where(eq(batches.id, batchId)).get()
-  const busy = running(deps)
+  const busy = deps.validating
   if (batch?.status !== 'validating' || busy.has(batchId)) return null
   busy.add(batchId)
   const bus = deps.batchEvents

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createApp, openRequests } from '../../src/app'
+import { createApp } from '../../src/app'
 import { type Config, loadConfig } from '../../src/config'
 import { createDeps, type Deps } from '../../src/deps'
 import { type RunningServer, startServer } from '../../src/index'
@@ -150,7 +150,7 @@ export async function startTestServer(
  * same hook that writes the log line and the metrics.
  */
 export async function allRequestsRecorded(deps: Deps): Promise<void> {
-  for (let turns = 0; openRequests(deps) > 0; turns++) {
+  for (let turns = 0; deps.requestsOpen > 0; turns++) {
     if (turns > 1000) throw new Error('a request was never recorded')
     await new Promise((resolve) => setImmediate(resolve))
   }
