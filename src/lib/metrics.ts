@@ -32,10 +32,11 @@ export function createMetrics() {
   })
   // prom-client hashes the label object on every call; the children of one (method, route, status)
   // are looked up once and kept (the set is small: route patterns, not paths).
-  const httpChildren = new Map<
-    string,
-    { count: Counter.Internal; duration: Histogram.Internal<'method' | 'route' | 'status'> }
-  >()
+  const childrenOf = (method: string, route: string, status: string) => ({
+    count: httpRequests.labels(method, route, status),
+    duration: httpDuration.labels(method, route, status),
+  })
+  const httpChildren = new Map<string, ReturnType<typeof childrenOf>>()
   return {
     registry,
     httpRequests,
@@ -45,10 +46,7 @@ export function createMetrics() {
       const key = `${method} ${status} ${route}`
       let series = httpChildren.get(key)
       if (!series) {
-        series = {
-          count: httpRequests.labels(method, route, String(status)),
-          duration: httpDuration.labels(method, route, String(status)),
-        }
+        series = childrenOf(method, route, String(status))
         httpChildren.set(key, series)
       }
       return series

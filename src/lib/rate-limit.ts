@@ -3,7 +3,7 @@ import { rateLimited } from './errors'
 import { log } from './logger'
 
 /** Keys one rule tracks at most: ~20 MB for 10 hits a key, whatever clients send. */
-export const DEFAULT_MAX_KEYS = 100_000
+const DEFAULT_MAX_KEYS = 100_000
 
 /**
  * Sliding-window counters in memory (one process serves the whole lab). `take` throws the 429
