@@ -4,7 +4,7 @@ import pkg from '../package.json'
 import type { Deps } from './deps'
 import { beginRequest, pathOf, requestFacts } from './http/context'
 import { errorHandler, toAppError } from './http/errors'
-import { checkBodyHeaders, checkJsonDepth } from './http/parse'
+import { checkBodyHeaders, checkJsonBody } from './http/parse'
 import { log, logEnabled } from './lib/logger'
 import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
@@ -20,24 +20,22 @@ import { workerRoutes } from './modules/workers'
 
 /** The HTTP application: request ids and logging, the JSON parser, error mapping, docs, modules. */
 export function createApp(deps: Deps) {
-  const open = { count: 0 }
-  openByDeps.set(deps, open)
   return (
     new Elysia({ name: 'gridkeep', normalize: false })
       .onRequest(({ request, set }) => {
-        set.headers['x-request-id'] = beginRequest(request).id
-        open.count++
+        set.headers['x-request-id'] = beginRequest(request, deps.clock.monotonicMs()).id
+        deps.requestsOpen++
         checkBodyHeaders(request)
       })
       // Parsing itself is declared per route (jsonBody / optionalJsonBody in src/http/parse.ts).
-      .onTransform({ as: 'global' }, ({ body }) => checkJsonDepth(body))
+      .onTransform({ as: 'global' }, ({ body }) => checkJsonBody(body))
       // Destructured on purpose: Elysia's static analysis builds only the context fields its hooks
       // name. A hook taking the whole context made every request parse its headers, query and
       // cookies (about a third of the heartbeat's throughput).
       .onAfterResponse(
         { as: 'global' },
         ({ request, route, set, responseValue, error, code }: AfterResponse) => {
-          open.count--
+          deps.requestsOpen--
           recordRequest(deps, { request, route, set, responseValue, error, code })
         },
       )
@@ -83,11 +81,6 @@ export function createApp(deps: Deps) {
 
 export type App = ReturnType<typeof createApp>
 
-// Requests begun and not yet recorded. Elysia runs after-response hooks on a later turn of the
-// event loop, so the shutdown waits for this to reach 0 before exiting: every request is logged.
-const openByDeps = new WeakMap<Deps, { count: number }>()
-export const openRequests = (deps: Deps) => openByDeps.get(deps)?.count ?? 0
-
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
 
 /**
@@ -105,9 +98,9 @@ function recordRequest(deps: Deps, ctx: AfterResponse) {
   const { request, route } = ctx
   const facts = requestFacts(request)
   const status = responseStatus(ctx)
-  const seconds = facts ? (performance.now() - facts.startedMs) / 1000 : 0
+  const seconds = facts ? (deps.clock.monotonicMs() - facts.startedMs) / 1000 : 0
   const method = METHODS.has(request.method) ? request.method : 'OTHER'
-  const series = httpSeries(deps, method, route || 'unmatched', status)
+  const series = deps.metrics.httpSeries(method, route || 'unmatched', status)
   series.count.inc()
   series.duration.observe(seconds)
   if (!logEnabled('info')) return
@@ -119,28 +112,6 @@ function recordRequest(deps: Deps, ctx: AfterResponse) {
     status,
     duration_ms: Math.round(seconds * 100_000) / 100,
   })
-}
-
-// prom-client hashes the label object on every call; the children of one (method, route, status)
-// are looked up once and kept (the set is small: route patterns, not paths).
-const seriesByDeps = new WeakMap<Deps, Map<string, ReturnType<typeof makeSeries>>>()
-const makeSeries = (deps: Deps, method: string, route: string, status: number) => ({
-  count: deps.metrics.httpRequests.labels(method, route, String(status)),
-  duration: deps.metrics.httpDuration.labels(method, route, String(status)),
-})
-function httpSeries(deps: Deps, method: string, route: string, status: number) {
-  let all = seriesByDeps.get(deps)
-  if (!all) {
-    all = new Map()
-    seriesByDeps.set(deps, all)
-  }
-  const key = `${method} ${status} ${route}`
-  let series = all.get(key)
-  if (!series) {
-    series = makeSeries(deps, method, route, status)
-    all.set(key, series)
-  }
-  return series
 }
 
 /**

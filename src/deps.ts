@@ -11,6 +11,7 @@ import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { RateLimiter } from './lib/rate-limit'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
+import type { PoolCapacity } from './modules/pool/service'
 import type { Store } from './store'
 import { postgresStore } from './store/postgres'
 import { openPostgres } from './store/postgres/db'
@@ -38,8 +39,24 @@ export interface Deps {
   shutdown: AbortController
   /** Unix seconds when this process started (sweeper startup grace). */
   startedAt: number
-  /** This process among the instances sharing a database (validation leases, API.md §12). */
+  /**
+   * Random, one per server: this process among the instances sharing a database (validation
+   * leases, signals, API.md §12); keeps two servers' HTTP plugins apart in one process.
+   */
   instanceId: string
+  // Per-server state, here rather than in module-level maps so that each server (and each test's
+  // app) has its own and it goes when the server does.
+  /**
+   * Requests begun and not yet logged and counted (src/app.ts). Elysia runs after-response hooks on
+   * a later turn of the event loop; the shutdown waits for this to reach 0, so every request is logged.
+   */
+  requestsOpen: number
+  /** Open batch event streams per user id (API.md §6, MAX_SSE_STREAMS_PER_USER). */
+  eventStreams: Map<string, number>
+  /** SPEC Pool rule 6: pool capacity answers per caller class, each kept POOL_CACHE_SECONDS. */
+  poolCache: Map<string, PoolCapacity>
+  /** Ids of the batches this server is validating now: one validation of a batch at a time. */
+  validating: Set<string>
 }
 
 export interface DepsOverrides {
@@ -91,5 +108,9 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     shutdown: new AbortController(),
     startedAt: clock.now(),
     instanceId,
+    requestsOpen: 0,
+    eventStreams: new Map(),
+    poolCache: new Map(),
+    validating: new Set(),
   }
 }

@@ -1,5 +1,5 @@
 import { collectDefaultMetrics } from 'prom-client'
-import { createApp, openRequests } from './app'
+import { createApp } from './app'
 import { type Config, ConfigError, loadConfig } from './config'
 import { createDeps, type Deps } from './deps'
 import { log, setLogLevel } from './lib/logger'
@@ -102,7 +102,7 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
       await settlesWithin(server.stop(true), 2000)
     }
     // Connections are closed; let the last after-response hooks run so those requests are logged.
-    for (let waited = 0; openRequests(running) > 0 && waited < 1000; waited += 5) await Bun.sleep(5)
+    for (let waited = 0; running.requestsOpen > 0 && waited < 1000; waited += 5) await Bun.sleep(5)
     running.mailer.close()
     await running.store.close()
     lock.release()

@@ -112,22 +112,11 @@ function level<L extends AuthLevel>(deps: Deps, l: L) {
 
 const ANONYMOUS: AnonymousPrincipal = { kind: 'anonymous' }
 
-// One plugin instance per deps, named with a per-deps seed so Elysia deduplicates it across modules.
-const instances = new WeakMap<Deps, ReturnType<typeof build>>()
-let instanceCount = 0
-
-export function authPlugin(deps: Deps) {
-  let plugin = instances.get(deps)
-  if (!plugin) {
-    plugin = build(deps, ++instanceCount)
-    instances.set(deps, plugin)
-  }
-  return plugin
-}
-
 // Each level is its own macro so the handler's `principal` has exactly the type that level admits.
-const build = (deps: Deps, seed: number) =>
-  new Elysia({ name: 'http.auth', seed }).macro({
+// Named and seeded per server (deps.instanceId): Elysia keeps one of the plugins of the same name
+// and seed it is given, and never mixes two servers' (tests build several in one process).
+export const authPlugin = (deps: Deps) =>
+  new Elysia({ name: 'http.auth', seed: deps.instanceId }).macro({
     public: level(deps, 'public'),
     session: level(deps, 'session'),
     jwt: level(deps, 'jwt'),

@@ -2,6 +2,7 @@
 // nothing leaks between requests and nothing needs cleaning up.
 interface RequestFacts {
   id: string
+  /** deps.clock.monotonicMs() when the request arrived. */
   startedMs: number
 }
 const facts = new WeakMap<Request, RequestFacts>()
@@ -10,11 +11,11 @@ const CLIENT_ID = /^[\w.:-]{1,128}$/
 
 /** Echoes a well-formed client X-Request-Id, else makes one (random, not a secret: a UUID is
  * the cheapest good source, and every request pays for it). */
-export function beginRequest(request: Request): RequestFacts {
+export function beginRequest(request: Request, startedMs: number): RequestFacts {
   const given = request.headers.get('x-request-id')
   const f = {
     id: given && CLIENT_ID.test(given) ? given : `req_${crypto.randomUUID().replaceAll('-', '')}`,
-    startedMs: performance.now(),
+    startedMs,
   }
   facts.set(request, f)
   return f

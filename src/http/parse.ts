@@ -11,7 +11,9 @@ import { pathOf } from './context'
 // context property on every request, which cost about a fifth of the heartbeat's throughput.
 // Optional bodies keep a strict parser of ours (`optionalJsonBody`): the native one silently
 // drops a malformed optional body, which would turn e.g. a garbled key rotation request into
-// "rotate every key". `checkJsonDepth` runs before validation on whatever was parsed.
+// "rotate every key". `checkJsonBody` runs before validation on whatever was parsed: every body of
+// this API is a JSON object, and Elysia's validator would otherwise let another JSON value through
+// (it skips an optional body that is not a non-empty object, and copies a required one onto `{}`).
 
 export const MAX_JSON_BYTES = 4 * 1024 * 1024
 // No request body of this API nests deeply; a hostile one must not reach the validator, whose error
@@ -55,12 +57,16 @@ export function checkBodyHeaders(request: Request): void {
 /** Route options for a required JSON body: Elysia's native parser, then the schema. */
 export const jsonBody = <S>(schema: S) => ({ parse: 'json' as const, body: schema })
 
-/** Route options for an optional JSON body: empty means none; malformed is a 400, never ignored. */
+/**
+ * Route options for an optional JSON body: an empty body is `{}` (the same request with every field
+ * left out); malformed is a 400, never ignored.
+ */
 export const optionalJsonBody = <S>(schema: S) => ({ parse: parseOptionalJson, body: schema })
 
 async function parseOptionalJson({ request }: { request: Request }): Promise<unknown> {
   const text = await request.text()
-  if (text.trim() === '') return null
+  // Not `undefined`: a parse hook returning it hands the body to Elysia's own parser.
+  if (text.trim() === '') return {}
   try {
     return JSON.parse(text)
   } catch {
@@ -68,9 +74,16 @@ async function parseOptionalJson({ request }: { request: Request }): Promise<unk
   }
 }
 
-/** Refuses a parsed body nested deeper than MAX_JSON_DEPTH (iterative: a deep value cannot overflow it). */
-export function checkJsonDepth(body: unknown): void {
-  if (body === null || typeof body !== 'object') return
+/**
+ * Refuses a parsed body that is not a JSON object (API.md §0: bodies are validated by schema, and
+ * every schema is an object; `null`, `42` or `1e309` is not "no body") or that nests deeper than
+ * MAX_JSON_DEPTH (iterative: a deep value cannot overflow it). `undefined` is a route without a body.
+ */
+export function checkJsonBody(body: unknown): void {
+  if (body === undefined) return
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw badRequest('invalid_body', 'The request body must be a JSON object')
+  }
   const stack: [unknown, number][] = [[body, 1]]
   while (stack.length > 0) {
     const [value, depth] = stack.pop()!

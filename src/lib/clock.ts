@@ -5,11 +5,23 @@ export interface Clock {
   now(): number
   /** Unix milliseconds. */
   nowMs(): number
+  /** Milliseconds from an arbitrary origin that never go backwards: for measuring durations. */
+  monotonicMs(): number
 }
 
 export const systemClock: Clock = {
   now: () => Math.floor(Date.now() / 1000),
   nowMs: () => Date.now(),
+  monotonicMs: () => performance.now(),
+}
+
+/** Calls `fn` every `ms` milliseconds until the returned stop() is called. */
+export type Every = (ms: number, fn: () => unknown) => () => void
+
+/** The background loops' timer (setInterval); tests hand a loop one they fire themselves. */
+export const every: Every = (ms, fn) => {
+  const timer = setInterval(fn, ms)
+  return () => clearInterval(timer)
 }
 
 export interface ManualClock extends Clock {
@@ -23,6 +35,7 @@ export function manualClock(startSeconds = 1_800_000_000): ManualClock {
   return {
     now: () => Math.floor(ms / 1000),
     nowMs: () => ms,
+    monotonicMs: () => ms,
     advance: (s) => {
       ms += s * 1000
     },

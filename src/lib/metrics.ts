@@ -16,22 +16,41 @@ export function createMetrics() {
     labelNames: ['version', 'bun_version'] as const,
     registers,
   }).set({ version: pkg.version, bun_version: Bun.version }, 1)
+  /** Every HTTP request, counted once when its response is complete (src/app.ts). */
+  const httpRequests = new Counter({
+    name: 'gridkeep_http_requests_total',
+    help: 'HTTP requests by method, route pattern (never the raw path) and status',
+    labelNames: ['method', 'route', 'status'] as const,
+    registers,
+  })
+  const httpDuration = new Histogram({
+    name: 'gridkeep_http_request_duration_seconds',
+    help: 'HTTP request latency by method, route pattern and status',
+    labelNames: ['method', 'route', 'status'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers,
+  })
+  // prom-client hashes the label object on every call; the children of one (method, route, status)
+  // are looked up once and kept (the set is small: route patterns, not paths).
+  const childrenOf = (method: string, route: string, status: string) => ({
+    count: httpRequests.labels(method, route, status),
+    duration: httpDuration.labels(method, route, status),
+  })
+  const httpChildren = new Map<string, ReturnType<typeof childrenOf>>()
   return {
     registry,
-    /** Every HTTP request, counted once when its response is complete (src/app.ts). */
-    httpRequests: new Counter({
-      name: 'gridkeep_http_requests_total',
-      help: 'HTTP requests by method, route pattern (never the raw path) and status',
-      labelNames: ['method', 'route', 'status'] as const,
-      registers,
-    }),
-    httpDuration: new Histogram({
-      name: 'gridkeep_http_request_duration_seconds',
-      help: 'HTTP request latency by method, route pattern and status',
-      labelNames: ['method', 'route', 'status'] as const,
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
-      registers,
-    }),
+    httpRequests,
+    httpDuration,
+    /** The request counter and latency histogram of one (method, route pattern, status). */
+    httpSeries(method: string, route: string, status: number) {
+      const key = `${method} ${status} ${route}`
+      let series = httpChildren.get(key)
+      if (!series) {
+        series = childrenOf(method, route, String(status))
+        httpChildren.set(key, series)
+      }
+      return series
+    },
     /** Set at scrape time from the database (src/modules/metrics). */
     batches: new Gauge({
       name: 'gridkeep_batches',

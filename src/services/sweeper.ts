@@ -1,4 +1,5 @@
 import type { Deps } from '../deps'
+import { type Every, every } from '../lib/clock'
 import { log } from '../lib/logger'
 
 // The sweeper (SPEC §3 Worker, API.md §7): every SWEEP_INTERVAL_SECONDS, workers unseen for
@@ -41,7 +42,7 @@ export async function runOnce(deps: Deps): Promise<SweepResult> {
 }
 
 /** Runs runOnce every SWEEP_INTERVAL_SECONDS until stopped (or the server shuts down). */
-export function start(deps: Deps): () => void {
+export function start(deps: Deps, schedule: Every = every): () => void {
   const interval = deps.config.SWEEP_INTERVAL_SECONDS
   const pass = async () => {
     try {
@@ -53,8 +54,7 @@ export function start(deps: Deps): () => void {
       log.error('sweeper pass failed', { error: e instanceof Error ? e : String(e) })
     }
   }
-  const timer = setInterval(pass, interval * 1000)
-  const stop = () => clearInterval(timer)
+  const stop = schedule(interval * 1000, pass)
   deps.shutdown.signal.addEventListener('abort', stop, { once: true })
   return stop
 }

@@ -29,16 +29,6 @@ export interface ValidationOutcome {
   request_lines: number
 }
 
-const inFlight = new WeakMap<Deps, Set<string>>()
-const running = (deps: Deps) => {
-  let s = inFlight.get(deps)
-  if (!s) {
-    s = new Set()
-    inFlight.set(deps, s)
-  }
-  return s
-}
-
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve))
 
 /**
@@ -51,7 +41,7 @@ export async function validateBatch(
   batchId: string,
   signal?: AbortSignal,
 ): Promise<ValidationOutcome | null> {
-  const busy = running(deps)
+  const busy = deps.validating
   if (busy.has(batchId)) return null
   busy.add(batchId)
   let lease: ReturnType<typeof setInterval> | undefined

@@ -43,8 +43,13 @@ describe('upgrades', () => {
         INSERT INTO files (id, user_id, filename, purpose, bytes, batch_id, created_at)
           VALUES ('file-in', 'user_a', 'in.jsonl', 'batch', 10, NULL, 102);
         INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status, attempts,
-            request_counts_total, request_counts_completed, request_counts_failed, created_at, updated_at)
-          VALUES ('batch_a', 'user_a', 'file-in', '/v1/chat/completions', '24h', 'm', 'completed', 1, 2, 1, 1, 103, 104);
+            request_counts_total, request_counts_completed, request_counts_failed, created_at, updated_at,
+            output_file_id, error_file_id)
+          VALUES ('batch_a', 'user_a', 'file-in', '/v1/chat/completions', '24h', 'm', 'completed', 1, 2, 1, 1, 103, 104,
+            'file-out', 'file-err');
+        INSERT INTO files (id, user_id, filename, purpose, bytes, batch_id, created_at) VALUES
+          ('file-out', 'user_a', 'batch_a_output.jsonl', 'batch_output', 20, 'batch_a', 104),
+          ('file-err', 'user_a', 'batch_a_error.jsonl', 'batch_error', 30, 'batch_a', 104);
       `)
       const before = {
         users: sqlite.query('SELECT id, email, password_hash, token_version, platform_role FROM users').all(),
@@ -52,8 +57,11 @@ describe('upgrades', () => {
         batches: sqlite
           .query('SELECT id, status, attempts, request_counts_total, request_counts_completed FROM batches')
           .all(),
-        files: sqlite.query('SELECT id, user_id, filename, bytes FROM files').all(),
+        files: sqlite.query('SELECT id, user_id, filename, bytes, batch_id, created_at FROM files').all(),
       }
+      expect(sqlite.query("SELECT purpose FROM files WHERE id = 'file-err'").get()).toEqual({
+        purpose: 'batch_error',
+      })
 
       migrate(db) // today's full set
       expect(sqlite.query('SELECT count(*) AS n FROM __drizzle_migrations').get()).toEqual({
@@ -68,7 +76,20 @@ describe('upgrades', () => {
           .query('SELECT id, status, attempts, request_counts_total, request_counts_completed FROM batches')
           .all(),
       ).toEqual(before.batches)
-      expect(sqlite.query('SELECT id, user_id, filename, bytes FROM files').all()).toEqual(before.files)
+      expect(
+        sqlite.query('SELECT id, user_id, filename, bytes, batch_id, created_at FROM files').all(),
+      ).toEqual(before.files)
+      // API.md §5: error files carry purpose batch_output, as OpenAI's do; the batch still names its
+      // error file.
+      expect(sqlite.query('SELECT id, purpose FROM files ORDER BY id').all()).toEqual([
+        { id: 'file-err', purpose: 'batch_output' },
+        { id: 'file-in', purpose: 'batch' },
+        { id: 'file-out', purpose: 'batch_output' },
+      ])
+      expect(sqlite.query('SELECT output_file_id, error_file_id FROM batches').get()).toEqual({
+        output_file_id: 'file-out',
+        error_file_id: 'file-err',
+      })
       expect(sqlite.query('PRAGMA integrity_check').get()).toEqual({ integrity_check: 'ok' })
       sqlite.close()
     } finally {

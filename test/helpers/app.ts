@@ -147,3 +147,15 @@ export async function startTestServer(
     },
   }
 }
+
+/**
+ * Resolves once every request served with `deps` has been logged and counted. Elysia runs
+ * after-response hooks on a later turn of the event loop; the open-request count reaches 0 in the
+ * same hook that writes the log line and the metrics.
+ */
+export async function allRequestsRecorded(deps: Deps): Promise<void> {
+  for (let turns = 0; deps.requestsOpen > 0; turns++) {
+    if (turns > 1000) throw new Error('a request was never recorded')
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+}

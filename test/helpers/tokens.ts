@@ -25,7 +25,11 @@ export async function foreignJwt(t: Pick<TestApp, 'clock' | 'config'>, userId: s
 
 /** A JWT signed with the server's secret that expired an hour ago. */
 export async function expiredJwt(t: Pick<TestApp, 'clock' | 'config'>, userId: string) {
-  const past = { now: () => t.clock.now() - 2 * 86400, nowMs: () => t.clock.nowMs() - 2 * 86400_000 }
+  const past = {
+    now: () => t.clock.now() - 2 * 86400,
+    nowMs: () => t.clock.nowMs() - 2 * 86400_000,
+    monotonicMs: () => t.clock.monotonicMs(),
+  }
   const { token } = await createTokens(t.config.JWT_SECRET!, 3600, past).sign(userId, 0)
   rememberSecret(token)
   return token

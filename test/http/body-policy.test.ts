@@ -1,8 +1,8 @@
-import { afterAll, expect, test } from 'bun:test'
+import { afterAll, describe, expect, test } from 'bun:test'
 import { STREAMING_UPLOAD_ROUTES } from '../../src/http/parse'
 import { makeTestApp, startTestServer } from '../helpers/app'
 import { uploadForm } from '../helpers/batches'
-import { makePersonalKey, makeUser } from '../helpers/builders'
+import { makePersonalKey, makeUser, makeWorkerKey } from '../helpers/builders'
 import { rememberSecret } from '../helpers/secrets'
 
 // The body policy of src/http/parse.ts, route by route and over a real connection.
@@ -103,4 +103,74 @@ test('an upload route reached with a trailing slash still streams its multipart 
   const res = await t.req('POST', '/v1/files/', { token: u.token, raw: form })
   expect(res.status).toBe(200)
   expect(res.body).toMatchObject({ object: 'file', purpose: 'batch', filename: 'in.jsonl' })
+})
+
+describe('a JSON body that is not an object is a 400 (API.md §0), never read as "no body"', () => {
+  // Each of these once reached the handler as if nothing had been sent: the optional-body routes
+  // issued or rotated keys, and PUT read them as an empty update.
+  const NOT_OBJECTS = ['null', '"a string"', '42', '1e309', 'true', '[]']
+
+  const activeKeys = async (u: { token: string }, orgId: string) => {
+    const personal = (await t.req('GET', '/v1/users/me/api-keys', { token: u.token })).body.data
+    const worker = (await t.req('GET', `/v1/orgs/${orgId}/api-keys`, { token: u.token })).body.data
+    return [...personal, ...worker]
+      .filter((k: any) => k.revoked_at === null)
+      .map((k: any) => `${k.id}:${k.name}:${k.expires_at}`)
+      .sort()
+  }
+
+  const routes = (keyId: string, orgId: string): [string, string][] => [
+    ['POST', '/v1/users/me/api-keys'],
+    ['PUT', `/v1/users/me/api-keys/${keyId}`],
+    ['POST', '/v1/auth/api-keys/regenerate'],
+    ['POST', `/v1/orgs/${orgId}/api-keys`],
+    ['POST', `/v1/orgs/${orgId}/api-keys/regenerate`],
+  ]
+
+  test.each(NOT_OBJECTS)('%s → 400 invalid_body on every key route, and no key changes', async (raw) => {
+    const u = await makeUser(t)
+    const key = await makePersonalKey(t, u, { name: 'kept', expires_at: 1_900_000_000 })
+    await makeWorkerKey(t, u, u.personalOrgId)
+    const before = await activeKeys(u, u.personalOrgId)
+    for (const [method, path] of routes(key.id, u.personalOrgId)) {
+      const res = await t.req(method, path, {
+        token: u.token,
+        raw,
+        headers: { 'content-type': 'application/json' },
+      })
+      expect([method, path, res.status, res.body.error?.code]).toEqual([method, path, 400, 'invalid_body'])
+      expect(res.body.error.type).toBe('invalid_request_error')
+    }
+    expect(await activeKeys(u, u.personalOrgId)).toEqual(before)
+  })
+
+  test('an absent body is still allowed where it is optional (and required where it is not)', async () => {
+    const u = await makeUser(t)
+    const key = await makePersonalKey(t, u)
+    for (const [method, path] of routes(key.id, u.personalOrgId)) {
+      const res = await t.req(method, path, { token: u.token })
+      expect([method, path, res.status]).toEqual([method, path, method === 'PUT' ? 400 : 201])
+      if (res.body.key) rememberSecret(res.body.key)
+    }
+  })
+
+  test('every route with a JSON body schema refuses `null` before authentication', async () => {
+    let checked = 0
+    for (const r of t.app.routes) {
+      if (!(r.hooks as any).body || STREAMING_UPLOAD_ROUTES.has(`${r.method} ${r.path}`)) continue
+      const path = r.path.replace(/:(\w+)/g, 'x_$1')
+      const res = await t.req(r.method, path, {
+        raw: 'null',
+        headers: { 'content-type': 'application/json' },
+      })
+      expect([r.method, r.path, res.status, res.body.error?.code]).toEqual([
+        r.method,
+        r.path,
+        400,
+        'invalid_body',
+      ])
+      checked++
+    }
+    expect(checked).toBeGreaterThan(15)
+  })
 })

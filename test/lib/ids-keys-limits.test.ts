@@ -1,6 +1,4 @@
 import { describe, expect, test } from 'bun:test'
-import { manualClock } from '../../src/lib/clock'
-import type { AppError } from '../../src/lib/errors'
 import { newId, randomBase62 } from '../../src/lib/ids'
 import {
   generateRawKey,
@@ -9,7 +7,6 @@ import {
   keyDisplayPrefix,
   sha256Hex,
 } from '../../src/lib/keys'
-import { RateLimiter } from '../../src/lib/rate-limit'
 
 describe('ids and keys', () => {
   test('ids carry their type prefix and 24 random base62 characters, never repeating', () => {
@@ -33,31 +30,5 @@ describe('ids and keys', () => {
     expect(sha256Hex(raw)).toMatch(/^[0-9a-f]{64}$/)
     expect(sha256Hex('abc')).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad')
     expect(generateResetToken()).toMatch(/^[\w-]{43}$/)
-  })
-})
-
-describe('RateLimiter', () => {
-  test('allows `limit` hits per sliding window, then a 429 AppError with Retry-After', () => {
-    const clock = manualClock()
-    const rl = new RateLimiter(clock)
-    rl.take('k', 2, 60)
-    clock.advance(20)
-    rl.take('k', 2, 60)
-    let err: AppError | undefined
-    try {
-      rl.take('k', 2, 60)
-    } catch (e) {
-      err = e as AppError
-    }
-    expect(err?.status).toBe(429)
-    expect(err?.headers['retry-after']).toBe('40')
-    rl.take('other', 2, 60)
-    clock.advance(41)
-    rl.take('k', 2, 60) // the first hit left the window
-  })
-
-  test('a limit of 0 turns the rule off', () => {
-    const rl = new RateLimiter(manualClock())
-    for (let i = 0; i < 100; i++) rl.take('k', 0, 60)
   })
 })

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { batches, workers } from '../../src/db/schema'
 import { newId } from '../../src/lib/ids'
-import { makeTestApp, type TestApp } from '../helpers/app'
+import { allRequestsRecorded, makeTestApp, type TestApp } from '../helpers/app'
 import { makeUser } from '../helpers/builders'
 
 // GET /metrics (issue 6, API.md §10): Prometheus text with HTTP requests by route pattern, method and
@@ -68,12 +68,18 @@ function insertWorker(
 describe('GET /metrics', () => {
   test('Prometheus text: HTTP requests by route pattern, method and status, with latency histograms', async () => {
     const t = app()
+    // Checking the password takes 0.3 s of the injected clock: the login's latency.
+    const verify = t.deps.passwords.verify
+    t.deps.passwords.verify = async (...args) => {
+      t.clock.advance(0.3)
+      return verify(...args)
+    }
     const user = await makeUser(t)
     await t.req('GET', '/v1/orgs/org_doesnotexist123/api-keys', { token: user.token })
     await t.req('GET', '/no/such/path/abc123')
     await t.req('GET', '/v1/auth/me')
     await t.req('POST', '/v1/auth/signup', { body: { email: 'nope' } })
-    await Bun.sleep(5) // after-response hooks run on a later turn of the event loop
+    await allRequestsRecorded(t.deps)
 
     const res = await t.req('GET', '/metrics')
     expect(res.status).toBe(200)
@@ -96,7 +102,9 @@ describe('GET /metrics', () => {
         `gridkeep_http_request_duration_seconds_${suffix}{${extra}method="POST",route="/v1/auth/login",status="200"}`,
       )
     expect(h('count')).toBe(1)
-    expect(h('sum')).toBeGreaterThan(0)
+    expect(h('sum')).toBe(0.3)
+    expect(h('bucket', 'le="0.25",')).toBe(0)
+    expect(h('bucket', 'le="0.5",')).toBe(1)
     expect(h('bucket', 'le="+Inf",')).toBe(1)
     expect(res.text).toContain('# TYPE gridkeep_http_requests_total counter')
     expect(res.text).toContain('# TYPE gridkeep_http_request_duration_seconds histogram')
@@ -193,7 +201,7 @@ describe('GET /metrics', () => {
     expect(ok.status).toBe(200)
     expect(ok.text).toContain('gridkeep_http_requests_total')
     // The refusals are counted like any request.
-    await Bun.sleep(5) // after-response hooks run on a later turn of the event loop
+    await allRequestsRecorded(t.deps)
     const counted = samples((await t.req('GET', '/metrics', { token })).text)
     expect(counted.get('gridkeep_http_requests_total{method="GET",route="/metrics",status="401"}')).toBe(6)
     expect(counted.get('gridkeep_http_requests_total{method="GET",route="/metrics",status="200"}')).toBe(1)

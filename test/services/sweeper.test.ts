@@ -1,6 +1,7 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { runOnce, start } from '../../src/services/sweeper'
 import { makeTestApp, type TestApp } from '../helpers/app'
+import { capturedLogLines } from '../helpers/secrets'
 import {
   batchRow,
   heartbeat,
@@ -148,14 +149,74 @@ describe('sweeper', () => {
     expect(workerRow(t.deps, w1).status).toBe('online')
   })
 
-  test('start() runs passes every SWEEP_INTERVAL_SECONDS until stopped', async () => {
-    const t = fresh({ SWEEP_INTERVAL_SECONDS: '1' })
-    const stop = start(t.deps)
-    await Bun.sleep(1150)
+  test('start() runs a pass at every tick of an interval of SWEEP_INTERVAL_SECONDS, until stopped', async () => {
+    const t = fresh({ SWEEP_INTERVAL_SECONDS: '7' })
+    const { w1, batch } = await setup(t)
+    t.clock.advance(300)
+    const timer = handTimer()
+    const stop = start(t.deps, timer.every)
+    expect(timer.intervalMs).toBe(7000)
+    expect(await counter(t, 'sweeperPasses')).toBe(0)
+    await timer.tick()
+    expect(await counter(t, 'sweeperPasses')).toBe(1)
+    expect(workerRow(t.deps, w1).status).toBe('offline')
+    expect(batchRow(t.deps, batch.id).status).toBe('validated')
+    // A tick before the interval has passed since the last pass (anywhere: API.md §12) does nothing.
+    t.clock.advance(2)
+    await timer.tick()
+    expect(await counter(t, 'sweeperPasses')).toBe(1)
+    t.clock.advance(5)
+    await timer.tick()
+    expect(await counter(t, 'sweeperPasses')).toBe(2)
+    // The event that would cause another pass is the timer firing; stop() cancels it.
+    expect(timer.stopped).toBe(false)
     stop()
-    const passes = await counter(t, 'sweeperPasses')
-    expect(passes).toBeGreaterThanOrEqual(1)
-    await Bun.sleep(1100)
-    expect(await counter(t, 'sweeperPasses')).toBe(passes)
+    expect(timer.stopped).toBe(true)
+  })
+
+  test('start() stops when the server begins to shut down', async () => {
+    const t = fresh()
+    const timer = handTimer()
+    start(t.deps, timer.every)
+    expect(timer.stopped).toBe(false)
+    t.deps.shutdown.abort()
+    expect(timer.stopped).toBe(true)
+  })
+
+  test('a pass that throws is logged and the loop keeps its timer', async () => {
+    const t = fresh()
+    const timer = handTimer()
+    const stop = start(t.deps, timer.every)
+    t.clock.advance(300)
+    t.deps.sqlite.close() // every query now throws
+    const before = capturedLogLines().length
+    await timer.tick()
+    const logged = capturedLogLines()
+      .slice(before)
+      .map((l) => JSON.parse(l))
+    expect(logged.filter((l) => l.msg === 'sweeper pass failed')).toHaveLength(1)
+    expect(timer.stopped).toBe(false)
+    stop()
   })
 })
+
+/** A timer the test fires itself, for start(deps, every). */
+function handTimer() {
+  const timer = {
+    intervalMs: 0,
+    stopped: false,
+    fire: (): unknown => undefined,
+    tick() {
+      if (timer.stopped) throw new Error('tick after stop')
+      return timer.fire()
+    },
+    every: (ms: number, fn: () => unknown) => {
+      timer.intervalMs = ms
+      timer.fire = fn
+      return () => {
+        timer.stopped = true
+      }
+    },
+  }
+  return timer
+}

@@ -1,9 +1,9 @@
 import { t } from 'elysia'
-import { Email, FullName, Password } from '../users/model'
+import { Email, FullName, NewPassword } from '../users/model'
 
 export const AdminModel = {
   createUser: t.Object(
-    { email: Email, full_name: FullName, password: Password },
+    { email: Email, full_name: FullName, password: NewPassword },
     { additionalProperties: false },
   ),
   updateUser: t.Object(

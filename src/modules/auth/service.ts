@@ -22,7 +22,7 @@ export async function signup(deps: Deps, input: { email: string; password: strin
 
 export async function login(deps: Deps, input: { email: string; password: string }, ip: string) {
   const email = input.email.trim().toLowerCase()
-  deps.limiter.take(`login:${email}:${ip}`, deps.config.RATE_LIMIT_LOGIN_PER_MINUTE, 60)
+  deps.limiter.take('login', `${email} ${ip}`, deps.config.RATE_LIMIT_LOGIN_PER_MINUTE, 60)
   const user = deps.db.select().from(users).where(eq(users.email, email)).get()
   // Unknown email and wrong password take the same time and give the same answer.
   if (!user) {
@@ -96,7 +96,7 @@ export async function changePassword(
  */
 export function forgotPassword(deps: Deps, input: { email: string }) {
   const email = input.email.trim().toLowerCase()
-  deps.limiter.take(`forgot:${email}`, deps.config.RATE_LIMIT_FORGOT_PER_HOUR, 3600)
+  deps.limiter.take('forgot', email, deps.config.RATE_LIMIT_FORGOT_PER_HOUR, 3600)
   const user = deps.db.select().from(users).where(eq(users.email, email)).get()
   if (user?.is_active) {
     const token = generateResetToken()

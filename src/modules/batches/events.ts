@@ -14,19 +14,8 @@ import { visibleBatch } from './service'
 // released by one idempotent `release`, whichever way the stream ends: done, client disconnect,
 // or server shutdown.
 
-const openByUser = new WeakMap<Deps, Map<string, number>>()
-
-function slots(deps: Deps) {
-  let m = openByUser.get(deps)
-  if (!m) {
-    m = new Map()
-    openByUser.set(deps, m)
-  }
-  return m
-}
-
 /** Open event streams of one user (tests check that closed streams give their slot back). */
-export const openStreams = (deps: Deps, userId: string) => slots(deps).get(userId) ?? 0
+export const openStreams = (deps: Deps, userId: string) => deps.eventStreams.get(userId) ?? 0
 
 const doneData = (b: BatchRow) => ({
   batch_id: b.id,
@@ -46,7 +35,7 @@ export async function openBatchEvents(
 ): Promise<Response> {
   await visibleBatch(deps, principal, batchId)
   const userId = principal.user.id
-  const open = slots(deps)
+  const open = deps.eventStreams
   const held = open.get(userId) ?? 0
   if (held >= deps.config.MAX_SSE_STREAMS_PER_USER) {
     throw new AppError(

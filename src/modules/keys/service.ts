@@ -56,7 +56,7 @@ function insertKey(
 }
 
 const rateLimit = (deps: Deps, by: UserPrincipal) =>
-  deps.limiter.take(`keys:${by.user.id}`, deps.config.RATE_LIMIT_KEYS_PER_MINUTE, 60)
+  deps.limiter.take('keys', by.user.id, deps.config.RATE_LIMIT_KEYS_PER_MINUTE, 60)
 
 export function createKey(
   deps: Deps,

@@ -79,16 +79,11 @@ export function computeCapacity(deps: Deps, principal: UserPrincipal | Anonymous
 }
 
 // SPEC Pool rule 6: responses are cached POOL_CACHE_SECONDS, per caller class (API.md §8:
-// anonymous, and each user, whose org-visible entries differ).
-const caches = new WeakMap<Deps, Map<string, PoolCapacity>>()
+// anonymous, and each user, whose org-visible entries differ), in deps.poolCache.
 const MAX_CACHED_CLASSES = 10_000
 
 export function poolCapacity(deps: Deps, principal: UserPrincipal | AnonymousPrincipal): PoolCapacity {
-  let cache = caches.get(deps)
-  if (!cache) {
-    cache = new Map()
-    caches.set(deps, cache)
-  }
+  const cache = deps.poolCache
   const key = principal.kind === 'user' ? `user:${principal.user.id}` : 'anonymous'
   const now = deps.clock.now()
   const hit = cache.get(key)

@@ -32,17 +32,19 @@ export function openPostgres({ url, max = 20 }: PostgresOptions): PgDb {
  * lock so that instances starting together migrate one after the other (API.md §12).
  */
 export async function migratePostgres(db: PgDb): Promise<void> {
-  const lock = await db.$client.reserve()
+  // One connection holds the lock and runs the migrations, so a pool of any size (even 1) works.
+  const conn = await db.$client.reserve()
   try {
-    await lock`SELECT pg_advisory_lock(${MIGRATION_LOCK})`
+    await conn`SELECT pg_advisory_lock(${MIGRATION_LOCK})`
     try {
+      const onConn = drizzle({ client: conn as unknown as SQL, schema })
       await withMigrationsFolder(embeddedMigrations, (folder) =>
-        drizzleMigrate(db, { migrationsFolder: folder }),
+        drizzleMigrate(onConn, { migrationsFolder: folder }),
       )
     } finally {
-      await lock`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`
+      await conn`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`
     }
   } finally {
-    lock.release()
+    conn.release()
   }
 }
