@@ -69,19 +69,19 @@ export interface DepsOverrides {
  * API.md §12: SQLite at DATABASE_PATH (opened and migrated here), or PostgreSQL at DATABASE_URL
  * (connected lazily; `store.ready()` migrates it before the server listens).
  */
-function openStore(config: Config, instanceId: string): Pick<Deps, 'db' | 'sqlite' | 'store'> {
+function openStore(config: Config, instanceId: string, clock: Clock): Pick<Deps, 'db' | 'sqlite' | 'store'> {
   if (config.DATABASE_URL) {
     const pg = openPostgres({ url: config.DATABASE_URL, max: config.DATABASE_POOL_SIZE })
     // The SQLite handles do not exist here; nothing behind the seam may reach for them.
     return {
       db: undefined as never,
       sqlite: undefined as never,
-      store: postgresStore(pg, config, instanceId),
+      store: postgresStore(pg, config, instanceId, clock),
     }
   }
   const { db, sqlite } = openDb({ path: config.DATABASE_PATH, synchronous: config.SQLITE_SYNCHRONOUS })
   migrate(db)
-  return { db, sqlite, store: sqliteStore({ db, sqlite, config }) }
+  return { db, sqlite, store: sqliteStore({ db, sqlite, config, clock }) }
 }
 
 /** Opens the database and builds the services' dependencies. */
@@ -91,7 +91,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   const secret = resolveJwtSecret(config.JWT_SECRET, config.DATA_DIR)
   return {
     config,
-    ...openStore(config, instanceId),
+    ...openStore(config, instanceId, clock),
     clock,
     mailer:
       overrides.mailer ??

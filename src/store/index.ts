@@ -1,4 +1,5 @@
 import type { BatchesStore } from './batches'
+import type { LimitsStore } from './limits'
 import type { QueueStore } from './queue'
 import type { SignalsStore } from './signals'
 
@@ -17,6 +18,8 @@ export interface Store {
   readonly queue: QueueStore
   /** Batches, their validation and stored errors (batches.ts). */
   readonly batches: BatchesStore
+  /** Rate-limit counters (limits.ts). */
+  readonly limits: LimitsStore
   /** Hints between instances sharing the database (signals.ts). */
   readonly signals: SignalsStore
   /** Connects and brings the schema up to date (PostgreSQL: under an advisory lock). */

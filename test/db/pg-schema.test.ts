@@ -8,7 +8,7 @@ import * as sqlite from '../../src/db/schema'
 
 // The PostgreSQL schema is SQLite's twin (API.md §12): same tables, same columns, same indexes,
 // plus the tables only several instances need.
-const POSTGRES_ONLY = new Set(['maintenance_runs'])
+const POSTGRES_ONLY = new Set(['maintenance_runs', 'rate_limit_hits'])
 const POSTGRES_ONLY_COLUMNS: Record<string, string[]> = {
   batches: ['validation_holder', 'validation_lease_until'],
 }

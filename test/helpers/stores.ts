@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import { loadConfig } from '../../src/config'
 import { migrate } from '../../src/db/migrate'
 import { openDb } from '../../src/db/open'
+import { manualClock } from '../../src/lib/clock'
 import type { Store } from '../../src/store'
 import { postgresStore } from '../../src/store/postgres'
 import { migratePostgres, openPostgres } from '../../src/store/postgres/db'
@@ -27,6 +28,9 @@ export interface StoreHarness {
 
 export const storeConfig = () => loadConfig({ DATA_DIR: '/nonexistent', JWT_SECRET: 'x'.repeat(40) })
 
+/** The store's clock: tests move it. */
+export const clock = manualClock()
+
 export const storeEngines: [string, () => Promise<StoreHarness>][] = [
   [
     'sqlite',
@@ -34,7 +38,7 @@ export const storeEngines: [string, () => Promise<StoreHarness>][] = [
       const dir = mkdtempSync(join(tmpdir(), 'gridkeep-store-'))
       const { db, sqlite } = openDb({ path: join(dir, 'g.db') })
       migrate(db)
-      const store = sqliteStore({ db, sqlite, config: storeConfig() })
+      const store = sqliteStore({ db, sqlite, config: storeConfig(), clock })
       return {
         store,
         exec: async (sql) => void sqlite.exec(sql),
@@ -52,7 +56,7 @@ export const storeEngines: [string, () => Promise<StoreHarness>][] = [
     async () => {
       const db = openPostgres({ url: await freshPostgresUrl(), max: 16 })
       await migratePostgres(db)
-      const store = postgresStore(db, storeConfig(), `inst_${crypto.randomUUID()}`)
+      const store = postgresStore(db, storeConfig(), `inst_${crypto.randomUUID()}`, clock)
       return {
         store,
         exec: async (sql) => void (await db.$client.unsafe(sql)),

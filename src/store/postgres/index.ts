@@ -1,7 +1,9 @@
 import type { Config } from '../../config'
+import type { Clock } from '../../lib/clock'
 import type { Store } from '../index'
 import { postgresBatches } from './batches'
 import { migratePostgres, type PgDb } from './db'
+import { postgresLimits } from './limits'
 import { postgresQueue } from './queue'
 import { postgresSignals } from './signals'
 
@@ -10,11 +12,13 @@ export function postgresStore(
   db: PgDb,
   config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>,
   instanceId: string,
+  clock: Clock,
 ): Store {
   return {
     kind: 'postgres',
     queue: postgresQueue(db, config),
     batches: postgresBatches(db),
+    limits: postgresLimits(db, clock),
     signals: postgresSignals(db, instanceId),
     ready: () => migratePostgres(db),
     async ping() {

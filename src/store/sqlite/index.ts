@@ -1,8 +1,10 @@
 import type { Database } from 'bun:sqlite'
 import type { Config } from '../../config'
 import type { Db } from '../../db/open'
+import type { Clock } from '../../lib/clock'
 import type { Store } from '../index'
 import { sqliteBatches } from './batches'
+import { sqliteLimits } from './limits'
 import { sqliteQueue } from './queue'
 import { sqliteSignals } from './signals'
 
@@ -11,11 +13,13 @@ export function sqliteStore(deps: {
   db: Db
   sqlite: Database
   config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>
+  clock: Clock
 }): Store {
   return {
     kind: 'sqlite',
     queue: sqliteQueue(deps),
     batches: sqliteBatches(deps),
+    limits: sqliteLimits(deps.clock),
     signals: sqliteSignals(),
     // Opened and migrated synchronously by src/db/open.ts and src/db/migrate.ts.
     async ready() {},
