@@ -5,6 +5,7 @@ import { serve } from './index'
 import { catalogueCommand as runCatalogue } from './modules/catalogue/cli'
 import { BackupError, backupDatabase, formatBytes } from './ops/backup'
 import { configHelpText } from './ops/config-docs'
+import { MigrateError, migrateRows } from './ops/migrate'
 
 // `gridkeep <serve|worker|catalogue|backup|version>` (issue 6): the entry point of the compiled
 // binary (`bun run build` → dist/gridkeep) and of `bun run gridkeep <command>` from source.
@@ -29,6 +30,7 @@ const COMMANDS: Record<string, { summary: string; run: Command }> = {
   worker: { summary: 'Run the reference worker daemon on a GPU machine', run: workerCommand },
   catalogue: { summary: 'Work with the model catalogue', run: catalogueCommand },
   backup: { summary: 'Write a consistent copy of the database while the server runs', run: backupCommand },
+  migrate: { summary: 'Copy a stopped SQLite installation into PostgreSQL', run: migrateCommand },
   version: { summary: 'Print the gridkeep and Bun versions', run: versionCommand },
 }
 
@@ -139,6 +141,49 @@ async function backupCommand(argv: string[], io: Io): Promise<number> {
       return 1
     }
     throw error
+  }
+}
+
+async function migrateCommand(argv: string[], io: Io): Promise<number> {
+  if (isHelp(argv[0])) {
+    io.out(
+      [
+        'Usage: gridkeep migrate --to postgres://user:password@host:5432/db',
+        '',
+        'Copies a stopped SQLite installation (DATABASE_PATH, from the same environment as the',
+        'server) into an empty PostgreSQL database: every row, in one transaction, then verified',
+        'table by table (row counts and checksums) before it is committed. The SQLite database is',
+        'opened read-only and never changed. Then start the servers with DATABASE_URL set to it.',
+      ].join('\n'),
+    )
+    return 0
+  }
+  const at = argv.indexOf('--to')
+  const to = at >= 0 ? argv[at + 1] : undefined
+  const rest = argv.filter((_, i) => i !== at && i !== at + 1)
+  if (!to || rest.length) {
+    io.err(
+      rest.length
+        ? `gridkeep migrate: unknown argument '${rest[0]}'`
+        : 'gridkeep migrate: name the target: gridkeep migrate --to postgres://…',
+    )
+    return 2
+  }
+  try {
+    const config = loadConfig({ ...io.env, DATABASE_URL: undefined })
+    const target = loadConfig({ ...io.env, DATABASE_URL: to, JWT_SECRET: 'x'.repeat(32) }).DATABASE_URL!
+    await migrateRows({ databasePath: config.DATABASE_PATH, to: target, log: (line) => io.out(line) })
+    io.out('done: start the servers with DATABASE_URL set to the target (and the same JWT_SECRET)')
+    return 0
+  } catch (error) {
+    if (error instanceof ConfigError || error instanceof MigrateError) {
+      io.err(`gridkeep migrate: ${error.message.replace(/DATABASE_URL/g, '--to')}`)
+      return 1
+    }
+    const password = URL.canParse(to) ? new URL(to).password : ''
+    const message = error instanceof Error ? error.message : String(error)
+    io.err(`gridkeep migrate: ${password ? message.replaceAll(password, '***') : message}`)
+    return 1
   }
 }
 

@@ -26,7 +26,8 @@ export function testConfig(env: Record<string, string> = {}): Config {
     PORT: '0',
     HOST: '127.0.0.1',
     LOG_LEVEL: 'debug',
-    ...(testEngine === 'postgres' && !env.DATABASE_URL
+    // DATABASE_URL: '' keeps a test on SQLite in the PostgreSQL run.
+    ...(testEngine === 'postgres' && env.DATABASE_URL === undefined
       ? { DATABASE_URL: takePostgresDatabase(), DATABASE_POOL_SIZE: '4' }
       : {}),
     ...env,

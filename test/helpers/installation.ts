@@ -1,0 +1,70 @@
+import { expect } from 'bun:test'
+import type { TestApp } from './app'
+import { jsonl, line, makeBatch, validateAll } from './batches'
+import { makePersonalKey, makeUser } from './builders'
+import {
+  errorLine,
+  heartbeat,
+  makeCatalogEntry,
+  makeFleet,
+  okLine,
+  poll,
+  registerWorker,
+  upload,
+} from './workers'
+
+/**
+ * An installation with something of everything, made through the API: users, a team org with a
+ * member, personal and worker keys, catalogue entries, uploaded files, a completed batch (output and
+ * error files), a batch failed by validation (stored errors), a validated one waiting, a worker with
+ * its child rows. For `gridkeep migrate` and the tests that compare engines.
+ */
+export async function populate(t: TestApp) {
+  const fleet = await makeFleet(t)
+  const other = await makeUser(t, { full_name: 'Other Person' })
+  await makePersonalKey(t, other, { name: 'scripts' })
+  const team = await t.req('POST', '/v1/orgs', { token: fleet.user.token, body: { name: 'Vision Lab' } })
+  expect(team.status).toBe(201)
+  expect(
+    (
+      await t.req('POST', `/v1/orgs/${team.body.id}/members`, {
+        token: fleet.user.token,
+        body: { email: other.email, role: 'viewer' },
+      })
+    ).status,
+  ).toBeLessThan(300)
+  const entry = makeCatalogEntry(t.deps, {
+    id: 'migrate-8b-q4km',
+    runtime: 'ollama',
+    runtime_model_id: 'm:8b',
+  })
+  makeCatalogEntry(t.deps, {
+    id: 'other-8b-q4km',
+    runtime: 'ollama',
+    runtime_model_id: 'o:8b',
+    vram_gb: null,
+  })
+
+  const done = await makeBatch(
+    t,
+    fleet.user,
+    jsonl(['a', 'b', 'c'].map((id) => line(id, entry.id, { body: { model: entry.id, messages: [] } }))),
+    { metadata: { project: 'migrate' } },
+  )
+  const failed = await makeBatch(t, other, jsonl(['{not json', line('x', 'no-such-model')]))
+  const waiting = await makeBatch(t, other, jsonl([line('w', 'other-8b-q4km')]))
+  await validateAll(t)
+
+  const workerId = await registerWorker(t, fleet.key, { models: ['m:8b'] })
+  expect((await heartbeat(t, fleet.key, workerId, { loaded_models: ['m:8b'] })).status).toBe(200)
+  const job = await poll(t, fleet.key, workerId)
+  expect(job?.job_id).toBe(done.id)
+  const res = await upload(
+    t,
+    fleet.key,
+    { job_id: done.id, worker_id: workerId, assignment_id: job!.assignment_id },
+    [okLine('a'), okLine('b'), errorLine('c')].join('\n'),
+  )
+  expect(res.status).toBe(200)
+  return { fleet, other, batches: { done, failed, waiting }, workerId }
+}
