@@ -1,3 +1,6 @@
+import type { AccountsStore } from './accounts'
+import type { KeysStore } from './keys'
+import type { OrgsStore } from './orgs'
 import type { QueueStore } from './queue'
 
 // The storage seam (API.md §12; STYLE example 13): every read and write of the product's state
@@ -13,5 +16,11 @@ export interface Store {
   readonly kind: 'sqlite' | 'postgres'
   /** Claims, failures, the sweeper, maintenance across instances (queue.ts). */
   readonly queue: QueueStore
+  /** Users, password changes and reset tokens (accounts.ts). */
+  readonly accounts: AccountsStore
+  /** Personal and worker API keys, and the credential lookup of every keyed request (keys.ts). */
+  readonly keys: KeysStore
+  /** Organizations, memberships and the last-owner rule's transactions (orgs.ts). */
+  readonly orgs: OrgsStore
   close(): Promise<void>
 }

@@ -2,6 +2,9 @@ import type { Database } from 'bun:sqlite'
 import type { Config } from '../../config'
 import type { Db } from '../../db/open'
 import type { Store } from '../index'
+import { sqliteAccounts } from './accounts'
+import { sqliteKeys } from './keys'
+import { sqliteOrgs } from './orgs'
 import { sqliteQueue } from './queue'
 
 /** The SQLite store over an open, migrated database (src/db/open.ts). */
@@ -13,6 +16,9 @@ export function sqliteStore(deps: {
   return {
     kind: 'sqlite',
     queue: sqliteQueue(deps),
+    accounts: sqliteAccounts(deps),
+    keys: sqliteKeys(deps),
+    orgs: sqliteOrgs(deps),
     async close() {
       deps.sqlite.close()
     },

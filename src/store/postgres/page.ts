@@ -1,0 +1,44 @@
+import { and, desc, eq, lt, type SQL } from 'drizzle-orm'
+import type { PgColumn, PgTable } from 'drizzle-orm/pg-core'
+import { badRequest } from '../../lib/errors'
+import { type PageParams, parseLimit, type RowsPage } from '../../lib/pagination'
+import type { PgDb } from './db'
+
+// API.md §0 lists on PostgreSQL, as lib/pagination.ts's pageRows on SQLite: newest first by `seq`,
+// the cursor resolved inside the caller's own filter so an id it may not see is just invalid.
+
+type Pageable = PgTable & { seq: PgColumn; id: PgColumn }
+
+export async function pageRows<R>(
+  db: PgDb,
+  table: Pageable,
+  where: SQL | undefined,
+  query: PageParams,
+): Promise<RowsPage<R>> {
+  const limit = parseLimit(query.limit)
+  let cursor: SQL | undefined
+  if (query.after) {
+    const [row] = (await db
+      .select({ seq: table.seq })
+      .from(table as PgTable)
+      .where(and(where, eq(table.id, query.after)))) as { seq: number }[]
+    if (!row) throw badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
+    cursor = lt(table.seq, row.seq)
+  }
+  const rows = (await db
+    .select()
+    .from(table as PgTable)
+    .where(and(where, cursor))
+    .orderBy(desc(table.seq))
+    .limit(limit + 1)) as unknown as R[]
+  return { rows: rows.slice(0, limit), has_more: rows.length > limit }
+}
+
+/** PostgreSQL's unique_violation (SQLSTATE 23505), wherever the driver or drizzle put it. */
+export function isUniqueViolation(error: unknown): boolean {
+  for (let e = error as { errno?: unknown; code?: unknown; cause?: unknown } | undefined; e; ) {
+    if (e.errno === '23505' || e.code === '23505') return true
+    e = e.cause as typeof e
+  }
+  return false
+}
