@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps'
-import { badRequest, forbidden, unauthorized } from '../../lib/errors'
+import { AppError, badRequest, forbidden, unauthorized } from '../../lib/errors'
 import { randomBase62 } from '../../lib/ids'
 import { generateResetToken, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
@@ -121,7 +121,18 @@ export async function ensureSuperadmin(deps: Deps, print: (line: string) => void
     full_name: 'Administrator',
     platform_role: 'superadmin',
     must_change_password: true,
+  }).catch(async (error) => {
+    // API.md §12: instances starting together race for the first superadmin; the losers find
+    // the winner's. An ordinary user holding ADMIN_EMAIL still stops the start.
+    if (
+      error instanceof AppError &&
+      error.errorCode === 'email_taken' &&
+      (await deps.store.accounts.hasSuperadmin())
+    )
+      return null
+    throw error
   })
+  if (!user) return null
   log.info('created superadmin', { user_id: user.id, email: user.email })
   if (generated) {
     print(

@@ -1,4 +1,4 @@
-import { and, eq, gt, inArray, isNull, sql } from 'drizzle-orm'
+import { and, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { UserRow } from '../../db/schema'
 import { conflict } from '../../lib/errors'
@@ -93,7 +93,7 @@ export function postgresAccounts(db: PgDb): AccountsStore {
         const locked = await tx
           .select()
           .from(users)
-          .where(sql`${users.id} = ${id} OR (${users.platform_role} = 'superadmin' AND ${users.is_active})`)
+          .where(or(eq(users.id, id), and(eq(users.platform_role, 'superadmin'), eq(users.is_active, true))))
           .orderBy(users.seq)
           .for('update')
         const target = locked.find((u) => u.id === id)

@@ -44,6 +44,13 @@ async function insertKey(tx: PgTx | PgDb, owner: KeyOwner, key: NewKey): Promise
 }
 
 export function postgresKeys(db: PgDb): KeysStore {
+  const findKey = async (owner: KeyOwner, keyId: string) => {
+    const [row] = await db
+      .select()
+      .from(apiKeys)
+      .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
+    return row as ApiKeyRow | undefined
+  }
   return {
     async findCredentialByKeyHash(keyHash) {
       const [row] = await db
@@ -73,13 +80,7 @@ export function postgresKeys(db: PgDb): KeysStore {
       return pageRows<ApiKeyRow>(db, apiKeys, ownedBy(owner), page)
     },
 
-    async findKey(owner, keyId) {
-      const [row] = await db
-        .select()
-        .from(apiKeys)
-        .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
-      return row as ApiKeyRow | undefined
-    },
+    findKey,
 
     async updateKey(owner, keyId, input) {
       const where = and(ownedBy(owner), eq(apiKeys.id, keyId))
@@ -90,7 +91,7 @@ export function postgresKeys(db: PgDb): KeysStore {
           ? { revoked_at: sql`coalesce(${apiKeys.revoked_at}, ${input.revoked_at}::bigint)` }
           : {}),
       }
-      if (Object.keys(changes).length === 0) return this.findKey(owner, keyId)
+      if (Object.keys(changes).length === 0) return findKey(owner, keyId)
       const [row] = await db.update(apiKeys).set(changes).where(where).returning()
       return row as ApiKeyRow | undefined
     },
