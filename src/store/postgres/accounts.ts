@@ -6,7 +6,8 @@ import { newId } from '../../lib/ids'
 import { checkLastSuperadmin } from '../../modules/admin/rules'
 import type { AccountsStore, NewUser } from '../accounts'
 import type { PgDb, PgTx } from './db'
-import { isUniqueViolation, pageRows } from './page'
+import { isUniqueViolation } from './errors'
+import { pageRows } from './page'
 
 // Users and reset tokens on PostgreSQL, where several instances write at once: the email's UNIQUE
 // constraint decides a signup race (23505 → 409 email_taken), the superadmins' rows are locked

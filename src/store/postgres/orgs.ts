@@ -7,7 +7,8 @@ import { parseLimit } from '../../lib/pagination'
 import { checkRemoval, checkRoleChange } from '../../modules/orgs/rules'
 import type { Member, OrgsStore } from '../orgs'
 import type { PgDb, PgTx } from './db'
-import { isUniqueViolation, pageRows } from './page'
+import { isUniqueViolation } from './errors'
+import { pageRows } from './page'
 
 // Organizations and memberships on PostgreSQL. Every change of roles locks the org's row first,
 // so the last-owner rule counts owners no concurrent change can alter: two owners demoting each
