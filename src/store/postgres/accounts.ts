@@ -96,7 +96,7 @@ export function postgresAccounts(db: PgDb): AccountsStore {
           .from(users)
           .where(or(eq(users.id, id), and(eq(users.platform_role, 'superadmin'), eq(users.is_active, true))))
           .orderBy(users.seq)
-          .for('update')
+          .for('no key update')
         const target = locked.find((u) => u.id === id)
         if (!target) return undefined
         const others = locked.filter(

@@ -12,16 +12,19 @@ import { pageRows } from './page'
 
 const { apiKeys, users, organizations } = schema
 
-/** Rotations of one owner take turns: each sees the keys the one before it issued. */
+/**
+ * Rotations of one owner take turns: each sees the keys the one before it issued. NO KEY UPDATE:
+ * the owner's other writes (files, batches, workers, whose foreign keys take KEY SHARE) go on.
+ */
 async function lockOwner(tx: PgTx, owner: KeyOwner) {
   if (owner.type === 'personal')
-    await tx.select({ id: users.id }).from(users).where(eq(users.id, owner.userId)).for('update')
+    await tx.select({ id: users.id }).from(users).where(eq(users.id, owner.userId)).for('no key update')
   else
     await tx
       .select({ id: organizations.id })
       .from(organizations)
       .where(eq(organizations.id, owner.orgId))
-      .for('update')
+      .for('no key update')
 }
 
 const ownedBy = (owner: KeyOwner): SQL =>

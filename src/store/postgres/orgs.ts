@@ -10,9 +10,10 @@ import type { PgDb, PgTx } from './db'
 import { isUniqueViolation } from './errors'
 import { pageRows } from './page'
 
-// Organizations and memberships on PostgreSQL. Every change of roles locks the org's row first,
-// so the last-owner rule counts owners no concurrent change can alter: two owners demoting each
-// other at once take turns, and the second is refused.
+// Organizations and memberships on PostgreSQL. Every change of roles locks the org's row first
+// (NO KEY UPDATE, so the org's workers registering meanwhile are not held up), so the last-owner
+// rule counts owners no concurrent change can alter: two owners demoting each other at once take
+// turns, and the second is refused.
 
 const { organizations, memberships, users } = schema
 
@@ -32,7 +33,7 @@ async function lockOrgAndCountOtherOwners(tx: PgTx, orgId: string, userId: strin
     .select({ id: organizations.id })
     .from(organizations)
     .where(eq(organizations.id, orgId))
-    .for('update')
+    .for('no key update')
   const [c] = await tx
     .select({ n: count() })
     .from(memberships)
