@@ -9,7 +9,6 @@ import { newId } from './lib/ids'
 import { createMailer, type Mailer } from './lib/mailer'
 import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
-import { RateLimiter } from './lib/rate-limit'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
 import type { PoolCapacity } from './modules/pool/service'
 import type { Store } from './store'
@@ -31,7 +30,6 @@ export interface Deps {
   mailer: Mailer
   tokens: Tokens
   passwords: Passwords
-  limiter: RateLimiter
   metrics: Metrics
   /** Validator → batch event streams, and the "batch created" signal that wakes the validator. */
   batchEvents: BatchEventBus
@@ -102,7 +100,6 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
       }),
     tokens: createTokens(secret, config.JWT_TTL_SECONDS, clock),
     passwords: overrides.passwords ?? createPasswords(),
-    limiter: new RateLimiter(clock),
     metrics: createMetrics(),
     batchEvents: new BatchEventBus(),
     shutdown: new AbortController(),

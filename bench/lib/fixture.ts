@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { type Config, loadConfig } from '../../src/config'
-import { apiKeys, catalogEntries } from '../../src/db/schema'
+import { catalogEntries } from '../../src/db/schema'
 import { createDeps, type Deps } from '../../src/deps'
 import { startServer } from '../../src/index'
 import { newId } from '../../src/lib/ids'
@@ -42,22 +42,20 @@ export async function benchServer(env: Record<string, string> = {}): Promise<Ben
     password: 'bench-password',
     full_name: 'Bench',
   })
-  const orgId = deps.sqlite
-    .query<{ org_id: string }, [string]>('select org_id from memberships where user_id = ?')
-    .get(user.id)!.org_id
+  const [personal] = await deps.store.orgs.listMembershipsOf(user.id)
+  const orgId = personal!.org_id
   const key = generateRawKey()
-  deps.db
-    .insert(apiKeys)
-    .values({
-      id: newId('key_'),
-      key_type: 'worker',
+  await deps.store.keys.createKey(
+    { type: 'worker', orgId },
+    {
       name: 'bench',
       prefix: keyDisplayPrefix(key),
       key_hash: sha256Hex(key),
-      org_id: orgId,
+      created_by: user.id,
       created_at: deps.clock.now(),
-    })
-    .run()
+      expires_at: null,
+    },
+  )
   return {
     config,
     deps,

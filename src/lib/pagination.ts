@@ -36,6 +36,12 @@ export interface PageParams {
   after?: string
 }
 
+/** One page of rows as a store returns it, before the list envelope. */
+export interface RowsPage<R> {
+  rows: R[]
+  has_more: boolean
+}
+
 export function parseLimit(raw: string | number | undefined): number {
   if (raw === undefined) return 20
   const n = Number(raw)
@@ -54,7 +60,7 @@ export function pageRows<R extends { id: string }>(
   table: Pageable,
   where: SQL | undefined,
   query: PageParams,
-): { rows: R[]; has_more: boolean } {
+): RowsPage<R> {
   const limit = parseLimit(query.limit)
   let cursor: SQL | undefined
   if (query.after) {

@@ -1,5 +1,8 @@
+import type { AccountsStore } from './accounts'
 import type { BatchesStore } from './batches'
+import type { KeysStore } from './keys'
 import type { LimitsStore } from './limits'
+import type { OrgsStore } from './orgs'
 import type { QueueStore } from './queue'
 import type { SignalsStore } from './signals'
 
@@ -26,5 +29,11 @@ export interface Store {
   ready(): Promise<void>
   /** Readiness: throws when the database does not answer. */
   ping(): Promise<void>
+  /** Users, password changes and reset tokens (accounts.ts). */
+  readonly accounts: AccountsStore
+  /** Personal and worker API keys, and the credential lookup of every keyed request (keys.ts). */
+  readonly keys: KeysStore
+  /** Organizations, memberships and the last-owner rule's transactions (orgs.ts). */
+  readonly orgs: OrgsStore
   close(): Promise<void>
 }

@@ -59,7 +59,7 @@ describe('POST /v1/auth/forgot-password', () => {
 
   test('inactive users get no mail', async () => {
     const u = await makeUser(t)
-    setUserFlags(t, u.id, { is_active: false })
+    await setUserFlags(t, u.id, { is_active: false })
     const before = t.mail.sent.length
     expect((await forgot(u.email)).status).toBe(202)
     await Bun.sleep(0)
@@ -78,7 +78,7 @@ describe('POST /v1/auth/forgot-password', () => {
 describe('POST /v1/auth/reset-password', () => {
   test('redeems the token once: the new password works, older JWTs stop, the gate clears', async () => {
     const u = await makeUser(t)
-    setUserFlags(t, u.id, { must_change_password: true })
+    await setUserFlags(t, u.id, { must_change_password: true })
     await forgot(u.email)
     await Bun.sleep(0)
     const token = tokenFromMail(u.email)

@@ -188,7 +188,7 @@ describe('POST /v1/auth/login', () => {
 
   test('a deactivated user cannot log in, and their JWT stops working', async () => {
     const u = await makeUser(t)
-    setUserFlags(t, u.id, { is_active: false })
+    await setUserFlags(t, u.id, { is_active: false })
     expect(
       (await t.req('POST', '/v1/auth/login', { body: { email: u.email, password: u.password } })).status,
     ).toBe(403)
@@ -282,7 +282,7 @@ describe('POST /v1/auth/change-password', () => {
 describe('must_change_password gate', () => {
   test('only /me and change-password are open until the password changes', async () => {
     const u = await makeUser(t)
-    setUserFlags(t, u.id, { must_change_password: true })
+    await setUserFlags(t, u.id, { must_change_password: true })
     const login = await t.req('POST', '/v1/auth/login', { body: { email: u.email, password: u.password } })
     expect(login.body.must_change_password).toBe(true)
     const token = login.body.access_token

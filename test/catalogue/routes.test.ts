@@ -67,7 +67,7 @@ describe('authentication', () => {
 
   test('403 while the password must be changed', async () => {
     const u = await makeUser(t)
-    setUserFlags(t, u.id, { must_change_password: true })
+    await setUserFlags(t, u.id, { must_change_password: true })
     const res = await t.req('GET', '/v1/models', { token: u.token })
     expect(res.status).toBe(403)
     expect(res.body.error.code).toBe('password_change_required')

@@ -1,8 +1,7 @@
 import { expect } from 'bun:test'
-import { eq } from 'drizzle-orm'
-import { memberships, users } from '../../src/db/schema'
 import { randomBase62 } from '../../src/lib/ids'
 import { createUser } from '../../src/modules/users/service'
+import type { UserChanges } from '../../src/store/accounts'
 import type { TestApp, TestServer } from './app'
 import { rememberSecret } from './secrets'
 
@@ -42,8 +41,8 @@ export async function loginAs(t: Target, email: string, password: string) {
   const login = await t.req('POST', '/v1/auth/login', { body: { email, password } })
   expect(login.status).toBe(200)
   const id = login.body.user.id as string
-  const personal = t.deps.db.select().from(memberships).where(eq(memberships.user_id, id)).all()
-  return { id, email, password, token: login.body.access_token as string, personalOrgId: personal[0]!.org_id }
+  const [personal] = await t.deps.store.orgs.listMembershipsOf(id)
+  return { id, email, password, token: login.body.access_token as string, personalOrgId: personal!.org_id }
 }
 
 /** A superadmin who has already changed the password (so the gate is open). */
@@ -74,6 +73,6 @@ export async function makeWorkerKey(t: Target, user: { token: string }, orgId: s
   return { id: res.body.id as string, key: res.body.key as string }
 }
 
-export function setUserFlags(t: Target, userId: string, flags: Partial<typeof users.$inferInsert>) {
-  t.deps.db.update(users).set(flags).where(eq(users.id, userId)).run()
+export async function setUserFlags(t: Target, userId: string, flags: UserChanges) {
+  await t.deps.store.accounts.updateUser(userId, flags, t.deps.clock.now())
 }

@@ -1,6 +1,4 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { eq } from 'drizzle-orm'
-import { apiKeys } from '../../src/db/schema'
 import { sha256Hex } from '../../src/lib/keys'
 import { makeTestApp } from '../helpers/app'
 import { makePersonalKey, makeUser } from '../helpers/builders'
@@ -29,7 +27,7 @@ describe('personal API keys', () => {
       last_used_at: null,
       created_at: t.clock.now(),
     })
-    const row = t.deps.db.select().from(apiKeys).where(eq(apiKeys.id, res.body.id)).get()!
+    const row = (await t.deps.store.keys.findKey({ type: 'personal', userId: u.id }, res.body.id))!
     expect(row.key_hash).toBe(sha256Hex(raw))
     expect(JSON.stringify(t.deps.sqlite.query('SELECT * FROM api_keys').all())).not.toContain(raw)
     const list = await t.req('GET', base, { token: u.token })
@@ -53,7 +51,7 @@ describe('personal API keys', () => {
     expect(
       (await t.req('POST', '/v1/auth/api-keys/regenerate', { token: k.key, body: { key_id: k.id } })).status,
     ).toBe(201)
-    const row = t.deps.db.select().from(apiKeys).where(eq(apiKeys.id, k.id)).get()!
+    const row = (await t.deps.store.keys.findKey({ type: 'personal', userId: u.id }, k.id))!
     expect(row.last_used_at).toBe(t.clock.now())
   })
 

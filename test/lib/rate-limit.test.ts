@@ -2,6 +2,7 @@ import { describe, expect, test } from 'bun:test'
 import { manualClock } from '../../src/lib/clock'
 import type { AppError } from '../../src/lib/errors'
 import { RateLimiter } from '../../src/lib/rate-limit'
+import { sqliteLimits } from '../../src/store/sqlite/limits'
 import { makeTestApp } from '../helpers/app'
 import { uniqueEmail } from '../helpers/builders'
 
@@ -108,9 +109,11 @@ describe('RateLimiter', () => {
 })
 
 test('forgot-password: cycling emails stays within the bound, and a limited email stays limited', async () => {
-  const t = makeTestApp({ RATE_LIMIT_FORGOT_PER_HOUR: '2' })
+  const t = makeTestApp({ RATE_LIMIT_FORGOT_PER_HOUR: '2', DATABASE_URL: '' })
   try {
-    t.deps.limiter = new RateLimiter(t.clock, { maxKeys: 20 })
+    // The SQLite engine's limiter, with a small bound.
+    const limiter = new RateLimiter(t.clock, { maxKeys: 20 })
+    t.deps.store = { ...t.deps.store, limits: sqliteLimits(limiter) }
     const forgot = (email: string) => t.req('POST', '/v1/auth/forgot-password', { body: { email } })
     const victim = uniqueEmail()
     expect((await forgot(victim)).status).toBe(202)
@@ -118,7 +121,7 @@ test('forgot-password: cycling emails stays within the bound, and a limited emai
     expect((await forgot(victim)).status).toBe(429)
     const statuses: number[] = []
     for (let i = 0; i < 200; i++) statuses.push((await forgot(`cycle-${i}@example.test`)).status)
-    expect(t.deps.limiter.trackedKeys()).toBe(20)
+    expect(limiter.trackedKeys()).toBe(20)
     expect(statuses.filter((s) => s === 202)).toHaveLength(19)
     expect(statuses.filter((s) => s === 429)).toHaveLength(181)
     expect((await forgot(victim)).status).toBe(429)

@@ -1,6 +1,4 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { eq } from 'drizzle-orm'
-import { apiKeys } from '../../src/db/schema'
 import { sha256Hex } from '../../src/lib/keys'
 import { makeTestApp } from '../helpers/app'
 import { type MadeUser, makeSuperadmin, makeUser, makeWorkerKey } from '../helpers/builders'
@@ -69,9 +67,9 @@ describe('org worker keys', () => {
     expect(byOwner.status).toBe(201)
     expect(byOwner.body).toMatchObject({ key_type: 'worker', org_id: org.id, user_id: null, name: 'rack-1' })
     const raw = byOwner.body.key
-    expect(t.deps.db.select().from(apiKeys).where(eq(apiKeys.id, byOwner.body.id)).get()!.key_hash).toBe(
-      sha256Hex(raw),
-    )
+    expect(
+      (await t.deps.store.keys.findKey({ type: 'worker', orgId: org.id }, byOwner.body.id))?.key_hash,
+    ).toBe(sha256Hex(raw))
     expect(
       (await t.req('POST', `/v1/orgs/${org.id}/api-keys`, { token: admin.token, body: {} })).status,
     ).toBe(201)
@@ -105,7 +103,7 @@ describe('org worker keys', () => {
     const del = await t.req('DELETE', path, { token: owner.token })
     expect(del.status).toBe(200)
     expect(del.body.revoked_at).toBe(t.clock.now())
-    const row = t.deps.db.select().from(apiKeys).where(eq(apiKeys.id, k.id)).get()!
+    const row = (await t.deps.store.keys.findKey({ type: 'worker', orgId: org.id }, k.id))!
     expect(row.revoked_at).not.toBeNull()
     // Another org's key id in this org's path is a 404.
     const other = await makeUser(t)

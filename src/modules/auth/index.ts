@@ -35,11 +35,15 @@ export const authRoutes = (deps: Deps) =>
       ...jsonBody(AuthModel.changePassword),
       detail: { tags, summary: 'Change the password; returns a fresh JWT' },
     })
-    .post('/forgot-password', ({ body, status }) => status(202, auth.forgotPassword(deps, body)), {
-      public: true,
-      ...jsonBody(AuthModel.forgotPassword),
-      detail: { tags, summary: 'Mail a password reset token (always 202)' },
-    })
+    .post(
+      '/forgot-password',
+      async ({ body, status }) => status(202, await auth.forgotPassword(deps, body)),
+      {
+        public: true,
+        ...jsonBody(AuthModel.forgotPassword),
+        detail: { tags, summary: 'Mail a password reset token (always 202)' },
+      },
+    )
     .post('/reset-password', ({ body }) => auth.resetPassword(deps, body), {
       public: true,
       ...jsonBody(AuthModel.resetPassword),
@@ -47,10 +51,10 @@ export const authRoutes = (deps: Deps) =>
     })
     .post(
       '/api-keys/regenerate',
-      ({ body, principal, status }) =>
+      async ({ body, principal, status }) =>
         status(
           201,
-          regenerateKey(deps, { type: 'personal', userId: principal.user.id }, principal, body?.key_id),
+          await regenerateKey(deps, { type: 'personal', userId: principal.user.id }, principal, body?.key_id),
         ),
       {
         user: true,

@@ -1,8 +1,5 @@
-import { and, eq, gt, isNull, sql } from 'drizzle-orm'
-import { memberships, organizations, passwordResetTokens, users } from '../../db/schema'
-import { type Tx, writeTx } from '../../db/tx'
 import type { Deps } from '../../deps'
-import { badRequest, forbidden, unauthorized } from '../../lib/errors'
+import { AppError, badRequest, forbidden, unauthorized } from '../../lib/errors'
 import { randomBase62 } from '../../lib/ids'
 import { generateResetToken, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
@@ -22,8 +19,8 @@ export async function signup(deps: Deps, input: { email: string; password: strin
 
 export async function login(deps: Deps, input: { email: string; password: string }, ip: string) {
   const email = input.email.trim().toLowerCase()
-  deps.limiter.take('login', `${email} ${ip}`, deps.config.RATE_LIMIT_LOGIN_PER_MINUTE, 60)
-  const user = deps.db.select().from(users).where(eq(users.email, email)).get()
+  await deps.store.limits.take('login', `${email} ${ip}`, deps.config.RATE_LIMIT_LOGIN_PER_MINUTE, 60)
+  const user = await deps.store.accounts.findUserByEmail(email)
   // Unknown email and wrong password take the same time and give the same answer.
   if (!user) {
     await deps.passwords.burn(input.password)
@@ -44,33 +41,9 @@ export async function login(deps: Deps, input: { email: string; password: string
   }
 }
 
-export function me(deps: Deps, principal: UserPrincipal) {
-  const rows = deps.db
-    .select({
-      org_id: memberships.org_id,
-      org_name: organizations.name,
-      role: memberships.role,
-      personal: organizations.personal,
-    })
-    .from(memberships)
-    .innerJoin(organizations, eq(organizations.id, memberships.org_id))
-    .where(eq(memberships.user_id, principal.user.id))
-    .orderBy(organizations.seq)
-    .all()
-  return { ...toUserObject(principal.user), memberships: rows }
-}
-
-/** Sets a new password, bumps the token version (older JWTs stop working), clears the gate. */
-function storePassword(tx: Tx, now: number, userId: string, hash: string) {
-  tx.update(users)
-    .set({
-      password_hash: hash,
-      must_change_password: false,
-      token_version: sql`${users.token_version} + 1`,
-      updated_at: now,
-    })
-    .where(eq(users.id, userId))
-    .run()
+export async function me(deps: Deps, principal: UserPrincipal) {
+  const memberships = await deps.store.orgs.listMembershipsOf(principal.user.id)
+  return { ...toUserObject(principal.user), memberships }
 }
 
 export async function changePassword(
@@ -84,8 +57,8 @@ export async function changePassword(
   }
   checkPassword(input.new_password, 'new_password')
   const hash = await deps.passwords.hash(input.new_password)
-  writeTx(deps.db, (tx) => storePassword(tx, deps.clock.now(), user.id, hash))
-  const fresh = deps.db.select().from(users).where(eq(users.id, user.id)).get()!
+  // The token version is bumped: every JWT issued before this one stops working.
+  const fresh = (await deps.store.accounts.setPassword(user.id, hash, deps.clock.now()))!
   const { token, expiresIn } = await deps.tokens.sign(fresh.id, fresh.token_version)
   return { status: 'password_changed' as const, access_token: token, expires_in: expiresIn }
 }
@@ -94,22 +67,19 @@ export async function changePassword(
  * Always answers the same (API.md §2: no user enumeration). For an active user, a fresh token is
  * stored hashed and mailed; the mail goes out after the response, so timing reveals nothing either.
  */
-export function forgotPassword(deps: Deps, input: { email: string }) {
+export async function forgotPassword(deps: Deps, input: { email: string }) {
   const email = input.email.trim().toLowerCase()
-  deps.limiter.take('forgot', email, deps.config.RATE_LIMIT_FORGOT_PER_HOUR, 3600)
-  const user = deps.db.select().from(users).where(eq(users.email, email)).get()
+  await deps.store.limits.take('forgot', email, deps.config.RATE_LIMIT_FORGOT_PER_HOUR, 3600)
+  const user = await deps.store.accounts.findUserByEmail(email)
   if (user?.is_active) {
     const token = generateResetToken()
     const now = deps.clock.now()
-    deps.db
-      .insert(passwordResetTokens)
-      .values({
-        user_id: user.id,
-        token_hash: sha256Hex(token),
-        created_at: now,
-        expires_at: now + deps.config.RESET_TOKEN_TTL_SECONDS,
-      })
-      .run()
+    await deps.store.accounts.addResetToken({
+      user_id: user.id,
+      token_hash: sha256Hex(token),
+      created_at: now,
+      expires_at: now + deps.config.RESET_TOKEN_TTL_SECONDS,
+    })
     const link = `${deps.config.PUBLIC_URL}/reset-password?token=${encodeURIComponent(token)}`
     const minutes = Math.round(deps.config.RESET_TOKEN_TTL_SECONDS / 60)
     deps.mailer
@@ -131,28 +101,9 @@ export async function resetPassword(deps: Deps, input: { token: string; new_pass
   checkPassword(input.new_password, 'new_password')
   const hash = await deps.passwords.hash(input.new_password)
   const now = deps.clock.now()
-  const tokenHash = sha256Hex(input.token)
-  writeTx(deps.db, (tx) => {
-    // Single use: claiming the token and setting the password happen in one transaction.
-    const claimed = tx
-      .update(passwordResetTokens)
-      .set({ used_at: now })
-      .where(
-        and(
-          eq(passwordResetTokens.token_hash, tokenHash),
-          isNull(passwordResetTokens.used_at),
-          gt(passwordResetTokens.expires_at, now),
-        ),
-      )
-      .returning({ user_id: passwordResetTokens.user_id })
-      .get()
-    if (!claimed)
-      throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
-    const user = tx.select().from(users).where(eq(users.id, claimed.user_id)).get()
-    if (!user?.is_active)
-      throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
-    storePassword(tx, now, user.id, hash)
-  })
+  // Single use, unexpired, and its user still active; the password is set in the same transaction.
+  if (!(await deps.store.accounts.redeemResetToken(sha256Hex(input.token), hash, now)))
+    throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
   return { status: 'password_reset' as const }
 }
 
@@ -161,12 +112,7 @@ export async function resetPassword(deps: Deps, input: { token: string; new_pass
  * must_change_password. A generated password is printed once, to the console, never to the log.
  */
 export async function ensureSuperadmin(deps: Deps, print: (line: string) => void = console.error) {
-  const existing = deps.db
-    .select({ id: users.id })
-    .from(users)
-    .where(eq(users.platform_role, 'superadmin'))
-    .get()
-  if (existing) return null
+  if (await deps.store.accounts.hasSuperadmin()) return null
   const generated = deps.config.ADMIN_PASSWORD === undefined
   const password = deps.config.ADMIN_PASSWORD ?? randomBase62(20)
   const user = await createUser(deps, {
@@ -175,7 +121,18 @@ export async function ensureSuperadmin(deps: Deps, print: (line: string) => void
     full_name: 'Administrator',
     platform_role: 'superadmin',
     must_change_password: true,
+  }).catch(async (error) => {
+    // API.md §12: instances starting together race for the first superadmin; the losers find
+    // the winner's. An ordinary user holding ADMIN_EMAIL still stops the start.
+    if (
+      error instanceof AppError &&
+      error.errorCode === 'email_taken' &&
+      (await deps.store.accounts.hasSuperadmin())
+    )
+      return null
+    throw error
   })
+  if (!user) return null
   log.info('created superadmin', { user_id: user.id, email: user.email })
   if (generated) {
     print(

@@ -1,5 +1,4 @@
-import { and, eq } from 'drizzle-orm'
-import { memberships, type OrgRole, organizations } from '../../db/schema'
+import type { OrgRole, OrgRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { forbidden, notFound } from '../../lib/errors'
 import type { UserPrincipal } from '../auth/credentials'
@@ -10,25 +9,17 @@ import type { UserPrincipal } from '../auth/credentials'
 const RANK: Record<OrgRole, number> = { viewer: 1, admin: 2, owner: 3 }
 
 export interface OrgAccess {
-  org: typeof organizations.$inferSelect
+  org: OrgRow
   role: OrgRole
 }
 
-export function requireOrgRole(
+export async function requireOrgRole(
   deps: Deps,
   principal: UserPrincipal,
   orgId: string,
   least: OrgRole,
-): OrgAccess {
-  const row = deps.db
-    .select({ org: organizations, role: memberships.role })
-    .from(organizations)
-    .leftJoin(
-      memberships,
-      and(eq(memberships.org_id, organizations.id), eq(memberships.user_id, principal.user.id)),
-    )
-    .where(eq(organizations.id, orgId))
-    .get()
+): Promise<OrgAccess> {
+  const row = await deps.store.orgs.findAccess(orgId, principal.user.id)
   const superadmin = principal.user.platform_role === 'superadmin'
   if (!row || (!row.role && !superadmin)) throw notFound('org_not_found', 'No such organization')
   const role: OrgRole = superadmin ? 'owner' : row.role!

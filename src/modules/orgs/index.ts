@@ -20,15 +20,19 @@ export const orgRoutes = (deps: Deps) =>
       query: OrgModel.page,
       detail: { tags, summary: 'Organizations the caller belongs to' },
     })
-    .post('', ({ principal, body, status }) => status(201, orgs.createTeamOrg(deps, principal, body)), {
-      jwt: true,
-      ...jsonBody(OrgModel.create),
-      detail: { tags, summary: 'Create a team organization (caller becomes owner)' },
-    })
+    .post(
+      '',
+      async ({ principal, body, status }) => status(201, await orgs.createTeamOrg(deps, principal, body)),
+      {
+        jwt: true,
+        ...jsonBody(OrgModel.create),
+        detail: { tags, summary: 'Create a team organization (caller becomes owner)' },
+      },
+    )
     .get(
       '/:org_id/api-keys',
-      ({ principal, params, query }) => {
-        requireOrgRole(deps, principal, params.org_id, 'viewer')
+      async ({ principal, params, query }) => {
+        await requireOrgRole(deps, principal, params.org_id, 'viewer')
         return keys.listKeys(deps, workerKeys(params.org_id), query)
       },
       {
@@ -40,9 +44,9 @@ export const orgRoutes = (deps: Deps) =>
     )
     .post(
       '/:org_id/api-keys',
-      ({ principal, params, body, status }) => {
-        requireOrgRole(deps, principal, params.org_id, 'admin')
-        return status(201, keys.createKey(deps, workerKeys(params.org_id), principal, body ?? {}))
+      async ({ principal, params, body, status }) => {
+        await requireOrgRole(deps, principal, params.org_id, 'admin')
+        return status(201, await keys.createKey(deps, workerKeys(params.org_id), principal, body ?? {}))
       },
       {
         jwt: true,
@@ -53,9 +57,9 @@ export const orgRoutes = (deps: Deps) =>
     )
     .post(
       '/:org_id/api-keys/regenerate',
-      ({ principal, params, body, status }) => {
-        requireOrgRole(deps, principal, params.org_id, 'admin')
-        return status(201, keys.regenerateKey(deps, workerKeys(params.org_id), principal, body?.key_id))
+      async ({ principal, params, body, status }) => {
+        await requireOrgRole(deps, principal, params.org_id, 'admin')
+        return status(201, await keys.regenerateKey(deps, workerKeys(params.org_id), principal, body?.key_id))
       },
       {
         jwt: true,
@@ -66,8 +70,8 @@ export const orgRoutes = (deps: Deps) =>
     )
     .delete(
       '/:org_id/api-keys/:key_id',
-      ({ principal, params }) => {
-        requireOrgRole(deps, principal, params.org_id, 'admin')
+      async ({ principal, params }) => {
+        await requireOrgRole(deps, principal, params.org_id, 'admin')
         return keys.revokeKey(deps, workerKeys(params.org_id), params.key_id)
       },
       {
@@ -78,8 +82,8 @@ export const orgRoutes = (deps: Deps) =>
     )
     .get(
       '/:org_id/workers',
-      ({ principal, params, query }) => {
-        requireOrgRole(deps, principal, params.org_id, 'viewer')
+      async ({ principal, params, query }) => {
+        await requireOrgRole(deps, principal, params.org_id, 'viewer')
         return listWorkers(deps, params.org_id, query)
       },
       {
@@ -96,8 +100,8 @@ export const orgRoutes = (deps: Deps) =>
     })
     .post(
       '/:org_id/members',
-      ({ principal, params, body, status }) =>
-        status(201, orgs.addMember(deps, principal, params.org_id, body)),
+      async ({ principal, params, body, status }) =>
+        status(201, await orgs.addMember(deps, principal, params.org_id, body)),
       {
         jwt: true,
         params: OrgModel.orgParams,

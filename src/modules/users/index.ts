@@ -15,8 +15,8 @@ export const userRoutes = (deps: Deps) =>
     .use(authPlugin(deps))
     .post(
       '',
-      ({ body, principal, status }) =>
-        status(201, keys.createKey(deps, own(principal), principal, body ?? {})),
+      async ({ body, principal, status }) =>
+        status(201, await keys.createKey(deps, own(principal), principal, body ?? {})),
       {
         jwt: true,
         ...optionalJsonBody(t.Optional(KeyModel.create)),

@@ -3,7 +3,7 @@ import * as schema from '../../db/pg/schema'
 import type { BatchErrorRow, BatchRow } from '../../db/schema'
 import type { BatchesStore } from '../batches'
 import type { PgDb } from './db'
-import { pageRowsPg } from './page'
+import { pageRows } from './page'
 import { transition } from './queue'
 
 const { batches, batchErrors, files } = schema
@@ -50,7 +50,7 @@ export function postgresBatches(db: PgDb): BatchesStore {
         filter.ownerId === null ? undefined : eq(batches.user_id, filter.ownerId),
         filter.status ? eq(batches.status, filter.status) : undefined,
       )
-      return pageRowsPg<BatchRow>(db, batches, where, query)
+      return pageRows<BatchRow>(db, batches, where, query)
     },
 
     async errorsOf(batchIds) {

@@ -1,9 +1,12 @@
 import type { Config } from '../../config'
 import type { Clock } from '../../lib/clock'
 import type { Store } from '../index'
+import { postgresAccounts } from './accounts'
 import { postgresBatches } from './batches'
 import { migratePostgres, type PgDb } from './db'
+import { postgresKeys } from './keys'
 import { postgresLimits } from './limits'
+import { postgresOrgs } from './orgs'
 import { postgresQueue } from './queue'
 import { postgresSignals } from './signals'
 
@@ -24,6 +27,9 @@ export function postgresStore(
     async ping() {
       await db.$client`SELECT 1`
     },
+    accounts: postgresAccounts(db),
+    keys: postgresKeys(db),
+    orgs: postgresOrgs(db),
     async close() {
       await db.$client.close()
     },

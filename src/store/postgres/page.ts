@@ -1,25 +1,27 @@
 import { and, desc, eq, lt, type SQL } from 'drizzle-orm'
 import type { PgColumn, PgTable } from 'drizzle-orm/pg-core'
 import { badRequest } from '../../lib/errors'
-import { type PageParams, parseLimit } from '../../lib/pagination'
-import type { PgDb, PgTx } from './db'
+import { type PageParams, parseLimit, type RowsPage } from '../../lib/pagination'
+import type { PgDb } from './db'
+
+// API.md §0 lists on PostgreSQL, as lib/pagination.ts's pageRows on SQLite: newest first by `seq`,
+// the cursor resolved inside the caller's own filter so an id it may not see is just invalid.
 
 type Pageable = PgTable & { seq: PgColumn; id: PgColumn }
 
-/** API.md §0 lists on PostgreSQL: the twin of pageRows in src/lib/pagination.ts. */
-export async function pageRowsPg<R extends { id: string }>(
-  db: PgDb | PgTx,
+export async function pageRows<R>(
+  db: PgDb,
   table: Pageable,
   where: SQL | undefined,
   query: PageParams,
-): Promise<{ rows: R[]; has_more: boolean }> {
+): Promise<RowsPage<R>> {
   const limit = parseLimit(query.limit)
   let cursor: SQL | undefined
   if (query.after) {
-    const [row] = await db
+    const [row] = (await db
       .select({ seq: table.seq })
       .from(table as PgTable)
-      .where(and(where, eq(table.id, query.after)))
+      .where(and(where, eq(table.id, query.after)))) as { seq: number }[]
     if (!row) throw badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
     cursor = lt(table.seq, row.seq)
   }

@@ -2,9 +2,13 @@ import type { Database } from 'bun:sqlite'
 import type { Config } from '../../config'
 import type { Db } from '../../db/open'
 import type { Clock } from '../../lib/clock'
+import { RateLimiter } from '../../lib/rate-limit'
 import type { Store } from '../index'
+import { sqliteAccounts } from './accounts'
 import { sqliteBatches } from './batches'
+import { sqliteKeys } from './keys'
 import { sqliteLimits } from './limits'
+import { sqliteOrgs } from './orgs'
 import { sqliteQueue } from './queue'
 import { sqliteSignals } from './signals'
 
@@ -19,13 +23,16 @@ export function sqliteStore(deps: {
     kind: 'sqlite',
     queue: sqliteQueue(deps),
     batches: sqliteBatches(deps),
-    limits: sqliteLimits(deps.clock),
+    limits: sqliteLimits(new RateLimiter(deps.clock)),
     signals: sqliteSignals(),
     // Opened and migrated synchronously by src/db/open.ts and src/db/migrate.ts.
     async ready() {},
     async ping() {
       deps.sqlite.query('SELECT 1').get()
     },
+    accounts: sqliteAccounts(deps),
+    keys: sqliteKeys(deps),
+    orgs: sqliteOrgs(deps),
     async close() {
       deps.sqlite.close()
     },

@@ -1,0 +1,24 @@
+import type { UserRow } from '../../db/schema'
+import { badRequest } from '../../lib/errors'
+import type { UserChanges } from '../../store/accounts'
+
+// API.md §9: the platform always keeps an active superadmin. Decided once for both engines, inside
+// the transaction that changes the user, against the other active superadmins counted there.
+
+/** Does this change take an active superadmin away? */
+export function losesSuperadmin(target: Pick<UserRow, 'platform_role' | 'is_active'>, changes: UserChanges) {
+  return (
+    target.platform_role === 'superadmin' &&
+    target.is_active &&
+    (changes.platform_role === 'user' || changes.is_active === false)
+  )
+}
+
+export function checkLastSuperadmin(
+  target: Pick<UserRow, 'platform_role' | 'is_active'>,
+  changes: UserChanges,
+  otherActiveSuperadmins: number,
+): void {
+  if (losesSuperadmin(target, changes) && otherActiveSuperadmins === 0)
+    throw badRequest('last_superadmin', 'The last active superadmin cannot be demoted or deactivated')
+}

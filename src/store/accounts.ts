@@ -1,0 +1,58 @@
+import type { UserRow } from '../db/schema'
+import type { PageParams, RowsPage } from '../lib/pagination'
+
+// Users and password reset tokens (SPEC §2, API.md §2 and §9). The rules — email and password
+// checks, the Personal Org's name, the last-superadmin rule (modules/admin/rules.ts) — live above
+// the seam; each engine carries a decision out atomically.
+
+export interface NewUser {
+  email: string
+  password_hash: string
+  full_name: string
+  platform_role: UserRow['platform_role']
+  must_change_password: boolean
+  now: number
+}
+
+/** What a superadmin may change on a user (API.md §9), and the first-login gate. */
+export type UserChanges = Partial<Pick<UserRow, 'is_active' | 'platform_role' | 'must_change_password'>>
+
+export interface NewResetToken {
+  user_id: string
+  token_hash: string
+  created_at: number
+  expires_at: number
+}
+
+export interface AccountsStore {
+  /**
+   * SPEC §2: the user, their Personal Org named `personalOrgName` and its owner membership, in one
+   * transaction. 409 `email_taken` when the email is registered (API.md §2).
+   */
+  createUser(user: NewUser, personalOrgName: string): Promise<UserRow>
+  /** The credential lookup of a JWT or personal key (API.md §1): runs on every user request. */
+  findUserById(id: string): Promise<UserRow | undefined>
+  /** Login, forgot-password and add-member look users up by their normalized email. */
+  findUserByEmail(email: string): Promise<UserRow | undefined>
+  /** SPEC §1 first start: is there any superadmin yet? */
+  hasSuperadmin(): Promise<boolean>
+  /** GET /v1/admin/users: every user, newest first (API.md §0 paging). */
+  listUsers(page: PageParams): Promise<RowsPage<UserRow>>
+  /**
+   * PATCH /v1/admin/users/{id}: undefined for an unknown user; 400 `last_superadmin` when the
+   * change would leave no active superadmin (checked race-free against concurrent changes).
+   */
+  updateUser(id: string, changes: UserChanges, now: number): Promise<UserRow | undefined>
+  /**
+   * change-password: the new hash, `must_change_password` cleared, `token_version` bumped so that
+   * older JWTs stop working. Returns the updated user.
+   */
+  setPassword(userId: string, passwordHash: string, now: number): Promise<UserRow | undefined>
+  /** forgot-password: stores a reset token's hash (API.md §2). */
+  addResetToken(token: NewResetToken): Promise<void>
+  /**
+   * reset-password: claims the token (single use, unexpired, its user active) and sets the password
+   * as setPassword does, in one transaction. False when the token is unknown, used or expired.
+   */
+  redeemResetToken(tokenHash: string, passwordHash: string, now: number): Promise<boolean>
+}

@@ -1,0 +1,45 @@
+import type { OrgRole, OrgRow } from '../db/schema'
+import type { PageParams, RowsPage } from '../lib/pagination'
+
+// Organizations and memberships (SPEC §2, API.md §3). The role checks and the last-owner rule live
+// in modules/orgs (access.ts, rules.ts); the engines apply them inside the transaction that
+// changes memberships, so two concurrent changes can never leave an org without an owner.
+
+export interface Member {
+  user_id: string
+  role: OrgRole
+  created_at: number
+  email: string
+  full_name: string
+}
+
+export interface Membership {
+  org_id: string
+  org_name: string
+  role: OrgRole
+  personal: boolean
+}
+
+export interface OrgsStore {
+  /** SPEC §5 rule 2: the org and the user's role in it (null: not a member); undefined: no such org. */
+  findAccess(orgId: string, userId: string): Promise<{ org: OrgRow; role: OrgRole | null } | undefined>
+  /** GET /v1/orgs: the user's orgs with their role, newest first (API.md §0 paging). */
+  listOrgsOf(userId: string, page: PageParams): Promise<RowsPage<{ org: OrgRow; role: OrgRole }>>
+  /** GET /v1/auth/me: every membership of the user, oldest org first. */
+  listMembershipsOf(userId: string): Promise<Membership[]>
+  /** POST /v1/orgs: a team org with `ownerId` as its owner. */
+  createTeamOrg(name: string, ownerId: string, now: number): Promise<OrgRow>
+  /** GET …/members: oldest member first. */
+  listMembers(orgId: string): Promise<Member[]>
+  /** POST …/members: 409 `already_member` when the user already belongs to the org. */
+  addMember(orgId: string, userId: string, role: OrgRole, now: number): Promise<void>
+  /**
+   * PATCH …/members/{user_id} by a caller holding `actorRole`: 404 `member_not_found`, or the
+   * owner and last-owner rules' 403/400 (modules/orgs/rules.ts), decided under the org's lock.
+   */
+  changeMemberRole(orgId: string, userId: string, role: OrgRole, actorRole: OrgRole): Promise<Member>
+  /** DELETE …/members/{user_id}: removal or leaving (`self`), under the same rules and lock. */
+  removeMember(orgId: string, userId: string, self: boolean, actorRole: OrgRole): Promise<void>
+  /** GET /v1/admin/organizations: every org with its member count, newest first. */
+  listAllOrgs(page: PageParams): Promise<RowsPage<OrgRow & { member_count: number }>>
+}

@@ -1,0 +1,148 @@
+import { and, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
+import * as schema from '../../db/pg/schema'
+import type { UserRow } from '../../db/schema'
+import { conflict } from '../../lib/errors'
+import { newId } from '../../lib/ids'
+import { checkLastSuperadmin } from '../../modules/admin/rules'
+import type { AccountsStore, NewUser } from '../accounts'
+import type { PgDb, PgTx } from './db'
+import { isUniqueViolation } from './errors'
+import { pageRows } from './page'
+
+// Users and reset tokens on PostgreSQL, where several instances write at once: the email's UNIQUE
+// constraint decides a signup race (23505 → 409 email_taken), the superadmins' rows are locked
+// before the last-superadmin rule counts them, and a reset token is claimed by one conditional
+// UPDATE.
+
+const { users, organizations, memberships, passwordResetTokens } = schema
+
+async function storePassword(tx: PgTx | PgDb, now: number, userId: string, hash: string) {
+  const [row] = await tx
+    .update(users)
+    .set({
+      password_hash: hash,
+      must_change_password: false,
+      token_version: sql`${users.token_version} + 1`,
+      updated_at: now,
+    })
+    .where(eq(users.id, userId))
+    .returning()
+  return row as UserRow | undefined
+}
+
+export function postgresAccounts(db: PgDb): AccountsStore {
+  return {
+    async createUser(input: NewUser, personalOrgName: string) {
+      try {
+        return await db.transaction(async (tx) => {
+          const [user] = await tx
+            .insert(users)
+            .values({
+              id: newId('user_'),
+              email: input.email,
+              password_hash: input.password_hash,
+              full_name: input.full_name,
+              platform_role: input.platform_role,
+              must_change_password: input.must_change_password,
+              created_at: input.now,
+              updated_at: input.now,
+            })
+            .returning()
+          const [org] = await tx
+            .insert(organizations)
+            .values({ id: newId('org_'), name: personalOrgName, personal: true, created_at: input.now })
+            .returning({ id: organizations.id })
+          await tx
+            .insert(memberships)
+            .values({ org_id: org!.id, user_id: user!.id, role: 'owner', created_at: input.now })
+          return user as UserRow
+        })
+      } catch (error) {
+        if (isUniqueViolation(error))
+          throw conflict('email_taken', 'This email is already registered', 'email')
+        throw error
+      }
+    },
+
+    async findUserById(id) {
+      const [row] = await db.select().from(users).where(eq(users.id, id))
+      return row as UserRow | undefined
+    },
+
+    async findUserByEmail(email) {
+      const [row] = await db.select().from(users).where(eq(users.email, email))
+      return row as UserRow | undefined
+    },
+
+    async hasSuperadmin() {
+      const [row] = await db
+        .select({ id: users.id })
+        .from(users)
+        .where(eq(users.platform_role, 'superadmin'))
+        .limit(1)
+      return !!row
+    },
+
+    async listUsers(page) {
+      return pageRows<UserRow>(db, users, undefined, page)
+    },
+
+    async updateUser(id, changes, now) {
+      return db.transaction(async (tx) => {
+        // Lock every active superadmin (and the target) before counting: two admins demoting each
+        // other at once take turns, and the second sees the first's change.
+        const locked = await tx
+          .select()
+          .from(users)
+          .where(or(eq(users.id, id), and(eq(users.platform_role, 'superadmin'), eq(users.is_active, true))))
+          .orderBy(users.seq)
+          .for('no key update')
+        const target = locked.find((u) => u.id === id)
+        if (!target) return undefined
+        const others = locked.filter(
+          (u) => u.id !== id && u.platform_role === 'superadmin' && u.is_active,
+        ).length
+        checkLastSuperadmin(target, changes, others)
+        const [row] = await tx
+          .update(users)
+          .set({ ...changes, updated_at: now })
+          .where(eq(users.id, id))
+          .returning()
+        return row as UserRow
+      })
+    },
+
+    async setPassword(userId, passwordHash, now) {
+      return storePassword(db, now, userId, passwordHash)
+    },
+
+    async addResetToken(token) {
+      await db.insert(passwordResetTokens).values(token)
+    },
+
+    async redeemResetToken(tokenHash, passwordHash, now) {
+      return db.transaction(async (tx) => {
+        // Single use: one conditional UPDATE claims the token; the password is set in the same
+        // transaction.
+        const [claimed] = await tx
+          .update(passwordResetTokens)
+          .set({ used_at: now })
+          .where(
+            and(
+              eq(passwordResetTokens.token_hash, tokenHash),
+              isNull(passwordResetTokens.used_at),
+              gt(passwordResetTokens.expires_at, now),
+              inArray(
+                passwordResetTokens.user_id,
+                tx.select({ id: users.id }).from(users).where(eq(users.is_active, true)),
+              ),
+            ),
+          )
+          .returning({ user_id: passwordResetTokens.user_id })
+        if (!claimed) return false
+        await storePassword(tx, now, claimed.user_id, passwordHash)
+        return true
+      })
+    },
+  }
+}

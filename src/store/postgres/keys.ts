@@ -1,0 +1,126 @@
+import { and, eq, isNull, type SQL, sql } from 'drizzle-orm'
+import * as schema from '../../db/pg/schema'
+import type { ApiKeyRow } from '../../db/schema'
+import { newId } from '../../lib/ids'
+import { checkRotatable } from '../../modules/keys/rules'
+import type { KeyOwner, KeysStore, NewKey } from '../keys'
+import type { PgDb, PgTx } from './db'
+import { pageRows } from './page'
+
+// API keys on PostgreSQL. Revocation is one conditional UPDATE (the first revocation time wins);
+// rotations lock their owner's row, so two racing rotations issue one live replacement.
+
+const { apiKeys, users, organizations } = schema
+
+/**
+ * Rotations of one owner take turns: each sees the keys the one before it issued. NO KEY UPDATE:
+ * the owner's other writes (files, batches, workers, whose foreign keys take KEY SHARE) go on.
+ */
+async function lockOwner(tx: PgTx, owner: KeyOwner) {
+  if (owner.type === 'personal')
+    await tx.select({ id: users.id }).from(users).where(eq(users.id, owner.userId)).for('no key update')
+  else
+    await tx
+      .select({ id: organizations.id })
+      .from(organizations)
+      .where(eq(organizations.id, owner.orgId))
+      .for('no key update')
+}
+
+const ownedBy = (owner: KeyOwner): SQL =>
+  owner.type === 'personal'
+    ? and(eq(apiKeys.key_type, 'personal'), eq(apiKeys.user_id, owner.userId))!
+    : and(eq(apiKeys.key_type, 'worker'), eq(apiKeys.org_id, owner.orgId))!
+
+async function insertKey(tx: PgTx | PgDb, owner: KeyOwner, key: NewKey): Promise<ApiKeyRow> {
+  const [row] = await tx
+    .insert(apiKeys)
+    .values({
+      id: newId('key_'),
+      key_type: owner.type,
+      org_id: owner.type === 'worker' ? owner.orgId : null,
+      user_id: owner.type === 'personal' ? owner.userId : null,
+      ...key,
+    })
+    .returning()
+  return row as ApiKeyRow
+}
+
+export function postgresKeys(db: PgDb): KeysStore {
+  const findKey = async (owner: KeyOwner, keyId: string) => {
+    const [row] = await db
+      .select()
+      .from(apiKeys)
+      .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
+    return row as ApiKeyRow | undefined
+  }
+  return {
+    async findCredentialByKeyHash(keyHash) {
+      const [row] = await db
+        .select({
+          id: apiKeys.id,
+          key_type: apiKeys.key_type,
+          org_id: apiKeys.org_id,
+          user_id: apiKeys.user_id,
+          expires_at: apiKeys.expires_at,
+          last_used_at: apiKeys.last_used_at,
+          revoked_at: apiKeys.revoked_at,
+        })
+        .from(apiKeys)
+        .where(eq(apiKeys.key_hash, keyHash))
+      return row
+    },
+
+    async recordKeyUse(keyId, now) {
+      await db.update(apiKeys).set({ last_used_at: now }).where(eq(apiKeys.id, keyId))
+    },
+
+    async createKey(owner, key) {
+      return insertKey(db, owner, key)
+    },
+
+    async listKeys(owner, page) {
+      return pageRows<ApiKeyRow>(db, apiKeys, ownedBy(owner), page)
+    },
+
+    findKey,
+
+    async updateKey(owner, keyId, input) {
+      const where = and(ownedBy(owner), eq(apiKeys.id, keyId))
+      const changes = {
+        ...(input.name !== undefined ? { name: input.name } : {}),
+        ...(input.expires_at !== undefined ? { expires_at: input.expires_at } : {}),
+        ...(input.revoked_at !== undefined
+          ? { revoked_at: sql`coalesce(${apiKeys.revoked_at}, ${input.revoked_at}::bigint)` }
+          : {}),
+      }
+      if (Object.keys(changes).length === 0) return findKey(owner, keyId)
+      const [row] = await db.update(apiKeys).set(changes).where(where).returning()
+      return row as ApiKeyRow | undefined
+    },
+
+    async rotateKey(owner, keyId, replacement, now) {
+      return db.transaction(async (tx) => {
+        await lockOwner(tx, owner)
+        const [old] = await tx
+          .select()
+          .from(apiKeys)
+          .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
+        checkRotatable(old, now)
+        await tx.update(apiKeys).set({ revoked_at: now }).where(eq(apiKeys.id, keyId))
+        return insertKey(tx, owner, { ...replacement, name: old.name, expires_at: old.expires_at })
+      })
+    },
+
+    async rotateAllKeys(owner, replacement, now) {
+      return db.transaction(async (tx) => {
+        await lockOwner(tx, owner)
+        await tx
+          .update(apiKeys)
+          .set({ revoked_at: now })
+          .where(and(ownedBy(owner), isNull(apiKeys.revoked_at)))
+        return insertKey(tx, owner, { ...replacement, name: 'default', expires_at: null })
+      })
+    },
+  }
+}

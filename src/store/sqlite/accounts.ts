@@ -1,0 +1,140 @@
+import { and, count, eq, gt, inArray, isNull, ne, sql } from 'drizzle-orm'
+import { preparedOnce } from '../../db/prepared'
+import { memberships, organizations, passwordResetTokens, type UserRow, users } from '../../db/schema'
+import { type Tx, writeTx } from '../../db/tx'
+import { conflict } from '../../lib/errors'
+import { newId } from '../../lib/ids'
+import { pageRows } from '../../lib/pagination'
+import { checkLastSuperadmin } from '../../modules/admin/rules'
+import type { AccountsStore, NewUser } from '../accounts'
+import type { SqliteDeps } from './queue'
+
+// Users and reset tokens on SQLite: synchronous BEGIN IMMEDIATE bodies (STYLE example 8).
+
+const stmts = preparedOnce((db: SqliteDeps['db']) => ({
+  // Every JWT and personal-key request reads its user: prepared once per database.
+  userById: db
+    .select()
+    .from(users)
+    .where(eq(users.id, sql.placeholder('id')))
+    .prepare(),
+}))
+
+/** A new password: `must_change_password` cleared, older JWTs revoked by the token version. */
+function storePassword(tx: Tx, now: number, userId: string, hash: string) {
+  return tx
+    .update(users)
+    .set({
+      password_hash: hash,
+      must_change_password: false,
+      token_version: sql`${users.token_version} + 1`,
+      updated_at: now,
+    })
+    .where(eq(users.id, userId))
+    .returning()
+    .get()
+}
+
+export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
+  const { db } = deps
+  return {
+    async createUser(input: NewUser, personalOrgName: string) {
+      return writeTx(db, (tx) => {
+        if (tx.select({ id: users.id }).from(users).where(eq(users.email, input.email)).get()) {
+          throw conflict('email_taken', 'This email is already registered', 'email')
+        }
+        const user = tx
+          .insert(users)
+          .values({
+            id: newId('user_'),
+            email: input.email,
+            password_hash: input.password_hash,
+            full_name: input.full_name,
+            platform_role: input.platform_role,
+            must_change_password: input.must_change_password,
+            created_at: input.now,
+            updated_at: input.now,
+          })
+          .returning()
+          .get()
+        const org = tx
+          .insert(organizations)
+          .values({ id: newId('org_'), name: personalOrgName, personal: true, created_at: input.now })
+          .returning()
+          .get()
+        tx.insert(memberships)
+          .values({ org_id: org.id, user_id: user.id, role: 'owner', created_at: input.now })
+          .run()
+        return user
+      })
+    },
+
+    async findUserById(id) {
+      return stmts(deps).userById.get({ id })
+    },
+
+    async findUserByEmail(email) {
+      return db.select().from(users).where(eq(users.email, email)).get()
+    },
+
+    async hasSuperadmin() {
+      return !!db.select({ id: users.id }).from(users).where(eq(users.platform_role, 'superadmin')).get()
+    },
+
+    async listUsers(page) {
+      return pageRows<UserRow>(db, users, undefined, page)
+    },
+
+    async updateUser(id, changes, now) {
+      return writeTx(db, (tx) => {
+        const target = tx.select().from(users).where(eq(users.id, id)).get()
+        if (!target) return undefined
+        const others = tx
+          .select({ n: count() })
+          .from(users)
+          .where(and(eq(users.platform_role, 'superadmin'), eq(users.is_active, true), ne(users.id, id)))
+          .get()!.n
+        checkLastSuperadmin(target, changes, others)
+        return tx
+          .update(users)
+          .set({ ...changes, updated_at: now })
+          .where(eq(users.id, id))
+          .returning()
+          .get()
+      })
+    },
+
+    async setPassword(userId, passwordHash, now) {
+      return writeTx(db, (tx) => storePassword(tx, now, userId, passwordHash))
+    },
+
+    async addResetToken(token) {
+      db.insert(passwordResetTokens).values(token).run()
+    },
+
+    async redeemResetToken(tokenHash, passwordHash, now) {
+      return writeTx(db, (tx) => {
+        // Single use: claiming the token and setting the password happen in one transaction.
+        const claimed = tx
+          .update(passwordResetTokens)
+          .set({ used_at: now })
+          .where(
+            and(
+              eq(passwordResetTokens.token_hash, tokenHash),
+              isNull(passwordResetTokens.used_at),
+              gt(passwordResetTokens.expires_at, now),
+              inArray(
+                passwordResetTokens.user_id,
+                tx.select({ id: users.id }).from(users).where(eq(users.is_active, true)),
+              ),
+            ),
+          )
+          .returning({ user_id: passwordResetTokens.user_id })
+          .get()
+        if (!claimed) return false
+        storePassword(tx, now, claimed.user_id, passwordHash)
+        return true
+      })
+    },
+  }
+}

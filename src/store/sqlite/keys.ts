@@ -1,0 +1,116 @@
+import { and, eq, isNull, type SQL, sql } from 'drizzle-orm'
+import { preparedOnce } from '../../db/prepared'
+import { type ApiKeyRow, apiKeys } from '../../db/schema'
+import { type Tx, writeTx } from '../../db/tx'
+import { newId } from '../../lib/ids'
+import { pageRows } from '../../lib/pagination'
+import { checkRotatable } from '../../modules/keys/rules'
+import type { KeyCredential, KeyOwner, KeysStore, NewKey } from '../keys'
+import type { SqliteDeps } from './queue'
+
+// API keys on SQLite. The credential lookup runs on every keyed request: prepared once per database.
+
+const stmts = preparedOnce((db: SqliteDeps['db']) => ({
+  // Only what authentication reads, as raw SQL on the driver: every worker and keyed request
+  // runs it, and drizzle's per-call mapping was a measurable share of a heartbeat.
+  keyByHash: db.$client.prepare<KeyCredential, [string]>(
+    `SELECT id, key_type, org_id, user_id, expires_at, last_used_at, revoked_at
+       FROM api_keys WHERE key_hash = ?`,
+  ),
+  touchKey: db
+    .update(apiKeys)
+    .set({ last_used_at: sql`${sql.placeholder('now')}` })
+    .where(eq(apiKeys.id, sql.placeholder('id')))
+    .prepare(),
+}))
+
+const ownedBy = (owner: KeyOwner): SQL =>
+  owner.type === 'personal'
+    ? and(eq(apiKeys.key_type, 'personal'), eq(apiKeys.user_id, owner.userId))!
+    : and(eq(apiKeys.key_type, 'worker'), eq(apiKeys.org_id, owner.orgId))!
+
+function insertKey(tx: Tx, owner: KeyOwner, key: NewKey): ApiKeyRow {
+  return tx
+    .insert(apiKeys)
+    .values({
+      id: newId('key_'),
+      key_type: owner.type,
+      org_id: owner.type === 'worker' ? owner.orgId : null,
+      user_id: owner.type === 'personal' ? owner.userId : null,
+      ...key,
+    })
+    .returning()
+    .get()
+}
+
+export function sqliteKeys(deps: SqliteDeps): KeysStore {
+  const { db } = deps
+  return {
+    async findCredentialByKeyHash(keyHash) {
+      return stmts(deps).keyByHash.get(keyHash) ?? undefined
+    },
+
+    async recordKeyUse(keyId, now) {
+      stmts(deps).touchKey.run({ now, id: keyId })
+    },
+
+    async createKey(owner, key) {
+      return writeTx(db, (tx) => insertKey(tx, owner, key))
+    },
+
+    async listKeys(owner, page) {
+      return pageRows<ApiKeyRow>(db, apiKeys, ownedBy(owner), page)
+    },
+
+    async findKey(owner, keyId) {
+      return db
+        .select()
+        .from(apiKeys)
+        .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
+        .get()
+    },
+
+    async updateKey(owner, keyId, input) {
+      return writeTx(db, (tx) => {
+        const current = tx
+          .select()
+          .from(apiKeys)
+          .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
+          .get()
+        if (!current) return undefined
+        const changes = {
+          ...(input.name !== undefined ? { name: input.name } : {}),
+          ...(input.expires_at !== undefined ? { expires_at: input.expires_at } : {}),
+          ...(input.revoked_at !== undefined && current.revoked_at === null
+            ? { revoked_at: input.revoked_at }
+            : {}),
+        }
+        if (Object.keys(changes).length === 0) return current
+        return tx.update(apiKeys).set(changes).where(eq(apiKeys.id, keyId)).returning().get()
+      })
+    },
+
+    async rotateKey(owner, keyId, replacement, now) {
+      return writeTx(db, (tx) => {
+        const old = tx
+          .select()
+          .from(apiKeys)
+          .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
+          .get()
+        checkRotatable(old, now)
+        tx.update(apiKeys).set({ revoked_at: now }).where(eq(apiKeys.id, keyId)).run()
+        return insertKey(tx, owner, { ...replacement, name: old.name, expires_at: old.expires_at })
+      })
+    },
+
+    async rotateAllKeys(owner, replacement, now) {
+      return writeTx(db, (tx) => {
+        tx.update(apiKeys)
+          .set({ revoked_at: now })
+          .where(and(ownedBy(owner), isNull(apiKeys.revoked_at)))
+          .run()
+        return insertKey(tx, owner, { ...replacement, name: 'default', expires_at: null })
+      })
+    },
+  }
+}

@@ -1,0 +1,188 @@
+import { afterEach, describe, expect, test } from 'bun:test'
+import { type StoreHarness, storeEngines } from '../helpers/stores'
+
+// Organizations and memberships behave the same on SQLite and on PostgreSQL (API.md §12); the
+// last-owner rule holds against concurrent changes.
+
+let n = 0
+const newUser = (h: StoreHarness, full_name = 'U') =>
+  h.store.accounts.createUser(
+    {
+      email: `o${++n}@x.test`,
+      password_hash: 'h',
+      full_name,
+      platform_role: 'user',
+      must_change_password: false,
+      now: 1,
+    },
+    `${full_name}'s Personal Org`,
+  )
+
+const settled = async (ps: Promise<unknown>[]) => {
+  const all = await Promise.allSettled(ps)
+  return {
+    ok: all.filter((r) => r.status === 'fulfilled').length,
+    errors: all.filter((r) => r.status === 'rejected').map((r) => (r as PromiseRejectedResult).reason),
+  }
+}
+
+for (const [kind, open] of storeEngines) {
+  describe(`${kind} orgs`, () => {
+    let h: StoreHarness
+    afterEach(async () => {
+      await h?.close()
+    })
+
+    test('createTeamOrg, findAccess, listOrgsOf and listMembershipsOf', async () => {
+      h = await open()
+      const owner = await newUser(h, 'Grace')
+      const stranger = await newUser(h)
+      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20)
+      expect(team).toMatchObject({ name: 'Lab', personal: false, created_at: 20 })
+      expect(team.id).toStartWith('org_')
+      expect(await h.store.orgs.findAccess(team.id, owner.id)).toEqual({ org: team, role: 'owner' })
+      expect(await h.store.orgs.findAccess(team.id, stranger.id)).toEqual({ org: team, role: null })
+      expect(await h.store.orgs.findAccess('org_nope', owner.id)).toBeUndefined()
+      const [personal] = await h.store.orgs.listMembershipsOf(owner.id)
+      expect(await h.store.orgs.listMembershipsOf(owner.id)).toEqual([
+        { org_id: personal!.org_id, org_name: "Grace's Personal Org", role: 'owner', personal: true },
+        { org_id: team.id, org_name: 'Lab', role: 'owner', personal: false },
+      ])
+      const page = await h.store.orgs.listOrgsOf(owner.id, { limit: '1' })
+      expect(page.rows).toEqual([{ org: team, role: 'owner' }])
+      expect(page.has_more).toBe(true)
+      const rest = await h.store.orgs.listOrgsOf(owner.id, { after: team.id })
+      expect(rest.rows.map((r) => r.org.id)).toEqual([personal!.org_id])
+      expect(rest.has_more).toBe(false)
+      // An org the caller is not in is no cursor.
+      await expect(h.store.orgs.listOrgsOf(stranger.id, { after: team.id })).rejects.toMatchObject({
+        status: 400,
+        errorCode: 'invalid_cursor',
+      })
+    })
+
+    test('addMember and listMembers (oldest first); a second add is 409 already_member, also when racing', async () => {
+      h = await open()
+      const owner = await newUser(h)
+      const ann = await newUser(h, 'Ann')
+      const bob = await newUser(h, 'Bob')
+      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20)
+      await h.store.orgs.addMember(team.id, bob.id, 'viewer', 30)
+      await expect(h.store.orgs.addMember(team.id, bob.id, 'admin', 31)).rejects.toMatchObject({
+        status: 409,
+        errorCode: 'already_member',
+      })
+      const race = await settled(
+        Array.from({ length: 4 }, () => h.store.orgs.addMember(team.id, ann.id, 'admin', 40)),
+      )
+      expect(race.ok).toBe(1)
+      expect(race.errors.map((e) => e.errorCode)).toEqual(Array(3).fill('already_member'))
+      expect(await h.store.orgs.listMembers(team.id)).toEqual([
+        { user_id: owner.id, role: 'owner', created_at: 20, email: owner.email, full_name: 'U' },
+        { user_id: bob.id, role: 'viewer', created_at: 30, email: bob.email, full_name: 'Bob' },
+        { user_id: ann.id, role: 'admin', created_at: 40, email: ann.email, full_name: 'Ann' },
+      ])
+    })
+
+    test('changeMemberRole: the owner rules, then the change', async () => {
+      h = await open()
+      const owner = await newUser(h)
+      const admin = await newUser(h, 'Adm')
+      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20)
+      await h.store.orgs.addMember(team.id, admin.id, 'viewer', 30)
+      await expect(
+        h.store.orgs.changeMemberRole(team.id, 'user_nope', 'admin', 'owner'),
+      ).rejects.toMatchObject({
+        status: 404,
+        errorCode: 'member_not_found',
+      })
+      // Only an owner grants or removes owner.
+      await expect(h.store.orgs.changeMemberRole(team.id, admin.id, 'owner', 'admin')).rejects.toMatchObject({
+        status: 403,
+        errorCode: 'insufficient_role',
+      })
+      await expect(h.store.orgs.changeMemberRole(team.id, owner.id, 'viewer', 'admin')).rejects.toMatchObject(
+        {
+          status: 403,
+        },
+      )
+      await expect(h.store.orgs.changeMemberRole(team.id, owner.id, 'admin', 'owner')).rejects.toMatchObject({
+        status: 400,
+        errorCode: 'last_owner',
+      })
+      expect(await h.store.orgs.changeMemberRole(team.id, admin.id, 'admin', 'admin')).toEqual({
+        user_id: admin.id,
+        role: 'admin',
+        created_at: 30,
+        email: admin.email,
+        full_name: 'Adm',
+      })
+      await h.store.orgs.changeMemberRole(team.id, admin.id, 'owner', 'owner')
+      expect((await h.store.orgs.changeMemberRole(team.id, owner.id, 'viewer', 'owner')).role).toBe('viewer')
+      expect((await h.store.orgs.findAccess(team.id, owner.id))?.role).toBe('viewer')
+    })
+
+    test('removeMember: anyone may leave, owners and admins remove, the last owner stays', async () => {
+      h = await open()
+      const owner = await newUser(h)
+      const admin = await newUser(h)
+      const viewer = await newUser(h)
+      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20)
+      await h.store.orgs.addMember(team.id, admin.id, 'admin', 30)
+      await h.store.orgs.addMember(team.id, viewer.id, 'viewer', 30)
+      await expect(h.store.orgs.removeMember(team.id, 'user_nope', false, 'owner')).rejects.toMatchObject({
+        status: 404,
+      })
+      await expect(h.store.orgs.removeMember(team.id, owner.id, false, 'admin')).rejects.toMatchObject({
+        status: 403,
+        errorCode: 'insufficient_role',
+      })
+      await expect(h.store.orgs.removeMember(team.id, owner.id, true, 'owner')).rejects.toMatchObject({
+        status: 400,
+        errorCode: 'last_owner',
+      })
+      await h.store.orgs.removeMember(team.id, viewer.id, true, 'viewer')
+      await h.store.orgs.removeMember(team.id, admin.id, false, 'owner')
+      expect((await h.store.orgs.listMembers(team.id)).map((m) => m.user_id)).toEqual([owner.id])
+    })
+
+    test('two owners stepping down at once: one of them stays owner', async () => {
+      h = await open()
+      for (let round = 0; round < 5; round++) {
+        const a = await newUser(h)
+        const b = await newUser(h)
+        const team = await h.store.orgs.createTeamOrg('Lab', a.id, 20)
+        await h.store.orgs.addMember(team.id, b.id, 'owner', 30)
+        const race =
+          round % 2
+            ? await settled([
+                h.store.orgs.removeMember(team.id, a.id, true, 'owner'),
+                h.store.orgs.removeMember(team.id, b.id, true, 'owner'),
+              ])
+            : await settled([
+                h.store.orgs.changeMemberRole(team.id, a.id, 'viewer', 'owner'),
+                h.store.orgs.removeMember(team.id, b.id, false, 'owner'),
+              ])
+        expect(race.ok).toBe(1)
+        expect(race.errors.map((e) => e.errorCode)).toEqual(['last_owner'])
+        const owners = (await h.store.orgs.listMembers(team.id)).filter((m) => m.role === 'owner')
+        expect(owners.length).toBe(1)
+      }
+    })
+
+    test('listAllOrgs: every org, newest first, with its member count', async () => {
+      h = await open()
+      const a = await newUser(h)
+      const b = await newUser(h)
+      const team = await h.store.orgs.createTeamOrg('Lab', a.id, 20)
+      await h.store.orgs.addMember(team.id, b.id, 'viewer', 30)
+      const page = await h.store.orgs.listAllOrgs({ limit: '2' })
+      expect(page.rows.map((o) => [o.name, o.member_count])).toEqual([
+        ['Lab', 2],
+        ["U's Personal Org", 1],
+      ])
+      expect(page.has_more).toBe(true)
+      expect((await h.store.orgs.listAllOrgs({ after: page.rows[1]!.id })).rows.length).toBe(1)
+    })
+  })
+}
