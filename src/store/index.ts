@@ -1,3 +1,5 @@
+import type { CatalogueStore } from './catalogue'
+import type { FleetStore } from './fleet'
 import type { QueueStore } from './queue'
 
 // The storage seam (API.md §12; STYLE example 13): every read and write of the product's state
@@ -13,5 +15,9 @@ export interface Store {
   readonly kind: 'sqlite' | 'postgres'
   /** Claims, failures, the sweeper, maintenance across instances (queue.ts). */
   readonly queue: QueueStore
+  /** Workers, their reports and pull asks, what matching reads, pool and gauge counts (fleet.ts). */
+  readonly fleet: FleetStore
+  /** The model catalogue: seeding, matching's read, what a user may select (catalogue.ts). */
+  readonly catalogue: CatalogueStore
   close(): Promise<void>
 }

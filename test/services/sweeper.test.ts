@@ -31,7 +31,7 @@ const requeues = async (t: TestApp) =>
 
 async function setup(t: TestApp) {
   const f = await makeFleet(t)
-  const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'sw:1' })
+  const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'sw:1' })
   const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id, requests: 2 })
   const w1 = await registerWorker(t, f.key, { models: ['sw:1'] })
   const job = (await poll(t, f.key, w1))!
@@ -53,12 +53,12 @@ describe('sweeper', () => {
       requeued: [],
       failed: [],
     })
-    expect(workerRow(t.deps, w1).status).toBe('online')
+    expect((await workerRow(t.deps, w1)).status).toBe('online')
     // Once the grace is over:
     t.deps.startedAt = t.clock.now() - 121
     const result = await runOnce(t.deps)
     expect(result).toEqual({ skipped: null, workers_offline: [w1], requeued: [batch.id], failed: [] })
-    expect(workerRow(t.deps, w1).status).toBe('offline')
+    expect((await workerRow(t.deps, w1)).status).toBe('offline')
     expect(batchRow(t.deps, batch.id)).toMatchObject({
       status: 'validated',
       attempts: 1,
@@ -145,7 +145,7 @@ describe('sweeper', () => {
     expect((await list())[0]).toMatchObject({ id: w1, status: 'online' })
     t.clock.advance(120)
     expect((await list())[0]).toMatchObject({ id: w1, status: 'offline' })
-    expect(workerRow(t.deps, w1).status).toBe('online')
+    expect((await workerRow(t.deps, w1)).status).toBe('online')
   })
 
   test('start() runs passes every SWEEP_INTERVAL_SECONDS until stopped', async () => {
