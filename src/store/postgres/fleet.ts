@@ -176,7 +176,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           inventory_sig: workers.inventory_sig,
           max_download_gb: workers.max_download_gb,
           assigned: sql<string | null>`(SELECT string_agg(batch_id, ',' ORDER BY seq) FROM batch_assignments
-            WHERE worker_id = ${workers.id} AND completed_at IS NULL)`,
+            WHERE worker_id = ${b.workerId} AND completed_at IS NULL)`,
         })
       if (!row) return null
       return {
