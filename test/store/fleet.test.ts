@@ -208,6 +208,18 @@ for (const [kind, open] of storeEngines) {
       expect((await h.store.fleet.findWorker(id))?.last_seen_at).toBe(400)
     })
 
+    test('register: first registrations of one machine at once make one worker', async () => {
+      h = await open()
+      await seed(h)
+      const all = await Promise.all(
+        Array.from({ length: 6 }, () => h.store.fleet.register(registration({ machineId: 'mach-9' }))),
+      )
+      const ids = new Set(all.map((r) => ('notOwned' in r ? null : r.worker.id)))
+      expect(ids.size).toBe(1)
+      expect(Number((await h.one(`SELECT count(*) AS n FROM workers`)).n)).toBe(1)
+      expect(all.filter((r) => !('notOwned' in r) && !r.reused)).toHaveLength(1)
+    })
+
     test('heartbeat: one statement for liveness, reported fields (absent ones kept) and held batches; null for another org', async () => {
       h = await open()
       await seed(h)

@@ -80,6 +80,11 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           if (existing && existing.org_id !== r.orgId) return { notOwned: true as const }
         }
         if (!existing && r.machineId) {
+          // Two first registrations of one machine at once (two instances) must make one worker,
+          // as SQLite's single writer does: they take turns on a lock named by org and machine.
+          await tx.execute(
+            sql`SELECT pg_advisory_xact_lock(hashtextextended(${`${r.orgId}\n${r.machineId}`}, 0))`,
+          )
           ;[existing] = (await tx
             .select()
             .from(workers)
@@ -189,6 +194,8 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     async replaceInventory(workerId, inventory, loaded, sig) {
       const mine = eq(workerModels.worker_id, workerId)
       await db.transaction(async (tx) => {
+        // One worker's reports replace its rows one after the other (no interleaved upserts).
+        await tx.select({ id: workers.id }).from(workers).where(eq(workers.id, workerId)).for('update')
         if (inventory !== undefined) {
           await tx.delete(workerModels).where(and(mine, eq(workerModels.configured, false)))
           await tx
