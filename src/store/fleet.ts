@@ -102,6 +102,15 @@ export interface CapacityCounts {
   gpus: number
 }
 
+/** Every worker's runtimes and hosted models, for catalogue discovery (SPEC §2 rule 8). */
+export interface FleetInventory {
+  runtimes: Pick<WorkerRuntimeRow, 'worker_id' | 'engine'>[]
+  models: Pick<
+    WorkerModelRow,
+    'worker_id' | 'name' | 'runtime' | 'runtime_model_id' | 'digest' | 'size_bytes'
+  >[]
+}
+
 export interface FleetStore {
   /** The worker row by id (ownership is judged above: SPEC §4, 404 / 403). */
   findWorker(id: string): Promise<WorkerRow | undefined>
@@ -135,6 +144,9 @@ export interface FleetStore {
   recordModelProgress(workerId: string, model: string, finished: boolean, now: number): Promise<void>
   /** GET /v1/orgs/{id}/workers (orgId) and GET /v1/admin/workers (null): newest first (API.md §0). */
   listWorkers(orgId: string | null, page: PageParams): Promise<{ rows: ListedWorker[]; has_more: boolean }>
+
+  /** `gridkeep catalogue discover`: what every worker reports hosting, in seq order. */
+  reportedInventory(): Promise<FleetInventory>
 
   /** Workers stored online and seen after `cutoff` (liveness.ts), for the matching predicate. */
   onlineWorkers(cutoff: number): Promise<WorkerHead[]>

@@ -391,6 +391,41 @@ for (const [kind, open] of storeEngines) {
       })
     })
 
+    test("reportedInventory: every worker's runtimes and hosted models, in seq order (catalogue discover)", async () => {
+      h = await open()
+      await seed(h)
+      await worker(h, 'wrk_1')
+      await worker(h, 'wrk_2', { org: 'org_b' })
+      await h.exec(`INSERT INTO worker_runtimes (worker_id, engine, base_url, status)
+          VALUES ('wrk_2', 'vllm', 'http://x', 'online'), ('wrk_1', 'ollama', 'http://y', 'online');
+        INSERT INTO worker_models (worker_id, name, runtime, runtime_model_id, digest, size_bytes)
+          VALUES ('wrk_2', 'b', 'vllm', 'org/b', ${q(`${'a'.repeat(64)}`)}, 5000000000), ('wrk_1', 'a', NULL, NULL, NULL, NULL);`)
+      expect(await h.store.fleet.reportedInventory()).toEqual({
+        runtimes: [
+          { worker_id: 'wrk_2', engine: 'vllm' },
+          { worker_id: 'wrk_1', engine: 'ollama' },
+        ],
+        models: [
+          {
+            worker_id: 'wrk_2',
+            name: 'b',
+            runtime: 'vllm',
+            runtime_model_id: 'org/b',
+            digest: 'a'.repeat(64),
+            size_bytes: 5_000_000_000,
+          },
+          {
+            worker_id: 'wrk_1',
+            name: 'a',
+            runtime: null,
+            runtime_model_id: null,
+            digest: null,
+            size_bytes: null,
+          },
+        ],
+      })
+    })
+
     test('pull asks: waiting batches, the current ask with its worker, drop, and at most one ask per entry under a race', async () => {
       h = await open()
       await seed(h)

@@ -345,6 +345,27 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       return { rows: listed, has_more: found.length > limit }
     },
 
+    async reportedInventory() {
+      const [runtimes, models] = await Promise.all([
+        db
+          .select({ worker_id: workerRuntimes.worker_id, engine: workerRuntimes.engine })
+          .from(workerRuntimes)
+          .orderBy(asc(workerRuntimes.seq)),
+        db
+          .select({
+            worker_id: workerModels.worker_id,
+            name: workerModels.name,
+            runtime: workerModels.runtime,
+            runtime_model_id: workerModels.runtime_model_id,
+            digest: workerModels.digest,
+            size_bytes: workerModels.size_bytes,
+          })
+          .from(workerModels)
+          .orderBy(asc(workerModels.seq)),
+      ])
+      return { runtimes, models }
+    },
+
     async onlineWorkers(cutoff) {
       return db
         .select({

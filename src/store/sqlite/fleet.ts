@@ -1,4 +1,4 @@
-import { and, count, eq, gt, inArray, type SQL, sql } from 'drizzle-orm'
+import { and, asc, count, eq, gt, inArray, type SQL, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import {
@@ -410,6 +410,28 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         models: models.get(w.id) ?? [],
       }))
       return { rows: listed, has_more }
+    },
+
+    async reportedInventory() {
+      return {
+        runtimes: db
+          .select({ worker_id: workerRuntimes.worker_id, engine: workerRuntimes.engine })
+          .from(workerRuntimes)
+          .orderBy(asc(workerRuntimes.seq))
+          .all(),
+        models: db
+          .select({
+            worker_id: workerModels.worker_id,
+            name: workerModels.name,
+            runtime: workerModels.runtime,
+            runtime_model_id: workerModels.runtime_model_id,
+            digest: workerModels.digest,
+            size_bytes: workerModels.size_bytes,
+          })
+          .from(workerModels)
+          .orderBy(asc(workerModels.seq))
+          .all(),
+      }
     },
 
     async onlineWorkers(cutoff) {
