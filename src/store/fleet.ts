@@ -99,7 +99,6 @@ export interface CapacityCounts {
   online: number
   idle: number
   vram: number
-  gpus: number
 }
 
 /** Every worker's runtimes and hosted models, for catalogue discovery (SPEC §2 rule 8). */
@@ -150,8 +149,8 @@ export interface FleetStore {
 
   /** Workers stored online and seen after `cutoff` (liveness.ts), for the matching predicate. */
   onlineWorkers(cutoff: number): Promise<WorkerHead[]>
-  /** Ids of the workers hosting a model named `name` (API.md §7 "hosts"). */
-  hostsOf(name: string): Promise<string[]>
+  /** Who hosts a model named each of `names` (API.md §7 "hosts"): name → worker ids. */
+  hostsOf(names: readonly string[]): Promise<Map<string, string[]>>
   /** What the predicate reads of one worker besides its head. */
   workerHosting(workerId: string): Promise<WorkerHosting>
 
@@ -172,6 +171,8 @@ export interface FleetStore {
 
   /** SPEC §4 Pool: counts over workers online after `cutoff`. */
   capacityCounts(cutoff: number): Promise<CapacityCounts>
+  /** SPEC Pool rule 3: GPUs of the workers online after `cutoff` (read only when shown). */
+  gpusOnline(cutoff: number): Promise<number>
   /** The orgs `userId` is a member of (SPEC Pool rule 4: org-private entries). */
   orgIdsOf(userId: string): Promise<string[]>
   /** GET /metrics gauges (API.md §10): batches per status. */

@@ -373,8 +373,12 @@ for (const [kind, open] of storeEngines) {
         { id: 'wrk_1', org_id: 'org_a', last_heartbeat_at: null, vram_total_gb: 24 },
       ])
       expect((await h.store.fleet.onlineWorkers(40)).map((w) => w.id).sort()).toEqual(['wrk_1', 'wrk_2'])
-      expect((await h.store.fleet.hostsOf('x:1')).sort()).toEqual(['wrk_1', 'wrk_2'])
-      expect(await h.store.fleet.hostsOf('z:1')).toEqual([])
+      const hosts = await h.store.fleet.hostsOf(['x:1', 'z:1', 'y:1'])
+      expect([...hosts.keys()].sort()).toEqual(['x:1', 'y:1', 'z:1'])
+      expect(hosts.get('x:1')!.sort()).toEqual(['wrk_1', 'wrk_2'])
+      expect(hosts.get('y:1')).toEqual(['wrk_3'])
+      expect(hosts.get('z:1')).toEqual([])
+      expect((await h.store.fleet.hostsOf([])).size).toBe(0)
       expect(await h.store.fleet.workerHosting('wrk_3')).toEqual({
         engines: [],
         models: [
@@ -482,8 +486,10 @@ for (const [kind, open] of storeEngines) {
       await h.exec(
         `INSERT INTO worker_gpus (worker_id, name) VALUES ('wrk_1', 'g'), ('wrk_2', 'g'), ('wrk_2', 'g'), ('wrk_3', 'g')`,
       )
-      expect(await h.store.fleet.capacityCounts(60)).toEqual({ online: 2, idle: 1, vram: 72, gpus: 3 })
-      expect(await h.store.fleet.capacityCounts(200)).toEqual({ online: 0, idle: 0, vram: 0, gpus: 0 })
+      expect(await h.store.fleet.capacityCounts(60)).toEqual({ online: 2, idle: 1, vram: 72 })
+      expect(await h.store.fleet.gpusOnline(60)).toBe(3)
+      expect(await h.store.fleet.capacityCounts(200)).toEqual({ online: 0, idle: 0, vram: 0 })
+      expect(await h.store.fleet.gpusOnline(200)).toBe(0)
       expect((await h.store.fleet.orgIdsOf('user_a')).sort()).toEqual(['org_a', 'org_c'])
       expect(await h.store.fleet.orgIdsOf('user_b')).toEqual([])
       await batch(h)

@@ -23,7 +23,8 @@ export async function computeCapacity(
   deps: Deps,
   principal: UserPrincipal | AnonymousPrincipal,
 ): Promise<PoolCapacity> {
-  const counts = await deps.store.fleet.capacityCounts(onlineCutoff(deps))
+  const cutoff = onlineCutoff(deps)
+  const counts = await deps.store.fleet.capacityCounts(cutoff)
   const catalogue = await loadCatalogue(deps)
   const servable = await servableCatalogIds(deps, catalogue)
   // SPEC Pool rule 4: org-private entries only to that org's members; superadmins see all.
@@ -40,7 +41,7 @@ export async function computeCapacity(
     workers_online: counts.online,
     workers_idle: counts.idle,
     workers_busy: counts.online - counts.idle,
-    gpus_online: hardware ? counts.gpus : null,
+    gpus_online: hardware ? await deps.store.fleet.gpusOnline(cutoff) : null,
     vram_total_gb: hardware ? Math.round(counts.vram * 100) / 100 : null,
     models_servable: catalogue.entries
       .filter((e) => servable.has(e.id) && visible(e.org_id))

@@ -193,7 +193,8 @@ export function matchesFor(view: WorkerView, catalogue: Catalogue): Match[] {
 /** The online workers, read once for a series of "does any online worker serve X?" questions. */
 export interface OnlineFleet {
   heads: Map<string, WorkerHead>
-  hostsOf(name: string): Promise<string[]>
+  /** Who hosts each name; names not asked before are read in one call, then remembered. */
+  hostsOf(names: readonly string[]): Promise<Map<string, string[]>>
   /** One worker's full view, read on first use: most hosts are ruled out by fitsWorker first. */
   view(id: string): Promise<WorkerView>
 }
@@ -201,10 +202,15 @@ export interface OnlineFleet {
 export async function onlineFleet(deps: Deps): Promise<OnlineFleet> {
   const heads = new Map<string, WorkerHead>()
   for (const w of await deps.store.fleet.onlineWorkers(onlineCutoff(deps))) heads.set(w.id, w)
+  const hosts = new Map<string, string[]>()
   const views = new Map<string, Promise<WorkerView>>()
   return {
     heads,
-    hostsOf: (name) => deps.store.fleet.hostsOf(name),
+    async hostsOf(names) {
+      const unread = names.filter((n) => !hosts.has(n))
+      if (unread.length) for (const [n, ids] of await deps.store.fleet.hostsOf(unread)) hosts.set(n, ids)
+      return hosts
+    },
     view(id) {
       let view = views.get(id)
       if (!view) {
@@ -216,12 +222,16 @@ export async function onlineFleet(deps: Deps): Promise<OnlineFleet> {
   }
 }
 
+const namesOf = (entry: CatalogueEntry) => [...new Set(entry.profiles.map((p) => p.runtime_model_id))]
+
 /** Whether some online worker can serve `entry` now (stops at the first that can). */
 export async function someOnlineWorkerServes(deps: Deps, entry: CatalogueEntry, fleet?: OnlineFleet) {
   if (!entry.enabled) return false
   fleet ??= await onlineFleet(deps)
-  for (const name of new Set(entry.profiles.map((p) => p.runtime_model_id))) {
-    for (const id of await fleet.hostsOf(name)) {
+  const names = namesOf(entry)
+  const hosts = await fleet.hostsOf(names)
+  for (const name of names) {
+    for (const id of hosts.get(name) ?? []) {
       const head = fleet.heads.get(id)
       if (!head || !fitsWorker(fitOf(head), entry)) continue
       if (matchEntry(await fleet.view(id), entry)) return true
@@ -237,8 +247,10 @@ export async function someOnlineWorkerServes(deps: Deps, entry: CatalogueEntry, 
 export async function servableCatalogIds(deps: Deps, catalogue?: Catalogue): Promise<Set<string>> {
   catalogue ??= await loadCatalogue(deps)
   const fleet = await onlineFleet(deps)
+  const enabled = catalogue.entries.filter((e) => e.enabled)
+  // Every name's hosts in one read; then each entry stops at its first fitting host.
+  await fleet.hostsOf([...new Set(enabled.flatMap(namesOf))])
   const out = new Set<string>()
-  for (const entry of catalogue.entries)
-    if (await someOnlineWorkerServes(deps, entry, fleet)) out.add(entry.id)
+  for (const entry of enabled) if (await someOnlineWorkerServes(deps, entry, fleet)) out.add(entry.id)
   return out
 }

@@ -377,12 +377,15 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         .from(workers)
         .where(online(cutoff))
     },
-    async hostsOf(name) {
+    async hostsOf(names) {
+      const out = new Map<string, string[]>(names.map((n) => [n, []]))
+      if (!names.length) return out
       const rows = await db
-        .select({ worker_id: workerModels.worker_id })
+        .select({ name: workerModels.name, worker_id: workerModels.worker_id })
         .from(workerModels)
-        .where(eq(workerModels.name, name))
-      return rows.map((r) => r.worker_id)
+        .where(inArray(workerModels.name, [...names]))
+      for (const r of rows) out.get(r.name)!.push(r.worker_id)
+      return out
     },
     async workerHosting(workerId) {
       const [engines, models] = await Promise.all([
@@ -450,22 +453,23 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     },
 
     async capacityCounts(cutoff) {
-      const [[c], [g]] = await Promise.all([
-        db
-          .select({
-            online: sql<number>`count(*)::int`,
-            idle: sql<number>`(count(*) FILTER (WHERE ${workers.activity} = 'idle'))::int`,
-            vram: sql<number>`coalesce(sum(${workers.vram_total_gb}), 0)::float8`,
-          })
-          .from(workers)
-          .where(online(cutoff)),
-        db
-          .select({ n: sql<number>`count(*)::int` })
-          .from(workerGpus)
-          .innerJoin(workers, eq(workers.id, workerGpus.worker_id))
-          .where(online(cutoff)),
-      ])
-      return { online: c!.online, idle: c!.idle, vram: c!.vram, gpus: g!.n }
+      const [c] = await db
+        .select({
+          online: sql<number>`count(*)::int`,
+          idle: sql<number>`(count(*) FILTER (WHERE ${workers.activity} = 'idle'))::int`,
+          vram: sql<number>`coalesce(sum(${workers.vram_total_gb}), 0)::float8`,
+        })
+        .from(workers)
+        .where(online(cutoff))
+      return c!
+    },
+    async gpusOnline(cutoff) {
+      const [g] = await db
+        .select({ n: sql<number>`count(*)::int` })
+        .from(workerGpus)
+        .innerJoin(workers, eq(workers.id, workerGpus.worker_id))
+        .where(online(cutoff))
+      return g!.n
     },
     async orgIdsOf(userId) {
       const rows = await db

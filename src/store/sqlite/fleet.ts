@@ -437,10 +437,9 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
     async onlineWorkers(cutoff) {
       return stmts(deps).onlineWorkers.all({ cutoff })
     },
-    async hostsOf(name) {
-      return stmts(deps)
-        .hostsNamed.all({ name })
-        .map((r) => r.worker_id)
+    async hostsOf(names) {
+      const s = stmts(deps)
+      return new Map(names.map((name) => [name, s.hostsNamed.all({ name }).map((r) => r.worker_id)]))
     },
     async workerHosting(workerId) {
       const s = stmts(deps)
@@ -476,9 +475,10 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
     },
 
     async capacityCounts(cutoff) {
-      const s = stmts(deps)
-      const c = s.capacity.get({ cutoff })!
-      return { ...c, gpus: s.gpus.get({ cutoff })!.n }
+      return stmts(deps).capacity.get({ cutoff })!
+    },
+    async gpusOnline(cutoff) {
+      return stmts(deps).gpus.get({ cutoff })!.n
     },
     async orgIdsOf(userId) {
       return stmts(deps)
