@@ -103,10 +103,10 @@ const counts = gk.deps.sqlite.prepare(
 )
 const poolTimes: number[] = []
 const bareTimes: number[] = []
-let view = computeCapacity(gk.deps, principal)
+let view = await computeCapacity(gk.deps, principal)
 for (let i = 0; i < 20; i++) {
   const a = performance.now()
-  view = computeCapacity(gk.deps, principal)
+  view = await computeCapacity(gk.deps, principal)
   poolTimes.push(performance.now() - a)
   const c = performance.now()
   counts.get(gk.deps.clock.now() - 120)

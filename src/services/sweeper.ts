@@ -1,6 +1,7 @@
 import type { Deps } from '../deps'
 import { type Every, every } from '../lib/clock'
 import { log } from '../lib/logger'
+import { onlineCutoff } from '../modules/workers/liveness'
 
 // The sweeper (SPEC §3 Worker, API.md §7): every SWEEP_INTERVAL_SECONDS, workers unseen for
 // HEARTBEAT_TIMEOUT_SECONDS go offline and each batch they hold is requeued through the one
@@ -25,7 +26,7 @@ export async function runOnce(deps: Deps): Promise<SweepResult> {
     result.skipped = 'startup_grace'
     return result
   }
-  const swept = await deps.store.queue.sweep(now, now - deps.config.HEARTBEAT_TIMEOUT_SECONDS)
+  const swept = await deps.store.queue.sweep(now, onlineCutoff(deps, now))
   result.workers_offline = swept.workers_offline
   for (const r of swept.requeues) {
     deps.metrics.requeues.inc({ reason: r.reason, outcome: r.status })

@@ -1,5 +1,7 @@
 import type { AccountsStore } from './accounts'
 import type { BatchesStore } from './batches'
+import type { CatalogueStore } from './catalogue'
+import type { FleetStore } from './fleet'
 import type { KeysStore } from './keys'
 import type { LimitsStore } from './limits'
 import type { OrgsStore } from './orgs'
@@ -35,5 +37,9 @@ export interface Store {
   readonly keys: KeysStore
   /** Organizations, memberships and the last-owner rule's transactions (orgs.ts). */
   readonly orgs: OrgsStore
+  /** Workers, their reports and pull asks, what matching reads, pool and gauge counts (fleet.ts). */
+  readonly fleet: FleetStore
+  /** The model catalogue: seeding, matching's read, what a user may select (catalogue.ts). */
+  readonly catalogue: CatalogueStore
   close(): Promise<void>
 }

@@ -11,7 +11,7 @@ import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey } from '../hel
 const t = makeTestApp()
 afterAll(() => t.close())
 
-const model = makeCatalogEntry(t, { id: 'batches-8b-q4km' }).id
+const model = (await makeCatalogEntry(t, { id: 'batches-8b-q4km' })).id
 const CONTENT = jsonl([line('a', model), line('b', model)])
 
 describe('POST /v1/batches', () => {

@@ -12,7 +12,7 @@ import { eventually, openSse } from '../helpers/sse'
 const s = await startTestServer({ MAX_SSE_STREAMS_PER_USER: '2', SSE_PING_SECONDS: '1' })
 afterAll(() => s.stop())
 
-const model = makeCatalogEntry(s, { id: 'events-8b-q4km' }).id
+const model = (await makeCatalogEntry(s, { id: 'events-8b-q4km' })).id
 const gauge = async () => (await s.deps.metrics.sseStreamsOpen.get()).values[0]?.value ?? 0
 const eventsUrl = (id: string) => `${s.url}/v1/batches/${id}/events`
 

@@ -24,9 +24,12 @@ const availability = async (token: string) =>
 
 test('available is true exactly while an online worker hosts and fits the entry', async () => {
   const fleet = await makeFleet(t)
-  const small = makeCatalogEntry(t.deps, { runtime_model_id: 'small:7b', vram_gb: 8 })
-  const big = makeCatalogEntry(t.deps, { runtime_model_id: 'big:70b', vram_gb: 48 })
-  const pinned = makeCatalogEntry(t.deps, { runtime_model_id: 'pinned:1b', digest: sha('right-weights') })
+  const small = await makeCatalogEntry(t.deps, { runtime_model_id: 'small:7b', vram_gb: 8 })
+  const big = await makeCatalogEntry(t.deps, { runtime_model_id: 'big:70b', vram_gb: 48 })
+  const pinned = await makeCatalogEntry(t.deps, {
+    runtime_model_id: 'pinned:1b',
+    digest: sha('right-weights'),
+  })
   expect(await availability(fleet.user.token)).toMatchObject({
     [small.id]: false,
     [big.id]: false,

@@ -146,10 +146,10 @@ describe('catalogue discover', () => {
     const w1 = addWorker(['ollama'])
     const w2 = addWorker(['ollama', 'vllm'])
     // Covered: by serving-profile name (no digest on either side) …
-    makeCatalogEntry(t.deps, { id: 'known-by-name', runtime_model_id: 'known:latest' })
+    await makeCatalogEntry(t.deps, { id: 'known-by-name', runtime_model_id: 'known:latest' })
     report(w1, { name: 'known:latest', runtime: 'ollama' })
     // … and by digest, whatever the local name.
-    makeCatalogEntry(t.deps, { id: 'known-by-digest', digest: fakeDigest('known') })
+    await makeCatalogEntry(t.deps, { id: 'known-by-digest', digest: fakeDigest('known') })
     report(w1, { name: 'my-own-tag', runtime: 'ollama', digest: `sha256:${fakeDigest('known')}` })
     // Not covered: a new model on two workers (one stub), a new vLLM model, a known tag whose
     // digest differs from the pinned one (a different artifact), a runtime-less row on a
@@ -166,7 +166,11 @@ describe('catalogue discover', () => {
       digest: fakeDigest('nemo'),
     })
     report(w2, { name: 'Qwen/Qwen2.5-14B-Instruct', runtime: 'vllm' })
-    makeCatalogEntry(t.deps, { id: 'pinned', runtime_model_id: 'pinned:1', digest: fakeDigest('pinned-a') })
+    await makeCatalogEntry(t.deps, {
+      id: 'pinned',
+      runtime_model_id: 'pinned:1',
+      digest: fakeDigest('pinned-a'),
+    })
     report(w2, { name: 'pinned:1', runtime: 'ollama', digest: fakeDigest('pinned-b') })
     report(w1, { name: 'phi3:mini', runtime: null })
     report(w2, { name: 'ollama/llama-vllm', runtime: 'ollama' })
@@ -223,7 +227,7 @@ describe('catalogue discover', () => {
     expect(readFileSync(path, 'utf8')).toBe(text)
 
     // Seeded, the stubs are stored but hidden (enabled: false) until reviewed.
-    const seeded = applyManifest(t.deps, text, path)
+    const seeded = await applyManifest(t.deps, text, path)
     expect(seeded.skipped).toEqual([])
     const u = await makeUser(t)
     const listed = await t.req('GET', '/v1/models', { token: u.token })

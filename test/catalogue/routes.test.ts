@@ -78,7 +78,7 @@ describe('the model object', () => {
   test('has exactly the API.md §4 fields with the stored values', async () => {
     const u = await makeUser(t)
     const sha = fakeDigest('shape')
-    makeCatalogEntry(t.deps, {
+    await makeCatalogEntry(t.deps, {
       id: 'shape-check-q4km',
       display_name: 'Shape Check (Q4_K_M)',
       task_type: 'vision',
@@ -131,8 +131,8 @@ describe('the model object', () => {
 
   test('the list is ordered by id', async () => {
     const u = await makeUser(t)
-    makeCatalogEntry(t.deps, { id: 'zz-order' })
-    makeCatalogEntry(t.deps, { id: 'aa-order' })
+    await makeCatalogEntry(t.deps, { id: 'zz-order' })
+    await makeCatalogEntry(t.deps, { id: 'aa-order' })
     const all = await listIds(u.token)
     expect(all).toEqual([...all].sort())
   })
@@ -142,8 +142,8 @@ describe('visibility', () => {
   test('enabled: false is hidden from the list and from /v1/models/{id}, even for a superadmin', async () => {
     const u = await makeUser(t)
     const admin = await makeSuperadmin(t)
-    makeCatalogEntry(t.deps, { id: 'hidden-stub', enabled: false, status: 'unverified' })
-    makeCatalogEntry(t.deps, { id: 'shown-public' })
+    await makeCatalogEntry(t.deps, { id: 'hidden-stub', enabled: false, status: 'unverified' })
+    await makeCatalogEntry(t.deps, { id: 'shown-public' })
     for (const who of [u, admin]) {
       const all = await listIds(who.token)
       expect(all).toContain('shown-public')
@@ -163,7 +163,7 @@ describe('visibility', () => {
     const org = await t.req('POST', '/v1/orgs', { token: member.token, body: { name: 'Lab' } })
     expect(org.status).toBe(201)
     const orgId = org.body.id as string
-    makeCatalogEntry(t.deps, { id: 'private-lab-model', org_id: orgId })
+    await makeCatalogEntry(t.deps, { id: 'private-lab-model', org_id: orgId })
 
     for (const who of [member, admin]) {
       expect(await listIds(who.token)).toContain('private-lab-model')
@@ -185,14 +185,14 @@ describe('visibility', () => {
 
   test('a disabled private entry stays hidden from its own org', async () => {
     const member = await makeUser(t)
-    makeCatalogEntry(t.deps, { id: 'private-off', org_id: member.personalOrgId, enabled: false })
+    await makeCatalogEntry(t.deps, { id: 'private-off', org_id: member.personalOrgId, enabled: false })
     expect(await listIds(member.token)).not.toContain('private-off')
     expect(findVisibleEntry(t.deps, member.id, 'private-off')).toBeUndefined()
   })
 
   test('unknown ids, unknown users', async () => {
     const u = await makeUser(t)
-    makeCatalogEntry(t.deps, { id: 'known-public' })
+    await makeCatalogEntry(t.deps, { id: 'known-public' })
     expect((await t.req('GET', '/v1/models/no-such-model', { token: u.token })).status).toBe(404)
     expect(findVisibleEntry(t.deps, 'user_doesnotexist', 'known-public')).toBeUndefined()
   })

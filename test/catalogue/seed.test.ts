@@ -71,11 +71,11 @@ describe('rules 1–3 at seed time: logged with the rule, skipped, seeding conti
     ['Bad_Case', 1],
     ['llama-3-1-8b-q80', 2],
     ['llama-ollama', 3],
-  ] as const)('%p (rule %p)', (badId, rule) => {
+  ] as const)('%p (rule %p)', async (badId, rule) => {
     const t = fresh()
     const source = `test-rule-${rule}`
     const quant = rule === 2 ? '    quantization: Q4_K_M\n' : ''
-    const report = applyManifest(
+    const report = await applyManifest(
       t.deps,
       manifest(entry('before'), entry(badId, quant), entry('after')),
       source,
@@ -87,9 +87,13 @@ describe('rules 1–3 at seed time: logged with the rule, skipped, seeding conti
     expect(logged).toEqual([expect.objectContaining({ level: 'warn', id: badId, rule, index: 1 })])
   })
 
-  test('a malformed entry is logged as a schema violation and skipped', () => {
+  test('a malformed entry is logged as a schema violation and skipped', async () => {
     const t = fresh()
-    const report = applyManifest(t.deps, manifest(entry('ok'), entry('typo', '    vram: 4\n')), 'test-schema')
+    const report = await applyManifest(
+      t.deps,
+      manifest(entry('ok'), entry('typo', '    vram: 4\n')),
+      'test-schema',
+    )
     expect(report.inserted).toEqual(['ok'])
     expect(report.skipped).toEqual([expect.objectContaining({ id: 'typo', rule: 'schema' })])
     expect(
@@ -97,10 +101,10 @@ describe('rules 1–3 at seed time: logged with the rule, skipped, seeding conti
     ).toBe(true)
   })
 
-  test('a manifest that is not YAML logs an error and keeps the stored catalogue', () => {
+  test('a manifest that is not YAML logs an error and keeps the stored catalogue', async () => {
     const t = fresh()
-    applyManifest(t.deps, manifest(entry('kept')), 'good')
-    const report = applyManifest(t.deps, 'models: [unclosed\n  - : :', 'test-broken-yaml')
+    await applyManifest(t.deps, manifest(entry('kept')), 'good')
+    const report = await applyManifest(t.deps, 'models: [unclosed\n  - : :', 'test-broken-yaml')
     expect(report.applied).toBe(false)
     expect(report.error).toContain('not valid YAML')
     expect(ids(t)).toEqual(['kept'])
@@ -113,12 +117,12 @@ describe('rules 1–3 at seed time: logged with the rule, skipped, seeding conti
 })
 
 describe('upsert (rule 7)', () => {
-  test('new ids are inserted, managed fields of existing ids updated, absent entries untouched', () => {
+  test('new ids are inserted, managed fields of existing ids updated, absent entries untouched', async () => {
     const t = fresh()
-    applyManifest(t.deps, manifest(entry('a', '    vram_gb: 8\n'), entry('b')), 'v1')
+    await applyManifest(t.deps, manifest(entry('a', '    vram_gb: 8\n'), entry('b')), 'v1')
     const createdA = row(t, 'a')!.created_at
     t.clock.advance(60)
-    const report = applyManifest(
+    const report = await applyManifest(
       t.deps,
       manifest(entry('a', '    vram_gb: 12\n    display_name: Model A\n'), entry('c')),
       'v2',
@@ -135,30 +139,34 @@ describe('upsert (rule 7)', () => {
     expect(row(t, 'b')).toMatchObject({ enabled: true, runtime_model_id: 'b:latest', updated_at: createdA })
   })
 
-  test('a field removed from the manifest is cleared (every stated field is managed)', () => {
+  test('a field removed from the manifest is cleared (every stated field is managed)', async () => {
     const t = fresh()
-    applyManifest(t.deps, manifest(entry('a', '    lineage: org/base\n    vram_gb: 8\n')), 'v1')
-    applyManifest(t.deps, manifest(entry('a')), 'v2')
+    await applyManifest(t.deps, manifest(entry('a', '    lineage: org/base\n    vram_gb: 8\n')), 'v1')
+    await applyManifest(t.deps, manifest(entry('a')), 'v2')
     expect(row(t, 'a')).toMatchObject({ lineage: null, vram_gb: null })
   })
 
-  test('reseeding an unchanged manifest changes nothing', () => {
+  test('reseeding an unchanged manifest changes nothing', async () => {
     const t = fresh()
     const text = manifest(entry('a', '    capabilities: { json_mode: true, logprobs: true }\n'))
-    applyManifest(t.deps, text, 'v1')
+    await applyManifest(t.deps, text, 'v1')
     const before = row(t, 'a')
     t.clock.advance(60)
-    const report = applyManifest(t.deps, text, 'v1-again')
+    const report = await applyManifest(t.deps, text, 'v1-again')
     expect(report.unchanged).toEqual(['a'])
     expect(report.updated).toEqual([])
     expect(row(t, 'a')).toEqual(before!)
   })
 
-  test('enabled: false entries are stored (hidden elsewhere), and can be enabled later', () => {
+  test('enabled: false entries are stored (hidden elsewhere), and can be enabled later', async () => {
     const t = fresh()
-    applyManifest(t.deps, manifest(entry('staged', '    enabled: false\n    status: unverified\n')), 'v1')
+    await applyManifest(
+      t.deps,
+      manifest(entry('staged', '    enabled: false\n    status: unverified\n')),
+      'v1',
+    )
     expect(row(t, 'staged')).toMatchObject({ enabled: false, status: 'unverified' })
-    applyManifest(t.deps, manifest(entry('staged')), 'v2')
+    await applyManifest(t.deps, manifest(entry('staged')), 'v2')
     expect(row(t, 'staged')).toMatchObject({ enabled: true, status: 'active' })
   })
 })
@@ -170,7 +178,7 @@ describe('rename (rule 5)', () => {
     const fileRows = `    artifact_files:\n      - { path: w.gguf, sha256: "${sha}" }\n`
     const profs =
       '    serving_profiles:\n      - { runtime: ollama, runtime_model_id: "m:1" }\n      - { runtime: llama.cpp, runtime_model_id: m1 }\n'
-    applyManifest(t.deps, manifest(`  - id: old-slug\n    task_type: chat\n${profs}${fileRows}`), 'v1')
+    await applyManifest(t.deps, manifest(`  - id: old-slug\n    task_type: chat\n${profs}${fileRows}`), 'v1')
     const old = row(t, 'old-slug')!
     const oldProfiles = profiles(t, 'old-slug')
     const u = await makeUser(t)
@@ -189,7 +197,7 @@ describe('rename (rule 5)', () => {
       })
       .run()
 
-    const report = applyManifest(
+    const report = await applyManifest(
       t.deps,
       manifest(`  - id: new-slug\n    renamed_from: old-slug\n    task_type: chat\n${profs}${fileRows}`),
       'v2',
@@ -209,7 +217,7 @@ describe('rename (rule 5)', () => {
     expect(batch.model).toBe('old-slug')
 
     // One-shot: the same manifest at the next start is a plain (no-op) update.
-    const again = applyManifest(
+    const again = await applyManifest(
       t.deps,
       manifest(`  - id: new-slug\n    renamed_from: old-slug\n    task_type: chat\n${profs}${fileRows}`),
       'v2-again',
@@ -218,9 +226,9 @@ describe('rename (rule 5)', () => {
     expect(again.unchanged).toEqual(['new-slug'])
   })
 
-  test('renamed_from naming no stored entry: the entry is inserted as new', () => {
+  test('renamed_from naming no stored entry: the entry is inserted as new', async () => {
     const t = fresh()
-    const report = applyManifest(
+    const report = await applyManifest(
       t.deps,
       manifest(entry('fresh-id', '    renamed_from: never-existed\n')),
       'v1',
@@ -230,11 +238,11 @@ describe('rename (rule 5)', () => {
     expect(row(t, 'fresh-id')!.renamed_from).toBe('never-existed')
   })
 
-  test('when both ids already exist the old one is left untouched and a note is logged', () => {
+  test('when both ids already exist the old one is left untouched and a note is logged', async () => {
     const t = fresh()
-    applyManifest(t.deps, manifest(entry('old-id', '    vram_gb: 4\n'), entry('new-id')), 'v1')
+    await applyManifest(t.deps, manifest(entry('old-id', '    vram_gb: 4\n'), entry('new-id')), 'v1')
     const oldBefore = row(t, 'old-id')
-    const report = applyManifest(
+    const report = await applyManifest(
       t.deps,
       manifest(entry('new-id', '    renamed_from: old-id\n    vram_gb: 9\n')),
       'test-rename-both',
@@ -249,14 +257,14 @@ describe('rename (rule 5)', () => {
 })
 
 describe('serving profiles', () => {
-  test('derived from runtime/runtime_model_id when none is given (derived: true)', () => {
+  test('derived from runtime/runtime_model_id when none is given (derived: true)', async () => {
     const t = fresh()
-    applyManifest(t.deps, manifest(entry('a')), 'v1')
+    await applyManifest(t.deps, manifest(entry('a')), 'v1')
     expect(profiles(t, 'a')).toEqual([
       expect.objectContaining({ runtime: 'ollama', runtime_model_id: 'a:latest', derived: true, params: {} }),
     ])
     // The derived profile follows its source fields.
-    applyManifest(
+    await applyManifest(
       t.deps,
       manifest('  - id: a\n    task_type: chat\n    runtime: vllm\n    runtime_model_id: org/a'),
       'v2',
@@ -266,14 +274,14 @@ describe('serving profiles', () => {
     ])
   })
 
-  test('adding a runtime adds a profile, never an entry; removing one removes the profile', () => {
+  test('adding a runtime adds a profile, never an entry; removing one removes the profile', async () => {
     const t = fresh()
     const one =
       '  - id: a\n    task_type: chat\n    serving_profiles:\n      - { runtime: ollama, runtime_model_id: "a:1" }'
-    applyManifest(t.deps, manifest(one), 'v1')
+    await applyManifest(t.deps, manifest(one), 'v1')
     const firstSeq = profiles(t, 'a')[0]!.seq
     const two = `${one}\n      - { runtime: llama.cpp, runtime_model_id: a1, params: { ctx_size: 4096 } }`
-    const report = applyManifest(t.deps, manifest(two), 'v2')
+    const report = await applyManifest(t.deps, manifest(two), 'v2')
     expect(report.updated).toEqual(['a'])
     expect(ids(t)).toEqual(['a'])
     expect(profiles(t, 'a')).toEqual([
@@ -287,13 +295,13 @@ describe('serving profiles', () => {
     ])
     // The deprecated columns are still written (SPEC §9).
     expect(row(t, 'a')).toMatchObject({ runtime: 'ollama', runtime_model_id: 'a:1' })
-    applyManifest(t.deps, manifest(one), 'v3')
+    await applyManifest(t.deps, manifest(one), 'v3')
     expect(profiles(t, 'a').map((p) => p.runtime)).toEqual(['ollama'])
   })
 
-  test('the database refuses a second profile for the same (entry, runtime)', () => {
+  test('the database refuses a second profile for the same (entry, runtime)', async () => {
     const t = fresh()
-    applyManifest(t.deps, manifest(entry('a')), 'v1')
+    await applyManifest(t.deps, manifest(entry('a')), 'v1')
     expect(() =>
       t.deps.db
         .insert(servingProfiles)
@@ -304,12 +312,12 @@ describe('serving profiles', () => {
 })
 
 describe('artifact files and digests', () => {
-  test('artifact file rows are stored normalized, updated and removed with the manifest', () => {
+  test('artifact file rows are stored normalized, updated and removed with the manifest', async () => {
     const t = fresh()
     const w = fakeDigest('w')
     const p = fakeDigest('p')
     const v1 = `    digest: "SHA256:${w.toUpperCase()}"\n    artifact_files:\n      - { path: model.gguf, sha256: "sha256:${w.toUpperCase()}", size_bytes: 100 }\n      - { path: mmproj.gguf, sha256: "${p}", size_bytes: 10 }\n`
-    applyManifest(t.deps, manifest(entry('vis', v1)), 'v1')
+    await applyManifest(t.deps, manifest(entry('vis', v1)), 'v1')
     expect(row(t, 'vis')!.digest).toBe(w)
     expect(files(t, 'vis').map(({ path, sha256, size_bytes }) => ({ path, sha256, size_bytes }))).toEqual([
       { path: 'mmproj.gguf', sha256: p, size_bytes: 10 },
@@ -317,16 +325,20 @@ describe('artifact files and digests', () => {
     ])
     const p2 = fakeDigest('p2')
     const v2 = `    artifact_files:\n      - { path: mmproj.gguf, sha256: "${p2}" }\n`
-    applyManifest(t.deps, manifest(entry('vis', v2)), 'v2')
+    await applyManifest(t.deps, manifest(entry('vis', v2)), 'v2')
     expect(files(t, 'vis').map(({ path, sha256, size_bytes }) => ({ path, sha256, size_bytes }))).toEqual([
       { path: 'mmproj.gguf', sha256: p2, size_bytes: null },
     ])
     expect(row(t, 'vis')!.digest).toBeNull()
   })
 
-  test('an entry with a malformed digest is skipped, not stored half-valid', () => {
+  test('an entry with a malformed digest is skipped, not stored half-valid', async () => {
     const t = fresh()
-    const report = applyManifest(t.deps, manifest(entry('bad-pin', '    digest: "sha256:1234"\n')), 'v1')
+    const report = await applyManifest(
+      t.deps,
+      manifest(entry('bad-pin', '    digest: "sha256:1234"\n')),
+      'v1',
+    )
     expect(report.inserted).toEqual([])
     expect(report.skipped[0]!.message).toContain('/digest')
     expect(row(t, 'bad-pin')).toBeUndefined()
@@ -384,7 +396,7 @@ describe('the manifest file at start (CATALOGUE_PATH, default, embedded copy)', 
   test('an explicit CATALOGUE_PATH that does not exist keeps the stored catalogue', async () => {
     const t = makeTestApp({ CATALOGUE_PATH: '/nonexistent/gridkeep/models.yaml' })
     apps.push(t)
-    applyManifest(t.deps, manifest(entry('kept')), 'v1')
+    await applyManifest(t.deps, manifest(entry('kept')), 'v1')
     const report = await seedCatalogue(t.deps)
     expect(report).toMatchObject({
       applied: false,

@@ -24,7 +24,7 @@ import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey } from '../hel
 const t = makeTestApp({ MAX_UPLOAD_BYTES: '1000' })
 afterAll(() => t.close())
 
-const model = makeCatalogEntry(t, { id: 'files-7b-q4km' }).id
+const model = (await makeCatalogEntry(t, { id: 'files-7b-q4km' })).id
 const CONTENT = jsonl([line('a', model), line('b', model)])
 
 describe('POST /v1/files', () => {

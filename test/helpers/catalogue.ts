@@ -1,6 +1,4 @@
-import { eq } from 'drizzle-orm'
-import { type CatalogEntryRow, catalogEntries } from '../../src/db/schema'
-import { writeTx } from '../../src/db/tx'
+import type { CatalogEntryRow } from '../../src/db/schema'
 import type { Deps } from '../../src/deps'
 import { normalizeDigest } from '../../src/lib/digest'
 import type {
@@ -9,10 +7,9 @@ import type {
   Engine,
   ServingProfile,
 } from '../../src/modules/catalogue/manifest'
-import { storeEntry } from '../../src/modules/catalogue/seed'
 
-// Catalogue builders for any workstream's tests. Entries are written through the same storeEntry
-// that seeding uses, so they look exactly like seeded ones (derived profile included).
+// Catalogue builders for any workstream's tests. Entries are written through the same store verb
+// that seeding uses (upsertEntries), so they look exactly like seeded ones (derived profile included).
 
 export type CatalogEntryInput = Partial<Omit<CatalogueEntry, 'serving_profiles' | 'artifact_files'>> & {
   /** Explicit profiles; when absent, one is derived from runtime/runtime_model_id (SPEC §2). */
@@ -26,7 +23,10 @@ let counter = 0
  * Inserts (or updates) a catalogue entry: public, enabled, active, task `chat`, served by ollama
  * as `<id>:latest` unless told otherwise. Digests may be given in any accepted spelling.
  */
-export function makeCatalogEntry(deps: Deps, partial: CatalogEntryInput = {}): CatalogEntryRow {
+export async function makeCatalogEntry(
+  deps: Deps,
+  partial: CatalogEntryInput = {},
+): Promise<CatalogEntryRow> {
   const id = partial.id ?? `test-model-${++counter}`
   const explicit: ServingProfile[] = (partial.serving_profiles ?? []).map((p) => ({
     runtime: p.runtime,
@@ -71,8 +71,8 @@ export function makeCatalogEntry(deps: Deps, partial: CatalogEntryInput = {}): C
     artifact_files,
   }
   const now = deps.clock.now()
-  writeTx(deps.db, (tx) => storeEntry(tx, entry, now))
-  return deps.db.select().from(catalogEntries).where(eq(catalogEntries.id, id)).get()!
+  await deps.store.catalogue.upsertEntries([entry], now)
+  return (await deps.store.catalogue.entry(id))!
 }
 
 function digest(value: string): string {

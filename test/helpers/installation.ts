@@ -33,12 +33,12 @@ export async function populate(t: TestApp) {
       })
     ).status,
   ).toBeLessThan(300)
-  const entry = makeCatalogEntry(t.deps, {
+  const entry = await makeCatalogEntry(t.deps, {
     id: 'migrate-8b-q4km',
     runtime: 'ollama',
     runtime_model_id: 'm:8b',
   })
-  makeCatalogEntry(t.deps, {
+  await makeCatalogEntry(t.deps, {
     id: 'other-8b-q4km',
     runtime: 'ollama',
     runtime_model_id: 'o:8b',

@@ -2,7 +2,7 @@ import { expect } from 'bun:test'
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { eq } from 'drizzle-orm'
-import { batches, files, workers } from '../../src/db/schema'
+import { batches, files } from '../../src/db/schema'
 import type { Deps } from '../../src/deps'
 import { newId } from '../../src/lib/ids'
 import { filePath } from '../../src/modules/files/storage'
@@ -120,8 +120,7 @@ export function makeValidatedBatch(deps: Deps, o: BatchOptions) {
 
 export const batchRow = (deps: Deps, id: string) =>
   deps.db.select().from(batches).where(eq(batches.id, id)).get()!
-export const workerRow = (deps: Deps, id: string) =>
-  deps.db.select().from(workers).where(eq(workers.id, id)).get()!
+export const workerRow = async (deps: Deps, id: string) => (await deps.store.fleet.findWorker(id))!
 
 export const sha = (seed: string) => new Bun.CryptoHasher('sha256').update(seed).digest('hex')
 

@@ -56,12 +56,12 @@ describe('GET /v1/pool/capacity', () => {
   test('anonymous callers get the reduced view: no hardware figures, public entries only, nothing identifying', async () => {
     const t = fresh()
     const f = await makeFleet(t)
-    const pub = makeCatalogEntry(t.deps, {
+    const pub = await makeCatalogEntry(t.deps, {
       runtime_model_id: 'pub:1',
       display_name: 'Public One',
       parameter_size: '8B',
     })
-    makeCatalogEntry(t.deps, { runtime_model_id: 'priv:1', org_id: f.orgId })
+    await makeCatalogEntry(t.deps, { runtime_model_id: 'priv:1', org_id: f.orgId })
     const ids = await fleetOf(t, f, 3, ['pub:1', 'priv:1'])
     const res = await t.req('GET', '/v1/pool/capacity')
     expect(res.status).toBe(200)
@@ -112,7 +112,7 @@ describe('GET /v1/pool/capacity', () => {
   test('online is decided at read time: silent workers are not counted', async () => {
     const t = fresh()
     const f = await makeFleet(t)
-    const e = makeCatalogEntry(t.deps, { runtime_model_id: 'rt:1' })
+    const e = await makeCatalogEntry(t.deps, { runtime_model_id: 'rt:1' })
     await fleetOf(t, f, 1, ['rt:1'])
     t.clock.advance(60)
     const late = await fleetOf(t, f, 1, [], 'downloading_model')
@@ -127,10 +127,10 @@ describe('GET /v1/pool/capacity', () => {
   test('models_servable: hosted AND fitting, by the poll predicate', async () => {
     const t = fresh()
     const f = await makeFleet(t)
-    const fits = makeCatalogEntry(t.deps, { runtime_model_id: 'fit:1', vram_gb: 20 })
-    makeCatalogEntry(t.deps, { runtime_model_id: 'nofit:1', vram_gb: 40 })
-    makeCatalogEntry(t.deps, { runtime_model_id: 'nohost:1' })
-    makeCatalogEntry(t.deps, { runtime_model_id: 'fit:1', id: 'fit-disabled-q4km', enabled: false })
+    const fits = await makeCatalogEntry(t.deps, { runtime_model_id: 'fit:1', vram_gb: 20 })
+    await makeCatalogEntry(t.deps, { runtime_model_id: 'nofit:1', vram_gb: 40 })
+    await makeCatalogEntry(t.deps, { runtime_model_id: 'nohost:1' })
+    await makeCatalogEntry(t.deps, { runtime_model_id: 'fit:1', id: 'fit-disabled-q4km', enabled: false })
     await fleetOf(t, f, 1, ['fit:1', 'nofit:1'])
     const res = await t.req('GET', '/v1/pool/capacity')
     expect(res.body.models_servable.map((m: any) => m.id)).toEqual([fits.id])
@@ -141,7 +141,7 @@ describe('GET /v1/pool/capacity', () => {
     const f = await makeFleet(t)
     const outsider = await makeUser(t)
     const admin = await makeSuperadmin(t)
-    const priv = makeCatalogEntry(t.deps, { runtime_model_id: 'pv:1', org_id: f.orgId })
+    const priv = await makeCatalogEntry(t.deps, { runtime_model_id: 'pv:1', org_id: f.orgId })
     await fleetOf(t, f, 1, ['pv:1'])
     const ids = async (token?: string) =>
       (await t.req('GET', '/v1/pool/capacity', { token })).body.models_servable.map((m: any) => m.id)

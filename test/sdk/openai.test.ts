@@ -13,7 +13,7 @@ import { eventually } from '../helpers/sse'
 const s = await startTestServer()
 afterAll(() => s.stop())
 
-const model = makeCatalogEntry(s, { id: 'sdk-8b-q4km' }).id
+const model = (await makeCatalogEntry(s, { id: 'sdk-8b-q4km' })).id
 const CONTENT = jsonl([line('a', model), line('b', model), line('c', model)])
 
 /** What the SDK handed to fetch, to show which uploads went out chunked. */

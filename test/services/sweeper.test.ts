@@ -32,7 +32,7 @@ const requeues = async (t: TestApp) =>
 
 async function setup(t: TestApp) {
   const f = await makeFleet(t)
-  const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'sw:1' })
+  const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'sw:1' })
   const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id, requests: 2 })
   const w1 = await registerWorker(t, f.key, { models: ['sw:1'] })
   const job = (await poll(t, f.key, w1))!
@@ -54,12 +54,12 @@ describe('sweeper', () => {
       requeued: [],
       failed: [],
     })
-    expect(workerRow(t.deps, w1).status).toBe('online')
+    expect((await workerRow(t.deps, w1)).status).toBe('online')
     // Once the grace is over:
     t.deps.startedAt = t.clock.now() - 121
     const result = await runOnce(t.deps)
     expect(result).toEqual({ skipped: null, workers_offline: [w1], requeued: [batch.id], failed: [] })
-    expect(workerRow(t.deps, w1).status).toBe('offline')
+    expect((await workerRow(t.deps, w1)).status).toBe('offline')
     expect(batchRow(t.deps, batch.id)).toMatchObject({
       status: 'validated',
       attempts: 1,
@@ -146,7 +146,7 @@ describe('sweeper', () => {
     expect((await list())[0]).toMatchObject({ id: w1, status: 'online' })
     t.clock.advance(120)
     expect((await list())[0]).toMatchObject({ id: w1, status: 'offline' })
-    expect(workerRow(t.deps, w1).status).toBe('online')
+    expect((await workerRow(t.deps, w1)).status).toBe('online')
   })
 
   test('start() runs a pass at every tick of an interval of SWEEP_INTERVAL_SECONDS, until stopped', async () => {
@@ -159,7 +159,7 @@ describe('sweeper', () => {
     expect(await counter(t, 'sweeperPasses')).toBe(0)
     await timer.tick()
     expect(await counter(t, 'sweeperPasses')).toBe(1)
-    expect(workerRow(t.deps, w1).status).toBe('offline')
+    expect((await workerRow(t.deps, w1)).status).toBe('offline')
     expect(batchRow(t.deps, batch.id).status).toBe('validated')
     // A tick before the interval has passed since the last pass (anywhere: API.md §12) does nothing.
     t.clock.advance(2)

@@ -40,7 +40,7 @@ const waitFor = (deps: Deps, batchId: string, event: BatchEvent['event']) =>
 
 test('a batch interrupted mid-validation stays validating and is validated at the next start', async () => {
   const first = target(depsFor())
-  const model = makeCatalogEntry(first, { id: 'restart-7b-q4km' }).id
+  const model = (await makeCatalogEntry(first, { id: 'restart-7b-q4km' })).id
   const user = await makeUser(first)
   // ~3 MB: several chunks, so the run can be interrupted between two of them.
   const lines = Array.from({ length: 3000 }, (_, i) =>

@@ -1,4 +1,4 @@
-import { afterAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { eq } from 'drizzle-orm'
 import { batchErrors, memberships, organizations } from '../../src/db/schema'
 import type { BatchEvent } from '../../src/lib/batch-events'
@@ -14,12 +14,12 @@ import { type MadeUser, makeUser } from '../helpers/builders'
 const t = makeTestApp()
 afterAll(() => t.close())
 
-const chat = makeCatalogEntry(t, { id: 'chat-8b-q4km', task_type: 'chat' })
-const embed = makeCatalogEntry(t, { id: 'embed-small-f16', task_type: 'embedding' })
-const disabled = makeCatalogEntry(t, { id: 'old-7b-q4km', enabled: false })
+const chat = await makeCatalogEntry(t, { id: 'chat-8b-q4km', task_type: 'chat' })
+const embed = await makeCatalogEntry(t, { id: 'embed-small-f16', task_type: 'embedding' })
+const disabled = await makeCatalogEntry(t, { id: 'old-7b-q4km', enabled: false })
 const now = t.clock.now()
 t.deps.db.insert(organizations).values({ id: 'org_othercompany', name: 'Other', created_at: now }).run()
-const foreign = makeCatalogEntry(t, { id: 'secret-70b-q4km', org_id: 'org_othercompany' })
+const foreign = await makeCatalogEntry(t, { id: 'secret-70b-q4km', org_id: 'org_othercompany' })
 
 let user: MadeUser
 const owner = async () => {
@@ -153,7 +153,7 @@ describe('validation codes', () => {
       .insert(memberships)
       .values({ org_id: team, user_id: u.id, role: 'viewer', created_at: now })
       .run()
-    const mine = makeCatalogEntry(t, { id: 'team-13b-q8', org_id: team })
+    const mine = await makeCatalogEntry(t, { id: 'team-13b-q8', org_id: team })
     const ok = await makeBatch(t, u, jsonl([line('a', mine.id)]))
     const other = await makeBatch(t, await owner(), jsonl([line('a', mine.id)]))
     await validateAll(t)
@@ -196,7 +196,8 @@ describe('validation codes', () => {
 describe('limits', () => {
   const small = makeTestApp({ MAX_LINE_BYTES: '80', MAX_REQUESTS_PER_BATCH: '3' })
   afterAll(() => small.close())
-  const entry = makeCatalogEntry(small, { id: 'm' })
+  const entry = { id: 'm' }
+  beforeAll(() => makeCatalogEntry(small, entry))
   const short = (id: string) => JSON.stringify({ custom_id: id, body: { model: entry.id } })
 
   test('line_too_long over MAX_LINE_BYTES (field null); a CRLF line of exactly the limit passes', async () => {

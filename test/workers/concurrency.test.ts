@@ -20,7 +20,7 @@ let batchIds: string[]
 beforeAll(async () => {
   s = await startTestServer()
   f = await makeFleet(s)
-  const entry = makeCatalogEntry(s.deps, { runtime_model_id: 'storm:1' })
+  const entry = await makeCatalogEntry(s.deps, { runtime_model_id: 'storm:1' })
   batchIds = Array.from(
     { length: BATCHES },
     () => makeValidatedBatch(s.deps, { userId: f.user.id, model: entry.id, requests: 1 }).id,

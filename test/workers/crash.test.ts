@@ -51,7 +51,7 @@ async function seed(batchCount: number) {
       created_at: deps.clock.now(),
     })
     .run()
-  const entry = makeCatalogEntry(deps, { runtime_model_id: 'crash:1' })
+  const entry = await makeCatalogEntry(deps, { runtime_model_id: 'crash:1' })
   for (let i = 0; i < batchCount; i++)
     makeValidatedBatch(deps, { userId: user.id, model: entry.id, requests: 1 })
   deps.sqlite.close()

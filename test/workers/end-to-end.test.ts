@@ -24,7 +24,7 @@ afterAll(() => s.stop())
 test('validated → in_progress → (failure, requeue) → in_progress → completed; the owner reads the output', async () => {
   s = await startTestServer()
   const f = await makeFleet(s)
-  const entry = makeCatalogEntry(s.deps, {
+  const entry = await makeCatalogEntry(s.deps, {
     runtime_model_id: 'e2e:8b',
     profiles: [{ runtime: 'ollama', runtime_model_id: 'e2e:8b', params: { num_ctx: 4096 } }],
   })

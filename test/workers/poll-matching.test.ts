@@ -37,7 +37,7 @@ async function hostWorker(
 describe('POST /workers/poll', () => {
   test('claims a compatible batch: input_path, runtime string (not slug), assignment', async () => {
     const f = await makeFleet(t)
-    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'claim:7b', digest: sha('claim:7b') })
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'claim:7b', digest: sha('claim:7b') })
     const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id, requests: 4 })
     const wid = await hostWorker(f, ['claim:7b'])
     const job = await poll(t, f.key, wid)
@@ -79,7 +79,7 @@ describe('POST /workers/poll', () => {
 
   test('max_concurrent_jobs is honoured', async () => {
     const f = await makeFleet(t)
-    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'conc:1' })
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'conc:1' })
     for (let i = 0; i < 3; i++) makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     const wid = await registerWorker(t, f.key, { max_concurrent_jobs: 2, models: ['conc:1'] })
     expect(await poll(t, f.key, wid)).not.toBeNull()
@@ -89,7 +89,7 @@ describe('POST /workers/poll', () => {
 
   test('a worker silent past the timeout gets no job until it heartbeats again', async () => {
     const f = await makeFleet(t)
-    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'silent:1' })
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'silent:1' })
     makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     const wid = await hostWorker(f, ['silent:1'])
     t.clock.advance(121)
@@ -102,7 +102,7 @@ describe('POST /workers/poll', () => {
 describe('SPEC §4 Poll rules', () => {
   test('rule 1: a batch whose model is not catalogued, or whose entry is disabled, is skipped', async () => {
     const f = await makeFleet(t)
-    const disabled = makeCatalogEntry(t.deps, { runtime_model_id: 'r1:off', enabled: false })
+    const disabled = await makeCatalogEntry(t.deps, { runtime_model_id: 'r1:off', enabled: false })
     makeValidatedBatch(t.deps, { userId: f.user.id, model: disabled.id })
     makeValidatedBatch(t.deps, { userId: f.user.id, model: 'r1:off' }) // a raw runtime string, not an id
     const wid = await hostWorker(f, ['r1:off'])
@@ -111,7 +111,7 @@ describe('SPEC §4 Poll rules', () => {
 
   test('rule 1 with a one-shot rename: a batch stored with the old slug still resolves', async () => {
     const f = await makeFleet(t)
-    const entry = makeCatalogEntry(t.deps, {
+    const entry = await makeCatalogEntry(t.deps, {
       id: 'renamed-new-q4km',
       renamed_from: 'renamed-old',
       runtime_model_id: 'ren:1',
@@ -124,8 +124,8 @@ describe('SPEC §4 Poll rules', () => {
 
   test('rule 2: once heartbeated, the worker must fit vram_gb; a null vram_gb disables the filter', async () => {
     const f = await makeFleet(t)
-    const heavy = makeCatalogEntry(t.deps, { runtime_model_id: 'r2:heavy', vram_gb: 32 })
-    const anySize = makeCatalogEntry(t.deps, { runtime_model_id: 'r2:any', vram_gb: null })
+    const heavy = await makeCatalogEntry(t.deps, { runtime_model_id: 'r2:heavy', vram_gb: 32 })
+    const anySize = await makeCatalogEntry(t.deps, { runtime_model_id: 'r2:any', vram_gb: null })
     makeValidatedBatch(t.deps, { userId: f.user.id, model: heavy.id })
     const nullBatch = makeValidatedBatch(t.deps, { userId: f.user.id, model: anySize.id })
     const small = await hostWorker(f, ['r2:heavy', 'r2:any'], { vram_total_gb: 24 })
@@ -136,7 +136,7 @@ describe('SPEC §4 Poll rules', () => {
 
   test('rule 2: before its first heartbeat the VRAM filter is not applied', async () => {
     const f = await makeFleet(t)
-    const heavy = makeCatalogEntry(t.deps, { runtime_model_id: 'r2b:heavy', vram_gb: 500 })
+    const heavy = await makeCatalogEntry(t.deps, { runtime_model_id: 'r2b:heavy', vram_gb: 500 })
     const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: heavy.id })
     const wid = await registerWorker(t, f.key, { models: ['r2b:heavy'] })
     expect((await poll(t, f.key, wid))?.job_id).toBe(batch.id)
@@ -144,10 +144,10 @@ describe('SPEC §4 Poll rules', () => {
 
   test('rule 3: the worker must host the runtime string — registration models, inventory or loaded_models', async () => {
     const f = await makeFleet(t)
-    const viaModels = makeCatalogEntry(t.deps, { runtime_model_id: 'r3:models' })
-    const viaInventory = makeCatalogEntry(t.deps, { runtime_model_id: 'r3:inv' })
-    const viaLoaded = makeCatalogEntry(t.deps, { runtime_model_id: 'r3:loaded' })
-    const notHosted = makeCatalogEntry(t.deps, { runtime_model_id: 'r3:absent' })
+    const viaModels = await makeCatalogEntry(t.deps, { runtime_model_id: 'r3:models' })
+    const viaInventory = await makeCatalogEntry(t.deps, { runtime_model_id: 'r3:inv' })
+    const viaLoaded = await makeCatalogEntry(t.deps, { runtime_model_id: 'r3:loaded' })
+    const notHosted = await makeCatalogEntry(t.deps, { runtime_model_id: 'r3:absent' })
     makeValidatedBatch(t.deps, { userId: f.user.id, model: notHosted.id })
     const wid = await registerWorker(t, f.key, { models: ['r3:models'], max_concurrent_jobs: 10 })
     await heartbeat(t, f.key, wid, { inventory: [inventoryItem('r3:inv')], loaded_models: ['r3:loaded'] })
@@ -164,7 +164,7 @@ describe('SPEC §4 Poll rules', () => {
 
   test('rule 4: same tag with a different digest does not match; equal digests match whatever the prefix or case', async () => {
     const f = await makeFleet(t)
-    const pinned = makeCatalogEntry(t.deps, {
+    const pinned = await makeCatalogEntry(t.deps, {
       runtime_model_id: 'r4:tag',
       digest: `sha256:${sha('right').toUpperCase()}`,
     })
@@ -179,8 +179,8 @@ describe('SPEC §4 Poll rules', () => {
 
   test('rule 4: when either side has no digest, the name decides', async () => {
     const f = await makeFleet(t)
-    const unpinned = makeCatalogEntry(t.deps, { runtime_model_id: 'r4b:any', digest: null })
-    const pinned = makeCatalogEntry(t.deps, { runtime_model_id: 'r4b:pinned', digest: sha('r4b') })
+    const unpinned = await makeCatalogEntry(t.deps, { runtime_model_id: 'r4b:any', digest: null })
+    const pinned = await makeCatalogEntry(t.deps, { runtime_model_id: 'r4b:pinned', digest: sha('r4b') })
     const b1 = makeValidatedBatch(t.deps, { userId: f.user.id, model: unpinned.id })
     const b2 = makeValidatedBatch(t.deps, { userId: f.user.id, model: pinned.id })
     const wid = await registerWorker(t, f.key, { models: ['r4b:pinned'], max_concurrent_jobs: 2 })
@@ -191,8 +191,8 @@ describe('SPEC §4 Poll rules', () => {
 
   test('rule 5: batches of a model loaded on the worker come first', async () => {
     const f = await makeFleet(t)
-    const cold = makeCatalogEntry(t.deps, { runtime_model_id: 'r5:cold' })
-    const hot = makeCatalogEntry(t.deps, { runtime_model_id: 'r5:hot' })
+    const cold = await makeCatalogEntry(t.deps, { runtime_model_id: 'r5:cold' })
+    const hot = await makeCatalogEntry(t.deps, { runtime_model_id: 'r5:hot' })
     const older = makeValidatedBatch(t.deps, { userId: f.user.id, model: cold.id })
     const newer = makeValidatedBatch(t.deps, { userId: f.user.id, model: hot.id })
     const wid = await registerWorker(t, f.key, { max_concurrent_jobs: 2 })
@@ -205,8 +205,8 @@ describe('SPEC §4 Poll rules', () => {
 
   test('then oldest first', async () => {
     const f = await makeFleet(t)
-    const a = makeCatalogEntry(t.deps, { runtime_model_id: 'old:a' })
-    const b = makeCatalogEntry(t.deps, { runtime_model_id: 'old:b' })
+    const a = await makeCatalogEntry(t.deps, { runtime_model_id: 'old:a' })
+    const b = await makeCatalogEntry(t.deps, { runtime_model_id: 'old:b' })
     const first = makeValidatedBatch(t.deps, { userId: f.user.id, model: b.id })
     const second = makeValidatedBatch(t.deps, { userId: f.user.id, model: a.id })
     const third = makeValidatedBatch(t.deps, { userId: f.user.id, model: b.id })
@@ -219,8 +219,8 @@ describe('SPEC §4 Poll rules', () => {
 
   test('rule 6: a worker that never heartbeated only gets models it advertised at registration', async () => {
     const f = await makeFleet(t)
-    const advertised = makeCatalogEntry(t.deps, { runtime_model_id: 'r6:adv' })
-    const later = makeCatalogEntry(t.deps, { runtime_model_id: 'r6:later' })
+    const advertised = await makeCatalogEntry(t.deps, { runtime_model_id: 'r6:adv' })
+    const later = await makeCatalogEntry(t.deps, { runtime_model_id: 'r6:later' })
     const wid = await registerWorker(t, f.key, {
       models: ['r6:adv'],
       machine_id: 'r6-box',
@@ -237,7 +237,7 @@ describe('SPEC §4 Poll rules', () => {
 
   test('serving profiles: any profile matches; the one whose runtime hosts the model wins', async () => {
     const f = await makeFleet(t)
-    const entry = makeCatalogEntry(t.deps, {
+    const entry = await makeCatalogEntry(t.deps, {
       runtime: 'vllm',
       runtime_model_id: 'org/sp-model',
       profiles: [
@@ -268,7 +268,7 @@ describe('SPEC §4 Poll rules', () => {
 
   test('artifact files: every file’s sha256 must be in the inventory', async () => {
     const f = await makeFleet(t)
-    const entry = makeCatalogEntry(t.deps, {
+    const entry = await makeCatalogEntry(t.deps, {
       runtime_model_id: 'vis:1',
       artifact_files: [
         { path: 'model.gguf', sha256: sha('weights') },
@@ -292,7 +292,7 @@ describe('SPEC §4 Poll rules', () => {
   test('org-private entries run only on that org’s workers', async () => {
     const owner = await makeFleet(t)
     const other = await makeFleet(t)
-    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'priv:1', org_id: owner.orgId })
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'priv:1', org_id: owner.orgId })
     const batch = makeValidatedBatch(t.deps, { userId: owner.user.id, model: entry.id })
     expect(await poll(t, other.key, await hostWorker(other, ['priv:1']))).toBeNull()
     expect((await poll(t, owner.key, await hostWorker(owner, ['priv:1'])))?.job_id).toBe(batch.id)
@@ -355,18 +355,18 @@ describe('servableCatalogIds', () => {
     const s = makeTestApp()
     try {
       const f = await makeFleet(s)
-      const served = makeCatalogEntry(s.deps, { runtime_model_id: 'sv:1' })
-      const tooBig = makeCatalogEntry(s.deps, { runtime_model_id: 'sv:big', vram_gb: 100 })
-      const offline = makeCatalogEntry(s.deps, { runtime_model_id: 'sv:off' })
-      makeCatalogEntry(s.deps, { runtime_model_id: 'sv:1', id: 'sv-disabled-q4km', enabled: false })
+      const served = await makeCatalogEntry(s.deps, { runtime_model_id: 'sv:1' })
+      const tooBig = await makeCatalogEntry(s.deps, { runtime_model_id: 'sv:big', vram_gb: 100 })
+      const offline = await makeCatalogEntry(s.deps, { runtime_model_id: 'sv:off' })
+      await makeCatalogEntry(s.deps, { runtime_model_id: 'sv:1', id: 'sv-disabled-q4km', enabled: false })
       const a = await registerWorker(s, f.key)
       await heartbeat(s, f.key, a, { inventory: [inventoryItem('sv:1'), inventoryItem('sv:big')] })
       const b = await registerWorker(s, f.key, { models: ['sv:off'] })
       s.deps.sqlite.query(`update workers set status = 'offline' where id = ?`).run(b)
-      expect([...servableCatalogIds(s.deps)]).toEqual([served.id])
+      expect([...(await servableCatalogIds(s.deps))]).toEqual([served.id])
       // Read-time cutoff: a worker silent past the timeout serves nothing, even if stored online.
       s.clock.advance(120)
-      expect([...servableCatalogIds(s.deps)]).toEqual([])
+      expect([...(await servableCatalogIds(s.deps))]).toEqual([])
       void tooBig
       void offline
     } finally {

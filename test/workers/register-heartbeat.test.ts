@@ -84,7 +84,7 @@ describe('POST /workers/register', () => {
       heartbeat_interval_seconds: 30,
       heartbeat_timeout_seconds: 120,
     })
-    const w = workerRow(t.deps, res.body.worker_id)
+    const w = await workerRow(t.deps, res.body.worker_id)
     expect(w).toMatchObject({ status: 'online', last_heartbeat_at: null, machine_id: 'm-1', key_id: f.keyId })
     expect(t.deps.db.select().from(workerGpus).where(eq(workerGpus.worker_id, w.id)).all()).toHaveLength(1)
     expect(
@@ -135,7 +135,7 @@ describe('POST /workers/register', () => {
 
   test('re-registration by worker_id or machine_id reuses the worker, replaces child rows and requeues its batch', async () => {
     const f = await makeFleet(t)
-    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'rr:1' })
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'rr:1' })
     const wid = await registerWorker(t, f.key, { machine_id: 'box-7', models: ['rr:1'] })
     await heartbeat(t, f.key, wid, { inventory: [inventoryItem('old-model')] })
     const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
@@ -147,7 +147,7 @@ describe('POST /workers/register', () => {
       body: registerBody({ machine_id: 'box-7', models: ['new:1'], gpus: [] }),
     })
     expect(again.body.worker_id).toBe(wid)
-    expect(workerRow(t.deps, wid)).toMatchObject({
+    expect(await workerRow(t.deps, wid)).toMatchObject({
       status: 'online',
       last_heartbeat_at: null,
       vram_total_gb: null,
@@ -177,7 +177,7 @@ describe('POST /workers/register', () => {
     })
     expect(res.status).toBe(200)
     expect(res.body.worker_id).not.toBe('wrk_fromanolddatabase')
-    expect(workerRow(t.deps, res.body.worker_id).org_id).toBe(f.orgId)
+    expect((await workerRow(t.deps, res.body.worker_id)).org_id).toBe(f.orgId)
   })
 
   test('a worker_id of another org is 403; the same machine_id in another org is another worker', async () => {
@@ -192,7 +192,7 @@ describe('POST /workers/register', () => {
     expect(res.body.error.type).toBe('permission_error')
     const other = await registerWorker(t, b.key, { machine_id: 'shared' })
     expect(other).not.toBe(wid)
-    expect(workerRow(t.deps, wid).org_id).toBe(a.orgId)
+    expect((await workerRow(t.deps, wid)).org_id).toBe(a.orgId)
   })
 })
 
@@ -210,7 +210,7 @@ describe('POST /workers/{worker_id}/heartbeat', () => {
       assigned_job_ids: [],
       pull_models: [],
     })
-    expect(workerRow(t.deps, wid)).toMatchObject({
+    expect(await workerRow(t.deps, wid)).toMatchObject({
       activity: 'busy',
       vram_total_gb: 48,
       gpu_utilization: 87.5,
@@ -222,7 +222,7 @@ describe('POST /workers/{worker_id}/heartbeat', () => {
   test('bad activity, negative figures and unknown fields are 400 and change nothing', async () => {
     const f = await makeFleet(t)
     const wid = await registerWorker(t, f.key)
-    const before = workerRow(t.deps, wid)
+    const before = await workerRow(t.deps, wid)
     for (const o of [
       { activity: 'sleeping' },
       { vram_total_gb: -1 },
@@ -234,7 +234,7 @@ describe('POST /workers/{worker_id}/heartbeat', () => {
       const res = await heartbeat(t, f.key, wid, o)
       expect(res.status).toBe(400)
     }
-    expect(workerRow(t.deps, wid)).toEqual(before)
+    expect(await workerRow(t.deps, wid)).toEqual(before)
   })
 
   test('unknown worker → 404; another org’s worker → 403', async () => {
@@ -244,7 +244,7 @@ describe('POST /workers/{worker_id}/heartbeat', () => {
     expect((await heartbeat(t, a.key, 'wrk_doesnotexist')).status).toBe(404)
     const res = await heartbeat(t, b.key, wid)
     expect(res.status).toBe(403)
-    expect(workerRow(t.deps, wid).last_heartbeat_at).toBeNull()
+    expect((await workerRow(t.deps, wid)).last_heartbeat_at).toBeNull()
   })
 
   test('the inventory is replaced whole each time; configured names stay; loaded flags follow', async () => {
@@ -277,12 +277,12 @@ describe('POST /workers/{worker_id}/heartbeat', () => {
     const wid = await registerWorker(t, f.key)
     t.deps.sqlite.query(`update workers set status = 'offline' where id = ?`).run(wid)
     expect((await heartbeat(t, f.key, wid)).status).toBe(200)
-    expect(workerRow(t.deps, wid).status).toBe('online')
+    expect((await workerRow(t.deps, wid)).status).toBe('online')
   })
 
   test('assigned_job_ids lists what the worker holds, so a daemon can stop a job it lost', async () => {
     const f = await makeFleet(t)
-    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'aj:1' })
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'aj:1' })
     const wid = await registerWorker(t, f.key, { models: ['aj:1'] })
     await heartbeat(t, f.key, wid)
     const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
@@ -317,7 +317,7 @@ describe('pull_models (on-the-fly downloads)', () => {
   test('asks one idle, fitting worker that runs the runtime, and only one at a time', async () => {
     const t = fresh()
     const f = await makeFleet(t)
-    const entry = makeCatalogEntry(t.deps, {
+    const entry = await makeCatalogEntry(t.deps, {
       runtime_model_id: 'pull:1',
       size_gb: 20,
       vram_gb: 16,
@@ -351,7 +351,7 @@ describe('pull_models (on-the-fly downloads)', () => {
   test('an ask the worker stays silent about lapses after the heartbeat timeout', async () => {
     const t = fresh()
     const f = await makeFleet(t)
-    const entry = makeCatalogEntry(t.deps, { runtime_model_id: 'lapse:1', size_gb: 5 })
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'lapse:1', size_gb: 5 })
     makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     const w1 = await downloader(t, f)
     const w2 = await downloader(t, f)
@@ -376,12 +376,16 @@ describe('pull_models (on-the-fly downloads)', () => {
     const t = fresh()
     const f = await makeFleet(t)
     // An entry nothing waits for.
-    makeCatalogEntry(t.deps, { runtime_model_id: 'nowait:1', size_gb: 5 })
-    const served = makeCatalogEntry(t.deps, { runtime_model_id: 'served:1', size_gb: 5 })
-    const big = makeCatalogEntry(t.deps, { runtime_model_id: 'big:1', size_gb: 80 })
-    const heavy = makeCatalogEntry(t.deps, { runtime_model_id: 'heavy:1', size_gb: 5, vram_gb: 80 })
-    const vllm = makeCatalogEntry(t.deps, { runtime: 'vllm', runtime_model_id: 'org/vllm-only', size_gb: 5 })
-    const off = makeCatalogEntry(t.deps, { runtime_model_id: 'off:1', size_gb: 5, enabled: false })
+    await makeCatalogEntry(t.deps, { runtime_model_id: 'nowait:1', size_gb: 5 })
+    const served = await makeCatalogEntry(t.deps, { runtime_model_id: 'served:1', size_gb: 5 })
+    const big = await makeCatalogEntry(t.deps, { runtime_model_id: 'big:1', size_gb: 80 })
+    const heavy = await makeCatalogEntry(t.deps, { runtime_model_id: 'heavy:1', size_gb: 5, vram_gb: 80 })
+    const vllm = await makeCatalogEntry(t.deps, {
+      runtime: 'vllm',
+      runtime_model_id: 'org/vllm-only',
+      size_gb: 5,
+    })
+    const off = await makeCatalogEntry(t.deps, { runtime_model_id: 'off:1', size_gb: 5, enabled: false })
     for (const e of [served, big, heavy, vllm, off])
       makeValidatedBatch(t.deps, { userId: f.user.id, model: e.id })
     const host = await registerWorker(t, f.key, { models: ['served:1'] })
@@ -390,7 +394,7 @@ describe('pull_models (on-the-fly downloads)', () => {
     const res = await heartbeat(t, f.key, wid)
     expect(res.body.pull_models).toEqual([])
     // A worker that is busy, or whose max_download_gb is 0 (the default), is never asked either.
-    const later = makeCatalogEntry(t.deps, { runtime_model_id: 'fresh:1', size_gb: 5 })
+    const later = await makeCatalogEntry(t.deps, { runtime_model_id: 'fresh:1', size_gb: 5 })
     makeValidatedBatch(t.deps, { userId: f.user.id, model: later.id })
     expect((await heartbeat(t, f.key, wid, { activity: 'busy' })).body.pull_models).toEqual([])
     const noDownloads = await registerWorker(t, f.key)

@@ -29,7 +29,7 @@ let n = 0
 async function claimed(requests = 3, fleet?: Fleet) {
   const f = fleet ?? (await makeFleet(t))
   const runtimeId = `res:${++n}`
-  const entry = makeCatalogEntry(t.deps, { runtime_model_id: runtimeId })
+  const entry = await makeCatalogEntry(t.deps, { runtime_model_id: runtimeId })
   const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id, requests })
   const wid = await registerWorker(t, f.key, { models: [runtimeId] })
   const job = (await poll(t, f.key, wid))!
@@ -396,7 +396,7 @@ describe('POST /workers/upload-results', () => {
     const small = makeTestApp({ MAX_UPLOAD_BYTES: '2000' })
     try {
       const f = await makeFleet(small)
-      const entry = makeCatalogEntry(small.deps, { runtime_model_id: 'big-upload:1' })
+      const entry = await makeCatalogEntry(small.deps, { runtime_model_id: 'big-upload:1' })
       const batch = makeValidatedBatch(small.deps, { userId: f.user.id, model: entry.id, requests: 40 })
       const wid = await registerWorker(small, f.key, { models: ['big-upload:1'] })
       expect((await poll(small, f.key, wid))?.job_id).toBe(batch.id)
@@ -444,7 +444,7 @@ describe('POST /workers/model-progress', () => {
       },
     })
     expect(res.status).toBe(200)
-    expect(workerRow(t.deps, wid)).toMatchObject({ status: 'online', last_seen_at: t.clock.now() })
+    expect(await workerRow(t.deps, wid)).toMatchObject({ status: 'online', last_seen_at: t.clock.now() })
   })
 
   test('bad status → 400; unknown worker → 404; another org → 403', async () => {

@@ -123,3 +123,6 @@ export const modelPulls = sqliteTable('model_pulls', {
 
 export type WorkerRow = typeof workers.$inferSelect
 export type WorkerModelRow = typeof workerModels.$inferSelect
+export type WorkerRuntimeRow = typeof workerRuntimes.$inferSelect
+export type WorkerGpuRow = typeof workerGpus.$inferSelect
+export type ModelPullRow = typeof modelPulls.$inferSelect

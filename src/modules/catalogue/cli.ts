@@ -2,6 +2,8 @@ import { existsSync } from 'node:fs'
 import { ConfigError, loadConfig } from '../../config'
 import { migrate } from '../../db/migrate'
 import { openDb } from '../../db/open'
+import { systemClock } from '../../lib/clock'
+import { sqliteStore } from '../../store/sqlite'
 import { appendStubs, discover } from './discover'
 import { checkManifest, isMapping } from './manifest'
 import { DEFAULT_CATALOGUE_PATH } from './seed'
@@ -143,12 +145,13 @@ async function discoverCommand(manifestArg: string | undefined, io: CliIo): Prom
   }
 
   const { db, sqlite } = openDb({ path: config.DATABASE_PATH, synchronous: config.SQLITE_SYNCHRONOUS })
+  const store = sqliteStore({ db, sqlite, config, clock: systemClock })
   let found: ReturnType<typeof discover>
   try {
     migrate(db)
-    found = discover(db, doc)
+    found = discover(await store.catalogue.readCatalogue(), await store.fleet.reportedInventory(), doc)
   } finally {
-    sqlite.close()
+    await store.close()
   }
   for (const u of found.unusable) io.err(`skipped "${u.name}": ${u.reason}`)
   if (found.stubs.length === 0) {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
-import type { Db } from '../../db/open'
-import { artifactFiles, catalogEntries, servingProfiles, workerModels, workerRuntimes } from '../../db/schema'
 import { digestOrNull } from '../../lib/digest'
+import type { CatalogueRows } from '../../store/catalogue'
+import type { FleetInventory } from '../../store/fleet'
 import {
   checkManifestDocument,
   ENGINES,
@@ -53,9 +53,13 @@ const covers = (c: Cover, m: { name: string; runtime_model_id: string; digest: s
     : c.names.has(m.name) || c.names.has(m.runtime_model_id)
 
 /** Stubs for every model workers report that neither the database nor the manifest covers. */
-export function discover(db: Db, manifestDoc: unknown): Discovery {
-  const { covers: known, ids: taken } = knownEntries(db, manifestDoc)
-  const { reported, unusable } = reportedModels(db)
+export function discover(
+  catalogue: CatalogueRows,
+  inventory: FleetInventory,
+  manifestDoc: unknown,
+): Discovery {
+  const { covers: known, ids: taken } = knownEntries(catalogue, manifestDoc)
+  const { reported, unusable } = reportedModels(inventory)
   const stubs: Stub[] = []
   for (const m of reported) {
     if (known.some((c) => covers(c, m))) continue
@@ -77,7 +81,7 @@ export function discover(db: Db, manifestDoc: unknown): Discovery {
   return { stubs, unusable }
 }
 
-function knownEntries(db: Db, manifestDoc: unknown): { covers: Cover[]; ids: Set<string> } {
+function knownEntries(catalogue: CatalogueRows, manifestDoc: unknown): { covers: Cover[]; ids: Set<string> } {
   const byId = new Map<string, Cover>()
   const ids = new Set<string>()
   const coverOf = (id: string) => {
@@ -96,16 +100,15 @@ function knownEntries(db: Db, manifestDoc: unknown): { covers: Cover[]; ids: Set
     if (typeof n === 'string' && n) c.names.add(n)
   }
 
-  for (const e of db.select().from(catalogEntries).all()) {
+  for (const e of catalogue.entries) {
     ids.add(e.id)
     if (e.renamed_from) ids.add(e.renamed_from)
     const c = coverOf(`db:${e.id}`)
     addDigest(c, e.digest)
     addName(c, e.runtime_model_id)
   }
-  for (const p of db.select().from(servingProfiles).all())
-    addName(coverOf(`db:${p.catalog_id}`), p.runtime_model_id)
-  for (const f of db.select().from(artifactFiles).all()) addDigest(coverOf(`db:${f.catalog_id}`), f.sha256)
+  for (const p of catalogue.profiles) addName(coverOf(`db:${p.catalog_id}`), p.runtime_model_id)
+  for (const f of catalogue.artifacts) addDigest(coverOf(`db:${f.catalog_id}`), f.sha256)
 
   // Manifest entries count too, valid or not: a stub appended earlier (or an entry still under
   // review) already covers its model, which makes a second discover run append nothing.
@@ -127,14 +130,17 @@ function knownEntries(db: Db, manifestDoc: unknown): { covers: Cover[]; ids: Set
   return { covers: [...byId.values()], ids }
 }
 
-function reportedModels(db: Db): { reported: ReportedModel[]; unusable: Discovery['unusable'] } {
+function reportedModels(inventory: FleetInventory): {
+  reported: ReportedModel[]
+  unusable: Discovery['unusable']
+} {
   const enginesOf = new Map<string, string[]>()
-  for (const r of db.select().from(workerRuntimes).all()) {
+  for (const r of inventory.runtimes) {
     enginesOf.set(r.worker_id, [...(enginesOf.get(r.worker_id) ?? []), r.engine])
   }
   const byKey = new Map<string, ReportedModel & { workerIds: Set<string> }>()
   const unusable = new Map<string, string>()
-  for (const row of db.select().from(workerModels).all()) {
+  for (const row of inventory.models) {
     // A row without its engine belongs to the worker's only runtime, if it has exactly one.
     const engines = enginesOf.get(row.worker_id) ?? []
     const runtime = row.runtime ?? (engines.length === 1 ? engines[0]! : null)

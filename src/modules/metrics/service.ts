@@ -1,10 +1,8 @@
 import { createHash, timingSafeEqual } from 'node:crypto'
-import { count, sql } from 'drizzle-orm'
-import { batches, workers } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { unauthorized } from '../../lib/errors'
 import { BATCH_STATUSES } from '../batches/states'
-import { onlineCutoff } from '../workers/matching'
+import { onlineCutoff } from '../workers/liveness'
 
 // GET /metrics (API.md §10): Prometheus text. Counters are incremented where things happen; the
 // gauges describing stored state are computed here, at scrape time, from the database.
@@ -26,38 +24,23 @@ export function checkMetricsToken(deps: Deps, authorization: string | null) {
 }
 
 export async function renderMetrics(deps: Deps): Promise<{ body: string; contentType: string }> {
-  refreshStateGauges(deps)
+  await refreshStateGauges(deps)
   const { registry } = deps.metrics
   return { body: await registry.metrics(), contentType: registry.contentType }
 }
 
 /**
  * Every label combination is set on every scrape (0 included), so a series never vanishes when
- * its count drops to zero. Both queries walk an index (batches_status_model, one covering scan;
- * workers is small), never the table rows.
+ * its count drops to zero.
  */
-export function refreshStateGauges(deps: Deps) {
-  const batchCounts = new Map<string, number>(
-    deps.db
-      .select({ status: batches.status, n: count() })
-      .from(batches)
-      .groupBy(batches.status)
-      .all()
-      .map((r) => [r.status, r.n]),
-  )
+export async function refreshStateGauges(deps: Deps) {
+  const batchCounts = new Map((await deps.store.fleet.batchCounts()).map((r) => [r.status, r.n]))
   for (const status of BATCH_STATUSES) deps.metrics.batches.set({ status }, batchCounts.get(status) ?? 0)
 
   // API.md §7: online only if stored online AND seen within HEARTBEAT_TIMEOUT_SECONDS (read time),
-  // with the workers module's cutoff, like pool capacity and the listings.
-  const cutoff = onlineCutoff(deps)
-  const liveness = sql<string>`CASE WHEN ${workers.status} = 'online' AND ${workers.last_seen_at} > ${cutoff} THEN 'online' ELSE 'offline' END`
-  const workerCounts = new Map<string, number>(
-    deps.db
-      .select({ status: liveness, activity: workers.activity, n: count() })
-      .from(workers)
-      .groupBy(liveness, workers.activity)
-      .all()
-      .map((r) => [`${r.status}/${r.activity}`, r.n]),
+  // with the one cutoff (workers/liveness.ts), like pool capacity and the listings.
+  const workerCounts = new Map(
+    (await deps.store.fleet.workerCounts(onlineCutoff(deps))).map((r) => [`${r.status}/${r.activity}`, r.n]),
   )
   for (const status of WORKER_STATUSES)
     for (const activity of ACTIVITIES)

@@ -1,9 +1,7 @@
-import { and, eq, gt, sql } from 'drizzle-orm'
-import { preparedOnce } from '../../db/prepared'
-import { memberships, workerGpus, workers } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { AnonymousPrincipal, UserPrincipal } from '../auth/credentials'
-import { loadCatalogue, onlineCutoff, servableCatalogIds } from '../workers/matching'
+import { onlineCutoff } from '../workers/liveness'
+import { loadCatalogue, servableCatalogIds } from '../workers/matching'
 
 // GET /v1/pool/capacity (SPEC §4 Pool, API.md §8): an aggregate that is safe to show anyone. It
 // never names a hostname, GPU name, worker id or org id. models_servable comes from the same
@@ -20,45 +18,20 @@ export interface PoolCapacity {
   as_of: number
 }
 
-function prepare(db: Deps['db']) {
-  const online = and(eq(workers.status, 'online'), gt(workers.last_seen_at, sql.placeholder('cutoff')))
-  return {
-    workers: db
-      .select({
-        online: sql<number>`count(*)`,
-        idle: sql<number>`coalesce(sum(${workers.activity} = 'idle'), 0)`,
-        vram: sql<number>`coalesce(sum(${workers.vram_total_gb}), 0)`,
-      })
-      .from(workers)
-      .where(online)
-      .prepare(),
-    gpus: db
-      .select({ n: sql<number>`count(*)` })
-      .from(workerGpus)
-      .innerJoin(workers, eq(workers.id, workerGpus.worker_id))
-      .where(online)
-      .prepare(),
-    orgsOf: db
-      .select({ org_id: memberships.org_id })
-      .from(memberships)
-      .where(eq(memberships.user_id, sql.placeholder('user_id')))
-      .prepare(),
-  }
-}
-const stmts = preparedOnce(prepare)
-
 /** Computes the view for one caller, uncached. */
-export function computeCapacity(deps: Deps, principal: UserPrincipal | AnonymousPrincipal): PoolCapacity {
-  const s = stmts(deps)
+export async function computeCapacity(
+  deps: Deps,
+  principal: UserPrincipal | AnonymousPrincipal,
+): Promise<PoolCapacity> {
   const cutoff = onlineCutoff(deps)
-  const counts = s.workers.get({ cutoff })!
-  const catalogue = loadCatalogue(deps)
-  const servable = servableCatalogIds(deps, catalogue)
+  const counts = await deps.store.fleet.capacityCounts(cutoff)
+  const catalogue = await loadCatalogue(deps)
+  const servable = await servableCatalogIds(deps, catalogue)
   // SPEC Pool rule 4: org-private entries only to that org's members; superadmins see all.
   const superadmin = principal.kind === 'user' && principal.user.platform_role === 'superadmin'
   const orgs =
     principal.kind === 'user' && !superadmin
-      ? new Set(s.orgsOf.all({ user_id: principal.user.id }).map((m) => m.org_id))
+      ? new Set(await deps.store.fleet.orgIdsOf(principal.user.id))
       : new Set<string>()
   const visible = (orgId: string | null) => orgId === null || superadmin || orgs.has(orgId)
   // SPEC Pool rule 3: hardware figures for signed-in callers only, and only from the threshold on.
@@ -68,7 +41,7 @@ export function computeCapacity(deps: Deps, principal: UserPrincipal | Anonymous
     workers_online: counts.online,
     workers_idle: counts.idle,
     workers_busy: counts.online - counts.idle,
-    gpus_online: hardware ? s.gpus.get({ cutoff })!.n : null,
+    gpus_online: hardware ? await deps.store.fleet.gpusOnline(cutoff) : null,
     vram_total_gb: hardware ? Math.round(counts.vram * 100) / 100 : null,
     models_servable: catalogue.entries
       .filter((e) => servable.has(e.id) && visible(e.org_id))
@@ -82,7 +55,10 @@ export function computeCapacity(deps: Deps, principal: UserPrincipal | Anonymous
 // anonymous, and each user, whose org-visible entries differ), in deps.poolCache.
 const MAX_CACHED_CLASSES = 10_000
 
-export function poolCapacity(deps: Deps, principal: UserPrincipal | AnonymousPrincipal): PoolCapacity {
+export async function poolCapacity(
+  deps: Deps,
+  principal: UserPrincipal | AnonymousPrincipal,
+): Promise<PoolCapacity> {
   const cache = deps.poolCache
   const key = principal.kind === 'user' ? `user:${principal.user.id}` : 'anonymous'
   const now = deps.clock.now()
@@ -92,7 +68,7 @@ export function poolCapacity(deps: Deps, principal: UserPrincipal | AnonymousPri
     for (const [k, v] of cache) if (now - v.as_of >= deps.config.POOL_CACHE_SECONDS) cache.delete(k)
     if (cache.size >= MAX_CACHED_CLASSES) cache.clear()
   }
-  const fresh = computeCapacity(deps, principal)
+  const fresh = await computeCapacity(deps, principal)
   cache.set(key, fresh)
   return fresh
 }

@@ -1,6 +1,7 @@
 import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../auth/credentials'
-import { isOnline, loadCatalogue, loadWorkerView, matchesFor } from './matching'
+import { isOnline } from './liveness'
+import { loadCatalogue, loadWorkerView, matchesFor } from './matching'
 import { ownWorker } from './service'
 
 // POST /workers/poll (SPEC §4 Poll, API.md §7). The worker's servable entries are computed here,
@@ -27,12 +28,12 @@ export async function claimBatch(
   principal: WorkerPrincipal,
   workerId: string,
 ): Promise<{ job: Job | null }> {
-  const worker = ownWorker(deps, principal, workerId)
+  const worker = await ownWorker(deps, principal, workerId)
   // A worker the sweeper would call silent gets no new work until it heartbeats again.
   if (!isOnline(deps, worker)) return { job: null }
-  const catalogue = loadCatalogue(deps)
+  const catalogue = await loadCatalogue(deps)
   // SPEC Poll rule 1 (and §2 rule 5): stored batches may carry an entry's retired slug.
-  const candidates = matchesFor(loadWorkerView(deps, worker), catalogue).flatMap((match) =>
+  const candidates = matchesFor(await loadWorkerView(deps, worker), catalogue).flatMap((match) =>
     catalogue.slugsOf(match.entry).map((model) => ({ model, loaded: match.loaded, match })),
   )
   if (candidates.length === 0) return { job: null }

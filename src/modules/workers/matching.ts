@@ -1,16 +1,7 @@
-import { and, asc, eq, gt, sql } from 'drizzle-orm'
-import { preparedOnce } from '../../db/prepared'
-import {
-  artifactFiles,
-  catalogEntries,
-  servingProfiles,
-  type WorkerRow,
-  workerModels,
-  workerRuntimes,
-  workers,
-} from '../../db/schema'
 import type { Deps } from '../../deps'
 import { digestOrNull } from '../../lib/digest'
+import type { WorkerHead } from '../../store/fleet'
+import { onlineCutoff } from './liveness'
 
 // THE matching predicate (SPEC §4 Poll rules 1–6, API.md §7 "hosts", serving profiles, artifact
 // files). Poll, pool capacity, pull_models and `available` in GET /v1/models all decide "can this
@@ -49,10 +40,14 @@ export interface HostedModel {
   on_disk: boolean
 }
 
-export interface WorkerView {
+/** What the predicate judges before it looks at a worker's models. */
+export interface WorkerFit {
   org_id: string
   heartbeated: boolean
   vram_total_gb: number | null
+}
+
+export interface WorkerView extends WorkerFit {
   /** Engines of the worker's runtimes. */
   engines: readonly string[]
   models: readonly HostedModel[]
@@ -65,16 +60,22 @@ export interface Match {
   loaded: boolean
 }
 
-/** Whether `worker` can serve `entry` now, and with which serving profile. */
-export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | null {
-  if (!entry.enabled) return null
+/** The part of matchEntry that needs no models: a worker failing it is ruled out unread. */
+export function fitsWorker(worker: WorkerFit, entry: CatalogueEntry): boolean {
+  if (!entry.enabled) return false
   // Org-private entries (SPEC §2 rule 10) are never run on another org's machines.
-  if (entry.org_id !== null && entry.org_id !== worker.org_id) return null
+  if (entry.org_id !== null && entry.org_id !== worker.org_id) return false
   // SPEC Poll rule 2: VRAM fit is judged only once the worker has reported it by heartbeat;
   // a null vram_gb disables the filter.
   if (worker.heartbeated && entry.vram_gb !== null) {
-    if (worker.vram_total_gb === null || worker.vram_total_gb < entry.vram_gb) return null
+    if (worker.vram_total_gb === null || worker.vram_total_gb < entry.vram_gb) return false
   }
+  return true
+}
+
+/** Whether `worker` can serve `entry` now, and with which serving profile. */
+export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | null {
+  if (!fitsWorker(worker, entry)) return null
   // SPEC Poll rule 6: a worker that never heartbeated only gets what it advertised at registration.
   const hosted = worker.models.filter(
     (m) => (m.configured || m.on_disk || m.loaded) && (worker.heartbeated || m.advertised),
@@ -107,84 +108,7 @@ export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | n
 }
 
 // ---------------------------------------------------------------------------------------------
-// Loading what the predicate reads. Prepared once per database: poll and heartbeat run these.
-
-function prepare(db: Deps['db']) {
-  return {
-    entries: db
-      .select({
-        id: catalogEntries.id,
-        renamed_from: catalogEntries.renamed_from,
-        enabled: catalogEntries.enabled,
-        org_id: catalogEntries.org_id,
-        display_name: catalogEntries.display_name,
-        parameter_size: catalogEntries.parameter_size,
-        vram_gb: catalogEntries.vram_gb,
-        size_gb: catalogEntries.size_gb,
-        digest: catalogEntries.digest,
-        runtime: catalogEntries.runtime,
-        runtime_model_id: catalogEntries.runtime_model_id,
-      })
-      .from(catalogEntries)
-      .orderBy(asc(catalogEntries.seq))
-      .prepare(),
-    profiles: db
-      .select({
-        catalog_id: servingProfiles.catalog_id,
-        runtime: servingProfiles.runtime,
-        runtime_model_id: servingProfiles.runtime_model_id,
-        params: servingProfiles.params,
-      })
-      .from(servingProfiles)
-      .orderBy(asc(servingProfiles.seq))
-      .prepare(),
-    artifacts: db
-      .select({ catalog_id: artifactFiles.catalog_id, sha256: artifactFiles.sha256 })
-      .from(artifactFiles)
-      .prepare(),
-    workerById: db
-      .select()
-      .from(workers)
-      .where(eq(workers.id, sql.placeholder('id')))
-      .prepare(),
-    engines: db
-      .select({ engine: workerRuntimes.engine })
-      .from(workerRuntimes)
-      .where(eq(workerRuntimes.worker_id, sql.placeholder('id')))
-      .prepare(),
-    models: db
-      .select({
-        name: workerModels.name,
-        runtime: workerModels.runtime,
-        digest: workerModels.digest,
-        loaded: workerModels.loaded,
-        advertised: workerModels.advertised,
-        configured: workerModels.configured,
-        on_disk: workerModels.on_disk,
-      })
-      .from(workerModels)
-      .where(eq(workerModels.worker_id, sql.placeholder('id')))
-      .prepare(),
-    onlineWorkers: db
-      .select({
-        id: workers.id,
-        org_id: workers.org_id,
-        last_heartbeat_at: workers.last_heartbeat_at,
-        vram_total_gb: workers.vram_total_gb,
-      })
-      .from(workers)
-      .where(and(eq(workers.status, 'online'), gt(workers.last_seen_at, sql.placeholder('cutoff'))))
-      .prepare(),
-    // Index-only on worker_models_name_idx (name, worker_id).
-    hostsNamed: db
-      .select({ worker_id: workerModels.worker_id })
-      .from(workerModels)
-      .where(eq(workerModels.name, sql.placeholder('name')))
-      .prepare(),
-  }
-}
-
-export const matchingStatements = preparedOnce(prepare)
+// Loading what the predicate reads, through the store (catalogue and fleet parts).
 
 export interface Catalogue {
   entries: CatalogueEntry[]
@@ -195,23 +119,23 @@ export interface Catalogue {
   slugsOf(entry: CatalogueEntry): string[]
 }
 
-export function loadCatalogue(deps: Deps): Catalogue {
-  const s = matchingStatements(deps)
+export async function loadCatalogue(deps: Deps): Promise<Catalogue> {
+  const rows = await deps.store.catalogue.readCatalogue()
   const profiles = new Map<string, Profile[]>()
-  for (const p of s.profiles.all()) {
+  for (const p of rows.profiles) {
     const list = profiles.get(p.catalog_id) ?? []
     list.push({ runtime: p.runtime, runtime_model_id: p.runtime_model_id, params: p.params ?? {} })
     profiles.set(p.catalog_id, list)
   }
   const artifacts = new Map<string, string[]>()
-  for (const a of s.artifacts.all()) {
+  for (const a of rows.artifacts) {
     const sha = digestOrNull(a.sha256)
     if (!sha) continue
     const list = artifacts.get(a.catalog_id) ?? []
     list.push(sha)
     artifacts.set(a.catalog_id, list)
   }
-  const entries: CatalogueEntry[] = s.entries.all().map((e) => ({
+  const entries: CatalogueEntry[] = rows.entries.map((e) => ({
     id: e.id,
     renamed_from: e.renamed_from,
     enabled: e.enabled,
@@ -245,35 +169,16 @@ export function loadCatalogue(deps: Deps): Catalogue {
   }
 }
 
-/** The predicate's view of one worker, from its stored row and child rows. */
-export function loadWorkerView(
-  deps: Deps,
-  worker: Pick<WorkerRow, 'id' | 'org_id' | 'last_heartbeat_at' | 'vram_total_gb'>,
-): WorkerView {
-  const s = matchingStatements(deps)
-  let engines: string[] | undefined
-  let models: HostedModel[] | undefined
-  // Child rows are read on first use: the predicate rules a worker out on VRAM before it looks
-  // at models, so scanning many unfit hosts stays cheap.
-  return {
-    org_id: worker.org_id,
-    heartbeated: worker.last_heartbeat_at !== null,
-    vram_total_gb: worker.vram_total_gb,
-    get engines() {
-      engines ??= s.engines.all({ id: worker.id }).map((r) => r.engine)
-      return engines
-    },
-    get models() {
-      models ??= s.models.all({ id: worker.id })
-      return models
-    },
-  }
-}
+const fitOf = (w: WorkerHead): WorkerFit => ({
+  org_id: w.org_id,
+  heartbeated: w.last_heartbeat_at !== null,
+  vram_total_gb: w.vram_total_gb,
+})
 
-/** Read-time liveness (API.md §7): stored online AND seen within HEARTBEAT_TIMEOUT_SECONDS. */
-export const onlineCutoff = (deps: Deps) => deps.clock.now() - deps.config.HEARTBEAT_TIMEOUT_SECONDS
-export const isOnline = (deps: Deps, w: Pick<WorkerRow, 'status' | 'last_seen_at'>) =>
-  w.status === 'online' && w.last_seen_at > onlineCutoff(deps)
+/** The predicate's view of one worker, from its stored row and child rows. */
+export async function loadWorkerView(deps: Deps, worker: WorkerHead): Promise<WorkerView> {
+  return { ...fitOf(worker), ...(await deps.store.fleet.workerHosting(worker.id)) }
+}
 
 /** Every entry `worker` can serve now (enabled ones only), best profile chosen. */
 export function matchesFor(view: WorkerView, catalogue: Catalogue): Match[] {
@@ -287,29 +192,49 @@ export function matchesFor(view: WorkerView, catalogue: Catalogue): Match[] {
 
 /** The online workers, read once for a series of "does any online worker serve X?" questions. */
 export interface OnlineFleet {
-  views: Map<string, WorkerView>
-  hostsOf(name: string): string[]
+  heads: Map<string, WorkerHead>
+  /** Who hosts each name; names not asked before are read in one call, then remembered. */
+  hostsOf(names: readonly string[]): Promise<Map<string, string[]>>
+  /** One worker's full view, read on first use: most hosts are ruled out by fitsWorker first. */
+  view(id: string): Promise<WorkerView>
 }
 
-export function onlineFleet(deps: Deps): OnlineFleet {
-  const s = matchingStatements(deps)
-  const views = new Map<string, WorkerView>()
-  for (const w of s.onlineWorkers.all({ cutoff: onlineCutoff(deps) }))
-    views.set(w.id, loadWorkerView(deps, w))
-  return { views, hostsOf: (name) => s.hostsNamed.all({ name }).map((r) => r.worker_id) }
+export async function onlineFleet(deps: Deps): Promise<OnlineFleet> {
+  const heads = new Map<string, WorkerHead>()
+  for (const w of await deps.store.fleet.onlineWorkers(onlineCutoff(deps))) heads.set(w.id, w)
+  const hosts = new Map<string, string[]>()
+  const views = new Map<string, Promise<WorkerView>>()
+  return {
+    heads,
+    async hostsOf(names) {
+      const unread = names.filter((n) => !hosts.has(n))
+      if (unread.length) for (const [n, ids] of await deps.store.fleet.hostsOf(unread)) hosts.set(n, ids)
+      return hosts
+    },
+    view(id) {
+      let view = views.get(id)
+      if (!view) {
+        view = loadWorkerView(deps, heads.get(id)!)
+        views.set(id, view)
+      }
+      return view
+    },
+  }
 }
+
+const namesOf = (entry: CatalogueEntry) => [...new Set(entry.profiles.map((p) => p.runtime_model_id))]
 
 /** Whether some online worker can serve `entry` now (stops at the first that can). */
-export function someOnlineWorkerServes(
-  deps: Deps,
-  entry: CatalogueEntry,
-  fleet: OnlineFleet = onlineFleet(deps),
-) {
+export async function someOnlineWorkerServes(deps: Deps, entry: CatalogueEntry, fleet?: OnlineFleet) {
   if (!entry.enabled) return false
-  for (const name of new Set(entry.profiles.map((p) => p.runtime_model_id))) {
-    for (const id of fleet.hostsOf(name)) {
-      const view = fleet.views.get(id)
-      if (view && matchEntry(view, entry)) return true
+  fleet ??= await onlineFleet(deps)
+  const names = namesOf(entry)
+  const hosts = await fleet.hostsOf(names)
+  for (const name of names) {
+    for (const id of hosts.get(name) ?? []) {
+      const head = fleet.heads.get(id)
+      if (!head || !fitsWorker(fitOf(head), entry)) continue
+      if (matchEntry(await fleet.view(id), entry)) return true
     }
   }
   return false
@@ -319,9 +244,13 @@ export function someOnlineWorkerServes(
  * Ids of the enabled entries at least one online worker can serve now. The one source of
  * "servable": poll-side code, pool capacity's models_servable and `available` in GET /v1/models.
  */
-export function servableCatalogIds(deps: Deps, catalogue: Catalogue = loadCatalogue(deps)): Set<string> {
-  const fleet = onlineFleet(deps)
+export async function servableCatalogIds(deps: Deps, catalogue?: Catalogue): Promise<Set<string>> {
+  catalogue ??= await loadCatalogue(deps)
+  const fleet = await onlineFleet(deps)
+  const enabled = catalogue.entries.filter((e) => e.enabled)
+  // Every name's hosts in one read; then each entry stops at its first fitting host.
+  await fleet.hostsOf([...new Set(enabled.flatMap(namesOf))])
   const out = new Set<string>()
-  for (const entry of catalogue.entries) if (someOnlineWorkerServes(deps, entry, fleet)) out.add(entry.id)
+  for (const entry of enabled) if (await someOnlineWorkerServes(deps, entry, fleet)) out.add(entry.id)
   return out
 }

@@ -14,7 +14,7 @@ import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-li
 import type { WorkerPrincipal } from '../auth/credentials'
 import { transition } from '../batches/states'
 import { filePath } from '../files/storage'
-import { ownWorker, requireHolder } from './service'
+import { ownWorkerSqlite, requireHolder } from './service'
 
 // POST /workers/upload-results (SPEC §4, API.md §7). The multipart body is streamed with busboy:
 // the output is read once, line by line, and split into the output file (status_code < 400, no
@@ -66,7 +66,7 @@ function authorize(deps: Deps, principal: WorkerPrincipal, fields: Record<string
   const jobId = fields.job_id
   if (!workerId) throw badRequest('missing_field', "Missing required field 'worker_id'", 'worker_id')
   if (!jobId) throw badRequest('missing_field', "Missing required field 'job_id'", 'job_id')
-  ownWorker(deps, principal, workerId)
+  ownWorkerSqlite(deps, principal, workerId)
   const batch = deps.db.select().from(batches).where(eq(batches.id, jobId)).get()
   // Idempotent: a repeat upload for a batch this worker (this run, when named) completed.
   if (batch?.status === 'completed') {

@@ -1,4 +1,4 @@
-import { forbidden } from '../../lib/errors'
+import { badRequest, forbidden } from '../../lib/errors'
 
 // Rules of the worker protocol that every storage engine applies inside its own transaction
 // (src/store): decided here once, never re-implemented in SQL.
@@ -33,6 +33,33 @@ export function checkHolder<T extends Holding>(
     throw forbidden('stale_assignment', 'This assignment is no longer current; stop the job')
   }
   return row as T & { assignment_id: string }
+}
+
+/**
+ * POST /workers/progress (API.md §7), checked against the held batch's stored counts: the total
+ * must match, counts never go down, and together never exceed the total.
+ */
+export function checkProgress(
+  held: { total: number; completed: number; failed: number },
+  report: { total: number | undefined; completed: number; failed: number },
+) {
+  if (report.total !== undefined && report.total !== held.total) {
+    throw badRequest(
+      'total_mismatch',
+      `total_prompts is ${report.total} but the batch has ${held.total} requests`,
+      'total_prompts',
+    )
+  }
+  if (report.completed < held.completed || report.failed < held.failed) {
+    throw badRequest('counts_decreased', 'Progress counts never go down', 'completed_prompts')
+  }
+  if (report.completed + report.failed > held.total) {
+    throw badRequest(
+      'counts_exceed_total',
+      `completed_prompts + failed_prompts exceeds the batch total of ${held.total}`,
+      'completed_prompts',
+    )
+  }
 }
 
 /** A candidate's oldest validated batch, found by the engine under its claim lock. */

@@ -3,7 +3,9 @@ import type { Clock } from '../../lib/clock'
 import type { Store } from '../index'
 import { postgresAccounts } from './accounts'
 import { postgresBatches } from './batches'
+import { postgresCatalogue } from './catalogue'
 import { migratePostgres, type PgDb } from './db'
+import { postgresFleet } from './fleet'
 import { postgresKeys } from './keys'
 import { postgresLimits } from './limits'
 import { postgresOrgs } from './orgs'
@@ -30,6 +32,8 @@ export function postgresStore(
     accounts: postgresAccounts(db),
     keys: postgresKeys(db),
     orgs: postgresOrgs(db),
+    fleet: postgresFleet(db, config),
+    catalogue: postgresCatalogue(db),
     async close() {
       await db.$client.close()
     },

@@ -36,7 +36,7 @@ export async function transition(
 }
 
 /** One failed attempt of a batch the caller has locked and seen in_progress (requeue rule). */
-async function requeueLocked(
+export async function requeueLocked(
   tx: PgTx,
   maxAttempts: number,
   batch: { id: string; attempts: number; request_counts_total: number },

@@ -6,6 +6,8 @@ import { RateLimiter } from '../../lib/rate-limit'
 import type { Store } from '../index'
 import { sqliteAccounts } from './accounts'
 import { sqliteBatches } from './batches'
+import { sqliteCatalogue } from './catalogue'
+import { sqliteFleet } from './fleet'
 import { sqliteKeys } from './keys'
 import { sqliteLimits } from './limits'
 import { sqliteOrgs } from './orgs'
@@ -33,6 +35,8 @@ export function sqliteStore(deps: {
     accounts: sqliteAccounts(deps),
     keys: sqliteKeys(deps),
     orgs: sqliteOrgs(deps),
+    fleet: sqliteFleet(deps),
+    catalogue: sqliteCatalogue(deps),
     async close() {
       deps.sqlite.close()
     },

@@ -1,0 +1,182 @@
+import type { ModelPullRow, WorkerGpuRow, WorkerModelRow, WorkerRow, WorkerRuntimeRow } from '../db/schema'
+import type { PageParams } from '../lib/pagination'
+import type { HostedModel } from '../modules/workers/matching'
+import type { RequeueOutcome } from '../modules/workers/requeue'
+
+// The fleet's verbs (API.md §12): workers and their reports, what the matching predicate reads,
+// pull_models asks, and the aggregates shown by pool capacity and /metrics. What to do is decided
+// above the seam — the matching predicate (workers/matching.ts), the holder and progress rules
+// (workers/rules.ts), the requeue rule (workers/requeue.ts), liveness (workers/liveness.ts); an
+// engine reads and carries the decision out atomically.
+
+/** One worker_models row as registration or a heartbeat's inventory states it. */
+export interface HostedModelInput {
+  name: string
+  runtime: string | null
+  digest: string | null
+  size_bytes: number | null
+  loaded: boolean
+  configured: boolean
+  on_disk: boolean
+}
+
+/** POST /workers/register, decided above the seam (duplicate engines refused, models merged). */
+export interface Registration {
+  orgId: string
+  /** Re-registration by id (another org's → not owned) or, failing that, by machine_id. */
+  workerId: string | undefined
+  machineId: string | undefined
+  fields: Pick<
+    WorkerRow,
+    'name' | 'hostname' | 'daemon_version' | 'key_id' | 'max_concurrent_jobs' | 'max_download_gb'
+  >
+  runtimes: Pick<WorkerRuntimeRow, 'engine' | 'base_url' | 'status'>[]
+  gpus: Pick<WorkerGpuRow, 'vendor' | 'name' | 'vram_gb' | 'driver' | 'cuda'>[]
+  models: HostedModelInput[]
+  now: number
+}
+
+export type Registered =
+  | { worker: WorkerRow; reused: boolean; requeued: RequeueOutcome[] }
+  | { notOwned: true }
+
+/** POST /workers/{id}/heartbeat: the reported fields; null keeps the last reported value. */
+export interface Beat {
+  workerId: string
+  orgId: string
+  activity: WorkerRow['activity']
+  vram_total_gb: number | null
+  vram_available_gb: number | null
+  gpu_utilization: number | null
+  gpu_memory_used_gb: number | null
+  uptime_seconds: number | null
+  loaded_models: string[]
+  current_job_id: string | null
+  now: number
+}
+
+export interface BeatAnswer {
+  inventory_sig: string | null
+  max_download_gb: number
+  /** The batches the worker holds (API.md §7 assigned_job_ids). */
+  assigned: string[]
+}
+
+export interface ProgressReport {
+  workerId: string
+  jobId: string
+  assignmentId: string | undefined
+  total: number | undefined
+  completed: number
+  failed: number
+  now: number
+}
+
+/** API.md §7 "Worker row" before presentation: the row and its child rows. */
+export interface ListedWorker extends WorkerRow {
+  gpus: WorkerGpuRow[]
+  runtimes: WorkerRuntimeRow[]
+  models: WorkerModelRow[]
+}
+
+/** The predicate's head of a worker: enough to rule it out before reading its models. */
+export type WorkerHead = Pick<WorkerRow, 'id' | 'org_id' | 'last_heartbeat_at' | 'vram_total_gb'>
+
+export interface WorkerHosting {
+  /** Engines of the worker's runtimes. */
+  engines: string[]
+  models: HostedModel[]
+}
+
+export interface CurrentPull {
+  pull: ModelPullRow
+  /** The asked worker's stored status and last_seen_at; null when it is gone. */
+  status: WorkerRow['status'] | null
+  last_seen_at: number | null
+}
+
+export interface CapacityCounts {
+  online: number
+  idle: number
+  vram: number
+}
+
+/** Every worker's runtimes and hosted models, for catalogue discovery (SPEC §2 rule 8). */
+export interface FleetInventory {
+  runtimes: Pick<WorkerRuntimeRow, 'worker_id' | 'engine'>[]
+  models: Pick<
+    WorkerModelRow,
+    'worker_id' | 'name' | 'runtime' | 'runtime_model_id' | 'digest' | 'size_bytes'
+  >[]
+}
+
+export interface FleetStore {
+  /** The worker row by id (ownership is judged above: SPEC §4, 404 / 403). */
+  findWorker(id: string): Promise<WorkerRow | undefined>
+  /**
+   * POST /workers/register in one transaction: a re-registered worker (same id, else the org's
+   * newest with the same machine_id) has what it held requeued as failed attempts (API.md §7,
+   * requeue rule), its row reset and child rows and pull asks replaced; else a new worker.
+   */
+  register(r: Registration): Promise<Registered>
+  /**
+   * POST /workers/{id}/heartbeat, one statement: liveness and reported fields, returning the
+   * inventory signature and the held batches. Null when the worker is unknown or another org's.
+   */
+  heartbeat(b: Beat): Promise<BeatAnswer | null>
+  /**
+   * SPEC §4 heartbeat: the on-disk inventory replaces the previous one (configured names stay);
+   * without one (older daemons) only loaded flags change. `sig` records what was applied.
+   */
+  replaceInventory(
+    workerId: string,
+    inventory: HostedModelInput[] | undefined,
+    loaded: string[],
+    sig: string,
+  ): Promise<void>
+  /** POST /workers/progress: the holder and progress rules (rules.ts), then the counts. */
+  recordProgress(p: ProgressReport): Promise<void>
+  /**
+   * POST /workers/model-progress: liveness (API.md §7), and the worker's ask for `model` (catalogue
+   * id or runtime string) ends when `finished`, else its progress time moves.
+   */
+  recordModelProgress(workerId: string, model: string, finished: boolean, now: number): Promise<void>
+  /** GET /v1/orgs/{id}/workers (orgId) and GET /v1/admin/workers (null): newest first (API.md §0). */
+  listWorkers(orgId: string | null, page: PageParams): Promise<{ rows: ListedWorker[]; has_more: boolean }>
+
+  /** `gridkeep catalogue discover`: what every worker reports hosting, in seq order. */
+  reportedInventory(): Promise<FleetInventory>
+
+  /** Workers stored online and seen after `cutoff` (liveness.ts), for the matching predicate. */
+  onlineWorkers(cutoff: number): Promise<WorkerHead[]>
+  /** Who hosts a model named each of `names` (API.md §7 "hosts"): name → worker ids. */
+  hostsOf(names: readonly string[]): Promise<Map<string, string[]>>
+  /** What the predicate reads of one worker besides its head. */
+  workerHosting(workerId: string): Promise<WorkerHosting>
+
+  /** API.md §7 pull_models: the asks outstanding with `workerId`. */
+  pullsOfWorker(workerId: string): Promise<ModelPullRow[]>
+  /** The ask for `catalogId`, with its worker's liveness. */
+  currentPull(catalogId: string): Promise<CurrentPull | undefined>
+  /** Ends `workerId`'s ask for `catalogId`. */
+  dropPull(catalogId: string, workerId: string): Promise<void>
+  /** Whether a validated batch waits for any of the `models` (stored batches.model slugs). */
+  hasValidatedBatch(models: string[]): Promise<boolean>
+  /**
+   * Asks `ask.worker_id` to pull `ask.catalog_id`, replacing the lapsed ask the caller saw
+   * (`replacing`: its asked_at, or null when there was none). False when another ask got there
+   * first: at most one worker per entry, across instances.
+   */
+  askPull(ask: ModelPullRow, replacing: number | null): Promise<boolean>
+
+  /** SPEC §4 Pool: counts over workers online after `cutoff`. */
+  capacityCounts(cutoff: number): Promise<CapacityCounts>
+  /** SPEC Pool rule 3: GPUs of the workers online after `cutoff` (read only when shown). */
+  gpusOnline(cutoff: number): Promise<number>
+  /** The orgs `userId` is a member of (SPEC Pool rule 4: org-private entries). */
+  orgIdsOf(userId: string): Promise<string[]>
+  /** GET /metrics gauges (API.md §10): batches per status. */
+  batchCounts(): Promise<{ status: string; n: number }[]>
+  /** GET /metrics gauges: workers per read-time liveness (online after `cutoff`) and activity. */
+  workerCounts(cutoff: number): Promise<{ status: 'online' | 'offline'; activity: string; n: number }[]>
+}

@@ -1,0 +1,497 @@
+import { and, asc, count, desc, eq, gt, inArray, isNull, lt, or, type SQL, sql } from 'drizzle-orm'
+import type { Config } from '../../config'
+import * as schema from '../../db/pg/schema'
+import type { ModelPullRow, WorkerRow } from '../../db/schema'
+import { badRequest } from '../../lib/errors'
+import { newId } from '../../lib/ids'
+import { parseLimit } from '../../lib/pagination'
+import type { RequeueOutcome } from '../../modules/workers/requeue'
+import { checkHolder, checkProgress } from '../../modules/workers/rules'
+import type { FleetStore, ListedWorker, Registration } from '../fleet'
+import type { PgDb, PgTx } from './db'
+import { requeueLocked } from './queue'
+
+// The fleet on PostgreSQL, where several instances share one database. A read-then-write that
+// must not race locks its rows first (FOR UPDATE) or is one conditional statement; the heartbeat is
+// one UPDATE … RETURNING, held batches included.
+
+const {
+  batches,
+  batchAssignments,
+  memberships,
+  modelPulls,
+  workerGpus,
+  workerModels,
+  workerRuntimes,
+  workers,
+} = schema
+
+const online = (cutoff: number) => and(eq(workers.status, 'online'), gt(workers.last_seen_at, cutoff))
+
+async function insertChildren(tx: PgTx, workerId: string, r: Registration) {
+  if (r.runtimes.length)
+    await tx.insert(workerRuntimes).values(r.runtimes.map((x) => ({ ...x, worker_id: workerId })))
+  if (r.gpus.length) await tx.insert(workerGpus).values(r.gpus.map((g) => ({ ...g, worker_id: workerId })))
+  const rows = r.models.map((m) => ({
+    ...m,
+    worker_id: workerId,
+    runtime_model_id: m.name,
+    advertised: true,
+  }))
+  // PostgreSQL caps bound parameters per statement (65,535): insert in slices.
+  for (let i = 0; i < rows.length; i += 1000) await tx.insert(workerModels).values(rows.slice(i, i + 1000))
+}
+
+export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>): FleetStore {
+  const maxAttempts = config.MAX_BATCH_ATTEMPTS
+  return {
+    async findWorker(id) {
+      const [w] = await db.select().from(workers).where(eq(workers.id, id))
+      return w as WorkerRow | undefined
+    },
+
+    async register(r) {
+      const fields = {
+        ...r.fields,
+        // Online and never-heartbeated: VRAM and activity come with the first heartbeat.
+        status: 'online' as const,
+        activity: 'idle' as const,
+        vram_total_gb: null,
+        vram_available_gb: null,
+        gpu_utilization: null,
+        gpu_memory_used_gb: null,
+        loaded_models: [],
+        inventory_sig: null,
+        current_job_id: null,
+        uptime_seconds: null,
+        last_heartbeat_at: null,
+        last_seen_at: r.now,
+      }
+      return db.transaction(async (tx) => {
+        // The worker row is locked first, as a claim locks it: a poll of the old incarnation
+        // either finished before (its batch is requeued below) or waits and sees the new one.
+        let existing: WorkerRow | undefined
+        if (r.workerId) {
+          ;[existing] = (await tx
+            .select()
+            .from(workers)
+            .where(eq(workers.id, r.workerId))
+            .for('update')) as WorkerRow[]
+          if (existing && existing.org_id !== r.orgId) return { notOwned: true as const }
+        }
+        if (!existing && r.machineId) {
+          // Two first registrations of one machine at once (two instances) must make one worker,
+          // as SQLite's single writer does: they take turns on a lock named by org and machine.
+          await tx.execute(
+            sql`SELECT pg_advisory_xact_lock(hashtextextended(${`${r.orgId}\n${r.machineId}`}, 0))`,
+          )
+          ;[existing] = (await tx
+            .select()
+            .from(workers)
+            .where(and(eq(workers.org_id, r.orgId), eq(workers.machine_id, r.machineId)))
+            .orderBy(desc(workers.seq))
+            .limit(1)
+            .for('update')) as WorkerRow[]
+        }
+        const requeued: RequeueOutcome[] = []
+        let worker: WorkerRow
+        if (existing) {
+          // API.md §7: whatever the old incarnation held is requeued as a failed attempt.
+          const held = await tx
+            .select({
+              id: batches.id,
+              attempts: batches.attempts,
+              request_counts_total: batches.request_counts_total,
+            })
+            .from(batchAssignments)
+            .innerJoin(batches, eq(batches.id, batchAssignments.batch_id))
+            .where(
+              and(
+                eq(batchAssignments.worker_id, existing.id),
+                isNull(batchAssignments.completed_at),
+                eq(batches.status, 'in_progress'),
+              ),
+            )
+            .orderBy(asc(batchAssignments.seq))
+            .for('update', { of: batches })
+          for (const b of held) {
+            const outcome = await requeueLocked(
+              tx,
+              maxAttempts,
+              b,
+              'worker_reregistered',
+              'worker re-registered',
+              r.now,
+            )
+            if (outcome) requeued.push(outcome)
+          }
+          ;[worker] = (await tx
+            .update(workers)
+            .set({ ...fields, machine_id: r.machineId ?? existing.machine_id })
+            .where(eq(workers.id, existing.id))
+            .returning()) as WorkerRow[]
+          await tx.delete(workerRuntimes).where(eq(workerRuntimes.worker_id, existing.id))
+          await tx.delete(workerGpus).where(eq(workerGpus.worker_id, existing.id))
+          await tx.delete(workerModels).where(eq(workerModels.worker_id, existing.id))
+          await tx.delete(modelPulls).where(eq(modelPulls.worker_id, existing.id))
+        } else {
+          ;[worker] = (await tx
+            .insert(workers)
+            .values({
+              ...fields,
+              id: newId('wrk_'),
+              org_id: r.orgId,
+              machine_id: r.machineId ?? null,
+              registered_at: r.now,
+            })
+            .returning()) as WorkerRow[]
+        }
+        await insertChildren(tx, worker!.id, r)
+        return { worker: worker!, requeued, reused: existing !== undefined }
+      })
+    },
+
+    async heartbeat(b) {
+      // Ownership is in the WHERE: no row = unknown worker or another org's. A field the daemon
+      // leaves out keeps its last reported value (left out of the SET).
+      const reported = Object.fromEntries(
+        (
+          [
+            'vram_total_gb',
+            'vram_available_gb',
+            'gpu_utilization',
+            'gpu_memory_used_gb',
+            'uptime_seconds',
+          ] as const
+        ).flatMap((k) => (b[k] === null ? [] : [[k, b[k]]])),
+      )
+      const [row] = await db
+        .update(workers)
+        .set({
+          ...reported,
+          status: 'online',
+          activity: b.activity,
+          loaded_models: b.loaded_models,
+          current_job_id: b.current_job_id,
+          last_heartbeat_at: b.now,
+          last_seen_at: b.now,
+        })
+        .where(and(eq(workers.id, b.workerId), eq(workers.org_id, b.orgId)))
+        .returning({
+          inventory_sig: workers.inventory_sig,
+          max_download_gb: workers.max_download_gb,
+          assigned: sql<string | null>`(SELECT string_agg(batch_id, ',' ORDER BY seq) FROM batch_assignments
+            WHERE worker_id = ${b.workerId} AND completed_at IS NULL)`,
+        })
+      if (!row) return null
+      return {
+        inventory_sig: row.inventory_sig,
+        max_download_gb: row.max_download_gb,
+        assigned: row.assigned ? row.assigned.split(',') : [],
+      }
+    },
+
+    async replaceInventory(workerId, inventory, loaded, sig) {
+      const mine = eq(workerModels.worker_id, workerId)
+      await db.transaction(async (tx) => {
+        // One worker's reports replace its rows one after the other (no interleaved upserts).
+        await tx.select({ id: workers.id }).from(workers).where(eq(workers.id, workerId)).for('update')
+        if (inventory !== undefined) {
+          await tx.delete(workerModels).where(and(mine, eq(workerModels.configured, false)))
+          await tx
+            .update(workerModels)
+            .set({ on_disk: false, loaded: false, digest: null, size_bytes: null, runtime: null })
+            .where(mine)
+          if (inventory.length) {
+            await tx
+              .insert(workerModels)
+              .values(
+                inventory.map((m) => ({
+                  worker_id: workerId,
+                  name: m.name,
+                  runtime_model_id: m.name,
+                  runtime: m.runtime,
+                  digest: m.digest,
+                  size_bytes: m.size_bytes,
+                  loaded: m.loaded,
+                  on_disk: true,
+                })),
+              )
+              .onConflictDoUpdate({
+                target: [workerModels.worker_id, workerModels.name],
+                set: {
+                  runtime: sql`excluded.runtime`,
+                  digest: sql`excluded.digest`,
+                  size_bytes: sql`excluded.size_bytes`,
+                  loaded: sql`excluded.loaded`,
+                  on_disk: true,
+                },
+              })
+          }
+        } else {
+          await tx.update(workerModels).set({ loaded: false }).where(mine)
+        }
+        const names = [...new Set(loaded)]
+        if (names.length) {
+          await tx
+            .insert(workerModels)
+            .values(
+              names.map((name) => ({ worker_id: workerId, name, runtime_model_id: name, loaded: true })),
+            )
+            .onConflictDoUpdate({
+              target: [workerModels.worker_id, workerModels.name],
+              set: { loaded: true },
+            })
+        }
+        // A row nothing vouches for any more (not configured, not on disk, not loaded) is not hosted.
+        await tx
+          .delete(workerModels)
+          .where(
+            and(
+              mine,
+              eq(workerModels.configured, false),
+              eq(workerModels.on_disk, false),
+              eq(workerModels.loaded, false),
+            ),
+          )
+        await tx.update(workers).set({ inventory_sig: sig }).where(eq(workers.id, workerId))
+      })
+    },
+
+    async recordProgress(p) {
+      await db.transaction(async (tx) => {
+        const [row] = await tx
+          .select({
+            status: batches.status,
+            total: batches.request_counts_total,
+            completed: batches.request_counts_completed,
+            failed: batches.request_counts_failed,
+            assignment_id: batchAssignments.id,
+            holder: batchAssignments.worker_id,
+            assignment_completed_at: batchAssignments.completed_at,
+          })
+          .from(batches)
+          .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
+          .where(eq(batches.id, p.jobId))
+          .for('update', { of: batches })
+        checkProgress(checkHolder(row, p.workerId, p.assignmentId), p)
+        await tx
+          .update(batches)
+          .set({ request_counts_completed: p.completed, request_counts_failed: p.failed, updated_at: p.now })
+          .where(and(eq(batches.id, p.jobId), eq(batches.status, 'in_progress')))
+      })
+    },
+
+    async recordModelProgress(workerId, model, finished, now) {
+      await db.transaction(async (tx) => {
+        await tx.update(workers).set({ status: 'online', last_seen_at: now }).where(eq(workers.id, workerId))
+        const mine = and(
+          eq(modelPulls.worker_id, workerId),
+          or(eq(modelPulls.runtime_model_id, model), eq(modelPulls.catalog_id, model)),
+        )
+        if (finished) await tx.delete(modelPulls).where(mine)
+        else await tx.update(modelPulls).set({ last_progress_at: now }).where(mine)
+      })
+    },
+
+    async listWorkers(orgId, page) {
+      // API.md §0 lists: newest first by seq; the cursor is resolved inside the same filter.
+      const limit = parseLimit(page.limit)
+      const scope = orgId === null ? undefined : eq(workers.org_id, orgId)
+      let cursor: SQL | undefined
+      if (page.after) {
+        const [at] = await db
+          .select({ seq: workers.seq })
+          .from(workers)
+          .where(and(scope, eq(workers.id, page.after)))
+        if (!at) throw badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
+        cursor = lt(workers.seq, at.seq)
+      }
+      const found = (await db
+        .select()
+        .from(workers)
+        .where(and(scope, cursor))
+        .orderBy(desc(workers.seq))
+        .limit(limit + 1)) as WorkerRow[]
+      const rows = found.slice(0, limit)
+      const ids = rows.map((w) => w.id)
+      const [gpus, runtimes, models] = ids.length
+        ? await Promise.all([
+            db
+              .select()
+              .from(workerGpus)
+              .where(inArray(workerGpus.worker_id, ids))
+              .orderBy(asc(workerGpus.seq)),
+            db
+              .select()
+              .from(workerRuntimes)
+              .where(inArray(workerRuntimes.worker_id, ids))
+              .orderBy(asc(workerRuntimes.seq)),
+            db
+              .select()
+              .from(workerModels)
+              .where(inArray(workerModels.worker_id, ids))
+              .orderBy(asc(workerModels.seq)),
+          ])
+        : [[], [], []]
+      const of = <T extends { worker_id: string }>(list: T[], id: string) =>
+        list.filter((r) => r.worker_id === id)
+      const listed: ListedWorker[] = rows.map((w) => ({
+        ...w,
+        gpus: of(gpus, w.id),
+        runtimes: of(runtimes, w.id),
+        models: of(models, w.id),
+      }))
+      return { rows: listed, has_more: found.length > limit }
+    },
+
+    async reportedInventory() {
+      const [runtimes, models] = await Promise.all([
+        db
+          .select({ worker_id: workerRuntimes.worker_id, engine: workerRuntimes.engine })
+          .from(workerRuntimes)
+          .orderBy(asc(workerRuntimes.seq)),
+        db
+          .select({
+            worker_id: workerModels.worker_id,
+            name: workerModels.name,
+            runtime: workerModels.runtime,
+            runtime_model_id: workerModels.runtime_model_id,
+            digest: workerModels.digest,
+            size_bytes: workerModels.size_bytes,
+          })
+          .from(workerModels)
+          .orderBy(asc(workerModels.seq)),
+      ])
+      return { runtimes, models }
+    },
+
+    async onlineWorkers(cutoff) {
+      return db
+        .select({
+          id: workers.id,
+          org_id: workers.org_id,
+          last_heartbeat_at: workers.last_heartbeat_at,
+          vram_total_gb: workers.vram_total_gb,
+        })
+        .from(workers)
+        .where(online(cutoff))
+    },
+    async hostsOf(names) {
+      const out = new Map<string, string[]>(names.map((n) => [n, []]))
+      if (!names.length) return out
+      const rows = await db
+        .select({ name: workerModels.name, worker_id: workerModels.worker_id })
+        .from(workerModels)
+        .where(inArray(workerModels.name, [...names]))
+      for (const r of rows) out.get(r.name)!.push(r.worker_id)
+      return out
+    },
+    async workerHosting(workerId) {
+      const [engines, models] = await Promise.all([
+        db
+          .select({ engine: workerRuntimes.engine })
+          .from(workerRuntimes)
+          .where(eq(workerRuntimes.worker_id, workerId)),
+        db
+          .select({
+            name: workerModels.name,
+            runtime: workerModels.runtime,
+            digest: workerModels.digest,
+            loaded: workerModels.loaded,
+            advertised: workerModels.advertised,
+            configured: workerModels.configured,
+            on_disk: workerModels.on_disk,
+          })
+          .from(workerModels)
+          .where(eq(workerModels.worker_id, workerId)),
+      ])
+      return { engines: engines.map((r) => r.engine), models }
+    },
+
+    async pullsOfWorker(workerId) {
+      return db.select().from(modelPulls).where(eq(modelPulls.worker_id, workerId))
+    },
+    async currentPull(catalogId) {
+      const [row] = await db
+        .select({ pull: modelPulls, status: workers.status, last_seen_at: workers.last_seen_at })
+        .from(modelPulls)
+        .leftJoin(workers, eq(workers.id, modelPulls.worker_id))
+        .where(eq(modelPulls.catalog_id, catalogId))
+      return row
+    },
+    async dropPull(catalogId, workerId) {
+      await db
+        .delete(modelPulls)
+        .where(and(eq(modelPulls.catalog_id, catalogId), eq(modelPulls.worker_id, workerId)))
+    },
+    async hasValidatedBatch(models) {
+      if (!models.length) return false
+      const [row] = await db
+        .select({ id: batches.id })
+        .from(batches)
+        .where(and(eq(batches.status, 'validated'), inArray(batches.model, models)))
+        .limit(1)
+      return row !== undefined
+    },
+    async askPull(ask: ModelPullRow, replacing: number | null) {
+      // At most one ask per entry across instances: the lapsed ask the caller saw is replaced only
+      // if it is still there, and the primary key turns away a second asker (ON CONFLICT DO NOTHING).
+      return db.transaction(async (tx) => {
+        if (replacing !== null) {
+          await tx
+            .delete(modelPulls)
+            .where(and(eq(modelPulls.catalog_id, ask.catalog_id), eq(modelPulls.asked_at, replacing)))
+        }
+        const won = await tx
+          .insert(modelPulls)
+          .values(ask)
+          .onConflictDoNothing()
+          .returning({ catalog_id: modelPulls.catalog_id })
+        return won.length === 1
+      })
+    },
+
+    async capacityCounts(cutoff) {
+      const [c] = await db
+        .select({
+          online: sql<number>`count(*)::int`,
+          idle: sql<number>`(count(*) FILTER (WHERE ${workers.activity} = 'idle'))::int`,
+          vram: sql<number>`coalesce(sum(${workers.vram_total_gb}), 0)::float8`,
+        })
+        .from(workers)
+        .where(online(cutoff))
+      return c!
+    },
+    async gpusOnline(cutoff) {
+      const [g] = await db
+        .select({ n: sql<number>`count(*)::int` })
+        .from(workerGpus)
+        .innerJoin(workers, eq(workers.id, workerGpus.worker_id))
+        .where(online(cutoff))
+      return g!.n
+    },
+    async orgIdsOf(userId) {
+      const rows = await db
+        .select({ org_id: memberships.org_id })
+        .from(memberships)
+        .where(eq(memberships.user_id, userId))
+      return rows.map((m) => m.org_id)
+    },
+    async batchCounts() {
+      return db.select({ status: batches.status, n: count() }).from(batches).groupBy(batches.status)
+    },
+    async workerCounts(cutoff) {
+      const liveness = sql<
+        'online' | 'offline'
+      >`CASE WHEN ${workers.status} = 'online' AND ${workers.last_seen_at} > ${cutoff} THEN 'online' ELSE 'offline' END`
+      return (
+        db
+          .select({ status: liveness, activity: workers.activity, n: count() })
+          .from(workers)
+          // By position: PostgreSQL cannot tell that two bound cutoffs are the same expression.
+          .groupBy(sql`1`, sql`2`)
+      )
+    },
+  }
+}

@@ -1,0 +1,504 @@
+import { and, asc, count, eq, gt, inArray, type SQL, sql } from 'drizzle-orm'
+import type { Db } from '../../db/open'
+import { preparedOnce } from '../../db/prepared'
+import {
+  batchAssignments,
+  batches,
+  memberships,
+  modelPulls,
+  type WorkerRow,
+  workerGpus,
+  workerModels,
+  workerRuntimes,
+  workers,
+} from '../../db/schema'
+import { type Tx, writeTx } from '../../db/tx'
+import { newId } from '../../lib/ids'
+import { pageRows } from '../../lib/pagination'
+import type { RequeueOutcome } from '../../modules/workers/requeue'
+import { checkHolder, checkProgress } from '../../modules/workers/rules'
+import type { FleetStore, ListedWorker, Registration } from '../fleet'
+import { requeueHeldInTx, type SqliteDeps } from './queue'
+
+// The fleet on SQLite: synchronous bodies on bun:sqlite, hot statements prepared once per
+// database (heartbeat, poll's worker and hosting reads, pool capacity).
+
+const stmts = preparedOnce((db: Db) => {
+  const id = sql.placeholder('id')
+  const online = and(eq(workers.status, 'online'), gt(workers.last_seen_at, sql.placeholder('cutoff')))
+  return {
+    // The hottest statement of the protocol, kept as raw SQL on the driver: drizzle's per-call
+    // placeholder filling and row mapping cost a measurable share of the heartbeat (bench/heartbeat.ts).
+    // Ownership is in the WHERE: no row returned = unknown worker or another org's. RETURNING
+    // carries what the answer needs, the held batches included, so a heartbeat is one statement.
+    // A field the daemon leaves out keeps its last reported value (coalesce).
+    beat: db.$client.prepare<
+      { inventory_sig: string | null; max_download_gb: number; assigned: string | null },
+      [Record<string, string | number | null>]
+    >(
+      `UPDATE workers SET status = 'online', activity = $activity,
+         vram_total_gb = coalesce($vram_total_gb, vram_total_gb),
+         vram_available_gb = coalesce($vram_available_gb, vram_available_gb),
+         gpu_utilization = coalesce($gpu_utilization, gpu_utilization),
+         gpu_memory_used_gb = coalesce($gpu_memory_used_gb, gpu_memory_used_gb),
+         uptime_seconds = coalesce($uptime_seconds, uptime_seconds),
+         loaded_models = $loaded_models, current_job_id = $current_job_id,
+         last_heartbeat_at = $now, last_seen_at = $now
+       WHERE id = $id AND org_id = $org_id
+       RETURNING inventory_sig, max_download_gb,
+         (SELECT group_concat(batch_id) FROM batch_assignments
+           WHERE worker_id = $id AND completed_at IS NULL) AS assigned`,
+    ),
+    workerById: db.select().from(workers).where(eq(workers.id, id)).prepare(),
+    setSig: db
+      .update(workers)
+      .set({ inventory_sig: sql.placeholder('sig') as never })
+      .where(eq(workers.id, id))
+      .prepare(),
+    touch: db
+      .update(workers)
+      .set({ status: 'online', last_seen_at: sql.placeholder('now') as never })
+      .where(eq(workers.id, id))
+      .prepare(),
+    deleteUnconfigured: db
+      .delete(workerModels)
+      .where(and(eq(workerModels.worker_id, id), eq(workerModels.configured, false)))
+      .prepare(),
+    resetConfigured: db
+      .update(workerModels)
+      .set({ on_disk: false, loaded: false, digest: null, size_bytes: null, runtime: null })
+      .where(eq(workerModels.worker_id, id))
+      .prepare(),
+    clearLoaded: db
+      .update(workerModels)
+      .set({ loaded: false })
+      .where(eq(workerModels.worker_id, id))
+      .prepare(),
+    upsertOnDisk: db
+      .insert(workerModels)
+      .values({
+        worker_id: id as never,
+        name: sql.placeholder('name') as never,
+        runtime_model_id: sql.placeholder('name') as never,
+        runtime: sql.placeholder('runtime') as never,
+        digest: sql.placeholder('digest') as never,
+        size_bytes: sql.placeholder('size_bytes') as never,
+        loaded: sql.placeholder('loaded') as never,
+        on_disk: true,
+      })
+      .onConflictDoUpdate({
+        target: [workerModels.worker_id, workerModels.name],
+        set: {
+          runtime: sql`excluded.runtime`,
+          digest: sql`excluded.digest`,
+          size_bytes: sql`excluded.size_bytes`,
+          loaded: sql`excluded.loaded`,
+          on_disk: true,
+        },
+      })
+      .prepare(),
+    upsertLoaded: db
+      .insert(workerModels)
+      .values({
+        worker_id: id as never,
+        name: sql.placeholder('name') as never,
+        runtime_model_id: sql.placeholder('name') as never,
+        loaded: true,
+      })
+      .onConflictDoUpdate({ target: [workerModels.worker_id, workerModels.name], set: { loaded: true } })
+      .prepare(),
+    // A row nothing vouches for any more (not configured, not on disk, not loaded) is not hosted.
+    deleteOrphans: db
+      .delete(workerModels)
+      .where(
+        and(
+          eq(workerModels.worker_id, id),
+          eq(workerModels.configured, false),
+          eq(workerModels.on_disk, false),
+          eq(workerModels.loaded, false),
+        ),
+      )
+      .prepare(),
+    // The batch a worker says it works on, with its current assignment (if any).
+    holding: db
+      .select({
+        status: batches.status,
+        total: batches.request_counts_total,
+        completed: batches.request_counts_completed,
+        failed: batches.request_counts_failed,
+        assignment_id: batchAssignments.id,
+        holder: batchAssignments.worker_id,
+        assignment_completed_at: batchAssignments.completed_at,
+      })
+      .from(batches)
+      .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
+      .where(eq(batches.id, sql.placeholder('job_id')))
+      .prepare(),
+    setCounts: db
+      .update(batches)
+      .set({
+        request_counts_completed: sql.placeholder('completed') as never,
+        request_counts_failed: sql.placeholder('failed') as never,
+        updated_at: sql.placeholder('now') as never,
+      })
+      .where(and(eq(batches.id, sql.placeholder('job_id')), eq(batches.status, 'in_progress')))
+      .prepare(),
+    engines: db
+      .select({ engine: workerRuntimes.engine })
+      .from(workerRuntimes)
+      .where(eq(workerRuntimes.worker_id, id))
+      .prepare(),
+    models: db
+      .select({
+        name: workerModels.name,
+        runtime: workerModels.runtime,
+        digest: workerModels.digest,
+        loaded: workerModels.loaded,
+        advertised: workerModels.advertised,
+        configured: workerModels.configured,
+        on_disk: workerModels.on_disk,
+      })
+      .from(workerModels)
+      .where(eq(workerModels.worker_id, id))
+      .prepare(),
+    onlineWorkers: db
+      .select({
+        id: workers.id,
+        org_id: workers.org_id,
+        last_heartbeat_at: workers.last_heartbeat_at,
+        vram_total_gb: workers.vram_total_gb,
+      })
+      .from(workers)
+      .where(online)
+      .prepare(),
+    // Index-only on worker_models_name_idx (name, worker_id).
+    hostsNamed: db
+      .select({ worker_id: workerModels.worker_id })
+      .from(workerModels)
+      .where(eq(workerModels.name, sql.placeholder('name')))
+      .prepare(),
+    waiting: db
+      .select({ id: batches.id })
+      .from(batches)
+      .where(and(eq(batches.status, 'validated'), eq(batches.model, sql.placeholder('model'))))
+      .limit(1)
+      .prepare(),
+    pullOf: db
+      .select({ pull: modelPulls, status: workers.status, last_seen_at: workers.last_seen_at })
+      .from(modelPulls)
+      .leftJoin(workers, eq(workers.id, modelPulls.worker_id))
+      .where(eq(modelPulls.catalog_id, sql.placeholder('catalog_id')))
+      .prepare(),
+    pullsOfWorker: db
+      .select()
+      .from(modelPulls)
+      .where(eq(modelPulls.worker_id, sql.placeholder('worker_id')))
+      .prepare(),
+    capacity: db
+      .select({
+        online: sql<number>`count(*)`,
+        idle: sql<number>`coalesce(sum(${workers.activity} = 'idle'), 0)`,
+        vram: sql<number>`coalesce(sum(${workers.vram_total_gb}), 0)`,
+      })
+      .from(workers)
+      .where(online)
+      .prepare(),
+    gpus: db
+      .select({ n: sql<number>`count(*)` })
+      .from(workerGpus)
+      .innerJoin(workers, eq(workers.id, workerGpus.worker_id))
+      .where(online)
+      .prepare(),
+    orgsOf: db
+      .select({ org_id: memberships.org_id })
+      .from(memberships)
+      .where(eq(memberships.user_id, sql.placeholder('user_id')))
+      .prepare(),
+  }
+})
+
+function insertChildren(tx: Tx, workerId: string, r: Registration) {
+  if (r.runtimes.length) {
+    tx.insert(workerRuntimes)
+      .values(r.runtimes.map((x) => ({ ...x, worker_id: workerId })))
+      .run()
+  }
+  if (r.gpus.length) {
+    tx.insert(workerGpus)
+      .values(r.gpus.map((g) => ({ ...g, worker_id: workerId })))
+      .run()
+  }
+  const rows = r.models.map((m) => ({
+    ...m,
+    worker_id: workerId,
+    runtime_model_id: m.name,
+    advertised: true,
+  }))
+  // SQLite caps bound parameters per statement: insert in slices.
+  for (let i = 0; i < rows.length; i += 200)
+    tx.insert(workerModels)
+      .values(rows.slice(i, i + 200))
+      .run()
+}
+
+export function sqliteFleet(deps: SqliteDeps): FleetStore {
+  const { db } = deps
+  return {
+    async findWorker(id) {
+      return stmts(deps).workerById.get({ id })
+    },
+
+    async register(r) {
+      const fields = {
+        ...r.fields,
+        // Online and never-heartbeated: VRAM and activity come with the first heartbeat.
+        status: 'online' as const,
+        activity: 'idle' as const,
+        vram_total_gb: null,
+        vram_available_gb: null,
+        gpu_utilization: null,
+        gpu_memory_used_gb: null,
+        loaded_models: [],
+        inventory_sig: null,
+        current_job_id: null,
+        uptime_seconds: null,
+        last_heartbeat_at: null,
+        last_seen_at: r.now,
+      }
+      return writeTx(db, (tx) => {
+        let existing: WorkerRow | undefined
+        if (r.workerId) {
+          existing = tx.select().from(workers).where(eq(workers.id, r.workerId)).get()
+          if (existing && existing.org_id !== r.orgId) return { notOwned: true as const }
+        }
+        if (!existing && r.machineId) {
+          existing = tx
+            .select()
+            .from(workers)
+            .where(and(eq(workers.org_id, r.orgId), eq(workers.machine_id, r.machineId)))
+            .orderBy(sql`${workers.seq} desc`)
+            .get()
+        }
+        const requeued: RequeueOutcome[] = []
+        let worker: WorkerRow
+        if (existing) {
+          // API.md §7: whatever the old incarnation held is requeued as a failed attempt.
+          requeued.push(
+            ...requeueHeldInTx(deps, existing.id, 'worker_reregistered', 'worker re-registered', r.now),
+          )
+          worker = tx
+            .update(workers)
+            .set({ ...fields, machine_id: r.machineId ?? existing.machine_id })
+            .where(eq(workers.id, existing.id))
+            .returning()
+            .get()
+          tx.delete(workerRuntimes).where(eq(workerRuntimes.worker_id, worker.id)).run()
+          tx.delete(workerGpus).where(eq(workerGpus.worker_id, worker.id)).run()
+          tx.delete(workerModels).where(eq(workerModels.worker_id, worker.id)).run()
+          tx.delete(modelPulls).where(eq(modelPulls.worker_id, worker.id)).run()
+        } else {
+          worker = tx
+            .insert(workers)
+            .values({
+              ...fields,
+              id: newId('wrk_'),
+              org_id: r.orgId,
+              machine_id: r.machineId ?? null,
+              registered_at: r.now,
+            })
+            .returning()
+            .get()
+        }
+        insertChildren(tx, worker.id, r)
+        return { worker, requeued, reused: existing !== undefined }
+      })
+    },
+
+    async heartbeat(b) {
+      const row = stmts(deps).beat.get({
+        id: b.workerId,
+        org_id: b.orgId,
+        activity: b.activity,
+        vram_total_gb: b.vram_total_gb,
+        vram_available_gb: b.vram_available_gb,
+        gpu_utilization: b.gpu_utilization,
+        gpu_memory_used_gb: b.gpu_memory_used_gb,
+        uptime_seconds: b.uptime_seconds,
+        loaded_models: JSON.stringify(b.loaded_models),
+        current_job_id: b.current_job_id,
+        now: b.now,
+      })
+      if (!row) return null
+      return {
+        inventory_sig: row.inventory_sig,
+        max_download_gb: row.max_download_gb,
+        assigned: row.assigned ? row.assigned.split(',') : [],
+      }
+    },
+
+    async replaceInventory(workerId, inventory, loaded, sig) {
+      const s = stmts(deps)
+      const id = workerId
+      writeTx(db, () => {
+        if (inventory !== undefined) {
+          s.deleteUnconfigured.run({ id })
+          s.resetConfigured.run({ id })
+          for (const m of inventory) {
+            s.upsertOnDisk.run({
+              id,
+              name: m.name,
+              runtime: m.runtime,
+              digest: m.digest,
+              size_bytes: m.size_bytes,
+              loaded: m.loaded,
+            })
+          }
+        } else {
+          s.clearLoaded.run({ id })
+        }
+        for (const name of new Set(loaded)) s.upsertLoaded.run({ id, name })
+        s.deleteOrphans.run({ id })
+        s.setSig.run({ id, sig })
+      })
+    },
+
+    async recordProgress(p) {
+      const s = stmts(deps)
+      writeTx(db, () => {
+        const held = checkHolder(s.holding.get({ job_id: p.jobId }), p.workerId, p.assignmentId)
+        checkProgress(held, p)
+        s.setCounts.run({ job_id: p.jobId, completed: p.completed, failed: p.failed, now: p.now })
+      })
+    },
+
+    async recordModelProgress(workerId, model, finished, now) {
+      writeTx(db, (tx) => {
+        stmts(deps).touch.run({ id: workerId, now })
+        const mine = and(
+          eq(modelPulls.worker_id, workerId),
+          sql`(${modelPulls.runtime_model_id} = ${model} or ${modelPulls.catalog_id} = ${model})`,
+        )
+        if (finished) tx.delete(modelPulls).where(mine).run()
+        else tx.update(modelPulls).set({ last_progress_at: now }).where(mine).run()
+      })
+    },
+
+    async listWorkers(orgId, page) {
+      const where: SQL | undefined = orgId === null ? undefined : eq(workers.org_id, orgId)
+      const { rows, has_more } = pageRows<WorkerRow>(db, workers, where, page)
+      const ids = rows.map((w) => w.id)
+      const group = <T extends { worker_id: string }>(list: T[]) => {
+        const m = new Map<string, T[]>()
+        for (const r of list) m.set(r.worker_id, [...(m.get(r.worker_id) ?? []), r])
+        return m
+      }
+      const gpus = group(
+        ids.length ? db.select().from(workerGpus).where(inArray(workerGpus.worker_id, ids)).all() : [],
+      )
+      const runtimes = group(
+        ids.length
+          ? db.select().from(workerRuntimes).where(inArray(workerRuntimes.worker_id, ids)).all()
+          : [],
+      )
+      const models = group(
+        ids.length ? db.select().from(workerModels).where(inArray(workerModels.worker_id, ids)).all() : [],
+      )
+      const listed: ListedWorker[] = rows.map((w) => ({
+        ...w,
+        gpus: gpus.get(w.id) ?? [],
+        runtimes: runtimes.get(w.id) ?? [],
+        models: models.get(w.id) ?? [],
+      }))
+      return { rows: listed, has_more }
+    },
+
+    async reportedInventory() {
+      return {
+        runtimes: db
+          .select({ worker_id: workerRuntimes.worker_id, engine: workerRuntimes.engine })
+          .from(workerRuntimes)
+          .orderBy(asc(workerRuntimes.seq))
+          .all(),
+        models: db
+          .select({
+            worker_id: workerModels.worker_id,
+            name: workerModels.name,
+            runtime: workerModels.runtime,
+            runtime_model_id: workerModels.runtime_model_id,
+            digest: workerModels.digest,
+            size_bytes: workerModels.size_bytes,
+          })
+          .from(workerModels)
+          .orderBy(asc(workerModels.seq))
+          .all(),
+      }
+    },
+
+    async onlineWorkers(cutoff) {
+      return stmts(deps).onlineWorkers.all({ cutoff })
+    },
+    async hostsOf(names) {
+      const s = stmts(deps)
+      return new Map(names.map((name) => [name, s.hostsNamed.all({ name }).map((r) => r.worker_id)]))
+    },
+    async workerHosting(workerId) {
+      const s = stmts(deps)
+      return {
+        engines: s.engines.all({ id: workerId }).map((r) => r.engine),
+        models: s.models.all({ id: workerId }),
+      }
+    },
+
+    async pullsOfWorker(workerId) {
+      return stmts(deps).pullsOfWorker.all({ worker_id: workerId })
+    },
+    async currentPull(catalogId) {
+      return stmts(deps).pullOf.get({ catalog_id: catalogId })
+    },
+    async dropPull(catalogId, workerId) {
+      db.delete(modelPulls)
+        .where(and(eq(modelPulls.catalog_id, catalogId), eq(modelPulls.worker_id, workerId)))
+        .run()
+    },
+    async hasValidatedBatch(models) {
+      const s = stmts(deps)
+      return models.some((model) => s.waiting.get({ model }))
+    },
+    async askPull(ask, replacing) {
+      return writeTx(db, (tx) => {
+        const again = tx.select().from(modelPulls).where(eq(modelPulls.catalog_id, ask.catalog_id)).get()
+        if (again && again.asked_at !== replacing) return false // someone else just asked
+        tx.delete(modelPulls).where(eq(modelPulls.catalog_id, ask.catalog_id)).run()
+        tx.insert(modelPulls).values(ask).run()
+        return true
+      })
+    },
+
+    async capacityCounts(cutoff) {
+      return stmts(deps).capacity.get({ cutoff })!
+    },
+    async gpusOnline(cutoff) {
+      return stmts(deps).gpus.get({ cutoff })!.n
+    },
+    async orgIdsOf(userId) {
+      return stmts(deps)
+        .orgsOf.all({ user_id: userId })
+        .map((m) => m.org_id)
+    },
+    // Both gauge queries walk an index (batches_status_model, one covering scan; workers is
+    // small), never the table rows.
+    async batchCounts() {
+      return db.select({ status: batches.status, n: count() }).from(batches).groupBy(batches.status).all()
+    },
+    async workerCounts(cutoff) {
+      const liveness = sql<
+        'online' | 'offline'
+      >`CASE WHEN ${workers.status} = 'online' AND ${workers.last_seen_at} > ${cutoff} THEN 'online' ELSE 'offline' END`
+      return db
+        .select({ status: liveness, activity: workers.activity, n: count() })
+        .from(workers)
+        .groupBy(liveness, workers.activity)
+        .all()
+    },
+  }
+}

@@ -1,0 +1,187 @@
+import { afterEach, describe, expect, test } from 'bun:test'
+import type { CatalogueEntry } from '../../src/modules/catalogue/manifest'
+import { type StoreHarness, storeEngines } from '../helpers/stores'
+
+// The catalogue's verbs behave the same on SQLite and on PostgreSQL (API.md §12).
+
+const sha = (s: string) => new Bun.CryptoHasher('sha256').update(s).digest('hex')
+
+function entry(id: string, o: Partial<CatalogueEntry> = {}): CatalogueEntry {
+  return {
+    id,
+    display_name: id,
+    runtime: 'ollama',
+    runtime_model_id: `${id}:latest`,
+    digest: null,
+    quantization: 'Q4_K_M',
+    parameter_size: '8B',
+    context_length: 8192,
+    vram_gb: 8,
+    size_gb: 5,
+    task_type: 'chat',
+    capabilities: { tools: true },
+    lineage: null,
+    source_type: null,
+    source_ref: null,
+    source_revision: null,
+    homepage_url: null,
+    org_id: null,
+    status: 'active',
+    enabled: true,
+    renamed_from: null,
+    serving_profiles: [{ runtime: 'ollama', runtime_model_id: `${id}:latest`, params: {}, derived: true }],
+    artifact_files: [],
+    ...o,
+  }
+}
+
+const children = async (h: StoreHarness, table: string) =>
+  (
+    await h.all<{ catalog_id: string; k: string }>(
+      `SELECT catalog_id, ${table === 'serving_profiles' ? 'runtime' : 'path'} AS k FROM ${table} ORDER BY seq`,
+    )
+  ).map((r) => `${r.catalog_id}/${r.k}`)
+
+for (const [kind, open] of storeEngines) {
+  describe(`${kind} catalogue`, () => {
+    let h: StoreHarness
+    afterEach(async () => {
+      await h?.close()
+    })
+
+    test('upsertEntries: inserted, then unchanged, then updated when a managed field or a child row changes', async () => {
+      h = await open()
+      const cat = h.store.catalogue
+      expect(await cat.upsertEntries([entry('a'), entry('b')], 10)).toEqual([
+        { result: 'inserted', renamedFrom: undefined, note: undefined },
+        { result: 'inserted', renamedFrom: undefined, note: undefined },
+      ])
+      expect(await cat.entry('a')).toMatchObject({
+        id: 'a',
+        quantization: 'Q4_K_M',
+        capabilities: { tools: true },
+        enabled: true,
+        created_at: 10,
+        updated_at: 10,
+      })
+      expect((await cat.upsertEntries([entry('a')], 20)).map((o) => o.result)).toEqual(['unchanged'])
+      expect((await cat.entry('a'))?.updated_at).toBe(10)
+      // A field dropped from the manifest is cleared; JSON key order does not count as a change.
+      expect((await cat.upsertEntries([entry('a', { quantization: null })], 30))[0]!.result).toBe('updated')
+      expect(await cat.entry('a')).toMatchObject({ quantization: null, updated_at: 30 })
+      const profiles = [
+        { runtime: 'vllm' as const, runtime_model_id: 'org/a', params: { b: 1, a: 2 }, derived: false },
+        { runtime: 'ollama' as const, runtime_model_id: 'a:latest', params: {}, derived: false },
+      ]
+      const files = [{ path: 'a.safetensors', sha256: sha('a'), size_bytes: 5 }]
+      const withChildren = entry('a', {
+        quantization: null,
+        serving_profiles: profiles,
+        artifact_files: files,
+      })
+      expect((await cat.upsertEntries([withChildren], 40))[0]!.result).toBe('updated')
+      // The ollama profile is updated in place (same row); vllm is added.
+      expect(await children(h, 'serving_profiles')).toEqual(['a/ollama', 'b/ollama', 'a/vllm'])
+      expect(await children(h, 'artifact_files')).toEqual(['a/a.safetensors'])
+      const reordered = {
+        ...withChildren,
+        serving_profiles: [{ ...profiles[0]!, params: { a: 2, b: 1 } }, profiles[1]!],
+      }
+      expect((await cat.upsertEntries([reordered], 50))[0]!.result).toBe('unchanged')
+      // Removing a profile or a file removes its row, and touches the entry.
+      const fewer = entry('a', { quantization: null, serving_profiles: [profiles[0]!] })
+      expect((await cat.upsertEntries([fewer], 60))[0]!.result).toBe('updated')
+      expect(await children(h, 'serving_profiles')).toEqual(['b/ollama', 'a/vllm'])
+      expect(await children(h, 'artifact_files')).toEqual([])
+      expect((await cat.entry('a'))?.updated_at).toBe(60)
+    })
+
+    test('upsertEntries: a one-shot rename moves the row and its child rows; both ids present → a note', async () => {
+      h = await open()
+      const cat = h.store.catalogue
+      const files = [{ path: 'w.gguf', sha256: sha('w'), size_bytes: null }]
+      await cat.upsertEntries([entry('old', { artifact_files: files }), entry('other')], 10)
+      const seq = (await cat.entry('old'))!.seq
+      const renamed = entry('new', { renamed_from: 'old', artifact_files: files })
+      expect(await cat.upsertEntries([renamed], 20)).toEqual([
+        { result: 'updated', renamedFrom: 'old', note: undefined },
+      ])
+      expect(await cat.entry('old')).toBeUndefined()
+      expect(await cat.entry('new')).toMatchObject({ seq, renamed_from: 'old', created_at: 10 })
+      expect(await children(h, 'artifact_files')).toEqual(['new/w.gguf'])
+      // Seeding again: the rename already happened; nothing to do.
+      expect((await cat.upsertEntries([renamed], 30))[0]).toEqual({
+        result: 'unchanged',
+        renamedFrom: undefined,
+        note: undefined,
+      })
+      const clash = await cat.upsertEntries([entry('other2'), entry('other2', { renamed_from: 'other' })], 40)
+      expect(clash[1]!.note).toContain('"other" was left untouched')
+      expect(await cat.entry('other')).toBeDefined()
+    })
+
+    test('readCatalogue: entries, profiles and artifact files in seq order', async () => {
+      h = await open()
+      await h.store.catalogue.upsertEntries(
+        [
+          entry('b', { artifact_files: [{ path: 'f', sha256: sha('f'), size_bytes: 1 }] }),
+          entry('a', { enabled: false, org_id: 'org_x', digest: sha('a') }),
+        ],
+        10,
+      )
+      const rows = await h.store.catalogue.readCatalogue()
+      expect(rows.entries.map((e) => [e.id, e.enabled, e.org_id, e.digest])).toEqual([
+        ['b', true, null, null],
+        ['a', false, 'org_x', sha('a')],
+      ])
+      expect(rows.entries[0]).toMatchObject({
+        vram_gb: 8,
+        size_gb: 5,
+        runtime: 'ollama',
+        runtime_model_id: 'b:latest',
+      })
+      expect(rows.profiles).toEqual([
+        { catalog_id: 'b', runtime: 'ollama', runtime_model_id: 'b:latest', params: {} },
+        { catalog_id: 'a', runtime: 'ollama', runtime_model_id: 'a:latest', params: {} },
+      ])
+      expect(rows.artifacts).toEqual([{ catalog_id: 'b', sha256: sha('f') }])
+    })
+
+    test('visibleEntries / visibleEntry: enabled, public or one of my orgs; a superadmin sees every enabled entry', async () => {
+      h = await open()
+      await h.exec(`
+        INSERT INTO users (id, email, password_hash, full_name, created_at, updated_at)
+          VALUES ('user_a', 'a@x.test', 'h', 'A', 1, 1);
+        INSERT INTO organizations (id, name, personal, created_at) VALUES ('org_a', 'A', TRUE, 1), ('org_b', 'B', TRUE, 1);
+        INSERT INTO memberships (org_id, user_id, role, created_at) VALUES ('org_a', 'user_a', 'viewer', 1);`)
+      await h.store.catalogue.upsertEntries(
+        [
+          entry('z-public'),
+          entry('a-mine', { org_id: 'org_a' }),
+          entry('m-theirs', { org_id: 'org_b' }),
+          entry('off', { enabled: false }),
+          entry('a.dot'),
+        ],
+        10,
+      )
+      const user = { id: 'user_a', platform_role: 'user' as const }
+      const admin = { id: 'admin', platform_role: 'superadmin' as const }
+      // Byte order on both engines.
+      expect((await h.store.catalogue.visibleEntries(user)).map((e) => e.id)).toEqual([
+        'a-mine',
+        'a.dot',
+        'z-public',
+      ])
+      expect((await h.store.catalogue.visibleEntries(admin)).map((e) => e.id)).toEqual([
+        'a-mine',
+        'a.dot',
+        'm-theirs',
+        'z-public',
+      ])
+      expect((await h.store.catalogue.visibleEntry(user, 'a-mine'))?.org_id).toBe('org_a')
+      expect(await h.store.catalogue.visibleEntry(user, 'm-theirs')).toBeUndefined()
+      expect(await h.store.catalogue.visibleEntry(admin, 'off')).toBeUndefined()
+      expect((await h.store.catalogue.visibleEntry(admin, 'm-theirs'))?.id).toBe('m-theirs')
+    })
+  })
+}
