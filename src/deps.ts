@@ -4,6 +4,7 @@ import type { Config } from './config'
 import { migrate } from './db/migrate'
 import { type Db, openDb } from './db/open'
 import { BatchEventBus } from './lib/batch-events'
+import { type BlobStore, createBlobStore } from './lib/blobs'
 import { type Clock, systemClock } from './lib/clock'
 import { createMailer, type Mailer } from './lib/mailer'
 import { createMetrics, type Metrics } from './lib/metrics'
@@ -19,6 +20,8 @@ export interface Deps {
   config: Config
   db: Db
   sqlite: Database
+  /** File bytes (API.md §5, §12): local disk or S3, chosen by STORAGE_URL. */
+  blobs: BlobStore
   clock: Clock
   mailer: Mailer
   tokens: Tokens
@@ -49,6 +52,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     config,
     db,
     sqlite,
+    blobs: createBlobStore(config),
     clock,
     mailer:
       overrides.mailer ??

@@ -8,6 +8,7 @@ import { type RunningServer, startServer } from '../../src/index'
 import { type ManualClock, manualClock } from '../../src/lib/clock'
 import type { Mail, Mailer } from '../../src/lib/mailer'
 import { createPasswords } from '../../src/lib/passwords'
+import { testStorageEnv } from './s3'
 import { rememberSecretsIn } from './secrets'
 
 // Tests build an app on a temporary database with a fixed clock (STYLE example 12) and talk to it
@@ -25,6 +26,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
     PORT: '0',
     HOST: '127.0.0.1',
     LOG_LEVEL: 'debug',
+    ...testStorageEnv(),
     ...env,
   })
 }
