@@ -1,14 +1,10 @@
 import { afterAll, expect, setDefaultTimeout } from 'bun:test'
 import { log, setLogSink } from '../src/lib/logger'
-import { startSharedS3ServerIfAsked } from './helpers/s3'
 import { capturedLogLines, captureLogLine, leakedSecrets, secretCount } from './helpers/secrets'
 
 // Tests that start real servers and subprocesses must not fail on a slow CI machine. (bunfig's
 // [test] timeout is ignored by Bun 1.4.5; this applies to every file.)
 setDefaultTimeout(30_000)
-
-// GK_TEST_STORAGE=s3: the app-level tests run on the S3 engine (test/helpers/s3.ts).
-await startSharedS3ServerIfAsked()
 
 // Keep every log line of the whole suite (GK_TEST_LOG=1 also prints them) and fail the run if any
 // secret the tests handled shows up in them.

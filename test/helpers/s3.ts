@@ -20,20 +20,13 @@ export async function startS3Server(): Promise<S3Server> {
   const dir = mkdtempSync(join(tmpdir(), 'gridkeep-s3-'))
   const proc = Bun.spawn(
     ['node', '--openssl-legacy-provider', join(import.meta.dir, 's3rver-main.cjs'), dir, BUCKET],
-    { stdout: 'pipe', stderr: 'inherit' },
+    { stdin: 'pipe', stdout: 'pipe', stderr: 'inherit' },
   )
   const port = await firstPort(proc.stdout)
   const endpoint = `http://127.0.0.1:${port}`
   return {
     endpoint,
-    env: () => ({
-      STORAGE_URL: `s3://${BUCKET}/t${randomBase62(10)}`,
-      S3_ENDPOINT: endpoint,
-      S3_REGION: 'us-east-1',
-      // s3rver's built-in account.
-      S3_ACCESS_KEY_ID: 'S3RVER',
-      S3_SECRET_ACCESS_KEY: 'S3RVER',
-    }),
+    env: () => s3Env(endpoint),
     async close() {
       proc.kill()
       await proc.exited
@@ -53,18 +46,21 @@ async function firstPort(out: ReadableStream<Uint8Array>): Promise<number> {
   throw new Error(`s3rver did not start: ${seen}`)
 }
 
-let shared: S3Server | undefined
-
 /**
- * GK_TEST_STORAGE=s3 runs every app the helpers build (test/helpers/app.ts) on the S3 engine,
- * against one s3rver the preload starts for the whole run (it ends with the test process).
+ * The environment that puts an app the helpers build (test/helpers/app.ts) on the S3 engine when
+ * GK_TEST_S3_ENDPOINT names a running s3rver (`bun run test:s3` starts one and runs the file,
+ * worker and validator suites against it), else nothing: the local engine.
  */
-export async function startSharedS3ServerIfAsked() {
-  if (process.env.GK_TEST_STORAGE !== 's3' || shared) return
-  shared = await startS3Server()
-  const server = shared
-  process.on('exit', () => void server.close())
+export function testStorageEnv(): Record<string, string> {
+  const endpoint = process.env.GK_TEST_S3_ENDPOINT
+  return endpoint ? s3Env(endpoint) : {}
 }
 
-/** The S3 environment when GK_TEST_STORAGE=s3, else nothing (the local engine). */
-export const testStorageEnv = (): Record<string, string> => (shared ? shared.env() : {})
+const s3Env = (endpoint: string) => ({
+  STORAGE_URL: `s3://${BUCKET}/t${randomBase62(10)}`,
+  S3_ENDPOINT: endpoint,
+  S3_REGION: 'us-east-1',
+  // s3rver's built-in account.
+  S3_ACCESS_KEY_ID: 'S3RVER',
+  S3_SECRET_ACCESS_KEY: 'S3RVER',
+})

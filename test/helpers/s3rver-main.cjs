@@ -14,3 +14,6 @@ const server = new S3rver({
 })
 server.run().then(({ port }) => process.stdout.write(`port ${port}\n`))
 process.on('SIGTERM', () => server.close().then(() => process.exit(0)))
+// The test process holds our stdin: when it ends, however it ends, so do we.
+process.stdin.on('end', () => process.exit(0))
+process.stdin.resume()

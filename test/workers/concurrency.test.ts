@@ -21,10 +21,10 @@ beforeAll(async () => {
   s = await startTestServer()
   f = await makeFleet(s)
   const entry = makeCatalogEntry(s.deps, { runtime_model_id: 'storm:1' })
-  batchIds = Array.from(
-    { length: BATCHES },
-    () => makeValidatedBatch(s.deps, { userId: f.user.id, model: entry.id, requests: 1 }).id,
-  )
+  batchIds = []
+  for (let i = 0; i < BATCHES; i++) {
+    batchIds.push((await makeValidatedBatch(s.deps, { userId: f.user.id, model: entry.id, requests: 1 })).id)
+  }
 })
 afterAll(() => s.stop())
 

@@ -60,7 +60,13 @@ export class LocalBlobStore implements BlobStore {
         return out.bytesWritten
       },
       async abort() {
-        out.destroy()
+        // The file is opened asynchronously: wait until the stream is closed, so the `.part`
+        // cannot be created after it is removed.
+        await new Promise<void>((resolve) => {
+          if (out.closed) return resolve()
+          out.once('close', () => resolve())
+          out.destroy()
+        })
         await rm(part, { force: true })
         if (published) await rm(path, { force: true })
       },
