@@ -67,7 +67,7 @@ export const ConfigSchema = T.Object({
     Str('Where file bytes live: unset = DATA_DIR/files; s3://BUCKET[/PREFIX] = S3-compatible storage'),
   ),
   S3_ENDPOINT: T.Optional(Str('S3 endpoint URL, e.g. https://s3.eu-west-1.amazonaws.com or a MinIO address')),
-  S3_REGION: T.Optional(Str('S3 region (default: taken from the endpoint, else us-east-1)')),
+  S3_REGION: T.Optional(Str('S3 region, e.g. eu-west-1 (some S3-compatible servers ignore it)')),
   S3_ACCESS_KEY_ID: T.Optional(Str('S3 access key id')),
   S3_SECRET_ACCESS_KEY: T.Optional(Str('S3 secret access key')),
   CATALOGUE_PATH: T.Optional(

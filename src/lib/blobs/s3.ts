@@ -139,17 +139,18 @@ export class S3BlobStore implements BlobStore {
   }
 
   async prepare() {
-    // Write, read back and delete a probe: proves the bucket exists and the credentials may
-    // write and delete, before the server listens (API.md §12 bad input).
+    // Write and delete a probe, then list the scratch prefix: proves the bucket exists and the
+    // credentials may write, delete and list, before the server listens (API.md §12 bad input).
     const probe = `${SCRATCH_PREFIX}probe-${crypto.randomUUID()}`
+    let leftovers: string[]
     try {
       await this.client.write(this.name(probe), 'gridkeep')
       await this.client.delete(this.name(probe))
+      // Listed first, then deleted: deleting while a listing is split would shift its pages.
+      leftovers = await Array.fromAsync(this.list(SCRATCH_PREFIX))
     } catch (e) {
       throw new BlobStoreUnavailableError(`STORAGE_URL: the bucket cannot be used (${describe(e)})`)
     }
-    // Listed first, then deleted: deleting while a listing is split would shift its pages.
-    const leftovers = await Array.fromAsync(this.list(SCRATCH_PREFIX))
     for (const key of leftovers) await this.remove(key)
     return leftovers.length
   }
