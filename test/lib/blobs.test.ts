@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { type BlobStore, BlobStoreUnavailableError, createBlobStore, scratchKey } from '../../src/lib/blobs'
 import { LocalBlobStore } from '../../src/lib/blobs/local'
+import { StreamedReads } from '../../src/lib/blobs/random-reads'
 import { parseStorageUrl } from '../../src/lib/blobs/s3'
 import { newId } from '../../src/lib/ids'
 import { testConfig } from '../helpers/app'
@@ -168,5 +169,32 @@ describe('S3 engine settings', () => {
     expect(error).toBeInstanceOf(BlobStoreUnavailableError)
     expect(error.message).toStartWith('STORAGE_URL: ')
     expect(error.message).not.toContain('S3RVER')
+  })
+})
+
+describe('random reads of a streamed blob', () => {
+  test('a remote blob is re-read from the copy of what was streamed so far, across chunks', () => {
+    const reads = new StreamedReads(null)
+    try {
+      reads.append(Buffer.from('{"custom_id":"a"}\n{"cust'))
+      reads.append(Buffer.from('om_id":"b"}\n'))
+      expect(Buffer.from(reads.read(18, 17)!).toString()).toBe('{"custom_id":"b"}')
+      expect(Buffer.from(reads.read(0, 17)!).toString()).toBe('{"custom_id":"a"}')
+      expect(reads.read(30, 17)).toBeNull()
+    } finally {
+      reads.close()
+    }
+  })
+
+  test('a local blob is read in place', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gridkeep-blobs-'))
+    dirs.push(dir)
+    writeFileSync(join(dir, 'in'), 'abcdef')
+    const reads = new StreamedReads(join(dir, 'in'))
+    try {
+      expect(Buffer.from(reads.read(2, 3)!).toString()).toBe('cde')
+    } finally {
+      reads.close()
+    }
   })
 })
