@@ -21,7 +21,6 @@ import { createDeps } from '../src/deps'
 import { CompactIdSet } from '../src/lib/id-set'
 import { newId } from '../src/lib/ids'
 import { setLogLevel } from '../src/lib/logger'
-import { filePath } from '../src/modules/files/storage'
 import { validateBatch } from '../src/services/validator'
 
 const QUICK = process.env.BENCH_QUICK === '1'
@@ -136,7 +135,8 @@ async function throughput(path: string) {
     .run()
   const fileId = newId('file-')
   mkdirSync(join(dir, 'files'), { recursive: true })
-  symlinkSync(path, filePath(config, fileId))
+  // The local engine's blob path (the default STORAGE_URL): the input is linked, not copied.
+  symlinkSync(path, deps.blobs.localPath(fileId)!)
   deps.db
     .insert(files)
     .values({

@@ -1,6 +1,7 @@
 import { join } from 'node:path'
 import { type Static, Type as T } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
+import { parseStorageUrl } from './lib/blobs/s3'
 
 // The one reader of process.env (STYLE: config is parsed once, up front). Every variable of
 // API.md §10 and the issues lives here with its default; a bad value stops the start with one
@@ -68,6 +69,13 @@ export const ConfigSchema = T.Object({
     1_000_000,
     'Online workers needed before pool hardware figures are shown',
   ),
+  STORAGE_URL: T.Optional(
+    Str('Where file bytes live: unset = DATA_DIR/files; s3://BUCKET[/PREFIX] = S3-compatible storage'),
+  ),
+  S3_ENDPOINT: T.Optional(Str('S3 endpoint URL, e.g. https://s3.eu-west-1.amazonaws.com or a MinIO address')),
+  S3_REGION: T.Optional(Str('S3 region, e.g. eu-west-1 (some S3-compatible servers ignore it)')),
+  S3_ACCESS_KEY_ID: T.Optional(Str('S3 access key id')),
+  S3_SECRET_ACCESS_KEY: T.Optional(Str('S3 secret access key')),
   CATALOGUE_PATH: T.Optional(
     Str('Model catalogue manifest (default catalogue/models.yaml, else the copy built into the binary)'),
   ),
@@ -125,6 +133,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       'invalid configuration: SMTP_URL: expected an smtp:// or smtps:// URL with a host (got "***")',
     )
   }
+  if (raw.STORAGE_URL !== undefined && !parseStorageUrl(raw.STORAGE_URL)) {
+    throw new ConfigError(
+      'invalid configuration: STORAGE_URL: expected s3://BUCKET or s3://BUCKET/PREFIX (a lowercase bucket name)',
+    )
+  }
   return {
     ...raw,
     DATA_DIR: raw.DATA_DIR,
@@ -153,7 +166,7 @@ function isSmtpUrl(value: string): boolean {
 
 // Never echo a secret back in the startup error.
 const redact = (name: string, v: unknown) =>
-  /SECRET|PASSWORD|TOKEN|SMTP_URL|DATABASE_URL/.test(name) ? '***' : v
+  /SECRET|PASSWORD|TOKEN|SMTP_URL|DATABASE_URL|STORAGE_URL|ACCESS_KEY/.test(name) ? '***' : v
 
 function describe(schema: any): string {
   if (schema.anyOf) return `expected one of ${schema.anyOf.map((s: any) => s.const).join(', ')}`

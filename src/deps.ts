@@ -4,6 +4,7 @@ import type { Config } from './config'
 import { migrate } from './db/migrate'
 import { type Db, openDb } from './db/open'
 import { BatchEventBus } from './lib/batch-events'
+import { type BlobStore, createBlobStore } from './lib/blobs'
 import { type Clock, systemClock } from './lib/clock'
 import { newId } from './lib/ids'
 import { createMailer, type Mailer } from './lib/mailer'
@@ -26,6 +27,8 @@ export interface Deps {
   sqlite: Database
   /** The storage seam (src/store): the product's state, one engine per database. */
   store: Store
+  /** File bytes (API.md §5, §12): local disk or S3, chosen by STORAGE_URL. */
+  blobs: BlobStore
   clock: Clock
   mailer: Mailer
   tokens: Tokens
@@ -90,6 +93,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   return {
     config,
     ...openStore(config, instanceId, clock),
+    blobs: createBlobStore(config),
     clock,
     mailer:
       overrides.mailer ??

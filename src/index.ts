@@ -2,6 +2,7 @@ import { collectDefaultMetrics } from 'prom-client'
 import { createApp } from './app'
 import { type Config, ConfigError, loadConfig } from './config'
 import { createDeps, type Deps } from './deps'
+import { BlobStoreUnavailableError } from './lib/blobs'
 import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
 import { seedCatalogue } from './modules/catalogue/seed'
@@ -44,6 +45,9 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
   try {
     deps ??= createDeps(config)
     await readyStore(config, deps)
+    // API.md §12: an unusable STORAGE_URL stops the start; what a crash left half-written goes.
+    const leftovers = await deps.blobs.prepare()
+    if (leftovers > 0) log.info('removed leftovers of interrupted uploads', { count: leftovers })
     // First start hashes the superadmin's password off the main thread while the app is built.
     const superadmin = ensureSuperadmin(deps)
     // SPEC rule 7: the catalogue is upserted from the manifest at every start, before listening.
@@ -193,9 +197,13 @@ export async function serve(env: Record<string, string | undefined> = process.en
   try {
     running = await startServer(loadConfig(env))
   } catch (error) {
-    if (error instanceof ConfigError || error instanceof InstanceLockedError) {
+    if (
+      error instanceof ConfigError ||
+      error instanceof InstanceLockedError ||
+      error instanceof BlobStoreUnavailableError
+    ) {
       console.error(`gridkeep: ${error.message}`)
-      process.exit(error instanceof ConfigError ? 2 : 1)
+      process.exit(error instanceof InstanceLockedError ? 1 : 2)
     }
     if ((error as { code?: string }).code === 'EADDRINUSE') {
       console.error(`gridkeep: cannot listen: ${(error as Error).message}`)

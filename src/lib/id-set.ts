@@ -1,5 +1,6 @@
-// The custom_id uniqueness check of SPEC §2 ("custom_id must be unique in the file"), kept cheap
-// in memory. A Set of every id string costs ~300 bytes and ~1.3 µs per line; this stores, per
+// The custom_id set of a batch input: the uniqueness check of SPEC §2 ("custom_id must be unique
+// in the file") in the validator, and the input ids that upload-results matches output lines
+// against (API.md §7), kept cheap in memory. A Set of every id string costs ~300 bytes and ~1.3 µs per line; this stores, per
 // distinct id, a seeded 32-bit hash and where the id's line sits in the file (16 bytes a slot,
 // open addressing, load ≤ 0.75). A hash match is only a suspicion: it is confirmed exactly by
 // re-reading the earlier id (`readId`, from the file), so two different ids never count as
@@ -68,6 +69,32 @@ export class CompactIdSet {
     this.lengths[i] = length
     if (++this.count * 4 > this.capacity * 3) this.grow()
     return false
+  }
+
+  /**
+   * The slot holding `id`, confirmed exactly (a hash match alone is never taken for the id), or
+   * -1. A slot stays where it is until the next add.
+   */
+  find(id: string): number {
+    const h = this.hash(id, this.seed)
+    const mask = this.capacity - 1
+    let i = h & mask
+    while (this.offsets[i] !== EMPTY) {
+      if (this.hashes[i] === h && this.same(id, this.offsets[i]! - 1, this.lengths[i]!)) return i
+      i = (i + 1) & mask
+    }
+    return -1
+  }
+
+  /** How many slots there are (slot numbers run from 0 to slots - 1). */
+  get slots() {
+    return this.capacity
+  }
+
+  /** Where the id in `slot` was found (its line's offset and length), or null for an empty slot. */
+  locate(slot: number): { offset: number; length: number } | null {
+    const stored = this.offsets[slot]!
+    return stored === EMPTY ? null : { offset: stored - 1, length: this.lengths[slot]! }
   }
 
   private same(id: string, offset: number, length: number): boolean {

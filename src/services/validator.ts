@@ -1,10 +1,9 @@
-import { closeSync, openSync, readSync } from 'node:fs'
 import type { Deps } from '../deps'
+import { StreamedReads } from '../lib/blobs/random-reads'
 import { LineSplitter } from '../lib/lines'
 import { log } from '../lib/logger'
 import { InputChecker } from '../modules/batches/validation'
 import { findVisibleEntry } from '../modules/catalogue/service'
-import { filePath } from '../modules/files/storage'
 
 // Asynchronous batch validation (SPEC §3: validating → validated | failed; API.md §6). Batches
 // are validated one at a time from an in-process queue that POST /v1/batches wakes through the
@@ -62,8 +61,8 @@ export async function validateBatch(
   lease = setInterval(() => void take().catch(() => {}), (VALIDATION_LEASE_SECONDS * 1000) / 3)
   const bus = deps.batchEvents
   bus.beginRun(batchId)
-  const path = filePath(deps.config, batch.input_file_id)
-  let fd: number | undefined
+  const key = batch.input_file_id
+  let reads: StreamedReads | undefined
   let finished = false
   try {
     const checker = new InputChecker({
@@ -71,11 +70,7 @@ export async function validateBatch(
       maxLineBytes: deps.config.MAX_LINE_BYTES,
       maxRequests: deps.config.MAX_REQUESTS_PER_BATCH,
       lookupModel: (id) => findVisibleEntry(deps, batch.user_id, id) ?? null,
-      readBytes: (offset, length) => {
-        fd ??= openSync(path, 'r')
-        const buf = new Uint8Array(length)
-        return readSync(fd, buf, 0, length, offset) === length ? buf : null
-      },
+      readBytes: (offset, length) => reads?.read(offset, length) ?? null,
       onStoredError: (data) => bus.publish(batchId, { event: 'error', data }),
     })
     const splitter = new LineSplitter(deps.config.MAX_LINE_BYTES, checker.check)
@@ -85,15 +80,23 @@ export async function validateBatch(
         data: { lines_read: splitter.lines, errors_total: checker.errorsTotal },
       })
 
-    if (!(await Bun.file(path).exists())) {
+    const input = await deps.blobs.read(key).catch((e) => {
+      log.error('batch input could not be opened', { batch_id: batchId, error: e })
+      return undefined
+    })
+    if (input === null) {
       checker.fileError('file_not_found', 'The input file is missing')
+    } else if (input === undefined) {
+      checker.fileError('file_unreadable', 'The input file could not be read')
     } else {
+      reads = new StreamedReads(deps.blobs.localPath(key))
       let counted = 0
       let lastProgress = Number.NEGATIVE_INFINITY
       let lastYield = performance.now()
       try {
-        for await (const chunk of Bun.file(path).stream()) {
+        for await (const chunk of input) {
           if (signal?.aborted) return null
+          reads.append(chunk)
           splitter.push(chunk)
           deps.metrics.validationLines.inc(splitter.lines - counted)
           counted = splitter.lines
@@ -162,7 +165,7 @@ export async function validateBatch(
     }
   } finally {
     if (!finished) bus.abandonRun(batchId)
-    if (fd !== undefined) closeSync(fd)
+    reads?.close()
     clearInterval(lease)
     busy.delete(batchId)
   }

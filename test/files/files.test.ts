@@ -1,8 +1,7 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync } from 'node:fs'
 import { files } from '../../src/db/schema'
 import { newId } from '../../src/lib/ids'
-import { filePath, filesDir } from '../../src/modules/files/storage'
 import { makeTestApp } from '../helpers/app'
 import {
   assignBatch,
@@ -16,6 +15,7 @@ import {
   uploadForm,
   validateAll,
 } from '../helpers/batches'
+import { blobExists, readBlob, storedEverything, writeBlob } from '../helpers/blobs'
 import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey } from '../helpers/builders'
 
 // API.md §5 Files: upload (multipart, streamed to DATA_DIR/files/<id>), list, get, delete, and
@@ -28,7 +28,7 @@ const model = (await makeCatalogEntry(t, { id: 'files-7b-q4km' })).id
 const CONTENT = jsonl([line('a', model), line('b', model)])
 
 describe('POST /v1/files', () => {
-  test('stores the bytes under DATA_DIR/files/<id> and returns the OpenAI file object', async () => {
+  test('stores the bytes under the file id and returns the OpenAI file object', async () => {
     const u = await makeUser(t)
     const res = await upload(t, u.token, CONTENT, 'my batch.jsonl')
     expect(res.status).toBe(200)
@@ -41,8 +41,8 @@ describe('POST /v1/files', () => {
       purpose: 'batch',
       status: 'processed',
     })
-    expect(readFileSync(filePath(t.config, res.body.id), 'utf8')).toBe(CONTENT)
-    expect(readdirSync(filesDir(t.config)).filter((f) => f.endsWith('.part'))).toEqual([])
+    expect(await readBlob(t.deps, res.body.id)).toBe(CONTENT)
+    expect(await storedEverything(t.deps)).toEqual([res.body.id])
   })
 
   test('works with a personal key; the purpose field may come after the file', async () => {
@@ -64,22 +64,22 @@ describe('POST /v1/files', () => {
       expect(res.body.filename).not.toContain('/')
       expect(res.body.filename).not.toContain('\\')
       expect(res.body.filename.endsWith('.jsonl')).toBe(true)
-      expect(existsSync(filePath(t.config, res.body.id))).toBe(true)
+      expect(await blobExists(t.deps, res.body.id)).toBe(true)
     }
     expect(existsSync(`${t.config.DATA_DIR}/etc`)).toBe(false)
-    expect(readdirSync(filesDir(t.config)).every((f) => f.startsWith('file-'))).toBe(true)
+    expect((await storedEverything(t.deps)).every((f) => f.startsWith('file-'))).toBe(true)
   })
 
   test('exactly MAX_UPLOAD_BYTES is accepted; one byte more is 413 file_too_large and leaves nothing', async () => {
     const u = await makeUser(t)
-    const before = readdirSync(filesDir(t.config)).length
+    const before = (await storedEverything(t.deps)).length
     const ok = await upload(t, u.token, 'x'.repeat(1000))
     expect(ok.status).toBe(200)
     expect(ok.body.bytes).toBe(1000)
     const res = await upload(t, u.token, 'x'.repeat(1001))
     expect(res.status).toBe(413)
     expect(res.body.error).toMatchObject({ type: 'invalid_request_error', code: 'file_too_large' })
-    expect(readdirSync(filesDir(t.config)).length).toBe(before + 1)
+    expect((await storedEverything(t.deps)).length).toBe(before + 1)
   })
 
   const bad: [string, () => FormData | string, number, string, string | null][] = [
@@ -132,11 +132,11 @@ describe('POST /v1/files', () => {
   for (const [name, form, status, code, param] of bad) {
     test(`${name} → ${status} ${code}`, async () => {
       const u = await makeUser(t)
-      const before = readdirSync(filesDir(t.config)).length
+      const before = (await storedEverything(t.deps)).length
       const res = await t.req('POST', '/v1/files', { token: u.token, raw: form() })
       expect(res.status).toBe(status)
       expect(res.body.error).toMatchObject({ code, param })
-      expect(readdirSync(filesDir(t.config)).length).toBe(before)
+      expect((await storedEverything(t.deps)).length).toBe(before)
     })
   }
 
@@ -184,7 +184,7 @@ describe('GET /v1/files, GET and DELETE /v1/files/{id}', () => {
     await makeFile(t, other, CONTENT)
     const ids: string[] = []
     for (let i = 0; i < 5; i++) ids.push(await makeFile(t, u, CONTENT))
-    const out = insertOutputFile(u.id)
+    const out = await insertOutputFile(u.id)
     const page1 = await t.req('GET', '/v1/files?limit=2', { token: u.token })
     expect(page1.status).toBe(200)
     expect(page1.body).toMatchObject({ object: 'list', has_more: true, first_id: out, last_id: ids[4] })
@@ -223,7 +223,7 @@ describe('GET /v1/files, GET and DELETE /v1/files/{id}', () => {
     const res = await t.req('DELETE', `/v1/files/${id}`, { token: u.token })
     expect(res.status).toBe(200)
     expect(res.body).toEqual({ id, object: 'file', deleted: true })
-    expect(existsSync(filePath(t.config, id))).toBe(false)
+    expect(await blobExists(t.deps, id)).toBe(false)
     expect((await t.req('GET', `/v1/files/${id}`, { token: u.token })).status).toBe(404)
     expect((await t.req('DELETE', `/v1/files/${id}`, { token: u.token })).status).toBe(404)
   })
@@ -234,7 +234,7 @@ describe('GET /v1/files, GET and DELETE /v1/files/{id}', () => {
     const res = await t.req('DELETE', `/v1/files/${batch.input_file_id}`, { token: u.token })
     expect(res.status).toBe(400)
     expect(res.body.error.code).toBe('file_in_use')
-    expect(existsSync(filePath(t.config, batch.input_file_id))).toBe(true)
+    expect(await blobExists(t.deps, batch.input_file_id)).toBe(true)
     await validateAll(t) // → validated: still in use
     expect((await t.req('DELETE', `/v1/files/${batch.input_file_id}`, { token: u.token })).status).toBe(400)
     // A failed (terminal) batch no longer holds its input.
@@ -244,9 +244,9 @@ describe('GET /v1/files, GET and DELETE /v1/files/{id}', () => {
   })
 })
 
-function insertOutputFile(userId: string, purpose: 'batch_output' | 'batch_error' = 'batch_output') {
+async function insertOutputFile(userId: string, purpose: 'batch_output' | 'batch_error' = 'batch_output') {
   const id = newId('file-')
-  writeFileSync(filePath(t.config, id), '{"id":"out"}\n')
+  await writeBlob(t.deps, id, '{"id":"out"}\n')
   t.deps.db
     .insert(files)
     .values({
@@ -282,8 +282,8 @@ describe('GET /v1/files/{id}/content', () => {
 
   test('output and error files written by the workers workstream are readable by their owner', async () => {
     const u = await makeUser(t)
-    const out = insertOutputFile(u.id, 'batch_output')
-    const err = insertOutputFile(u.id, 'batch_error')
+    const out = await insertOutputFile(u.id, 'batch_output')
+    const err = await insertOutputFile(u.id, 'batch_error')
     expect((await content(out, u.token)).text).toBe('{"id":"out"}\n')
     expect((await content(err, u.token)).status).toBe(200)
     expect((await t.req('GET', `/v1/files/${err}`, { token: u.token })).body.purpose).toBe('batch_error')

@@ -9,6 +9,7 @@ import { type ManualClock, manualClock } from '../../src/lib/clock'
 import type { Mail, Mailer } from '../../src/lib/mailer'
 import { createPasswords } from '../../src/lib/passwords'
 import { takePostgresDatabase, testEngine } from './postgres'
+import { testStorageEnv } from './s3'
 import { rememberSecretsIn } from './secrets'
 
 // Tests build an app on a temporary database with a fixed clock (STYLE example 12) and talk to it
@@ -30,6 +31,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
     ...(testEngine === 'postgres' && env.DATABASE_URL === undefined
       ? { DATABASE_URL: takePostgresDatabase(), DATABASE_POOL_SIZE: '4' }
       : {}),
+    ...testStorageEnv(),
     ...env,
   })
 }

@@ -1,13 +1,11 @@
 import { expect } from 'bun:test'
-import { mkdirSync, writeFileSync } from 'node:fs'
-import { dirname } from 'node:path'
 import { eq } from 'drizzle-orm'
 import { batches, files } from '../../src/db/schema'
 import type { Deps } from '../../src/deps'
 import { newId } from '../../src/lib/ids'
-import { filePath } from '../../src/modules/files/storage'
 import type { Job } from '../../src/modules/workers/claim'
 import type { TestApp, TestServer } from './app'
+import { writeBlob } from './blobs'
 import { type MadeUser, makeUser, makeWorkerKey } from './builders'
 import { type CatalogEntryInput, makeCatalogEntry as makeEntry } from './catalogue'
 
@@ -80,14 +78,12 @@ export interface BatchOptions {
   status?: 'validated' | 'validating'
 }
 
-/** An uploaded input file (bytes at DATA_DIR/files/<id>) and a batch already `validated`. */
-export function makeValidatedBatch(deps: Deps, o: BatchOptions) {
+/** An uploaded input file (its bytes in the blob store) and a batch already `validated`. */
+export async function makeValidatedBatch(deps: Deps, o: BatchOptions) {
   const ids = o.customIds ?? Array.from({ length: o.requests ?? 3 }, (_, i) => `req-${i + 1}`)
   const content = ids.map((id) => inputLine(id, o.model)).join('\n') + '\n'
   const fileId = newId('file-')
-  const path = filePath(deps.config, fileId)
-  mkdirSync(dirname(path), { recursive: true })
-  writeFileSync(path, content)
+  await writeBlob(deps, fileId, content)
   const now = deps.clock.now()
   deps.db
     .insert(files)

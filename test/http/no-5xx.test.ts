@@ -119,4 +119,6 @@ test('no route answers 5xx to hostile path parameters, queries or bodies', async
   ).toEqual([])
   // Nothing was logged as an unexpected error either (a 4xx built from a caught crash would hide one).
   expect(capturedLogLines().filter((l) => l.includes('"level":"error"')).length).toBe(errorsBefore)
-}, 60_000) // hundreds of requests: Bun 1.4.5 applies the preload's default timeout only to some files
+  // Explicit: Bun 1.4.5 applies the preload's setDefaultTimeout to the first test file only,
+  // and this walk of every route takes ~15 s.
+}, 60_000)

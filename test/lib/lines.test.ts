@@ -70,6 +70,17 @@ describe('CompactIdSet', () => {
     expect(set.confirmations).toBeGreaterThan(0)
   })
 
+  test('find() takes no hash match for the id: only an exact one, at a slot that locates it', () => {
+    const { set, add } = harness(() => 42)
+    for (const id of ['a', 'b', 'c']) add(id)
+    expect(set.find('z')).toBe(-1)
+    const slot = set.find('b')
+    expect(slot).toBeGreaterThanOrEqual(0)
+    expect(set.locate(slot)).toEqual({ offset: 1, length: 1 })
+    const occupied = Array.from({ length: set.slots }, (_, i) => set.locate(i)).filter((w) => w !== null)
+    expect(occupied).toHaveLength(3)
+  })
+
   test('grows past its initial capacity and stays exact', () => {
     const { set, add } = harness()
     for (let i = 0; i < 50_000; i++) expect(add(`req-${i}`)).toBe(false)

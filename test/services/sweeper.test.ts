@@ -33,7 +33,7 @@ const requeues = async (t: TestApp) =>
 async function setup(t: TestApp) {
   const f = await makeFleet(t)
   const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'sw:1' })
-  const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id, requests: 2 })
+  const batch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id, requests: 2 })
   const w1 = await registerWorker(t, f.key, { models: ['sw:1'] })
   const job = (await poll(t, f.key, w1))!
   expect(job.job_id).toBe(batch.id)

@@ -53,7 +53,7 @@ async function seed(batchCount: number) {
     .run()
   const entry = await makeCatalogEntry(deps, { runtime_model_id: 'crash:1' })
   for (let i = 0; i < batchCount; i++)
-    makeValidatedBatch(deps, { userId: user.id, model: entry.id, requests: 1 })
+    await makeValidatedBatch(deps, { userId: user.id, model: entry.id, requests: 1 })
   deps.sqlite.close()
   return raw
 }

@@ -1,9 +1,8 @@
 import { afterAll, expect, test } from 'bun:test'
-import { readFileSync } from 'node:fs'
 import { eq } from 'drizzle-orm'
 import { files } from '../../src/db/schema'
-import { filePath } from '../../src/modules/files/storage'
 import { startTestServer, type TestServer } from '../helpers/app'
+import { readBlob } from '../helpers/blobs'
 import {
   batchRow,
   heartbeatBody,
@@ -28,7 +27,7 @@ test('validated → in_progress → (failure, requeue) → in_progress → compl
     runtime_model_id: 'e2e:8b',
     profiles: [{ runtime: 'ollama', runtime_model_id: 'e2e:8b', params: { num_ctx: 4096 } }],
   })
-  const batch = makeValidatedBatch(s.deps, {
+  const batch = await makeValidatedBatch(s.deps, {
     userId: f.user.id,
     model: entry.id,
     customIds: ['a', 'b', 'c', 'd', 'e'],
@@ -75,8 +74,7 @@ test('validated → in_progress → (failure, requeue) → in_progress → compl
   expect(job.job_id).toBe(batch.id)
   // The daemon fetches its input (via GET /v1/files/{id}/content once the files workstream lands).
   const viaRoute = await s.req('GET', job.input_path, { token: f.key })
-  const input =
-    viaRoute.status === 200 ? viaRoute.text : readFileSync(filePath(s.config, job.input_file_id), 'utf8')
+  const input = viaRoute.status === 200 ? viaRoute.text : (await readBlob(s.deps, job.input_file_id))!
   const requests = input
     .trim()
     .split('\n')
@@ -141,7 +139,7 @@ test('validated → in_progress → (failure, requeue) → in_progress → compl
   const expected = lines.filter((l) => JSON.parse(l).custom_id !== 'd').join('\n') + '\n'
   const read = await s.req('GET', `/v1/files/${done.body.output_file_id}/content`, { token: f.user.token })
   if (read.status === 404 && read.body?.error?.code === 'route_not_found') {
-    expect(readFileSync(filePath(s.config, outRow.id), 'utf8')).toBe(expected)
+    expect(await readBlob(s.deps, outRow.id)).toBe(expected)
   } else {
     expect(read.status).toBe(200)
     expect(read.text).toBe(expected)
@@ -149,5 +147,5 @@ test('validated → in_progress → (failure, requeue) → in_progress → compl
   expect(outRow.bytes).toBe(Buffer.byteLength(expected))
   const errRow = s.deps.db.select().from(files).where(eq(files.id, done.body.error_file_id)).get()!
   expect(errRow).toMatchObject({ user_id: f.user.id, purpose: 'batch_error' })
-  expect(JSON.parse(readFileSync(filePath(s.config, errRow.id), 'utf8')).custom_id).toBe('d')
+  expect(JSON.parse((await readBlob(s.deps, errRow.id))!).custom_id).toBe('d')
 })

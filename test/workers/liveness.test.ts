@@ -23,7 +23,7 @@ describe('one online cutoff', () => {
   test('listing, pool capacity, gauges, poll and the sweeper flip at the same second', async () => {
     const f = await makeFleet(t)
     const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'live:1' })
-    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    const batch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     const id = await registerWorker(t, f.key, { models: ['live:1'] })
     expect((await heartbeat(t, f.key, id, { inventory: [] })).status).toBe(200)
     t.deps.startedAt = t.clock.now() - 10_000 // past the sweeper's startup grace

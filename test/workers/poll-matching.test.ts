@@ -38,7 +38,7 @@ describe('POST /workers/poll', () => {
   test('claims a compatible batch: input_path, runtime string (not slug), assignment', async () => {
     const f = await makeFleet(t)
     const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'claim:7b', digest: sha('claim:7b') })
-    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id, requests: 4 })
+    const batch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id, requests: 4 })
     const wid = await hostWorker(f, ['claim:7b'])
     const job = await poll(t, f.key, wid)
     expect(job).toEqual({
@@ -80,7 +80,7 @@ describe('POST /workers/poll', () => {
   test('max_concurrent_jobs is honoured', async () => {
     const f = await makeFleet(t)
     const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'conc:1' })
-    for (let i = 0; i < 3; i++) makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    for (let i = 0; i < 3; i++) await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     const wid = await registerWorker(t, f.key, { max_concurrent_jobs: 2, models: ['conc:1'] })
     expect(await poll(t, f.key, wid)).not.toBeNull()
     expect(await poll(t, f.key, wid)).not.toBeNull()
@@ -90,7 +90,7 @@ describe('POST /workers/poll', () => {
   test('a worker silent past the timeout gets no job until it heartbeats again', async () => {
     const f = await makeFleet(t)
     const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'silent:1' })
-    makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     const wid = await hostWorker(f, ['silent:1'])
     t.clock.advance(121)
     expect(await poll(t, f.key, wid)).toBeNull()
@@ -103,8 +103,8 @@ describe('SPEC §4 Poll rules', () => {
   test('rule 1: a batch whose model is not catalogued, or whose entry is disabled, is skipped', async () => {
     const f = await makeFleet(t)
     const disabled = await makeCatalogEntry(t.deps, { runtime_model_id: 'r1:off', enabled: false })
-    makeValidatedBatch(t.deps, { userId: f.user.id, model: disabled.id })
-    makeValidatedBatch(t.deps, { userId: f.user.id, model: 'r1:off' }) // a raw runtime string, not an id
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: disabled.id })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: 'r1:off' }) // a raw runtime string, not an id
     const wid = await hostWorker(f, ['r1:off'])
     expect(await poll(t, f.key, wid)).toBeNull()
   })
@@ -116,7 +116,7 @@ describe('SPEC §4 Poll rules', () => {
       renamed_from: 'renamed-old',
       runtime_model_id: 'ren:1',
     })
-    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: 'renamed-old' })
+    const batch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: 'renamed-old' })
     const wid = await hostWorker(f, ['ren:1'])
     const job = await poll(t, f.key, wid)
     expect(job).toMatchObject({ job_id: batch.id, catalogue_id: entry.id, model: 'ren:1' })
@@ -126,8 +126,8 @@ describe('SPEC §4 Poll rules', () => {
     const f = await makeFleet(t)
     const heavy = await makeCatalogEntry(t.deps, { runtime_model_id: 'r2:heavy', vram_gb: 32 })
     const anySize = await makeCatalogEntry(t.deps, { runtime_model_id: 'r2:any', vram_gb: null })
-    makeValidatedBatch(t.deps, { userId: f.user.id, model: heavy.id })
-    const nullBatch = makeValidatedBatch(t.deps, { userId: f.user.id, model: anySize.id })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: heavy.id })
+    const nullBatch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: anySize.id })
     const small = await hostWorker(f, ['r2:heavy', 'r2:any'], { vram_total_gb: 24 })
     expect((await poll(t, f.key, small))?.job_id).toBe(nullBatch.id)
     const big = await hostWorker(f, ['r2:heavy'], { vram_total_gb: 48 })
@@ -137,7 +137,7 @@ describe('SPEC §4 Poll rules', () => {
   test('rule 2: before its first heartbeat the VRAM filter is not applied', async () => {
     const f = await makeFleet(t)
     const heavy = await makeCatalogEntry(t.deps, { runtime_model_id: 'r2b:heavy', vram_gb: 500 })
-    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: heavy.id })
+    const batch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: heavy.id })
     const wid = await registerWorker(t, f.key, { models: ['r2b:heavy'] })
     expect((await poll(t, f.key, wid))?.job_id).toBe(batch.id)
   })
@@ -148,12 +148,13 @@ describe('SPEC §4 Poll rules', () => {
     const viaInventory = await makeCatalogEntry(t.deps, { runtime_model_id: 'r3:inv' })
     const viaLoaded = await makeCatalogEntry(t.deps, { runtime_model_id: 'r3:loaded' })
     const notHosted = await makeCatalogEntry(t.deps, { runtime_model_id: 'r3:absent' })
-    makeValidatedBatch(t.deps, { userId: f.user.id, model: notHosted.id })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: notHosted.id })
     const wid = await registerWorker(t, f.key, { models: ['r3:models'], max_concurrent_jobs: 10 })
     await heartbeat(t, f.key, wid, { inventory: [inventoryItem('r3:inv')], loaded_models: ['r3:loaded'] })
-    const want = [viaModels, viaInventory, viaLoaded].map(
-      (e) => makeValidatedBatch(t.deps, { userId: f.user.id, model: e.id }).id,
-    )
+    const want: string[] = []
+    for (const e of [viaModels, viaInventory, viaLoaded]) {
+      want.push((await makeValidatedBatch(t.deps, { userId: f.user.id, model: e.id })).id)
+    }
     const got: string[] = []
     for (let i = 0; i < 4; i++) {
       const job = await poll(t, f.key, wid)
@@ -168,7 +169,7 @@ describe('SPEC §4 Poll rules', () => {
       runtime_model_id: 'r4:tag',
       digest: `sha256:${sha('right').toUpperCase()}`,
     })
-    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: pinned.id })
+    const batch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: pinned.id })
     const wrong = await hostWorker(f, [])
     await heartbeat(t, f.key, wrong, { inventory: [inventoryItem('r4:tag', { sha256: sha('wrong') })] })
     expect(await poll(t, f.key, wrong)).toBeNull()
@@ -181,8 +182,8 @@ describe('SPEC §4 Poll rules', () => {
     const f = await makeFleet(t)
     const unpinned = await makeCatalogEntry(t.deps, { runtime_model_id: 'r4b:any', digest: null })
     const pinned = await makeCatalogEntry(t.deps, { runtime_model_id: 'r4b:pinned', digest: sha('r4b') })
-    const b1 = makeValidatedBatch(t.deps, { userId: f.user.id, model: unpinned.id })
-    const b2 = makeValidatedBatch(t.deps, { userId: f.user.id, model: pinned.id })
+    const b1 = await makeValidatedBatch(t.deps, { userId: f.user.id, model: unpinned.id })
+    const b2 = await makeValidatedBatch(t.deps, { userId: f.user.id, model: pinned.id })
     const wid = await registerWorker(t, f.key, { models: ['r4b:pinned'], max_concurrent_jobs: 2 })
     await heartbeat(t, f.key, wid, { inventory: [inventoryItem('r4b:any', { sha256: sha('whatever') })] })
     const got = [(await poll(t, f.key, wid))?.job_id, (await poll(t, f.key, wid))?.job_id]
@@ -193,8 +194,8 @@ describe('SPEC §4 Poll rules', () => {
     const f = await makeFleet(t)
     const cold = await makeCatalogEntry(t.deps, { runtime_model_id: 'r5:cold' })
     const hot = await makeCatalogEntry(t.deps, { runtime_model_id: 'r5:hot' })
-    const older = makeValidatedBatch(t.deps, { userId: f.user.id, model: cold.id })
-    const newer = makeValidatedBatch(t.deps, { userId: f.user.id, model: hot.id })
+    const older = await makeValidatedBatch(t.deps, { userId: f.user.id, model: cold.id })
+    const newer = await makeValidatedBatch(t.deps, { userId: f.user.id, model: hot.id })
     const wid = await registerWorker(t, f.key, { max_concurrent_jobs: 2 })
     await heartbeat(t, f.key, wid, {
       inventory: [inventoryItem('r5:cold'), inventoryItem('r5:hot', { loaded: true })],
@@ -207,9 +208,9 @@ describe('SPEC §4 Poll rules', () => {
     const f = await makeFleet(t)
     const a = await makeCatalogEntry(t.deps, { runtime_model_id: 'old:a' })
     const b = await makeCatalogEntry(t.deps, { runtime_model_id: 'old:b' })
-    const first = makeValidatedBatch(t.deps, { userId: f.user.id, model: b.id })
-    const second = makeValidatedBatch(t.deps, { userId: f.user.id, model: a.id })
-    const third = makeValidatedBatch(t.deps, { userId: f.user.id, model: b.id })
+    const first = await makeValidatedBatch(t.deps, { userId: f.user.id, model: b.id })
+    const second = await makeValidatedBatch(t.deps, { userId: f.user.id, model: a.id })
+    const third = await makeValidatedBatch(t.deps, { userId: f.user.id, model: b.id })
     const wid = await registerWorker(t, f.key, { models: ['old:a', 'old:b'], max_concurrent_jobs: 3 })
     const order = [await poll(t, f.key, wid), await poll(t, f.key, wid), await poll(t, f.key, wid)].map(
       (j) => j?.job_id,
@@ -229,8 +230,8 @@ describe('SPEC §4 Poll rules', () => {
     await heartbeat(t, f.key, wid, { inventory: [inventoryItem('r6:later')] })
     // Re-registration makes it never-heartbeated again, advertising only r6:adv.
     await registerWorker(t, f.key, { models: ['r6:adv'], machine_id: 'r6-box', max_concurrent_jobs: 5 })
-    makeValidatedBatch(t.deps, { userId: f.user.id, model: later.id })
-    const adv = makeValidatedBatch(t.deps, { userId: f.user.id, model: advertised.id })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: later.id })
+    const adv = await makeValidatedBatch(t.deps, { userId: f.user.id, model: advertised.id })
     expect((await poll(t, f.key, wid))?.job_id).toBe(adv.id)
     expect(await poll(t, f.key, wid)).toBeNull()
   })
@@ -246,8 +247,8 @@ describe('SPEC §4 Poll rules', () => {
         { runtime: 'llama.cpp', runtime_model_id: 'sp-model:q4', params: { n_ctx: 4096 } },
       ],
     })
-    makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
-    makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     // Hosted by ollama (inventory runtime): the ollama profile wins over llama.cpp with the same string.
     const ollama = await hostWorker(f, ['sp-model:q4'])
     expect(await poll(t, f.key, ollama)).toMatchObject({
@@ -275,7 +276,7 @@ describe('SPEC §4 Poll rules', () => {
         { path: 'mmproj.gguf', sha256: `SHA256:${sha('proj').toUpperCase()}` },
       ],
     })
-    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    const batch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     const partial = await registerWorker(t, f.key)
     await heartbeat(t, f.key, partial, { inventory: [inventoryItem('vis:1', { sha256: sha('weights') })] })
     expect(await poll(t, f.key, partial)).toBeNull()
@@ -293,7 +294,7 @@ describe('SPEC §4 Poll rules', () => {
     const owner = await makeFleet(t)
     const other = await makeFleet(t)
     const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'priv:1', org_id: owner.orgId })
-    const batch = makeValidatedBatch(t.deps, { userId: owner.user.id, model: entry.id })
+    const batch = await makeValidatedBatch(t.deps, { userId: owner.user.id, model: entry.id })
     expect(await poll(t, other.key, await hostWorker(other, ['priv:1']))).toBeNull()
     expect((await poll(t, owner.key, await hostWorker(owner, ['priv:1'])))?.job_id).toBe(batch.id)
   })

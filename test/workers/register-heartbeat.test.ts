@@ -138,7 +138,7 @@ describe('POST /workers/register', () => {
     const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'rr:1' })
     const wid = await registerWorker(t, f.key, { machine_id: 'box-7', models: ['rr:1'] })
     await heartbeat(t, f.key, wid, { inventory: [inventoryItem('old-model')] })
-    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    const batch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     expect((await poll(t, f.key, wid))?.job_id).toBe(batch.id)
 
     // By machine_id (no worker_id): same worker, never-heartbeated, child rows replaced.
@@ -285,7 +285,7 @@ describe('POST /workers/{worker_id}/heartbeat', () => {
     const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'aj:1' })
     const wid = await registerWorker(t, f.key, { models: ['aj:1'] })
     await heartbeat(t, f.key, wid)
-    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    const batch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     const job = await poll(t, f.key, wid)
     expect((await heartbeat(t, f.key, wid, { current_job_id: job!.job_id })).body.assigned_job_ids).toEqual([
       batch.id,
@@ -323,7 +323,7 @@ describe('pull_models (on-the-fly downloads)', () => {
       vram_gb: 16,
       digest: sha('p'),
     })
-    makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     const w1 = await downloader(t, f)
     const w2 = await downloader(t, f)
     const first = await heartbeat(t, f.key, w1)
@@ -352,7 +352,7 @@ describe('pull_models (on-the-fly downloads)', () => {
     const t = fresh()
     const f = await makeFleet(t)
     const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'lapse:1', size_gb: 5 })
-    makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
     const w1 = await downloader(t, f)
     const w2 = await downloader(t, f)
     expect((await heartbeat(t, f.key, w1)).body.pull_models).toHaveLength(1)
@@ -387,7 +387,7 @@ describe('pull_models (on-the-fly downloads)', () => {
     })
     const off = await makeCatalogEntry(t.deps, { runtime_model_id: 'off:1', size_gb: 5, enabled: false })
     for (const e of [served, big, heavy, vllm, off])
-      makeValidatedBatch(t.deps, { userId: f.user.id, model: e.id })
+      await makeValidatedBatch(t.deps, { userId: f.user.id, model: e.id })
     const host = await registerWorker(t, f.key, { models: ['served:1'] })
     await heartbeat(t, f.key, host)
     const wid = await downloader(t, f)
@@ -395,7 +395,7 @@ describe('pull_models (on-the-fly downloads)', () => {
     expect(res.body.pull_models).toEqual([])
     // A worker that is busy, or whose max_download_gb is 0 (the default), is never asked either.
     const later = await makeCatalogEntry(t.deps, { runtime_model_id: 'fresh:1', size_gb: 5 })
-    makeValidatedBatch(t.deps, { userId: f.user.id, model: later.id })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: later.id })
     expect((await heartbeat(t, f.key, wid, { activity: 'busy' })).body.pull_models).toEqual([])
     const noDownloads = await registerWorker(t, f.key)
     expect((await heartbeat(t, f.key, noDownloads)).body.pull_models).toEqual([])

@@ -1,10 +1,9 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { readdirSync, readFileSync } from 'node:fs'
-import { join } from 'node:path'
 import { eq } from 'drizzle-orm'
 import { batchAssignments, files } from '../../src/db/schema'
-import { filePath } from '../../src/modules/files/storage'
+import { readInputIds } from '../../src/modules/workers/results'
 import { makeTestApp } from '../helpers/app'
+import { readBlob, storedEverything, strayBlobs } from '../helpers/blobs'
 import { makePersonalKey } from '../helpers/builders'
 import {
   batchRow,
@@ -18,6 +17,7 @@ import {
   poll,
   registerWorker,
   upload,
+  uploadForm,
   workerRow,
 } from '../helpers/workers'
 
@@ -30,14 +30,14 @@ async function claimed(requests = 3, fleet?: Fleet) {
   const f = fleet ?? (await makeFleet(t))
   const runtimeId = `res:${++n}`
   const entry = await makeCatalogEntry(t.deps, { runtime_model_id: runtimeId })
-  const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id, requests })
+  const batch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id, requests })
   const wid = await registerWorker(t, f.key, { models: [runtimeId] })
   const job = (await poll(t, f.key, wid))!
   expect(job.job_id).toBe(batch.id)
   return { f, wid, batch, job, entry, runtimeId }
 }
 
-const storedFiles = () => readdirSync(join(t.config.DATA_DIR, 'files')).sort()
+const storedFiles = () => storedEverything(t.deps)
 const fileRowsOf = (batchId: string) =>
   t.deps.db.select().from(files).where(eq(files.batch_id, batchId)).all()
 
@@ -206,7 +206,7 @@ describe('fencing with assignment_id', () => {
     expect(again.job_id).toBe(job.job_id)
     expect(again.assignment_id).not.toBe(job.assignment_id)
     const before = batchRow(t.deps, job.job_id)
-    const filesBefore = storedFiles()
+    const filesBefore = await storedFiles()
 
     const stale = { worker_id: wid, job_id: job.job_id, assignment_id: job.assignment_id }
     const p = await t.req('POST', '/workers/progress', {
@@ -229,7 +229,7 @@ describe('fencing with assignment_id', () => {
     expect(r.status).toBe(403)
 
     expect(batchRow(t.deps, job.job_id)).toEqual(before)
-    expect(storedFiles()).toEqual(filesBefore)
+    expect(await storedFiles()).toEqual(filesBefore)
     // The current run still works.
     const ok = await t.req('POST', '/workers/progress', {
       token: f.key,
@@ -242,6 +242,120 @@ describe('fencing with assignment_id', () => {
       },
     })
     expect(ok.status).toBe(200)
+  })
+})
+
+describe('upload-results: the fence and the form, whatever the field order', () => {
+  /** A batch requeued and claimed again by the same worker: `stale` is the first run's assignment. */
+  async function reclaimed() {
+    const c = await claimed(2)
+    await t.req('POST', '/workers/report-failure', {
+      token: c.f.key,
+      body: { worker_id: c.wid, job_id: c.job.job_id, assignment_id: c.job.assignment_id, error: 'died' },
+    })
+    const again = (await poll(t, c.f.key, c.wid))!
+    expect(again.assignment_id).not.toBe(c.job.assignment_id)
+    return { ...c, stale: c.job.assignment_id, current: again.assignment_id }
+  }
+  const output = `${okLine('req-1')}\n${okLine('req-2')}\n`
+  /** The ids before the file, assignment_id after it (API.md §7 fencing must still hold). */
+  function lateFence(jobId: string, workerId: string, assignmentId: string, idsFirst = true) {
+    const form = new FormData()
+    if (idsFirst) {
+      form.append('job_id', jobId)
+      form.append('worker_id', workerId)
+    }
+    form.append('file', new Blob([output]), 'out.jsonl')
+    if (!idsFirst) {
+      form.append('job_id', jobId)
+      form.append('worker_id', workerId)
+    }
+    form.append('assignment_id', assignmentId)
+    return form
+  }
+
+  for (const idsFirst of [true, false]) {
+    test(`a stale assignment_id sent after the file is 403 and changes nothing (ids ${idsFirst ? 'before' : 'after'} the file)`, async () => {
+      const { f, wid, job, stale, current } = await reclaimed()
+      const before = batchRow(t.deps, job.job_id)
+      const filesBefore = await storedFiles()
+      const res = await t.req('POST', '/workers/upload-results', {
+        token: f.key,
+        raw: lateFence(job.job_id, wid, stale, idsFirst),
+      })
+      expect(res.status).toBe(403)
+      expect(res.body.error.code).toBe('stale_assignment')
+      expect(batchRow(t.deps, job.job_id)).toEqual(before)
+      expect(fileRowsOf(job.job_id)).toEqual([])
+      expect(await storedFiles()).toEqual(filesBefore)
+      // The current run, with the same field order, completes the batch.
+      const ok = await t.req('POST', '/workers/upload-results', {
+        token: f.key,
+        raw: lateFence(job.job_id, wid, current, idsFirst),
+      })
+      expect(ok.status).toBe(200)
+      expect(batchRow(t.deps, job.job_id).status).toBe('completed')
+    })
+  }
+
+  const refused: [string, (ids: Record<string, string>) => FormData, string, string][] = [
+    [
+      'a field sent twice',
+      (ids) => {
+        const form = uploadForm(ids, output)
+        form.append('completed', '2')
+        form.append('completed', '2')
+        return form
+      },
+      'invalid_value',
+      'completed',
+    ],
+    [
+      'a field over 1024 bytes',
+      (ids) => uploadForm({ ...ids, assignment_id: 'a'.repeat(2000) }, output),
+      'invalid_value',
+      'assignment_id',
+    ],
+    [
+      'twenty surplus fields',
+      (ids) => {
+        const form = uploadForm(ids, output)
+        for (let i = 0; i < 20; i++) form.append('failed', '0')
+        return form
+      },
+      'invalid_value',
+      'failed',
+    ],
+  ]
+  for (const [name, form, code, param] of refused) {
+    test(`${name} is a 400, not a silent drop, and changes nothing`, async () => {
+      const { f, wid, job } = await claimed(2)
+      const filesBefore = await storedFiles()
+      const res = await t.req('POST', '/workers/upload-results', {
+        token: f.key,
+        raw: form({ job_id: job.job_id, worker_id: wid }),
+      })
+      expect(res.status).toBe(400)
+      expect(res.body.error).toMatchObject({ code, param })
+      expect(batchRow(t.deps, job.job_id).status).toBe('in_progress')
+      expect(await storedFiles()).toEqual(filesBefore)
+    })
+  }
+})
+
+describe('upload-results: output ids are matched to input ids exactly', () => {
+  test('with every id hashing alike, only the exact input ids are found, each once', async () => {
+    const { batch } = await claimed(3)
+    const ids = await readInputIds(t.deps, batch, () => 7)
+    try {
+      expect(ids.answer('req-9')).toBe('unknown')
+      expect(ids.answer('req-2')).toBe('ok')
+      expect(ids.answer('req-2')).toBe('repeated')
+      expect(ids.answer('req-')).toBe('unknown')
+      expect(ids.unanswered()).toEqual(['req-1', 'req-3'])
+    } finally {
+      ids.close()
+    }
   })
 })
 
@@ -270,11 +384,11 @@ describe('POST /workers/upload-results', () => {
       request_counts: { total: 4, completed: 2, failed: 2 },
       usage: { prompt_tokens: 6, completion_tokens: 9, total_tokens: 15 },
     })
-    const out = readFileSync(filePath(t.config, res.body.output_file_id), 'utf8')
+    const out = (await readBlob(t.deps, res.body.output_file_id))!
       .trim()
       .split('\n')
       .map((l) => JSON.parse(l))
-    const err = readFileSync(filePath(t.config, res.body.error_file_id), 'utf8')
+    const err = (await readBlob(t.deps, res.body.error_file_id))!
       .trim()
       .split('\n')
       .map((l) => JSON.parse(l))
@@ -292,11 +406,11 @@ describe('POST /workers/upload-results', () => {
       request_counts_completed: 2,
       request_counts_failed: 2,
     })
-    const rows = fileRowsOf(batch.id).map((r) => [r.purpose, r.user_id, r.bytes])
+    const rows: unknown[][] = fileRowsOf(batch.id).map((r) => [r.purpose, r.user_id, r.bytes])
     expect(rows.sort()).toEqual(
       [
-        ['batch_error', f.user.id, readFileSync(filePath(t.config, res.body.error_file_id)).length],
-        ['batch_output', f.user.id, readFileSync(filePath(t.config, res.body.output_file_id)).length],
+        ['batch_error', f.user.id, await t.deps.blobs.size(res.body.error_file_id)],
+        ['batch_output', f.user.id, await t.deps.blobs.size(res.body.output_file_id)],
       ].sort(),
     )
     const a = t.deps.db.select().from(batchAssignments).where(eq(batchAssignments.batch_id, batch.id)).get()!
@@ -304,7 +418,7 @@ describe('POST /workers/upload-results', () => {
     expect((await heartbeat(t, f.key, wid)).body.assigned_job_ids).toEqual([])
 
     // A repeat upload is idempotent: the same 200, nothing new stored.
-    const filesBefore = storedFiles()
+    const filesBefore = await storedFiles()
     const repeat = await upload(
       t,
       f.key,
@@ -313,7 +427,7 @@ describe('POST /workers/upload-results', () => {
     )
     expect(repeat.status).toBe(200)
     expect(repeat.body).toEqual(res.body)
-    expect(storedFiles()).toEqual(filesBefore)
+    expect(await storedFiles()).toEqual(filesBefore)
   })
 
   test('fields after the file part are accepted (the file is spooled first)', async () => {
@@ -334,7 +448,7 @@ describe('POST /workers/upload-results', () => {
   test('count_mismatch and invalid_output are 400 and change nothing', async () => {
     const { f, wid, job } = await claimed(3)
     const before = batchRow(t.deps, job.job_id)
-    const filesBefore = storedFiles()
+    const filesBefore = await storedFiles()
     const fields = { job_id: job.job_id, worker_id: wid }
     const good = [okLine('req-1'), okLine('req-2'), okLine('req-3')].join('\n')
     const invalidUtf8 = new Uint8Array([...Buffer.from(`${okLine('req-1')}\n"`), 0xff, 0xfe, 0x22, 10])
@@ -355,7 +469,7 @@ describe('POST /workers/upload-results', () => {
     }
     expect(batchRow(t.deps, job.job_id)).toEqual(before)
     expect(fileRowsOf(job.job_id)).toEqual([])
-    expect(storedFiles()).toEqual(filesBefore)
+    expect(await storedFiles()).toEqual(filesBefore)
   })
 
   test('malformed requests: not multipart, no file, unknown field, missing ids → 400', async () => {
@@ -397,7 +511,7 @@ describe('POST /workers/upload-results', () => {
     try {
       const f = await makeFleet(small)
       const entry = await makeCatalogEntry(small.deps, { runtime_model_id: 'big-upload:1' })
-      const batch = makeValidatedBatch(small.deps, { userId: f.user.id, model: entry.id, requests: 40 })
+      const batch = await makeValidatedBatch(small.deps, { userId: f.user.id, model: entry.id, requests: 40 })
       const wid = await registerWorker(small, f.key, { models: ['big-upload:1'] })
       expect((await poll(small, f.key, wid))?.job_id).toBe(batch.id)
       const content = Array.from({ length: 40 }, (_, i) => okLine(`req-${i + 1}`)).join('\n')
@@ -405,9 +519,7 @@ describe('POST /workers/upload-results', () => {
       expect(res.status).toBe(413)
       expect(res.body.error.code).toBe('file_too_large')
       expect(batchRow(small.deps, batch.id).status).toBe('in_progress')
-      expect(readdirSync(join(small.config.DATA_DIR, 'files')).filter((n) => n.startsWith('.tmp'))).toEqual(
-        [],
-      )
+      expect(await strayBlobs(small.deps)).toEqual([])
     } finally {
       small.close()
     }

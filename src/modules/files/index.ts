@@ -49,8 +49,8 @@ export const fileRoutes = (deps: Deps) =>
     .get(
       '/:file_id/content',
       async ({ params, principal }) => {
-        const { path } = await files.openContent(deps, principal, params.file_id)
-        return new Response(Bun.file(path), { headers: { 'content-type': 'application/jsonl' } })
+        const { body } = await files.openContent(deps, principal, params.file_id)
+        return new Response(body, { headers: { 'content-type': 'application/jsonl' } })
       },
       {
         reader: true,

@@ -1,4 +1,3 @@
-import { rename, rm } from 'node:fs/promises'
 import { and, eq, inArray, isNull, type SQL } from 'drizzle-orm'
 import { batchAssignments, batches, type FileRow, files } from '../../db/schema'
 import { writeTx } from '../../db/tx'
@@ -9,7 +8,6 @@ import { log } from '../../lib/logger'
 import { type PageParams, pageRows, toPage } from '../../lib/pagination'
 import type { UserPrincipal, WorkerPrincipal } from '../auth/credentials'
 import { type FileObject, toFileObject } from './model'
-import { ensureFilesDir, filePath, partialPath } from './storage'
 import { receiveUpload, type UploadInput } from './upload'
 
 // Files (API.md §5): uploads of batch input, and the output and error files the workers
@@ -19,19 +17,20 @@ const NON_TERMINAL = ['validating', 'validated', 'in_progress'] as const
 
 const isSuperadmin = (p: UserPrincipal) => p.user.platform_role === 'superadmin'
 
-/** POST /v1/files: streams the upload to DATA_DIR/files/<id> (via a temporary name) and records it. */
+/**
+ * POST /v1/files: streams the upload into the blob store under the new file's id, publishes it
+ * once the form is complete and valid, and records it. Any failure leaves no blob behind.
+ */
 export async function uploadFile(
   deps: Deps,
   principal: UserPrincipal,
   input: UploadInput,
 ): Promise<FileObject> {
-  ensureFilesDir(deps.config)
   const id = newId('file-')
-  const tmp = partialPath(deps.config, id)
-  const upload = await receiveUpload(input, { maxBytes: deps.config.MAX_UPLOAD_BYTES, tmpPath: tmp })
-  const final = filePath(deps.config, id)
+  const writer = deps.blobs.create(id)
   try {
-    await rename(tmp, final)
+    const upload = await receiveUpload(input, { maxBytes: deps.config.MAX_UPLOAD_BYTES, writer })
+    await writer.publish()
     const row = writeTx(deps.db, (tx) =>
       tx
         .insert(files)
@@ -49,8 +48,7 @@ export async function uploadFile(
     log.info('file uploaded', { file_id: id, user_id: principal.user.id, bytes: upload.bytes })
     return toFileObject(row)
   } catch (e) {
-    await rm(tmp, { force: true })
-    await rm(final, { force: true })
+    await writer.abort()
     throw e
   }
 }
@@ -109,7 +107,7 @@ export async function deleteFile(deps: Deps, principal: UserPrincipal, fileId: s
     }
     tx.delete(files).where(eq(files.id, fileId)).run()
   })
-  await rm(filePath(deps.config, fileId), { force: true })
+  await deps.blobs.remove(fileId)
   log.info('file deleted', { file_id: fileId, user_id: principal.user.id })
   return { id: fileId, object: 'file' as const, deleted: true as const }
 }
@@ -123,14 +121,14 @@ export async function openContent(
   deps: Deps,
   principal: UserPrincipal | WorkerPrincipal,
   fileId: string,
-): Promise<{ file: FileRow; path: string }> {
+): Promise<{ file: FileRow; body: Blob | ReadableStream<Uint8Array> }> {
   const file =
     principal.kind === 'worker'
       ? findFile(deps, fileId, workerMayRead(deps, principal))
       : userFile(deps, principal, fileId)
-  const path = filePath(deps.config, file.id)
-  if (!(await Bun.file(path).exists())) throw notFound('file_not_found', 'No such file', 'file_id')
-  return { file, path }
+  const body = await deps.blobs.body(file.id)
+  if (!body) throw notFound('file_not_found', 'No such file', 'file_id')
+  return { file, body }
 }
 
 // The assignment is current while its batch is in progress and the run has not completed; a

@@ -1,27 +1,29 @@
-import { createReadStream, createWriteStream, mkdirSync, renameSync, rmSync } from 'node:fs'
-import { join } from 'node:path'
-import { Readable } from 'node:stream'
-import { pipeline } from 'node:stream/promises'
-import busboy from 'busboy'
 import { eq } from 'drizzle-orm'
 import { type BatchRow, batchAssignments, batches, files } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import type { Deps } from '../../deps'
-import { AppError, badRequest, forbidden, tooLarge } from '../../lib/errors'
+import { type BlobWriter, scratchKey } from '../../lib/blobs'
+import { StreamedReads } from '../../lib/blobs/random-reads'
+import { badRequest, forbidden, tooLarge } from '../../lib/errors'
+import { CompactIdSet, fnv1a32, type HashFn } from '../../lib/id-set'
 import { newId, randomBase62 } from '../../lib/ids'
+import { LineSplitter } from '../../lib/lines'
 import { log } from '../../lib/logger'
+import { receiveMultipart } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { transition } from '../batches/states'
-import { filePath } from '../files/storage'
 import { ownWorkerSqlite, requireHolder } from './service'
 
-// POST /workers/upload-results (SPEC §4, API.md §7). The multipart body is streamed with busboy:
-// the output is read once, line by line, and split into the output file (status_code < 400, no
-// error) and the error file (everything else, plus a `missing_result` line for every input
-// custom_id the worker did not return). The input's custom_ids are held as 64-bit hashes, not
-// strings, so memory stays small for large batches. Files are written before the transaction; the
-// transition, the file rows and the assignment's completion commit together, or the files go.
+// POST /workers/upload-results (SPEC §4, API.md §7). The multipart body is read by the one
+// receiver (src/lib/multipart.ts): the output is read once, line by line, and split into the
+// output file (status_code < 400, no error) and the error file (everything else, plus a
+// `missing_result` line for every input custom_id the worker did not return). The input's
+// custom_ids are held in the compact id set (src/lib/id-set.ts): a hash match is confirmed by
+// re-reading the input line, so a worker-supplied id is never taken for a different input id.
+// Both files stream into the blob store and are published just before the transaction that
+// records them (the transition, the file rows and the assignment's completion); if it fails,
+// they are removed.
 
 export interface UploadResponse {
   batch_id: string
@@ -32,7 +34,9 @@ export interface UploadResponse {
   usage: Record<string, number>
 }
 
-const FIELDS = new Set(['job_id', 'worker_id', 'assignment_id', 'completed', 'failed'])
+const FIELDS = ['job_id', 'worker_id', 'assignment_id', 'completed', 'failed'] as const
+// Result files are written in pieces of about this size (one blob write per piece, not per line).
+const WRITE_PIECE_BYTES = 64 * 1024
 // Output lines carry whole responses (embeddings are large): a generous per-line memory bound.
 const MAX_OUTPUT_LINE_BYTES = 64 * 1024 * 1024
 
@@ -84,62 +88,115 @@ function authorize(deps: Deps, principal: WorkerPrincipal, fields: Record<string
 }
 
 // ---------------------------------------------------------------------------------------------
-// The input's custom_ids, as 64-bit hashes (exact strings only if two ids ever collide).
+// The input's custom_ids.
 
-class InputIds {
-  private index = new Map<bigint | string, number>()
-  seen: Uint8Array = new Uint8Array(0)
-  constructor(readonly exact: boolean) {}
-  key = (id: string) => (this.exact ? id : Bun.hash.wyhash(id))
-  /** false on a hash collision. */
-  add(id: string): boolean {
-    const k = this.key(id)
-    if (this.index.has(k)) return false
-    this.index.set(k, this.index.size)
-    return true
+/** The input's custom_ids, and which of them the output has answered. */
+export class InputIds {
+  readonly answered: Uint8Array
+  constructor(
+    private readonly ids: CompactIdSet,
+    private readonly reads: StreamedReads,
+    private readonly idAt: (offset: number, length: number) => string | null,
+  ) {
+    this.answered = new Uint8Array(ids.slots)
   }
-  indexOf = (id: string) => this.index.get(this.key(id))
-  get size() {
-    return this.index.size
+
+  /** Marks `id` answered: 'unknown' if it is not an input id, 'repeated' if answered before. */
+  answer(id: string): 'ok' | 'unknown' | 'repeated' {
+    const slot = this.ids.find(id)
+    if (slot < 0) return 'unknown'
+    if (this.answered[slot]) return 'repeated'
+    this.answered[slot] = 1
+    return 'ok'
+  }
+
+  /** The ids never answered, in input order. */
+  unanswered(): string[] {
+    const at: { offset: number; length: number }[] = []
+    for (let slot = 0; slot < this.answered.length; slot++) {
+      const where = this.answered[slot] ? null : this.ids.locate(slot)
+      if (where) at.push(where)
+    }
+    at.sort((x, y) => x.offset - y.offset)
+    return at.map((w) => this.idAt(w.offset, w.length)!)
+  }
+
+  close() {
+    this.reads.close()
   }
 }
 
-async function* inputCustomIds(deps: Deps, batch: BatchRow): AsyncGenerator<string> {
-  const source = Bun.file(filePath(deps.config, batch.input_file_id)).stream()
-  for await (const [, line] of readLines(source, Math.max(deps.config.MAX_LINE_BYTES, 1024) * 2)) {
-    if (line.trim() === '') continue
-    const id = (JSON.parse(line) as { custom_id?: unknown }).custom_id
-    if (typeof id === 'string') yield id
-  }
-}
-
-async function readInputIds(deps: Deps, batch: BatchRow): Promise<InputIds> {
-  for (const exact of [false, true]) {
-    const ids = new InputIds(exact)
-    let collided = false
-    for await (const id of inputCustomIds(deps, batch)) {
-      if (!ids.add(id)) {
-        collided = true
-        break
-      }
-    }
-    if (!collided || exact) {
-      ids.seen = new Uint8Array(ids.size)
-      return ids
+/**
+ * Reads the batch input once into the id set. `hash` is the set's hash function (tests force
+ * collisions with it); the input was validated, so every id is unique.
+ */
+export async function readInputIds(deps: Deps, batch: BatchRow, hash: HashFn = fnv1a32): Promise<InputIds> {
+  const source = await deps.blobs.read(batch.input_file_id)
+  if (!source) throw new Error(`the input file of batch ${batch.id} is missing`)
+  const reads = new StreamedReads(deps.blobs.localPath(batch.input_file_id))
+  const decoder = new TextDecoder()
+  const idOf = (bytes: Uint8Array | null): string | null => {
+    if (!bytes) return null
+    try {
+      const id = (JSON.parse(decoder.decode(bytes)) as { custom_id?: unknown }).custom_id
+      return typeof id === 'string' ? id : null
+    } catch {
+      return null
     }
   }
-  throw new Error('unreachable')
+  const idAt = (offset: number, length: number) => idOf(reads.read(offset, length))
+  const ids = new CompactIdSet(idAt, hash)
+  const splitter = new LineSplitter(deps.config.MAX_LINE_BYTES, (line, _n, offset, length) => {
+    const id = idOf(line)
+    if (id !== null) ids.addIfAbsent(id, offset, length)
+  })
+  try {
+    for await (const chunk of source) {
+      reads.append(chunk)
+      splitter.push(chunk)
+    }
+    splitter.end()
+  } catch (e) {
+    reads.close()
+    throw e
+  }
+  return new InputIds(ids, reads, idAt)
 }
 
 // ---------------------------------------------------------------------------------------------
 // Splitting the worker's output.
 
+/** One result file being written: whole lines, in pieces, into a blob not yet published. */
+class ResultFile {
+  readonly id = newId('file-')
+  readonly writer: BlobWriter
+  lines = 0
+  private pending: string[] = []
+  private pendingChars = 0
+  constructor(deps: Deps) {
+    this.writer = deps.blobs.create(this.id)
+  }
+  async add(line: string) {
+    this.lines++
+    this.pending.push(line, '\n')
+    this.pendingChars += line.length + 1
+    if (this.pendingChars >= WRITE_PIECE_BYTES) await this.flush()
+  }
+  async flush() {
+    if (this.pending.length === 0) return
+    const piece = Buffer.from(this.pending.join(''))
+    this.pending = []
+    this.pendingChars = 0
+    await this.writer.write(piece)
+  }
+}
+
 interface Split {
   completed: number
   failed: number
   usage: Record<string, number>
-  outputTmp: string
-  errorTmp: string
+  output: ResultFile
+  errors: ResultFile
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> =>
@@ -160,39 +217,17 @@ function addUsage(total: Record<string, number>, line: Record<string, unknown>) 
   }
 }
 
-class Sink {
-  private stream
-  private bytes = 0
-  constructor(readonly path: string) {
-    this.stream = createWriteStream(path, { mode: 0o600 })
-  }
-  async write(text: string) {
-    this.bytes += Buffer.byteLength(text)
-    if (!this.stream.write(text)) await new Promise((r) => this.stream.once('drain', r))
-  }
-  end(): Promise<number> {
-    return new Promise((resolve, reject) => {
-      this.stream.once('error', reject)
-      this.stream.end(() => resolve(this.bytes))
-    })
-  }
-}
+/** Gives up both result files (nothing of them remains). */
+const discard = (split: Split) => Promise.all([split.output.writer.abort(), split.errors.writer.abort()])
 
-async function splitOutput(
-  deps: Deps,
-  held: Held,
-  source: AsyncIterable<Uint8Array>,
-  dir: string,
-): Promise<Split> {
+async function splitOutput(deps: Deps, held: Held, source: AsyncIterable<Uint8Array>): Promise<Split> {
   const ids = await readInputIds(deps, held.batch)
-  const out = new Sink(join(dir, `.tmp-${randomBase62(16)}`))
-  const err = new Sink(join(dir, `.tmp-${randomBase62(16)}`))
-  const split = {
+  const split: Split = {
     completed: 0,
     failed: 0,
-    usage: {} as Record<string, number>,
-    outputTmp: out.path,
-    errorTmp: err.path,
+    usage: {},
+    output: new ResultFile(deps),
+    errors: new ResultFile(deps),
   }
   try {
     for await (const [n, text] of readLines(source, MAX_OUTPUT_LINE_BYTES, { fatal: true })) {
@@ -205,43 +240,40 @@ async function splitOutput(
       }
       if (!isObject(line) || typeof line.custom_id !== 'string')
         throw invalidOutput(`Output line ${n} has no custom_id`)
-      const i = ids.indexOf(line.custom_id)
-      if (i === undefined) throw invalidOutput(`Output line ${n}: custom_id is not in the batch input`)
-      if (ids.seen[i]) throw invalidOutput(`Output line ${n}: custom_id appears more than once`)
-      ids.seen[i] = 1
+      const answer = ids.answer(line.custom_id)
+      if (answer === 'unknown') throw invalidOutput(`Output line ${n}: custom_id is not in the batch input`)
+      if (answer === 'repeated') throw invalidOutput(`Output line ${n}: custom_id appears more than once`)
       if (succeeded(line)) {
         split.completed++
         addUsage(split.usage, line)
-        await out.write(text + '\n')
+        await split.output.add(text)
       } else {
         split.failed++
-        await err.write(text + '\n')
+        await split.errors.add(text)
       }
     }
     // API.md §7: every input custom_id without a result gets a `missing_result` error line.
-    for await (const id of inputCustomIds(deps, held.batch)) {
-      const i = ids.indexOf(id)
-      if (i === undefined || ids.seen[i]) continue
-      ids.seen[i] = 1
+    for (const id of ids.unanswered()) {
       split.failed++
-      await err.write(
+      await split.errors.add(
         JSON.stringify({
           id: `batch_req_${randomBase62(24)}`,
           custom_id: id,
           response: null,
           error: { code: 'missing_result', message: 'The worker returned no result for this request' },
-        }) + '\n',
+        }),
       )
     }
+    await split.output.flush()
+    await split.errors.flush()
   } catch (e) {
-    await Promise.allSettled([out.end(), err.end()])
-    rmSync(out.path, { force: true })
-    rmSync(err.path, { force: true })
+    await discard(split)
     if (e instanceof LineTooLongError) throw invalidOutput(`Output line ${e.line} is too long`)
     if (e instanceof InvalidUtf8Error) throw invalidOutput(`Output line ${e.line} is not valid UTF-8`)
     throw e
+  } finally {
+    ids.close()
   }
-  await Promise.all([out.end(), err.end()])
   return split
 }
 
@@ -261,116 +293,71 @@ export async function uploadResults(
   principal: WorkerPrincipal,
   request: Request,
 ): Promise<UploadResponse> {
-  const contentType = request.headers.get('content-type') ?? ''
-  if (!contentType.toLowerCase().startsWith('multipart/form-data') || !request.body) {
-    throw badRequest('invalid_content_type', 'upload-results takes multipart/form-data')
-  }
-  const dir = join(deps.config.DATA_DIR, 'files')
-  mkdirSync(dir, { recursive: true })
-  const fields: Record<string, string> = {}
-  let failure: unknown = null
-  const fail = (e: unknown) => {
-    failure ??= e
-  }
-  let authorized: Authorized | null = null
-  let work: Promise<Split | null> | null = null
-  let spool: string | null = null
-
-  let bb: busboy.Busboy
+  // Fields sent before the file (what the reference daemon does) let the output stream straight
+  // through; otherwise the file is kept as a scratch blob and split once the fields have arrived.
+  let early: Authorized | null = null
+  let split: Split | null = null
+  let spool: { key: string; writer: BlobWriter } | null = null
   try {
-    bb = busboy({
-      headers: { 'content-type': contentType },
-      limits: { files: 1, fields: 16, parts: 17, fieldSize: 1024, fileSize: deps.config.MAX_UPLOAD_BYTES },
-    })
-  } catch {
-    throw badRequest('invalid_multipart', 'The multipart body could not be parsed')
-  }
-  bb.on('field', (name, value) => {
-    if (!FIELDS.has(name)) fail(badRequest('unknown_field', `Unknown field '${name}'`, name))
-    else fields[name] = value
-  })
-  bb.on('file', (name, stream) => {
-    stream.on('limit', () =>
-      fail(tooLarge('file_too_large', `Uploads are limited to ${deps.config.MAX_UPLOAD_BYTES} bytes`)),
-    )
-    if (name !== 'file' || work || failure) {
-      if (name !== 'file') fail(badRequest('unknown_field', `Unknown field '${name}'`, name))
-      else if (work) fail(badRequest('invalid_multipart', 'Only one file may be uploaded'))
-      stream.resume()
-      return
-    }
-    // Fields sent before the file (what the reference daemon does) let the output stream straight
-    // through; otherwise the file is spooled to disk and split once the fields have arrived.
-    if (fields.worker_id && fields.job_id) {
-      try {
-        authorized = authorize(deps, principal, fields)
-      } catch (e) {
-        fail(e)
-        stream.resume()
-        return
-      }
-      if (authorized.kind === 'repeat') {
-        stream.resume()
-        work = Promise.resolve(null)
-        return
-      }
-      // On an early exit (invalid output) the rest of the part is drained, not destroyed, so
-      // busboy still reaches the end of the body and the client gets its 400.
-      const lines = stream.iterator({ destroyOnReturn: false })
-      work = splitOutput(deps, authorized.held, lines, dir).catch((e) => {
-        stream.resume()
-        fail(e)
-        return null
-      })
-    } else {
-      spool = join(dir, `.tmp-${randomBase62(16)}`)
-      work = pipeline(stream, createWriteStream(spool, { mode: 0o600 })).then(
-        () => null,
-        (e) => {
-          fail(e)
-          return null
+    const fields = await receiveMultipart(
+      {
+        contentType: request.headers.get('content-type'),
+        contentLength: request.headers.get('content-length'),
+        body: request.body,
+      },
+      {
+        fields: FIELDS,
+        maxFieldBytes: 1024,
+        file: { name: 'file', maxBytes: deps.config.MAX_UPLOAD_BYTES },
+        tooLarge: tooLarge('file_too_large', `Uploads are limited to ${deps.config.MAX_UPLOAD_BYTES} bytes`),
+        contentTypeHint: 'upload-results takes multipart/form-data',
+        async onFile(stream, _info, before) {
+          if (before.worker_id && before.job_id) {
+            early = authorize(deps, principal, before)
+            if (early.kind === 'held') split = await splitOutput(deps, early.held, stream)
+            else for await (const _ of stream);
+            return
+          }
+          const key = scratchKey()
+          spool = { key, writer: deps.blobs.create(key) }
+          for await (const chunk of stream) await spool.writer.write(chunk)
         },
-      )
-    }
-  })
-  const finished = new Promise<void>((resolve) => {
-    bb.once('close', resolve)
-    bb.once('error', (e) => {
-      fail(badRequest('invalid_multipart', `The multipart body could not be parsed: ${(e as Error).message}`))
-      resolve()
-    })
-  })
-  try {
-    await pipeline(Readable.fromWeb(request.body as never), bb).catch((e) =>
-      fail(
-        e instanceof AppError ? e : badRequest('invalid_multipart', 'The multipart body could not be parsed'),
-      ),
+      },
     )
-    await finished
-    const pending = work as Promise<Split | null> | null
-    let split: Split | null = pending ? await pending : null
-    if (!failure && !pending) fail(badRequest('missing_field', "Missing required field 'file'", 'file'))
-    if (!failure && spool) {
-      authorized = authorize(deps, principal, fields)
-      if (authorized.kind === 'held')
-        split = await splitOutput(deps, authorized.held, createReadStream(spool), dir)
+    // SPEC §4 fencing, whatever the field order: the fields as finally received decide, and a
+    // run authorized on the fields before the file must still be the same run.
+    const final = authorize(deps, principal, fields)
+    const first = early as Authorized | null
+    if (final.kind === 'repeat') return final.response
+    if (first && (first.kind !== 'held' || first.held.assignmentId !== final.held.assignmentId)) {
+      throw forbidden('stale_assignment', 'This assignment is no longer current; stop the job')
     }
-    if (failure) {
-      if (split) for (const p of [split.outputTmp, split.errorTmp]) rmSync(p, { force: true })
-      throw failure
+    const pending = spool as { key: string; writer: BlobWriter } | null
+    if (pending) {
+      await pending.writer.publish()
+      const source = await deps.blobs.read(pending.key)
+      if (!source) throw new Error('the spooled upload disappeared')
+      split = await splitOutput(deps, final.held, source)
     }
-    const auth = authorized as Authorized | null
-    if (!auth) throw badRequest('missing_field', "Missing required field 'job_id'", 'job_id')
-    if (auth.kind === 'repeat') return auth.response
-    return commit(deps, auth.held, split!, fields)
+    const done = split as Split | null
+    if (!done) throw badRequest('missing_field', "Missing required field 'file'", 'file')
+    split = null
+    return await commit(deps, final.held, done, fields)
   } finally {
-    if (spool) rmSync(spool, { force: true })
+    const left = split as Split | null
+    if (left) await discard(left)
+    const pending = spool as { key: string; writer: BlobWriter } | null
+    if (pending) await pending.writer.abort()
   }
 }
 
-function commit(deps: Deps, held: Held, split: Split, fields: Record<string, string>): UploadResponse {
+async function commit(
+  deps: Deps,
+  held: Held,
+  split: Split,
+  fields: Record<string, string>,
+): Promise<UploadResponse> {
   const { batch } = held
-  const cleanup: string[] = [split.outputTmp, split.errorTmp]
   try {
     const completed = parseCount(fields, 'completed')
     const failed = parseCount(fields, 'failed')
@@ -385,29 +372,19 @@ function commit(deps: Deps, held: Held, split: Split, fields: Record<string, str
         completed !== split.completed ? 'completed' : 'failed',
       )
     }
-    const now = deps.clock.now()
-    const outputId = split.completed > 0 ? newId('file-') : null
-    const errorId = split.failed > 0 ? newId('file-') : null
-    const placed: { id: string; path: string; purpose: 'batch_output' | 'batch_error'; tmp: string }[] = []
-    if (outputId)
-      placed.push({
-        id: outputId,
-        path: filePath(deps.config, outputId),
-        purpose: 'batch_output',
-        tmp: split.outputTmp,
-      })
-    if (errorId)
-      placed.push({
-        id: errorId,
-        path: filePath(deps.config, errorId),
-        purpose: 'batch_error',
-        tmp: split.errorTmp,
-      })
-    for (const p of placed) {
-      renameSync(p.tmp, p.path)
-      cleanup.push(p.path)
+    const placed: { file: ResultFile; purpose: 'batch_output' | 'batch_error'; bytes: number }[] = []
+    for (const [file, purpose] of [
+      [split.output, 'batch_output'],
+      [split.errors, 'batch_error'],
+    ] as const) {
+      if (file.lines === 0) {
+        await file.writer.abort()
+        continue
+      }
+      const bytes = await file.writer.publish()
+      placed.push({ file, purpose, bytes })
     }
-    const sizes = new Map(placed.map((p) => [p.id, Bun.file(p.path).size]))
+    const now = deps.clock.now()
     const row = writeTx(deps.db, (tx) => {
       // Re-checked inside the transaction: a requeue or re-claim while the upload streamed wins.
       requireHolder(deps, held.workerId, batch.id, held.assignmentId)
@@ -417,8 +394,8 @@ function commit(deps: Deps, held: Held, split: Split, fields: Record<string, str
         'results_delivered',
         now,
         {
-          output_file_id: outputId,
-          error_file_id: errorId,
+          output_file_id: split.output.lines > 0 ? split.output.id : null,
+          error_file_id: split.errors.lines > 0 ? split.errors.id : null,
           request_counts_completed: split.completed,
           request_counts_failed: split.failed,
           usage: split.usage,
@@ -434,11 +411,11 @@ function commit(deps: Deps, held: Held, split: Split, fields: Record<string, str
       for (const p of placed) {
         tx.insert(files)
           .values({
-            id: p.id,
+            id: p.file.id,
             user_id: batch.user_id,
             filename: `${batch.id}_${p.purpose === 'batch_output' ? 'output' : 'error'}.jsonl`,
             purpose: p.purpose,
-            bytes: sizes.get(p.id)!,
+            bytes: p.bytes,
             batch_id: batch.id,
             created_at: now,
           })
@@ -446,7 +423,6 @@ function commit(deps: Deps, held: Held, split: Split, fields: Record<string, str
       }
       return row
     })
-    for (const p of [split.outputTmp, split.errorTmp]) rmSync(p, { force: true })
     log.info('batch results stored', {
       batch_id: batch.id,
       worker_id: held.workerId,
@@ -455,7 +431,8 @@ function commit(deps: Deps, held: Held, split: Split, fields: Record<string, str
     })
     return responseOf(row)
   } catch (e) {
-    for (const p of cleanup) rmSync(p, { force: true })
+    // Published or not, both files go (BlobWriter.abort).
+    await discard(split)
     throw e
   }
 }

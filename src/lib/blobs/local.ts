@@ -1,0 +1,126 @@
+import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs'
+import { readdir, rename, rm, stat } from 'node:fs/promises'
+import { dirname, join } from 'node:path'
+import { type BlobStore, type BlobWriter, checkKey, SCRATCH_PREFIX } from './store'
+
+// The default engine: DATA_DIR/files/<key>, as before the seam. A blob is written to
+// `<key>.part` and renamed into place on publish, so a reader never sees a partial file.
+
+const PART = '.part'
+
+export class LocalBlobStore implements BlobStore {
+  readonly engine = 'local' as const
+  constructor(readonly root: string) {}
+
+  private pathOf(key: string) {
+    return join(this.root, checkKey(key))
+  }
+
+  localPath(key: string) {
+    return this.pathOf(key)
+  }
+
+  create(key: string): BlobWriter {
+    const path = this.pathOf(key)
+    const part = path + PART
+    mkdirSync(dirname(path), { recursive: true })
+    const out: WriteStream = createWriteStream(part, { flags: 'wx', mode: 0o600 })
+    let failure: Error | null = null
+    out.on('error', (e) => {
+      failure ??= e
+    })
+    let published = false
+    return {
+      async write(chunk) {
+        if (failure) throw failure
+        if (!out.write(chunk)) {
+          await new Promise<void>((resolve, reject) => {
+            const done = () => {
+              out.off('drain', done)
+              out.off('error', fail)
+              resolve()
+            }
+            const fail = (e: Error) => {
+              out.off('drain', done)
+              reject(e)
+            }
+            out.once('drain', done)
+            out.once('error', fail)
+          })
+        }
+      },
+      async publish() {
+        await new Promise<void>((resolve, reject) => {
+          if (failure) return reject(failure)
+          out.once('error', reject)
+          out.end(resolve)
+        })
+        await rename(part, path)
+        published = true
+        return out.bytesWritten
+      },
+      async abort() {
+        // The file is opened asynchronously: wait until the stream is closed, so the `.part`
+        // cannot be created after it is removed.
+        await new Promise<void>((resolve) => {
+          if (out.closed) return resolve()
+          out.once('close', () => resolve())
+          out.destroy()
+        })
+        await rm(part, { force: true })
+        if (published) await rm(path, { force: true })
+      },
+    }
+  }
+
+  async read(key: string) {
+    const file = Bun.file(this.pathOf(key))
+    return (await file.exists()) ? file.stream() : null
+  }
+
+  async body(key: string) {
+    const file = Bun.file(this.pathOf(key))
+    return (await file.exists()) ? file : null
+  }
+
+  async size(key: string) {
+    try {
+      return (await stat(this.pathOf(key))).size
+    } catch {
+      return null
+    }
+  }
+
+  async remove(key: string) {
+    await rm(this.pathOf(key), { force: true })
+  }
+
+  async *list(prefix: string) {
+    const dir = prefix.startsWith(SCRATCH_PREFIX) ? SCRATCH_PREFIX : ''
+    let names: string[]
+    try {
+      names = await readdir(join(this.root, dir))
+    } catch {
+      return
+    }
+    for (const name of names) {
+      const key = dir + name
+      if (key.startsWith(prefix) && !name.endsWith(PART) && name !== 'tmp') yield key
+    }
+  }
+
+  async prepare() {
+    mkdirSync(join(this.root, SCRATCH_PREFIX), { recursive: true })
+    // SPEC (issue 12 gap 7): `.part` files and scratch files left by a crash mid-upload.
+    let removed = 0
+    for (const dir of ['', SCRATCH_PREFIX]) {
+      for (const name of await readdir(join(this.root, dir))) {
+        if (name.endsWith(PART) || dir === SCRATCH_PREFIX) {
+          await rm(join(this.root, dir, name), { force: true })
+          removed++
+        }
+      }
+    }
+    return removed
+  }
+}

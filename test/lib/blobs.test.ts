@@ -1,0 +1,200 @@
+import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { type BlobStore, BlobStoreUnavailableError, createBlobStore, scratchKey } from '../../src/lib/blobs'
+import { LocalBlobStore } from '../../src/lib/blobs/local'
+import { StreamedReads } from '../../src/lib/blobs/random-reads'
+import { parseStorageUrl } from '../../src/lib/blobs/s3'
+import { newId } from '../../src/lib/ids'
+import { testConfig } from '../helpers/app'
+import { type S3Server, startS3Server } from '../helpers/s3'
+
+// One suite, both engines (API.md §12): what gridkeep does with file bytes behaves the same on
+// local disk and on S3 (s3rver on loopback).
+
+let s3: S3Server
+const dirs: string[] = []
+beforeAll(async () => {
+  s3 = await startS3Server()
+})
+afterAll(async () => {
+  await s3.close()
+  for (const d of dirs) rmSync(d, { recursive: true, force: true })
+})
+
+const engines: [string, () => BlobStore][] = [
+  [
+    'local',
+    () => {
+      const dir = mkdtempSync(join(tmpdir(), 'gridkeep-blobs-'))
+      dirs.push(dir)
+      return new LocalBlobStore(dir)
+    },
+  ],
+  ['s3', () => createBlobStore(testConfig(s3.env()))],
+]
+
+const text = async (s: ReadableStream<Uint8Array> | null) => (s ? await new Response(s).text() : null)
+const keys = async (store: BlobStore, prefix = '') => (await Array.fromAsync(store.list(prefix))).sort()
+const MiB = 1024 * 1024
+
+describe.each(engines)('blob store: %s', (_engine, make) => {
+  test('a blob is readable only once published, with its size', async () => {
+    const store = make()
+    await store.prepare()
+    const key = newId('file-')
+    const w = store.create(key)
+    await w.write(new TextEncoder().encode('{"a":1}\n'))
+    await w.write(new TextEncoder().encode('{"b":2}\n'))
+    expect(await store.size(key)).toBeNull()
+    expect(await store.read(key)).toBeNull()
+    expect(await keys(store)).toEqual([])
+    expect(await w.publish()).toBe(16)
+    expect(await store.size(key)).toBe(16)
+    expect(await text(await store.read(key))).toBe('{"a":1}\n{"b":2}\n')
+    expect(await new Response(await store.body(key)).text()).toBe('{"a":1}\n{"b":2}\n')
+    expect(await keys(store)).toEqual([key])
+  })
+
+  test('a blob larger than one multipart part round-trips byte for byte', async () => {
+    const store = make()
+    const key = newId('file-')
+    const w = store.create(key)
+    const chunk = new Uint8Array(MiB)
+    for (let i = 0; i < 20; i++) await w.write(chunk.fill(i))
+    expect(await w.publish()).toBe(20 * MiB)
+    const got = new Uint8Array(await new Response(await store.read(key)).arrayBuffer())
+    expect(got.length).toBe(20 * MiB)
+    for (let i = 0; i < 20; i++) expect(got[i * MiB + 12345]).toBe(i)
+  })
+
+  test('an aborted blob leaves nothing, large or small, before or after publishing', async () => {
+    const store = make()
+    const big = store.create(newId('file-'))
+    for (let i = 0; i < 12; i++) await big.write(new Uint8Array(MiB))
+    await big.abort()
+    const small = store.create(newId('file-'))
+    await small.write(new Uint8Array(10))
+    await small.abort()
+    const key = newId('file-')
+    const done = store.create(key)
+    await done.write(new Uint8Array(10))
+    await done.publish()
+    expect(await keys(store)).toEqual([key])
+    await done.abort()
+    expect(await keys(store)).toEqual([])
+    expect(await store.size(key)).toBeNull()
+  })
+
+  test('remove deletes a blob; removing a missing one is no error', async () => {
+    const store = make()
+    const key = newId('file-')
+    const w = store.create(key)
+    await w.write(new Uint8Array(3))
+    await w.publish()
+    await store.remove(key)
+    await store.remove(key)
+    expect(await store.size(key)).toBeNull()
+  })
+
+  test('keys that are not file ids or scratch names never reach a path or an object name', () => {
+    const store = make()
+    for (const bad of ['../etc/passwd', 'file-a/../../x', '', 'tmp/../x', '/abs', 'a b'])
+      expect(() => store.create(bad)).toThrow('not a blob key')
+  })
+
+  test('listing a prefix past 1,000 blobs returns each exactly once; prepare() removes every scratch blob', async () => {
+    const store = make()
+    await store.prepare()
+    const scratch = Array.from({ length: 1_100 }, () => scratchKey())
+    for (let i = 0; i < scratch.length; i += 50) {
+      await Promise.all(
+        scratch.slice(i, i + 50).map(async (k) => {
+          const w = store.create(k)
+          await w.write(new Uint8Array([i % 256]))
+          await w.publish()
+        }),
+      )
+    }
+    const kept = newId('file-')
+    const w = store.create(kept)
+    await w.write(new Uint8Array(1))
+    await w.publish()
+    const listed = await keys(store, 'tmp/')
+    expect(listed.length).toBe(1_100)
+    expect(listed).toEqual([...scratch].sort())
+    expect(await store.prepare()).toBe(1_100)
+    expect(await keys(store, 'tmp/')).toEqual([])
+    expect(await keys(store)).toEqual([kept])
+  }, 120_000)
+})
+
+describe('local engine', () => {
+  test('prepare() removes .part files a crash left mid-upload, and nothing else', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gridkeep-blobs-'))
+    dirs.push(dir)
+    const store = new LocalBlobStore(dir)
+    const kept = newId('file-')
+    writeFileSync(join(dir, kept), 'x')
+    writeFileSync(join(dir, `${newId('file-')}.part`), 'half')
+    expect(await store.prepare()).toBe(1)
+    expect(readdirSync(dir).sort()).toEqual([kept, 'tmp'])
+  })
+})
+
+describe('S3 engine settings', () => {
+  test('STORAGE_URL parses to a bucket and a key prefix', () => {
+    expect(parseStorageUrl('s3://bucket')).toEqual({ bucket: 'bucket', prefix: '' })
+    expect(parseStorageUrl('s3://my.bucket/a/b/')).toEqual({ bucket: 'my.bucket', prefix: 'a/b/' })
+    for (const bad of ['s3://', 'http://bucket', 's3://B', 's3://bucket/../x', 's3://a:b@bucket'])
+      expect(parseStorageUrl(bad)).toBeNull()
+  })
+
+  test('an unreachable endpoint stops prepare() with one line naming STORAGE_URL, never the secret', async () => {
+    const secret = 'very-secret-key-value-123'
+    const store = createBlobStore(
+      testConfig({ ...s3.env(), S3_ENDPOINT: 'http://127.0.0.1:9', S3_SECRET_ACCESS_KEY: secret }),
+    )
+    const error = await store.prepare().catch((e) => e)
+    expect(error).toBeInstanceOf(BlobStoreUnavailableError)
+    expect(error.message).toStartWith('STORAGE_URL: ')
+    expect(error.message).not.toContain('\n')
+    expect(error.message).not.toContain(secret)
+  })
+
+  test('wrong credentials stop prepare() the same way', async () => {
+    const store = createBlobStore(testConfig({ ...s3.env(), S3_ACCESS_KEY_ID: 'NOT-AN-ACCOUNT' }))
+    const error = await store.prepare().catch((e) => e)
+    expect(error).toBeInstanceOf(BlobStoreUnavailableError)
+    expect(error.message).toStartWith('STORAGE_URL: ')
+    expect(error.message).not.toContain('S3RVER')
+  })
+})
+
+describe('random reads of a streamed blob', () => {
+  test('a remote blob is re-read from the copy of what was streamed so far, across chunks', () => {
+    const reads = new StreamedReads(null)
+    try {
+      reads.append(Buffer.from('{"custom_id":"a"}\n{"cust'))
+      reads.append(Buffer.from('om_id":"b"}\n'))
+      expect(Buffer.from(reads.read(18, 17)!).toString()).toBe('{"custom_id":"b"}')
+      expect(Buffer.from(reads.read(0, 17)!).toString()).toBe('{"custom_id":"a"}')
+      expect(reads.read(30, 17)).toBeNull()
+    } finally {
+      reads.close()
+    }
+  })
+
+  test('a local blob is read in place', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gridkeep-blobs-'))
+    dirs.push(dir)
+    writeFileSync(join(dir, 'in'), 'abcdef')
+    const reads = new StreamedReads(join(dir, 'in'))
+    try {
+      expect(Buffer.from(reads.read(2, 3)!).toString()).toBe('cde')
+    } finally {
+      reads.close()
+    }
+  })
+})
