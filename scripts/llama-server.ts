@@ -117,7 +117,7 @@ function run(cmd: string[], cwd?: string): { ok: boolean; output: string } {
 }
 
 /** The engine, fetched and unpacked into `dir` unless a previous run already did. */
-export function fetchEngine(dir = cacheDir()): FetchResult {
+export function fetchEngine(dir = cacheDir(), etcApt = '/etc/apt'): FetchResult {
   const engine = engineAt(join(dir, 'root'))
   if (complete(engine)) return { ok: true, engine }
   if (process.arch !== 'x64' || process.platform !== 'linux')
@@ -127,7 +127,7 @@ export function fetchEngine(dir = cacheDir()): FetchResult {
     }
   for (const tool of ['apt-get', 'dpkg-deb'])
     if (!Bun.which(tool)) return { ok: false, reason: `${tool} is not installed` }
-  const mirror = debianMirror()
+  const mirror = debianMirror(etcApt)
   if (!mirror) return { ok: false, reason: 'no Debian mirror found in /etc/apt/sources.list(.d)' }
 
   mkdirSync(dir, { recursive: true })
@@ -417,6 +417,12 @@ export interface StartOptions {
   /** Context per slot; the total context is slots × this. */
   contextPerSlot?: number
   threads?: number
+  /**
+   * HTTP worker threads. llama-server's default (a few) makes a connection beyond them wait for an
+   * idle keep-alive connection to time out (seconds): a client with more requests in flight than
+   * that stalls. The default here covers the daemon's and the benchmark's concurrency.
+   */
+  httpThreads?: number
   /** Name served in /v1/models (--alias); default the model file's path. */
   alias?: string
   /** Write the server's output to this file instead of keeping it (a server that outlives us). */
@@ -456,6 +462,8 @@ export async function startLlamaServer(o: StartOptions): Promise<LlamaServer> {
       String(ctx),
       '--threads',
       String(o.threads ?? 1),
+      '--threads-http',
+      String(o.httpThreads ?? 64),
       '--no-webui',
       ...(o.alias ? ['--alias', o.alias] : []),
     ],

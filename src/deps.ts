@@ -10,6 +10,7 @@ import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { RateLimiter } from './lib/rate-limit'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
+import { PollWaiters } from './modules/workers/poll-wait'
 
 /**
  * Everything a service needs, passed explicitly (STYLE example 2): services take `deps` and a
@@ -27,6 +28,8 @@ export interface Deps {
   metrics: Metrics
   /** Validator → batch event streams, and the "batch created" signal that wakes the validator. */
   batchEvents: BatchEventBus
+  /** Polls held by `wait_seconds`, woken when a batch becomes validated (API.md §7). */
+  pollWaiters: PollWaiters
   /** Aborted when the server begins to shut down: open streams end and loops stop. */
   shutdown: AbortController
   /** Unix seconds when this process started (sweeper startup grace). */
@@ -62,6 +65,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     limiter: new RateLimiter(clock),
     metrics: createMetrics(),
     batchEvents: new BatchEventBus(),
+    pollWaiters: new PollWaiters(),
     shutdown: new AbortController(),
     startedAt: clock.now(),
   }

@@ -96,6 +96,7 @@ export class Agent {
   private heartbeatRunning: Promise<void> | null = null
   private heartbeatAgain = false
   private graceMs: number
+  private pollWait: number
 
   constructor(
     readonly opts: DaemonOptions,
@@ -108,6 +109,7 @@ export class Agent {
     this.backoff = deps.backoff ?? { baseMs: 1000, maxMs: MAX_POLL_BACKOFF_MS }
     this.requestBackoff = deps.requestBackoff ?? { baseMs: 500, maxMs: 20_000 }
     this.graceMs = opts.shutdown_grace * 1000
+    this.pollWait = opts.poll_wait
   }
 
   get id() {
@@ -422,15 +424,27 @@ export class Agent {
         // Claiming a batch we cannot run would only burn one of its attempts.
         if (snapshot.status === 'online') {
           try {
-            const job = await this.cp.poll(this.workerId)
+            const asked = Date.now()
+            const job = await this.cp.poll(this.workerId, {
+              waitSeconds: this.pollWait,
+              signal: this.stopSignal.signal,
+            })
             failures = 0
+            // A server that held the poll (API.md §7 wait_seconds) has already waited: ask again.
+            if (!job && this.pollWait > 0 && Date.now() - asked >= this.pollWait * 1000) wait = 0
             if (job && !this.stopping) {
               this.startJob(job)
               continue
             }
           } catch (e) {
+            if (this.stopping) break
             if (e instanceof ApiError && e.status === 401) this.fatal('the server rejected the worker key')
-            else if (e instanceof ApiError && (e.status === 403 || e.status === 404)) {
+            else if (e instanceof ApiError && e.status === 400 && this.pollWait > 0) {
+              // A server older than wait_seconds refuses the field: poll plainly.
+              log.warn('the server does not hold polls (wait_seconds refused); polling plainly')
+              this.pollWait = 0
+              wait = 0
+            } else if (e instanceof ApiError && (e.status === 403 || e.status === 404)) {
               log.warn('poll refused; registering again', { status: e.status })
               if (e.status === 403) this.state.saveWorkerId('', '')
               await this.register()

@@ -26,6 +26,7 @@ export function daemonOptions(
     max_download_gb: 0,
     progress_interval: 0.05,
     poll_interval: 0.05,
+    poll_wait: 0,
     request_timeout: 5,
     retries: 3,
     shutdown_grace: 5,

@@ -91,5 +91,7 @@ export function requeueBatch(
   if (!row) return null
   const outcome = exhausted ? 'failed' : 'validated'
   deps.metrics.requeues.inc({ reason, outcome })
+  // API.md §7 wait_seconds: held polls look again (they run after this transaction commits).
+  if (!exhausted) deps.pollWaiters.notify()
   return { status: outcome, batch_id: batchId, attempts, error }
 }

@@ -1,0 +1,72 @@
+import type { Deps } from '../../deps'
+import type { WorkerPrincipal } from '../auth/credentials'
+import { claimBatch, type Job } from './claim'
+
+// POST /workers/poll with `wait_seconds` (API.md §7, ext): with nothing to claim, the request is
+// held until a batch may have become claimable, then the ordinary claim runs again. The signal is
+// a hint and the table is the truth (STYLE example 15): the validator and the requeue path call
+// notify() whenever a batch becomes `validated`, every held poll re-runs claimBatch(), and those
+// that still find nothing keep waiting until their deadline. A poll without wait_seconds answers
+// at once, as before.
+
+type Wake = (why: 'notified' | 'ended') => void
+
+/** The polls held on this server (one per Deps: per-server state never lives in a module). */
+export class PollWaiters {
+  private readonly waiting = new Set<Wake>()
+
+  /** A batch became `validated` (validation passed, or a requeue): every held poll looks again. */
+  notify() {
+    for (const wake of [...this.waiting]) wake('notified')
+  }
+
+  /** Held polls right now (tests observe a poll being held instead of sleeping). */
+  get size() {
+    return this.waiting.size
+  }
+
+  /**
+   * Resolves 'notified' at the next notify(), or 'ended' after `ms` or when a signal aborts.
+   * Registration is synchronous: a notify() after the caller's claim cannot be missed.
+   */
+  wait(ms: number, signals: AbortSignal[]): Promise<'notified' | 'ended'> {
+    return new Promise((resolve) => {
+      const done: Wake = (why) => {
+        this.waiting.delete(done)
+        clearTimeout(timer)
+        for (const s of signals) s.removeEventListener('abort', end)
+        resolve(why)
+      }
+      const end = () => done('ended')
+      const timer = setTimeout(end, ms)
+      for (const s of signals) s.addEventListener('abort', end, { once: true })
+      this.waiting.add(done)
+      if (signals.some((s) => s.aborted)) end()
+    })
+  }
+}
+
+/**
+ * The claim of POST /workers/poll, held up to `waitSeconds` (≤ 30, checked by the schema) while nothing is claimable. Ends with
+ * {job: null} at the deadline, at server shutdown, or when the caller hangs up (`request`: a
+ * batch must never be claimed for a poller that is gone).
+ */
+export async function pollForJob(
+  deps: Deps,
+  principal: WorkerPrincipal,
+  workerId: string,
+  waitSeconds = 0,
+  request?: AbortSignal,
+): Promise<{ job: Job | null }> {
+  const first = claimBatch(deps, principal, workerId)
+  if (first.job || waitSeconds <= 0) return first
+  const signals = request ? [deps.shutdown.signal, request] : [deps.shutdown.signal]
+  const deadline = performance.now() + waitSeconds * 1000
+  for (;;) {
+    const left = deadline - performance.now()
+    if (left <= 0) return { job: null }
+    if ((await deps.pollWaiters.wait(left, signals)) === 'ended') return { job: null }
+    const again = claimBatch(deps, principal, workerId)
+    if (again.job) return again
+  }
+}
