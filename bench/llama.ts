@@ -6,7 +6,8 @@ import { benchServer } from './lib/fixture'
 
 // A real engine end to end (issue 11). llama.cpp's llama-server (scripts/llama-server.ts, the tiny
 // model) answers N chat requests twice, at the same concurrency:
-//   direct  a bare loop of concurrent fetches straight to llama-server (the baseline);
+//   direct  a bare loop of concurrent fetches straight to llama-server, in its own process like the
+//           daemon (the baseline);
 //   batch   the same N requests as one batch through gridkeep (in this process) and the daemon
 //           (`gridkeep worker`, its own process, idle and holding a poll before the batch exists),
 //           timed from POST /v1/batches to `completed` (validation, claim, download, run, upload).
@@ -53,7 +54,11 @@ async function json(res: Response) {
   return b
 }
 
-async function batch(dir: string, llamaUrl: string, digest: string): Promise<number> {
+async function batch(
+  dir: string,
+  llamaUrl: string,
+  digest: string,
+): Promise<{ secs: number; jobSecs?: number }> {
   const manifest = join(dir, 'models.yaml')
   writeFileSync(
     manifest,
@@ -97,10 +102,12 @@ async function batch(dir: string, llamaUrl: string, digest: string): Promise<num
       '--state-dir',
       join(dir, 'worker'),
       '--log-level',
-      'warn',
+      'info',
     ],
-    { env: { ...process.env, GRIDKEEP_WORKER_KEY: server.key }, stdout: 'ignore', stderr: 'inherit' },
+    { env: { ...process.env, GRIDKEEP_WORKER_KEY: server.key }, stdout: 'pipe', stderr: 'inherit' },
   )
+  const logs = new Response(daemon.stdout).text()
+  let secs = 0
   try {
     const { access_token: token } = await json(
       await api('/v1/auth/login', {
@@ -128,18 +135,42 @@ async function batch(dir: string, llamaUrl: string, digest: string): Promise<num
     for (;;) {
       const row = status.get(created.id)!
       if (row.status === 'completed' || row.status === 'failed') {
-        const secs = (performance.now() - t0) / 1000
+        secs = (performance.now() - t0) / 1000
         if (row.status !== 'completed' || row.completed !== LINES)
           throw new Error(`batch ended ${row.status} with ${row.completed}/${LINES} completed`)
-        return secs
+        break
       }
-      await Bun.sleep(5)
+      await Bun.sleep(10)
     }
   } finally {
     daemon.kill('SIGTERM')
     await daemon.exited
     await server.stop()
   }
+  // The daemon's own account of the job: claim to upload (its JSON log line).
+  const job = (await logs)
+    .split('\n')
+    .filter((l) => l.startsWith('{'))
+    .map((l) => JSON.parse(l))
+    .find((l) => l.msg === 'job completed')
+  return { secs, jobSecs: job?.seconds }
+}
+
+/** The direct loop in its own process, as the daemon runs in its own: the two compete alike. */
+async function directProcess(url: string, n: number): Promise<number> {
+  const proc = Bun.spawn(['bun', import.meta.path, '--direct', url, String(n)], {
+    env: { ...process.env, BENCH_CONCURRENCY: String(CONCURRENCY) },
+    stdout: 'pipe',
+    stderr: 'inherit',
+  })
+  const out = await new Response(proc.stdout).text()
+  if ((await proc.exited) !== 0) throw new Error('the direct loop failed')
+  return Number(out.trim())
+}
+
+if (process.argv[2] === '--direct') {
+  console.log(await direct(process.argv[3]!, Number(process.argv[4])))
+  process.exit(0)
 }
 
 const fetched = fetchEngine()
@@ -150,14 +181,22 @@ if (!fetched.ok) {
 const dir = mkdtempSync(join(tmpdir(), 'gk-bench-llama-'))
 const modelPath = await writeTinyModel()
 const digest = new Bun.CryptoHasher('sha256').update(await Bun.file(modelPath).bytes()).digest('hex')
-const llama = await startLlamaServer({ engine: fetched.engine, modelPath, alias: ALIAS, slots: SLOTS })
+// Every run does the same work: no prompt cache (a prompt seen before would be cheaper the second
+// time, favouring whichever run came later) and every answer exactly max_tokens long.
+const llama = await startLlamaServer({
+  engine: fetched.engine,
+  modelPath,
+  alias: ALIAS,
+  slots: SLOTS,
+  extraArgs: ['--no-cache-prompt', '--cache-ram', '0', '--ignore-eos'],
+})
 try {
   // Warm the engine and the connection pool before measuring.
-  await direct(llama.url, 200)
+  await directProcess(llama.url, 200)
   // The baseline is run before and after the batch (the machine is shared): their mean is compared.
-  const before = await direct(llama.url, LINES)
-  const batchSecs = await batch(dir, llama.url, digest)
-  const after = await direct(llama.url, LINES)
+  const before = await directProcess(llama.url, LINES)
+  const { secs: batchSecs, jobSecs } = await batch(dir, llama.url, digest)
+  const after = await directProcess(llama.url, LINES)
   const directSecs = (before + after) / 2
   console.log(`${LINES} chat requests at concurrency ${CONCURRENCY}, llama-server with ${SLOTS} slots`)
   console.log(
@@ -167,6 +206,7 @@ try {
   console.log(
     `batch through gridkeep + daemon     ${batchSecs.toFixed(2)} s  ${Math.round(LINES / batchSecs)} req/s`,
   )
+  if (jobSecs) console.log(`  of which the daemon's job           ${jobSecs.toFixed(2)} s  (claim → upload)`)
   const ratio = directSecs / batchSecs
   console.log(
     `ratio direct/batch                  ${ratio.toFixed(2)}  (goal ≥ 0.9: ${ratio >= 0.9 ? 'met' : 'MISSED'})`,

@@ -425,6 +425,8 @@ export interface StartOptions {
   httpThreads?: number
   /** Name served in /v1/models (--alias); default the model file's path. */
   alias?: string
+  /** More llama-server flags. */
+  extraArgs?: string[]
   /** Write the server's output to this file instead of keeping it (a server that outlives us). */
   logFile?: string
 }
@@ -466,6 +468,7 @@ export async function startLlamaServer(o: StartOptions): Promise<LlamaServer> {
       String(o.httpThreads ?? 64),
       '--no-webui',
       ...(o.alias ? ['--alias', o.alias] : []),
+      ...(o.extraArgs ?? []),
     ],
     {
       env: { PATH: process.env.PATH ?? '/usr/bin:/bin', GGML_BACKEND_PATH: o.engine.backend },
