@@ -2,7 +2,7 @@ import { rmSync } from 'node:fs'
 import { hostname } from 'node:os'
 import { join } from 'node:path'
 import { log as rootLog } from '../lib/logger'
-import { type Backoff, backoffDelay, sleep } from './backoff'
+import { type Backoff, realTimers, retryDelay, type Timers, Wakeup } from './backoff'
 import {
   ApiError,
   ControlPlane,
@@ -15,25 +15,37 @@ import {
 } from './client'
 import { type Counts, executeJob, RuntimeUnavailableError } from './executor'
 import { GpuProbe, type GpuSample } from './gpu'
+import { type AgentState, checkMove } from './lifecycle'
 import type { DaemonOptions } from './options'
 import { createRuntime } from './runtimes'
 import type { PullProgress, Runtime, RuntimeSnapshot } from './runtimes/types'
 import { StateDir } from './state'
 
-// The worker agent (SPEC §1, §4 Workers; API.md §7): registers, heartbeats on its own timer, polls
-// while it has free capacity, runs each claimed batch through the executor, uploads the results with
-// its assignment_id, and reports a failure when a job cannot run. It stops a job the server no longer
-// assigns to it, rides out control-plane restarts, and on SIGTERM finishes or reports its jobs.
+// The worker agent (SPEC §1, §4 Workers; API.md §7): registers, heartbeats on its own loop, polls
+// while it has free capacity (held polls: wait_seconds), runs each claimed batch through the
+// executor, uploads the results with its assignment_id, and reports a failure when a job cannot
+// run. It stops a job the server no longer assigns to it, rides out control-plane restarts, and on
+// SIGTERM finishes or reports its jobs. Its life cycle is the table of lifecycle.ts; time comes
+// from the injected Timers, and every wait is a Wakeup that the event it waits for cuts short.
 
 const log = rootLog.child({ component: 'worker' })
+
+/** What tests (and the status view) can observe, in the order it happens. */
+export type AgentEvent =
+  | { type: 'state'; state: AgentState }
+  | { type: 'heartbeat'; ok: boolean }
+  | { type: 'poll_skipped'; reason: 'runtime offline' | 'at capacity' | 'not registered' }
+  | { type: 'job_ended'; job_id: string; outcome: 'completed' | 'failed' | 'dropped' }
 
 export interface AgentDeps {
   runtime?: Runtime
   gpu?: { sample(): Promise<GpuSample | null> }
-  /** Backoff of control-plane retries (tests shrink it). */
+  /** Retry policy of control-plane calls (tests shrink it). */
   backoff?: Backoff
-  /** Backoff between retries of one inference request. */
+  /** Retry policy of inference requests. */
   requestBackoff?: Backoff
+  timers?: Timers
+  onEvent?: (e: AgentEvent) => void
 }
 
 /** What the operator view shows of one running job. */
@@ -52,10 +64,11 @@ interface RunningJob {
   counts: Counts
   total: number
   startedAtMs: number
-  /** Set when the server no longer assigns this job to us: drop it without a word. */
-  lost: string | null
-  /** Set when a shutdown stopped it: report the failure so the batch is requeued at once. */
-  shutdown: boolean
+  /**
+   * Why it is being stopped: `lost` (the server no longer assigns it to us: dropped without a
+   * word) or `shutdown` (reported failed so the batch is requeued at once).
+   */
+  stop: { kind: 'lost'; reason: string } | { kind: 'shutdown' } | null
   sentProgress: string
 }
 
@@ -64,7 +77,7 @@ class JobFailure extends Error {}
 
 const SNAPSHOT_BUDGET_MS = 5_000
 const FAILED_HEARTBEAT_RETRY_MS = 5_000
-const MAX_POLL_BACKOFF_MS = 30_000
+const MAX_CALL_BACKOFF_MS = 30_000
 
 export class Agent {
   readonly state: StateDir
@@ -73,30 +86,31 @@ export class Agent {
   private readonly gpu: { sample(): Promise<GpuSample | null> }
   private readonly backoff: Backoff
   private readonly requestBackoff: Backoff
-  private readonly startedAtMs = Date.now()
+  private readonly timers: Timers
+  private readonly onEvent: (e: AgentEvent) => void
+  private readonly startedAtMs: number
+
+  private lifecycle: AgentState = 'created'
+  private exitCode = 0
+  /** Aborted when the agent leaves `running`: polls, held polls and registration retries end. */
+  private readonly polling = new AbortController()
+  /** Aborted on `stopping`: the grace period ends, pulls end. */
+  private readonly ending = new AbortController()
+  /** Aborted on `stopped`: the heartbeat loop ends. */
+  private readonly stopped = new AbortController()
+  private readonly heartbeatWake: Wakeup
+  private readonly pollWake: Wakeup
+  /** Kicked whenever a job ends (the drain waits on it). */
+  private readonly jobsWake: Wakeup
 
   private workerId: string | null = null
   private heartbeatMs = 30_000
+  private pollWait: number
   private readonly jobs = new Map<string, RunningJob>()
   private pulling: PullModel | null = null
   private lastSnapshot: RuntimeSnapshot | null = null
   private runtimeOnline: boolean | null = null
-  private closed = false
   private registering: Promise<boolean> | null = null
-
-  private stopping = false
-  private killed = false
-  private exitCode = 0
-  /** Aborted only by kill(): ends uploads and reports in flight. */
-  private readonly life = new AbortController()
-  /** Aborted by shutdown() or kill(): ends sleeps of the loops. */
-  private readonly stopSignal = new AbortController()
-  private wakePoll: (() => void) | null = null
-  private heartbeatTimer: ReturnType<typeof setTimeout> | null = null
-  private heartbeatRunning: Promise<void> | null = null
-  private heartbeatAgain = false
-  private graceMs: number
-  private pollWait: number
 
   constructor(
     readonly opts: DaemonOptions,
@@ -106,9 +120,14 @@ export class Agent {
     this.runtime = deps.runtime ?? createRuntime(opts, this.state)
     this.cp = new ControlPlane(opts.server, opts.key)
     this.gpu = deps.gpu ?? new GpuProbe()
-    this.backoff = deps.backoff ?? { baseMs: 1000, maxMs: MAX_POLL_BACKOFF_MS }
+    this.backoff = deps.backoff ?? { baseMs: 1000, maxMs: MAX_CALL_BACKOFF_MS }
     this.requestBackoff = deps.requestBackoff ?? { baseMs: 500, maxMs: 20_000 }
-    this.graceMs = opts.shutdown_grace * 1000
+    this.timers = deps.timers ?? realTimers
+    this.onEvent = deps.onEvent ?? (() => {})
+    this.startedAtMs = this.timers.nowMs()
+    this.heartbeatWake = new Wakeup(this.timers)
+    this.pollWake = new Wakeup(this.timers)
+    this.jobsWake = new Wakeup(this.timers)
     this.pollWait = opts.poll_wait
   }
 
@@ -116,22 +135,38 @@ export class Agent {
     return this.workerId
   }
 
-  /** Runs until shutdown() or a fatal error; resolves with the process exit code. */
+  get status(): AgentState {
+    return this.lifecycle
+  }
+
+  /** Runs until stopped; resolves with the process exit code. */
   async run(): Promise<number> {
+    // shutdown() before run(): nothing to do.
+    if (this.lifecycle === 'stopping') {
+      this.enter('stopped')
+      return this.exitCode
+    }
+    this.enter('starting')
     const unlock = this.state.lock()
+    let heartbeats: Promise<void> | null = null
     try {
       this.state.clearJobs()
       await this.runtime.prepare()
-      if (!(await this.register())) return this.exitCode
-      this.scheduleHeartbeat(0)
-      await this.pollLoop()
+      if (await this.register()) {
+        if (this.lifecycle === 'starting') this.enter('running')
+        heartbeats = this.heartbeatLoop()
+        await this.pollLoop()
+      }
       await this.drain()
       return this.exitCode
     } finally {
-      this.closed = true
-      if (this.heartbeatTimer) clearTimeout(this.heartbeatTimer)
-      this.heartbeatTimer = null
-      await this.heartbeatRunning
+      // Reached early only by an exception (the runtime's prepare(), the state directory).
+      const now: AgentState = this.status
+      if (now !== 'stopped') {
+        if (now !== 'stopping') this.enter('stopping')
+        this.enter('stopped')
+      }
+      await heartbeats
       unlock()
     }
   }
@@ -141,25 +176,14 @@ export class Agent {
    * stopped and reported as failed. `now` skips the grace (a second signal).
    */
   shutdown(now = false) {
-    if (now) this.graceMs = 0
-    if (this.stopping && !now) return
-    log.info('shutting down', { running_jobs: this.jobs.size, grace_seconds: this.graceMs / 1000 })
-    this.stopping = true
-    this.stopSignal.abort()
-    this.wake()
-    if (now) for (const rj of this.jobs.values()) this.stopForShutdown(rj)
-  }
-
-  /** Simulates a crash (tests): everything stops at once and nothing more is sent. */
-  kill() {
-    this.killed = true
-    this.stopping = true
-    if (this.heartbeatTimer) clearTimeout(this.heartbeatTimer)
-    this.heartbeatTimer = null
-    this.life.abort()
-    this.stopSignal.abort()
-    for (const rj of this.jobs.values()) rj.abort.abort(new Error('killed'))
-    this.wake()
+    const s = this.lifecycle
+    if (s === 'stopping' || s === 'stopped' || (s === 'draining' && !now)) return
+    log.info('shutting down', {
+      running_jobs: this.jobs.size,
+      grace_seconds: now ? 0 : this.opts.shutdown_grace,
+    })
+    // Before registration there is nothing to drain.
+    this.enter(now || s === 'created' || s === 'starting' ? 'stopping' : 'draining')
   }
 
   jobViews(): JobView[] {
@@ -171,6 +195,32 @@ export class Agent {
       failed: rj.counts.failed,
       started_at_ms: rj.startedAtMs,
     }))
+  }
+
+  /** The one place the life cycle moves (lifecycle.ts), with what each move sets off. */
+  private enter(next: AgentState) {
+    checkMove(this.lifecycle, next)
+    this.lifecycle = next
+    if (next === 'draining' || next === 'stopping') {
+      this.polling.abort()
+      this.pollWake.kick()
+    }
+    if (next === 'stopping') {
+      this.ending.abort()
+      for (const rj of this.jobs.values()) this.stopForShutdown(rj)
+      this.jobsWake.kick()
+    }
+    if (next === 'stopped') {
+      this.stopped.abort()
+      this.heartbeatWake.kick()
+    }
+    this.onEvent({ type: 'state', state: next })
+  }
+
+  private fatal(message: string) {
+    log.error(message)
+    this.exitCode = 1
+    if (this.lifecycle !== 'stopping' && this.lifecycle !== 'stopped') this.enter('stopping')
   }
 
   // ── registration ────────────────────────────────────────────────────────────────────────────
@@ -187,7 +237,7 @@ export class Agent {
   }
 
   private async registerOnce(): Promise<boolean> {
-    for (let attempt = 0; !this.stopping; attempt++) {
+    for (let attempt = 0; !this.ending.signal.aborted; attempt++) {
       const identity = this.state.identity()
       // A worker_id is only meaningful to the server that issued it.
       const reuse = identity.server === this.opts.server ? identity.worker_id : undefined
@@ -238,53 +288,43 @@ export class Agent {
           )
           return false
         }
-        const wait = backoffDelay(attempt, this.backoff)
+        const wait = retryDelay(attempt, this.backoff, null)
         log.warn('registration failed; retrying', { error: (e as Error).message, retry_in_ms: wait })
-        await sleep(wait, this.stopSignal.signal)
+        await this.timers.sleep(wait, this.ending.signal)
       }
     }
     return false
   }
 
-  private fatal(message: string) {
-    log.error(message)
-    this.exitCode = 1
-    this.stopping = true
-    this.stopSignal.abort()
-    this.wake()
-  }
-
   // ── heartbeat ───────────────────────────────────────────────────────────────────────────────
-  // Its own timer: nothing the jobs do waits on it and it waits on nothing the jobs do, so a long
+  // Its own loop: nothing the jobs do waits on it and it waits on nothing the jobs do, so a long
   // batch never delays liveness (SPEC §8: every 30 s; the server's heartbeat_interval_seconds).
+  // It runs until `stopped`, so a draining worker still reports its jobs' progress.
 
-  private scheduleHeartbeat(delayMs: number) {
-    if (this.killed || this.closed) return
-    if (this.heartbeatTimer) clearTimeout(this.heartbeatTimer)
-    this.heartbeatTimer = setTimeout(() => {
-      this.heartbeatTimer = null
-      this.heartbeatRunning = this.heartbeat().finally(() => {
-        this.heartbeatRunning = null
-      })
-    }, delayMs)
+  private async heartbeatLoop() {
+    while (!this.stopped.signal.aborted) {
+      const next = await this.heartbeat()
+      await this.heartbeatWake.wait(next, this.stopped.signal)
+    }
   }
 
-  /** A heartbeat now (after a pull, so the new inventory reaches the server at once). */
+  /** A heartbeat now (a job started or ended, a pull changed the inventory). */
   private heartbeatSoon() {
-    if (this.heartbeatRunning) this.heartbeatAgain = true
-    else this.scheduleHeartbeat(0)
+    this.heartbeatWake.kick()
   }
 
-  private async heartbeat(): Promise<void> {
-    if (!this.workerId || this.killed) return
-    const sentAt = Date.now()
+  /** One heartbeat; returns the delay until the next. */
+  private async heartbeat(): Promise<number> {
+    if (!this.workerId) return this.heartbeatMs
+    const sentAt = this.timers.nowMs()
     let next = this.heartbeatMs
+    let ok = false
     try {
       const res = await this.cp.heartbeat(this.workerId, await this.heartbeatBody())
       if (res.next_heartbeat_in) next = res.next_heartbeat_in * 1000
       this.onHeartbeat(res, sentAt)
+      ok = true
     } catch (e) {
-      if (this.killed) return
       if (e instanceof ApiError && e.status === 404) {
         // The server does not know us (its database was reset): register again.
         log.warn('heartbeat: worker unknown to the server; registering again')
@@ -300,11 +340,8 @@ export class Agent {
         next = Math.min(next, FAILED_HEARTBEAT_RETRY_MS)
       }
     }
-    if (this.heartbeatAgain) {
-      this.heartbeatAgain = false
-      next = 0
-    }
-    if (!this.killed && !(this.stopping && this.jobs.size === 0)) this.scheduleHeartbeat(next)
+    this.onEvent({ type: 'heartbeat', ok })
+    return next
   }
 
   private async heartbeatBody(): Promise<HeartbeatBody> {
@@ -331,7 +368,7 @@ export class Agent {
       ...(vramTotal !== undefined ? { vram_total_gb: vramTotal, vram_available_gb: vramAvailable } : {}),
       loaded_models: snapshot.loaded,
       inventory: snapshot.inventory,
-      uptime_seconds: Math.floor((Date.now() - this.startedAtMs) / 1000),
+      uptime_seconds: Math.floor((this.timers.nowMs() - this.startedAtMs) / 1000),
     }
   }
 
@@ -365,7 +402,12 @@ export class Agent {
    * busy runtime), and a loaded server is not reported as having lost its models.
    */
   private async heartbeatSnapshot(): Promise<RuntimeSnapshot> {
-    const s = await Promise.race([this.freshSnapshot(), sleep(SNAPSHOT_BUDGET_MS).then(() => null)])
+    const budget = new AbortController()
+    const s = await Promise.race([
+      this.freshSnapshot(),
+      this.timers.sleep(SNAPSHOT_BUDGET_MS, budget.signal).then(() => null),
+    ])
+    budget.abort()
     if (s && (s.status === 'online' || this.jobs.size === 0 || !this.lastSnapshot)) return s
     return this.lastSnapshot ?? { status: 'offline', inventory: [], models: [], loaded: [] }
   }
@@ -374,7 +416,7 @@ export class Agent {
 
   private maybePull(task: PullModel) {
     const pull = this.runtime.pull?.bind(this.runtime)
-    if (!pull || this.pulling || this.stopping) return
+    if (!pull || this.pulling || this.lifecycle !== 'running') return
     if (task.runtime !== this.runtime.engine && task.runtime !== this.runtime.kind) return
     this.pulling = task
     const plog = log.child({ model: task.runtime_model_id, catalogue_id: task.catalogue_id })
@@ -384,31 +426,31 @@ export class Agent {
       model: task.runtime_model_id,
       ...(task.digest ? { digest: task.digest } : {}),
     }
-    let lastSent = 0
+    let lastSent = Number.NEGATIVE_INFINITY
     const send = (p: PullProgress) =>
       this.cp
         .modelProgress({ ...base, ...p })
         .catch((e) => plog.warn('model-progress failed', { error: e.message }))
     const onProgress = (p: PullProgress) => {
-      const now = Date.now()
+      const now = this.timers.nowMs()
       if (p.status === 'downloading' && now - lastSent < this.opts.progress_interval * 1000) return
       lastSent = now
       void send(p)
     }
     this.heartbeatSoon() // activity downloading_model
-    void pull(task, onProgress, this.life.signal)
+    void pull(task, onProgress, this.ending.signal)
       .then(async () => {
         plog.info('model pulled')
         await send({ status: 'completed' })
       })
       .catch(async (e) => {
         plog.warn('model pull failed', { error: (e as Error).message })
-        if (!this.killed) await send({ status: 'failed' })
+        await send({ status: 'failed' })
       })
       .finally(() => {
         this.pulling = null
         this.heartbeatSoon()
-        this.wake()
+        this.pollWake.kick()
       })
   }
 
@@ -416,64 +458,53 @@ export class Agent {
 
   private async pollLoop() {
     let failures = 0
-    while (!this.stopping) {
+    while (this.lifecycle === 'running') {
       let wait = this.opts.poll_interval * 1000
-      if (this.workerId && this.jobs.size < this.opts.max_jobs) {
-        const snapshot = await this.freshSnapshot()
-        if (this.stopping) break
-        // Claiming a batch we cannot run would only burn one of its attempts.
-        if (snapshot.status === 'online') {
-          try {
-            const asked = Date.now()
-            const job = await this.cp.poll(this.workerId, {
-              waitSeconds: this.pollWait,
-              signal: this.stopSignal.signal,
-            })
-            failures = 0
-            // A server that held the poll (API.md §7 wait_seconds) has already waited: ask again.
-            if (!job && this.pollWait > 0 && Date.now() - asked >= this.pollWait * 1000) wait = 0
-            if (job && !this.stopping) {
-              this.startJob(job)
-              continue
-            }
-          } catch (e) {
-            if (this.stopping) break
-            if (e instanceof ApiError && e.status === 401) this.fatal('the server rejected the worker key')
-            else if (e instanceof ApiError && e.status === 400 && this.pollWait > 0) {
-              // A server older than wait_seconds refuses the field: poll plainly.
-              log.warn('the server does not hold polls (wait_seconds refused); polling plainly')
-              this.pollWait = 0
-              wait = 0
-            } else if (e instanceof ApiError && (e.status === 403 || e.status === 404)) {
-              log.warn('poll refused; registering again', { status: e.status })
-              if (e.status === 403) this.state.saveWorkerId('', '')
-              await this.register()
-            } else {
-              wait = Math.max(wait, backoffDelay(failures++, this.backoff))
-              log.warn('poll failed', { error: (e as Error).message, retry_in_ms: wait })
-            }
+      const skip = !this.workerId
+        ? 'not registered'
+        : this.jobs.size >= this.opts.max_jobs
+          ? 'at capacity'
+          : // Claiming a batch we cannot run would only burn one of its attempts.
+            (await this.freshSnapshot()).status !== 'online'
+            ? 'runtime offline'
+            : null
+      if (this.lifecycle !== 'running') break
+      if (skip) this.onEvent({ type: 'poll_skipped', reason: skip })
+      else {
+        try {
+          const asked = this.timers.nowMs()
+          const job = await this.cp.poll(this.workerId!, {
+            waitSeconds: this.pollWait,
+            signal: this.polling.signal,
+          })
+          failures = 0
+          if (job) {
+            // Even one claimed as a shutdown began: the drain runs it or reports it for a requeue.
+            this.startJob(job)
+            continue
+          }
+          // A server that held the poll (API.md §7 wait_seconds) has already waited: ask again.
+          if (this.pollWait > 0 && this.timers.nowMs() - asked >= this.pollWait * 1000) wait = 0
+        } catch (e) {
+          if (this.polling.signal.aborted) break
+          if (e instanceof ApiError && e.status === 401) this.fatal('the server rejected the worker key')
+          else if (e instanceof ApiError && e.status === 400 && this.pollWait > 0) {
+            // A server older than wait_seconds refuses the field: poll plainly.
+            log.warn('the server does not hold polls (wait_seconds refused); polling plainly')
+            this.pollWait = 0
+            wait = 0
+          } else if (e instanceof ApiError && (e.status === 403 || e.status === 404)) {
+            log.warn('poll refused; registering again', { status: e.status })
+            if (e.status === 403) this.state.saveWorkerId('', '')
+            await this.register()
+          } else {
+            wait = Math.max(wait, retryDelay(failures++, this.backoff, null))
+            log.warn('poll failed', { error: (e as Error).message, retry_in_ms: wait })
           }
         }
       }
-      await this.idle(wait)
+      await this.pollWake.wait(wait, this.polling.signal)
     }
-  }
-
-  private idle(ms: number) {
-    return new Promise<void>((resolve) => {
-      const timer = setTimeout(done, ms)
-      function done() {
-        clearTimeout(timer)
-        resolve()
-      }
-      this.wakePoll = done
-    })
-  }
-
-  private wake() {
-    const w = this.wakePoll
-    this.wakePoll = null
-    w?.()
   }
 
   // ── jobs ───────────────────────────────────────────────────────────────────────────────────
@@ -484,9 +515,8 @@ export class Agent {
       abort: new AbortController(),
       counts: { read: 0, completed: 0, failed: 0 },
       total: job.total_requests ?? 0,
-      startedAtMs: Date.now(),
-      lost: null,
-      shutdown: false,
+      startedAtMs: this.timers.nowMs(),
+      stop: null,
       sentProgress: '',
     }
     this.jobs.set(job.job_id, rj)
@@ -498,21 +528,24 @@ export class Agent {
       endpoint: job.endpoint,
       total_requests: job.total_requests,
     })
+    if (this.lifecycle === 'stopping') this.stopForShutdown(rj)
     this.heartbeatSoon() // activity busy, current_job_id
-    void this.runJob(rj).finally(() => {
+    void this.runJob(rj).then((outcome) => {
       this.jobs.delete(job.job_id)
-      if (!this.killed) this.heartbeatSoon()
-      this.wake()
+      this.onEvent({ type: 'job_ended', job_id: job.job_id, outcome })
+      this.heartbeatSoon()
+      this.pollWake.kick()
+      this.jobsWake.kick()
     })
   }
 
-  private async runJob(rj: RunningJob) {
+  private async runJob(rj: RunningJob): Promise<'completed' | 'failed' | 'dropped'> {
     const { job } = rj
     const jlog = log.child({ job_id: job.job_id })
     const dir = this.state.jobDir(job.job_id)
     const input = join(dir, 'input.jsonl')
     const output = join(dir, 'output.jsonl')
-    const progressTimer = setInterval(() => this.sendProgress(rj), this.opts.progress_interval * 1000)
+    const progress = this.progressLoop(rj)
     try {
       const snapshot = await this.freshSnapshot()
       if (snapshot.status !== 'online') {
@@ -530,10 +563,7 @@ export class Agent {
       const bytes = await this.retry(
         'input download',
         () => this.cp.download(job.input_path, input, rj.abort.signal),
-        {
-          tries: 5,
-          signal: rj.abort.signal,
-        },
+        { tries: 5, signal: rj.abort.signal },
       )
       jlog.info('input downloaded', { bytes })
 
@@ -547,6 +577,7 @@ export class Agent {
           tries: this.opts.retries,
           requestTimeoutMs: this.opts.request_timeout * 1000,
           backoff: this.requestBackoff,
+          timers: this.timers,
           signal: rj.abort.signal,
           onLine: (c) => {
             rj.counts = c
@@ -554,8 +585,7 @@ export class Agent {
         },
       )
       rj.counts = counts
-      clearInterval(progressTimer)
-      if (rj.lost) throw new Error(rj.lost)
+      if (rj.stop?.kind === 'lost') throw new Error(rj.stop.reason)
 
       // Uploading is not stopped by a shutdown: finished work is delivered.
       const res = await this.retry(
@@ -569,7 +599,7 @@ export class Agent {
             failed: counts.failed,
             file: output,
           }),
-        { tries: 30, signal: this.life.signal },
+        { tries: 30 },
       )
       jlog.info('job completed', {
         completed: counts.completed,
@@ -577,27 +607,29 @@ export class Agent {
         status: res.status,
         output_file_id: res.output_file_id,
         error_file_id: res.error_file_id,
-        seconds: Math.round(Date.now() - rj.startedAtMs) / 1000,
+        seconds: Math.round(this.timers.nowMs() - rj.startedAtMs) / 1000,
       })
+      return 'completed'
     } catch (e) {
-      if (this.killed) return
-      if (rj.lost) {
-        jlog.warn('job dropped', { reason: rj.lost })
-        return
+      if (rj.stop?.kind === 'lost') {
+        jlog.warn('job dropped', { reason: rj.stop.reason })
+        return 'dropped'
       }
       if (e instanceof ApiError && e.status === 403) {
         jlog.warn('job dropped: the server says it is not ours any more', { error: e.message })
-        return
+        return 'dropped'
       }
-      const message = rj.shutdown
-        ? 'worker shut down before finishing the job'
-        : e instanceof JobFailure || e instanceof RuntimeUnavailableError
-          ? e.message
-          : `worker error: ${(e as Error).message ?? String(e)}`
+      const message =
+        rj.stop?.kind === 'shutdown'
+          ? 'worker shut down before finishing the job'
+          : e instanceof JobFailure || e instanceof RuntimeUnavailableError
+            ? e.message
+            : `worker error: ${(e as Error).message ?? String(e)}`
       jlog.warn('job failed; reporting', { error: message })
       await this.reportFailure(rj, message)
+      return 'failed'
     } finally {
-      clearInterval(progressTimer)
+      progress.abort()
       rmSync(dir, { recursive: true, force: true })
     }
   }
@@ -613,7 +645,7 @@ export class Agent {
             error: message.slice(0, 2000),
             ...(rj.job.assignment_id ? { assignment_id: rj.job.assignment_id } : {}),
           }),
-        { tries: 20, signal: this.life.signal },
+        { tries: 20 },
       )
       log.info('failure reported', { job_id: rj.job.job_id, status: res.status, attempts: res.attempts })
     } catch (e) {
@@ -624,11 +656,24 @@ export class Agent {
     }
   }
 
-  /** Live counts, throttled to --progress-interval and sent only when they changed. */
+  /** Live counts every --progress-interval while the job runs; returns its stop switch. */
+  private progressLoop(rj: RunningJob): AbortController {
+    const stop = new AbortController()
+    void (async () => {
+      for (;;) {
+        await this.timers.sleep(this.opts.progress_interval * 1000, stop.signal)
+        if (stop.signal.aborted) return
+        this.sendProgress(rj)
+      }
+    })()
+    return stop
+  }
+
+  /** Sent only when the counts changed. */
   private sendProgress(rj: RunningJob) {
     const c = rj.counts
     const key = `${c.completed}/${c.failed}`
-    if (key === rj.sentProgress || rj.lost || !this.workerId) return
+    if (key === rj.sentProgress || rj.stop?.kind === 'lost' || !this.workerId) return
     rj.sentProgress = key
     this.cp
       .progress({
@@ -649,27 +694,33 @@ export class Agent {
   }
 
   private lose(rj: RunningJob, reason: string) {
-    if (rj.lost) return
-    rj.lost = reason
+    if (rj.stop) return
+    rj.stop = { kind: 'lost', reason }
     rj.abort.abort(new Error(reason))
   }
 
   private stopForShutdown(rj: RunningJob) {
-    if (rj.shutdown) return
-    rj.shutdown = true
+    if (rj.stop) return
+    rj.stop = { kind: 'shutdown' }
     rj.abort.abort(new Error('shutdown'))
   }
 
-  /** After the poll loop ends: give running jobs the grace period, then stop and report them. */
+  /**
+   * After the poll loop: while draining, running jobs get the grace period; then (`stopping`) the
+   * rest are stopped and reported, and the agent is `stopped` once every job has ended.
+   */
   private async drain() {
-    if (this.jobs.size === 0) return
-    const deadline = Date.now() + this.graceMs
-    while (this.jobs.size > 0 && Date.now() < deadline && !this.killed)
-      await this.idle(Math.min(250, this.graceMs))
-    for (const rj of this.jobs.values()) this.stopForShutdown(rj)
-    while (this.jobs.size > 0) await this.idle(50)
+    if (this.lifecycle === 'draining') {
+      const deadline = this.timers.nowMs() + this.opts.shutdown_grace * 1000
+      while (this.jobs.size > 0 && !this.ending.signal.aborted && this.timers.nowMs() < deadline)
+        await this.jobsWake.wait(deadline - this.timers.nowMs(), this.ending.signal)
+    }
+    if (this.lifecycle === 'draining') this.enter('stopping')
+    while (this.jobs.size > 0) await this.jobsWake.wait(MAX_CALL_BACKOFF_MS)
+    this.enter('stopped')
   }
 
+  /** A control-plane call, retried on transient failures with the daemon's one retry policy. */
   private async retry<T>(
     what: string,
     fn: () => Promise<T>,
@@ -680,14 +731,13 @@ export class Agent {
         return await fn()
       } catch (e) {
         if (!isTransient(e) || attempt + 1 >= o.tries || o.signal?.aborted) throw e
-        const hinted = e instanceof ApiError ? e.retryAfterMs : null
-        const wait = hinted ?? backoffDelay(attempt, this.backoff)
+        const wait = retryDelay(attempt, this.backoff, e instanceof ApiError ? e.retryAfterMs : null)
         log.warn(`${what} failed; retrying`, {
           attempt: attempt + 1,
           retry_in_ms: wait,
           error: (e as Error).message,
         })
-        await sleep(wait, o.signal)
+        await this.timers.sleep(wait, o.signal)
       }
     }
   }

@@ -1,5 +1,6 @@
 import { writeFileSync } from 'node:fs'
 import pkg from '../../package.json'
+import { retryAfterMs } from './backoff'
 import type { Gpu } from './gpu'
 import type { InventoryItem } from './runtimes/types'
 
@@ -274,12 +275,11 @@ export class ControlPlane {
       code = env?.error?.code ?? null
       message = env?.error?.message ?? message
     } catch {}
-    const ra = res.headers.get('retry-after')
     throw new ApiError(
       res.status,
       code,
       `${method} ${path} → ${res.status}: ${message}`,
-      ra ? Number(ra) * 1000 : null,
+      retryAfterMs(res.headers.get('retry-after')),
     )
   }
 }

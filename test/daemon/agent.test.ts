@@ -40,7 +40,7 @@ function start(
 ) {
   const running = runAgent(daemonOptions(cp.url, cp.key, rt.url, o), deps)
   cleanups.push(async () => {
-    running.agent.kill()
+    running.agent.shutdown(true)
     await running.done
   })
   return running
