@@ -129,6 +129,9 @@ export class Agent {
     this.pollWake = new Wakeup(this.timers)
     this.jobsWake = new Wakeup(this.timers)
     this.pollWait = opts.poll_wait
+    // A digest found after registration (a model swapped in the engine) is reported at once:
+    // until then the model is matched by name only (SPEC §4 Poll rule 4).
+    this.runtime.onInventoryChange?.(() => this.heartbeatSoon())
   }
 
   get id() {

@@ -7,6 +7,7 @@ import { DEFAULT_MAX_RETRY_AFTER_MS, manualTimers, retryDelay } from '../../src/
 import { DAEMON_VERSION } from '../../src/daemon/client'
 import { parseNvidiaSmi } from '../../src/daemon/gpu'
 import { AGENT_MOVES, type AgentState, checkMove, IllegalAgentMove } from '../../src/daemon/lifecycle'
+import type { Runtime } from '../../src/daemon/runtimes/types'
 import { randomBase62 } from '../../src/lib/ids'
 import { chatLines, daemonOptions, fastDeps, type RunningAgent, runAgent } from '../helpers/daemon'
 import { type FakeControlPlane, startFakeControlPlane } from '../helpers/fake-control-plane'
@@ -551,4 +552,38 @@ describe('life cycle and clock', () => {
     // The default cap is the executor's.
     expect(retryDelay(0, { baseMs: 5, maxMs: 50 }, 3_600_000)).toBe(DEFAULT_MAX_RETRY_AFTER_MS)
   })
+})
+
+test('a digest found after registration is reported at once, not at the next 30 s heartbeat', async () => {
+  const key = `gk-${randomBase62(40)}`
+  rememberSecret(key)
+  const cp = startFakeControlPlane({ key, heartbeatSeconds: 3600 })
+  let announce = () => {}
+  const item = { local_name: MODEL, sha256: 'cd'.repeat(32), size_bytes: 5, loaded: true, runtime: 'openai' }
+  let inventory: (typeof item)[] = []
+  const runtime: Runtime = {
+    kind: 'openai',
+    engine: 'openai',
+    baseUrl: 'http://127.0.0.1:9',
+    prepare: async () => {},
+    snapshot: async () => ({ status: 'online', inventory, models: [MODEL], loaded: [MODEL] }),
+    serves: () => true,
+    onInventoryChange: (listener) => {
+      announce = listener
+    },
+  }
+  const r = runAgent(daemonOptions(cp.url, key, runtime.baseUrl), fastDeps({ runtime }))
+  cleanups.push(
+    () => cp.stop(),
+    async () => {
+      r.agent.shutdown(true)
+      await r.done
+    },
+  )
+  await cp.waitFor(() => cp.heartbeats.length === 1, 'the first heartbeat')
+  expect(cp.heartbeats[0].inventory).toEqual([])
+  inventory = [item]
+  announce()
+  await cp.waitFor(() => cp.heartbeats.length === 2, 'a heartbeat carrying the digest')
+  expect(cp.heartbeats[1].inventory).toEqual([item])
 })

@@ -406,3 +406,13 @@ describe('openai runtime with --engine llama.cpp: digests discovered', () => {
     }
   })
 })
+
+test('a model file hashed in the background announces the changed inventory', async () => {
+  const file = join(root, 'swapped.gguf')
+  writeFileSync(file, 'a model swapped in later')
+  const cache = new DigestCache(new StateDir(join(root, 'state-swap')))
+  const changed = new Promise<void>((resolve) => cache.onHashed(resolve))
+  expect(cache.peek(file)).toBeNull()
+  await changed
+  expect(cache.peek(file)?.sha256).toBe(createHash('sha256').update('a model swapped in later').digest('hex'))
+})

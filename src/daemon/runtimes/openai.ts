@@ -30,6 +30,10 @@ export class OpenAIRuntime implements Runtime {
     private readonly digests: DigestCache,
   ) {}
 
+  onInventoryChange(listener: () => void) {
+    this.digests.onHashed(listener)
+  }
+
   /** Hashes every known model file before registering, so the first inventory carries digests. */
   async prepare() {
     const ids = await this.modelIds().catch(() => [])
