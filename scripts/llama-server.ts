@@ -118,6 +118,14 @@ function run(cmd: string[], cwd?: string): { ok: boolean; output: string } {
 
 /** The engine, fetched and unpacked into `dir` unless a previous run already did. */
 export function fetchEngine(dir = cacheDir(), etcApt = '/etc/apt'): FetchResult {
+  try {
+    return fetchInto(dir, etcApt)
+  } catch (e) {
+    return { ok: false, reason: `could not fetch into ${dir}: ${(e as Error).message}` }
+  }
+}
+
+function fetchInto(dir: string, etcApt: string): FetchResult {
   const engine = engineAt(join(dir, 'root'))
   if (complete(engine)) return { ok: true, engine }
   if (process.arch !== 'x64' || process.platform !== 'linux')

@@ -52,6 +52,13 @@ describe('the mirror comes from the machine’s own apt sources', () => {
     const result = fetchEngine(join(root, 'empty-cache'), dir)
     expect(result).toEqual({ ok: false, reason: 'no Debian mirror found in /etc/apt/sources.list(.d)' })
   })
+
+  test('a cache directory that cannot be made: the fetch says why instead of throwing', () => {
+    const dir = etcApt({ 'sources.list': 'deb http://192.0.2.1/debian bookworm main\n' })
+    const result = fetchEngine('/proc/gridkeep-no-such-dir/cache', dir)
+    expect(result.ok).toBe(false)
+    expect(!result.ok && result.reason).toContain('could not fetch into /proc/gridkeep-no-such-dir/cache')
+  })
 })
 
 describe('the tiny model', () => {
