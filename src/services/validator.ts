@@ -156,7 +156,7 @@ export async function validateBatch(
     }
     if (!moved) return null
     // API.md §7 wait_seconds: a newly validated batch wakes the held polls.
-    if (passed) deps.pollWaiters.notify()
+    if (passed) deps.pollWaiters.notify(moved.model)
     log.info('batch validated', {
       batch_id: batchId,
       status: moved.status,

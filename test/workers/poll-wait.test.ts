@@ -1,4 +1,6 @@
 import { afterAll, describe, expect, test } from 'bun:test'
+import { eq } from 'drizzle-orm'
+import { batches } from '../../src/db/schema'
 import type { Job } from '../../src/modules/workers/claim'
 import { buildRequest, makeTestApp, readRes, type TestApp } from '../helpers/app'
 import { makeBatch, validateAll } from '../helpers/batches'
@@ -85,22 +87,46 @@ describe('POST /workers/poll wait_seconds', () => {
     expect(batchRow(t.deps, batch.id)).toMatchObject({ status: 'in_progress', attempts: 1 })
   })
 
-  test('a batch for another model wakes the poll, which keeps waiting, then ends with job: null', async () => {
+  test('a batch only wakes the held polls of workers that can serve it', async () => {
     const f = await makeFleet(t)
+    const mine = makeCatalogEntry(t.deps, { runtime_model_id: 'wait-mine:7b' })
     const other = makeCatalogEntry(t.deps, { runtime_model_id: 'wait-other:7b' })
     const wid = await hostWorker(t, f.key, 'wait-mine:7b')
-    const pending = heldPoll(t, f.key, wid, 0.3)
+    const pending = heldPoll(t, f.key, wid, 30)
     await heldCount(t, 1)
-    const batch = await makeBatch(t, f.user, `${inputLine('a', other.id)}\n`, {
+    const wakes = t.deps.pollWaiters.wakes
+    const otherBatch = await makeBatch(t, f.user, `${inputLine('a', other.id)}\n`, {
       endpoint: '/v1/chat/completions',
     })
     await validateAll(t)
-    // Woken, claimed nothing, held again.
+    // Validated, and this poll was not woken for it: still held, the batch still waiting.
+    expect(batchRow(t.deps, otherBatch.id).status).toBe('validated')
+    expect(t.deps.pollWaiters.wakes).toBe(wakes)
     expect(t.deps.pollWaiters.size).toBe(1)
-    const res = await pending
-    expect(res.status).toBe(200)
-    expect(res.body).toEqual({ job: null })
-    expect(batchRow(t.deps, batch.id).status).toBe('validated')
+    const myBatch = await makeBatch(t, f.user, `${inputLine('b', mine.id)}\n`, {
+      endpoint: '/v1/chat/completions',
+    })
+    await validateAll(t)
+    expect(((await pending).body.job as Job).job_id).toBe(myBatch.id)
+    expect(t.deps.pollWaiters.wakes).toBe(wakes + 1)
+    t.deps.db.delete(batches).where(eq(batches.id, otherBatch.id)).run()
+  })
+
+  test('a held poll that finds nothing when woken keeps waiting, then ends with job: null', async () => {
+    const f = await makeFleet(t)
+    makeCatalogEntry(t.deps, { id: 'wait-taken-q4km', runtime_model_id: 'wait-taken:7b' })
+    const first = await hostWorker(t, f.key, 'wait-taken:7b')
+    const second = await hostWorker(t, f.key, 'wait-taken:7b')
+    const a = heldPoll(t, f.key, first, 0.3)
+    const b = heldPoll(t, f.key, second, 0.3)
+    await heldCount(t, 2)
+    const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: 'wait-taken-q4km' })
+    t.deps.pollWaiters.notify('wait-taken-q4km')
+    // Both woken; one claims it, the other is held again until its deadline.
+    const [ra, rb] = await Promise.all([a, b])
+    const jobs = [ra.body.job, rb.body.job]
+    expect(jobs.filter(Boolean).map((j) => (j as Job).job_id)).toEqual([batch.id])
+    expect(jobs).toContain(null)
     expect(t.deps.pollWaiters.size).toBe(0)
   })
 

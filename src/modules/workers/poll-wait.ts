@@ -1,23 +1,34 @@
 import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { claimBatch, type Job } from './claim'
+import { loadCatalogue, loadWorkerView, matchesFor } from './matching'
+import { ownWorker } from './service'
 
 // POST /workers/poll with `wait_seconds` (API.md §7, ext): with nothing to claim, the request is
 // held until a batch may have become claimable, then the ordinary claim runs again. The signal is
 // a hint and the table is the truth (STYLE example 15): the validator and the requeue path call
-// notify() whenever a batch becomes `validated`, every held poll re-runs claimBatch(), and those
-// that still find nothing keep waiting until their deadline. A poll without wait_seconds answers
-// at once, as before.
+// notify(model) whenever a batch becomes `validated`; the held polls whose worker can serve that
+// model (the catalogue slugs it matches, worked out when it began to wait) re-run claimBatch(), and
+// those that still find nothing keep waiting until their deadline. So one new batch wakes only
+// its candidates, not the whole fleet. A poll without wait_seconds answers at once, as before.
 
 type Wake = (why: 'notified' | 'ended') => void
 
 /** The polls held on this server (one per Deps: per-server state never lives in a module). */
 export class PollWaiters {
-  private readonly waiting = new Set<Wake>()
+  /** Each held poll, with the batch models (`batches.model` slugs) its worker can serve. */
+  private readonly waiting = new Map<Wake, ReadonlySet<string>>()
+  /** Held polls woken by notify() so far (tests observe who was woken). */
+  wakes = 0
 
-  /** A batch became `validated` (validation passed, or a requeue): every held poll looks again. */
-  notify() {
-    for (const wake of [...this.waiting]) wake('notified')
+  /** A batch of `model` became `validated` (validation passed, or a requeue): its candidates look again. */
+  notify(model: string | null) {
+    if (model === null) return
+    for (const [wake, models] of [...this.waiting]) {
+      if (!models.has(model)) continue
+      this.wakes++
+      wake('notified')
+    }
   }
 
   /** Held polls right now (tests observe a poll being held instead of sleeping). */
@@ -29,7 +40,7 @@ export class PollWaiters {
    * Resolves 'notified' at the next notify(), or 'ended' after `ms` or when a signal aborts.
    * Registration is synchronous: a notify() after the caller's claim cannot be missed.
    */
-  wait(ms: number, signals: AbortSignal[]): Promise<'notified' | 'ended'> {
+  wait(ms: number, models: ReadonlySet<string>, signals: AbortSignal[]): Promise<'notified' | 'ended'> {
     return new Promise((resolve) => {
       const done: Wake = (why) => {
         this.waiting.delete(done)
@@ -40,7 +51,7 @@ export class PollWaiters {
       const end = () => done('ended')
       const timer = setTimeout(end, ms)
       for (const s of signals) s.addEventListener('abort', end, { once: true })
-      this.waiting.add(done)
+      this.waiting.set(done, models)
       if (signals.some((s) => s.aborted)) end()
     })
   }
@@ -65,8 +76,16 @@ export async function pollForJob(
   for (;;) {
     const left = deadline - performance.now()
     if (left <= 0) return { job: null }
-    if ((await deps.pollWaiters.wait(left, signals)) === 'ended') return { job: null }
+    if ((await deps.pollWaiters.wait(left, servable(deps, principal, workerId), signals)) === 'ended')
+      return { job: null }
     const again = claimBatch(deps, principal, workerId)
     if (again.job) return again
   }
+}
+
+/** The batch models this worker can serve now (claimBatch's candidates). */
+function servable(deps: Deps, principal: WorkerPrincipal, workerId: string): Set<string> {
+  const catalogue = loadCatalogue(deps)
+  const view = loadWorkerView(deps, ownWorker(deps, principal, workerId))
+  return new Set(matchesFor(view, catalogue).flatMap((m) => catalogue.slugsOf(m.entry)))
 }

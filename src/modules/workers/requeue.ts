@@ -92,6 +92,6 @@ export function requeueBatch(
   const outcome = exhausted ? 'failed' : 'validated'
   deps.metrics.requeues.inc({ reason, outcome })
   // API.md §7 wait_seconds: held polls look again (they run after this transaction commits).
-  if (!exhausted) deps.pollWaiters.notify()
+  if (!exhausted) deps.pollWaiters.notify(row.model)
   return { status: outcome, batch_id: batchId, attempts, error }
 }
