@@ -332,7 +332,11 @@ describe('openai runtime with --engine llama.cpp: digests discovered', () => {
         {},
         new DigestCache(new StateDir(join(root, 's1'))),
       )
+      const hashed = new Promise<void>((resolve) => runtime.onInventoryChange(resolve))
       await runtime.prepare()
+      // Being hashed: not advertised at all (by name alone it could match other weights).
+      expect(await runtime.snapshot()).toMatchObject({ status: 'online', models: [], inventory: [] })
+      await hashed
       const snap = await runtime.snapshot()
       expect(snap.models).toEqual(['tiny'])
       expect(snap.inventory).toEqual([
@@ -366,7 +370,9 @@ describe('openai runtime with --engine llama.cpp: digests discovered', () => {
         {},
         new DigestCache(new StateDir(join(root, 's3'))),
       )
-      await runtime.prepare()
+      const hashed = new Promise<void>((resolve) => runtime.onInventoryChange(resolve))
+      await runtime.snapshot()
+      await hashed
       expect((await runtime.snapshot()).inventory).toMatchObject([
         { local_name: file, sha256: sha('weights by path') },
       ])

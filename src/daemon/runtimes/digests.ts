@@ -38,6 +38,11 @@ export class DigestCache {
     return null
   }
 
+  /** Whether the file is being hashed right now. */
+  hashing(path: string): boolean {
+    return this.running.has(path)
+  }
+
   /** The digest, hashing the file if the cache does not hold it for this size and mtime. */
   digest(path: string): Promise<Entry | null> {
     const st = stat(path)

@@ -11,9 +11,12 @@ import { type InventoryItem, type Runtime, type RuntimeSnapshot, runtimeJson, st
 //   `<name>+<file name>` so that a catalogue entry with artifact files can match them all;
 // - with --engine llama.cpp, the file the server says it loaded: GET /props `model_path` (one model
 //   served), or a /v1/models id that is itself a path (llama-server without --alias).
-// Files are hashed in the background and cached by path, size and mtime (digests.ts), so a snapshot
-// never waits on hashing. A file that is not readable here (the engine runs in a container or on
-// another host) is said once, and its model is advertised by name only (SPEC §4 Poll rule 4).
+// Files are hashed in the background and cached by path, size and mtime (digests.ts), so neither a
+// snapshot nor the heartbeat ever waits on hashing. While a model's file is being hashed the model
+// is not advertised at all: advertised by name without its digest, it would match an entry pinned
+// to other weights (SPEC §4 Poll rule 4); the heartbeat that follows the hash (onInventoryChange)
+// brings it in. A file that is not readable here (the engine runs in a container or on another
+// host) is said once, and its model is advertised by name only.
 
 interface ModelList {
   data?: { id?: unknown }[]
@@ -34,11 +37,9 @@ export class OpenAIRuntime implements Runtime {
     this.digests.onHashed(listener)
   }
 
-  /** Hashes every known model file before registering, so the first inventory carries digests. */
+  /** Hashes the files the operator named before registering; discovered files hash in the background. */
   async prepare() {
-    const ids = await this.modelIds().catch(() => [])
-    const files = { ...this.modelFiles, ...(await this.discover(ids)) }
-    for (const paths of Object.values(files)) for (const f of paths) await this.digests.digest(f)
+    for (const paths of Object.values(this.modelFiles)) for (const f of paths) await this.digests.digest(f)
   }
 
   private async modelIds(): Promise<string[]> {
@@ -91,13 +92,15 @@ export class OpenAIRuntime implements Runtime {
     }
     const discovered = await this.discover(ids)
     const inventory: InventoryItem[] = []
+    const served: string[] = []
     for (const id of ids) {
       const files = this.modelFiles[id] ?? discovered[id] ?? []
+      const items: InventoryItem[] = []
       files.forEach((path, i) => {
         const entry = this.digests.peek(path)
         if (!entry) return
         const local_name = i === 0 ? id : `${id}+${basename(path)}`
-        inventory.push({
+        items.push({
           local_name,
           sha256: entry.sha256,
           size_bytes: entry.size,
@@ -105,9 +108,12 @@ export class OpenAIRuntime implements Runtime {
           runtime: this.engine,
         })
       })
+      if (files.some((path) => this.digests.hashing(path))) continue
+      served.push(id)
+      inventory.push(...items)
     }
     // An OpenAI-compatible server lists what it serves, which is what it has loaded.
-    return { status: 'online', inventory, models: ids, loaded: ids }
+    return { status: 'online', inventory, models: served, loaded: served }
   }
 
   serves(model: string, snapshot: RuntimeSnapshot) {
