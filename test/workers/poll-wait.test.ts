@@ -183,3 +183,17 @@ describe('POST /workers/poll wait_seconds', () => {
     }
   })
 })
+
+test('a heartbeat that changes what the worker hosts lets its held poll claim at once', async () => {
+  const f = await makeFleet(t)
+  makeCatalogEntry(t.deps, { id: 'wait-late-q4km', runtime_model_id: 'wait-late:7b' })
+  const batch = makeValidatedBatch(t.deps, { userId: f.user.id, model: 'wait-late-q4km' })
+  // Held while the worker hosts something else; the batch is not for it yet.
+  const wid = await hostWorker(t, f.key, 'wait-early:7b')
+  const pending = heldPoll(t, f.key, wid, 30)
+  await heldCount(t, 1)
+  // The model lands on the worker (a pull, a digest found): the next heartbeat says so.
+  const hb = await heartbeat(t, f.key, wid, { inventory: [inventoryItem('wait-late:7b')] })
+  expect(hb.status).toBe(200)
+  expect(((await pending).body.job as Job).job_id).toBe(batch.id)
+})

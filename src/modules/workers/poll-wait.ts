@@ -10,25 +10,33 @@ import { ownWorker } from './service'
 // notify(model) whenever a batch becomes `validated`; the held polls whose worker can serve that
 // model (the catalogue slugs it matches, worked out when it began to wait) re-run claimBatch(), and
 // those that still find nothing keep waiting until their deadline. So one new batch wakes only
-// its candidates, not the whole fleet. A poll without wait_seconds answers at once, as before.
+// its candidates, not the whole fleet. A heartbeat that changes what a worker hosts wakes that
+// worker's held poll (workerChanged), which then claims or waits with the new set. A poll without
+// wait_seconds answers at once, as before.
 
 type Wake = (why: 'notified' | 'ended') => void
 
 /** The polls held on this server (one per Deps: per-server state never lives in a module). */
 export class PollWaiters {
-  /** Each held poll, with the batch models (`batches.model` slugs) its worker can serve. */
-  private readonly waiting = new Map<Wake, ReadonlySet<string>>()
+  /** Each held poll: its worker, and the batch models (`batches.model` slugs) that worker can serve. */
+  private readonly waiting = new Map<Wake, { workerId: string; models: ReadonlySet<string> }>()
   /** Held polls woken by notify() so far (tests observe who was woken). */
   wakes = 0
 
   /** A batch of `model` became `validated` (validation passed, or a requeue): its candidates look again. */
   notify(model: string | null) {
     if (model === null) return
-    for (const [wake, models] of [...this.waiting]) {
-      if (!models.has(model)) continue
-      this.wakes++
-      wake('notified')
-    }
+    for (const [wake, w] of [...this.waiting]) if (w.models.has(model)) this.wake(wake)
+  }
+
+  /** The worker's hosted models changed (a heartbeat): its held polls work out what they can serve. */
+  workerChanged(workerId: string) {
+    for (const [wake, w] of [...this.waiting]) if (w.workerId === workerId) this.wake(wake)
+  }
+
+  private wake(wake: Wake) {
+    this.wakes++
+    wake('notified')
   }
 
   /** Held polls right now (tests observe a poll being held instead of sleeping). */
@@ -40,7 +48,12 @@ export class PollWaiters {
    * Resolves 'notified' at the next notify(), or 'ended' after `ms` or when a signal aborts.
    * Registration is synchronous: a notify() after the caller's claim cannot be missed.
    */
-  wait(ms: number, models: ReadonlySet<string>, signals: AbortSignal[]): Promise<'notified' | 'ended'> {
+  wait(
+    ms: number,
+    workerId: string,
+    models: ReadonlySet<string>,
+    signals: AbortSignal[],
+  ): Promise<'notified' | 'ended'> {
     return new Promise((resolve) => {
       const done: Wake = (why) => {
         this.waiting.delete(done)
@@ -51,16 +64,16 @@ export class PollWaiters {
       const end = () => done('ended')
       const timer = setTimeout(end, ms)
       for (const s of signals) s.addEventListener('abort', end, { once: true })
-      this.waiting.set(done, models)
+      this.waiting.set(done, { workerId, models })
       if (signals.some((s) => s.aborted)) end()
     })
   }
 }
 
 /**
- * The claim of POST /workers/poll, held up to `waitSeconds` (≤ 30, checked by the schema) while nothing is claimable. Ends with
- * {job: null} at the deadline, at server shutdown, or when the caller hangs up (`request`: a
- * batch must never be claimed for a poller that is gone).
+ * The claim of POST /workers/poll, held up to `waitSeconds` (≤ 30, checked by the schema) while
+ * nothing is claimable. Ends with {job: null} at the deadline, at server shutdown, or when the
+ * caller hangs up (`request`: a batch must never be claimed for a poller that is gone).
  */
 export async function pollForJob(
   deps: Deps,
@@ -76,8 +89,8 @@ export async function pollForJob(
   for (;;) {
     const left = deadline - performance.now()
     if (left <= 0) return { job: null }
-    if ((await deps.pollWaiters.wait(left, servable(deps, principal, workerId), signals)) === 'ended')
-      return { job: null }
+    const models = servable(deps, principal, workerId)
+    if ((await deps.pollWaiters.wait(left, workerId, models, signals)) === 'ended') return { job: null }
     const again = claimBatch(deps, principal, workerId)
     if (again.job) return again
   }

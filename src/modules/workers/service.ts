@@ -413,6 +413,8 @@ export function heartbeat(deps: Deps, principal: WorkerPrincipal, workerId: stri
       replaceInventory(deps, workerId, body)
       s.setSig.run({ id: workerId, sig })
     })
+    // API.md §7 wait_seconds: a held poll of this worker looks again with what it now hosts.
+    deps.pollWaiters.workerChanged(workerId)
   }
   const pull_models: PullItem[] =
     body.activity === 'idle' && row.max_download_gb > 0 ? pullModelsFor(deps, workerId) : []
