@@ -1,6 +1,4 @@
-import { rmSync } from 'node:fs'
 import { hostname } from 'node:os'
-import { join } from 'node:path'
 import { log as rootLog } from '../lib/logger'
 import { type Backoff, realTimers, retryDelay, type Timers, Wakeup } from './backoff'
 import {
@@ -9,12 +7,11 @@ import {
   DAEMON_VERSION,
   type HeartbeatBody,
   type HeartbeatResponse,
-  isTransient,
   type Job,
   type PullModel,
 } from './client'
-import { type Counts, executeJob, RuntimeUnavailableError } from './executor'
 import { GpuProbe, type GpuSample } from './gpu'
+import { type JobOutcome, JobRun, type JobView } from './job'
 import { type AgentState, checkMove } from './lifecycle'
 import type { DaemonOptions } from './options'
 import { createRuntime } from './runtimes'
@@ -22,20 +19,19 @@ import type { PullProgress, Runtime, RuntimeSnapshot } from './runtimes/types'
 import { StateDir } from './state'
 
 // The worker agent (SPEC §1, §4 Workers; API.md §7): registers, heartbeats on its own loop, polls
-// while it has free capacity (held polls: wait_seconds), runs each claimed batch through the
-// executor, uploads the results with its assignment_id, and reports a failure when a job cannot
-// run. It stops a job the server no longer assigns to it, rides out control-plane restarts, and on
-// SIGTERM finishes or reports its jobs. Its life cycle is the table of lifecycle.ts; time comes
+// while it has free capacity (held polls: wait_seconds) and runs each claimed batch as a JobRun
+// (job.ts). It stops a job the server no longer assigns to it, rides out control-plane restarts,
+// and on SIGTERM finishes or reports its jobs. Its life cycle is the table of lifecycle.ts; time comes
 // from the injected Timers, and every wait is a Wakeup that the event it waits for cuts short.
 
 const log = rootLog.child({ component: 'worker' })
 
-/** What tests (and the status view) can observe, in the order it happens. */
+/** What the agent reports as it goes (AgentDeps.onEvent; tests wait on these instead of sleeping). */
 export type AgentEvent =
   | { type: 'state'; state: AgentState }
   | { type: 'heartbeat'; ok: boolean }
   | { type: 'poll_skipped'; reason: 'runtime offline' | 'at capacity' | 'not registered' }
-  | { type: 'job_ended'; job_id: string; outcome: 'completed' | 'failed' | 'dropped' }
+  | { type: 'job_ended'; job_id: string; outcome: JobOutcome }
 
 export interface AgentDeps {
   runtime?: Runtime
@@ -47,33 +43,6 @@ export interface AgentDeps {
   timers?: Timers
   onEvent?: (e: AgentEvent) => void
 }
-
-/** What the operator view shows of one running job. */
-export interface JobView {
-  job_id: string
-  model: string
-  total: number
-  completed: number
-  failed: number
-  started_at_ms: number
-}
-
-interface RunningJob {
-  job: Job
-  abort: AbortController
-  counts: Counts
-  total: number
-  startedAtMs: number
-  /**
-   * Why it is being stopped: `lost` (the server no longer assigns it to us: dropped without a
-   * word) or `shutdown` (reported failed so the batch is requeued at once).
-   */
-  stop: { kind: 'lost'; reason: string } | { kind: 'shutdown' } | null
-  sentProgress: string
-}
-
-/** The job cannot run at all here; reported as a failure so the batch is requeued. */
-class JobFailure extends Error {}
 
 const SNAPSHOT_BUDGET_MS = 5_000
 const FAILED_HEARTBEAT_RETRY_MS = 5_000
@@ -106,7 +75,7 @@ export class Agent {
   private workerId: string | null = null
   private heartbeatMs = 30_000
   private pollWait: number
-  private readonly jobs = new Map<string, RunningJob>()
+  private readonly jobs = new Map<string, JobRun>()
   private pulling: PullModel | null = null
   private lastSnapshot: RuntimeSnapshot | null = null
   private runtimeOnline: boolean | null = null
@@ -190,14 +159,7 @@ export class Agent {
   }
 
   jobViews(): JobView[] {
-    return [...this.jobs.values()].map((rj) => ({
-      job_id: rj.job.job_id,
-      model: rj.job.model,
-      total: rj.total || rj.counts.read,
-      completed: rj.counts.completed,
-      failed: rj.counts.failed,
-      started_at_ms: rj.startedAtMs,
-    }))
+    return [...this.jobs.values()].map((run) => run.view())
   }
 
   /** The one place the life cycle moves (lifecycle.ts), with what each move sets off. */
@@ -210,7 +172,7 @@ export class Agent {
     }
     if (next === 'stopping') {
       this.ending.abort()
-      for (const rj of this.jobs.values()) this.stopForShutdown(rj)
+      for (const run of this.jobs.values()) run.stopForShutdown()
       this.jobsWake.kick()
     }
     if (next === 'stopped') {
@@ -349,23 +311,14 @@ export class Agent {
 
   private async heartbeatBody(): Promise<HeartbeatBody> {
     const [snapshot, gpu] = await Promise.all([this.heartbeatSnapshot(), this.gpu.sample()])
-    const first = this.jobs.values().next().value as RunningJob | undefined
+    const first = this.jobs.values().next().value as JobRun | undefined
     const vramOverride = this.opts.vram_gb
     const vramTotal = vramOverride ?? gpu?.memory_total_gb
     const vramAvailable =
       vramTotal === undefined ? undefined : Math.max(0, round(vramTotal - (gpu?.memory_used_gb ?? 0)))
     return {
       activity: this.jobs.size > 0 ? 'busy' : this.pulling ? 'downloading_model' : 'idle',
-      ...(first
-        ? {
-            current_job_id: first.job.job_id,
-            progress: {
-              total_prompts: first.total || first.counts.read,
-              completed_prompts: first.counts.completed,
-              failed_prompts: first.counts.failed,
-            },
-          }
-        : {}),
+      ...(first ? { current_job_id: first.job.job_id, progress: first.progress() } : {}),
       ...(gpu?.utilization != null ? { gpu_utilization: gpu.utilization } : {}),
       ...(gpu ? { gpu_memory_used_gb: gpu.memory_used_gb } : {}),
       ...(vramTotal !== undefined ? { vram_total_gb: vramTotal, vram_available_gb: vramAvailable } : {}),
@@ -378,10 +331,10 @@ export class Agent {
   private onHeartbeat(res: HeartbeatResponse, sentAt: number) {
     if (Array.isArray(res.assigned_job_ids)) {
       const assigned = new Set(res.assigned_job_ids)
-      for (const rj of this.jobs.values()) {
+      for (const run of this.jobs.values()) {
         // A job claimed after this heartbeat left cannot be in its answer yet.
-        if (rj.startedAtMs < sentAt && !assigned.has(rj.job.job_id))
-          this.lose(rj, 'the server no longer assigns this job to this worker')
+        if (run.startedAtMs < sentAt && !assigned.has(run.job.job_id))
+          run.lose('the server no longer assigns this job to this worker')
       }
     }
     for (const task of res.pull_models ?? []) this.maybePull(task)
@@ -510,19 +463,21 @@ export class Agent {
     }
   }
 
-  // ── jobs ───────────────────────────────────────────────────────────────────────────────────
+  // ── jobs (job.ts) ───────────────────────────────────────────────────────────────────────────
 
   private startJob(job: Job) {
-    const rj: RunningJob = {
-      job,
-      abort: new AbortController(),
-      counts: { read: 0, completed: 0, failed: 0 },
-      total: job.total_requests ?? 0,
-      startedAtMs: this.timers.nowMs(),
-      stop: null,
-      sentProgress: '',
-    }
-    this.jobs.set(job.job_id, rj)
+    const run = new JobRun(job, {
+      cp: this.cp,
+      runtime: this.runtime,
+      state: this.state,
+      opts: this.opts,
+      timers: this.timers,
+      backoff: this.backoff,
+      requestBackoff: this.requestBackoff,
+      workerId: this.workerId!,
+      snapshot: () => this.freshSnapshot(),
+    })
+    this.jobs.set(job.job_id, run)
     log.info('job claimed', {
       job_id: job.job_id,
       assignment_id: job.assignment_id,
@@ -531,181 +486,15 @@ export class Agent {
       endpoint: job.endpoint,
       total_requests: job.total_requests,
     })
-    if (this.lifecycle === 'stopping') this.stopForShutdown(rj)
+    if (this.lifecycle === 'stopping') run.stopForShutdown()
     this.heartbeatSoon() // activity busy, current_job_id
-    void this.runJob(rj).then((outcome) => {
+    void run.run().then((outcome) => {
       this.jobs.delete(job.job_id)
       this.onEvent({ type: 'job_ended', job_id: job.job_id, outcome })
       this.heartbeatSoon()
       this.pollWake.kick()
       this.jobsWake.kick()
     })
-  }
-
-  private async runJob(rj: RunningJob): Promise<'completed' | 'failed' | 'dropped'> {
-    const { job } = rj
-    const jlog = log.child({ job_id: job.job_id })
-    const dir = this.state.jobDir(job.job_id)
-    const input = join(dir, 'input.jsonl')
-    const output = join(dir, 'output.jsonl')
-    const progress = this.progressLoop(rj)
-    try {
-      const snapshot = await this.freshSnapshot()
-      if (snapshot.status !== 'online') {
-        throw new JobFailure(
-          `runtime ${this.runtime.engine} at ${this.runtime.baseUrl} is ${snapshot.status}: ${snapshot.error ?? ''}`.trim(),
-        )
-      }
-      if (!this.runtime.serves(job.model, snapshot))
-        throw new JobFailure(`runtime ${this.runtime.engine} does not serve model ${job.model}`)
-      if (job.params && Object.keys(job.params).length)
-        jlog.debug('serving profile params are launch settings of the runtime; not applied per request', {
-          params: job.params,
-        })
-
-      const bytes = await this.retry(
-        'input download',
-        () => this.cp.download(job.input_path, input, rj.abort.signal),
-        { tries: 5, signal: rj.abort.signal },
-      )
-      jlog.info('input downloaded', { bytes })
-
-      const counts = await executeJob(
-        input,
-        output,
-        { model: job.model, endpoint: job.endpoint ?? '/v1/chat/completions' },
-        {
-          runtimeUrl: this.runtime.baseUrl,
-          concurrency: this.opts.concurrency,
-          tries: this.opts.retries,
-          requestTimeoutMs: this.opts.request_timeout * 1000,
-          backoff: this.requestBackoff,
-          timers: this.timers,
-          signal: rj.abort.signal,
-          onLine: (c) => {
-            rj.counts = c
-          },
-        },
-      )
-      rj.counts = counts
-      if (rj.stop?.kind === 'lost') throw new Error(rj.stop.reason)
-
-      // Uploading is not stopped by a shutdown: finished work is delivered.
-      const res = await this.retry(
-        'upload-results',
-        () =>
-          this.cp.uploadResults({
-            job_id: job.job_id,
-            worker_id: this.workerId!,
-            ...(job.assignment_id ? { assignment_id: job.assignment_id } : {}),
-            completed: counts.completed,
-            failed: counts.failed,
-            file: output,
-          }),
-        { tries: 30 },
-      )
-      jlog.info('job completed', {
-        completed: counts.completed,
-        failed: counts.failed,
-        status: res.status,
-        output_file_id: res.output_file_id,
-        error_file_id: res.error_file_id,
-        seconds: Math.round(this.timers.nowMs() - rj.startedAtMs) / 1000,
-      })
-      return 'completed'
-    } catch (e) {
-      if (rj.stop?.kind === 'lost') {
-        jlog.warn('job dropped', { reason: rj.stop.reason })
-        return 'dropped'
-      }
-      if (e instanceof ApiError && e.status === 403) {
-        jlog.warn('job dropped: the server says it is not ours any more', { error: e.message })
-        return 'dropped'
-      }
-      const message =
-        rj.stop?.kind === 'shutdown'
-          ? 'worker shut down before finishing the job'
-          : e instanceof JobFailure || e instanceof RuntimeUnavailableError
-            ? e.message
-            : `worker error: ${(e as Error).message ?? String(e)}`
-      jlog.warn('job failed; reporting', { error: message })
-      await this.reportFailure(rj, message)
-      return 'failed'
-    } finally {
-      progress.abort()
-      rmSync(dir, { recursive: true, force: true })
-    }
-  }
-
-  private async reportFailure(rj: RunningJob, message: string) {
-    try {
-      const res = await this.retry(
-        'report-failure',
-        () =>
-          this.cp.reportFailure({
-            job_id: rj.job.job_id,
-            worker_id: this.workerId!,
-            error: message.slice(0, 2000),
-            ...(rj.job.assignment_id ? { assignment_id: rj.job.assignment_id } : {}),
-          }),
-        { tries: 20 },
-      )
-      log.info('failure reported', { job_id: rj.job.job_id, status: res.status, attempts: res.attempts })
-    } catch (e) {
-      log.warn('could not report the failure; the sweeper will requeue the batch', {
-        job_id: rj.job.job_id,
-        error: (e as Error).message,
-      })
-    }
-  }
-
-  /** Live counts every --progress-interval while the job runs; returns its stop switch. */
-  private progressLoop(rj: RunningJob): AbortController {
-    const stop = new AbortController()
-    void (async () => {
-      for (;;) {
-        await this.timers.sleep(this.opts.progress_interval * 1000, stop.signal)
-        if (stop.signal.aborted) return
-        this.sendProgress(rj)
-      }
-    })()
-    return stop
-  }
-
-  /** Sent only when the counts changed. */
-  private sendProgress(rj: RunningJob) {
-    const c = rj.counts
-    const key = `${c.completed}/${c.failed}`
-    if (key === rj.sentProgress || rj.stop?.kind === 'lost' || !this.workerId) return
-    rj.sentProgress = key
-    this.cp
-      .progress({
-        worker_id: this.workerId,
-        job_id: rj.job.job_id,
-        ...(rj.job.assignment_id ? { assignment_id: rj.job.assignment_id } : {}),
-        ...(rj.total ? { total_prompts: rj.total } : {}),
-        completed_prompts: c.completed,
-        failed_prompts: c.failed,
-      })
-      .catch((e) => {
-        if (e instanceof ApiError && e.status === 403) this.lose(rj, 'the server refused our progress (403)')
-        else {
-          rj.sentProgress = '' // try again next tick
-          log.debug('progress not delivered', { job_id: rj.job.job_id, error: (e as Error).message })
-        }
-      })
-  }
-
-  private lose(rj: RunningJob, reason: string) {
-    if (rj.stop) return
-    rj.stop = { kind: 'lost', reason }
-    rj.abort.abort(new Error(reason))
-  }
-
-  private stopForShutdown(rj: RunningJob) {
-    if (rj.stop) return
-    rj.stop = { kind: 'shutdown' }
-    rj.abort.abort(new Error('shutdown'))
   }
 
   /**
@@ -721,28 +510,6 @@ export class Agent {
     if (this.lifecycle === 'draining') this.enter('stopping')
     while (this.jobs.size > 0) await this.jobsWake.wait(MAX_CALL_BACKOFF_MS)
     this.enter('stopped')
-  }
-
-  /** A control-plane call, retried on transient failures with the daemon's one retry policy. */
-  private async retry<T>(
-    what: string,
-    fn: () => Promise<T>,
-    o: { tries: number; signal?: AbortSignal },
-  ): Promise<T> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await fn()
-      } catch (e) {
-        if (!isTransient(e) || attempt + 1 >= o.tries || o.signal?.aborted) throw e
-        const wait = retryDelay(attempt, this.backoff, e instanceof ApiError ? e.retryAfterMs : null)
-        log.warn(`${what} failed; retrying`, {
-          attempt: attempt + 1,
-          retry_in_ms: wait,
-          error: (e as Error).message,
-        })
-        await this.timers.sleep(wait, o.signal)
-      }
-    }
   }
 }
 
