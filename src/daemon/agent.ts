@@ -61,9 +61,9 @@ export class Agent {
 
   private lifecycle: AgentState = 'created'
   private exitCode = 0
-  /** Aborted when the agent leaves `running`: polls, held polls and registration retries end. */
+  /** Aborted when the agent leaves `running`: the poll loop and a held poll end. */
   private readonly polling = new AbortController()
-  /** Aborted on `stopping`: the grace period ends, pulls end. */
+  /** Aborted on `stopping`: the grace period, registration retries and pulls end. */
   private readonly ending = new AbortController()
   /** Aborted on `stopped`: the heartbeat loop ends. */
   private readonly stopped = new AbortController()
@@ -98,8 +98,8 @@ export class Agent {
     this.pollWake = new Wakeup(this.timers)
     this.jobsWake = new Wakeup(this.timers)
     this.pollWait = opts.poll_wait
-    // A digest found after registration (a model swapped in the engine) is reported at once:
-    // until then the model is matched by name only (SPEC §4 Poll rule 4).
+    // A digest found after registration (a file hashed, a model swapped in the engine) is reported
+    // at once: until then that model is not advertised (runtimes/openai.ts).
     this.runtime.onInventoryChange?.(() => this.heartbeatSoon())
   }
 
