@@ -64,8 +64,6 @@ export interface ManualTimers extends Timers {
   advance(ms: number): void
   /** The lengths of the sleeps asked for so far, in order. */
   readonly asked: number[]
-  /** Sleeps not yet over. */
-  pending(): number
 }
 
 /** Timers that move only when told to (tests). */
@@ -76,7 +74,6 @@ export function manualTimers(startMs = 1_800_000_000_000): ManualTimers {
   return {
     nowMs: () => now,
     asked,
-    pending: () => sleepers.size,
     sleep(ms, signal) {
       asked.push(ms)
       if (signal?.aborted || ms <= 0) return Promise.resolve()
