@@ -21,7 +21,16 @@
 // outside the repository, reused between runs. A fetch that fails (no network, a package renamed or
 // gone) returns the reason instead of throwing, so tests can report themselves as not run.
 
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs'
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs'
 import { homedir } from 'node:os'
 import { join } from 'node:path'
 import { spawn, spawnSync } from 'bun'
@@ -136,7 +145,7 @@ function fetchInto(dir: string, etcApt: string): FetchResult {
   for (const tool of ['apt-get', 'dpkg-deb'])
     if (!Bun.which(tool)) return { ok: false, reason: `${tool} is not installed` }
   const mirror = debianMirror(etcApt)
-  if (!mirror) return { ok: false, reason: 'no Debian mirror found in /etc/apt/sources.list(.d)' }
+  if (!mirror) return { ok: false, reason: `no Debian mirror found in ${etcApt}/sources.list(.d)` }
 
   mkdirSync(dir, { recursive: true })
   // Private apt state: the system's lists, cache and sources are neither read nor changed.
@@ -147,9 +156,9 @@ function fetchInto(dir: string, etcApt: string): FetchResult {
     const sources = join(work, 'sources.list')
     const keyring = '/usr/share/keyrings/debian-archive-keyring.gpg'
     const signed = existsSync(keyring) ? `[signed-by=${keyring}] ` : ''
-    Bun.write(sources, `deb ${signed}${mirror} sid main\n`)
+    writeFileSync(sources, `deb ${signed}${mirror} sid main\n`)
     const status = join(work, 'status')
-    Bun.write(status, '')
+    writeFileSync(status, '')
     const apt = [
       'apt-get',
       '-q',

@@ -50,7 +50,7 @@ describe('the mirror comes from the machine’s own apt sources', () => {
     const dir = etcApt({ 'sources.list': 'deb https://192.0.2.6/apt stable main\n' })
     expect(debianMirror(dir)).toBeNull()
     const result = fetchEngine(join(root, 'empty-cache'), dir)
-    expect(result).toEqual({ ok: false, reason: 'no Debian mirror found in /etc/apt/sources.list(.d)' })
+    expect(result).toEqual({ ok: false, reason: `no Debian mirror found in ${dir}/sources.list(.d)` })
   })
 
   test('a cache directory that cannot be made: the fetch says why instead of throwing', () => {
