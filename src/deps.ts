@@ -12,6 +12,7 @@ import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
 import type { PoolCapacity } from './modules/pool/service'
+import { PollWaiters } from './modules/workers/poll-wait'
 import type { Store } from './store'
 import { postgresStore } from './store/postgres'
 import { openPostgres } from './store/postgres/db'
@@ -36,6 +37,8 @@ export interface Deps {
   metrics: Metrics
   /** Validator → batch event streams, and the "batch created" signal that wakes the validator. */
   batchEvents: BatchEventBus
+  /** Polls held by `wait_seconds`, woken when a batch becomes validated (API.md §7). */
+  pollWaiters: PollWaiters
   /** Aborted when the server begins to shut down: open streams end and loops stop. */
   shutdown: AbortController
   /** Unix seconds when this process started (sweeper startup grace). */
@@ -106,6 +109,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     passwords: overrides.passwords ?? createPasswords(),
     metrics: createMetrics(),
     batchEvents: new BatchEventBus(),
+    pollWaiters: new PollWaiters(),
     shutdown: new AbortController(),
     startedAt: clock.now(),
     instanceId,

@@ -1,70 +1,52 @@
-import { rmSync } from 'node:fs'
 import { hostname } from 'node:os'
-import { join } from 'node:path'
 import { log as rootLog } from '../lib/logger'
-import { type Backoff, backoffDelay, sleep } from './backoff'
+import { type Backoff, realTimers, retryDelay, type Timers, Wakeup } from './backoff'
 import {
   ApiError,
   ControlPlane,
   DAEMON_VERSION,
   type HeartbeatBody,
   type HeartbeatResponse,
-  isTransient,
   type Job,
   type PullModel,
 } from './client'
-import { type Counts, executeJob, RuntimeUnavailableError } from './executor'
 import { GpuProbe, type GpuSample } from './gpu'
+import { type JobOutcome, JobRun, type JobView } from './job'
+import { type AgentState, checkMove } from './lifecycle'
 import type { DaemonOptions } from './options'
 import { createRuntime } from './runtimes'
 import type { PullProgress, Runtime, RuntimeSnapshot } from './runtimes/types'
 import { StateDir } from './state'
 
-// The worker agent (SPEC §1, §4 Workers; API.md §7): registers, heartbeats on its own timer, polls
-// while it has free capacity, runs each claimed batch through the executor, uploads the results with
-// its assignment_id, and reports a failure when a job cannot run. It stops a job the server no longer
-// assigns to it, rides out control-plane restarts, and on SIGTERM finishes or reports its jobs.
+// The worker agent (SPEC §1, §4 Workers; API.md §7): registers, heartbeats on its own loop, polls
+// while it has free capacity (held polls: wait_seconds) and runs each claimed batch as a JobRun
+// (job.ts). It stops a job the server no longer assigns to it, rides out control-plane restarts,
+// and on SIGTERM finishes or reports its jobs. Its life cycle is the table of lifecycle.ts; time comes
+// from the injected Timers, and every wait is a Wakeup that the event it waits for cuts short.
 
 const log = rootLog.child({ component: 'worker' })
+
+/** What the agent reports as it goes (AgentDeps.onEvent; tests wait on these instead of sleeping). */
+export type AgentEvent =
+  | { type: 'state'; state: AgentState }
+  | { type: 'heartbeat'; ok: boolean }
+  | { type: 'poll_skipped'; reason: 'runtime offline' | 'at capacity' | 'not registered' }
+  | { type: 'job_ended'; job_id: string; outcome: JobOutcome }
 
 export interface AgentDeps {
   runtime?: Runtime
   gpu?: { sample(): Promise<GpuSample | null> }
-  /** Backoff of control-plane retries (tests shrink it). */
+  /** Retry policy of control-plane calls (tests shrink it). */
   backoff?: Backoff
-  /** Backoff between retries of one inference request. */
+  /** Retry policy of inference requests. */
   requestBackoff?: Backoff
+  timers?: Timers
+  onEvent?: (e: AgentEvent) => void
 }
-
-/** What the operator view shows of one running job. */
-export interface JobView {
-  job_id: string
-  model: string
-  total: number
-  completed: number
-  failed: number
-  started_at_ms: number
-}
-
-interface RunningJob {
-  job: Job
-  abort: AbortController
-  counts: Counts
-  total: number
-  startedAtMs: number
-  /** Set when the server no longer assigns this job to us: drop it without a word. */
-  lost: string | null
-  /** Set when a shutdown stopped it: report the failure so the batch is requeued at once. */
-  shutdown: boolean
-  sentProgress: string
-}
-
-/** The job cannot run at all here; reported as a failure so the batch is requeued. */
-class JobFailure extends Error {}
 
 const SNAPSHOT_BUDGET_MS = 5_000
 const FAILED_HEARTBEAT_RETRY_MS = 5_000
-const MAX_POLL_BACKOFF_MS = 30_000
+const MAX_CALL_BACKOFF_MS = 30_000
 
 export class Agent {
   readonly state: StateDir
@@ -73,29 +55,31 @@ export class Agent {
   private readonly gpu: { sample(): Promise<GpuSample | null> }
   private readonly backoff: Backoff
   private readonly requestBackoff: Backoff
-  private readonly startedAtMs = Date.now()
+  private readonly timers: Timers
+  private readonly onEvent: (e: AgentEvent) => void
+  private readonly startedAtMs: number
+
+  private lifecycle: AgentState = 'created'
+  private exitCode = 0
+  /** Aborted when the agent leaves `running`: the poll loop and a held poll end. */
+  private readonly polling = new AbortController()
+  /** Aborted on `stopping`: the grace period, registration retries and pulls end. */
+  private readonly ending = new AbortController()
+  /** Aborted on `stopped`: the heartbeat loop ends. */
+  private readonly stopped = new AbortController()
+  private readonly heartbeatWake: Wakeup
+  private readonly pollWake: Wakeup
+  /** Kicked whenever a job ends (the drain waits on it). */
+  private readonly jobsWake: Wakeup
 
   private workerId: string | null = null
   private heartbeatMs = 30_000
-  private readonly jobs = new Map<string, RunningJob>()
+  private pollWait: number
+  private readonly jobs = new Map<string, JobRun>()
   private pulling: PullModel | null = null
   private lastSnapshot: RuntimeSnapshot | null = null
   private runtimeOnline: boolean | null = null
-  private closed = false
   private registering: Promise<boolean> | null = null
-
-  private stopping = false
-  private killed = false
-  private exitCode = 0
-  /** Aborted only by kill(): ends uploads and reports in flight. */
-  private readonly life = new AbortController()
-  /** Aborted by shutdown() or kill(): ends sleeps of the loops. */
-  private readonly stopSignal = new AbortController()
-  private wakePoll: (() => void) | null = null
-  private heartbeatTimer: ReturnType<typeof setTimeout> | null = null
-  private heartbeatRunning: Promise<void> | null = null
-  private heartbeatAgain = false
-  private graceMs: number
 
   constructor(
     readonly opts: DaemonOptions,
@@ -105,31 +89,56 @@ export class Agent {
     this.runtime = deps.runtime ?? createRuntime(opts, this.state)
     this.cp = new ControlPlane(opts.server, opts.key)
     this.gpu = deps.gpu ?? new GpuProbe()
-    this.backoff = deps.backoff ?? { baseMs: 1000, maxMs: MAX_POLL_BACKOFF_MS }
+    this.backoff = deps.backoff ?? { baseMs: 1000, maxMs: MAX_CALL_BACKOFF_MS }
     this.requestBackoff = deps.requestBackoff ?? { baseMs: 500, maxMs: 20_000 }
-    this.graceMs = opts.shutdown_grace * 1000
+    this.timers = deps.timers ?? realTimers
+    this.onEvent = deps.onEvent ?? (() => {})
+    this.startedAtMs = this.timers.nowMs()
+    this.heartbeatWake = new Wakeup(this.timers)
+    this.pollWake = new Wakeup(this.timers)
+    this.jobsWake = new Wakeup(this.timers)
+    this.pollWait = opts.poll_wait
+    // A digest found after registration (a file hashed, a model swapped in the engine) is reported
+    // at once: until then that model is not advertised (runtimes/openai.ts).
+    this.runtime.onInventoryChange?.(() => this.heartbeatSoon())
   }
 
   get id() {
     return this.workerId
   }
 
-  /** Runs until shutdown() or a fatal error; resolves with the process exit code. */
+  get status(): AgentState {
+    return this.lifecycle
+  }
+
+  /** Runs until stopped; resolves with the process exit code. */
   async run(): Promise<number> {
+    // shutdown() before run(): nothing to do.
+    if (this.lifecycle === 'stopping') {
+      this.enter('stopped')
+      return this.exitCode
+    }
+    this.enter('starting')
     const unlock = this.state.lock()
+    let heartbeats: Promise<void> | null = null
     try {
       this.state.clearJobs()
       await this.runtime.prepare()
-      if (!(await this.register())) return this.exitCode
-      this.scheduleHeartbeat(0)
-      await this.pollLoop()
+      if (await this.register()) {
+        if (this.lifecycle === 'starting') this.enter('running')
+        heartbeats = this.heartbeatLoop()
+        await this.pollLoop()
+      }
       await this.drain()
       return this.exitCode
     } finally {
-      this.closed = true
-      if (this.heartbeatTimer) clearTimeout(this.heartbeatTimer)
-      this.heartbeatTimer = null
-      await this.heartbeatRunning
+      // Reached early only by an exception (the runtime's prepare(), the state directory).
+      const now: AgentState = this.status
+      if (now !== 'stopped') {
+        if (now !== 'stopping') this.enter('stopping')
+        this.enter('stopped')
+      }
+      await heartbeats
       unlock()
     }
   }
@@ -139,36 +148,44 @@ export class Agent {
    * stopped and reported as failed. `now` skips the grace (a second signal).
    */
   shutdown(now = false) {
-    if (now) this.graceMs = 0
-    if (this.stopping && !now) return
-    log.info('shutting down', { running_jobs: this.jobs.size, grace_seconds: this.graceMs / 1000 })
-    this.stopping = true
-    this.stopSignal.abort()
-    this.wake()
-    if (now) for (const rj of this.jobs.values()) this.stopForShutdown(rj)
-  }
-
-  /** Simulates a crash (tests): everything stops at once and nothing more is sent. */
-  kill() {
-    this.killed = true
-    this.stopping = true
-    if (this.heartbeatTimer) clearTimeout(this.heartbeatTimer)
-    this.heartbeatTimer = null
-    this.life.abort()
-    this.stopSignal.abort()
-    for (const rj of this.jobs.values()) rj.abort.abort(new Error('killed'))
-    this.wake()
+    const s = this.lifecycle
+    if (s === 'stopping' || s === 'stopped' || (s === 'draining' && !now)) return
+    log.info('shutting down', {
+      running_jobs: this.jobs.size,
+      grace_seconds: now ? 0 : this.opts.shutdown_grace,
+    })
+    // Before registration there is nothing to drain.
+    this.enter(now || s === 'created' || s === 'starting' ? 'stopping' : 'draining')
   }
 
   jobViews(): JobView[] {
-    return [...this.jobs.values()].map((rj) => ({
-      job_id: rj.job.job_id,
-      model: rj.job.model,
-      total: rj.total || rj.counts.read,
-      completed: rj.counts.completed,
-      failed: rj.counts.failed,
-      started_at_ms: rj.startedAtMs,
-    }))
+    return [...this.jobs.values()].map((run) => run.view())
+  }
+
+  /** The one place the life cycle moves (lifecycle.ts), with what each move sets off. */
+  private enter(next: AgentState) {
+    checkMove(this.lifecycle, next)
+    this.lifecycle = next
+    if (next === 'draining' || next === 'stopping') {
+      this.polling.abort()
+      this.pollWake.kick()
+    }
+    if (next === 'stopping') {
+      this.ending.abort()
+      for (const run of this.jobs.values()) run.stopForShutdown()
+      this.jobsWake.kick()
+    }
+    if (next === 'stopped') {
+      this.stopped.abort()
+      this.heartbeatWake.kick()
+    }
+    this.onEvent({ type: 'state', state: next })
+  }
+
+  private fatal(message: string) {
+    log.error(message)
+    this.exitCode = 1
+    if (this.lifecycle !== 'stopping' && this.lifecycle !== 'stopped') this.enter('stopping')
   }
 
   // ── registration ────────────────────────────────────────────────────────────────────────────
@@ -185,7 +202,7 @@ export class Agent {
   }
 
   private async registerOnce(): Promise<boolean> {
-    for (let attempt = 0; !this.stopping; attempt++) {
+    for (let attempt = 0; !this.ending.signal.aborted; attempt++) {
       const identity = this.state.identity()
       // A worker_id is only meaningful to the server that issued it.
       const reuse = identity.server === this.opts.server ? identity.worker_id : undefined
@@ -236,53 +253,43 @@ export class Agent {
           )
           return false
         }
-        const wait = backoffDelay(attempt, this.backoff)
+        const wait = retryDelay(attempt, this.backoff, null)
         log.warn('registration failed; retrying', { error: (e as Error).message, retry_in_ms: wait })
-        await sleep(wait, this.stopSignal.signal)
+        await this.timers.sleep(wait, this.ending.signal)
       }
     }
     return false
   }
 
-  private fatal(message: string) {
-    log.error(message)
-    this.exitCode = 1
-    this.stopping = true
-    this.stopSignal.abort()
-    this.wake()
-  }
-
   // ── heartbeat ───────────────────────────────────────────────────────────────────────────────
-  // Its own timer: nothing the jobs do waits on it and it waits on nothing the jobs do, so a long
+  // Its own loop: nothing the jobs do waits on it and it waits on nothing the jobs do, so a long
   // batch never delays liveness (SPEC §8: every 30 s; the server's heartbeat_interval_seconds).
+  // It runs until `stopped`, so a draining worker still reports its jobs' progress.
 
-  private scheduleHeartbeat(delayMs: number) {
-    if (this.killed || this.closed) return
-    if (this.heartbeatTimer) clearTimeout(this.heartbeatTimer)
-    this.heartbeatTimer = setTimeout(() => {
-      this.heartbeatTimer = null
-      this.heartbeatRunning = this.heartbeat().finally(() => {
-        this.heartbeatRunning = null
-      })
-    }, delayMs)
+  private async heartbeatLoop() {
+    while (!this.stopped.signal.aborted) {
+      const next = await this.heartbeat()
+      await this.heartbeatWake.wait(next, this.stopped.signal)
+    }
   }
 
-  /** A heartbeat now (after a pull, so the new inventory reaches the server at once). */
+  /** A heartbeat now (a job started or ended, a pull changed the inventory). */
   private heartbeatSoon() {
-    if (this.heartbeatRunning) this.heartbeatAgain = true
-    else this.scheduleHeartbeat(0)
+    this.heartbeatWake.kick()
   }
 
-  private async heartbeat(): Promise<void> {
-    if (!this.workerId || this.killed) return
-    const sentAt = Date.now()
+  /** One heartbeat; returns the delay until the next. */
+  private async heartbeat(): Promise<number> {
+    if (!this.workerId) return this.heartbeatMs
+    const sentAt = this.timers.nowMs()
     let next = this.heartbeatMs
+    let ok = false
     try {
       const res = await this.cp.heartbeat(this.workerId, await this.heartbeatBody())
       if (res.next_heartbeat_in) next = res.next_heartbeat_in * 1000
       this.onHeartbeat(res, sentAt)
+      ok = true
     } catch (e) {
-      if (this.killed) return
       if (e instanceof ApiError && e.status === 404) {
         // The server does not know us (its database was reset): register again.
         log.warn('heartbeat: worker unknown to the server; registering again')
@@ -298,48 +305,36 @@ export class Agent {
         next = Math.min(next, FAILED_HEARTBEAT_RETRY_MS)
       }
     }
-    if (this.heartbeatAgain) {
-      this.heartbeatAgain = false
-      next = 0
-    }
-    if (!this.killed && !(this.stopping && this.jobs.size === 0)) this.scheduleHeartbeat(next)
+    this.onEvent({ type: 'heartbeat', ok })
+    return next
   }
 
   private async heartbeatBody(): Promise<HeartbeatBody> {
     const [snapshot, gpu] = await Promise.all([this.heartbeatSnapshot(), this.gpu.sample()])
-    const first = this.jobs.values().next().value as RunningJob | undefined
+    const first = this.jobs.values().next().value as JobRun | undefined
     const vramOverride = this.opts.vram_gb
     const vramTotal = vramOverride ?? gpu?.memory_total_gb
     const vramAvailable =
       vramTotal === undefined ? undefined : Math.max(0, round(vramTotal - (gpu?.memory_used_gb ?? 0)))
     return {
       activity: this.jobs.size > 0 ? 'busy' : this.pulling ? 'downloading_model' : 'idle',
-      ...(first
-        ? {
-            current_job_id: first.job.job_id,
-            progress: {
-              total_prompts: first.total || first.counts.read,
-              completed_prompts: first.counts.completed,
-              failed_prompts: first.counts.failed,
-            },
-          }
-        : {}),
+      ...(first ? { current_job_id: first.job.job_id, progress: first.progress() } : {}),
       ...(gpu?.utilization != null ? { gpu_utilization: gpu.utilization } : {}),
       ...(gpu ? { gpu_memory_used_gb: gpu.memory_used_gb } : {}),
       ...(vramTotal !== undefined ? { vram_total_gb: vramTotal, vram_available_gb: vramAvailable } : {}),
       loaded_models: snapshot.loaded,
       inventory: snapshot.inventory,
-      uptime_seconds: Math.floor((Date.now() - this.startedAtMs) / 1000),
+      uptime_seconds: Math.floor((this.timers.nowMs() - this.startedAtMs) / 1000),
     }
   }
 
   private onHeartbeat(res: HeartbeatResponse, sentAt: number) {
     if (Array.isArray(res.assigned_job_ids)) {
       const assigned = new Set(res.assigned_job_ids)
-      for (const rj of this.jobs.values()) {
+      for (const run of this.jobs.values()) {
         // A job claimed after this heartbeat left cannot be in its answer yet.
-        if (rj.startedAtMs < sentAt && !assigned.has(rj.job.job_id))
-          this.lose(rj, 'the server no longer assigns this job to this worker')
+        if (run.startedAtMs < sentAt && !assigned.has(run.job.job_id))
+          run.lose('the server no longer assigns this job to this worker')
       }
     }
     for (const task of res.pull_models ?? []) this.maybePull(task)
@@ -363,7 +358,12 @@ export class Agent {
    * busy runtime), and a loaded server is not reported as having lost its models.
    */
   private async heartbeatSnapshot(): Promise<RuntimeSnapshot> {
-    const s = await Promise.race([this.freshSnapshot(), sleep(SNAPSHOT_BUDGET_MS).then(() => null)])
+    const budget = new AbortController()
+    const s = await Promise.race([
+      this.freshSnapshot(),
+      this.timers.sleep(SNAPSHOT_BUDGET_MS, budget.signal).then(() => null),
+    ])
+    budget.abort()
     if (s && (s.status === 'online' || this.jobs.size === 0 || !this.lastSnapshot)) return s
     return this.lastSnapshot ?? { status: 'offline', inventory: [], models: [], loaded: [] }
   }
@@ -372,7 +372,7 @@ export class Agent {
 
   private maybePull(task: PullModel) {
     const pull = this.runtime.pull?.bind(this.runtime)
-    if (!pull || this.pulling || this.stopping) return
+    if (!pull || this.pulling || this.lifecycle !== 'running') return
     if (task.runtime !== this.runtime.engine && task.runtime !== this.runtime.kind) return
     this.pulling = task
     const plog = log.child({ model: task.runtime_model_id, catalogue_id: task.catalogue_id })
@@ -382,31 +382,31 @@ export class Agent {
       model: task.runtime_model_id,
       ...(task.digest ? { digest: task.digest } : {}),
     }
-    let lastSent = 0
+    let lastSent = Number.NEGATIVE_INFINITY
     const send = (p: PullProgress) =>
       this.cp
         .modelProgress({ ...base, ...p })
         .catch((e) => plog.warn('model-progress failed', { error: e.message }))
     const onProgress = (p: PullProgress) => {
-      const now = Date.now()
+      const now = this.timers.nowMs()
       if (p.status === 'downloading' && now - lastSent < this.opts.progress_interval * 1000) return
       lastSent = now
       void send(p)
     }
     this.heartbeatSoon() // activity downloading_model
-    void pull(task, onProgress, this.life.signal)
+    void pull(task, onProgress, this.ending.signal)
       .then(async () => {
         plog.info('model pulled')
         await send({ status: 'completed' })
       })
       .catch(async (e) => {
         plog.warn('model pull failed', { error: (e as Error).message })
-        if (!this.killed) await send({ status: 'failed' })
+        await send({ status: 'failed' })
       })
       .finally(() => {
         this.pulling = null
         this.heartbeatSoon()
-        this.wake()
+        this.pollWake.kick()
       })
   }
 
@@ -414,68 +414,70 @@ export class Agent {
 
   private async pollLoop() {
     let failures = 0
-    while (!this.stopping) {
+    while (this.lifecycle === 'running') {
       let wait = this.opts.poll_interval * 1000
-      if (this.workerId && this.jobs.size < this.opts.max_jobs) {
-        const snapshot = await this.freshSnapshot()
-        if (this.stopping) break
-        // Claiming a batch we cannot run would only burn one of its attempts.
-        if (snapshot.status === 'online') {
-          try {
-            const job = await this.cp.poll(this.workerId)
-            failures = 0
-            if (job && !this.stopping) {
-              this.startJob(job)
-              continue
-            }
-          } catch (e) {
-            if (e instanceof ApiError && e.status === 401) this.fatal('the server rejected the worker key')
-            else if (e instanceof ApiError && (e.status === 403 || e.status === 404)) {
-              log.warn('poll refused; registering again', { status: e.status })
-              if (e.status === 403) this.state.saveWorkerId('', '')
-              await this.register()
-            } else {
-              wait = Math.max(wait, backoffDelay(failures++, this.backoff))
-              log.warn('poll failed', { error: (e as Error).message, retry_in_ms: wait })
-            }
+      const skip = !this.workerId
+        ? 'not registered'
+        : this.jobs.size >= this.opts.max_jobs
+          ? 'at capacity'
+          : // Claiming a batch we cannot run would only burn one of its attempts.
+            (await this.freshSnapshot()).status !== 'online'
+            ? 'runtime offline'
+            : null
+      if (this.lifecycle !== 'running') break
+      if (skip) this.onEvent({ type: 'poll_skipped', reason: skip })
+      else {
+        try {
+          const asked = this.timers.nowMs()
+          const job = await this.cp.poll(this.workerId!, {
+            waitSeconds: this.pollWait,
+            signal: this.polling.signal,
+          })
+          failures = 0
+          if (job) {
+            // Even one claimed as a shutdown began: the drain runs it or reports it for a requeue.
+            this.startJob(job)
+            continue
+          }
+          // A server that held the poll (API.md §7 wait_seconds) has already waited: ask again.
+          if (this.pollWait > 0 && this.timers.nowMs() - asked >= this.pollWait * 1000) wait = 0
+        } catch (e) {
+          if (this.polling.signal.aborted) break
+          if (e instanceof ApiError && e.status === 401) this.fatal('the server rejected the worker key')
+          else if (e instanceof ApiError && e.status === 400 && this.pollWait > 0) {
+            // A server older than wait_seconds refuses the field: poll plainly.
+            log.warn('the server does not hold polls (wait_seconds refused); polling plainly')
+            this.pollWait = 0
+            wait = 0
+          } else if (e instanceof ApiError && (e.status === 403 || e.status === 404)) {
+            log.warn('poll refused; registering again', { status: e.status })
+            if (e.status === 403) this.state.saveWorkerId('', '')
+            await this.register()
+          } else {
+            wait = Math.max(wait, retryDelay(failures++, this.backoff, null))
+            log.warn('poll failed', { error: (e as Error).message, retry_in_ms: wait })
           }
         }
       }
-      await this.idle(wait)
+      await this.pollWake.wait(wait, this.polling.signal)
     }
   }
 
-  private idle(ms: number) {
-    return new Promise<void>((resolve) => {
-      const timer = setTimeout(done, ms)
-      function done() {
-        clearTimeout(timer)
-        resolve()
-      }
-      this.wakePoll = done
-    })
-  }
-
-  private wake() {
-    const w = this.wakePoll
-    this.wakePoll = null
-    w?.()
-  }
-
-  // ── jobs ───────────────────────────────────────────────────────────────────────────────────
+  // ── jobs (job.ts) ───────────────────────────────────────────────────────────────────────────
 
   private startJob(job: Job) {
-    const rj: RunningJob = {
-      job,
-      abort: new AbortController(),
-      counts: { read: 0, completed: 0, failed: 0 },
-      total: job.total_requests ?? 0,
-      startedAtMs: Date.now(),
-      lost: null,
-      shutdown: false,
-      sentProgress: '',
-    }
-    this.jobs.set(job.job_id, rj)
+    const run = new JobRun(job, {
+      cp: this.cp,
+      runtime: this.runtime,
+      state: this.state,
+      opts: this.opts,
+      timers: this.timers,
+      backoff: this.backoff,
+      requestBackoff: this.requestBackoff,
+      workerId: this.workerId!,
+      snapshot: () => this.freshSnapshot(),
+    })
+    this.jobs.set(job.job_id, run)
     log.info('job claimed', {
       job_id: job.job_id,
       assignment_id: job.assignment_id,
@@ -484,198 +486,30 @@ export class Agent {
       endpoint: job.endpoint,
       total_requests: job.total_requests,
     })
+    if (this.lifecycle === 'stopping') run.stopForShutdown()
     this.heartbeatSoon() // activity busy, current_job_id
-    void this.runJob(rj).finally(() => {
+    void run.run().then((outcome) => {
       this.jobs.delete(job.job_id)
-      if (!this.killed) this.heartbeatSoon()
-      this.wake()
+      this.onEvent({ type: 'job_ended', job_id: job.job_id, outcome })
+      this.heartbeatSoon()
+      this.pollWake.kick()
+      this.jobsWake.kick()
     })
   }
 
-  private async runJob(rj: RunningJob) {
-    const { job } = rj
-    const jlog = log.child({ job_id: job.job_id })
-    const dir = this.state.jobDir(job.job_id)
-    const input = join(dir, 'input.jsonl')
-    const output = join(dir, 'output.jsonl')
-    const progressTimer = setInterval(() => this.sendProgress(rj), this.opts.progress_interval * 1000)
-    try {
-      const snapshot = await this.freshSnapshot()
-      if (snapshot.status !== 'online') {
-        throw new JobFailure(
-          `runtime ${this.runtime.engine} at ${this.runtime.baseUrl} is ${snapshot.status}: ${snapshot.error ?? ''}`.trim(),
-        )
-      }
-      if (!this.runtime.serves(job.model, snapshot))
-        throw new JobFailure(`runtime ${this.runtime.engine} does not serve model ${job.model}`)
-      if (job.params && Object.keys(job.params).length)
-        jlog.debug('serving profile params are launch settings of the runtime; not applied per request', {
-          params: job.params,
-        })
-
-      const bytes = await this.retry(
-        'input download',
-        () => this.cp.download(job.input_path, input, rj.abort.signal),
-        {
-          tries: 5,
-          signal: rj.abort.signal,
-        },
-      )
-      jlog.info('input downloaded', { bytes })
-
-      const counts = await executeJob(
-        input,
-        output,
-        { model: job.model, endpoint: job.endpoint ?? '/v1/chat/completions' },
-        {
-          runtimeUrl: this.runtime.baseUrl,
-          concurrency: this.opts.concurrency,
-          tries: this.opts.retries,
-          requestTimeoutMs: this.opts.request_timeout * 1000,
-          backoff: this.requestBackoff,
-          signal: rj.abort.signal,
-          onLine: (c) => {
-            rj.counts = c
-          },
-        },
-      )
-      rj.counts = counts
-      clearInterval(progressTimer)
-      if (rj.lost) throw new Error(rj.lost)
-
-      // Uploading is not stopped by a shutdown: finished work is delivered.
-      const res = await this.retry(
-        'upload-results',
-        () =>
-          this.cp.uploadResults({
-            job_id: job.job_id,
-            worker_id: this.workerId!,
-            ...(job.assignment_id ? { assignment_id: job.assignment_id } : {}),
-            completed: counts.completed,
-            failed: counts.failed,
-            file: output,
-          }),
-        { tries: 30, signal: this.life.signal },
-      )
-      jlog.info('job completed', {
-        completed: counts.completed,
-        failed: counts.failed,
-        status: res.status,
-        output_file_id: res.output_file_id,
-        error_file_id: res.error_file_id,
-        seconds: Math.round(Date.now() - rj.startedAtMs) / 1000,
-      })
-    } catch (e) {
-      if (this.killed) return
-      if (rj.lost) {
-        jlog.warn('job dropped', { reason: rj.lost })
-        return
-      }
-      if (e instanceof ApiError && e.status === 403) {
-        jlog.warn('job dropped: the server says it is not ours any more', { error: e.message })
-        return
-      }
-      const message = rj.shutdown
-        ? 'worker shut down before finishing the job'
-        : e instanceof JobFailure || e instanceof RuntimeUnavailableError
-          ? e.message
-          : `worker error: ${(e as Error).message ?? String(e)}`
-      jlog.warn('job failed; reporting', { error: message })
-      await this.reportFailure(rj, message)
-    } finally {
-      clearInterval(progressTimer)
-      rmSync(dir, { recursive: true, force: true })
-    }
-  }
-
-  private async reportFailure(rj: RunningJob, message: string) {
-    try {
-      const res = await this.retry(
-        'report-failure',
-        () =>
-          this.cp.reportFailure({
-            job_id: rj.job.job_id,
-            worker_id: this.workerId!,
-            error: message.slice(0, 2000),
-            ...(rj.job.assignment_id ? { assignment_id: rj.job.assignment_id } : {}),
-          }),
-        { tries: 20, signal: this.life.signal },
-      )
-      log.info('failure reported', { job_id: rj.job.job_id, status: res.status, attempts: res.attempts })
-    } catch (e) {
-      log.warn('could not report the failure; the sweeper will requeue the batch', {
-        job_id: rj.job.job_id,
-        error: (e as Error).message,
-      })
-    }
-  }
-
-  /** Live counts, throttled to --progress-interval and sent only when they changed. */
-  private sendProgress(rj: RunningJob) {
-    const c = rj.counts
-    const key = `${c.completed}/${c.failed}`
-    if (key === rj.sentProgress || rj.lost || !this.workerId) return
-    rj.sentProgress = key
-    this.cp
-      .progress({
-        worker_id: this.workerId,
-        job_id: rj.job.job_id,
-        ...(rj.job.assignment_id ? { assignment_id: rj.job.assignment_id } : {}),
-        ...(rj.total ? { total_prompts: rj.total } : {}),
-        completed_prompts: c.completed,
-        failed_prompts: c.failed,
-      })
-      .catch((e) => {
-        if (e instanceof ApiError && e.status === 403) this.lose(rj, 'the server refused our progress (403)')
-        else {
-          rj.sentProgress = '' // try again next tick
-          log.debug('progress not delivered', { job_id: rj.job.job_id, error: (e as Error).message })
-        }
-      })
-  }
-
-  private lose(rj: RunningJob, reason: string) {
-    if (rj.lost) return
-    rj.lost = reason
-    rj.abort.abort(new Error(reason))
-  }
-
-  private stopForShutdown(rj: RunningJob) {
-    if (rj.shutdown) return
-    rj.shutdown = true
-    rj.abort.abort(new Error('shutdown'))
-  }
-
-  /** After the poll loop ends: give running jobs the grace period, then stop and report them. */
+  /**
+   * After the poll loop: while draining, running jobs get the grace period; then (`stopping`) the
+   * rest are stopped and reported, and the agent is `stopped` once every job has ended.
+   */
   private async drain() {
-    if (this.jobs.size === 0) return
-    const deadline = Date.now() + this.graceMs
-    while (this.jobs.size > 0 && Date.now() < deadline && !this.killed)
-      await this.idle(Math.min(250, this.graceMs))
-    for (const rj of this.jobs.values()) this.stopForShutdown(rj)
-    while (this.jobs.size > 0) await this.idle(50)
-  }
-
-  private async retry<T>(
-    what: string,
-    fn: () => Promise<T>,
-    o: { tries: number; signal?: AbortSignal },
-  ): Promise<T> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await fn()
-      } catch (e) {
-        if (!isTransient(e) || attempt + 1 >= o.tries || o.signal?.aborted) throw e
-        const hinted = e instanceof ApiError ? e.retryAfterMs : null
-        const wait = hinted ?? backoffDelay(attempt, this.backoff)
-        log.warn(`${what} failed; retrying`, {
-          attempt: attempt + 1,
-          retry_in_ms: wait,
-          error: (e as Error).message,
-        })
-        await sleep(wait, o.signal)
-      }
+    if (this.lifecycle === 'draining') {
+      const deadline = this.timers.nowMs() + this.opts.shutdown_grace * 1000
+      while (this.jobs.size > 0 && !this.ending.signal.aborted && this.timers.nowMs() < deadline)
+        await this.jobsWake.wait(deadline - this.timers.nowMs(), this.ending.signal)
     }
+    if (this.lifecycle === 'draining') this.enter('stopping')
+    while (this.jobs.size > 0) await this.jobsWake.wait(MAX_CALL_BACKOFF_MS)
+    this.enter('stopped')
   }
 }
 

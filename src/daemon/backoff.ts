@@ -1,26 +1,30 @@
-// Exponential backoff with full jitter (the AWS architecture blog's "full jitter"): the n-th wait is
-// uniform in [0, min(max, base·2^n)], so a fleet retrying after a shared outage spreads out.
+// The daemon's one retry policy and its clock.
+//
+// Waits are exponential backoff with full jitter (the AWS architecture blog's "full jitter"): the
+// n-th wait is uniform in [0, min(max, base·2^n)], so a fleet retrying after a shared outage
+// spreads out. A server's Retry-After hint replaces the backoff, capped at `maxRetryAfterMs` (a
+// misconfigured server must not park a worker for an hour). The executor (inference requests) and
+// the agent (control-plane calls) both wait through retryDelay().
+//
+// Time comes from an injected Timers (STYLE example 9): the real one in production, a manual one
+// in tests, which then observe a wait being asked for instead of sleeping through it.
 
 export interface Backoff {
   baseMs: number
   maxMs: number
+  /** Longest wait a Retry-After hint may ask for. */
+  maxRetryAfterMs?: number
 }
+
+export const DEFAULT_MAX_RETRY_AFTER_MS = 60_000
 
 export const backoffDelay = (attempt: number, b: Backoff, random = Math.random) =>
   Math.round(random() * Math.min(b.maxMs, b.baseMs * 2 ** attempt))
 
-/** Resolves after `ms`, or early (without error) when `signal` aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  if (signal?.aborted || ms <= 0) return Promise.resolve()
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer)
-      signal?.removeEventListener('abort', done)
-      resolve()
-    }
-    const timer = setTimeout(done, ms)
-    signal?.addEventListener('abort', done, { once: true })
-  })
+/** The wait before retry `attempt + 1`: the server's hint (capped) when it gave one, else backoff. */
+export function retryDelay(attempt: number, b: Backoff, hintMs: number | null, random = Math.random): number {
+  if (hintMs !== null) return Math.min(hintMs, b.maxRetryAfterMs ?? DEFAULT_MAX_RETRY_AFTER_MS)
+  return backoffDelay(attempt, b, random)
 }
 
 /** Retry-After in seconds or as an HTTP date; null when absent or unreadable. */
@@ -30,4 +34,96 @@ export function retryAfterMs(header: string | null, now = Date.now()): number | 
   if (Number.isFinite(secs)) return Math.max(0, secs * 1000)
   const at = Date.parse(header)
   return Number.isNaN(at) ? null : Math.max(0, at - now)
+}
+
+export interface Timers {
+  /** Unix milliseconds. */
+  nowMs(): number
+  /** Resolves after `ms`, or early (without error) when `signal` aborts. */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>
+}
+
+export const realTimers: Timers = {
+  nowMs: () => Date.now(),
+  sleep(ms, signal) {
+    if (signal?.aborted || ms <= 0) return Promise.resolve()
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer)
+        signal?.removeEventListener('abort', done)
+        resolve()
+      }
+      const timer = setTimeout(done, ms)
+      signal?.addEventListener('abort', done, { once: true })
+    })
+  },
+}
+
+export interface ManualTimers extends Timers {
+  /** Moves time on; every sleep that ends by then resolves. */
+  advance(ms: number): void
+  /** The lengths of the sleeps asked for so far, in order. */
+  readonly asked: number[]
+}
+
+/** Timers that move only when told to (tests). */
+export function manualTimers(startMs = 1_800_000_000_000): ManualTimers {
+  let now = startMs
+  const sleepers = new Set<{ at: number; wake: () => void }>()
+  const asked: number[] = []
+  return {
+    nowMs: () => now,
+    asked,
+    sleep(ms, signal) {
+      asked.push(ms)
+      if (signal?.aborted || ms <= 0) return Promise.resolve()
+      return new Promise((resolve) => {
+        const sleeper = {
+          at: now + ms,
+          wake: () => {
+            sleepers.delete(sleeper)
+            signal?.removeEventListener('abort', sleeper.wake)
+            resolve()
+          },
+        }
+        sleepers.add(sleeper)
+        signal?.addEventListener('abort', sleeper.wake, { once: true })
+      })
+    },
+    advance(ms) {
+      now += ms
+      for (const s of [...sleepers]) if (s.at <= now) s.wake()
+    },
+  }
+}
+
+/**
+ * A sleep that can be cut short: wait() resolves after `ms`, at a stop, or at the next kick().
+ * A kick() while nobody waits is kept for the next wait(), so a wake-up is never lost.
+ */
+export class Wakeup {
+  private kicked = false
+  private current: AbortController | null = null
+
+  constructor(private readonly timers: Timers) {}
+
+  async wait(ms: number, stop?: AbortSignal): Promise<void> {
+    if (this.kicked) {
+      this.kicked = false
+      return
+    }
+    const ac = new AbortController()
+    this.current = ac
+    try {
+      await this.timers.sleep(ms, stop ? AbortSignal.any([stop, ac.signal]) : ac.signal)
+    } finally {
+      if (this.current === ac) this.current = null
+      this.kicked = false
+    }
+  }
+
+  kick() {
+    if (this.current) this.current.abort()
+    else this.kicked = true
+  }
 }

@@ -1,5 +1,6 @@
 import { writeFileSync } from 'node:fs'
 import pkg from '../../package.json'
+import { retryAfterMs } from './backoff'
 import type { Gpu } from './gpu'
 import type { InventoryItem } from './runtimes/types'
 
@@ -134,8 +135,18 @@ export class ControlPlane {
     return this.json<HeartbeatResponse>('POST', `/workers/${encodeURIComponent(workerId)}/heartbeat`, body)
   }
 
-  async poll(workerId: string): Promise<Job | null> {
-    const res = await this.json<{ job: Job | null }>('POST', '/workers/poll', { worker_id: workerId })
+  /**
+   * Claims a batch. With `waitSeconds` the server holds the poll until a batch is claimable or the
+   * wait ends (API.md §7 wait_seconds); `signal` ends a held poll early (shutdown).
+   */
+  async poll(workerId: string, o: { waitSeconds?: number; signal?: AbortSignal } = {}): Promise<Job | null> {
+    const wait = o.waitSeconds ?? 0
+    const res = await this.json<{ job: Job | null }>(
+      'POST',
+      '/workers/poll',
+      wait > 0 ? { worker_id: workerId, wait_seconds: wait } : { worker_id: workerId },
+      { signal: o.signal, timeoutMs: CALL_TIMEOUT_MS + wait * 1000 },
+    )
     return res.job ?? null
   }
 
@@ -214,8 +225,13 @@ export class ControlPlane {
     return (await res.json()) as UploadResult
   }
 
-  private async json<T>(method: string, path: string, body: unknown): Promise<T> {
-    const res = await this.send(method, path, JSON.stringify(body), undefined, CALL_TIMEOUT_MS)
+  private async json<T>(
+    method: string,
+    path: string,
+    body: unknown,
+    o: { signal?: AbortSignal; timeoutMs?: number } = {},
+  ): Promise<T> {
+    const res = await this.send(method, path, JSON.stringify(body), o.signal, o.timeoutMs ?? CALL_TIMEOUT_MS)
     const text = await res.text()
     try {
       return (text ? JSON.parse(text) : {}) as T
@@ -259,12 +275,11 @@ export class ControlPlane {
       code = env?.error?.code ?? null
       message = env?.error?.message ?? message
     } catch {}
-    const ra = res.headers.get('retry-after')
     throw new ApiError(
       res.status,
       code,
       `${method} ${path} → ${res.status}: ${message}`,
-      ra ? Number(ra) * 1000 : null,
+      retryAfterMs(res.headers.get('retry-after')),
     )
   }
 }

@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs'
 import { randomBase62 } from '../lib/ids'
 import { readLines } from '../lib/read-lines'
-import { type Backoff, backoffDelay, retryAfterMs, sleep } from './backoff'
+import { type Backoff, realTimers, retryAfterMs, retryDelay, type Timers } from './backoff'
 import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 
 // Runs every line of a job's input against the runtime and writes one OpenAI batch output line per
@@ -10,8 +10,8 @@ import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 // request finishes, so memory holds only the requests in flight, whatever the batch size.
 //
 // - At most `concurrency` requests are in flight.
-// - 429, 5xx, connection errors and timeouts are retried with exponential backoff and full jitter
-//   (Retry-After honoured) up to `tries` attempts in all.
+// - 429, 5xx, connection errors and timeouts are retried with the daemon's one retry policy
+//   (backoff.ts: full-jitter backoff, Retry-After honoured up to its cap) up to `tries` attempts.
 // - A request that still fails becomes an output line carrying its error; the job goes on.
 // - A request that ends in a connection error makes the executor check whether the runtime is still
 //   reachable; if not, the job stops with RuntimeUnavailableError (the agent reports the failure so
@@ -39,8 +39,8 @@ export interface ExecutorOptions {
   backoff: Backoff
   signal?: AbortSignal
   onLine?: (counts: Counts) => void
-  /** How long a Retry-After may make us wait at most. */
-  maxRetryAfterMs?: number
+  /** The waits between retries (default: real time). */
+  timers?: Timers
 }
 
 export class RuntimeUnavailableError extends Error {}
@@ -48,6 +48,7 @@ export class RuntimeUnavailableError extends Error {}
 const DEFAULT_ENDPOINT = '/v1/chat/completions'
 const FLUSH_BYTES = 64 * 1024
 const MAX_ERROR_TEXT = 2000
+const RECHECK_MS = 1000
 
 interface Outcome {
   status?: number
@@ -73,16 +74,14 @@ export async function executeJob(
   if (opts.signal?.aborted) throw opts.signal.reason
   opts.signal?.addEventListener('abort', onOuterAbort, { once: true })
   let fatal: unknown
-  let runtimeCheck: Promise<boolean> | null = null
+  const timers = opts.timers ?? realTimers
+  // One reachability check answers the failures of the same moment; a later failure checks again
+  // (a runtime may restart while a job waits).
+  let runtimeCheck: { at: number; gone: Promise<boolean> } | null = null
   const runtimeGone = () => {
-    runtimeCheck ??= runtimeReachable(opts.runtimeUrl).then((ok) => {
-      // Later failures check again: a runtime may restart while a job waits.
-      setTimeout(() => {
-        runtimeCheck = null
-      }, 1000)
-      return !ok
-    })
-    return runtimeCheck
+    if (!runtimeCheck || timers.nowMs() - runtimeCheck.at > RECHECK_MS)
+      runtimeCheck = { at: timers.nowMs(), gone: runtimeReachable(opts.runtimeUrl).then((ok) => !ok) }
+    return runtimeCheck.gone
   }
 
   // The sink writes its buffer out whenever it passes FLUSH_BYTES: results reach the disk as the
@@ -116,7 +115,7 @@ export async function executeJob(
     body.model = job.model
     // A batch result is one response body; a streamed answer would arrive as server-sent events.
     if ('stream' in body) body.stream = false
-    const outcome = await request(url, JSON.stringify(body), opts, stop.signal)
+    const outcome = await request(url, JSON.stringify(body), opts, timers, stop.signal)
     if (outcome.error?.code === 'connection_error' || outcome.error?.code === 'timeout') {
       if (!stop.signal.aborted && (await runtimeGone()))
         throw new RuntimeUnavailableError(
@@ -171,12 +170,13 @@ async function request(
   url: string,
   payload: string,
   opts: ExecutorOptions,
+  timers: Timers,
   stop: AbortSignal,
 ): Promise<Outcome> {
   let last: Outcome = { error: { code: 'connection_error', message: 'not attempted' } }
   for (let attempt = 0; attempt < opts.tries; attempt++) {
     if (stop.aborted) return last
-    let waitMs: number | null = null
+    let hintMs: number | null = null
     const ac = new AbortController()
     const onStop = () => ac.abort()
     stop.addEventListener('abort', onStop, { once: true })
@@ -195,7 +195,7 @@ async function request(
       const text = await res.text()
       last = { status: res.status, requestId: res.headers.get('x-request-id'), text }
       if (res.status !== 429 && res.status < 500) return last
-      waitMs = retryAfterMs(res.headers.get('retry-after'))
+      hintMs = retryAfterMs(res.headers.get('retry-after'))
     } catch (e) {
       if (stop.aborted) return last
       last = timedOut
@@ -205,10 +205,7 @@ async function request(
       clearTimeout(timer)
       stop.removeEventListener('abort', onStop)
     }
-    if (attempt + 1 < opts.tries) {
-      const backoff = backoffDelay(attempt, opts.backoff)
-      await sleep(waitMs === null ? backoff : Math.min(waitMs, opts.maxRetryAfterMs ?? 60_000), stop)
-    }
+    if (attempt + 1 < opts.tries) await timers.sleep(retryDelay(attempt, opts.backoff, hintMs), stop)
   }
   return last
 }

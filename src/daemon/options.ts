@@ -61,6 +61,12 @@ export const DaemonOptionsSchema = T.Object({
   max_download_gb: Num(0, 0, 1_000_000, 'Largest model the server may ask this worker to pull (0 = never)'),
   progress_interval: Num(5, 0.05, 3600, 'Seconds between progress reports of a job'),
   poll_interval: Num(5, 0.05, 3600, 'Seconds between polls while nothing is compatible'),
+  poll_wait: Num(
+    20,
+    0,
+    30,
+    'Seconds the server may hold a poll until a batch is claimable (wait_seconds; 0 = plain polls)',
+  ),
   request_timeout: Num(600, 0.05, 86400, 'Seconds one inference request may take'),
   retries: Int(
     3,
@@ -102,6 +108,7 @@ export const ENV_NAMES: Record<Field, string> = {
   max_download_gb: 'GRIDKEEP_MAX_DOWNLOAD_GB',
   progress_interval: 'GRIDKEEP_PROGRESS_INTERVAL',
   poll_interval: 'GRIDKEEP_POLL_INTERVAL',
+  poll_wait: 'GRIDKEEP_POLL_WAIT',
   request_timeout: 'GRIDKEEP_REQUEST_TIMEOUT',
   retries: 'GRIDKEEP_RETRIES',
   shutdown_grace: 'GRIDKEEP_SHUTDOWN_GRACE',
@@ -254,6 +261,7 @@ const PLACEHOLDER: Partial<Record<Field, string>> = {
   max_download_gb: 'GB',
   progress_interval: 'S',
   poll_interval: 'S',
+  poll_wait: 'S',
   request_timeout: 'S',
   retries: 'N',
   shutdown_grace: 'S',

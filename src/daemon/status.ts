@@ -1,5 +1,5 @@
 import { log, setLogSink } from '../lib/logger'
-import type { JobView } from './agent'
+import type { JobView } from './job'
 
 // The operator view. On a terminal: one live status line (job, done/total, requests/s, ETA), with
 // log records printed above it in a readable form. Otherwise (systemd, docker, a pipe): structured

@@ -18,6 +18,8 @@ export function start(deps: Deps): () => Promise<void> {
 
   const onSignal = async (signal: BatchSignal) => {
     const batchId = signal.batch_id
+    // A batch became claimable elsewhere: held polls here look again (API.md §7 wait_seconds).
+    if (signal.kind === 'claimable') return deps.pollWaiters.notify(signal.model)
     if (bus.listenerCount(batchId) === 0) return
     if (signal.kind === 'progress') {
       bus.deliver(batchId, {

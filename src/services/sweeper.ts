@@ -2,6 +2,7 @@ import type { Deps } from '../deps'
 import { type Every, every } from '../lib/clock'
 import { log } from '../lib/logger'
 import { onlineCutoff } from '../modules/workers/liveness'
+import { batchClaimable } from '../modules/workers/poll-wait'
 
 // The sweeper (SPEC §3 Worker, API.md §7): every SWEEP_INTERVAL_SECONDS, workers unseen for
 // HEARTBEAT_TIMEOUT_SECONDS go offline and each batch they hold is requeued through the one
@@ -30,6 +31,7 @@ export async function runOnce(deps: Deps): Promise<SweepResult> {
   result.workers_offline = swept.workers_offline
   for (const r of swept.requeues) {
     deps.metrics.requeues.inc({ reason: r.reason, outcome: r.status })
+    if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
     ;(r.status === 'validated' ? result.requeued : result.failed).push(r.batch_id)
   }
   if (result.workers_offline.length || result.requeued.length || result.failed.length) {

@@ -4,6 +4,7 @@ import { LineSplitter } from '../lib/lines'
 import { log } from '../lib/logger'
 import { InputChecker } from '../modules/batches/validation'
 import { findVisibleEntry } from '../modules/catalogue/service'
+import { batchClaimable } from '../modules/workers/poll-wait'
 
 // Asynchronous batch validation (SPEC §3: validating → validated | failed; API.md §6). Batches
 // are validated one at a time from an in-process queue that POST /v1/batches wakes through the
@@ -151,6 +152,8 @@ export async function validateBatch(
       })
     }
     if (!moved) return null
+    // API.md §7 wait_seconds: a newly validated batch wakes the held polls.
+    if (passed) batchClaimable(deps, batchId, moved.model)
     log.info('batch validated', {
       batch_id: batchId,
       status: moved.status,

@@ -9,7 +9,7 @@ export type BatchSignal =
   /** A validation finished: its outcome and stored errors are in the database. */
   | { kind: 'validated'; batch_id: string }
   /** A batch became claimable (validated or requeued): long polls may look again. */
-  | { kind: 'claimable'; batch_id: string }
+  | { kind: 'claimable'; batch_id: string; model: string }
 
 export interface SignalsStore {
   /** Sends a signal to every other instance. */

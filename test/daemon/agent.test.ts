@@ -2,8 +2,12 @@ import { afterEach, describe, expect, test } from 'bun:test'
 import { readFileSync } from 'node:fs'
 import { hostname } from 'node:os'
 import { join } from 'node:path'
+import { Agent } from '../../src/daemon/agent'
+import { DEFAULT_MAX_RETRY_AFTER_MS, manualTimers, retryDelay } from '../../src/daemon/backoff'
 import { DAEMON_VERSION } from '../../src/daemon/client'
 import { parseNvidiaSmi } from '../../src/daemon/gpu'
+import { AGENT_MOVES, type AgentState, checkMove, IllegalAgentMove } from '../../src/daemon/lifecycle'
+import type { Runtime } from '../../src/daemon/runtimes/types'
 import { randomBase62 } from '../../src/lib/ids'
 import { chatLines, daemonOptions, fastDeps, type RunningAgent, runAgent } from '../helpers/daemon'
 import { type FakeControlPlane, startFakeControlPlane } from '../helpers/fake-control-plane'
@@ -40,7 +44,7 @@ function start(
 ) {
   const running = runAgent(daemonOptions(cp.url, cp.key, rt.url, o), deps)
   cleanups.push(async () => {
-    running.agent.kill()
+    running.agent.shutdown(true)
     await running.done
   })
   return running
@@ -177,8 +181,10 @@ describe('heartbeat', () => {
     const { cp, rt } = setup()
     const r = start(cp, rt)
     await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
+    const failed = r.next('heartbeat', (e) => !e.ok)
     await cp.stop()
-    await Bun.sleep(150)
+    // A heartbeat met the stopped server.
+    await failed
     cp.restart()
     const n = cp.heartbeats.length
     await cp.waitFor(() => cp.heartbeats.length > n + 1, 'heartbeats after the restart')
@@ -235,15 +241,17 @@ describe('jobs', () => {
   })
 
   test('polls only while it has free capacity', async () => {
-    const { cp, rt } = setup({ latencyMs: 30 })
+    const { cp, rt } = setup({ latencyMs: 60 })
     cp.addJob({ job_id: 'batch_a', input: chatLines(12).join('\n'), model: MODEL })
     cp.addJob({ job_id: 'batch_b', input: chatLines(12).join('\n'), model: MODEL })
-    start(cp, rt, { concurrency: 1, max_jobs: 1 })
+    const r = start(cp, rt, { concurrency: 1, max_jobs: 1 })
     await cp.waitFor(() => cp.heartbeats.some((h) => h.current_job_id === 'batch_a'), 'job a running')
     const polls = cp.polls
-    await cp.waitFor(() => cp.uploads.length === 1, 'job a uploaded')
-    // No poll while batch_a held the only slot (one more right after it may already be counted).
-    expect(cp.polls).toBeLessThanOrEqual(polls + 1)
+    // The poll loop goes round while batch_a holds the only slot, and sends no poll.
+    await r.next('poll_skipped', (e) => e.reason === 'at capacity')
+    await r.next('poll_skipped', (e) => e.reason === 'at capacity')
+    expect(cp.polls).toBe(polls)
+    expect(cp.uploads).toEqual([])
     await cp.waitFor(() => cp.uploads.length === 2, 'job b uploaded')
     expect(cp.uploads.map((u) => u.job_id)).toEqual(['batch_a', 'batch_b'])
   })
@@ -270,14 +278,18 @@ describe('jobs', () => {
   test('the runtime dying mid-job is reported as a failure, and no more polls until it is back', async () => {
     const { cp, rt } = setup({ latencyMs: 5 })
     cp.addJob({ job_id: 'batch_dies', input: chatLines(400).join('\n'), model: MODEL })
-    start(cp, rt, { concurrency: 2 })
+    const r = start(cp, rt, { concurrency: 2 })
+    const ended = r.next('job_ended')
     await cp.waitFor(() => rt.requests > 20, 'requests flowing')
     await rt.stop()
-    await cp.waitFor(() => cp.failures.length === 1, 'the failure report')
+    expect(await ended).toEqual({ type: 'job_ended', job_id: 'batch_dies', outcome: 'failed' })
+    expect(cp.failures).toHaveLength(1)
     expect(cp.failures[0].error).toContain('runtime unreachable')
     expect(cp.uploads).toEqual([])
     const polls = cp.polls
-    await Bun.sleep(200)
+    // The poll loop goes round twice, finds the runtime gone each time, and sends no poll.
+    await r.next('poll_skipped', (e) => e.reason === 'runtime offline')
+    await r.next('poll_skipped', (e) => e.reason === 'runtime offline')
     expect(cp.polls).toBe(polls)
     rt.restart()
     await cp.waitFor(() => cp.polls > polls, 'polling again once the runtime is back')
@@ -286,17 +298,12 @@ describe('jobs', () => {
   test('stops a job the heartbeat no longer assigns to it, without reporting anything', async () => {
     const { cp, rt } = setup({ latencyMs: 20 })
     cp.addJob({ job_id: 'batch_gone', input: chatLines(300).join('\n'), model: MODEL })
-    start(cp, rt, { concurrency: 2 })
+    const r = start(cp, rt, { concurrency: 2 })
+    const ended = r.next('job_ended')
     await cp.waitFor(() => rt.requests > 5, 'the job running')
     cp.unassign('batch_gone')
-    const seen = cp.heartbeats.length
-    await cp.waitFor(
-      () => cp.heartbeats.length > seen && cp.heartbeats.at(-1).activity === 'idle',
-      'the job dropped',
-    )
-    const sent = rt.requests
-    await Bun.sleep(100)
-    expect(rt.requests).toBeLessThanOrEqual(sent + 2)
+    expect(await ended).toEqual({ type: 'job_ended', job_id: 'batch_gone', outcome: 'dropped' })
+    // The job has ended, so its executor has returned: no request of it can start any more.
     expect(rt.requests).toBeLessThan(300)
     expect(cp.uploads).toEqual([])
     expect(cp.failures).toEqual([])
@@ -322,15 +329,14 @@ describe('jobs', () => {
     const { cp, rt } = setup()
     cp.failNext('/workers/upload-results', 403)
     cp.addJob({ job_id: 'batch_stale', input: chatLines(5).join('\n'), model: MODEL })
-    start(cp, rt)
-    await cp.waitFor(() => cp.injected.includes('/workers/upload-results'), 'the refused upload')
-    // An idle heartbeat sent after the refusal: the daemon has finished dealing with the job.
-    const seen = cp.heartbeats.length
-    await cp.waitFor(
-      () => cp.heartbeats.length > seen && cp.heartbeats.at(-1).activity === 'idle',
-      'the job ended',
-    )
-    await Bun.sleep(50)
+    const r = start(cp, rt)
+    // The daemon has finished dealing with the job: dropped, so no failure report can follow.
+    expect(await r.next('job_ended')).toEqual({
+      type: 'job_ended',
+      job_id: 'batch_stale',
+      outcome: 'dropped',
+    })
+    expect(cp.injected).toContain('/workers/upload-results')
     expect(rt.requests).toBe(5)
     expect(cp.uploads).toEqual([])
     expect(cp.failures).toEqual([])
@@ -460,4 +466,126 @@ describe('model pulls (heartbeat pull_models)', () => {
     expect(cp.modelProgress).toEqual([])
     expect(cp.heartbeats.every((h) => h.activity === 'idle')).toBe(true)
   })
+})
+
+describe('life cycle and clock', () => {
+  test('the life cycle moves only along its table', () => {
+    expect(() => checkMove('created', 'running')).toThrow(IllegalAgentMove)
+    expect(() => checkMove('stopped', 'starting')).toThrow('illegal agent state change stopped → starting')
+    expect(() => checkMove('draining', 'running')).toThrow(IllegalAgentMove)
+    for (const [from, tos] of Object.entries(AGENT_MOVES))
+      for (const to of tos) expect(() => checkMove(from as AgentState, to)).not.toThrow()
+  })
+
+  test('a graceful stop with a job running passes through every state in order', async () => {
+    const { cp, rt } = setup({ latencyMs: 10 })
+    cp.addJob({ job_id: 'batch_states', input: chatLines(20).join('\n'), model: MODEL })
+    const r = start(cp, rt, { concurrency: 1, shutdown_grace: 30 })
+    await cp.waitFor(() => rt.requests > 1, 'the job running')
+    expect(r.agent.status).toBe('running')
+    r.agent.shutdown()
+    expect(await r.done).toBe(0)
+    expect(r.events.filter((e) => e.type === 'state').map((e) => (e as { state: string }).state)).toEqual([
+      'starting',
+      'running',
+      'draining',
+      'stopping',
+      'stopped',
+    ])
+    expect(cp.uploads.map((u) => u.job_id)).toEqual(['batch_states'])
+  })
+
+  test('a shutdown before run() ends at once', async () => {
+    const { cp, rt } = setup()
+    const agent = new Agent(daemonOptions(cp.url, cp.key, rt.url), fastDeps())
+    agent.shutdown()
+    expect(await agent.run()).toBe(0)
+    expect(agent.status).toBe('stopped')
+    expect(cp.registrations).toEqual([])
+  })
+
+  test('an idle daemon polls once per --poll-interval of its clock, and not before', async () => {
+    const { cp, rt } = setup()
+    const timers = manualTimers()
+    start(cp, rt, { poll_interval: 10, poll_wait: 0 }, fastDeps({ timers }))
+    await cp.waitFor(() => cp.polls === 1 && timers.asked.includes(10_000), 'the poll loop waiting 10 s')
+    timers.advance(9_999)
+    // Only the clock can end that wait, and it has not reached it.
+    expect(cp.polls).toBe(1)
+    timers.advance(1)
+    await cp.waitFor(() => cp.polls === 2, 'the second poll')
+  })
+
+  test('the grace period runs on the clock: the job is reported failed only when it is over', async () => {
+    const { cp, rt } = setup({ latencyMs: 20 })
+    const timers = manualTimers()
+    cp.addJob({ job_id: 'batch_grace', input: chatLines(400).join('\n'), model: MODEL })
+    const r = start(cp, rt, { concurrency: 1, shutdown_grace: 30 }, fastDeps({ timers }))
+    await cp.waitFor(() => rt.requests > 1, 'the job running')
+    r.agent.shutdown()
+    await cp.waitFor(() => timers.asked.includes(30_000), 'the drain waiting 30 s')
+    expect(r.agent.status).toBe('draining')
+    expect(cp.failures).toEqual([])
+    const ended = r.next('job_ended')
+    timers.advance(30_000)
+    expect(await ended).toEqual({ type: 'job_ended', job_id: 'batch_grace', outcome: 'failed' })
+    expect(await r.done).toBe(0)
+    expect(cp.failures[0]).toMatchObject({
+      job_id: 'batch_grace',
+      error: 'worker shut down before finishing the job',
+    })
+  })
+
+  test('a control plane’s Retry-After is honoured, capped as the executor caps it', async () => {
+    const { cp, rt } = setup()
+    const timers = manualTimers()
+    cp.failNext('/workers/upload-results', 503, 2, '3600')
+    cp.addJob({ job_id: 'batch_hint', input: chatLines(3).join('\n'), model: MODEL })
+    start(cp, rt, {}, fastDeps({ timers, backoff: { baseMs: 5, maxMs: 50, maxRetryAfterMs: 20_000 } }))
+    await cp.waitFor(() => timers.asked.includes(20_000), 'the upload waiting for the capped hint')
+    expect(timers.asked).not.toContain(3_600_000)
+    timers.advance(20_000)
+    await cp.waitFor(
+      () => cp.injected.length === 2 && timers.asked.filter((ms) => ms === 20_000).length === 2,
+      'the second wait',
+    )
+    timers.advance(20_000)
+    await cp.waitFor(() => cp.uploads.length === 1, 'the upload')
+    // The default cap is the executor's.
+    expect(retryDelay(0, { baseMs: 5, maxMs: 50 }, 3_600_000)).toBe(DEFAULT_MAX_RETRY_AFTER_MS)
+  })
+})
+
+test('a digest found after registration is reported at once, not at the next 30 s heartbeat', async () => {
+  const key = `gk-${randomBase62(40)}`
+  rememberSecret(key)
+  const cp = startFakeControlPlane({ key, heartbeatSeconds: 3600 })
+  let announce = () => {}
+  const item = { local_name: MODEL, sha256: 'cd'.repeat(32), size_bytes: 5, loaded: true, runtime: 'openai' }
+  let inventory: (typeof item)[] = []
+  const runtime: Runtime = {
+    kind: 'openai',
+    engine: 'openai',
+    baseUrl: 'http://127.0.0.1:9',
+    prepare: async () => {},
+    snapshot: async () => ({ status: 'online', inventory, models: [MODEL], loaded: [MODEL] }),
+    serves: () => true,
+    onInventoryChange: (listener) => {
+      announce = listener
+    },
+  }
+  const r = runAgent(daemonOptions(cp.url, key, runtime.baseUrl), fastDeps({ runtime }))
+  cleanups.push(
+    () => cp.stop(),
+    async () => {
+      r.agent.shutdown(true)
+      await r.done
+    },
+  )
+  await cp.waitFor(() => cp.heartbeats.length === 1, 'the first heartbeat')
+  expect(cp.heartbeats[0].inventory).toEqual([])
+  inventory = [item]
+  announce()
+  await cp.waitFor(() => cp.heartbeats.length === 2, 'a heartbeat carrying the digest')
+  expect(cp.heartbeats[1].inventory).toEqual([item])
 })

@@ -91,6 +91,15 @@ describe('daemon options', () => {
     expect(fromEnv.model_files).toEqual({ c: ['/m/c.gguf'], d: ['/m/d.gguf'] })
   })
 
+  test('--poll-wait: 20 s by default, 0 to 30 (wait_seconds), 0 turns held polls off', async () => {
+    expect((await parse(base)).poll_wait).toBe(20)
+    expect((await parse([...base, '--poll-wait', '0'])).poll_wait).toBe(0)
+    expect((await parse(base, { GRIDKEEP_POLL_WAIT: '30' })).poll_wait).toBe(30)
+    await expect(parse([...base, '--poll-wait', '31'])).rejects.toThrow(
+      '--poll-wait / GRIDKEEP_POLL_WAIT: expected a number from 0 to 30',
+    )
+  })
+
   test('the runtime URL loses a trailing /v1 (the job endpoint carries it)', async () => {
     const o = await parse([...base, '--runtime-url', 'http://gpu:8000/v1/'])
     expect(o.runtime_url).toBe('http://gpu:8000')

@@ -9,6 +9,7 @@ import { OpenAIRuntime } from '../../src/daemon/runtimes/openai'
 import type { PullProgress } from '../../src/daemon/runtimes/types'
 import { StateDir } from '../../src/daemon/state'
 import { type OllamaModelFixture, startFakeRuntime } from '../helpers/fake-runtime'
+import { capturedLogLines } from '../helpers/secrets'
 
 const fixtures = join(import.meta.dir, '../fixtures/ollama')
 const load = async (name: string) => Bun.file(join(fixtures, name)).json()
@@ -297,4 +298,127 @@ describe('openai runtime', () => {
       await broken.stop(true)
     }
   })
+})
+
+describe('openai runtime with --engine llama.cpp: digests discovered', () => {
+  /** What llama-server answers: /v1/models and /props (its model_path). */
+  function llamaServer(o: { ids: string[]; modelPath?: string }) {
+    const props: string[] = []
+    const server = Bun.serve({
+      port: 0,
+      hostname: '127.0.0.1',
+      fetch(req) {
+        const path = new URL(req.url).pathname
+        if (path === '/v1/models') return Response.json({ object: 'list', data: o.ids.map((id) => ({ id })) })
+        if (path === '/props') {
+          props.push(path)
+          return Response.json({ model_path: o.modelPath, total_slots: 4 })
+        }
+        return new Response('not found', { status: 404 })
+      },
+    })
+    return { url: `http://127.0.0.1:${server.port}`, props, stop: () => server.stop(true) }
+  }
+  const sha = (s: string) => createHash('sha256').update(s).digest('hex')
+
+  test('the file /props names is hashed and reported as the served model’s sha256, with no --model-file', async () => {
+    const file = join(root, 'served.gguf')
+    writeFileSync(file, 'gguf weights served')
+    const server = llamaServer({ ids: ['tiny'], modelPath: file })
+    try {
+      const runtime = new OpenAIRuntime(
+        server.url,
+        'llama.cpp',
+        {},
+        new DigestCache(new StateDir(join(root, 's1'))),
+      )
+      const hashed = new Promise<void>((resolve) => runtime.onInventoryChange(resolve))
+      await runtime.prepare()
+      // Being hashed: not advertised at all (by name alone it could match other weights).
+      expect(await runtime.snapshot()).toMatchObject({ status: 'online', models: [], inventory: [] })
+      await hashed
+      const snap = await runtime.snapshot()
+      expect(snap.models).toEqual(['tiny'])
+      expect(snap.inventory).toEqual([
+        {
+          local_name: 'tiny',
+          sha256: sha('gguf weights served'),
+          size_bytes: 19,
+          loaded: true,
+          runtime: 'llama.cpp',
+        },
+      ])
+      // Another engine name does not ask llama.cpp's /props.
+      const calls = server.props.length
+      const vllm = new OpenAIRuntime(server.url, 'vllm', {}, new DigestCache(new StateDir(join(root, 's2'))))
+      await vllm.prepare()
+      expect((await vllm.snapshot()).inventory).toEqual([])
+      expect(server.props).toHaveLength(calls)
+    } finally {
+      await server.stop()
+    }
+  })
+
+  test('a /v1/models id that is the file’s path (no --alias) is hashed too', async () => {
+    const file = join(root, 'by-path.gguf')
+    writeFileSync(file, 'weights by path')
+    const server = llamaServer({ ids: [file] })
+    try {
+      const runtime = new OpenAIRuntime(
+        server.url,
+        'llama.cpp',
+        {},
+        new DigestCache(new StateDir(join(root, 's3'))),
+      )
+      const hashed = new Promise<void>((resolve) => runtime.onInventoryChange(resolve))
+      await runtime.snapshot()
+      await hashed
+      expect((await runtime.snapshot()).inventory).toMatchObject([
+        { local_name: file, sha256: sha('weights by path') },
+      ])
+    } finally {
+      await server.stop()
+    }
+  })
+
+  test('a file not readable here is said once, and the model is matched by name only', async () => {
+    const missing = join(root, 'in-a-container', 'model.gguf')
+    const server = llamaServer({ ids: ['remote'], modelPath: missing })
+    const before = capturedLogLines().length
+    try {
+      const runtime = new OpenAIRuntime(
+        server.url,
+        'llama.cpp',
+        {},
+        new DigestCache(new StateDir(join(root, 's4'))),
+      )
+      await runtime.prepare()
+      const first = await runtime.snapshot()
+      await runtime.snapshot()
+      expect(first.models).toEqual(['remote'])
+      expect(first.inventory).toEqual([])
+      const said = capturedLogLines()
+        .slice(before)
+        .filter((l) => l.includes('not readable here'))
+      expect(said).toHaveLength(1)
+      expect(JSON.parse(said[0]!)).toMatchObject({
+        level: 'warn',
+        model: 'remote',
+        path: missing,
+        error: 'ENOENT',
+      })
+    } finally {
+      await server.stop()
+    }
+  })
+})
+
+test('a model file hashed in the background announces the changed inventory', async () => {
+  const file = join(root, 'swapped.gguf')
+  writeFileSync(file, 'a model swapped in later')
+  const cache = new DigestCache(new StateDir(join(root, 'state-swap')))
+  const changed = new Promise<void>((resolve) => cache.onHashed(resolve))
+  expect(cache.peek(file)).toBeNull()
+  await changed
+  expect(cache.peek(file)?.sha256).toBe(createHash('sha256').update('a model swapped in later').digest('hex'))
 })

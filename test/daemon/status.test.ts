@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import type { JobView } from '../../src/daemon/agent'
+import type { JobView } from '../../src/daemon/job'
 import {
   formatDuration,
   formatStatusLine,

@@ -1,7 +1,7 @@
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { Agent, type AgentDeps } from '../../src/daemon/agent'
+import { Agent, type AgentDeps, type AgentEvent } from '../../src/daemon/agent'
 import type { DaemonOptions } from '../../src/daemon/options'
 
 // Builders for daemon tests: options with fast intervals, and an agent run in this process.
@@ -26,6 +26,7 @@ export function daemonOptions(
     max_download_gb: 0,
     progress_interval: 0.05,
     poll_interval: 0.05,
+    poll_wait: 0,
     request_timeout: 5,
     retries: 3,
     shutdown_grace: 5,
@@ -46,11 +47,42 @@ export interface RunningAgent {
   agent: Agent
   /** Resolves with the exit code of run(). */
   done: Promise<number>
+  /** Every event the agent emitted, in order. */
+  events: AgentEvent[]
+  /**
+   * Resolves with the first event from now on that matches (events, not time: a test that proves
+   * something did not happen waits for the event that would have caused it).
+   */
+  next<E extends AgentEvent['type']>(
+    type: E,
+    match?: (e: Extract<AgentEvent, { type: E }>) => boolean,
+  ): Promise<Extract<AgentEvent, { type: E }>>
 }
 
 export function runAgent(opts: DaemonOptions, deps: AgentDeps = fastDeps()): RunningAgent {
-  const agent = new Agent(opts, deps)
-  return { agent, done: agent.run() }
+  const events: AgentEvent[] = []
+  const waiters = new Set<(e: AgentEvent) => boolean>()
+  const agent = new Agent(opts, {
+    ...deps,
+    onEvent: (e) => {
+      events.push(e)
+      for (const w of [...waiters]) if (w(e)) waiters.delete(w)
+      deps.onEvent?.(e)
+    },
+  })
+  return {
+    agent,
+    done: agent.run(),
+    events,
+    next: (type, match) =>
+      new Promise((resolve) => {
+        waiters.add((e) => {
+          if (e.type !== type || (match && !match(e as never))) return false
+          resolve(e as never)
+          return true
+        })
+      }),
+  }
 }
 
 /** Lines of a chat batch whose body.model is a catalogue slug. */

@@ -45,8 +45,8 @@ export interface FakeControlPlane {
   refuseProgress: boolean
   /** The next input download sends part of the file, then the connection breaks. */
   breakNextDownload: boolean
-  /** Next answers of a path fail with this status (e.g. 503 while "restarting"). */
-  failNext(path: string, status: number, times?: number): void
+  /** Next answers of a path fail with this status (e.g. 503 while "restarting"), with Retry-After. */
+  failNext(path: string, status: number, times?: number, retryAfter?: string): void
   heartbeatSeconds: number
   stop(): Promise<void>
   restart(): void
@@ -58,7 +58,7 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
   const queue: FakeJob[] = []
   const assigned = new Map<string, { worker_id: string; job: FakeJob }>()
   const workers = new Set<string>()
-  const failing = new Map<string, { status: number; times: number }>()
+  const failing = new Map<string, { status: number; times: number; retryAfter?: string }>()
   let pending: unknown[] = []
   let seq = 0
   const cp: FakeControlPlane = {
@@ -90,8 +90,8 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     askToPull(models) {
       pending = models
     },
-    failNext(path, status, times = 1) {
-      failing.set(path, { status, times })
+    failNext(path, status, times = 1, retryAfter) {
+      failing.set(path, { status, times, retryAfter })
     },
     stop: async () => {},
     restart: () => {},
@@ -120,7 +120,9 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     if (f && f[1].times > 0) {
       f[1].times--
       cp.injected.push(path)
-      return err(f[1].status, 'injected')
+      const res = err(f[1].status, 'injected')
+      if (f[1].retryAfter) res.headers.set('retry-after', f[1].retryAfter)
+      return res
     }
     if (path === '/workers/register') {
       const body = (await req.json()) as any

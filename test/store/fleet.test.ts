@@ -187,7 +187,13 @@ for (const [kind, open] of storeEngines) {
       expect(again.reused).toBe(true)
       expect(again.worker.id).toBe(id)
       expect(again.requeued).toEqual([
-        { batch_id: held, status: 'validated', attempts: 1, error: 'worker re-registered' },
+        {
+          batch_id: held,
+          status: 'validated',
+          attempts: 1,
+          error: 'worker re-registered',
+          model: expect.anything(),
+        },
       ])
       expect(again.worker).toMatchObject({ last_heartbeat_at: null, vram_total_gb: null, last_seen_at: 300 })
       const b = await h.one<{ status: string; attempts: number }>(

@@ -138,6 +138,7 @@ for (const [kind, open] of storeEngines) {
           batch_id: id,
           attempts: attempt,
           error: 'e'.repeat(2000),
+          model: 'm-a',
         })
       }
       const row = await h.one<Record<string, number | string>>(
@@ -179,6 +180,7 @@ for (const [kind, open] of storeEngines) {
         {
           status: 'validated',
           batch_id: held,
+          model: 'm-a',
           attempts: 1,
           error: 'worker wrk_1 went silent',
           reason: 'worker_silent',

@@ -17,9 +17,15 @@ const CACHE_FILE = 'digests.json'
 export class DigestCache {
   private entries: Record<string, Entry>
   private readonly running = new Map<string, Promise<Entry | null>>()
+  private readonly hashed = new Set<() => void>()
 
   constructor(private readonly state: StateDir) {
     this.entries = state.readJson<Record<string, Entry>>(CACHE_FILE) ?? {}
+  }
+
+  /** Called after each background hash: an inventory that lacked the digest can now carry it. */
+  onHashed(listener: () => void) {
+    this.hashed.add(listener)
   }
 
   /** The cached digest when the file is unchanged, else null (and hashing starts in the background). */
@@ -30,6 +36,11 @@ export class DigestCache {
     if (e && e.size === st.size && e.mtime_ms === st.mtimeMs) return e
     void this.digest(path)
     return null
+  }
+
+  /** Whether the file is being hashed right now. */
+  hashing(path: string): boolean {
+    return this.running.has(path)
   }
 
   /** The digest, hashing the file if the cache does not hold it for this size and mtime. */
@@ -45,6 +56,7 @@ export class DigestCache {
         const entry = { size: st.size, mtime_ms: st.mtimeMs, sha256 }
         this.entries = { ...this.entries, [path]: entry }
         this.state.writeJson(CACHE_FILE, this.entries)
+        for (const l of this.hashed) l()
         return entry
       })
       .catch((err) => {

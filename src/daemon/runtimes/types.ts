@@ -51,6 +51,8 @@ export interface Runtime {
   snapshot(): Promise<RuntimeSnapshot>
   /** Whether the engine can serve `model` right now (checked before a job starts). */
   serves(model: string, snapshot: RuntimeSnapshot): boolean
+  /** Calls `listener` when the inventory changed between snapshots (a model file finished hashing). */
+  onInventoryChange?(listener: () => void): void
   /** Materialises a catalogued model the engine lacks; absent when the engine cannot pull. */
   pull?(task: PullTask, onProgress: (p: PullProgress) => void, signal?: AbortSignal): Promise<void>
 }

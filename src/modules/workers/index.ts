@@ -2,8 +2,8 @@ import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
 import { jsonBody } from '../../http/parse'
-import { claimBatch } from './claim'
 import { WorkerModel } from './model'
+import { pollForJob } from './poll-wait'
 import { uploadResults } from './results'
 import * as workers from './service'
 
@@ -29,11 +29,19 @@ export const workerRoutes = (deps: Deps) =>
         detail: { tags, summary: 'Liveness, activity, VRAM and the on-disk inventory' },
       },
     )
-    .post('/poll', ({ principal, body }) => claimBatch(deps, principal, body.worker_id), {
-      worker: true,
-      ...jsonBody(WorkerModel.poll),
-      detail: { tags, summary: 'Claim the best-matching validated batch, or {job: null}' },
-    })
+    .post(
+      '/poll',
+      ({ principal, body, request }) =>
+        pollForJob(deps, principal, body.worker_id, body.wait_seconds, request.signal),
+      {
+        worker: true,
+        ...jsonBody(WorkerModel.poll),
+        detail: {
+          tags,
+          summary: 'Claim the best-matching validated batch, or {job: null}; wait_seconds holds the poll',
+        },
+      },
+    )
     .post('/progress', ({ principal, body }) => workers.progress(deps, principal, body), {
       worker: true,
       ...jsonBody(WorkerModel.progress),

@@ -104,7 +104,14 @@ export const WorkerModel = {
     { additionalProperties: false },
   ),
 
-  poll: t.Object({ worker_id: Id }, { additionalProperties: false }),
+  poll: t.Object(
+    {
+      worker_id: Id,
+      // API.md §7 (ext): hold the poll up to this long while nothing is claimable.
+      wait_seconds: t.Optional(t.Number({ minimum: 0, maximum: 30 })),
+    },
+    { additionalProperties: false },
+  ),
 
   progress: t.Object(
     {

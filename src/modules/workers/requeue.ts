@@ -13,6 +13,8 @@ export interface RequeueOutcome {
   batch_id: string
   attempts: number
   error: string
+  /** The batch's model: held polls that can serve it look again (not part of any API answer). */
+  model: string | null
 }
 
 /** SPEC §8: stored error text is at most 2000 characters (code points: never half a character). */
@@ -41,7 +43,7 @@ export interface RequeueDecision {
  * assignment, in the same transaction.
  */
 export function requeueDecision(
-  batch: { id: string; attempts: number; request_counts_total: number },
+  batch: { id: string; attempts: number; request_counts_total: number; model: string | null },
   maxAttempts: number,
   errorText: string,
   now: number,
@@ -54,6 +56,7 @@ export function requeueDecision(
     batch_id: batch.id,
     attempts,
     error,
+    model: batch.model,
   }
   return exhausted
     ? {

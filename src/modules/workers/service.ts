@@ -15,6 +15,7 @@ import type {
   RegisterBody,
   ReportFailureBody,
 } from './model'
+import { batchClaimable } from './poll-wait'
 import { type PullItem, pullModelsFor } from './pulls'
 import { checkHolder } from './rules'
 
@@ -139,7 +140,10 @@ export async function register(deps: Deps, principal: WorkerPrincipal, body: Reg
   })
   if ('notOwned' in registered) throw notOwned()
   const { worker, requeued, reused } = registered
-  for (const r of requeued) deps.metrics.requeues.inc({ reason: 'worker_reregistered', outcome: r.status })
+  for (const r of requeued) {
+    deps.metrics.requeues.inc({ reason: 'worker_reregistered', outcome: r.status })
+    if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
+  }
   log.info('worker registered', {
     worker_id: worker.id,
     org_id: worker.org_id,
@@ -198,6 +202,8 @@ export async function heartbeat(
       inventory = [...merged.values()]
     }
     await deps.store.fleet.replaceInventory(workerId, inventory, body.loaded_models ?? [], sig)
+    // API.md §7 wait_seconds: a held poll of this worker looks again with what it now hosts.
+    deps.pollWaiters.workerChanged(workerId)
   }
   const pull_models: PullItem[] =
     body.activity === 'idle' && row.max_download_gb > 0 ? await pullModelsFor(deps, workerId) : []
@@ -253,5 +259,11 @@ export async function reportFailure(deps: Deps, principal: WorkerPrincipal, body
     now: deps.clock.now(),
   })
   deps.metrics.requeues.inc({ reason: 'reported_failure', outcome: outcome.status })
-  return outcome
+  if (outcome.status === 'validated') batchClaimable(deps, outcome.batch_id, outcome.model)
+  return {
+    status: outcome.status,
+    batch_id: outcome.batch_id,
+    attempts: outcome.attempts,
+    error: outcome.error,
+  }
 }

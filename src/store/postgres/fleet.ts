@@ -102,6 +102,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
               id: batches.id,
               attempts: batches.attempts,
               request_counts_total: batches.request_counts_total,
+              model: batches.model,
             })
             .from(batchAssignments)
             .innerJoin(batches, eq(batches.id, batchAssignments.batch_id))

@@ -39,7 +39,7 @@ export async function transition(
 export async function requeueLocked(
   tx: PgTx,
   maxAttempts: number,
-  batch: { id: string; attempts: number; request_counts_total: number },
+  batch: { id: string; attempts: number; request_counts_total: number; model: string | null },
   reason: RequeueReason,
   errorText: string,
   now: number,
@@ -117,6 +117,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
             status: batches.status,
             attempts: batches.attempts,
             request_counts_total: batches.request_counts_total,
+            model: batches.model,
             holder: batchAssignments.worker_id,
             assignment_id: batchAssignments.id,
             assignment_completed_at: batchAssignments.completed_at,
@@ -146,6 +147,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
             id: batches.id,
             attempts: batches.attempts,
             request_counts_total: batches.request_counts_total,
+            model: batches.model,
             worker_id: batchAssignments.worker_id,
           })
           .from(batches)

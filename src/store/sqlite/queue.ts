@@ -55,6 +55,7 @@ const stmts = preparedOnce((db: Db) => ({
       status: batches.status,
       attempts: batches.attempts,
       request_counts_total: batches.request_counts_total,
+      model: batches.model,
     })
     .from(batches)
     .where(eq(batches.id, sql.placeholder('id')))

@@ -1,0 +1,289 @@
+import { rmSync } from 'node:fs'
+import { join } from 'node:path'
+import { log as rootLog } from '../lib/logger'
+import { type Backoff, retryDelay, type Timers } from './backoff'
+import { ApiError, type ControlPlane, isTransient, type Job } from './client'
+import { type Counts, executeJob, RuntimeUnavailableError } from './executor'
+import type { DaemonOptions } from './options'
+import type { Runtime, RuntimeSnapshot } from './runtimes/types'
+import type { StateDir } from './state'
+
+// One claimed batch on this worker (API.md §7): check the runtime serves it, download the input,
+// run every line through the executor, upload the output with the assignment_id, and send live
+// counts meanwhile. It ends `completed`, `failed` (reported, so the batch is requeued: the runtime
+// is gone, or a shutdown stopped it) or `dropped` (the server no longer assigns it to us: nothing
+// more is said about it).
+
+const log = rootLog.child({ component: 'worker' })
+
+export type JobOutcome = 'completed' | 'failed' | 'dropped'
+
+/** What the operator view shows of one running job. */
+export interface JobView {
+  job_id: string
+  model: string
+  total: number
+  completed: number
+  failed: number
+  started_at_ms: number
+}
+
+/** What a job needs of the agent that claimed it. */
+export interface JobContext {
+  cp: ControlPlane
+  runtime: Runtime
+  state: StateDir
+  opts: DaemonOptions
+  timers: Timers
+  /** Retry policy of control-plane calls. */
+  backoff: Backoff
+  /** Retry policy of inference requests. */
+  requestBackoff: Backoff
+  workerId: string
+  /** The runtime's view now. */
+  snapshot(): Promise<RuntimeSnapshot>
+}
+
+/** The job cannot run at all here; reported as a failure so the batch is requeued. */
+class JobFailure extends Error {}
+
+export class JobRun {
+  readonly startedAtMs: number
+  private readonly abort = new AbortController()
+  private counts: Counts = { read: 0, completed: 0, failed: 0 }
+  private readonly total: number
+  /**
+   * Why it is being stopped: `lost` (the server no longer assigns it to us: dropped without a
+   * word) or `shutdown` (reported failed so the batch is requeued at once).
+   */
+  private stop: { kind: 'lost'; reason: string } | { kind: 'shutdown' } | null = null
+  private sentProgress = ''
+
+  constructor(
+    readonly job: Job,
+    private readonly ctx: JobContext,
+  ) {
+    this.startedAtMs = ctx.timers.nowMs()
+    this.total = job.total_requests ?? 0
+  }
+
+  view(): JobView {
+    return {
+      job_id: this.job.job_id,
+      model: this.job.model,
+      total: this.total || this.counts.read,
+      completed: this.counts.completed,
+      failed: this.counts.failed,
+      started_at_ms: this.startedAtMs,
+    }
+  }
+
+  /** The heartbeat's `progress` of this job. */
+  progress() {
+    return {
+      total_prompts: this.total || this.counts.read,
+      completed_prompts: this.counts.completed,
+      failed_prompts: this.counts.failed,
+    }
+  }
+
+  /** The server no longer assigns it to us: stop, and say nothing more. */
+  lose(reason: string) {
+    if (this.stop) return
+    this.stop = { kind: 'lost', reason }
+    this.abort.abort(new Error(reason))
+  }
+
+  /** A shutdown past its grace: stop, and report it failed so the batch is requeued. */
+  stopForShutdown() {
+    if (this.stop) return
+    this.stop = { kind: 'shutdown' }
+    this.abort.abort(new Error('shutdown'))
+  }
+
+  async run(): Promise<JobOutcome> {
+    const { job, ctx } = this
+    const jlog = log.child({ job_id: job.job_id })
+    const dir = ctx.state.jobDir(job.job_id)
+    const input = join(dir, 'input.jsonl')
+    const output = join(dir, 'output.jsonl')
+    const progress = this.progressLoop()
+    try {
+      const snapshot = await ctx.snapshot()
+      if (snapshot.status !== 'online') {
+        throw new JobFailure(
+          `runtime ${ctx.runtime.engine} at ${ctx.runtime.baseUrl} is ${snapshot.status}: ${snapshot.error ?? ''}`.trim(),
+        )
+      }
+      if (!ctx.runtime.serves(job.model, snapshot))
+        throw new JobFailure(`runtime ${ctx.runtime.engine} does not serve model ${job.model}`)
+      if (job.params && Object.keys(job.params).length)
+        jlog.debug('serving profile params are launch settings of the runtime; not applied per request', {
+          params: job.params,
+        })
+
+      const signal = this.abort.signal
+      const bytes = await withRetries(
+        'input download',
+        () => ctx.cp.download(job.input_path, input, signal),
+        { tries: 5, signal },
+        ctx,
+      )
+      jlog.info('input downloaded', { bytes })
+
+      const counts = await executeJob(
+        input,
+        output,
+        { model: job.model, endpoint: job.endpoint ?? '/v1/chat/completions' },
+        {
+          runtimeUrl: ctx.runtime.baseUrl,
+          concurrency: ctx.opts.concurrency,
+          tries: ctx.opts.retries,
+          requestTimeoutMs: ctx.opts.request_timeout * 1000,
+          backoff: ctx.requestBackoff,
+          timers: ctx.timers,
+          signal,
+          onLine: (c) => {
+            this.counts = c
+          },
+        },
+      )
+      this.counts = counts
+      if (this.stop?.kind === 'lost') throw new Error(this.stop.reason)
+
+      // Uploading is not stopped by a shutdown: finished work is delivered.
+      const res = await withRetries(
+        'upload-results',
+        () =>
+          ctx.cp.uploadResults({
+            job_id: job.job_id,
+            worker_id: ctx.workerId,
+            ...(job.assignment_id ? { assignment_id: job.assignment_id } : {}),
+            completed: counts.completed,
+            failed: counts.failed,
+            file: output,
+          }),
+        { tries: 30 },
+        ctx,
+      )
+      jlog.info('job completed', {
+        completed: counts.completed,
+        failed: counts.failed,
+        status: res.status,
+        output_file_id: res.output_file_id,
+        error_file_id: res.error_file_id,
+        seconds: Math.round(ctx.timers.nowMs() - this.startedAtMs) / 1000,
+      })
+      return 'completed'
+    } catch (e) {
+      if (this.stop?.kind === 'lost') {
+        jlog.warn('job dropped', { reason: this.stop.reason })
+        return 'dropped'
+      }
+      if (e instanceof ApiError && e.status === 403) {
+        jlog.warn('job dropped: the server says it is not ours any more', { error: e.message })
+        return 'dropped'
+      }
+      const message =
+        this.stop?.kind === 'shutdown'
+          ? 'worker shut down before finishing the job'
+          : e instanceof JobFailure || e instanceof RuntimeUnavailableError
+            ? e.message
+            : `worker error: ${(e as Error).message ?? String(e)}`
+      jlog.warn('job failed; reporting', { error: message })
+      await this.reportFailure(message)
+      return 'failed'
+    } finally {
+      progress.abort()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }
+
+  private async reportFailure(message: string) {
+    const { job, ctx } = this
+    try {
+      const res = await withRetries(
+        'report-failure',
+        () =>
+          ctx.cp.reportFailure({
+            job_id: job.job_id,
+            worker_id: ctx.workerId,
+            error: message.slice(0, 2000),
+            ...(job.assignment_id ? { assignment_id: job.assignment_id } : {}),
+          }),
+        { tries: 20 },
+        ctx,
+      )
+      log.info('failure reported', { job_id: job.job_id, status: res.status, attempts: res.attempts })
+    } catch (e) {
+      log.warn('could not report the failure; the sweeper will requeue the batch', {
+        job_id: job.job_id,
+        error: (e as Error).message,
+      })
+    }
+  }
+
+  /** Live counts every --progress-interval while the job runs; returns its stop switch. */
+  private progressLoop(): AbortController {
+    const stop = new AbortController()
+    void (async () => {
+      for (;;) {
+        await this.ctx.timers.sleep(this.ctx.opts.progress_interval * 1000, stop.signal)
+        if (stop.signal.aborted) return
+        this.sendProgress()
+      }
+    })()
+    return stop
+  }
+
+  /** Sent only when the counts changed. */
+  private sendProgress() {
+    const { job, ctx } = this
+    const c = this.counts
+    const key = `${c.completed}/${c.failed}`
+    if (key === this.sentProgress || this.stop?.kind === 'lost') return
+    this.sentProgress = key
+    ctx.cp
+      .progress({
+        worker_id: ctx.workerId,
+        job_id: job.job_id,
+        ...(job.assignment_id ? { assignment_id: job.assignment_id } : {}),
+        ...(this.total ? { total_prompts: this.total } : {}),
+        completed_prompts: c.completed,
+        failed_prompts: c.failed,
+      })
+      .catch((e) => {
+        if (e instanceof ApiError && e.status === 403) this.lose('the server refused our progress (403)')
+        else {
+          this.sentProgress = '' // try again next tick
+          log.debug('progress not delivered', { job_id: job.job_id, error: (e as Error).message })
+        }
+      })
+  }
+}
+
+/**
+ * A control-plane call, retried on transient failures (client.ts isTransient) with the daemon's
+ * one retry policy (backoff.ts retryDelay: the server's Retry-After, capped, else backoff).
+ */
+async function withRetries<T>(
+  what: string,
+  fn: () => Promise<T>,
+  o: { tries: number; signal?: AbortSignal },
+  policy: { backoff: Backoff; timers: Timers },
+): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fn()
+    } catch (e) {
+      if (!isTransient(e) || attempt + 1 >= o.tries || o.signal?.aborted) throw e
+      const wait = retryDelay(attempt, policy.backoff, e instanceof ApiError ? e.retryAfterMs : null)
+      log.warn(`${what} failed; retrying`, {
+        attempt: attempt + 1,
+        retry_in_ms: wait,
+        error: (e as Error).message,
+      })
+      await policy.timers.sleep(wait, o.signal)
+    }
+  }
+}

@@ -1,0 +1,308 @@
+import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { eq } from 'drizzle-orm'
+import { type LlamaServer, startLlamaServer } from '../../scripts/llama-server'
+import { batches } from '../../src/db/schema'
+import { startTestServer, type TestServer } from '../helpers/app'
+import { type MadeUser, makeUser, makeWorkerKey } from '../helpers/builders'
+import { daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
+import { tinyModelPath, withRealEngine } from '../helpers/llama'
+
+// The reference daemon against a REAL engine: llama.cpp's llama-server (scripts/llama-server.ts)
+// serving the tiny generated model, the real control plane of the test helpers, batches uploaded
+// and validated through /v1/files and /v1/batches, results read back through the output files.
+
+const SLUG = 'gridkeep-tiny-f32'
+const EMBED_SLUG = 'gridkeep-tiny-embed-f32'
+// Same runtime string, pinned to other weights: never this worker's model (SPEC §4 Poll rule 4).
+const OTHER_WEIGHTS_SLUG = 'gridkeep-tiny-other-f32'
+const ALIAS = 'gridkeep-tiny'
+
+withRealEngine('daemon against llama-server', (engine) => {
+  let server: TestServer
+  let user: MadeUser
+  let key: string
+  let llama: LlamaServer
+  let tinyDigest: string
+  const dir = mkdtempSync(join(tmpdir(), 'gk-llama-'))
+
+  beforeAll(async () => {
+    const modelPath = await tinyModelPath()
+    const digest = new Bun.CryptoHasher('sha256').update(await Bun.file(modelPath).bytes()).digest('hex')
+    tinyDigest = digest
+    const entry = (id: string, task: string, sha: string) => [
+      `  - id: ${id}`,
+      `    display_name: Tiny llama ${id}`,
+      `    task_type: ${task}`,
+      '    quantization: F32',
+      '    vram_gb: 1',
+      `    digest: sha256:${sha}`,
+      '    serving_profiles:',
+      '      - runtime: llama.cpp',
+      `        runtime_model_id: ${ALIAS}`,
+    ]
+    const manifest = join(dir, 'models.yaml')
+    writeFileSync(
+      manifest,
+      [
+        'models:',
+        ...entry(SLUG, 'chat', digest),
+        ...entry(EMBED_SLUG, 'embedding', digest),
+        ...entry(OTHER_WEIGHTS_SLUG, 'chat', 'ab'.repeat(32)),
+      ].join('\n'),
+    )
+    server = await startTestServer({ CATALOGUE_PATH: manifest, LOG_LEVEL: 'warn' })
+    user = await makeUser(server)
+    key = (await makeWorkerKey(server, user, user.personalOrgId)).key
+    llama = await startLlamaServer({ engine, modelPath, alias: ALIAS, slots: 4 })
+  })
+
+  afterAll(async () => {
+    await llama?.stop()
+    await server?.stop()
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  async function until<T>(what: string, probe: () => Promise<T | undefined | null | false>, ms = 30_000) {
+    const deadline = Date.now() + ms
+    for (;;) {
+      const v = await probe()
+      if (v) return v
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+      await Bun.sleep(10)
+    }
+  }
+
+  const getBatch = async (id: string) =>
+    (await server.req('GET', `/v1/batches/${id}`, { token: user.token })).body
+
+  /** Uploads and creates the batch; waits until it is validated unless a worker may claim it at once. */
+  async function submit(endpoint: string, lines: object[], waitValidated = true): Promise<string> {
+    const form = new FormData()
+    form.append('purpose', 'batch')
+    form.append('file', new Blob([lines.map((l) => JSON.stringify(l)).join('\n') + '\n']), 'input.jsonl')
+    const file = await server.req('POST', '/v1/files', { token: user.token, raw: form })
+    expect(file.status).toBe(200)
+    const batch = await server.req('POST', '/v1/batches', {
+      token: user.token,
+      body: { input_file_id: file.body.id, endpoint },
+    })
+    expect(batch.status).toBe(200)
+    if (waitValidated)
+      await until('validation', async () => (await getBatch(batch.body.id)).status === 'validated')
+    return batch.body.id
+  }
+
+  const completed = (id: string) => async () => {
+    const b = await getBatch(id)
+    if (b.status === 'failed') throw new Error(`batch failed: ${b.error}`)
+    return b.status === 'completed' ? b : null
+  }
+
+  async function fileLines(fileId: string | null): Promise<any[]> {
+    if (!fileId) return []
+    const res = await server.req('GET', `/v1/files/${fileId}/content`, { token: user.token })
+    expect(res.status).toBe(200)
+    return res.text
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l))
+  }
+
+  /** Output and error lines; every custom_id exactly once, and the batch usage is their sum. */
+  async function results(batch: any, n: number) {
+    const out = await fileLines(batch.output_file_id)
+    const err = await fileLines(batch.error_file_id)
+    const ids = [...out, ...err].map((l) => l.custom_id)
+    expect(new Set(ids).size).toBe(n)
+    expect(ids).toHaveLength(n)
+    expect(batch.request_counts).toEqual({ total: n, completed: out.length, failed: err.length })
+    const row = server.deps.db.select().from(batches).where(eq(batches.id, batch.id)).get()!
+    const sum: Record<string, number> = {}
+    for (const l of out)
+      for (const [k, v] of Object.entries(l.response.body.usage ?? {}))
+        if (typeof v === 'number') sum[k] = (sum[k] ?? 0) + v
+    expect(row.usage).toEqual(sum)
+    return { out, err, usage: sum }
+  }
+
+  const chat = (i: number, extra: object = {}, model = SLUG) => ({
+    custom_id: `chat-${i}`,
+    method: 'POST',
+    url: '/v1/chat/completions',
+    body: {
+      model,
+      messages: [{ role: 'user', content: `Tell me about ${i}` }],
+      max_tokens: 6,
+      temperature: 0,
+      ...extra,
+    },
+  })
+
+  const worker = (o: Parameters<typeof daemonOptions>[3] = {}) =>
+    runAgent(
+      daemonOptions(server.url, key, llama.url, { engine: 'llama.cpp', concurrency: 4, ...o }),
+      fastDeps(),
+    )
+
+  test('a chat batch for the entry pinned to the model’s digest completes with real answers and usage; no --model-file', async () => {
+    const other = await submit('/v1/chat/completions', [chat(0, {}, OTHER_WEIGHTS_SLUG)])
+    const batchId = await submit(
+      '/v1/chat/completions',
+      Array.from({ length: 20 }, (_, i) => chat(i)),
+    )
+    const daemon = worker()
+    try {
+      const batch = await until('completion', completed(batchId))
+      const { out, err, usage } = await results(batch, 20)
+      expect(err).toEqual([])
+      for (const l of out) {
+        expect(l.response.status_code).toBe(200)
+        expect(l.response.body.object).toBe('chat.completion')
+        expect(l.response.body.model).toBe(ALIAS)
+        expect(typeof l.response.body.choices[0].message.content).toBe('string')
+        expect(l.response.body.usage.completion_tokens).toBeGreaterThan(0)
+        expect(l.response.body.usage.completion_tokens).toBeLessThanOrEqual(6)
+        expect(l.response.body.usage.prompt_tokens).toBeGreaterThan(0)
+      }
+      expect(usage.total_tokens).toBe(usage.prompt_tokens! + usage.completion_tokens!)
+      // The worker reported the file llama-server loaded, hashed, as the model's digest.
+      const workers = await server.req('GET', `/v1/orgs/${user.personalOrgId}/workers`, { token: user.token })
+      const row = workers.body.data.find((w: any) => w.id === daemon.agent.id)
+      expect(row.models.find((m: any) => m.name === ALIAS)).toMatchObject({ digest: tinyDigest })
+      // The entry with the same runtime string but other weights was never claimed.
+      expect((await getBatch(other)).status).toBe('validated')
+    } finally {
+      daemon.agent.shutdown(true)
+      expect(await daemon.done).toBe(0)
+    }
+    // Nobody else can serve it: leave the queue clean for the next tests.
+    server.deps.db.delete(batches).where(eq(batches.id, other)).run()
+  })
+
+  test('completions and embeddings batches complete with real content and usage', async () => {
+    const completions = await submit(
+      '/v1/completions',
+      Array.from({ length: 10 }, (_, i) => ({
+        custom_id: `cmp-${i}`,
+        body: { model: SLUG, prompt: `Once upon a time ${i}`, max_tokens: 5, temperature: 0 },
+      })),
+    )
+    const embeddings = await submit(
+      '/v1/embeddings',
+      Array.from({ length: 10 }, (_, i) => ({
+        custom_id: `emb-${i}`,
+        body: { model: EMBED_SLUG, input: [`first text ${i}`, `second text ${i}`] },
+      })),
+    )
+    const daemon = worker()
+    try {
+      const c = await results(await until('completions', completed(completions)), 10)
+      expect(c.err).toEqual([])
+      for (const l of c.out) {
+        expect(l.response.body.object).toBe('text_completion')
+        expect(typeof l.response.body.choices[0].text).toBe('string')
+      }
+      expect(c.usage.completion_tokens).toBeGreaterThan(0)
+      const e = await results(await until('embeddings', completed(embeddings)), 10)
+      expect(e.err).toEqual([])
+      for (const l of e.out) {
+        const data = l.response.body.data
+        expect(data).toHaveLength(2)
+        expect(data[0].embedding).toHaveLength(64)
+        expect(data[0].embedding.some((x: number) => x !== 0)).toBe(true)
+      }
+      expect(e.usage.prompt_tokens).toBeGreaterThan(0)
+    } finally {
+      daemon.agent.shutdown(true)
+      expect(await daemon.done).toBe(0)
+    }
+  })
+
+  test('a line the engine rejects goes to the error file; the rest succeed', async () => {
+    const lines = Array.from({ length: 12 }, (_, i) => chat(i))
+    lines[5] = { ...chat(5), body: { model: SLUG, messages: 'not a list of messages' } as any }
+    const batchId = await submit('/v1/chat/completions', lines)
+    const daemon = worker()
+    try {
+      const { out, err } = await results(await until('completion', completed(batchId)), 12)
+      expect(out).toHaveLength(11)
+      expect(err).toHaveLength(1)
+      expect(err[0]).toMatchObject({ custom_id: 'chat-5', response: { status_code: 400 }, error: null })
+      expect(err[0].response.body.error.message).toContain('messages')
+    } finally {
+      daemon.agent.shutdown(true)
+      expect(await daemon.done).toBe(0)
+    }
+  })
+
+  test('more requests in flight than the engine has slots queue in the engine without errors', async () => {
+    const batchId = await submit(
+      '/v1/chat/completions',
+      Array.from({ length: 64 }, (_, i) => chat(i)),
+    )
+    // 4 slots, 32 requests in flight.
+    const daemon = worker({ concurrency: 32 })
+    try {
+      const { out, err } = await results(await until('completion', completed(batchId)), 64)
+      expect(err).toEqual([])
+      expect(out.every((l) => l.response.status_code === 200)).toBe(true)
+    } finally {
+      daemon.agent.shutdown(true)
+      expect(await daemon.done).toBe(0)
+    }
+  })
+
+  test('the engine killed mid-batch and restarted: the batch is requeued, then completes with nothing lost', async () => {
+    const n = 300
+    const batchId = await submit(
+      '/v1/chat/completions',
+      Array.from({ length: n }, (_, i) => chat(i, { max_tokens: 24 })),
+    )
+    const daemon = worker({ concurrency: 2 })
+    try {
+      await until('requests flowing', async () => (await getBatch(batchId)).request_counts.completed > 10)
+      await llama.stop(true)
+      const requeued = await until('the requeue', async () => {
+        const b = await getBatch(batchId)
+        return b.status === 'validated' && b.attempts === 1 ? b : null
+      })
+      expect(requeued.error).toContain('runtime unreachable')
+      llama = await startLlamaServer({
+        engine,
+        modelPath: llama.modelPath,
+        alias: ALIAS,
+        slots: 4,
+        port: llama.port,
+      })
+      const batch = await until('completion', completed(batchId), 60_000)
+      expect(batch.attempts).toBe(1)
+      const { out, err } = await results(batch, n)
+      expect(err).toEqual([])
+      expect(out.every((l) => l.response.status_code === 200)).toBe(true)
+    } finally {
+      daemon.agent.shutdown(true)
+      expect(await daemon.done).toBe(0)
+    }
+  }, 90_000)
+
+  test('an idle daemon is handed a new batch by its held poll, not by its next poll interval', async () => {
+    // A poll interval longer than the test: only a held poll (wait_seconds) can pick the batch up.
+    const daemon = worker({ poll_interval: 3600, poll_wait: 30 })
+    try {
+      await until('a held poll', async () => server.deps.pollWaiters.size === 1)
+      const batchId = await submit(
+        '/v1/chat/completions',
+        Array.from({ length: 4 }, (_, i) => chat(i)),
+        false,
+      )
+      const { err } = await results(await until('completion', completed(batchId)), 4)
+      expect(err).toEqual([])
+    } finally {
+      daemon.agent.shutdown(true)
+      expect(await daemon.done).toBe(0)
+    }
+  })
+})
