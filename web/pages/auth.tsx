@@ -176,7 +176,6 @@ export function SignUp() {
           type="password"
           autocomplete="new-password"
           required
-          minLength={8}
           value={password}
           error={paramError('password')}
           onInput={(e) => setPassword(e.currentTarget.value)}
@@ -277,7 +276,6 @@ export function ResetPassword({ token }: { token: string }) {
               type="password"
               autocomplete="new-password"
               required
-              minLength={8}
               value={password}
               error={paramError('new_password')}
               onInput={(e) => setPassword(e.currentTarget.value)}
@@ -336,7 +334,6 @@ export function ChangePassword({ onChanged }: { onChanged: () => void }) {
           type="password"
           autocomplete="new-password"
           required
-          minLength={8}
           value={next}
           error={paramError('new_password')}
           onInput={(e) => setNext(e.currentTarget.value)}
