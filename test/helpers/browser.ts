@@ -105,7 +105,7 @@ export async function openSession(browser: Browser, origin: string): Promise<Ses
 }
 
 /** Waits for `check` to hold (the page updates on its own); fails with its last error. */
-export async function eventually(check: () => Promise<void> | void, timeoutMs = 15_000): Promise<void> {
+export async function eventually<T>(check: () => Promise<T> | T, timeoutMs = 15_000): Promise<T> {
   const deadline = Date.now() + timeoutMs
   for (;;) {
     try {
