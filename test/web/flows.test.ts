@@ -213,14 +213,14 @@ describe('keys, workers and a batch from upload to download', () => {
     await page.getByRole('img', { name: 'Queue depth and throughput over the last hour' }).waitFor()
     await s.screenshot('workers')
     // Live (API.md §11, at least every 5 s): a worker that comes online appears without a reload.
-    await page.evaluate(() => Object.assign(window, { sameDocument: true }))
+    await page.evaluate(() => Object.assign(globalThis, { sameDocument: true }))
     const second = await registerWorker(server, workerKey, { name: 'gpu-box-2' })
     expect((await heartbeat(server, workerKey, second, { activity: 'busy' })).status).toBe(200)
     await page
       .getByRole('row', { name: /gpu-box-2/ })
       .getByText('busy')
       .waitFor({ timeout: 12_000 })
-    expect(await page.evaluate(() => (window as { sameDocument?: boolean }).sameDocument)).toBe(true)
+    expect(await page.evaluate(() => (globalThis as { sameDocument?: boolean }).sameDocument)).toBe(true)
 
     // Upload: the browser checks the file first, then the batch validates live.
     await nav(page, 'Batches')
