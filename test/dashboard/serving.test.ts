@@ -52,6 +52,18 @@ describe('the page', () => {
     expect(types).toContain('text/css')
   })
 
+  test('issue 9 budget: all JS+CSS of the page is at most 150 KB gzipped', async () => {
+    let gz = 0
+    for (const path of await pageAssets())
+      if (/\.(js|css)$/.test(path))
+        gz += Bun.gzipSync(new Uint8Array(await (await get(path)).arrayBuffer())).byteLength
+    console.log(
+      `dashboard JS+CSS: ${(gz / 1024).toFixed(1)} KB gzipped (bun run bench/dashboard.ts for details)`,
+    )
+    expect(gz).toBeGreaterThan(0)
+    expect(gz).toBeLessThanOrEqual(150 * 1024)
+  })
+
   test('an unknown asset is a 404 in the error envelope', async () => {
     const res = await get('/assets/nope.js')
     expect(res.status).toBe(404)
