@@ -151,16 +151,47 @@ describe('accounts', () => {
     s.allowStatus(401)
     const user = await makeUser(server)
     await signIn(page, user.email, user.password)
+    // The Keys page refreshes nothing on its own: the 401 comes from the person's action.
+    await nav(page, 'Keys')
+    await page.getByText('No key yet.').waitFor()
     // Changing the password elsewhere ends every older JWT (API.md §1).
     const changed = await server.req('POST', '/v1/auth/change-password', {
       token: user.token,
       body: { current_password: user.password, new_password: 'changed-elsewhere-1' },
     })
     expect(changed.status).toBe(200)
-    await nav(page, 'Files')
+    await page.getByLabel('Name').fill('after-revocation')
+    await page.getByRole('button', { name: 'Create key' }).click()
     await text(page, 'Your session has ended. Sign in again.')
     await page.getByRole('button', { name: 'Sign in' }).waitFor()
     expect(await page.evaluate(() => sessionStorage.length)).toBe(0)
+    await finishAll()
+  })
+  test('a team organization: create it, add a member (an unknown email said by the control), change a role', async () => {
+    const s = await session()
+    const { page } = s
+    s.allowStatus(404)
+    const owner = await makeUser(server)
+    const colleague = await makeUser(server)
+    await signIn(page, owner.email, owner.password)
+    await nav(page, 'Organizations')
+    await page.getByLabel('Organization name').fill('Vision lab')
+    await page.getByRole('button', { name: 'Create organization' }).click()
+    await page.getByRole('link', { name: 'Vision lab' }).click()
+    await page.getByLabel('Member email').fill('nobody@example.test')
+    await page.getByRole('button', { name: 'Add member' }).click()
+    await text(page, 'No user with this email')
+    expect(await page.getByLabel('Member email').inputValue()).toBe('nobody@example.test')
+    await page.getByLabel('Member email').fill(colleague.email)
+    await page.getByRole('button', { name: 'Add member' }).click()
+    const members = page.getByRole('table', { name: 'Members' })
+    await members.getByRole('row', { name: new RegExp(colleague.email) }).waitFor()
+    await page.getByLabel(`Role of ${colleague.email}`).selectOption('admin')
+    await eventually(async () => {
+      const orgs = (await server.req('GET', '/v1/orgs', { token: colleague.token })).body.data
+      expect(orgs.find((o: { name: string }) => o.name === 'Vision lab')?.role).toBe('admin')
+    })
+    await s.screenshot('organization')
     await finishAll()
   })
 })
@@ -179,6 +210,10 @@ describe('keys, workers and a batch from upload to download', () => {
     await shown.getByRole('button', { name: 'Copy' }).waitFor()
     const personal = (await shown.locator('code').textContent())!
     expect(personal).toMatch(/^gk-[0-9A-Za-z]{40}$/)
+    await s.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: server.url })
+    await shown.getByRole('button', { name: 'Copy' }).click()
+    await shown.getByText('Copied.').waitFor()
+    expect(await page.evaluate(() => (globalThis as any).navigator.clipboard.readText())).toBe(personal)
     expect((await server.req('GET', '/v1/models', { token: personal })).status).toBe(200)
     await s.screenshot('keys')
     await shown.getByRole('button', { name: 'Done' }).click()
@@ -221,6 +256,12 @@ describe('keys, workers and a batch from upload to download', () => {
       .getByText('busy')
       .waitFor({ timeout: 12_000 })
     expect(await page.evaluate(() => (globalThis as { sameDocument?: boolean }).sameDocument)).toBe(true)
+
+    await nav(page, 'Models')
+    await page
+      .getByRole('row', { name: /dash-model-q4km/ })
+      .getByText('available')
+      .waitFor()
 
     // Upload: the browser checks the file first, then the batch validates live.
     await nav(page, 'Batches')
@@ -270,6 +311,14 @@ describe('keys, workers and a batch from upload to download', () => {
       page.getByRole('link', { name: 'Download errors' }).click(),
     ])
     expect(JSON.parse(readFileSync((await errors.path())!, 'utf8').trim()).custom_id).toBe('q3')
+
+    await nav(page, 'Files')
+    await page
+      .getByRole('row', { name: /requests\.jsonl/ })
+      .getByText('batch', { exact: true })
+      .waitFor()
+    await page.getByRole('cell', { name: `${batchId}_output.jsonl` }).waitFor()
+    await page.getByRole('cell', { name: `${batchId}_error.jsonl` }).waitFor()
 
     await nav(page, 'Batches')
     const listed = page.getByRole('row', { name: new RegExp(batchId) })

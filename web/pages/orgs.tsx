@@ -116,9 +116,10 @@ function Members({ org, manages }: { org: Org; manages: boolean }) {
       setEmail('')
     })
   }
+  const emailError = error instanceof ApiError && error.param === 'email' ? error.message : null
   return (
     <Section title="Members">
-      <ErrorNote error={error} />
+      {emailError ? null : <ErrorNote error={error} />}
       <ListState res={members} empty="No member." />
       {members.data?.data.length ? (
         <table aria-label="Members">
@@ -184,6 +185,7 @@ function Members({ org, manages }: { org: Org; manages: boolean }) {
             type="email"
             required
             value={email}
+            error={emailError}
             onInput={(e) => setEmail(e.currentTarget.value)}
           />
           <label class="inline">
