@@ -1,8 +1,10 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import type { Browser } from 'playwright-core'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { launchBrowser, openSession } from '../helpers/browser'
 
+// A real browser against a real server: slower than the suite's default on a shared machine.
+setDefaultTimeout(90_000)
 let server: TestServer
 let browser: Browser
 beforeAll(async () => {

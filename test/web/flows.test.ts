@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { readFileSync } from 'node:fs'
 import type { Browser, Page } from 'playwright-core'
 import { startTestServer, type TestServer } from '../helpers/app'
@@ -21,6 +21,8 @@ import {
 // accessible name (API.md §11's words). Each session fails on another origin, a console error, or
 // anything in localStorage (test/helpers/browser.ts).
 
+// A real browser against a real server: slower than the suite's default on a shared machine.
+setDefaultTimeout(90_000)
 let server: TestServer
 let browser: Browser
 let model: string

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import type { Browser } from 'playwright-core'
 import { startTestServer } from '../helpers/app'
 import { launchBrowser, openSession } from '../helpers/browser'
@@ -7,6 +7,8 @@ import { makeUser } from '../helpers/builders'
 // API.md §11 with no internet: /docs works from the binary; and a server that went away is said
 // in words, by the control, with what the person typed kept and no spinner left behind.
 
+// A real browser against a real server: slower than the suite's default on a shared machine.
+setDefaultTimeout(90_000)
 let browser: Browser
 beforeAll(async () => {
   browser = await launchBrowser()

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import type { Browser, Page } from 'playwright-core'
 import { batches, workerGpus, workers } from '../../src/db/schema'
 import { newId } from '../../src/lib/ids'
@@ -9,6 +9,8 @@ import { type MadeUser, makeUser } from '../helpers/builders'
 // Issue 9 budgets: the workers page with 1,000 workers and the batches page with 10,000 batches
 // stay paged: one request per page, never one per row. Time to the first rows is printed.
 
+// A real browser against a real server: slower than the suite's default on a shared machine.
+setDefaultTimeout(90_000)
 let server: TestServer
 let browser: Browser
 let user: MadeUser
