@@ -85,6 +85,16 @@ describe('the page', () => {
       /gridkeep_http_requests_total\{method="GET",route="\/app\/\*",status="200"\} [1-9]/,
     )
   })
+  test('the reset page is logged without its token', async () => {
+    const id = `dash-reset-${Date.now()}`
+    const token = `reset-token-${crypto.randomUUID()}`
+    expect((await get(`/reset-password?token=${token}`, { 'x-request-id': id })).status).toBe(200)
+    await Bun.sleep(5) // after-response hooks run on a later turn of the event loop
+    const lines = capturedLogLines().filter((l) => l.includes(id))
+    expect(lines.length).toBeGreaterThan(0)
+    expect(JSON.parse(lines[0]!).path).toBe('/reset-password')
+    expect(capturedLogLines().some((l) => l.includes(token))).toBe(false)
+  })
 })
 
 describe('API paths keep their JSON 404', () => {

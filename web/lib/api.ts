@@ -82,7 +82,6 @@ export async function send(method: string, path: string, o: RequestOptions = {})
   const error = await toError(res)
   // API.md §1: an expired, revoked or otherwise dead credential is a 401; the session is over.
   if (res.status === 401 && token && !o.anonymous) session.signOut('Your session has ended. Sign in again.')
-  if (error.code === 'password_change_required') emit()
   throw error
 }
 

@@ -1,5 +1,8 @@
 // The API's shapes, taken from the server's own schemas and services (STYLE example 16), never
 // copied by hand. Type-only imports: nothing of the server reaches the bundle.
+import type { Page } from '../../src/lib/pagination'
+import type { listOrganizations } from '../../src/modules/admin/service'
+import type { login, me } from '../../src/modules/auth/service'
 import type { BatchObject } from '../../src/modules/batches/model'
 import type { ModelObject } from '../../src/modules/catalogue/model'
 import type { FileObject } from '../../src/modules/files/model'
@@ -16,20 +19,8 @@ export type Org = ReturnType<typeof listMyOrgs>['data'][number]
 export type Member = ReturnType<typeof listMembers>['data'][number]
 export type NewKey = KeyRecord & { key: string }
 
-export interface List<T> {
-  object: 'list'
-  data: T[]
-  first_id?: string | null
-  last_id?: string | null
-  has_more?: boolean
-}
-
-export interface Me extends UserObject {
-  memberships: { org_id: string; org_name: string; role: string; personal: boolean }[]
-}
-
-export interface LoginAnswer {
-  access_token: string
-  must_change_password: boolean
-  platform_role: string
-}
+/** Every list of the API (API.md §0). */
+export type List<T> = Page<T>
+export type AdminOrg = ReturnType<typeof listOrganizations>['data'][number]
+export type Me = ReturnType<typeof me>
+export type LoginAnswer = Awaited<ReturnType<typeof login>>

@@ -3,15 +3,8 @@ import { ErrorNote, ListState, Pager, Section } from '../components/ui'
 import { api } from '../lib/api'
 import { formatTime } from '../lib/format'
 import { usePaged } from '../lib/hooks'
-import type { UserObject } from '../lib/types'
+import type { AdminOrg, UserObject } from '../lib/types'
 import { WorkerTable } from './workers'
-
-interface AdminOrg {
-  id: string
-  name: string
-  personal: boolean
-  created_at: number
-}
 
 export function Admin() {
   return (
@@ -99,6 +92,7 @@ function Organizations() {
               <th>Organization</th>
               <th>Id</th>
               <th>Kind</th>
+              <th>Members</th>
               <th>Created</th>
             </tr>
           </thead>
@@ -110,6 +104,7 @@ function Organizations() {
                   <code>{o.id}</code>
                 </td>
                 <td>{o.personal ? 'personal' : 'team'}</td>
+                <td>{o.member_count}</td>
                 <td>{formatTime(o.created_at)}</td>
               </tr>
             ))}
