@@ -1,6 +1,5 @@
 import { expect } from 'bun:test'
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { existsSync, mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core'
 
@@ -51,7 +50,6 @@ export interface Session {
 }
 
 export async function openSession(browser: Browser, origin: string): Promise<Session> {
-  const downloads = mkdtempSync(join(tmpdir(), 'gridkeep-downloads-'))
   const context = await browser.newContext({
     acceptDownloads: true,
     viewport: { width: 1280, height: 860 },
@@ -98,7 +96,6 @@ export async function openSession(browser: Browser, origin: string): Promise<Ses
         expect(problems).toEqual([])
       } finally {
         await context.close()
-        rmSync(downloads, { recursive: true, force: true })
       }
     },
   }

@@ -3,7 +3,7 @@ import type { Browser, Page } from 'playwright-core'
 import { batches, workerGpus, workers } from '../../src/db/schema'
 import { newId } from '../../src/lib/ids'
 import { startTestServer, type TestServer } from '../helpers/app'
-import { launchBrowser, openSession } from '../helpers/browser'
+import { eventually, launchBrowser, openSession } from '../helpers/browser'
 import { type MadeUser, makeUser } from '../helpers/builders'
 
 // Issue 9 budgets: the workers page with 1,000 workers and the batches page with 10,000 batches
@@ -118,10 +118,15 @@ test(`the batches page with ${BATCHES} batches shows one page of 20 per request`
     `batches page: first 20 of ${BATCHES} rows in ${Math.round(performance.now() - started)} ms (sign-in included)`,
   )
   expect(await table.getByRole('row').count()).toBe(21)
+  // Each page is shown once its rows arrived (its request made): the first batch of each differs.
+  const firstBatch = () => table.getByRole('row').nth(1).getByRole('link').textContent()
+  const pageOne = await firstBatch()
   await page.getByRole('button', { name: 'Next page' }).click()
   await page.getByText('Page 2').waitFor()
+  await eventually(async () => expect(await firstBatch()).not.toBe(pageOne))
   await page.getByRole('button', { name: 'Previous page' }).click()
   await page.getByText('Page 1').waitFor()
+  await eventually(async () => expect(await firstBatch()).toBe(pageOne))
   expect(requests.length).toBeGreaterThanOrEqual(3)
   expect(requests.length).toBeLessThanOrEqual(5)
   for (const r of requests) expect(r.searchParams.get('limit')).toBe('20')
