@@ -399,7 +399,7 @@ describe('keys, workers and a batch from upload to download', () => {
 })
 
 describe('admin', () => {
-  test('a superadmin lists users, organizations and every worker, and deactivates a user', async () => {
+  test('a superadmin lists users, organizations and every worker, adds a user and deactivates one', async () => {
     const s = await session()
     const { page } = s
     const admin = await makeSuperadmin(server)
@@ -411,6 +411,22 @@ describe('admin', () => {
     await page.getByRole('table', { name: 'All organizations' }).waitFor()
     await page.getByRole('region', { name: 'Every worker' }).waitFor()
     await s.screenshot('admin')
+    // Add a user; a taken email is said by its control.
+    s.allowStatus(409)
+    const added = page.getByRole('form', { name: 'Add user' })
+    await added.getByLabel('Full name').fill('Grace Hopper')
+    await added.getByLabel('Email').fill(victim.email)
+    await added.getByLabel('First password').fill('first-password-1')
+    await added.getByRole('button', { name: 'Add user' }).click()
+    await added.getByText('This email is already registered').waitFor()
+    const grace = `grace-${Date.now()}@example.test`
+    await added.getByLabel('Email').fill(grace)
+    await added.getByRole('button', { name: 'Add user' }).click()
+    await users.getByRole('row', { name: new RegExp(grace) }).waitFor()
+    const login = await server.req('POST', '/v1/auth/login', {
+      body: { email: grace, password: 'first-password-1' },
+    })
+    expect(login.body.must_change_password).toBe(true)
     // Paged, newest first: the user made last is on the first page.
     const row = users.getByRole('row', { name: new RegExp(victim.email) })
     await row.getByRole('button', { name: 'Deactivate' }).click()

@@ -1,6 +1,6 @@
 import { useState } from 'preact/hooks'
-import { ErrorNote, ListState, Pager, Section } from '../components/ui'
-import { api } from '../lib/api'
+import { ErrorNote, Field, ListState, Pager, Section } from '../components/ui'
+import { ApiError, api } from '../lib/api'
 import { formatTime } from '../lib/format'
 import { usePaged } from '../lib/hooks'
 import type { AdminOrg, UserObject } from '../lib/types'
@@ -32,6 +32,7 @@ function Users() {
   }
   return (
     <Section title="Users">
+      <AddUser onAdded={list.reload} />
       <ErrorNote error={error} />
       <ListState res={list} empty="No user." />
       {list.data?.data.length ? (
@@ -77,6 +78,73 @@ function Users() {
       ) : null}
       <Pager list={list} label="Users" />
     </Section>
+  )
+}
+
+/** API.md §9 (ext): the new user must change this password at first sign-in. */
+function AddUser({ onAdded }: { onAdded: () => void }) {
+  const [fullName, setFullName] = useState('')
+  const [email, setEmail] = useState('')
+  const [password, setPassword] = useState('')
+  const [error, setError] = useState<unknown>(null)
+  const [added, setAdded] = useState<string | null>(null)
+  const [busy, setBusy] = useState(false)
+  const submit = async (e: Event) => {
+    e.preventDefault()
+    setBusy(true)
+    setError(null)
+    setAdded(null)
+    try {
+      await api.post('/v1/admin/users', { full_name: fullName, email, password })
+      setAdded(email)
+      setFullName('')
+      setEmail('')
+      setPassword('')
+      onAdded()
+    } catch (err) {
+      setError(err)
+    } finally {
+      setBusy(false)
+    }
+  }
+  const at = (param: string) => (error instanceof ApiError && error.param === param ? error.message : null)
+  const named = at('full_name') || at('email') || at('password')
+  return (
+    <form class="inline-form" onSubmit={submit} aria-label="Add user">
+      <Field
+        label="Full name"
+        required
+        value={fullName}
+        error={at('full_name')}
+        onInput={(e) => setFullName(e.currentTarget.value)}
+      />
+      <Field
+        label="Email"
+        type="email"
+        required
+        value={email}
+        error={at('email')}
+        onInput={(e) => setEmail(e.currentTarget.value)}
+      />
+      <Field
+        label="First password"
+        type="password"
+        autocomplete="new-password"
+        required
+        value={password}
+        error={at('password')}
+        onInput={(e) => setPassword(e.currentTarget.value)}
+      />
+      <button type="submit" disabled={busy}>
+        Add user
+      </button>
+      {named ? null : <ErrorNote error={error} />}
+      {added ? (
+        <p role="status" class="notice">
+          {added} added: they choose their own password at first sign-in.
+        </p>
+      ) : null}
+    </form>
   )
 }
 
