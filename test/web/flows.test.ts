@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from 'bun:test'
 import { readFileSync } from 'node:fs'
+import { eq } from 'drizzle-orm'
 import type { Browser, Page } from 'playwright-core'
+import { batches } from '../../src/db/schema'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { eventually, launchBrowser, openSession, type Session } from '../helpers/browser'
 import { makeSuperadmin, makeUser } from '../helpers/builders'
@@ -10,6 +12,7 @@ import {
   inputLine,
   inventoryItem,
   makeCatalogEntry,
+  makeValidatedBatch,
   okLine,
   poll,
   registerWorker,
@@ -329,6 +332,47 @@ describe('keys, workers and a batch from upload to download', () => {
     await eventually(async () =>
       expect(await page.getByRole('row', { name: new RegExp(batchId) }).count()).toBe(0),
     )
+    await finishAll()
+  })
+
+  test('a validating batch shows the validator progress from the events stream, then its outcome, without a reload', async () => {
+    const s = await session()
+    const { page } = s
+    const user = await makeUser(server)
+    // Inserted after the validator's start-up scan and without its wake-up signal: it stays
+    // validating, and this test plays the validator's part on the event bus.
+    const batch = makeValidatedBatch(server.deps, {
+      userId: user.id,
+      model,
+      requests: 2,
+      status: 'validating',
+    })
+    await signIn(page, user.email, user.password)
+    await page.goto(`${server.url}/app/batches/${batch.id}`)
+    await text(page, 'validating')
+    await page.evaluate(() => Object.assign(globalThis, { sameDocument: true }))
+    await eventually(() => expect(server.deps.batchEvents.listenerCount(batch.id)).toBe(1))
+    server.deps.batchEvents.publish(batch.id, {
+      event: 'progress',
+      data: { lines_read: 1234, errors_total: 1 },
+    })
+    await text(page, '1,234 lines read, 1 error')
+    server.deps.batchEvents.publish(batch.id, {
+      event: 'progress',
+      data: { lines_read: 2345, errors_total: 2 },
+    })
+    await text(page, '2,345 lines read, 2 errors')
+    server.deps.db.update(batches).set({ status: 'validated' }).where(eq(batches.id, batch.id)).run()
+    const counts = { total: 2, completed: 0, failed: 0 }
+    server.deps.batchEvents.publish(batch.id, {
+      event: 'done',
+      data: { batch_id: batch.id, status: 'validated', request_counts: counts, errors_total: 0 },
+    })
+    await text(page, 'validated')
+    await text(page, '0 completed, 0 failed of 2')
+    // The stream ended and was let go; the page never reloaded.
+    await eventually(() => expect(server.deps.batchEvents.listenerCount(batch.id)).toBe(0))
+    expect(await page.evaluate(() => (globalThis as { sameDocument?: boolean }).sameDocument)).toBe(true)
     await finishAll()
   })
 

@@ -270,7 +270,8 @@ export function BatchDetail({ id }: { id: string }) {
           <>
             <dt>Validation</dt>
             <dd>
-              {formatCount(progress.lines_read)} lines read, {formatCount(progress.errors_total)} errors
+              {formatCount(progress.lines_read)} lines read, {formatCount(progress.errors_total)} error
+              {progress.errors_total === 1 ? '' : 's'}
             </dd>
           </>
         ) : null}
