@@ -196,6 +196,27 @@ async function main() {
     ok('files/batches/models routes not in this build yet: upload and batch steps not run')
   }
 
+  // API.md §11: the dashboard and the API reference UI come from the binary itself.
+  const page = await fetch(`${base}/app/batches`)
+  const html = await page.text()
+  if (page.status !== 200 || !html.includes('<div id="root">')) fail(`/app/batches: ${page.status}`)
+  if (!page.headers.get('content-security-policy')?.includes("default-src 'self'"))
+    fail('the page has no CSP')
+  const assets = [...html.matchAll(/(?:src|href)="(\/assets\/[^"]+)"/g)].map((m) => m[1]!)
+  if (!assets.some((a) => a.endsWith('.js')) || !assets.some((a) => a.endsWith('.css')))
+    fail(`the page links no script or stylesheet under /assets/: ${assets.join(', ')}`)
+  for (const asset of assets) {
+    const res = await fetch(`${base}${asset}`)
+    const bytes = (await res.arrayBuffer()).byteLength
+    if (res.status !== 200 || bytes === 0) fail(`${asset}: ${res.status}, ${bytes} bytes`)
+  }
+  const docs = await (await fetch(`${base}/docs`)).text()
+  const docsScript = /<script[^>]*\bsrc="(\/[^"]+)"/.exec(docs)?.[1]
+  if (!docsScript) fail('/docs loads no local script')
+  const ui = await fetch(`${base}${docsScript}`)
+  if (ui.status !== 200 || (await ui.arrayBuffer()).byteLength < 100_000) fail(`${docsScript}: ${ui.status}`)
+  ok(`dashboard: /app/batches and its ${assets.length} assets; /docs and its UI script`)
+
   const metrics = await call('GET', '/metrics')
   expectStatus('metrics', metrics, 200)
   if (!metrics.text.includes('gridkeep_http_requests_total{')) fail('no request counter in /metrics')

@@ -10,11 +10,13 @@ import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
 import { batchRoutes } from './modules/batches'
 import { catalogueRoutes } from './modules/catalogue'
+import { dashboardRoutes, docsUi } from './modules/dashboard'
 import { fileRoutes } from './modules/files'
 import { healthRoutes } from './modules/health'
 import { metricsRoutes } from './modules/metrics'
 import { orgRoutes } from './modules/orgs'
 import { poolRoutes } from './modules/pool'
+import { statsRoutes } from './modules/stats'
 import { userRoutes } from './modules/users'
 import { workerRoutes } from './modules/workers'
 
@@ -63,6 +65,8 @@ export function createApp(deps: Deps) {
             },
           },
           exclude: { paths: ['/docs', '/openapi.json'] },
+          // API.md §11: the reference UI comes from the binary, not from a CDN.
+          scalar: docsUi,
         }),
       )
       .use(healthRoutes(deps))
@@ -76,6 +80,8 @@ export function createApp(deps: Deps) {
       .use(catalogueRoutes(deps))
       .use(workerRoutes(deps))
       .use(poolRoutes(deps))
+      .use(statsRoutes(deps))
+      .use(dashboardRoutes(deps))
   )
 }
 

@@ -12,6 +12,7 @@ import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
 import type { PoolCapacity } from './modules/pool/service'
+import type { QueueStats } from './modules/stats/service'
 import { PollWaiters } from './modules/workers/poll-wait'
 import type { Store } from './store'
 import { postgresStore } from './store/postgres'
@@ -61,6 +62,8 @@ export interface Deps {
   poolCache: Map<string, PoolCapacity>
   /** Ids of the batches this server is validating now: one validation of a batch at a time. */
   validating: Set<string>
+  /** The dashboard's queue chart (GET /v1/stats/queue), kept a few seconds. */
+  queueStatsCache: { value?: QueueStats }
 }
 
 export interface DepsOverrides {
@@ -117,5 +120,6 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     eventStreams: new Map(),
     poolCache: new Map(),
     validating: new Set(),
+    queueStatsCache: {},
   }
 }

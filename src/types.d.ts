@@ -3,3 +3,8 @@ declare module '*.sql' {
   const text: string
   export default text
 }
+// The API reference UI's browser build, embedded as a file (`with { type: 'file' }` gives its path).
+declare module '*/standalone.js' {
+  const path: string
+  export default path
+}

@@ -23,6 +23,17 @@ export interface ValidationResult {
   errors: Pick<BatchErrorRow, 'code' | 'line' | 'field' | 'message'>[]
 }
 
+/** A batch as the queue chart sees it (GET /v1/stats/queue). */
+export interface BatchTimes {
+  status: BatchStatus
+  created_at: number
+  in_progress_at: number | null
+  completed_at: number | null
+  failed_at: number | null
+  /** completed + failed requests */
+  done: number
+}
+
 export interface BatchesStore {
   /**
    * POST /v1/batches: checks the caller's input file with `check` and inserts the batch as
@@ -46,6 +57,13 @@ export interface BatchesStore {
    * the batch is not validating or another live holder has it.
    */
   leaseValidation(batchId: string, holder: string, now: number, until: number): Promise<BatchRow | null>
+  /** How many batches are validating, validated and in progress now. */
+  activeCounts(): Promise<Partial<Record<BatchStatus, number>>>
+  /**
+   * Every batch active now or finished after `since` (two index probes, never the whole history):
+   * the queue chart's points are rebuilt from their timestamps.
+   */
+  timesSince(since: number): Promise<BatchTimes[]>
   /** validating → validated | failed with the result and its stored errors, in one transaction. */
   finishValidation(batchId: string, result: ValidationResult, now: number): Promise<BatchRow | null>
 }

@@ -1,6 +1,7 @@
 import type { AccountsStore } from './accounts'
 import type { BatchesStore } from './batches'
 import type { CatalogueStore } from './catalogue'
+import type { FilesStore } from './files'
 import type { FleetStore } from './fleet'
 import type { KeysStore } from './keys'
 import type { LimitsStore } from './limits'
@@ -23,6 +24,8 @@ export interface Store {
   readonly queue: QueueStore
   /** Batches, their validation and stored errors (batches.ts). */
   readonly batches: BatchesStore
+  /** File records; their bytes are in the blob store (files.ts). */
+  readonly files: FilesStore
   /** Rate-limit counters (limits.ts). */
   readonly limits: LimitsStore
   /** Hints between instances sharing the database (signals.ts). */

@@ -1,5 +1,7 @@
-import type { BatchRow } from '../db/schema'
+import type { BatchAssignmentRow, BatchRow } from '../db/schema'
+import type { BatchChanges } from '../modules/batches/states'
 import type { RequeueOutcome, RequeueReason } from '../modules/workers/requeue'
+import type { NewFile } from './files'
 
 // The work queue's verbs (API.md §12; STYLE example 13, after Oban's engine behaviour). What to
 // do is decided above the seam, once — the matching predicate (modules/workers/matching.ts), the
@@ -44,6 +46,17 @@ export interface SweepOutcome {
   requeues: (RequeueOutcome & { reason: RequeueReason })[]
 }
 
+export interface DeliveredResults {
+  batchId: string
+  workerId: string
+  assignmentId: string
+  /** The counts, usage, file ids and completed_at of results_delivered (SPEC §3). */
+  changes: BatchChanges
+  /** The output and error files' records (their bytes are published already). */
+  files: NewFile[]
+  now: number
+}
+
 export interface QueueStore {
   /**
    * SPEC §4 Poll: atomically claims the best validated batch among the candidates' models
@@ -51,6 +64,16 @@ export interface QueueStore {
    * none or the worker is at its limit. Two pollers never get the same batch.
    */
   claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null>
+  /** A batch and its assignment, for upload-results' holder check and idempotent repeats. */
+  batchWithAssignment(
+    batchId: string,
+  ): Promise<{ batch: BatchRow | null; assignment: BatchAssignmentRow | null }>
+  /**
+   * POST /workers/upload-results: in one transaction, the holder rule again (a requeue or re-claim
+   * while the upload streamed wins), in_progress → completed, the assignment completed, the output
+   * and error files recorded. Throws the holder rule's 403 otherwise.
+   */
+  recordResults(results: DeliveredResults): Promise<BatchRow>
   /** POST /workers/report-failure: the holder rule, then one failed attempt (requeue rule). */
   reportFailure(report: FailureReport): Promise<RequeueOutcome>
   /**

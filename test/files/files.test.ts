@@ -1,6 +1,5 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { existsSync } from 'node:fs'
-import { files } from '../../src/db/schema'
 import { newId } from '../../src/lib/ids'
 import { makeTestApp } from '../helpers/app'
 import {
@@ -244,20 +243,17 @@ describe('GET /v1/files, GET and DELETE /v1/files/{id}', () => {
   })
 })
 
-async function insertOutputFile(userId: string, purpose: 'batch_output' | 'batch_error' = 'batch_output') {
+async function insertOutputFile(userId: string, role: 'output' | 'error' = 'output') {
   const id = newId('file-')
   await writeBlob(t.deps, id, '{"id":"out"}\n')
-  t.deps.db
-    .insert(files)
-    .values({
-      id,
-      user_id: userId,
-      filename: `${id}.jsonl`,
-      purpose,
-      bytes: 13,
-      created_at: t.clock.now() + 1,
-    })
-    .run()
+  await t.deps.store.files.insert({
+    id,
+    user_id: userId,
+    filename: `batch_x_${role}.jsonl`,
+    purpose: 'batch_output',
+    bytes: 13,
+    created_at: t.clock.now() + 1,
+  })
   return id
 }
 
@@ -282,11 +278,12 @@ describe('GET /v1/files/{id}/content', () => {
 
   test('output and error files written by the workers workstream are readable by their owner', async () => {
     const u = await makeUser(t)
-    const out = await insertOutputFile(u.id, 'batch_output')
-    const err = await insertOutputFile(u.id, 'batch_error')
+    const out = await insertOutputFile(u.id, 'output')
+    const err = await insertOutputFile(u.id, 'error')
     expect((await content(out, u.token)).text).toBe('{"id":"out"}\n')
     expect((await content(err, u.token)).status).toBe(200)
-    expect((await t.req('GET', `/v1/files/${err}`, { token: u.token })).body.purpose).toBe('batch_error')
+    // API.md §5: error files are batch_output too, as OpenAI's are.
+    expect((await t.req('GET', `/v1/files/${err}`, { token: u.token })).body.purpose).toBe('batch_output')
   })
 
   test('a worker key reads the input only while a worker of its org holds the batch', async () => {

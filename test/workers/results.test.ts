@@ -409,7 +409,7 @@ describe('POST /workers/upload-results', () => {
     const rows: unknown[][] = fileRowsOf(batch.id).map((r) => [r.purpose, r.user_id, r.bytes])
     expect(rows.sort()).toEqual(
       [
-        ['batch_error', f.user.id, await t.deps.blobs.size(res.body.error_file_id)],
+        ['batch_output', f.user.id, await t.deps.blobs.size(res.body.error_file_id)],
         ['batch_output', f.user.id, await t.deps.blobs.size(res.body.output_file_id)],
       ].sort(),
     )

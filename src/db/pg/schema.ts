@@ -110,7 +110,7 @@ export const files = pgTable(
       .references(() => users.id, { onDelete: 'cascade' }),
     // The client's filename is metadata only; bytes live at DATA_DIR/files/<id>.
     filename: text().notNull(),
-    purpose: text({ enum: ['batch', 'batch_output', 'batch_error'] }).notNull(),
+    purpose: text({ enum: ['batch', 'batch_output'] }).notNull(),
     bytes: bigint({ mode: 'number' }).notNull(),
     batch_id: text(), // set on output and error files
     created_at: bigint({ mode: 'number' }).notNull(),
@@ -156,6 +156,7 @@ export const batches = pgTable(
     index('batches_user').on(t.user_id, t.seq),
     // Poll: the oldest validated batch of one model is one index probe.
     index('batches_status_model').on(t.status, t.model, t.seq),
+    index('batches_completed').on(t.completed_at),
   ],
 )
 

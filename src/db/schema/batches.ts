@@ -13,7 +13,7 @@ export const files = sqliteTable(
       .references(() => users.id, { onDelete: 'cascade' }),
     // The client's filename is metadata only; bytes live at DATA_DIR/files/<id>.
     filename: text().notNull(),
-    purpose: text({ enum: ['batch', 'batch_output', 'batch_error'] }).notNull(),
+    purpose: text({ enum: ['batch', 'batch_output'] }).notNull(),
     bytes: integer().notNull(),
     batch_id: text(), // set on output and error files
     created_at: integer().notNull(),
@@ -56,6 +56,8 @@ export const batches = sqliteTable(
     index('batches_user').on(t.user_id, t.seq),
     // Poll: the oldest validated batch of one model is one index probe.
     index('batches_status_model').on(t.status, t.model, t.seq),
+    // GET /v1/stats/queue: the batches finished within the last hour are one range probe.
+    index('batches_completed').on(t.completed_at),
   ],
 )
 

@@ -2,7 +2,7 @@ import { t } from 'elysia'
 import type { FileRow } from '../../db/schema'
 import { PageQuery } from '../../lib/pagination'
 
-export const FilePurpose = t.Union([t.Literal('batch'), t.Literal('batch_output'), t.Literal('batch_error')])
+export const FilePurpose = t.Union([t.Literal('batch'), t.Literal('batch_output')])
 
 export const FileModel = {
   params: t.Object({ file_id: t.String({ maxLength: 128 }) }),

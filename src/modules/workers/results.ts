@@ -1,6 +1,4 @@
-import { eq } from 'drizzle-orm'
-import { type BatchRow, batchAssignments, batches, files } from '../../db/schema'
-import { writeTx } from '../../db/tx'
+import type { BatchRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { type BlobWriter, scratchKey } from '../../lib/blobs'
 import { StreamedReads } from '../../lib/blobs/random-reads'
@@ -12,8 +10,8 @@ import { log } from '../../lib/logger'
 import { receiveMultipart } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
 import type { WorkerPrincipal } from '../auth/credentials'
-import { transition } from '../batches/states'
-import { ownWorkerSqlite, requireHolder } from './service'
+import { checkHolder } from './rules'
+import { ownWorker } from './service'
 
 // POST /workers/upload-results (SPEC §4, API.md §7). The multipart body is read by the one
 // receiver (src/lib/multipart.ts): the output is read once, line by line, and split into the
@@ -65,16 +63,19 @@ function responseOf(b: BatchRow): UploadResponse {
   }
 }
 
-function authorize(deps: Deps, principal: WorkerPrincipal, fields: Record<string, string>): Authorized {
+async function authorize(
+  deps: Deps,
+  principal: WorkerPrincipal,
+  fields: Record<string, string>,
+): Promise<Authorized> {
   const workerId = fields.worker_id
   const jobId = fields.job_id
   if (!workerId) throw badRequest('missing_field', "Missing required field 'worker_id'", 'worker_id')
   if (!jobId) throw badRequest('missing_field', "Missing required field 'job_id'", 'job_id')
-  ownWorkerSqlite(deps, principal, workerId)
-  const batch = deps.db.select().from(batches).where(eq(batches.id, jobId)).get()
+  await ownWorker(deps, principal, workerId)
+  const { batch, assignment: a } = await deps.store.queue.batchWithAssignment(jobId)
   // Idempotent: a repeat upload for a batch this worker (this run, when named) completed.
   if (batch?.status === 'completed') {
-    const a = deps.db.select().from(batchAssignments).where(eq(batchAssignments.batch_id, jobId)).get()
     if (
       a &&
       a.worker_id === workerId &&
@@ -83,7 +84,16 @@ function authorize(deps: Deps, principal: WorkerPrincipal, fields: Record<string
       return { kind: 'repeat', response: responseOf(batch) }
     }
   }
-  const held = requireHolder(deps, workerId, jobId, fields.assignment_id)
+  const held = checkHolder(
+    batch && {
+      status: batch.status,
+      holder: a?.worker_id ?? null,
+      assignment_id: a?.id ?? null,
+      assignment_completed_at: a?.completed_at ?? null,
+    },
+    workerId,
+    fields.assignment_id,
+  )
   return { kind: 'held', held: { batch: batch!, workerId, assignmentId: held.assignment_id } }
 }
 
@@ -313,7 +323,7 @@ export async function uploadResults(
         contentTypeHint: 'upload-results takes multipart/form-data',
         async onFile(stream, _info, before) {
           if (before.worker_id && before.job_id) {
-            early = authorize(deps, principal, before)
+            early = await authorize(deps, principal, before)
             if (early.kind === 'held') split = await splitOutput(deps, early.held, stream)
             else for await (const _ of stream);
             return
@@ -326,7 +336,7 @@ export async function uploadResults(
     )
     // SPEC §4 fencing, whatever the field order: the fields as finally received decide, and a
     // run authorized on the fields before the file must still be the same run.
-    const final = authorize(deps, principal, fields)
+    const final = await authorize(deps, principal, fields)
     const first = early as Authorized | null
     if (final.kind === 'repeat') return final.response
     if (first && (first.kind !== 'held' || first.held.assignmentId !== final.held.assignmentId)) {
@@ -372,56 +382,42 @@ async function commit(
         completed !== split.completed ? 'completed' : 'failed',
       )
     }
-    const placed: { file: ResultFile; purpose: 'batch_output' | 'batch_error'; bytes: number }[] = []
-    for (const [file, purpose] of [
-      [split.output, 'batch_output'],
-      [split.errors, 'batch_error'],
+    // API.md §5: output and error files both have purpose batch_output, as OpenAI's do.
+    const placed: { file: ResultFile; role: 'output' | 'error'; bytes: number }[] = []
+    for (const [file, role] of [
+      [split.output, 'output'],
+      [split.errors, 'error'],
     ] as const) {
       if (file.lines === 0) {
         await file.writer.abort()
         continue
       }
       const bytes = await file.writer.publish()
-      placed.push({ file, purpose, bytes })
+      placed.push({ file, role, bytes })
     }
     const now = deps.clock.now()
-    const row = writeTx(deps.db, (tx) => {
-      // Re-checked inside the transaction: a requeue or re-claim while the upload streamed wins.
-      requireHolder(deps, held.workerId, batch.id, held.assignmentId)
-      const row = transition(
-        deps,
-        batch.id,
-        'results_delivered',
-        now,
-        {
-          output_file_id: split.output.lines > 0 ? split.output.id : null,
-          error_file_id: split.errors.lines > 0 ? split.errors.id : null,
-          request_counts_completed: split.completed,
-          request_counts_failed: split.failed,
-          usage: split.usage,
-          completed_at: now,
-        },
-        `worker ${held.workerId}`,
-      )
-      if (!row) throw forbidden('not_assigned', 'This batch is not assigned to this worker')
-      tx.update(batchAssignments)
-        .set({ completed_at: now })
-        .where(eq(batchAssignments.batch_id, batch.id))
-        .run()
-      for (const p of placed) {
-        tx.insert(files)
-          .values({
-            id: p.file.id,
-            user_id: batch.user_id,
-            filename: `${batch.id}_${p.purpose === 'batch_output' ? 'output' : 'error'}.jsonl`,
-            purpose: p.purpose,
-            bytes: p.bytes,
-            batch_id: batch.id,
-            created_at: now,
-          })
-          .run()
-      }
-      return row
+    const row = await deps.store.queue.recordResults({
+      batchId: batch.id,
+      workerId: held.workerId,
+      assignmentId: held.assignmentId,
+      changes: {
+        output_file_id: split.output.lines > 0 ? split.output.id : null,
+        error_file_id: split.errors.lines > 0 ? split.errors.id : null,
+        request_counts_completed: split.completed,
+        request_counts_failed: split.failed,
+        usage: split.usage,
+        completed_at: now,
+      },
+      files: placed.map((p) => ({
+        id: p.file.id,
+        user_id: batch.user_id,
+        filename: `${batch.id}_${p.role}.jsonl`,
+        purpose: 'batch_output' as const,
+        bytes: p.bytes,
+        batch_id: batch.id,
+        created_at: now,
+      })),
+      now,
     })
     log.info('batch results stored', {
       batch_id: batch.id,

@@ -1,6 +1,4 @@
-import { eq, sql } from 'drizzle-orm'
-import { preparedOnce } from '../../db/prepared'
-import { batchAssignments, batches, type WorkerRow, workers } from '../../db/schema'
+import type { WorkerRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { digestOrNull } from '../../lib/digest'
 import { badRequest, forbidden, notFound } from '../../lib/errors'
@@ -17,7 +15,6 @@ import type {
 } from './model'
 import { batchClaimable } from './poll-wait'
 import { type PullItem, pullModelsFor } from './pulls'
-import { checkHolder } from './rules'
 
 // The worker protocol (SPEC §4 Workers, API.md §7): register, heartbeat, progress, model-progress
 // and report-failure. Poll lives in claim.ts, upload-results in results.ts.
@@ -40,36 +37,6 @@ function checkOwner(w: WorkerRow | undefined, principal: WorkerPrincipal): Worke
 }
 
 const notOwned = () => forbidden('worker_not_owned', "This worker does not belong to the key's organization")
-
-// upload-results (results.ts) is not behind the seam yet: it checks ownership synchronously from a
-// busboy callback and the holder rule inside its own SQLite transaction, through these two.
-const sqliteReads = preparedOnce((db: Deps['db']) => ({
-  worker: db
-    .select()
-    .from(workers)
-    .where(eq(workers.id, sql.placeholder('id')))
-    .prepare(),
-  holding: db
-    .select({
-      status: batches.status,
-      assignment_id: batchAssignments.id,
-      holder: batchAssignments.worker_id,
-      assignment_completed_at: batchAssignments.completed_at,
-    })
-    .from(batches)
-    .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
-    .where(eq(batches.id, sql.placeholder('job_id')))
-    .prepare(),
-}))
-
-/** ownWorker for results.ts, synchronous on SQLite. */
-export const ownWorkerSqlite = (deps: Deps, principal: WorkerPrincipal, workerId: string) =>
-  checkOwner(sqliteReads(deps).worker.get({ id: workerId }), principal)
-
-/** The holder rule (rules.ts) over the stored assignment of `jobId` (SQLite). */
-export function requireHolder(deps: Deps, workerId: string, jobId: string, assignmentId: string | undefined) {
-  return checkHolder(sqliteReads(deps).holding.get({ job_id: jobId }), workerId, assignmentId)
-}
 
 // ---------------------------------------------------------------------------------------------
 // POST /workers/register

@@ -1,4 +1,4 @@
-import { and, asc, eq, inArray, isNull, lt, or } from 'drizzle-orm'
+import { and, asc, eq, gt, inArray, isNull, lt, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { BatchErrorRow, BatchRow } from '../../db/schema'
 import type { BatchesStore } from '../batches'
@@ -7,6 +7,8 @@ import { pageRows } from './page'
 import { transition } from './queue'
 
 const { batches, batchErrors, files } = schema
+
+const ACTIVE = ['validating', 'validated', 'in_progress'] as const
 
 export function postgresBatches(db: PgDb): BatchesStore {
   return {
@@ -76,6 +78,29 @@ export function postgresBatches(db: PgDb): BatchesStore {
         .where(eq(batches.status, 'validating'))
         .orderBy(asc(batches.seq))
       return rows.map((r) => r.id)
+    },
+
+    async activeCounts() {
+      const rows = await db
+        .select({ status: batches.status, n: sql<number>`count(*)::int` })
+        .from(batches)
+        .where(inArray(batches.status, [...ACTIVE]))
+        .groupBy(batches.status)
+      return Object.fromEntries(rows.map((r) => [r.status, r.n]))
+    },
+
+    async timesSince(since) {
+      return db
+        .select({
+          status: batches.status,
+          created_at: batches.created_at,
+          in_progress_at: batches.in_progress_at,
+          completed_at: batches.completed_at,
+          failed_at: batches.failed_at,
+          done: sql<number>`(${batches.request_counts_completed} + ${batches.request_counts_failed})::int`,
+        })
+        .from(batches)
+        .where(or(inArray(batches.status, [...ACTIVE]), gt(batches.completed_at, since)))
     },
 
     async leaseValidation(batchId, holder, now, until) {

@@ -5,6 +5,7 @@ import { postgresAccounts } from './accounts'
 import { postgresBatches } from './batches'
 import { postgresCatalogue } from './catalogue'
 import { migratePostgres, type PgDb } from './db'
+import { postgresFiles } from './files'
 import { postgresFleet } from './fleet'
 import { postgresKeys } from './keys'
 import { postgresLimits } from './limits'
@@ -23,6 +24,7 @@ export function postgresStore(
     kind: 'postgres',
     queue: postgresQueue(db, config),
     batches: postgresBatches(db),
+    files: postgresFiles(db),
     limits: postgresLimits(db, clock),
     signals: postgresSignals(db, instanceId),
     ready: () => migratePostgres(db),

@@ -1,20 +1,28 @@
 import { and, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
-import type { BatchRow } from '../../db/schema'
+import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
+import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
 import { BATCH_TRANSITIONS, type BatchChanges, type BatchEvent } from '../../modules/batches/states'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
 import { checkHolder, pickClaim } from '../../modules/workers/rules'
-import type { Claimed, ClaimRequest, FailureReport, QueueStore, SweepOutcome } from '../queue'
+import type {
+  Claimed,
+  ClaimRequest,
+  DeliveredResults,
+  FailureReport,
+  QueueStore,
+  SweepOutcome,
+} from '../queue'
 import type { PgDb, PgTx } from './db'
 
 // The work queue on PostgreSQL, where any number of instances share one database. Claims lock the
 // head of each candidate model with FOR UPDATE SKIP LOCKED, so concurrent polls skip each other's
 // rows instead of queueing behind them; UNIQUE(batch_id) stays the backstop.
 
-const { batches, batchAssignments, workers, modelPulls, maintenanceRuns } = schema
+const { batches, batchAssignments, files, workers, modelPulls, maintenanceRuns } = schema
 
 /** The state table's guarded UPDATE (STYLE example 7), in PostgreSQL: null when not in `from`. */
 export async function transition(
@@ -106,6 +114,50 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           assigned_at: req.now,
         })
         return { batch, assignmentId, match: best.match }
+      })
+    },
+
+    async batchWithAssignment(batchId) {
+      const [row] = await db
+        .select({ batch: batches, assignment: batchAssignments })
+        .from(batches)
+        .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
+        .where(eq(batches.id, batchId))
+      return {
+        batch: (row?.batch as BatchRow | undefined) ?? null,
+        assignment: (row?.assignment as BatchAssignmentRow | null | undefined) ?? null,
+      }
+    },
+
+    async recordResults(r: DeliveredResults) {
+      return db.transaction(async (tx) => {
+        const [held] = await tx
+          .select({
+            status: batches.status,
+            holder: batchAssignments.worker_id,
+            assignment_id: batchAssignments.id,
+            assignment_completed_at: batchAssignments.completed_at,
+          })
+          .from(batches)
+          .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
+          .where(eq(batches.id, r.batchId))
+          .for('update', { of: batches })
+        checkHolder(held, r.workerId, r.assignmentId)
+        const row = await transition(
+          tx,
+          r.batchId,
+          'results_delivered',
+          r.now,
+          r.changes,
+          `worker ${r.workerId}`,
+        )
+        if (!row) throw forbidden('not_assigned', 'This batch is not assigned to this worker')
+        await tx
+          .update(batchAssignments)
+          .set({ completed_at: r.now })
+          .where(eq(batchAssignments.batch_id, r.batchId))
+        if (r.files.length) await tx.insert(files).values(r.files)
+        return row
       })
     },
 

@@ -1,4 +1,4 @@
-import { and, asc, eq, inArray, sql } from 'drizzle-orm'
+import { and, asc, eq, gt, inArray, or, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import { type BatchErrorRow, type BatchRow, batchErrors, batches, files } from '../../db/schema'
@@ -8,11 +8,33 @@ import { transition } from '../../modules/batches/states'
 import type { BatchesStore } from '../batches'
 import type { SqliteDeps } from './queue'
 
+const ACTIVE = ['validating', 'validated', 'in_progress'] as const
+
 const stmts = preparedOnce((db: Db) => ({
   byId: db
     .select()
     .from(batches)
     .where(eq(batches.id, sql.placeholder('id')))
+    .prepare(),
+  active: db
+    .select({ status: batches.status, n: sql<number>`count(*)` })
+    .from(batches)
+    .where(inArray(batches.status, [...ACTIVE]))
+    .groupBy(batches.status)
+    .prepare(),
+  // What is active now (batches_status_model), plus what finished since (batches_completed; a
+  // failed batch has completed_at stamped too).
+  recent: db
+    .select({
+      status: batches.status,
+      created_at: batches.created_at,
+      in_progress_at: batches.in_progress_at,
+      completed_at: batches.completed_at,
+      failed_at: batches.failed_at,
+      done: sql<number>`${batches.request_counts_completed} + ${batches.request_counts_failed}`,
+    })
+    .from(batches)
+    .where(or(inArray(batches.status, [...ACTIVE]), gt(batches.completed_at, sql.placeholder('since'))))
     .prepare(),
   validating: db
     .select({ id: batches.id })
@@ -86,6 +108,18 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
       return stmts(deps)
         .validating.all()
         .map((r) => r.id)
+    },
+
+    async activeCounts() {
+      return Object.fromEntries(
+        stmts(deps)
+          .active.all()
+          .map((r) => [r.status, r.n]),
+      )
+    },
+
+    async timesSince(since) {
+      return stmts(deps).recent.all({ since })
     },
 
     // One process validates (the instance lock): the validator's own in-flight set is the lease.

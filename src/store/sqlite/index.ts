@@ -7,6 +7,7 @@ import type { Store } from '../index'
 import { sqliteAccounts } from './accounts'
 import { sqliteBatches } from './batches'
 import { sqliteCatalogue } from './catalogue'
+import { sqliteFiles } from './files'
 import { sqliteFleet } from './fleet'
 import { sqliteKeys } from './keys'
 import { sqliteLimits } from './limits'
@@ -25,6 +26,7 @@ export function sqliteStore(deps: {
     kind: 'sqlite',
     queue: sqliteQueue(deps),
     batches: sqliteBatches(deps),
+    files: sqliteFiles(deps),
     limits: sqliteLimits(new RateLimiter(deps.clock)),
     signals: sqliteSignals(),
     // Opened and migrated synchronously by src/db/open.ts and src/db/migrate.ts.

@@ -2,13 +2,21 @@ import { and, asc, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
 import type { Config } from '../../config'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
-import { batchAssignments, batches, modelPulls, workers } from '../../db/schema'
+import { batchAssignments, batches, files, modelPulls, workers } from '../../db/schema'
 import { writeTx } from '../../db/tx'
+import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { transition } from '../../modules/batches/states'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
 import { checkHolder, pickClaim } from '../../modules/workers/rules'
-import type { Claimed, ClaimRequest, FailureReport, QueueStore, SweepOutcome } from '../queue'
+import type {
+  Claimed,
+  ClaimRequest,
+  DeliveredResults,
+  FailureReport,
+  QueueStore,
+  SweepOutcome,
+} from '../queue'
 
 // The work queue on SQLite: each verb is one synchronous BEGIN IMMEDIATE transaction on
 // bun:sqlite (STYLE example 8), its statements prepared once per database. One process owns the
@@ -120,6 +128,7 @@ export function requeueHeldInTx(
 }
 
 export function sqliteQueue(deps: SqliteDeps): QueueStore {
+  const { db } = deps
   const lastRun = new Map<string, number>()
   return {
     async claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null> {
@@ -151,6 +160,28 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           now: req.now,
         })
         return { batch, assignmentId, match: best.match }
+      })
+    },
+
+    async batchWithAssignment(batchId) {
+      return {
+        batch: db.select().from(batches).where(eq(batches.id, batchId)).get() ?? null,
+        assignment:
+          db.select().from(batchAssignments).where(eq(batchAssignments.batch_id, batchId)).get() ?? null,
+      }
+    },
+
+    async recordResults(r: DeliveredResults) {
+      return writeTx(db, (tx) => {
+        checkHolder(stmts(deps).holding.get({ id: r.batchId }), r.workerId, r.assignmentId)
+        const row = transition(deps, r.batchId, 'results_delivered', r.now, r.changes, `worker ${r.workerId}`)
+        if (!row) throw forbidden('not_assigned', 'This batch is not assigned to this worker')
+        tx.update(batchAssignments)
+          .set({ completed_at: r.now })
+          .where(eq(batchAssignments.batch_id, r.batchId))
+          .run()
+        if (r.files.length) tx.insert(files).values(r.files).run()
+        return row
       })
     },
 

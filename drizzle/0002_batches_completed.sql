@@ -1,0 +1,1 @@
+CREATE INDEX `batches_completed` ON `batches` (`completed_at`);

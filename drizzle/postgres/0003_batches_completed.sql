@@ -1,0 +1,1 @@
+CREATE INDEX "batches_completed" ON "batches" USING btree ("completed_at");

@@ -1,0 +1,24 @@
+import { Elysia } from 'elysia'
+import type { Deps } from '../../deps'
+import { authPlugin } from '../../http/auth'
+import { StatsModel } from './model'
+import { CACHE_SECONDS, queueStats } from './service'
+
+export const statsRoutes = (deps: Deps) =>
+  new Elysia({ name: 'routes.stats', prefix: '/v1/stats' }).use(authPlugin(deps)).get(
+    '/queue',
+    ({ set }) => {
+      set.headers['cache-control'] = `private, max-age=${CACHE_SECONDS}`
+      return queueStats(deps)
+    },
+    {
+      user: true,
+      response: { 200: StatsModel.queue },
+      detail: {
+        tags: ['stats'],
+        summary:
+          'Queue depth and throughput over the last hour, one point per minute (the dashboard chart). ' +
+          'Counts over all batches; recomputed at most every 5 s.',
+      },
+    },
+  )

@@ -1,0 +1,51 @@
+// How numbers, sizes and times read on the dashboard.
+
+const UNITS = ['B', 'KB', 'MB', 'GB', 'TB']
+
+/** 1536 → "1.5 KB" (powers of 1024, one decimal below 10). */
+export function formatBytes(bytes: number): string {
+  let value = bytes
+  let unit = 0
+  while (value >= 1024 && unit < UNITS.length - 1) {
+    value /= 1024
+    unit++
+  }
+  const digits = unit === 0 || value >= 10 ? 0 : 1
+  return `${value.toFixed(digits)} ${UNITS[unit]}`
+}
+
+/** Unix seconds → "2026-11-23 11:22" in the viewer's time zone; null → "—". */
+export function formatTime(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined) return '—'
+  const d = new Date(seconds * 1000)
+  const pad = (n: number) => String(n).padStart(2, '0')
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}`
+}
+
+/** How long ago, coarse: "just now", "42 s ago", "5 min ago", "3 h ago", "2 d ago"; null → "never". */
+export function formatAgo(seconds: number | null | undefined, now: number): string {
+  if (seconds === null || seconds === undefined) return 'never'
+  const delta = Math.max(0, Math.round(now - seconds))
+  if (delta < 5) return 'just now'
+  if (delta < 60) return `${delta} s ago`
+  if (delta < 3600) return `${Math.floor(delta / 60)} min ago`
+  if (delta < 86400) return `${Math.floor(delta / 3600)} h ago`
+  return `${Math.floor(delta / 86400)} d ago`
+}
+
+/** VRAM used of total, in GB: "13.5 / 24 GB"; unknown → "—". */
+export function formatVram(total: number | null, available: number | null): string {
+  if (total === null || total === undefined) return '—'
+  const used = available === null || available === undefined ? null : Math.max(0, total - available)
+  const gb = (n: number) => String(Math.round(n * 10) / 10)
+  return used === null ? `? / ${gb(total)} GB` : `${gb(used)} / ${gb(total)} GB`
+}
+
+/** 0..1 share of VRAM in use, for the bar; null when unknown. */
+export function vramShare(total: number | null, available: number | null): number | null {
+  if (!total || available === null || available === undefined) return null
+  return Math.min(1, Math.max(0, (total - available) / total))
+}
+
+/** "1,234" with thousands separators, whatever the viewer's locale. */
+export const formatCount = (n: number): string => String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ',')

@@ -1,0 +1,26 @@
+// The API's shapes, taken from the server's own schemas and services (STYLE example 16), never
+// copied by hand. Type-only imports: nothing of the server reaches the bundle.
+import type { Page } from '../../src/lib/pagination'
+import type { listOrganizations } from '../../src/modules/admin/service'
+import type { login, me } from '../../src/modules/auth/service'
+import type { BatchObject } from '../../src/modules/batches/model'
+import type { ModelObject } from '../../src/modules/catalogue/model'
+import type { FileObject } from '../../src/modules/files/model'
+import type { KeyRecord } from '../../src/modules/keys/model'
+import type { listMembers, listMyOrgs } from '../../src/modules/orgs/service'
+import type { PoolCapacity } from '../../src/modules/pool/service'
+import type { QueueStats } from '../../src/modules/stats/service'
+import type { UserObject } from '../../src/modules/users/model'
+import type { toWorkerRows } from '../../src/modules/workers/listing'
+
+export type { BatchObject, FileObject, KeyRecord, ModelObject, PoolCapacity, QueueStats, UserObject }
+export type Worker = Awaited<ReturnType<typeof toWorkerRows>>[number]
+export type Org = Awaited<ReturnType<typeof listMyOrgs>>['data'][number]
+export type Member = Awaited<ReturnType<typeof listMembers>>['data'][number]
+export type NewKey = KeyRecord & { key: string }
+
+/** Every list of the API (API.md §0). */
+export type List<T> = Page<T>
+export type AdminOrg = Awaited<ReturnType<typeof listOrganizations>>['data'][number]
+export type Me = Awaited<ReturnType<typeof me>>
+export type LoginAnswer = Awaited<ReturnType<typeof login>>

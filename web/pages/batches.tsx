@@ -1,0 +1,346 @@
+import { useEffect, useState } from 'preact/hooks'
+import { ErrorNote, ListState, Pager, Section, Status } from '../components/ui'
+import { ApiError, api, download, messageOf, send } from '../lib/api'
+import { formatCount, formatTime } from '../lib/format'
+import { usePaged, useResource } from '../lib/hooks'
+import { checkFile, type FileCheck } from '../lib/jsonl-check'
+import { navigate } from '../lib/router'
+import { readEvents } from '../lib/sse'
+import type { BatchObject, FileObject } from '../lib/types'
+
+const STATUSES = ['validating', 'validated', 'in_progress', 'completed', 'failed']
+const ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings']
+const TERMINAL = new Set(['completed', 'failed'])
+
+export function Batches() {
+  const [status, setStatus] = useState('')
+  const [creating, setCreating] = useState(false)
+  const list = usePaged<BatchObject>('/v1/batches', { status: status || undefined }, 5000)
+  return (
+    <Section
+      title="Batches"
+      actions={
+        <button type="button" onClick={() => setCreating(!creating)} aria-expanded={creating}>
+          New batch
+        </button>
+      }
+    >
+      {creating ? <NewBatch /> : null}
+      <label class="inline">
+        Status{' '}
+        <select value={status} onChange={(e) => setStatus(e.currentTarget.value)}>
+          <option value="">all</option>
+          {STATUSES.map((s) => (
+            <option key={s} value={s}>
+              {s.replace('_', ' ')}
+            </option>
+          ))}
+        </select>
+      </label>
+      <ListState res={list} empty="No batch yet. Create one with “New batch”." />
+      {list.data?.data.length ? (
+        <table>
+          <thead>
+            <tr>
+              <th>Batch</th>
+              <th>Model</th>
+              <th>Status</th>
+              <th>Requests</th>
+              <th>Created</th>
+            </tr>
+          </thead>
+          <tbody>
+            {list.data.data.map((b) => (
+              <tr key={b.id}>
+                <td>
+                  <a href={`/app/batches/${b.id}`}>
+                    <code>{b.id}</code>
+                  </a>
+                </td>
+                <td>{b.model ?? '—'}</td>
+                <td>
+                  <Status value={b.status} />
+                </td>
+                <td>
+                  {formatCount(b.request_counts.completed)}/{formatCount(b.request_counts.total)}
+                </td>
+                <td>{formatTime(b.created_at)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      ) : null}
+      <Pager list={list} label="Batches" />
+    </Section>
+  )
+}
+
+function NewBatch() {
+  const [file, setFile] = useState<File | null>(null)
+  const [endpoint, setEndpoint] = useState(ENDPOINTS[0])
+  const [check, setCheck] = useState<FileCheck | null>(null)
+  const [fileError, setFileError] = useState<string | null>(null)
+  const [error, setError] = useState<unknown>(null)
+  const [busy, setBusy] = useState(false)
+
+  useEffect(() => {
+    setCheck(null)
+    setFileError(null)
+    if (!file) return
+    // API.md §5: only .jsonl files are accepted; said here before any byte is sent.
+    if (!file.name.toLowerCase().endsWith('.jsonl')) {
+      setFileError('Choose a .jsonl file: one JSON request per line.')
+      return
+    }
+    let current = true
+    checkFile(file, endpoint).then(
+      (c) => current && setCheck(c),
+      (e) => current && setFileError(`The file cannot be read: ${messageOf(e)}`),
+    )
+    return () => {
+      current = false
+    }
+  }, [file, endpoint])
+
+  const submit = async (e: Event) => {
+    e.preventDefault()
+    if (!file) return setFileError('Choose a .jsonl file first.')
+    if (fileError) return
+    setBusy(true)
+    setError(null)
+    try {
+      const form = new FormData()
+      form.append('purpose', 'batch')
+      form.append('file', file, file.name)
+      const uploaded = (await (await send('POST', '/v1/files', { form })).json()) as FileObject
+      const batch = await api.post<BatchObject>('/v1/batches', { input_file_id: uploaded.id, endpoint })
+      navigate(`/app/batches/${batch.id}`)
+    } catch (err) {
+      if (err instanceof ApiError && err.param === 'file') setFileError(err.message)
+      else if (
+        err instanceof ApiError &&
+        (err.code === 'file_too_large' || err.code === 'invalid_file_type' || err.code === 'empty_file')
+      )
+        setFileError(err.message)
+      else setError(err)
+    } finally {
+      setBusy(false)
+    }
+  }
+
+  return (
+    <form class="card" onSubmit={submit} aria-label="New batch">
+      <ErrorNote error={error} />
+      <div class="field">
+        <label for="batch-file">JSONL file</label>
+        <input
+          id="batch-file"
+          type="file"
+          accept=".jsonl"
+          aria-invalid={fileError ? true : undefined}
+          aria-describedby="batch-file-note"
+          onChange={(e) => setFile(e.currentTarget.files?.[0] ?? null)}
+        />
+        <div id="batch-file-note">
+          {fileError ? (
+            <p class="error" role="alert">
+              {fileError}
+            </p>
+          ) : null}
+          {check ? <CheckSummary check={check} /> : null}
+        </div>
+      </div>
+      <div class="field">
+        <label for="batch-endpoint">Endpoint</label>
+        <select id="batch-endpoint" value={endpoint} onChange={(e) => setEndpoint(e.currentTarget.value)}>
+          {ENDPOINTS.map((p) => (
+            <option key={p} value={p}>
+              {p}
+            </option>
+          ))}
+        </select>
+      </div>
+      <button type="submit" disabled={busy || !file || !!fileError}>
+        {busy ? 'Uploading…' : 'Create batch'}
+      </button>
+    </form>
+  )
+}
+
+function CheckSummary({ check }: { check: FileCheck }) {
+  return (
+    <div class="check" role="status" aria-label="File check">
+      <p>
+        {formatCount(check.requests)} request line{check.requests === 1 ? '' : 's'}
+        {check.partial ? ' in the first 8 MB' : ''}
+        {check.model ? (
+          <>
+            , model <code>{check.model}</code>
+          </>
+        ) : null}
+        .{' '}
+        {check.problems.length
+          ? 'The server will reject this file:'
+          : 'No problem found; the server validates it again.'}
+      </p>
+      {check.problems.length ? (
+        <ul class="problems">
+          {check.problems.map((p) => (
+            <li key={`${p.line}-${p.message}`}>
+              {p.line === null ? p.message : `Line ${p.line}: ${p.message}`}
+            </li>
+          ))}
+        </ul>
+      ) : null}
+    </div>
+  )
+}
+
+interface Progress {
+  lines_read: number
+  errors_total: number
+}
+
+/** The batch, kept live: validation through the events stream, running batches by polling. */
+function useLiveBatch(id: string) {
+  const batch = useResource((signal) => api.get<BatchObject>(`/v1/batches/${id}`, { signal }), id)
+  const [progress, setProgress] = useState<Progress | null>(null)
+  const status = batch.data?.status
+  const { reload } = batch
+
+  // API.md §6 Events: status, progress, error, done; the stream ends after done.
+  useEffect(() => {
+    if (status !== 'validating') return
+    const abort = new AbortController()
+    send('GET', `/v1/batches/${id}/events`, { signal: abort.signal })
+      .then((res) =>
+        readEvents(
+          res.body!,
+          (e) => {
+            if (e.event === 'progress') setProgress(JSON.parse(e.data) as Progress)
+            if (e.event === 'done') reload()
+          },
+          abort.signal,
+        ),
+      )
+      .then(
+        () => !abort.signal.aborted && reload(),
+        () => !abort.signal.aborted && setTimeout(reload, 2000),
+      )
+    return () => abort.abort()
+  }, [id, status, reload])
+
+  // A validated or running batch changes through the workers: re-read it every 2 s until it ends.
+  useEffect(() => {
+    if (!status || status === 'validating' || TERMINAL.has(status)) return
+    const timer = setInterval(reload, 2000)
+    return () => clearInterval(timer)
+  }, [status, reload])
+
+  return { batch, progress }
+}
+
+export function BatchDetail({ id }: { id: string }) {
+  const { batch, progress } = useLiveBatch(id)
+  const [downloadError, setDownloadError] = useState<unknown>(null)
+  const b = batch.data
+  if (!b) return batch.error ? <ErrorNote error={batch.error} /> : <p class="muted">Loading…</p>
+  const save = (fileId: string, kind: string) => {
+    setDownloadError(null)
+    download(`/v1/files/${fileId}/content`, `${b.id}-${kind}.jsonl`).catch(setDownloadError)
+  }
+  return (
+    <Section title={`Batch ${b.id}`}>
+      <ErrorNote error={batch.error} />
+      <dl class="facts">
+        <dt>Status</dt>
+        <dd aria-live="polite">
+          <Status value={b.status} />
+        </dd>
+        <dt>Model</dt>
+        <dd>{b.model ?? '—'}</dd>
+        <dt>Endpoint</dt>
+        <dd>{b.endpoint}</dd>
+        <dt>Requests</dt>
+        <dd aria-live="polite">
+          {formatCount(b.request_counts.completed)} completed, {formatCount(b.request_counts.failed)} failed
+          of {formatCount(b.request_counts.total)}
+        </dd>
+        {b.status === 'validating' && progress ? (
+          <>
+            <dt>Validation</dt>
+            <dd>
+              {formatCount(progress.lines_read)} lines read, {formatCount(progress.errors_total)} error
+              {progress.errors_total === 1 ? '' : 's'}
+            </dd>
+          </>
+        ) : null}
+        <dt>Attempts</dt>
+        <dd>{b.attempts}</dd>
+        <dt>Last error</dt>
+        <dd>{b.error ?? '—'}</dd>
+        <dt>Created</dt>
+        <dd>{formatTime(b.created_at)}</dd>
+        <dt>Completed</dt>
+        <dd>{formatTime(b.completed_at)}</dd>
+      </dl>
+      <p class="actions">
+        {b.output_file_id ? (
+          <a
+            href={`/v1/files/${b.output_file_id}/content`}
+            download
+            onClick={(e) => {
+              e.preventDefault()
+              save(b.output_file_id!, 'output')
+            }}
+          >
+            Download output
+          </a>
+        ) : null}
+        {b.error_file_id ? (
+          <a
+            href={`/v1/files/${b.error_file_id}/content`}
+            download
+            onClick={(e) => {
+              e.preventDefault()
+              save(b.error_file_id!, 'errors')
+            }}
+          >
+            Download errors
+          </a>
+        ) : null}
+      </p>
+      <ErrorNote error={downloadError} />
+      {b.errors.total ? (
+        <>
+          <h3>
+            Validation errors ({formatCount(b.errors.total)}
+            {b.errors.total > b.errors.data.length ? `, the first ${b.errors.data.length} shown` : ''})
+          </h3>
+          <table aria-label="Validation errors">
+            <thead>
+              <tr>
+                <th>Line</th>
+                <th>Field</th>
+                <th>Code</th>
+                <th>Message</th>
+              </tr>
+            </thead>
+            <tbody>
+              {b.errors.data.map((e, i) => (
+                <tr key={i}>
+                  <td>{e.line ?? '—'}</td>
+                  <td>{e.field ?? '—'}</td>
+                  <td>
+                    <code>{e.code}</code>
+                  </td>
+                  <td>{e.message}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </>
+      ) : null}
+    </Section>
+  )
+}
