@@ -3,7 +3,7 @@ import { StreamedReads } from '../lib/blobs/random-reads'
 import { LineSplitter } from '../lib/lines'
 import { log } from '../lib/logger'
 import { InputChecker } from '../modules/batches/validation'
-import { findVisibleEntry } from '../modules/catalogue/service'
+import { visibleEntriesOf } from '../modules/catalogue/service'
 import { batchClaimable } from '../modules/workers/poll-wait'
 
 // Asynchronous batch validation (SPEC §3: validating → validated | failed; API.md §6). Batches
@@ -66,11 +66,13 @@ export async function validateBatch(
   let reads: StreamedReads | undefined
   let finished = false
   try {
+    // The catalogue entries the owner may select, read once (the checker asks line by line).
+    const visible = await visibleEntriesOf(deps, batch.user_id)
     const checker = new InputChecker({
       endpoint: batch.endpoint,
       maxLineBytes: deps.config.MAX_LINE_BYTES,
       maxRequests: deps.config.MAX_REQUESTS_PER_BATCH,
-      lookupModel: (id) => findVisibleEntry(deps, batch.user_id, id) ?? null,
+      lookupModel: (id) => visible.get(id) ?? null,
       readBytes: (offset, length) => reads?.read(offset, length) ?? null,
       onStoredError: (data) => bus.publish(batchId, { event: 'error', data }),
     })

@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { findVisibleEntry } from '../../src/modules/catalogue/service'
+import { visibleEntriesOf } from '../../src/modules/catalogue/service'
 import { makeTestApp } from '../helpers/app'
 import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey, setUserFlags } from '../helpers/builders'
 import { fakeDigest, makeCatalogEntry } from '../helpers/catalogue'
@@ -152,8 +152,8 @@ describe('visibility', () => {
       expect(res.status).toBe(404)
       expect(res.body.error.code).toBe('model_not_found')
     }
-    expect(findVisibleEntry(t.deps, u.id, 'hidden-stub')).toBeUndefined()
-    expect(findVisibleEntry(t.deps, u.id, 'shown-public')?.id).toBe('shown-public')
+    expect((await visibleEntriesOf(t.deps, u.id)).get('hidden-stub')).toBeUndefined()
+    expect((await visibleEntriesOf(t.deps, u.id)).get('shown-public')?.id).toBe('shown-public')
   })
 
   test('org-private: a member sees it (owned_by = org), a non-member gets 404, a superadmin sees it', async () => {
@@ -170,13 +170,13 @@ describe('visibility', () => {
       const one = await t.req('GET', '/v1/models/private-lab-model', { token: who.token })
       expect(one.status).toBe(200)
       expect(one.body.owned_by).toBe(orgId)
-      expect(findVisibleEntry(t.deps, who.id, 'private-lab-model')?.id).toBe('private-lab-model')
+      expect((await visibleEntriesOf(t.deps, who.id)).get('private-lab-model')?.id).toBe('private-lab-model')
     }
     expect(await listIds(outsider.token)).not.toContain('private-lab-model')
     const hidden = await t.req('GET', '/v1/models/private-lab-model', { token: outsider.token })
     expect(hidden.status).toBe(404)
     expect(hidden.body.error.code).toBe('model_not_found')
-    expect(findVisibleEntry(t.deps, outsider.id, 'private-lab-model')).toBeUndefined()
+    expect((await visibleEntriesOf(t.deps, outsider.id)).get('private-lab-model')).toBeUndefined()
 
     // A personal key of the member sees the same as the member's JWT.
     const key = await makePersonalKey(t, member)
@@ -187,14 +187,14 @@ describe('visibility', () => {
     const member = await makeUser(t)
     await makeCatalogEntry(t.deps, { id: 'private-off', org_id: member.personalOrgId, enabled: false })
     expect(await listIds(member.token)).not.toContain('private-off')
-    expect(findVisibleEntry(t.deps, member.id, 'private-off')).toBeUndefined()
+    expect((await visibleEntriesOf(t.deps, member.id)).get('private-off')).toBeUndefined()
   })
 
   test('unknown ids, unknown users', async () => {
     const u = await makeUser(t)
     await makeCatalogEntry(t.deps, { id: 'known-public' })
     expect((await t.req('GET', '/v1/models/no-such-model', { token: u.token })).status).toBe(404)
-    expect(findVisibleEntry(t.deps, 'user_doesnotexist', 'known-public')).toBeUndefined()
+    expect((await visibleEntriesOf(t.deps, 'user_doesnotexist')).get('known-public')).toBeUndefined()
   })
 })
 

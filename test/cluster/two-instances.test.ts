@@ -15,7 +15,10 @@ import { heartbeatBody, okLine, registerBody } from '../helpers/workers'
 // API.md §12: two stateless instances on one PostgreSQL database behave as one service.
 
 const MODEL = 'cluster-8b-q4km'
-const RUNTIME_MODEL = 'cluster:8b'
+const RUNTIME_MODEL = `${MODEL}:rt`
+const SILENT = 'silent-8b-q4km'
+// Each test has its own model, so one test's batches are never claimed by another's workers.
+const EVENTS = 'events-8b-q4km'
 let a: TestServer
 let b: TestServer
 let dir: string
@@ -25,9 +28,21 @@ beforeAll(async () => {
   const catalogue = join(dir, 'models.yaml')
   writeFileSync(
     catalogue,
-    `models:\n  - id: ${MODEL}\n    task_type: chat\n    quantization: Q4_K_M\n    runtime: ollama\n    runtime_model_id: ${RUNTIME_MODEL}\n`,
+    [MODEL, SILENT, EVENTS]
+      .map(
+        (id) =>
+          `  - id: ${id}\n    task_type: chat\n    quantization: Q4_K_M\n    runtime: ollama\n    runtime_model_id: ${id}:rt\n`,
+      )
+      .join('')
+      .replace(/^/, 'models:\n'),
   )
-  const env = { DATABASE_URL: await freshPostgresUrl(), CATALOGUE_PATH: catalogue, DATABASE_POOL_SIZE: '16' }
+  // One database and one file store (a shared DATA_DIR/files here; S3 in production).
+  const env = {
+    DATABASE_URL: await freshPostgresUrl(),
+    CATALOGUE_PATH: catalogue,
+    DATABASE_POOL_SIZE: '16',
+    DATA_DIR: join(dir, 'data'),
+  }
   a = await startTestServer(env, { clock: manualClock() })
   b = await startTestServer(env, { clock: manualClock() })
 })
@@ -75,7 +90,7 @@ describe('two instances on one database', () => {
     const user = await signup(a)
     // Large enough that the validation is still running when the other instance's stream opens.
     const lines = Array.from({ length: 20_000 }, (_, i) =>
-      line(`r${i}`, MODEL, { body: { model: MODEL, prompt: 'x'.repeat(40) } }),
+      line(`r${i}`, EVENTS, { body: { model: EVENTS, prompt: 'x'.repeat(40) } }),
     )
     const fileId = await uploadFile(a, user.token, jsonl(lines))
     const created = await a.req('POST', '/v1/batches', { token: user.token, body: { input_file_id: fileId } })
@@ -148,7 +163,7 @@ describe('two instances on one database', () => {
             token: key.key,
             raw: up,
           })
-          expect(done.status).toBe(200)
+          expect(done.status, `${(p + 1) % 2} ${JSON.stringify(done.body)}`).toBe(200)
         }
       }),
     )
@@ -159,7 +174,7 @@ describe('two instances on one database', () => {
   test('a silent worker’s batch is requeued once, with attempts exactly 1, though both sweepers run', async () => {
     const user = await signup(b)
     const key = await makeWorkerKey(b, user, user.orgId)
-    const fileId = await uploadFile(b, user.token, jsonl([line('s', MODEL)]))
+    const fileId = await uploadFile(b, user.token, jsonl([line('s', SILENT)]))
     const batch = (await b.req('POST', '/v1/batches', { token: user.token, body: { input_file_id: fileId } }))
       .body
     await until(
@@ -169,7 +184,7 @@ describe('two instances on one database', () => {
     )
     const reg = await a.req('POST', '/workers/register', {
       token: key.key,
-      body: registerBody({ models: [RUNTIME_MODEL] }),
+      body: registerBody({ models: [`${SILENT}:rt`] }),
     })
     const workerId = reg.body.worker_id as string
     const job = (await a.req('POST', '/workers/poll', { token: key.key, body: { worker_id: workerId } })).body

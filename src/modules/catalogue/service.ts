@@ -1,7 +1,6 @@
 import type { CatalogEntryRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { notFound } from '../../lib/errors'
-import { findVisibleEntryInSqlite } from '../../store/sqlite/catalogue'
 import type { UserPrincipal } from '../auth/credentials'
 import { servableCatalogIds } from '../workers/matching'
 import { type ModelObject, toModelObject } from './model'
@@ -10,9 +9,14 @@ import { type ModelObject, toModelObject } from './model'
 // private to one of the user's orgs; a superadmin sees every enabled entry. One predicate, in the
 // store's catalogue part, serves GET /v1/models and the batch validator's `unsupported_model` check.
 
-/** The enabled entry `id` as the user `userId` may see it, or undefined (unknown, hidden, or not theirs). */
-export function findVisibleEntry(deps: Deps, userId: string, id: string): CatalogEntryRow | undefined {
-  return findVisibleEntryInSqlite(deps.db, userId, id)
+/**
+ * The enabled entries the user `userId` may select, by id (unknown user: none). The validator
+ * reads them once per batch and looks each line's model up in memory.
+ */
+export async function visibleEntriesOf(deps: Deps, userId: string): Promise<Map<string, CatalogEntryRow>> {
+  const user = await deps.store.accounts.findUserById(userId)
+  if (!user) return new Map()
+  return new Map((await deps.store.catalogue.visibleEntries(user)).map((e) => [e.id, e]))
 }
 
 export async function listModels(

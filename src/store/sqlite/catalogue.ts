@@ -1,14 +1,7 @@
 import { and, asc, eq, inArray, isNull, or, type SQL } from 'drizzle-orm'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
-import {
-  artifactFiles,
-  type CatalogEntryRow,
-  catalogEntries,
-  memberships,
-  servingProfiles,
-  users,
-} from '../../db/schema'
+import { artifactFiles, catalogEntries, memberships, servingProfiles } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import type { CatalogueEntry as ManifestEntry } from '../../modules/catalogue/manifest'
 import {
@@ -142,19 +135,6 @@ const visibleEntry = (db: Db, viewer: Viewer, id: string) =>
     .from(catalogEntries)
     .where(and(eq(catalogEntries.id, id), visibleTo(db, viewer)))
     .get()
-
-/**
- * The entry `id` as user `userId` may select it, synchronously: the batch validator's line checker
- * asks per line (services/validator.ts) and is not behind the seam yet.
- */
-export function findVisibleEntryInSqlite(db: Db, userId: string, id: string): CatalogEntryRow | undefined {
-  const viewer = db
-    .select({ id: users.id, platform_role: users.platform_role })
-    .from(users)
-    .where(eq(users.id, userId))
-    .get()
-  return viewer && visibleEntry(db, viewer, id)
-}
 
 export function sqliteCatalogue(deps: SqliteDeps): CatalogueStore {
   const { db } = deps
