@@ -2,6 +2,7 @@ import pkg from '../package.json'
 import { ConfigError, loadConfig } from './config'
 import { runWorkerCommand } from './daemon/cli'
 import { serve } from './index'
+import { type BlobStore, BlobStoreUnavailableError, createBlobStore } from './lib/blobs'
 import { catalogueCommand as runCatalogue } from './modules/catalogue/cli'
 import { BackupError, backupDatabase, formatBytes } from './ops/backup'
 import { configHelpText } from './ops/config-docs'
@@ -148,41 +149,60 @@ async function migrateCommand(argv: string[], io: Io): Promise<number> {
   if (isHelp(argv[0])) {
     io.out(
       [
-        'Usage: gridkeep migrate --to postgres://user:password@host:5432/db',
+        'Usage: gridkeep migrate --to postgres://user:password@host:5432/db [--storage s3://bucket/prefix]',
         '',
         'Copies a stopped SQLite installation (DATABASE_PATH, from the same environment as the',
         'server) into an empty PostgreSQL database: every row, in one transaction, then verified',
         'table by table (row counts and checksums) before it is committed. The SQLite database is',
-        'opened read-only and never changed. Then start the servers with DATABASE_URL set to it.',
+        'opened read-only and never changed. With --storage, every file is also copied into that',
+        'bucket (credentials from S3_ENDPOINT, S3_REGION, S3_ACCESS_KEY_ID, S3_SECRET_ACCESS_KEY) and',
+        'checked by SHA-256. Then start the servers with DATABASE_URL (and STORAGE_URL) set to them.',
       ].join('\n'),
     )
     return 0
   }
-  const at = argv.indexOf('--to')
-  const to = at >= 0 ? argv[at + 1] : undefined
-  const rest = argv.filter((_, i) => i !== at && i !== at + 1)
-  if (!to || rest.length) {
+  const option = (name: string) => {
+    const at = argv.indexOf(name)
+    return at >= 0 ? { at, value: argv[at + 1] } : undefined
+  }
+  const to = option('--to')
+  const storage = option('--storage')
+  const used = new Set([to, storage].flatMap((o) => (o ? [o.at, o.at + 1] : [])))
+  const rest = argv.filter((_, i) => !used.has(i))
+  if (!to?.value || (storage && !storage.value) || rest.length) {
     io.err(
       rest.length
         ? `gridkeep migrate: unknown argument '${rest[0]}'`
-        : 'gridkeep migrate: name the target: gridkeep migrate --to postgres://…',
+        : 'gridkeep migrate: name the target: gridkeep migrate --to postgres://… [--storage s3://…]',
     )
     return 2
   }
+  const secrets: string[] = []
   try {
-    const config = loadConfig({ ...io.env, DATABASE_URL: undefined })
-    const target = loadConfig({ ...io.env, DATABASE_URL: to, JWT_SECRET: 'x'.repeat(32) }).DATABASE_URL!
-    await migrateRows({ databasePath: config.DATABASE_PATH, to: target, log: (line) => io.out(line) })
-    io.out('done: start the servers with DATABASE_URL set to the target (and the same JWT_SECRET)')
+    const env = { ...io.env, DATABASE_URL: undefined, STORAGE_URL: undefined }
+    const config = loadConfig(env)
+    const target = loadConfig({ ...env, DATABASE_URL: to.value, JWT_SECRET: 'x'.repeat(32) }).DATABASE_URL!
+    secrets.push(new URL(target).password)
+    let files: { from: BlobStore; to: BlobStore } | undefined
+    if (storage?.value) {
+      const into = createBlobStore(loadConfig({ ...env, STORAGE_URL: storage.value }))
+      await into.prepare()
+      files = { from: createBlobStore(config), to: into }
+    }
+    await migrateRows({ databasePath: config.DATABASE_PATH, to: target, files, log: (line) => io.out(line) })
+    io.out(
+      `done: start the servers with DATABASE_URL${files ? ' and STORAGE_URL' : ''} set to the targets (and the same JWT_SECRET)`,
+    )
     return 0
   } catch (error) {
-    if (error instanceof ConfigError || error instanceof MigrateError) {
-      io.err(`gridkeep migrate: ${error.message.replace(/DATABASE_URL/g, '--to')}`)
-      return 1
-    }
-    const password = URL.canParse(to) ? new URL(to).password : ''
-    const message = error instanceof Error ? error.message : String(error)
-    io.err(`gridkeep migrate: ${password ? message.replaceAll(password, '***') : message}`)
+    const known =
+      error instanceof ConfigError ||
+      error instanceof MigrateError ||
+      error instanceof BlobStoreUnavailableError
+    let message = error instanceof Error ? error.message : String(error)
+    for (const secret of secrets) if (secret) message = message.replaceAll(secret, '***')
+    if (known) message = message.replace(/DATABASE_URL/g, '--to').replace(/STORAGE_URL/g, '--storage')
+    io.err(`gridkeep migrate: ${message}`)
     return 1
   }
 }

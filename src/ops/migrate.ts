@@ -6,13 +6,15 @@ import type { PgTable } from 'drizzle-orm/pg-core'
 import { getTableConfig, type SQLiteColumn, type SQLiteTable } from 'drizzle-orm/sqlite-core'
 import * as pgSchema from '../db/pg/schema'
 import * as schema from '../db/schema'
+import type { BlobStore } from '../lib/blobs'
 import { migratePostgres, openPostgres, type PgDb, type PgTx } from '../store/postgres/db'
 import { acquireInstanceLock, InstanceLockedError } from './instance-lock'
 
-// `gridkeep migrate --to postgres://…` (API.md §12): copies a stopped SQLite installation's rows
-// into an empty PostgreSQL database in one transaction (all or nothing), then verifies every table
-// by count and by a checksum of its rows as both engines read them. The source is opened read-only
-// and never written. The files themselves are copied by the blob stores (copyFiles below).
+// `gridkeep migrate --to postgres://… [--storage s3://…]` (API.md §12): copies a stopped SQLite
+// installation's rows into an empty PostgreSQL database in one transaction (all or nothing),
+// verifying every table by count and by a checksum of its rows as both engines read them, before
+// the commit; with --storage, every file is first copied into the target store and checked by
+// SHA-256 (and removed again if the rows fail). The source is opened read-only and never written.
 
 export class MigrateError extends Error {}
 
@@ -142,11 +144,58 @@ export interface MigrateOptions {
   databasePath: string
   /** The target PostgreSQL database; must hold no gridkeep data yet. */
   to: string
+  /** With --storage: the installation's file store and the target one (e.g. S3). */
+  files?: { from: BlobStore; to: BlobStore }
   log?: (line: string) => void
 }
 
 export interface MigrateReport {
   tables: TableReport[]
+  /** Files copied and verified (with --storage). */
+  files: number
+}
+
+const sha256Of = async (stream: ReadableStream<Uint8Array>, also?: (chunk: Uint8Array) => Promise<void>) => {
+  const h = new Bun.CryptoHasher('sha256')
+  for await (const chunk of stream) {
+    h.update(chunk)
+    if (also) await also(chunk)
+  }
+  return h.digest('hex')
+}
+
+/**
+ * Copies every file of the installation into the target store, each one verified by reading it
+ * back and comparing SHA-256 and size. Returns the keys written (to remove them if the rows fail).
+ */
+async function copyFiles(
+  ids: string[],
+  from: BlobStore,
+  to: BlobStore,
+  log: (line: string) => void,
+): Promise<string[]> {
+  const written: string[] = []
+  for (const id of ids) {
+    const source = await from.read(id)
+    if (!source) throw new MigrateError(`file ${id} has a record but no bytes in the installation's store`)
+    const writer = to.create(id)
+    let digest: string
+    try {
+      digest = await sha256Of(source, (chunk) => writer.write(chunk))
+      await writer.publish()
+    } catch (e) {
+      await writer.abort()
+      throw e
+    }
+    written.push(id)
+    const copy = await to.read(id)
+    if (!copy || (await sha256Of(copy)) !== digest || (await to.size(id)) !== (await from.size(id))) {
+      throw new MigrateError(`verification failed for file ${id}: the copy differs from the original`)
+    }
+    if (written.length % 100 === 0) log(`copied ${written.length} of ${ids.length} files`)
+  }
+  log(`copied and verified ${written.length} files (SHA-256 of each)`)
+  return written
 }
 
 export async function migrateRows(opts: MigrateOptions): Promise<MigrateReport> {
@@ -172,39 +221,49 @@ export async function migrateRows(opts: MigrateOptions): Promise<MigrateReport> 
     if (n > 0)
       throw new MigrateError('the target database already holds gridkeep data: migrate into an empty one')
 
+    // Files first: if the rows then fail, the copies are removed again and the target is as before.
+    const fileIds = (source.select({ id: schema.files.id }).from(schema.files).all() as { id: string }[]).map(
+      (f) => f.id,
+    )
+    const copied = opts.files ? await copyFiles(fileIds, opts.files.from, opts.files.to, log) : []
     const expected: TableReport[] = []
-    await target.transaction(async (tx) => {
-      for (const t of TABLES) {
-        const h = hasher(keyOf(t.sqlite))
-        for (const rows of sqliteRows(source, t.sqlite)) {
-          for (const r of rows) h.add(r)
-          if (rows.length) await tx.insert(t.pg).values(rows as never)
+    try {
+      await target.transaction(async (tx) => {
+        for (const t of TABLES) {
+          const h = hasher(keyOf(t.sqlite))
+          for (const rows of sqliteRows(source, t.sqlite)) {
+            for (const r of rows) h.add(r)
+            if (rows.length) await tx.insert(t.pg).values(rows as never)
+          }
+          const report = h.done(t.name)
+          expected.push(report)
+          if ('seq' in getTableColumns(t.pg)) {
+            // New rows continue after the copied ones.
+            await tx.execute(
+              sql.raw(
+                `SELECT setval(pg_get_serial_sequence('${t.name}', 'seq'), coalesce(max(seq), 0) + 1, false) FROM ${t.name}`,
+              ),
+            )
+          }
+          log(`copied ${t.name}: ${report.rows} rows`)
         }
-        const report = h.done(t.name)
-        expected.push(report)
-        if ('seq' in getTableColumns(t.pg)) {
-          // New rows continue after the copied ones.
-          await tx.execute(
-            sql.raw(
-              `SELECT setval(pg_get_serial_sequence('${t.name}', 'seq'), coalesce(max(seq), 0) + 1, false) FROM ${t.name}`,
-            ),
-          )
+        // Verified as PostgreSQL reads them back, before anything is committed: a mismatch rolls
+        // the whole copy back.
+        for (const want of expected) {
+          const got = await pgChecksum(tx, TABLES.find((t) => t.name === want.table)!)
+          if (got.rows !== want.rows || got.sha256 !== want.sha256) {
+            throw new MigrateError(
+              `verification failed for ${want.table}: ${want.rows} rows read, ${got.rows} in PostgreSQL (checksums ${want.sha256.slice(0, 12)} / ${got.sha256.slice(0, 12)})`,
+            )
+          }
         }
-        log(`copied ${t.name}: ${report.rows} rows`)
-      }
-      // Verified as PostgreSQL reads them back, before anything is committed: a mismatch rolls
-      // the whole copy back.
-      for (const want of expected) {
-        const got = await pgChecksum(tx, TABLES.find((t) => t.name === want.table)!)
-        if (got.rows !== want.rows || got.sha256 !== want.sha256) {
-          throw new MigrateError(
-            `verification failed for ${want.table}: ${want.rows} rows read, ${got.rows} in PostgreSQL (checksums ${want.sha256.slice(0, 12)} / ${got.sha256.slice(0, 12)})`,
-          )
-        }
-      }
-    })
+      })
+    } catch (e) {
+      for (const id of copied) await opts.files!.to.remove(id)
+      throw e
+    }
     log(`verified ${expected.length} tables: counts and checksums match`)
-    return { tables: expected }
+    return { tables: expected, files: copied.length }
   } finally {
     await target.$client.close()
     sqlite.close()
