@@ -15,6 +15,10 @@ import { join } from 'node:path'
 export interface PostgresCluster {
   url: string
   dir: string
+  /** Shuts the server down (fast: open connections are cut), keeping its data. */
+  pause(): void
+  /** Starts it again on the same port. */
+  resume(): void
   stop(): void
 }
 
@@ -61,7 +65,10 @@ export async function startPostgres(): Promise<PostgresCluster> {
   const port = await freePort()
   // Durability off: a test cluster is thrown away. Enough connections for several instances.
   const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300`
-  run([join(bin, 'pg_ctl'), '-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', 'start'], root)
+  const start = () =>
+    run([join(bin, 'pg_ctl'), '-D', data, '-o', opts, '-l', join(dir, 'log'), '-w', 'start'], root)
+  start()
+  const pause = () => run([join(bin, 'pg_ctl'), '-D', data, '-m', 'fast', '-w', 'stop'], root)
   const stop = () => {
     try {
       run([join(bin, 'pg_ctl'), '-D', data, '-m', 'immediate', '-w', 'stop'], root)
@@ -70,7 +77,7 @@ export async function startPostgres(): Promise<PostgresCluster> {
     }
     rmSync(dir, { recursive: true, force: true })
   }
-  return { url: `postgres://gridkeep@127.0.0.1:${port}/postgres`, dir, stop }
+  return { url: `postgres://gridkeep@127.0.0.1:${port}/postgres`, dir, pause, resume: start, stop }
 }
 
 if (import.meta.main) {

@@ -20,7 +20,28 @@ export function toAppError(error: unknown, code: string | number): AppError {
     case 'INVALID_FILE_TYPE':
       return badRequest('invalid_file_type', 'Invalid file type')
   }
+  if (databaseUnavailable(error)) {
+    return new AppError(503, 'database_unavailable', 'The database cannot be reached; retry shortly', null, {
+      'retry-after': '5',
+    })
+  }
   return new AppError(500, 'internal_error', 'Internal server error')
+}
+
+/**
+ * API.md §12: a database that went away (connection refused or cut, server shutting down) is a
+ * 503 the client may retry, not a 500; the driver reconnects when it is back. drizzle wraps the
+ * driver's error, so the cause chain is searched.
+ */
+export function databaseUnavailable(error: unknown): boolean {
+  for (let e = error, depth = 0; e instanceof Error && depth < 5; e = e.cause, depth++) {
+    const { code, errno } = e as { code?: unknown; errno?: unknown }
+    if (typeof code === 'string' && (code.startsWith('ERR_POSTGRES_CONNECTION') || code === 'ECONNREFUSED'))
+      return true
+    // SQLSTATE class 08 (connection exception) and 57P01–57P03 (shutdown, crash, cannot connect now).
+    if (typeof errno === 'string' && (errno.startsWith('08') || /^57P0[123]$/.test(errno))) return true
+  }
+  return false
 }
 
 function fromValidation(error: ValidationError): AppError {
@@ -85,7 +106,14 @@ export const errorHandler = new Elysia({ name: 'http.errors' }).onError(
   ({ error, code, request }) => {
     const appError = toAppError(error, code)
     const id = requestFacts(request)?.id
-    if (appError.status >= 500) {
+    if (appError.errorCode === 'database_unavailable') {
+      // The driver's own words only: drizzle's wrapper quotes the query and its parameters.
+      const cause = error instanceof Error && error.cause instanceof Error ? error.cause : error
+      log.warn('database unavailable', {
+        request_id: id,
+        reason: cause instanceof Error ? cause.message : null,
+      })
+    } else if (appError.status >= 500) {
       log.error('unhandled error', {
         request_id: id,
         error:
