@@ -25,6 +25,10 @@ import { sqliteStore } from './store/sqlite'
  */
 export interface Deps {
   config: Config
+  /**
+   * The SQLite engine's handles (absent on PostgreSQL): for that engine and SQLite-only tools and
+   * tests. Nothing above the seam reads them (test/store/seam.test.ts).
+   */
   db: Db
   sqlite: Database
   /** The storage seam (src/store): the product's state, one engine per database. */

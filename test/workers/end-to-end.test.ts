@@ -146,6 +146,10 @@ test('validated → in_progress → (failure, requeue) → in_progress → compl
   }
   expect(outRow.bytes).toBe(Buffer.byteLength(expected))
   const errRow = s.deps.db.select().from(files).where(eq(files.id, done.body.error_file_id)).get()!
-  expect(errRow).toMatchObject({ user_id: f.user.id, purpose: 'batch_output', filename: `${batch.id}_error.jsonl` })
+  expect(errRow).toMatchObject({
+    user_id: f.user.id,
+    purpose: 'batch_output',
+    filename: `${batch.id}_error.jsonl`,
+  })
   expect(JSON.parse((await readBlob(s.deps, errRow.id))!).custom_id).toBe('d')
 })

@@ -4,9 +4,9 @@ import { preparedOnce } from '../../db/prepared'
 import { type BatchErrorRow, type BatchRow, batchErrors, batches, files } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { pageRows } from '../../lib/pagination'
-import { transition } from '../../modules/batches/states'
 import type { BatchesStore } from '../batches'
 import type { SqliteDeps } from './queue'
+import { transition } from './transition'
 
 const ACTIVE = ['validating', 'validated', 'in_progress'] as const
 

@@ -6,7 +6,6 @@ import { batchAssignments, batches, files, modelPulls, workers } from '../../db/
 import { writeTx } from '../../db/tx'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import { transition } from '../../modules/batches/states'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
 import { checkHolder, pickClaim } from '../../modules/workers/rules'
 import type {
@@ -17,6 +16,7 @@ import type {
   QueueStore,
   SweepOutcome,
 } from '../queue'
+import { transition } from './transition'
 
 // The work queue on SQLite: each verb is one synchronous BEGIN IMMEDIATE transaction on
 // bun:sqlite (STYLE example 8), its statements prepared once per database. One process owns the
