@@ -314,6 +314,35 @@ describe('pull_models (on-the-fly downloads)', () => {
   const downloader = (t: ReturnType<typeof makeTestApp>, f: Awaited<ReturnType<typeof makeFleet>>) =>
     registerWorker(t, f.key, { max_download_gb: 50, models: [] })
 
+  test('an idle heartbeat while a batch waits for a model nobody hosts reads no other worker', async () => {
+    const t = fresh()
+    const f = await makeFleet(t)
+    // A fleet of busy-enough online workers that host other models.
+    for (let i = 0; i < 20; i++) {
+      const w = await registerWorker(t, f.key, { name: `other-${i}`, models: [`other:${i}`] })
+      await heartbeat(t, f.key, w)
+    }
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'nobody:1', size_gb: 5, vram_gb: 16 })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    const w = await registerWorker(t, f.key, { max_download_gb: 10, models: [] })
+    // Count what the pull check reads: the whole online fleet, or single workers.
+    const fleet = t.deps.store.fleet
+    const calls = { onlineWorkers: 0, findWorker: 0 }
+    const { onlineWorkers, findWorker } = fleet
+    fleet.onlineWorkers = (...a) => (calls.onlineWorkers++, onlineWorkers.apply(fleet, a))
+    fleet.findWorker = (...a) => (calls.findWorker++, findWorker.apply(fleet, a))
+    try {
+      // Nobody serves it, so this idle worker is asked to fetch it.
+      expect(
+        (await heartbeat(t, f.key, w)).body.pull_models.map((p: { catalogue_id: string }) => p.catalogue_id),
+      ).toEqual([entry.id])
+    } finally {
+      Object.assign(fleet, { onlineWorkers, findWorker })
+    }
+    // The worker itself is read; no other worker and never the whole fleet (API.md §7 pull_models).
+    expect(calls).toEqual({ onlineWorkers: 0, findWorker: 1 })
+  })
+
   test('asks one idle, fitting worker that runs the runtime, and only one at a time', async () => {
     const t = fresh()
     const f = await makeFleet(t)

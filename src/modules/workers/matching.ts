@@ -1,7 +1,7 @@
 import type { Deps } from '../../deps'
 import { digestOrNull } from '../../lib/digest'
 import type { WorkerHead } from '../../store/fleet'
-import { onlineCutoff } from './liveness'
+import { isOnline, onlineCutoff } from './liveness'
 
 // THE matching predicate (SPEC §4 Poll rules 1–6, API.md §7 "hosts", serving profiles, artifact
 // files). Poll, pool capacity, pull_models and `available` in GET /v1/models all decide "can this
@@ -200,8 +200,23 @@ export interface OnlineFleet {
 }
 
 export async function onlineFleet(deps: Deps): Promise<OnlineFleet> {
+  return fleetOf(deps, await deps.store.fleet.onlineWorkers(onlineCutoff(deps)))
+}
+
+/** The online workers among those hosting any of `names`. */
+async function hostsFleet(deps: Deps, names: string[]): Promise<OnlineFleet> {
+  const ids = new Set([...(await deps.store.fleet.hostsOf(names)).values()].flat())
+  const heads: WorkerHead[] = []
+  for (const id of ids) {
+    const w = await deps.store.fleet.findWorker(id)
+    if (w && isOnline(deps, w)) heads.push(w)
+  }
+  return fleetOf(deps, heads)
+}
+
+function fleetOf(deps: Deps, online: WorkerHead[]): OnlineFleet {
   const heads = new Map<string, WorkerHead>()
-  for (const w of await deps.store.fleet.onlineWorkers(onlineCutoff(deps))) heads.set(w.id, w)
+  for (const w of online) heads.set(w.id, w)
   const hosts = new Map<string, string[]>()
   const views = new Map<string, Promise<WorkerView>>()
   return {
@@ -227,7 +242,9 @@ const namesOf = (entry: CatalogueEntry) => [...new Set(entry.profiles.map((p) =>
 /** Whether some online worker can serve `entry` now (stops at the first that can). */
 export async function someOnlineWorkerServes(deps: Deps, entry: CatalogueEntry, fleet?: OnlineFleet) {
   if (!entry.enabled) return false
-  fleet ??= await onlineFleet(deps)
+  // Asked alone (a heartbeat's pull_models check): only the workers hosting the entry's names are
+  // read, so the cost follows the hosts of that model, never the size of the fleet.
+  fleet ??= await hostsFleet(deps, namesOf(entry))
   const names = namesOf(entry)
   const hosts = await fleet.hostsOf(names)
   for (const name of names) {
