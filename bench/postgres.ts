@@ -13,7 +13,7 @@
 //   bun run bench/postgres.ts            (10,000 drained; 100,000 vs 100 queued)
 //   bun run bench/postgres.ts --quick    (2,000 drained; 20,000 vs 100 queued)
 
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { SQL } from 'bun'
@@ -131,12 +131,35 @@ async function instance(url: string) {
   }
   return {
     url: base,
+    pid: proc.pid,
     async stop() {
       proc.kill('SIGTERM')
       await proc.exited
       rmSync(dir, { recursive: true, force: true })
     },
   }
+}
+
+/** CPU seconds (user + system) a process has used so far, from /proc (Linux). */
+function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / 100 // utime, stime in clock ticks
+  } catch {
+    return 0 // gone, or no /proc
+  }
+}
+
+/** CPU seconds of the PostgreSQL backends serving `sql`'s database now. */
+async function backendCpuSeconds(sql: SQL): Promise<number> {
+  const rows = await sql`SELECT pid FROM pg_stat_activity WHERE datname = current_database()`
+  return rows.reduce((sum: number, r: { pid: number }) => sum + cpuSeconds(r.pid), 0)
+}
+
+const ownCpuSeconds = () => {
+  const { user, system } = process.cpuUsage()
+  return (user + system) / 1e6
 }
 
 async function register(base: string, key: string, name: string, model: string, slots: number) {
@@ -160,6 +183,11 @@ const gridkeep = await (async () => {
     pollers.push({ base, worker_id: await register(base, db.key, `w${i}`, 'drain:8b', 1024) })
   }
   const seen = new Map<string, number>()
+  const cpu0 = {
+    instances: instances.reduce((sum, i) => sum + cpuSeconds(i.pid), 0),
+    pg: await backendCpuSeconds(db.sql),
+    pollers: ownCpuSeconds(),
+  }
   const t0 = performance.now()
   await Promise.all(
     pollers.map(async ({ base, worker_id }) => {
@@ -171,6 +199,11 @@ const gridkeep = await (async () => {
     }),
   )
   const seconds = (performance.now() - t0) / 1000
+  const cpu = {
+    instances: instances.reduce((sum, i) => sum + cpuSeconds(i.pid), 0) - cpu0.instances,
+    pg: (await backendCpuSeconds(db.sql)) - cpu0.pg,
+    pollers: ownCpuSeconds() - cpu0.pollers,
+  }
   const [row] = await db.sql`SELECT count(*)::int AS n, count(DISTINCT batch_id)::int AS d
     FROM batch_assignments`
   await Promise.all(instances.map((i) => i.stop()))
@@ -181,6 +214,7 @@ const gridkeep = await (async () => {
     doubles: [...seen.values()].filter((n) => n > 1).length,
     assignments: row.n as number,
     assigned: row.d as number,
+    cpu,
   }
 })()
 
@@ -193,6 +227,8 @@ const bare = await (async () => {
   await addValidatedBatches(db, 'drain:8b', DRAIN)
   const model = entryId('drain:8b')
   let claimed = 0
+  // Backends opened during the drain start from 0: the sum before counts the seeding's.
+  const cpu0 = { pg: await backendCpuSeconds(db.sql), client: ownCpuSeconds() }
   const t0 = performance.now()
   await Promise.all(
     Array.from({ length: WORKERS }, async (_, w) => {
@@ -215,8 +251,9 @@ const bare = await (async () => {
     }),
   )
   const seconds = (performance.now() - t0) / 1000
+  const cpu = { pg: (await backendCpuSeconds(db.sql)) - cpu0.pg, client: ownCpuSeconds() - cpu0.client }
   await db.sql.close()
-  return { seconds, claimed }
+  return { seconds, claimed, cpu }
 })()
 
 const gkRate = gridkeep.distinct / gridkeep.seconds
@@ -232,6 +269,15 @@ console.log(
     `${fmt(bare.seconds, 2)} s)`,
 )
 console.log(`  ratio: ${fmt((100 * gkRate) / bareRate)} % (target ≥ 50 %)`)
+// Where the time goes: on a shared 2-core machine, CPU per claim is what the rates divide.
+const ms = (cpuSeconds: number, claims: number) => `${fmt((1000 * cpuSeconds) / claims, 2)} ms`
+console.log(
+  `  CPU per claim, gridkeep: instances ${ms(gridkeep.cpu.instances, gridkeep.distinct)}, ` +
+    `PostgreSQL ${ms(gridkeep.cpu.pg, gridkeep.distinct)}, pollers ${ms(gridkeep.cpu.pollers, gridkeep.distinct)}`,
+)
+console.log(
+  `  CPU per claim, bare: PostgreSQL ${ms(bare.cpu.pg, bare.claimed)}, client ${ms(bare.cpu.client, bare.claimed)}`,
+)
 
 // ---- (2) latency vs queue depth ------------------------------------------------------------------
 // One instance per queue depth; polls are sequential HTTP requests through the whole app (auth,
