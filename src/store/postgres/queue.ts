@@ -58,6 +58,31 @@ export async function requeueLocked(
   return decision.outcome
 }
 
+/**
+ * The head of each candidate model (API.md §7: oldest first), one probe of
+ * batches_status_model each, skipping rows other polls hold. Written so that the planner cannot
+ * take the primary key instead: with `status = 'validated'` and `ORDER BY seq`, it walks seq from
+ * the start and filters, believing matches evenly spread, and every claim then steps over the
+ * batches claimed before it and over other models' older batches (measured: 20,000 rows, 8–28 ms
+ * a probe). `status = ANY('{validated}')` is no planner constant, so ORDER BY status, seq is an
+ * order only the (status, model, seq) index gives without a sort.
+ */
+export function claimHeads(models: string[]) {
+  const values = sql.join(
+    models.map((model, i) => sql`(${model}::text, ${i}::int)`),
+    sql`, `,
+  )
+  return sql`
+    SELECT c.i AS i, b.id AS id, b.seq::float8 AS seq
+    FROM (VALUES ${values}) AS c(model, i)
+    CROSS JOIN LATERAL (
+      SELECT id, seq FROM batches
+      WHERE status = ANY('{validated}'::text[]) AND model = c.model
+      ORDER BY status, seq LIMIT 1
+      FOR UPDATE SKIP LOCKED
+    ) b`
+}
+
 export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>): QueueStore {
   const maxAttempts = config.MAX_BATCH_ATTEMPTS
   return {
@@ -76,20 +101,11 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .from(batchAssignments)
           .where(and(eq(batchAssignments.worker_id, req.workerId), isNull(batchAssignments.completed_at)))
         if ((active?.n ?? 0) >= req.maxConcurrent) return null
-        // The head of each candidate model, one index probe each, skipping rows other polls hold.
-        const values = sql.join(
-          req.candidates.map((c, i) => sql`(${c.model}::text, ${i}::int)`),
-          sql`, `,
-        )
-        const rows = (await tx.execute(sql`
-          SELECT c.i AS i, b.id AS id, b.seq::float8 AS seq
-          FROM (VALUES ${values}) AS c(model, i)
-          CROSS JOIN LATERAL (
-            SELECT id, seq FROM batches
-            WHERE status = 'validated' AND model = c.model
-            ORDER BY seq LIMIT 1
-            FOR UPDATE SKIP LOCKED
-          ) b`)) as unknown as { i: number; id: string; seq: number }[]
+        const rows = (await tx.execute(claimHeads(req.candidates.map((c) => c.model)))) as unknown as {
+          i: number
+          id: string
+          seq: number
+        }[]
         const heads = rows.map((r) => {
           const c = req.candidates[r.i]!
           return { batch_id: r.id, seq: r.seq, loaded: c.loaded, match: c.match }
