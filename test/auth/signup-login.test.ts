@@ -60,7 +60,7 @@ describe('POST /v1/auth/signup', () => {
 
   test('stores the password as an argon2id hash, never in clear', async () => {
     const u = await makeUser(t)
-    const row = t.deps.db.select().from(users).where(eq(users.id, u.id)).get()!
+    const row = (await t.deps.store.accounts.findUserById(u.id))!
     expect(row.password_hash).toStartWith('$argon2id$')
     expect(row.password_hash).not.toContain(u.password)
   })
@@ -95,7 +95,7 @@ describe('POST /v1/auth/signup', () => {
         code: 'unknown_field',
         param: field,
       })
-      expect(t.deps.db.select().from(users).where(eq(users.email, email)).get()).toBeUndefined()
+      expect(await t.deps.store.accounts.findUserByEmail(email)).toBeUndefined()
     })
   }
 

@@ -232,7 +232,7 @@ describe('catalogue discover', () => {
     const u = await makeUser(t)
     const listed = await t.req('GET', '/v1/models', { token: u.token })
     expect(listed.body.data.map((m: { id: string }) => m.id)).not.toContain(nemo.id)
-    const stored = t.deps.db.select().from(catalogEntries).where(eq(catalogEntries.id, nemo.id)).get()!
+    const stored = (await t.deps.store.catalogue.entry(nemo.id))!
     expect(stored).toMatchObject({ enabled: false, status: 'unverified', digest: fakeDigest('nemo') })
   })
 

@@ -119,7 +119,7 @@ withRealEngine('daemon against llama-server', (engine) => {
     expect(new Set(ids).size).toBe(n)
     expect(ids).toHaveLength(n)
     expect(batch.request_counts).toEqual({ total: n, completed: out.length, failed: err.length })
-    const row = server.deps.db.select().from(batches).where(eq(batches.id, batch.id)).get()!
+    const row = (await server.deps.store.batches.get(batch.id, null))!
     const sum: Record<string, number> = {}
     for (const l of out)
       for (const [k, v] of Object.entries(l.response.body.usage ?? {}))

@@ -53,7 +53,7 @@ test('a batch interrupted mid-validation stays validating and is validated at th
   const stop = validator.start(first.deps)
   await progressed
   await stop()
-  const row = first.deps.db.select().from(batches).where(eq(batches.id, batch.id)).get()!
+  const row = (await first.deps.store.batches.get(batch.id, null))!
   expect(row.status).toBe('validating')
   expect(first.deps.db.select().from(batchErrors).where(eq(batchErrors.batch_id, batch.id)).all()).toEqual([])
   expect(first.deps.batchEvents.liveRun(batch.id)).toBeUndefined()

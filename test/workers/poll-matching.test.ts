@@ -54,7 +54,10 @@ describe('POST /workers/poll', () => {
       params: {},
       total_requests: 4,
     })
-    expect(batchRow(t.deps, batch.id)).toMatchObject({ status: 'in_progress', in_progress_at: t.clock.now() })
+    expect(await batchRow(t.deps, batch.id)).toMatchObject({
+      status: 'in_progress',
+      in_progress_at: t.clock.now(),
+    })
     const claims = (await t.deps.metrics.claims.get()).values[0]!.value
     expect(await poll(t, f.key, wid)).toBeNull()
     expect((await t.deps.metrics.claims.get()).values[0]!.value).toBe(claims)

@@ -57,7 +57,7 @@ describe('POST /workers/poll wait_seconds', () => {
     const res = await pending
     expect(res.status).toBe(200)
     expect((res.body.job as Job).job_id).toBe(batch.id)
-    expect(batchRow(t.deps, batch.id).status).toBe('in_progress')
+    expect((await batchRow(t.deps, batch.id)).status).toBe('in_progress')
     expect(t.deps.pollWaiters.size).toBe(0)
   })
 
@@ -84,7 +84,7 @@ describe('POST /workers/poll wait_seconds', () => {
     expect(failed.body.status).toBe('validated')
     const res = await pending
     expect((res.body.job as Job).job_id).toBe(batch.id)
-    expect(batchRow(t.deps, batch.id)).toMatchObject({ status: 'in_progress', attempts: 1 })
+    expect(await batchRow(t.deps, batch.id)).toMatchObject({ status: 'in_progress', attempts: 1 })
   })
 
   test('a batch only wakes the held polls of workers that can serve it', async () => {
@@ -100,7 +100,7 @@ describe('POST /workers/poll wait_seconds', () => {
     })
     await validateAll(t)
     // Validated, and this poll was not woken for it: still held, the batch still waiting.
-    expect(batchRow(t.deps, otherBatch.id).status).toBe('validated')
+    expect((await batchRow(t.deps, otherBatch.id)).status).toBe('validated')
     expect(t.deps.pollWaiters.wakes).toBe(wakes)
     expect(t.deps.pollWaiters.size).toBe(1)
     const myBatch = await makeBatch(t, f.user, `${inputLine('b', mine.id)}\n`, {
@@ -143,7 +143,7 @@ describe('POST /workers/poll wait_seconds', () => {
       endpoint: '/v1/chat/completions',
     })
     await validateAll(t)
-    expect(batchRow(t.deps, batch.id).status).toBe('validated')
+    expect((await batchRow(t.deps, batch.id)).status).toBe('validated')
     await pending
   })
 

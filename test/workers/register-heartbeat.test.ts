@@ -154,7 +154,7 @@ describe('POST /workers/register', () => {
     })
     expect(modelsOf(wid).map((m) => m.name)).toEqual(['new:1'])
     expect(t.deps.db.select().from(workerGpus).where(eq(workerGpus.worker_id, wid)).all()).toHaveLength(0)
-    expect(batchRow(t.deps, batch.id)).toMatchObject({
+    expect(await batchRow(t.deps, batch.id)).toMatchObject({
       status: 'validated',
       attempts: 1,
       error: 'worker re-registered',
