@@ -1,4 +1,5 @@
 import { expect } from 'bun:test'
+import { and, eq } from 'drizzle-orm'
 import { newId } from '../../src/lib/ids'
 import { runOnce } from '../../src/services/validator'
 import type { Res, TestApp, TestServer } from './app'
@@ -103,21 +104,29 @@ export async function makeWorker(t: Pick<TestApp, 'deps'>, orgId: string) {
   return worker!
 }
 
-/** Claims a validated batch for a worker as poll does: validated → in_progress + assignment. */
+/** A validated batch held by a worker as after a claim: in_progress, with an open assignment. */
 export async function assignBatch(
   t: Pick<TestApp, 'deps'>,
   batchId: string,
   worker: { id: string; org_id: string },
 ) {
-  const batch = await t.deps.store.batches.get(batchId, null)
-  const claimed = await t.deps.store.queue.claim({
-    workerId: worker.id,
-    orgId: worker.org_id,
-    maxConcurrent: Number.MAX_SAFE_INTEGER,
-    candidates: batch?.model ? [{ model: batch.model, loaded: true, match: null }] : [],
-    now: t.deps.clock.now(),
-  })
-  if (claimed?.batch.id !== batchId)
-    throw new Error(`batch ${batchId} is not the one validated batch of its model`)
-  return { id: claimed.assignmentId }
+  const now = t.deps.clock.now()
+  const { db, tables } = rowsOf(t.deps)
+  const moved = await db
+    .update(tables.batches)
+    .set({ status: 'in_progress', in_progress_at: now, updated_at: now })
+    .where(and(eq(tables.batches.id, batchId), eq(tables.batches.status, 'validated')))
+    .returning()
+  if (!moved.length) throw new Error(`batch ${batchId} is not validated`)
+  const [assignment] = await db
+    .insert(tables.batchAssignments)
+    .values({
+      id: newId('asg_'),
+      batch_id: batchId,
+      worker_id: worker.id,
+      org_id: worker.org_id,
+      assigned_at: now,
+    })
+    .returning()
+  return assignment!
 }
