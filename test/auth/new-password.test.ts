@@ -1,6 +1,4 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { eq } from 'drizzle-orm'
-import { users } from '../../src/db/schema'
 import { makeTestApp } from '../helpers/app'
 import { makeSuperadmin, makeUser, newPassword, uniqueEmail } from '../helpers/builders'
 import { rememberSecret } from '../helpers/secrets'

@@ -1,6 +1,4 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { eq } from 'drizzle-orm'
-import { organizations, users } from '../../src/db/schema'
 import { ensureSuperadmin } from '../../src/modules/auth/service'
 import { makeTestApp } from '../helpers/app'
 import {
@@ -11,6 +9,7 @@ import {
   setUserFlags,
   uniqueEmail,
 } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 
 const t = makeTestApp({ RATE_LIMIT_LOGIN_PER_MINUTE: '3' })
 afterAll(() => t.close())
@@ -323,7 +322,8 @@ describe('first start', () => {
       body: { email: 'root@lab.test', password: 'initial-password' },
     })
     expect(login.body).toMatchObject({ platform_role: 'superadmin', must_change_password: true })
-    const org = fresh.deps.db.select().from(organizations).all()
+    const { db, tables } = rowsOf(fresh.deps)
+    const org = await db.select().from(tables.organizations)
     expect(org).toHaveLength(1)
     fresh.close()
   })

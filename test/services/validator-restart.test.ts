@@ -1,8 +1,6 @@
 import { afterAll, expect, test } from 'bun:test'
 import { rmSync } from 'node:fs'
-import { eq } from 'drizzle-orm'
 import { createApp } from '../../src/app'
-import { batchErrors, batches } from '../../src/db/schema'
 import { createDeps, type Deps } from '../../src/deps'
 import { startServer } from '../../src/index'
 import type { BatchEvent } from '../../src/lib/batch-events'
@@ -55,9 +53,9 @@ test('a batch interrupted mid-validation stays validating and is validated at th
   await stop()
   const row = (await first.deps.store.batches.get(batch.id, null))!
   expect(row.status).toBe('validating')
-  expect(first.deps.db.select().from(batchErrors).where(eq(batchErrors.batch_id, batch.id)).all()).toEqual([])
+  expect((await first.deps.store.batches.errorsOf([batch.id])).get(batch.id) ?? []).toEqual([])
   expect(first.deps.batchEvents.liveRun(batch.id)).toBeUndefined()
-  first.deps.sqlite.close()
+  await first.deps.store.close()
 
   // The restarted server picks it up without being asked.
   const deps = depsFor()

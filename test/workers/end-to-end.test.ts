@@ -1,6 +1,4 @@
 import { afterAll, expect, test } from 'bun:test'
-import { eq } from 'drizzle-orm'
-import { files } from '../../src/db/schema'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { readBlob } from '../helpers/blobs'
 import {

@@ -1,9 +1,9 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { eq } from 'drizzle-orm'
-import { batches } from '../../src/db/schema'
 import type { Job } from '../../src/modules/workers/claim'
 import { buildRequest, makeTestApp, readRes, type TestApp } from '../helpers/app'
 import { makeBatch, validateAll } from '../helpers/batches'
+import { rowsOf } from '../helpers/rows'
 import {
   batchRow,
   heartbeat,
@@ -109,7 +109,8 @@ describe('POST /workers/poll wait_seconds', () => {
     await validateAll(t)
     expect(((await pending).body.job as Job).job_id).toBe(myBatch.id)
     expect(t.deps.pollWaiters.wakes).toBe(wakes + 1)
-    t.deps.db.delete(batches).where(eq(batches.id, otherBatch.id)).run()
+    const { db, tables } = rowsOf(t.deps)
+    await db.delete(tables.batches).where(eq(tables.batches.id, otherBatch.id))
   })
 
   test('a held poll that finds nothing when woken keeps waiting, then ends with job: null', async () => {

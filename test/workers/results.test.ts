@@ -1,10 +1,10 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { eq } from 'drizzle-orm'
-import { batchAssignments, files } from '../../src/db/schema'
 import { readInputIds } from '../../src/modules/workers/results'
 import { makeTestApp } from '../helpers/app'
 import { readBlob, storedEverything, strayBlobs } from '../helpers/blobs'
 import { makePersonalKey } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 import {
   batchRow,
   errorLine,
@@ -38,8 +38,14 @@ async function claimed(requests = 3, fleet?: Fleet) {
 }
 
 const storedFiles = () => storedEverything(t.deps)
-const fileRowsOf = (batchId: string) =>
-  t.deps.db.select().from(files).where(eq(files.batch_id, batchId)).all()
+const fileRowsOf = (batchId: string) => {
+  const { db, tables } = rowsOf(t.deps)
+  return db.select().from(tables.files).where(eq(tables.files.batch_id, batchId))
+}
+const assignmentsOf = (batchId: string) => {
+  const { db, tables } = rowsOf(t.deps)
+  return db.select().from(tables.batchAssignments).where(eq(tables.batchAssignments.batch_id, batchId))
+}
 
 describe('POST /workers/progress', () => {
   test('updates request counts live', async () => {
@@ -138,9 +144,7 @@ describe('POST /workers/report-failure', () => {
       attempts: 1,
       error: '😀'.repeat(2000),
     })
-    expect(
-      t.deps.db.select().from(batchAssignments).where(eq(batchAssignments.batch_id, job.job_id)).all(),
-    ).toEqual([])
+    expect(await assignmentsOf(job.job_id)).toEqual([])
   })
 
   test('the third failure is terminal: failed, completed_at and failed_at stamped, every request failed', async () => {
@@ -286,7 +290,7 @@ describe('upload-results: the fence and the form, whatever the field order', () 
       expect(res.status).toBe(403)
       expect(res.body.error.code).toBe('stale_assignment')
       expect(await batchRow(t.deps, job.job_id)).toEqual(before)
-      expect(fileRowsOf(job.job_id)).toEqual([])
+      expect(await fileRowsOf(job.job_id)).toEqual([])
       expect(await storedFiles()).toEqual(filesBefore)
       // The current run, with the same field order, completes the batch.
       const ok = await t.req('POST', '/workers/upload-results', {
@@ -406,14 +410,14 @@ describe('POST /workers/upload-results', () => {
       request_counts_completed: 2,
       request_counts_failed: 2,
     })
-    const rows: unknown[][] = fileRowsOf(batch.id).map((r) => [r.purpose, r.user_id, r.bytes])
+    const rows: unknown[][] = (await fileRowsOf(batch.id)).map((r) => [r.purpose, r.user_id, r.bytes])
     expect(rows.sort()).toEqual(
       [
         ['batch_output', f.user.id, await t.deps.blobs.size(res.body.error_file_id)],
         ['batch_output', f.user.id, await t.deps.blobs.size(res.body.output_file_id)],
       ].sort(),
     )
-    const a = t.deps.db.select().from(batchAssignments).where(eq(batchAssignments.batch_id, batch.id)).get()!
+    const [a] = await assignmentsOf(batch.id)
     expect(a.completed_at).toBe(t.clock.now())
     expect((await heartbeat(t, f.key, wid)).body.assigned_job_ids).toEqual([])
 
@@ -468,7 +472,7 @@ describe('POST /workers/upload-results', () => {
       expect(res.body.error.code).toBe(code)
     }
     expect(await batchRow(t.deps, job.job_id)).toEqual(before)
-    expect(fileRowsOf(job.job_id)).toEqual([])
+    expect(await fileRowsOf(job.job_id)).toEqual([])
     expect(await storedFiles()).toEqual(filesBefore)
   })
 
@@ -543,7 +547,8 @@ describe('POST /workers/model-progress', () => {
   test('is logged and counts as liveness (an offline worker is back online)', async () => {
     const f = await makeFleet(t)
     const wid = await registerWorker(t, f.key)
-    t.deps.sqlite.query(`update workers set status = 'offline' where id = ?`).run(wid)
+    const { db, tables } = rowsOf(t.deps)
+    await db.update(tables.workers).set({ status: 'offline' }).where(eq(tables.workers.id, wid))
     t.clock.advance(60)
     const res = await t.req('POST', '/workers/model-progress', {
       token: f.key,
