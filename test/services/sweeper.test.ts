@@ -188,7 +188,7 @@ describe('sweeper', () => {
     const timer = handTimer()
     const stop = start(t.deps, timer.every)
     t.clock.advance(300)
-    t.deps.sqlite.close() // every query now throws
+    await t.deps.store.close() // every query now throws
     const before = capturedLogLines().length
     await timer.tick()
     const logged = capturedLogLines()
