@@ -111,6 +111,17 @@ describe('request bodies', () => {
 })
 
 describe('routing and headers', () => {
+  test('a NUL character in the path or the query is a 400 on every engine, before any lookup', async () => {
+    const u = await makeUser(t)
+    for (const path of ['/v1/batches/%00', '/v1/files?after=%00', '/v1/users/me/api-keys/batch_%00x']) {
+      const res = await t.req('GET', path, { token: u.token })
+      expectEnvelope(res, 400)
+      expect(res.body.error).toMatchObject({ type: 'invalid_request_error', code: 'invalid_value' })
+    }
+    // The same ids without the NUL are an ordinary lookup.
+    expect((await t.req('GET', '/v1/batches/batch_x', { token: u.token })).status).toBe(404)
+  })
+
   test('an unknown route is a 404 in the envelope', async () => {
     const res = await t.req('GET', '/v1/nope')
     expectEnvelope(res, 404)
