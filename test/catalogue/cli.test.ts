@@ -173,12 +173,20 @@ describe('catalogue discover', () => {
     return t
   }
 
+  // The fleet's server configuration: its data directory and, in the PostgreSQL run, its database.
+  const serverEnv = (t: TestApp) => ({
+    DATA_DIR: t.config.DATA_DIR,
+    ...(t.config.DATABASE_URL
+      ? { DATABASE_URL: t.config.DATABASE_URL, JWT_SECRET: t.config.JWT_SECRET }
+      : {}),
+  })
+
   const MANIFEST = `# Our catalogue.\n# Keep this comment.\nmodels:\n  # the one we reviewed\n  - id: reviewed-model\n    task_type: chat\n    runtime: ollama\n    runtime_model_id: "reviewed:1"\n`
 
   test('appends staged stubs for uncovered models, keeps the text, passes check, and is idempotent', async () => {
     const t = await fleet()
     const path = write(MANIFEST)
-    const env = { DATA_DIR: t.config.DATA_DIR }
+    const env = serverEnv(t)
     const first = await run(['discover', '--manifest', path], env)
     expect(first.code).toBe(0)
     const text = readFileSync(path, 'utf8')
@@ -233,14 +241,14 @@ describe('catalogue discover', () => {
     const t = await fleet()
     const covering = `${MANIFEST}  - id: nemo-reviewed\n    task_type: chat\n    digest: "${fakeDigest('nemo')}"\n    runtime: ollama\n    runtime_model_id: other-name\n`
     const path = write(covering)
-    const r = await run(['discover', '--manifest', path], { DATA_DIR: t.config.DATA_DIR })
+    const r = await run(['discover', '--manifest', path], serverEnv(t))
     expect(r.code).toBe(0)
     expect(readFileSync(path, 'utf8')).not.toContain('mistral-nemo')
   })
 
   test('creates the manifest when it does not exist; refuses to append where models is not last', async () => {
     const t = await fleet()
-    const env = { DATA_DIR: t.config.DATA_DIR }
+    const env = serverEnv(t)
     const created = join(dir, 'new-manifest.yaml')
     expect((await run(['discover', '--manifest', created], env)).code).toBe(0)
     const parsed = checkManifest(readFileSync(created, 'utf8'))
