@@ -16,8 +16,8 @@ import { makeUser } from '../helpers/builders'
 const config = testConfig()
 afterAll(() => rmSync(config.DATA_DIR, { recursive: true, force: true }))
 
-const depsFor = () =>
-  createDeps(config, { clock: manualClock(), mailer: capturingMailer(), passwords: cheapPasswords() })
+const depsFor = (clock = manualClock()) =>
+  createDeps(config, { clock, mailer: capturingMailer(), passwords: cheapPasswords() })
 const target = (deps: Deps) => {
   const app = createApp(deps)
   return {
@@ -57,8 +57,9 @@ test('a batch interrupted mid-validation stays validating and is validated at th
   expect(first.deps.batchEvents.liveRun(batch.id)).toBeUndefined()
   await first.deps.store.close()
 
-  // The restarted server picks it up without being asked.
-  const deps = depsFor()
+  // The restarted server picks it up without being asked, once the dead run's lease has lapsed
+  // (PostgreSQL's instances lease a validation; SQLite's one process needs no lease).
+  const deps = depsFor(manualClock(manualClock().now() + validator.VALIDATION_LEASE_SECONDS + 1))
   const done = waitFor(deps, batch.id, 'done')
   const server = await startServer(config, deps)
   try {
