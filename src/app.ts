@@ -4,7 +4,7 @@ import pkg from '../package.json'
 import type { Deps } from './deps'
 import { beginRequest, pathOf, requestFacts } from './http/context'
 import { errorHandler, toAppError } from './http/errors'
-import { checkBodyHeaders, checkJsonBody } from './http/parse'
+import { checkBodyHeaders, checkJsonBody, checkUrl } from './http/parse'
 import { log, logEnabled } from './lib/logger'
 import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
@@ -27,6 +27,7 @@ export function createApp(deps: Deps) {
       .onRequest(({ request, set }) => {
         set.headers['x-request-id'] = beginRequest(request, deps.clock.monotonicMs()).id
         deps.requestsOpen++
+        checkUrl(request)
         checkBodyHeaders(request)
       })
       // Parsing itself is declared per route (jsonBody / optionalJsonBody in src/http/parse.ts).

@@ -80,7 +80,11 @@ export interface DepsOverrides {
  * API.md §12: SQLite at DATABASE_PATH (opened and migrated here), or PostgreSQL at DATABASE_URL
  * (connected lazily; `store.ready()` migrates it before the server listens).
  */
-function openStore(config: Config, instanceId: string, clock: Clock): Pick<Deps, 'db' | 'sqlite' | 'store'> {
+export function openStore(
+  config: Config,
+  instanceId: string,
+  clock: Clock,
+): Pick<Deps, 'db' | 'sqlite' | 'store'> {
   if (config.DATABASE_URL) {
     const pg = openPostgres({ url: config.DATABASE_URL, max: config.DATABASE_POOL_SIZE })
     // The SQLite handles do not exist here; nothing behind the seam may reach for them.

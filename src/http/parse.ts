@@ -34,6 +34,15 @@ function routeKey(request: Request): string {
   return `${request.method} ${path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path}`
 }
 
+/**
+ * Bad input is a 400 (API.md §0): a NUL character (%00) is never part of an id, a cursor or a
+ * query value, and PostgreSQL cannot compare one with a text column at all (API.md §12: both
+ * engines answer alike).
+ */
+export function checkUrl(request: Request): void {
+  if (request.url.includes('%00')) throw badRequest('invalid_value', 'The URL contains a NUL character (%00)')
+}
+
 /** Headers-only checks, before routing and before a byte of the body is read. */
 export function checkBodyHeaders(request: Request): void {
   const length = request.headers.get('content-length')

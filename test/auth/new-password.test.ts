@@ -1,6 +1,4 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { eq } from 'drizzle-orm'
-import { users } from '../../src/db/schema'
 import { makeTestApp } from '../helpers/app'
 import { makeSuperadmin, makeUser, newPassword, uniqueEmail } from '../helpers/builders'
 import { rememberSecret } from '../helpers/secrets'
@@ -14,7 +12,7 @@ afterAll(() => t.close())
 const LENGTHS = [7, 257, 4097, 10_000, 1_000_000]
 const tooLong = (n: number) => 'p'.repeat(n)
 
-const hashOf = (id: string) => t.deps.db.select().from(users).where(eq(users.id, id)).get()!.password_hash
+const hashOf = async (id: string) => (await t.deps.store.accounts.findUserById(id))!.password_hash
 
 describe('a new password outside 8–256 characters is 400 weak_password', () => {
   test.each(LENGTHS)('%d characters at signup', async (n) => {
@@ -26,7 +24,7 @@ describe('a new password outside 8–256 characters is 400 weak_password', () =>
       400,
       expect.objectContaining({ code: 'weak_password', param: 'password' }),
     ])
-    expect(t.deps.db.select().from(users).where(eq(users.email, email)).get()).toBeUndefined()
+    expect(await t.deps.store.accounts.findUserByEmail(email)).toBeUndefined()
   })
 
   test.each(LENGTHS)('%d characters when a superadmin creates a user', async (n) => {
@@ -40,12 +38,12 @@ describe('a new password outside 8–256 characters is 400 weak_password', () =>
       400,
       expect.objectContaining({ code: 'weak_password', param: 'password' }),
     ])
-    expect(t.deps.db.select().from(users).where(eq(users.email, email)).get()).toBeUndefined()
+    expect(await t.deps.store.accounts.findUserByEmail(email)).toBeUndefined()
   })
 
   test.each(LENGTHS)('%d characters at change-password', async (n) => {
     const u = await makeUser(t)
-    const before = hashOf(u.id)
+    const before = await hashOf(u.id)
     const res = await t.req('POST', '/v1/auth/change-password', {
       token: u.token,
       body: { current_password: u.password, new_password: tooLong(n) },
@@ -54,7 +52,7 @@ describe('a new password outside 8–256 characters is 400 weak_password', () =>
       400,
       expect.objectContaining({ code: 'weak_password', param: 'new_password' }),
     ])
-    expect(hashOf(u.id)).toBe(before)
+    expect(await hashOf(u.id)).toBe(before)
   })
 
   test.each(LENGTHS)('%d characters at reset-password, and the token stays usable', async (n) => {
@@ -63,13 +61,13 @@ describe('a new password outside 8–256 characters is 400 weak_password', () =>
     const mail = t.mail.sent.filter((m) => m.to === u.email).at(-1)!
     const token = /token=([\w-]+)/.exec(mail.text)![1]!
     rememberSecret(token)
-    const before = hashOf(u.id)
+    const before = await hashOf(u.id)
     const res = await t.req('POST', '/v1/auth/reset-password', { body: { token, new_password: tooLong(n) } })
     expect([res.status, res.body.error]).toEqual([
       400,
       expect.objectContaining({ code: 'weak_password', param: 'new_password' }),
     ])
-    expect(hashOf(u.id)).toBe(before)
+    expect(await hashOf(u.id)).toBe(before)
     const ok = await t.req('POST', '/v1/auth/reset-password', {
       body: { token, new_password: newPassword() },
     })

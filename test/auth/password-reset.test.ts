@@ -2,10 +2,10 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { readdirSync, readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { eq } from 'drizzle-orm'
-import { passwordResetTokens } from '../../src/db/schema'
 import { createMailer } from '../../src/lib/mailer'
 import { makeTestApp, startTestServer } from '../helpers/app'
 import { loginAs, makeUser, newPassword, setUserFlags, uniqueEmail } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 import { capturedLogLines, rememberSecret } from '../helpers/secrets'
 import { startSmtpServer } from '../helpers/smtp'
 
@@ -44,15 +44,15 @@ describe('POST /v1/auth/forgot-password', () => {
     const token = tokenFromMail(u.email)
     expect(token).toMatch(/^[\w-]{43}$/) // 32 random bytes, base64url
     expect(mail.text).toContain(`\n${token}\n`) // the raw token also stands alone in the mail
-    const rows = t.deps.db
+    const { db, tables } = rowsOf(t.deps)
+    const rows = await db
       .select()
-      .from(passwordResetTokens)
-      .where(eq(passwordResetTokens.user_id, u.id))
-      .all()
+      .from(tables.passwordResetTokens)
+      .where(eq(tables.passwordResetTokens.user_id, u.id))
     expect(rows).toHaveLength(1)
     expect(rows[0]!.token_hash).toMatch(/^[0-9a-f]{64}$/)
     // The database never holds the raw token, in any column of any table.
-    const dump = t.deps.sqlite.query('SELECT * FROM password_reset_tokens').all()
+    const dump = await db.select().from(tables.passwordResetTokens)
     expect(JSON.stringify(dump)).not.toContain(token)
     expect(rows[0]!.expires_at).toBe(t.clock.now() + 3600)
   })

@@ -1,6 +1,4 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { eq } from 'drizzle-orm'
-import { organizations, users } from '../../src/db/schema'
 import { ensureSuperadmin } from '../../src/modules/auth/service'
 import { makeTestApp } from '../helpers/app'
 import {
@@ -11,6 +9,7 @@ import {
   setUserFlags,
   uniqueEmail,
 } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 
 const t = makeTestApp({ RATE_LIMIT_LOGIN_PER_MINUTE: '3' })
 afterAll(() => t.close())
@@ -60,7 +59,7 @@ describe('POST /v1/auth/signup', () => {
 
   test('stores the password as an argon2id hash, never in clear', async () => {
     const u = await makeUser(t)
-    const row = t.deps.db.select().from(users).where(eq(users.id, u.id)).get()!
+    const row = (await t.deps.store.accounts.findUserById(u.id))!
     expect(row.password_hash).toStartWith('$argon2id$')
     expect(row.password_hash).not.toContain(u.password)
   })
@@ -95,7 +94,7 @@ describe('POST /v1/auth/signup', () => {
         code: 'unknown_field',
         param: field,
       })
-      expect(t.deps.db.select().from(users).where(eq(users.email, email)).get()).toBeUndefined()
+      expect(await t.deps.store.accounts.findUserByEmail(email)).toBeUndefined()
     })
   }
 
@@ -323,7 +322,8 @@ describe('first start', () => {
       body: { email: 'root@lab.test', password: 'initial-password' },
     })
     expect(login.body).toMatchObject({ platform_role: 'superadmin', must_change_password: true })
-    const org = fresh.deps.db.select().from(organizations).all()
+    const { db, tables } = rowsOf(fresh.deps)
+    const org = await db.select().from(tables.organizations)
     expect(org).toHaveLength(1)
     fresh.close()
   })

@@ -1,9 +1,9 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { files } from '../../src/db/schema'
 import { newId } from '../../src/lib/ids'
 import { makeTestApp } from '../helpers/app'
 import { jsonl, line, makeBatch, makeCatalogEntry, makeFile, validateAll } from '../helpers/batches'
 import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 
 // API.md §6 Batches: create (returns at once, `validating`), the OpenAI batch object, detail and
 // list visibility (owner; superadmin sees all), filters and pagination; no cancel endpoint.
@@ -113,17 +113,15 @@ describe('POST /v1/batches', () => {
     expect(res.status).toBe(404)
     expect(res.body.error).toMatchObject({ code: 'file_not_found', param: 'input_file_id' })
     const out = newId('file-')
-    t.deps.db
-      .insert(files)
-      .values({
-        id: out,
-        user_id: u.id,
-        filename: 'o.jsonl',
-        purpose: 'batch_output',
-        bytes: 1,
-        created_at: 1,
-      })
-      .run()
+    const { db, tables } = rowsOf(t.deps)
+    await db.insert(tables.files).values({
+      id: out,
+      user_id: u.id,
+      filename: 'o.jsonl',
+      purpose: 'batch_output',
+      bytes: 1,
+      created_at: 1,
+    })
     const bad = await t.req('POST', '/v1/batches', { token: u.token, body: { input_file_id: out } })
     expect(bad.status).toBe(400)
     expect(bad.body.error.code).toBe('invalid_file_purpose')

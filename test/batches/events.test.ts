@@ -1,10 +1,10 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { batches } from '../../src/db/schema'
 import { newId } from '../../src/lib/ids'
 import { openStreams } from '../../src/modules/batches/events'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { jsonl, line, makeBatch, makeCatalogEntry, makeFile } from '../helpers/batches'
 import { type MadeUser, makeSuperadmin, makeUser } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 import { eventually, openSse } from '../helpers/sse'
 
 // GET /v1/batches/{id}/events over a real HTTP connection (API.md §6 "Events").
@@ -21,19 +21,17 @@ async function pendingBatch(t: TestServer, user: MadeUser, content: string) {
   const fileId = await makeFile(t, user, content)
   const id = newId('batch_')
   const now = t.clock.now()
-  t.deps.db
-    .insert(batches)
-    .values({
-      id,
-      user_id: user.id,
-      input_file_id: fileId,
-      endpoint: '/v1/chat/completions',
-      completion_window: '24h',
-      status: 'validating',
-      created_at: now,
-      updated_at: now,
-    })
-    .run()
+  const { db, tables } = rowsOf(t.deps)
+  await db.insert(tables.batches).values({
+    id,
+    user_id: user.id,
+    input_file_id: fileId,
+    endpoint: '/v1/chat/completions',
+    completion_window: '24h',
+    status: 'validating',
+    created_at: now,
+    updated_at: now,
+  })
   return id
 }
 

@@ -2,8 +2,6 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { eq } from 'drizzle-orm'
-import { catalogEntries, workerModels, workerRuntimes, workers } from '../../src/db/schema'
 import { newId } from '../../src/lib/ids'
 import { type CliIo, catalogueCommand } from '../../src/modules/catalogue/cli'
 import { stubId } from '../../src/modules/catalogue/discover'
@@ -12,6 +10,7 @@ import { applyManifest } from '../../src/modules/catalogue/seed'
 import { makeTestApp, type TestApp } from '../helpers/app'
 import { makeUser } from '../helpers/builders'
 import { fakeDigest, makeCatalogEntry } from '../helpers/catalogue'
+import { rowsOf } from '../helpers/rows'
 
 // `gridkeep catalogue check|discover` (SPEC rule 8; the same validation as seeding).
 
@@ -108,84 +107,86 @@ describe('catalogue discover', () => {
     apps.push(t)
     const owner = await makeUser(t)
     const now = t.clock.now()
-    const addWorker = (engines: string[]) => {
+    const { db, tables } = rowsOf(t.deps)
+    const addWorker = async (engines: string[]) => {
       const id = newId('wrk_')
-      t.deps.db
-        .insert(workers)
-        .values({
-          id,
-          org_id: owner.personalOrgId,
-          name: id,
-          status: 'online',
-          registered_at: now,
-          last_seen_at: now,
-        })
-        .run()
+      await db.insert(tables.workers).values({
+        id,
+        org_id: owner.personalOrgId,
+        name: id,
+        status: 'online',
+        registered_at: now,
+        last_seen_at: now,
+      })
       for (const engine of engines)
-        t.deps.db
-          .insert(workerRuntimes)
+        await db
+          .insert(tables.workerRuntimes)
           .values({ worker_id: id, engine, base_url: 'http://gpu:1', status: 'online' })
-          .run()
       return id
     }
     const report = (
       workerId: string,
       m: { name: string; runtime?: string | null; digest?: string | null; size_bytes?: number },
     ) =>
-      t.deps.db
-        .insert(workerModels)
-        .values({
-          worker_id: workerId,
-          name: m.name,
-          runtime: m.runtime ?? null,
-          digest: m.digest ?? null,
-          size_bytes: m.size_bytes ?? null,
-        })
-        .run()
+      db.insert(tables.workerModels).values({
+        worker_id: workerId,
+        name: m.name,
+        runtime: m.runtime ?? null,
+        digest: m.digest ?? null,
+        size_bytes: m.size_bytes ?? null,
+      })
 
-    const w1 = addWorker(['ollama'])
-    const w2 = addWorker(['ollama', 'vllm'])
+    const w1 = await addWorker(['ollama'])
+    const w2 = await addWorker(['ollama', 'vllm'])
     // Covered: by serving-profile name (no digest on either side) …
     await makeCatalogEntry(t.deps, { id: 'known-by-name', runtime_model_id: 'known:latest' })
-    report(w1, { name: 'known:latest', runtime: 'ollama' })
+    await report(w1, { name: 'known:latest', runtime: 'ollama' })
     // … and by digest, whatever the local name.
     await makeCatalogEntry(t.deps, { id: 'known-by-digest', digest: fakeDigest('known') })
-    report(w1, { name: 'my-own-tag', runtime: 'ollama', digest: `sha256:${fakeDigest('known')}` })
+    await report(w1, { name: 'my-own-tag', runtime: 'ollama', digest: `sha256:${fakeDigest('known')}` })
     // Not covered: a new model on two workers (one stub), a new vLLM model, a known tag whose
     // digest differs from the pinned one (a different artifact), a runtime-less row on a
     // one-runtime worker, and a name that slugifies into a runtime name.
-    report(w1, {
+    await report(w1, {
       name: 'mistral-nemo:12b-instruct-2407-q4_K_M',
       runtime: 'ollama',
       digest: fakeDigest('nemo'),
       size_bytes: 7_477_207_040,
     })
-    report(w2, {
+    await report(w2, {
       name: 'mistral-nemo:12b-instruct-2407-q4_K_M',
       runtime: 'ollama',
       digest: fakeDigest('nemo'),
     })
-    report(w2, { name: 'Qwen/Qwen2.5-14B-Instruct', runtime: 'vllm' })
+    await report(w2, { name: 'Qwen/Qwen2.5-14B-Instruct', runtime: 'vllm' })
     await makeCatalogEntry(t.deps, {
       id: 'pinned',
       runtime_model_id: 'pinned:1',
       digest: fakeDigest('pinned-a'),
     })
-    report(w2, { name: 'pinned:1', runtime: 'ollama', digest: fakeDigest('pinned-b') })
-    report(w1, { name: 'phi3:mini', runtime: null })
-    report(w2, { name: 'ollama/llama-vllm', runtime: 'ollama' })
+    await report(w2, { name: 'pinned:1', runtime: 'ollama', digest: fakeDigest('pinned-b') })
+    await report(w1, { name: 'phi3:mini', runtime: null })
+    await report(w2, { name: 'ollama/llama-vllm', runtime: 'ollama' })
     // Unusable: no runtime on a two-runtime worker; an engine gridkeep does not know.
-    report(w2, { name: 'mystery', runtime: null })
-    report(w1, { name: 'kobold-thing', runtime: 'koboldcpp' })
+    await report(w2, { name: 'mystery', runtime: null })
+    await report(w1, { name: 'kobold-thing', runtime: 'koboldcpp' })
     return t
   }
+
+  // The fleet's server configuration: its data directory and, in the PostgreSQL run, its database.
+  const serverEnv = (t: TestApp) => ({
+    DATA_DIR: t.config.DATA_DIR,
+    ...(t.config.DATABASE_URL
+      ? { DATABASE_URL: t.config.DATABASE_URL, JWT_SECRET: t.config.JWT_SECRET }
+      : {}),
+  })
 
   const MANIFEST = `# Our catalogue.\n# Keep this comment.\nmodels:\n  # the one we reviewed\n  - id: reviewed-model\n    task_type: chat\n    runtime: ollama\n    runtime_model_id: "reviewed:1"\n`
 
   test('appends staged stubs for uncovered models, keeps the text, passes check, and is idempotent', async () => {
     const t = await fleet()
     const path = write(MANIFEST)
-    const env = { DATA_DIR: t.config.DATA_DIR }
+    const env = serverEnv(t)
     const first = await run(['discover', '--manifest', path], env)
     expect(first.code).toBe(0)
     const text = readFileSync(path, 'utf8')
@@ -232,7 +233,7 @@ describe('catalogue discover', () => {
     const u = await makeUser(t)
     const listed = await t.req('GET', '/v1/models', { token: u.token })
     expect(listed.body.data.map((m: { id: string }) => m.id)).not.toContain(nemo.id)
-    const stored = t.deps.db.select().from(catalogEntries).where(eq(catalogEntries.id, nemo.id)).get()!
+    const stored = (await t.deps.store.catalogue.entry(nemo.id))!
     expect(stored).toMatchObject({ enabled: false, status: 'unverified', digest: fakeDigest('nemo') })
   })
 
@@ -240,14 +241,14 @@ describe('catalogue discover', () => {
     const t = await fleet()
     const covering = `${MANIFEST}  - id: nemo-reviewed\n    task_type: chat\n    digest: "${fakeDigest('nemo')}"\n    runtime: ollama\n    runtime_model_id: other-name\n`
     const path = write(covering)
-    const r = await run(['discover', '--manifest', path], { DATA_DIR: t.config.DATA_DIR })
+    const r = await run(['discover', '--manifest', path], serverEnv(t))
     expect(r.code).toBe(0)
     expect(readFileSync(path, 'utf8')).not.toContain('mistral-nemo')
   })
 
   test('creates the manifest when it does not exist; refuses to append where models is not last', async () => {
     const t = await fleet()
-    const env = { DATA_DIR: t.config.DATA_DIR }
+    const env = serverEnv(t)
     const created = join(dir, 'new-manifest.yaml')
     expect((await run(['discover', '--manifest', created], env)).code).toBe(0)
     const parsed = checkManifest(readFileSync(created, 'utf8'))

@@ -3,7 +3,6 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { asc, eq } from 'drizzle-orm'
-import { artifactFiles, batches, catalogEntries, servingProfiles } from '../../src/db/schema'
 import { createDeps } from '../../src/deps'
 import { startServer } from '../../src/index'
 import { manualClock } from '../../src/lib/clock'
@@ -19,6 +18,7 @@ import {
 } from '../helpers/app'
 import { makeUser } from '../helpers/builders'
 import { fakeDigest } from '../helpers/catalogue'
+import { rowsOf } from '../helpers/rows'
 import { capturedLogLines } from '../helpers/secrets'
 
 // SPEC rules 4, 5 and 7: the manifest is upserted at every start; bad entries are logged with the
@@ -38,29 +38,22 @@ const entry = (id: string, extra = '') =>
   `  - id: ${id}\n    task_type: chat\n    runtime: ollama\n    runtime_model_id: "${id}:latest"\n${extra}`
 const manifest = (...entries: string[]) => `models:\n${entries.join('\n')}\n`
 
-const row = (t: TestApp, id: string) =>
-  t.deps.db.select().from(catalogEntries).where(eq(catalogEntries.id, id)).get()
-const ids = (t: TestApp) =>
-  t.deps.db
-    .select({ id: catalogEntries.id })
-    .from(catalogEntries)
-    .orderBy(asc(catalogEntries.id))
-    .all()
-    .map((r) => r.id)
-const profiles = (t: TestApp, id: string) =>
-  t.deps.db
-    .select()
-    .from(servingProfiles)
-    .where(eq(servingProfiles.catalog_id, id))
-    .orderBy(asc(servingProfiles.runtime))
-    .all()
-const files = (t: TestApp, id: string) =>
-  t.deps.db
-    .select()
-    .from(artifactFiles)
-    .where(eq(artifactFiles.catalog_id, id))
-    .orderBy(asc(artifactFiles.path))
-    .all()
+const row = (t: TestApp, id: string) => t.deps.store.catalogue.entry(id)
+const ids = async (t: TestApp) => {
+  const { db, tables } = rowsOf(t.deps)
+  const rows = await db.select({ id: tables.catalogEntries.id }).from(tables.catalogEntries)
+  return rows.map((r) => r.id).sort()
+}
+const profiles = (t: TestApp, id: string) => {
+  const { db, tables } = rowsOf(t.deps)
+  const p = tables.servingProfiles
+  return db.select().from(p).where(eq(p.catalog_id, id)).orderBy(asc(p.runtime))
+}
+const files = (t: TestApp, id: string) => {
+  const { db, tables } = rowsOf(t.deps)
+  const f = tables.artifactFiles
+  return db.select().from(f).where(eq(f.catalog_id, id)).orderBy(asc(f.path))
+}
 const logRecords = (msg: string) =>
   capturedLogLines()
     .map((l) => JSON.parse(l) as Record<string, unknown>)
@@ -82,7 +75,7 @@ describe('rules 1–3 at seed time: logged with the rule, skipped, seeding conti
     )
     expect(report.applied).toBe(true)
     expect(report.inserted).toEqual(['before', 'after'])
-    expect(ids(t)).toEqual(['after', 'before'])
+    expect(await ids(t)).toEqual(['after', 'before'])
     const logged = logRecords('catalogue entry skipped').filter((r) => r.source === source)
     expect(logged).toEqual([expect.objectContaining({ level: 'warn', id: badId, rule, index: 1 })])
   })
@@ -107,7 +100,7 @@ describe('rules 1–3 at seed time: logged with the rule, skipped, seeding conti
     const report = await applyManifest(t.deps, 'models: [unclosed\n  - : :', 'test-broken-yaml')
     expect(report.applied).toBe(false)
     expect(report.error).toContain('not valid YAML')
-    expect(ids(t)).toEqual(['kept'])
+    expect(await ids(t)).toEqual(['kept'])
     expect(
       logRecords('catalogue manifest unusable; stored catalogue kept').some(
         (r) => r.source === 'test-broken-yaml',
@@ -120,7 +113,7 @@ describe('upsert (rule 7)', () => {
   test('new ids are inserted, managed fields of existing ids updated, absent entries untouched', async () => {
     const t = fresh()
     await applyManifest(t.deps, manifest(entry('a', '    vram_gb: 8\n'), entry('b')), 'v1')
-    const createdA = row(t, 'a')!.created_at
+    const createdA = (await row(t, 'a'))!.created_at
     t.clock.advance(60)
     const report = await applyManifest(
       t.deps,
@@ -129,33 +122,37 @@ describe('upsert (rule 7)', () => {
     )
     expect(report.inserted).toEqual(['c'])
     expect(report.updated).toEqual(['a'])
-    expect(ids(t)).toEqual(['a', 'b', 'c'])
-    const a = row(t, 'a')!
+    expect(await ids(t)).toEqual(['a', 'b', 'c'])
+    const a = (await row(t, 'a'))!
     expect(a.vram_gb).toBe(12)
     expect(a.display_name).toBe('Model A')
     expect(a.created_at).toBe(createdA)
     expect(a.updated_at).toBe(createdA + 60)
     // b is absent from v2: left exactly as it was, still enabled.
-    expect(row(t, 'b')).toMatchObject({ enabled: true, runtime_model_id: 'b:latest', updated_at: createdA })
+    expect(await row(t, 'b')).toMatchObject({
+      enabled: true,
+      runtime_model_id: 'b:latest',
+      updated_at: createdA,
+    })
   })
 
   test('a field removed from the manifest is cleared (every stated field is managed)', async () => {
     const t = fresh()
     await applyManifest(t.deps, manifest(entry('a', '    lineage: org/base\n    vram_gb: 8\n')), 'v1')
     await applyManifest(t.deps, manifest(entry('a')), 'v2')
-    expect(row(t, 'a')).toMatchObject({ lineage: null, vram_gb: null })
+    expect(await row(t, 'a')).toMatchObject({ lineage: null, vram_gb: null })
   })
 
   test('reseeding an unchanged manifest changes nothing', async () => {
     const t = fresh()
     const text = manifest(entry('a', '    capabilities: { json_mode: true, logprobs: true }\n'))
     await applyManifest(t.deps, text, 'v1')
-    const before = row(t, 'a')
+    const before = await row(t, 'a')
     t.clock.advance(60)
     const report = await applyManifest(t.deps, text, 'v1-again')
     expect(report.unchanged).toEqual(['a'])
     expect(report.updated).toEqual([])
-    expect(row(t, 'a')).toEqual(before!)
+    expect(await row(t, 'a')).toEqual(before!)
   })
 
   test('enabled: false entries are stored (hidden elsewhere), and can be enabled later', async () => {
@@ -165,9 +162,9 @@ describe('upsert (rule 7)', () => {
       manifest(entry('staged', '    enabled: false\n    status: unverified\n')),
       'v1',
     )
-    expect(row(t, 'staged')).toMatchObject({ enabled: false, status: 'unverified' })
+    expect(await row(t, 'staged')).toMatchObject({ enabled: false, status: 'unverified' })
     await applyManifest(t.deps, manifest(entry('staged')), 'v2')
-    expect(row(t, 'staged')).toMatchObject({ enabled: true, status: 'active' })
+    expect(await row(t, 'staged')).toMatchObject({ enabled: true, status: 'active' })
   })
 })
 
@@ -179,23 +176,21 @@ describe('rename (rule 5)', () => {
     const profs =
       '    serving_profiles:\n      - { runtime: ollama, runtime_model_id: "m:1" }\n      - { runtime: llama.cpp, runtime_model_id: m1 }\n'
     await applyManifest(t.deps, manifest(`  - id: old-slug\n    task_type: chat\n${profs}${fileRows}`), 'v1')
-    const old = row(t, 'old-slug')!
-    const oldProfiles = profiles(t, 'old-slug')
+    const old = (await row(t, 'old-slug'))!
+    const oldProfiles = await profiles(t, 'old-slug')
     const u = await makeUser(t)
-    t.deps.db
-      .insert(batches)
-      .values({
-        id: 'batch_renamecase',
-        user_id: u.id,
-        input_file_id: 'file-x',
-        endpoint: '/v1/chat/completions',
-        completion_window: '24h',
-        model: 'old-slug',
-        status: 'validated',
-        created_at: 1,
-        updated_at: 1,
-      })
-      .run()
+    const { db, tables } = rowsOf(t.deps)
+    await db.insert(tables.batches).values({
+      id: 'batch_renamecase',
+      user_id: u.id,
+      input_file_id: 'file-x',
+      endpoint: '/v1/chat/completions',
+      completion_window: '24h',
+      model: 'old-slug',
+      status: 'validated',
+      created_at: 1,
+      updated_at: 1,
+    })
 
     const report = await applyManifest(
       t.deps,
@@ -204,16 +199,16 @@ describe('rename (rule 5)', () => {
     )
     expect(report.renamed).toEqual([{ from: 'old-slug', to: 'new-slug' }])
     expect(report.inserted).toEqual([])
-    expect(ids(t)).toEqual(['new-slug'])
-    const renamed = row(t, 'new-slug')!
+    expect(await ids(t)).toEqual(['new-slug'])
+    const renamed = (await row(t, 'new-slug'))!
     expect(renamed.seq).toBe(old.seq)
     expect(renamed.created_at).toBe(old.created_at)
     expect(renamed.renamed_from).toBe('old-slug')
     // Children followed through ON UPDATE CASCADE: same rows, new parent id.
-    expect(profiles(t, 'new-slug').map((p) => p.seq)).toEqual(oldProfiles.map((p) => p.seq))
-    expect(profiles(t, 'old-slug')).toEqual([])
-    expect(files(t, 'new-slug').map((f) => f.sha256)).toEqual([sha])
-    const batch = t.deps.db.select().from(batches).where(eq(batches.id, 'batch_renamecase')).get()!
+    expect((await profiles(t, 'new-slug')).map((p) => p.seq)).toEqual(oldProfiles.map((p) => p.seq))
+    expect(await profiles(t, 'old-slug')).toEqual([])
+    expect((await files(t, 'new-slug')).map((f) => f.sha256)).toEqual([sha])
+    const batch = (await t.deps.store.batches.get('batch_renamecase', null))!
     expect(batch.model).toBe('old-slug')
 
     // One-shot: the same manifest at the next start is a plain (no-op) update.
@@ -235,13 +230,13 @@ describe('rename (rule 5)', () => {
     )
     expect(report.inserted).toEqual(['fresh-id'])
     expect(report.renamed).toEqual([])
-    expect(row(t, 'fresh-id')!.renamed_from).toBe('never-existed')
+    expect((await row(t, 'fresh-id'))!.renamed_from).toBe('never-existed')
   })
 
   test('when both ids already exist the old one is left untouched and a note is logged', async () => {
     const t = fresh()
     await applyManifest(t.deps, manifest(entry('old-id', '    vram_gb: 4\n'), entry('new-id')), 'v1')
-    const oldBefore = row(t, 'old-id')
+    const oldBefore = await row(t, 'old-id')
     const report = await applyManifest(
       t.deps,
       manifest(entry('new-id', '    renamed_from: old-id\n    vram_gb: 9\n')),
@@ -250,8 +245,8 @@ describe('rename (rule 5)', () => {
     expect(report.renamed).toEqual([])
     expect(report.updated).toEqual(['new-id'])
     expect(report.notes).toEqual([{ id: 'new-id', message: expect.stringContaining('left untouched') }])
-    expect(row(t, 'old-id')).toEqual(oldBefore!)
-    expect(row(t, 'new-id')!.vram_gb).toBe(9)
+    expect(await row(t, 'old-id')).toEqual(oldBefore!)
+    expect((await row(t, 'new-id'))!.vram_gb).toBe(9)
     expect(logRecords('catalogue rename not applied').some((r) => r.source === 'test-rename-both')).toBe(true)
   })
 })
@@ -260,7 +255,7 @@ describe('serving profiles', () => {
   test('derived from runtime/runtime_model_id when none is given (derived: true)', async () => {
     const t = fresh()
     await applyManifest(t.deps, manifest(entry('a')), 'v1')
-    expect(profiles(t, 'a')).toEqual([
+    expect(await profiles(t, 'a')).toEqual([
       expect.objectContaining({ runtime: 'ollama', runtime_model_id: 'a:latest', derived: true, params: {} }),
     ])
     // The derived profile follows its source fields.
@@ -269,7 +264,7 @@ describe('serving profiles', () => {
       manifest('  - id: a\n    task_type: chat\n    runtime: vllm\n    runtime_model_id: org/a'),
       'v2',
     )
-    expect(profiles(t, 'a')).toEqual([
+    expect(await profiles(t, 'a')).toEqual([
       expect.objectContaining({ runtime: 'vllm', runtime_model_id: 'org/a', derived: true }),
     ])
   })
@@ -279,12 +274,12 @@ describe('serving profiles', () => {
     const one =
       '  - id: a\n    task_type: chat\n    serving_profiles:\n      - { runtime: ollama, runtime_model_id: "a:1" }'
     await applyManifest(t.deps, manifest(one), 'v1')
-    const firstSeq = profiles(t, 'a')[0]!.seq
+    const firstSeq = (await profiles(t, 'a'))[0]!.seq
     const two = `${one}\n      - { runtime: llama.cpp, runtime_model_id: a1, params: { ctx_size: 4096 } }`
     const report = await applyManifest(t.deps, manifest(two), 'v2')
     expect(report.updated).toEqual(['a'])
-    expect(ids(t)).toEqual(['a'])
-    expect(profiles(t, 'a')).toEqual([
+    expect(await ids(t)).toEqual(['a'])
+    expect(await profiles(t, 'a')).toEqual([
       expect.objectContaining({
         runtime: 'llama.cpp',
         runtime_model_id: 'a1',
@@ -294,20 +289,19 @@ describe('serving profiles', () => {
       expect.objectContaining({ seq: firstSeq, runtime: 'ollama', runtime_model_id: 'a:1', derived: false }),
     ])
     // The deprecated columns are still written (SPEC §9).
-    expect(row(t, 'a')).toMatchObject({ runtime: 'ollama', runtime_model_id: 'a:1' })
+    expect(await row(t, 'a')).toMatchObject({ runtime: 'ollama', runtime_model_id: 'a:1' })
     await applyManifest(t.deps, manifest(one), 'v3')
-    expect(profiles(t, 'a').map((p) => p.runtime)).toEqual(['ollama'])
+    expect((await profiles(t, 'a')).map((p) => p.runtime)).toEqual(['ollama'])
   })
 
   test('the database refuses a second profile for the same (entry, runtime)', async () => {
     const t = fresh()
     await applyManifest(t.deps, manifest(entry('a')), 'v1')
-    expect(() =>
-      t.deps.db
-        .insert(servingProfiles)
-        .values({ catalog_id: 'a', runtime: 'ollama', runtime_model_id: 'x' })
-        .run(),
-    ).toThrow()
+    const { db, tables } = rowsOf(t.deps)
+    const duplicate = db
+      .insert(tables.servingProfiles)
+      .values({ catalog_id: 'a', runtime: 'ollama', runtime_model_id: 'x' })
+    await expect(Promise.resolve(duplicate)).rejects.toThrow()
   })
 })
 
@@ -318,18 +312,20 @@ describe('artifact files and digests', () => {
     const p = fakeDigest('p')
     const v1 = `    digest: "SHA256:${w.toUpperCase()}"\n    artifact_files:\n      - { path: model.gguf, sha256: "sha256:${w.toUpperCase()}", size_bytes: 100 }\n      - { path: mmproj.gguf, sha256: "${p}", size_bytes: 10 }\n`
     await applyManifest(t.deps, manifest(entry('vis', v1)), 'v1')
-    expect(row(t, 'vis')!.digest).toBe(w)
-    expect(files(t, 'vis').map(({ path, sha256, size_bytes }) => ({ path, sha256, size_bytes }))).toEqual([
+    expect((await row(t, 'vis'))!.digest).toBe(w)
+    expect(
+      (await files(t, 'vis')).map(({ path, sha256, size_bytes }) => ({ path, sha256, size_bytes })),
+    ).toEqual([
       { path: 'mmproj.gguf', sha256: p, size_bytes: 10 },
       { path: 'model.gguf', sha256: w, size_bytes: 100 },
     ])
     const p2 = fakeDigest('p2')
     const v2 = `    artifact_files:\n      - { path: mmproj.gguf, sha256: "${p2}" }\n`
     await applyManifest(t.deps, manifest(entry('vis', v2)), 'v2')
-    expect(files(t, 'vis').map(({ path, sha256, size_bytes }) => ({ path, sha256, size_bytes }))).toEqual([
-      { path: 'mmproj.gguf', sha256: p2, size_bytes: null },
-    ])
-    expect(row(t, 'vis')!.digest).toBeNull()
+    expect(
+      (await files(t, 'vis')).map(({ path, sha256, size_bytes }) => ({ path, sha256, size_bytes })),
+    ).toEqual([{ path: 'mmproj.gguf', sha256: p2, size_bytes: null }])
+    expect((await row(t, 'vis'))!.digest).toBeNull()
   })
 
   test('an entry with a malformed digest is skipped, not stored half-valid', async () => {
@@ -341,7 +337,7 @@ describe('artifact files and digests', () => {
     )
     expect(report.inserted).toEqual([])
     expect(report.skipped[0]!.message).toContain('/digest')
-    expect(row(t, 'bad-pin')).toBeUndefined()
+    expect(await row(t, 'bad-pin')).toBeUndefined()
   })
 })
 
@@ -403,7 +399,7 @@ describe('the manifest file at start (CATALOGUE_PATH, default, embedded copy)', 
       source: '/nonexistent/gridkeep/models.yaml',
       error: 'file not found',
     })
-    expect(ids(t)).toEqual(['kept'])
+    expect(await ids(t)).toEqual(['kept'])
   })
 
   test('without CATALOGUE_PATH: catalogue/models.yaml of the working directory, else the embedded copy', async () => {
@@ -411,7 +407,7 @@ describe('the manifest file at start (CATALOGUE_PATH, default, embedded copy)', 
     const fromCwd = await seedCatalogue(t.deps)
     expect(fromCwd.source).toBe('catalogue/models.yaml')
     expect(fromCwd.skipped).toEqual([])
-    const shipped = ids(t)
+    const shipped = await ids(t)
     expect(shipped.length).toBeGreaterThanOrEqual(10)
 
     const empty = mkdtempSync(join(tmpdir(), 'gridkeep-nocat-'))

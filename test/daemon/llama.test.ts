@@ -4,11 +4,11 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { eq } from 'drizzle-orm'
 import { type LlamaServer, startLlamaServer } from '../../scripts/llama-server'
-import { batches } from '../../src/db/schema'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { type MadeUser, makeUser, makeWorkerKey } from '../helpers/builders'
 import { daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
 import { tinyModelPath, withRealEngine } from '../helpers/llama'
+import { rowsOf } from '../helpers/rows'
 
 // The reference daemon against a REAL engine: llama.cpp's llama-server (scripts/llama-server.ts)
 // serving the tiny generated model, the real control plane of the test helpers, batches uploaded
@@ -119,7 +119,7 @@ withRealEngine('daemon against llama-server', (engine) => {
     expect(new Set(ids).size).toBe(n)
     expect(ids).toHaveLength(n)
     expect(batch.request_counts).toEqual({ total: n, completed: out.length, failed: err.length })
-    const row = server.deps.db.select().from(batches).where(eq(batches.id, batch.id)).get()!
+    const row = (await server.deps.store.batches.get(batch.id, null))!
     const sum: Record<string, number> = {}
     for (const l of out)
       for (const [k, v] of Object.entries(l.response.body.usage ?? {}))
@@ -179,7 +179,8 @@ withRealEngine('daemon against llama-server', (engine) => {
       expect(await daemon.done).toBe(0)
     }
     // Nobody else can serve it: leave the queue clean for the next tests.
-    server.deps.db.delete(batches).where(eq(batches.id, other)).run()
+    const { db, tables } = rowsOf(server.deps)
+    await db.delete(tables.batches).where(eq(tables.batches.id, other))
   })
 
   test('completions and embeddings batches complete with real content and usage', async () => {

@@ -1,5 +1,6 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { existsSync } from 'node:fs'
+import { eq } from 'drizzle-orm'
 import { newId } from '../../src/lib/ids'
 import { makeTestApp } from '../helpers/app'
 import {
@@ -16,6 +17,7 @@ import {
 } from '../helpers/batches'
 import { blobExists, readBlob, storedEverything, writeBlob } from '../helpers/blobs'
 import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 
 // API.md §5 Files: upload (multipart, streamed to DATA_DIR/files/<id>), list, get, delete, and
 // the content download with its reader rules.
@@ -295,8 +297,8 @@ describe('GET /v1/files/{id}/content', () => {
     expect((await content(batch.input_file_id, key)).status).toBe(404) // validating: nobody holds it
     await validateAll(t)
     expect((await content(batch.input_file_id, key)).status).toBe(404) // validated: still unheld
-    const worker = makeWorker(t, fleetOwner.personalOrgId)
-    assignBatch(t, batch.id, worker)
+    const worker = await makeWorker(t, fleetOwner.personalOrgId)
+    await assignBatch(t, batch.id, worker)
     const res = await content(batch.input_file_id, key)
     expect(res.status).toBe(200)
     expect(res.text).toBe(CONTENT)
@@ -306,7 +308,8 @@ describe('GET /v1/files/{id}/content', () => {
     const otherFile = await makeFile(t, u, CONTENT)
     expect((await content(otherFile, key)).status).toBe(404)
     // Once the assignment is gone (requeue deletes it, SPEC §3) access ends.
-    t.deps.sqlite.run('DELETE FROM batch_assignments WHERE batch_id = ?', [batch.id])
+    const { db, tables } = rowsOf(t.deps)
+    await db.delete(tables.batchAssignments).where(eq(tables.batchAssignments.batch_id, batch.id))
     expect((await content(batch.input_file_id, key)).status).toBe(404)
   })
 
@@ -315,9 +318,13 @@ describe('GET /v1/files/{id}/content', () => {
     const key = (await makeWorkerKey(t, u, u.personalOrgId)).key
     const batch = await makeBatch(t, u, CONTENT)
     await validateAll(t)
-    const asg = assignBatch(t, batch.id, makeWorker(t, u.personalOrgId))
+    const asg = await assignBatch(t, batch.id, await makeWorker(t, u.personalOrgId))
     expect((await content(batch.input_file_id, key)).status).toBe(200)
-    t.deps.sqlite.run('UPDATE batch_assignments SET completed_at = 1 WHERE id = ?', [asg.id])
+    const { db, tables } = rowsOf(t.deps)
+    await db
+      .update(tables.batchAssignments)
+      .set({ completed_at: 1 })
+      .where(eq(tables.batchAssignments.id, asg.id))
     expect((await content(batch.input_file_id, key)).status).toBe(404)
   })
 

@@ -1,11 +1,11 @@
 import { expect } from 'bun:test'
-import { batchAssignments, workers } from '../../src/db/schema'
-import { writeTx } from '../../src/db/tx'
+import { and, eq } from 'drizzle-orm'
 import { newId } from '../../src/lib/ids'
 import { runOnce } from '../../src/services/validator'
 import { transition } from '../../src/store/sqlite/transition'
 import type { Res, TestApp, TestServer } from './app'
 import { type CatalogEntryInput, makeCatalogEntry as makeEntry } from './catalogue'
+import { rowsOf } from './rows'
 
 // Builders for files and batches: catalogue entries (through the seeding path), uploads, batches,
 // validation, workers and assignments.
@@ -88,10 +88,11 @@ export async function getBatch(t: Target, user: { token: string }, id: string) {
 }
 
 /** A worker row of `orgId` (registration belongs to the workers workstream). */
-export function makeWorker(t: Pick<TestApp, 'deps'>, orgId: string) {
+export async function makeWorker(t: Pick<TestApp, 'deps'>, orgId: string) {
   const now = t.deps.clock.now()
-  return t.deps.db
-    .insert(workers)
+  const { db, tables } = rowsOf(t.deps)
+  const [worker] = await db
+    .insert(tables.workers)
     .values({
       id: newId('wrk_'),
       org_id: orgId,
@@ -101,29 +102,32 @@ export function makeWorker(t: Pick<TestApp, 'deps'>, orgId: string) {
       last_seen_at: now,
     })
     .returning()
-    .get()
+  return worker!
 }
 
-/** Claims a validated batch for a worker as poll would: validated → in_progress + assignment. */
-export function assignBatch(
+/** A validated batch held by a worker as after a claim: in_progress, with an open assignment. */
+export async function assignBatch(
   t: Pick<TestApp, 'deps'>,
   batchId: string,
   worker: { id: string; org_id: string },
 ) {
   const now = t.deps.clock.now()
-  return writeTx(t.deps.db, (tx) => {
-    const moved = transition(t.deps, batchId, 'claimed', now, { in_progress_at: now })
-    if (!moved) throw new Error(`batch ${batchId} is not validated`)
-    return tx
-      .insert(batchAssignments)
-      .values({
-        id: newId('asg_'),
-        batch_id: batchId,
-        worker_id: worker.id,
-        org_id: worker.org_id,
-        assigned_at: now,
-      })
-      .returning()
-      .get()
-  })
+  const { db, tables } = rowsOf(t.deps)
+  const moved = await db
+    .update(tables.batches)
+    .set({ status: 'in_progress', in_progress_at: now, updated_at: now })
+    .where(and(eq(tables.batches.id, batchId), eq(tables.batches.status, 'validated')))
+    .returning()
+  if (!moved.length) throw new Error(`batch ${batchId} is not validated`)
+  const [assignment] = await db
+    .insert(tables.batchAssignments)
+    .values({
+      id: newId('asg_'),
+      batch_id: batchId,
+      worker_id: worker.id,
+      org_id: worker.org_id,
+      assigned_at: now,
+    })
+    .returning()
+  return assignment!
 }

@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs'
 import { join } from 'node:path'
-import { files } from '../../src/db/schema'
 import type { Deps } from '../../src/deps'
+import { rowsOf } from './rows'
 
 // File bytes as the tests see them, through the blob store, so the same test runs on local disk
 // and on S3 (GK_TEST_STORAGE=s3).
@@ -38,13 +38,8 @@ export async function storedEverything(deps: Deps): Promise<string[]> {
 
 /** Stored entries that are no recorded file: half-written leftovers, orphans. */
 export async function strayBlobs(deps: Deps): Promise<string[]> {
-  const known = new Set(
-    deps.db
-      .select({ id: files.id })
-      .from(files)
-      .all()
-      .map((r) => r.id),
-  )
+  const { db, tables } = rowsOf(deps)
+  const known = new Set((await db.select({ id: tables.files.id }).from(tables.files)).map((r) => r.id))
   return (await storedEverything(deps)).filter((k) => !known.has(k))
 }
 

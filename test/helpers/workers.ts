@@ -1,6 +1,4 @@
 import { expect } from 'bun:test'
-import { eq } from 'drizzle-orm'
-import { batches, files } from '../../src/db/schema'
 import type { Deps } from '../../src/deps'
 import { newId } from '../../src/lib/ids'
 import type { Job } from '../../src/modules/workers/claim'
@@ -8,6 +6,7 @@ import type { TestApp, TestServer } from './app'
 import { writeBlob } from './blobs'
 import { type MadeUser, makeUser, makeWorkerKey } from './builders'
 import { type CatalogEntryInput, makeCatalogEntry as makeEntry } from './catalogue'
+import { rowsOf } from './rows'
 
 // Builders for the worker protocol: files and validated batches are inserted directly, catalogue
 // entries through the seeding path; workers go through the real /workers routes.
@@ -85,19 +84,17 @@ export async function makeValidatedBatch(deps: Deps, o: BatchOptions) {
   const fileId = newId('file-')
   await writeBlob(deps, fileId, content)
   const now = deps.clock.now()
-  deps.db
-    .insert(files)
-    .values({
-      id: fileId,
-      user_id: o.userId,
-      filename: 'input.jsonl',
-      purpose: 'batch',
-      bytes: Buffer.byteLength(content),
-      created_at: now,
-    })
-    .run()
-  return deps.db
-    .insert(batches)
+  await deps.store.files.insert({
+    id: fileId,
+    user_id: o.userId,
+    filename: 'input.jsonl',
+    purpose: 'batch',
+    bytes: Buffer.byteLength(content),
+    created_at: now,
+  })
+  const { db, tables } = rowsOf(deps)
+  const [batch] = await db
+    .insert(tables.batches)
     .values({
       id: newId('batch_'),
       user_id: o.userId,
@@ -111,11 +108,10 @@ export async function makeValidatedBatch(deps: Deps, o: BatchOptions) {
       updated_at: now,
     })
     .returning()
-    .get()
+  return batch!
 }
 
-export const batchRow = (deps: Deps, id: string) =>
-  deps.db.select().from(batches).where(eq(batches.id, id)).get()!
+export const batchRow = async (deps: Deps, id: string) => (await deps.store.batches.get(id, null))!
 export const workerRow = async (deps: Deps, id: string) => (await deps.store.fleet.findWorker(id))!
 
 export const sha = (seed: string) => new Bun.CryptoHasher('sha256').update(seed).digest('hex')

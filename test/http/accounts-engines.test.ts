@@ -39,7 +39,8 @@ for (const [kind, open] of storeEngines) {
     async function setUp() {
       h = await open()
       mail = capturingMailer()
-      const base = createDeps(testConfig({ PUBLIC_URL: 'https://gk.test' }), {
+      // DATABASE_URL: '' keeps the app's own database on SQLite in the PostgreSQL run.
+      const base = createDeps(testConfig({ PUBLIC_URL: 'https://gk.test', DATABASE_URL: '' }), {
         clock: manualClock(),
         mailer: mail,
         passwords: cheapPasswords(),

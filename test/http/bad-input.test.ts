@@ -1,14 +1,17 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { makeTestApp } from '../helpers/app'
 import { makeUser, newPassword, uniqueEmail } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 
 // Bad input gets a clear 4xx in the envelope, never a 5xx, and nothing stored changes.
 
 const t = makeTestApp()
 afterAll(() => t.close())
 
-const count = (table: string) =>
-  (t.deps.sqlite.query(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n
+const count = (table: 'users' | 'organizations') => {
+  const { db, tables } = rowsOf(t.deps)
+  return db.$count(tables[table])
+}
 
 function expectEnvelope(res: { status: number; body: any }, status: number) {
   expect(res.status).toBe(status)
@@ -36,11 +39,11 @@ describe('request bodies', () => {
     ['multipart to a JSON route', '--x\r\n\r\n--x--', 'multipart/form-data; boundary=x', null],
     ['binary garbage', '\u0000\u00ff\u00fe\u0001', 'application/json', 'invalid_json'],
   ])('%s → 400 and nothing stored', async (_name, raw, contentType, code) => {
-    const users = count('users')
+    const users = await count('users')
     const res = await signupRaw(raw, contentType)
     expectEnvelope(res, 400)
     if (code) expect(res.body.error.code).toBe(code)
-    expect(count('users')).toBe(users)
+    expect(await count('users')).toBe(users)
   })
 
   test('wrong types → 400 naming the field, without echoing the value', async () => {
@@ -53,13 +56,13 @@ describe('request bodies', () => {
   })
 
   test('a 1 MB string → 400, nothing stored', async () => {
-    const users = count('users')
+    const users = await count('users')
     const res = await t.req('POST', '/v1/auth/signup', {
       body: { email: uniqueEmail(), password: newPassword(), full_name: 'x'.repeat(1_000_000) },
     })
     expectEnvelope(res, 400)
     expect(res.body.error.param).toBe('full_name')
-    expect(count('users')).toBe(users)
+    expect(await count('users')).toBe(users)
   })
 
   test('a body over 4 MiB → 413', async () => {
@@ -89,11 +92,11 @@ describe('request bodies', () => {
 
   test('unknown fields are rejected with the field named', async () => {
     const u = await makeUser(t)
-    const orgs = count('organizations')
+    const orgs = await count('organizations')
     const res = await t.req('POST', '/v1/orgs', { token: u.token, body: { name: 'Lab', owner_id: 'user_x' } })
     expectEnvelope(res, 400)
     expect(res.body.error).toMatchObject({ code: 'unknown_field', param: 'owner_id' })
-    expect(count('organizations')).toBe(orgs)
+    expect(await count('organizations')).toBe(orgs)
   })
 
   test('nested unknown or invalid values name the dotted path', async () => {
@@ -108,6 +111,17 @@ describe('request bodies', () => {
 })
 
 describe('routing and headers', () => {
+  test('a NUL character in the path or the query is a 400 on every engine, before any lookup', async () => {
+    const u = await makeUser(t)
+    for (const path of ['/v1/batches/%00', '/v1/files?after=%00', '/v1/users/me/api-keys/batch_%00x']) {
+      const res = await t.req('GET', path, { token: u.token })
+      expectEnvelope(res, 400)
+      expect(res.body.error).toMatchObject({ type: 'invalid_request_error', code: 'invalid_value' })
+    }
+    // The same ids without the NUL are an ordinary lookup.
+    expect((await t.req('GET', '/v1/batches/batch_x', { token: u.token })).status).toBe(404)
+  })
+
   test('an unknown route is a 404 in the envelope', async () => {
     const res = await t.req('GET', '/v1/nope')
     expectEnvelope(res, 404)

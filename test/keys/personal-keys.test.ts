@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { sha256Hex } from '../../src/lib/keys'
 import { makeTestApp } from '../helpers/app'
 import { makePersonalKey, makeUser } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 
 const t = makeTestApp({ RATE_LIMIT_KEYS_PER_MINUTE: '0' })
 afterAll(() => t.close())
@@ -29,7 +30,8 @@ describe('personal API keys', () => {
     })
     const row = (await t.deps.store.keys.findKey({ type: 'personal', userId: u.id }, res.body.id))!
     expect(row.key_hash).toBe(sha256Hex(raw))
-    expect(JSON.stringify(t.deps.sqlite.query('SELECT * FROM api_keys').all())).not.toContain(raw)
+    const { db, tables } = rowsOf(t.deps)
+    expect(JSON.stringify(await db.select().from(tables.apiKeys))).not.toContain(raw)
     const list = await t.req('GET', base, { token: u.token })
     expect(list.status).toBe(200)
     expect(list.body).toMatchObject({

@@ -8,6 +8,9 @@ import { makeTestApp } from '../helpers/app'
 import { makeUser } from '../helpers/builders'
 import { baseEnv, CLI, PROCESS_TEST_TIMEOUT, startServerProcess, tempDir } from '../helpers/ops'
 
+// `gridkeep backup` copies the SQLite database: these apps stay on SQLite in the PostgreSQL run.
+const SQLITE = { DATABASE_URL: '' }
+
 // `gridkeep backup <path>` (issue 6): a consistent online copy, never over an existing file
 // without --force, path and size printed.
 
@@ -48,7 +51,7 @@ function captureIo(env: Record<string, string>) {
 
 describe('backupDatabase', () => {
   test('copies the live database into a checked, owner-only file, and refuses to overwrite without force', async () => {
-    const t = makeTestApp()
+    const t = makeTestApp(SQLITE)
     await makeUser(t)
     await makeUser(t)
     const target = join(outDir(), 'copy.db')
@@ -73,7 +76,7 @@ describe('backupDatabase', () => {
   })
 
   test('works on a database no server has open', async () => {
-    const t = makeTestApp()
+    const t = makeTestApp(SQLITE)
     await makeUser(t)
     t.deps.sqlite.close()
     const target = join(outDir(), 'cold.db')
@@ -85,7 +88,7 @@ describe('backupDatabase', () => {
   test('refuses a missing database, a directory as target, and the database itself', () => {
     const dir = outDir()
     expect(() => backupDatabase(join(dir, 'none.db'), join(dir, 'x.db'))).toThrow(/no database at/)
-    const t = makeTestApp()
+    const t = makeTestApp(SQLITE)
     mkdirSync(join(dir, 'sub'))
     expect(() => backupDatabase(t.config.DATABASE_PATH, join(dir, 'sub'))).toThrow(/is a directory/)
     expect(() => backupDatabase(t.config.DATABASE_PATH, t.config.DATABASE_PATH, { force: true })).toThrow(
@@ -98,7 +101,7 @@ describe('backupDatabase', () => {
 
 describe('gridkeep backup', () => {
   test('prints the path and size; exit 1 on an existing file, 0 with --force; 2 on bad usage', async () => {
-    const t = makeTestApp()
+    const t = makeTestApp(SQLITE)
     await makeUser(t)
     const env = { DATA_DIR: t.config.DATA_DIR }
     const target = join(outDir(), 'cli.db')

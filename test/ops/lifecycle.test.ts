@@ -226,8 +226,9 @@ describe('one server per database file', () => {
   test(
     'in one process too, and the lock is released by stop()',
     async () => {
-      const server = await startTestServer()
-      const config = testConfig({ DATA_DIR: server.config.DATA_DIR })
+      // The instance lock guards a SQLite database file (PostgreSQL takes any number of instances).
+      const server = await startTestServer({ DATABASE_URL: '' })
+      const config = testConfig({ DATA_DIR: server.config.DATA_DIR, DATABASE_URL: '' })
       await expect(startServer(config)).rejects.toBeInstanceOf(InstanceLockedError)
       // The refused start left the running server alone.
       expect((await server.req('GET', '/readyz')).status).toBe(200)
@@ -261,7 +262,7 @@ describe('stop()', () => {
       const second = server.stop()
       expect(server.deps.shutdown.signal.aborted).toBe(true)
       expect(await first).toEqual(await second)
-      expect(() => server.deps.sqlite.query('SELECT 1').get()).toThrow()
+      await expect(server.deps.store.ping()).rejects.toThrow()
     },
     PROCESS_TEST_TIMEOUT,
   )

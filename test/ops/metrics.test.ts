@@ -1,8 +1,9 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { batches, workers } from '../../src/db/schema'
+import type { batches } from '../../src/db/schema'
 import { newId } from '../../src/lib/ids'
 import { allRequestsRecorded, makeTestApp, type TestApp } from '../helpers/app'
 import { makeUser } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 
 // GET /metrics (issue 6, API.md §10): Prometheus text with HTTP requests by route pattern, method and
 // status, latency histograms, and gauges computed from the database at scrape time.
@@ -28,41 +29,37 @@ function samples(text: string): Map<string, number> {
   return out
 }
 
-function insertBatch(t: TestApp, userId: string, status: (typeof batches.$inferInsert)['status']) {
+async function insertBatch(t: TestApp, userId: string, status: (typeof batches.$inferInsert)['status']) {
   const now = t.clock.now()
-  t.deps.db
-    .insert(batches)
-    .values({
-      id: newId('batch_'),
-      user_id: userId,
-      input_file_id: 'file-x',
-      endpoint: '/v1/chat/completions',
-      completion_window: '24h',
-      status,
-      created_at: now,
-      updated_at: now,
-    })
-    .run()
+  const { db, tables } = rowsOf(t.deps)
+  await db.insert(tables.batches).values({
+    id: newId('batch_'),
+    user_id: userId,
+    input_file_id: 'file-x',
+    endpoint: '/v1/chat/completions',
+    completion_window: '24h',
+    status,
+    created_at: now,
+    updated_at: now,
+  })
 }
 
-function insertWorker(
+async function insertWorker(
   t: TestApp,
   orgId: string,
   w: { status: 'online' | 'offline'; activity: 'idle' | 'busy' | 'downloading_model'; seenAgo: number },
 ) {
   const now = t.clock.now()
-  t.deps.db
-    .insert(workers)
-    .values({
-      id: newId('wrk_'),
-      org_id: orgId,
-      name: 'gpu',
-      status: w.status,
-      activity: w.activity,
-      registered_at: now - 1000,
-      last_seen_at: now - w.seenAgo,
-    })
-    .run()
+  const { db, tables } = rowsOf(t.deps)
+  await db.insert(tables.workers).values({
+    id: newId('wrk_'),
+    org_id: orgId,
+    name: 'gpu',
+    status: w.status,
+    activity: w.activity,
+    registered_at: now - 1000,
+    last_seen_at: now - w.seenAgo,
+  })
 }
 
 describe('GET /metrics', () => {
@@ -142,15 +139,15 @@ describe('GET /metrics', () => {
   test('batch and worker gauges are computed from the database at scrape time', async () => {
     const t = app()
     const user = await makeUser(t)
-    insertBatch(t, user.id, 'validating')
-    insertBatch(t, user.id, 'validating')
-    insertBatch(t, user.id, 'in_progress')
-    insertBatch(t, user.id, 'failed')
-    insertWorker(t, user.personalOrgId, { status: 'online', activity: 'busy', seenAgo: 10 })
-    insertWorker(t, user.personalOrgId, { status: 'online', activity: 'idle', seenAgo: 119 })
+    await insertBatch(t, user.id, 'validating')
+    await insertBatch(t, user.id, 'validating')
+    await insertBatch(t, user.id, 'in_progress')
+    await insertBatch(t, user.id, 'failed')
+    await insertWorker(t, user.personalOrgId, { status: 'online', activity: 'busy', seenAgo: 10 })
+    await insertWorker(t, user.personalOrgId, { status: 'online', activity: 'idle', seenAgo: 119 })
     // Stored online but silent past HEARTBEAT_TIMEOUT_SECONDS: offline at read time.
-    insertWorker(t, user.personalOrgId, { status: 'online', activity: 'busy', seenAgo: 120 })
-    insertWorker(t, user.personalOrgId, { status: 'offline', activity: 'idle', seenAgo: 5 })
+    await insertWorker(t, user.personalOrgId, { status: 'online', activity: 'busy', seenAgo: 120 })
+    await insertWorker(t, user.personalOrgId, { status: 'offline', activity: 'idle', seenAgo: 5 })
 
     let s = samples((await t.req('GET', '/metrics')).text)
     expect(s.get('gridkeep_batches{status="validating"}')).toBe(2)
@@ -166,7 +163,7 @@ describe('GET /metrics', () => {
 
     // The next scrape sees the new state: time passes, the idle worker falls silent.
     t.clock.advance(1)
-    insertBatch(t, user.id, 'completed')
+    await insertBatch(t, user.id, 'completed')
     s = samples((await t.req('GET', '/metrics')).text)
     expect(s.get('gridkeep_batches{status="completed"}')).toBe(1)
     expect(s.get('gridkeep_workers{status="online",activity="idle"}')).toBe(0)

@@ -122,7 +122,7 @@ describe('request log', () => {
   test('a 500 is logged once as a request and once as an error, both with the request id', async () => {
     const broken = makeTestApp()
     const user = await makeUser(broken)
-    broken.deps.sqlite.close() // every query now throws: an unexpected server error
+    await broken.deps.store.close() // every query now throws: an unexpected server error
     const id = rid()
     const res = await broken.req('GET', '/v1/auth/me', { token: user.token, headers: { 'x-request-id': id } })
     expect(res.status).toBe(500)

@@ -60,7 +60,7 @@ describe('sweeper', () => {
     const result = await runOnce(t.deps)
     expect(result).toEqual({ skipped: null, workers_offline: [w1], requeued: [batch.id], failed: [] })
     expect((await workerRow(t.deps, w1)).status).toBe('offline')
-    expect(batchRow(t.deps, batch.id)).toMatchObject({
+    expect(await batchRow(t.deps, batch.id)).toMatchObject({
       status: 'validated',
       attempts: 1,
       error: `worker ${w1} went silent`,
@@ -78,7 +78,7 @@ describe('sweeper', () => {
     await heartbeat(t, f.key, w1, { activity: 'busy', current_job_id: batch.id })
     t.clock.advance(100)
     expect((await runOnce(t.deps)).workers_offline).toEqual([])
-    expect(batchRow(t.deps, batch.id).status).toBe('in_progress')
+    expect((await batchRow(t.deps, batch.id)).status).toBe('in_progress')
   })
 
   test('a worker silent mid-batch: requeued, a second worker finishes it, the first can no longer upload', async () => {
@@ -95,7 +95,7 @@ describe('sweeper', () => {
     const swept = await runOnce(t.deps)
     expect(swept.workers_offline).toEqual([w1])
     expect(swept.requeued).toEqual([batch.id])
-    expect(batchRow(t.deps, batch.id).request_counts_completed).toBe(0)
+    expect((await batchRow(t.deps, batch.id)).request_counts_completed).toBe(0)
 
     const again = (await poll(t, f.key, w2))!
     expect(again.job_id).toBe(batch.id)
@@ -106,7 +106,7 @@ describe('sweeper', () => {
       `${okLine('req-1')}\n${okLine('req-2')}\n`,
     )
     expect(done.status).toBe(200)
-    expect(batchRow(t.deps, batch.id)).toMatchObject({
+    expect(await batchRow(t.deps, batch.id)).toMatchObject({
       status: 'completed',
       attempts: 1,
       request_counts_completed: 2,
@@ -121,7 +121,7 @@ describe('sweeper', () => {
       `${okLine('req-1')}\n${okLine('req-2')}\n`,
     )
     expect(late.status).toBe(403)
-    expect(batchRow(t.deps, batch.id).output_file_id).toBe(done.body.output_file_id)
+    expect((await batchRow(t.deps, batch.id)).output_file_id).toBe(done.body.output_file_id)
   })
 
   test('requeues through the one path: the last attempt is terminal', async () => {
@@ -129,7 +129,7 @@ describe('sweeper', () => {
     const { batch } = await setup(t)
     t.clock.advance(200)
     expect((await runOnce(t.deps)).failed).toEqual([batch.id])
-    expect(batchRow(t.deps, batch.id)).toMatchObject({
+    expect(await batchRow(t.deps, batch.id)).toMatchObject({
       status: 'failed',
       attempts: 1,
       request_counts_failed: 2,
@@ -160,7 +160,7 @@ describe('sweeper', () => {
     await timer.tick()
     expect(await counter(t, 'sweeperPasses')).toBe(1)
     expect((await workerRow(t.deps, w1)).status).toBe('offline')
-    expect(batchRow(t.deps, batch.id).status).toBe('validated')
+    expect((await batchRow(t.deps, batch.id)).status).toBe('validated')
     // A tick before the interval has passed since the last pass (anywhere: API.md §12) does nothing.
     t.clock.advance(2)
     await timer.tick()
@@ -188,7 +188,7 @@ describe('sweeper', () => {
     const timer = handTimer()
     const stop = start(t.deps, timer.every)
     t.clock.advance(300)
-    t.deps.sqlite.close() // every query now throws
+    await t.deps.store.close() // every query now throws
     const before = capturedLogLines().length
     await timer.tick()
     const logged = capturedLogLines()

@@ -1,8 +1,6 @@
 import { afterAll, expect, test } from 'bun:test'
 import { rmSync } from 'node:fs'
-import { eq } from 'drizzle-orm'
 import { createApp } from '../../src/app'
-import { batchErrors, batches } from '../../src/db/schema'
 import { createDeps, type Deps } from '../../src/deps'
 import { startServer } from '../../src/index'
 import type { BatchEvent } from '../../src/lib/batch-events'
@@ -18,8 +16,8 @@ import { makeUser } from '../helpers/builders'
 const config = testConfig()
 afterAll(() => rmSync(config.DATA_DIR, { recursive: true, force: true }))
 
-const depsFor = () =>
-  createDeps(config, { clock: manualClock(), mailer: capturingMailer(), passwords: cheapPasswords() })
+const depsFor = (clock = manualClock()) =>
+  createDeps(config, { clock, mailer: capturingMailer(), passwords: cheapPasswords() })
 const target = (deps: Deps) => {
   const app = createApp(deps)
   return {
@@ -53,14 +51,15 @@ test('a batch interrupted mid-validation stays validating and is validated at th
   const stop = validator.start(first.deps)
   await progressed
   await stop()
-  const row = first.deps.db.select().from(batches).where(eq(batches.id, batch.id)).get()!
+  const row = (await first.deps.store.batches.get(batch.id, null))!
   expect(row.status).toBe('validating')
-  expect(first.deps.db.select().from(batchErrors).where(eq(batchErrors.batch_id, batch.id)).all()).toEqual([])
+  expect((await first.deps.store.batches.errorsOf([batch.id])).get(batch.id) ?? []).toEqual([])
   expect(first.deps.batchEvents.liveRun(batch.id)).toBeUndefined()
-  first.deps.sqlite.close()
+  await first.deps.store.close()
 
-  // The restarted server picks it up without being asked.
-  const deps = depsFor()
+  // The restarted server picks it up without being asked, once the dead run's lease has lapsed
+  // (PostgreSQL's instances lease a validation; SQLite's one process needs no lease).
+  const deps = depsFor(manualClock(manualClock().now() + validator.VALIDATION_LEASE_SECONDS + 1))
   const done = waitFor(deps, batch.id, 'done')
   const server = await startServer(config, deps)
   try {

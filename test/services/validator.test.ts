@@ -1,11 +1,10 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { eq } from 'drizzle-orm'
-import { batchErrors, memberships, organizations } from '../../src/db/schema'
 import type { BatchEvent } from '../../src/lib/batch-events'
 import { validateBatch } from '../../src/services/validator'
 import { makeTestApp, type TestApp } from '../helpers/app'
 import { getBatch, jsonl, line, makeBatch, makeCatalogEntry, validateAll } from '../helpers/batches'
 import { type MadeUser, makeUser } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 
 // API.md §6 "Validation": every code with its 1-based physical line and field, in the table's
 // per-line order; the stored-error cap; CRLF, BOM and blank lines; bad input of every kind ends
@@ -18,7 +17,9 @@ const chat = await makeCatalogEntry(t, { id: 'chat-8b-q4km', task_type: 'chat' }
 const embed = await makeCatalogEntry(t, { id: 'embed-small-f16', task_type: 'embedding' })
 const disabled = await makeCatalogEntry(t, { id: 'old-7b-q4km', enabled: false })
 const now = t.clock.now()
-t.deps.db.insert(organizations).values({ id: 'org_othercompany', name: 'Other', created_at: now }).run()
+await rowsOf(t.deps)
+  .db.insert(rowsOf(t.deps).tables.organizations)
+  .values({ id: 'org_othercompany', name: 'Other', created_at: now })
 const foreign = await makeCatalogEntry(t, { id: 'secret-70b-q4km', org_id: 'org_othercompany' })
 
 let user: MadeUser
@@ -148,11 +149,11 @@ describe('validation codes', () => {
   test('an entry private to one of the owner’s orgs qualifies; one of another org does not', async () => {
     const u = await makeUser(t)
     const team = 'org_myteam000000000001'
-    t.deps.db.insert(organizations).values({ id: team, name: 'Team', created_at: now }).run()
-    t.deps.db
-      .insert(memberships)
+    const { db, tables } = rowsOf(t.deps)
+    await db.insert(tables.organizations).values({ id: team, name: 'Team', created_at: now })
+    await db
+      .insert(tables.memberships)
       .values({ org_id: team, user_id: u.id, role: 'viewer', created_at: now })
-      .run()
     const mine = await makeCatalogEntry(t, { id: 'team-13b-q8', org_id: team })
     const ok = await makeBatch(t, u, jsonl([line('a', mine.id)]))
     const other = await makeBatch(t, await owner(), jsonl([line('a', mine.id)]))
@@ -226,7 +227,7 @@ describe('stored errors', () => {
     expect(b.errors.total).toBe(149)
     expect(b.errors.data).toHaveLength(100)
     expect(b.errors.data.map((e: Err) => e.line)).toEqual(Array.from({ length: 100 }, (_, i) => i + 2))
-    const stored = t.deps.db.select().from(batchErrors).where(eq(batchErrors.batch_id, b.id)).all()
+    const stored = (await t.deps.store.batches.errorsOf([b.id])).get(b.id) ?? []
     expect(stored).toHaveLength(100)
   })
 

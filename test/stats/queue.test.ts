@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { batches } from '../../src/db/schema'
+import type { batches } from '../../src/db/schema'
 import { newId } from '../../src/lib/ids'
 import { CACHE_SECONDS, STEP_SECONDS, WINDOW_SECONDS } from '../../src/modules/stats/service'
 import { makeTestApp } from '../helpers/app'
 import { type MadeUser, makePersonalKey, makeUser, makeWorkerKey } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 
 // GET /v1/stats/queue: the dashboard's chart of queue depth and throughput over the last hour,
 // rebuilt from the batches' timestamps.
@@ -17,7 +18,7 @@ beforeAll(async () => {
 })
 
 type Status = (typeof batches.$inferInsert)['status']
-function insertBatch(o: {
+async function insertBatch(o: {
   status: Status
   created: number
   inProgress?: number
@@ -25,24 +26,22 @@ function insertBatch(o: {
   failed?: number
   done?: number
 }) {
-  t.deps.db
-    .insert(batches)
-    .values({
-      id: newId('batch_'),
-      user_id: user.id,
-      input_file_id: newId('file-'),
-      endpoint: '/v1/chat/completions',
-      completion_window: '24h',
-      status: o.status,
-      created_at: o.created,
-      in_progress_at: o.inProgress ?? null,
-      completed_at: o.completed ?? null,
-      failed_at: o.failed ?? null,
-      request_counts_total: o.done ?? 0,
-      request_counts_completed: o.done ?? 0,
-      updated_at: o.created,
-    })
-    .run()
+  const { db, tables } = rowsOf(t.deps)
+  await db.insert(tables.batches).values({
+    id: newId('batch_'),
+    user_id: user.id,
+    input_file_id: newId('file-'),
+    endpoint: '/v1/chat/completions',
+    completion_window: '24h',
+    status: o.status,
+    created_at: o.created,
+    in_progress_at: o.inProgress ?? null,
+    completed_at: o.completed ?? null,
+    failed_at: o.failed ?? null,
+    request_counts_total: o.done ?? 0,
+    request_counts_completed: o.done ?? 0,
+    updated_at: o.created,
+  })
 }
 
 const stats = async (token = user.token) => t.req('GET', '/v1/stats/queue', { token })
@@ -59,9 +58,9 @@ describe('GET /v1/stats/queue', () => {
     const now = t.clock.now()
     const ago = (minutes: number) => now - minutes * 60
     // Waiting since 30 min ago.
-    insertBatch({ status: 'validated', created: ago(30) + 1 })
+    await insertBatch({ status: 'validated', created: ago(30) + 1 })
     // Waited from 50 to 40 min ago, then ran; 7 requests done 10 min ago.
-    insertBatch({
+    await insertBatch({
       status: 'completed',
       created: ago(50) + 1,
       inProgress: ago(40) + 1,
@@ -69,18 +68,18 @@ describe('GET /v1/stats/queue', () => {
       done: 7,
     })
     // Running since 5 min ago after waiting 1 min.
-    insertBatch({ status: 'in_progress', created: ago(6) + 1, inProgress: ago(5) + 1 })
+    await insertBatch({ status: 'in_progress', created: ago(6) + 1, inProgress: ago(5) + 1 })
     // Failed by validation 20 min ago: waited while validating, never counts as throughput.
-    insertBatch({ status: 'failed', created: ago(21) + 1, failed: ago(20) + 1, completed: ago(20) + 1 })
+    await insertBatch({ status: 'failed', created: ago(21) + 1, failed: ago(20) + 1, completed: ago(20) + 1 })
     // Finished long before the window: not in it at all.
-    insertBatch({
+    await insertBatch({
       status: 'completed',
       created: ago(300),
       inProgress: ago(290),
       completed: ago(200),
       done: 99,
     })
-    insertBatch({ status: 'validating', created: now })
+    await insertBatch({ status: 'validating', created: now })
 
     const res = await stats()
     expect(res.status).toBe(200)
@@ -109,7 +108,7 @@ describe('GET /v1/stats/queue', () => {
   test('recomputed at most every CACHE_SECONDS', async () => {
     t.clock.advance(CACHE_SECONDS)
     const first = (await stats()).body
-    insertBatch({ status: 'validated', created: t.clock.now() })
+    await insertBatch({ status: 'validated', created: t.clock.now() })
     expect((await stats()).body).toEqual(first)
     t.clock.advance(CACHE_SECONDS)
     const fresh = (await stats()).body

@@ -2,10 +2,10 @@ import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from '
 import { readFileSync } from 'node:fs'
 import { eq } from 'drizzle-orm'
 import type { Browser, Page } from 'playwright-core'
-import { batches } from '../../src/db/schema'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { eventually, launchBrowser, openSession, type Session } from '../helpers/browser'
 import { makeSuperadmin, makeUser } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 import {
   errorLine,
   heartbeat,
@@ -364,7 +364,8 @@ describe('keys, workers and a batch from upload to download', () => {
       data: { lines_read: 2345, errors_total: 2 },
     })
     await text(page, '2,345 lines read, 2 errors')
-    server.deps.db.update(batches).set({ status: 'validated' }).where(eq(batches.id, batch.id)).run()
+    const { db, tables } = rowsOf(server.deps)
+    await db.update(tables.batches).set({ status: 'validated' }).where(eq(tables.batches.id, batch.id))
     const counts = { total: 2, completed: 0, failed: 0 }
     server.deps.batchEvents.publish(batch.id, {
       event: 'done',

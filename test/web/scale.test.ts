@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import type { Browser, Page } from 'playwright-core'
-import { batches, workerGpus, workers } from '../../src/db/schema'
 import { newId } from '../../src/lib/ids'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { eventually, launchBrowser, openSession } from '../helpers/browser'
 import { type MadeUser, makeUser } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 
 // Issue 9 budgets: the workers page with 1,000 workers and the batches page with 10,000 batches
 // stay paged: one request per page, never one per row. Time to the first rows is printed.
@@ -21,43 +21,44 @@ beforeAll(async () => {
   ;[server, browser] = await Promise.all([startTestServer(), launchBrowser()])
   user = await makeUser(server)
   const now = server.clock.now()
-  const { db, sqlite } = server.deps
-  sqlite.transaction(() => {
-    for (let i = 0; i < WORKERS; i++) {
-      const id = newId('wrk_')
-      db.insert(workers)
-        .values({
-          id,
-          org_id: user.personalOrgId,
-          name: `node-${String(i).padStart(4, '0')}`,
-          hostname: `node-${i}.lab`,
-          status: 'online',
-          vram_total_gb: 24,
-          vram_available_gb: 20,
-          registered_at: now,
-          last_heartbeat_at: now,
-          last_seen_at: now,
-        })
-        .run()
-      db.insert(workerGpus).values({ worker_id: id, vendor: 'nvidia', name: 'L4', vram_gb: 24 }).run()
-    }
-    for (let i = 0; i < BATCHES; i++)
-      db.insert(batches)
-        .values({
-          id: newId('batch_'),
-          user_id: user.id,
-          input_file_id: newId('file-'),
-          endpoint: '/v1/chat/completions',
-          completion_window: '24h',
-          model: 'scale-model',
-          status: 'completed',
-          request_counts_total: 10,
-          request_counts_completed: 10,
-          created_at: now,
-          updated_at: now,
-        })
-        .run()
-  })()
+  const { db, tables } = rowsOf(server.deps)
+  // Multi-row inserts of at most CHUNK rows: few round trips, within both engines' parameter limits.
+  const CHUNK = 1000
+  const workerRows = Array.from({ length: WORKERS }, (_, i) => ({
+    id: newId('wrk_'),
+    org_id: user.personalOrgId,
+    name: `node-${String(i).padStart(4, '0')}`,
+    hostname: `node-${i}.lab`,
+    status: 'online' as const,
+    vram_total_gb: 24,
+    vram_available_gb: 20,
+    registered_at: now,
+    last_heartbeat_at: now,
+    last_seen_at: now,
+  }))
+  for (let i = 0; i < WORKERS; i += CHUNK) {
+    const chunk = workerRows.slice(i, i + CHUNK)
+    await db.insert(tables.workers).values(chunk)
+    await db
+      .insert(tables.workerGpus)
+      .values(chunk.map((w) => ({ worker_id: w.id, vendor: 'nvidia', name: 'L4', vram_gb: 24 })))
+  }
+  for (let i = 0; i < BATCHES; i += CHUNK)
+    await db.insert(tables.batches).values(
+      Array.from({ length: Math.min(CHUNK, BATCHES - i) }, () => ({
+        id: newId('batch_'),
+        user_id: user.id,
+        input_file_id: newId('file-'),
+        endpoint: '/v1/chat/completions',
+        completion_window: '24h',
+        model: 'scale-model',
+        status: 'completed' as const,
+        request_counts_total: 10,
+        request_counts_completed: 10,
+        created_at: now,
+        updated_at: now,
+      })),
+    )
 })
 afterAll(async () => {
   await browser?.close()

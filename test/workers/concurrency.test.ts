@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { batchAssignments, batches } from '../../src/db/schema'
 import { startTestServer, type TestServer } from '../helpers/app'
+import { rowsOf } from '../helpers/rows'
 import {
   type Fleet,
   makeCatalogEntry,
@@ -62,19 +62,15 @@ test(`${POLLERS} concurrent pollers drain ${BATCHES} batches; every batch is cla
   // More than one poller took part (the storm really was concurrent).
   expect(claimedBy.filter((c) => c.mine.length > 0).length).toBeGreaterThan(1)
 
-  const rows = s.deps.db
-    .select({ batch_id: batchAssignments.batch_id, worker_id: batchAssignments.worker_id })
-    .from(batchAssignments)
-    .all()
+  const { db, tables } = rowsOf(s.deps)
+  const rows = await db
+    .select({ batch_id: tables.batchAssignments.batch_id, worker_id: tables.batchAssignments.worker_id })
+    .from(tables.batchAssignments)
   expect(rows.length).toBe(BATCHES)
   const holder = new Map(rows.map((r) => [r.batch_id, r.worker_id]))
   for (const c of claimedBy) for (const id of c.mine) expect(holder.get(id)).toBe(c.wid)
   const statuses = new Set(
-    s.deps.db
-      .select({ status: batches.status })
-      .from(batches)
-      .all()
-      .map((b) => b.status),
+    (await db.select({ status: tables.batches.status }).from(tables.batches)).map((b) => b.status),
   )
   expect([...statuses]).toEqual(['in_progress'])
 }, 60_000)

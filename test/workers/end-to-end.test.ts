@@ -1,6 +1,4 @@
 import { afterAll, expect, test } from 'bun:test'
-import { eq } from 'drizzle-orm'
-import { files } from '../../src/db/schema'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { readBlob } from '../helpers/blobs'
 import {
@@ -55,7 +53,7 @@ test('validated → in_progress → (failure, requeue) → in_progress → compl
     params: { num_ctx: 4096 },
     total_requests: 5,
   })
-  expect(batchRow(s.deps, batch.id).status).toBe('in_progress')
+  expect((await batchRow(s.deps, batch.id)).status).toBe('in_progress')
   const failed = await call('/workers/report-failure', {
     worker_id: flaky,
     job_id: batch.id,
@@ -112,7 +110,10 @@ test('validated → in_progress → (failure, requeue) → in_progress → compl
       failed_prompts: i >= 3 ? 1 : 0,
     })
   }
-  expect(batchRow(s.deps, batch.id)).toMatchObject({ request_counts_completed: 4, request_counts_failed: 1 })
+  expect(await batchRow(s.deps, batch.id)).toMatchObject({
+    request_counts_completed: 4,
+    request_counts_failed: 1,
+  })
 
   s.clock.advance(42)
   const form = uploadForm(
@@ -127,14 +128,14 @@ test('validated → in_progress → (failure, requeue) → in_progress → compl
     request_counts: { total: 5, completed: 4, failed: 1 },
     usage: { prompt_tokens: 40, completion_tokens: 0 + 1 + 2 + 4, total_tokens: 47 },
   })
-  expect(batchRow(s.deps, batch.id)).toMatchObject({
+  expect(await batchRow(s.deps, batch.id)).toMatchObject({
     status: 'completed',
     attempts: 1,
     completed_at: s.clock.now(),
   })
 
   // The owner reads the output back (through the files route when it exists in this build).
-  const outRow = s.deps.db.select().from(files).where(eq(files.id, done.body.output_file_id)).get()!
+  const outRow = (await s.deps.store.files.get(done.body.output_file_id, null))!
   expect(outRow).toMatchObject({ user_id: f.user.id, purpose: 'batch_output', batch_id: batch.id })
   const expected = lines.filter((l) => JSON.parse(l).custom_id !== 'd').join('\n') + '\n'
   const read = await s.req('GET', `/v1/files/${done.body.output_file_id}/content`, { token: f.user.token })
@@ -145,7 +146,7 @@ test('validated → in_progress → (failure, requeue) → in_progress → compl
     expect(read.text).toBe(expected)
   }
   expect(outRow.bytes).toBe(Buffer.byteLength(expected))
-  const errRow = s.deps.db.select().from(files).where(eq(files.id, done.body.error_file_id)).get()!
+  const errRow = (await s.deps.store.files.get(done.body.error_file_id, null))!
   expect(errRow).toMatchObject({
     user_id: f.user.id,
     purpose: 'batch_output',

@@ -1,4 +1,5 @@
 import { afterAll, describe, expect, test } from 'bun:test'
+import { eq } from 'drizzle-orm'
 import { digestOrNull } from '../../src/lib/digest'
 import {
   type CatalogueEntry,
@@ -7,6 +8,7 @@ import {
   type WorkerView,
 } from '../../src/modules/workers/matching'
 import { makeTestApp } from '../helpers/app'
+import { rowsOf } from '../helpers/rows'
 import {
   batchRow,
   heartbeat,
@@ -54,7 +56,10 @@ describe('POST /workers/poll', () => {
       params: {},
       total_requests: 4,
     })
-    expect(batchRow(t.deps, batch.id)).toMatchObject({ status: 'in_progress', in_progress_at: t.clock.now() })
+    expect(await batchRow(t.deps, batch.id)).toMatchObject({
+      status: 'in_progress',
+      in_progress_at: t.clock.now(),
+    })
     const claims = (await t.deps.metrics.claims.get()).values[0]!.value
     expect(await poll(t, f.key, wid)).toBeNull()
     expect((await t.deps.metrics.claims.get()).values[0]!.value).toBe(claims)
@@ -363,7 +368,8 @@ describe('servableCatalogIds', () => {
       const a = await registerWorker(s, f.key)
       await heartbeat(s, f.key, a, { inventory: [inventoryItem('sv:1'), inventoryItem('sv:big')] })
       const b = await registerWorker(s, f.key, { models: ['sv:off'] })
-      s.deps.sqlite.query(`update workers set status = 'offline' where id = ?`).run(b)
+      const { db, tables } = rowsOf(s.deps)
+      await db.update(tables.workers).set({ status: 'offline' }).where(eq(tables.workers.id, b))
       expect([...(await servableCatalogIds(s.deps))]).toEqual([served.id])
       // Read-time cutoff: a worker silent past the timeout serves nothing, even if stored online.
       s.clock.advance(120)

@@ -1,9 +1,9 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { eq } from 'drizzle-orm'
-import { batches } from '../../src/db/schema'
 import type { Job } from '../../src/modules/workers/claim'
 import { buildRequest, makeTestApp, readRes, type TestApp } from '../helpers/app'
 import { makeBatch, validateAll } from '../helpers/batches'
+import { rowsOf } from '../helpers/rows'
 import {
   batchRow,
   heartbeat,
@@ -57,7 +57,7 @@ describe('POST /workers/poll wait_seconds', () => {
     const res = await pending
     expect(res.status).toBe(200)
     expect((res.body.job as Job).job_id).toBe(batch.id)
-    expect(batchRow(t.deps, batch.id).status).toBe('in_progress')
+    expect((await batchRow(t.deps, batch.id)).status).toBe('in_progress')
     expect(t.deps.pollWaiters.size).toBe(0)
   })
 
@@ -84,7 +84,7 @@ describe('POST /workers/poll wait_seconds', () => {
     expect(failed.body.status).toBe('validated')
     const res = await pending
     expect((res.body.job as Job).job_id).toBe(batch.id)
-    expect(batchRow(t.deps, batch.id)).toMatchObject({ status: 'in_progress', attempts: 1 })
+    expect(await batchRow(t.deps, batch.id)).toMatchObject({ status: 'in_progress', attempts: 1 })
   })
 
   test('a batch only wakes the held polls of workers that can serve it', async () => {
@@ -100,7 +100,7 @@ describe('POST /workers/poll wait_seconds', () => {
     })
     await validateAll(t)
     // Validated, and this poll was not woken for it: still held, the batch still waiting.
-    expect(batchRow(t.deps, otherBatch.id).status).toBe('validated')
+    expect((await batchRow(t.deps, otherBatch.id)).status).toBe('validated')
     expect(t.deps.pollWaiters.wakes).toBe(wakes)
     expect(t.deps.pollWaiters.size).toBe(1)
     const myBatch = await makeBatch(t, f.user, `${inputLine('b', mine.id)}\n`, {
@@ -109,7 +109,8 @@ describe('POST /workers/poll wait_seconds', () => {
     await validateAll(t)
     expect(((await pending).body.job as Job).job_id).toBe(myBatch.id)
     expect(t.deps.pollWaiters.wakes).toBe(wakes + 1)
-    t.deps.db.delete(batches).where(eq(batches.id, otherBatch.id)).run()
+    const { db, tables } = rowsOf(t.deps)
+    await db.delete(tables.batches).where(eq(tables.batches.id, otherBatch.id))
   })
 
   test('a held poll that finds nothing when woken keeps waiting, then ends with job: null', async () => {
@@ -143,7 +144,7 @@ describe('POST /workers/poll wait_seconds', () => {
       endpoint: '/v1/chat/completions',
     })
     await validateAll(t)
-    expect(batchRow(t.deps, batch.id).status).toBe('validated')
+    expect((await batchRow(t.deps, batch.id)).status).toBe('validated')
     await pending
   })
 

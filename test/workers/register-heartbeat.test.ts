@@ -1,8 +1,8 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { eq } from 'drizzle-orm'
-import { workerGpus, workerModels, workerRuntimes } from '../../src/db/schema'
 import { makeTestApp } from '../helpers/app'
 import { makePersonalKey } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 import {
   batchRow,
   heartbeat,
@@ -21,13 +21,27 @@ import {
 const t = makeTestApp()
 afterAll(() => t.close())
 
-const modelsOf = (id: string) =>
-  t.deps.db
-    .select()
-    .from(workerModels)
-    .where(eq(workerModels.worker_id, id))
-    .all()
-    .sort((a, b) => a.name.localeCompare(b.name))
+const modelsOf = async (id: string) => {
+  const { db, tables } = rowsOf(t.deps)
+  const rows = await db.select().from(tables.workerModels).where(eq(tables.workerModels.worker_id, id))
+  return rows.sort((a, b) => a.name.localeCompare(b.name))
+}
+const gpusOf = (id: string) => {
+  const { db, tables } = rowsOf(t.deps)
+  return db.select().from(tables.workerGpus).where(eq(tables.workerGpus.worker_id, id))
+}
+const runtimesOf = (id: string) => {
+  const { db, tables } = rowsOf(t.deps)
+  return db.select().from(tables.workerRuntimes).where(eq(tables.workerRuntimes.worker_id, id))
+}
+const workerCount = () => {
+  const { db, tables } = rowsOf(t.deps)
+  return db.$count(tables.workers)
+}
+const setOffline = async (id: string) => {
+  const { db, tables } = rowsOf(t.deps)
+  await db.update(tables.workers).set({ status: 'offline' }).where(eq(tables.workers.id, id))
+}
 
 describe('credentials on /workers', () => {
   test('no credential, a JWT or a personal key → 401; an unknown key → 401', async () => {
@@ -86,11 +100,9 @@ describe('POST /workers/register', () => {
     })
     const w = await workerRow(t.deps, res.body.worker_id)
     expect(w).toMatchObject({ status: 'online', last_heartbeat_at: null, machine_id: 'm-1', key_id: f.keyId })
-    expect(t.deps.db.select().from(workerGpus).where(eq(workerGpus.worker_id, w.id)).all()).toHaveLength(1)
-    expect(
-      t.deps.db.select().from(workerRuntimes).where(eq(workerRuntimes.worker_id, w.id)).all(),
-    ).toHaveLength(1)
-    const models = modelsOf(w.id)
+    expect(await gpusOf(w.id)).toHaveLength(1)
+    expect(await runtimesOf(w.id)).toHaveLength(1)
+    const models = await modelsOf(w.id)
     expect(models.map((m) => [m.name, m.digest, m.advertised])).toEqual([
       ['llama3:8b', null, true],
       // Digests are stored normalized: prefix stripped, lowercase.
@@ -124,13 +136,13 @@ describe('POST /workers/register', () => {
       registerBody({ name: 'x'.repeat(201) }),
       { name: 'missing runtimes' },
     ]
-    const before = t.deps.sqlite.query('select count(*) n from workers').get() as { n: number }
+    const before = await workerCount()
     for (const body of bad) {
       const res = await t.req('POST', '/workers/register', { token: f.key, body })
       expect(res.status).toBe(400)
       expect(res.body.error.type).toBe('invalid_request_error')
     }
-    expect(t.deps.sqlite.query('select count(*) n from workers').get()).toEqual(before)
+    expect(await workerCount()).toEqual(before)
   })
 
   test('re-registration by worker_id or machine_id reuses the worker, replaces child rows and requeues its batch', async () => {
@@ -152,9 +164,9 @@ describe('POST /workers/register', () => {
       last_heartbeat_at: null,
       vram_total_gb: null,
     })
-    expect(modelsOf(wid).map((m) => m.name)).toEqual(['new:1'])
-    expect(t.deps.db.select().from(workerGpus).where(eq(workerGpus.worker_id, wid)).all()).toHaveLength(0)
-    expect(batchRow(t.deps, batch.id)).toMatchObject({
+    expect((await modelsOf(wid)).map((m) => m.name)).toEqual(['new:1'])
+    expect(await gpusOf(wid)).toHaveLength(0)
+    expect(await batchRow(t.deps, batch.id)).toMatchObject({
       status: 'validated',
       attempts: 1,
       error: 'worker re-registered',
@@ -166,7 +178,7 @@ describe('POST /workers/register', () => {
       body: registerBody({ worker_id: wid, models: ['x:1'] }),
     })
     expect(byId.body.worker_id).toBe(wid)
-    expect(modelsOf(wid).map((m) => m.name)).toEqual(['x:1'])
+    expect((await modelsOf(wid)).map((m) => m.name)).toEqual(['x:1'])
   })
 
   test('an unknown worker_id (e.g. after a server reset) registers a new worker', async () => {
@@ -253,20 +265,20 @@ describe('POST /workers/{worker_id}/heartbeat', () => {
     await heartbeat(t, f.key, wid, {
       inventory: [inventoryItem('a:1'), inventoryItem('b:1', { loaded: true })],
     })
-    expect(modelsOf(wid).map((m) => [m.name, m.on_disk, m.loaded])).toEqual([
+    expect((await modelsOf(wid)).map((m) => [m.name, m.on_disk, m.loaded])).toEqual([
       ['a:1', true, false],
       ['b:1', true, true],
       ['cfg:1', false, false],
     ])
     // A model removed from disk disappears; a manually pulled one appears; loaded_models count.
     await heartbeat(t, f.key, wid, { inventory: [inventoryItem('c:1')], loaded_models: ['c:1'] })
-    expect(modelsOf(wid).map((m) => [m.name, m.on_disk, m.loaded])).toEqual([
+    expect((await modelsOf(wid)).map((m) => [m.name, m.on_disk, m.loaded])).toEqual([
       ['c:1', true, true],
       ['cfg:1', false, false],
     ])
     // An older daemon omits the inventory: it stays, only loaded flags move.
     await heartbeat(t, f.key, wid, { loaded_models: [] })
-    expect(modelsOf(wid).map((m) => [m.name, m.on_disk, m.loaded])).toEqual([
+    expect((await modelsOf(wid)).map((m) => [m.name, m.on_disk, m.loaded])).toEqual([
       ['c:1', true, false],
       ['cfg:1', false, false],
     ])
@@ -275,7 +287,7 @@ describe('POST /workers/{worker_id}/heartbeat', () => {
   test('brings an offline worker back online', async () => {
     const f = await makeFleet(t)
     const wid = await registerWorker(t, f.key)
-    t.deps.sqlite.query(`update workers set status = 'offline' where id = ?`).run(wid)
+    await setOffline(wid)
     expect((await heartbeat(t, f.key, wid)).status).toBe(200)
     expect((await workerRow(t.deps, wid)).status).toBe('online')
   })

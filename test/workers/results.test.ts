@@ -1,10 +1,10 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { eq } from 'drizzle-orm'
-import { batchAssignments, files } from '../../src/db/schema'
 import { readInputIds } from '../../src/modules/workers/results'
 import { makeTestApp } from '../helpers/app'
 import { readBlob, storedEverything, strayBlobs } from '../helpers/blobs'
 import { makePersonalKey } from '../helpers/builders'
+import { rowsOf } from '../helpers/rows'
 import {
   batchRow,
   errorLine,
@@ -38,8 +38,14 @@ async function claimed(requests = 3, fleet?: Fleet) {
 }
 
 const storedFiles = () => storedEverything(t.deps)
-const fileRowsOf = (batchId: string) =>
-  t.deps.db.select().from(files).where(eq(files.batch_id, batchId)).all()
+const fileRowsOf = (batchId: string) => {
+  const { db, tables } = rowsOf(t.deps)
+  return db.select().from(tables.files).where(eq(tables.files.batch_id, batchId))
+}
+const assignmentsOf = (batchId: string) => {
+  const { db, tables } = rowsOf(t.deps)
+  return db.select().from(tables.batchAssignments).where(eq(tables.batchAssignments.batch_id, batchId))
+}
 
 describe('POST /workers/progress', () => {
   test('updates request counts live', async () => {
@@ -57,7 +63,7 @@ describe('POST /workers/progress', () => {
     })
     expect(res.status).toBe(200)
     expect(res.body).toEqual({ status: 'ok' })
-    expect(batchRow(t.deps, job.job_id)).toMatchObject({
+    expect(await batchRow(t.deps, job.job_id)).toMatchObject({
       request_counts_completed: 4,
       request_counts_failed: 1,
     })
@@ -82,7 +88,7 @@ describe('POST /workers/progress', () => {
       expect(res.status).toBe(400)
       expect(res.body.error.code).toBe(code)
     }
-    expect(batchRow(t.deps, job.job_id)).toMatchObject({
+    expect(await batchRow(t.deps, job.job_id)).toMatchObject({
       request_counts_completed: 5,
       request_counts_failed: 2,
     })
@@ -114,7 +120,7 @@ describe('POST /workers/progress', () => {
     expect(
       (await t.req('POST', '/workers/progress', { token: f.user.token, body: body(sameOrg) })).status,
     ).toBe(401)
-    expect(batchRow(t.deps, job.job_id).request_counts_completed).toBe(0)
+    expect((await batchRow(t.deps, job.job_id)).request_counts_completed).toBe(0)
   })
 })
 
@@ -133,14 +139,12 @@ describe('POST /workers/report-failure', () => {
       attempts: 1,
       error: '😀'.repeat(2000),
     })
-    expect(batchRow(t.deps, job.job_id)).toMatchObject({
+    expect(await batchRow(t.deps, job.job_id)).toMatchObject({
       status: 'validated',
       attempts: 1,
       error: '😀'.repeat(2000),
     })
-    expect(
-      t.deps.db.select().from(batchAssignments).where(eq(batchAssignments.batch_id, job.job_id)).all(),
-    ).toEqual([])
+    expect(await assignmentsOf(job.job_id)).toEqual([])
   })
 
   test('the third failure is terminal: failed, completed_at and failed_at stamped, every request failed', async () => {
@@ -159,10 +163,10 @@ describe('POST /workers/report-failure', () => {
       })
       expect(last.status).toBe(200)
       expect(last.body.attempts).toBe(attempt)
-      if (attempt < 3) expect(batchRow(t.deps, job.job_id).request_counts_completed).toBe(0)
+      if (attempt < 3) expect((await batchRow(t.deps, job.job_id)).request_counts_completed).toBe(0)
     }
     expect(last.body).toEqual({ status: 'failed', batch_id: job.job_id, attempts: 3, error: 'crash 3' })
-    expect(batchRow(t.deps, job.job_id)).toMatchObject({
+    expect(await batchRow(t.deps, job.job_id)).toMatchObject({
       status: 'failed',
       attempts: 3,
       completed_at: t.clock.now(),
@@ -182,7 +186,7 @@ describe('POST /workers/report-failure', () => {
       body: { worker_id: intruder, job_id: job.job_id, error: 'nope' },
     })
     expect(res.status).toBe(403)
-    expect(batchRow(t.deps, job.job_id)).toMatchObject({ status: 'in_progress', attempts: 0 })
+    expect(await batchRow(t.deps, job.job_id)).toMatchObject({ status: 'in_progress', attempts: 0 })
     const unknownBatch = await t.req('POST', '/workers/report-failure', {
       token: f.key,
       body: { worker_id: intruder, job_id: 'batch_nope', error: 'x' },
@@ -205,7 +209,7 @@ describe('fencing with assignment_id', () => {
     const again = (await poll(t, f.key, wid))!
     expect(again.job_id).toBe(job.job_id)
     expect(again.assignment_id).not.toBe(job.assignment_id)
-    const before = batchRow(t.deps, job.job_id)
+    const before = await batchRow(t.deps, job.job_id)
     const filesBefore = await storedFiles()
 
     const stale = { worker_id: wid, job_id: job.job_id, assignment_id: job.assignment_id }
@@ -228,7 +232,7 @@ describe('fencing with assignment_id', () => {
     })
     expect(r.status).toBe(403)
 
-    expect(batchRow(t.deps, job.job_id)).toEqual(before)
+    expect(await batchRow(t.deps, job.job_id)).toEqual(before)
     expect(await storedFiles()).toEqual(filesBefore)
     // The current run still works.
     const ok = await t.req('POST', '/workers/progress', {
@@ -277,7 +281,7 @@ describe('upload-results: the fence and the form, whatever the field order', () 
   for (const idsFirst of [true, false]) {
     test(`a stale assignment_id sent after the file is 403 and changes nothing (ids ${idsFirst ? 'before' : 'after'} the file)`, async () => {
       const { f, wid, job, stale, current } = await reclaimed()
-      const before = batchRow(t.deps, job.job_id)
+      const before = await batchRow(t.deps, job.job_id)
       const filesBefore = await storedFiles()
       const res = await t.req('POST', '/workers/upload-results', {
         token: f.key,
@@ -285,8 +289,8 @@ describe('upload-results: the fence and the form, whatever the field order', () 
       })
       expect(res.status).toBe(403)
       expect(res.body.error.code).toBe('stale_assignment')
-      expect(batchRow(t.deps, job.job_id)).toEqual(before)
-      expect(fileRowsOf(job.job_id)).toEqual([])
+      expect(await batchRow(t.deps, job.job_id)).toEqual(before)
+      expect(await fileRowsOf(job.job_id)).toEqual([])
       expect(await storedFiles()).toEqual(filesBefore)
       // The current run, with the same field order, completes the batch.
       const ok = await t.req('POST', '/workers/upload-results', {
@@ -294,7 +298,7 @@ describe('upload-results: the fence and the form, whatever the field order', () 
         raw: lateFence(job.job_id, wid, current, idsFirst),
       })
       expect(ok.status).toBe(200)
-      expect(batchRow(t.deps, job.job_id).status).toBe('completed')
+      expect((await batchRow(t.deps, job.job_id)).status).toBe('completed')
     })
   }
 
@@ -337,7 +341,7 @@ describe('upload-results: the fence and the form, whatever the field order', () 
       })
       expect(res.status).toBe(400)
       expect(res.body.error).toMatchObject({ code, param })
-      expect(batchRow(t.deps, job.job_id).status).toBe('in_progress')
+      expect((await batchRow(t.deps, job.job_id)).status).toBe('in_progress')
       expect(await storedFiles()).toEqual(filesBefore)
     })
   }
@@ -398,7 +402,7 @@ describe('POST /workers/upload-results', () => {
       ['req-3', 'missing_result'],
     ])
     expect(out.length + err.length).toBe(4)
-    expect(batchRow(t.deps, batch.id)).toMatchObject({
+    expect(await batchRow(t.deps, batch.id)).toMatchObject({
       status: 'completed',
       completed_at: t.clock.now(),
       output_file_id: res.body.output_file_id,
@@ -406,14 +410,14 @@ describe('POST /workers/upload-results', () => {
       request_counts_completed: 2,
       request_counts_failed: 2,
     })
-    const rows: unknown[][] = fileRowsOf(batch.id).map((r) => [r.purpose, r.user_id, r.bytes])
+    const rows: unknown[][] = (await fileRowsOf(batch.id)).map((r) => [r.purpose, r.user_id, r.bytes])
     expect(rows.sort()).toEqual(
       [
         ['batch_output', f.user.id, await t.deps.blobs.size(res.body.error_file_id)],
         ['batch_output', f.user.id, await t.deps.blobs.size(res.body.output_file_id)],
       ].sort(),
     )
-    const a = t.deps.db.select().from(batchAssignments).where(eq(batchAssignments.batch_id, batch.id)).get()!
+    const [a] = await assignmentsOf(batch.id)
     expect(a.completed_at).toBe(t.clock.now())
     expect((await heartbeat(t, f.key, wid)).body.assigned_job_ids).toEqual([])
 
@@ -447,7 +451,7 @@ describe('POST /workers/upload-results', () => {
 
   test('count_mismatch and invalid_output are 400 and change nothing', async () => {
     const { f, wid, job } = await claimed(3)
-    const before = batchRow(t.deps, job.job_id)
+    const before = await batchRow(t.deps, job.job_id)
     const filesBefore = await storedFiles()
     const fields = { job_id: job.job_id, worker_id: wid }
     const good = [okLine('req-1'), okLine('req-2'), okLine('req-3')].join('\n')
@@ -467,8 +471,8 @@ describe('POST /workers/upload-results', () => {
       expect(res.status).toBe(400)
       expect(res.body.error.code).toBe(code)
     }
-    expect(batchRow(t.deps, job.job_id)).toEqual(before)
-    expect(fileRowsOf(job.job_id)).toEqual([])
+    expect(await batchRow(t.deps, job.job_id)).toEqual(before)
+    expect(await fileRowsOf(job.job_id)).toEqual([])
     expect(await storedFiles()).toEqual(filesBefore)
   })
 
@@ -490,7 +494,7 @@ describe('POST /workers/upload-results', () => {
         .code,
     ).toBe('unknown_field')
     expect((await upload(t, f.key, { worker_id: wid }, okLine('req-1'))).status).toBe(400)
-    expect(batchRow(t.deps, job.job_id).status).toBe('in_progress')
+    expect((await batchRow(t.deps, job.job_id)).status).toBe('in_progress')
   })
 
   test('not the holder → 403; another org → 403; unknown worker → 404; a personal key → 401', async () => {
@@ -503,7 +507,7 @@ describe('POST /workers/upload-results', () => {
     expect((await upload(t, other.key, { job_id: job.job_id, worker_id: wid }, content)).status).toBe(403)
     expect((await upload(t, f.key, { job_id: job.job_id, worker_id: 'wrk_nope' }, content)).status).toBe(404)
     expect((await upload(t, personal.key, { job_id: job.job_id, worker_id: wid }, content)).status).toBe(401)
-    expect(batchRow(t.deps, job.job_id).status).toBe('in_progress')
+    expect((await batchRow(t.deps, job.job_id)).status).toBe('in_progress')
   })
 
   test('an upload over MAX_UPLOAD_BYTES is 413 and changes nothing', async () => {
@@ -518,7 +522,7 @@ describe('POST /workers/upload-results', () => {
       const res = await upload(small, f.key, { job_id: batch.id, worker_id: wid }, content)
       expect(res.status).toBe(413)
       expect(res.body.error.code).toBe('file_too_large')
-      expect(batchRow(small.deps, batch.id).status).toBe('in_progress')
+      expect((await batchRow(small.deps, batch.id)).status).toBe('in_progress')
       expect(await strayBlobs(small.deps)).toEqual([])
     } finally {
       small.close()
@@ -543,7 +547,8 @@ describe('POST /workers/model-progress', () => {
   test('is logged and counts as liveness (an offline worker is back online)', async () => {
     const f = await makeFleet(t)
     const wid = await registerWorker(t, f.key)
-    t.deps.sqlite.query(`update workers set status = 'offline' where id = ?`).run(wid)
+    const { db, tables } = rowsOf(t.deps)
+    await db.update(tables.workers).set({ status: 'offline' }).where(eq(tables.workers.id, wid))
     t.clock.advance(60)
     const res = await t.req('POST', '/workers/model-progress', {
       token: f.key,

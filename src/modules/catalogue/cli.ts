@@ -1,9 +1,8 @@
 import { existsSync } from 'node:fs'
 import { ConfigError, loadConfig } from '../../config'
-import { migrate } from '../../db/migrate'
-import { openDb } from '../../db/open'
+import { openStore } from '../../deps'
 import { systemClock } from '../../lib/clock'
-import { sqliteStore } from '../../store/sqlite'
+import { newId } from '../../lib/ids'
 import { appendStubs, discover } from './discover'
 import { checkManifest, isMapping } from './manifest'
 import { DEFAULT_CATALOGUE_PATH } from './seed'
@@ -22,7 +21,7 @@ commands:
                                PATH defaults to CATALOGUE_PATH, else ${DEFAULT_CATALOGUE_PATH}
   --help                       show this help
 
-discover reads the database named by DATABASE_PATH / DATA_DIR (the server's configuration).`
+discover reads the server's database: DATABASE_URL's PostgreSQL, else DATABASE_PATH / DATA_DIR.`
 
 export interface CliIo {
   out(line: string): void
@@ -126,7 +125,7 @@ async function discoverCommand(manifestArg: string | undefined, io: CliIo): Prom
     throw e
   }
   const path = manifestArg ?? config.CATALOGUE_PATH ?? DEFAULT_CATALOGUE_PATH
-  if (!existsSync(config.DATABASE_PATH)) {
+  if (!config.DATABASE_URL && !existsSync(config.DATABASE_PATH)) {
     io.err(`no database at ${config.DATABASE_PATH} (set DATA_DIR or DATABASE_PATH)`)
     return 2
   }
@@ -144,11 +143,11 @@ async function discoverCommand(manifestArg: string | undefined, io: CliIo): Prom
     return 1
   }
 
-  const { db, sqlite } = openDb({ path: config.DATABASE_PATH, synchronous: config.SQLITE_SYNCHRONOUS })
-  const store = sqliteStore({ db, sqlite, config, clock: systemClock })
+  // The server's database, whichever engine (API.md §12): DATABASE_URL's PostgreSQL or the SQLite file.
+  const { store } = openStore(config, newId('inst_'), systemClock)
   let found: ReturnType<typeof discover>
   try {
-    migrate(db)
+    await store.ready()
     found = discover(await store.catalogue.readCatalogue(), await store.fleet.reportedInventory(), doc)
   } finally {
     await store.close()
