@@ -99,8 +99,15 @@ export function checkJsonBody(body: unknown): void {
     if (depth > MAX_JSON_DEPTH) {
       throw badRequest('invalid_json', `JSON bodies may nest at most ${MAX_JSON_DEPTH} levels`)
     }
+    if (!Array.isArray(value) && Object.keys(value as object).some((k) => k.includes('\u0000'))) {
+      throw badRequest('invalid_value', 'Strings in the request body may not contain NUL characters')
+    }
     for (const child of Array.isArray(value) ? value : Object.values(value as object)) {
       if (child !== null && typeof child === 'object') stack.push([child, depth + 1])
+      // PostgreSQL stores no NUL in text, and no field of the API needs one: a 400, on both engines.
+      else if (typeof child === 'string' && child.includes('\u0000')) {
+        throw badRequest('invalid_value', 'Strings in the request body may not contain NUL characters')
+      }
     }
   }
 }

@@ -55,6 +55,23 @@ describe('request bodies', () => {
     expect(res.body.error.message).not.toContain('12345678901')
   })
 
+  test('a NUL character in a string or a key → 400 on every engine, nothing stored', async () => {
+    const u = await makeUser(t)
+    const org = await t.req('POST', '/v1/orgs', { token: u.token, body: { name: 'a\u0000b' } })
+    expect(org.status).toBe(400)
+    expect(org.body.error.code).toBe('invalid_value')
+    const key = await t.req('POST', '/v1/users/me/api-keys', { token: u.token, body: { name: 'k\u0000' } })
+    expect(key.status).toBe(400)
+    const meta = await t.req('POST', '/v1/batches', {
+      token: u.token,
+      body: { input_file_id: 'file-x', metadata: { 'a\u0000': 'b' } },
+    })
+    expect(meta.status).toBe(400)
+    expect(
+      (await t.req('GET', '/v1/orgs', { token: u.token })).body.data.map((o: { name: string }) => o.name),
+    ).not.toContain('a\u0000b')
+  })
+
   test('a 1 MB string → 400, nothing stored', async () => {
     const users = await count('users')
     const res = await t.req('POST', '/v1/auth/signup', {
