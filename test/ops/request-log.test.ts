@@ -122,7 +122,14 @@ describe('request log', () => {
   test('a 500 is logged once as a request and once as an error, both with the request id', async () => {
     const broken = makeTestApp()
     const user = await makeUser(broken)
-    await broken.deps.store.close() // every query now throws: an unexpected server error
+    // A planted bug behind the seam: every accounts read throws something unexpected (a database
+    // that is merely unreachable is a 503 instead: test/cluster/database-away.test.ts).
+    const accounts = broken.deps.store.accounts as unknown as Record<string, unknown>
+    for (const verb of Object.keys(accounts)) {
+      accounts[verb] = async () => {
+        throw new Error('a planted bug')
+      }
+    }
     const id = rid()
     const res = await broken.req('GET', '/v1/auth/me', { token: user.token, headers: { 'x-request-id': id } })
     expect(res.status).toBe(500)
