@@ -341,8 +341,14 @@ describe('pull_models (on-the-fly downloads)', () => {
     const fleet = t.deps.store.fleet
     const calls = { onlineWorkers: 0, findWorker: 0 }
     const { onlineWorkers, findWorker } = fleet
-    fleet.onlineWorkers = (...a) => (calls.onlineWorkers++, onlineWorkers.apply(fleet, a))
-    fleet.findWorker = (...a) => (calls.findWorker++, findWorker.apply(fleet, a))
+    fleet.onlineWorkers = (...a) => {
+      calls.onlineWorkers++
+      return onlineWorkers.apply(fleet, a)
+    }
+    fleet.findWorker = (...a) => {
+      calls.findWorker++
+      return findWorker.apply(fleet, a)
+    }
     try {
       // Nobody serves it, so this idle worker is asked to fetch it.
       expect(
