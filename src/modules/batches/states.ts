@@ -13,6 +13,9 @@ import type { BatchRow, BatchStatus } from '../../db/schema'
 
 export const BATCH_STATUSES = ['validating', 'validated', 'in_progress', 'completed', 'failed'] as const
 
+/** Not yet terminal: such a batch still needs its input file (API.md §5 file_in_use). */
+export const NON_TERMINAL_STATUSES = ['validating', 'validated', 'in_progress'] as const
+
 export const BATCH_TRANSITIONS = {
   validation_passed: { from: 'validating', to: 'validated', by: 'asynchronous validation finds no errors' },
   validation_failed: { from: 'validating', to: 'failed', by: 'asynchronous validation finds errors' },

@@ -81,3 +81,25 @@ export function pickClaim<H extends ClaimHead>(heads: readonly H[]): H | null {
   }
   return best
 }
+
+/**
+ * API.md §7 registration: a worker (re-)registers online and never-heartbeated; VRAM, activity and
+ * loaded models come with its first heartbeat (SPEC Poll rule 6).
+ */
+export function registeredState<F extends object>(fields: F, now: number) {
+  return {
+    ...fields,
+    status: 'online' as const,
+    activity: 'idle' as const,
+    vram_total_gb: null,
+    vram_available_gb: null,
+    gpu_utilization: null,
+    gpu_memory_used_gb: null,
+    loaded_models: [] as string[],
+    inventory_sig: null,
+    current_job_id: null,
+    uptime_seconds: null,
+    last_heartbeat_at: null,
+    last_seen_at: now,
+  }
+}

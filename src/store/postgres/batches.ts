@@ -1,14 +1,13 @@
 import { and, asc, eq, gt, inArray, isNull, lt, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { BatchErrorRow, BatchRow } from '../../db/schema'
+import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
 import type { BatchesStore } from '../batches'
 import type { PgDb } from './db'
 import { pageRows } from './page'
 import { transition } from './queue'
 
 const { batches, batchErrors, files } = schema
-
-const ACTIVE = ['validating', 'validated', 'in_progress'] as const
 
 export function postgresBatches(db: PgDb): BatchesStore {
   return {
@@ -84,7 +83,7 @@ export function postgresBatches(db: PgDb): BatchesStore {
       const rows = await db
         .select({ status: batches.status, n: sql<number>`count(*)::int` })
         .from(batches)
-        .where(inArray(batches.status, [...ACTIVE]))
+        .where(inArray(batches.status, [...NON_TERMINAL_STATUSES]))
         .groupBy(batches.status)
       return Object.fromEntries(rows.map((r) => [r.status, r.n]))
     },
@@ -100,7 +99,7 @@ export function postgresBatches(db: PgDb): BatchesStore {
           done: sql<number>`(${batches.request_counts_completed} + ${batches.request_counts_failed})::int`,
         })
         .from(batches)
-        .where(or(inArray(batches.status, [...ACTIVE]), gt(batches.completed_at, since)))
+        .where(or(inArray(batches.status, [...NON_TERMINAL_STATUSES]), gt(batches.completed_at, since)))
     },
 
     async leaseValidation(batchId, holder, now, until) {

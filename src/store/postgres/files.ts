@@ -1,12 +1,12 @@
 import { and, eq, inArray, isNull } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { FileRow } from '../../db/schema'
+import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
 import type { FilesStore } from '../files'
 import type { PgDb } from './db'
 import { pageRows } from './page'
 
 const { batchAssignments, batches, files } = schema
-const NON_TERMINAL = ['validating', 'validated', 'in_progress'] as const
 
 export function postgresFiles(db: PgDb): FilesStore {
   return {
@@ -63,7 +63,7 @@ export function postgresFiles(db: PgDb): FilesStore {
         const [user] = await tx
           .select({ id: batches.id })
           .from(batches)
-          .where(and(eq(batches.input_file_id, fileId), inArray(batches.status, [...NON_TERMINAL])))
+          .where(and(eq(batches.input_file_id, fileId), inArray(batches.status, [...NON_TERMINAL_STATUSES])))
           .limit(1)
         if (user) return { removed: false as const, reason: 'in_use' as const, batchId: user.id }
         await tx.delete(files).where(eq(files.id, fileId))

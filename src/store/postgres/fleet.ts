@@ -6,7 +6,7 @@ import { badRequest } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { parseLimit } from '../../lib/pagination'
 import type { RequeueOutcome } from '../../modules/workers/requeue'
-import { checkHolder, checkProgress } from '../../modules/workers/rules'
+import { checkHolder, checkProgress, registeredState } from '../../modules/workers/rules'
 import type { FleetStore, ListedWorker, Registration } from '../fleet'
 import type { PgDb, PgTx } from './db'
 import { requeueLocked } from './queue'
@@ -51,22 +51,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     },
 
     async register(r) {
-      const fields = {
-        ...r.fields,
-        // Online and never-heartbeated: VRAM and activity come with the first heartbeat.
-        status: 'online' as const,
-        activity: 'idle' as const,
-        vram_total_gb: null,
-        vram_available_gb: null,
-        gpu_utilization: null,
-        gpu_memory_used_gb: null,
-        loaded_models: [],
-        inventory_sig: null,
-        current_job_id: null,
-        uptime_seconds: null,
-        last_heartbeat_at: null,
-        last_seen_at: r.now,
-      }
+      const fields = registeredState(r.fields, r.now)
       return db.transaction(async (tx) => {
         // The worker row is locked first, as a claim locks it: a poll of the old incarnation
         // either finished before (its batch is requeued below) or waits and sees the new one.

@@ -4,11 +4,10 @@ import { preparedOnce } from '../../db/prepared'
 import { type BatchErrorRow, type BatchRow, batchErrors, batches, files } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { pageRows } from '../../lib/pagination'
+import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
 import type { BatchesStore } from '../batches'
 import type { SqliteDeps } from './queue'
 import { transition } from './transition'
-
-const ACTIVE = ['validating', 'validated', 'in_progress'] as const
 
 const stmts = preparedOnce((db: Db) => ({
   byId: db
@@ -19,7 +18,7 @@ const stmts = preparedOnce((db: Db) => ({
   active: db
     .select({ status: batches.status, n: sql<number>`count(*)` })
     .from(batches)
-    .where(inArray(batches.status, [...ACTIVE]))
+    .where(inArray(batches.status, [...NON_TERMINAL_STATUSES]))
     .groupBy(batches.status)
     .prepare(),
   // What is active now (batches_status_model), plus what finished since (batches_completed; a
@@ -34,7 +33,12 @@ const stmts = preparedOnce((db: Db) => ({
       done: sql<number>`${batches.request_counts_completed} + ${batches.request_counts_failed}`,
     })
     .from(batches)
-    .where(or(inArray(batches.status, [...ACTIVE]), gt(batches.completed_at, sql.placeholder('since'))))
+    .where(
+      or(
+        inArray(batches.status, [...NON_TERMINAL_STATUSES]),
+        gt(batches.completed_at, sql.placeholder('since')),
+      ),
+    )
     .prepare(),
   validating: db
     .select({ id: batches.id })

@@ -2,10 +2,9 @@ import { and, eq, inArray, isNull } from 'drizzle-orm'
 import { batchAssignments, batches, type FileRow, files } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { pageRows } from '../../lib/pagination'
+import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
 import type { FilesStore } from '../files'
 import type { SqliteDeps } from './queue'
-
-const NON_TERMINAL = ['validating', 'validated', 'in_progress'] as const
 
 export function sqliteFiles(deps: SqliteDeps): FilesStore {
   const { db } = deps
@@ -60,7 +59,7 @@ export function sqliteFiles(deps: SqliteDeps): FilesStore {
         const user = tx
           .select({ id: batches.id })
           .from(batches)
-          .where(and(eq(batches.input_file_id, fileId), inArray(batches.status, [...NON_TERMINAL])))
+          .where(and(eq(batches.input_file_id, fileId), inArray(batches.status, [...NON_TERMINAL_STATUSES])))
           .get()
         if (user) return { removed: false as const, reason: 'in_use' as const, batchId: user.id }
         tx.delete(files).where(eq(files.id, fileId)).run()

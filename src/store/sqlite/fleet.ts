@@ -16,7 +16,7 @@ import { type Tx, writeTx } from '../../db/tx'
 import { newId } from '../../lib/ids'
 import { pageRows } from '../../lib/pagination'
 import type { RequeueOutcome } from '../../modules/workers/requeue'
-import { checkHolder, checkProgress } from '../../modules/workers/rules'
+import { checkHolder, checkProgress, registeredState } from '../../modules/workers/rules'
 import type { FleetStore, ListedWorker, Registration } from '../fleet'
 import { requeueHeldInTx, type SqliteDeps } from './queue'
 
@@ -249,22 +249,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
     },
 
     async register(r) {
-      const fields = {
-        ...r.fields,
-        // Online and never-heartbeated: VRAM and activity come with the first heartbeat.
-        status: 'online' as const,
-        activity: 'idle' as const,
-        vram_total_gb: null,
-        vram_available_gb: null,
-        gpu_utilization: null,
-        gpu_memory_used_gb: null,
-        loaded_models: [],
-        inventory_sig: null,
-        current_job_id: null,
-        uptime_seconds: null,
-        last_heartbeat_at: null,
-        last_seen_at: r.now,
-      }
+      const fields = registeredState(r.fields, r.now)
       return writeTx(db, (tx) => {
         let existing: WorkerRow | undefined
         if (r.workerId) {
