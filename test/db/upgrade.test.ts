@@ -9,6 +9,28 @@ import { openDb } from '../../src/db/open'
 // would re-run or skip it. Each release's set is pinned here by the SHA-256 of its files.
 const RELEASED: { tag: string; sha256: string }[] = [
   { tag: '0000_init', sha256: '72b38f2792977284d5affdaaf2390ca4d08fe25fe5841e48f21d9d3b9efae842' },
+  {
+    tag: '0001_error_files_batch_output',
+    sha256: 'e6fd3c65cdadf36f31e4b316d296afe1d7dccbb1919403eace2a39c29e04ee74',
+  },
+  {
+    tag: '0002_batches_completed',
+    sha256: '1fe464ec6a41e17183a01c7b084c71f5df13557eb157580ac1bb9b4fd6a020af',
+  },
+]
+
+/** The PostgreSQL engine's released migrations (drizzle/postgres), pinned the same way. */
+const RELEASED_POSTGRES: { tag: string; sha256: string }[] = [
+  { tag: '0000_init', sha256: 'b2c1454808b32446da7484ada3d35ba6200b69605c931506f60faa75c20eed49' },
+  {
+    tag: '0001_validation_lease',
+    sha256: '9b3f5765f06bd5f594dff05df8e6a3cca0dae6ed77adffa04ab973778cae6cfc',
+  },
+  { tag: '0002_rate_limit_hits', sha256: '352e951e0690db01d219873c346b322148e835e40737c95592cf74318c33610e' },
+  {
+    tag: '0003_batches_completed',
+    sha256: '3303833978cc7ba4c71e507d4f02bfcfebaaf85e9fe421f68bc6ee1aae3af691',
+  },
 ]
 
 /** The migration set as it was at a release: the first `count` entries of today's journal. */
@@ -25,6 +47,17 @@ describe('upgrades', () => {
     RELEASED.forEach(({ tag, sha256 }, i) => {
       expect(embeddedMigrations.journal.entries[i]?.tag).toBe(tag)
       const onDisk = readFileSync(`drizzle/${tag}.sql`)
+      expect(new Bun.CryptoHasher('sha256').update(onDisk).digest('hex')).toBe(sha256)
+    })
+  })
+
+  test('released PostgreSQL migrations are unchanged and still first in their journal', () => {
+    const journal = JSON.parse(readFileSync('drizzle/postgres/meta/_journal.json', 'utf8')) as {
+      entries: { tag: string }[]
+    }
+    RELEASED_POSTGRES.forEach(({ tag, sha256 }, i) => {
+      expect(journal.entries[i]?.tag).toBe(tag)
+      const onDisk = readFileSync(`drizzle/postgres/${tag}.sql`)
       expect(new Bun.CryptoHasher('sha256').update(onDisk).digest('hex')).toBe(sha256)
     })
   })
