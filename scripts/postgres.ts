@@ -7,7 +7,16 @@
 //
 // Tests use startPostgres() once per process (test/helpers/postgres.ts), or the cluster named by
 // GRIDKEEP_TEST_POSTGRES_URL when set.
-import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -50,11 +59,48 @@ function run(argv: string[], asPostgres: boolean) {
   if (r.exitCode !== 0) throw new Error(`${argv[0]} failed: ${r.stderr.toString().slice(-2000)}`)
 }
 
-export async function startPostgres(): Promise<PostgresCluster> {
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+/**
+ * Removes the clusters of test processes that died without stopping theirs (a SIGKILLed or timed-out
+ * `bun test` never runs its exit hook); each cluster names its owner's PID in `owner`. A cluster
+ * holds gigabytes once the suite's databases are prepared, so leaked ones fill a disk quickly.
+ */
+function reapOrphans(bin: string, asPostgres: boolean) {
+  for (const name of readdirSync(tmpdir())) {
+    if (!name.startsWith('gridkeep-pg-')) continue
+    const dir = join(tmpdir(), name)
+    let owner: number
+    try {
+      owner = Number(readFileSync(join(dir, 'owner'), 'utf8'))
+    } catch {
+      continue // started by `bun scripts/postgres.ts start`, or still being created
+    }
+    if (!owner || alive(owner)) continue
+    try {
+      run([join(bin, 'pg_ctl'), '-D', join(dir, 'data'), '-m', 'immediate', '-w', 'stop'], asPostgres)
+    } catch {
+      // not running
+    }
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+/** `owned`: the cluster belongs to this process and is reaped by a later start once it is gone. */
+export async function startPostgres({ owned = true }: { owned?: boolean } = {}): Promise<PostgresCluster> {
   const bin = binDir()
   const root = process.getuid?.() === 0
+  reapOrphans(bin, root)
   const dir = mkdtempSync(join(tmpdir(), 'gridkeep-pg-'))
   chmodSync(dir, 0o700)
+  if (owned) writeFileSync(join(dir, 'owner'), String(process.pid))
   if (root) {
     const uid = Number(Bun.spawnSync(['id', '-u', 'postgres']).stdout.toString())
     const gid = Number(Bun.spawnSync(['id', '-g', 'postgres']).stdout.toString())
@@ -83,7 +129,7 @@ export async function startPostgres(): Promise<PostgresCluster> {
 if (import.meta.main) {
   const [verb, arg] = process.argv.slice(2)
   if (verb === 'start') {
-    const cluster = await startPostgres()
+    const cluster = await startPostgres({ owned: false })
     console.log(cluster.url)
     console.log(cluster.dir)
   } else if (verb === 'stop' && arg) {
