@@ -8,7 +8,7 @@ import { openDb } from '../../src/db/open'
 import * as pg from '../../src/db/pg/schema'
 import * as lite from '../../src/db/schema'
 import { migratePostgres, openPostgres } from '../../src/store/postgres/db'
-import { postgresDialect } from '../../src/store/postgres/usage'
+import { postgresDialect, postgresUsage } from '../../src/store/postgres/usage'
 import { sqliteDialect } from '../../src/store/sqlite/usage'
 import type { UsageGroup, UsageScope, UsageSums } from '../../src/store/usage'
 import { usageQuery } from '../../src/store/usage-query'
@@ -80,7 +80,7 @@ async function seed(h: StoreHarness) {
   await batch(h, { completedAt: D0 + 2 * DAY, usage: tokens(1000, 0), org: 'org_x' })
 }
 
-const sums = (
+const counted = (
   n: number,
   requests: number,
   prompt_tokens: number,
@@ -104,22 +104,22 @@ for (const [kind, open] of storeEngines) {
       await seed(h)
       const me: UsageScope = { kind: 'user', userId: 'user_a' }
       expect(await run(me, 'day')).toEqual([
-        { group: D0, label: noLabel, ...sums(1, 3, 10, 20, 30) },
-        { group: D0 + DAY, label: noLabel, ...sums(2, 3, 5, 2, 7) },
+        { group: D0, label: noLabel, ...counted(1, 3, 10, 20, 30) },
+        { group: D0 + DAY, label: noLabel, ...counted(2, 3, 5, 2, 7) },
       ])
       expect(await run(me, 'model')).toEqual([
-        { group: 'm1', label: noLabel, ...sums(2, 4, 14, 20, 34) },
-        { group: 'm2', label: noLabel, ...sums(1, 2, 1, 2, 3) },
+        { group: 'm1', label: noLabel, ...counted(2, 4, 14, 20, 34) },
+        { group: 'm2', label: noLabel, ...counted(1, 2, 1, 2, 3) },
       ])
       // The revoked key keeps its row, so its prefix; a key id with no row has no label.
       expect(await run(me, 'key')).toEqual([
         {
           group: 'key_1',
           label: { prefix: 'gk-AAAAAAAAA', name: 'laptop', email: null },
-          ...sums(1, 3, 10, 20, 30),
+          ...counted(1, 3, 10, 20, 30),
         },
-        { group: 'key_gone', label: noLabel, ...sums(1, 1, 4, 0, 4) },
-        { group: null, label: noLabel, ...sums(1, 2, 1, 2, 3) },
+        { group: 'key_gone', label: noLabel, ...counted(1, 1, 4, 0, 4) },
+        { group: null, label: noLabel, ...counted(1, 2, 1, 2, 3) },
       ])
       expect(await run({ kind: 'user', userId: 'user_nobody' }, 'day')).toEqual([])
     })
@@ -128,11 +128,11 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       await seed(h)
       expect(await run({ kind: 'org', orgId: 'org_x' }, 'day')).toEqual([
-        { group: D0, label: noLabel, ...sums(2, 8, 110, 120, 230) },
-        { group: D0 + DAY, label: noLabel, ...sums(1, 1, 4, 0, 4) },
+        { group: D0, label: noLabel, ...counted(2, 8, 110, 120, 230) },
+        { group: D0 + DAY, label: noLabel, ...counted(1, 1, 4, 0, 4) },
       ])
       expect(await run({ kind: 'org', orgId: 'org_y' }, 'model')).toEqual([
-        { group: 'm2', label: noLabel, ...sums(1, 2, 1, 2, 3) },
+        { group: 'm2', label: noLabel, ...counted(1, 2, 1, 2, 3) },
       ])
     })
 
@@ -143,21 +143,74 @@ for (const [kind, open] of storeEngines) {
         {
           group: 'user_a',
           label: { prefix: null, name: null, email: 'a@x.test' },
-          ...sums(3, 6, 15, 22, 37),
+          ...counted(3, 6, 15, 22, 37),
         },
         {
           group: 'user_b',
           label: { prefix: null, name: null, email: 'b@x.test' },
-          ...sums(1, 5, 100, 100, 200),
+          ...counted(1, 5, 100, 100, 200),
         },
       ])
       expect(await run({ kind: 'all' }, 'model')).toEqual([
-        { group: 'm1', label: noLabel, ...sums(3, 9, 114, 120, 234) },
-        { group: 'm2', label: noLabel, ...sums(1, 2, 1, 2, 3) },
+        { group: 'm1', label: noLabel, ...counted(3, 9, 114, 120, 234) },
+        { group: 'm2', label: noLabel, ...counted(1, 2, 1, 2, 3) },
       ])
     })
   })
 }
+
+test('postgres: usage as the app writes it (drizzle stores jsonb as a JSON string) is summed too', async () => {
+  const db = openPostgres({ url: await freshPostgresUrl(), max: 2 })
+  try {
+    await migratePostgres(db)
+    await db.insert(pg.users).values({
+      id: 'u',
+      email: 'u@x.test',
+      password_hash: 'h',
+      full_name: 'U',
+      created_at: 1,
+      updated_at: 1,
+    })
+    const row = {
+      user_id: 'u',
+      input_file_id: 'f',
+      endpoint: 'e',
+      completion_window: '24h',
+      model: 'm',
+    } as const
+    await db.insert(pg.batches).values([
+      {
+        ...row,
+        id: 'b1',
+        status: 'completed',
+        request_counts_completed: 2,
+        usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 },
+        created_at: 1,
+        completed_at: D0,
+        updated_at: 1,
+      },
+      {
+        ...row,
+        id: 'b2',
+        status: 'completed',
+        request_counts_completed: 1,
+        usage: null,
+        created_at: 1,
+        completed_at: D0,
+        updated_at: 1,
+      },
+    ])
+    await db.execute(sql`INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status,
+      request_counts_completed, usage, created_at, completed_at, updated_at)
+      VALUES ('b3', 'u', 'f', 'e', '24h', 'm', 'completed', 1, '{"prompt_tokens": 10, "total_tokens": 10}'::jsonb, 1, ${D0}, 1)`)
+    const stored = await db.execute(sql`SELECT jsonb_typeof(usage) AS t FROM batches WHERE id = 'b1'`)
+    expect([...(stored as unknown as { t: string }[])][0]!.t).toBe('string')
+    const sums = await postgresUsage(db).sums({ kind: 'user', userId: 'u' }, range, 'model')
+    expect(sums).toEqual([{ group: 'm', label: noLabel, ...counted(3, 4, 13, 4, 17) }])
+  } finally {
+    await db.$client.close()
+  }
+})
 
 // "Indexed so a query does not scan every batch of the installation": each scope's statement is
 // an index range probe. PostgreSQL plans a small table by cost, so sequential scans are priced out
