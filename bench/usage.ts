@@ -7,8 +7,7 @@
 //   bun run bench/usage.ts           (1,000 caller batches; 1,000 vs 300,000 other batches)
 //   bun run bench/usage.ts --quick   (1,000 caller batches; 1,000 vs 30,000 other batches)
 
-import { DAY } from '../src/modules/usage/service'
-import type { UsageGroup, UsageScope } from '../src/store/usage'
+import { DAY, type UsageGroup, type UsageScope } from '../src/store/usage'
 import { type Bench, benchServer } from './lib/fixture'
 import { fmt, percentile, quick } from './lib/load'
 

@@ -1,5 +1,5 @@
 import { type SQL, type SQLWrapper, sql, type Table } from 'drizzle-orm'
-import type { USAGE_TOKENS, UsageGroup, UsageScope, UsageSums } from './usage'
+import { DAY, type USAGE_TOKENS, type UsageGroup, type UsageScope, type UsageSums } from './usage'
 
 // The usage aggregate (API.md §14) in the SQL both engines accept; each engine brings its tables
 // and how it reads one token count out of batches.usage (json_extract, or jsonb ->>).
@@ -23,8 +23,6 @@ export interface UsageDialect {
   /** `status = 'completed'`, written so that it never leads the planner away from the range probe. */
   completed(status: SQLWrapper): SQL
 }
-
-const DAY = 86_400
 
 /**
  * One statement: the scope's index range probe (batches (user_id, completed_at), batch_assignments

@@ -13,6 +13,9 @@ export type UsageScope =
 
 export type UsageGroup = 'day' | 'model' | 'key' | 'user'
 
+/** A UTC day in Unix seconds (Unix time counts no leap seconds): day buckets start at multiples. */
+export const DAY = 86_400
+
 /** The token counts usage reports (API.md §7 upload-results `usage`: the output lines' sums). */
 export const USAGE_TOKENS = ['prompt_tokens', 'completion_tokens', 'total_tokens'] as const
 

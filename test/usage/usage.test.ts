@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { DAY } from '../../src/modules/usage/service'
+import { DAY } from '../../src/store/usage'
 import { makeTestApp } from '../helpers/app'
 import { jsonl, line, makeBatch, validateAll } from '../helpers/batches'
 import { type MadeUser, makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey } from '../helpers/builders'

@@ -2,7 +2,7 @@ import { useId, useState } from 'preact/hooks'
 import { ErrorNote, Field, Section } from '../components/ui'
 import { UsageChart } from '../components/usage-chart'
 import { ApiError, api, query, saveFile } from '../lib/api'
-import { formatCount } from '../lib/format'
+import { formatCount, toCsv } from '../lib/format'
 import { useResource } from '../lib/hooks'
 import type { Me, UsageList, UsageRow } from '../lib/types'
 
@@ -62,10 +62,7 @@ function rowName(row: UsageRow, group: Group): string {
   return row.key_name ? `${row.key_prefix} (${row.key_name})` : (row.key_prefix ?? '—')
 }
 
-const csvCell = (v: string | number) =>
-  /[",\n]/.test(String(v)) ? `"${String(v).replaceAll('"', '""')}"` : String(v)
-
-function toCsv(rows: UsageRow[], group: Group): string {
+function usageCsv(rows: UsageRow[], group: Group): string {
   const head = ['start', 'end', ...(group === 'day' ? [] : [group]), ...COUNTS]
   const lines = rows.map((r) => [
     new Date(r.start * 1000).toISOString(),
@@ -73,7 +70,7 @@ function toCsv(rows: UsageRow[], group: Group): string {
     ...(group === 'day' ? [] : [rowName(r, group)]),
     ...COUNTS.map((k) => r[k]),
   ])
-  return [head, ...lines].map((l) => l.map(csvCell).join(',')).join('\n') + '\n'
+  return toCsv([head, ...lines])
 }
 
 /** The error that belongs to a control (the API names it in `param`). */
@@ -110,7 +107,7 @@ export function Usage({ me }: { me: Me }) {
   const download = () => {
     if (!usage.data || start === undefined || end === undefined) return
     const name = `usage-${view.id}-${utcDate(start)}-${utcDate(end - 1)}-by-${group}.csv`
-    saveFile(name, new Blob([toCsv(usage.data.rows, group)], { type: 'text/csv' }))
+    saveFile(name, new Blob([usageCsv(usage.data.rows, group)], { type: 'text/csv' }))
   }
 
   return (

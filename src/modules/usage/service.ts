@@ -1,6 +1,6 @@
 import type { Deps } from '../../deps'
 import { badRequest } from '../../lib/errors'
-import { USAGE_TOKENS, type UsageGroup, type UsageScope, type UsageSums } from '../../store/usage'
+import { DAY, type UsageGroup, type UsageScope, type UsageSums } from '../../store/usage'
 import type { UserPrincipal } from '../auth/credentials'
 import { requireOrgRole } from '../orgs/access'
 import type { UsageBucket, UsageList, UsageQuery } from './model'
@@ -18,7 +18,6 @@ import type { UsageBucket, UsageList, UsageQuery } from './model'
 //   show as "dashboard". A revoked key keeps its row and so its prefix; a key whose row is gone
 //   shows as "deleted".
 
-export const DAY = 86_400
 export const DEFAULT_RANGE_DAYS = 30
 export const MAX_RANGE_DAYS = 366
 // 9999-12-31T23:59:59Z: a bound that keeps every time an exact integer in both engines.
@@ -77,12 +76,13 @@ export function usageRange(query: UsageQuery, now: number, groups: readonly Usag
 }
 
 const ZERO = { batches: 0, requests: 0, prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 }
-const counts = (s: UsageSums) =>
-  ({
-    batches: s.batches,
-    requests: s.requests,
-    ...Object.fromEntries(USAGE_TOKENS.map((k) => [k, s[k]])),
-  }) as typeof ZERO
+const counts = ({ batches, requests, prompt_tokens, completion_tokens, total_tokens }: UsageSums) => ({
+  batches,
+  requests,
+  prompt_tokens,
+  completion_tokens,
+  total_tokens,
+})
 
 function groupFields(s: UsageSums, groupBy: Exclude<UsageGroup, 'day'>): Partial<UsageBucket> {
   if (groupBy === 'model') return { model: s.group as string | null }
