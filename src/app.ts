@@ -17,6 +17,7 @@ import { metricsRoutes } from './modules/metrics'
 import { orgRoutes } from './modules/orgs'
 import { poolRoutes } from './modules/pool'
 import { statsRoutes } from './modules/stats'
+import { usageRoutes } from './modules/usage'
 import { userRoutes } from './modules/users'
 import { workerRoutes } from './modules/workers'
 
@@ -82,6 +83,7 @@ export function createApp(deps: Deps) {
       .use(workerRoutes(deps))
       .use(poolRoutes(deps))
       .use(statsRoutes(deps))
+      .use(usageRoutes(deps))
       .use(dashboardRoutes(deps))
   )
 }

@@ -8,9 +8,10 @@ import type { Me } from './lib/types'
 import { Admin } from './pages/admin'
 import { ChangePassword, ForgotPassword, ResetPassword, SignIn, SignUp } from './pages/auth'
 import { BatchDetail, Batches } from './pages/batches'
-import { Files, Models, Usage } from './pages/catalogue'
+import { Files, Models } from './pages/catalogue'
 import { Keys } from './pages/keys'
 import { OrgDetail, Orgs } from './pages/orgs'
+import { Usage } from './pages/usage'
 import { Workers } from './pages/workers'
 
 // The dashboard (API.md §11): a client of the public JSON API, one page per path under /app/.
@@ -96,13 +97,14 @@ function SignedIn({ path, token }: { path: string; token: string }) {
         </button>
       </header>
       <main>
-        <Page path={path} superadmin={superadmin} />
+        <Page path={path} me={me.data} />
       </main>
     </>
   )
 }
 
-function Page({ path, superadmin }: { path: string; superadmin: boolean }) {
+function Page({ path, me }: { path: string; me: Me }) {
+  const superadmin = me.platform_role === 'superadmin'
   const [, section, id] = path.replace(/^\/app\/?/, '/').split('/')
   switch (section) {
     case 'batches':
@@ -118,7 +120,7 @@ function Page({ path, superadmin }: { path: string; superadmin: boolean }) {
     case 'orgs':
       return id ? <OrgDetail id={id} /> : <Orgs />
     case 'usage':
-      return <Usage />
+      return <Usage me={me} />
     case 'admin':
       if (superadmin) return <Admin />
       break

@@ -7,6 +7,8 @@ import type { PageParams } from '../lib/pagination'
 export interface NewBatch {
   id: string
   user_id: string
+  /** The personal key it was created with; null for a JWT (API.md §14 usage by key). */
+  api_key_id: string | null
   input_file_id: string
   endpoint: string
   completion_window: string

@@ -14,6 +14,7 @@ async function seed(h: StoreHarness) {
 const newBatch = (id: string, user = 'user_a', file = 'file-a') => ({
   id,
   user_id: user,
+  api_key_id: id === 'batch_1' ? 'key_1' : null,
   input_file_id: file,
   endpoint: '/v1/chat/completions',
   completion_window: '24h',
@@ -44,6 +45,7 @@ for (const [kind, open] of storeEngines) {
         created_at: 50,
         attempts: 0,
         model: null,
+        api_key_id: 'key_1',
       })
       await expect(h.store.batches.create(newBatch('batch_2', 'user_b'), refuse)).rejects.toThrow('no file')
       await expect(h.store.batches.create(newBatch('batch_3', 'user_a', 'file-out'), refuse)).rejects.toThrow(

@@ -334,6 +334,44 @@ describe('keys, workers and a batch from upload to download', () => {
     await eventually(async () =>
       expect(await page.getByRole('row', { name: new RegExp(batchId) }).count()).toBe(0),
     )
+
+    // Usage (API.md §14): the two answered requests' tokens (okLine: 5 + 7 each), by UTC day (the
+    // server's default range: the last 30 days by its clock), model and creating key, as a chart
+    // and a table; the organization whose worker ran it sees the same work.
+    await nav(page, 'Usage')
+    const table = page.getByRole('table', { name: 'Usage' })
+    const today = new Date(server.clock.now() * 1000).toISOString().slice(0, 10)
+    await table.getByRole('row', { name: `${today} 1 2 10 14 24`, exact: true }).waitFor()
+    await page.getByRole('img', { name: 'Tokens per day' }).waitFor()
+    expect(await page.getByLabel('To', { exact: true }).inputValue()).toBe(today)
+    await s.screenshot('usage')
+    await page.getByLabel('Group by').selectOption('model')
+    await table.getByRole('row', { name: `${model} 1 2 10 14 24`, exact: true }).waitFor()
+    // Created from the dashboard (a JWT), so the key is "dashboard".
+    await page.getByLabel('Group by').selectOption('key')
+    await table.getByRole('row', { name: 'dashboard 1 2 10 14 24', exact: true }).waitFor()
+    const [csv] = await Promise.all([
+      page.waitForEvent('download'),
+      page.getByRole('button', { name: 'Download CSV' }).click(),
+    ])
+    const csvLines = readFileSync((await csv.path())!, 'utf8')
+      .trim()
+      .split('\n')
+    expect(csvLines[0]).toBe('start,end,key,batches,requests,prompt_tokens,completion_tokens,total_tokens')
+    expect(csvLines.slice(1).map((l) => l.split(',').slice(2).join(','))).toEqual(['dashboard,1,2,10,14,24'])
+    await page.getByLabel('View').selectOption({ label: "Organization: Test User's Personal Org" })
+    // An organization's view offers day and model only; the key grouping falls back to days.
+    await table.getByRole('row', { name: `${today} 1 2 10 14 24`, exact: true }).waitFor()
+    expect(await page.getByLabel('Group by').locator('option').allTextContents()).toEqual(['Day', 'Model'])
+    // A reversed range: the API's words next to the control that caused it.
+    s.allowStatus(400)
+    const tomorrow = new Date((server.clock.now() + 86_400) * 1000).toISOString().slice(0, 10)
+    await page.getByLabel('From', { exact: true }).fill(tomorrow)
+    await page.getByText("'start' must be before 'end'").waitFor()
+    expect(await page.getByLabel('From', { exact: true }).getAttribute('aria-invalid')).toBe('true')
+    await page.getByLabel('From', { exact: true }).fill(today)
+    await table.getByRole('row', { name: `${today} 1 2 10 14 24`, exact: true }).waitFor()
+    expect(await page.getByRole('alert').count()).toBe(0)
     await finishAll()
   })
 
@@ -479,6 +517,19 @@ describe('admin', () => {
     await row.getByRole('button', { name: 'Deactivate' }).click()
     await row.getByRole('button', { name: 'Activate' }).waitFor()
     expect((await server.req('GET', '/v1/auth/me', { token: victim.token })).status).toBe(401)
+    // A superadmin's usage view covers everyone, grouped by user too.
+    await nav(page, 'Usage')
+    await page.getByLabel('View').selectOption({ label: 'Everyone' })
+    await page.getByLabel('Group by').selectOption('user')
+    // What the page shows is what the API answers (the batches earlier tests completed, if any).
+    const everyone = (await server.req('GET', '/v1/admin/usage?group_by=user', { token: admin.token })).body
+      .data
+    if (everyone.length === 0) await text(page, 'No completed batch in this range.')
+    else {
+      const usage = page.getByRole('table', { name: 'Usage' })
+      for (const row of everyone) await usage.getByRole('cell', { name: row.email, exact: true }).waitFor()
+      expect(await usage.getByRole('row').count()).toBe(everyone.length + 2) // with the header and the total
+    }
     await finishAll()
   })
 
@@ -490,8 +541,13 @@ describe('admin', () => {
     expect(await page.getByRole('link', { name: 'Admin' }).count()).toBe(0)
     await page.goto(`${server.url}/app/admin`)
     await text(page, 'No such page. Pick one from the menu.')
+    // Usage: their own and their organization's, never everyone's.
     await nav(page, 'Usage')
-    await text(page, /Usage reporting is not available on this server yet/)
+    await text(page, 'No completed batch in this range.')
+    expect(await page.getByLabel('View').locator('option').allTextContents()).toEqual([
+      'My usage',
+      "Organization: Test User's Personal Org",
+    ])
     await finishAll()
   })
 })

@@ -1,5 +1,13 @@
 import { expect, test } from 'bun:test'
-import { formatAgo, formatBytes, formatCount, formatTime, formatVram, vramShare } from '../../web/lib/format'
+import {
+  formatAgo,
+  formatBytes,
+  formatCount,
+  formatTime,
+  formatVram,
+  toCsv,
+  vramShare,
+} from '../../web/lib/format'
 
 test('formatBytes', () => {
   expect(formatBytes(0)).toBe('0 B')
@@ -40,4 +48,16 @@ test('formatCount', () => {
   expect(formatCount(999)).toBe('999')
   expect(formatCount(1000)).toBe('1,000')
   expect(formatCount(1234567)).toBe('1,234,567')
+})
+
+test('toCsv quotes what would break a cell, and only that', () => {
+  expect(
+    toCsv([
+      ['key', 'total_tokens'],
+      ['gk-AAAAAAAAA (laptop)', 24],
+    ]),
+  ).toBe('key,total_tokens\ngk-AAAAAAAAA (laptop),24\n')
+  expect(toCsv([['a, b', 'say "hi"', 'two\nlines', 'cr\r']])).toBe(
+    '"a, b","say ""hi""","two\nlines","cr\r"\n',
+  )
 })

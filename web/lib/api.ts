@@ -120,7 +120,11 @@ export function query(params: Record<string, string | number | undefined | null>
 
 /** Downloads an API file (bearer required, so no plain link) under `name`. */
 export async function download(path: string, name: string): Promise<void> {
-  const blob = await (await send('GET', path)).blob()
+  saveFile(name, await (await send('GET', path)).blob())
+}
+
+/** Hands `blob` to the browser as a download named `name`. */
+export function saveFile(name: string, blob: Blob): void {
   const url = URL.createObjectURL(blob)
   const a = document.createElement('a')
   a.href = url

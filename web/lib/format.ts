@@ -49,3 +49,12 @@ export function vramShare(total: number | null, available: number | null): numbe
 
 /** "1,234" with thousands separators, whatever the viewer's locale. */
 export const formatCount = (n: number): string => String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ',')
+
+/** Rows as CSV (RFC 4180): a cell holding a comma, a quote or a line break is quoted, quotes doubled. */
+export function toCsv(rows: (string | number)[][]): string {
+  const cell = (v: string | number) => {
+    const text = String(v)
+    return /[",\r\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text
+  }
+  return rows.map((row) => row.map(cell).join(',')).join('\n') + '\n'
+}

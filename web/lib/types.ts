@@ -10,10 +10,21 @@ import type { KeyRecord } from '../../src/modules/keys/model'
 import type { listMembers, listMyOrgs } from '../../src/modules/orgs/service'
 import type { PoolCapacity } from '../../src/modules/pool/service'
 import type { QueueStats } from '../../src/modules/stats/service'
+import type { UsageBucket, UsageList } from '../../src/modules/usage/model'
 import type { UserObject } from '../../src/modules/users/model'
 import type { toWorkerRows } from '../../src/modules/workers/listing'
 
-export type { BatchObject, FileObject, KeyRecord, ModelObject, PoolCapacity, QueueStats, UserObject }
+export type {
+  BatchObject,
+  FileObject,
+  KeyRecord,
+  ModelObject,
+  PoolCapacity,
+  QueueStats,
+  UsageList,
+  UserObject,
+}
+export type UsageRow = UsageBucket
 export type Worker = Awaited<ReturnType<typeof toWorkerRows>>[number]
 export type Org = Awaited<ReturnType<typeof listMyOrgs>>['data'][number]
 export type Member = Awaited<ReturnType<typeof listMembers>>['data'][number]

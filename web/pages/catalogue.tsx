@@ -113,14 +113,3 @@ export function Models() {
     </Section>
   )
 }
-
-export function Usage() {
-  return (
-    <Section title="Usage">
-      <p role="status" class="notice">
-        Usage reporting is not available on this server yet: the usage endpoints (API.md §14) have not been
-        built. Token counts of each completed batch are kept, and will appear here once they are.
-      </p>
-    </Section>
-  )
-}

@@ -141,6 +141,9 @@ export const batches = pgTable(
     request_counts_failed: integer().notNull().default(0),
     output_file_id: text(),
     error_file_id: text(),
+    // The personal key that created the batch (null: created with a JWT, i.e. from the dashboard).
+    // No foreign key: usage by key (API.md §14) keeps naming a key whatever becomes of it.
+    api_key_id: text(),
     metadata: jsonb().$type<Record<string, string>>(),
     usage: jsonb().$type<Record<string, number>>(),
     created_at: bigint({ mode: 'number' }).notNull(),
@@ -157,6 +160,7 @@ export const batches = pgTable(
     // Poll: the oldest validated batch of one model is one index probe.
     index('batches_status_model').on(t.status, t.model, t.seq),
     index('batches_completed').on(t.completed_at),
+    index('batches_user_completed').on(t.user_id, t.completed_at),
   ],
 )
 
@@ -194,7 +198,12 @@ export const batchAssignments = pgTable(
   },
   // (worker_id, completed_at): a worker's current assignments are one range probe, however
   // much completed history it has (poll's max_concurrent_jobs, heartbeat's assigned_job_ids).
-  (t) => [index('batch_assignments_worker').on(t.worker_id, t.completed_at)],
+  // (org_id, completed_at): GET /v1/orgs/{org_id}/usage, the work an org's workers finished
+  // within a range, is one range probe.
+  (t) => [
+    index('batch_assignments_worker').on(t.worker_id, t.completed_at),
+    index('batch_assignments_org').on(t.org_id, t.completed_at),
+  ],
 )
 
 // The model catalogue (SPEC §2 "Catalogue entry", API.md §4). Curated from a manifest; worker

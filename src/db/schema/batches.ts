@@ -44,6 +44,9 @@ export const batches = sqliteTable(
     request_counts_failed: integer().notNull().default(0),
     output_file_id: text(),
     error_file_id: text(),
+    // The personal key that created the batch (null: created with a JWT, i.e. from the dashboard).
+    // No foreign key: usage by key (API.md §14) keeps naming a key whatever becomes of it.
+    api_key_id: text(),
     metadata: text({ mode: 'json' }).$type<Record<string, string>>(),
     usage: text({ mode: 'json' }).$type<Record<string, number>>(),
     created_at: integer().notNull(),
@@ -58,6 +61,8 @@ export const batches = sqliteTable(
     index('batches_status_model').on(t.status, t.model, t.seq),
     // GET /v1/stats/queue: the batches finished within the last hour are one range probe.
     index('batches_completed').on(t.completed_at),
+    // GET /v1/usage: one user's batches finished within a range are one range probe.
+    index('batches_user_completed').on(t.user_id, t.completed_at),
   ],
 )
 
@@ -95,7 +100,12 @@ export const batchAssignments = sqliteTable(
   },
   // (worker_id, completed_at): a worker's current assignments are one range probe, however
   // much completed history it has (poll's max_concurrent_jobs, heartbeat's assigned_job_ids).
-  (t) => [index('batch_assignments_worker').on(t.worker_id, t.completed_at)],
+  // (org_id, completed_at): GET /v1/orgs/{org_id}/usage, the work an org's workers finished
+  // within a range, is one range probe.
+  (t) => [
+    index('batch_assignments_worker').on(t.worker_id, t.completed_at),
+    index('batch_assignments_org').on(t.org_id, t.completed_at),
+  ],
 )
 
 export type FileRow = typeof files.$inferSelect

@@ -22,6 +22,7 @@ export async function createBatch(
     {
       id: newId('batch_'),
       user_id: principal.user.id,
+      api_key_id: principal.keyId,
       input_file_id: input.input_file_id,
       endpoint: input.endpoint ?? '/v1/chat/completions',
       completion_window: input.completion_window ?? '24h',

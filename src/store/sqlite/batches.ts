@@ -65,6 +65,7 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
           .values({
             id: b.id,
             user_id: b.user_id,
+            api_key_id: b.api_key_id,
             input_file_id: b.input_file_id,
             endpoint: b.endpoint,
             completion_window: b.completion_window,

@@ -1,0 +1,31 @@
+import { sql } from 'drizzle-orm'
+import { apiKeys, batchAssignments, batches, users } from '../../db/pg/schema'
+import type { UsageStore } from '../usage'
+import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-query'
+import type { PgDb } from './db'
+
+// API.md §14 usage sums on PostgreSQL: batches.usage is jsonb; its numbers are read as numeric.
+// Drizzle's bun-sql driver stores a jsonb value as a JSON *string* holding the object's text
+// (jsonb_typeof 'string'), and reads it back transparently; SQL must unwrap it (#>> '{}' is the
+// string's text) before ->> can reach a field. An object stored as an object is read as it is.
+const usageObject = sql`(CASE jsonb_typeof(${batches.usage}) WHEN 'string' THEN (${batches.usage} #>> '{}')::jsonb ELSE ${batches.usage} END)`
+
+export const postgresDialect: UsageDialect = {
+  tokenSum: (name) => sql`coalesce(sum((${usageObject} ->> ${name})::numeric), 0)`,
+  completed: (status) => sql`${status} = 'completed'`,
+}
+
+export function postgresUsage(db: PgDb): UsageStore {
+  return {
+    async sums(scope, range, groupBy) {
+      const query = usageQuery(
+        { batches, batchAssignments, apiKeys, users },
+        scope,
+        range,
+        groupBy,
+        postgresDialect,
+      )
+      return [...((await db.execute(query)) as unknown as UsageRaw[])].map((r) => toSums(r, groupBy))
+    },
+  }
+}

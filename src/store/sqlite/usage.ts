@@ -1,0 +1,28 @@
+import { sql } from 'drizzle-orm'
+import { apiKeys, batchAssignments, batches, users } from '../../db/schema'
+import type { UsageStore } from '../usage'
+import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-query'
+import type { SqliteDeps } from './queue'
+
+// API.md §14 usage sums on SQLite: batches.usage is JSON text, read with json_extract.
+export const sqliteDialect: UsageDialect = {
+  tokenSum: (name) => sql`coalesce(sum(json_extract(${batches.usage}, ${`$.${name}`})), 0)`,
+  // The unary + keeps SQLite from taking batches (status, model, seq) for the equality, which
+  // would read every completed batch of the installation instead of the range.
+  completed: (status) => sql`+${status} = 'completed'`,
+}
+
+export function sqliteUsage({ db }: Pick<SqliteDeps, 'db'>): UsageStore {
+  return {
+    async sums(scope, range, groupBy) {
+      const query = usageQuery(
+        { batches, batchAssignments, apiKeys, users },
+        scope,
+        range,
+        groupBy,
+        sqliteDialect,
+      )
+      return db.all<UsageRaw>(query).map((r) => toSums(r, groupBy))
+    },
+  }
+}

@@ -1,0 +1,95 @@
+import { type SQL, type SQLWrapper, sql, type Table } from 'drizzle-orm'
+import { DAY, type USAGE_TOKENS, type UsageGroup, type UsageScope, type UsageSums } from './usage'
+
+// The usage aggregate (API.md §14) in the SQL both engines accept; each engine brings its tables
+// and how it reads one token count out of batches.usage (json_extract, or jsonb ->>).
+
+/** The columns the query names, from either engine's schema. */
+export interface UsageTables {
+  batches: Table &
+    Record<
+      'id' | 'user_id' | 'api_key_id' | 'model' | 'status' | 'completed_at' | 'request_counts_completed',
+      SQLWrapper
+    >
+  batchAssignments: Table & Record<'batch_id' | 'org_id' | 'completed_at', SQLWrapper>
+  apiKeys: Table & Record<'id' | 'prefix' | 'name', SQLWrapper>
+  users: Table & Record<'id' | 'email', SQLWrapper>
+}
+
+/** What differs between the engines' statements. */
+export interface UsageDialect {
+  /** The sum of one token count over the group's batches.usage, 0 when none has it. */
+  tokenSum(name: (typeof USAGE_TOKENS)[number]): SQL
+  /** `status = 'completed'`, written so that it never leads the planner away from the range probe. */
+  completed(status: SQLWrapper): SQL
+}
+
+/**
+ * One statement: the scope's index range probe (batches (user_id, completed_at), batch_assignments
+ * (org_id, completed_at) or batches (completed_at)), the completed batches in it, summed per group.
+ */
+export function usageQuery(
+  t: UsageTables,
+  scope: UsageScope,
+  range: { start: number; end: number },
+  groupBy: UsageGroup,
+  dialect: UsageDialect,
+): SQL {
+  const { batches: b, batchAssignments: a, apiKeys: k, users: u } = t
+  // The org's view counts a batch where its completing assignment ran; that assignment is the
+  // batch's only one (a requeue deletes the assignment), completed at the batch's completion time.
+  const completedAt = scope.kind === 'org' ? a.completed_at : b.completed_at
+  const owner =
+    scope.kind === 'user'
+      ? sql`${b.user_id} = ${scope.userId}`
+      : scope.kind === 'org'
+        ? sql`${a.org_id} = ${scope.orgId}`
+        : sql`TRUE`
+  const from = scope.kind === 'org' ? sql`${a} JOIN ${b} ON ${b.id} = ${a.batch_id}` : sql`${b}`
+  const group = {
+    day: sql`(${completedAt} / ${sql.raw(String(DAY))}) * ${sql.raw(String(DAY))}`,
+    model: sql`${b.model}`,
+    key: sql`${b.api_key_id}`,
+    user: sql`${b.user_id}`,
+  }[groupBy]
+  const join =
+    groupBy === 'key'
+      ? sql`LEFT JOIN ${k} ON ${k.id} = ${b.api_key_id}`
+      : groupBy === 'user'
+        ? sql`LEFT JOIN ${u} ON ${u.id} = ${b.user_id}`
+        : sql``
+  const prefix = groupBy === 'key' ? sql`${k.prefix}` : sql`NULL`
+  const name = groupBy === 'key' ? sql`${k.name}` : sql`NULL`
+  const email = groupBy === 'user' ? sql`${u.email}` : sql`NULL`
+  return sql`
+    SELECT ${group} AS grp, ${prefix} AS prefix, ${name} AS name, ${email} AS email,
+      count(*) AS batches,
+      coalesce(sum(${b.request_counts_completed}), 0) AS requests,
+      ${dialect.tokenSum('prompt_tokens')} AS prompt_tokens,
+      ${dialect.tokenSum('completion_tokens')} AS completion_tokens,
+      ${dialect.tokenSum('total_tokens')} AS total_tokens
+    FROM ${from} ${join}
+    WHERE ${owner} AND ${completedAt} >= ${range.start} AND ${completedAt} < ${range.end}
+      AND ${dialect.completed(b.status)}
+    GROUP BY 1, 2, 3, 4`
+}
+
+/** A result row as either engine returns it (counts as numbers or numeric strings). */
+export type UsageRaw = Record<'batches' | 'requests' | (typeof USAGE_TOKENS)[number], number | string> & {
+  grp: string | number | null
+  prefix: string | null
+  name: string | null
+  email: string | null
+}
+
+export function toSums(r: UsageRaw, groupBy: UsageGroup): UsageSums {
+  return {
+    group: groupBy === 'day' ? Number(r.grp) : r.grp,
+    label: { prefix: r.prefix, name: r.name, email: r.email },
+    batches: Number(r.batches),
+    requests: Number(r.requests),
+    prompt_tokens: Number(r.prompt_tokens),
+    completion_tokens: Number(r.completion_tokens),
+    total_tokens: Number(r.total_tokens),
+  }
+}
