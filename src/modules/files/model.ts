@@ -11,6 +11,8 @@ export const FileModel = {
   upload: t.Object({
     file: t.File({ description: 'The .jsonl input file' }),
     purpose: t.Literal('batch'),
+    'expires_after[anchor]': t.Optional(t.Literal('created_at')),
+    'expires_after[seconds]': t.Optional(t.Integer({ minimum: 3600, maximum: 2_592_000 })),
   }),
 }
 
@@ -23,6 +25,8 @@ export const FileObject = t.Object({
   filename: t.String(),
   purpose: FilePurpose,
   status: t.Literal('processed'),
+  /** API.md §15 (OpenAI's field): when the file is deleted; null = kept until deleted. */
+  expires_at: t.Union([t.Integer(), t.Null()]),
 })
 export type FileObject = typeof FileObject.static
 
@@ -34,4 +38,5 @@ export const toFileObject = (f: FileRow): FileObject => ({
   filename: f.filename,
   purpose: f.purpose,
   status: 'processed',
+  expires_at: f.expires_at,
 })
