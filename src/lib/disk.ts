@@ -1,6 +1,7 @@
 import { statfs } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import { AppError } from './errors'
+import { log } from './logger'
 
 // Free space on the disk that holds the files (API.md §15 MIN_FREE_DISK_BYTES). Measured through a
 // probe on Deps, so tests can stand in for a filling disk; the local blob engine's probe asks the
@@ -48,6 +49,13 @@ export const isNoSpace = (e: unknown) => {
  */
 export async function ensureFreeDisk(probe: DiskProbe, minFreeBytes: number, incomingBytes: number) {
   if (minFreeBytes === 0) return
-  const free = await probe.freeBytes()
+  let free: number | null
+  try {
+    free = await probe.freeBytes()
+  } catch (e) {
+    // A probe that cannot answer refuses nothing: ENOSPC during the write is still a clean 507.
+    log.warn('free disk space could not be measured', { error: e instanceof Error ? e : String(e) })
+    return
+  }
   if (free !== null && free - incomingBytes < minFreeBytes) throw insufficientStorage()
 }

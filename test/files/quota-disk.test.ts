@@ -5,6 +5,7 @@ import { makeTestApp, type TestApp } from '../helpers/app'
 import { jsonl, uploadForm } from '../helpers/batches'
 import { countWrites, storedEverything } from '../helpers/blobs'
 import { makeUser } from '../helpers/builders'
+import { capturedLogLines } from '../helpers/secrets'
 import {
   batchRow,
   heartbeat,
@@ -189,6 +190,21 @@ describe('MIN_FREE_DISK_BYTES', () => {
     const ok = await d.req('POST', '/v1/files', { token: u.token, raw: body.slice(), headers })
     expect(ok.body.error).toBeUndefined()
     expect(ok.status).toBe(200)
+  })
+
+  test('a probe that cannot answer refuses nothing (and is logged)', async () => {
+    const u = await makeUser(d)
+    d.deps.disk = {
+      freeBytes: async () => {
+        throw Object.assign(new Error('statfs failed'), { code: 'EIO' })
+      },
+    }
+    const before = capturedLogLines().length
+    expect((await d.req('POST', '/v1/files', { token: u.token, raw: uploadForm('x') })).status).toBe(200)
+    const logged = capturedLogLines()
+      .slice(before)
+      .map((l) => JSON.parse(l))
+    expect(logged.filter((l) => l.msg === 'free disk space could not be measured')).toHaveLength(1)
   })
 
   test('an unmeasured disk (S3) is never refused', async () => {

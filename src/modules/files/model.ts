@@ -1,6 +1,7 @@
 import { t } from 'elysia'
 import type { FileRow } from '../../db/schema'
 import { PageQuery } from '../../lib/pagination'
+import { EXPIRES_AFTER_MAX_SECONDS, EXPIRES_AFTER_MIN_SECONDS } from './upload'
 
 export const FilePurpose = t.Union([t.Literal('batch'), t.Literal('batch_output')])
 
@@ -12,7 +13,9 @@ export const FileModel = {
     file: t.File({ description: 'The .jsonl input file' }),
     purpose: t.Literal('batch'),
     'expires_after[anchor]': t.Optional(t.Literal('created_at')),
-    'expires_after[seconds]': t.Optional(t.Integer({ minimum: 3600, maximum: 2_592_000 })),
+    'expires_after[seconds]': t.Optional(
+      t.Integer({ minimum: EXPIRES_AFTER_MIN_SECONDS, maximum: EXPIRES_AFTER_MAX_SECONDS }),
+    ),
   }),
 }
 
