@@ -31,7 +31,13 @@ function freePort(): number {
 const port = freePort()
 const base = `http://127.0.0.1:${port}`
 // Only what a lab would set: no DATA_DIR (./data beside the binary), no ADMIN_PASSWORD.
-const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', PORT: String(port), HOST: '127.0.0.1' }
+// MIN_FREE_DISK_BYTES off: the build machine's own free space must not decide the smoke test.
+const env = {
+  PATH: process.env.PATH ?? '/usr/bin:/bin',
+  PORT: String(port),
+  HOST: '127.0.0.1',
+  MIN_FREE_DISK_BYTES: '0',
+}
 
 async function run(args: string[]) {
   const proc = spawn([binary, ...args], { cwd: dir, env, stdout: 'pipe', stderr: 'pipe' })

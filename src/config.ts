@@ -69,6 +69,26 @@ export const ConfigSchema = T.Object({
     1_000_000,
     'Online workers needed before pool hardware figures are shown',
   ),
+  FILE_RETENTION_DAYS: Int(
+    30,
+    0,
+    36500,
+    'Days the output and error files of a finished batch are kept, then deleted (0 = kept until deleted)',
+  ),
+  USER_STORAGE_QUOTA_BYTES: T.Optional(
+    Int(
+      undefined,
+      1,
+      Number.MAX_SAFE_INTEGER,
+      'Bytes of files one user may keep (every file they own: uploads, outputs, errors); unset = unlimited',
+    ),
+  ),
+  MIN_FREE_DISK_BYTES: Int(
+    1024 * MiB,
+    0,
+    Number.MAX_SAFE_INTEGER,
+    'Below this much free space on the files disk, uploads and result uploads answer 507 (local storage only; 0 = off)',
+  ),
   STORAGE_URL: T.Optional(
     Str('Where file bytes live: unset = DATA_DIR/files; s3://BUCKET[/PREFIX] = S3-compatible storage'),
   ),

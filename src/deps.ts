@@ -5,7 +5,9 @@ import { migrate } from './db/migrate'
 import { type Db, openDb } from './db/open'
 import { BatchEventBus } from './lib/batch-events'
 import { type BlobStore, createBlobStore } from './lib/blobs'
+import { LocalBlobStore } from './lib/blobs/local'
 import { type Clock, systemClock } from './lib/clock'
+import { type DiskProbe, noDiskProbe, statfsProbe } from './lib/disk'
 import { newId } from './lib/ids'
 import { createMailer, type Mailer } from './lib/mailer'
 import { createMetrics, type Metrics } from './lib/metrics'
@@ -35,6 +37,8 @@ export interface Deps {
   store: Store
   /** File bytes (API.md §5, §12): local disk or S3, chosen by STORAGE_URL. */
   blobs: BlobStore
+  /** Free space where the blobs live (API.md §15 MIN_FREE_DISK_BYTES); none on S3. */
+  disk: DiskProbe
   clock: Clock
   mailer: Mailer
   tokens: Tokens
@@ -74,6 +78,7 @@ export interface DepsOverrides {
   clock?: Clock
   mailer?: Mailer
   passwords?: Passwords
+  disk?: DiskProbe
 }
 
 /**
@@ -104,10 +109,12 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
   const clock = overrides.clock ?? systemClock
   const instanceId = newId('inst_')
   const secret = resolveJwtSecret(config.JWT_SECRET, config.DATA_DIR)
+  const blobs = createBlobStore(config)
   return {
     config,
     ...openStore(config, instanceId, clock),
-    blobs: createBlobStore(config),
+    blobs,
+    disk: overrides.disk ?? (blobs instanceof LocalBlobStore ? statfsProbe(blobs.root) : noDiskProbe),
     clock,
     mailer:
       overrides.mailer ??

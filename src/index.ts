@@ -7,6 +7,7 @@ import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
 import { seedCatalogue } from './modules/catalogue/seed'
 import { acquireInstanceLock, InstanceLockedError } from './ops/instance-lock'
+import * as retention from './services/retention'
 import * as signals from './services/signals'
 import * as sweeper from './services/sweeper'
 import * as validator from './services/validator'
@@ -77,6 +78,7 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
     })
     server = app.server!
     loops.push(sweeper.start(deps))
+    loops.push(retention.start(deps))
   } catch (error) {
     for (const stopLoop of loops) stopLoop()
     if (!given) await deps?.store.close().catch(() => {})

@@ -111,6 +111,9 @@ export class ApiError extends Error {
 /** The server could not be reached, or the answer did not arrive in time. */
 export class TransportError extends Error {}
 
+/** API.md §15: the server is low on disk space and stored nothing; the same call may succeed later. */
+export const isInsufficientStorage = (e: unknown): e is ApiError => e instanceof ApiError && e.status === 507
+
 /** Retry after the network or the server failed; never after a 4xx (the answer will not change). */
 export const isTransient = (e: unknown) =>
   e instanceof TransportError || (e instanceof ApiError && e.transient)

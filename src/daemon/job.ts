@@ -2,7 +2,7 @@ import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { log as rootLog } from '../lib/logger'
 import { type Backoff, retryDelay, type Timers } from './backoff'
-import { ApiError, type ControlPlane, isTransient, type Job } from './client'
+import { ApiError, type ControlPlane, isInsufficientStorage, isTransient, type Job } from './client'
 import { type Counts, executeJob, RuntimeUnavailableError } from './executor'
 import type { DaemonOptions } from './options'
 import type { Runtime, RuntimeSnapshot } from './runtimes/types'
@@ -151,7 +151,8 @@ export class JobRun {
       this.counts = counts
       if (this.stop?.kind === 'lost') throw new Error(this.stop.reason)
 
-      // Uploading is not stopped by a shutdown: finished work is delivered.
+      // Uploading is not stopped by a shutdown: finished work is delivered. A server out of disk
+      // space (507) is waited out for as long as the batch stays ours (whileFull).
       const res = await withRetries(
         'upload-results',
         () =>
@@ -163,7 +164,7 @@ export class JobRun {
             failed: counts.failed,
             file: output,
           }),
-        { tries: 30 },
+        { tries: 30, whileFull: this.abort.signal },
         ctx,
       )
       jlog.info('job completed', {
@@ -265,21 +266,34 @@ export class JobRun {
 /**
  * A control-plane call, retried on transient failures (client.ts isTransient) with the daemon's
  * one retry policy (backoff.ts retryDelay: the server's Retry-After, capped, else backoff).
+ * With `whileFull`, a 507 (API.md §15: the server is low on disk; nothing was stored and the batch
+ * is still held, its attempts untouched) is retried later without spending a try, until that
+ * signal aborts (the job was lost or is being stopped): the results are kept, and the heartbeats,
+ * which run on their own loop, go on meanwhile.
  */
 async function withRetries<T>(
   what: string,
   fn: () => Promise<T>,
-  o: { tries: number; signal?: AbortSignal },
+  o: { tries: number; signal?: AbortSignal; whileFull?: AbortSignal },
   policy: { backoff: Backoff; timers: Timers },
 ): Promise<T> {
-  for (let attempt = 0; ; attempt++) {
+  let full = 0
+  for (let attempt = 0; ; ) {
     try {
       return await fn()
     } catch (e) {
-      if (!isTransient(e) || attempt + 1 >= o.tries || o.signal?.aborted) throw e
-      const wait = retryDelay(attempt, policy.backoff, e instanceof ApiError ? e.retryAfterMs : null)
+      if (o.whileFull && isInsufficientStorage(e)) {
+        if (o.whileFull.aborted) throw e
+        const wait = retryDelay(full++, policy.backoff, e.retryAfterMs)
+        log.warn(`${what}: the server is out of disk space; retrying later`, { retry_in_ms: wait })
+        await policy.timers.sleep(wait, o.whileFull)
+        continue
+      }
+      attempt++
+      if (!isTransient(e) || attempt >= o.tries || o.signal?.aborted) throw e
+      const wait = retryDelay(attempt - 1, policy.backoff, e instanceof ApiError ? e.retryAfterMs : null)
       log.warn(`${what} failed; retrying`, {
-        attempt: attempt + 1,
+        attempt,
         retry_in_ms: wait,
         error: (e as Error).message,
       })

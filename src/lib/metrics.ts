@@ -86,6 +86,20 @@ export function createMetrics() {
     }),
     /** Passes of the sweeper. */
     sweeperPasses: new Counter({ name: 'gridkeep_sweeper_passes_total', help: 'Sweeper passes', registers }),
+    /** Set at scrape time: the bytes of stored files by purpose (API.md §15). */
+    storedBytes: new Gauge({
+      name: 'gridkeep_stored_bytes',
+      help: 'Bytes of stored files by purpose (batch: uploads; batch_output: output and error files)',
+      labelNames: ['purpose'] as const,
+      registers,
+    }),
+    /** Files deleted by the retention pass (API.md §15), by purpose. */
+    filesExpired: new Counter({
+      name: 'gridkeep_files_expired_total',
+      help: 'Files deleted by the retention pass because they expired, by purpose',
+      labelNames: ['purpose'] as const,
+      registers,
+    }),
     /** Open batch event streams. */
     sseStreamsOpen: new Gauge({
       name: 'gridkeep_sse_streams_open',

@@ -12,7 +12,7 @@ import { log } from './logger'
 // `Connection: close`), and the caller is told before anything is published.
 
 /** Room for the multipart framing and the small text fields around the file itself. */
-const FORM_OVERHEAD_BYTES = 64 * 1024
+export const FORM_OVERHEAD_BYTES = 64 * 1024
 const MAX_FIELD_NAME_BYTES = 100
 
 export interface MultipartInput {
@@ -168,6 +168,15 @@ export async function receiveMultipart(
     throw bodyRead ? failure : closing(failure)
   }
   return fields
+}
+
+/**
+ * Refuses a request before reading its body (decided up front: the disk is low, the quota is
+ * full): the body is cancelled and the answer closes the connection. Returns the error to throw.
+ */
+export function refuseUnread(input: MultipartInput, e: AppError): AppError {
+  input.body?.cancel().catch(() => {})
+  return closing(e)
 }
 
 /**

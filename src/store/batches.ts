@@ -39,9 +39,12 @@ export interface BatchTimes {
 export interface BatchesStore {
   /**
    * POST /v1/batches: checks the caller's input file with `check` and inserts the batch as
-   * `validating`, atomically (a DELETE /v1/files cannot slip in between).
+   * `validating`, atomically (a DELETE /v1/files or the retention pass cannot slip in between).
    */
-  create(batch: NewBatch, check: (file: Pick<FileRow, 'purpose'> | undefined) => void): Promise<BatchRow>
+  create(
+    batch: NewBatch,
+    check: (file: Pick<FileRow, 'purpose' | 'expires_at'> | undefined) => void,
+  ): Promise<BatchRow>
   /** One batch; with `ownerId`, only if that user owns it (null = any owner: a superadmin). */
   get(batchId: string, ownerId: string | null): Promise<BatchRow | null>
   /** GET /v1/batches: newest first, cursor pagination, optional status filter. */

@@ -352,6 +352,50 @@ describe('jobs', () => {
   })
 })
 
+describe('a server out of disk space (507, API.md §15)', () => {
+  test('the upload waits with the job still held: no try spent, heartbeats go on, then it lands', async () => {
+    const { cp, rt } = setup()
+    const timers = manualTimers()
+    // More 507s than the 30 tries a failing upload gets: a full disk is waited out, never given up on.
+    const FULL = 35
+    cp.failNext('/workers/upload-results', 507, FULL, '7')
+    cp.addJob({ job_id: 'batch_full', input: chatLines(3).join('\n'), model: MODEL })
+    start(cp, rt, {}, fastDeps({ timers }))
+    const waits = () => timers.asked.filter((ms) => ms === 7_000).length
+    let from = 0
+    let to = 0
+    for (let i = 1; i <= FULL; i++) {
+      await cp.waitFor(() => cp.injected.length === i && waits() === i, `507 number ${i} and its wait`)
+      if (i === 1) from = cp.heartbeats.length
+      to = cp.heartbeats.length
+      timers.advance(7_000)
+    }
+    await cp.waitFor(() => cp.uploads.length === 1, 'the upload')
+    // The job stayed ours while it waited: the heartbeats went on, busy with it.
+    const during = cp.heartbeats.slice(from, to)
+    expect(during.length).toBeGreaterThanOrEqual(10)
+    for (const h of during) expect(h).toMatchObject({ activity: 'busy', current_job_id: 'batch_full' })
+    expect(cp.uploads[0]).toMatchObject({ job_id: 'batch_full', completed: 3, failed: 0 })
+    expect(cp.failures).toEqual([])
+  })
+
+  test('a job lost while waiting is dropped without a failure report', async () => {
+    const { cp, rt } = setup()
+    const timers = manualTimers()
+    cp.failNext('/workers/upload-results', 507, 1000, '7')
+    cp.addJob({ job_id: 'batch_gone', input: chatLines(2).join('\n'), model: MODEL })
+    const r = start(cp, rt, {}, fastDeps({ timers }))
+    await cp.waitFor(() => timers.asked.includes(7_000), 'the first wait')
+    cp.unassign('batch_gone')
+    const ended = r.next('job_ended')
+    // The next heartbeat no longer lists the job: the wait ends at once.
+    timers.advance(100)
+    expect(await ended).toEqual({ type: 'job_ended', job_id: 'batch_gone', outcome: 'dropped' })
+    expect(cp.failures).toEqual([])
+    expect(cp.uploads).toEqual([])
+  })
+})
+
 describe('shutdown', () => {
   test('SIGTERM lets the running job finish and upload, polls no more, and exits 0', async () => {
     const { cp, rt } = setup({ latencyMs: 20 })

@@ -179,6 +179,47 @@ describe('daemon against the real control plane', () => {
     }
   })
 
+  test('the server low on disk: results wait with the batch held, then the batch completes (API.md §15)', async () => {
+    const rt = runtime()
+    const batchId = await submit(chatLines(20, SLUG))
+    // The server's disk is below MIN_FREE_DISK_BYTES until `low` is cleared.
+    let low = true
+    let refused = 0
+    const { disk, config } = server.deps
+    server.deps.config = { ...config, MIN_FREE_DISK_BYTES: 1_000_000 }
+    server.deps.disk = {
+      freeBytes: async () => {
+        if (low) refused++
+        return low ? 999_999 : 1_000_000
+      },
+    }
+    // The server's Retry-After (30 s) is capped to 20 ms here, so the retries come quickly.
+    const daemon = runAgent(
+      daemonOptions(server.url, key, rt.url),
+      fastDeps({ backoff: { baseMs: 5, maxMs: 50, maxRetryAfterMs: 20 } }),
+    )
+    try {
+      await until('three refused result uploads', async () => refused >= 3)
+      const held = await getBatch(batchId)
+      expect(held).toMatchObject({ status: 'in_progress', attempts: 0 })
+      // Still heartbeating, and still reporting the batch as its job.
+      const list = await server.req('GET', `/v1/orgs/${user.personalOrgId}/workers`, { token: user.token })
+      const worker = list.body.data.find((w: any) => w.id === daemon.agent.id)
+      expect(worker).toMatchObject({ status: 'online', current_job_id: batchId })
+
+      low = false
+      const done = await until('completion', statusIs(batchId, 'completed'))
+      expect(done.attempts).toBe(0)
+      await expectEveryIdOnce(done, 20)
+    } finally {
+      server.deps.disk = disk
+      server.deps.config = config
+      daemon.agent.shutdown(true)
+      await daemon.done
+      await rt.stop()
+    }
+  })
+
   test('the runtime killed mid-job: the daemon reports the failure and the batch is requeued', async () => {
     const rt = runtime({ latencyMs: 5 })
     const batchId = await submit(chatLines(400, SLUG))

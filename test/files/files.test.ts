@@ -41,6 +41,7 @@ describe('POST /v1/files', () => {
       filename: 'my batch.jsonl',
       purpose: 'batch',
       status: 'processed',
+      expires_at: null,
     })
     expect(await readBlob(t.deps, res.body.id)).toBe(CONTENT)
     expect(await storedEverything(t.deps)).toEqual([res.body.id])

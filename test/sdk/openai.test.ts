@@ -74,6 +74,43 @@ test('files.create from a stream (chunked, no Content-Length) and from toFile', 
   expect(await openai.files.delete(buffered.id)).toEqual({ id: buffered.id, object: 'file', deleted: true })
 })
 
+test('expires_after as the SDK sends it (API.md §15), buffered and streamed; out of range is a 400', async () => {
+  const openai = await client()
+  const expiring = await openai.files.create({
+    file: await toFile(Buffer.from(CONTENT), 'exp.jsonl'),
+    purpose: 'batch',
+    expires_after: { anchor: 'created_at', seconds: 7200 },
+  })
+  expect(expiring.expires_at).toBe(expiring.created_at + 7200)
+  expect((await openai.files.retrieve(expiring.id)).expires_at).toBe(expiring.created_at + 7200)
+  async function* generate() {
+    yield new TextEncoder().encode(CONTENT)
+  }
+  const streamed = await openai.files.create({
+    file: toStreamingFile(generate(), 'exp-gen.jsonl'),
+    purpose: 'batch',
+    expires_after: { anchor: 'created_at', seconds: 2_592_000 },
+  })
+  expect(sent.at(-1)!.headers.get('content-length')).toBeNull()
+  expect(streamed.expires_at).toBe(streamed.created_at + 2_592_000)
+  const plain = await openai.files.create({
+    file: await toFile(Buffer.from(CONTENT), 'p.jsonl'),
+    purpose: 'batch',
+  })
+  expect(plain.expires_at).toBeNull()
+
+  const err = await openai.files
+    .create({
+      file: await toFile(Buffer.from(CONTENT), 'short.jsonl'),
+      purpose: 'batch',
+      expires_after: { anchor: 'created_at', seconds: 60 },
+    })
+    .catch((e) => e)
+  expect(err).toBeInstanceOf(OpenAI.BadRequestError)
+  expect(err.code).toBe('invalid_value')
+  expect(err.param).toBe('expires_after[seconds]')
+})
+
 test('a rejected upload surfaces as the SDK error with the envelope', async () => {
   const openai = await client()
   const err = await openai.files

@@ -135,7 +135,7 @@ test('validated → in_progress → (failure, requeue) → in_progress → compl
   })
 
   // The owner reads the output back (through the files route when it exists in this build).
-  const outRow = (await s.deps.store.files.get(done.body.output_file_id, null))!
+  const outRow = (await s.deps.store.files.get(done.body.output_file_id, null, s.deps.clock.now()))!
   expect(outRow).toMatchObject({ user_id: f.user.id, purpose: 'batch_output', batch_id: batch.id })
   const expected = lines.filter((l) => JSON.parse(l).custom_id !== 'd').join('\n') + '\n'
   const read = await s.req('GET', `/v1/files/${done.body.output_file_id}/content`, { token: f.user.token })
@@ -146,7 +146,7 @@ test('validated → in_progress → (failure, requeue) → in_progress → compl
     expect(read.text).toBe(expected)
   }
   expect(outRow.bytes).toBe(Buffer.byteLength(expected))
-  const errRow = (await s.deps.store.files.get(done.body.error_file_id, null))!
+  const errRow = (await s.deps.store.files.get(done.body.error_file_id, null, s.deps.clock.now()))!
   expect(errRow).toMatchObject({
     user_id: f.user.id,
     purpose: 'batch_output',

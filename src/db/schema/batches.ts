@@ -17,8 +17,15 @@ export const files = sqliteTable(
     bytes: integer().notNull(),
     batch_id: text(), // set on output and error files
     created_at: integer().notNull(),
+    // API.md §15: when the retention pass deletes it (expires_after on upload, FILE_RETENTION_DAYS
+    // for outputs); null = kept until deleted.
+    expires_at: integer(),
   },
-  (t) => [index('files_user').on(t.user_id, t.purpose)],
+  (t) => [
+    index('files_user').on(t.user_id, t.purpose),
+    // The retention pass: the files due by now are one range probe.
+    index('files_expires').on(t.expires_at),
+  ],
 )
 
 export const batches = sqliteTable(

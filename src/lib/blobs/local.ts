@@ -1,10 +1,12 @@
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs'
 import { readdir, rename, rm, stat } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
+import { insufficientStorage, isNoSpace } from '../disk'
 import { type BlobStore, type BlobWriter, checkKey, SCRATCH_PREFIX } from './store'
 
 // The default engine: DATA_DIR/files/<key>, as before the seam. A blob is written to
-// `<key>.part` and renamed into place on publish, so a reader never sees a partial file.
+// `<key>.part` and renamed into place on publish, so a reader never sees a partial file. A disk
+// that fills during a write (ENOSPC) is the 507 of API.md §15; abort() then removes the `.part`.
 
 const PART = '.part'
 
@@ -32,7 +34,7 @@ export class LocalBlobStore implements BlobStore {
     let published = false
     return {
       async write(chunk) {
-        if (failure) throw failure
+        if (failure) throw noSpaceAsAppError(failure)
         if (!out.write(chunk)) {
           await new Promise<void>((resolve, reject) => {
             const done = () => {
@@ -42,7 +44,7 @@ export class LocalBlobStore implements BlobStore {
             }
             const fail = (e: Error) => {
               out.off('drain', done)
-              reject(e)
+              reject(noSpaceAsAppError(e))
             }
             out.once('drain', done)
             out.once('error', fail)
@@ -51,8 +53,8 @@ export class LocalBlobStore implements BlobStore {
       },
       async publish() {
         await new Promise<void>((resolve, reject) => {
-          if (failure) return reject(failure)
-          out.once('error', reject)
+          if (failure) return reject(noSpaceAsAppError(failure))
+          out.once('error', (e) => reject(noSpaceAsAppError(e)))
           out.end(resolve)
         })
         await rename(part, path)
@@ -124,3 +126,5 @@ export class LocalBlobStore implements BlobStore {
     return removed
   }
 }
+
+const noSpaceAsAppError = (e: Error) => (isNoSpace(e) ? insufficientStorage() : e)

@@ -18,6 +18,7 @@ export async function createBatch(
   principal: UserPrincipal,
   input: BatchCreate,
 ): Promise<BatchObject> {
+  const now = deps.clock.now()
   const row = await deps.store.batches.create(
     {
       id: newId('batch_'),
@@ -27,11 +28,13 @@ export async function createBatch(
       endpoint: input.endpoint ?? '/v1/chat/completions',
       completion_window: input.completion_window ?? '24h',
       metadata: input.metadata ?? null,
-      now: deps.clock.now(),
+      now,
     },
     // API.md §6: the input file must be the caller's (else 404) and have purpose `batch` (else 400).
     (file) => {
-      if (!file) throw notFound('file_not_found', 'No such file', 'input_file_id')
+      // API.md §15: an expired file is gone, even before the retention pass removes it.
+      if (!file || (file.expires_at !== null && file.expires_at <= now))
+        throw notFound('file_not_found', 'No such file', 'input_file_id')
       if (file.purpose !== 'batch') {
         throw badRequest('invalid_file_purpose', "The input file must have purpose 'batch'", 'input_file_id')
       }

@@ -1,6 +1,7 @@
 import { t } from 'elysia'
 import type { FileRow } from '../../db/schema'
 import { PageQuery } from '../../lib/pagination'
+import { EXPIRES_AFTER_MAX_SECONDS, EXPIRES_AFTER_MIN_SECONDS } from './upload'
 
 export const FilePurpose = t.Union([t.Literal('batch'), t.Literal('batch_output')])
 
@@ -11,6 +12,10 @@ export const FileModel = {
   upload: t.Object({
     file: t.File({ description: 'The .jsonl input file' }),
     purpose: t.Literal('batch'),
+    'expires_after[anchor]': t.Optional(t.Literal('created_at')),
+    'expires_after[seconds]': t.Optional(
+      t.Integer({ minimum: EXPIRES_AFTER_MIN_SECONDS, maximum: EXPIRES_AFTER_MAX_SECONDS }),
+    ),
   }),
 }
 
@@ -23,6 +28,8 @@ export const FileObject = t.Object({
   filename: t.String(),
   purpose: FilePurpose,
   status: t.Literal('processed'),
+  /** API.md §15 (OpenAI's field): when the file is deleted; null = kept until deleted. */
+  expires_at: t.Union([t.Integer(), t.Null()]),
 })
 export type FileObject = typeof FileObject.static
 
@@ -34,4 +41,5 @@ export const toFileObject = (f: FileRow): FileObject => ({
   filename: f.filename,
   purpose: f.purpose,
   status: 'processed',
+  expires_at: f.expires_at,
 })

@@ -1,12 +1,14 @@
 import type { FileRow } from '../../db/schema'
 import type { Deps } from '../../deps'
-import { badRequest, notFound } from '../../lib/errors'
+import { ensureFreeDisk } from '../../lib/disk'
+import { AppError, badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
+import { FORM_OVERHEAD_BYTES, refuseUnread } from '../../lib/multipart'
 import { type PageParams, toPage } from '../../lib/pagination'
 import type { UserPrincipal, WorkerPrincipal } from '../auth/credentials'
 import { type FileObject, toFileObject } from './model'
-import { receiveUpload, type UploadInput } from './upload'
+import { quotaExceeded, receiveUpload, type UploadInput } from './upload'
 
 // Files (API.md §5): uploads of batch input, and the output and error files the workers
 // workstream writes as rows owned by the batch's owner. Another user's file is a 404.
@@ -16,25 +18,51 @@ const isSuperadmin = (p: UserPrincipal) => p.user.platform_role === 'superadmin'
 /**
  * POST /v1/files: streams the upload into the blob store under the new file's id, publishes it
  * once the form is complete and valid, and records it. Any failure leaves no blob behind.
+ * API.md §15: a disk below MIN_FREE_DISK_BYTES is a 507 and a full quota a 400 `quota_exceeded`,
+ * both decided before the body is read when they can be, else while it streams.
  */
 export async function uploadFile(
   deps: Deps,
   principal: UserPrincipal,
   input: UploadInput,
 ): Promise<FileObject> {
+  const declared = Number(input.contentLength ?? Number.NaN)
+  try {
+    await ensureFreeDisk(deps.disk, deps.config.MIN_FREE_DISK_BYTES, Number.isFinite(declared) ? declared : 0)
+  } catch (e) {
+    throw e instanceof AppError ? refuseUnread(input, e) : e
+  }
+  const quotaBytes = deps.config.USER_STORAGE_QUOTA_BYTES
+  let quota: { roomBytes: number; quotaBytes: number } | undefined
+  if (quotaBytes !== undefined) {
+    const roomBytes = quotaBytes - (await deps.store.files.storedBytes(principal.user.id))
+    // The file is at least the body less its multipart framing.
+    const fileAtLeast = Number.isFinite(declared) ? declared - FORM_OVERHEAD_BYTES : 1
+    if (fileAtLeast > roomBytes) throw refuseUnread(input, quotaExceeded(quotaBytes))
+    quota = { roomBytes, quotaBytes }
+  }
   const id = newId('file-')
   const writer = deps.blobs.create(id)
   try {
-    const upload = await receiveUpload(input, { maxBytes: deps.config.MAX_UPLOAD_BYTES, writer })
+    const upload = await receiveUpload(input, { maxBytes: deps.config.MAX_UPLOAD_BYTES, writer, quota })
     await writer.publish()
-    const row = await deps.store.files.insert({
+    const now = deps.clock.now()
+    const file = {
       id,
       user_id: principal.user.id,
       filename: upload.filename,
       purpose: upload.purpose,
       bytes: upload.bytes,
-      created_at: deps.clock.now(),
-    })
+      created_at: now,
+      // expires_after's anchor is created_at (OpenAI's only anchor).
+      expires_at: upload.expiresAfterSeconds === null ? null : now + upload.expiresAfterSeconds,
+    }
+    // The quota again, atomically: concurrent uploads of one owner cannot both fit its last room.
+    const row =
+      quotaBytes === undefined
+        ? await deps.store.files.insert(file)
+        : await deps.store.files.insertWithinQuota(file, quotaBytes)
+    if (!row) throw quotaExceeded(quotaBytes!)
     log.info('file uploaded', { file_id: id, user_id: principal.user.id, bytes: upload.bytes })
     return toFileObject(row)
   } catch (e) {
@@ -49,7 +77,7 @@ export async function listFiles(
   query: PageParams & { purpose?: FileRow['purpose'] },
 ) {
   const { rows, has_more } = await deps.store.files.page(
-    { ownerId: principal.user.id, purpose: query.purpose },
+    { ownerId: principal.user.id, purpose: query.purpose, now: deps.clock.now() },
     query,
   )
   return toPage(rows.map(toFileObject), has_more)
@@ -59,7 +87,11 @@ const notFoundFile = () => notFound('file_not_found', 'No such file', 'file_id')
 
 /** The owner's file, or any file for a superadmin. */
 async function userFile(deps: Deps, principal: UserPrincipal, fileId: string): Promise<FileRow> {
-  const row = await deps.store.files.get(fileId, isSuperadmin(principal) ? null : principal.user.id)
+  const row = await deps.store.files.get(
+    fileId,
+    isSuperadmin(principal) ? null : principal.user.id,
+    deps.clock.now(),
+  )
   if (!row) throw notFoundFile()
   return row
 }

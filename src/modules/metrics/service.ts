@@ -9,6 +9,7 @@ import { onlineCutoff } from '../workers/liveness'
 
 const WORKER_STATUSES = ['online', 'offline'] as const
 const ACTIVITIES = ['idle', 'busy', 'downloading_model'] as const
+const FILE_PURPOSES = ['batch', 'batch_output'] as const
 
 /** METRICS_TOKEN set → `Authorization: Bearer <token>` required, compared in constant time. */
 export function checkMetricsToken(deps: Deps, authorization: string | null) {
@@ -45,4 +46,7 @@ export async function refreshStateGauges(deps: Deps) {
   for (const status of WORKER_STATUSES)
     for (const activity of ACTIVITIES)
       deps.metrics.workers.set({ status, activity }, workerCounts.get(`${status}/${activity}`) ?? 0)
+
+  const stored = new Map((await deps.store.files.storedBytesByPurpose()).map((r) => [r.purpose, r.bytes]))
+  for (const purpose of FILE_PURPOSES) deps.metrics.storedBytes.set({ purpose }, stored.get(purpose) ?? 0)
 }

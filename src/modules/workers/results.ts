@@ -2,12 +2,13 @@ import type { BatchRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { type BlobWriter, scratchKey } from '../../lib/blobs'
 import { StreamedReads } from '../../lib/blobs/random-reads'
-import { badRequest, forbidden, tooLarge } from '../../lib/errors'
+import { ensureFreeDisk } from '../../lib/disk'
+import { AppError, badRequest, forbidden, tooLarge } from '../../lib/errors'
 import { CompactIdSet, fnv1a32, type HashFn } from '../../lib/id-set'
 import { newId, randomBase62 } from '../../lib/ids'
 import { LineSplitter } from '../../lib/lines'
 import { log } from '../../lib/logger'
-import { receiveMultipart } from '../../lib/multipart'
+import { receiveMultipart, refuseUnread } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { checkHolder } from './rules'
@@ -303,37 +304,43 @@ export async function uploadResults(
   principal: WorkerPrincipal,
   request: Request,
 ): Promise<UploadResponse> {
+  const input = {
+    contentType: request.headers.get('content-type'),
+    contentLength: request.headers.get('content-length'),
+    body: request.body,
+  }
+  // API.md §15: below MIN_FREE_DISK_BYTES, 507 before anything is written. Nothing changes: the
+  // batch stays held by this worker with its attempts, and the worker retries later.
+  const declared = Number(input.contentLength ?? Number.NaN)
+  try {
+    await ensureFreeDisk(deps.disk, deps.config.MIN_FREE_DISK_BYTES, Number.isFinite(declared) ? declared : 0)
+  } catch (e) {
+    throw e instanceof AppError ? refuseUnread(input, e) : e
+  }
   // Fields sent before the file (what the reference daemon does) let the output stream straight
   // through; otherwise the file is kept as a scratch blob and split once the fields have arrived.
   let early: Authorized | null = null
   let split: Split | null = null
   let spool: { key: string; writer: BlobWriter } | null = null
   try {
-    const fields = await receiveMultipart(
-      {
-        contentType: request.headers.get('content-type'),
-        contentLength: request.headers.get('content-length'),
-        body: request.body,
+    const fields = await receiveMultipart(input, {
+      fields: FIELDS,
+      maxFieldBytes: 1024,
+      file: { name: 'file', maxBytes: deps.config.MAX_UPLOAD_BYTES },
+      tooLarge: tooLarge('file_too_large', `Uploads are limited to ${deps.config.MAX_UPLOAD_BYTES} bytes`),
+      contentTypeHint: 'upload-results takes multipart/form-data',
+      async onFile(stream, _info, before) {
+        if (before.worker_id && before.job_id) {
+          early = await authorize(deps, principal, before)
+          if (early.kind === 'held') split = await splitOutput(deps, early.held, stream)
+          else for await (const _ of stream);
+          return
+        }
+        const key = scratchKey()
+        spool = { key, writer: deps.blobs.create(key) }
+        for await (const chunk of stream) await spool.writer.write(chunk)
       },
-      {
-        fields: FIELDS,
-        maxFieldBytes: 1024,
-        file: { name: 'file', maxBytes: deps.config.MAX_UPLOAD_BYTES },
-        tooLarge: tooLarge('file_too_large', `Uploads are limited to ${deps.config.MAX_UPLOAD_BYTES} bytes`),
-        contentTypeHint: 'upload-results takes multipart/form-data',
-        async onFile(stream, _info, before) {
-          if (before.worker_id && before.job_id) {
-            early = await authorize(deps, principal, before)
-            if (early.kind === 'held') split = await splitOutput(deps, early.held, stream)
-            else for await (const _ of stream);
-            return
-          }
-          const key = scratchKey()
-          spool = { key, writer: deps.blobs.create(key) }
-          for await (const chunk of stream) await spool.writer.write(chunk)
-        },
-      },
-    )
+    })
     // SPEC §4 fencing, whatever the field order: the fields as finally received decide, and a
     // run authorized on the fields before the file must still be the same run.
     const final = await authorize(deps, principal, fields)
@@ -396,6 +403,9 @@ async function commit(
       placed.push({ file, role, bytes })
     }
     const now = deps.clock.now()
+    // API.md §15 FILE_RETENTION_DAYS: the batch's results are kept that long after it finished.
+    const days = deps.config.FILE_RETENTION_DAYS
+    const expiresAt = days === 0 ? null : now + days * 86_400
     const row = await deps.store.queue.recordResults({
       batchId: batch.id,
       workerId: held.workerId,
@@ -416,6 +426,7 @@ async function commit(
         bytes: p.bytes,
         batch_id: batch.id,
         created_at: now,
+        expires_at: expiresAt,
       })),
       now,
     })

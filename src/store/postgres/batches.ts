@@ -15,7 +15,7 @@ export function postgresBatches(db: PgDb): BatchesStore {
       return db.transaction(async (tx) => {
         // Locked: a DELETE /v1/files on another instance waits for this batch to exist.
         const [file] = await tx
-          .select({ purpose: files.purpose })
+          .select({ purpose: files.purpose, expires_at: files.expires_at })
           .from(files)
           .where(and(eq(files.id, b.input_file_id), eq(files.user_id, b.user_id)))
           .for('share')

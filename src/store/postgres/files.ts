@@ -1,4 +1,4 @@
-import { and, eq, inArray, isNull } from 'drizzle-orm'
+import { and, asc, eq, gt, inArray, isNull, lte, notInArray, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { FileRow } from '../../db/schema'
 import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
@@ -6,7 +6,19 @@ import type { FilesStore } from '../files'
 import type { PgDb } from './db'
 import { pageRows } from './page'
 
-const { batchAssignments, batches, files } = schema
+const { batchAssignments, batches, files, users } = schema
+
+/** Not expired at `now` (API.md §15): no expiry, or one still ahead. */
+const live = (now: number) => or(isNull(files.expires_at), gt(files.expires_at, now))
+
+const bytesSum = sql<number>`coalesce(sum(${files.bytes}), 0)`.mapWith(Number)
+
+/** The input files of batches that have not finished (API.md §15: never expired meanwhile). */
+const inputsInUse = (tx: Pick<PgDb, 'select'>) =>
+  tx
+    .select({ id: batches.input_file_id })
+    .from(batches)
+    .where(inArray(batches.status, [...NON_TERMINAL_STATUSES]))
 
 export function postgresFiles(db: PgDb): FilesStore {
   return {
@@ -15,11 +27,34 @@ export function postgresFiles(db: PgDb): FilesStore {
       return row as FileRow
     },
 
-    async get(fileId, ownerId) {
+    async insertWithinQuota(file, quotaBytes) {
+      return db.transaction(async (tx) => {
+        // The owner's row is the lock: concurrent uploads of one owner, on any instance, are
+        // summed one after the other.
+        await tx.select({ id: users.id }).from(users).where(eq(users.id, file.user_id)).for('update')
+        const [used] = await tx.select({ n: bytesSum }).from(files).where(eq(files.user_id, file.user_id))
+        if (used!.n + file.bytes > quotaBytes) return null
+        const [row] = await tx.insert(files).values(file).returning()
+        return row as FileRow
+      })
+    },
+
+    async storedBytes(ownerId) {
+      const [used] = await db.select({ n: bytesSum }).from(files).where(eq(files.user_id, ownerId))
+      return used!.n
+    },
+
+    async storedBytesByPurpose() {
+      return db.select({ purpose: files.purpose, bytes: bytesSum }).from(files).groupBy(files.purpose)
+    },
+
+    async get(fileId, ownerId, now) {
       const [row] = await db
         .select()
         .from(files)
-        .where(and(eq(files.id, fileId), ownerId === null ? undefined : eq(files.user_id, ownerId)))
+        .where(
+          and(eq(files.id, fileId), live(now), ownerId === null ? undefined : eq(files.user_id, ownerId)),
+        )
       return (row as FileRow | undefined) ?? null
     },
 
@@ -47,6 +82,7 @@ export function postgresFiles(db: PgDb): FilesStore {
       const where = and(
         eq(files.user_id, filter.ownerId),
         filter.purpose ? eq(files.purpose, filter.purpose) : undefined,
+        live(filter.now),
       )
       return pageRows<FileRow>(db, files, where, query)
     },
@@ -68,6 +104,28 @@ export function postgresFiles(db: PgDb): FilesStore {
         if (user) return { removed: false as const, reason: 'in_use' as const, batchId: user.id }
         await tx.delete(files).where(eq(files.id, fileId))
         return { removed: true as const }
+      })
+    },
+
+    async expire(now, limit) {
+      return db.transaction(async (tx) => {
+        // Locked, skipping a file a POST /v1/batches is naming right now (it share-locks it).
+        const locked = await tx
+          .select({ id: files.id })
+          .from(files)
+          .where(and(lte(files.expires_at, now), notInArray(files.id, inputsInUse(tx))))
+          .orderBy(asc(files.expires_at))
+          .limit(limit)
+          .for('update', { skipLocked: true })
+        if (locked.length === 0) return []
+        const ids = locked.map((r) => r.id)
+        // Read again under the locks: a batch committed after the first statement's snapshot and
+        // before the lock is seen now, and no new one can name these files until we commit.
+        const deleted = await tx
+          .delete(files)
+          .where(and(inArray(files.id, ids), notInArray(files.id, inputsInUse(tx))))
+          .returning()
+        return deleted as FileRow[]
       })
     },
   }

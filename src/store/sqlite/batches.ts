@@ -55,7 +55,7 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
       return writeTx(db, (tx) => {
         check(
           tx
-            .select({ purpose: files.purpose })
+            .select({ purpose: files.purpose, expires_at: files.expires_at })
             .from(files)
             .where(and(eq(files.id, b.input_file_id), eq(files.user_id, b.user_id)))
             .get(),

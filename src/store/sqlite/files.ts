@@ -1,10 +1,15 @@
-import { and, eq, inArray, isNull } from 'drizzle-orm'
+import { and, asc, eq, gt, inArray, isNull, lte, notInArray, or, sql } from 'drizzle-orm'
 import { batchAssignments, batches, type FileRow, files } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { pageRows } from '../../lib/pagination'
 import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
 import type { FilesStore } from '../files'
 import type { SqliteDeps } from './queue'
+
+/** Not expired at `now` (API.md §15): no expiry, or one still ahead. */
+export const live = (now: number) => or(isNull(files.expires_at), gt(files.expires_at, now))
+
+const bytesSum = sql<number>`coalesce(sum(${files.bytes}), 0)`.mapWith(Number)
 
 export function sqliteFiles(deps: SqliteDeps): FilesStore {
   const { db } = deps
@@ -13,8 +18,29 @@ export function sqliteFiles(deps: SqliteDeps): FilesStore {
       return writeTx(db, (tx) => tx.insert(files).values(file).returning().get())
     },
 
-    async get(fileId, ownerId) {
-      const row = db.select().from(files).where(eq(files.id, fileId)).get()
+    async insertWithinQuota(file, quotaBytes) {
+      // BEGIN IMMEDIATE: two uploads of one owner are summed one after the other.
+      return writeTx(db, (tx) => {
+        const used = tx.select({ n: bytesSum }).from(files).where(eq(files.user_id, file.user_id)).get()!.n
+        if (used + file.bytes > quotaBytes) return null
+        return tx.insert(files).values(file).returning().get()
+      })
+    },
+
+    async storedBytes(ownerId) {
+      return db.select({ n: bytesSum }).from(files).where(eq(files.user_id, ownerId)).get()!.n
+    },
+
+    async storedBytesByPurpose() {
+      return db.select({ purpose: files.purpose, bytes: bytesSum }).from(files).groupBy(files.purpose).all()
+    },
+
+    async get(fileId, ownerId, now) {
+      const row = db
+        .select()
+        .from(files)
+        .where(and(eq(files.id, fileId), live(now)))
+        .get()
       return row && (ownerId === null || row.user_id === ownerId) ? row : null
     },
 
@@ -44,6 +70,7 @@ export function sqliteFiles(deps: SqliteDeps): FilesStore {
       const where = and(
         eq(files.user_id, filter.ownerId),
         filter.purpose ? eq(files.purpose, filter.purpose) : undefined,
+        live(filter.now),
       )
       return pageRows<FileRow>(db, files, where, query)
     },
@@ -66,5 +93,27 @@ export function sqliteFiles(deps: SqliteDeps): FilesStore {
         return { removed: true as const }
       })
     },
+
+    async expire(now, limit) {
+      return writeTx(db, (tx) => {
+        const due = tx
+          .select({ id: files.id })
+          .from(files)
+          .where(and(lte(files.expires_at, now), notInArray(files.id, inputsInUse(tx))))
+          .orderBy(asc(files.expires_at))
+          .limit(limit)
+          .all()
+          .map((r) => r.id)
+        if (due.length === 0) return []
+        return tx.delete(files).where(inArray(files.id, due)).returning().all()
+      })
+    },
   }
 }
+
+/** The input files of batches that have not finished (API.md §15: never expired meanwhile). */
+const inputsInUse = (tx: Pick<SqliteDeps['db'], 'select'>) =>
+  tx
+    .select({ id: batches.input_file_id })
+    .from(batches)
+    .where(inArray(batches.status, [...NON_TERMINAL_STATUSES]))

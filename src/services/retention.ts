@@ -1,0 +1,58 @@
+import type { Deps } from '../deps'
+import { type Every, every } from '../lib/clock'
+import { log } from '../lib/logger'
+
+// The retention pass (API.md §15): files whose expires_at has come — an upload's expires_after,
+// or FILE_RETENTION_DAYS after a batch finished for its output and error files — lose their
+// record, then their bytes. A file that a batch which has not finished reads is left for the first
+// pass after that batch finishes. Batches keep naming the ids of their files, as OpenAI's do.
+// runOnce() is one pass (tests drive it with a manual clock); start() runs it every
+// SWEEP_INTERVAL_SECONDS, once per interval across the instances sharing a database.
+
+/** Records deleted per transaction (about 0.1 s of write lock on SQLite, bench/retention.ts). */
+const CHUNK = 2000
+
+export interface RetentionResult {
+  /** The ids of the files deleted by this pass. */
+  expired: string[]
+}
+
+export async function runOnce(deps: Deps): Promise<RetentionResult> {
+  const now = deps.clock.now()
+  const expired: string[] = []
+  for (;;) {
+    const rows = await deps.store.files.expire(now, CHUNK)
+    for (const row of rows) {
+      // The record is gone first: a crash here leaves bytes nobody can name, never a file whose
+      // bytes are missing.
+      await deps.blobs.remove(row.id).catch((e) =>
+        log.warn('the bytes of an expired file could not be removed', {
+          file_id: row.id,
+          error: e instanceof Error ? e : String(e),
+        }),
+      )
+      deps.metrics.filesExpired.inc({ purpose: row.purpose })
+      expired.push(row.id)
+    }
+    if (rows.length < CHUNK) break
+  }
+  if (expired.length) log.info('retention pass', { files_expired: expired.length })
+  return { expired }
+}
+
+/** Runs runOnce every SWEEP_INTERVAL_SECONDS until stopped (or the server shuts down). */
+export function start(deps: Deps, schedule: Every = every): () => void {
+  const interval = deps.config.SWEEP_INTERVAL_SECONDS
+  const pass = async () => {
+    try {
+      // One pass per interval across every instance (API.md §12); a second of slack as the sweeper's.
+      if (await deps.store.queue.tryRunEvery('retention', deps.clock.now(), Math.max(1, interval - 1)))
+        await runOnce(deps)
+    } catch (e) {
+      log.error('retention pass failed', { error: e instanceof Error ? e : String(e) })
+    }
+  }
+  const stop = schedule(interval * 1000, pass)
+  deps.shutdown.signal.addEventListener('abort', stop, { once: true })
+  return stop
+}
