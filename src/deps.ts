@@ -11,6 +11,7 @@ import { createMailer, type Mailer } from './lib/mailer'
 import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
+import { CatalogueView } from './modules/catalogue/view'
 import type { PoolCapacity } from './modules/pool/service'
 import type { QueueStats } from './modules/stats/service'
 import { PollWaiters } from './modules/workers/poll-wait'
@@ -66,6 +67,8 @@ export interface Deps {
   poolCache: Map<string, PoolCapacity>
   /** Ids of the batches this server is validating now: one validation of a batch at a time. */
   validating: Set<string>
+  /** GET /v1/models and the validator's catalogue, kept until something changes them. */
+  catalogueView: CatalogueView
   /** The dashboard's queue chart (GET /v1/stats/queue), kept a few seconds. */
   queueStatsCache: { value?: QueueStats }
 }
@@ -128,6 +131,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     eventStreams: new Map(),
     poolCache: new Map(),
     validating: new Set(),
+    catalogueView: new CatalogueView(),
     queueStatsCache: {},
   }
 }
