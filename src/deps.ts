@@ -12,7 +12,7 @@ import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
 import { CatalogueView } from './modules/catalogue/view'
-import type { PoolCapacity } from './modules/pool/service'
+import type { KeptCapacity } from './modules/pool/service'
 import type { QueueStats } from './modules/stats/service'
 import { PollWaiters } from './modules/workers/poll-wait'
 import type { Store } from './store'
@@ -64,7 +64,7 @@ export interface Deps {
   /** Open batch event streams per user id (API.md §6, MAX_SSE_STREAMS_PER_USER). */
   eventStreams: Map<string, number>
   /** SPEC Pool rule 6: pool capacity answers per caller class, each kept POOL_CACHE_SECONDS. */
-  poolCache: Map<string, PoolCapacity>
+  poolCache: Map<string, KeptCapacity>
   /** Ids of the batches this server is validating now: one validation of a batch at a time. */
   validating: Set<string>
   /** GET /v1/models and the validator's catalogue, kept until something changes them. */

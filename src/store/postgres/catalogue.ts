@@ -1,4 +1,4 @@
-import { and, asc, eq, inArray, isNull, or, type SQL, sql } from 'drizzle-orm'
+import { asc, eq, inArray, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../../db/schema'
 import type { CatalogueEntry as ManifestEntry } from '../../modules/catalogue/manifest'

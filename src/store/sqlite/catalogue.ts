@@ -1,7 +1,7 @@
-import { and, asc, eq, inArray, isNull, or, type SQL } from 'drizzle-orm'
+import { asc, eq } from 'drizzle-orm'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
-import { artifactFiles, catalogEntries, memberships, servingProfiles } from '../../db/schema'
+import { artifactFiles, catalogEntries, servingProfiles } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import type { CatalogueEntry as ManifestEntry } from '../../modules/catalogue/manifest'
 import {
