@@ -1,4 +1,5 @@
 import { benchServer } from './lib/fixture'
+
 const gk = await benchServer({ LOG_LEVEL: 'warn' })
 const N = 100_000
 if (process.argv[2]) gk.deps.sqlite.exec(process.argv[2])
