@@ -26,7 +26,7 @@ const YIELD_AFTER_MS = 8
  * small batches go on through the others, and the database round trips of several small batches
  * overlap (PostgreSQL).
  */
-export const VALIDATION_CONCURRENCY = 4
+export const VALIDATION_CONCURRENCY = 8
 
 export interface ValidationOutcome {
   batch_id: string
