@@ -13,7 +13,8 @@ import { createMailer, type Mailer } from './lib/mailer'
 import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
-import type { PoolCapacity } from './modules/pool/service'
+import { CatalogueView } from './modules/catalogue/view'
+import type { KeptCapacity } from './modules/pool/service'
 import type { QueueStats } from './modules/stats/service'
 import { PollWaiters } from './modules/workers/poll-wait'
 import type { Store } from './store'
@@ -67,9 +68,11 @@ export interface Deps {
   /** Open batch event streams per user id (API.md §6, MAX_SSE_STREAMS_PER_USER). */
   eventStreams: Map<string, number>
   /** SPEC Pool rule 6: pool capacity answers per caller class, each kept POOL_CACHE_SECONDS. */
-  poolCache: Map<string, PoolCapacity>
+  poolCache: Map<string, KeptCapacity>
   /** Ids of the batches this server is validating now: one validation of a batch at a time. */
   validating: Set<string>
+  /** GET /v1/models and the validator's catalogue, kept until something changes them. */
+  catalogueView: CatalogueView
   /** The dashboard's queue chart (GET /v1/stats/queue), kept a few seconds. */
   queueStatsCache: { value?: QueueStats }
 }
@@ -135,6 +138,7 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     eventStreams: new Map(),
     poolCache: new Map(),
     validating: new Set(),
+    catalogueView: new CatalogueView(),
     queueStatsCache: {},
   }
 }

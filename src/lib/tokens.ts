@@ -21,8 +21,14 @@ export interface Tokens {
   verify(token: string): Promise<TokenClaims | null>
 }
 
+/** Tokens whose signature was checked, kept per server (the same JWT comes with every request). */
+const VERIFIED_KEPT = 10_000
+
 export function createTokens(secret: string, ttlSeconds: number, clock: Clock): Tokens {
   const signer = new Elysia().use(jwt({ name: 'jwt', secret, alg: 'HS256' })).decorator.jwt
+  // A token is only ever taken from here byte for byte as it was verified; its expiry is checked
+  // against the clock at every use, as jose checks it (valid while exp > now).
+  const verified = new Map<string, TokenClaims>()
   return {
     async sign(userId, tokenVersion) {
       const exp = clock.now() + ttlSeconds
@@ -30,6 +36,12 @@ export function createTokens(secret: string, ttlSeconds: number, clock: Clock): 
       return { token, expiresIn: ttlSeconds }
     },
     async verify(token) {
+      const kept = verified.get(token)
+      if (kept) {
+        if (kept.exp > clock.now()) return kept
+        verified.delete(token)
+        return null
+      }
       // jose checks exp against the clock we pass, so tests can move time forward.
       const payload = await signer.verify(token, {
         algorithms: ['HS256'],
@@ -37,7 +49,10 @@ export function createTokens(secret: string, ttlSeconds: number, clock: Clock): 
       })
       if (!payload || typeof payload.sub !== 'string' || typeof payload.tv !== 'number') return null
       if (typeof payload.exp !== 'number') return null
-      return { sub: payload.sub, tv: payload.tv, exp: payload.exp }
+      const claims = { sub: payload.sub, tv: payload.tv, exp: payload.exp }
+      if (verified.size >= VERIFIED_KEPT) verified.delete(verified.keys().next().value!)
+      verified.set(token, claims)
+      return claims
     },
   }
 }

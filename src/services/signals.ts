@@ -17,6 +17,8 @@ export function start(deps: Deps): () => Promise<void> {
   })
 
   const onSignal = async (signal: BatchSignal) => {
+    // Another instance changed what GET /v1/models answers: the next request here reads afresh.
+    if (signal.kind === 'models_changed') return deps.catalogueView.drop(signal.scope)
     const batchId = signal.batch_id
     // A batch became claimable elsewhere: held polls here look again (API.md §7 wait_seconds).
     if (signal.kind === 'claimable') return deps.pollWaiters.notify(signal.model)

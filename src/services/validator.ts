@@ -7,7 +7,7 @@ import { visibleEntriesOf } from '../modules/catalogue/service'
 import { batchClaimable } from '../modules/workers/poll-wait'
 
 // Asynchronous batch validation (SPEC §3: validating → validated | failed; API.md §6). Batches
-// are validated one at a time from an in-process queue that POST /v1/batches wakes through the
+// are validated a few at a time from an in-process queue that POST /v1/batches wakes through the
 // event bus; at start every batch still `validating` (left by a crash or a restart) is queued
 // again, so the database is the queue's source of truth and nothing is lost. A validation
 // streams the file (memory does not grow with its size), always reads to the end (errors.total
@@ -21,6 +21,12 @@ export const PROGRESS_INTERVAL_MS = 250
 export const VALIDATION_LEASE_SECONDS = 60
 /** Longest stretch of validation work between two yields to the event loop. */
 const YIELD_AFTER_MS = 8
+/**
+ * Validations run at once, interleaved at their yields: a 200 MB file holds one of them while
+ * small batches go on through the others, and the database round trips of several small batches
+ * overlap (PostgreSQL).
+ */
+export const VALIDATION_CONCURRENCY = 8
 
 export interface ValidationOutcome {
   batch_id: string
@@ -196,7 +202,10 @@ export function start(deps: Deps): () => Promise<void> {
   const stopping = new AbortController()
   const queue: string[] = []
   const queued = new Set<string>()
-  let wake = () => {}
+  const idle: (() => void)[] = []
+  const wake = () => {
+    for (const resume of idle.splice(0)) resume()
+  }
   const enqueue = (id: string) => {
     if (queued.has(id)) return
     queued.add(id)
@@ -204,7 +213,7 @@ export function start(deps: Deps): () => Promise<void> {
     wake()
   }
   const stopListening = deps.batchEvents.onCreated(enqueue)
-  stopping.signal.addEventListener('abort', () => wake(), { once: true })
+  stopping.signal.addEventListener('abort', wake, { once: true })
   const onShutdown = () => stopping.abort()
   deps.shutdown.signal.addEventListener('abort', onShutdown, { once: true })
   const recover = deps.store.batches.validatingIds().then((recovered) => {
@@ -223,15 +232,11 @@ export function start(deps: Deps): () => Promise<void> {
       .catch((e) => log.warn('validator: rescan failed', { error: e }))
   }, VALIDATION_LEASE_SECONDS * 1000)
 
-  const loop = (async () => {
-    await recover.catch((e) => log.error('validator: could not list batches left validating', { error: e }))
+  const run = async () => {
     while (!stopping.signal.aborted) {
       const id = queue.shift()
       if (id === undefined) {
-        await new Promise<void>((resolve) => {
-          wake = resolve
-        })
-        wake = () => {}
+        await new Promise<void>((resolve) => idle.push(resolve))
         continue
       }
       queued.delete(id)
@@ -244,6 +249,10 @@ export function start(deps: Deps): () => Promise<void> {
       // without touching the event loop would otherwise hold off every request until it is done.
       await new Promise<void>((resolve) => setImmediate(resolve))
     }
+  }
+  const loop = (async () => {
+    await recover.catch((e) => log.error('validator: could not list batches left validating', { error: e }))
+    await Promise.all(Array.from({ length: VALIDATION_CONCURRENCY }, run))
   })()
 
   return async () => {

@@ -1,10 +1,10 @@
-import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow, UserRow } from '../db/schema'
+import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../db/schema'
 import type { CatalogueEntry as ManifestEntry } from '../modules/catalogue/manifest'
 
 // The model catalogue's verbs (API.md §12): the seed upsert at start (SPEC §2 rules 5 and 7), what
 // the matching predicate reads, and what a user may see (GET /v1/models). The decisions — which
 // fields are managed, when a rename applies, visibility — are the catalogue module's
-// (catalogue/upsert.ts, SPEC §4 Models rules 7 and 10); an engine carries them out.
+// (catalogue/upsert.ts, catalogue/view.ts; SPEC §4 Models rules 7 and 10); an engine carries them out.
 
 /** How seeding left one entry (SPEC rule 7), with a rename it did or could not do (rule 5). */
 export interface UpsertOutcome {
@@ -33,9 +33,6 @@ export interface CatalogueRows {
   artifacts: Pick<ArtifactFileRow, 'catalog_id' | 'sha256'>[]
 }
 
-/** Who is looking (SPEC §4 Models rule 10): a superadmin sees every enabled entry. */
-export type Viewer = Pick<UserRow, 'id' | 'platform_role'>
-
 export interface CatalogueStore {
   /**
    * SPEC rule 7: upserts valid manifest entries with their serving profiles and artifact files,
@@ -46,8 +43,9 @@ export interface CatalogueStore {
   entry(id: string): Promise<CatalogEntryRow | undefined>
   /** What the matching predicate reads (workers/matching.ts loadCatalogue). */
   readCatalogue(): Promise<CatalogueRows>
-  /** GET /v1/models: the enabled entries `viewer` may select, by id. */
-  visibleEntries(viewer: Viewer): Promise<CatalogEntryRow[]>
-  /** GET /v1/models/{id}: the entry when `viewer` may select it. */
-  visibleEntry(viewer: Viewer, id: string): Promise<CatalogEntryRow | undefined>
+  /**
+   * Every enabled entry, in byte order of id: what GET /v1/models and the validator choose from
+   * (who may select which is the catalogue module's rule, catalogue/view.ts).
+   */
+  enabledEntries(): Promise<CatalogEntryRow[]>
 }

@@ -53,11 +53,19 @@ export interface Beat {
   loaded_models: string[]
   current_job_id: string | null
   now: number
+  /** Seen at or before this instant = silent (workers/liveness.ts onlineCutoff). */
+  cutoff: number
 }
 
 export interface BeatAnswer {
   inventory_sig: string | null
   max_download_gb: number
+  /**
+   * What the matching predicate judges before the models may have changed (SPEC Poll rules 2 and
+   * 6, read-time liveness): the worker was silent or offline, never heartbeated, or reported
+   * another VRAM total. A steady heartbeat answers false.
+   */
+  fitChanged: boolean
   /** The batches the worker holds (API.md §7 assigned_job_ids). */
   assigned: string[]
 }
@@ -80,7 +88,10 @@ export interface ListedWorker extends WorkerRow {
 }
 
 /** The predicate's head of a worker: enough to rule it out before reading its models. */
-export type WorkerHead = Pick<WorkerRow, 'id' | 'org_id' | 'last_heartbeat_at' | 'vram_total_gb'>
+export type WorkerHead = Pick<
+  WorkerRow,
+  'id' | 'org_id' | 'last_heartbeat_at' | 'vram_total_gb' | 'last_seen_at'
+>
 
 export interface WorkerHosting {
   /** Engines of the worker's runtimes. */

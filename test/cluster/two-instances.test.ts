@@ -19,6 +19,7 @@ const RUNTIME_MODEL = `${MODEL}:rt`
 const SILENT = 'silent-8b-q4km'
 // Each test has its own model, so one test's batches are never claimed by another's workers.
 const EVENTS = 'events-8b-q4km'
+const AVAIL = 'avail-8b-q4km'
 let a: TestServer
 let b: TestServer
 let dir: string
@@ -28,7 +29,7 @@ beforeAll(async () => {
   const catalogue = join(dir, 'models.yaml')
   writeFileSync(
     catalogue,
-    [MODEL, SILENT, EVENTS]
+    [MODEL, SILENT, EVENTS, AVAIL]
       .map(
         (id) =>
           `  - id: ${id}\n    task_type: chat\n    quantization: Q4_K_M\n    runtime: ollama\n    runtime_model_id: ${id}:rt\n`,
@@ -170,6 +171,32 @@ describe('two instances on one database', () => {
     expect(claimed.length).toBe(1000)
     expect(new Set(claimed)).toEqual(new Set(ids))
   }, 300_000)
+
+  test('GET /v1/models on one instance follows a worker that comes to serve through the other', async () => {
+    const user = await signup(a)
+    const key = await makeWorkerKey(a, user, user.orgId)
+    const listed = async (on: TestServer) =>
+      (
+        (await on.req('GET', '/v1/models', { token: user.token })).body.data as {
+          id: string
+          available: boolean
+        }[]
+      ).find((m) => m.id === AVAIL)?.available
+    const one = async (on: TestServer) =>
+      (await on.req('GET', `/v1/models/${AVAIL}`, { token: user.token })).body.available
+    // b answers from its kept view; nothing on b changes, and its clock stands still.
+    expect(await listed(b)).toBe(false)
+    expect(await one(b)).toBe(false)
+    const reg = await a.req('POST', '/workers/register', {
+      token: key.key,
+      body: registerBody({ models: [`${AVAIL}:rt`] }),
+    })
+    expect(reg.status).toBe(200)
+    expect(await listed(a)).toBe(true)
+    // The registration's signal reaches b, whose next answer is read afresh.
+    await until(async () => (await listed(b)) === true, 'the other instance to see the new worker', 10_000)
+    expect(await one(b)).toBe(true)
+  })
 
   test('a silent worker’s batch is requeued once, with attempts exactly 1, though both sweepers run', async () => {
     const user = await signup(b)

@@ -7,9 +7,10 @@ import type {
   Engine,
   ServingProfile,
 } from '../../src/modules/catalogue/manifest'
+import { upsertCatalogue } from '../../src/modules/catalogue/seed'
 
-// Catalogue builders for any workstream's tests. Entries are written through the same store verb
-// that seeding uses (upsertEntries), so they look exactly like seeded ones (derived profile included).
+// Catalogue builders for any workstream's tests. Entries are written through the same function
+// that seeding uses (upsertCatalogue), so they look exactly like seeded ones (derived profile included).
 
 export type CatalogEntryInput = Partial<Omit<CatalogueEntry, 'serving_profiles' | 'artifact_files'>> & {
   /** Explicit profiles; when absent, one is derived from runtime/runtime_model_id (SPEC §2). */
@@ -71,7 +72,7 @@ export async function makeCatalogEntry(
     artifact_files,
   }
   const now = deps.clock.now()
-  await deps.store.catalogue.upsertEntries([entry], now)
+  await upsertCatalogue(deps, [entry], now)
   return (await deps.store.catalogue.entry(id))!
 }
 

@@ -147,13 +147,8 @@ for (const [kind, open] of storeEngines) {
       expect(rows.artifacts).toEqual([{ catalog_id: 'b', sha256: sha('f') }])
     })
 
-    test('visibleEntries / visibleEntry: enabled, public or one of my orgs; a superadmin sees every enabled entry', async () => {
+    test('enabledEntries: every enabled entry, private ones included, in byte order of id', async () => {
       h = await open()
-      await h.exec(`
-        INSERT INTO users (id, email, password_hash, full_name, created_at, updated_at)
-          VALUES ('user_a', 'a@x.test', 'h', 'A', 1, 1);
-        INSERT INTO organizations (id, name, personal, created_at) VALUES ('org_a', 'A', TRUE, 1), ('org_b', 'B', TRUE, 1);
-        INSERT INTO memberships (org_id, user_id, role, created_at) VALUES ('org_a', 'user_a', 'viewer', 1);`)
       await h.store.catalogue.upsertEntries(
         [
           entry('z-public'),
@@ -164,24 +159,15 @@ for (const [kind, open] of storeEngines) {
         ],
         10,
       )
-      const user = { id: 'user_a', platform_role: 'user' as const }
-      const admin = { id: 'admin', platform_role: 'superadmin' as const }
       // Byte order on both engines.
-      expect((await h.store.catalogue.visibleEntries(user)).map((e) => e.id)).toEqual([
-        'a-mine',
-        'a.dot',
-        'z-public',
+      const rows = await h.store.catalogue.enabledEntries()
+      expect(rows.map((e) => [e.id, e.org_id])).toEqual([
+        ['a-mine', 'org_a'],
+        ['a.dot', null],
+        ['m-theirs', 'org_b'],
+        ['z-public', null],
       ])
-      expect((await h.store.catalogue.visibleEntries(admin)).map((e) => e.id)).toEqual([
-        'a-mine',
-        'a.dot',
-        'm-theirs',
-        'z-public',
-      ])
-      expect((await h.store.catalogue.visibleEntry(user, 'a-mine'))?.org_id).toBe('org_a')
-      expect(await h.store.catalogue.visibleEntry(user, 'm-theirs')).toBeUndefined()
-      expect(await h.store.catalogue.visibleEntry(admin, 'off')).toBeUndefined()
-      expect((await h.store.catalogue.visibleEntry(admin, 'm-theirs'))?.id).toBe('m-theirs')
+      expect(rows[0]).toMatchObject({ enabled: true, vram_gb: 8, runtime_model_id: 'a-mine:latest' })
     })
   })
 }

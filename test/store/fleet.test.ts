@@ -87,6 +87,7 @@ const beat = (workerId: string, o: Record<string, unknown> = {}) => ({
   loaded_models: ['disk:1'],
   current_job_id: null,
   now: 200,
+  cutoff: 80,
   ...o,
 })
 
@@ -236,7 +237,7 @@ for (const [kind, open] of storeEngines) {
       expect((await h.store.fleet.findWorker('wrk_1'))?.last_seen_at).toBe(100)
 
       const got = await h.store.fleet.heartbeat(beat('wrk_1', { activity: 'busy', current_job_id: b1 }))
-      expect(got).toEqual({ inventory_sig: null, max_download_gb: 0, assigned: [b1] })
+      expect(got).toEqual({ inventory_sig: null, max_download_gb: 0, fitChanged: true, assigned: [b1] })
       expect(await h.store.fleet.findWorker('wrk_1')).toMatchObject({
         status: 'online',
         activity: 'busy',
@@ -259,6 +260,23 @@ for (const [kind, open] of storeEngines) {
         uptime_seconds: 60,
         last_seen_at: 250,
       })
+    })
+
+    test('heartbeat: fitChanged unless the worker was online, had heartbeated and keeps its VRAM total', async () => {
+      h = await open()
+      await seed(h)
+      await worker(h, 'wrk_1', { seen: 100 })
+      const fit = async (o: Record<string, unknown>) =>
+        (await h.store.fleet.heartbeat(beat('wrk_1', o)))?.fitChanged
+      expect(await fit({ now: 200 })).toBe(true) // never heartbeated
+      expect(await fit({ now: 210, cutoff: 150 })).toBe(false) // steady
+      expect(await fit({ now: 220, cutoff: 150, vram_total_gb: null })).toBe(false) // none reported: kept
+      expect(await fit({ now: 230, cutoff: 150, vram_total_gb: 48 })).toBe(true) // another VRAM total
+      expect(await fit({ now: 240, cutoff: 150, vram_total_gb: 48 })).toBe(false)
+      expect(await fit({ now: 400, cutoff: 240, vram_total_gb: 48 })).toBe(true) // silent since 240: back
+      await h.exec(`UPDATE workers SET status = 'offline' WHERE id = 'wrk_1'`)
+      expect(await fit({ now: 410, cutoff: 300, vram_total_gb: 48 })).toBe(true) // swept offline: back
+      expect(await h.store.fleet.findWorker('wrk_1')).toMatchObject({ status: 'online', last_seen_at: 410 })
     })
 
     test('replaceInventory: the inventory replaces the on-disk list, configured names stay, loaded flags follow; without one only loaded flags', async () => {
@@ -376,7 +394,7 @@ for (const [kind, open] of storeEngines) {
         `INSERT INTO worker_models (worker_id, name) VALUES ('wrk_1', 'x:1'), ('wrk_2', 'x:1'), ('wrk_3', 'y:1')`,
       )
       expect(await h.store.fleet.onlineWorkers(60)).toEqual([
-        { id: 'wrk_1', org_id: 'org_a', last_heartbeat_at: null, vram_total_gb: 24 },
+        { id: 'wrk_1', org_id: 'org_a', last_heartbeat_at: null, vram_total_gb: 24, last_seen_at: 100 },
       ])
       expect((await h.store.fleet.onlineWorkers(40)).map((w) => w.id).sort()).toEqual(['wrk_1', 'wrk_2'])
       const hosts = await h.store.fleet.hostsOf(['x:1', 'z:1', 'y:1'])

@@ -6,10 +6,13 @@ import * as catalogue from './service'
 
 const tags = ['models']
 
+// The list is kept serialized (catalogue/view.ts): it goes out as it is, not re-encoded.
+const json = (body: string) => new Response(body, { headers: { 'content-type': 'application/json' } })
+
 export const catalogueRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.catalogue', prefix: '/v1/models' })
     .use(authPlugin(deps))
-    .get('', ({ principal }) => catalogue.listModels(deps, principal), {
+    .get('', async ({ principal }) => json(await catalogue.listModels(deps, principal)), {
       user: true,
       response: { 200: ModelList },
       detail: { tags, summary: 'Selectable catalogue entries: public plus the caller’s orgs, enabled only' },

@@ -3,7 +3,8 @@ import embeddedManifest from '../../../catalogue/models.yaml' with { type: 'text
 import type { Config } from '../../config'
 import type { Deps } from '../../deps'
 import { log } from '../../lib/logger'
-import { checkManifest, type Violation } from './manifest'
+import { type CatalogueEntry, checkManifest, type Violation } from './manifest'
+import { modelsChanged } from './view'
 
 // SPEC rule 7: at every start the catalogue is upserted from the version-controlled manifest.
 // New ids are inserted, managed fields of existing ids updated, entries absent from the manifest
@@ -75,7 +76,7 @@ export async function applyManifest(deps: Deps, text: string, source: string): P
   }
   report.skipped = checked.violations
   const now = deps.clock.now()
-  const outcomes = await deps.store.catalogue.upsertEntries(checked.entries, now)
+  const outcomes = await upsertCatalogue(deps, checked.entries, now)
   checked.entries.forEach((entry, i) => {
     const outcome = outcomes[i]!
     if (outcome.renamedFrom) report.renamed.push({ from: outcome.renamedFrom, to: entry.id })
@@ -95,6 +96,16 @@ export async function applyManifest(deps: Deps, text: string, source: string): P
     skipped: report.skipped.length,
   })
   return report
+}
+
+/**
+ * SPEC rule 7's upsert of valid entries; what GET /v1/models and the validator keep is then read
+ * afresh, here and on the other instances (catalogue/view.ts).
+ */
+export async function upsertCatalogue(deps: Deps, entries: CatalogueEntry[], now: number) {
+  const outcomes = await deps.store.catalogue.upsertEntries(entries, now)
+  modelsChanged(deps, 'catalogue')
+  return outcomes
 }
 
 const emptyReport = (source: string): SeedReport => ({

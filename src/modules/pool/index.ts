@@ -6,10 +6,14 @@ import { poolCapacity } from './service'
 export const poolRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.pool', prefix: '/v1/pool' }).use(authPlugin(deps)).get(
     '/capacity',
-    ({ principal, set }) => {
-      set.headers['cache-control'] = `max-age=${deps.config.POOL_CACHE_SECONDS}`
-      return poolCapacity(deps, principal)
-    },
+    async ({ principal }) =>
+      // Kept serialized (service.ts): written out as it is, not re-encoded.
+      new Response(await poolCapacity(deps, principal), {
+        headers: {
+          'content-type': 'application/json',
+          'cache-control': `max-age=${deps.config.POOL_CACHE_SECONDS}`,
+        },
+      }),
     {
       optional: true,
       detail: {

@@ -51,24 +51,32 @@ export async function computeCapacity(
   }
 }
 
+/** One caller class's answer, kept serialized: a cached answer costs little more than writing it. */
+export interface KeptCapacity {
+  as_of: number
+  body: string
+}
+
 // SPEC Pool rule 6: responses are cached POOL_CACHE_SECONDS, per caller class (API.md §8:
 // anonymous, and each user, whose org-visible entries differ), in deps.poolCache.
 const MAX_CACHED_CLASSES = 10_000
 
+/** GET /v1/pool/capacity for `principal`, serialized. */
 export async function poolCapacity(
   deps: Deps,
   principal: UserPrincipal | AnonymousPrincipal,
-): Promise<PoolCapacity> {
+): Promise<string> {
   const cache = deps.poolCache
   const key = principal.kind === 'user' ? `user:${principal.user.id}` : 'anonymous'
   const now = deps.clock.now()
   const hit = cache.get(key)
-  if (hit && now - hit.as_of < deps.config.POOL_CACHE_SECONDS) return hit
+  if (hit && now - hit.as_of < deps.config.POOL_CACHE_SECONDS) return hit.body
   if (cache.size >= MAX_CACHED_CLASSES) {
     for (const [k, v] of cache) if (now - v.as_of >= deps.config.POOL_CACHE_SECONDS) cache.delete(k)
     if (cache.size >= MAX_CACHED_CLASSES) cache.clear()
   }
   const fresh = await computeCapacity(deps, principal)
-  cache.set(key, fresh)
-  return fresh
+  const body = JSON.stringify(fresh)
+  cache.set(key, { as_of: fresh.as_of, body })
+  return body
 }

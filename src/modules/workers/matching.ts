@@ -261,9 +261,13 @@ export async function someOnlineWorkerServes(deps: Deps, entry: CatalogueEntry, 
  * Ids of the enabled entries at least one online worker can serve now. The one source of
  * "servable": poll-side code, pool capacity's models_servable and `available` in GET /v1/models.
  */
-export async function servableCatalogIds(deps: Deps, catalogue?: Catalogue): Promise<Set<string>> {
+export async function servableCatalogIds(
+  deps: Deps,
+  catalogue?: Catalogue,
+  fleet?: OnlineFleet,
+): Promise<Set<string>> {
   catalogue ??= await loadCatalogue(deps)
-  const fleet = await onlineFleet(deps)
+  fleet ??= await onlineFleet(deps)
   const enabled = catalogue.entries.filter((e) => e.enabled)
   // Every name's hosts in one read; then each entry stops at its first fitting host.
   await fleet.hostsOf([...new Set(enabled.flatMap(namesOf))])

@@ -5,6 +5,8 @@ import { badRequest, forbidden, notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
 import type { HostedModelInput } from '../../store/fleet'
 import type { WorkerPrincipal } from '../auth/credentials'
+import { modelsChanged } from '../catalogue/view'
+import { isOnline, onlineCutoff } from './liveness'
 import type {
   HeartbeatBody,
   InventoryItem,
@@ -107,6 +109,8 @@ export async function register(deps: Deps, principal: WorkerPrincipal, body: Reg
   })
   if ('notOwned' in registered) throw notOwned()
   const { worker, requeued, reused } = registered
+  // What the worker hosts and whether it is online may differ now (API.md §4 `available`).
+  modelsChanged(deps, 'fleet')
   for (const r of requeued) {
     deps.metrics.requeues.inc({ reason: 'worker_reregistered', outcome: r.status })
     if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
@@ -152,6 +156,7 @@ export async function heartbeat(
     loaded_models: body.loaded_models ?? [],
     current_job_id: body.current_job_id ?? null,
     now: deps.clock.now(),
+    cutoff: onlineCutoff(deps),
   })
   if (!row) {
     await ownWorker(deps, principal, workerId) // 404 or 403
@@ -172,6 +177,9 @@ export async function heartbeat(
     // API.md §7 wait_seconds: a held poll of this worker looks again with what it now hosts.
     deps.pollWaiters.workerChanged(workerId)
   }
+  // API.md §4 `available`: a new inventory, or a worker back, heartbeating first or with another
+  // VRAM total, may change which entries the fleet can serve. A steady heartbeat changes nothing.
+  if (sig !== row.inventory_sig || row.fitChanged) modelsChanged(deps, 'fleet')
   const pull_models: PullItem[] =
     body.activity === 'idle' && row.max_download_gb > 0 ? await pullModelsFor(deps, workerId) : []
   return {
@@ -201,10 +209,12 @@ export async function progress(deps: Deps, principal: WorkerPrincipal, body: Pro
 }
 
 export async function modelProgress(deps: Deps, principal: WorkerPrincipal, body: ModelProgressBody) {
-  await ownWorker(deps, principal, body.worker_id)
+  const before = await ownWorker(deps, principal, body.worker_id)
   // API.md §7: model-progress counts as liveness; a finished download (either way) ends the ask.
   const finished = body.status === 'completed' || body.status === 'failed'
   await deps.store.fleet.recordModelProgress(body.worker_id, body.model, finished, deps.clock.now())
+  // A silent worker's report brings it back online (API.md §4 `available` may change).
+  if (!isOnline(deps, before)) modelsChanged(deps, 'fleet')
   log.info('model download progress', {
     worker_id: body.worker_id,
     model: body.model,

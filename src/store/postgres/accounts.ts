@@ -31,6 +31,12 @@ async function storePassword(tx: PgTx | PgDb, now: number, userId: string, hash:
 }
 
 export function postgresAccounts(db: PgDb): AccountsStore {
+  // Every JWT and personal-key request reads its user: the query is built once, not per request.
+  const userById = db
+    .select()
+    .from(users)
+    .where(eq(users.id, sql.placeholder('id')))
+    .prepare('gk_user_by_id')
   return {
     async createUser(input: NewUser, personalOrgName: string) {
       try {
@@ -65,7 +71,7 @@ export function postgresAccounts(db: PgDb): AccountsStore {
     },
 
     async findUserById(id) {
-      const [row] = await db.select().from(users).where(eq(users.id, id))
+      const [row] = await userById.execute({ id })
       return row as UserRow | undefined
     },
 

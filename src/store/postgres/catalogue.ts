@@ -1,4 +1,4 @@
-import { and, asc, eq, inArray, isNull, or, type SQL, sql } from 'drizzle-orm'
+import { asc, eq, inArray, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../../db/schema'
 import type { CatalogueEntry as ManifestEntry } from '../../modules/catalogue/manifest'
@@ -10,13 +10,13 @@ import {
   profileChanges,
   renameDecision,
 } from '../../modules/catalogue/upsert'
-import type { CatalogueStore, UpsertOutcome, Viewer } from '../catalogue'
+import type { CatalogueStore, UpsertOutcome } from '../catalogue'
 import type { PgDb, PgTx } from './db'
 
 // The catalogue on PostgreSQL. Instances starting together seed one after the other: the seed
 // transaction takes an advisory lock first, so two seeds never race on the same new id.
 
-const { artifactFiles, catalogEntries, memberships, servingProfiles } = schema
+const { artifactFiles, catalogEntries, servingProfiles } = schema
 
 // Any constant shared by every instance (pg_advisory_xact_lock keys are 64-bit integers).
 const SEED_LOCK = 7_146_251_878
@@ -88,17 +88,6 @@ async function upsertEntry(tx: PgTx, entry: ManifestEntry, now: number): Promise
   return { result, renamedFrom: rename?.id, note }
 }
 
-/** SPEC §4 Models rules 7 and 10: enabled, and public or private to one of the viewer's orgs. */
-function visibleTo(db: PgDb, viewer: Viewer): SQL {
-  const enabled = eq(catalogEntries.enabled, true)
-  if (viewer.platform_role === 'superadmin') return enabled
-  const myOrgs = db
-    .select({ org_id: memberships.org_id })
-    .from(memberships)
-    .where(eq(memberships.user_id, viewer.id))
-  return and(enabled, or(isNull(catalogEntries.org_id), inArray(catalogEntries.org_id, myOrgs)))!
-}
-
 export function postgresCatalogue(db: PgDb): CatalogueStore {
   return {
     async upsertEntries(entries, now) {
@@ -147,20 +136,13 @@ export function postgresCatalogue(db: PgDb): CatalogueStore {
       ])
       return { entries, profiles, artifacts }
     },
-    async visibleEntries(viewer) {
+    async enabledEntries() {
       return (await db
         .select()
         .from(catalogEntries)
-        .where(visibleTo(db, viewer))
+        .where(eq(catalogEntries.enabled, true))
         // Byte order, as SQLite sorts: the database's collation may ignore punctuation.
         .orderBy(sql`${catalogEntries.id} COLLATE "C"`)) as CatalogEntryRow[]
-    },
-    async visibleEntry(viewer, id) {
-      const [row] = await db
-        .select()
-        .from(catalogEntries)
-        .where(and(eq(catalogEntries.id, id), visibleTo(db, viewer)))
-      return row as CatalogEntryRow | undefined
     },
   }
 }

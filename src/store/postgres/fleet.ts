@@ -1,4 +1,4 @@
-import { and, asc, count, desc, eq, gt, inArray, isNull, lt, or, type SQL, sql } from 'drizzle-orm'
+import { and, asc, count, desc, eq, gt, inArray, isNotNull, isNull, lt, or, type SQL, sql } from 'drizzle-orm'
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { ModelPullRow, WorkerRow } from '../../db/schema'
@@ -151,28 +151,39 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           ] as const
         ).flatMap((k) => (b[k] === null ? [] : [[k, b[k]]])),
       )
-      const [row] = await db
-        .update(workers)
-        .set({
-          ...reported,
-          status: 'online',
-          activity: b.activity,
-          loaded_models: b.loaded_models,
-          current_job_id: b.current_job_id,
-          last_heartbeat_at: b.now,
-          last_seen_at: b.now,
-        })
-        .where(and(eq(workers.id, b.workerId), eq(workers.org_id, b.orgId)))
-        .returning({
-          inventory_sig: workers.inventory_sig,
-          max_download_gb: workers.max_download_gb,
-          assigned: sql<string | null>`(SELECT string_agg(batch_id, ',' ORDER BY seq) FROM batch_assignments
-            WHERE worker_id = ${b.workerId} AND completed_at IS NULL)`,
-        })
+      const beat = (steady?: SQL) =>
+        db
+          .update(workers)
+          .set({
+            ...reported,
+            status: 'online',
+            activity: b.activity,
+            loaded_models: b.loaded_models,
+            current_job_id: b.current_job_id,
+            last_heartbeat_at: b.now,
+            last_seen_at: b.now,
+          })
+          .where(and(eq(workers.id, b.workerId), eq(workers.org_id, b.orgId), steady))
+          .returning({
+            inventory_sig: workers.inventory_sig,
+            max_download_gb: workers.max_download_gb,
+            assigned: sql<string | null>`(SELECT string_agg(batch_id, ',' ORDER BY seq) FROM batch_assignments
+              WHERE worker_id = ${b.workerId} AND completed_at IS NULL)`,
+          })
+      // A worker whose fit stays as it was (BeatAnswer.fitChanged) is the common beat: tried first.
+      const [steady] = await beat(
+        and(
+          online(b.cutoff),
+          isNotNull(workers.last_heartbeat_at),
+          b.vram_total_gb === null ? undefined : eq(workers.vram_total_gb, b.vram_total_gb),
+        ),
+      )
+      const row = steady ?? (await beat())[0]
       if (!row) return null
       return {
         inventory_sig: row.inventory_sig,
         max_download_gb: row.max_download_gb,
+        fitChanged: !steady,
         assigned: row.assigned ? row.assigned.split(',') : [],
       }
     },
@@ -359,6 +370,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           org_id: workers.org_id,
           last_heartbeat_at: workers.last_heartbeat_at,
           vram_total_gb: workers.vram_total_gb,
+          last_seen_at: workers.last_seen_at,
         })
         .from(workers)
         .where(online(cutoff))

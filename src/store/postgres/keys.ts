@@ -47,6 +47,20 @@ async function insertKey(tx: PgTx | PgDb, owner: KeyOwner, key: NewKey): Promise
 }
 
 export function postgresKeys(db: PgDb): KeysStore {
+  // The credential lookup of every keyed request: the query is built once, not per request.
+  const keyByHash = db
+    .select({
+      id: apiKeys.id,
+      key_type: apiKeys.key_type,
+      org_id: apiKeys.org_id,
+      user_id: apiKeys.user_id,
+      expires_at: apiKeys.expires_at,
+      last_used_at: apiKeys.last_used_at,
+      revoked_at: apiKeys.revoked_at,
+    })
+    .from(apiKeys)
+    .where(eq(apiKeys.key_hash, sql.placeholder('keyHash')))
+    .prepare('gk_key_by_hash')
   const findKey = async (owner: KeyOwner, keyId: string) => {
     const [row] = await db
       .select()
@@ -56,18 +70,7 @@ export function postgresKeys(db: PgDb): KeysStore {
   }
   return {
     async findCredentialByKeyHash(keyHash) {
-      const [row] = await db
-        .select({
-          id: apiKeys.id,
-          key_type: apiKeys.key_type,
-          org_id: apiKeys.org_id,
-          user_id: apiKeys.user_id,
-          expires_at: apiKeys.expires_at,
-          last_used_at: apiKeys.last_used_at,
-          revoked_at: apiKeys.revoked_at,
-        })
-        .from(apiKeys)
-        .where(eq(apiKeys.key_hash, keyHash))
+      const [row] = await keyByHash.execute({ keyHash })
       return row
     },
 

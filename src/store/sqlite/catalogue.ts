@@ -1,7 +1,7 @@
-import { and, asc, eq, inArray, isNull, or, type SQL } from 'drizzle-orm'
+import { asc, eq } from 'drizzle-orm'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
-import { artifactFiles, catalogEntries, memberships, servingProfiles } from '../../db/schema'
+import { artifactFiles, catalogEntries, servingProfiles } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import type { CatalogueEntry as ManifestEntry } from '../../modules/catalogue/manifest'
 import {
@@ -12,7 +12,7 @@ import {
   profileChanges,
   renameDecision,
 } from '../../modules/catalogue/upsert'
-import type { CatalogueStore, UpsertOutcome, Viewer } from '../catalogue'
+import type { CatalogueStore, UpsertOutcome } from '../catalogue'
 import type { SqliteDeps } from './queue'
 
 // The catalogue on SQLite. Poll and heartbeat read it through the prepared statements below.
@@ -48,6 +48,12 @@ const stmts = preparedOnce((db: Db) => ({
   artifacts: db
     .select({ catalog_id: artifactFiles.catalog_id, sha256: artifactFiles.sha256 })
     .from(artifactFiles)
+    .prepare(),
+  enabled: db
+    .select()
+    .from(catalogEntries)
+    .where(eq(catalogEntries.enabled, true))
+    .orderBy(asc(catalogEntries.id))
     .prepare(),
 }))
 
@@ -118,24 +124,6 @@ function upsertEntry(tx: Tx, entry: ManifestEntry, now: number): UpsertOutcome {
   return { result, renamedFrom: rename?.id, note }
 }
 
-/** SPEC §4 Models rules 7 and 10: enabled, and public or private to one of the viewer's orgs. */
-function visibleTo(db: Db, viewer: Viewer): SQL {
-  const enabled = eq(catalogEntries.enabled, true)
-  if (viewer.platform_role === 'superadmin') return enabled
-  const myOrgs = db
-    .select({ org_id: memberships.org_id })
-    .from(memberships)
-    .where(eq(memberships.user_id, viewer.id))
-  return and(enabled, or(isNull(catalogEntries.org_id), inArray(catalogEntries.org_id, myOrgs)))!
-}
-
-const visibleEntry = (db: Db, viewer: Viewer, id: string) =>
-  db
-    .select()
-    .from(catalogEntries)
-    .where(and(eq(catalogEntries.id, id), visibleTo(db, viewer)))
-    .get()
-
 export function sqliteCatalogue(deps: SqliteDeps): CatalogueStore {
   const { db } = deps
   return {
@@ -149,16 +137,8 @@ export function sqliteCatalogue(deps: SqliteDeps): CatalogueStore {
       const s = stmts(deps)
       return { entries: s.entries.all(), profiles: s.profiles.all(), artifacts: s.artifacts.all() }
     },
-    async visibleEntries(viewer) {
-      return db
-        .select()
-        .from(catalogEntries)
-        .where(visibleTo(db, viewer))
-        .orderBy(asc(catalogEntries.id))
-        .all()
-    },
-    async visibleEntry(viewer, id) {
-      return visibleEntry(db, viewer, id)
+    async enabledEntries() {
+      return stmts(deps).enabled.all()
     },
   }
 }

@@ -23,31 +23,37 @@ import { requeueHeldInTx, type SqliteDeps } from './queue'
 // The fleet on SQLite: synchronous bodies on bun:sqlite, hot statements prepared once per
 // database (heartbeat, poll's worker and hosting reads, pool capacity).
 
+type BeatRow = { inventory_sig: string | null; max_download_gb: number; assigned: string | null }
+
+// The hottest statement of the protocol, kept as raw SQL on the driver: drizzle's per-call
+// placeholder filling and row mapping cost a measurable share of the heartbeat (bench/heartbeat.ts).
+// Ownership is in the WHERE: no row returned = unknown worker or another org's. RETURNING carries
+// what the answer needs, the held batches included, so a heartbeat is one statement. A field the
+// daemon leaves out keeps its last reported value (coalesce).
+const beatSql = (steady: string) =>
+  `UPDATE workers SET status = 'online', activity = $activity,
+     vram_total_gb = coalesce($vram_total_gb, vram_total_gb),
+     vram_available_gb = coalesce($vram_available_gb, vram_available_gb),
+     gpu_utilization = coalesce($gpu_utilization, gpu_utilization),
+     gpu_memory_used_gb = coalesce($gpu_memory_used_gb, gpu_memory_used_gb),
+     uptime_seconds = coalesce($uptime_seconds, uptime_seconds),
+     loaded_models = $loaded_models, current_job_id = $current_job_id,
+     last_heartbeat_at = $now, last_seen_at = $now
+   WHERE id = $id AND org_id = $org_id ${steady}
+   RETURNING inventory_sig, max_download_gb,
+     (SELECT group_concat(batch_id) FROM batch_assignments
+       WHERE worker_id = $id AND completed_at IS NULL) AS assigned`
+
 const stmts = preparedOnce((db: Db) => {
   const id = sql.placeholder('id')
   const online = and(eq(workers.status, 'online'), gt(workers.last_seen_at, sql.placeholder('cutoff')))
   return {
-    // The hottest statement of the protocol, kept as raw SQL on the driver: drizzle's per-call
-    // placeholder filling and row mapping cost a measurable share of the heartbeat (bench/heartbeat.ts).
-    // Ownership is in the WHERE: no row returned = unknown worker or another org's. RETURNING
-    // carries what the answer needs, the held batches included, so a heartbeat is one statement.
-    // A field the daemon leaves out keeps its last reported value (coalesce).
-    beat: db.$client.prepare<
-      { inventory_sig: string | null; max_download_gb: number; assigned: string | null },
-      [Record<string, string | number | null>]
-    >(
-      `UPDATE workers SET status = 'online', activity = $activity,
-         vram_total_gb = coalesce($vram_total_gb, vram_total_gb),
-         vram_available_gb = coalesce($vram_available_gb, vram_available_gb),
-         gpu_utilization = coalesce($gpu_utilization, gpu_utilization),
-         gpu_memory_used_gb = coalesce($gpu_memory_used_gb, gpu_memory_used_gb),
-         uptime_seconds = coalesce($uptime_seconds, uptime_seconds),
-         loaded_models = $loaded_models, current_job_id = $current_job_id,
-         last_heartbeat_at = $now, last_seen_at = $now
-       WHERE id = $id AND org_id = $org_id
-       RETURNING inventory_sig, max_download_gb,
-         (SELECT group_concat(batch_id) FROM batch_assignments
-           WHERE worker_id = $id AND completed_at IS NULL) AS assigned`,
+    beat: db.$client.prepare<BeatRow, [Record<string, string | number | null>]>(beatSql('')),
+    // The same statement for a worker whose fit stays as it was (BeatAnswer.fitChanged): online,
+    // heartbeated before, same VRAM total or none reported. Tried first: it is the common beat.
+    steadyBeat: db.$client.prepare<BeatRow, [Record<string, string | number | null>]>(
+      beatSql(`AND status = 'online' AND last_seen_at > $cutoff AND last_heartbeat_at IS NOT NULL
+         AND ($vram_total_gb IS NULL OR vram_total_gb = $vram_total_gb)`),
     ),
     workerById: db.select().from(workers).where(eq(workers.id, id)).prepare(),
     setSig: db
@@ -167,6 +173,7 @@ const stmts = preparedOnce((db: Db) => {
         org_id: workers.org_id,
         last_heartbeat_at: workers.last_heartbeat_at,
         vram_total_gb: workers.vram_total_gb,
+        last_seen_at: workers.last_seen_at,
       })
       .from(workers)
       .where(online)
@@ -300,7 +307,8 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
     },
 
     async heartbeat(b) {
-      const row = stmts(deps).beat.get({
+      const s = stmts(deps)
+      const params = {
         id: b.workerId,
         org_id: b.orgId,
         activity: b.activity,
@@ -312,11 +320,14 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         loaded_models: JSON.stringify(b.loaded_models),
         current_job_id: b.current_job_id,
         now: b.now,
-      })
+      }
+      const steady = s.steadyBeat.get({ ...params, cutoff: b.cutoff })
+      const row = steady ?? s.beat.get(params)
       if (!row) return null
       return {
         inventory_sig: row.inventory_sig,
         max_download_gb: row.max_download_gb,
+        fitChanged: !steady,
         assigned: row.assigned ? row.assigned.split(',') : [],
       }
     },

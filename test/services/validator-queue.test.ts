@@ -1,0 +1,94 @@
+import { afterAll, expect, test } from 'bun:test'
+import type { Deps } from '../../src/deps'
+import type { BatchEvent } from '../../src/lib/batch-events'
+import * as validator from '../../src/services/validator'
+import { makeTestApp } from '../helpers/app'
+import { jsonl, line, makeBatch, makeCatalogEntry } from '../helpers/batches'
+import { makeUser } from '../helpers/builders'
+
+// The validator's queue (API.md §6): batches are validated a few at a time, so a large file being
+// read never holds up a small batch created after it.
+
+const t = makeTestApp()
+afterAll(() => t.close())
+
+const waitFor = (deps: Deps, batchId: string, event: BatchEvent['event']) =>
+  new Promise<BatchEvent>((resolve) => {
+    const off = deps.batchEvents.subscribe(batchId, (e) => {
+      if (e.event === event) {
+        off()
+        resolve(e)
+      }
+    })
+  })
+
+test('a small batch is validated while a large file is still being read', async () => {
+  const model = (await makeCatalogEntry(t)).id
+  const user = await makeUser(t)
+  const large = await makeBatch(t, user, jsonl([line('l1', model), line('l2', model)]))
+
+  // The large file's stream gives its first chunk, then holds until the small batch is done.
+  let release = () => {}
+  const held = new Promise<void>((resolve) => {
+    release = resolve
+  })
+  const blobs = t.deps.blobs
+  const read = blobs.read.bind(blobs)
+  blobs.read = async (key) => {
+    const stream = await read(key)
+    if (key !== large.input_file_id || !stream) return stream
+    const reader = stream.getReader()
+    let first = true
+    return new ReadableStream<Uint8Array>({
+      async pull(c) {
+        if (!first) await held
+        first = false
+        const { done, value } = await reader.read()
+        if (done) c.close()
+        else c.enqueue(value)
+      },
+    })
+  }
+
+  const largeProgress = waitFor(t.deps, large.id, 'progress')
+  const largeDone = waitFor(t.deps, large.id, 'done')
+  const stop = validator.start(t.deps)
+  try {
+    await largeProgress
+    const small = await makeBatch(t, user, jsonl([line('s1', model)]))
+    const smallDone = await waitFor(t.deps, small.id, 'done')
+    expect(smallDone).toMatchObject({ data: { status: 'validated' } })
+    expect((await t.deps.store.batches.get(large.id, null))?.status).toBe('validating')
+    release()
+    expect(await largeDone).toMatchObject({ data: { status: 'validated', request_counts: { total: 2 } } })
+  } finally {
+    release()
+    blobs.read = read
+    await stop()
+  }
+})
+
+/** Resolves once `batchId` has left `validating` (listening first, so the event is never missed). */
+async function settled(deps: Deps, batchId: string) {
+  const done = waitFor(deps, batchId, 'done')
+  const row = await deps.store.batches.get(batchId, null)
+  if (row?.status === 'validating') await done
+}
+
+test('batches beyond the concurrency wait their turn and are all validated', async () => {
+  const model = (await makeCatalogEntry(t)).id
+  const user = await makeUser(t)
+  const stop = validator.start(t.deps)
+  try {
+    const made = await Promise.all(
+      Array.from({ length: validator.VALIDATION_CONCURRENCY * 3 }, async (_, i) => {
+        const b = await makeBatch(t, user, jsonl([line(`r${i}`, model)]))
+        return b.id
+      }),
+    )
+    for (const id of made) await settled(t.deps, id)
+    for (const id of made) expect((await t.deps.store.batches.get(id, null))?.status).toBe('validated')
+  } finally {
+    await stop()
+  }
+})
