@@ -18,6 +18,7 @@ import { orgRoutes } from './modules/orgs'
 import { poolRoutes } from './modules/pool'
 import { statsRoutes } from './modules/stats'
 import { userRoutes } from './modules/users'
+import { webhookRoutes } from './modules/webhooks'
 import { workerRoutes } from './modules/workers'
 
 /** The HTTP application: request ids and logging, the JSON parser, error mapping, docs, modules. */
@@ -82,6 +83,7 @@ export function createApp(deps: Deps) {
       .use(workerRoutes(deps))
       .use(poolRoutes(deps))
       .use(statsRoutes(deps))
+      .use(webhookRoutes(deps))
       .use(dashboardRoutes(deps))
   )
 }

@@ -8,6 +8,7 @@ import type { LimitsStore } from './limits'
 import type { OrgsStore } from './orgs'
 import type { QueueStore } from './queue'
 import type { SignalsStore } from './signals'
+import type { WebhooksStore } from './webhooks'
 
 // The storage seam (API.md §12; STYLE example 13): every read and write of the product's state
 // goes through a Store, whose parts are named after the work. One engine per database:
@@ -44,5 +45,7 @@ export interface Store {
   readonly fleet: FleetStore
   /** The model catalogue: seeding, matching's read, what a user may select (catalogue.ts). */
   readonly catalogue: CatalogueStore
+  /** Webhooks, their outbox and delivery attempts (webhooks.ts, API.md §13). */
+  readonly webhooks: WebhooksStore
   close(): Promise<void>
 }

@@ -12,6 +12,7 @@ import { postgresLimits } from './limits'
 import { postgresOrgs } from './orgs'
 import { postgresQueue } from './queue'
 import { postgresSignals } from './signals'
+import { postgresWebhooks } from './webhooks'
 
 /** The PostgreSQL store over an open, migrated database (db.ts). */
 export function postgresStore(
@@ -36,6 +37,7 @@ export function postgresStore(
     orgs: postgresOrgs(db),
     fleet: postgresFleet(db, config),
     catalogue: postgresCatalogue(db),
+    webhooks: postgresWebhooks(db),
     async close() {
       await db.$client.close()
     },

@@ -14,6 +14,7 @@ import { sqliteLimits } from './limits'
 import { sqliteOrgs } from './orgs'
 import { sqliteQueue } from './queue'
 import { sqliteSignals } from './signals'
+import { sqliteWebhooks } from './webhooks'
 
 /** The SQLite store over an open, migrated database (src/db/open.ts). */
 export function sqliteStore(deps: {
@@ -39,6 +40,7 @@ export function sqliteStore(deps: {
     orgs: sqliteOrgs(deps),
     fleet: sqliteFleet(deps),
     catalogue: sqliteCatalogue(deps),
+    webhooks: sqliteWebhooks(deps),
     async close() {
       deps.sqlite.close()
     },
