@@ -262,7 +262,7 @@ for (const [kind, open] of storeEngines) {
       const row = await h.one<Record<string, unknown>>(
         `SELECT status, attempts, next_attempt_at, lease FROM webhook_messages WHERE id = '${m.id}'`,
       )
-      expect({ ...row, next_attempt_at: Number(row.next_attempt_at) }).toEqual({
+      expect({ ...row, next_attempt_at: Number(row.next_attempt_at) } as Record<string, unknown>).toEqual({
         status: 'pending',
         attempts: 1,
         next_attempt_at: 260,
