@@ -13,8 +13,8 @@ import { parseWebhookUrl, resolveTarget } from './urls'
 // here, returned once by create, and kept as is (delivery signs with it); no later response or
 // log line carries it.
 
-/** whsec_ + base64 of 32 random bytes (Standard Webhooks' secret form). */
-const newSecret = () => `whsec_${randomBytes(32).toString('base64')}`
+/** whsec_ + base64 of 24 random bytes (Standard Webhooks' secret form). */
+const newSecret = () => `whsec_${randomBytes(24).toString('base64')}`
 
 export async function createWebhook(
   deps: Deps,
