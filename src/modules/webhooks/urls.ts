@@ -87,5 +87,6 @@ export async function resolveTarget(url: URL, resolve: ResolveHost, allowPrivate
     if (bad)
       return { ok: false, reason: `${host} resolves to ${bad}, a refused address (WEBHOOK_ALLOW_PRIVATE)` }
   }
-  return { ok: true, address: addresses[0]! }
+  // IPv4 first, as a receiver on "localhost" most often listens on 127.0.0.1 only.
+  return { ok: true, address: addresses.find((a) => isIP(a) === 4) ?? addresses[0]! }
 }
