@@ -82,26 +82,42 @@ export async function runOnce(deps: Deps, options: DeliveryOptions = {}): Promis
   return Promise.all(await startDue(deps, deps.config.WEBHOOK_CONCURRENCY, options))
 }
 
-/** Ticks every second, keeping at most WEBHOOK_CONCURRENCY attempts in flight; stop() awaits them. */
+/**
+ * Keeps up to WEBHOOK_CONCURRENCY attempts in flight: every second, and whenever an attempt of a
+ * full lease settles (more may be due: a burst drains at the receivers' pace, not one lease a
+ * second). stop() awaits the attempts in flight.
+ */
 export function start(
   deps: Deps,
   schedule: Every = every,
   options: DeliveryOptions = {},
 ): () => Promise<void> {
+  let stopped = false
   let leasing = false
-  const tick = async () => {
-    if (leasing || deps.shutdown.signal.aborted) return
+  let again = false
+  const fill = async () => {
+    if (stopped || deps.shutdown.signal.aborted) return
+    if (leasing) {
+      again = true
+      return
+    }
     leasing = true
     try {
-      await startDue(deps, deps.config.WEBHOOK_CONCURRENCY - deps.webhooksInFlight.size, options)
+      do {
+        again = false
+        const free = deps.config.WEBHOOK_CONCURRENCY - deps.webhooksInFlight.size
+        const started = await startDue(deps, free, options)
+        if (started.length > 0 && started.length === free) for (const p of started) void p.then(fill)
+      } while (again)
     } catch (e) {
       log.error('webhook pass failed', { error: e instanceof Error ? e : String(e) })
     } finally {
       leasing = false
     }
   }
-  const stopTimer = schedule(1000, tick)
+  const stopTimer = schedule(1000, fill)
   return async () => {
+    stopped = true
     stopTimer()
     await Promise.allSettled([...deps.webhooksInFlight])
   }

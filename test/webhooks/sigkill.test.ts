@@ -3,7 +3,13 @@ import { rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { buildRequest, readRes } from '../helpers/app'
 import { jsonl, line, uploadForm } from '../helpers/batches'
-import { baseEnv, PROCESS_TEST_TIMEOUT, type ServerProcess, startServerProcess, tempDir } from '../helpers/ops'
+import {
+  baseEnv,
+  PROCESS_TEST_TIMEOUT,
+  type ServerProcess,
+  startServerProcess,
+  tempDir,
+} from '../helpers/ops'
 import { freshPostgresUrl, testEngine } from '../helpers/postgres'
 import { startReceiver, verify } from '../helpers/receiver'
 
@@ -21,8 +27,12 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-const req = async (url: string, method: string, path: string, opts: Parameters<typeof buildRequest>[3] = {}) =>
-  readRes(await fetch(buildRequest(url, method, path, opts)))
+const req = async (
+  url: string,
+  method: string,
+  path: string,
+  opts: Parameters<typeof buildRequest>[3] = {},
+) => readRes(await fetch(buildRequest(url, method, path, opts)))
 
 test(
   'a delivery cut off by SIGKILL is made again after the restart',
@@ -37,7 +47,9 @@ test(
       WEBHOOK_ALLOW_PRIVATE: 'true',
       // The dead server's lease (2 × timeout + 1 s) lapses 3 s after it was taken.
       WEBHOOK_TIMEOUT_SECONDS: '1',
-      ...(testEngine === 'postgres' ? { DATABASE_URL: await freshPostgresUrl(), JWT_SECRET: 's'.repeat(40) } : {}),
+      ...(testEngine === 'postgres'
+        ? { DATABASE_URL: await freshPostgresUrl(), JWT_SECRET: 's'.repeat(40) }
+        : {}),
     })
     // The first delivery never gets an answer: the server dies with it in flight.
     receiver.answerWith(() => new Promise<Response>(() => {}))
@@ -46,8 +58,11 @@ test(
 
     const email = 'hooks@example.test'
     const password = 'hooks-password-1'
-    expect((await req(first.url, 'POST', '/v1/auth/signup', { body: { email, password, full_name: 'H' } })).status).toBe(200)
-    const token = (await req(first.url, 'POST', '/v1/auth/login', { body: { email, password } })).body.access_token
+    expect(
+      (await req(first.url, 'POST', '/v1/auth/signup', { body: { email, password, full_name: 'H' } })).status,
+    ).toBe(200)
+    const token = (await req(first.url, 'POST', '/v1/auth/login', { body: { email, password } })).body
+      .access_token
     const hook = await req(first.url, 'POST', '/v1/webhooks', {
       token,
       body: { url: `${receiver.url}/hook`, events: ['batch.validated'] },
@@ -57,7 +72,10 @@ test(
       token,
       raw: uploadForm(jsonl([line('only', MODEL)]), 'in.jsonl', 'batch'),
     })
-    const batch = await req(first.url, 'POST', '/v1/batches', { token, body: { input_file_id: upload.body.id } })
+    const batch = await req(first.url, 'POST', '/v1/batches', {
+      token,
+      body: { input_file_id: upload.body.id },
+    })
     expect(batch.status).toBe(200)
 
     await receiver.waitFor(1)
@@ -84,9 +102,9 @@ test(
       await Bun.sleep(50)
       log = await req(second.url, 'GET', `/v1/webhooks/${hook.body.id}/deliveries`, { token })
     }
-    expect(log.body.data.map((d: { outcome: string; status_code: number }) => [d.outcome, d.status_code])).toEqual([
-      ['delivered', 200],
-    ])
+    expect(
+      log.body.data.map((d: { outcome: string; status_code: number }) => [d.outcome, d.status_code]),
+    ).toEqual([['delivered', 200]])
     // The secret signed both requests and reached neither server's log.
     for (const p of [first, second]) expect(p.output()).not.toContain(hook.body.secret.slice(6))
   },
