@@ -4,7 +4,7 @@ import type { Deps } from '../deps'
 import { type Every, every } from '../lib/clock'
 import { newId } from '../lib/ids'
 import { log } from '../lib/logger'
-import { hostOf, resolveTarget } from '../modules/webhooks/urls'
+import { hostOf, resolveTarget, type Target } from '../modules/webhooks/urls'
 import type { AttemptResult, LeasedMessage } from '../store/webhooks'
 
 // Webhook delivery (API.md §13, Standard Webhooks). The outbox rows are written with the batch
@@ -132,9 +132,20 @@ async function deliver(deps: Deps, m: LeasedMessage, options: DeliveryOptions): 
   let statusCode: number | null = null
   let error: string | null = null
   const url = new URL(m.url)
-  const target = await resolveTarget(url, deps.resolveHost, deps.config.WEBHOOK_ALLOW_PRIVATE)
+  // Resolution counts against the timeout too: a slow resolver holds a slot no longer than a slow receiver.
+  const timeoutMs = deps.config.WEBHOOK_TIMEOUT_SECONDS * 1000
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const target = await Promise.race([
+    resolveTarget(url, deps.resolveHost, deps.config.WEBHOOK_ALLOW_PRIVATE),
+    new Promise<Target>((resolve) => {
+      timer = setTimeout(
+        () => resolve({ ok: false, refused: false, reason: `cannot resolve ${hostOf(url)}: timed out` }),
+        timeoutMs,
+      )
+    }),
+  ]).finally(() => clearTimeout(timer))
   if (!target.ok) {
-    outcome = 'refused'
+    outcome = target.refused ? 'refused' : 'failed'
     error = target.reason
   } else {
     try {

@@ -275,5 +275,36 @@ describe('refused addresses at delivery (WEBHOOK_ALLOW_PRIVATE=false)', () => {
     t.clock.advance(60)
     expect(await runOnce(t.deps, { random: half })).toEqual(['refused'])
     expect(r.received).toEqual([])
+    // A name that no longer resolves is a failed attempt, not a refusal.
+    t.deps.resolveHost = async () => {
+      throw new Error('ENOTFOUND')
+    }
+    t.clock.advance(120)
+    expect(await runOnce(t.deps, { random: half })).toEqual(['failed'])
+    const [last] = await deliveries(t, user, hook.id)
+    expect(last).toMatchObject({
+      outcome: 'failed',
+      error: expect.stringContaining('cannot resolve rebind.example.test'),
+    })
+  })
+
+  test('a resolver that never answers holds a slot no longer than WEBHOOK_TIMEOUT_SECONDS', async () => {
+    const slow = makeTestApp({ WEBHOOK_ALLOW_PRIVATE: 'false', WEBHOOK_TIMEOUT_SECONDS: '1' })
+    try {
+      let hang = false
+      slow.deps.resolveHost = async () => (hang ? new Promise<string[]>(() => {}) : ['93.184.215.14'])
+      const user = await makeUser(slow)
+      const hook = await hookFor(slow, user, 'http://stuck.example.test/', ['batch.validated'])
+      hang = true
+      await validatedBatch(slow, user)
+      expect(await runOnce(slow.deps)).toEqual(['failed'])
+      const [attempt] = await deliveries(slow, user, hook.id)
+      expect(attempt).toMatchObject({
+        outcome: 'failed',
+        error: 'cannot resolve stuck.example.test: timed out',
+      })
+    } finally {
+      slow.close()
+    }
   })
 })

@@ -66,7 +66,8 @@ export function parseWebhookUrl(raw: string): URL {
   return url
 }
 
-export type Target = { ok: true; address: string } | { ok: false; reason: string }
+/** refused: an address rule said no; otherwise the host could not be resolved (a failed attempt). */
+export type Target = { ok: true; address: string } | { ok: false; refused: boolean; reason: string }
 
 /**
  * The address to connect to for `url`: its host resolved (an IP literal is its own address) and
@@ -79,13 +80,21 @@ export async function resolveTarget(url: URL, resolve: ResolveHost, allowPrivate
   try {
     addresses = isIP(host) ? [host] : await resolve(host)
   } catch (e) {
-    return { ok: false, reason: `cannot resolve ${host}: ${e instanceof Error ? e.message : String(e)}` }
+    return {
+      ok: false,
+      refused: false,
+      reason: `cannot resolve ${host}: ${e instanceof Error ? e.message : String(e)}`,
+    }
   }
-  if (addresses.length === 0) return { ok: false, reason: `cannot resolve ${host}` }
+  if (addresses.length === 0) return { ok: false, refused: false, reason: `cannot resolve ${host}` }
   if (!allowPrivate) {
     const bad = addresses.find(isRefusedAddress)
     if (bad)
-      return { ok: false, reason: `${host} resolves to ${bad}, a refused address (WEBHOOK_ALLOW_PRIVATE)` }
+      return {
+        ok: false,
+        refused: true,
+        reason: `${host} resolves to ${bad}, a refused address (WEBHOOK_ALLOW_PRIVATE)`,
+      }
   }
   // IPv4 first, as a receiver on "localhost" most often listens on 127.0.0.1 only.
   return { ok: true, address: addresses.find((a) => isIP(a) === 4) ?? addresses[0]! }

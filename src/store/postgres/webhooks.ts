@@ -20,10 +20,13 @@ const { webhooks, webhookMessages, webhookAttempts } = schema
 export async function enqueueWebhookEvents(tx: PgTx, batch: BatchRow, event: BatchEvent, now: number) {
   const type = WEBHOOK_EVENT_OF[event]
   if (!type) return
+  // KEY SHARE: a webhook deleted meanwhile waits for this commit instead of failing the
+  // transition (a worker's upload) on the outbox row's foreign key.
   const hooks = await tx
     .select({ id: webhooks.id, events: webhooks.events })
     .from(webhooks)
     .where(eq(webhooks.user_id, batch.user_id))
+    .for('key share')
   const rows = hooks
     .filter((h) => h.events.includes(type))
     .map((h) => ({
