@@ -19,6 +19,7 @@ import { poolRoutes } from './modules/pool'
 import { statsRoutes } from './modules/stats'
 import { usageRoutes } from './modules/usage'
 import { userRoutes } from './modules/users'
+import { webhookRoutes } from './modules/webhooks'
 import { workerRoutes } from './modules/workers'
 
 /** The HTTP application: request ids and logging, the JSON parser, error mapping, docs, modules. */
@@ -84,6 +85,7 @@ export function createApp(deps: Deps) {
       .use(poolRoutes(deps))
       .use(statsRoutes(deps))
       .use(usageRoutes(deps))
+      .use(webhookRoutes(deps))
       .use(dashboardRoutes(deps))
   )
 }

@@ -96,6 +96,12 @@ export const ConfigSchema = T.Object({
   S3_REGION: T.Optional(Str('S3 region, e.g. eu-west-1 (some S3-compatible servers ignore it)')),
   S3_ACCESS_KEY_ID: T.Optional(Str('S3 access key id')),
   S3_SECRET_ACCESS_KEY: T.Optional(Str('S3 secret access key')),
+  WEBHOOK_ALLOW_PRIVATE: Bool(
+    false,
+    'true lets webhooks reach loopback, link-local, private and cloud-metadata addresses (a LAN receiver)',
+  ),
+  WEBHOOK_TIMEOUT_SECONDS: Int(10, 1, 300, 'Time a webhook receiver has to answer one delivery'),
+  WEBHOOK_CONCURRENCY: Int(8, 1, 1000, 'Webhook deliveries in flight at once, per instance'),
   CATALOGUE_PATH: T.Optional(
     Str('Model catalogue manifest (default catalogue/models.yaml, else the copy built into the binary)'),
   ),

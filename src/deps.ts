@@ -1,4 +1,5 @@
 import type { Database } from 'bun:sqlite'
+import { lookup } from 'node:dns/promises'
 import { join } from 'node:path'
 import type { Config } from './config'
 import { migrate } from './db/migrate'
@@ -16,6 +17,7 @@ import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
 import { CatalogueView } from './modules/catalogue/view'
 import type { KeptCapacity } from './modules/pool/service'
 import type { QueueStats } from './modules/stats/service'
+import type { ResolveHost } from './modules/webhooks/urls'
 import { PollWaiters } from './modules/workers/poll-wait'
 import type { Store } from './store'
 import { postgresStore } from './store/postgres'
@@ -69,6 +71,10 @@ export interface Deps {
   eventStreams: Map<string, number>
   /** SPEC Pool rule 6: pool capacity answers per caller class, each kept POOL_CACHE_SECONDS. */
   poolCache: Map<string, KeptCapacity>
+  /** Webhook deliveries this server has in flight (src/services/webhooks.ts: WEBHOOK_CONCURRENCY). */
+  webhooksInFlight: Set<Promise<unknown>>
+  /** Host name → addresses, for webhook URL checks at creation and delivery (API.md §13). */
+  resolveHost: ResolveHost
   /** Ids of the batches this server is validating now: one validation of a batch at a time. */
   validating: Set<string>
   /** GET /v1/models and the validator's catalogue, kept until something changes them. */
@@ -82,6 +88,7 @@ export interface DepsOverrides {
   mailer?: Mailer
   passwords?: Passwords
   disk?: DiskProbe
+  resolveHost?: ResolveHost
 }
 
 /**
@@ -106,6 +113,10 @@ export function openStore(
   migrate(db)
   return { db, sqlite, store: sqliteStore({ db, sqlite, config, clock }) }
 }
+
+/** The system resolver (getaddrinfo: /etc/hosts, then DNS), every address of the name. */
+const systemResolveHost: ResolveHost = async (hostname) =>
+  (await lookup(hostname, { all: true })).map((a) => a.address)
 
 /** Opens the database and builds the services' dependencies. */
 export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps {
@@ -139,6 +150,8 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     poolCache: new Map(),
     validating: new Set(),
     catalogueView: new CatalogueView(),
+    webhooksInFlight: new Set(),
+    resolveHost: overrides.resolveHost ?? systemResolveHost,
     queueStatsCache: {},
   }
 }

@@ -11,6 +11,7 @@ import * as retention from './services/retention'
 import * as signals from './services/signals'
 import * as sweeper from './services/sweeper'
 import * as validator from './services/validator'
+import * as webhooks from './services/webhooks'
 
 // Composition root: lock → loadConfig → openDb → migrate → seed → services → listen, and the one
 // shutdown sequence (issue 6): stop accepting, drain in-flight requests, end event streams, stop
@@ -79,6 +80,7 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
     server = app.server!
     loops.push(sweeper.start(deps))
     loops.push(retention.start(deps))
+    loops.push(webhooks.start(deps))
   } catch (error) {
     for (const stopLoop of loops) stopLoop()
     if (!given) await deps?.store.close().catch(() => {})

@@ -5,6 +5,7 @@ import m1 from '../../drizzle/0001_error_files_batch_output.sql' with { type: 't
 import m2 from '../../drizzle/0002_batches_completed.sql' with { type: 'text' }
 import m3 from '../../drizzle/0003_usage.sql' with { type: 'text' }
 import m4 from '../../drizzle/0004_files_expires.sql' with { type: 'text' }
+import m5 from '../../drizzle/0005_webhooks.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -15,5 +16,6 @@ export const embeddedMigrations = {
     '0002_batches_completed': m2,
     '0003_usage': m3,
     '0004_files_expires': m4,
+    '0005_webhooks': m5,
   } as Record<string, string>,
 }

@@ -17,6 +17,18 @@ export function randomBase62(n: number): string {
   return out
 }
 
-export type IdPrefix = 'user_' | 'org_' | 'key_' | 'file-' | 'batch_' | 'wrk_' | 'asg_' | 'req_' | 'inst_'
+export type IdPrefix =
+  | 'user_'
+  | 'org_'
+  | 'key_'
+  | 'file-'
+  | 'batch_'
+  | 'wrk_'
+  | 'asg_'
+  | 'req_'
+  | 'inst_'
+  | 'wh_'
+  | 'msg_'
+  | 'whd_'
 
 export const newId = (prefix: IdPrefix) => prefix + randomBase62(24)

@@ -100,6 +100,13 @@ export function createMetrics() {
       labelNames: ['purpose'] as const,
       registers,
     }),
+    /** API.md §13: webhook delivery attempts by outcome; gave_up counts events whose retries ended. */
+    webhookDeliveries: new Counter({
+      name: 'gridkeep_webhook_deliveries_total',
+      help: 'Webhook delivery attempts by outcome (delivered, failed, refused) and events given up (gave_up)',
+      labelNames: ['outcome'] as const,
+      registers,
+    }),
     /** Open batch event streams. */
     sseStreamsOpen: new Gauge({
       name: 'gridkeep_sse_streams_open',

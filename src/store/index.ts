@@ -9,6 +9,7 @@ import type { OrgsStore } from './orgs'
 import type { QueueStore } from './queue'
 import type { SignalsStore } from './signals'
 import type { UsageStore } from './usage'
+import type { WebhooksStore } from './webhooks'
 
 // The storage seam (API.md §12; STYLE example 13): every read and write of the product's state
 // goes through a Store, whose parts are named after the work. One engine per database:
@@ -47,5 +48,7 @@ export interface Store {
   readonly catalogue: CatalogueStore
   /** Tokens and requests of completed batches per day, model, key or user (usage.ts). */
   readonly usage: UsageStore
+  /** Webhooks, their outbox and delivery attempts (webhooks.ts, API.md §13). */
+  readonly webhooks: WebhooksStore
   close(): Promise<void>
 }

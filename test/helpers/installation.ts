@@ -45,6 +45,17 @@ export async function populate(t: TestApp) {
     vram_gb: null,
   })
 
+  // A webhook (written through the store: its loopback-free URL needs no resolver here), so the
+  // batches below leave events in its outbox.
+  await t.deps.store.webhooks.createWebhook({
+    id: 'wh_populated',
+    user_id: fleet.user.id,
+    url: 'https://hooks.example.test/gridkeep',
+    secret: `whsec_${Buffer.alloc(24, 5).toString('base64')}`,
+    events: ['batch.validated', 'batch.completed', 'batch.failed'],
+    created_at: t.clock.now(),
+  })
+
   const done = await makeBatch(
     t,
     fleet.user,

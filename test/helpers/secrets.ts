@@ -22,6 +22,7 @@ const SECRET_FIELDS = new Set([
   'token',
   'access_token',
   'key',
+  'secret',
 ])
 
 /** Remembers secret-bearing fields of a request or response body. */

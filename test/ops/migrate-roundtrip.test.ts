@@ -37,6 +37,8 @@ async function answers(t: TestApp, tokens: string[]) {
     }
     const batches = await get('/v1/batches?limit=100', token)
     for (const b of batches.data) await get(`/v1/batches/${b.id}`, token)
+    const hooks = await get('/v1/webhooks', token)
+    for (const h of hooks.data) await get(`/v1/webhooks/${h.id}/deliveries`, token)
     const files = await get('/v1/files?limit=100', token)
     for (const f of files.data) {
       await get(`/v1/files/${f.id}`, token)

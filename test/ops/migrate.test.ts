@@ -48,7 +48,10 @@ describe('migrateRows', () => {
       expect(rows.files).toBe(5) // three inputs, one output, one error file
       expect(rows.batch_errors).toBeGreaterThan(0)
       expect(rows.api_keys).toBe(2)
-      expect(lines.at(-1)).toMatch(/^verified 17 tables/)
+      // The webhook, and its outbox: its owner's batch was validated, then completed.
+      expect(rows.webhooks).toBe(1)
+      expect(rows.webhook_messages).toBe(2)
+      expect(lines.at(-1)).toMatch(/^verified 20 tables/)
       const pg = new SQL({ url: to, max: 1 })
       try {
         const [u] = await pg`SELECT count(*)::int AS n, max(seq)::int AS max FROM users`

@@ -6,6 +6,7 @@ import m2 from '../../../drizzle/postgres/0002_rate_limit_hits.sql' with { type:
 import m3 from '../../../drizzle/postgres/0003_batches_completed.sql' with { type: 'text' }
 import m4 from '../../../drizzle/postgres/0004_usage.sql' with { type: 'text' }
 import m5 from '../../../drizzle/postgres/0005_files_expires.sql' with { type: 'text' }
+import m6 from '../../../drizzle/postgres/0006_webhooks.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -17,5 +18,6 @@ export const embeddedMigrations = {
     '0003_batches_completed': m3,
     '0004_usage': m4,
     '0005_files_expires': m5,
+    '0006_webhooks': m6,
   } as Record<string, string>,
 }

@@ -13,6 +13,7 @@ import { postgresOrgs } from './orgs'
 import { postgresQueue } from './queue'
 import { postgresSignals } from './signals'
 import { postgresUsage } from './usage'
+import { postgresWebhooks } from './webhooks'
 
 /** The PostgreSQL store over an open, migrated database (db.ts). */
 export function postgresStore(
@@ -38,6 +39,7 @@ export function postgresStore(
     fleet: postgresFleet(db, config),
     catalogue: postgresCatalogue(db),
     usage: postgresUsage(db),
+    webhooks: postgresWebhooks(db),
     async close() {
       await db.$client.close()
     },

@@ -17,6 +17,7 @@ import type {
   SweepOutcome,
 } from '../queue'
 import type { PgDb, PgTx } from './db'
+import { enqueueWebhookEvents } from './webhooks'
 
 // The work queue on PostgreSQL, where any number of instances share one database. Claims lock the
 // head of each candidate model with FOR UPDATE SKIP LOCKED, so concurrent polls skip each other's
@@ -40,6 +41,8 @@ export async function transition(
     .where(and(eq(batches.id, batchId), eq(batches.status, from)))
     .returning()
   if (row) log.info('batch transition', { batch_id: batchId, from, to, event, reason })
+  // API.md §13: the owner's webhook events are written in this same transaction (the outbox).
+  if (row) await enqueueWebhookEvents(tx, row as BatchRow, event, now)
   return (row as BatchRow | undefined) ?? null
 }
 

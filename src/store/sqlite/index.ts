@@ -15,6 +15,7 @@ import { sqliteOrgs } from './orgs'
 import { sqliteQueue } from './queue'
 import { sqliteSignals } from './signals'
 import { sqliteUsage } from './usage'
+import { sqliteWebhooks } from './webhooks'
 
 /** The SQLite store over an open, migrated database (src/db/open.ts). */
 export function sqliteStore(deps: {
@@ -41,6 +42,7 @@ export function sqliteStore(deps: {
     fleet: sqliteFleet(deps),
     catalogue: sqliteCatalogue(deps),
     usage: sqliteUsage(deps),
+    webhooks: sqliteWebhooks(deps),
     async close() {
       deps.sqlite.close()
     },

@@ -4,6 +4,7 @@ import { preparedOnce } from '../../db/prepared'
 import { type BatchRow, batches } from '../../db/schema'
 import { log } from '../../lib/logger'
 import { BATCH_TRANSITIONS, type BatchChanges, type BatchEvent } from '../../modules/batches/states'
+import { enqueueWebhookEvents } from './webhooks'
 
 /**
  * SQLite: moves one batch along one edge of the table in one guarded statement (STYLE example 7):
@@ -24,6 +25,8 @@ export function transition(
   const keys = (Object.keys(changes) as (keyof BatchChanges)[]).filter((k) => changes[k] !== undefined).sort()
   const row = guardedUpdate(deps, event, keys).get({ ...changes, __id: batchId, __now: now })
   if (row) log.info('batch transition', { batch_id: batchId, from, to, event, ...(reason ? { reason } : {}) })
+  // API.md §13: the owner's webhook events are written in this same transaction (the outbox).
+  if (row) enqueueWebhookEvents(deps, row, event, now)
   return row ?? null
 }
 
