@@ -3,12 +3,15 @@
 import m0 from '../../drizzle/0000_init.sql' with { type: 'text' }
 import m1 from '../../drizzle/0001_error_files_batch_output.sql' with { type: 'text' }
 import m2 from '../../drizzle/0002_batches_completed.sql' with { type: 'text' }
+import m3 from '../../drizzle/0003_fair_share.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
   journal,
-  sql: { '0000_init': m0, '0001_error_files_batch_output': m1, '0002_batches_completed': m2 } as Record<
-    string,
-    string
-  >,
+  sql: {
+    '0000_init': m0,
+    '0001_error_files_batch_output': m1,
+    '0002_batches_completed': m2,
+    '0003_fair_share': m3,
+  } as Record<string, string>,
 }

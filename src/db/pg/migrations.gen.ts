@@ -4,6 +4,7 @@ import m0 from '../../../drizzle/postgres/0000_init.sql' with { type: 'text' }
 import m1 from '../../../drizzle/postgres/0001_validation_lease.sql' with { type: 'text' }
 import m2 from '../../../drizzle/postgres/0002_rate_limit_hits.sql' with { type: 'text' }
 import m3 from '../../../drizzle/postgres/0003_batches_completed.sql' with { type: 'text' }
+import m4 from '../../../drizzle/postgres/0004_fair_share.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -13,5 +14,6 @@ export const embeddedMigrations = {
     '0001_validation_lease': m1,
     '0002_rate_limit_hits': m2,
     '0003_batches_completed': m3,
+    '0004_fair_share': m4,
   } as Record<string, string>,
 }

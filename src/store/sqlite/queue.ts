@@ -1,4 +1,4 @@
-import { and, asc, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
+import { and, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
 import type { Config } from '../../config'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
@@ -7,7 +7,7 @@ import { writeTx } from '../../db/tx'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
-import { checkHolder, pickClaim } from '../../modules/workers/rules'
+import { checkHolder, ownersToCount, pickClaim } from '../../modules/workers/rules'
 import type {
   Claimed,
   ClaimRequest,
@@ -38,15 +38,26 @@ const stmts = preparedOnce((db: Db) => ({
       ),
     )
     .prepare(),
-  // Poll: the oldest validated batch of one model is one probe of the (status, model, seq) index,
-  // so the cost of a poll does not grow with the queue.
-  oldestValidated: db
-    .select({ id: batches.id, seq: batches.seq })
-    .from(batches)
-    .where(and(eq(batches.status, 'validated'), eq(batches.model, sql.placeholder('model'))))
-    .orderBy(asc(batches.seq))
-    .limit(1)
-    .prepare(),
+  // Poll (API.md §14): the oldest validated batch of each owner of one model. The owners are
+  // walked through the (status, model, user_id, seq) index one probe each (a skip scan), and
+  // each owner's head is one more probe: the cost follows the owners waiting, never the queue.
+  ownerHeads: db.$client.prepare<{ id: string; seq: number; user_id: string }, { model: string }>(
+    `WITH RECURSIVE owners(user_id) AS (
+       SELECT (SELECT user_id FROM batches WHERE status = 'validated' AND model = $model
+               ORDER BY user_id LIMIT 1)
+       UNION ALL
+       SELECT (SELECT b.user_id FROM batches b WHERE b.status = 'validated' AND b.model = $model
+               AND b.user_id > o.user_id ORDER BY b.user_id LIMIT 1)
+       FROM owners o WHERE o.user_id IS NOT NULL
+     )
+     SELECT b.id, b.seq, b.user_id FROM owners o
+     JOIN batches b ON b.seq = (SELECT seq FROM batches WHERE status = 'validated' AND model = $model
+                                AND user_id = o.user_id ORDER BY seq LIMIT 1)`,
+  ),
+  // API.md §14: an owner's batches in progress, one range of the (status, user_id) index.
+  running: db.$client.prepare<{ n: number }, { user_id: string }>(
+    `SELECT count(*) AS n FROM batches WHERE status = 'in_progress' AND user_id = $user_id`,
+  ),
   insertAssignment: db
     .insert(batchAssignments)
     .values({
@@ -135,10 +146,20 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       const s = stmts(deps)
       return writeTx(deps.db, () => {
         if (s.activeCount.get({ worker_id: req.workerId })!.n >= req.maxConcurrent) return null
-        const heads = []
-        for (const c of req.candidates) {
-          const b = s.oldestValidated.get({ model: c.model })
-          if (b) heads.push({ batch_id: b.id, seq: b.seq, loaded: c.loaded, match: c.match })
+        const heads = req.candidates.flatMap((c) =>
+          s.ownerHeads.all({ model: c.model }).map((b) => ({
+            batch_id: b.id,
+            seq: b.seq,
+            user_id: b.user_id,
+            loaded: c.loaded,
+            running: 0,
+            match: c.match,
+          })),
+        )
+        const owners = ownersToCount(heads)
+        if (owners.length) {
+          const running = new Map(owners.map((u) => [u, s.running.get({ user_id: u })!.n]))
+          for (const h of heads) h.running = running.get(h.user_id)!
         }
         const best = pickClaim(heads)
         if (!best) return null
