@@ -140,6 +140,19 @@ for (const [kind, open] of storeEngines) {
       expect(await claimId(h, 'wrk_4', [{ model: 'm-a' }])).toBe(b3)
     })
 
+    test('queuedByOwnerClass: waiting batches of owners with nothing in progress, and of owners running some', async () => {
+      h = await open()
+      await seed(h)
+      expect(await h.store.queue.queuedByOwnerClass()).toEqual({ idle: 0, running: 0 })
+      await batches(h, 'user_a', 'm-a', 3)
+      await batches(h, 'user_b', 'm-b', 2)
+      await batches(h, 'user_c', 'm-a', 1, 'completed')
+      expect(await h.store.queue.queuedByOwnerClass()).toEqual({ idle: 5, running: 0 })
+      // A's claim: A runs one and waits with two.
+      await claim(h, 'wrk_1', [{ model: 'm-a' }])
+      expect(await h.store.queue.queuedByOwnerClass()).toEqual({ idle: 2, running: 2 })
+    })
+
     test('concurrent pollers over several owners never get the same batch, and each owner is served early', async () => {
       h = await open()
       await seed(h, 8)

@@ -316,6 +316,17 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       })
     },
 
+    async queuedByOwnerClass() {
+      const rows = (await db.$client`
+        SELECT q.user_id IN (SELECT user_id FROM batches WHERE status = 'in_progress') AS running,
+          sum(q.n)::int AS n
+        FROM (SELECT user_id, count(*) AS n FROM batches WHERE status = 'validated' GROUP BY user_id) q
+        GROUP BY 1`) as { running: boolean; n: number }[]
+      const out = { idle: 0, running: 0 }
+      for (const r of rows) out[r.running ? 'running' : 'idle'] = r.n
+      return out
+    },
+
     async tryRunEvery(name: string, now: number, intervalSeconds: number) {
       const won = await db
         .insert(maintenanceRuns)

@@ -54,6 +54,13 @@ const stmts = preparedOnce((db: Db) => ({
      JOIN batches b ON b.seq = (SELECT seq FROM batches WHERE status = 'validated' AND model = $model
                                 AND user_id = o.user_id ORDER BY seq LIMIT 1)`,
   ),
+  // GET /metrics: the waiting batches per owner (batches_status_user), each owner running or not.
+  queuedByOwnerClass: db.$client.prepare<{ running: number; n: number }, []>(
+    `SELECT q.user_id IN (SELECT user_id FROM batches WHERE status = 'in_progress') AS running,
+       sum(q.n) AS n
+     FROM (SELECT user_id, count(*) AS n FROM batches WHERE status = 'validated' GROUP BY user_id) q
+     GROUP BY 1`,
+  ),
   // API.md §14: an owner's batches in progress, one range of the (status, user_id) index.
   running: db.$client.prepare<{ n: number }, { user_id: string }>(
     `SELECT count(*) AS n FROM batches WHERE status = 'in_progress' AND user_id = $user_id`,
@@ -250,6 +257,12 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
         }
         return { workers_offline, requeues }
       })
+    },
+
+    async queuedByOwnerClass() {
+      const out = { idle: 0, running: 0 }
+      for (const r of stmts(deps).queuedByOwnerClass.all()) out[r.running ? 'running' : 'idle'] = r.n
+      return out
     },
 
     async tryRunEvery(name: string, now: number, intervalSeconds: number) {
