@@ -17,6 +17,7 @@ export function start(deps: Deps): () => Promise<void> {
   })
 
   const onSignal = async (signal: BatchSignal) => {
+    if (signal.kind === 'catalogue') return deps.store.catalogue.forgetCatalogue()
     const batchId = signal.batch_id
     // A batch became claimable elsewhere: held polls here look again (API.md §7 wait_seconds).
     if (signal.kind === 'claimable') return deps.pollWaiters.notify(signal.model)

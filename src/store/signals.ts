@@ -10,6 +10,8 @@ export type BatchSignal =
   | { kind: 'validated'; batch_id: string }
   /** A batch became claimable (validated or requeued): long polls may look again. */
   | { kind: 'claimable'; batch_id: string; model: string }
+  /** The catalogue changed: the instances read it again (CatalogueStore.readCatalogue). */
+  | { kind: 'catalogue' }
 
 export interface SignalsStore {
   /** Sends a signal to every other instance. */

@@ -20,13 +20,14 @@ export function postgresStore(
   instanceId: string,
   clock: Clock,
 ): Store {
+  const signals = postgresSignals(db, instanceId)
   return {
     kind: 'postgres',
     queue: postgresQueue(db, config),
     batches: postgresBatches(db),
     files: postgresFiles(db),
     limits: postgresLimits(db, clock),
-    signals: postgresSignals(db, instanceId),
+    signals,
     ready: () => migratePostgres(db),
     async ping() {
       await db.$client`SELECT 1`
@@ -35,7 +36,7 @@ export function postgresStore(
     keys: postgresKeys(db),
     orgs: postgresOrgs(db),
     fleet: postgresFleet(db, config),
-    catalogue: postgresCatalogue(db),
+    catalogue: postgresCatalogue(db, signals),
     async close() {
       await db.$client.close()
     },
