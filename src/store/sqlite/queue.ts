@@ -38,21 +38,17 @@ const stmts = preparedOnce((db: Db) => ({
       ),
     )
     .prepare(),
-  // Poll (API.md §14): the oldest validated batch of each owner of one model. The owners are
-  // walked through the (status, model, user_id, seq) index one probe each (a skip scan), and
-  // each owner's head is one more probe: the cost follows the owners waiting, never the queue.
-  ownerHeads: db.$client.prepare<{ id: string; seq: number; user_id: string }, { model: string }>(
-    `WITH RECURSIVE owners(user_id) AS (
-       SELECT (SELECT user_id FROM batches WHERE status = 'validated' AND model = $model
-               ORDER BY user_id LIMIT 1)
-       UNION ALL
-       SELECT (SELECT b.user_id FROM batches b WHERE b.status = 'validated' AND b.model = $model
-               AND b.user_id > o.user_id ORDER BY b.user_id LIMIT 1)
-       FROM owners o WHERE o.user_id IS NOT NULL
-     )
-     SELECT b.id, b.seq, b.user_id FROM owners o
-     JOIN batches b ON b.seq = (SELECT seq FROM batches WHERE status = 'validated' AND model = $model
-                                AND user_id = o.user_id ORDER BY seq LIMIT 1)`,
+  // Poll (API.md §14): the oldest validated batch of the first owner after `after` waiting for one
+  // model: one probe of the (status, model, user_id, seq) index. Stepping `after` from owner to
+  // owner walks the owners (a skip scan): the cost follows the owners waiting, never the queue.
+  // INDEXED BY: batches_status_user also matches the WHERE, and a range of it is the whole queue.
+  nextOwnerHead: db.$client.prepare<
+    { id: string; seq: number; user_id: string },
+    { model: string; after: string }
+  >(
+    `SELECT id, seq, user_id FROM batches INDEXED BY batches_status_model
+     WHERE status = 'validated' AND model = $model AND user_id > $after
+     ORDER BY user_id, seq LIMIT 1`,
   ),
   // GET /metrics: the waiting batches per owner (batches_status_user), each owner running or not.
   queuedByOwnerClass: db.$client.prepare<{ running: number; n: number }, []>(
@@ -63,7 +59,8 @@ const stmts = preparedOnce((db: Db) => ({
   ),
   // API.md §14: an owner's batches in progress, one range of the (status, user_id) index.
   running: db.$client.prepare<{ n: number }, { user_id: string }>(
-    `SELECT count(*) AS n FROM batches WHERE status = 'in_progress' AND user_id = $user_id`,
+    `SELECT count(*) AS n FROM batches INDEXED BY batches_status_user
+     WHERE status = 'in_progress' AND user_id = $user_id`,
   ),
   insertAssignment: db
     .insert(batchAssignments)
@@ -153,16 +150,20 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       const s = stmts(deps)
       return writeTx(deps.db, () => {
         if (s.activeCount.get({ worker_id: req.workerId })!.n >= req.maxConcurrent) return null
-        const heads = req.candidates.flatMap((c) =>
-          s.ownerHeads.all({ model: c.model }).map((b) => ({
-            batch_id: b.id,
-            seq: b.seq,
-            user_id: b.user_id,
-            loaded: c.loaded,
-            running: 0,
-            match: c.match,
-          })),
-        )
+        const heads = []
+        for (const c of req.candidates) {
+          for (let b = s.nextOwnerHead.get({ model: c.model, after: '' }); b; ) {
+            heads.push({
+              batch_id: b.id,
+              seq: b.seq,
+              user_id: b.user_id,
+              loaded: c.loaded,
+              running: 0,
+              match: c.match,
+            })
+            b = s.nextOwnerHead.get({ model: c.model, after: b.user_id })
+          }
+        }
         const owners = ownersToCount(heads)
         if (owners.length) {
           const running = new Map(owners.map((u) => [u, s.running.get({ user_id: u })!.n]))
