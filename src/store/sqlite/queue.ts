@@ -57,10 +57,12 @@ const stmts = preparedOnce((db: Db) => ({
      FROM (SELECT user_id, count(*) AS n FROM batches WHERE status = 'validated' GROUP BY user_id) q
      GROUP BY 1`,
   ),
-  // API.md §14: an owner's batches in progress, one range of the (status, user_id) index.
-  running: db.$client.prepare<{ n: number }, { user_id: string }>(
-    `SELECT count(*) AS n FROM batches INDEXED BY batches_status_user
-     WHERE status = 'in_progress' AND user_id = $user_id`,
+  // API.md §14: how many batches each of the owners has in progress, one range of batches_status_user
+  // per owner, in one statement.
+  running: db.$client.prepare<{ user_id: string; n: number }, { owners: string }>(
+    `SELECT user_id, count(*) AS n FROM batches INDEXED BY batches_status_user
+     WHERE status = 'in_progress' AND user_id IN (SELECT value FROM json_each($owners))
+     GROUP BY user_id`,
   ),
   insertAssignment: db
     .insert(batchAssignments)
@@ -166,8 +168,10 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
         }
         const owners = ownersToCount(heads)
         if (owners.length) {
-          const running = new Map(owners.map((u) => [u, s.running.get({ user_id: u })!.n]))
-          for (const h of heads) h.running = running.get(h.user_id)!
+          const running = new Map(
+            s.running.all({ owners: JSON.stringify(owners) }).map((r) => [r.user_id, r.n]),
+          )
+          for (const h of heads) h.running = running.get(h.user_id) ?? 0
         }
         const best = pickClaim(heads)
         if (!best) return null
