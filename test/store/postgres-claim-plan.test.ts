@@ -56,11 +56,13 @@ for (const mode of ['auto', 'force_generic_plan']) {
         const heads = await plan((e) => claimHeads(e, 'wrk_1', ['m-late', 'm-other']))
         expect(heads).toContain('batches_status_model')
         expect(heads).not.toContain('batches_pkey')
+        expect(heads).not.toContain('batches_status_user')
         expect(heads).not.toContain('Sort')
         const claim = await plan((e) =>
           claimOne(e, { model: 'm-late', user_id: 'user_a' }, { id: 'a', workerId: 'w', orgId: 'o', now: 1 }),
         )
         expect(claim).toContain('batches_status_model')
+        expect(claim).not.toContain('batches_status_user')
         expect(claim).not.toContain('Sort')
       }
     })

@@ -68,38 +68,35 @@ const lockWorker = (q: SQL, workerId: string) => q`SELECT id FROM workers WHERE 
 
 /**
  * The worker's open assignments, and the oldest validated batch of each owner of each candidate
- * model (API.md §14): the owners are walked through batches_status_model one probe each (a
- * skip scan), each owner's head is one more probe, so the cost follows the owners waiting, never
- * the depth of the queue. `status = ANY('{…}')` is no planner constant, so the ORDER BY is one only
- * that index gives without a sort: with a plain `status = 'validated' ORDER BY seq` the planner may
- * walk the primary key from the start, stepping over every batch claimed before.
+ * model (API.md §14): each step of the recursion is the head of the next owner after the last one,
+ * one probe of batches_status_model (a skip scan over the owners), so the cost follows the owners
+ * waiting, never the depth of the queue. The ORDER BY names every column of that index and `status
+ * = ANY('{…}')` is no planner constant: only that index gives the order without a sort
+ * (batches_status_user would walk every waiting batch of every model; the primary key, every
+ * batch).
  */
 export function claimHeads(q: SQL, workerId: string, models: string[]) {
   const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
   return q`
-    WITH RECURSIVE owners(model, user_id) AS (
-      SELECT m.model, (SELECT b.user_id FROM batches b
-          WHERE b.status = ANY(${waiting}::text[]) AND b.model = m.model
-          ORDER BY b.status, b.model, b.user_id LIMIT 1)
-        FROM unnest(${models}::text[]) AS m(model)
+    WITH RECURSIVE heads AS (
+      SELECT h.model, h.user_id, h.id, h.seq FROM unnest(${models}::text[]) AS m(model)
+      CROSS JOIN LATERAL (
+        SELECT model, user_id, id, seq FROM batches
+        WHERE status = ANY(${waiting}::text[]) AND model = m.model
+        ORDER BY status, model, user_id, seq LIMIT 1
+      ) h
       UNION ALL
-      SELECT o.model, (SELECT b.user_id FROM batches b
-          WHERE b.status = ANY(${waiting}::text[]) AND b.model = o.model AND b.user_id > o.user_id
-          ORDER BY b.status, b.model, b.user_id LIMIT 1)
-        FROM owners o WHERE o.user_id IS NOT NULL
+      SELECT n.model, n.user_id, n.id, n.seq FROM heads p
+      CROSS JOIN LATERAL (
+        SELECT model, user_id, id, seq FROM batches
+        WHERE status = ANY(${waiting}::text[]) AND model = p.model AND user_id > p.user_id
+        ORDER BY status, model, user_id, seq LIMIT 1
+      ) n
     )
-    SELECT a.active, h.model, h.user_id, h.id, h.seq
+    SELECT a.active, h.model, h.user_id, h.id, h.seq::float8 AS seq
     FROM (SELECT count(*)::int AS active FROM batch_assignments
           WHERE worker_id = ${workerId} AND completed_at IS NULL) a
-    LEFT JOIN (
-      SELECT o.model, o.user_id, b.id, b.seq::float8 AS seq FROM owners o
-      CROSS JOIN LATERAL (
-        SELECT id, seq FROM batches
-        WHERE status = ANY(${waiting}::text[]) AND model = o.model AND user_id = o.user_id
-        ORDER BY status, model, user_id, seq LIMIT 1
-      ) b
-      WHERE o.user_id IS NOT NULL
-    ) h ON TRUE` as Promise<
+    LEFT JOIN heads h ON TRUE` as Promise<
     { active: number; model: string | null; user_id: string; id: string; seq: number }[]
   >
 }
