@@ -192,8 +192,14 @@ const fitOf = (w: WorkerHead): WorkerFit => ({
 
 /** The predicate's view of one worker, from its stored row and child rows. */
 export async function loadWorkerView(deps: Deps, worker: WorkerHead): Promise<WorkerView> {
-  return { ...fitOf(worker), ...(await deps.store.fleet.workerHosting(worker.id)) }
+  return workerView(worker, await deps.store.fleet.workerHosting(worker.id))
 }
+
+/** The same view from rows already read (a poll reads the row and the child rows together). */
+export const workerView = (
+  worker: WorkerHead,
+  hosting: Pick<WorkerView, 'engines' | 'models'>,
+): WorkerView => ({ ...fitOf(worker), ...hosting })
 
 /** Every entry `worker` can serve now (enabled ones only), best profile chosen. */
 export function matchesFor(view: WorkerView, catalogue: Catalogue): Match[] {
