@@ -1,13 +1,24 @@
 // Poll: (1) 64 concurrent simulated workers drain 10,000 validated batches over HTTP — claims/s
-// and double claims (must be 0); (2) p50 latency of one poll with 100,000 batches queued vs 100
-// (target: within 2×, the claim is index-backed). Both sides are measured in this run.
+// and double claims (must be 0) — vs a bare baseline in the same run: an Elysia route with the same
+// TypeBox body that claims with one BEGIN IMMEDIATE transaction on bun:sqlite (the oldest validated
+// batch of the model, UPDATE, INSERT the assignment) on a database of the same schema (target
+// ≥ 50 %); the pollers run in their own thread for both. (2) p50 latency of one poll with 100,000
+// batches queued vs 100 (target: within 2×, the claim is index-backed).
 //
 //   bun run bench/poll.ts            (10,000 drained; 100,000 vs 100 queued)
 //   bun run bench/poll.ts --quick    (2,000 drained; 20,000 vs 100 queued)
 
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Elysia } from 'elysia'
+import { migrate } from '../src/db/migrate'
+import { openDb } from '../src/db/open'
 import { batchAssignments } from '../src/db/schema'
+import { newId } from '../src/lib/ids'
+import { WorkerModel } from '../src/modules/workers/model'
 import { addEntry, addValidatedBatches, benchServer, post } from './lib/fixture'
-import { fmt, percentile, quick } from './lib/load'
+import { drain, fmt, percentile, quick } from './lib/load'
 
 const WORKERS = 64
 const DRAIN = quick ? 2_000 : 10_000
@@ -15,8 +26,14 @@ const BIG = quick ? 20_000 : 100_000
 const SMALL = 100
 const SAMPLES = 60
 
-// ---- (1) the drain ----------------------------------------------------------------------------
-{
+const pollersFor = (key: string | null, ids: string[]) =>
+  ids.map((worker_id) => ({
+    headers: { 'content-type': 'application/json', ...(key ? { authorization: `Bearer ${key}` } : {}) },
+    body: JSON.stringify({ worker_id }),
+  }))
+
+// ---- (1a) the drain through gridkeep -----------------------------------------------------------
+const gridkeep = await (async () => {
   const gk = await benchServer({ LOG_LEVEL: 'warn' })
   addEntry(gk.deps, 'drain-8b-q4km', 'drain:8b')
   addValidatedBatches(gk.deps, gk.userId, 'drain-8b-q4km', DRAIN)
@@ -30,27 +47,76 @@ const SAMPLES = 60
     })
     ids.push(reg.worker_id)
   }
-  const seen = new Map<string, number>()
-  const t0 = performance.now()
-  await Promise.all(
-    ids.map(async (worker_id) => {
-      for (;;) {
-        const { job } = await post(`${gk.url}/workers/poll`, gk.key, { worker_id })
-        if (!job) return
-        seen.set(job.job_id, (seen.get(job.job_id) ?? 0) + 1)
-      }
-    }),
-  )
-  const seconds = (performance.now() - t0) / 1000
-  const doubles = [...seen.values()].filter((n) => n > 1).length
+  const { jobIds, seconds } = await drain(`${gk.url}/workers/poll`, pollersFor(gk.key, ids))
   const assignments = await gk.deps.db.$count(batchAssignments)
-  console.log(`drain: ${WORKERS} workers, ${fmt(DRAIN)} batches`)
-  console.log(
-    `  claimed ${fmt(seen.size)} distinct (${fmt(assignments)} assignments), double claims: ${doubles}`,
-  )
-  console.log(`  ${fmt(seen.size / seconds)} claims/s over HTTP (${fmt(seconds, 2)} s)`)
   await gk.stop()
-}
+  return { jobIds, seconds, assignments }
+})()
+
+// ---- (1b) the bare baseline: the claim and nothing else ------------------------------------------
+const bare = await (async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gridkeep-bench-bare-'))
+  const { db, sqlite } = openDb({ path: join(dir, 'bare.db') })
+  migrate(db)
+  // The cheapest head probe there is: one model, oldest first, nothing else in the key.
+  sqlite.exec('CREATE INDEX bare_head ON batches (status, model, seq)')
+  sqlite.exec(`INSERT INTO users (id, email, password_hash, full_name, created_at, updated_at)
+    VALUES ('user_bare', 'bare@example.test', 'h', 'Bare', 1, 1)`)
+  const insert = sqlite.prepare(`INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window,
+      model, status, request_counts_total, created_at, updated_at)
+    VALUES (?, 'user_bare', ?, '/v1/chat/completions', '24h', 'drain-8b-q4km', 'validated', 1, 1, 1)`)
+  sqlite.transaction(() => {
+    for (let i = 0; i < DRAIN; i++) insert.run(newId('batch_'), newId('file-'))
+  })()
+  const head =
+    sqlite.prepare(`SELECT id FROM batches INDEXED BY bare_head WHERE status = 'validated' AND model = ?
+    ORDER BY seq LIMIT 1`)
+  const claim = sqlite.prepare(`UPDATE batches SET status = 'in_progress', in_progress_at = ?, updated_at = ?
+    WHERE id = ? AND status = 'validated'`)
+  const assign = sqlite.prepare(`INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at)
+    VALUES (?, ?, ?, 'org_bare', ?)`)
+  const claimTx = sqlite.transaction((workerId: string) => {
+    const b = head.get('drain-8b-q4km') as { id: string } | null
+    if (!b) return null
+    const now = Math.floor(Date.now() / 1000)
+    claim.run(now, now, b.id)
+    assign.run(newId('asg_'), b.id, workerId, now)
+    return b.id
+  })
+  const app = new Elysia()
+    .post(
+      '/workers/poll',
+      ({ body }) => {
+        const id = claimTx.immediate(body.worker_id)
+        return { job: id ? { job_id: id } : null }
+      },
+      { body: WorkerModel.poll },
+    )
+    .listen({ port: 0, hostname: '127.0.0.1' })
+  const ids = Array.from({ length: WORKERS }, (_, i) => `w${i}`)
+  const { jobIds, seconds } = await drain(
+    `http://127.0.0.1:${app.server!.port}/workers/poll`,
+    pollersFor(null, ids),
+  )
+  await app.stop()
+  sqlite.close()
+  rmSync(dir, { recursive: true, force: true })
+  return { jobIds, seconds }
+})()
+
+const distinct = new Set(gridkeep.jobIds).size
+const gkRate = distinct / gridkeep.seconds
+const bareRate = bare.jobIds.length / bare.seconds
+console.log(`drain: ${WORKERS} workers (pollers in their own thread), ${fmt(DRAIN)} batches`)
+console.log(
+  `  claimed ${fmt(distinct)} distinct (${fmt(gridkeep.assignments)} assignments), double claims: ` +
+    `${gridkeep.jobIds.length - distinct}`,
+)
+console.log(`  gridkeep: ${fmt(gkRate)} claims/s over HTTP (${fmt(gridkeep.seconds, 2)} s)`)
+console.log(
+  `  bare Elysia + TypeBox + one BEGIN IMMEDIATE claim: ${fmt(bareRate)} claims/s (${fmt(bare.seconds, 2)} s)`,
+)
+console.log(`  ratio: ${fmt((100 * gkRate) / bareRate)} % (target ≥ 50 %)`)
 
 // ---- (2) latency vs queue depth -----------------------------------------------------------------
 // One server per queue depth; polls are sequential HTTP requests through the whole app (auth,

@@ -219,11 +219,14 @@ const gridkeep = await (async () => {
 })()
 
 // ---- (1b) the bare baseline: the claim and nothing else, 64 clients ------------------------------
-// The same index-backed head probe as the store's (claimHeads in src/store/postgres/queue.ts): with
-// a plain `status = 'validated' … ORDER BY seq` the planner walks the primary key past every batch
-// claimed so far, and the baseline would measure that instead of the claim.
+// A head probe of its own (status, model, seq) index, written like the store's (claimOne in
+// src/store/postgres/queue.ts): with a plain `status = 'validated' … ORDER BY seq` the planner walks
+// the primary key past every batch claimed so far, and the baseline would measure that instead of
+// the claim.
 const bare = await (async () => {
   const db = await seededDatabase(['drain:8b'])
+  // The cheapest head probe there is: one model, oldest first, nothing else in the key.
+  await db.sql`CREATE INDEX bare_head ON batches (status, model, seq)`
   await addValidatedBatches(db, 'drain:8b', DRAIN)
   const model = entryId('drain:8b')
   let claimed = 0

@@ -37,3 +37,19 @@ export function percentile(values: number[], p: number): number {
 
 export const fmt = (n: number, digits = 0) =>
   n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits })
+
+/** 64 (or any number of) pollers drain `url` from a worker thread; the job ids they got, and the seconds it took. */
+export function drain(
+  url: string,
+  pollers: { headers: Record<string, string>; body: string }[],
+): Promise<{ jobIds: string[]; seconds: number }> {
+  const worker = new Worker(new URL('./drain-worker.ts', import.meta.url).href)
+  return new Promise((resolve, reject) => {
+    worker.onmessage = (e: MessageEvent<{ jobIds: string[]; seconds: number }>) => {
+      worker.terminate()
+      resolve(e.data)
+    }
+    worker.onerror = (e) => reject(e)
+    worker.postMessage({ url, pollers })
+  })
+}

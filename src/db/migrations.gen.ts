@@ -6,6 +6,7 @@ import m2 from '../../drizzle/0002_batches_completed.sql' with { type: 'text' }
 import m3 from '../../drizzle/0003_usage.sql' with { type: 'text' }
 import m4 from '../../drizzle/0004_files_expires.sql' with { type: 'text' }
 import m5 from '../../drizzle/0005_webhooks.sql' with { type: 'text' }
+import m6 from '../../drizzle/0006_fair_share.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -17,5 +18,6 @@ export const embeddedMigrations = {
     '0003_usage': m3,
     '0004_files_expires': m4,
     '0005_webhooks': m5,
+    '0006_fair_share': m6,
   } as Record<string, string>,
 }

@@ -65,6 +65,13 @@ export function createMetrics() {
       labelNames: ['status', 'activity'] as const,
       registers,
     }),
+    /** Set at scrape time: API.md §14 fair share, the queue as the owners waiting see it. */
+    queuedBatches: new Gauge({
+      name: 'gridkeep_queued_batches',
+      help: 'Validated batches waiting for a worker, by owner class: idle (the owner has nothing in progress) or running',
+      labelNames: ['owner_class'] as const,
+      registers,
+    }),
     /** Successful claims by POST /workers/poll. */
     claims: new Counter({
       name: 'gridkeep_batch_claims_total',

@@ -17,8 +17,12 @@ export function start(deps: Deps): () => Promise<void> {
   })
 
   const onSignal = async (signal: BatchSignal) => {
-    // Another instance changed what GET /v1/models answers: the next request here reads afresh.
-    if (signal.kind === 'models_changed') return deps.catalogueView.drop(signal.scope)
+    // Another instance changed what GET /v1/models answers, or the catalogue polls match against:
+    // the next request here reads afresh.
+    if (signal.kind === 'models_changed') {
+      if (signal.scope === 'catalogue') deps.store.catalogue.forgetCatalogue()
+      return deps.catalogueView.drop(signal.scope)
+    }
     const batchId = signal.batch_id
     // A batch became claimable elsewhere: held polls here look again (API.md §7 wait_seconds).
     if (signal.kind === 'claimable') return deps.pollWaiters.notify(signal.model)

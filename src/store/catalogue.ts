@@ -41,11 +41,61 @@ export interface CatalogueStore {
   upsertEntries(entries: ManifestEntry[], now: number): Promise<UpsertOutcome[]>
   /** The stored entry `id`, whatever its visibility. */
   entry(id: string): Promise<CatalogEntryRow | undefined>
-  /** What the matching predicate reads (workers/matching.ts loadCatalogue). */
+  /**
+   * What the matching predicate reads (workers/matching.ts loadCatalogue), on every poll. Kept in
+   * memory (CatalogueCache) until this engine's upsertEntries, forgetCatalogue(), or at most
+   * CATALOGUE_REREAD_MS: the same object comes back while nothing changed, so callers may memoize
+   * what they derive from it.
+   */
   readCatalogue(): Promise<CatalogueRows>
   /**
    * Every enabled entry, in byte order of id: what GET /v1/models and the validator choose from
    * (who may select which is the catalogue module's rule, catalogue/view.ts).
    */
   enabledEntries(): Promise<CatalogEntryRow[]>
+  /**
+   * Another instance changed the catalogue (its `models_changed` signal with scope `catalogue`,
+   * API.md §12): the next readCatalogue() reads the database.
+   */
+  forgetCatalogue(): void
+}
+
+/**
+ * The safety net under the signals (STYLE example 15: NOTIFY is a hint, the table is the truth): a
+ * lost `catalogue` signal delays a change on the other instances by at most this long.
+ */
+export const CATALOGUE_REREAD_MS = 30_000
+
+/**
+ * The catalogue rows of one engine instance, read once and kept until forgotten. A read that began
+ * before a forget() keeps its rows to itself: they may predate the change.
+ */
+export class CatalogueCache {
+  private rows: Promise<CatalogueRows> | undefined
+  private readAt = 0
+  private generation = 0
+
+  constructor(private readonly read: () => Promise<CatalogueRows>) {}
+
+  get(): Promise<CatalogueRows> {
+    if (this.rows && performance.now() - this.readAt < CATALOGUE_REREAD_MS) return this.rows
+    const generation = this.generation
+    const rows = this.read()
+    this.rows = rows
+    this.readAt = performance.now()
+    rows.then(
+      () => {
+        if (this.generation !== generation && this.rows === rows) this.rows = undefined
+      },
+      () => {
+        if (this.rows === rows) this.rows = undefined
+      },
+    )
+    return rows
+  }
+
+  forget() {
+    this.generation++
+    this.rows = undefined
+  }
 }

@@ -83,6 +83,11 @@ export interface QueueStore {
    */
   sweep(now: number, cutoff: number): Promise<SweepOutcome>
   /**
+   * GET /metrics (issue 13, API.md §14): validated batches by owner class — `idle`, the owner has
+   * nothing in progress; `running`, the owner already runs something.
+   */
+  queuedByOwnerClass(): Promise<{ idle: number; running: number }>
+  /**
    * Maintenance across instances (pg-boss `trySetTimestamp`): true for exactly one caller per
    * `intervalSeconds` among all instances sharing the database.
    */

@@ -10,7 +10,10 @@ export type BatchSignal =
   | { kind: 'validated'; batch_id: string }
   /** A batch became claimable (validated or requeued): long polls may look again. */
   | { kind: 'claimable'; batch_id: string; model: string }
-  /** The catalogue, or which entries the fleet can serve, changed (catalogue/view.ts). */
+  /**
+   * The catalogue, or which entries the fleet can serve, changed (catalogue/view.ts): the other
+   * instances drop their view, and on `catalogue` read the catalogue again (readCatalogue).
+   */
   | { kind: 'models_changed'; scope: 'catalogue' | 'fleet' }
 
 export interface SignalsStore {

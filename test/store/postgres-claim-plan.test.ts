@@ -1,12 +1,13 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { sql } from 'drizzle-orm'
+import type { SQL } from 'bun'
 import { migratePostgres, openPostgres, type PgDb } from '../../src/store/postgres/db'
-import { claimHeads } from '../../src/store/postgres/queue'
+import { claimHeads, claimOne } from '../../src/store/postgres/queue'
 import { freshPostgresUrl } from '../helpers/postgres'
 
-// The PostgreSQL claim finds each model's oldest validated batch with one probe of
-// batches_status_model (API.md §7), however many batches of other models, or batches already
-// claimed, precede it in seq order: a plan walking the primary key would step over all of them.
+// The PostgreSQL claim finds the oldest validated batch of each owner of each candidate model with
+// index probes of batches_status_model (API.md §7, §14), however many batches of other models,
+// or batches already claimed, precede it in seq order: a plan walking the primary key would step
+// over all of them.
 
 let db: PgDb
 
@@ -15,7 +16,7 @@ beforeAll(async () => {
   await migratePostgres(db)
   await db.$client.unsafe(`
     INSERT INTO users (id, email, password_hash, full_name, created_at, updated_at)
-      VALUES ('user_a', 'a@x.test', 'h', 'A', 1, 1);
+      VALUES ('user_a', 'a@x.test', 'h', 'A', 1, 1), ('user_b', 'b@x.test', 'h', 'B', 1, 1);
     INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status,
         request_counts_total, created_at, updated_at)
       SELECT 'batch_o' || g, 'user_a', 'file-x', '/v1/chat/completions', '24h', 'm-other',
@@ -23,8 +24,8 @@ beforeAll(async () => {
       FROM generate_series(1, 5000) g;
     INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status,
         request_counts_total, created_at, updated_at)
-      SELECT 'batch_l' || g, 'user_a', 'file-x', '/v1/chat/completions', '24h', 'm-late', 'validated',
-        1, 1, 1
+      SELECT 'batch_l' || g, CASE WHEN g % 1000 = 0 THEN 'user_b' ELSE 'user_a' END, 'file-x',
+        '/v1/chat/completions', '24h', 'm-late', 'validated', 1, 1, 1
       FROM generate_series(1, 5000) g;
     ANALYZE batches;`)
 })
@@ -33,23 +34,46 @@ afterAll(async () => {
   await db.$client.close()
 })
 
-test('postgres claim: the head of a model whose batches come last in seq order is an index probe', async () => {
-  const plan = (await db.execute(sql`EXPLAIN ${claimHeads(['m-late', 'm-other'])}`)) as unknown as {
-    'QUERY PLAN': string
-  }[]
-  const text = plan.map((r) => r['QUERY PLAN']).join('\n')
-  expect(text).toContain('Index Scan using batches_status_model on batches')
-  expect(text).not.toContain('batches_pkey')
-  expect(text).not.toContain('Sort')
-})
+/** The same tagged query, EXPLAINed. */
+const explaining =
+  (q: SQL) =>
+  (strings: TemplateStringsArray, ...values: unknown[]) => {
+    const text = [`EXPLAIN ${strings[0]}`, ...strings.slice(1)]
+    Object.defineProperty(text, 'raw', { value: text })
+    return q(text as unknown as TemplateStringsArray, ...values)
+  }
 
-test('postgres claim: the heads found are the oldest validated batch of each model', async () => {
-  const rows = (await db.transaction((tx) => tx.execute(claimHeads(['m-late', 'm-other'])))) as unknown as {
-    i: number
-    id: string
-  }[]
-  expect(rows.map((r) => [r.i, r.id]).sort()).toEqual([
-    [0, 'batch_l1'],
-    [1, 'batch_o2'],
+async function plan(run: (q: SQL) => Promise<unknown>) {
+  const rows = (await run(explaining(db.$client) as unknown as SQL)) as { 'QUERY PLAN': string }[]
+  return rows.map((r) => r['QUERY PLAN']).join('\n')
+}
+
+for (const mode of ['auto', 'force_generic_plan']) {
+  test(`postgres claim (plan_cache_mode ${mode}): heads and the claim are probes of batches_status_model`, async () => {
+    await db.$client.begin(async (q) => {
+      await q.unsafe(`SET LOCAL plan_cache_mode = ${mode}`)
+      for (let i = 0; i < 6; i++) {
+        const heads = await plan((e) => claimHeads(e, 'wrk_1', ['m-late', 'm-other']))
+        expect(heads).toContain('batches_status_model')
+        expect(heads).not.toContain('batches_pkey')
+        expect(heads).not.toContain('batches_status_user')
+        expect(heads).not.toContain('Sort')
+        const claim = await plan((e) =>
+          claimOne(e, { model: 'm-late', user_id: 'user_a' }, { id: 'a', workerId: 'w', orgId: 'o', now: 1 }),
+        )
+        expect(claim).toContain('batches_status_model')
+        expect(claim).not.toContain('batches_status_user')
+        expect(claim).not.toContain('Sort')
+      }
+    })
+  })
+}
+
+test('postgres claim: the heads found are the oldest validated batch of each owner of each model', async () => {
+  const rows = await db.$client.begin((q) => claimHeads(q, 'wrk_1', ['m-late', 'm-other', 'm-none']))
+  expect(rows.map((r) => [r.model, r.user_id, r.id, r.active]).sort()).toEqual([
+    ['m-late', 'user_a', 'batch_l1', 0],
+    ['m-late', 'user_b', 'batch_l1000', 0],
+    ['m-other', 'user_a', 'batch_o2', 0],
   ])
 })

@@ -64,8 +64,11 @@ export const batches = sqliteTable(
   },
   (t) => [
     index('batches_user').on(t.user_id, t.seq),
-    // Poll: the oldest validated batch of one model is one index probe.
-    index('batches_status_model').on(t.status, t.model, t.seq),
+    // Poll (API.md §7, §14 fair share): the owners waiting for one model are a skip scan, and
+    // each owner's oldest validated batch of it one probe; how many batches each owner has in
+    // progress is one range of batches_status_user.
+    index('batches_status_model').on(t.status, t.model, t.user_id, t.seq),
+    index('batches_status_user').on(t.status, t.user_id),
     // GET /v1/stats/queue: the batches finished within the last hour are one range probe.
     index('batches_completed').on(t.completed_at),
     // GET /v1/usage: one user's batches finished within a range are one range probe.

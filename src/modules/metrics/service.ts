@@ -37,6 +37,9 @@ export async function renderMetrics(deps: Deps): Promise<{ body: string; content
 export async function refreshStateGauges(deps: Deps) {
   const batchCounts = new Map((await deps.store.fleet.batchCounts()).map((r) => [r.status, r.n]))
   for (const status of BATCH_STATUSES) deps.metrics.batches.set({ status }, batchCounts.get(status) ?? 0)
+  const queued = await deps.store.queue.queuedByOwnerClass()
+  for (const owner_class of ['idle', 'running'] as const)
+    deps.metrics.queuedBatches.set({ owner_class }, queued[owner_class])
 
   // API.md §7: online only if stored online AND seen within HEARTBEAT_TIMEOUT_SECONDS (read time),
   // with the one cutoff (workers/liveness.ts), like pool capacity and the listings.

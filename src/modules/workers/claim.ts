@@ -1,7 +1,7 @@
 import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { isOnline } from './liveness'
-import { loadCatalogue, loadWorkerView, matchesFor } from './matching'
+import { loadCatalogue, matchesFor, workerView } from './matching'
 import { ownWorker } from './service'
 
 // POST /workers/poll (SPEC §4 Poll, API.md §7). The worker's servable entries are computed here,
@@ -28,12 +28,17 @@ export async function claimBatch(
   principal: WorkerPrincipal,
   workerId: string,
 ): Promise<{ job: Job | null }> {
-  const worker = await ownWorker(deps, principal, workerId)
+  // The worker's row and what it hosts are read at once (one round trip on PostgreSQL); the
+  // hosting read is thrown away when the worker is not the key's.
+  const [worker, hosting, catalogue] = await Promise.all([
+    ownWorker(deps, principal, workerId),
+    deps.store.fleet.workerHosting(workerId),
+    loadCatalogue(deps),
+  ])
   // A worker the sweeper would call silent gets no new work until it heartbeats again.
   if (!isOnline(deps, worker)) return { job: null }
-  const catalogue = await loadCatalogue(deps)
   // SPEC Poll rule 1 (and §2 rule 5): stored batches may carry an entry's retired slug.
-  const candidates = matchesFor(await loadWorkerView(deps, worker), catalogue).flatMap((match) =>
+  const candidates = matchesFor(workerView(worker, hosting), catalogue).flatMap((match) =>
     catalogue.slugsOf(match.entry).map((model) => ({ model, loaded: match.loaded, match })),
   )
   if (candidates.length === 0) return { job: null }

@@ -1,5 +1,6 @@
 import type { Deps } from '../../deps'
 import { digestOrNull } from '../../lib/digest'
+import type { CatalogueRows } from '../../store/catalogue'
 import type { WorkerHead } from '../../store/fleet'
 import { isOnline, onlineCutoff } from './liveness'
 
@@ -119,8 +120,22 @@ export interface Catalogue {
   slugsOf(entry: CatalogueEntry): string[]
 }
 
+// What each poll derives from the catalogue rows, by rows object: the store hands back the same
+// object until the catalogue changes (CatalogueStore.readCatalogue), so this is built once per
+// change. Keyed by the rows, not by Deps: derived data, gone with the rows it was built from.
+const built = new WeakMap<CatalogueRows, Catalogue>()
+
 export async function loadCatalogue(deps: Deps): Promise<Catalogue> {
   const rows = await deps.store.catalogue.readCatalogue()
+  let catalogue = built.get(rows)
+  if (!catalogue) {
+    catalogue = buildCatalogue(rows)
+    built.set(rows, catalogue)
+  }
+  return catalogue
+}
+
+function buildCatalogue(rows: CatalogueRows): Catalogue {
   const profiles = new Map<string, Profile[]>()
   for (const p of rows.profiles) {
     const list = profiles.get(p.catalog_id) ?? []
@@ -177,8 +192,14 @@ const fitOf = (w: WorkerHead): WorkerFit => ({
 
 /** The predicate's view of one worker, from its stored row and child rows. */
 export async function loadWorkerView(deps: Deps, worker: WorkerHead): Promise<WorkerView> {
-  return { ...fitOf(worker), ...(await deps.store.fleet.workerHosting(worker.id)) }
+  return workerView(worker, await deps.store.fleet.workerHosting(worker.id))
 }
+
+/** The same view from rows already read (a poll reads the row and the child rows together). */
+export const workerView = (
+  worker: WorkerHead,
+  hosting: Pick<WorkerView, 'engines' | 'models'>,
+): WorkerView => ({ ...fitOf(worker), ...hosting })
 
 /** Every entry `worker` can serve now (enabled ones only), best profile chosen. */
 export function matchesFor(view: WorkerView, catalogue: Catalogue): Match[] {

@@ -62,22 +62,45 @@ export function checkProgress(
   }
 }
 
-/** A candidate's oldest validated batch, found by the engine under its claim lock. */
+/**
+ * A batch a poll may claim, found by the engine under its claim lock: the oldest validated batch of
+ * one (model, owner) pair among the worker's candidate models (API.md §14).
+ */
 export interface ClaimHead {
   batch_id: string
   seq: number
+  /** The batch's owner (batches.user_id). */
+  user_id: string
   /** SPEC Poll rule 5: the model is already loaded on this worker. */
   loaded: boolean
+  /** API.md §14: batches the owner has in progress now (0 when only one owner is waiting). */
+  running: number
 }
 
 /**
- * Which head a poll claims (SPEC §4 Poll rule 5, API.md §7): a model already loaded first, then
- * the oldest batch.
+ * API.md §14: whose batches in progress need counting for a poll. Only between several owners does
+ * the count decide anything; with one (a user draining their own queue) nothing is counted.
+ */
+export function ownersToCount(heads: readonly Pick<ClaimHead, 'user_id'>[]): string[] {
+  const owners = [...new Set(heads.map((h) => h.user_id))]
+  return owners.length > 1 ? owners : []
+}
+
+/**
+ * Which head a poll claims: a model already loaded first (SPEC §4 Poll rule 5), then the owner
+ * with the fewest batches in progress (API.md §14 fair share: one user's 10,000 queued batches never
+ * starve another's one), then the oldest batch (API.md §7).
  */
 export function pickClaim<H extends ClaimHead>(heads: readonly H[]): H | null {
   let best: H | null = null
   for (const h of heads) {
-    if (!best || (h.loaded && !best.loaded) || (h.loaded === best.loaded && h.seq < best.seq)) best = h
+    if (
+      !best ||
+      (h.loaded && !best.loaded) ||
+      (h.loaded === best.loaded &&
+        (h.running < best.running || (h.running === best.running && h.seq < best.seq)))
+    )
+      best = h
   }
   return best
 }

@@ -10,7 +10,7 @@ import {
   profileChanges,
   renameDecision,
 } from '../../modules/catalogue/upsert'
-import type { CatalogueStore, UpsertOutcome } from '../catalogue'
+import { CatalogueCache, type CatalogueStore, type UpsertOutcome } from '../catalogue'
 import type { PgDb, PgTx } from './db'
 
 // The catalogue on PostgreSQL. Instances starting together seed one after the other: the seed
@@ -89,53 +89,61 @@ async function upsertEntry(tx: PgTx, entry: ManifestEntry, now: number): Promise
 }
 
 export function postgresCatalogue(db: PgDb): CatalogueStore {
+  const cache = new CatalogueCache(async () => {
+    const [entries, profiles, artifacts] = await Promise.all([
+      db
+        .select({
+          id: catalogEntries.id,
+          renamed_from: catalogEntries.renamed_from,
+          enabled: catalogEntries.enabled,
+          org_id: catalogEntries.org_id,
+          display_name: catalogEntries.display_name,
+          parameter_size: catalogEntries.parameter_size,
+          vram_gb: catalogEntries.vram_gb,
+          size_gb: catalogEntries.size_gb,
+          digest: catalogEntries.digest,
+          runtime: catalogEntries.runtime,
+          runtime_model_id: catalogEntries.runtime_model_id,
+        })
+        .from(catalogEntries)
+        .orderBy(asc(catalogEntries.seq)),
+      db
+        .select({
+          catalog_id: servingProfiles.catalog_id,
+          runtime: servingProfiles.runtime,
+          runtime_model_id: servingProfiles.runtime_model_id,
+          params: servingProfiles.params,
+        })
+        .from(servingProfiles)
+        .orderBy(asc(servingProfiles.seq)),
+      db
+        .select({ catalog_id: artifactFiles.catalog_id, sha256: artifactFiles.sha256 })
+        .from(artifactFiles)
+        .orderBy(asc(artifactFiles.seq)),
+    ])
+    return { entries, profiles, artifacts }
+  })
   return {
     async upsertEntries(entries, now) {
-      return db.transaction(async (tx) => {
-        await tx.execute(sql`SELECT pg_advisory_xact_lock(${SEED_LOCK})`)
-        const out: UpsertOutcome[] = []
-        for (const e of entries) out.push(await upsertEntry(tx, e, now))
-        return out
-      })
+      try {
+        return await db.transaction(async (tx) => {
+          await tx.execute(sql`SELECT pg_advisory_xact_lock(${SEED_LOCK})`)
+          const out: UpsertOutcome[] = []
+          for (const e of entries) out.push(await upsertEntry(tx, e, now))
+          return out
+        })
+      } finally {
+        // The other instances forget theirs on the models_changed signal (catalogue/view.ts
+        // modelsChanged); a lost signal: CATALOGUE_REREAD_MS.
+        cache.forget()
+      }
     },
     async entry(id) {
       const [row] = await db.select().from(catalogEntries).where(eq(catalogEntries.id, id))
       return row as CatalogEntryRow | undefined
     },
-    async readCatalogue() {
-      const [entries, profiles, artifacts] = await Promise.all([
-        db
-          .select({
-            id: catalogEntries.id,
-            renamed_from: catalogEntries.renamed_from,
-            enabled: catalogEntries.enabled,
-            org_id: catalogEntries.org_id,
-            display_name: catalogEntries.display_name,
-            parameter_size: catalogEntries.parameter_size,
-            vram_gb: catalogEntries.vram_gb,
-            size_gb: catalogEntries.size_gb,
-            digest: catalogEntries.digest,
-            runtime: catalogEntries.runtime,
-            runtime_model_id: catalogEntries.runtime_model_id,
-          })
-          .from(catalogEntries)
-          .orderBy(asc(catalogEntries.seq)),
-        db
-          .select({
-            catalog_id: servingProfiles.catalog_id,
-            runtime: servingProfiles.runtime,
-            runtime_model_id: servingProfiles.runtime_model_id,
-            params: servingProfiles.params,
-          })
-          .from(servingProfiles)
-          .orderBy(asc(servingProfiles.seq)),
-        db
-          .select({ catalog_id: artifactFiles.catalog_id, sha256: artifactFiles.sha256 })
-          .from(artifactFiles)
-          .orderBy(asc(artifactFiles.seq)),
-      ])
-      return { entries, profiles, artifacts }
-    },
+    readCatalogue: () => cache.get(),
+    forgetCatalogue: () => cache.forget(),
     async enabledEntries() {
       return (await db
         .select()

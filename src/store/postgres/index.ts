@@ -22,13 +22,14 @@ export function postgresStore(
   instanceId: string,
   clock: Clock,
 ): Store {
+  const signals = postgresSignals(db, instanceId)
   return {
     kind: 'postgres',
     queue: postgresQueue(db, config),
     batches: postgresBatches(db),
     files: postgresFiles(db),
     limits: postgresLimits(db, clock),
-    signals: postgresSignals(db, instanceId),
+    signals,
     ready: () => migratePostgres(db),
     async ping() {
       await db.$client`SELECT 1`

@@ -1,4 +1,5 @@
-import { and, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
+import type { SQL } from 'bun'
+import { and, eq, getTableColumns, inArray, isNull, lte, or } from 'drizzle-orm'
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
@@ -7,7 +8,7 @@ import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
 import { BATCH_TRANSITIONS, type BatchChanges, type BatchEvent } from '../../modules/batches/states'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
-import { checkHolder, pickClaim } from '../../modules/workers/rules'
+import { checkHolder, ownersToCount, pickClaim } from '../../modules/workers/rules'
 import type {
   Claimed,
   ClaimRequest,
@@ -61,29 +62,90 @@ export async function requeueLocked(
   return decision.outcome
 }
 
+// The claim's statements are Bun SQL tagged queries, prepared once per connection by the client:
+// a poll is the hot path of every instance, and building its queries through drizzle cost more
+// CPU than PostgreSQL spent running them (issue 10 profile).
+
+/** A worker's polls take turns (max_concurrent_jobs); other workers' polls do not wait. */
+const lockWorker = (q: SQL, workerId: string) => q`SELECT id FROM workers WHERE id = ${workerId} FOR UPDATE`
+
 /**
- * The head of each candidate model (API.md §7: oldest first), one probe of
- * batches_status_model each, skipping rows other polls hold. Written so that the planner cannot
- * take the primary key instead: with `status = 'validated'` and `ORDER BY seq`, it walks seq from
- * the start and filters, believing matches evenly spread, and every claim then steps over the
- * batches claimed before it and over other models' older batches (measured: 20,000 rows, 8–28 ms
- * a probe). `status = ANY('{validated}')` is no planner constant, so ORDER BY status, seq is an
- * order only the (status, model, seq) index gives without a sort.
+ * The worker's open assignments, and the oldest validated batch of each owner of each candidate
+ * model (API.md §14): each step of the recursion is the head of the next owner after the last one,
+ * one probe of batches_status_model (a skip scan over the owners), so the cost follows the owners
+ * waiting, never the depth of the queue. The ORDER BY names every column of that index and `status
+ * = ANY('{…}')` is no planner constant: only that index gives the order without a sort
+ * (batches_status_user would walk every waiting batch of every model; the primary key, every
+ * batch).
  */
-export function claimHeads(models: string[]) {
-  const values = sql.join(
-    models.map((model, i) => sql`(${model}::text, ${i}::int)`),
-    sql`, `,
-  )
-  return sql`
-    SELECT c.i AS i, b.id AS id, b.seq::float8 AS seq
-    FROM (VALUES ${values}) AS c(model, i)
-    CROSS JOIN LATERAL (
-      SELECT id, seq FROM batches
-      WHERE status = ANY('{validated}'::text[]) AND model = c.model
-      ORDER BY status, seq LIMIT 1
-      FOR UPDATE SKIP LOCKED
-    ) b`
+export function claimHeads(q: SQL, workerId: string, models: string[]) {
+  const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
+  return q`
+    WITH RECURSIVE heads AS (
+      SELECT h.model, h.user_id, h.id, h.seq FROM unnest(${models}::text[]) AS m(model)
+      CROSS JOIN LATERAL (
+        SELECT model, user_id, id, seq FROM batches
+        WHERE status = ANY(${waiting}::text[]) AND model = m.model
+        ORDER BY status, model, user_id, seq LIMIT 1
+      ) h
+      UNION ALL
+      SELECT n.model, n.user_id, n.id, n.seq FROM heads p
+      CROSS JOIN LATERAL (
+        SELECT model, user_id, id, seq FROM batches
+        WHERE status = ANY(${waiting}::text[]) AND model = p.model AND user_id > p.user_id
+        ORDER BY status, model, user_id, seq LIMIT 1
+      ) n
+    )
+    SELECT a.active, h.model, h.user_id, h.id, h.seq::float8 AS seq
+    FROM (SELECT count(*)::int AS active FROM batch_assignments
+          WHERE worker_id = ${workerId} AND completed_at IS NULL) a
+    LEFT JOIN heads h ON TRUE` as Promise<
+    { active: number; model: string | null; user_id: string; id: string; seq: number }[]
+  >
+}
+
+/** API.md §14: how many batches each of `owners` has in progress (batches_status_user). */
+const runningOf = (q: SQL, owners: string[]) =>
+  q`SELECT user_id, count(*)::int AS n FROM batches
+    WHERE status = 'in_progress' AND user_id = ANY(${owners}::text[]) GROUP BY user_id` as Promise<
+    { user_id: string; n: number }[]
+  >
+
+/**
+ * The claim itself (the state table's `claimed` edge, STYLE example 7, and the assignment) in one
+ * statement: the oldest validated batch of the chosen model and owner that no other poll holds
+ * (FOR UPDATE SKIP LOCKED); no row when they all are.
+ */
+export function claimOne(
+  q: SQL,
+  pick: { model: string; user_id: string },
+  a: { id: string; workerId: string; orgId: string; now: number },
+) {
+  const { from, to } = BATCH_TRANSITIONS.claimed
+  return q`
+    WITH claimed AS (
+      UPDATE batches SET status = ${to}, in_progress_at = ${a.now}, updated_at = ${a.now}
+      WHERE id = (
+        SELECT id FROM batches
+        WHERE status = ANY(${`{${from}}`}::text[]) AND model = ${pick.model} AND user_id = ${pick.user_id}
+        ORDER BY status, model, user_id, seq LIMIT 1
+        FOR UPDATE SKIP LOCKED
+      ) AND status = ${from}
+      RETURNING *
+    ), assigned AS (
+      INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at)
+      SELECT ${a.id}, id, ${a.workerId}, ${a.orgId}, ${a.now} FROM claimed
+    )
+    SELECT * FROM claimed` as Promise<Record<string, unknown>[]>
+}
+
+/** Bun's client returns bigint columns as strings; drizzle's schema says which are numbers. */
+const bigintColumns = Object.entries(getTableColumns(batches))
+  .filter(([, c]) => c.columnType === 'PgBigInt53' || c.columnType === 'PgBigSerial53')
+  .map(([name]) => name)
+function batchRow(raw: Record<string, unknown>): BatchRow {
+  for (const name of bigintColumns) if (raw[name] !== null) raw[name] = Number(raw[name])
+  return raw as unknown as BatchRow
 }
 
 export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>): QueueStore {
@@ -91,48 +153,58 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
   return {
     async claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null> {
       if (req.candidates.length === 0) return null
-      return db.transaction(async (tx) => {
-        // One worker's polls take turns (max_concurrent_jobs); other workers' polls do not wait.
-        const [me] = await tx
-          .select({ id: workers.id })
-          .from(workers)
-          .where(eq(workers.id, req.workerId))
-          .for('update')
-        if (!me) return null
-        const [active] = await tx
-          .select({ n: sql<number>`count(*)::int` })
-          .from(batchAssignments)
-          .where(and(eq(batchAssignments.worker_id, req.workerId), isNull(batchAssignments.completed_at)))
-        if ((active?.n ?? 0) >= req.maxConcurrent) return null
-        const rows = (await tx.execute(claimHeads(req.candidates.map((c) => c.model)))) as unknown as {
-          i: number
-          id: string
-          seq: number
-        }[]
-        const heads = rows.map((r) => {
-          const c = req.candidates[r.i]!
-          return { batch_id: r.id, seq: r.seq, loaded: c.loaded, match: c.match }
-        })
-        const best = pickClaim(heads)
-        if (!best) return null
-        const batch = await transition(
-          tx,
-          best.batch_id,
-          'claimed',
-          req.now,
-          { in_progress_at: req.now },
-          `worker ${req.workerId}`,
-        )
-        if (!batch) return null
-        const assignmentId = newId('asg_')
-        await tx.insert(batchAssignments).values({
-          id: assignmentId,
-          batch_id: batch.id,
-          worker_id: req.workerId,
-          org_id: req.orgId,
-          assigned_at: req.now,
-        })
-        return { batch, assignmentId, match: best.match }
+      const byModel = new Map(req.candidates.map((c) => [c.model, c]))
+      return db.$client.begin(async (q) => {
+        // Sent together: the heads' snapshot is taken once the worker's lock is held, so they see
+        // every assignment its other polls committed.
+        const [me, rows] = await Promise.all([
+          lockWorker(q, req.workerId),
+          claimHeads(q, req.workerId, [...byModel.keys()]),
+        ])
+        if (me.length === 0 || rows[0]!.active >= req.maxConcurrent) return null
+        const heads = rows
+          .filter((r) => r.model !== null)
+          .map((r) => {
+            const c = byModel.get(r.model!)!
+            return {
+              batch_id: r.id,
+              seq: r.seq,
+              user_id: r.user_id,
+              model: c.model,
+              loaded: c.loaded,
+              running: 0,
+              match: c.match,
+            }
+          })
+        const owners = ownersToCount(heads)
+        if (owners.length) {
+          const running = new Map((await runningOf(q, owners)).map((r) => [r.user_id, r.n]))
+          for (const h of heads) h.running = running.get(h.user_id) ?? 0
+        }
+        // Another poll may hold or have taken the chosen owner's batches: then the next best.
+        for (let best = pickClaim(heads); best; best = pickClaim(heads)) {
+          const assignmentId = newId('asg_')
+          const [raw] = await claimOne(q, best, {
+            id: assignmentId,
+            workerId: req.workerId,
+            orgId: req.orgId,
+            now: req.now,
+          })
+          if (raw) {
+            const batch = batchRow(raw)
+            const { from, to } = BATCH_TRANSITIONS.claimed
+            log.info('batch transition', {
+              batch_id: batch.id,
+              from,
+              to,
+              event: 'claimed',
+              reason: `worker ${req.workerId}`,
+            })
+            return { batch, assignmentId, match: best.match }
+          }
+          heads.splice(heads.indexOf(best), 1)
+        }
+        return null
       })
     },
 
@@ -242,6 +314,17 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           await tx.delete(modelPulls).where(inArray(modelPulls.worker_id, workers_offline))
         return { workers_offline, requeues }
       })
+    },
+
+    async queuedByOwnerClass() {
+      const rows = (await db.$client`
+        SELECT q.user_id IN (SELECT user_id FROM batches WHERE status = 'in_progress') AS running,
+          sum(q.n)::int AS n
+        FROM (SELECT user_id, count(*) AS n FROM batches WHERE status = 'validated' GROUP BY user_id) q
+        GROUP BY 1`) as { running: boolean; n: number }[]
+      const out = { idle: 0, running: 0 }
+      for (const r of rows) out[r.running ? 'running' : 'idle'] = r.n
+      return out
     },
 
     async tryRunEvery(name: string, now: number, intervalSeconds: number) {

@@ -12,7 +12,7 @@ import {
   profileChanges,
   renameDecision,
 } from '../../modules/catalogue/upsert'
-import type { CatalogueStore, UpsertOutcome } from '../catalogue'
+import { CatalogueCache, type CatalogueStore, type UpsertOutcome } from '../catalogue'
 import type { SqliteDeps } from './queue'
 
 // The catalogue on SQLite. Poll and heartbeat read it through the prepared statements below.
@@ -126,17 +126,23 @@ function upsertEntry(tx: Tx, entry: ManifestEntry, now: number): UpsertOutcome {
 
 export function sqliteCatalogue(deps: SqliteDeps): CatalogueStore {
   const { db } = deps
+  const cache = new CatalogueCache(async () => {
+    const s = stmts(deps)
+    return { entries: s.entries.all(), profiles: s.profiles.all(), artifacts: s.artifacts.all() }
+  })
   return {
     async upsertEntries(entries, now) {
-      return writeTx(db, (tx) => entries.map((e) => upsertEntry(tx, e, now)))
+      try {
+        return writeTx(db, (tx) => entries.map((e) => upsertEntry(tx, e, now)))
+      } finally {
+        cache.forget()
+      }
     },
     async entry(id) {
       return db.select().from(catalogEntries).where(eq(catalogEntries.id, id)).get()
     },
-    async readCatalogue() {
-      const s = stmts(deps)
-      return { entries: s.entries.all(), profiles: s.profiles.all(), artifacts: s.artifacts.all() }
-    },
+    readCatalogue: () => cache.get(),
+    forgetCatalogue: () => cache.forget(),
     async enabledEntries() {
       return stmts(deps).enabled.all()
     },

@@ -1,4 +1,4 @@
-import { and, asc, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
+import { and, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
 import type { Config } from '../../config'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
@@ -7,7 +7,7 @@ import { writeTx } from '../../db/tx'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
-import { checkHolder, pickClaim } from '../../modules/workers/rules'
+import { checkHolder, ownersToCount, pickClaim } from '../../modules/workers/rules'
 import type {
   Claimed,
   ClaimRequest,
@@ -38,15 +38,32 @@ const stmts = preparedOnce((db: Db) => ({
       ),
     )
     .prepare(),
-  // Poll: the oldest validated batch of one model is one probe of the (status, model, seq) index,
-  // so the cost of a poll does not grow with the queue.
-  oldestValidated: db
-    .select({ id: batches.id, seq: batches.seq })
-    .from(batches)
-    .where(and(eq(batches.status, 'validated'), eq(batches.model, sql.placeholder('model'))))
-    .orderBy(asc(batches.seq))
-    .limit(1)
-    .prepare(),
+  // Poll (API.md §14): the oldest validated batch of the first owner after `after` waiting for one
+  // model: one probe of the (status, model, user_id, seq) index. Stepping `after` from owner to
+  // owner walks the owners (a skip scan): the cost follows the owners waiting, never the queue.
+  // INDEXED BY: batches_status_user also matches the WHERE, and a range of it is the whole queue.
+  nextOwnerHead: db.$client.prepare<
+    { id: string; seq: number; user_id: string },
+    { model: string; after: string }
+  >(
+    `SELECT id, seq, user_id FROM batches INDEXED BY batches_status_model
+     WHERE status = 'validated' AND model = $model AND user_id > $after
+     ORDER BY user_id, seq LIMIT 1`,
+  ),
+  // GET /metrics: the waiting batches per owner (batches_status_user), each owner running or not.
+  queuedByOwnerClass: db.$client.prepare<{ running: number; n: number }, []>(
+    `SELECT q.user_id IN (SELECT user_id FROM batches WHERE status = 'in_progress') AS running,
+       sum(q.n) AS n
+     FROM (SELECT user_id, count(*) AS n FROM batches WHERE status = 'validated' GROUP BY user_id) q
+     GROUP BY 1`,
+  ),
+  // API.md §14: how many batches each of the owners has in progress, one range of batches_status_user
+  // per owner, in one statement.
+  running: db.$client.prepare<{ user_id: string; n: number }, { owners: string }>(
+    `SELECT user_id, count(*) AS n FROM batches INDEXED BY batches_status_user
+     WHERE status = 'in_progress' AND user_id IN (SELECT value FROM json_each($owners))
+     GROUP BY user_id`,
+  ),
   insertAssignment: db
     .insert(batchAssignments)
     .values({
@@ -137,8 +154,24 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
         if (s.activeCount.get({ worker_id: req.workerId })!.n >= req.maxConcurrent) return null
         const heads = []
         for (const c of req.candidates) {
-          const b = s.oldestValidated.get({ model: c.model })
-          if (b) heads.push({ batch_id: b.id, seq: b.seq, loaded: c.loaded, match: c.match })
+          for (let b = s.nextOwnerHead.get({ model: c.model, after: '' }); b; ) {
+            heads.push({
+              batch_id: b.id,
+              seq: b.seq,
+              user_id: b.user_id,
+              loaded: c.loaded,
+              running: 0,
+              match: c.match,
+            })
+            b = s.nextOwnerHead.get({ model: c.model, after: b.user_id })
+          }
+        }
+        const owners = ownersToCount(heads)
+        if (owners.length) {
+          const running = new Map(
+            s.running.all({ owners: JSON.stringify(owners) }).map((r) => [r.user_id, r.n]),
+          )
+          for (const h of heads) h.running = running.get(h.user_id) ?? 0
         }
         const best = pickClaim(heads)
         if (!best) return null
@@ -229,6 +262,12 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
         }
         return { workers_offline, requeues }
       })
+    },
+
+    async queuedByOwnerClass() {
+      const out = { idle: 0, running: 0 }
+      for (const r of stmts(deps).queuedByOwnerClass.all()) out[r.running ? 'running' : 'idle'] = r.n
+      return out
     },
 
     async tryRunEvery(name: string, now: number, intervalSeconds: number) {

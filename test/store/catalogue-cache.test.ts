@@ -1,0 +1,78 @@
+import { afterEach, describe, expect, test } from 'bun:test'
+import type { CatalogueEntry } from '../../src/modules/catalogue/manifest'
+import { type StoreHarness, storeEngines } from '../helpers/stores'
+
+// readCatalogue runs on every poll: each engine keeps the rows until the catalogue changes through
+// it (upsertEntries), until another instance says it changed it (forgetCatalogue, on its
+// `catalogue` signal), or for at most CATALOGUE_REREAD_MS.
+
+function entry(id: string): CatalogueEntry {
+  return {
+    id,
+    display_name: id,
+    runtime: 'ollama',
+    runtime_model_id: `${id}:latest`,
+    digest: null,
+    quantization: 'Q4_K_M',
+    parameter_size: '8B',
+    context_length: 8192,
+    vram_gb: 8,
+    size_gb: 5,
+    task_type: 'chat',
+    capabilities: {},
+    lineage: null,
+    source_type: null,
+    source_ref: null,
+    source_revision: null,
+    homepage_url: null,
+    org_id: null,
+    status: 'active',
+    enabled: true,
+    renamed_from: null,
+    serving_profiles: [{ runtime: 'ollama', runtime_model_id: `${id}:latest`, params: {}, derived: true }],
+    artifact_files: [],
+  }
+}
+
+for (const [kind, open] of storeEngines) {
+  describe(`${kind} catalogue cache`, () => {
+    let h: StoreHarness
+    afterEach(async () => {
+      await h?.close()
+    })
+
+    test('the same rows until upsertEntries or forgetCatalogue; then the database again', async () => {
+      h = await open()
+      await h.store.catalogue.upsertEntries([entry('a')], 1)
+      const first = await h.store.catalogue.readCatalogue()
+      expect(first.entries.map((e) => e.id)).toEqual(['a'])
+      expect(await h.store.catalogue.readCatalogue()).toBe(first)
+
+      // Through this engine: seen at once.
+      await h.store.catalogue.upsertEntries([entry('b')], 2)
+      const second = await h.store.catalogue.readCatalogue()
+      expect(second.entries.map((e) => e.id)).toEqual(['a', 'b'])
+
+      // Behind its back (another instance): the cached rows until it is told.
+      await h.exec(
+        `INSERT INTO catalog_entries (id, display_name, created_at, updated_at) VALUES ('c', 'C', 3, 3)`,
+      )
+      expect(await h.store.catalogue.readCatalogue()).toBe(second)
+      h.store.catalogue.forgetCatalogue()
+      expect((await h.store.catalogue.readCatalogue()).entries.map((e) => e.id)).toEqual(['a', 'b', 'c'])
+    })
+
+    test('a read that began before a change is not kept', async () => {
+      h = await open()
+      await h.store.catalogue.upsertEntries([entry('a')], 1)
+      h.store.catalogue.forgetCatalogue()
+      const before = h.store.catalogue.readCatalogue()
+      h.store.catalogue.forgetCatalogue()
+      await before
+      await h.exec(
+        `INSERT INTO catalog_entries (id, display_name, created_at, updated_at) VALUES ('b', 'B', 2, 2)`,
+      )
+      expect((await h.store.catalogue.readCatalogue()).entries.map((e) => e.id)).toEqual(['a', 'b'])
+    })
+  })
+}
