@@ -5,6 +5,7 @@ import m1 from '../../../drizzle/postgres/0001_validation_lease.sql' with { type
 import m2 from '../../../drizzle/postgres/0002_rate_limit_hits.sql' with { type: 'text' }
 import m3 from '../../../drizzle/postgres/0003_batches_completed.sql' with { type: 'text' }
 import m4 from '../../../drizzle/postgres/0004_usage.sql' with { type: 'text' }
+import m5 from '../../../drizzle/postgres/0005_jsonb_values.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -15,5 +16,6 @@ export const embeddedMigrations = {
     '0002_rate_limit_hits': m2,
     '0003_batches_completed': m3,
     '0004_usage': m4,
+    '0005_jsonb_values': m5,
   } as Record<string, string>,
 }
