@@ -4,6 +4,8 @@
 //
 //   bun run bench/heartbeat.ts            (6 paired rounds of 2.5 s per side)
 //   bun run bench/heartbeat.ts --quick    (3 paired rounds of 1 s per side)
+//   DATABASE_URL=postgres://… bun run bench/heartbeat.ts   (gridkeep on PostgreSQL; the baseline
+//                                          stays the bare SQLite UPDATE)
 
 import { Database } from 'bun:sqlite'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -74,7 +76,10 @@ const bare = new Elysia()
   .listen({ port: 0, hostname: '127.0.0.1' })
 const bareUrl = `http://127.0.0.1:${bare.server!.port}`
 
-const gk = await benchServer({ LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn' })
+const gk = await benchServer({
+  LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
+  ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}),
+})
 const workers: string[] = []
 for (let i = 0; i < CONCURRENCY; i++) {
   const reg = await post(`${gk.url}/workers/register`, gk.key, {

@@ -61,6 +61,22 @@ describe('migrateRows', () => {
           await pg`INSERT INTO organizations (id, name, personal, created_at) VALUES ('org_new', 'n', false, 1) RETURNING seq::int`
         const [max] = await pg`SELECT max(seq)::int AS m FROM organizations WHERE id <> 'org_new'`
         expect(next.seq).toBe(max.m + 1)
+        // JSON columns arrive as JSON values that SQL sees into, not as strings of their text.
+        const [json] = await pg`SELECT
+          (SELECT array_agg(DISTINCT jsonb_typeof(metadata)) FROM batches WHERE metadata IS NOT NULL) AS metadata,
+          (SELECT array_agg(DISTINCT jsonb_typeof(usage)) FROM batches WHERE usage IS NOT NULL) AS usage,
+          (SELECT array_agg(DISTINCT jsonb_typeof(capabilities)) FROM catalog_entries) AS capabilities,
+          (SELECT array_agg(DISTINCT jsonb_typeof(params)) FROM serving_profiles) AS params,
+          (SELECT array_agg(DISTINCT jsonb_typeof(loaded_models)) FROM workers) AS loaded_models,
+          (SELECT metadata ->> 'project' FROM batches WHERE metadata IS NOT NULL LIMIT 1) AS project`
+        expect(json).toEqual({
+          metadata: ['object'],
+          usage: ['object'],
+          capabilities: ['object'],
+          params: ['object'],
+          loaded_models: ['array'],
+          project: 'migrate',
+        })
       } finally {
         await pg.close()
       }

@@ -159,7 +159,7 @@ for (const [kind, open] of storeEngines) {
   })
 }
 
-test('postgres: usage as the app writes it (drizzle stores jsonb as a JSON string) is summed too', async () => {
+test('postgres: usage as the app writes it through drizzle is a JSON object, summed with usage written by SQL', async () => {
   const db = openPostgres({ url: await freshPostgresUrl(), max: 2 })
   try {
     await migratePostgres(db)
@@ -203,8 +203,10 @@ test('postgres: usage as the app writes it (drizzle stores jsonb as a JSON strin
     await db.execute(sql`INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status,
       request_counts_completed, usage, created_at, completed_at, updated_at)
       VALUES ('b3', 'u', 'f', 'e', '24h', 'm', 'completed', 1, '{"prompt_tokens": 10, "total_tokens": 10}'::jsonb, 1, ${D0}, 1)`)
-    const stored = await db.execute(sql`SELECT jsonb_typeof(usage) AS t FROM batches WHERE id = 'b1'`)
-    expect([...(stored as unknown as { t: string }[])][0]!.t).toBe('string')
+    const stored = await db.execute(
+      sql`SELECT jsonb_typeof(usage) AS t, usage ->> 'total_tokens' AS total FROM batches WHERE id = 'b1'`,
+    )
+    expect([...(stored as unknown as { t: string; total: string }[])]).toEqual([{ t: 'object', total: '7' }])
     const sums = await postgresUsage(db).sums({ kind: 'user', userId: 'u' }, range, 'model')
     expect(sums).toEqual([{ group: 'm', label: noLabel, ...counted(3, 4, 13, 4, 17) }])
   } finally {

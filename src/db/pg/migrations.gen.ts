@@ -8,6 +8,7 @@ import m4 from '../../../drizzle/postgres/0004_usage.sql' with { type: 'text' }
 import m5 from '../../../drizzle/postgres/0005_files_expires.sql' with { type: 'text' }
 import m6 from '../../../drizzle/postgres/0006_webhooks.sql' with { type: 'text' }
 import m7 from '../../../drizzle/postgres/0007_fair_share.sql' with { type: 'text' }
+import m8 from '../../../drizzle/postgres/0008_jsonb_values.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -21,5 +22,6 @@ export const embeddedMigrations = {
     '0005_files_expires': m5,
     '0006_webhooks': m6,
     '0007_fair_share': m7,
+    '0008_jsonb_values': m8,
   } as Record<string, string>,
 }

@@ -5,13 +5,13 @@ import {
   doublePrecision,
   index,
   integer,
-  jsonb,
   pgTable,
   primaryKey,
   text,
   unique,
 } from 'drizzle-orm/pg-core'
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../schema/webhooks'
+import { jsonb } from './jsonb'
 
 // The PostgreSQL twin of src/db/schema (API.md §12): the same tables, columns and indexes, in
 // PostgreSQL's types (bigint seconds, boolean, jsonb, double precision). Row types come from the

@@ -1,7 +1,7 @@
 import { SQL } from 'bun'
 import { type BunSQLDatabase, drizzle } from 'drizzle-orm/bun-sql'
 import { migrate as drizzleMigrate } from 'drizzle-orm/bun-sql/migrator'
-import { withMigrationsFolder } from '../../db/migrate'
+import { type MigrationSet, withMigrationsFolder } from '../../db/migrate'
 import { embeddedMigrations } from '../../db/pg/migrations.gen'
 import * as schema from '../../db/pg/schema'
 
@@ -28,19 +28,18 @@ export function openPostgres({ url, max = 20 }: PostgresOptions): PgDb {
 }
 
 /**
- * Applies the embedded PostgreSQL migrations through drizzle's public migrator, holding an advisory
- * lock so that instances starting together migrate one after the other (API.md §12).
+ * Applies the embedded PostgreSQL migrations (or the first ones of them: tests of a data migration)
+ * through drizzle's public migrator, holding an advisory lock so that instances starting together
+ * migrate one after the other (API.md §12).
  */
-export async function migratePostgres(db: PgDb): Promise<void> {
+export async function migratePostgres(db: PgDb, set: MigrationSet = embeddedMigrations): Promise<void> {
   // One connection holds the lock and runs the migrations, so a pool of any size (even 1) works.
   const conn = await db.$client.reserve()
   try {
     await conn`SELECT pg_advisory_lock(${MIGRATION_LOCK})`
     try {
       const onConn = drizzle({ client: conn as unknown as SQL, schema })
-      await withMigrationsFolder(embeddedMigrations, (folder) =>
-        drizzleMigrate(onConn, { migrationsFolder: folder }),
-      )
+      await withMigrationsFolder(set, (folder) => drizzleMigrate(onConn, { migrationsFolder: folder }))
     } finally {
       await conn`SELECT pg_advisory_unlock(${MIGRATION_LOCK})`
     }

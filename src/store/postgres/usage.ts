@@ -5,13 +5,8 @@ import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-q
 import type { PgDb } from './db'
 
 // API.md §14 usage sums on PostgreSQL: batches.usage is jsonb; its numbers are read as numeric.
-// Drizzle's bun-sql driver stores a jsonb value as a JSON *string* holding the object's text
-// (jsonb_typeof 'string'), and reads it back transparently; SQL must unwrap it (#>> '{}' is the
-// string's text) before ->> can reach a field. An object stored as an object is read as it is.
-const usageObject = sql`(CASE jsonb_typeof(${batches.usage}) WHEN 'string' THEN (${batches.usage} #>> '{}')::jsonb ELSE ${batches.usage} END)`
-
 export const postgresDialect: UsageDialect = {
-  tokenSum: (name) => sql`coalesce(sum((${usageObject} ->> ${name})::numeric), 0)`,
+  tokenSum: (name) => sql`coalesce(sum((${batches.usage} ->> ${name})::numeric), 0)`,
   completed: (status) => sql`${status} = 'completed'`,
 }
 
