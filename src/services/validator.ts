@@ -76,11 +76,17 @@ export async function validateBatch(
   return batch ? validateLeased(deps, batch, signal) : null
 }
 
-/** Validates a batch leaseBatches() took; releases it (deps.validating) at the end. */
+type VisibleEntries = ReturnType<typeof visibleEntriesOf>
+
+/**
+ * Validates a batch leaseBatches() took; releases it (deps.validating) at the end. `visible`: the
+ * catalogue entries its owner may select, when the caller has read them already.
+ */
 async function validateLeased(
   deps: Deps,
   batch: BatchRow,
   signal?: AbortSignal,
+  visibleNow?: VisibleEntries,
 ): Promise<ValidationOutcome | null> {
   const batchId = batch.id
   const busy = deps.validating
@@ -103,7 +109,7 @@ async function validateLeased(
   let finished = false
   try {
     // The catalogue entries the owner may select, read once (the checker asks line by line).
-    const visible = await visibleEntriesOf(deps, batch.user_id)
+    const visible = await (visibleNow ?? visibleEntriesOf(deps, batch.user_id))
     const checker = new InputChecker({
       endpoint: batch.endpoint,
       maxLineBytes: deps.config.MAX_LINE_BYTES,
@@ -287,8 +293,16 @@ export function start(deps: Deps): () => Promise<void> {
       } catch (e) {
         log.error('validator: could not lease batches', { batch_ids: ids, error: e })
       }
+      // One owner's batches leased together share one read of what the owner may select.
+      const visible = new Map<string, VisibleEntries>()
       for (const batch of leased) {
-        const one = validateLeased(deps, batch, stopping.signal)
+        let entries = visible.get(batch.user_id)
+        if (!entries) {
+          entries = visibleEntriesOf(deps, batch.user_id)
+          entries.catch(() => {})
+          visible.set(batch.user_id, entries)
+        }
+        const one = validateLeased(deps, batch, stopping.signal, entries)
           .catch((e) => log.error('validation failed unexpectedly', { batch_id: batch.id, error: e }))
           .finally(() => {
             running.delete(one)

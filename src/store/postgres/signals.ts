@@ -42,8 +42,8 @@ export function coalesceSignals(signals: BatchSignal[]): BatchSignal[] {
 /**
  * NOTIFY/LISTEN on one channel; Bun's client keeps one dedicated LISTEN connection per instance and
  * re-subscribes after a reconnect. Each payload names its sender, so an instance skips its own.
- * The signals published in one tick of the event loop travel together (coalesced, one NOTIFY per
- * ≤ 7,500 bytes): a drain of small validations sends a few NOTIFYs, not three per batch.
+ * The signals published in one tick of the event loop travel together (coalesced, in one statement
+ * of NOTIFYs of ≤ 7,500 bytes each): a drain of small validations sends a few NOTIFYs, not three per batch.
  */
 export function postgresSignals(db: PgDb, instanceId: string): SignalsStore {
   let pending: BatchSignal[] = []
@@ -53,17 +53,20 @@ export function postgresSignals(db: PgDb, instanceId: string): SignalsStore {
     const signals = coalesceSignals(pending)
     pending = []
     flushed = undefined
+    if (signals.length === 0) return
+    const payloads: string[] = []
     let chunk: BatchSignal[] = []
-    const sends: Promise<unknown>[] = []
     for (const s of signals) {
       if (chunk.length > 0 && payloadOf([...chunk, s]).length > MAX_PAYLOAD_BYTES) {
-        sends.push(db.$client.notify(CHANNEL, payloadOf(chunk)))
+        payloads.push(payloadOf(chunk))
         chunk = []
       }
       chunk.push(s)
     }
-    if (chunk.length > 0) sends.push(db.$client.notify(CHANNEL, payloadOf(chunk)))
-    await Promise.all(sends)
+    payloads.push(payloadOf(chunk))
+    // One statement for every chunk: one round trip, delivered in this order.
+    const calls = payloads.map((_, i) => `pg_notify($1, $${i + 2})`).join(', ')
+    await db.$client.unsafe(`SELECT ${calls}`, [CHANNEL, ...payloads])
   }
   return {
     publish(signal) {
