@@ -1,3 +1,4 @@
+import type { BatchRow } from '../db/schema'
 import type { Deps } from '../deps'
 import { StreamedReads } from '../lib/blobs/random-reads'
 import { LineSplitter } from '../lib/lines'
@@ -38,6 +39,30 @@ export interface ValidationOutcome {
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve))
 
 /**
+ * Takes the `validating` batches among `batchIds` that no run here has, in one statement: the
+ * returned batches are this process's to validate (validateLeased); the others are left alone.
+ */
+async function leaseBatches(deps: Deps, batchIds: string[]): Promise<BatchRow[]> {
+  const busy = deps.validating
+  const ids = batchIds.filter((id) => !busy.has(id))
+  for (const id of ids) busy.add(id)
+  let leased: BatchRow[] = []
+  try {
+    const now = deps.clock.now()
+    leased = await deps.store.batches.leaseValidations(
+      ids,
+      deps.instanceId,
+      now,
+      now + VALIDATION_LEASE_SECONDS,
+    )
+  } finally {
+    const taken = new Set(leased.map((b) => b.id))
+    for (const id of ids) if (!taken.has(id)) busy.delete(id)
+  }
+  return leased
+}
+
+/**
  * Validates one batch that is `validating`. Returns null when there is nothing to do (not
  * validating, already being validated) or when `signal` aborted the run (the batch then stays
  * `validating` and is validated again at the next start).
@@ -47,25 +72,36 @@ export async function validateBatch(
   batchId: string,
   signal?: AbortSignal,
 ): Promise<ValidationOutcome | null> {
+  const [batch] = await leaseBatches(deps, [batchId])
+  return batch ? validateLeased(deps, batch, signal) : null
+}
+
+type VisibleEntries = ReturnType<typeof visibleEntriesOf>
+
+/**
+ * Validates a batch leaseBatches() took; releases it (deps.validating) at the end. `visible`: the
+ * catalogue entries its owner may select, when the caller has read them already.
+ */
+async function validateLeased(
+  deps: Deps,
+  batch: BatchRow,
+  signal?: AbortSignal,
+  visibleNow?: VisibleEntries,
+): Promise<ValidationOutcome | null> {
+  const batchId = batch.id
   const busy = deps.validating
-  if (busy.has(batchId)) return null
-  busy.add(batchId)
-  let lease: ReturnType<typeof setInterval> | undefined
-  const take = () => {
+  const renew = () => {
     const now = deps.clock.now()
-    return deps.store.batches.leaseValidation(batchId, deps.instanceId, now, now + VALIDATION_LEASE_SECONDS)
-  }
-  const batch = await take().catch((e) => {
-    busy.delete(batchId)
-    throw e
-  })
-  if (!batch) {
-    busy.delete(batchId)
-    return null
+    return deps.store.batches.leaseValidations(
+      [batchId],
+      deps.instanceId,
+      now,
+      now + VALIDATION_LEASE_SECONDS,
+    )
   }
   // Several instances: the lease is renewed while this run lasts; if this process dies, it
   // lapses and another instance validates the batch again from the start.
-  lease = setInterval(() => void take().catch(() => {}), (VALIDATION_LEASE_SECONDS * 1000) / 3)
+  const lease = setInterval(() => void renew().catch(() => {}), (VALIDATION_LEASE_SECONDS * 1000) / 3)
   const bus = deps.batchEvents
   bus.beginRun(batchId)
   const key = batch.input_file_id
@@ -73,7 +109,7 @@ export async function validateBatch(
   let finished = false
   try {
     // The catalogue entries the owner may select, read once (the checker asks line by line).
-    const visible = await visibleEntriesOf(deps, batch.user_id)
+    const visible = await (visibleNow ?? visibleEntriesOf(deps, batch.user_id))
     const checker = new InputChecker({
       endpoint: batch.endpoint,
       maxLineBytes: deps.config.MAX_LINE_BYTES,
@@ -83,11 +119,18 @@ export async function validateBatch(
       onStoredError: (data) => bus.publish(batchId, { event: 'error', data }),
     })
     const splitter = new LineSplitter(deps.config.MAX_LINE_BYTES, checker.check)
-    const progress = () =>
-      bus.publish(batchId, {
-        event: 'progress',
+    const startedAt = deps.clock.nowMs()
+    const progress = () => {
+      const e = {
+        event: 'progress' as const,
         data: { lines_read: splitter.lines, errors_total: checker.errorsTotal },
-      })
+      }
+      // API.md §6 asks for progress at most every 250 ms: a run younger than that tells only this
+      // process's streams, and the other instances (API.md §12) hear of it from `done` — no
+      // progress NOTIFY for a small batch.
+      if (deps.clock.nowMs() - startedAt < PROGRESS_INTERVAL_MS) bus.deliver(batchId, e)
+      else bus.publish(batchId, e)
+    }
 
     const input = await deps.blobs.read(key).catch((e) => {
       log.error('batch input could not be opened', { batch_id: batchId, error: e })
@@ -232,27 +275,50 @@ export function start(deps: Deps): () => Promise<void> {
       .catch((e) => log.warn('validator: rescan failed', { error: e }))
   }, VALIDATION_LEASE_SECONDS * 1000)
 
+  // Up to VALIDATION_CONCURRENCY runs at once; the queued batches that fill the free places are
+  // leased together in one statement (PostgreSQL: one round trip for several small batches).
+  const running = new Set<Promise<unknown>>()
   const run = async () => {
     while (!stopping.signal.aborted) {
-      const id = queue.shift()
-      if (id === undefined) {
+      const free = VALIDATION_CONCURRENCY - running.size
+      if (queue.length === 0 || free === 0) {
         await new Promise<void>((resolve) => idle.push(resolve))
         continue
       }
-      queued.delete(id)
+      const ids = queue.splice(0, free)
+      for (const id of ids) queued.delete(id)
+      let leased: BatchRow[] = []
       try {
-        await validateBatch(deps, id, stopping.signal)
+        leased = await leaseBatches(deps, ids)
       } catch (e) {
-        log.error('validation failed unexpectedly', { batch_id: id, error: e })
+        log.error('validator: could not lease batches', { batch_ids: ids, error: e })
       }
-      // Let I/O in between batches: a backlog (e.g. recovered at start) of batches that resolve
-      // without touching the event loop would otherwise hold off every request until it is done.
+      // One owner's batches leased together share one read of what the owner may select.
+      const visible = new Map<string, VisibleEntries>()
+      for (const batch of leased) {
+        let entries = visible.get(batch.user_id)
+        if (!entries) {
+          entries = visibleEntriesOf(deps, batch.user_id)
+          entries.catch(() => {})
+          visible.set(batch.user_id, entries)
+        }
+        const one = validateLeased(deps, batch, stopping.signal, entries)
+          .catch((e) => log.error('validation failed unexpectedly', { batch_id: batch.id, error: e }))
+          .finally(() => {
+            running.delete(one)
+            wake()
+          })
+        running.add(one)
+      }
+      // Let I/O in between: a backlog (e.g. recovered at start) of batches that resolve without
+      // touching the event loop would otherwise hold off every request until it is done.
       await new Promise<void>((resolve) => setImmediate(resolve))
     }
   }
   const loop = (async () => {
     await recover.catch((e) => log.error('validator: could not list batches left validating', { error: e }))
-    await Promise.all(Array.from({ length: VALIDATION_CONCURRENCY }, run))
+    await run()
+    await Promise.all(running)
   })()
 
   return async () => {

@@ -57,11 +57,12 @@ export interface BatchesStore {
   /** Batches waiting for validation, oldest first (the validator's queue, rebuilt at start). */
   validatingIds(): Promise<string[]>
   /**
-   * The validator takes a `validating` batch for `holder` until `until` (several instances never
-   * validate one batch at once; a crashed holder's lease lapses and another takes over). Null when
-   * the batch is not validating or another live holder has it.
+   * The validator takes the `validating` batches among `batchIds` for `holder` until `until`, in one
+   * statement (several instances never validate one batch at once; a crashed holder's lease lapses
+   * and another takes over). Leaves out a batch that is not validating or that another live holder
+   * has; renews the leases `holder` already has.
    */
-  leaseValidation(batchId: string, holder: string, now: number, until: number): Promise<BatchRow | null>
+  leaseValidations(batchIds: string[], holder: string, now: number, until: number): Promise<BatchRow[]>
   /** How many batches are validating, validated and in progress now. */
   activeCounts(): Promise<Partial<Record<BatchStatus, number>>>
   /**

@@ -92,3 +92,27 @@ test('batches beyond the concurrency wait their turn and are all validated', asy
     await stop()
   }
 })
+
+test('the queued batches that fill the free places are leased in one statement', async () => {
+  const model = (await makeCatalogEntry(t)).id
+  const user = await makeUser(t)
+  const made: string[] = []
+  for (let i = 0; i < validator.VALIDATION_CONCURRENCY; i++)
+    made.push((await makeBatch(t, user, jsonl([line(`q${i}`, model)]))).id)
+  const store = t.deps.store.batches
+  const lease = store.leaseValidations
+  const calls: string[][] = []
+  store.leaseValidations = (ids, ...rest) => {
+    calls.push(ids)
+    return lease.call(store, ids, ...rest)
+  }
+  const stop = validator.start(t.deps)
+  try {
+    for (const id of made) await settled(t.deps, id)
+    // Recovered at start: one lease for the eight, not one each.
+    expect(calls[0]?.toSorted()).toEqual(made.toSorted())
+  } finally {
+    await stop()
+    store.leaseValidations = lease
+  }
+})

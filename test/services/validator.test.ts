@@ -319,6 +319,40 @@ describe('the validator run', () => {
     expect(t.deps.batchEvents.liveRun(batch.id)).toBeUndefined()
   })
 
+  test('a run younger than the progress interval tells only this process; an older one tells the other instances', async () => {
+    const u = await owner()
+    const lines = Array.from({ length: 3000 }, (_, i) => line(`r${i}`, chat.id, { pad: 'y'.repeat(600) }))
+    // What the other instances hear (API.md §12: the signals forwarder taps published events).
+    const forwarded = (id: string) => {
+      const seen: string[] = []
+      const off = t.deps.batchEvents.onPublish((batchId, e) => {
+        if (batchId === id && e.event !== 'error') seen.push(e.event)
+      })
+      return { seen, off }
+    }
+    const short = await makeBatch(t, u, jsonl(lines))
+    const shortSeen: string[] = []
+    const offShort = t.deps.batchEvents.subscribe(short.id, (e) => shortSeen.push(e.event))
+    const shortForwarded = forwarded(short.id)
+    await validateBatch(t.deps, short.id)
+    offShort()
+    shortForwarded.off()
+    expect(shortSeen.filter((e) => e === 'progress')).toHaveLength(1)
+    expect(shortForwarded.seen).toEqual(['done'])
+
+    // The clock moves 300 ms at the first progress: the next chunk's progress goes out too.
+    const long = await makeBatch(t, u, jsonl(lines))
+    const offLong = t.deps.batchEvents.subscribe(long.id, (e) => {
+      if (e.event === 'progress') t.clock.advance(0.3)
+    })
+    const longForwarded = forwarded(long.id)
+    await validateBatch(t.deps, long.id)
+    offLong()
+    longForwarded.off()
+    expect(longForwarded.seen[0]).toBe('progress')
+    expect(longForwarded.seen.at(-1)).toBe('done')
+  })
+
   test('a batch that is no longer validating is left alone', async () => {
     const b = await validated(jsonl([line('a', chat.id)]))
     expect(await validateBatch(t.deps, b.id)).toBeNull()

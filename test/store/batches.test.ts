@@ -85,7 +85,12 @@ for (const [kind, open] of storeEngines) {
       await h.store.batches.create(newBatch('batch_ok'), refuse)
       await h.store.batches.create(newBatch('batch_bad'), refuse)
       expect(await h.store.batches.validatingIds()).toEqual(['batch_ok', 'batch_bad'])
-      expect((await h.store.batches.leaseValidation('batch_ok', 'inst_a', 100, 160))?.id).toBe('batch_ok')
+      // Several in one call; a batch that does not exist is left out.
+      expect(
+        (await h.store.batches.leaseValidations(['batch_ok', 'batch_none', 'batch_bad'], 'inst_a', 100, 160))
+          .map((b) => b.id)
+          .sort(),
+      ).toEqual(['batch_bad', 'batch_ok'])
       const ok = await h.store.batches.finishValidation(
         'batch_ok',
         { passed: true, model: 'm', request_lines: 3, errors_total: 0, errors: [] },
@@ -122,7 +127,9 @@ for (const [kind, open] of storeEngines) {
         2,
       )
       expect(await h.store.batches.validatingIds()).toEqual([])
-      expect(await h.store.batches.leaseValidation('batch_ok', 'inst_a', 200, 260)).toBeNull()
+      expect(await h.store.batches.leaseValidations(['batch_ok', 'batch_bad'], 'inst_a', 200, 260)).toEqual(
+        [],
+      )
     })
   })
 }
@@ -133,13 +140,17 @@ describe('postgres validation leases across instances', () => {
     try {
       await seed(h)
       await h.store.batches.create(newBatch('batch_1'), refuse)
-      expect(await h.store.batches.leaseValidation('batch_1', 'inst_a', 100, 160)).not.toBeNull()
-      expect(await h.store.batches.leaseValidation('batch_1', 'inst_b', 120, 180)).toBeNull()
-      expect(await h.store.batches.leaseValidation('batch_1', 'inst_a', 150, 210)).not.toBeNull()
-      expect(await h.store.batches.leaseValidation('batch_1', 'inst_b', 200, 260)).toBeNull()
+      await h.store.batches.create(newBatch('batch_2'), refuse)
+      const lease = async (holder: string, now: number, ids = ['batch_1']) =>
+        (await h.store.batches.leaseValidations(ids, holder, now, now + 60)).map((b) => b.id).sort()
+      expect(await lease('inst_a', 100)).toEqual(['batch_1'])
+      expect(await lease('inst_b', 120)).toEqual([])
+      expect(await lease('inst_a', 150)).toEqual(['batch_1'])
+      // One statement for several: inst_b gets the free batch, not the one inst_a holds.
+      expect(await lease('inst_b', 200, ['batch_1', 'batch_2'])).toEqual(['batch_2'])
       // inst_a crashed: its lease lapses and inst_b takes the batch over.
-      expect(await h.store.batches.leaseValidation('batch_1', 'inst_b', 211, 271)).not.toBeNull()
-      expect(await h.store.batches.leaseValidation('batch_1', 'inst_a', 212, 272)).toBeNull()
+      expect(await lease('inst_b', 211)).toEqual(['batch_1'])
+      expect(await lease('inst_a', 212, ['batch_1', 'batch_2'])).toEqual([])
     } finally {
       await h.close()
     }

@@ -103,13 +103,14 @@ export function postgresBatches(db: PgDb): BatchesStore {
         .where(or(inArray(batches.status, [...NON_TERMINAL_STATUSES]), gt(batches.completed_at, since)))
     },
 
-    async leaseValidation(batchId, holder, now, until) {
-      const [row] = await db
+    async leaseValidations(batchIds, holder, now, until) {
+      if (batchIds.length === 0) return []
+      const rows = await db
         .update(batches)
         .set({ validation_holder: holder, validation_lease_until: until })
         .where(
           and(
-            eq(batches.id, batchId),
+            inArray(batches.id, batchIds),
             eq(batches.status, 'validating'),
             or(
               isNull(batches.validation_lease_until),
@@ -119,7 +120,7 @@ export function postgresBatches(db: PgDb): BatchesStore {
           ),
         )
         .returning()
-      return (row as BatchRow | undefined) ?? null
+      return rows as BatchRow[]
     },
 
     async finishValidation(batchId, result, now) {

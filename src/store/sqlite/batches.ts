@@ -128,9 +128,13 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
     },
 
     // One process validates (the instance lock): the validator's own in-flight set is the lease.
-    async leaseValidation(batchId) {
-      const row = stmts(deps).byId.get({ id: batchId })
-      return row?.status === 'validating' ? row : null
+    async leaseValidations(batchIds) {
+      const rows: BatchRow[] = []
+      for (const id of batchIds) {
+        const row = stmts(deps).byId.get({ id })
+        if (row?.status === 'validating') rows.push(row)
+      }
+      return rows
     },
 
     async finishValidation(batchId, result, now) {
