@@ -164,6 +164,11 @@ export interface FleetStore {
   hostsOf(names: readonly string[]): Promise<Map<string, string[]>>
   /** What the predicate reads of one worker besides its head. */
   workerHosting(workerId: string): Promise<WorkerHosting>
+  /**
+   * POST /workers/poll (API.md §7): the worker's row and what it hosts, read together (one
+   * statement on PostgreSQL: the poll is every instance's hot path).
+   */
+  findWorkerWithHosting(id: string): Promise<{ worker: WorkerRow; hosting: WorkerHosting } | undefined>
 
   /** API.md §7 pull_models: the asks outstanding with `workerId`. */
   pullsOfWorker(workerId: string): Promise<ModelPullRow[]>

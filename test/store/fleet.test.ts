@@ -170,6 +170,34 @@ for (const [kind, open] of storeEngines) {
       expect(gpus).toEqual([{ name: 'RTX 4090' }])
     })
 
+    test('findWorkerWithHosting: the row exactly as findWorker reads it, and workerHosting, in one read', async () => {
+      h = await open()
+      await seed(h)
+      const got = await h.store.fleet.register(registration({ machineId: 'mach-1' }))
+      if ('notOwned' in got) throw new Error('unexpected')
+      await h.exec(`UPDATE workers SET vram_total_gb = 23.5, loaded_models = '["disk:1"]',
+        last_heartbeat_at = 1234567890123, uptime_seconds = 7 WHERE id = ${q(got.worker.id)};
+        UPDATE worker_models SET digest = 'sha256:ab', loaded = TRUE WHERE name = 'disk:1';`)
+      const row = await h.store.fleet.findWorker(got.worker.id)
+      expect(row).toMatchObject({
+        vram_total_gb: 23.5,
+        loaded_models: ['disk:1'],
+        last_heartbeat_at: 1234567890123,
+      })
+      const found = await h.store.fleet.findWorkerWithHosting(got.worker.id)
+      expect(found).toEqual({ worker: row!, hosting: await h.store.fleet.workerHosting(got.worker.id) })
+      expect(found!.hosting.models).toContainEqual(
+        expect.objectContaining({ name: 'disk:1', digest: 'sha256:ab', loaded: true }),
+      )
+      // A worker with nothing hosted yet, and none at all.
+      await worker(h, 'wrk_bare')
+      expect(await h.store.fleet.findWorkerWithHosting('wrk_bare')).toEqual({
+        worker: (await h.store.fleet.findWorker('wrk_bare'))!,
+        hosting: { engines: [], models: [] },
+      })
+      expect(await h.store.fleet.findWorkerWithHosting('wrk_nope')).toBeUndefined()
+    })
+
     test('register again (by id, or by machine_id): held batches requeued once, row reset, child rows and asks replaced', async () => {
       h = await open()
       await seed(h)

@@ -59,7 +59,11 @@ for (const mode of ['auto', 'force_generic_plan']) {
         expect(heads).not.toContain('batches_status_user')
         expect(heads).not.toContain('Sort')
         const claim = await plan((e) =>
-          claimOne(e, { model: 'm-late', user_id: 'user_a' }, { id: 'a', workerId: 'w', orgId: 'o', now: 1 }),
+          claimOne(
+            e,
+            { model: 'm-late', user_id: 'user_a' },
+            { id: 'a', workerId: 'w', orgId: 'o', now: 1, maxConcurrent: 1 },
+          ),
         )
         expect(claim).toContain('batches_status_model')
         expect(claim).not.toContain('batches_status_user')
@@ -70,7 +74,7 @@ for (const mode of ['auto', 'force_generic_plan']) {
 }
 
 test('postgres claim: the heads found are the oldest validated batch of each owner of each model', async () => {
-  const rows = await db.$client.begin((q) => claimHeads(q, 'wrk_1', ['m-late', 'm-other', 'm-none']))
+  const rows = await claimHeads(db.$client, 'wrk_1', ['m-late', 'm-other', 'm-none'])
   expect(rows.map((r) => [r.model, r.user_id, r.id, r.active]).sort()).toEqual([
     ['m-late', 'user_a', 'batch_l1', 0],
     ['m-late', 'user_b', 'batch_l1000', 0],

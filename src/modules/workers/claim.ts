@@ -2,7 +2,7 @@ import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { isOnline } from './liveness'
 import { loadCatalogue, matchesFor, workerView } from './matching'
-import { ownWorker } from './service'
+import { ownWorkerWithHosting } from './service'
 
 // POST /workers/poll (SPEC §4 Poll, API.md §7). The worker's servable entries are computed here,
 // by the one matching predicate (catalogue-sized work); the storage engine then claims the oldest
@@ -28,11 +28,10 @@ export async function claimBatch(
   principal: WorkerPrincipal,
   workerId: string,
 ): Promise<{ job: Job | null }> {
-  // The worker's row and what it hosts are read at once (one round trip on PostgreSQL); the
-  // hosting read is thrown away when the worker is not the key's.
-  const [worker, hosting, catalogue] = await Promise.all([
-    ownWorker(deps, principal, workerId),
-    deps.store.fleet.workerHosting(workerId),
+  // The worker's row and what it hosts are one read (one statement on PostgreSQL); the hosting
+  // read is thrown away when the worker is not the key's.
+  const [{ worker, hosting }, catalogue] = await Promise.all([
+    ownWorkerWithHosting(deps, principal, workerId),
     loadCatalogue(deps),
   ])
   // A worker the sweeper would call silent gets no new work until it heartbeats again.

@@ -32,6 +32,12 @@ export async function ownWorker(
   return checkOwner(await deps.store.fleet.findWorker(workerId), principal)
 }
 
+/** ownWorker with what the worker hosts (POST /workers/poll), read at once. */
+export async function ownWorkerWithHosting(deps: Deps, principal: WorkerPrincipal, workerId: string) {
+  const found = await deps.store.fleet.findWorkerWithHosting(workerId)
+  return { worker: checkOwner(found?.worker, principal), hosting: found!.hosting }
+}
+
 function checkOwner(w: WorkerRow | undefined, principal: WorkerPrincipal): WorkerRow {
   if (!w) throw notFound('worker_not_found', 'No such worker', 'worker_id')
   if (w.org_id !== principal.orgId) throw notOwned()

@@ -7,7 +7,7 @@ import { newId } from '../../lib/ids'
 import { parseLimit } from '../../lib/pagination'
 import type { RequeueOutcome } from '../../modules/workers/requeue'
 import { checkHolder, checkProgress, registeredState } from '../../modules/workers/rules'
-import type { FleetStore, ListedWorker, Registration } from '../fleet'
+import type { FleetStore, ListedWorker, Registration, WorkerHosting } from '../fleet'
 import type { PgDb, PgTx } from './db'
 import { requeueLocked } from './queue'
 
@@ -405,6 +405,22 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .where(eq(workerModels.worker_id, workerId)),
       ])
       return { engines: engines.map((r) => r.engine), models }
+    },
+
+    async findWorkerWithHosting(id) {
+      // One statement, one JSON value: to_jsonb gives bigint and double columns as numbers and
+      // jsonb as it is, so the row needs no conversion (Bun's client returns bigint as strings).
+      const [row] = (await db.$client`
+        SELECT json_build_object(
+          'worker', to_jsonb(w),
+          'hosting', json_build_object(
+            'engines', ARRAY(SELECT engine FROM worker_runtimes WHERE worker_id = w.id),
+            'models', coalesce((SELECT json_agg(json_build_object('name', m.name, 'runtime', m.runtime,
+                'digest', m.digest, 'loaded', m.loaded, 'advertised', m.advertised,
+                'configured', m.configured, 'on_disk', m.on_disk))
+              FROM worker_models m WHERE m.worker_id = w.id), '[]'))) AS found
+        FROM workers w WHERE w.id = ${id}`) as { found: { worker: WorkerRow; hosting: WorkerHosting } }[]
+      return row?.found
     },
 
     async pullsOfWorker(workerId) {

@@ -114,12 +114,14 @@ const runningOf = (q: SQL, owners: string[]) =>
 /**
  * The claim itself (the state table's `claimed` edge, STYLE example 7, and the assignment) in one
  * statement: the oldest validated batch of the chosen model and owner that no other poll holds
- * (FOR UPDATE SKIP LOCKED); no row when they all are.
+ * (FOR UPDATE SKIP LOCKED), while the worker holds fewer than `maxConcurrent` open
+ * assignments; no row otherwise. Run after lockWorker in the same transaction, its snapshot
+ * sees every assignment the worker's other polls committed (API.md §7 max_concurrent_jobs).
  */
 export function claimOne(
   q: SQL,
   pick: { model: string; user_id: string },
-  a: { id: string; workerId: string; orgId: string; now: number },
+  a: { id: string; workerId: string; orgId: string; now: number; maxConcurrent: number },
 ) {
   const { from, to } = BATCH_TRANSITIONS.claimed
   return q`
@@ -131,12 +133,39 @@ export function claimOne(
         ORDER BY status, model, user_id, seq LIMIT 1
         FOR UPDATE SKIP LOCKED
       ) AND status = ${from}
+        AND (SELECT count(*) FROM batch_assignments
+             WHERE worker_id = ${a.workerId} AND completed_at IS NULL) < ${a.maxConcurrent}
       RETURNING *
     ), assigned AS (
       INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at)
       SELECT ${a.id}, id, ${a.workerId}, ${a.orgId}, ${a.now} FROM claimed
     )
     SELECT * FROM claimed` as Promise<Record<string, unknown>[]>
+}
+
+/**
+ * BEGIN, the worker's lock, the claim and COMMIT sent at once on one connection (pipelined: one
+ * round trip). PostgreSQL runs them in order, so the claim's snapshot is taken once the lock is
+ * held; when a statement fails, COMMIT ends the aborted transaction as a rollback.
+ */
+async function claimLocked(
+  db: PgDb,
+  pick: { model: string; user_id: string },
+  a: Parameters<typeof claimOne>[2],
+) {
+  const conn = await db.$client.reserve()
+  try {
+    const sent = await Promise.allSettled([
+      conn`BEGIN`,
+      lockWorker(conn, a.workerId),
+      claimOne(conn, pick, a),
+      conn`COMMIT`,
+    ])
+    for (const r of sent) if (r.status === 'rejected') throw r.reason
+    return (sent[2] as PromiseFulfilledResult<Record<string, unknown>[]>).value[0]
+  } finally {
+    conn.release()
+  }
 }
 
 /** Bun's client returns bigint columns as strings; drizzle's schema says which are numbers. */
@@ -154,58 +183,55 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     async claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null> {
       if (req.candidates.length === 0) return null
       const byModel = new Map(req.candidates.map((c) => [c.model, c]))
-      return db.$client.begin(async (q) => {
-        // Sent together: the heads' snapshot is taken once the worker's lock is held, so they see
-        // every assignment its other polls committed.
-        const [me, rows] = await Promise.all([
-          lockWorker(q, req.workerId),
-          claimHeads(q, req.workerId, [...byModel.keys()]),
-        ])
-        if (me.length === 0 || rows[0]!.active >= req.maxConcurrent) return null
-        const heads = rows
-          .filter((r) => r.model !== null)
-          .map((r) => {
-            const c = byModel.get(r.model!)!
-            return {
-              batch_id: r.id,
-              seq: r.seq,
-              user_id: r.user_id,
-              model: c.model,
-              loaded: c.loaded,
-              running: 0,
-              match: c.match,
-            }
-          })
-        const owners = ownersToCount(heads)
-        if (owners.length) {
-          const running = new Map((await runningOf(q, owners)).map((r) => [r.user_id, r.n]))
-          for (const h of heads) h.running = running.get(h.user_id) ?? 0
-        }
-        // Another poll may hold or have taken the chosen owner's batches: then the next best.
-        for (let best = pickClaim(heads); best; best = pickClaim(heads)) {
-          const assignmentId = newId('asg_')
-          const [raw] = await claimOne(q, best, {
-            id: assignmentId,
-            workerId: req.workerId,
-            orgId: req.orgId,
-            now: req.now,
-          })
-          if (raw) {
-            const batch = batchRow(raw)
-            const { from, to } = BATCH_TRANSITIONS.claimed
-            log.info('batch transition', {
-              batch_id: batch.id,
-              from,
-              to,
-              event: 'claimed',
-              reason: `worker ${req.workerId}`,
-            })
-            return { batch, assignmentId, match: best.match }
+      // The heads are read outside the claim's transaction: they only name whom to claim from, and
+      // the claim re-checks everything under the worker's lock (claimLocked).
+      const rows = await claimHeads(db.$client, req.workerId, [...byModel.keys()])
+      if (rows[0]!.active >= req.maxConcurrent) return null
+      const heads = rows
+        .filter((r) => r.model !== null)
+        .map((r) => {
+          const c = byModel.get(r.model!)!
+          return {
+            batch_id: r.id,
+            seq: r.seq,
+            user_id: r.user_id,
+            model: c.model,
+            loaded: c.loaded,
+            running: 0,
+            match: c.match,
           }
-          heads.splice(heads.indexOf(best), 1)
+        })
+      const owners = ownersToCount(heads)
+      if (owners.length) {
+        const running = new Map((await runningOf(db.$client, owners)).map((r) => [r.user_id, r.n]))
+        for (const h of heads) h.running = running.get(h.user_id) ?? 0
+      }
+      // Another poll may hold or have taken the chosen owner's batches, or the worker reached its
+      // limit meanwhile: then the next best, each try under the lock again.
+      for (let best = pickClaim(heads); best; best = pickClaim(heads)) {
+        const assignmentId = newId('asg_')
+        const raw = await claimLocked(db, best, {
+          id: assignmentId,
+          workerId: req.workerId,
+          orgId: req.orgId,
+          now: req.now,
+          maxConcurrent: req.maxConcurrent,
+        })
+        if (raw) {
+          const batch = batchRow(raw)
+          const { from, to } = BATCH_TRANSITIONS.claimed
+          log.info('batch transition', {
+            batch_id: batch.id,
+            from,
+            to,
+            event: 'claimed',
+            reason: `worker ${req.workerId}`,
+          })
+          return { batch, assignmentId, match: best.match }
         }
-        return null
-      })
+        heads.splice(heads.indexOf(best), 1)
+      }
+      return null
     },
 
     async batchWithAssignment(batchId) {

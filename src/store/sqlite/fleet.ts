@@ -445,6 +445,14 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       }
     },
 
+    async findWorkerWithHosting(id) {
+      const s = stmts(deps)
+      const worker = s.workerById.get({ id })
+      if (!worker) return undefined
+      const engines = s.engines.all({ id }).map((r) => r.engine)
+      return { worker, hosting: { engines, models: s.models.all({ id }) } }
+    },
+
     async pullsOfWorker(workerId) {
       return stmts(deps).pullsOfWorker.all({ worker_id: workerId })
     },
