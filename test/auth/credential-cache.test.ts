@@ -224,6 +224,18 @@ describe('CredentialCache', () => {
     ...o,
   })
 
+  /** A store read that counts its calls. */
+  function counted<T>(value: T) {
+    const c = {
+      calls: 0,
+      read: async () => {
+        c.calls++
+        return value
+      },
+    }
+    return c
+  }
+
   test('a read that began before a forget is returned but not kept', async () => {
     const cache = new CredentialCache()
     let release!: (v: KeyCredential) => void
@@ -231,9 +243,10 @@ describe('CredentialCache', () => {
     cache.forget(['key_1'])
     release(credential('key_1'))
     expect((await pending)?.id).toBe('key_1')
-    let reads = 0
-    await cache.key('h', 0, async () => (reads++, credential('key_1')))
-    expect(reads).toBe(1)
+    const again = counted(credential('key_1'))
+    await cache.key('h', 0, again.read)
+    await cache.key('h', 0, again.read)
+    expect(again.calls).toBe(1)
   })
 
   test('forget drops keys by their own id, their user or their org, and users by id', async () => {
@@ -254,16 +267,15 @@ describe('CredentialCache', () => {
 
   test('an entry is used for CREDENTIAL_MAX_AGE_SECONDS, then read again; unknown ones are never kept', async () => {
     const cache = new CredentialCache()
-    let reads = 0
-    const read = async () => (reads++, credential('key_1'))
-    await cache.key('h', 100, read)
-    await cache.key('h', 100 + CREDENTIAL_MAX_AGE_SECONDS - 1, read)
-    expect(reads).toBe(1)
-    await cache.key('h', 100 + CREDENTIAL_MAX_AGE_SECONDS, read)
-    expect(reads).toBe(2)
-    let misses = 0
-    for (let i = 0; i < 3; i++) await cache.key('unknown', 100, async () => (misses++, undefined))
-    expect(misses).toBe(3)
+    const kept = counted(credential('key_1'))
+    await cache.key('h', 100, kept.read)
+    await cache.key('h', 100 + CREDENTIAL_MAX_AGE_SECONDS - 1, kept.read)
+    expect(kept.calls).toBe(1)
+    await cache.key('h', 100 + CREDENTIAL_MAX_AGE_SECONDS, kept.read)
+    expect(kept.calls).toBe(2)
+    const unknown = counted(undefined)
+    for (let i = 0; i < 3; i++) await cache.key('unknown', 100, unknown.read)
+    expect(unknown.calls).toBe(3)
   })
 
   test('bounded: the oldest entry goes when CREDENTIALS_KEPT are kept', async () => {
@@ -271,9 +283,10 @@ describe('CredentialCache', () => {
     for (let i = 0; i <= CREDENTIALS_KEPT; i++)
       await cache.key(`h${i}`, 0, async () => credential(`key_${i}`))
     expect(cache.size.keys).toBe(CREDENTIALS_KEPT)
-    let reads = 0
-    await cache.key('h0', 0, async () => (reads++, credential('key_0')))
-    await cache.key(`h${CREDENTIALS_KEPT}`, 0, async () => (reads++, credential('key_last')))
-    expect(reads).toBe(1)
+    const oldest = counted(credential('key_0'))
+    const newest = counted(credential(`key_${CREDENTIALS_KEPT}`))
+    await cache.key('h0', 0, oldest.read)
+    await cache.key(`h${CREDENTIALS_KEPT}`, 0, newest.read)
+    expect([oldest.calls, newest.calls]).toEqual([1, 0])
   })
 })
