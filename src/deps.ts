@@ -14,6 +14,7 @@ import { createMailer, type Mailer } from './lib/mailer'
 import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
+import { CredentialCache } from './modules/auth/credential-cache'
 import { CatalogueView } from './modules/catalogue/view'
 import type { KeptCapacity } from './modules/pool/service'
 import type { QueueStats } from './modules/stats/service'
@@ -81,6 +82,8 @@ export interface Deps {
   catalogueView: CatalogueView
   /** The dashboard's queue chart (GET /v1/stats/queue), kept a few seconds. */
   queueStatsCache: { value?: QueueStats }
+  /** API.md §1 credentials (keys by hash, users by id), kept until a write changes them. */
+  credentials: CredentialCache
 }
 
 export interface DepsOverrides {
@@ -153,5 +156,6 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     webhooksInFlight: new Set(),
     resolveHost: overrides.resolveHost ?? systemResolveHost,
     queueStatsCache: {},
+    credentials: new CredentialCache(),
   }
 }

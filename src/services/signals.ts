@@ -23,6 +23,8 @@ export function start(deps: Deps): () => Promise<void> {
       if (signal.scope === 'catalogue') deps.store.catalogue.forgetCatalogue()
       return deps.catalogueView.drop(signal.scope)
     }
+    // A key or user changed elsewhere: the next request here with that credential reads afresh.
+    if (signal.kind === 'credentials_changed') return deps.credentials.forget(signal.ids)
     const batchId = signal.batch_id
     // A batch became claimable elsewhere: held polls here look again (API.md §7 wait_seconds).
     if (signal.kind === 'claimable') return deps.pollWaiters.notify(signal.model)

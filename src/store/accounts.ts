@@ -52,7 +52,8 @@ export interface AccountsStore {
   addResetToken(token: NewResetToken): Promise<void>
   /**
    * reset-password: claims the token (single use, unexpired, its user active) and sets the password
-   * as setPassword does, in one transaction. False when the token is unknown, used or expired.
+   * as setPassword does, in one transaction. Returns the user's id; undefined when the token is
+   * unknown, used or expired.
    */
-  redeemResetToken(tokenHash: string, passwordHash: string, now: number): Promise<boolean>
+  redeemResetToken(tokenHash: string, passwordHash: string, now: number): Promise<string | undefined>
 }

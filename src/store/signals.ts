@@ -15,6 +15,11 @@ export type BatchSignal =
    * instances drop their view, and on `catalogue` read the catalogue again (readCatalogue).
    */
   | { kind: 'models_changed'; scope: 'catalogue' | 'fleet' }
+  /**
+   * A credential changed (modules/auth/credential-cache.ts): the other instances forget the keys
+   * and users these ids name (key, user or org ids).
+   */
+  | { kind: 'credentials_changed'; ids: string[] }
 
 export interface SignalsStore {
   /** Sends a signal to every other instance. */

@@ -169,22 +169,22 @@ for (const [kind, open] of storeEngines) {
         h.store.accounts.addResetToken({ user_id: u.id, token_hash: hash, created_at: 10, expires_at })
       await token('t-good')
       await token('t-old', 100)
-      expect(await h.store.accounts.redeemResetToken('t-unknown', 'hash-r', 200)).toBe(false)
-      expect(await h.store.accounts.redeemResetToken('t-old', 'hash-r', 200)).toBe(false)
+      expect(await h.store.accounts.redeemResetToken('t-unknown', 'hash-r', 200)).toBeUndefined()
+      expect(await h.store.accounts.redeemResetToken('t-old', 'hash-r', 200)).toBeUndefined()
       // A deactivated user's token does nothing and stays unused.
       await h.store.accounts.updateUser(u.id, { is_active: false }, 200)
-      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-r', 200)).toBe(false)
+      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-r', 200)).toBeUndefined()
       expect(await h.one(`SELECT used_at FROM password_reset_tokens WHERE token_hash = 't-good'`)).toEqual({
         used_at: null,
       })
       await h.store.accounts.updateUser(u.id, { is_active: true, must_change_password: true }, 200)
-      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-r', 300)).toBe(true)
+      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-r', 300)).toBe(u.id)
       expect(await h.store.accounts.findUserById(u.id)).toMatchObject({
         password_hash: 'hash-r',
         must_change_password: false,
         token_version: 1,
       })
-      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-x', 301)).toBe(false)
+      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-x', 301)).toBeUndefined()
       expect((await h.store.accounts.findUserById(u.id))?.password_hash).toBe('hash-r')
     })
 

@@ -2,6 +2,7 @@ import type { Deps } from '../../deps'
 import { notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
 import { type PageParams, toPage } from '../../lib/pagination'
+import { credentialsChanged } from '../auth/credential-cache'
 import type { UserPrincipal } from '../auth/credentials'
 import { toUserObject } from '../users/model'
 import { createUser } from '../users/service'
@@ -33,6 +34,8 @@ export async function updateUser(
 ) {
   const row = await deps.store.accounts.updateUser(userId, input, deps.clock.now())
   if (!row) throw notFound('user_not_found', 'No such user', 'user_id')
+  // A deactivation or a new platform role holds from the user's next request, on every instance.
+  credentialsChanged(deps, [userId])
   log.info('user updated by admin', { user_id: userId, by: by.user.id, ...input })
   return toUserObject(row)
 }

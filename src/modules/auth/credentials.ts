@@ -29,18 +29,20 @@ export async function authenticate(deps: Deps, authorization: string | null | un
 
 async function byKey(deps: Deps, raw: string): Promise<Principal> {
   if (!KEY_PATTERN.test(raw)) throw unauthorized('invalid_api_key', 'Invalid API key')
-  const key = await deps.store.keys.findCredentialByKeyHash(sha256Hex(raw))
-  if (!key) throw unauthorized('invalid_api_key', 'Invalid API key')
   const now = deps.clock.now()
+  const hash = sha256Hex(raw)
+  const key = await deps.credentials.key(hash, now, () => deps.store.keys.findCredentialByKeyHash(hash))
+  if (!key) throw unauthorized('invalid_api_key', 'Invalid API key')
   if (key.revoked_at !== null) throw unauthorized('api_key_revoked', 'This API key has been revoked')
   if (key.expires_at !== null && key.expires_at <= now)
     throw unauthorized('api_key_expired', 'This API key has expired')
   // Recorded at minute resolution: a heartbeat every few seconds must not mean a write each time.
   if (key.last_used_at === null || now - key.last_used_at >= LAST_USED_RESOLUTION_SECONDS) {
     await deps.store.keys.recordKeyUse(key.id, now)
+    deps.credentials.keyUsed(hash, now)
   }
   if (key.key_type === 'worker') return { kind: 'worker', orgId: key.org_id!, keyId: key.id }
-  const user = await deps.store.accounts.findUserById(key.user_id!)
+  const user = await findUser(deps, key.user_id!, now)
   if (!user?.is_active) throw unauthorized('invalid_api_key', 'Invalid API key')
   return { kind: 'user', via: 'personal_key', user, keyId: key.id }
 }
@@ -48,9 +50,13 @@ async function byKey(deps: Deps, raw: string): Promise<Principal> {
 async function byJwt(deps: Deps, token: string): Promise<Principal> {
   const claims = await deps.tokens.verify(token)
   if (!claims) throw unauthorized('invalid_token', 'Invalid or expired token')
-  const user = await deps.store.accounts.findUserById(claims.sub)
+  const user = await findUser(deps, claims.sub, deps.clock.now())
   if (!user?.is_active) throw unauthorized('invalid_token', 'Invalid or expired token')
   // A password change or reset bumps token_version: every JWT issued before it stops working.
   if (claims.tv !== user.token_version) throw unauthorized('token_revoked', 'This token is no longer valid')
   return { kind: 'user', via: 'jwt', user, keyId: null }
 }
+
+/** The user behind a JWT or personal key, kept per server (credential-cache.ts). */
+const findUser = (deps: Deps, userId: string, now: number) =>
+  deps.credentials.user(userId, now, () => deps.store.accounts.findUserById(userId))

@@ -5,6 +5,7 @@ import { generateResetToken, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
 import { toUserObject } from '../users/model'
 import { checkPassword, createUser } from '../users/service'
+import { credentialsChanged } from './credential-cache'
 import type { UserPrincipal } from './credentials'
 
 export async function signup(deps: Deps, input: { email: string; password: string; full_name: string }) {
@@ -59,6 +60,7 @@ export async function changePassword(
   const hash = await deps.passwords.hash(input.new_password)
   // The token version is bumped: every JWT issued before this one stops working.
   const fresh = (await deps.store.accounts.setPassword(user.id, hash, deps.clock.now()))!
+  credentialsChanged(deps, [user.id])
   const { token, expiresIn } = await deps.tokens.sign(fresh.id, fresh.token_version)
   return { status: 'password_changed' as const, access_token: token, expires_in: expiresIn }
 }
@@ -102,8 +104,11 @@ export async function resetPassword(deps: Deps, input: { token: string; new_pass
   const hash = await deps.passwords.hash(input.new_password)
   const now = deps.clock.now()
   // Single use, unexpired, and its user still active; the password is set in the same transaction.
-  if (!(await deps.store.accounts.redeemResetToken(sha256Hex(input.token), hash, now)))
+  const userId = await deps.store.accounts.redeemResetToken(sha256Hex(input.token), hash, now)
+  if (!userId)
     throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
+  // The token version was bumped: the user's older JWTs stop working from the next request.
+  credentialsChanged(deps, [userId])
   return { status: 'password_reset' as const }
 }
 

@@ -4,6 +4,7 @@ import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
 import { type PageParams, toPage } from '../../lib/pagination'
 import type { KeyOwner, Replacement } from '../../store/keys'
+import { credentialsChanged } from '../auth/credential-cache'
 import type { UserPrincipal } from '../auth/credentials'
 import { type KeyRecord, toKeyRecord } from './model'
 
@@ -83,6 +84,8 @@ export async function updateKey(
     ...(input.revoked ? { revoked_at: deps.clock.now() } : {}),
   })
   if (!row) throw keyNotFound()
+  // A new expiry or a revocation holds from the next request, on every instance.
+  credentialsChanged(deps, [keyId])
   if (input.revoked) log.info('api key revoked', { key_id: keyId, key_type: owner.type })
   return toKeyRecord(row)
 }
@@ -108,6 +111,8 @@ export async function regenerateKey(
   const row = keyId
     ? await deps.store.keys.rotateKey(owner, keyId, replacement, now)
     : await deps.store.keys.rotateAllKeys(owner, replacement, now)
+  // The replaced key, or every key of the owner, is revoked from the next request on.
+  credentialsChanged(deps, [keyId ?? (owner.type === 'personal' ? owner.userId : owner.orgId)])
   log.info('api key regenerated', { key_id: row.id, replaced: keyId ?? 'all', key_type: owner.type })
   return toKeyRecord(row, raw)
 }

@@ -145,9 +145,9 @@ export function postgresAccounts(db: PgDb): AccountsStore {
             ),
           )
           .returning({ user_id: passwordResetTokens.user_id })
-        if (!claimed) return false
+        if (!claimed) return undefined
         await storePassword(tx, now, claimed.user_id, passwordHash)
-        return true
+        return claimed.user_id
       })
     },
   }

@@ -131,9 +131,9 @@ export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
           )
           .returning({ user_id: passwordResetTokens.user_id })
           .get()
-        if (!claimed) return false
+        if (!claimed) return undefined
         storePassword(tx, now, claimed.user_id, passwordHash)
-        return true
+        return claimed.user_id
       })
     },
   }
