@@ -62,7 +62,7 @@ export interface CatalogueStore {
 
 /**
  * The safety net under the signals (STYLE example 15: NOTIFY is a hint, the table is the truth): a
- * lost `catalogue` signal delays a change on the other instances by at most this long.
+ * lost `models_changed` signal (scope `catalogue`) delays a change on the other instances by at most this long.
  */
 export const CATALOGUE_REREAD_MS = 30_000
 

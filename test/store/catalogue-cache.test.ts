@@ -4,7 +4,7 @@ import { type StoreHarness, storeEngines } from '../helpers/stores'
 
 // readCatalogue runs on every poll: each engine keeps the rows until the catalogue changes through
 // it (upsertEntries), until another instance says it changed it (forgetCatalogue, on its
-// `catalogue` signal), or for at most CATALOGUE_REREAD_MS.
+// `models_changed` signal, scope `catalogue`), or for at most CATALOGUE_REREAD_MS.
 
 function entry(id: string): CatalogueEntry {
   return {

@@ -1,6 +1,7 @@
 import type { CatalogEntryRow, UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { log } from '../../lib/logger'
+import { CATALOGUE_REREAD_MS } from '../../store/catalogue'
 import { loadCatalogue, onlineFleet, servableCatalogIds } from '../workers/matching'
 import { toModelObject } from './model'
 
@@ -13,9 +14,10 @@ import { toModelObject } from './model'
 
 /**
  * The longest a view is kept: a signal from another instance that never arrived (API.md §12: a
- * signal is a hint) delays a change by at most this.
+ * signal is a hint) delays a change by at most this — the same safety net as the engine's
+ * catalogue rows (CATALOGUE_REREAD_MS), so one lost signal costs one bound, not two.
  */
-export const VIEW_MAX_AGE_SECONDS = 30
+export const VIEW_MAX_AGE_SECONDS = CATALOGUE_REREAD_MS / 1000
 /** Visibility classes whose answers are kept (each user's private orgs make one). */
 const MAX_KEPT_BODIES = 1_000
 
