@@ -17,6 +17,10 @@ const RELEASED: { tag: string; sha256: string }[] = [
     tag: '0002_batches_completed',
     sha256: '1fe464ec6a41e17183a01c7b084c71f5df13557eb157580ac1bb9b4fd6a020af',
   },
+  { tag: '0003_usage', sha256: '3932565812e4864c6aa991c742c34bb79e5ec075365e1db37a7323a0367bc63d' },
+  { tag: '0004_files_expires', sha256: '3ff8acf3424621bf5f7ce75efe2bf217f3cea471d7bedfea2acf905f1fac2033' },
+  { tag: '0005_webhooks', sha256: '13bbb16010bc6a72a8c7f81ffe8b9fb836571dfd3ccd267ab76fc811f7b6415b' },
+  { tag: '0006_fair_share', sha256: 'c5d4b53a12a03b794178d8288c3cabbd886350e3121c0acc44f8bfb29aebcaf1' },
 ]
 
 /** The PostgreSQL engine's released migrations (drizzle/postgres), pinned the same way. */
@@ -31,6 +35,11 @@ const RELEASED_POSTGRES: { tag: string; sha256: string }[] = [
     tag: '0003_batches_completed',
     sha256: '3303833978cc7ba4c71e507d4f02bfcfebaaf85e9fe421f68bc6ee1aae3af691',
   },
+  { tag: '0004_usage', sha256: '1f9e4860f48ec2c2b700312adb075b2a0c5d27cb0d2d28daa65f478821392605' },
+  { tag: '0005_files_expires', sha256: '2b8d85c2d03cea50dad446670f4f48acadc8e8861df5c29196090e83021ce7f8' },
+  { tag: '0006_webhooks', sha256: 'f10d0ba0e9883c6cd0b13b33df45e3f77b73948f8302ca4a3793a69eed6297b6' },
+  { tag: '0007_fair_share', sha256: 'dc3bba7ae43be3c0b16fc6a313af7625b78e22c4ed10259c58d456ea2551d905' },
+  { tag: '0008_jsonb_values', sha256: '67f74593a30a24ac1a7ae664eaefe41541e40eba9433c25138b34c1fbd2fc6c3' },
 ]
 
 /** The migration set as it was at a release: the first `count` entries of today's journal. */
