@@ -111,9 +111,7 @@ function recordRequest(deps: Deps, ctx: AfterResponse) {
   const status = responseStatus(ctx)
   const seconds = facts ? (deps.clock.monotonicMs() - facts.startedMs) / 1000 : 0
   const method = METHODS.has(request.method) ? request.method : 'OTHER'
-  const series = deps.metrics.httpSeries(method, route || 'unmatched', status)
-  series.count.inc()
-  series.duration.observe(seconds)
+  deps.metrics.http.record(method, route || 'unmatched', status, seconds)
   if (!logEnabled('info')) return
   log.info('request', {
     request_id: facts?.id,

@@ -30,3 +30,22 @@ export function pathOf(url: string): string {
   const query = url.indexOf('?', start)
   return url.slice(start, query < 0 ? undefined : query)
 }
+
+/**
+ * A response whose body is already serialized, written out as it is. Elysia rebuilds a returned
+ * Response whenever `set.headers` holds anything (every request holds its X-Request-Id), and the
+ * rebuild streams the body anew: about a fifth of a cached read's cost. So the request id moves
+ * onto the Response itself and `set.headers` is left empty.
+ */
+export function sendAsIs(
+  set: { headers: Record<string, string | number> },
+  body: string,
+  headers: Record<string, string>,
+): Response {
+  const { 'x-request-id': id, ...rest } = set.headers
+  if (Object.keys(rest).length > 0) return new Response(body, { headers })
+  set.headers = {}
+  return new Response(body, {
+    headers: id === undefined ? headers : { ...headers, 'x-request-id': String(id) },
+  })
+}

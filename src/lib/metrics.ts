@@ -1,5 +1,6 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { Counter, Gauge, Registry } from 'prom-client'
 import pkg from '../../package.json'
+import { createHttpMetrics } from './http-metrics'
 
 // Prometheus metrics (issue 6, API.md §10), one registry per server so tests that build several
 // apps in one process never share counts. Modules increment these directly; gauges that describe
@@ -17,40 +18,10 @@ export function createMetrics() {
     registers,
   }).set({ version: pkg.version, bun_version: Bun.version }, 1)
   /** Every HTTP request, counted once when its response is complete (src/app.ts). */
-  const httpRequests = new Counter({
-    name: 'gridkeep_http_requests_total',
-    help: 'HTTP requests by method, route pattern (never the raw path) and status',
-    labelNames: ['method', 'route', 'status'] as const,
-    registers,
-  })
-  const httpDuration = new Histogram({
-    name: 'gridkeep_http_request_duration_seconds',
-    help: 'HTTP request latency by method, route pattern and status',
-    labelNames: ['method', 'route', 'status'] as const,
-    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
-    registers,
-  })
-  // prom-client hashes the label object on every call; the children of one (method, route, status)
-  // are looked up once and kept (the set is small: route patterns, not paths).
-  const childrenOf = (method: string, route: string, status: string) => ({
-    count: httpRequests.labels(method, route, status),
-    duration: httpDuration.labels(method, route, status),
-  })
-  const httpChildren = new Map<string, ReturnType<typeof childrenOf>>()
+  const http = createHttpMetrics(registry, [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60])
   return {
     registry,
-    httpRequests,
-    httpDuration,
-    /** The request counter and latency histogram of one (method, route pattern, status). */
-    httpSeries(method: string, route: string, status: number) {
-      const key = `${method} ${status} ${route}`
-      let series = httpChildren.get(key)
-      if (!series) {
-        series = childrenOf(method, route, String(status))
-        httpChildren.set(key, series)
-      }
-      return series
-    },
+    http,
     /** Set at scrape time from the database (src/modules/metrics). */
     batches: new Gauge({
       name: 'gridkeep_batches',

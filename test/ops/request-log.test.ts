@@ -58,6 +58,9 @@ describe('request log', () => {
         route: '/v1/auth/forgot-password',
       },
       { method: 'GET', path: '/v1/auth/me', status: 401, route: '/v1/auth/me' },
+      // Answers kept serialized carry the request id on the Response itself (sendAsIs).
+      { method: 'GET', path: '/v1/pool/capacity', status: 200, route: '/v1/pool/capacity' },
+      { method: 'GET', path: '/v1/models', opts: { token: user.token }, status: 200, route: '/v1/models' },
       {
         method: 'GET',
         path: '/v1/orgs/org_unknown/api-keys',
@@ -165,7 +168,7 @@ describe('request log', () => {
     expect(res.status).toBe(202)
     const line = (await linesFor(id, timed)).find((l) => l.msg === 'request')
     expect(line).toMatchObject({ route: '/v1/auth/forgot-password', status: 202, duration_ms: 1500 })
-    const observed = (await timed.deps.metrics.httpDuration.get()).values.find(
+    const observed = (await timed.deps.metrics.http.duration.get()).values.find(
       (v) => v.metricName?.endsWith('_sum') && v.labels.route === '/v1/auth/forgot-password',
     )
     expect(observed?.value).toBe(1.5)

@@ -1,22 +1,30 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { sendAsIs } from '../../http/context'
 import { ModelList, ModelObject, ModelParams } from './model'
 import * as catalogue from './service'
 
 const tags = ['models']
 
 // The list is kept serialized (catalogue/view.ts): it goes out as it is, not re-encoded.
-const json = (body: string) => new Response(body, { headers: { 'content-type': 'application/json' } })
+const JSON_HEADERS = { 'content-type': 'application/json' }
 
 export const catalogueRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.catalogue', prefix: '/v1/models' })
     .use(authPlugin(deps))
-    .get('', async ({ principal }) => json(await catalogue.listModels(deps, principal)), {
-      user: true,
-      response: { 200: ModelList },
-      detail: { tags, summary: 'Selectable catalogue entries: public plus the caller’s orgs, enabled only' },
-    })
+    .get(
+      '',
+      async ({ principal, set }) => sendAsIs(set, await catalogue.listModels(deps, principal), JSON_HEADERS),
+      {
+        user: true,
+        response: { 200: ModelList },
+        detail: {
+          tags,
+          summary: 'Selectable catalogue entries: public plus the caller’s orgs, enabled only',
+        },
+      },
+    )
     .get('/:id', ({ principal, params }) => catalogue.getModel(deps, principal, params.id), {
       user: true,
       params: ModelParams,

@@ -1,18 +1,17 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { sendAsIs } from '../../http/context'
 import { poolCapacity } from './service'
 
 export const poolRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.pool', prefix: '/v1/pool' }).use(authPlugin(deps)).get(
     '/capacity',
-    async ({ principal }) =>
+    async ({ principal, set }) =>
       // Kept serialized (service.ts): written out as it is, not re-encoded.
-      new Response(await poolCapacity(deps, principal), {
-        headers: {
-          'content-type': 'application/json',
-          'cache-control': `max-age=${deps.config.POOL_CACHE_SECONDS}`,
-        },
+      sendAsIs(set, await poolCapacity(deps, principal), {
+        'content-type': 'application/json',
+        'cache-control': `max-age=${deps.config.POOL_CACHE_SECONDS}`,
       }),
     {
       optional: true,
