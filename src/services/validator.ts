@@ -24,10 +24,12 @@ export const VALIDATION_LEASE_SECONDS = 60
 const YIELD_AFTER_MS = 8
 /**
  * Validations run at once, interleaved at their yields: a 200 MB file holds one of them while
- * small batches go on through the others, and the database round trips of several small batches
- * overlap (PostgreSQL).
+ * small batches go on through the others. A small batch's run is mostly waiting (file opens and
+ * reads, database round trips), so many run at once: with eight, a burst of creates at
+ * concurrency 64 left the validator a step behind each event-loop turn and batches waited seconds
+ * (bench/create-validate.ts: p50 1 s on SQLite; 150 ms with 64).
  */
-export const VALIDATION_CONCURRENCY = 8
+export const VALIDATION_CONCURRENCY = 64
 
 export interface ValidationOutcome {
   batch_id: string

@@ -109,7 +109,7 @@ test('the queued batches that fill the free places are leased in one statement',
   const stop = validator.start(t.deps)
   try {
     for (const id of made) await settled(t.deps, id)
-    // Recovered at start: one lease for the eight, not one each.
+    // Recovered at start: one lease for all of them, not one each.
     expect(calls[0]?.toSorted()).toEqual(made.toSorted())
   } finally {
     await stop()
