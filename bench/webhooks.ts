@@ -1,7 +1,7 @@
 // Webhook delivery (API.md §13) on SQLite: N outbox events drained by the delivery loop at
 // WEBHOOK_CONCURRENCY 8 to a receiver on loopback, vs a bare baseline in the same run (the same N
 // signed POSTs from 8 fetch loops, no outbox, no lease, no log of attempts). And what the outbox
-// adds to a batch transition: finishValidation with one listening webhook vs with none.
+// adds to a batch transition: finishValidations with one listening webhook vs with none.
 //
 //   bun run bench/webhooks.ts            (5,000 events)
 //   bun run bench/webhooks.ts --quick    (1,000 events)
@@ -67,7 +67,7 @@ async function transitions(user: string) {
     for (const id of ids) insert.run(id, user, now, now)
   })()
   const started = performance.now()
-  for (const id of ids) await deps.store.batches.finishValidation(id, passed, now)
+  for (const id of ids) await deps.store.batches.finishValidations([{ batchId: id, result: passed }], now)
   return ((performance.now() - started) * 1000) / EVENTS
 }
 
@@ -82,7 +82,7 @@ const median = (xs: number[]) => xs.sort((a, b) => a - b)[1]!
 const plain = median(plainRuns)
 const hooked = median(hookedRuns)
 console.log(
-  `batch transition (finishValidation): ${fmt(hooked, 1)} µs with a listening webhook vs ${fmt(plain, 1)} µs without (${fmt(hooked / plain, 2)}×)`,
+  `batch transition (finishValidations): ${fmt(hooked, 1)} µs with a listening webhook vs ${fmt(plain, 1)} µs without (${fmt(hooked / plain, 2)}×)`,
 )
 
 // Three runs of transitions with a webhook left one event each in the outbox.

@@ -1,11 +1,13 @@
 import type { BatchRow } from '../db/schema'
 import type { Deps } from '../deps'
 import { StreamedReads } from '../lib/blobs/random-reads'
+import { grouped } from '../lib/grouped'
 import { LineSplitter } from '../lib/lines'
 import { log } from '../lib/logger'
 import { InputChecker } from '../modules/batches/validation'
 import { visibleEntriesOf } from '../modules/catalogue/service'
 import { batchClaimable } from '../modules/workers/poll-wait'
+import type { FinishedValidation } from '../store/batches'
 
 // Asynchronous batch validation (SPEC §3: validating → validated | failed; API.md §6). Batches
 // are validated a few at a time from an in-process queue that POST /v1/batches wakes through the
@@ -75,21 +77,29 @@ export async function validateBatch(
   signal?: AbortSignal,
 ): Promise<ValidationOutcome | null> {
   const [batch] = await leaseBatches(deps, [batchId])
-  return batch ? validateLeased(deps, batch, signal) : null
+  return batch ? validateLeased(deps, batch, { signal }) : null
 }
 
 type VisibleEntries = ReturnType<typeof visibleEntriesOf>
+type Finish = (item: FinishedValidation) => Promise<BatchRow | null>
+
+/** Writes one outcome by itself (the queue in start() groups them instead). */
+const finishAlone =
+  (deps: Deps): Finish =>
+  async (item) =>
+    (await deps.store.batches.finishValidations([item], deps.clock.now()))[0] ?? null
 
 /**
  * Validates a batch leaseBatches() took; releases it (deps.validating) at the end. `visible`: the
- * catalogue entries its owner may select, when the caller has read them already.
+ * catalogue entries its owner may select, when the caller has read them already; `finish`: how the
+ * outcome is written.
  */
 async function validateLeased(
   deps: Deps,
   batch: BatchRow,
-  signal?: AbortSignal,
-  visibleNow?: VisibleEntries,
+  run: { signal?: AbortSignal; visible?: VisibleEntries; finish?: Finish },
 ): Promise<ValidationOutcome | null> {
+  const { signal, finish = finishAlone(deps) } = run
   const batchId = batch.id
   const busy = deps.validating
   const renew = () => {
@@ -111,7 +121,7 @@ async function validateLeased(
   let finished = false
   try {
     // The catalogue entries the owner may select, read once (the checker asks line by line).
-    const visible = await (visibleNow ?? visibleEntriesOf(deps, batch.user_id))
+    const visible = await (run.visible ?? visibleEntriesOf(deps, batch.user_id))
     const checker = new InputChecker({
       endpoint: batch.endpoint,
       maxLineBytes: deps.config.MAX_LINE_BYTES,
@@ -174,19 +184,17 @@ async function validateLeased(
     }
 
     const result = checker.finish()
-    const now = deps.clock.now()
     const passed = result.errorsTotal === 0
-    const moved = await deps.store.batches.finishValidation(
+    const moved = await finish({
       batchId,
-      {
+      result: {
         passed,
         model: result.model,
         request_lines: result.requestLines,
         errors_total: result.errorsTotal,
         errors: result.errors,
       },
-      now,
-    )
+    })
     const final = moved ?? (await deps.store.batches.get(batchId, null))
     finished = true
     if (final) {
@@ -280,6 +288,12 @@ export function start(deps: Deps): () => Promise<void> {
   // Up to VALIDATION_CONCURRENCY runs at once; the queued batches that fill the free places are
   // leased together in one statement (PostgreSQL: one round trip for several small batches).
   const running = new Set<Promise<unknown>>()
+  // Runs that end together write their outcomes in one transaction (PostgreSQL: one BEGIN and
+  // COMMIT for many small batches instead of one each).
+  const finish = grouped<FinishedValidation, BatchRow | null>(
+    (items) => deps.store.batches.finishValidations(items, deps.clock.now()),
+    VALIDATION_CONCURRENCY,
+  )
   const run = async () => {
     while (!stopping.signal.aborted) {
       const free = VALIDATION_CONCURRENCY - running.size
@@ -304,7 +318,7 @@ export function start(deps: Deps): () => Promise<void> {
           entries.catch(() => {})
           visible.set(batch.user_id, entries)
         }
-        const one = validateLeased(deps, batch, stopping.signal, entries)
+        const one = validateLeased(deps, batch, { signal: stopping.signal, visible: entries, finish })
           .catch((e) => log.error('validation failed unexpectedly', { batch_id: batch.id, error: e }))
           .finally(() => {
             running.delete(one)

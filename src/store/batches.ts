@@ -16,6 +16,11 @@ export interface NewBatch {
   now: number
 }
 
+export interface FinishedValidation {
+  batchId: string
+  result: ValidationResult
+}
+
 export interface ValidationResult {
   passed: boolean
   model: string | null
@@ -70,6 +75,10 @@ export interface BatchesStore {
    * the queue chart's points are rebuilt from their timestamps.
    */
   timesSince(since: number): Promise<BatchTimes[]>
-  /** validating → validated | failed with the result and its stored errors, in one transaction. */
-  finishValidation(batchId: string, result: ValidationResult, now: number): Promise<BatchRow | null>
+  /**
+   * validating → validated | failed for each item, with its result and its stored errors, all in
+   * one transaction (the validator groups the runs that end together). Each answer is the moved
+   * row, or null for a batch no longer validating (a stale run: it writes nothing).
+   */
+  finishValidations(items: FinishedValidation[], now: number): Promise<(BatchRow | null)[]>
 }

@@ -6,6 +6,7 @@ import { migrate } from '../../src/db/migrate'
 import { openDb } from '../../src/db/open'
 import { manualClock } from '../../src/lib/clock'
 import type { Store } from '../../src/store'
+import type { ValidationResult } from '../../src/store/batches'
 import { postgresStore } from '../../src/store/postgres'
 import { migratePostgres, openPostgres } from '../../src/store/postgres/db'
 import { sqliteStore } from '../../src/store/sqlite'
@@ -70,3 +71,7 @@ export const storeEngines: [string, () => Promise<StoreHarness>][] = [
 
 /** SQL string literal. */
 export const lit = (s: string | null) => (s === null ? 'NULL' : `'${s.replaceAll("'", "''")}'`)
+
+/** One validation finished by itself (the store takes a group). */
+export const finishOne = async (store: Store, batchId: string, result: ValidationResult, now: number) =>
+  (await store.batches.finishValidations([{ batchId, result }], now))[0] ?? null

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, test } from 'bun:test'
-import { type StoreHarness, storeEngines } from '../helpers/stores'
+import { finishOne, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // The batches part behaves the same on SQLite and on PostgreSQL (API.md §12).
 
@@ -91,7 +91,8 @@ for (const [kind, open] of storeEngines) {
           .map((b) => b.id)
           .sort(),
       ).toEqual(['batch_bad', 'batch_ok'])
-      const ok = await h.store.batches.finishValidation(
+      const ok = await finishOne(
+        h.store,
         'batch_ok',
         { passed: true, model: 'm', request_lines: 3, errors_total: 0, errors: [] },
         101,
@@ -101,7 +102,8 @@ for (const [kind, open] of storeEngines) {
         { code: 'invalid_json', line: 2, field: null, message: 'bad' },
         { code: 'missing_field', line: 5, field: 'custom_id', message: 'missing' },
       ]
-      const bad = await h.store.batches.finishValidation(
+      const bad = await finishOne(
+        h.store,
         'batch_bad',
         { passed: false, model: null, request_lines: 5, errors_total: 7, errors },
         102,
@@ -117,7 +119,8 @@ for (const [kind, open] of storeEngines) {
       ).toEqual(errors)
       // A second finish (a stale run) moves nothing and stores nothing.
       expect(
-        await h.store.batches.finishValidation(
+        await finishOne(
+          h.store,
           'batch_bad',
           { passed: false, model: null, request_lines: 5, errors_total: 1, errors: [errors[0]!] },
           103,
@@ -130,6 +133,46 @@ for (const [kind, open] of storeEngines) {
       expect(await h.store.batches.leaseValidations(['batch_ok', 'batch_bad'], 'inst_a', 200, 260)).toEqual(
         [],
       )
+    })
+
+    test('several validations finish in one call: each moves or, if stale, writes nothing', async () => {
+      h = await open()
+      await seed(h)
+      for (const id of ['batch_1', 'batch_2', 'batch_3']) await h.store.batches.create(newBatch(id), refuse)
+      await finishOne(
+        h.store,
+        'batch_3',
+        { passed: true, model: 'm', request_lines: 1, errors_total: 0, errors: [] },
+        90,
+      )
+      const error = { code: 'invalid_json', line: 1, field: null, message: 'bad' }
+      const moved = await h.store.batches.finishValidations(
+        [
+          {
+            batchId: 'batch_1',
+            result: { passed: true, model: 'm', request_lines: 2, errors_total: 0, errors: [] },
+          },
+          {
+            batchId: 'batch_2',
+            result: { passed: false, model: null, request_lines: 1, errors_total: 1, errors: [error] },
+          },
+          // Already validated: a stale run's outcome, in the same group.
+          {
+            batchId: 'batch_3',
+            result: { passed: false, model: null, request_lines: 1, errors_total: 1, errors: [error] },
+          },
+        ],
+        100,
+      )
+      expect(moved.map((r) => r && { id: r.id, status: r.status })).toEqual([
+        { id: 'batch_1', status: 'validated' },
+        { id: 'batch_2', status: 'failed' },
+        null,
+      ])
+      expect(moved[0]).toMatchObject({ request_counts_total: 2, updated_at: 100 })
+      const stored = await h.store.batches.errorsOf(['batch_1', 'batch_2', 'batch_3'])
+      expect([...stored.keys()]).toEqual(['batch_2'])
+      expect((await h.store.batches.get('batch_3', null))?.status).toBe('validated')
     })
   })
 }

@@ -4,7 +4,7 @@ import { manualClock } from '../../src/lib/clock'
 import { postgresStore } from '../../src/store/postgres'
 import { migratePostgres, openPostgres } from '../../src/store/postgres/db'
 import { freshPostgresUrl } from '../helpers/postgres'
-import { storeConfig } from '../helpers/stores'
+import { finishOne, storeConfig } from '../helpers/stores'
 
 // PostgreSQL, several writers at once: a webhook deleted while a batch transition writes its
 // outbox row. The transition waits for the delete and writes nothing for the deleted webhook; it
@@ -37,7 +37,8 @@ test('a transition racing a webhook delete waits for it and writes no orphan out
   try {
     await deleting`BEGIN`
     await deleting`DELETE FROM webhooks WHERE id = 'wh_gone'`
-    const transition = store.batches.finishValidation(
+    const transition = finishOne(
+      store,
       'batch_1',
       { passed: true, model: 'm', request_lines: 1, errors_total: 0, errors: [] },
       50,

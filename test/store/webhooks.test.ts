@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, test } from 'bun:test'
 import type { WebhookEventType } from '../../src/db/schema'
 import type { AttemptResult } from '../../src/store/webhooks'
-import { lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
+import { finishOne, lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // Webhooks' verbs and their outbox behave the same on SQLite and on PostgreSQL (API.md §12, §13).
 
@@ -116,8 +116,9 @@ for (const [kind, open] of storeEngines) {
       await hook(h, 'wh_other_user', 'user_b')
       const ok = await batch(h, 'validating')
       const bad = await batch(h, 'validating')
-      await h.store.batches.finishValidation(ok, passed, 50)
-      await h.store.batches.finishValidation(
+      await finishOne(h.store, ok, passed, 50)
+      await finishOne(
+        h.store,
         bad,
         { passed: false, model: null, request_lines: 1, errors_total: 1, errors: [] },
         51,
@@ -140,7 +141,7 @@ for (const [kind, open] of storeEngines) {
         },
       ])
       // A stale validation run changes nothing and writes nothing.
-      expect(await h.store.batches.finishValidation(ok, passed, 52)).toBeNull()
+      expect(await finishOne(h.store, ok, passed, 52)).toBeNull()
       expect((await messages(h)).length).toBe(3)
       await h.exec('DELETE FROM webhook_messages')
 
@@ -238,8 +239,8 @@ for (const [kind, open] of storeEngines) {
       await hook(h, 'wh_all')
       const early = await batch(h, 'validating')
       const late = await batch(h, 'validating')
-      await h.store.batches.finishValidation(early, passed, 50)
-      await h.store.batches.finishValidation(late, passed, 70)
+      await finishOne(h.store, early, passed, 50)
+      await finishOne(h.store, late, passed, 70)
       const first = await h.store.webhooks.leaseDue(60, 90, 'lease-1', 10)
       expect(first.map((m) => [m.batch_id, m.url, m.secret, m.attempts, m.created_at, m.type])).toEqual([
         [early, 'http://127.0.0.1/wh_all', 'whsec_wh_all', 0, 50, 'batch.validated'],
@@ -285,8 +286,7 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       await seed(h)
       await hook(h, 'wh_all')
-      for (let i = 0; i < 3; i++)
-        await h.store.batches.finishValidation(await batch(h, 'validating'), passed, 50 + i)
+      for (let i = 0; i < 3; i++) await finishOne(h.store, await batch(h, 'validating'), passed, 50 + i)
       const two = await h.store.webhooks.leaseDue(60, 90, 'lease-1', 2)
       expect(two.map((m) => m.created_at)).toEqual([50, 51])
       expect(await h.store.webhooks.recordAttempt(two[0]!.id, 'lease-1', failedAttempt(two[0]!))).toBe(true)

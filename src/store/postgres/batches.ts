@@ -123,23 +123,27 @@ export function postgresBatches(db: PgDb): BatchesStore {
       return rows as BatchRow[]
     },
 
-    async finishValidation(batchId, result, now) {
+    async finishValidations(items, now) {
       return db.transaction(async (tx) => {
-        const changes = result.passed
-          ? { model: result.model, request_counts_total: result.request_lines, errors_total: 0 }
-          : {
-              model: result.model,
-              errors_total: result.errors_total,
-              failed_at: now,
-              completed_at: now,
-            }
-        const event = result.passed ? 'validation_passed' : 'validation_failed'
-        const row = await transition(tx, batchId, event, now, changes, 'validation finished')
-        // SPEC §7: at most MAX_STORED_ERRORS stored; a stale run (row null) writes nothing.
-        if (row && result.errors.length > 0) {
-          await tx.insert(batchErrors).values(result.errors.map((e) => ({ batch_id: batchId, ...e })))
+        const moved: (BatchRow | null)[] = []
+        for (const { batchId, result } of items) {
+          const changes = result.passed
+            ? { model: result.model, request_counts_total: result.request_lines, errors_total: 0 }
+            : {
+                model: result.model,
+                errors_total: result.errors_total,
+                failed_at: now,
+                completed_at: now,
+              }
+          const event = result.passed ? 'validation_passed' : 'validation_failed'
+          moved.push(await transition(tx, batchId, event, now, changes, 'validation finished'))
         }
-        return row
+        // SPEC §7: at most MAX_STORED_ERRORS stored per batch; a stale run (row null) writes nothing.
+        const errors = items.flatMap(({ batchId, result }, i) =>
+          moved[i] ? result.errors.map((e) => ({ batch_id: batchId, ...e })) : [],
+        )
+        if (errors.length > 0) await tx.insert(batchErrors).values(errors)
+        return moved
       })
     },
   }

@@ -137,28 +137,30 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
       return rows
     },
 
-    async finishValidation(batchId, result, now) {
-      return writeTx(db, (tx) => {
-        const row = result.passed
-          ? transition(deps, batchId, 'validation_passed', now, {
-              model: result.model,
-              request_counts_total: result.request_lines,
-              errors_total: 0,
-            })
-          : transition(deps, batchId, 'validation_failed', now, {
-              model: result.model,
-              errors_total: result.errors_total,
-              failed_at: now,
-              completed_at: now,
-            })
-        // SPEC §7: at most MAX_STORED_ERRORS stored; a stale run (row null) writes nothing.
-        if (row && result.errors.length > 0) {
-          tx.insert(batchErrors)
-            .values(result.errors.map((e) => ({ batch_id: batchId, ...e })))
-            .run()
-        }
-        return row
-      })
+    async finishValidations(items, now) {
+      return writeTx(db, (tx) =>
+        items.map(({ batchId, result }) => {
+          const row = result.passed
+            ? transition(deps, batchId, 'validation_passed', now, {
+                model: result.model,
+                request_counts_total: result.request_lines,
+                errors_total: 0,
+              })
+            : transition(deps, batchId, 'validation_failed', now, {
+                model: result.model,
+                errors_total: result.errors_total,
+                failed_at: now,
+                completed_at: now,
+              })
+          // SPEC §7: at most MAX_STORED_ERRORS stored; a stale run (row null) writes nothing.
+          if (row && result.errors.length > 0) {
+            tx.insert(batchErrors)
+              .values(result.errors.map((e) => ({ batch_id: batchId, ...e })))
+              .run()
+          }
+          return row
+        }),
+      )
     },
   }
 }
