@@ -138,7 +138,25 @@ for (const [kind, open] of storeEngines) {
     test('several validations finish in one call: each moves or, if stale, writes nothing', async () => {
       h = await open()
       await seed(h)
+      await h.exec(
+        `INSERT INTO files (id, user_id, filename, purpose, bytes, created_at) VALUES ('file-b', 'user_b', 'b.jsonl', 'batch', 1, 1)`,
+      )
       for (const id of ['batch_1', 'batch_2', 'batch_3']) await h.store.batches.create(newBatch(id), refuse)
+      await h.store.batches.create(newBatch('batch_b', 'user_b', 'file-b'), refuse)
+      // API.md §13: each owner's listening webhooks get the events of its own moved batches.
+      for (const [id, user, events] of [
+        ['wh_a', 'user_a', ['batch.validated', 'batch.failed']],
+        ['wh_b', 'user_b', ['batch.validated']],
+        ['wh_b_failed_only', 'user_b', ['batch.failed']],
+      ] as const)
+        await h.store.webhooks.createWebhook({
+          id,
+          user_id: user,
+          url: `http://127.0.0.1/${id}`,
+          secret: `whsec_${id}`,
+          events: [...events],
+          created_at: 5,
+        })
       await finishOne(
         h.store,
         'batch_3',
@@ -161,6 +179,10 @@ for (const [kind, open] of storeEngines) {
             batchId: 'batch_3',
             result: { passed: false, model: null, request_lines: 1, errors_total: 1, errors: [error] },
           },
+          {
+            batchId: 'batch_b',
+            result: { passed: true, model: 'm', request_lines: 4, errors_total: 0, errors: [] },
+          },
         ],
         100,
       )
@@ -168,8 +190,28 @@ for (const [kind, open] of storeEngines) {
         { id: 'batch_1', status: 'validated' },
         { id: 'batch_2', status: 'failed' },
         null,
+        { id: 'batch_b', status: 'validated' },
       ])
-      expect(moved[0]).toMatchObject({ request_counts_total: 2, updated_at: 100 })
+      expect(moved[0]).toMatchObject({
+        model: 'm',
+        request_counts_total: 2,
+        errors_total: 0,
+        updated_at: 100,
+      })
+      expect(moved[1]).toMatchObject({ model: null, errors_total: 1, failed_at: 100, completed_at: 100 })
+      expect(moved[1]?.request_counts_total).toBe(0)
+      expect(
+        (
+          await h.all<{ webhook_id: string; batch_id: string; type: string }>(
+            'SELECT webhook_id, batch_id, type FROM webhook_messages ORDER BY batch_id, webhook_id',
+          )
+        ).map((m) => `${m.webhook_id} ${m.batch_id} ${m.type}`),
+      ).toEqual([
+        'wh_a batch_1 batch.validated',
+        'wh_a batch_2 batch.failed',
+        'wh_a batch_3 batch.validated',
+        'wh_b batch_b batch.validated',
+      ])
       const stored = await h.store.batches.errorsOf(['batch_1', 'batch_2', 'batch_3'])
       expect([...stored.keys()]).toEqual(['batch_2'])
       expect((await h.store.batches.get('batch_3', null))?.status).toBe('validated')

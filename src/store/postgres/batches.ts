@@ -5,7 +5,7 @@ import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
 import type { BatchesStore } from '../batches'
 import type { PgDb } from './db'
 import { pageRows } from './page'
-import { transition } from './queue'
+import { transitionEach } from './queue'
 
 const { batches, batchErrors, files } = schema
 
@@ -125,19 +125,24 @@ export function postgresBatches(db: PgDb): BatchesStore {
 
     async finishValidations(items, now) {
       return db.transaction(async (tx) => {
-        const moved: (BatchRow | null)[] = []
-        for (const { batchId, result } of items) {
-          const changes = result.passed
-            ? { model: result.model, request_counts_total: result.request_lines, errors_total: 0 }
-            : {
-                model: result.model,
-                errors_total: result.errors_total,
-                failed_at: now,
-                completed_at: now,
+        const moves = items.map(({ batchId, result }) => ({
+          batchId,
+          ...(result.passed
+            ? {
+                event: 'validation_passed' as const,
+                changes: { model: result.model, request_counts_total: result.request_lines, errors_total: 0 },
               }
-          const event = result.passed ? 'validation_passed' : 'validation_failed'
-          moved.push(await transition(tx, batchId, event, now, changes, 'validation finished'))
-        }
+            : {
+                event: 'validation_failed' as const,
+                changes: {
+                  model: result.model,
+                  errors_total: result.errors_total,
+                  failed_at: now,
+                  completed_at: now,
+                },
+              }),
+        }))
+        const moved = await transitionEach(tx, moves, now, 'validation finished')
         // SPEC §7: at most MAX_STORED_ERRORS stored per batch; a stale run (row null) writes nothing.
         const errors = items.flatMap(({ batchId, result }, i) =>
           moved[i] ? result.errors.map((e) => ({ batch_id: batchId, ...e })) : [],

@@ -1,4 +1,4 @@
-import { and, eq, sql } from 'drizzle-orm'
+import { and, eq, inArray, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { BatchRow, WebhookAttemptRow, WebhookRow } from '../../db/schema'
 import { newId } from '../../lib/ids'
@@ -14,30 +14,42 @@ import { pageRows } from './page'
 const { webhooks, webhookMessages, webhookAttempts } = schema
 
 /**
- * API.md §13 outbox, inside the caller's transaction (the batch transition, postgres/queue.ts):
- * one pending message per webhook of the batch's owner that listens for the event.
+ * API.md §13 outbox, inside the caller's transaction (the batch transitions, postgres/queue.ts):
+ * one pending message per webhook of each moved batch's owner that listens for its event. One
+ * read of the owners' webhooks for any number of moved batches.
  */
-export async function enqueueWebhookEvents(tx: PgTx, batch: BatchRow, event: BatchEvent, now: number) {
-  const type = WEBHOOK_EVENT_OF[event]
-  if (!type) return
+export async function enqueueWebhookEvents(
+  tx: PgTx,
+  moved: { batch: BatchRow; event: BatchEvent }[],
+  now: number,
+) {
+  const typed = moved.flatMap(({ batch, event }) => {
+    const type = WEBHOOK_EVENT_OF[event]
+    return type ? [{ batch, type }] : []
+  })
+  if (typed.length === 0) return
+  const owners = [...new Set(typed.map((t) => t.batch.user_id))]
   // KEY SHARE: a webhook deleted meanwhile waits for this commit instead of failing the
   // transition (a worker's upload) on the outbox row's foreign key.
   const hooks = await tx
-    .select({ id: webhooks.id, events: webhooks.events })
+    .select({ id: webhooks.id, user_id: webhooks.user_id, events: webhooks.events })
     .from(webhooks)
-    .where(eq(webhooks.user_id, batch.user_id))
+    .where(owners.length === 1 ? eq(webhooks.user_id, owners[0]!) : inArray(webhooks.user_id, owners))
     .for('key share')
-  const rows = hooks
-    .filter((h) => h.events.includes(type))
-    .map((h) => ({
-      id: newId('msg_'),
-      webhook_id: h.id,
-      batch_id: batch.id,
-      type,
-      created_at: now,
-      status: 'pending' as const,
-      next_attempt_at: now,
-    }))
+  if (hooks.length === 0) return
+  const rows = typed.flatMap(({ batch, type }) =>
+    hooks
+      .filter((h) => h.user_id === batch.user_id && h.events.includes(type))
+      .map((h) => ({
+        id: newId('msg_'),
+        webhook_id: h.id,
+        batch_id: batch.id,
+        type,
+        created_at: now,
+        status: 'pending' as const,
+        next_attempt_at: now,
+      })),
+  )
   if (rows.length) await tx.insert(webhookMessages).values(rows)
 }
 
