@@ -287,16 +287,19 @@ export function start(deps: Deps): () => Promise<void> {
 
   // Up to VALIDATION_CONCURRENCY runs at once; the queued batches that fill the free places are
   // leased together in one statement (PostgreSQL: one round trip for several small batches).
-  const running = new Set<Promise<unknown>>()
+  // Up to VALIDATION_CONCURRENCY runs read at once. A run hands its outcome to the writer and
+  // frees its place at once: the next batches are read while the last ones' outcomes are written.
   // Runs that end together write their outcomes in one transaction (PostgreSQL: one BEGIN and
   // COMMIT for many small batches instead of one each).
+  const runs = new Set<Promise<unknown>>()
+  let reading = 0
   const finish = grouped<FinishedValidation, BatchRow | null>(
     (items) => deps.store.batches.finishValidations(items, deps.clock.now()),
     VALIDATION_CONCURRENCY,
   )
   const run = async () => {
     while (!stopping.signal.aborted) {
-      const free = VALIDATION_CONCURRENCY - running.size
+      const free = VALIDATION_CONCURRENCY - reading
       if (queue.length === 0 || free === 0) {
         await new Promise<void>((resolve) => idle.push(resolve))
         continue
@@ -318,13 +321,28 @@ export function start(deps: Deps): () => Promise<void> {
           entries.catch(() => {})
           visible.set(batch.user_id, entries)
         }
-        const one = validateLeased(deps, batch, { signal: stopping.signal, visible: entries, finish })
+        reading++
+        let read = false
+        const done = () => {
+          if (read) return
+          read = true
+          reading--
+          wake()
+        }
+        const one = validateLeased(deps, batch, {
+          signal: stopping.signal,
+          visible: entries,
+          finish: (item) => {
+            done()
+            return finish(item)
+          },
+        })
           .catch((e) => log.error('validation failed unexpectedly', { batch_id: batch.id, error: e }))
           .finally(() => {
-            running.delete(one)
-            wake()
+            done()
+            runs.delete(one)
           })
-        running.add(one)
+        runs.add(one)
       }
       // Let I/O in between: a backlog (e.g. recovered at start) of batches that resolve without
       // touching the event loop would otherwise hold off every request until it is done.
@@ -334,7 +352,7 @@ export function start(deps: Deps): () => Promise<void> {
   const loop = (async () => {
     await recover.catch((e) => log.error('validator: could not list batches left validating', { error: e }))
     await run()
-    await Promise.all(running)
+    await Promise.all(runs)
   })()
 
   return async () => {

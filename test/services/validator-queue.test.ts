@@ -116,3 +116,50 @@ test('the queued batches that fill the free places are leased in one statement',
     store.leaseValidations = lease
   }
 })
+
+test('a run frees its place when its outcome goes to the writer: the next batches are read meanwhile', async () => {
+  const model = (await makeCatalogEntry(t)).id
+  const user = await makeUser(t)
+  const first: string[] = []
+  for (let i = 0; i < validator.VALIDATION_CONCURRENCY; i++)
+    first.push((await makeBatch(t, user, jsonl([line(`f${i}`, model)]))).id)
+  const store = t.deps.store.batches
+  const finishValidations = store.finishValidations
+  const lease = store.leaseValidations
+  // Every write of outcomes is held until the batch beyond the first places has been leased.
+  let release = () => {}
+  const held = new Promise<void>((resolve) => {
+    release = resolve
+  })
+  const written: string[][] = []
+  store.finishValidations = async (items, now) => {
+    await held
+    written.push(items.map((i) => i.batchId))
+    return finishValidations.call(store, items, now)
+  }
+  const firstIds = new Set(first)
+  const extraLeased = new Promise<string>((resolve) => {
+    store.leaseValidations = async (ids, ...rest) => {
+      const rows = await lease.call(store, ids, ...rest)
+      const other = rows.find((r) => !firstIds.has(r.id))
+      if (other) resolve(other.id)
+      return rows
+    }
+  })
+  const stop = validator.start(t.deps)
+  try {
+    // Every place is taken by a run of the first batches (all of them leased at start).
+    while (t.deps.validating.size < first.length) await new Promise((r) => setImmediate(r))
+    const extra = (await makeBatch(t, user, jsonl([line('extra', model)]))).id
+    expect(await extraLeased).toBe(extra)
+    expect(written).toEqual([])
+    release()
+    for (const id of [...first, extra]) await settled(t.deps, id)
+    for (const id of [...first, extra]) expect((await store.get(id, null))?.status).toBe('validated')
+  } finally {
+    release()
+    await stop()
+    store.finishValidations = finishValidations
+    store.leaseValidations = lease
+  }
+})

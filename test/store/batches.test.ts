@@ -52,6 +52,10 @@ for (const [kind, open] of storeEngines) {
         'wrong purpose',
       )
       expect((await h.one<{ n: number }>('SELECT CAST(count(*) AS INTEGER) AS n FROM batches')).n).toBe(1)
+      // An insert that fails (a taken id) leaves nothing behind, and the next create goes through.
+      await expect(h.store.batches.create(newBatch('batch_1'), refuse)).rejects.toThrow()
+      for (let i = 4; i < 8; i++) await h.store.batches.create(newBatch(`batch_${i}`), refuse)
+      expect((await h.one<{ n: number }>('SELECT CAST(count(*) AS INTEGER) AS n FROM batches')).n).toBe(5)
     })
 
     test('get is owner-scoped unless asked for any owner; page is newest first with a cursor and a filter', async () => {

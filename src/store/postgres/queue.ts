@@ -205,6 +205,19 @@ export function claimOne(
  * round trip). PostgreSQL runs them in order, so the claim's snapshot is taken once the lock is
  * held; when a statement fails, COMMIT ends the aborted transaction as a rollback.
  */
+/**
+ * Statements of one transaction sent at once on a reserved connection (one round trip). When one
+ * fails, the transaction is rolled back (unless the batch ends it itself, with COMMIT: an aborted
+ * transaction's COMMIT is a rollback) and the first error is thrown.
+ */
+export async function pipelined(conn: SQL, statements: Promise<unknown>[]): Promise<unknown[][]> {
+  const sent = await Promise.allSettled(statements)
+  const failed = sent.find((r) => r.status === 'rejected')
+  if (!failed) return sent.map((r) => (r as PromiseFulfilledResult<unknown[]>).value)
+  await conn`ROLLBACK`.catch(() => {})
+  throw failed.reason
+}
+
 async function claimLocked(
   db: PgDb,
   pick: { model: string; user_id: string },
@@ -229,7 +242,7 @@ async function claimLocked(
 const bigintColumns = Object.entries(getTableColumns(batches))
   .filter(([, c]) => c.columnType === 'PgBigInt53' || c.columnType === 'PgBigSerial53')
   .map(([name]) => name)
-function batchRow(raw: Record<string, unknown>): BatchRow {
+export function batchRow(raw: Record<string, unknown>): BatchRow {
   for (const name of bigintColumns) if (raw[name] !== null) raw[name] = Number(raw[name])
   return raw as unknown as BatchRow
 }
