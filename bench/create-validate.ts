@@ -62,14 +62,19 @@ async function create(fileId: string): Promise<string> {
 
 // When each batch's validation finished (this process validates what it creates).
 const doneAt = new Map<string, number>()
-let onDone: (() => void) | undefined
+const waiting = new Map<string, (() => void)[]>()
 gk.deps.batchEvents.onPublish((batchId, e) => {
   if (e.event !== 'done') return
   doneAt.set(batchId, performance.now())
-  onDone?.()
+  for (const resolve of waiting.get(batchId) ?? []) resolve()
+  waiting.delete(batchId)
 })
+const doneOf = (id: string) =>
+  doneAt.has(id)
+    ? Promise.resolve()
+    : new Promise<void>((resolve) => waiting.set(id, [...(waiting.get(id) ?? []), resolve]))
 const allDone = async (ids: string[]) => {
-  while (!ids.every((id) => doneAt.has(id))) await new Promise<void>((resolve) => (onDone = resolve))
+  await Promise.all(ids.map(doneOf))
 }
 
 async function pool<T>(n: number, count: number, task: (i: number) => Promise<T>): Promise<T[]> {
