@@ -42,8 +42,11 @@ export function sendAsIs(
   body: string,
   headers: Record<string, string>,
 ): Response {
-  const { 'x-request-id': id, ...rest } = set.headers
-  if (Object.keys(rest).length > 0) return new Response(body, { headers })
+  let id: string | number | undefined
+  for (const name in set.headers) {
+    if (name !== 'x-request-id') return new Response(body, { headers })
+    id = set.headers[name]
+  }
   set.headers = {}
   return new Response(body, {
     headers: id === undefined ? headers : { ...headers, 'x-request-id': String(id) },

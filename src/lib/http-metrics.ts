@@ -7,6 +7,8 @@ import type { Registry } from 'prom-client'
 // cached read's cost). The series set is small: route patterns, never paths.
 
 const LABELS = ['method', 'route', 'status'] as const
+/** The methods requests are counted under (src/app.ts: anything else is OTHER). */
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'OTHER']
 
 interface Series {
   labels: Record<(typeof LABELS)[number], string>
@@ -33,7 +35,8 @@ interface Collected {
 }
 
 export function createHttpMetrics(registry: Registry, bounds: number[]) {
-  const series = new Map<string, Series>()
+  const series = new Set<Series>()
+  const byRoute = new Map<string, Map<number, Series>>()
   const collected = (
     name: string,
     help: string,
@@ -46,7 +49,10 @@ export function createHttpMetrics(registry: Registry, bounds: number[]) {
       type,
       aggregator: 'sum',
       get: async () => ({ name, help, type, aggregator: 'sum', values: values() }),
-      reset: () => series.clear(),
+      reset: () => {
+        series.clear()
+        byRoute.clear()
+      },
     }
     registry.registerMetric(metric as unknown as Parameters<Registry['registerMetric']>[0])
     return metric
@@ -81,8 +87,14 @@ export function createHttpMetrics(registry: Registry, bounds: number[]) {
     duration,
     /** Counts one request of (method, route pattern, status) that took `seconds`. */
     record(method: string, route: string, status: number, seconds: number) {
-      const key = `${method} ${status} ${route}`
-      let s = series.get(key)
+      // Keyed without building a string per request: route patterns are the router's own strings.
+      let ofRoute = byRoute.get(route)
+      if (!ofRoute) {
+        ofRoute = new Map()
+        byRoute.set(route, ofRoute)
+      }
+      const key = status * 16 + METHODS.indexOf(method)
+      let s = ofRoute.get(key)
       if (!s) {
         s = {
           labels: { method, route, status: String(status) },
@@ -91,7 +103,8 @@ export function createHttpMetrics(registry: Registry, bounds: number[]) {
           perBucket: bounds.map(() => 0),
         }
         s.perBucket.push(0)
-        series.set(key, s)
+        ofRoute.set(key, s)
+        series.add(s)
       }
       s.count++
       s.sum += seconds
