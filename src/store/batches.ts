@@ -16,6 +16,11 @@ export interface NewBatch {
   now: number
 }
 
+/** The row a new batch is stored as (both engines): `validating`, created and updated `now`. */
+export function newBatchRow({ now, ...b }: NewBatch) {
+  return { ...b, status: 'validating' as const, created_at: now, updated_at: now }
+}
+
 export interface FinishedValidation {
   batchId: string
   result: ValidationResult

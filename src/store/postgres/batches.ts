@@ -2,7 +2,7 @@ import { and, asc, eq, gt, inArray, isNull, lt, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { BatchErrorRow, BatchRow, FileRow } from '../../db/schema'
 import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
-import type { BatchesStore } from '../batches'
+import { type BatchesStore, newBatchRow } from '../batches'
 import type { PgDb } from './db'
 import { pageRows } from './page'
 import { batchRow, pipelined, transitionEach } from './queue'
@@ -29,18 +29,7 @@ export function postgresBatches(db: PgDb): BatchesStore {
           await conn`ROLLBACK`
           throw e
         }
-        const row = {
-          id: b.id,
-          user_id: b.user_id,
-          api_key_id: b.api_key_id,
-          input_file_id: b.input_file_id,
-          endpoint: b.endpoint,
-          completion_window: b.completion_window,
-          status: 'validating',
-          metadata: b.metadata,
-          created_at: b.now,
-          updated_at: b.now,
-        }
+        const row = newBatchRow(b)
         const done = await pipelined(conn, [conn`INSERT INTO batches ${conn(row)} RETURNING *`, conn`COMMIT`])
         return batchRow(done[0]![0] as Record<string, unknown>)
       } finally {

@@ -5,7 +5,7 @@ import { type BatchErrorRow, type BatchRow, batchErrors, batches, files } from '
 import { writeTx } from '../../db/tx'
 import { pageRows } from '../../lib/pagination'
 import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
-import type { BatchesStore } from '../batches'
+import { type BatchesStore, newBatchRow } from '../batches'
 import type { SqliteDeps } from './queue'
 import { transition } from './transition'
 
@@ -60,22 +60,7 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
             .where(and(eq(files.id, b.input_file_id), eq(files.user_id, b.user_id)))
             .get(),
         )
-        return tx
-          .insert(batches)
-          .values({
-            id: b.id,
-            user_id: b.user_id,
-            api_key_id: b.api_key_id,
-            input_file_id: b.input_file_id,
-            endpoint: b.endpoint,
-            completion_window: b.completion_window,
-            status: 'validating',
-            metadata: b.metadata,
-            created_at: b.now,
-            updated_at: b.now,
-          })
-          .returning()
-          .get()
+        return tx.insert(batches).values(newBatchRow(b)).returning().get()
       })
     },
 
