@@ -76,7 +76,7 @@ const lockWorker = (q: SQL, workerId: string) => q`SELECT id FROM workers WHERE 
  * waiting, never the depth of the queue. The ORDER BY names every column of that index and `status
  * = ANY('{…}')` is no planner constant: only that index gives the order without a sort
  * (batches_status_user would walk every waiting batch of every model; the primary key, every
- * batch).
+ * batch). Run on `db.$claims`, it is planned once per connection (generic plan).
  */
 export function claimHeads(q: SQL, workerId: string, models: string[]) {
   const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
@@ -113,14 +113,19 @@ const runningOf = (q: SQL, owners: string[]) =>
 
 /**
  * The claim itself (the state table's `claimed` edge, STYLE example 7, and the assignment) in one
- * statement: the oldest validated batch of the chosen model and owner that no other poll holds
- * (FOR UPDATE SKIP LOCKED), while the worker holds fewer than `maxConcurrent` open
- * assignments; no row otherwise. Run after lockWorker in the same transaction, its snapshot
+ * statement: the oldest validated batch of the chosen model and owner from the chosen head on that
+ * no other poll holds (FOR UPDATE SKIP LOCKED), while the worker holds fewer than `maxConcurrent`
+ * open assignments; no row otherwise. Run after lockWorker in the same transaction, its snapshot
  * sees every assignment the worker's other polls committed (API.md §7 max_concurrent_jobs).
+ *
+ * Starting at the head's `seq` spares a second walk over the index entries that every batch
+ * claimed since the last VACUUM leaves at the front of the queue (the heads read has just walked
+ * them: half the buffers a claim touched); nothing older was waiting when the heads were read. A
+ * batch requeued since, older than the head, is the next poll's head.
  */
 export function claimOne(
   q: SQL,
-  pick: { model: string; user_id: string },
+  pick: { model: string; user_id: string; seq: number },
   a: { id: string; workerId: string; orgId: string; now: number; maxConcurrent: number },
 ) {
   const { from, to } = BATCH_TRANSITIONS.claimed
@@ -130,6 +135,7 @@ export function claimOne(
       WHERE id = (
         SELECT id FROM batches
         WHERE status = ANY(${`{${from}}`}::text[]) AND model = ${pick.model} AND user_id = ${pick.user_id}
+          AND seq >= ${pick.seq}::bigint
         ORDER BY status, model, user_id, seq LIMIT 1
         FOR UPDATE SKIP LOCKED
       ) AND status = ${from}
@@ -150,10 +156,10 @@ export function claimOne(
  */
 async function claimLocked(
   db: PgDb,
-  pick: { model: string; user_id: string },
+  pick: { model: string; user_id: string; seq: number },
   a: Parameters<typeof claimOne>[2],
 ) {
-  const conn = await db.$client.reserve()
+  const conn = await db.$claims.reserve()
   try {
     const sent = await Promise.allSettled([
       conn`BEGIN`,
@@ -185,7 +191,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       const byModel = new Map(req.candidates.map((c) => [c.model, c]))
       // The heads are read outside the claim's transaction: they only name whom to claim from, and
       // the claim re-checks everything under the worker's lock (claimLocked).
-      const rows = await claimHeads(db.$client, req.workerId, [...byModel.keys()])
+      const rows = await claimHeads(db.$claims, req.workerId, [...byModel.keys()])
       if (rows[0]!.active >= req.maxConcurrent) return null
       const heads = rows
         .filter((r) => r.model !== null)
@@ -203,7 +209,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         })
       const owners = ownersToCount(heads)
       if (owners.length) {
-        const running = new Map((await runningOf(db.$client, owners)).map((r) => [r.user_id, r.n]))
+        const running = new Map((await runningOf(db.$claims, owners)).map((r) => [r.user_id, r.n]))
         for (const h of heads) h.running = running.get(h.user_id) ?? 0
       }
       // Another poll may hold or have taken the chosen owner's batches, or the worker reached its
