@@ -54,7 +54,7 @@ for (const mode of ['auto', 'force_generic_plan']) {
     await db.$client.begin(async (q) => {
       await q.unsafe(`SET LOCAL plan_cache_mode = ${mode}`)
       for (let i = 0; i < 6; i++) {
-        const heads = await plan(q, (e) => claimHeads(e, 'wrk_1', ['m-late', 'm-other']))
+        const heads = await plan(q, (e) => claimHeads(e, ['m-late', 'm-other']))
         expect(heads).toContain('batches_status_model')
         expect(heads).not.toContain('batches_pkey')
         expect(heads).not.toContain('batches_status_user')
@@ -77,11 +77,11 @@ for (const mode of ['auto', 'force_generic_plan']) {
 }
 
 test('postgres claim: the heads found are the oldest validated batch of each owner of each model', async () => {
-  const rows = await claimHeads(db.$client, 'wrk_1', ['m-late', 'm-other', 'm-none'])
-  expect(rows.map((r) => [r.model, r.user_id, r.id, r.active]).sort()).toEqual([
-    ['m-late', 'user_a', 'batch_l1', 0],
-    ['m-late', 'user_b', 'batch_l1000', 0],
-    ['m-other', 'user_a', 'batch_o2', 0],
+  const rows = await claimHeads(db.$client, ['m-late', 'm-other', 'm-none'])
+  expect(rows.map((r) => [r.model, r.user_id, r.id]).sort()).toEqual([
+    ['m-late', 'user_a', 'batch_l1'],
+    ['m-late', 'user_b', 'batch_l1000'],
+    ['m-other', 'user_a', 'batch_o2'],
   ])
 })
 
@@ -90,7 +90,7 @@ test('postgres claim: the poll runs its generic plans, planned once per connecti
   // cost more than running them): db.$claims always runs a prepared statement's generic plan.
   const conn = await db.$claims.reserve()
   try {
-    for (let i = 0; i < 8; i++) await claimHeads(conn, 'wrk_1', ['m-late'])
+    for (let i = 0; i < 8; i++) await claimHeads(conn, ['m-late'])
     const [stmt] = await conn`SELECT generic_plans::int AS generic, custom_plans::int AS custom
       FROM pg_prepared_statements WHERE statement LIKE '%WITH RECURSIVE heads%'`
     expect(stmt).toEqual({ generic: 8, custom: 0 })

@@ -70,15 +70,14 @@ export async function requeueLocked(
 const lockWorker = (q: SQL, workerId: string) => q`SELECT id FROM workers WHERE id = ${workerId} FOR UPDATE`
 
 /**
- * The worker's open assignments, and the oldest validated batch of each owner of each candidate
- * model (API.md §14): each step of the recursion is the head of the next owner after the last one,
+ * The oldest validated batch of each owner of each candidate model (API.md §14): each step of the recursion is the head of the next owner after the last one,
  * one probe of batches_status_model (a skip scan over the owners), so the cost follows the owners
  * waiting, never the depth of the queue. The ORDER BY names every column of that index and `status
  * = ANY('{…}')` is no planner constant: only that index gives the order without a sort
  * (batches_status_user would walk every waiting batch of every model; the primary key, every
  * batch). Run on `db.$claims`, it is planned once per connection (generic plan).
  */
-export function claimHeads(q: SQL, workerId: string, models: string[]) {
+export function claimHeads(q: SQL, models: string[]) {
   const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
   return q`
     WITH RECURSIVE heads AS (
@@ -96,11 +95,8 @@ export function claimHeads(q: SQL, workerId: string, models: string[]) {
         ORDER BY status, model, user_id, seq LIMIT 1
       ) n
     )
-    SELECT a.active, h.model, h.user_id, h.id, h.seq::float8 AS seq
-    FROM (SELECT count(*)::int AS active FROM batch_assignments
-          WHERE worker_id = ${workerId} AND completed_at IS NULL) a
-    LEFT JOIN heads h ON TRUE` as Promise<
-    { active: number; model: string | null; user_id: string; id: string; seq: number }[]
+    SELECT model, user_id, id, seq::float8 AS seq FROM heads` as Promise<
+    { model: string; user_id: string; id: string; seq: number }[]
   >
 }
 
@@ -115,8 +111,10 @@ const runningOf = (q: SQL, owners: string[]) =>
  * The claim itself (the state table's `claimed` edge, STYLE example 7, and the assignment) in one
  * statement: the oldest validated batch of the chosen model and owner from the chosen head on that
  * no other poll holds (FOR UPDATE SKIP LOCKED), while the worker holds fewer than `maxConcurrent`
- * open assignments; no row otherwise. Run after lockWorker in the same transaction, its snapshot
- * sees every assignment the worker's other polls committed (API.md §7 max_concurrent_jobs).
+ * open assignments; one row with the worker's open assignments (`active`, counted once per poll:
+ * reading them cost as much as the rest of the claim) and the batch claimed, if any. Run after
+ * lockWorker in the same transaction, its snapshot sees every assignment the worker's other
+ * polls committed (API.md §7 max_concurrent_jobs).
  *
  * Starting at the head's `seq` spares a second walk over the index entries that every batch
  * claimed since the last VACUUM leaves at the front of the queue (the heads read has just walked
@@ -130,7 +128,10 @@ export function claimOne(
 ) {
   const { from, to } = BATCH_TRANSITIONS.claimed
   return q`
-    WITH claimed AS (
+    WITH open AS (
+      SELECT count(*)::int AS active FROM batch_assignments
+      WHERE worker_id = ${a.workerId} AND completed_at IS NULL
+    ), claimed AS (
       UPDATE batches SET status = ${to}, in_progress_at = ${a.now}, updated_at = ${a.now}
       WHERE id = (
         SELECT id FROM batches
@@ -138,15 +139,15 @@ export function claimOne(
           AND seq >= ${pick.seq}::bigint
         ORDER BY status, model, user_id, seq LIMIT 1
         FOR UPDATE SKIP LOCKED
-      ) AND status = ${from}
-        AND (SELECT count(*) FROM batch_assignments
-             WHERE worker_id = ${a.workerId} AND completed_at IS NULL) < ${a.maxConcurrent}
+      ) AND status = ${from} AND (SELECT active FROM open) < ${a.maxConcurrent}
       RETURNING *
     ), assigned AS (
       INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at)
       SELECT ${a.id}, id, ${a.workerId}, ${a.orgId}, ${a.now} FROM claimed
     )
-    SELECT * FROM claimed` as Promise<Record<string, unknown>[]>
+    SELECT open.active, claimed.* FROM open LEFT JOIN claimed ON TRUE` as Promise<
+    [{ active: number; id: string | null } & Record<string, unknown>]
+  >
 }
 
 /**
@@ -168,7 +169,9 @@ async function claimLocked(
       conn`COMMIT`,
     ])
     for (const r of sent) if (r.status === 'rejected') throw r.reason
-    return (sent[2] as PromiseFulfilledResult<Record<string, unknown>[]>).value[0]
+    const [{ active, ...batch }] = (sent[2] as PromiseFulfilledResult<Awaited<ReturnType<typeof claimOne>>>)
+      .value
+    return { active, batch: batch.id === null ? null : batchRow(batch) }
   } finally {
     conn.release()
   }
@@ -190,41 +193,36 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       if (req.candidates.length === 0) return null
       const byModel = new Map(req.candidates.map((c) => [c.model, c]))
       // The heads are read outside the claim's transaction: they only name whom to claim from, and
-      // the claim re-checks everything under the worker's lock (claimLocked).
-      const rows = await claimHeads(db.$claims, req.workerId, [...byModel.keys()])
-      if (rows[0]!.active >= req.maxConcurrent) return null
-      const heads = rows
-        .filter((r) => r.model !== null)
-        .map((r) => {
-          const c = byModel.get(r.model!)!
-          return {
-            batch_id: r.id,
-            seq: r.seq,
-            user_id: r.user_id,
-            model: c.model,
-            loaded: c.loaded,
-            running: 0,
-            match: c.match,
-          }
-        })
+      // the claim re-checks everything, the worker's limit too, under the worker's lock (claimLocked).
+      const heads = (await claimHeads(db.$claims, [...byModel.keys()])).map((r) => {
+        const c = byModel.get(r.model)!
+        return {
+          batch_id: r.id,
+          seq: r.seq,
+          user_id: r.user_id,
+          model: c.model,
+          loaded: c.loaded,
+          running: 0,
+          match: c.match,
+        }
+      })
       const owners = ownersToCount(heads)
       if (owners.length) {
         const running = new Map((await runningOf(db.$claims, owners)).map((r) => [r.user_id, r.n]))
         for (const h of heads) h.running = running.get(h.user_id) ?? 0
       }
-      // Another poll may hold or have taken the chosen owner's batches, or the worker reached its
-      // limit meanwhile: then the next best, each try under the lock again.
+      // Another poll may hold or have taken the chosen owner's batches: then the next best, each try
+      // under the lock again, until the worker is at its limit.
       for (let best = pickClaim(heads); best; best = pickClaim(heads)) {
         const assignmentId = newId('asg_')
-        const raw = await claimLocked(db, best, {
+        const { active, batch } = await claimLocked(db, best, {
           id: assignmentId,
           workerId: req.workerId,
           orgId: req.orgId,
           now: req.now,
           maxConcurrent: req.maxConcurrent,
         })
-        if (raw) {
-          const batch = batchRow(raw)
+        if (batch) {
           const { from, to } = BATCH_TRANSITIONS.claimed
           log.info('batch transition', {
             batch_id: batch.id,
@@ -235,6 +233,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           })
           return { batch, assignmentId, match: best.match }
         }
+        if (active >= req.maxConcurrent) return null
         heads.splice(heads.indexOf(best), 1)
       }
       return null
