@@ -66,9 +66,6 @@ export async function requeueLocked(
 // a poll is the hot path of every instance, and building its queries through drizzle cost more
 // CPU than PostgreSQL spent running them (issue 10 profile).
 
-/** A worker's polls take turns (max_concurrent_jobs); other workers' polls do not wait. */
-const lockWorker = (q: SQL, workerId: string) => q`SELECT id FROM workers WHERE id = ${workerId} FOR UPDATE`
-
 /**
  * The oldest validated batch of each owner of each candidate model (API.md §14): each step of the recursion is the head of the next owner after the last one,
  * one probe of batches_status_model (a skip scan over the owners), so the cost follows the owners
@@ -109,17 +106,28 @@ const runningOf = (q: SQL, owners: string[]) =>
 
 /**
  * The claim itself (the state table's `claimed` edge, STYLE example 7, and the assignment) in one
- * statement: the oldest validated batch of the chosen model and owner from the chosen head on that
- * no other poll holds (FOR UPDATE SKIP LOCKED), while the worker holds fewer than `maxConcurrent`
- * open assignments; one row with the worker's open assignments (`active`, counted once per poll:
- * reading them cost as much as the rest of the claim) and the batch claimed, if any. Run after
- * lockWorker in the same transaction, its snapshot sees every assignment the worker's other
- * polls committed (API.md §7 max_concurrent_jobs).
+ * autocommit statement: the oldest validated batch of the chosen model and owner from the chosen
+ * head on that no other poll holds (FOR UPDATE SKIP LOCKED), while the worker holds fewer than
+ * `maxConcurrent` open assignments; one row with the worker's open assignments (`active`) and the
+ * batch claimed, if any.
+ *
+ * API.md §7 max_concurrent_jobs, exactly, without a lock that makes a worker's polls take turns:
+ * each open assignment holds one of the worker's slots 0 … max_concurrent_jobs − 1
+ * (batch_assignments_slot, unique among open assignments), and the claim takes the lowest slot its
+ * snapshot sees free. Two polls of one worker that chose the same slot cannot both commit: the
+ * second fails (23505) as a whole, its batch untouched, and tries again with a fresh snapshot.
+ * Assignments older than the slots, or copied from SQLite (whose claims take turns and leave the
+ * slot null), count but hold no slot; as they only ever finish, the limit still holds.
+ *
+ * Registration locks the worker's row (FOR UPDATE) while it requeues what the old incarnation held;
+ * the claim holds a KEY SHARE lock on that row until it commits, so a claim either commits first (and
+ * its batch is requeued) or waits and claims for the worker as registered. Heartbeats do not wait
+ * for claims, nor claims for heartbeats.
  *
  * Starting at the head's `seq` spares a second walk over the index entries that every batch
  * claimed since the last VACUUM leaves at the front of the queue (the heads read has just walked
- * them: half the buffers a claim touched); nothing older was waiting when the heads were read. A
- * batch requeued since, older than the head, is the next poll's head.
+ * them); nothing older was waiting when the heads were read. A batch requeued since, older than
+ * the head, is the next poll's head.
  */
 export function claimOne(
   q: SQL,
@@ -128,9 +136,12 @@ export function claimOne(
 ) {
   const { from, to } = BATCH_TRANSITIONS.claimed
   return q`
-    WITH open AS (
-      SELECT count(*)::int AS active FROM batch_assignments
-      WHERE worker_id = ${a.workerId} AND completed_at IS NULL
+    WITH worker AS (
+      SELECT id FROM workers WHERE id = ${a.workerId} FOR KEY SHARE
+    ), open AS (
+      SELECT count(*)::int AS active, coalesce(min(i) FILTER (WHERE slot <> i), count(*))::int AS slot
+      FROM (SELECT slot, (row_number() OVER (ORDER BY slot) - 1)::int AS i FROM batch_assignments
+            WHERE worker_id = ${a.workerId} AND completed_at IS NULL) held
     ), claimed AS (
       UPDATE batches SET status = ${to}, in_progress_at = ${a.now}, updated_at = ${a.now}
       WHERE id = (
@@ -139,41 +150,37 @@ export function claimOne(
           AND seq >= ${pick.seq}::bigint
         ORDER BY status, model, user_id, seq LIMIT 1
         FOR UPDATE SKIP LOCKED
-      ) AND status = ${from} AND (SELECT active FROM open) < ${a.maxConcurrent}
+      ) AND status = ${from}
+        AND (SELECT active FROM open) < ${a.maxConcurrent} AND EXISTS (SELECT FROM worker)
       RETURNING *
     ), assigned AS (
-      INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at)
-      SELECT ${a.id}, id, ${a.workerId}, ${a.orgId}, ${a.now} FROM claimed
+      INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at, slot)
+      SELECT ${a.id}, id, ${a.workerId}, ${a.orgId}, ${a.now}, (SELECT slot FROM open) FROM claimed
     )
     SELECT open.active, claimed.* FROM open LEFT JOIN claimed ON TRUE` as Promise<
     [{ active: number; id: string | null } & Record<string, unknown>]
   >
 }
 
-/**
- * BEGIN, the worker's lock, the claim and COMMIT sent at once on one connection (pipelined: one
- * round trip). PostgreSQL runs them in order, so the claim's snapshot is taken once the lock is
- * held; when a statement fails, COMMIT ends the aborted transaction as a rollback.
- */
-async function claimLocked(
+/** Another poll of the same worker took the slot this claim chose (batch_assignments_slot). */
+const slotTaken = (e: unknown) =>
+  (e as { errno?: string; constraint?: string }).errno === '23505' &&
+  (e as { constraint?: string }).constraint === 'batch_assignments_slot'
+
+/** The claim, tried again while another poll of the same worker takes the slot it chose. */
+async function claimInSlot(
   db: PgDb,
-  pick: { model: string; user_id: string; seq: number },
+  pick: Parameters<typeof claimOne>[1],
   a: Parameters<typeof claimOne>[2],
 ) {
-  const conn = await db.$claims.reserve()
-  try {
-    const sent = await Promise.allSettled([
-      conn`BEGIN`,
-      lockWorker(conn, a.workerId),
-      claimOne(conn, pick, a),
-      conn`COMMIT`,
-    ])
-    for (const r of sent) if (r.status === 'rejected') throw r.reason
-    const [{ active, ...batch }] = (sent[2] as PromiseFulfilledResult<Awaited<ReturnType<typeof claimOne>>>)
-      .value
-    return { active, batch: batch.id === null ? null : batchRow(batch) }
-  } finally {
-    conn.release()
+  for (;;) {
+    try {
+      const [{ active, ...batch }] = await claimOne(db.$claims, pick, a)
+      return { active, batch: batch.id === null ? null : batchRow(batch) }
+    } catch (e) {
+      // Each retry follows a claim that committed for this worker: they end at its limit.
+      if (!slotTaken(e)) throw e
+    }
   }
 }
 
@@ -192,8 +199,8 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     async claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null> {
       if (req.candidates.length === 0) return null
       const byModel = new Map(req.candidates.map((c) => [c.model, c]))
-      // The heads are read outside the claim's transaction: they only name whom to claim from, and
-      // the claim re-checks everything, the worker's limit too, under the worker's lock (claimLocked).
+      // The heads are read before the claim: they only name whom to claim from, and the claim
+      // re-checks everything, the worker's limit too (claimOne).
       const heads = (await claimHeads(db.$claims, [...byModel.keys()])).map((r) => {
         const c = byModel.get(r.model)!
         return {
@@ -211,11 +218,11 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         const running = new Map((await runningOf(db.$claims, owners)).map((r) => [r.user_id, r.n]))
         for (const h of heads) h.running = running.get(h.user_id) ?? 0
       }
-      // Another poll may hold or have taken the chosen owner's batches: then the next best, each try
-      // under the lock again, until the worker is at its limit.
+      // Another poll may hold or have taken the chosen owner's batches: then the next best, until
+      // the worker is at its limit.
       for (let best = pickClaim(heads); best; best = pickClaim(heads)) {
         const assignmentId = newId('asg_')
-        const { active, batch } = await claimLocked(db, best, {
+        const { active, batch } = await claimInSlot(db, best, {
           id: assignmentId,
           workerId: req.workerId,
           orgId: req.orgId,
