@@ -119,11 +119,14 @@ export const batchAssignments = sqliteTable(
   // much completed history it has (poll's max_concurrent_jobs, heartbeat's assigned_job_ids).
   // (org_id, completed_at): GET /v1/orgs/{org_id}/usage, the work an org's workers finished
   // within a range, is one range probe.
-  // (worker_id, slot) of the open assignments: two claims never hold one slot of a worker.
+  // (worker_id, slot) of the open assignments: two claims never hold one slot of a worker. Only
+  // slotted rows are in it, so SQLite's claims (slot null) write no entry.
   (t) => [
     index('batch_assignments_worker').on(t.worker_id, t.completed_at),
     index('batch_assignments_org').on(t.org_id, t.completed_at),
-    uniqueIndex('batch_assignments_slot').on(t.worker_id, t.slot).where(sql`completed_at IS NULL`),
+    uniqueIndex('batch_assignments_slot')
+      .on(t.worker_id, t.slot)
+      .where(sql`slot IS NOT NULL AND completed_at IS NULL`),
   ],
 )
 
