@@ -138,3 +138,15 @@ test('postgres claim: a claim waits for a registration holding the worker, and a
     tx.release()
   }
 })
+
+test('postgres claim: an assignment without a slot (older, or copied from SQLite) counts, and the lowest slot is taken', async () => {
+  await db.$client.unsafe(`
+    UPDATE batches SET status = 'in_progress' WHERE id = 'batch_4';
+    INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at)
+      VALUES ('asg_old', 'batch_4', 'wrk_1', 'org_a', 1);`)
+  expect((await claim(2))?.batch.id).toBe('batch_1')
+  const [taken] = await db.$client`SELECT slot FROM batch_assignments WHERE batch_id = 'batch_1'`
+  expect(taken.slot).toBe(0)
+  expect(await claim(2)).toBeNull()
+  expect(await openAssignments()).toBe(2)
+})

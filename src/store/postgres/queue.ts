@@ -114,10 +114,12 @@ const runningOf = (q: SQL, owners: string[]) =>
  * API.md §7 max_concurrent_jobs, exactly, without a lock that makes a worker's polls take turns:
  * each open assignment holds one of the worker's slots 0 … max_concurrent_jobs − 1
  * (batch_assignments_slot, unique among open assignments), and the claim takes the lowest slot its
- * snapshot sees free. Two polls of one worker that chose the same slot cannot both commit: the
- * second fails (23505) as a whole, its batch untouched, and tries again with a fresh snapshot.
- * Assignments older than the slots, or copied from SQLite (whose claims take turns and leave the
- * slot null), count but hold no slot; as they only ever finish, the limit still holds.
+ * snapshot sees free: a claim in slot s counted at least s assignments open (slots 0 … s − 1) and
+ * stayed under the limit, and no two open assignments share a slot, so no more than the limit are
+ * ever open. Two polls of one worker that chose the same slot cannot both commit: the second fails
+ * (23505) as a whole, its batch untouched, and tries again with a fresh snapshot. Assignments older
+ * than the slots, or copied from SQLite (whose claims take turns and leave the slot null), count
+ * but hold no slot; as they only ever finish, the same holds.
  *
  * Registration locks the worker's row (FOR UPDATE) while it requeues what the old incarnation held;
  * the claim holds a KEY SHARE lock on that row until it commits, so a claim either commits first (and
@@ -139,7 +141,7 @@ export function claimOne(
     WITH worker AS (
       SELECT id FROM workers WHERE id = ${a.workerId} FOR KEY SHARE
     ), open AS (
-      SELECT count(*)::int AS active, coalesce(min(i) FILTER (WHERE slot <> i), count(*))::int AS slot
+      SELECT count(*)::int AS active, coalesce(min(i) FILTER (WHERE slot <> i), count(slot))::int AS slot
       FROM (SELECT slot, (row_number() OVER (ORDER BY slot) - 1)::int AS i FROM batch_assignments
             WHERE worker_id = ${a.workerId} AND completed_at IS NULL) held
     ), claimed AS (
