@@ -7,6 +7,7 @@ import m3 from '../../drizzle/0003_usage.sql' with { type: 'text' }
 import m4 from '../../drizzle/0004_files_expires.sql' with { type: 'text' }
 import m5 from '../../drizzle/0005_webhooks.sql' with { type: 'text' }
 import m6 from '../../drizzle/0006_fair_share.sql' with { type: 'text' }
+import m7 from '../../drizzle/0007_assignment_slot.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -19,5 +20,6 @@ export const embeddedMigrations = {
     '0004_files_expires': m4,
     '0005_webhooks': m5,
     '0006_fair_share': m6,
+    '0007_assignment_slot': m7,
   } as Record<string, string>,
 }

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import type { SQL } from 'bun'
-import { migratePostgres, openPostgres, type PgDb } from '../../src/store/postgres/db'
+import { closePostgres, migratePostgres, openPostgres, type PgDb } from '../../src/store/postgres/db'
 import { claimHeads, claimOne } from '../../src/store/postgres/queue'
 import { freshPostgresUrl } from '../helpers/postgres'
 
@@ -31,7 +31,7 @@ beforeAll(async () => {
 })
 
 afterAll(async () => {
-  await db.$client.close()
+  await closePostgres(db)
 })
 
 /** The same tagged query, EXPLAINed. */
@@ -43,8 +43,9 @@ const explaining =
     return q(text as unknown as TemplateStringsArray, ...values)
   }
 
-async function plan(run: (q: SQL) => Promise<unknown>) {
-  const rows = (await run(explaining(db.$client) as unknown as SQL)) as { 'QUERY PLAN': string }[]
+/** The plan `run` gets on `q` (the transaction that set the plan cache mode). */
+async function plan(q: SQL, run: (q: SQL) => Promise<unknown>) {
+  const rows = (await run(explaining(q) as unknown as SQL)) as { 'QUERY PLAN': string }[]
   return rows.map((r) => r['QUERY PLAN']).join('\n')
 }
 
@@ -53,31 +54,48 @@ for (const mode of ['auto', 'force_generic_plan']) {
     await db.$client.begin(async (q) => {
       await q.unsafe(`SET LOCAL plan_cache_mode = ${mode}`)
       for (let i = 0; i < 6; i++) {
-        const heads = await plan((e) => claimHeads(e, 'wrk_1', ['m-late', 'm-other']))
+        const heads = await plan(q, (e) => claimHeads(e, ['m-late', 'm-other']))
         expect(heads).toContain('batches_status_model')
         expect(heads).not.toContain('batches_pkey')
         expect(heads).not.toContain('batches_status_user')
         expect(heads).not.toContain('Sort')
-        const claim = await plan((e) =>
+        const claim = await plan(q, (e) =>
           claimOne(
             e,
-            { model: 'm-late', user_id: 'user_a' },
+            { model: 'm-late', user_id: 'user_a', seq: 0 },
             { id: 'a', workerId: 'w', orgId: 'o', now: 1, maxConcurrent: 1 },
           ),
         )
         expect(claim).toContain('batches_status_model')
+        // From the chosen head on: the entries before it were walked by the heads read already.
+        expect(claim).toMatch(/Index Cond: .*\(seq >= /)
         expect(claim).not.toContain('batches_status_user')
-        expect(claim).not.toContain('Sort')
+        // Nothing sorted but the worker's own open slots (at most max_concurrent_jobs rows).
+        expect(claim).not.toMatch(/Sort Key: (?!batch_assignments\.slot$)/m)
       }
     })
   })
 }
 
 test('postgres claim: the heads found are the oldest validated batch of each owner of each model', async () => {
-  const rows = await claimHeads(db.$client, 'wrk_1', ['m-late', 'm-other', 'm-none'])
-  expect(rows.map((r) => [r.model, r.user_id, r.id, r.active]).sort()).toEqual([
-    ['m-late', 'user_a', 'batch_l1', 0],
-    ['m-late', 'user_b', 'batch_l1000', 0],
-    ['m-other', 'user_a', 'batch_o2', 0],
+  const rows = await claimHeads(db.$client, ['m-late', 'm-other', 'm-none'])
+  expect(rows.map((r) => [r.model, r.user_id, r.id]).sort()).toEqual([
+    ['m-late', 'user_a', 'batch_l1'],
+    ['m-late', 'user_b', 'batch_l1000'],
+    ['m-other', 'user_a', 'batch_o2'],
   ])
+})
+
+test('postgres claim: the poll runs its generic plans, planned once per connection', async () => {
+  // Left to choose, PostgreSQL planned the heads anew for the models at hand at every poll (planning
+  // cost more than running them): db.$claims always runs a prepared statement's generic plan.
+  const conn = await db.$claims.reserve()
+  try {
+    for (let i = 0; i < 8; i++) await claimHeads(conn, ['m-late'])
+    const [stmt] = await conn`SELECT generic_plans::int AS generic, custom_plans::int AS custom
+      FROM pg_prepared_statements WHERE statement LIKE '%WITH RECURSIVE heads%'`
+    expect(stmt).toEqual({ generic: 8, custom: 0 })
+  } finally {
+    conn.release()
+  }
 })

@@ -9,6 +9,7 @@ import m5 from '../../../drizzle/postgres/0005_files_expires.sql' with { type: '
 import m6 from '../../../drizzle/postgres/0006_webhooks.sql' with { type: 'text' }
 import m7 from '../../../drizzle/postgres/0007_fair_share.sql' with { type: 'text' }
 import m8 from '../../../drizzle/postgres/0008_jsonb_values.sql' with { type: 'text' }
+import m9 from '../../../drizzle/postgres/0009_assignment_slot.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -23,5 +24,6 @@ export const embeddedMigrations = {
     '0006_webhooks': m6,
     '0007_fair_share': m7,
     '0008_jsonb_values': m8,
+    '0009_assignment_slot': m9,
   } as Record<string, string>,
 }

@@ -1,3 +1,4 @@
+import { sql } from 'drizzle-orm'
 import {
   bigint,
   bigserial,
@@ -9,6 +10,7 @@ import {
   primaryKey,
   text,
   unique,
+  uniqueIndex,
 } from 'drizzle-orm/pg-core'
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../schema/webhooks'
 import { jsonb } from './jsonb'
@@ -206,14 +208,25 @@ export const batchAssignments = pgTable(
     org_id: text().notNull(),
     assigned_at: bigint({ mode: 'number' }).notNull(),
     completed_at: bigint({ mode: 'number' }),
+    /**
+     * API.md §7 max_concurrent_jobs on PostgreSQL: which of its worker's slots 0 …
+     * max_concurrent_jobs − 1 this open assignment holds (src/store/postgres/queue.ts claimOne).
+     * Null on SQLite, whose claims take turns.
+     */
+    slot: integer(),
   },
   // (worker_id, completed_at): a worker's current assignments are one range probe, however
   // much completed history it has (poll's max_concurrent_jobs, heartbeat's assigned_job_ids).
   // (org_id, completed_at): GET /v1/orgs/{org_id}/usage, the work an org's workers finished
   // within a range, is one range probe.
+  // (worker_id, slot) of the open assignments: two claims never hold one slot of a worker. Only
+  // slotted rows are in it, so SQLite's claims (slot null) write no entry.
   (t) => [
     index('batch_assignments_worker').on(t.worker_id, t.completed_at),
     index('batch_assignments_org').on(t.org_id, t.completed_at),
+    uniqueIndex('batch_assignments_slot')
+      .on(t.worker_id, t.slot)
+      .where(sql`slot IS NOT NULL AND completed_at IS NULL`),
   ],
 )
 

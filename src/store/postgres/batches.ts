@@ -3,9 +3,9 @@ import * as schema from '../../db/pg/schema'
 import type { BatchErrorRow, BatchRow, FileRow } from '../../db/schema'
 import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
 import { type BatchesStore, newBatchRow } from '../batches'
-import type { PgDb } from './db'
+import { type PgDb, pipelined } from './db'
 import { pageRows } from './page'
-import { batchRow, pipelined, transitionEach } from './queue'
+import { batchRow, transitionEach } from './queue'
 
 const { batches, batchErrors } = schema
 

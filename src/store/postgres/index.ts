@@ -4,7 +4,7 @@ import type { Store } from '../index'
 import { postgresAccounts } from './accounts'
 import { postgresBatches } from './batches'
 import { postgresCatalogue } from './catalogue'
-import { migratePostgres, type PgDb } from './db'
+import { closePostgres, migratePostgres, type PgDb } from './db'
 import { postgresFiles } from './files'
 import { postgresFleet } from './fleet'
 import { postgresKeys } from './keys'
@@ -41,8 +41,6 @@ export function postgresStore(
     catalogue: postgresCatalogue(db),
     usage: postgresUsage(db),
     webhooks: postgresWebhooks(db),
-    async close() {
-      await db.$client.close()
-    },
+    close: () => closePostgres(db),
   }
 }

@@ -123,19 +123,15 @@ export async function requeueLocked(
 // a poll is the hot path of every instance, and building its queries through drizzle cost more
 // CPU than PostgreSQL spent running them (issue 10 profile).
 
-/** A worker's polls take turns (max_concurrent_jobs); other workers' polls do not wait. */
-const lockWorker = (q: SQL, workerId: string) => q`SELECT id FROM workers WHERE id = ${workerId} FOR UPDATE`
-
 /**
- * The worker's open assignments, and the oldest validated batch of each owner of each candidate
- * model (API.md §14): each step of the recursion is the head of the next owner after the last one,
+ * The oldest validated batch of each owner of each candidate model (API.md §14): each step of the recursion is the head of the next owner after the last one,
  * one probe of batches_status_model (a skip scan over the owners), so the cost follows the owners
  * waiting, never the depth of the queue. The ORDER BY names every column of that index and `status
  * = ANY('{…}')` is no planner constant: only that index gives the order without a sort
  * (batches_status_user would walk every waiting batch of every model; the primary key, every
- * batch).
+ * batch). Run on `db.$claims`, it is planned once per connection (generic plan).
  */
-export function claimHeads(q: SQL, workerId: string, models: string[]) {
+export function claimHeads(q: SQL, models: string[]) {
   const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
   return q`
     WITH RECURSIVE heads AS (
@@ -153,11 +149,8 @@ export function claimHeads(q: SQL, workerId: string, models: string[]) {
         ORDER BY status, model, user_id, seq LIMIT 1
       ) n
     )
-    SELECT a.active, h.model, h.user_id, h.id, h.seq::float8 AS seq
-    FROM (SELECT count(*)::int AS active FROM batch_assignments
-          WHERE worker_id = ${workerId} AND completed_at IS NULL) a
-    LEFT JOIN heads h ON TRUE` as Promise<
-    { active: number; model: string | null; user_id: string; id: string; seq: number }[]
+    SELECT model, user_id, id, seq::float8 AS seq FROM heads` as Promise<
+    { model: string; user_id: string; id: string; seq: number }[]
   >
 }
 
@@ -170,71 +163,83 @@ const runningOf = (q: SQL, owners: string[]) =>
 
 /**
  * The claim itself (the state table's `claimed` edge, STYLE example 7, and the assignment) in one
- * statement: the oldest validated batch of the chosen model and owner that no other poll holds
- * (FOR UPDATE SKIP LOCKED), while the worker holds fewer than `maxConcurrent` open
- * assignments; no row otherwise. Run after lockWorker in the same transaction, its snapshot
- * sees every assignment the worker's other polls committed (API.md §7 max_concurrent_jobs).
+ * autocommit statement: the oldest validated batch of the chosen model and owner from the chosen
+ * head on that no other poll holds (FOR UPDATE SKIP LOCKED), while the worker holds fewer than
+ * `maxConcurrent` open assignments; one row with the worker's open assignments (`active`) and the
+ * batch claimed, if any.
+ *
+ * API.md §7 max_concurrent_jobs, exactly, without a lock that makes a worker's polls take turns:
+ * each open assignment holds one of the worker's slots 0 … max_concurrent_jobs − 1
+ * (batch_assignments_slot, unique among open assignments), and the claim takes the lowest slot its
+ * snapshot sees free: a claim in slot s counted at least s assignments open (slots 0 … s − 1) and
+ * stayed under the limit, and no two open assignments share a slot, so no more than the limit are
+ * ever open. Two polls of one worker that chose the same slot cannot both commit: the second fails
+ * (23505) as a whole, its batch untouched, and tries again with a fresh snapshot. Assignments older
+ * than the slots, or copied from SQLite (whose claims take turns and leave the slot null), count
+ * but hold no slot; as they only ever finish, the same holds.
+ *
+ * Registration locks the worker's row (FOR UPDATE) while it requeues what the old incarnation held;
+ * the claim holds a KEY SHARE lock on that row until it commits, so a claim either commits first (and
+ * its batch is requeued) or waits and claims for the worker as registered. Heartbeats do not wait
+ * for claims, nor claims for heartbeats.
+ *
+ * Starting at the head's `seq` spares a second walk over the index entries that every batch
+ * claimed since the last VACUUM leaves at the front of the queue (the heads read has just walked
+ * them); nothing older was waiting when the heads were read. A batch requeued since, older than
+ * the head, is the next poll's head.
  */
 export function claimOne(
   q: SQL,
-  pick: { model: string; user_id: string },
+  pick: { model: string; user_id: string; seq: number },
   a: { id: string; workerId: string; orgId: string; now: number; maxConcurrent: number },
 ) {
   const { from, to } = BATCH_TRANSITIONS.claimed
   return q`
-    WITH claimed AS (
+    WITH worker AS (
+      SELECT id FROM workers WHERE id = ${a.workerId} FOR KEY SHARE
+    ), open AS (
+      SELECT count(*)::int AS active, coalesce(min(i) FILTER (WHERE slot <> i), count(slot))::int AS slot
+      FROM (SELECT slot, (row_number() OVER (ORDER BY slot) - 1)::int AS i FROM batch_assignments
+            WHERE worker_id = ${a.workerId} AND completed_at IS NULL) held
+    ), claimed AS (
       UPDATE batches SET status = ${to}, in_progress_at = ${a.now}, updated_at = ${a.now}
       WHERE id = (
         SELECT id FROM batches
         WHERE status = ANY(${`{${from}}`}::text[]) AND model = ${pick.model} AND user_id = ${pick.user_id}
+          AND seq >= ${pick.seq}::bigint
         ORDER BY status, model, user_id, seq LIMIT 1
         FOR UPDATE SKIP LOCKED
       ) AND status = ${from}
-        AND (SELECT count(*) FROM batch_assignments
-             WHERE worker_id = ${a.workerId} AND completed_at IS NULL) < ${a.maxConcurrent}
+        AND (SELECT active FROM open) < ${a.maxConcurrent} AND EXISTS (SELECT FROM worker)
       RETURNING *
     ), assigned AS (
-      INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at)
-      SELECT ${a.id}, id, ${a.workerId}, ${a.orgId}, ${a.now} FROM claimed
+      INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at, slot)
+      SELECT ${a.id}, id, ${a.workerId}, ${a.orgId}, ${a.now}, (SELECT slot FROM open) FROM claimed
     )
-    SELECT * FROM claimed` as Promise<Record<string, unknown>[]>
+    SELECT open.active, claimed.* FROM open LEFT JOIN claimed ON TRUE` as Promise<
+    [{ active: number; id: string | null } & Record<string, unknown>]
+  >
 }
 
-/**
- * BEGIN, the worker's lock, the claim and COMMIT sent at once on one connection (pipelined: one
- * round trip). PostgreSQL runs them in order, so the claim's snapshot is taken once the lock is
- * held; when a statement fails, COMMIT ends the aborted transaction as a rollback.
- */
-/**
- * Statements of one transaction sent at once on a reserved connection (one round trip). When one
- * fails, the transaction is rolled back (unless the batch ends it itself, with COMMIT: an aborted
- * transaction's COMMIT is a rollback) and the first error is thrown.
- */
-export async function pipelined(conn: SQL, statements: Promise<unknown>[]): Promise<unknown[][]> {
-  const sent = await Promise.allSettled(statements)
-  const failed = sent.find((r) => r.status === 'rejected')
-  if (!failed) return sent.map((r) => (r as PromiseFulfilledResult<unknown[]>).value)
-  await conn`ROLLBACK`.catch(() => {})
-  throw failed.reason
-}
+/** Another poll of the same worker took the slot this claim chose (batch_assignments_slot). */
+const slotTaken = (e: unknown) =>
+  (e as { errno?: string; constraint?: string }).errno === '23505' &&
+  (e as { constraint?: string }).constraint === 'batch_assignments_slot'
 
-async function claimLocked(
+/** The claim, tried again while another poll of the same worker takes the slot it chose. */
+async function claimInSlot(
   db: PgDb,
-  pick: { model: string; user_id: string },
+  pick: Parameters<typeof claimOne>[1],
   a: Parameters<typeof claimOne>[2],
 ) {
-  const conn = await db.$client.reserve()
-  try {
-    const sent = await Promise.allSettled([
-      conn`BEGIN`,
-      lockWorker(conn, a.workerId),
-      claimOne(conn, pick, a),
-      conn`COMMIT`,
-    ])
-    for (const r of sent) if (r.status === 'rejected') throw r.reason
-    return (sent[2] as PromiseFulfilledResult<Record<string, unknown>[]>).value[0]
-  } finally {
-    conn.release()
+  for (;;) {
+    try {
+      const [{ active, ...batch }] = await claimOne(db.$claims, pick, a)
+      return { active, batch: batch.id === null ? null : batchRow(batch) }
+    } catch (e) {
+      // Each retry follows a claim that committed for this worker: they end at its limit.
+      if (!slotTaken(e)) throw e
+    }
   }
 }
 
@@ -253,42 +258,37 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     async claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null> {
       if (req.candidates.length === 0) return null
       const byModel = new Map(req.candidates.map((c) => [c.model, c]))
-      // The heads are read outside the claim's transaction: they only name whom to claim from, and
-      // the claim re-checks everything under the worker's lock (claimLocked).
-      const rows = await claimHeads(db.$client, req.workerId, [...byModel.keys()])
-      if (rows[0]!.active >= req.maxConcurrent) return null
-      const heads = rows
-        .filter((r) => r.model !== null)
-        .map((r) => {
-          const c = byModel.get(r.model!)!
-          return {
-            batch_id: r.id,
-            seq: r.seq,
-            user_id: r.user_id,
-            model: c.model,
-            loaded: c.loaded,
-            running: 0,
-            match: c.match,
-          }
-        })
+      // The heads are read before the claim: they only name whom to claim from, and the claim
+      // re-checks everything, the worker's limit too (claimOne).
+      const heads = (await claimHeads(db.$claims, [...byModel.keys()])).map((r) => {
+        const c = byModel.get(r.model)!
+        return {
+          batch_id: r.id,
+          seq: r.seq,
+          user_id: r.user_id,
+          model: c.model,
+          loaded: c.loaded,
+          running: 0,
+          match: c.match,
+        }
+      })
       const owners = ownersToCount(heads)
       if (owners.length) {
-        const running = new Map((await runningOf(db.$client, owners)).map((r) => [r.user_id, r.n]))
+        const running = new Map((await runningOf(db.$claims, owners)).map((r) => [r.user_id, r.n]))
         for (const h of heads) h.running = running.get(h.user_id) ?? 0
       }
-      // Another poll may hold or have taken the chosen owner's batches, or the worker reached its
-      // limit meanwhile: then the next best, each try under the lock again.
+      // Another poll may hold or have taken the chosen owner's batches: then the next best, until
+      // the worker is at its limit.
       for (let best = pickClaim(heads); best; best = pickClaim(heads)) {
         const assignmentId = newId('asg_')
-        const raw = await claimLocked(db, best, {
+        const { active, batch } = await claimInSlot(db, best, {
           id: assignmentId,
           workerId: req.workerId,
           orgId: req.orgId,
           now: req.now,
           maxConcurrent: req.maxConcurrent,
         })
-        if (raw) {
-          const batch = batchRow(raw)
+        if (batch) {
           const { from, to } = BATCH_TRANSITIONS.claimed
           log.info('batch transition', {
             batch_id: batch.id,
@@ -299,6 +299,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           })
           return { batch, assignmentId, match: best.match }
         }
+        if (active >= req.maxConcurrent) return null
         heads.splice(heads.indexOf(best), 1)
       }
       return null
