@@ -515,7 +515,8 @@ describe('admin', () => {
     // Paged, newest first: the user made last is on the first page.
     const row = users.getByRole('row', { name: new RegExp(victim.email) })
     await row.getByRole('button', { name: 'Deactivate' }).click()
-    await row.getByRole('button', { name: 'Activate' }).waitFor()
+    // exact: a name is otherwise matched as a substring, and 'Deactivate' contains 'activate'.
+    await row.getByRole('button', { name: 'Activate', exact: true }).waitFor()
     expect((await server.req('GET', '/v1/auth/me', { token: victim.token })).status).toBe(401)
     // A superadmin's usage view covers everyone, grouped by user too.
     await nav(page, 'Usage')
