@@ -18,7 +18,8 @@ export interface TokenClaims {
 
 export interface Tokens {
   sign(userId: string, tokenVersion: number): Promise<{ token: string; expiresIn: number }>
-  verify(token: string): Promise<TokenClaims | null>
+  /** The token's claims; a token verified before is answered without a promise. */
+  verify(token: string): TokenClaims | null | Promise<TokenClaims | null>
 }
 
 /** Tokens whose signature was checked, kept per server (the same JWT comes with every request). */
@@ -35,25 +36,29 @@ export function createTokens(secret: string, ttlSeconds: number, clock: Clock): 
       const token = await signer.sign({ sub: userId, tv: tokenVersion, exp })
       return { token, expiresIn: ttlSeconds }
     },
-    async verify(token) {
+    verify(token) {
       const kept = verified.get(token)
       if (kept) {
         if (kept.exp > clock.now()) return kept
         verified.delete(token)
         return null
       }
-      // jose checks exp against the clock we pass, so tests can move time forward.
-      const payload = await signer.verify(token, {
-        algorithms: ['HS256'],
-        currentDate: new Date(clock.nowMs()),
-      })
-      if (!payload || typeof payload.sub !== 'string' || typeof payload.tv !== 'number') return null
-      if (typeof payload.exp !== 'number') return null
-      const claims = { sub: payload.sub, tv: payload.tv, exp: payload.exp }
-      if (verified.size >= VERIFIED_KEPT) verified.delete(verified.keys().next().value!)
-      verified.set(token, claims)
-      return claims
+      return verifySignature(token)
     },
+  }
+
+  async function verifySignature(token: string): Promise<TokenClaims | null> {
+    // jose checks exp against the clock we pass, so tests can move time forward.
+    const payload = await signer.verify(token, {
+      algorithms: ['HS256'],
+      currentDate: new Date(clock.nowMs()),
+    })
+    if (!payload || typeof payload.sub !== 'string' || typeof payload.tv !== 'number') return null
+    if (typeof payload.exp !== 'number') return null
+    const claims = { sub: payload.sub, tv: payload.tv, exp: payload.exp }
+    if (verified.size >= VERIFIED_KEPT) verified.delete(verified.keys().next().value!)
+    verified.set(token, claims)
+    return claims
   }
 }
 

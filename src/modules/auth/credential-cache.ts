@@ -73,17 +73,27 @@ export class CredentialCache {
     }
   }
 
-  async #through<T extends object>(
+  /** A kept entry is answered as it is, without a promise (every request of a known caller). */
+  #through<T extends object>(
     map: Map<string, Entry<T>>,
     id: string,
     now: number,
     read: () => Promise<T | undefined>,
-  ): Promise<T | undefined> {
+  ): T | Promise<T | undefined> {
     const kept = map.get(id)
     if (kept) {
       if (now < kept.until) return kept.value
       map.delete(id)
     }
+    return this.#read(map, id, now, read)
+  }
+
+  async #read<T extends object>(
+    map: Map<string, Entry<T>>,
+    id: string,
+    now: number,
+    read: () => Promise<T | undefined>,
+  ): Promise<T | undefined> {
     const generation = this.#generation
     const value = await read()
     if (value !== undefined && generation === this.#generation) {

@@ -67,7 +67,8 @@ export async function poolCapacity(
   principal: UserPrincipal | AnonymousPrincipal,
 ): Promise<string> {
   const cache = deps.poolCache
-  const key = principal.kind === 'user' ? `user:${principal.user.id}` : 'anonymous'
+  // A user's id (user_…) never reads 'anonymous'.
+  const key = principal.kind === 'user' ? principal.user.id : 'anonymous'
   const now = deps.clock.now()
   const hit = cache.get(key)
   if (hit && now - hit.as_of < deps.config.POOL_CACHE_SECONDS) return hit.body
