@@ -76,12 +76,12 @@ const results = new Map<string, { rates: number[]; ratios: number[] }>(
 )
 // Warm up both sides (prepared statements, JIT).
 await rate(() => bareLookup(`Bearer ${workerKey}`), 100)
-for (const [, header] of cases) await rate(() => authenticate(deps, header), 100)
+for (const [, header] of cases) await rate(async () => authenticate(deps, header), 100)
 for (let r = 0; r < ROUNDS; r++) {
   const base = await rate(() => bareLookup(`Bearer ${workerKey}`), ROUND_MS)
   baseRates.push(base)
   for (const [name, header] of cases) {
-    const got = await rate(() => authenticate(deps, header), ROUND_MS)
+    const got = await rate(async () => authenticate(deps, header), ROUND_MS)
     results.get(name)!.rates.push(got)
     results.get(name)!.ratios.push(got / base)
   }

@@ -100,9 +100,15 @@ function level<L extends AuthLevel>(deps: Deps, l: L) {
       'x-gridkeep-auth': l,
       ...(l === 'public' ? {} : { security: [{ bearerAuth: [] }] }),
     },
+    // Declared async so Elysia awaits it whatever its body looks like; a known caller's credential
+    // resolves without awaiting anything (authenticate).
     async transform({ request }: { request: Request }) {
-      const who = l === 'public' ? ANONYMOUS : await authenticate(deps, request.headers.get('authorization'))
-      resolved.set(request, check(l, who))
+      if (l === 'public') {
+        resolved.set(request, ANONYMOUS)
+        return
+      }
+      const who = authenticate(deps, request.headers.get('authorization'))
+      resolved.set(request, check(l, who instanceof Promise ? await who : who))
     },
     resolve({ request }: { request: Request }) {
       return { principal: resolved.get(request) as PrincipalFor<L> }

@@ -2,6 +2,7 @@ import type { UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { unauthorized } from '../../lib/errors'
 import { KEY_PATTERN, sha256Hex } from '../../lib/keys'
+import type { TokenClaims } from '../../lib/tokens'
 
 // Turns an Authorization header into who is calling. Which callers each route accepts is decided
 // by src/http/auth.ts; this only answers "who is this?" (API.md §1), failing with 401 for anything
@@ -19,7 +20,11 @@ export type Principal = UserPrincipal | WorkerPrincipal | AnonymousPrincipal
 
 const LAST_USED_RESOLUTION_SECONDS = 60
 
-export async function authenticate(deps: Deps, authorization: string | null | undefined): Promise<Principal> {
+/** Who is calling; a JWT whose signature and user were seen a moment ago is answered without a promise. */
+export function authenticate(
+  deps: Deps,
+  authorization: string | null | undefined,
+): Principal | Promise<Principal> {
   if (!authorization) return { kind: 'anonymous' }
   const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization)
   if (!match) throw unauthorized('invalid_authorization', 'Authorization must be "Bearer <token>"')
@@ -47,10 +52,18 @@ async function byKey(deps: Deps, raw: string): Promise<Principal> {
   return { kind: 'user', via: 'personal_key', user, keyId: key.id }
 }
 
-async function byJwt(deps: Deps, token: string): Promise<Principal> {
-  const claims = await deps.tokens.verify(token)
+function byJwt(deps: Deps, token: string): Principal | Promise<Principal> {
+  const claims = deps.tokens.verify(token)
+  return claims instanceof Promise ? claims.then((c) => jwtUser(deps, c)) : jwtUser(deps, claims)
+}
+
+function jwtUser(deps: Deps, claims: TokenClaims | null): Principal | Promise<Principal> {
   if (!claims) throw unauthorized('invalid_token', 'Invalid or expired token')
-  const user = await findUser(deps, claims.sub, deps.clock.now())
+  const user = findUser(deps, claims.sub, deps.clock.now())
+  return user instanceof Promise ? user.then((u) => jwtPrincipal(claims, u)) : jwtPrincipal(claims, user)
+}
+
+function jwtPrincipal(claims: TokenClaims, user: UserRow | undefined): Principal {
   if (!user?.is_active) throw unauthorized('invalid_token', 'Invalid or expired token')
   // A password change or reset bumps token_version: every JWT issued before it stops working.
   if (claims.tv !== user.token_version) throw unauthorized('token_revoked', 'This token is no longer valid')
