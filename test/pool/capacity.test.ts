@@ -170,4 +170,36 @@ describe('GET /v1/pool/capacity', () => {
     expect(a2.body.workers_online).toBe(2)
     expect(a2.body.as_of).toBe(t.clock.now())
   })
+
+  test('callers that miss together share one computation; a failed one is not kept', async () => {
+    const t = fresh()
+    const f = await makeFleet(t)
+    await fleetOf(t, f, 1, [])
+    const fleet = t.deps.store.fleet
+    const capacityCounts = fleet.capacityCounts
+    let reads = 0
+    let fail = false
+    fleet.capacityCounts = async (...a) => {
+      reads++
+      if (fail) throw new Error('database gone')
+      return capacityCounts.apply(fleet, a)
+    }
+    try {
+      const answers = await Promise.all(Array.from({ length: 10 }, () => t.req('GET', '/v1/pool/capacity')))
+      expect(answers.map((r) => r.status)).toEqual(Array(10).fill(200))
+      expect(new Set(answers.map((r) => r.text)).size).toBe(1)
+      expect(reads).toBe(1)
+      // Expired while the database fails: the callers that miss share the failure, then it is retried.
+      t.clock.advance(t.deps.config.POOL_CACHE_SECONDS)
+      fail = true
+      const failed = await Promise.all(Array.from({ length: 5 }, () => t.req('GET', '/v1/pool/capacity')))
+      expect(failed.every((r) => r.status >= 500)).toBe(true)
+      expect(reads).toBe(2)
+      fail = false
+      expect((await t.req('GET', '/v1/pool/capacity')).status).toBe(200)
+      expect(reads).toBe(3)
+    } finally {
+      fleet.capacityCounts = capacityCounts
+    }
+  })
 })

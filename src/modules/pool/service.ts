@@ -54,7 +54,8 @@ export async function computeCapacity(
 /** One caller class's answer, kept serialized: a cached answer costs little more than writing it. */
 export interface KeptCapacity {
   as_of: number
-  body: string
+  /** The serialized answer, or its computation under way (every caller that misses meanwhile shares it). */
+  body: string | Promise<string>
 }
 
 // SPEC Pool rule 6: responses are cached POOL_CACHE_SECONDS, per caller class (API.md §8:
@@ -62,22 +63,33 @@ export interface KeptCapacity {
 const MAX_CACHED_CLASSES = 10_000
 
 /** GET /v1/pool/capacity for `principal`, serialized. */
-export async function poolCapacity(
+export function poolCapacity(
   deps: Deps,
   principal: UserPrincipal | AnonymousPrincipal,
-): Promise<string> {
+): string | Promise<string> {
   const cache = deps.poolCache
   // A user's id (user_…) never reads 'anonymous'.
   const key = principal.kind === 'user' ? principal.user.id : 'anonymous'
   const now = deps.clock.now()
   const hit = cache.get(key)
-  if (hit && now - hit.as_of < deps.config.POOL_CACHE_SECONDS) return hit.body
+  // One computation per caller class at a time: when the answer expires under load, the callers
+  // that miss together wait for one read of the fleet instead of each making their own.
+  if (hit && (typeof hit.body !== 'string' || now - hit.as_of < deps.config.POOL_CACHE_SECONDS))
+    return hit.body
   if (cache.size >= MAX_CACHED_CLASSES) {
-    for (const [k, v] of cache) if (now - v.as_of >= deps.config.POOL_CACHE_SECONDS) cache.delete(k)
+    for (const [k, v] of cache)
+      if (typeof v.body === 'string' && now - v.as_of >= deps.config.POOL_CACHE_SECONDS) cache.delete(k)
     if (cache.size >= MAX_CACHED_CLASSES) cache.clear()
   }
-  const fresh = await computeCapacity(deps, principal)
-  const body = JSON.stringify(fresh)
-  cache.set(key, { as_of: fresh.as_of, body })
-  return body
+  const computing = computeCapacity(deps, principal).then((fresh) => {
+    const body = JSON.stringify(fresh)
+    if (cache.get(key) === entry) cache.set(key, { as_of: fresh.as_of, body })
+    return body
+  })
+  const entry: KeptCapacity = { as_of: now, body: computing }
+  cache.set(key, entry)
+  computing.catch(() => {
+    if (cache.get(key) === entry) cache.delete(key)
+  })
+  return computing
 }
