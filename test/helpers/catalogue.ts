@@ -12,6 +12,39 @@ import { upsertCatalogue } from '../../src/modules/catalogue/seed'
 // Catalogue builders for any workstream's tests. Entries are written through the same function
 // that seeding uses (upsertCatalogue), so they look exactly like seeded ones (derived profile included).
 
+/**
+ * A manifest entry as the store's upsertEntries takes it (store tests, below the seeding code): an
+ * ollama chat model with one derived profile, `o` overriding any field.
+ */
+export function manifestEntry(id: string, o: Partial<CatalogueEntry> = {}): CatalogueEntry {
+  return {
+    id,
+    display_name: id,
+    runtime: 'ollama',
+    runtime_model_id: `${id}:latest`,
+    digest: null,
+    quantization: 'Q4_K_M',
+    parameter_size: '8B',
+    context_length: 8192,
+    vram_gb: 8,
+    size_gb: 5,
+    task_type: 'chat',
+    capabilities: { tools: true },
+    lineage: null,
+    source_type: null,
+    source_ref: null,
+    source_revision: null,
+    homepage_url: null,
+    org_id: null,
+    status: 'active',
+    enabled: true,
+    renamed_from: null,
+    serving_profiles: [{ runtime: 'ollama', runtime_model_id: `${id}:latest`, params: {}, derived: true }],
+    artifact_files: [],
+    ...o,
+  }
+}
+
 export type CatalogEntryInput = Partial<Omit<CatalogueEntry, 'serving_profiles' | 'artifact_files'>> & {
   /** Explicit profiles; when absent, one is derived from runtime/runtime_model_id (SPEC §2). */
   serving_profiles?: { runtime: Engine; runtime_model_id: string; params?: Record<string, unknown> }[]

@@ -1,38 +1,12 @@
 import { afterEach, describe, expect, test } from 'bun:test'
-import type { CatalogueEntry } from '../../src/modules/catalogue/manifest'
+import { manifestEntry } from '../helpers/catalogue'
 import { type StoreHarness, storeEngines } from '../helpers/stores'
 
 // readCatalogue runs on every poll: each engine keeps the rows until the catalogue changes through
 // it (upsertEntries), until another instance says it changed it (forgetCatalogue, on its
 // `models_changed` signal, scope `catalogue`), or for at most CATALOGUE_REREAD_MS.
 
-function entry(id: string): CatalogueEntry {
-  return {
-    id,
-    display_name: id,
-    runtime: 'ollama',
-    runtime_model_id: `${id}:latest`,
-    digest: null,
-    quantization: 'Q4_K_M',
-    parameter_size: '8B',
-    context_length: 8192,
-    vram_gb: 8,
-    size_gb: 5,
-    task_type: 'chat',
-    capabilities: {},
-    lineage: null,
-    source_type: null,
-    source_ref: null,
-    source_revision: null,
-    homepage_url: null,
-    org_id: null,
-    status: 'active',
-    enabled: true,
-    renamed_from: null,
-    serving_profiles: [{ runtime: 'ollama', runtime_model_id: `${id}:latest`, params: {}, derived: true }],
-    artifact_files: [],
-  }
-}
+const entry = (id: string) => manifestEntry(id, { capabilities: {} })
 
 for (const [kind, open] of storeEngines) {
   describe(`${kind} catalogue cache`, () => {

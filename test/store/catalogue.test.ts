@@ -1,39 +1,12 @@
 import { afterEach, describe, expect, test } from 'bun:test'
-import type { CatalogueEntry } from '../../src/modules/catalogue/manifest'
+import { manifestEntry } from '../helpers/catalogue'
 import { type StoreHarness, storeEngines } from '../helpers/stores'
 
 // The catalogue's verbs behave the same on SQLite and on PostgreSQL (API.md §12).
 
 const sha = (s: string) => new Bun.CryptoHasher('sha256').update(s).digest('hex')
 
-function entry(id: string, o: Partial<CatalogueEntry> = {}): CatalogueEntry {
-  return {
-    id,
-    display_name: id,
-    runtime: 'ollama',
-    runtime_model_id: `${id}:latest`,
-    digest: null,
-    quantization: 'Q4_K_M',
-    parameter_size: '8B',
-    context_length: 8192,
-    vram_gb: 8,
-    size_gb: 5,
-    task_type: 'chat',
-    capabilities: { tools: true },
-    lineage: null,
-    source_type: null,
-    source_ref: null,
-    source_revision: null,
-    homepage_url: null,
-    org_id: null,
-    status: 'active',
-    enabled: true,
-    renamed_from: null,
-    serving_profiles: [{ runtime: 'ollama', runtime_model_id: `${id}:latest`, params: {}, derived: true }],
-    artifact_files: [],
-    ...o,
-  }
-}
+const entry = manifestEntry
 
 const children = async (h: StoreHarness, table: string) =>
   (

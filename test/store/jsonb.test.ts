@@ -3,6 +3,7 @@ import { embeddedMigrations } from '../../src/db/pg/migrations.gen'
 import type { CatalogueEntry } from '../../src/modules/catalogue/manifest'
 import { postgresStore } from '../../src/store/postgres'
 import { migratePostgres, openPostgres, type PgDb } from '../../src/store/postgres/db'
+import { manifestEntry } from '../helpers/catalogue'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { clock, type StoreHarness, storeConfig, storeEngines } from '../helpers/stores'
 
@@ -21,36 +22,17 @@ async function seed(exec: (sql: string) => Promise<unknown>) {
       VALUES ('file-a', 'user_a', 'a.jsonl', 'batch', 10, 1);`)
 }
 
-function entry(id: string, o: Partial<CatalogueEntry> = {}): CatalogueEntry {
-  return {
-    id,
-    display_name: id,
+/** A vLLM entry with an explicit profile whose params are a JSON object. */
+const entry = (id: string, o: Partial<CatalogueEntry> = {}) =>
+  manifestEntry(id, {
     runtime: 'vllm',
     runtime_model_id: `org/${id}`,
-    digest: null,
     quantization: null,
-    parameter_size: '8B',
-    context_length: 8192,
-    vram_gb: 8,
-    size_gb: 5,
-    task_type: 'chat',
-    capabilities: { tools: true },
-    lineage: null,
-    source_type: null,
-    source_ref: null,
-    source_revision: null,
-    homepage_url: null,
-    org_id: null,
-    status: 'active',
-    enabled: true,
-    renamed_from: null,
     serving_profiles: [
       { runtime: 'vllm', runtime_model_id: `org/${id}`, params: { max_model_len: 8192 }, derived: false },
     ],
-    artifact_files: [],
     ...o,
-  }
-}
+  })
 
 const usage = { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 }
 
