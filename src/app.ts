@@ -92,8 +92,6 @@ export function createApp(deps: Deps) {
 
 export type App = ReturnType<typeof createApp>
 
-const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'])
-
 /**
  * Every request is logged and counted exactly once, here, when its response is complete: errors
  * and unmatched paths included (issue 6). The log carries the path without its query string (a
@@ -110,8 +108,7 @@ function recordRequest(deps: Deps, ctx: AfterResponse) {
   const facts = requestFacts(request)
   const status = responseStatus(ctx)
   const seconds = facts ? (deps.clock.monotonicMs() - facts.startedMs) / 1000 : 0
-  const method = METHODS.has(request.method) ? request.method : 'OTHER'
-  deps.metrics.http.record(method, route || 'unmatched', status, seconds)
+  deps.metrics.http.record(request.method, route || 'unmatched', status, seconds)
   if (!logEnabled('info')) return
   log.info('request', {
     request_id: facts?.id,

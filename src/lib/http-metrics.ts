@@ -7,8 +7,9 @@ import type { Registry } from 'prom-client'
 // cached read's cost). The series set is small: route patterns, never paths.
 
 const LABELS = ['method', 'route', 'status'] as const
-/** The methods requests are counted under (src/app.ts: anything else is OTHER). */
+/** The methods requests are counted under; any other is counted as OTHER (bounded labels). */
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS', 'OTHER']
+const OTHER = METHODS.length - 1
 
 interface Series {
   labels: Record<(typeof LABELS)[number], string>
@@ -86,14 +87,17 @@ export function createHttpMetrics(registry: Registry, bounds: number[]) {
     requests,
     duration,
     /** Counts one request of (method, route pattern, status) that took `seconds`. */
-    record(method: string, route: string, status: number, seconds: number) {
+    record(requestMethod: string, route: string, status: number, seconds: number) {
+      const found = METHODS.indexOf(requestMethod)
+      const m = found < 0 ? OTHER : found
+      const method = METHODS[m]!
       // Keyed without building a string per request: route patterns are the router's own strings.
       let ofRoute = byRoute.get(route)
       if (!ofRoute) {
         ofRoute = new Map()
         byRoute.set(route, ofRoute)
       }
-      const key = status * 16 + METHODS.indexOf(method)
+      const key = status * 16 + m
       let s = ofRoute.get(key)
       if (!s) {
         s = {

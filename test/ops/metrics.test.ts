@@ -107,6 +107,18 @@ describe('GET /metrics', () => {
     expect(res.text).toContain('# TYPE gridkeep_http_request_duration_seconds histogram')
   })
 
+  test('a method outside the usual set is counted as OTHER, never under its own name', async () => {
+    const t = app()
+    await t.req('PROPFIND', '/v1/models')
+    await t.req('MKCOL', '/v1/files')
+    await allRequestsRecorded(t.deps)
+    const text = (await t.req('GET', '/metrics')).text
+    const s = samples(text)
+    expect(s.get('gridkeep_http_requests_total{method="OTHER",route="unmatched",status="404"}')).toBe(2)
+    expect(text).not.toContain('PROPFIND')
+    expect(text).not.toContain('MKCOL')
+  })
+
   test('counters of the other modules and the build are exposed under Prometheus names', async () => {
     const t = app()
     t.deps.metrics.claims.inc()
