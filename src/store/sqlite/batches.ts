@@ -40,6 +40,12 @@ const stmts = preparedOnce((db: Db) => ({
       ),
     )
     .prepare(),
+  // POST /v1/batches: the input file, if it is the caller's.
+  ownFile: db
+    .select({ purpose: files.purpose, expires_at: files.expires_at })
+    .from(files)
+    .where(and(eq(files.id, sql.placeholder('id')), eq(files.user_id, sql.placeholder('user'))))
+    .prepare(),
   validating: db
     .select({ id: batches.id })
     .from(batches)
@@ -53,13 +59,7 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
   return {
     async create(b, check) {
       return writeTx(db, (tx) => {
-        check(
-          tx
-            .select({ purpose: files.purpose, expires_at: files.expires_at })
-            .from(files)
-            .where(and(eq(files.id, b.input_file_id), eq(files.user_id, b.user_id)))
-            .get(),
-        )
+        check(stmts(deps).ownFile.get({ id: b.input_file_id, user: b.user_id }))
         return tx.insert(batches).values(newBatchRow(b)).returning().get()
       })
     },
