@@ -1,5 +1,6 @@
 import type { BatchErrorRow, BatchRow, BatchStatus, FileRow } from '../db/schema'
 import type { PageParams } from '../lib/pagination'
+import type { BatchChanges, BatchEvent } from '../modules/batches/states'
 
 // Batches and their validation (SPEC §2–3, API.md §6): creation, reads, and the validator's
 // verbs. The state moves go through the state table (modules/batches/states.ts).
@@ -33,6 +34,30 @@ export interface ValidationResult {
   errors_total: number
   /** The stored errors (at most MAX_STORED_ERRORS), in line order. */
   errors: Pick<BatchErrorRow, 'code' | 'line' | 'field' | 'message'>[]
+}
+
+/**
+ * SPEC §3: how a validation's result moves its batch (both engines): validating → validated with
+ * its model and request count, or → failed with its error count, finished now.
+ */
+export function validationMove(
+  result: ValidationResult,
+  now: number,
+): { event: BatchEvent; changes: BatchChanges } {
+  return result.passed
+    ? {
+        event: 'validation_passed',
+        changes: { model: result.model, request_counts_total: result.request_lines, errors_total: 0 },
+      }
+    : {
+        event: 'validation_failed',
+        changes: {
+          model: result.model,
+          errors_total: result.errors_total,
+          failed_at: now,
+          completed_at: now,
+        },
+      }
 }
 
 /** A batch as the queue chart sees it (GET /v1/stats/queue). */

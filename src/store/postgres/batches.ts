@@ -2,7 +2,7 @@ import { and, asc, eq, gt, inArray, isNull, lt, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { BatchErrorRow, BatchRow, FileRow } from '../../db/schema'
 import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
-import { type BatchesStore, newBatchRow } from '../batches'
+import { type BatchesStore, newBatchRow, validationMove } from '../batches'
 import { type PgDb, pipelined } from './db'
 import { pageRows } from './page'
 import { batchRow, transitionEach } from './queue'
@@ -123,23 +123,7 @@ export function postgresBatches(db: PgDb): BatchesStore {
 
     async finishValidations(items, now) {
       return db.transaction(async (tx) => {
-        const moves = items.map(({ batchId, result }) => ({
-          batchId,
-          ...(result.passed
-            ? {
-                event: 'validation_passed' as const,
-                changes: { model: result.model, request_counts_total: result.request_lines, errors_total: 0 },
-              }
-            : {
-                event: 'validation_failed' as const,
-                changes: {
-                  model: result.model,
-                  errors_total: result.errors_total,
-                  failed_at: now,
-                  completed_at: now,
-                },
-              }),
-        }))
+        const moves = items.map(({ batchId, result }) => ({ batchId, ...validationMove(result, now) }))
         const moved = await transitionEach(tx, moves, now, 'validation finished')
         // SPEC §7: at most MAX_STORED_ERRORS stored per batch; a stale run (row null) writes nothing.
         const errors = items.flatMap(({ batchId, result }, i) =>

@@ -5,7 +5,7 @@ import { type BatchErrorRow, type BatchRow, batchErrors, batches, files } from '
 import { writeTx } from '../../db/tx'
 import { pageRows } from '../../lib/pagination'
 import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
-import { type BatchesStore, newBatchRow } from '../batches'
+import { type BatchesStore, newBatchRow, validationMove } from '../batches'
 import type { SqliteDeps } from './queue'
 import { transition } from './transition'
 
@@ -125,18 +125,8 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
     async finishValidations(items, now) {
       return writeTx(db, (tx) =>
         items.map(({ batchId, result }) => {
-          const row = result.passed
-            ? transition(deps, batchId, 'validation_passed', now, {
-                model: result.model,
-                request_counts_total: result.request_lines,
-                errors_total: 0,
-              })
-            : transition(deps, batchId, 'validation_failed', now, {
-                model: result.model,
-                errors_total: result.errors_total,
-                failed_at: now,
-                completed_at: now,
-              })
+          const { event, changes } = validationMove(result, now)
+          const row = transition(deps, batchId, event, now, changes)
           // SPEC §7: at most MAX_STORED_ERRORS stored; a stale run (row null) writes nothing.
           if (row && result.errors.length > 0) {
             tx.insert(batchErrors)
