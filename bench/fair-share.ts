@@ -11,7 +11,7 @@
 
 import { SQL } from 'bun'
 import { freshPostgresUrl } from '../test/helpers/postgres'
-import { addEntry, benchServer, post } from './lib/fixture'
+import { addEntry, benchServer, pollTimes } from './lib/fixture'
 import { fmt, percentile } from './lib/load'
 
 const postgres = process.argv.includes('--postgres')
@@ -42,19 +42,7 @@ async function p50At(users: number, perUser: number) {
     FROM ${series(perUser).replace(' g', ' r')} CROSS JOIN ${series(users).replace(' g', ' u')}
     ORDER BY r.n, u.n`)
   await exec(pg ? 'ANALYZE batches' : 'ANALYZE')
-  const { worker_id } = await post(`${gk.url}/workers/register`, gk.key, {
-    name: 'fair',
-    models: ['fair:8b'],
-    max_concurrent_jobs: SAMPLES * 2,
-    runtimes: [{ engine: 'ollama', base_url: 'http://127.0.0.1:11434', status: 'online' }],
-  })
-  const times: number[] = []
-  for (let i = 0; i < SAMPLES * 2; i++) {
-    const t0 = performance.now()
-    const { job } = await post(`${gk.url}/workers/poll`, gk.key, { worker_id })
-    if (!job) throw new Error('no job')
-    if (i >= SAMPLES) times.push(performance.now() - t0) // the first half warms up
-  }
+  const times = await pollTimes(gk, 'fair', 'fair:8b', SAMPLES)
   await pg?.close()
   await gk.stop()
   return percentile(times, 50)

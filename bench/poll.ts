@@ -17,7 +17,7 @@ import { openDb } from '../src/db/open'
 import { batchAssignments } from '../src/db/schema'
 import { newId } from '../src/lib/ids'
 import { WorkerModel } from '../src/modules/workers/model'
-import { addEntry, addValidatedBatches, benchServer, post } from './lib/fixture'
+import { addEntry, addValidatedBatches, benchServer, pollTimes, post } from './lib/fixture'
 import { drain, fmt, percentile, quick } from './lib/load'
 
 const WORKERS = 64
@@ -129,19 +129,7 @@ async function p50At(queued: number) {
   addValidatedBatches(gk.deps, gk.userId, 'other-8b-q4km', queued)
   // Topped up by the polls taken, so the depth stays at `queued` (+/- the samples).
   addValidatedBatches(gk.deps, gk.userId, 'lat-8b-q4km', queued + SAMPLES)
-  const { worker_id } = await post(`${gk.url}/workers/register`, gk.key, {
-    name: 'lat',
-    models: ['lat:8b'],
-    max_concurrent_jobs: SAMPLES * 2,
-    runtimes: [{ engine: 'ollama', base_url: 'http://127.0.0.1:11434', status: 'online' }],
-  })
-  const times: number[] = []
-  for (let i = 0; i < SAMPLES * 2; i++) {
-    const t0 = performance.now()
-    const { job } = await post(`${gk.url}/workers/poll`, gk.key, { worker_id })
-    if (!job) throw new Error('no job')
-    if (i >= SAMPLES) times.push(performance.now() - t0) // the first half warms up
-  }
+  const times = await pollTimes(gk, 'lat', 'lat:8b', SAMPLES)
   await gk.stop()
   return percentile(times, 50)
 }

@@ -116,3 +116,24 @@ export async function post(url: string, key: string, body: unknown) {
   if (res.status !== 200) throw new Error(`${url}: ${res.status} ${await res.text()}`)
   return res.json() as Promise<any>
 }
+
+/**
+ * Poll latency: one worker hosting `model` registers, then polls 2 × `samples` times, each poll
+ * claiming a batch; the first half warms up, the second half's times (ms) are returned.
+ */
+export async function pollTimes(gk: Bench, name: string, model: string, samples: number): Promise<number[]> {
+  const { worker_id } = await post(`${gk.url}/workers/register`, gk.key, {
+    name,
+    models: [model],
+    max_concurrent_jobs: samples * 2,
+    runtimes: [{ engine: 'ollama', base_url: 'http://127.0.0.1:11434', status: 'online' }],
+  })
+  const times: number[] = []
+  for (let i = 0; i < samples * 2; i++) {
+    const t0 = performance.now()
+    const { job } = await post(`${gk.url}/workers/poll`, gk.key, { worker_id })
+    if (!job) throw new Error('no job')
+    if (i >= samples) times.push(performance.now() - t0)
+  }
+  return times
+}
