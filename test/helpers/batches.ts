@@ -1,5 +1,7 @@
 import { expect } from 'bun:test'
 import { and, eq } from 'drizzle-orm'
+import type { Deps } from '../../src/deps'
+import type { BatchEvent } from '../../src/lib/batch-events'
 import { newId } from '../../src/lib/ids'
 import { runOnce } from '../../src/services/validator'
 import type { Res, TestApp, TestServer } from './app'
@@ -130,3 +132,14 @@ export async function assignBatch(
     .returning()
   return assignment!
 }
+
+/** The next event of kind `event` for `batchId` on this server's bus (listening from now on). */
+export const nextBatchEvent = (deps: Deps, batchId: string, event: BatchEvent['event']) =>
+  new Promise<BatchEvent>((resolve) => {
+    const off = deps.batchEvents.subscribe(batchId, (e) => {
+      if (e.event === event) {
+        off()
+        resolve(e)
+      }
+    })
+  })

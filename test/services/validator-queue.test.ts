@@ -1,9 +1,8 @@
 import { afterAll, expect, test } from 'bun:test'
 import type { Deps } from '../../src/deps'
-import type { BatchEvent } from '../../src/lib/batch-events'
 import * as validator from '../../src/services/validator'
 import { makeTestApp } from '../helpers/app'
-import { jsonl, line, makeBatch, makeCatalogEntry } from '../helpers/batches'
+import { jsonl, line, makeBatch, makeCatalogEntry, nextBatchEvent } from '../helpers/batches'
 import { makeUser } from '../helpers/builders'
 
 // The validator's queue (API.md §6): batches are validated a few at a time, so a large file being
@@ -12,15 +11,7 @@ import { makeUser } from '../helpers/builders'
 const t = makeTestApp()
 afterAll(() => t.close())
 
-const waitFor = (deps: Deps, batchId: string, event: BatchEvent['event']) =>
-  new Promise<BatchEvent>((resolve) => {
-    const off = deps.batchEvents.subscribe(batchId, (e) => {
-      if (e.event === event) {
-        off()
-        resolve(e)
-      }
-    })
-  })
+const waitFor = nextBatchEvent
 
 test('a small batch is validated while a large file is still being read', async () => {
   const model = (await makeCatalogEntry(t)).id

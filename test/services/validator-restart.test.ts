@@ -3,11 +3,10 @@ import { rmSync } from 'node:fs'
 import { createApp } from '../../src/app'
 import { createDeps, type Deps } from '../../src/deps'
 import { startServer } from '../../src/index'
-import type { BatchEvent } from '../../src/lib/batch-events'
 import { manualClock } from '../../src/lib/clock'
 import * as validator from '../../src/services/validator'
 import { buildRequest, capturingMailer, cheapPasswords, readRes, testConfig } from '../helpers/app'
-import { jsonl, line, makeBatch, makeCatalogEntry } from '../helpers/batches'
+import { jsonl, line, makeBatch, makeCatalogEntry, nextBatchEvent } from '../helpers/batches'
 import { makeUser } from '../helpers/builders'
 
 // A batch left `validating` by a crash or a restart is validated again at start (issue 3): the
@@ -26,15 +25,7 @@ const target = (deps: Deps) => {
       readRes(await app.handle(buildRequest('http://localhost', m, p, o))),
   }
 }
-const waitFor = (deps: Deps, batchId: string, event: BatchEvent['event']) =>
-  new Promise<BatchEvent>((resolve) => {
-    const off = deps.batchEvents.subscribe(batchId, (e) => {
-      if (e.event === event) {
-        off()
-        resolve(e)
-      }
-    })
-  })
+const waitFor = nextBatchEvent
 
 test('a batch interrupted mid-validation stays validating and is validated at the next start', async () => {
   const first = target(depsFor())
