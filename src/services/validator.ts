@@ -10,13 +10,13 @@ import { batchClaimable } from '../modules/workers/poll-wait'
 import type { FinishedValidation } from '../store/batches'
 
 // Asynchronous batch validation (SPEC §3: validating → validated | failed; API.md §6). Batches
-// are validated a few at a time from an in-process queue that POST /v1/batches wakes through the
+// are validated many at a time (VALIDATION_CONCURRENCY) from an in-process queue that POST /v1/batches wakes through the
 // event bus; at start every batch still `validating` (left by a crash or a restart) is queued
 // again, so the database is the queue's source of truth and nothing is lost. A validation
 // streams the file (memory does not grow with its size), always reads to the end (errors.total
 // is exact), yields to the event loop every few milliseconds (the server keeps answering during
-// a 200 MB file), and writes its outcome in one transaction at the end: an interrupted run
-// leaves no trace and is simply run again.
+// a 200 MB file), and writes its outcome in one transaction at the end (shared with the runs
+// that end with it): an interrupted run leaves no trace and is simply run again.
 
 /** Progress events at most this often (API.md §6). */
 export const PROGRESS_INTERVAL_MS = 250
@@ -285,12 +285,11 @@ export function start(deps: Deps): () => Promise<void> {
       .catch((e) => log.warn('validator: rescan failed', { error: e }))
   }, VALIDATION_LEASE_SECONDS * 1000)
 
-  // Up to VALIDATION_CONCURRENCY runs at once; the queued batches that fill the free places are
-  // leased together in one statement (PostgreSQL: one round trip for several small batches).
-  // Up to VALIDATION_CONCURRENCY runs read at once. A run hands its outcome to the writer and
-  // frees its place at once: the next batches are read while the last ones' outcomes are written.
-  // Runs that end together write their outcomes in one transaction (PostgreSQL: one BEGIN and
-  // COMMIT for many small batches instead of one each).
+  // Up to VALIDATION_CONCURRENCY runs read at once; the queued batches that fill the free places
+  // are leased together in one statement (PostgreSQL: one round trip for several small batches).
+  // A run frees its place when it hands its outcome to the writer, so the next batches are read
+  // while the last ones' outcomes are written; outcomes that arrive together are written in one
+  // transaction (PostgreSQL: one BEGIN and COMMIT for many small batches instead of one each).
   const runs = new Set<Promise<unknown>>()
   let reading = 0
   const finish = grouped<FinishedValidation, BatchRow | null>(
@@ -322,10 +321,10 @@ export function start(deps: Deps): () => Promise<void> {
           visible.set(batch.user_id, entries)
         }
         reading++
-        let read = false
-        const done = () => {
-          if (read) return
-          read = true
+        let released = false
+        const release = () => {
+          if (released) return
+          released = true
           reading--
           wake()
         }
@@ -333,13 +332,13 @@ export function start(deps: Deps): () => Promise<void> {
           signal: stopping.signal,
           visible: entries,
           finish: (item) => {
-            done()
+            release()
             return finish(item)
           },
         })
           .catch((e) => log.error('validation failed unexpectedly', { batch_id: batch.id, error: e }))
           .finally(() => {
-            done()
+            release()
             runs.delete(one)
           })
         runs.add(one)
