@@ -21,6 +21,10 @@ const RELEASED: { tag: string; sha256: string }[] = [
   { tag: '0004_files_expires', sha256: '3ff8acf3424621bf5f7ce75efe2bf217f3cea471d7bedfea2acf905f1fac2033' },
   { tag: '0005_webhooks', sha256: '13bbb16010bc6a72a8c7f81ffe8b9fb836571dfd3ccd267ab76fc811f7b6415b' },
   { tag: '0006_fair_share', sha256: 'c5d4b53a12a03b794178d8288c3cabbd886350e3121c0acc44f8bfb29aebcaf1' },
+  {
+    tag: '0007_assignment_slot',
+    sha256: 'c76814a16576a45a9d546317b8b393fbee12967bb5cef0288ad0e641d4bed337',
+  },
 ]
 
 /** The PostgreSQL engine's released migrations (drizzle/postgres), pinned the same way. */
@@ -40,6 +44,10 @@ const RELEASED_POSTGRES: { tag: string; sha256: string }[] = [
   { tag: '0006_webhooks', sha256: 'f10d0ba0e9883c6cd0b13b33df45e3f77b73948f8302ca4a3793a69eed6297b6' },
   { tag: '0007_fair_share', sha256: 'dc3bba7ae43be3c0b16fc6a313af7625b78e22c4ed10259c58d456ea2551d905' },
   { tag: '0008_jsonb_values', sha256: '67f74593a30a24ac1a7ae664eaefe41541e40eba9433c25138b34c1fbd2fc6c3' },
+  {
+    tag: '0009_assignment_slot',
+    sha256: 'ae4bd022fde3ff3146c844a08598a83fb816add8d0c0aec6431d53767d082530',
+  },
 ]
 
 /** The migration set as it was at a release: the first `count` entries of today's journal. */
