@@ -307,6 +307,36 @@ for (const [kind, open] of storeEngines) {
       expect(await h.store.fleet.findWorker('wrk_1')).toMatchObject({ status: 'online', last_seen_at: 410 })
     })
 
+    test('heartbeats at once: each its own guarded update and answer', async () => {
+      h = await open()
+      await seed(h)
+      await worker(h, 'wrk_1', { seen: 100 })
+      await worker(h, 'wrk_2', { seen: 100 })
+      await worker(h, 'wrk_b', { seen: 100, org: 'org_b' })
+      const held = await batch(h, { status: 'in_progress', holder: 'wrk_2' })
+      await h.store.fleet.heartbeat(beat('wrk_2', { now: 150 }))
+      const answers = await Promise.all([
+        h.store.fleet.heartbeat(beat('wrk_1')),
+        h.store.fleet.heartbeat(beat('wrk_b')), // another org's worker
+        h.store.fleet.heartbeat(beat('wrk_2', { cutoff: 120 })),
+        h.store.fleet.heartbeat(beat('wrk_nope')),
+      ])
+      expect(answers).toEqual([
+        { inventory_sig: null, max_download_gb: 0, fitChanged: true, assigned: [] },
+        null,
+        { inventory_sig: null, max_download_gb: 0, fitChanged: false, assigned: [held] },
+        null,
+      ])
+      const seen = await h.all<{ id: string; last_seen_at: unknown }>(
+        'SELECT id, last_seen_at FROM workers ORDER BY id',
+      )
+      expect(seen.map((w) => [w.id, Number(w.last_seen_at)])).toEqual([
+        ['wrk_1', 200],
+        ['wrk_2', 200],
+        ['wrk_b', 100],
+      ])
+    })
+
     test('replaceInventory: the inventory replaces the on-disk list, configured names stay, loaded flags follow; without one only loaded flags', async () => {
       h = await open()
       await seed(h)
@@ -556,3 +586,28 @@ for (const [kind, open] of storeEngines) {
     })
   })
 }
+
+describe('sqlite heartbeats', () => {
+  test('beats that arrive together are committed together (one WAL commit, not one per beat)', async () => {
+    const h = await storeEngines[0]![1]()
+    try {
+      await seed(h)
+      const ids = Array.from({ length: 16 }, (_, i) => `wrk_${i}`)
+      for (const id of ids) await worker(h, id)
+      // Frames in the WAL after a truncating checkpoint = pages written by the commits since. Every
+      // commit appends the page it changed, and the 16 rows share one page.
+      await h.one('PRAGMA wal_checkpoint(TRUNCATE)')
+      const answers = await Promise.all(ids.map((id) => h.store.fleet.heartbeat(beat(id))))
+      expect(answers.every((a) => a !== null)).toBe(true)
+      const wal = await h.one<{ log: number }>('PRAGMA wal_checkpoint(PASSIVE)')
+      expect(wal.log).toBeGreaterThan(0)
+      expect(wal.log).toBeLessThan(ids.length / 2)
+      // Alone, a beat is its own commit.
+      await h.one('PRAGMA wal_checkpoint(TRUNCATE)')
+      for (const id of ids.slice(0, 4)) await h.store.fleet.heartbeat(beat(id, { now: 300 }))
+      expect((await h.one<{ log: number }>('PRAGMA wal_checkpoint(PASSIVE)')).log).toBeGreaterThanOrEqual(4)
+    } finally {
+      await h.close()
+    }
+  })
+})

@@ -13,11 +13,12 @@ import {
   workers,
 } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
+import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
 import { pageRows } from '../../lib/pagination'
 import type { RequeueOutcome } from '../../modules/workers/requeue'
 import { checkHolder, checkProgress, registeredState } from '../../modules/workers/rules'
-import type { FleetStore, ListedWorker, Registration } from '../fleet'
+import type { Beat, BeatAnswer, FleetStore, ListedWorker, Registration } from '../fleet'
 import { requeueHeldInTx, type SqliteDeps } from './queue'
 
 // The fleet on SQLite: synchronous bodies on bun:sqlite, hot statements prepared once per
@@ -248,8 +249,45 @@ function insertChildren(tx: Tx, workerId: string, r: Registration) {
       .run()
 }
 
+/** One heartbeat's statement: the steady form first, the full one when the worker's fit changed. */
+function beat(s: ReturnType<typeof stmts>, b: Beat): BeatAnswer | null {
+  const params = {
+    id: b.workerId,
+    org_id: b.orgId,
+    activity: b.activity,
+    vram_total_gb: b.vram_total_gb,
+    vram_available_gb: b.vram_available_gb,
+    gpu_utilization: b.gpu_utilization,
+    gpu_memory_used_gb: b.gpu_memory_used_gb,
+    uptime_seconds: b.uptime_seconds,
+    loaded_models: JSON.stringify(b.loaded_models),
+    current_job_id: b.current_job_id,
+    now: b.now,
+  }
+  const steady = s.steadyBeat.get({ ...params, cutoff: b.cutoff })
+  const row = steady ?? s.beat.get(params)
+  if (!row) return null
+  return {
+    inventory_sig: row.inventory_sig,
+    max_download_gb: row.max_download_gb,
+    fitChanged: !steady,
+    assigned: row.assigned ? row.assigned.split(',') : [],
+  }
+}
+
+/**
+ * Heartbeats that arrive together are written in one transaction (group commit, lib/grouped.ts):
+ * each commit appends the workers page to the WAL, and 64 daemons beating at once would otherwise
+ * pay that 64 times. Each beat is still its own guarded UPDATE with its own answer.
+ */
+const HEARTBEATS_PER_COMMIT = 64
+
 export function sqliteFleet(deps: SqliteDeps): FleetStore {
   const { db } = deps
+  const beats = grouped<Beat, BeatAnswer | null>(async (items) => {
+    const s = stmts(deps)
+    return writeTx(db, () => items.map((b) => beat(s, b)))
+  }, HEARTBEATS_PER_COMMIT)
   return {
     async findWorker(id) {
       return stmts(deps).workerById.get({ id })
@@ -306,31 +344,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       })
     },
 
-    async heartbeat(b) {
-      const s = stmts(deps)
-      const params = {
-        id: b.workerId,
-        org_id: b.orgId,
-        activity: b.activity,
-        vram_total_gb: b.vram_total_gb,
-        vram_available_gb: b.vram_available_gb,
-        gpu_utilization: b.gpu_utilization,
-        gpu_memory_used_gb: b.gpu_memory_used_gb,
-        uptime_seconds: b.uptime_seconds,
-        loaded_models: JSON.stringify(b.loaded_models),
-        current_job_id: b.current_job_id,
-        now: b.now,
-      }
-      const steady = s.steadyBeat.get({ ...params, cutoff: b.cutoff })
-      const row = steady ?? s.beat.get(params)
-      if (!row) return null
-      return {
-        inventory_sig: row.inventory_sig,
-        max_download_gb: row.max_download_gb,
-        fitChanged: !steady,
-        assigned: row.assigned ? row.assigned.split(',') : [],
-      }
-    },
+    heartbeat: beats,
 
     async replaceInventory(workerId, inventory, loaded, sig) {
       const s = stmts(deps)
