@@ -114,7 +114,10 @@ const get = (path: string, auth?: string) => [
   { url: `${gk.url}${path}`, method: 'GET', headers: headersFor(auth) },
 ]
 
-/** The same bytes and headers from a bare Bun.serve. */
+/**
+ * The same bytes and headers from a bare Bun.serve, asked with the same request (the Authorization
+ * header included: the bare server ignores it, but receives and parses it like gridkeep).
+ */
 async function bareOf(path: string, auth?: string) {
   const res = await fetch(`${gk.url}${path}`, { headers: headersFor(auth) })
   if (res.status !== 200) throw new Error(`${path}: ${res.status} ${await res.text()}`)
@@ -127,7 +130,7 @@ async function bareOf(path: string, auth?: string) {
   return {
     server,
     bytes: text.length,
-    requests: [{ url: `http://127.0.0.1:${server.port}/`, method: 'GET', headers: {} }],
+    requests: [{ url: `http://127.0.0.1:${server.port}${path}`, method: 'GET', headers: headersFor(auth) }],
   }
 }
 
