@@ -1,18 +1,21 @@
 // Heartbeat throughput at concurrency 64: gridkeep's POST /workers/{id}/heartbeat (auth, ownership,
 // worker update, inventory check, assigned jobs) against a bare Elysia route that validates the
-// same ~1 KB body with the same TypeBox schema and runs one SQLite UPDATE. Target: ≥ 65 % (issue 12).
+// same ~1 KB body with the same TypeBox schema and runs one UPDATE on the same engine. Target: ≥ 65 %
+// (issue 12).
 //
 //   bun run bench/heartbeat.ts            (6 paired rounds of 2.5 s per side)
 //   bun run bench/heartbeat.ts --quick    (3 paired rounds of 1 s per side)
-//   DATABASE_URL=postgres://… bun run bench/heartbeat.ts   (gridkeep on PostgreSQL; the baseline
-//                                          stays the bare SQLite UPDATE)
+//   bun run bench/heartbeat.ts --postgres (both on a throwaway PostgreSQL cluster, or on
+//                                          DATABASE_URL: the baseline's UPDATE goes to PostgreSQL too)
 
 import { Database } from 'bun:sqlite'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { SQL } from 'bun'
 import { Elysia } from 'elysia'
-import { WorkerModel } from '../src/modules/workers/model'
+import { type HeartbeatBody, WorkerModel } from '../src/modules/workers/model'
+import { freshPostgresUrl } from '../test/helpers/postgres'
 import { benchServer, post } from './lib/fixture'
 import { fmt, load, quick } from './lib/load'
 
@@ -44,33 +47,55 @@ const body = {
 }
 const text = JSON.stringify(body)
 
-// The bare baseline: same validation, one UPDATE, nothing else.
+// The bare baseline: same validation, one UPDATE on the same engine, nothing else.
+const postgres = process.argv.includes('--postgres') ? await freshPostgresUrl() : process.env.DATABASE_URL
+const ids = Array.from({ length: CONCURRENCY }, (_, i) => `w${i}`)
 const dir = mkdtempSync(join(tmpdir(), 'gridkeep-bench-bare-'))
 const sqlite = new Database(join(dir, 'bare.db'), { create: true, strict: true })
-sqlite.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000')
-sqlite.exec(`create table workers (id text primary key, activity text, vram_total_gb real, vram_available_gb real,
-  gpu_utilization real, loaded_models text, last_seen_at integer)`)
-const ids = Array.from({ length: CONCURRENCY }, (_, i) => `w${i}`)
-for (const id of ids) sqlite.query('insert into workers (id) values (?)').run(id)
-const update = sqlite.prepare(
-  `update workers set activity = ?, vram_total_gb = ?, vram_available_gb = ?, gpu_utilization = ?,
-   loaded_models = ?, last_seen_at = ? where id = ?`,
-)
+// On PostgreSQL: a pool as large as gridkeep's default (DATABASE_POOL_SIZE 20) on the same cluster.
+const pg = postgres ? new SQL({ url: postgres, max: 20 }) : undefined
+const columns = `id text primary key, activity text, vram_total_gb real, vram_available_gb real,
+  gpu_utilization real, loaded_models text, last_seen_at bigint`
+let write: (id: string, b: HeartbeatBody) => unknown
+if (pg) {
+  await pg.unsafe(`create table bare_workers (${columns})`)
+  for (const id of ids) await pg`insert into bare_workers (id) values (${id})`
+  write = (id, b) =>
+    pg`update bare_workers set activity = ${b.activity}, vram_total_gb = ${b.vram_total_gb ?? null},
+      vram_available_gb = ${b.vram_available_gb ?? null}, gpu_utilization = ${b.gpu_utilization ?? null},
+      loaded_models = ${JSON.stringify(b.loaded_models ?? [])}, last_seen_at = ${Math.floor(Date.now() / 1000)}
+      where id = ${id}`
+} else {
+  sqlite.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000')
+  sqlite.exec(`create table workers (${columns})`)
+  for (const id of ids) sqlite.query('insert into workers (id) values (?)').run(id)
+  const update = sqlite.prepare(
+    `update workers set activity = ?, vram_total_gb = ?, vram_available_gb = ?, gpu_utilization = ?,
+     loaded_models = ?, last_seen_at = ? where id = ?`,
+  )
+  write = (id, b) =>
+    update.run(
+      b.activity,
+      b.vram_total_gb ?? null,
+      b.vram_available_gb ?? null,
+      b.gpu_utilization ?? null,
+      JSON.stringify(b.loaded_models ?? []),
+      Math.floor(Date.now() / 1000),
+      id,
+    )
+}
 const bare = new Elysia()
   .post(
     '/workers/:worker_id/heartbeat',
-    ({ params, body: b }) => {
-      update.run(
-        b.activity,
-        b.vram_total_gb ?? null,
-        b.vram_available_gb ?? null,
-        b.gpu_utilization ?? null,
-        JSON.stringify(b.loaded_models ?? []),
-        Math.floor(Date.now() / 1000),
-        params.worker_id,
-      )
-      return { status: 'online' }
-    },
+    pg
+      ? async ({ params, body: b }) => {
+          await write(params.worker_id, b)
+          return { status: 'online' }
+        }
+      : ({ params, body: b }) => {
+          write(params.worker_id, b)
+          return { status: 'online' }
+        },
     { params: WorkerModel.params, body: WorkerModel.heartbeat },
   )
   .listen({ port: 0, hostname: '127.0.0.1' })
@@ -78,7 +103,7 @@ const bareUrl = `http://127.0.0.1:${bare.server!.port}`
 
 const gk = await benchServer({
   LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
-  ...(process.env.DATABASE_URL ? { DATABASE_URL: process.env.DATABASE_URL } : {}),
+  ...(postgres ? { DATABASE_URL: postgres } : {}),
 })
 const workers: string[] = []
 for (let i = 0; i < CONCURRENCY; i++) {
@@ -97,7 +122,7 @@ const requestsFor = (base: string, list: string[], auth?: string) =>
   }))
 
 console.log(
-  `heartbeat body ${text.length} bytes, concurrency ${CONCURRENCY}, ${DURATION_MS / 1000} s per side`,
+  `${postgres ? 'PostgreSQL' : 'SQLite'}, heartbeat body ${text.length} bytes, concurrency ${CONCURRENCY}, ${DURATION_MS / 1000} s per side`,
 )
 // Warm both up, then measure them in alternating pairs (bare, gridkeep) so both sides see the same
 // machine state; the figure is the median of the pairs' ratios (best-of on this noisy 2-core
@@ -131,6 +156,7 @@ console.log(
 if (errors) console.log(`errors: ${errors}`)
 
 await bare.stop()
+await pg?.close()
 sqlite.close()
 rmSync(dir, { recursive: true, force: true })
 await gk.stop()

@@ -40,6 +40,12 @@ export type Registered =
   | { worker: WorkerRow; reused: boolean; requeued: RequeueOutcome[] }
   | { notOwned: true }
 
+/**
+ * Heartbeats that arrive together are written together (lib/grouped.ts), at most this many per
+ * commit, on both engines: 64 daemons beating at once otherwise pay 64 commits.
+ */
+export const HEARTBEATS_PER_COMMIT = 64
+
 /** POST /workers/{id}/heartbeat: the reported fields; null keeps the last reported value. */
 export interface Beat {
   workerId: string

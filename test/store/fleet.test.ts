@@ -611,3 +611,29 @@ describe('sqlite heartbeats', () => {
     }
   })
 })
+
+describe('postgres heartbeats', () => {
+  test('beats that arrive together are committed together (one transaction writes every row)', async () => {
+    const h = await storeEngines[1]![1]()
+    try {
+      await seed(h)
+      const ids = Array.from({ length: 8 }, (_, i) => `wrk_${i}`)
+      for (const id of ids) await worker(h, id)
+      // Steady beats (online, heartbeated, same VRAM): the group's own statements answer them all.
+      await h.exec(`UPDATE workers SET last_heartbeat_at = 90`)
+      const writers = async () =>
+        (
+          await h.all<{ id: string; xmin: string }>('SELECT id, xmin::text AS xmin FROM workers ORDER BY id')
+        ).map((w) => w.xmin)
+      const answers = await Promise.all(ids.map((id) => h.store.fleet.heartbeat(beat(id))))
+      expect(answers.map((a) => a?.fitChanged)).toEqual(ids.map(() => false))
+      // A row's xmin is the transaction that wrote it last.
+      expect(new Set(await writers()).size).toBe(1)
+      // Alone, a beat is its own transaction.
+      for (const id of ids.slice(0, 2)) await h.store.fleet.heartbeat(beat(id, { now: 300 }))
+      expect(new Set((await writers()).slice(0, 2)).size).toBe(2)
+    } finally {
+      await h.close()
+    }
+  })
+})

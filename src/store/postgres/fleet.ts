@@ -1,19 +1,29 @@
-import { and, asc, count, desc, eq, gt, inArray, isNotNull, isNull, lt, or, type SQL, sql } from 'drizzle-orm'
+import type { SQL as Driver } from 'bun'
+import { and, asc, count, desc, eq, gt, inArray, isNull, lt, or, type SQL, sql } from 'drizzle-orm'
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { ModelPullRow, WorkerRow } from '../../db/schema'
 import { badRequest } from '../../lib/errors'
+import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
 import { parseLimit } from '../../lib/pagination'
 import type { RequeueOutcome } from '../../modules/workers/requeue'
 import { checkHolder, checkProgress, registeredState } from '../../modules/workers/rules'
-import type { FleetStore, ListedWorker, Registration, WorkerHosting } from '../fleet'
-import type { PgDb, PgTx } from './db'
+import {
+  type Beat,
+  type BeatAnswer,
+  type FleetStore,
+  HEARTBEATS_PER_COMMIT,
+  type ListedWorker,
+  type Registration,
+  type WorkerHosting,
+} from '../fleet'
+import { type PgDb, type PgTx, pipelined } from './db'
 import { requeueLocked } from './queue'
 
 // The fleet on PostgreSQL, where several instances share one database. A read-then-write that
 // must not race locks its rows first (FOR UPDATE) or is one conditional statement; the heartbeat is
-// one UPDATE … RETURNING, held batches included.
+// one UPDATE … RETURNING, held batches included (beatStatement).
 
 const {
   batches,
@@ -27,6 +37,92 @@ const {
 } = schema
 
 const online = (cutoff: number) => and(eq(workers.status, 'online'), gt(workers.last_seen_at, cutoff))
+
+type BeatRow = { inventory_sig: string | null; max_download_gb: number; assigned: string | null }
+
+/**
+ * The heartbeat's UPDATE, written on the driver: drizzle built this statement anew at every beat,
+ * which cost more than running it (bench/heartbeat.ts --postgres). Ownership is in the WHERE: no
+ * row = unknown worker or another org's. A field the daemon leaves out keeps its last reported
+ * value (coalesce). RETURNING carries the held batches. The `steady` form is the common beat, tried
+ * first: the worker's fit stays as it was (BeatAnswer.fitChanged): online, heartbeated before,
+ * same VRAM total or none reported.
+ */
+function beatStatement(q: Driver, b: Beat, steady: boolean): Promise<BeatRow[]> {
+  const loaded = JSON.stringify(b.loaded_models)
+  return (
+    steady
+      ? q`UPDATE workers SET status = 'online', activity = ${b.activity},
+          vram_total_gb = coalesce(${b.vram_total_gb}::float8, vram_total_gb),
+          vram_available_gb = coalesce(${b.vram_available_gb}::float8, vram_available_gb),
+          gpu_utilization = coalesce(${b.gpu_utilization}::float8, gpu_utilization),
+          gpu_memory_used_gb = coalesce(${b.gpu_memory_used_gb}::float8, gpu_memory_used_gb),
+          uptime_seconds = coalesce(${b.uptime_seconds}::int, uptime_seconds),
+          loaded_models = ${loaded}::text::jsonb, current_job_id = ${b.current_job_id},
+          last_heartbeat_at = ${b.now}, last_seen_at = ${b.now}
+        WHERE id = ${b.workerId} AND org_id = ${b.orgId}
+          AND status = 'online' AND last_seen_at > ${b.cutoff} AND last_heartbeat_at IS NOT NULL
+          AND (${b.vram_total_gb}::float8 IS NULL OR vram_total_gb = ${b.vram_total_gb}::float8)
+        RETURNING inventory_sig, max_download_gb,
+          (SELECT string_agg(batch_id, ',' ORDER BY seq) FROM batch_assignments
+            WHERE worker_id = ${b.workerId} AND completed_at IS NULL) AS assigned`
+      : q`UPDATE workers SET status = 'online', activity = ${b.activity},
+          vram_total_gb = coalesce(${b.vram_total_gb}::float8, vram_total_gb),
+          vram_available_gb = coalesce(${b.vram_available_gb}::float8, vram_available_gb),
+          gpu_utilization = coalesce(${b.gpu_utilization}::float8, gpu_utilization),
+          gpu_memory_used_gb = coalesce(${b.gpu_memory_used_gb}::float8, gpu_memory_used_gb),
+          uptime_seconds = coalesce(${b.uptime_seconds}::int, uptime_seconds),
+          loaded_models = ${loaded}::text::jsonb, current_job_id = ${b.current_job_id},
+          last_heartbeat_at = ${b.now}, last_seen_at = ${b.now}
+        WHERE id = ${b.workerId} AND org_id = ${b.orgId}
+        RETURNING inventory_sig, max_download_gb,
+          (SELECT string_agg(batch_id, ',' ORDER BY seq) FROM batch_assignments
+            WHERE worker_id = ${b.workerId} AND completed_at IS NULL) AS assigned`
+  ) as Promise<BeatRow[]>
+}
+
+const beatAnswer = (row: BeatRow, steady: boolean): BeatAnswer => ({
+  inventory_sig: row.inventory_sig,
+  max_download_gb: row.max_download_gb,
+  fitChanged: !steady,
+  assigned: row.assigned ? row.assigned.split(',') : [],
+})
+
+/** A beat whose steady form found no row: the full form (fit changed, or not the caller's worker). */
+async function changedBeat(q: Driver, b: Beat): Promise<BeatAnswer | null> {
+  const [row] = await beatStatement(q, b, false)
+  return row ? beatAnswer(row, false) : null
+}
+
+/**
+ * Heartbeats that arrive together (lib/grouped.ts) go out in one round trip and one commit: BEGIN,
+ * each beat's steady statement, COMMIT, pipelined on one connection. In worker order, so two
+ * instances' groups lock shared rows in the same order and never deadlock. A beat alone is one
+ * autocommit statement. The rare beat whose fit changed follows with its full statement.
+ */
+async function beatGroup(db: PgDb, items: Beat[]): Promise<(BeatAnswer | null)[]> {
+  let steady: (BeatRow | undefined)[]
+  if (items.length === 1) {
+    steady = await beatStatement(db.$client, items[0]!, true)
+  } else {
+    const order = items.map((_, i) => i).sort((a, b) => (items[a]!.workerId < items[b]!.workerId ? -1 : 1))
+    const conn = await db.$client.reserve()
+    try {
+      const sent = await pipelined(conn, [
+        conn`BEGIN`,
+        ...order.map((i) => beatStatement(conn, items[i]!, true)),
+        conn`COMMIT`,
+      ])
+      steady = []
+      for (const [k, i] of order.entries()) steady[i] = (sent[k + 1] as BeatRow[])[0]
+    } finally {
+      conn.release()
+    }
+  }
+  return Promise.all(
+    items.map((b, i) => (steady[i] ? beatAnswer(steady[i]!, true) : changedBeat(db.$client, b))),
+  )
+}
 
 async function insertChildren(tx: PgTx, workerId: string, r: Registration) {
   if (r.runtimes.length)
@@ -44,6 +140,7 @@ async function insertChildren(tx: PgTx, workerId: string, r: Registration) {
 
 export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>): FleetStore {
   const maxAttempts = config.MAX_BATCH_ATTEMPTS
+  const beats = grouped((items: Beat[]) => beatGroup(db, items), HEARTBEATS_PER_COMMIT)
   return {
     async findWorker(id) {
       const [w] = await db.select().from(workers).where(eq(workers.id, id))
@@ -137,56 +234,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       })
     },
 
-    async heartbeat(b) {
-      // Ownership is in the WHERE: no row = unknown worker or another org's. A field the daemon
-      // leaves out keeps its last reported value (left out of the SET).
-      const reported = Object.fromEntries(
-        (
-          [
-            'vram_total_gb',
-            'vram_available_gb',
-            'gpu_utilization',
-            'gpu_memory_used_gb',
-            'uptime_seconds',
-          ] as const
-        ).flatMap((k) => (b[k] === null ? [] : [[k, b[k]]])),
-      )
-      const beat = (steady?: SQL) =>
-        db
-          .update(workers)
-          .set({
-            ...reported,
-            status: 'online',
-            activity: b.activity,
-            loaded_models: b.loaded_models,
-            current_job_id: b.current_job_id,
-            last_heartbeat_at: b.now,
-            last_seen_at: b.now,
-          })
-          .where(and(eq(workers.id, b.workerId), eq(workers.org_id, b.orgId), steady))
-          .returning({
-            inventory_sig: workers.inventory_sig,
-            max_download_gb: workers.max_download_gb,
-            assigned: sql<string | null>`(SELECT string_agg(batch_id, ',' ORDER BY seq) FROM batch_assignments
-              WHERE worker_id = ${b.workerId} AND completed_at IS NULL)`,
-          })
-      // A worker whose fit stays as it was (BeatAnswer.fitChanged) is the common beat: tried first.
-      const [steady] = await beat(
-        and(
-          online(b.cutoff),
-          isNotNull(workers.last_heartbeat_at),
-          b.vram_total_gb === null ? undefined : eq(workers.vram_total_gb, b.vram_total_gb),
-        ),
-      )
-      const row = steady ?? (await beat())[0]
-      if (!row) return null
-      return {
-        inventory_sig: row.inventory_sig,
-        max_download_gb: row.max_download_gb,
-        fitChanged: !steady,
-        assigned: row.assigned ? row.assigned.split(',') : [],
-      }
-    },
+    heartbeat: beats,
 
     async replaceInventory(workerId, inventory, loaded, sig) {
       const mine = eq(workerModels.worker_id, workerId)

@@ -18,7 +18,14 @@ import { newId } from '../../lib/ids'
 import { pageRows } from '../../lib/pagination'
 import type { RequeueOutcome } from '../../modules/workers/requeue'
 import { checkHolder, checkProgress, registeredState } from '../../modules/workers/rules'
-import type { Beat, BeatAnswer, FleetStore, ListedWorker, Registration } from '../fleet'
+import {
+  type Beat,
+  type BeatAnswer,
+  type FleetStore,
+  HEARTBEATS_PER_COMMIT,
+  type ListedWorker,
+  type Registration,
+} from '../fleet'
 import { requeueHeldInTx, type SqliteDeps } from './queue'
 
 // The fleet on SQLite: synchronous bodies on bun:sqlite, hot statements prepared once per
@@ -275,15 +282,10 @@ function beat(s: ReturnType<typeof stmts>, b: Beat): BeatAnswer | null {
   }
 }
 
-/**
- * Heartbeats that arrive together are written in one transaction (group commit, lib/grouped.ts):
- * each commit appends the workers page to the WAL, and 64 daemons beating at once would otherwise
- * pay that 64 times. Each beat is still its own guarded UPDATE with its own answer.
- */
-const HEARTBEATS_PER_COMMIT = 64
-
 export function sqliteFleet(deps: SqliteDeps): FleetStore {
   const { db } = deps
+  // HEARTBEATS_PER_COMMIT: one transaction appends the workers page to the WAL once for the group;
+  // each beat is still its own guarded UPDATE with its own answer.
   const beats = grouped<Beat, BeatAnswer | null>(async (items) => {
     const s = stmts(deps)
     return writeTx(db, () => items.map((b) => beat(s, b)))
