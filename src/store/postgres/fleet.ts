@@ -44,41 +44,43 @@ type BeatRow = { inventory_sig: string | null; max_download_gb: number; assigned
  * The heartbeat's UPDATE, written on the driver: drizzle built this statement anew at every beat,
  * which cost more than running it (bench/heartbeat.ts --postgres). Ownership is in the WHERE: no
  * row = unknown worker or another org's. A field the daemon leaves out keeps its last reported
- * value (coalesce). RETURNING carries the held batches. The `steady` form is the common beat, tried
+ * value (coalesce). RETURNING carries the held batches. The steady form is the common beat, tried
  * first: the worker's fit stays as it was (BeatAnswer.fitChanged): online, heartbeated before,
  * same VRAM total or none reported.
  */
+const beatSql = (steady: string) =>
+  `UPDATE workers SET status = 'online', activity = $1,
+     vram_total_gb = coalesce($2::float8, vram_total_gb),
+     vram_available_gb = coalesce($3::float8, vram_available_gb),
+     gpu_utilization = coalesce($4::float8, gpu_utilization),
+     gpu_memory_used_gb = coalesce($5::float8, gpu_memory_used_gb),
+     uptime_seconds = coalesce($6::int, uptime_seconds),
+     loaded_models = $7::text::jsonb, current_job_id = $8, last_heartbeat_at = $9, last_seen_at = $9
+   WHERE id = $10 AND org_id = $11 ${steady}
+   RETURNING inventory_sig, max_download_gb,
+     (SELECT string_agg(batch_id, ',' ORDER BY seq) FROM batch_assignments
+       WHERE worker_id = $10 AND completed_at IS NULL) AS assigned`
+const BEAT = beatSql('')
+const STEADY_BEAT = beatSql(`AND status = 'online' AND last_seen_at > $12 AND last_heartbeat_at IS NOT NULL
+     AND ($2::float8 IS NULL OR vram_total_gb = $2::float8)`)
+
 function beatStatement(q: Driver, b: Beat, steady: boolean): Promise<BeatRow[]> {
-  const loaded = JSON.stringify(b.loaded_models)
-  return (
-    steady
-      ? q`UPDATE workers SET status = 'online', activity = ${b.activity},
-          vram_total_gb = coalesce(${b.vram_total_gb}::float8, vram_total_gb),
-          vram_available_gb = coalesce(${b.vram_available_gb}::float8, vram_available_gb),
-          gpu_utilization = coalesce(${b.gpu_utilization}::float8, gpu_utilization),
-          gpu_memory_used_gb = coalesce(${b.gpu_memory_used_gb}::float8, gpu_memory_used_gb),
-          uptime_seconds = coalesce(${b.uptime_seconds}::int, uptime_seconds),
-          loaded_models = ${loaded}::text::jsonb, current_job_id = ${b.current_job_id},
-          last_heartbeat_at = ${b.now}, last_seen_at = ${b.now}
-        WHERE id = ${b.workerId} AND org_id = ${b.orgId}
-          AND status = 'online' AND last_seen_at > ${b.cutoff} AND last_heartbeat_at IS NOT NULL
-          AND (${b.vram_total_gb}::float8 IS NULL OR vram_total_gb = ${b.vram_total_gb}::float8)
-        RETURNING inventory_sig, max_download_gb,
-          (SELECT string_agg(batch_id, ',' ORDER BY seq) FROM batch_assignments
-            WHERE worker_id = ${b.workerId} AND completed_at IS NULL) AS assigned`
-      : q`UPDATE workers SET status = 'online', activity = ${b.activity},
-          vram_total_gb = coalesce(${b.vram_total_gb}::float8, vram_total_gb),
-          vram_available_gb = coalesce(${b.vram_available_gb}::float8, vram_available_gb),
-          gpu_utilization = coalesce(${b.gpu_utilization}::float8, gpu_utilization),
-          gpu_memory_used_gb = coalesce(${b.gpu_memory_used_gb}::float8, gpu_memory_used_gb),
-          uptime_seconds = coalesce(${b.uptime_seconds}::int, uptime_seconds),
-          loaded_models = ${loaded}::text::jsonb, current_job_id = ${b.current_job_id},
-          last_heartbeat_at = ${b.now}, last_seen_at = ${b.now}
-        WHERE id = ${b.workerId} AND org_id = ${b.orgId}
-        RETURNING inventory_sig, max_download_gb,
-          (SELECT string_agg(batch_id, ',' ORDER BY seq) FROM batch_assignments
-            WHERE worker_id = ${b.workerId} AND completed_at IS NULL) AS assigned`
-  ) as Promise<BeatRow[]>
+  const params = [
+    b.activity,
+    b.vram_total_gb,
+    b.vram_available_gb,
+    b.gpu_utilization,
+    b.gpu_memory_used_gb,
+    b.uptime_seconds,
+    JSON.stringify(b.loaded_models),
+    b.current_job_id,
+    b.now,
+    b.workerId,
+    b.orgId,
+  ]
+  return (steady ? q.unsafe(STEADY_BEAT, [...params, b.cutoff]) : q.unsafe(BEAT, params)) as Promise<
+    BeatRow[]
+  >
 }
 
 const beatAnswer = (row: BeatRow, steady: boolean): BeatAnswer => ({
