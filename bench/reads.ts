@@ -14,7 +14,7 @@ import { SQL } from 'bun'
 import { newId } from '../src/lib/ids'
 import { freshPostgresUrl } from '../test/helpers/postgres'
 import { benchServer } from './lib/fixture'
-import { fmt, load, quick } from './lib/load'
+import { fmt, load, mainThreadCpuMicros, quick } from './lib/load'
 
 const CONCURRENCY = 64
 const ROUNDS = quick ? 3 : 5
@@ -145,12 +145,21 @@ async function compare(label: string, path: string, auth: string | undefined, ta
   const mine = get(path, auth)
   await load(bare.requests, CONCURRENCY, 300)
   await load(mine, CONCURRENCY, 300)
-  const pairs: { bare: number; gk: number; p50: number }[] = []
+  const pairs: { bare: number; gk: number; p50: number; bareCpu: number; gkCpu: number }[] = []
   let errors = 0
   for (let r = 0; r < ROUNDS; r++) {
+    const cpu0 = mainThreadCpuMicros() ?? 0
     const b = await load(bare.requests, CONCURRENCY, SIDE_MS)
+    const cpu1 = mainThreadCpuMicros() ?? 0
     const g = await load(mine, CONCURRENCY, SIDE_MS)
-    pairs.push({ bare: b.perSecond, gk: g.perSecond, p50: g.p50Ms })
+    const cpu2 = mainThreadCpuMicros() ?? 0
+    pairs.push({
+      bare: b.perSecond,
+      gk: g.perSecond,
+      p50: g.p50Ms,
+      bareCpu: (cpu1 - cpu0) / b.count,
+      gkCpu: (cpu2 - cpu1) / g.count,
+    })
     errors += b.errors + g.errors
   }
   bare.server.stop(true)
@@ -159,6 +168,9 @@ async function compare(label: string, path: string, auth: string | undefined, ta
     `${label.padEnd(44)}: ${fmt(median(pairs.map((p) => p.gk)))} req/s, p50 ${fmt(median(pairs.map((p) => p.p50)), 1)} ms ` +
       `vs bare ${fmt(median(pairs.map((p) => p.bare)))} req/s (${bare.bytes} B) → ${fmt(median(ratios) * 100, 1)} % ` +
       `(range ${fmt(Math.min(...ratios) * 100, 1)}–${fmt(Math.max(...ratios) * 100, 1)} %; target ${target})` +
+      (mainThreadCpuMicros() === undefined
+        ? ''
+        : `; server CPU ${fmt(median(pairs.map((p) => p.gkCpu)), 1)} vs ${fmt(median(pairs.map((p) => p.bareCpu)), 1)} µs/req`) +
       (errors ? `; ${errors} errors` : ''),
   )
   return median(ratios)

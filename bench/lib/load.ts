@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs'
+
 export interface LoadResult {
   count: number
   errors: number
@@ -26,6 +28,23 @@ export function load(
     worker.onerror = (e) => reject(e)
     worker.postMessage({ requests, concurrency, durationMs })
   })
+}
+
+/**
+ * CPU time the main thread (where the servers under test run; load comes from a worker thread) has
+ * used, in µs, from /proc at clock-tick resolution; undefined where /proc is not there. Throughput
+ * on a 2-core machine also depends on the load generator sharing the cores; CPU per request does
+ * not.
+ */
+export function mainThreadCpuMicros(): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${process.pid}/task/${process.pid}/stat`, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    // utime and stime, fields 14 and 15 of proc(5), in ticks of 1/100 s.
+    return (Number(fields[11]) + Number(fields[12])) * 10_000
+  } catch {
+    return undefined
+  }
 }
 
 export const quick = process.argv.includes('--quick') || process.env.BENCH_QUICK === '1'
