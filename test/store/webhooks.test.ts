@@ -1,7 +1,14 @@
+import { Database } from 'bun:sqlite'
 import { afterEach, describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { migrate } from '../../src/db/migrate'
+import { openDb } from '../../src/db/open'
 import type { WebhookEventType } from '../../src/db/schema'
+import { sqliteStore } from '../../src/store/sqlite'
 import type { AttemptResult } from '../../src/store/webhooks'
-import { finishOne, lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
+import { clock, finishOne, lit as q, type StoreHarness, storeConfig, storeEngines } from '../helpers/stores'
 
 // Webhooks' verbs and their outbox behave the same on SQLite and on PostgreSQL (API.md §12, §13).
 
@@ -296,3 +303,24 @@ for (const [kind, open] of storeEngines) {
     })
   })
 }
+
+describe('sqlite webhook leasing', () => {
+  test('a pass with nothing due takes no write lock: it answers while another connection writes', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gridkeep-store-'))
+    const path = join(dir, 'g.db')
+    const { db, sqlite } = openDb({ path })
+    migrate(db)
+    const store = sqliteStore({ db, sqlite, config: storeConfig(), clock })
+    const writer = new Database(path)
+    try {
+      writer.exec('PRAGMA busy_timeout = 0; BEGIN IMMEDIATE')
+      // A BEGIN IMMEDIATE here would wait out busy_timeout and fail with SQLITE_BUSY.
+      expect(await store.webhooks.leaseDue(60, 90, 'lease-1', 10)).toEqual([])
+      writer.exec('ROLLBACK')
+    } finally {
+      writer.close()
+      await store.close()
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+})

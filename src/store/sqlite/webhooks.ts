@@ -36,6 +36,18 @@ const stmts = preparedOnce((db: Db) => ({
       next_attempt_at: sql.placeholder('now') as never,
     })
     .prepare(),
+  // Index-only on webhook_messages_due (status, next_attempt_at).
+  anyDue: db
+    .select({ id: webhookMessages.id })
+    .from(webhookMessages)
+    .where(
+      and(
+        eq(webhookMessages.status, 'pending'),
+        lte(webhookMessages.next_attempt_at, sql.placeholder('now') as never),
+      ),
+    )
+    .limit(1)
+    .prepare(),
 }))
 
 /**
@@ -77,6 +89,9 @@ export function sqliteWebhooks(deps: { db: Db }): WebhooksStore {
     },
 
     async leaseDue(now, leaseUntil, lease, limit) {
+      // The delivery loop asks every second; with nothing due it reads one index entry and never
+      // takes the write lock (a writer elsewhere is not made to wait for an idle pass).
+      if (stmts(deps).anyDue.get({ now }) === undefined) return []
       return writeTx(db, (tx) => {
         const due = tx
           .select({ message: webhookMessages, url: webhooks.url, secret: webhooks.secret })
