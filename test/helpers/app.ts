@@ -19,9 +19,8 @@ import { rememberSecretsIn } from './secrets'
 export const cheapPasswords = () => createPasswords({ memoryCost: 256, timeCost: 1 })
 
 export function testConfig(env: Record<string, string> = {}): Config {
-  const dir = mkdtempSync(join(tmpdir(), 'gridkeep-test-'))
   return loadConfig({
-    DATA_DIR: dir,
+    DATA_DIR: env.DATA_DIR ?? mkdtempSync(join(tmpdir(), 'gridkeep-test-')),
     JWT_SECRET: 'test-secret-test-secret-test-secret-0123456789',
     ADMIN_PASSWORD: 'admin-password-1',
     PORT: '0',
