@@ -337,6 +337,45 @@ for (const [kind, open] of storeEngines) {
       ])
     })
 
+    test('beats of one worker at once are written in the order they came', async () => {
+      h = await open()
+      await seed(h)
+      for (const id of ['wrk_0', 'wrk_1', 'wrk_2']) await worker(h, id, { seen: 100 })
+      // Interleaved with other workers' beats; the last one sent is the state kept. First as
+      // never-heartbeated workers (each beat's full statement), then steady (the group's own).
+      for (const start of [200, 300]) {
+        await Promise.all(
+          Array.from({ length: 12 }, (_, i) =>
+            h.store.fleet.heartbeat(beat(`wrk_${i % 3}`, { now: start + i, uptime_seconds: i, cutoff: 150 })),
+          ),
+        )
+        for (const [id, last] of [
+          ['wrk_0', 9],
+          ['wrk_1', 10],
+          ['wrk_2', 11],
+        ] as const)
+          expect(await h.store.fleet.findWorker(id)).toMatchObject({
+            last_seen_at: start + last,
+            uptime_seconds: last,
+          })
+      }
+      // A beat whose fit changed (another VRAM total) and a later one of the same worker that
+      // would pass as steady: the later report is still the one kept, with the new total.
+      await Promise.all([
+        h.store.fleet.heartbeat(
+          beat('wrk_1', { now: 400, uptime_seconds: 40, vram_total_gb: 48, cutoff: 150 }),
+        ),
+        h.store.fleet.heartbeat(
+          beat('wrk_1', { now: 401, uptime_seconds: 41, vram_total_gb: null, cutoff: 150 }),
+        ),
+      ])
+      expect(await h.store.fleet.findWorker('wrk_1')).toMatchObject({
+        last_seen_at: 401,
+        uptime_seconds: 41,
+        vram_total_gb: 48,
+      })
+    })
+
     test('replaceInventory: the inventory replaces the on-disk list, configured names stay, loaded flags follow; without one only loaded flags', async () => {
       h = await open()
       await seed(h)

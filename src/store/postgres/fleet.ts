@@ -99,15 +99,16 @@ async function changedBeat(q: Driver, b: Beat): Promise<BeatAnswer | null> {
 /**
  * Heartbeats that arrive together (lib/grouped.ts) go out in one round trip and one commit: BEGIN,
  * each beat's steady statement, COMMIT, pipelined on one connection. In worker order, so two
- * instances' groups lock shared rows in the same order and never deadlock. A beat alone is one
- * autocommit statement. The rare beat whose fit changed follows with its full statement.
+ * instances' groups lock shared rows in the same order and never deadlock (a stable sort: one
+ * worker's beats keep their order). A beat alone is one autocommit statement.
  */
 async function beatGroup(db: PgDb, items: Beat[]): Promise<(BeatAnswer | null)[]> {
   let steady: (BeatRow | undefined)[]
   if (items.length === 1) {
     steady = await beatStatement(db.$client, items[0]!, true)
   } else {
-    const order = items.map((_, i) => i).sort((a, b) => (items[a]!.workerId < items[b]!.workerId ? -1 : 1))
+    const id = (i: number) => items[i]!.workerId
+    const order = items.map((_, i) => i).sort((a, b) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : 0))
     const conn = await db.$client.reserve()
     try {
       const sent = await pipelined(conn, [
@@ -121,9 +122,21 @@ async function beatGroup(db: PgDb, items: Beat[]): Promise<(BeatAnswer | null)[]
       conn.release()
     }
   }
-  return Promise.all(
-    items.map((b, i) => (steady[i] ? beatAnswer(steady[i]!, true) : changedBeat(db.$client, b))),
-  )
+  // The rare beats whose fit changed follow in the order they came; a later beat of the same worker
+  // that the group already wrote is written again after them, so the last report is the one kept.
+  const answers: (BeatAnswer | null)[] = []
+  const rewritten = new Set<string>()
+  for (const [i, b] of items.entries()) {
+    const row = steady[i]
+    if (!row) {
+      answers.push(await changedBeat(db.$client, b))
+      rewritten.add(b.workerId)
+      continue
+    }
+    if (rewritten.has(b.workerId)) await beatStatement(db.$client, b, false)
+    answers.push(beatAnswer(row, true))
+  }
+  return answers
 }
 
 async function insertChildren(tx: PgTx, workerId: string, r: Registration) {

@@ -38,7 +38,7 @@ const stmts = preparedOnce((db: Db) => ({
     .prepare(),
   // Index-only on webhook_messages_due (status, next_attempt_at).
   anyDue: db
-    .select({ id: webhookMessages.id })
+    .select({ at: webhookMessages.next_attempt_at })
     .from(webhookMessages)
     .where(
       and(
