@@ -76,6 +76,17 @@ export interface BeatAnswer {
   assigned: string[]
 }
 
+/** What both engines' heartbeat statement returns: the held batches as one comma-joined list. */
+export type BeatRow = { inventory_sig: string | null; max_download_gb: number; assigned: string | null }
+
+/** A heartbeat's answer from its statement's row; `steady`: the steady form wrote it. */
+export const beatAnswer = (row: BeatRow, steady: boolean): BeatAnswer => ({
+  inventory_sig: row.inventory_sig,
+  max_download_gb: row.max_download_gb,
+  fitChanged: !steady,
+  assigned: row.assigned ? row.assigned.split(',') : [],
+})
+
 export interface ProgressReport {
   workerId: string
   jobId: string

@@ -12,6 +12,8 @@ import { checkHolder, checkProgress, registeredState } from '../../modules/worke
 import {
   type Beat,
   type BeatAnswer,
+  type BeatRow,
+  beatAnswer,
   type FleetStore,
   HEARTBEATS_PER_COMMIT,
   type ListedWorker,
@@ -37,8 +39,6 @@ const {
 } = schema
 
 const online = (cutoff: number) => and(eq(workers.status, 'online'), gt(workers.last_seen_at, cutoff))
-
-type BeatRow = { inventory_sig: string | null; max_download_gb: number; assigned: string | null }
 
 /**
  * The heartbeat's UPDATE, written on the driver: drizzle built this statement anew at every beat,
@@ -82,13 +82,6 @@ function beatStatement(q: Driver, b: Beat, steady: boolean): Promise<BeatRow[]> 
     BeatRow[]
   >
 }
-
-const beatAnswer = (row: BeatRow, steady: boolean): BeatAnswer => ({
-  inventory_sig: row.inventory_sig,
-  max_download_gb: row.max_download_gb,
-  fitChanged: !steady,
-  assigned: row.assigned ? row.assigned.split(',') : [],
-})
 
 /** A beat whose steady form found no row: the full form (fit changed, or not the caller's worker). */
 async function changedBeat(q: Driver, b: Beat): Promise<BeatAnswer | null> {

@@ -21,6 +21,8 @@ import { checkHolder, checkProgress, registeredState } from '../../modules/worke
 import {
   type Beat,
   type BeatAnswer,
+  type BeatRow,
+  beatAnswer,
   type FleetStore,
   HEARTBEATS_PER_COMMIT,
   type ListedWorker,
@@ -30,8 +32,6 @@ import { requeueHeldInTx, type SqliteDeps } from './queue'
 
 // The fleet on SQLite: synchronous bodies on bun:sqlite, hot statements prepared once per
 // database (heartbeat, poll's worker and hosting reads, pool capacity).
-
-type BeatRow = { inventory_sig: string | null; max_download_gb: number; assigned: string | null }
 
 // The hottest statement of the protocol, kept as raw SQL on the driver: drizzle's per-call
 // placeholder filling and row mapping cost a measurable share of the heartbeat (bench/heartbeat.ts).
@@ -273,13 +273,7 @@ function beat(s: ReturnType<typeof stmts>, b: Beat): BeatAnswer | null {
   }
   const steady = s.steadyBeat.get({ ...params, cutoff: b.cutoff })
   const row = steady ?? s.beat.get(params)
-  if (!row) return null
-  return {
-    inventory_sig: row.inventory_sig,
-    max_download_gb: row.max_download_gb,
-    fitChanged: !steady,
-    assigned: row.assigned ? row.assigned.split(',') : [],
-  }
+  return row ? beatAnswer(row, Boolean(steady)) : null
 }
 
 export function sqliteFleet(deps: SqliteDeps): FleetStore {
