@@ -12,6 +12,19 @@ import { upsertCatalogue } from '../../src/modules/catalogue/seed'
 // Catalogue builders for any workstream's tests. Entries are written through the same function
 // that seeding uses (upsertCatalogue), so they look exactly like seeded ones (derived profile included).
 
+/** What every test entry is unless told otherwise: public, active, enabled, no provenance. */
+const PUBLIC_ACTIVE = {
+  lineage: null,
+  source_type: null,
+  source_ref: null,
+  source_revision: null,
+  homepage_url: null,
+  org_id: null,
+  status: 'active',
+  enabled: true,
+  renamed_from: null,
+} satisfies Partial<CatalogueEntry>
+
 /**
  * A manifest entry as the store's upsertEntries takes it (store tests, below the seeding code): an
  * ollama chat model with one derived profile, `o` overriding any field.
@@ -30,15 +43,7 @@ export function manifestEntry(id: string, o: Partial<CatalogueEntry> = {}): Cata
     size_gb: 5,
     task_type: 'chat',
     capabilities: { tools: true },
-    lineage: null,
-    source_type: null,
-    source_ref: null,
-    source_revision: null,
-    homepage_url: null,
-    org_id: null,
-    status: 'active',
-    enabled: true,
-    renamed_from: null,
+    ...PUBLIC_ACTIVE,
     serving_profiles: [{ runtime: 'ollama', runtime_model_id: `${id}:latest`, params: {}, derived: true }],
     artifact_files: [],
     ...o,
@@ -87,15 +92,7 @@ export async function makeCatalogEntry(
     size_gb: null,
     task_type: 'chat',
     capabilities: {},
-    lineage: null,
-    source_type: null,
-    source_ref: null,
-    source_revision: null,
-    homepage_url: null,
-    org_id: null,
-    status: 'active',
-    enabled: true,
-    renamed_from: null,
+    ...PUBLIC_ACTIVE,
     ...partial,
     id,
     runtime,
