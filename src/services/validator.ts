@@ -9,14 +9,14 @@ import { visibleEntriesOf } from '../modules/catalogue/service'
 import { batchClaimable } from '../modules/workers/poll-wait'
 import type { FinishedValidation } from '../store/batches'
 
-// Asynchronous batch validation (SPEC §3: validating → validated | failed; API.md §6). Batches
-// are validated many at a time (VALIDATION_CONCURRENCY) from an in-process queue that POST /v1/batches wakes through the
-// event bus; at start every batch still `validating` (left by a crash or a restart) is queued
-// again, so the database is the queue's source of truth and nothing is lost. A validation
-// streams the file (memory does not grow with its size), always reads to the end (errors.total
-// is exact), yields to the event loop every few milliseconds (the server keeps answering during
-// a 200 MB file), and writes its outcome in one transaction at the end (shared with the runs
-// that end with it): an interrupted run leaves no trace and is simply run again.
+// Asynchronous batch validation (SPEC §3: validating → validated | failed; API.md §6). Batches are
+// validated many at a time (VALIDATION_CONCURRENCY) from an in-process queue that POST /v1/batches
+// wakes through the event bus; at start every batch still `validating` (left by a crash or a
+// restart) is queued again, so the database is the queue's source of truth and nothing is lost. A
+// validation streams the file (memory does not grow with its size), always reads to the end
+// (errors.total is exact), yields to the event loop every few milliseconds (the server keeps
+// answering during a 200 MB file), and writes its outcome in one transaction at the end (shared
+// with the runs that end with it): an interrupted run leaves no trace and is simply run again.
 
 /** Progress events at most this often (API.md §6). */
 export const PROGRESS_INTERVAL_MS = 250

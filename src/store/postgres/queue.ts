@@ -124,12 +124,13 @@ export async function requeueLocked(
 // CPU than PostgreSQL spent running them (issue 10 profile).
 
 /**
- * The oldest validated batch of each owner of each candidate model (API.md §14): each step of the recursion is the head of the next owner after the last one,
- * one probe of batches_status_model (a skip scan over the owners), so the cost follows the owners
- * waiting, never the depth of the queue. The ORDER BY names every column of that index and `status
- * = ANY('{…}')` is no planner constant: only that index gives the order without a sort
- * (batches_status_user would walk every waiting batch of every model; the primary key, every
- * batch). Run on `db.$claims`, it is planned once per connection (generic plan).
+ * The oldest validated batch of each owner of each candidate model (API.md §14): each step of the
+ * recursion is the head of the next owner after the last one, one probe of batches_status_model (a
+ * skip scan over the owners), so the cost follows the owners waiting, never the depth of the queue.
+ * The ORDER BY names every column of that index and `status = ANY('{…}')` is no planner constant:
+ * only that index gives the order without a sort (batches_status_user would walk every waiting
+ * batch of every model; the primary key, every batch). Run on `db.$claims`, it is planned once per
+ * connection (generic plan).
  */
 export function claimHeads(q: SQL, models: string[]) {
   const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
