@@ -1,11 +1,11 @@
 import { openapi } from '@elysiajs/openapi'
-import { type Context, Elysia, ElysiaCustomStatusResponse, StatusMap } from 'elysia'
+import { Elysia } from 'elysia'
 import pkg from '../package.json'
 import type { Deps } from './deps'
-import { beginRequest, pathOf, requestFacts } from './http/context'
-import { errorHandler, toAppError } from './http/errors'
-import { checkBodyHeaders, checkJsonBody, checkUrl } from './http/parse'
-import { log, logEnabled } from './lib/logger'
+import { type RequestFacts, requestFacts } from './http/context'
+import { errorHandler } from './http/errors'
+import { lifecycle } from './http/lifecycle'
+import { checkJsonBody } from './http/parse'
 import { adminRoutes } from './modules/admin'
 import { authRoutes } from './modules/auth'
 import { batchRoutes } from './modules/batches'
@@ -26,28 +26,17 @@ import { workerRoutes } from './modules/workers'
 export function createApp(deps: Deps) {
   return (
     new Elysia({ name: 'gridkeep', normalize: false })
-      .onRequest(({ request, set }) => {
-        set.headers['x-request-id'] = beginRequest(request, deps.clock.monotonicMs()).id
-        deps.requestsOpen++
-        checkUrl(request)
-        checkBodyHeaders(request)
-      })
-      // Parsing itself is declared per route (jsonBody / optionalJsonBody in src/http/parse.ts).
-      // A block body on purpose: Elysia reads an arrow that returns a call as possibly async and
-      // awaits it on every request.
-      .onTransform({ as: 'global' }, ({ body }) => {
+      .wrap(lifecycle(deps))
+      // Names the route for the request's record, and checks a parsed JSON body (parsing itself is
+      // declared per route: jsonBody / optionalJsonBody in src/http/parse.ts).
+      // Destructured on purpose: Elysia's static analysis builds only the context fields a hook
+      // names; one taking the whole context made every request parse its headers, query and
+      // cookies (about a third of the heartbeat's throughput). A block body on purpose: Elysia
+      // reads an arrow that returns a call as possibly async, and compiles the route as async.
+      .onTransform({ as: 'global' }, ({ body, request, route }) => {
+        ;(requestFacts(request) as RequestFacts).route = route
         checkJsonBody(body)
       })
-      // Destructured on purpose: Elysia's static analysis builds only the context fields its hooks
-      // name. A hook taking the whole context made every request parse its headers, query and
-      // cookies (about a third of the heartbeat's throughput).
-      .onAfterResponse(
-        { as: 'global' },
-        ({ request, route, set, responseValue, error, code }: AfterResponse) => {
-          deps.requestsOpen--
-          recordRequest(deps, { request, route, set, responseValue, error, code })
-        },
-      )
       .use(errorHandler)
       .use(
         openapi({
@@ -95,48 +84,3 @@ export function createApp(deps: Deps) {
 }
 
 export type App = ReturnType<typeof createApp>
-
-/**
- * Every request is logged and counted exactly once, here, when its response is complete: errors
- * and unmatched paths included (issue 6). The log carries the path without its query string (a
- * query may carry a token); metrics carry only the route pattern (bounded label cardinality).
- */
-type AfterResponse = Pick<Context, 'request' | 'route' | 'set'> & {
-  responseValue?: unknown
-  error?: unknown
-  code?: string | number
-}
-
-function recordRequest(deps: Deps, ctx: AfterResponse) {
-  const { request, route } = ctx
-  const facts = requestFacts(request)
-  const status = responseStatus(ctx)
-  const seconds = facts ? (deps.clock.monotonicMs() - facts.startedMs) / 1000 : 0
-  deps.metrics.http.record(request.method, route || 'unmatched', status, seconds)
-  if (!logEnabled('info')) return
-  log.info('request', {
-    request_id: facts?.id,
-    method: request.method,
-    route: route || null,
-    path: pathOf(request.url),
-    status,
-    duration_ms: Math.round(seconds * 100_000) / 100,
-  })
-}
-
-/**
- * The status actually sent. `set.status` alone is not it: an error answered by the error handler
- * (404, 400 from validation, 500) leaves it untouched, and so does a handler returning a Response.
- * The error handler's own mapping (toAppError) gives the errors' status.
- */
-function responseStatus(ctx: AfterResponse): number {
-  const { error, code } = ctx
-  if (error !== undefined && error !== null) return toAppError(error, code ?? 'UNKNOWN').status
-  const value = ctx.responseValue
-  if (value instanceof Response) return value.status
-  if (value instanceof ElysiaCustomStatusResponse && typeof value.code === 'number') return value.code
-  const s = ctx.set.status
-  if (typeof s === 'number') return s
-  if (typeof s === 'string') return (StatusMap as Record<string, number>)[s] ?? 200
-  return 200
-}

@@ -64,8 +64,8 @@ export interface Deps {
   // Per-server state, here rather than in module-level maps so that each server (and each test's
   // app) has its own and it goes when the server does.
   /**
-   * Requests begun and not yet logged and counted (src/app.ts). Elysia runs after-response hooks on
-   * a later turn of the event loop; the shutdown waits for this to reach 0, so every request is logged.
+   * Requests begun and not yet answered, logged and counted (src/http/lifecycle.ts); the shutdown
+   * waits for this to reach 0, so every request is logged.
    */
   requestsOpen: number
   /** Open batch event streams per user id (API.md §6, MAX_SSE_STREAMS_PER_USER). */

@@ -109,7 +109,7 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
       log.warn('shutdown timeout: cutting the remaining connections')
       await settlesWithin(server.stop(true), 2000)
     }
-    // Connections are closed; let the last after-response hooks run so those requests are logged.
+    // Connections are closed; let requests still being answered finish, so that they are logged.
     for (let waited = 0; running.requestsOpen > 0 && waited < 1000; waited += 5) await Bun.sleep(5)
     running.mailer.close()
     await running.store.close()

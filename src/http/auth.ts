@@ -8,12 +8,14 @@ import {
   type UserPrincipal,
   type WorkerPrincipal,
 } from '../modules/auth/credentials'
+import { type RequestFacts, requestFacts } from './context'
 
 // The credential matrix of API.md §1, enforced here and only here (STYLE example 4). A route
 // declares its level as a macro flag, e.g. `{ user: true }`; the level says which credentials it
-// accepts (test/http/route-auth.test.ts checks that every route declares exactly one). The wrong type of
-// credential is a 401, never silently another meaning. Authentication runs in `transform`, before
-// body validation, so an unauthenticated caller learns nothing about a route's schema.
+// accepts (test/http/credential-matrix.test.ts checks that every route declares exactly one). The
+// wrong type of credential is a 401, never silently another meaning. The header is resolved before
+// routing (readCredential) and checked in `transform`, before body validation, so an
+// unauthenticated caller learns nothing about a route's schema.
 //
 //   public      no credential needed; any Authorization header is ignored (signup, login, reset)
 //   session     JWT only, even while must_change_password (me, change-password)
@@ -91,27 +93,62 @@ function gate(_level: AuthLevel, p: Principal): Principal {
   return p
 }
 
-const resolved = new WeakMap<Request, Principal>()
+/**
+ * Who the request's Authorization header names, resolved before routing (src/http/lifecycle.ts)
+ * onto its facts: at once for a credential seen a moment ago, else through the promise returned,
+ * which the request awaits before it is routed. Routes then check it without awaiting anything, so
+ * a route whose answer is at hand is answered without a promise. A failure is kept, not thrown:
+ * public routes ignore the header, the others answer with it.
+ */
+export function readCredential(deps: Deps, request: Request, f: RequestFacts): Promise<void> | undefined {
+  let who: Principal | Promise<Principal>
+  try {
+    who = authenticate(deps, request.headers.get('authorization'))
+  } catch (failed) {
+    f.credential = { failed }
+    return
+  }
+  if (!(who instanceof Promise)) {
+    f.credential = who
+    return
+  }
+  return who.then(
+    (p) => {
+      f.credential = p
+    },
+    (failed) => {
+      f.credential = { failed }
+    },
+  )
+}
 
-function level<L extends AuthLevel>(deps: Deps, l: L) {
+function factsOf(request: Request): RequestFacts {
+  const f = requestFacts(request)
+  if (!f) throw new Error('a request reached a route without its facts (src/http/lifecycle.ts)')
+  return f
+}
+
+function admitted(credential: RequestFacts['credential']): Principal {
+  if ('failed' in credential) throw credential.failed
+  return credential
+}
+
+function level<L extends AuthLevel>(l: L) {
   return {
     detail: {
       description: `Auth: ${DESCRIPTIONS[l]}`,
       'x-gridkeep-auth': l,
       ...(l === 'public' ? {} : { security: [{ bearerAuth: [] }] }),
     },
-    // Declared async so Elysia awaits it whatever its body looks like; a known caller's credential
-    // resolves without awaiting anything (authenticate).
-    async transform({ request }: { request: Request }) {
-      if (l === 'public') {
-        resolved.set(request, ANONYMOUS)
-        return
-      }
-      const who = authenticate(deps, request.headers.get('authorization'))
-      resolved.set(request, check(l, who instanceof Promise ? await who : who))
+    // Synchronous, and written so that Elysia's compiler sees it so: it compiles a route with any
+    // hook it takes for async (one that mentions await, or returns a call) into an async handler,
+    // and a promise costs every request of the route.
+    transform({ request }: { request: Request }) {
+      const f = factsOf(request)
+      f.principal = l === 'public' ? ANONYMOUS : check(l, admitted(f.credential))
     },
     resolve({ request }: { request: Request }) {
-      return { principal: resolved.get(request) as PrincipalFor<L> }
+      return { principal: requestFacts(request)?.principal as PrincipalFor<L> }
     },
   }
 }
@@ -123,12 +160,12 @@ const ANONYMOUS: AnonymousPrincipal = { kind: 'anonymous' }
 // and seed it is given, and never mixes two servers' (tests build several in one process).
 export const authPlugin = (deps: Deps) =>
   new Elysia({ name: 'http.auth', seed: deps.instanceId }).macro({
-    public: level(deps, 'public'),
-    session: level(deps, 'session'),
-    jwt: level(deps, 'jwt'),
-    user: level(deps, 'user'),
-    superadmin: level(deps, 'superadmin'),
-    worker: level(deps, 'worker'),
-    optional: level(deps, 'optional'),
-    reader: level(deps, 'reader'),
+    public: level('public'),
+    session: level('session'),
+    jwt: level('jwt'),
+    user: level('user'),
+    superadmin: level('superadmin'),
+    worker: level('worker'),
+    optional: level('optional'),
+    reader: level('reader'),
   })

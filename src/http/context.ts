@@ -1,9 +1,17 @@
-// Per-request facts that must survive into onError and onAfterResponse, keyed by the Request so
-// nothing leaks between requests and nothing needs cleaning up.
-interface RequestFacts {
+import type { Principal } from '../modules/auth/credentials'
+
+// Per-request facts, from the request's arrival (src/http/lifecycle.ts) to its recording, keyed by
+// the Request so nothing leaks between requests and nothing needs cleaning up.
+export interface RequestFacts {
   id: string
   /** deps.clock.monotonicMs() when the request arrived. */
   startedMs: number
+  /** The route pattern, once routing found one (unmatched requests never get one). */
+  route?: string
+  /** Who the Authorization header names, resolved before routing: a principal, or why not. */
+  credential: Principal | { failed: unknown }
+  /** The credential as the route's auth level admits it (src/http/auth.ts). */
+  principal?: Principal
 }
 const facts = new WeakMap<Request, RequestFacts>()
 
@@ -13,9 +21,10 @@ const CLIENT_ID = /^[\w.:-]{1,128}$/
  * the cheapest good source, and every request pays for it). */
 export function beginRequest(request: Request, startedMs: number): RequestFacts {
   const given = request.headers.get('x-request-id')
-  const f = {
+  const f: RequestFacts = {
     id: given && CLIENT_ID.test(given) ? given : `req_${crypto.randomUUID().replaceAll('-', '')}`,
     startedMs,
+    credential: ANONYMOUS,
   }
   facts.set(request, f)
   return f
@@ -23,32 +32,12 @@ export function beginRequest(request: Request, startedMs: number): RequestFacts 
 
 export const requestFacts = (request: Request): RequestFacts | undefined => facts.get(request)
 
+const ANONYMOUS: Principal = { kind: 'anonymous' }
+
 /** The path of a request URL without its query string (which may carry a token). */
 export function pathOf(url: string): string {
   const start = url.indexOf('/', url.indexOf('//') + 2)
   if (start < 0) return '/'
   const query = url.indexOf('?', start)
   return url.slice(start, query < 0 ? undefined : query)
-}
-
-/**
- * A response whose body is already serialized, written out as it is. Elysia rebuilds a returned
- * Response whenever `set.headers` holds anything (every request holds its X-Request-Id), and the
- * rebuild streams the body anew: about a fifth of a cached read's cost. So the request id moves
- * onto the Response itself and `set.headers` is left empty.
- */
-export function sendAsIs(
-  set: { headers: Record<string, string | number> },
-  body: string,
-  headers: Record<string, string>,
-): Response {
-  let id: string | number | undefined
-  for (const name in set.headers) {
-    if (name !== 'x-request-id') return new Response(body, { headers })
-    id = set.headers[name]
-  }
-  set.headers = {}
-  return new Response(body, {
-    headers: id === undefined ? headers : { ...headers, 'x-request-id': String(id) },
-  })
 }

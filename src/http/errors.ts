@@ -101,34 +101,46 @@ export function describe(schema: any): string {
   return 'invalid value'
 }
 
+/**
+ * The envelope answering `error`, with the request's id; a 5xx is logged (without the request's
+ * values). Elysia's error hook answers with it, and so does the request lifecycle for a route
+ * whose promise fails outside Elysia's reach (src/http/lifecycle.ts).
+ */
+export function errorResponse(error: unknown, code: string | number, request: Request): Response {
+  const appError = toAppError(error, code)
+  const id = requestFacts(request)?.id
+  if (appError.errorCode === 'database_unavailable') {
+    // The driver's own words only: drizzle's wrapper quotes the query and its parameters.
+    const cause = error instanceof Error && error.cause instanceof Error ? error.cause : error
+    log.warn('database unavailable', {
+      request_id: id,
+      reason: cause instanceof Error ? cause.message : null,
+    })
+  } else if (appError.status >= 500) {
+    log.error('unhandled error', {
+      request_id: id,
+      error:
+        error instanceof Error
+          ? { name: error.name, message: error.message, stack: error.stack }
+          : String(error),
+    })
+  }
+  return new Response(JSON.stringify(envelope(appError)), {
+    status: appError.status,
+    headers: {
+      'content-type': 'application/json',
+      ...(id ? { 'x-request-id': id } : {}),
+      ...appError.headers,
+    },
+  })
+}
+
 export const errorHandler = new Elysia({ name: 'http.errors' }).onError(
   { as: 'global' },
-  ({ error, code, request }) => {
-    const appError = toAppError(error, code)
-    const id = requestFacts(request)?.id
-    if (appError.errorCode === 'database_unavailable') {
-      // The driver's own words only: drizzle's wrapper quotes the query and its parameters.
-      const cause = error instanceof Error && error.cause instanceof Error ? error.cause : error
-      log.warn('database unavailable', {
-        request_id: id,
-        reason: cause instanceof Error ? cause.message : null,
-      })
-    } else if (appError.status >= 500) {
-      log.error('unhandled error', {
-        request_id: id,
-        error:
-          error instanceof Error
-            ? { name: error.name, message: error.message, stack: error.stack }
-            : String(error),
-      })
-    }
-    return new Response(JSON.stringify(envelope(appError)), {
-      status: appError.status,
-      headers: {
-        'content-type': 'application/json',
-        ...(id ? { 'x-request-id': id } : {}),
-        ...appError.headers,
-      },
-    })
+  ({ error, code, request, route }) => {
+    // An error before the route's hooks ran (a body that does not parse) still names its route.
+    const facts = requestFacts(request)
+    if (facts && route) facts.route = route
+    return errorResponse(error, code, request)
   },
 )

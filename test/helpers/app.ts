@@ -154,9 +154,9 @@ export async function startTestServer(
 }
 
 /**
- * Resolves once every request served with `deps` has been logged and counted. Elysia runs
- * after-response hooks on a later turn of the event loop; the open-request count reaches 0 in the
- * same hook that writes the log line and the metrics.
+ * Resolves once every request served with `deps` has been logged and counted: the open-request
+ * count reaches 0 where the log line and the metrics are written (src/http/lifecycle.ts), as each
+ * response is ready, so a request whose response is in hand has been recorded.
  */
 export async function allRequestsRecorded(deps: Deps): Promise<void> {
   for (let turns = 0; deps.requestsOpen > 0; turns++) {

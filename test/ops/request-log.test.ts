@@ -58,7 +58,7 @@ describe('request log', () => {
         route: '/v1/auth/forgot-password',
       },
       { method: 'GET', path: '/v1/auth/me', status: 401, route: '/v1/auth/me' },
-      // Answers kept serialized carry the request id on the Response itself (sendAsIs).
+      // Answers kept serialized, built as a Response by the route.
       { method: 'GET', path: '/v1/pool/capacity', status: 200, route: '/v1/pool/capacity' },
       { method: 'GET', path: '/v1/models', opts: { token: user.token }, status: 200, route: '/v1/models' },
       {

@@ -1,5 +1,6 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { makeTestApp, type TestApp } from '../helpers/app'
+import { allRequestsRecorded, makeTestApp, type TestApp } from '../helpers/app'
+import { capturedLogLines } from '../helpers/secrets'
 import { makeSuperadmin, makeUser } from '../helpers/builders'
 import {
   type Fleet,
@@ -198,6 +199,54 @@ describe('GET /v1/pool/capacity', () => {
       fail = false
       expect((await t.req('GET', '/v1/pool/capacity')).status).toBe(200)
       expect(reads).toBe(3)
+    } finally {
+      fleet.capacityCounts = capacityCounts
+    }
+  })
+
+  test('a cached answer comes back without a promise; a miss that fails is answered in the envelope, and logged once', async () => {
+    const t = fresh()
+    const f = await makeFleet(t)
+    await fleetOf(t, f, 1, [])
+    // app.fetch is the handler Elysia gives Bun: a Response, not a promise of one, is what makes a
+    // cached answer cheap (src/modules/pool/index.ts).
+    const ask = (id: string, token?: string) =>
+      t.app.fetch(
+        new Request('http://localhost/v1/pool/capacity', {
+          headers: { 'x-request-id': id, ...(token ? { authorization: `Bearer ${token}` } : {}) },
+        }),
+      )
+    for (const token of [undefined, f.user.token]) {
+      const first = ask('pool-first', token)
+      expect(first).toBeInstanceOf(Promise)
+      expect((await first).status).toBe(200)
+      const cached = ask('pool-cached', token)
+      expect(cached).toBeInstanceOf(Response)
+      expect((cached as Response).status).toBe(200)
+      expect((cached as Response).headers.get('x-request-id')).toBe('pool-cached')
+      expect((await (cached as Response).json()).workers_online).toBe(1)
+    }
+    const fleet = t.deps.store.fleet
+    const capacityCounts = fleet.capacityCounts
+    fleet.capacityCounts = async () => {
+      throw Object.assign(new Error('the database went away'), { errno: '57P01' })
+    }
+    try {
+      t.clock.advance(t.deps.config.POOL_CACHE_SECONDS)
+      const id = `pool-failed-${Date.now()}`
+      const res = await ask(id)
+      expect(res.status).toBe(503)
+      expect(res.headers.get('x-request-id')).toBe(id)
+      expect(res.headers.get('retry-after')).toBe('5')
+      expect((await res.json()).error.code).toBe('database_unavailable')
+      await allRequestsRecorded(t.deps)
+      const lines = capturedLogLines()
+        .filter((l) => l.includes(id))
+        .map((l) => JSON.parse(l))
+      expect(lines.map((l) => [l.msg, l.status ?? null, l.route ?? null])).toEqual([
+        ['database unavailable', null, null],
+        ['request', 503, '/v1/pool/capacity'],
+      ])
     } finally {
       fleet.capacityCounts = capacityCounts
     }

@@ -1,7 +1,6 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
-import { sendAsIs } from '../../http/context'
 import { ModelList, ModelObject, ModelParams } from './model'
 import * as catalogue from './service'
 
@@ -15,7 +14,8 @@ export const catalogueRoutes = (deps: Deps) =>
     .use(authPlugin(deps))
     .get(
       '',
-      async ({ principal, set }) => sendAsIs(set, await catalogue.listModels(deps, principal), JSON_HEADERS),
+      async ({ principal }) =>
+        new Response(await catalogue.listModels(deps, principal), { headers: JSON_HEADERS }),
       {
         user: true,
         response: { 200: ModelList },
