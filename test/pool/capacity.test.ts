@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { allRequestsRecorded, makeTestApp, type TestApp } from '../helpers/app'
-import { capturedLogLines } from '../helpers/secrets'
 import { makeSuperadmin, makeUser } from '../helpers/builders'
+import { capturedLogLines } from '../helpers/secrets'
 import {
   type Fleet,
   heartbeat,
