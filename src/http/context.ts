@@ -12,17 +12,23 @@ export interface RequestFacts {
   credential: Principal | { failed: unknown }
   /** The credential as the route's auth level admits it (src/http/auth.ts). */
   principal?: Principal
+  /** The response was built carrying X-Request-Id (withRequestId); the lifecycle adds it to others. */
+  idSent?: true
 }
 const facts = new WeakMap<Request, RequestFacts>()
 
 const CLIENT_ID = /^[\w.:-]{1,128}$/
 
-/** Echoes a well-formed client X-Request-Id, else makes one (random, not a secret: a UUID is
- * the cheapest good source, and every request pays for it). */
+// Made ids: unique, not secret. A random prefix for this process (instances share logs and a
+// database) and a counter: every request pays for its id, and a UUID per request cost more.
+const ID_PREFIX = `req_${crypto.randomUUID().replaceAll('-', '').slice(0, 16)}`
+let made = 0
+
+/** Echoes a well-formed client X-Request-Id, else makes one. */
 export function beginRequest(request: Request, startedMs: number): RequestFacts {
   const given = request.headers.get('x-request-id')
   const f: RequestFacts = {
-    id: given && CLIENT_ID.test(given) ? given : `req_${crypto.randomUUID().replaceAll('-', '')}`,
+    id: given && CLIENT_ID.test(given) ? given : ID_PREFIX + (made++).toString(36),
     startedMs,
     credential: ANONYMOUS,
   }
@@ -33,6 +39,17 @@ export function beginRequest(request: Request, startedMs: number): RequestFacts 
 export const requestFacts = (request: Request): RequestFacts | undefined => facts.get(request)
 
 const ANONYMOUS: Principal = { kind: 'anonymous' }
+
+/**
+ * The headers of a response a route builds whole, with the request's X-Request-Id: given at
+ * construction, it costs less than the lifecycle's adding it afterwards.
+ */
+export function withRequestId(request: Request, headers: Record<string, string>): Record<string, string> {
+  const f = facts.get(request)
+  if (!f) return headers
+  f.idSent = true
+  return { ...headers, 'x-request-id': f.id }
+}
 
 /** The path of a request URL without its query string (which may carry a token). */
 export function pathOf(url: string): string {

@@ -1,7 +1,7 @@
 import { Elysia, ValidationError } from 'elysia'
 import { AppError, badRequest, envelope } from '../lib/errors'
 import { log } from '../lib/logger'
-import { requestFacts } from './context'
+import { requestFacts, withRequestId } from './context'
 
 // Every non-2xx JSON response is the API.md §0 envelope, mapped here and nowhere else. Elysia's own
 // validation errors become 400 (not 422) with a message that names the field but never echoes the
@@ -127,11 +127,7 @@ export function errorResponse(error: unknown, code: string | number, request: Re
   }
   return new Response(JSON.stringify(envelope(appError)), {
     status: appError.status,
-    headers: {
-      'content-type': 'application/json',
-      ...(id ? { 'x-request-id': id } : {}),
-      ...appError.headers,
-    },
+    headers: withRequestId(request, { 'content-type': 'application/json', ...appError.headers }),
   })
 }
 

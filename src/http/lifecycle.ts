@@ -66,8 +66,7 @@ const errorCode = (error: unknown) => (error as { code?: string | number } | nul
  */
 function recorded(deps: Deps, request: Request, facts: RequestFacts, response: Response): Response {
   deps.requestsOpen--
-  // The error envelope carries it already.
-  if (!response.headers.has('x-request-id')) response.headers.set('x-request-id', facts.id)
+  if (!facts.idSent) response.headers.set('x-request-id', facts.id)
   const seconds = (deps.clock.monotonicMs() - facts.startedMs) / 1000
   const status = response.status
   deps.metrics.http.record(request.method, facts.route ?? 'unmatched', status, seconds)

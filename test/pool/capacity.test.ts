@@ -224,7 +224,7 @@ describe('GET /v1/pool/capacity', () => {
       expect(cached).toBeInstanceOf(Response)
       expect((cached as Response).status).toBe(200)
       expect((cached as Response).headers.get('x-request-id')).toBe('pool-cached')
-      expect((await (cached as Response).json()).workers_online).toBe(1)
+      expect(((await (cached as Response).json()) as any).workers_online).toBe(1)
     }
     const fleet = t.deps.store.fleet
     const capacityCounts = fleet.capacityCounts
@@ -238,7 +238,7 @@ describe('GET /v1/pool/capacity', () => {
       expect(res.status).toBe(503)
       expect(res.headers.get('x-request-id')).toBe(id)
       expect(res.headers.get('retry-after')).toBe('5')
-      expect((await res.json()).error.code).toBe('database_unavailable')
+      expect(((await res.json()) as any).error.code).toBe('database_unavailable')
       await allRequestsRecorded(t.deps)
       const lines = capturedLogLines()
         .filter((l) => l.includes(id))

@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { withRequestId } from '../../http/context'
 import { ModelList, ModelObject, ModelParams } from './model'
 import * as catalogue from './service'
 
@@ -14,8 +15,10 @@ export const catalogueRoutes = (deps: Deps) =>
     .use(authPlugin(deps))
     .get(
       '',
-      async ({ principal }) =>
-        new Response(await catalogue.listModels(deps, principal), { headers: JSON_HEADERS }),
+      async ({ principal, request }) =>
+        new Response(await catalogue.listModels(deps, principal), {
+          headers: withRequestId(request, JSON_HEADERS),
+        }),
       {
         user: true,
         response: { 200: ModelList },
