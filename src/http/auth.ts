@@ -2,6 +2,7 @@ import { Elysia } from 'elysia'
 import type { Deps } from '../deps'
 import { forbidden, unauthorized } from '../lib/errors'
 import {
+  ANONYMOUS,
   type AnonymousPrincipal,
   authenticate,
   type Principal,
@@ -60,8 +61,8 @@ const DESCRIPTIONS: Record<AuthLevel, string> = {
 }
 
 export const check = (level: AuthLevel, p: Principal): Principal => {
-  if (level === 'public') return { kind: 'anonymous' }
-  if (level === 'optional') return p.kind === 'worker' ? { kind: 'anonymous' } : gate(level, p)
+  if (level === 'public') return ANONYMOUS
+  if (level === 'optional') return p.kind === 'worker' ? ANONYMOUS : gate(level, p)
   if (p.kind === 'anonymous')
     throw unauthorized('missing_credential', 'This endpoint requires a Bearer credential')
   if (level === 'worker') {
@@ -152,8 +153,6 @@ function level<L extends AuthLevel>(l: L) {
     },
   }
 }
-
-const ANONYMOUS: AnonymousPrincipal = { kind: 'anonymous' }
 
 // Each level is its own macro so the handler's `principal` has exactly the type that level admits.
 // Named and seeded per server (deps.instanceId): Elysia keeps one of the plugins of the same name

@@ -1,4 +1,4 @@
-import type { Principal } from '../modules/auth/credentials'
+import { ANONYMOUS, type Principal } from '../modules/auth/credentials'
 
 // Per-request facts, from the request's arrival (src/http/lifecycle.ts) to its recording, keyed by
 // the Request so nothing leaks between requests and nothing needs cleaning up.
@@ -37,8 +37,6 @@ export function beginRequest(request: Request, startedMs: number): RequestFacts 
 }
 
 export const requestFacts = (request: Request): RequestFacts | undefined => facts.get(request)
-
-const ANONYMOUS: Principal = { kind: 'anonymous' }
 
 /**
  * The headers of a response a route builds whole, with the request's X-Request-Id: given at

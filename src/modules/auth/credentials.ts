@@ -18,6 +18,9 @@ export type WorkerPrincipal = { kind: 'worker'; orgId: string; keyId: string }
 export type AnonymousPrincipal = { kind: 'anonymous' }
 export type Principal = UserPrincipal | WorkerPrincipal | AnonymousPrincipal
 
+/** Anyone without a credential (one object: principals are never changed). */
+export const ANONYMOUS: AnonymousPrincipal = Object.freeze({ kind: 'anonymous' })
+
 const LAST_USED_RESOLUTION_SECONDS = 60
 
 /** Who is calling; a JWT whose signature and user were seen a moment ago is answered without a promise. */
@@ -25,7 +28,7 @@ export function authenticate(
   deps: Deps,
   authorization: string | null | undefined,
 ): Principal | Promise<Principal> {
-  if (!authorization) return { kind: 'anonymous' }
+  if (!authorization) return ANONYMOUS
   const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization)
   if (!match) throw unauthorized('invalid_authorization', 'Authorization must be "Bearer <token>"')
   const token = match[1]!
