@@ -4,12 +4,13 @@ import { log, logEnabled } from '../lib/logger'
 import { readCredential } from './auth'
 import { beginRequest, pathOf, type RequestFacts } from './context'
 import { errorResponse } from './errors'
-import { checkBodyHeaders, checkUrl } from './parse'
+import { checkBodyHeaders } from './parse'
 
 // Every request's life around Elysia's handling of it. Installed with `wrap`, it runs for the
 // routes Bun dispatches natively, for the others and for unmatched paths alike:
 //   1. its facts: the request id and the time it arrived;
-//   2. the checks made on headers alone, before a byte of the body is read;
+//   2. the checks made on headers alone, before a byte of the body is read (the URL is checked
+//      where a route reads it: src/app.ts);
 //   3. its credential (src/http/auth.ts readCredential), awaited here if it must be looked up, so
 //      that no route awaits it;
 //   4. with the response in hand: its X-Request-Id, its log line and its metrics.
@@ -27,7 +28,6 @@ export function lifecycle(deps: Deps): HigherOrderFunction {
       const facts = beginRequest(request, deps.clock.monotonicMs())
       deps.requestsOpen++
       try {
-        checkUrl(request)
         checkBodyHeaders(request)
       } catch (error) {
         return recorded(deps, request, facts, errorResponse(error, 'UNKNOWN', request))

@@ -139,6 +139,28 @@ describe('routing and headers', () => {
     expect((await t.req('GET', '/v1/batches/batch_x', { token: u.token })).status).toBe(404)
   })
 
+  test('every route that reads its URL (a path parameter or a query) refuses a NUL in it; the others never read it', async () => {
+    const u = await makeUser(t)
+    let checked = 0
+    for (const r of t.app.routes) {
+      if (r.method !== 'GET' || r.path === '/docs' || r.path === '/openapi.json') continue
+      // A handler that reads a query without declaring its schema would be missed by the app's
+      // rule (src/app.ts readsUrl), and is expected to be refused here all the same.
+      const readsUrl =
+        /[:*]/.test(r.path) ||
+        (r.hooks as { query?: unknown }).query !== undefined ||
+        /\bquery\b/.test(String(r.handler))
+      const path = `${r.path.replace(/:[a-z_]+/g, '%00').replace('*', '%00')}?after=%00`
+      const res = await t.req('GET', path, { token: u.token })
+      const refused = res.status === 400 && res.body?.error?.code === 'invalid_value'
+      expect([r.path, refused]).toEqual([r.path, readsUrl])
+      if (readsUrl) checked++
+    }
+    expect(checked).toBeGreaterThan(10)
+    // A query a route never reads is not its input: it answers as without it.
+    expect((await t.req('GET', '/healthz?probe=%00')).status).toBe(200)
+  })
+
   test('an unknown route is a 404 in the envelope', async () => {
     const res = await t.req('GET', '/v1/nope')
     expectEnvelope(res, 404)
