@@ -2,7 +2,7 @@ import { openapi } from '@elysiajs/openapi'
 import { Elysia } from 'elysia'
 import pkg from '../package.json'
 import type { Deps } from './deps'
-import { type RequestFacts, requestFacts } from './http/context'
+import { factsOf } from './http/context'
 import { errorHandler } from './http/errors'
 import { lifecycle } from './http/lifecycle'
 import { checkJsonBody, checkUrl } from './http/parse'
@@ -38,7 +38,7 @@ export function createApp(deps: Deps) {
     // cookies (about a third of the heartbeat's throughput). A block body on purpose: Elysia
     // reads an arrow that returns a call as possibly async, and compiles the route as async.
     .onTransform({ as: 'global' }, ({ body, request, route }) => {
-      ;(requestFacts(request) as RequestFacts).route = route
+      factsOf(request).route = route
       if (readsUrl.has(route)) checkUrl(request)
       checkJsonBody(body)
     })

@@ -9,7 +9,7 @@ import {
   type UserPrincipal,
   type WorkerPrincipal,
 } from '../modules/auth/credentials'
-import { type RequestFacts, requestFacts } from './context'
+import { factsOf, type RequestFacts, requestFacts } from './context'
 
 // The credential matrix of API.md §1, enforced here and only here (STYLE example 4). A route
 // declares its level as a macro flag, e.g. `{ user: true }`; the level says which credentials it
@@ -121,12 +121,6 @@ export function readCredential(deps: Deps, request: Request, f: RequestFacts): P
       f.credential = { failed }
     },
   )
-}
-
-function factsOf(request: Request): RequestFacts {
-  const f = requestFacts(request)
-  if (!f) throw new Error('a request reached a route without its facts (src/http/lifecycle.ts)')
-  return f
 }
 
 function admitted(credential: RequestFacts['credential']): Principal {

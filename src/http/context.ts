@@ -38,6 +38,13 @@ export function beginRequest(request: Request, startedMs: number): RequestFacts 
 
 export const requestFacts = (request: Request): RequestFacts | undefined => facts.get(request)
 
+/** The facts of a request inside a route's hooks, where the lifecycle has always made them. */
+export function factsOf(request: Request): RequestFacts {
+  const f = facts.get(request)
+  if (!f) throw new Error('a request reached a route without its facts (src/http/lifecycle.ts)')
+  return f
+}
+
 /**
  * The headers of a response a route builds whole, with the request's X-Request-Id: given at
  * construction, it costs less than the lifecycle's adding it afterwards.

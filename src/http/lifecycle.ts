@@ -30,7 +30,7 @@ export function lifecycle(deps: Deps): HigherOrderFunction {
       try {
         checkBodyHeaders(request)
       } catch (error) {
-        return recorded(deps, request, facts, errorResponse(error, 'UNKNOWN', request))
+        return recorded(deps, request, facts, errorResponse(error, errorCode(error), request))
       }
       const reading = readCredential(deps, request, facts)
       if (reading) return reading.then(() => respond(deps, next, request, facts))
