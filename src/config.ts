@@ -62,6 +62,18 @@ export const ConfigSchema = T.Object({
   HEARTBEAT_TIMEOUT_SECONDS: Int(120, 1, 86400, 'A worker silent this long is offline'),
   SWEEP_INTERVAL_SECONDS: Int(60, 1, 86400, 'Period of the sweeper that requeues work of silent workers'),
   MAX_BATCH_ATTEMPTS: Int(3, 1, 100, 'Attempts before a batch is terminally failed'),
+  SHARD_MIN_REQUESTS: Int(
+    100,
+    1,
+    1_000_000,
+    'Smallest shard of a split batch; a batch of at most twice this many requests is never split',
+  ),
+  SHARD_MAX_REQUESTS: Int(
+    1000,
+    0,
+    1_000_000,
+    'Largest shard of a split batch (0 turns sharding off: every batch runs whole on one worker)',
+  ),
   POOL_CACHE_SECONDS: Int(15, 0, 3600, 'Cache lifetime of GET /v1/pool/capacity'),
   MIN_WORKERS_FOR_HARDWARE: Int(
     3,

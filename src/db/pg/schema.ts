@@ -3,6 +3,7 @@ import {
   bigint,
   bigserial,
   boolean,
+  customType,
   doublePrecision,
   index,
   integer,
@@ -164,9 +165,17 @@ export const batches = pgTable(
     // PostgreSQL only (several instances): the instance validating this batch, until when.
     validation_holder: text(),
     validation_lease_until: bigint({ mode: 'number' }),
+    // API.md §16: the batch runs as shards (batch_shards); next_request is the first request line
+    // not yet cut into a shard (guided self-scheduling cuts the rest claim by claim).
+    split: boolean().notNull().default(false),
+    next_request: integer().notNull().default(0),
   },
   (t) => [
     index('batches_user').on(t.user_id, t.seq),
+    // API.md §16: split batches still handing out shards are found per model without the queue.
+    index('batches_split_model')
+      .on(t.model, t.seq)
+      .where(sql`split AND status = 'in_progress'`),
     // Poll (API.md §7, §14 fair share): the owners waiting for one model are a skip scan, and
     // each owner's oldest validated batch of it one probe; how many batches each owner has in
     // progress is one range of batches_status_user.
@@ -229,6 +238,53 @@ export const batchAssignments = pgTable(
       .where(sql`slot IS NOT NULL AND completed_at IS NULL`),
   ],
 )
+
+// API.md §16: a shard is a contiguous run of a split batch's request lines with its own lease
+// (worker, assignment), attempts and results. The batch's counts are the sum over its shards.
+export const batchShards = pgTable(
+  'batch_shards',
+  {
+    seq: bigserial({ mode: 'number' }).primaryKey(),
+    id: text().notNull().unique(),
+    batch_id: text()
+      .notNull()
+      .references(() => batches.id, { onDelete: 'cascade' }),
+    user_id: text().notNull(),
+    shard_index: integer().notNull(),
+    first_request: integer().notNull(),
+    requests: integer().notNull(),
+    status: text({ enum: ['waiting', 'running', 'done'] }).notNull(),
+    attempts: integer().notNull().default(0),
+    worker_id: text(),
+    org_id: text(),
+    assignment_id: text(),
+    assigned_at: bigint({ mode: 'number' }),
+    completed_at: bigint({ mode: 'number' }),
+    request_counts_completed: integer().notNull().default(0),
+    request_counts_failed: integer().notNull().default(0),
+    usage: jsonb().$type<Record<string, number>>(),
+    output_key: text(),
+    error_key: text(),
+    updated_at: bigint({ mode: 'number' }).notNull(),
+  },
+  (t) => [
+    uniqueIndex('batch_shards_batch').on(t.batch_id, t.shard_index),
+    index('batch_shards_worker').on(t.worker_id, t.status),
+    index('batch_shards_user').on(t.user_id, t.status),
+    index('batch_shards_status').on(t.status),
+  ],
+)
+
+const bytea = customType<{ data: Buffer; driverData: Buffer }>({ dataType: () => 'bytea' })
+
+// API.md §16: where each request line of a validated batch starts in its input file (see the
+// SQLite schema).
+export const batchLineIndex = pgTable('batch_line_index', {
+  batch_id: text()
+    .primaryKey()
+    .references(() => batches.id, { onDelete: 'cascade' }),
+  offsets: bytea().notNull(),
+})
 
 // The model catalogue (SPEC §2 "Catalogue entry", API.md §4). Curated from a manifest; worker
 // reports feed availability only, never identity (SPEC rule 6). Child rows follow a one-shot
@@ -331,6 +387,10 @@ export const workers = pgTable(
     uptime_seconds: integer(),
     max_concurrent_jobs: integer().notNull().default(1),
     max_download_gb: doublePrecision().notNull().default(0),
+    // API.md §16: registered with capabilities.shards (handed shards of split batches).
+    shards: boolean().notNull().default(false),
+    // The requests the daemon keeps in flight now, as its last heartbeat reported (null: never).
+    concurrency: integer(),
     registered_at: bigint({ mode: 'number' }).notNull(),
     last_heartbeat_at: bigint({ mode: 'number' }), // null = never heartbeated (SPEC Poll rule 6)
     last_seen_at: bigint({ mode: 'number' }).notNull(), // liveness: register, heartbeat, model-progress

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { index, integer, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core'
+import { blob, index, integer, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core'
 import { users } from './accounts'
 
 // Files, batches, their stored validation errors and assignments (SPEC §2–3, API.md §5–6).
@@ -62,9 +62,17 @@ export const batches = sqliteTable(
     completed_at: integer(),
     failed_at: integer(),
     updated_at: integer().notNull(),
+    // API.md §16: the batch runs as shards (batch_shards); next_request is the first request line
+    // not yet cut into a shard (guided self-scheduling cuts the rest claim by claim).
+    split: integer({ mode: 'boolean' }).notNull().default(false),
+    next_request: integer().notNull().default(0),
   },
   (t) => [
     index('batches_user').on(t.user_id, t.seq),
+    // API.md §16: split batches still handing out shards are found per model without the queue.
+    index('batches_split_model')
+      .on(t.model, t.seq)
+      .where(sql`split = 1 AND status = 'in_progress'`),
     // Poll (API.md §7, §14 fair share): the owners waiting for one model are a skip scan, and
     // each owner's oldest validated batch of it one probe; how many batches each owner has in
     // progress is one range of batches_status_user.
@@ -130,8 +138,58 @@ export const batchAssignments = sqliteTable(
   ],
 )
 
+// API.md §16: a shard is a contiguous run of a split batch's request lines with its own lease
+// (worker, assignment), attempts and results. The batch's counts are the sum over its shards.
+export const batchShards = sqliteTable(
+  'batch_shards',
+  {
+    seq: integer().primaryKey({ autoIncrement: true }),
+    id: text().notNull().unique(),
+    batch_id: text()
+      .notNull()
+      .references(() => batches.id, { onDelete: 'cascade' }),
+    // The batch's owner: fair share (API.md §14) counts an owner's held shards.
+    user_id: text().notNull(),
+    shard_index: integer().notNull(),
+    first_request: integer().notNull(),
+    requests: integer().notNull(),
+    status: text({ enum: ['waiting', 'running', 'done'] }).notNull(),
+    attempts: integer().notNull().default(0),
+    // The current lease; null while waiting. Kept when done, as history.
+    worker_id: text(),
+    org_id: text(),
+    assignment_id: text(),
+    assigned_at: integer(),
+    completed_at: integer(),
+    request_counts_completed: integer().notNull().default(0),
+    request_counts_failed: integer().notNull().default(0),
+    usage: text({ mode: 'json' }).$type<Record<string, number>>(),
+    // Blob keys of the shard's output and error parts, joined into the batch's files at the end.
+    output_key: text(),
+    error_key: text(),
+    updated_at: integer().notNull(),
+  },
+  (t) => [
+    uniqueIndex('batch_shards_batch').on(t.batch_id, t.shard_index),
+    index('batch_shards_worker').on(t.worker_id, t.status),
+    index('batch_shards_user').on(t.user_id, t.status),
+    index('batch_shards_status').on(t.status),
+  ],
+)
+
+// API.md §16: where each request line of a validated batch starts in its input file, written by
+// validation (little-endian float64s, one per request line, then the end of the last one), so a
+// shard's bytes are one range read however large the file.
+export const batchLineIndex = sqliteTable('batch_line_index', {
+  batch_id: text()
+    .primaryKey()
+    .references(() => batches.id, { onDelete: 'cascade' }),
+  offsets: blob({ mode: 'buffer' }).notNull(),
+})
+
 export type FileRow = typeof files.$inferSelect
 export type BatchRow = typeof batches.$inferSelect
 export type BatchStatus = BatchRow['status']
 export type BatchAssignmentRow = typeof batchAssignments.$inferSelect
 export type BatchErrorRow = typeof batchErrors.$inferSelect
+export type BatchShardRow = typeof batchShards.$inferSelect

@@ -34,6 +34,10 @@ export const workers = sqliteTable(
     uptime_seconds: integer(),
     max_concurrent_jobs: integer().notNull().default(1),
     max_download_gb: real().notNull().default(0),
+    // API.md §16: registered with capabilities.shards (handed shards of split batches).
+    shards: integer({ mode: 'boolean' }).notNull().default(false),
+    // The requests the daemon keeps in flight now, as its last heartbeat reported (null: never).
+    concurrency: integer(),
     registered_at: integer().notNull(),
     last_heartbeat_at: integer(), // null = never heartbeated (SPEC Poll rule 6)
     last_seen_at: integer().notNull(), // liveness: register, heartbeat, model-progress

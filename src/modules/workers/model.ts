@@ -44,6 +44,8 @@ export const WorkerModel = {
       daemon_version: t.Optional(t.String({ maxLength: 100 })),
       max_concurrent_jobs: t.Optional(t.Integer({ minimum: 1, maximum: 1024 })),
       max_download_gb: t.Optional(Gb),
+      // API.md §16 (ext): a worker that declares shards is handed shards of split batches.
+      capabilities: t.Optional(t.Object({ shards: t.Optional(t.Boolean()) }, { additionalProperties: false })),
       models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
       runtimes: t.Array(
         t.Object(
@@ -100,6 +102,8 @@ export const WorkerModel = {
       loaded_models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
       inventory: t.Optional(Inventory),
       uptime_seconds: t.Optional(t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })),
+      // (ext) The requests the daemon keeps in flight now (its concurrency, found or pinned).
+      concurrency: t.Optional(t.Integer({ minimum: 1, maximum: 65_536 })),
     },
     { additionalProperties: false },
   ),
