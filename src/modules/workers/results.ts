@@ -504,7 +504,14 @@ async function commitShard(
     completed: split.completed,
     failed: split.failed,
   })
-  const batch = recorded.last ? ((await joinShards(deps, held.batch.id)) ?? recorded.batch) : recorded.batch
+  // The shard is stored whatever becomes of the join: a join that fails is retried by the sweeper.
+  const joined = recorded.last
+    ? await joinShards(deps, held.batch.id).catch((e) => {
+        log.error('joining shards failed', { batch_id: held.batch.id, error: e })
+        return null
+      })
+    : null
+  const batch = joined ?? recorded.batch
   return shardResponseOf(batch, {
     ...shard,
     status: 'done',
