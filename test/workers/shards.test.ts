@@ -3,6 +3,7 @@ import { nextShardSize } from '../../src/domain/shards'
 import type { Job } from '../../src/modules/workers/claim'
 import { runOnce as sweep } from '../../src/services/sweeper'
 import { makeTestApp, type TestApp } from '../helpers/app'
+import { makeBatch, validateAll } from '../helpers/batches'
 import { readBlob, strayBlobs } from '../helpers/blobs'
 import { makeUser } from '../helpers/builders'
 import {
@@ -183,6 +184,58 @@ describe('API.md §16 claims', () => {
     const rows = await s.t.req('GET', `/v1/orgs/${s.f.orgId}/workers`, { token: s.f.user.token })
     const row = rows.body.data.find((w: { id: string }) => w.id === s.workers[0])
     expect(row).toMatchObject({ concurrency: 24, capabilities: { shards: true } })
+  })
+})
+
+describe('API.md §16 request-line index', () => {
+  test('validation writes it for a batch that may be split: each shard reads its own lines, blank lines and a BOM included', async () => {
+    const t = app()
+    const f = await makeFleet(t)
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'indexed:1' })
+    const ids = Array.from({ length: 45 }, (_, i) => `line-${i}`)
+    // A BOM, CRLF endings and blank lines between requests: offsets are the validator's own.
+    const content = `\uFEFF${ids.map((id, i) => inputLine(id, entry.id) + (i % 7 === 0 ? '\r\n  \n' : '\n')).join('')}`
+    const created = await makeBatch(t, f.user, content)
+    await validateAll(t)
+    expect((await batchRow(t.deps, created.id)).status).toBe('validated')
+    const wids = [0, 1].map(async (i) => {
+      const wid = await registerWorker(t, f.key, {
+        name: `w${i}`,
+        models: ['indexed:1'],
+        max_concurrent_jobs: 4,
+        capabilities: { shards: true },
+      })
+      await heartbeat(t, f.key, wid)
+      return wid
+    })
+    const [w0, w1] = await Promise.all(wids)
+    const seen: string[] = []
+    for (const wid of [w0!, w1!, w0!]) {
+      const job = await poll(t, f.key, wid)
+      if (!job) continue
+      const res = await t.req('GET', job.input_path, { token: f.key })
+      const got = (res.text ?? '')
+        .split('\n')
+        .filter((l) => l.trim())
+        .map((l) => JSON.parse(l).custom_id)
+      expect(got).toEqual(ids.slice(job.shard!.first_request, job.shard!.first_request + job.shard!.requests))
+      seen.push(...got)
+    }
+    expect(seen).toEqual(ids)
+  })
+
+  test('a batch validated small is claimed whole', async () => {
+    const t = app()
+    const f = await makeFleet(t)
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'small:1' })
+    const created = await makeBatch(
+      t,
+      f.user,
+      `${Array.from({ length: 20 }, (_, i) => inputLine(`s${i}`, entry.id)).join('\n')}\n`,
+    )
+    await validateAll(t)
+    const wid = await registerWorker(t, f.key, { models: ['small:1'], capabilities: { shards: true } })
+    expect((await poll(t, f.key, wid))!.job_id).toBe(created.id)
   })
 })
 
