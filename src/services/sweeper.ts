@@ -2,6 +2,7 @@ import type { Deps } from '../deps'
 import { type Every, every } from '../lib/clock'
 import { log } from '../lib/logger'
 import { onlineCutoff } from '../modules/workers/liveness'
+import { removeParts } from '../modules/workers/parts'
 import { batchClaimable } from '../modules/workers/poll-wait'
 import { joinShards } from '../modules/workers/results'
 
@@ -32,6 +33,7 @@ export async function runOnce(deps: Deps): Promise<SweepResult> {
   result.workers_offline = swept.workers_offline
   for (const r of swept.requeues) {
     deps.metrics.requeues.inc({ reason: r.reason, outcome: r.status })
+    await removeParts(deps, r.parts)
     if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
     ;(r.status === 'validated' ? result.requeued : result.failed).push(r.batch_id)
   }

@@ -422,9 +422,23 @@ describe('API.md §16 failures', () => {
   })
 
   test('a shard that exhausts its attempts fails the batch; the other shards’ writes get 409', async () => {
-    const s = await setup(app(), 60, 2)
+    const s = await setup(app(), 60, 3)
     let a = (await poll(s.t, s.f.key, s.workers[0]!))!
     const b = (await poll(s.t, s.f.key, s.workers[1]!))!
+    // A third shard is done first: its parts wait for the join that will never come.
+    const c = (await poll(s.t, s.f.key, s.workers[2]!))!
+    const cIds = s.ids.slice(c.shard!.first_request, c.shard!.first_request + c.shard!.requests)
+    expect(
+      (
+        await uploadShard(
+          s,
+          s.workers[2]!,
+          c,
+          cIds.map((id) => okLine(id)),
+        )
+      ).status,
+    ).toBe(200)
+    expect((await strayBlobs(s.t.deps)).length).toBe(1)
     for (let attempt = 1; attempt <= 3; attempt++) {
       const res = await report(s, s.workers[0]!, a, `crash ${attempt}`)
       expect(res.body.status).toBe(attempt < 3 ? 'validated' : 'failed')
