@@ -109,6 +109,13 @@ describe('API.md §16 claims', () => {
     ).toBeNull()
   })
 
+  test('SHARD_MAX_REQUESTS=0 turns sharding off: a large batch runs whole on a shard worker', async () => {
+    const s = await setup(app({ SHARD_MAX_REQUESTS: '0' }), 400, 2)
+    const job = (await poll(s.t, s.f.key, s.workers[0]!))!
+    expect(job).toMatchObject({ job_id: s.batch.id, total_requests: 400 })
+    expect(job.shard).toBeUndefined()
+  })
+
   test('a worker that does not declare shards gets whole batches, and nothing of a split one', async () => {
     const t = app()
     const s = await setup(t, 60, 1, { shards: false })
