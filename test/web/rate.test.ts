@@ -59,7 +59,7 @@ test('formatRate and formatDuration', () => {
   expect(formatRate(null)).toBe('—')
   expect(formatRate(0)).toBe('0 req/s')
   expect(formatRate(0.25)).toBe('0.25 req/s')
-  expect(formatRate(3.14159)).toBe('3.1 req/s')
+  expect(formatRate(3.16)).toBe('3.2 req/s')
   expect(formatRate(3)).toBe('3 req/s')
   expect(formatRate(1234.5)).toBe('1,235 req/s')
   expect(formatDuration(null)).toBe('—')

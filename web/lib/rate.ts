@@ -44,7 +44,7 @@ export function averageRate(done: number, startedAt: number | null, endedAt: num
   return done / (endedAt - startedAt)
 }
 
-/** 0.25 → "0.25 req/s", 3.14159 → "3.1 req/s", 1234.5 → "1,235 req/s"; null → "—". */
+/** 0.25 → "0.25 req/s", 3.16 → "3.2 req/s", 1234.5 → "1,235 req/s"; null → "—". */
 export function formatRate(rate: number | null): string {
   if (rate === null) return '—'
   const digits = rate >= 100 ? 0 : rate >= 1 ? 1 : 2
