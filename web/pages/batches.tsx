@@ -296,7 +296,9 @@ export function BatchDetail({ id }: { id: string }) {
               </span>
             </dd>
             <Figure label="Throughput">{formatRate(pace.rate)}</Figure>
-            <Figure label="Time left">{formatDuration(pace.left)}</Figure>
+            <Figure label="Time left">
+              {b.status === 'completed' ? 'none, finished' : formatDuration(pace.left)}
+            </Figure>
           </>
         )}
         {b.shards ? (
