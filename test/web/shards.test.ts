@@ -132,6 +132,18 @@ test('a split batch: progress bar, throughput, time left and its shards update l
   )
   await s.screenshot('batch-shards')
 
+  // Shard B fails: waiting again, no worker, one attempt; offered again first, so B takes it back.
+  const failed = await server.req('POST', '/workers/report-failure', {
+    token: key,
+    body: { worker_id: b, job_id: jobB.job_id, assignment_id: jobB.assignment_id, error: 'engine crashed' },
+  })
+  expect(failed.status).toBe(200)
+  await shards.getByRole('row', { name: /^2 .*0\/15 waiting — 1$/ }).waitFor()
+  await page.getByText('1 running, 0 done, 1 waiting').waitFor()
+  const retry = (await poll(server, key, b))!
+  expect(retry.shard).toEqual(jobB.shard)
+  await shards.getByRole('row', { name: /^2 .*0\/15 running shard-box-b 1$/ }).waitFor()
+
   // Results for every shard (the rest claimed as the workers ask): rows done, the batch completed.
   const done = await upload(
     server,
@@ -146,8 +158,8 @@ test('a split batch: progress bar, throughput, time left and its shards update l
       await upload(
         server,
         key,
-        { worker_id: b, job_id: jobB.job_id, assignment_id: jobB.assignment_id },
-        shardOutput(jobB),
+        { worker_id: b, job_id: retry.job_id, assignment_id: retry.assignment_id },
+        shardOutput(retry),
       )
     ).status,
   ).toBe(200)
@@ -169,9 +181,9 @@ test('a split batch: progress bar, throughput, time left and its shards update l
   await eventually(async () => {
     const rows = (await shards.getByRole('row').count()) - 1
     expect(rows).toBeGreaterThanOrEqual(3)
-    expect(await shards.getByRole('row', { name: / done shard-box-[ab] 0$/ }).count()).toBe(rows)
+    expect(await shards.getByRole('row', { name: / done shard-box-[ab] \d+$/ }).count()).toBe(rows)
   })
-  await shards.getByRole('row', { name: /^2 .*15\/15 done shard-box-b 0$/ }).waitFor()
+  await shards.getByRole('row', { name: /^2 .*15\/15 done shard-box-b 1$/ }).waitFor()
   expect(await page.getByText('not handed out yet').count()).toBe(0)
   expect(await page.getByLabel('Time left').textContent()).toBe('none, finished')
   expect(await page.evaluate(() => (globalThis as { sameDocument?: boolean }).sameDocument)).toBe(true)
