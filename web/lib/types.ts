@@ -4,7 +4,6 @@ import type { Page } from '../../src/lib/pagination'
 import type { listOrganizations } from '../../src/modules/admin/service'
 import type { login, me } from '../../src/modules/auth/service'
 import type { BatchObject, ShardObject } from '../../src/modules/batches/model'
-import type { listShards } from '../../src/modules/batches/service'
 import type { ModelObject } from '../../src/modules/catalogue/model'
 import type { FileObject } from '../../src/modules/files/model'
 import type { KeyRecord } from '../../src/modules/keys/model'
@@ -28,7 +27,6 @@ export type {
 }
 export type UsageRow = UsageBucket
 /** GET /v1/batches/{id}/shards (API.md §16): every shard at once, not paged. */
-export type ShardList = Awaited<ReturnType<typeof listShards>>
 export type Worker = Awaited<ReturnType<typeof toWorkerRows>>[number]
 export type Org = Awaited<ReturnType<typeof listMyOrgs>>['data'][number]
 export type Member = Awaited<ReturnType<typeof listMembers>>['data'][number]

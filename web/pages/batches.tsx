@@ -16,7 +16,7 @@ import {
 } from '../lib/rate'
 import { navigate } from '../lib/router'
 import { readEvents } from '../lib/sse'
-import type { BatchObject, FileObject, ShardList, ShardObject } from '../lib/types'
+import type { BatchObject, FileObject, ShardObject } from '../lib/types'
 
 const STATUSES = ['validating', 'validated', 'in_progress', 'completed', 'failed']
 const ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings']
@@ -433,10 +433,8 @@ function usePace(b: BatchObject | undefined) {
 
 /** A split batch's shards (API.md §16), re-read each time the page re-reads the batch. */
 function Shards({ batch }: { batch: BatchObject }) {
-  const shards = useResource(
-    (signal) => api.get<ShardList>(`/v1/batches/${batch.id}/shards`, { signal }),
-    batch.id,
-  )
+  // Pages of 100 shards, in shard order (API.md §16).
+  const shards = usePaged<ShardObject>(`/v1/batches/${batch.id}/shards`, {}, 0, 100)
   const { reload } = shards
   const mounted = useRef(false)
   useEffect(() => {
@@ -444,8 +442,10 @@ function Shards({ batch }: { batch: BatchObject }) {
     mounted.current = true
   }, [batch, reload])
   const rows = shards.data?.data ?? []
+  // Known when every shard is on this one page.
+  const whole = shards.page === 1 && shards.data?.has_more === false
   const handedOut = rows.reduce((n, s) => n + s.requests, 0)
-  const unclaimed = TERMINAL.has(batch.status) ? 0 : batch.request_counts.total - handedOut
+  const unclaimed = TERMINAL.has(batch.status) || !whole ? 0 : batch.request_counts.total - handedOut
   return (
     <>
       <h3>Shards</h3>
@@ -470,6 +470,7 @@ function Shards({ batch }: { batch: BatchObject }) {
       ) : shards.data ? (
         <p class="muted">No shard handed out yet.</p>
       ) : null}
+      <Pager list={shards} label="Shards" />
       {shards.data && unclaimed > 0 ? (
         <p class="muted">
           {formatCount(unclaimed)} request{unclaimed === 1 ? '' : 's'} not handed out yet: the next shards go
