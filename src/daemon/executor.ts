@@ -2,6 +2,7 @@ import { writeFileSync } from 'node:fs'
 import { randomBase62 } from '../lib/ids'
 import { readLines } from '../lib/read-lines'
 import { type Backoff, realTimers, retryAfterMs, retryDelay, type Timers } from './backoff'
+import { fixedLimiter, type RequestLimiter } from './concurrency'
 import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 
 // Runs every line of a job's input against the runtime and writes one OpenAI batch output line per
@@ -9,7 +10,10 @@ import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 // error:{code,message}|null}). Input is read line by line and output appended to a file as each
 // request finishes, so memory holds only the requests in flight, whatever the batch size.
 //
-// - At most `concurrency` requests are in flight.
+// - A line takes a slot of the limiter (concurrency.ts) before its request starts, and keeps it
+//   through its retries: the limiter is shared by every job of the daemon, so at most its limit of
+//   requests are in flight whatever the number of jobs. Every answer (and timeout) is a sample
+//   the limiter learns the engine's capacity from (--concurrency auto).
 // - 429, 5xx, connection errors and timeouts are retried with the daemon's one retry policy
 //   (backoff.ts: full-jitter backoff, Retry-After honoured up to its cap) up to `tries` attempts.
 // - A request that still fails becomes an output line carrying its error; the job goes on.
@@ -33,12 +37,16 @@ export interface Counts {
 
 export interface ExecutorOptions {
   runtimeUrl: string
-  concurrency: number
+  /** The daemon's shared limiter; without one, a limiter of `concurrency` for this job alone. */
+  limiter?: RequestLimiter
+  concurrency?: number
   tries: number
   requestTimeoutMs: number
   backoff: Backoff
   signal?: AbortSignal
   onLine?: (counts: Counts) => void
+  /** Every line's request has started (only requests in flight remain). */
+  onAllStarted?: () => void
   /** The waits between retries (default: real time). */
   timers?: Timers
 }
@@ -75,6 +83,7 @@ export async function executeJob(
   opts.signal?.addEventListener('abort', onOuterAbort, { once: true })
   let fatal: unknown
   const timers = opts.timers ?? realTimers
+  const limiter = opts.limiter ?? fixedLimiter(opts.concurrency ?? 8)
   // One reachability check answers the failures of the same moment; a later failure checks again
   // (a runtime may restart while a job waits).
   let runtimeCheck: { at: number; gone: Promise<boolean> } | null = null
@@ -115,7 +124,7 @@ export async function executeJob(
     body.model = job.model
     // A batch result is one response body; a streamed answer would arrive as server-sent events.
     if ('stream' in body) body.stream = false
-    const outcome = await request(url, JSON.stringify(body), opts, timers, stop.signal)
+    const outcome = await request(url, JSON.stringify(body), opts, timers, limiter, stop.signal)
     if (outcome.error?.code === 'connection_error' || outcome.error?.code === 'timeout') {
       if (!stop.signal.aborted && (await runtimeGone()))
         throw new RuntimeUnavailableError(
@@ -126,24 +135,24 @@ export async function executeJob(
     write(outputLine(ids(), customId, outcome, requestIds))
   }
 
-  // A counting semaphore with one waiter: the reading loop below.
+  // This job's lines in flight; the end waits for the last of them.
   let active = 0
-  let wake: (() => void) | null = null
+  let drained: (() => void) | null = null
   const release = () => {
-    active--
-    const w = wake
-    wake = null
-    w?.()
+    limiter.release()
+    if (--active === 0) drained?.()
   }
-  const waitForSlot = () => new Promise<void>((r) => (wake = r))
 
   try {
     const source = typeof input === 'string' ? Bun.file(input).stream() : input
+    let ended = true
     for await (const [, line] of readLines(source, MAX_INPUT_LINE_BYTES)) {
       if (stop.signal.aborted) break
       if (!line.trim()) continue
-      while (active >= opts.concurrency) await waitForSlot()
-      if (stop.signal.aborted) break
+      if (!(await limiter.acquire(stop.signal))) {
+        ended = false
+        break
+      }
       counts.read++
       active++
       runLine(line)
@@ -155,7 +164,8 @@ export async function executeJob(
         })
         .finally(release)
     }
-    while (active > 0) await waitForSlot()
+    if (ended && !stop.signal.aborted) opts.onAllStarted?.()
+    if (active > 0) await new Promise<void>((r) => (drained = r))
   } finally {
     opts.signal?.removeEventListener('abort', onOuterAbort)
     await writer.end()
@@ -171,6 +181,7 @@ async function request(
   payload: string,
   opts: ExecutorOptions,
   timers: Timers,
+  limiter: RequestLimiter,
   stop: AbortSignal,
 ): Promise<Outcome> {
   let last: Outcome = { error: { code: 'connection_error', message: 'not attempted' } }
@@ -185,6 +196,7 @@ async function request(
       timedOut = true
       ac.abort()
     }, opts.requestTimeoutMs)
+    const startedAtMs = timers.nowMs()
     try {
       const res = await fetch(url, {
         method: 'POST',
@@ -193,11 +205,14 @@ async function request(
         signal: ac.signal,
       })
       const text = await res.text()
+      // 429 and 503 are how engines say they are over their capacity.
+      limiter.sample({ startedAtMs, overload: res.status === 429 || res.status === 503 })
       last = { status: res.status, requestId: res.headers.get('x-request-id'), text }
       if (res.status !== 429 && res.status < 500) return last
       hintMs = retryAfterMs(res.headers.get('retry-after'))
     } catch (e) {
       if (stop.aborted) return last
+      if (timedOut) limiter.sample({ startedAtMs, overload: true })
       last = timedOut
         ? { error: { code: 'timeout', message: `no answer within ${opts.requestTimeoutMs} ms` } }
         : { error: { code: 'connection_error', message: (e as Error).message || String(e) } }
