@@ -7,17 +7,18 @@
 // - Start: the engine's own figure when it gives one (llama.cpp `GET /props` total_slots), else 8.
 // - Slow start: while doubling the limit raises throughput by at least half of what doubling
 //   promises, double again (TCP's slow start).
-// - Plateau: when a raise brings no throughput and latency grew, the extra requests only queue in
-//   the engine: go back to the last limit that paid and hold there. Every HOLD_WINDOWS windows one
-//   small step up is tried (capacity may have grown); it stays only if throughput follows
-//   (additive increase).
+// - Plateau: when a raise brings no throughput (same throughput from more requests in flight: by
+//   Little's law their latency grew), the extra requests only queue in the engine: go back to the
+//   last limit that paid and hold there. Every HOLD_WINDOWS windows one small step up is tried
+//   (capacity may have grown); it stays only if throughput follows (additive increase).
 // - Overload: a 429, a 503 or a timeout cuts the limit to BACKOFF of itself at once (multiplicative
 //   decrease), once per round: answers to requests sent before the cut say nothing of the new limit.
 //   Growth after that is additive only.
-// - Latency that grows without throughput while holding (the engine got slower, someone else is
-//   using it) steps the limit down by DRIFT_DOWN.
-// - Never above `max` (--max-concurrency) nor below 1. A windows in which the daemon did not fill
-//   its limit (the end of a batch, nothing to run) says nothing about the engine and changes nothing.
+// - Latency that grows without throughput while holding, DRIFT_WINDOWS windows in a row (the
+//   engine got slower, someone else is using it), steps the limit down by DRIFT_DOWN.
+// - The window after any cut is not a measure (it drains requests sent at the old limit), nor is a
+//   window in which the daemon did not fill its limit (the end of a batch, nothing to run).
+// - Never above `max` (--max-concurrency) nor below 1.
 // A number (--concurrency N) pins the limit: nothing moves it.
 //
 // Time comes from the injected clock: the decisions are a function of the samples and their times.
@@ -56,6 +57,7 @@ const FLAT = 1.1
 const BACKOFF = 0.75
 const DRIFT_LATENCY = 1.5
 const DRIFT_DOWN = 0.9
+const DRIFT_WINDOWS = 3
 const HOLD_WINDOWS = 10
 
 interface Window {
@@ -80,6 +82,10 @@ export class ConcurrencyController {
   /** The first full window at the held limit (to notice latency drifting up). */
   private held: Window | null = null
   private heldWindows = 0
+  /** Windows in a row whose latency drifted up without throughput. */
+  private drifting = 0
+  /** After a cut the next window still drains the requests sent at the old limit: not a measure. */
+  private draining = false
   /** Overload answers to requests sent before this time are not news. */
   private cutAtMs = Number.NEGATIVE_INFINITY
 
@@ -153,7 +159,8 @@ export class ConcurrencyController {
       latencyMs: this.latencySum / this.completions,
     }
     this.resetWindow(now)
-    if (saturated) this.decide(w)
+    if (this.draining) this.draining = false
+    else if (saturated) this.decide(w)
   }
 
   private resetWindow(now: number) {
@@ -190,16 +197,21 @@ export class ConcurrencyController {
       return
     }
     if (w.latencyMs > this.held.latencyMs * DRIFT_LATENCY && w.throughput < this.held.throughput * FLAT) {
+      // One slow window is noise (a pause of the host); several in a row are a trend.
+      if (++this.drifting < DRIFT_WINDOWS) return
       this.held = null
+      this.drifting = 0
       this.set(Math.floor(this.current * DRIFT_DOWN), 'latency grows without throughput')
       return
     }
+    this.drifting = 0
     if (++this.heldWindows >= HOLD_WINDOWS) this.raise(w, 'probing for more capacity')
   }
 
   private raise(w: Window, reason: string) {
     const next = this.slowStart ? this.current * 2 : this.current + Math.max(1, Math.ceil(this.current * 0.1))
     this.heldWindows = 0
+    this.drifting = 0
     if (Math.min(this.max, next) === this.current) return
     this.beforeRaise = w
     this.set(next, reason)
@@ -209,6 +221,7 @@ export class ConcurrencyController {
     const next = Math.max(1, Math.min(this.max, n))
     if (next === this.current) return
     const was = this.current
+    if (next < was) this.draining = true
     this.current = next
     this.onChange(next, was, reason)
   }
@@ -216,7 +229,7 @@ export class ConcurrencyController {
 
 /**
  * The semaphore over the controller's limit, shared by every job of the daemon. Waiters are served
- * first come, first served, so a job that started reading first keeps its turn.
+ * first come, first served (retries first), so a job that started reading first keeps its turn.
  */
 export class RequestLimiter {
   private active = 0
@@ -228,8 +241,11 @@ export class RequestLimiter {
     return this.active
   }
 
-  /** Resolves true once a slot is ours, false if `signal` aborts first (then nothing is held). */
-  acquire(signal?: AbortSignal): Promise<boolean> {
+  /**
+   * Resolves true once a slot is ours, false if `signal` aborts first (then nothing is held).
+   * A `retry` goes ahead of every new request: a line already started finishes first.
+   */
+  acquire(signal?: AbortSignal, o: { retry?: boolean } = {}): Promise<boolean> {
     if (signal?.aborted) return Promise.resolve(false)
     if (this.waiters.length === 0 && this.active < this.controller.limit) {
       this.take()
@@ -246,7 +262,8 @@ export class RequestLimiter {
         this.take()
         resolve(true)
       }
-      this.waiters.push(grant)
+      if (o.retry) this.waiters.unshift(grant)
+      else this.waiters.push(grant)
       signal?.addEventListener('abort', onAbort, { once: true })
     })
   }

@@ -10,8 +10,9 @@ import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 // error:{code,message}|null}). Input is read line by line and output appended to a file as each
 // request finishes, so memory holds only the requests in flight, whatever the batch size.
 //
-// - A line takes a slot of the limiter (concurrency.ts) before its request starts, and keeps it
-//   through its retries: the limiter is shared by every job of the daemon, so at most its limit of
+// - A request takes a slot of the limiter (concurrency.ts) while it is at the engine; a line waiting
+//   to retry gives its slot back and, to retry, takes the next free one before any new line does.
+//   The limiter is shared by every job of the daemon, so at most its limit of
 //   requests are in flight whatever the number of jobs. Every answer (and timeout) is a sample
 //   the limiter learns the engine's capacity from (--concurrency auto).
 // - 429, 5xx, connection errors and timeouts are retried with the daemon's one retry policy
@@ -106,7 +107,7 @@ export async function executeJob(
     opts.onLine?.(counts)
   }
 
-  const runLine = async (raw: string) => {
+  const runLine = async (raw: string, permit: Permit) => {
     let parsed: any
     try {
       parsed = JSON.parse(raw)
@@ -124,7 +125,7 @@ export async function executeJob(
     body.model = job.model
     // A batch result is one response body; a streamed answer would arrive as server-sent events.
     if ('stream' in body) body.stream = false
-    const outcome = await request(url, JSON.stringify(body), opts, timers, limiter, stop.signal)
+    const outcome = await request(url, JSON.stringify(body), opts, timers, permit, stop.signal)
     if (outcome.error?.code === 'connection_error' || outcome.error?.code === 'timeout') {
       if (!stop.signal.aborted && (await runtimeGone()))
         throw new RuntimeUnavailableError(
@@ -138,8 +139,8 @@ export async function executeJob(
   // This job's lines in flight; the end waits for the last of them.
   let active = 0
   let drained: (() => void) | null = null
-  const release = () => {
-    limiter.release()
+  const done = (permit: Permit) => {
+    permit.release()
     if (--active === 0) drained?.()
   }
 
@@ -155,14 +156,15 @@ export async function executeJob(
       }
       counts.read++
       active++
-      runLine(line)
+      const permit = new Permit(limiter)
+      runLine(line, permit)
         .catch((e) => {
           if (!stop.signal.aborted) {
             fatal = e
             stop.abort(e)
           }
         })
-        .finally(release)
+        .finally(() => done(permit))
     }
     if (ended && !stop.signal.aborted) opts.onAllStarted?.()
     if (active > 0) await new Promise<void>((r) => (drained = r))
@@ -181,7 +183,7 @@ async function request(
   payload: string,
   opts: ExecutorOptions,
   timers: Timers,
-  limiter: RequestLimiter,
+  permit: Permit,
   stop: AbortSignal,
 ): Promise<Outcome> {
   let last: Outcome = { error: { code: 'connection_error', message: 'not attempted' } }
@@ -206,13 +208,13 @@ async function request(
       })
       const text = await res.text()
       // 429 and 503 are how engines say they are over their capacity.
-      limiter.sample({ startedAtMs, overload: res.status === 429 || res.status === 503 })
+      permit.limiter.sample({ startedAtMs, overload: res.status === 429 || res.status === 503 })
       last = { status: res.status, requestId: res.headers.get('x-request-id'), text }
       if (res.status !== 429 && res.status < 500) return last
       hintMs = retryAfterMs(res.headers.get('retry-after'))
     } catch (e) {
       if (stop.aborted) return last
-      if (timedOut) limiter.sample({ startedAtMs, overload: true })
+      if (timedOut) permit.limiter.sample({ startedAtMs, overload: true })
       last = timedOut
         ? { error: { code: 'timeout', message: `no answer within ${opts.requestTimeoutMs} ms` } }
         : { error: { code: 'connection_error', message: (e as Error).message || String(e) } }
@@ -220,9 +222,29 @@ async function request(
       clearTimeout(timer)
       stop.removeEventListener('abort', onStop)
     }
-    if (attempt + 1 < opts.tries) await timers.sleep(retryDelay(attempt, opts.backoff, hintMs), stop)
+    if (attempt + 1 < opts.tries) {
+      // The wait is not a request at the engine: its slot serves another meanwhile.
+      permit.release()
+      await timers.sleep(retryDelay(attempt, opts.backoff, hintMs), stop)
+      if (!(await permit.retake(stop))) return last
+    }
   }
   return last
+}
+
+/** A line's slot of the limiter, given back while it waits to retry. */
+class Permit {
+  private held = true
+  constructor(readonly limiter: RequestLimiter) {}
+  release() {
+    if (!this.held) return
+    this.held = false
+    this.limiter.release()
+  }
+  async retake(signal: AbortSignal) {
+    this.held = await this.limiter.acquire(signal, { retry: true })
+    return this.held
+  }
 }
 
 interface Written {
