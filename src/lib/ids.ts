@@ -19,6 +19,7 @@ export function randomBase62(n: number): string {
 
 export type IdPrefix =
   | 'user_'
+  | 'shard_'
   | 'org_'
   | 'key_'
   | 'file-'

@@ -43,6 +43,19 @@ export function createMetrics() {
       labelNames: ['owner_class'] as const,
       registers,
     }),
+    /** Set at scrape time (API.md §16): shards waiting, running, and done in batches still running. */
+    shards: new Gauge({
+      name: 'gridkeep_shards',
+      help: 'Shards of split batches by state (done: of batches still in progress)',
+      labelNames: ['state'] as const,
+      registers,
+    }),
+    /** Shards handed out by POST /workers/poll (API.md §16). */
+    shardClaims: new Counter({
+      name: 'gridkeep_shard_claims_total',
+      help: 'Shards claimed by workers',
+      registers,
+    }),
     /** Successful claims by POST /workers/poll. */
     claims: new Counter({
       name: 'gridkeep_batch_claims_total',

@@ -122,7 +122,10 @@ async function validateLeased(
   try {
     // The catalogue entries the owner may select, read once (the checker asks line by line).
     const visible = await (run.visible ?? visibleEntriesOf(deps, batch.user_id))
+    // API.md §16: only a batch that may be split keeps its request-line index.
+    const lineOffsets = deps.config.SHARD_MAX_REQUESTS > 0 ? ([] as number[]) : undefined
     const checker = new InputChecker({
+      lineOffsets,
       endpoint: batch.endpoint,
       maxLineBytes: deps.config.MAX_LINE_BYTES,
       maxRequests: deps.config.MAX_REQUESTS_PER_BATCH,
@@ -185,6 +188,7 @@ async function validateLeased(
 
     const result = checker.finish()
     const passed = result.errorsTotal === 0
+    const indexed = passed && result.requestLines > 2 * deps.config.SHARD_MIN_REQUESTS
     const moved = await finish({
       batchId,
       result: {
@@ -193,6 +197,7 @@ async function validateLeased(
         request_lines: result.requestLines,
         errors_total: result.errorsTotal,
         errors: result.errors,
+        line_offsets: indexed ? lineOffsets : null,
       },
     })
     const final = moved ?? (await deps.store.batches.get(batchId, null))

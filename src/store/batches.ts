@@ -34,6 +34,18 @@ export interface ValidationResult {
   errors_total: number
   /** The stored errors (at most MAX_STORED_ERRORS), in line order. */
   errors: Pick<BatchErrorRow, 'code' | 'line' | 'field' | 'message'>[]
+  /**
+   * API.md §16: where each request line starts in the input, for a batch that may be split; stored
+   * with the batch when it passes.
+   */
+  line_offsets?: readonly number[] | null
+}
+
+/** The request-line index as stored: little-endian float64s, one per request line. */
+export function packLineOffsets(offsets: readonly number[]): Buffer {
+  const out = Buffer.allocUnsafe(offsets.length * 8)
+  for (let i = 0; i < offsets.length; i++) out.writeDoubleLE(offsets[i]!, i * 8)
+  return out
 }
 
 /**

@@ -29,7 +29,8 @@ export interface Registration {
   fields: Pick<
     WorkerRow,
     'name' | 'hostname' | 'daemon_version' | 'key_id' | 'max_concurrent_jobs' | 'max_download_gb'
-  >
+  > &
+    Partial<Pick<WorkerRow, 'shards'>>
   runtimes: Pick<WorkerRuntimeRow, 'engine' | 'base_url' | 'status'>[]
   gpus: Pick<WorkerGpuRow, 'vendor' | 'name' | 'vram_gb' | 'driver' | 'cuda'>[]
   models: HostedModelInput[]
@@ -58,6 +59,8 @@ export interface Beat {
   uptime_seconds: number | null
   loaded_models: string[]
   current_job_id: string | null
+  /** The requests the daemon keeps in flight now (ext); null keeps the last reported value. */
+  concurrency?: number | null
   now: number
   /** Seen at or before this instant = silent (workers/liveness.ts onlineCutoff). */
   cutoff: number

@@ -1,4 +1,5 @@
-import type { BatchAssignmentRow, BatchRow } from '../db/schema'
+import type { BatchAssignmentRow, BatchRow, BatchShardRow } from '../db/schema'
+import type { ShardBounds, ShardTally } from '../domain/shards'
 import type { BatchChanges } from '../modules/batches/states'
 import type { RequeueOutcome, RequeueReason } from '../modules/workers/requeue'
 import type { NewFile } from './files'
@@ -16,6 +17,8 @@ export interface ClaimCandidate<M> {
   loaded: boolean
   /** Whatever the caller needs back with the claim (the matched entry and profile). */
   match: M
+  /** The runtime model names that host it (API.md §16: guided sizing counts the workers hosting one). */
+  names?: readonly string[]
 }
 
 export interface ClaimRequest<M> {
@@ -25,12 +28,45 @@ export interface ClaimRequest<M> {
   maxConcurrent: number
   candidates: readonly ClaimCandidate<M>[]
   now: number
+  /**
+   * API.md §16: set when the worker declared capabilities.shards (it may be handed shards): the
+   * shard bounds, and the online cutoff (guided sizing counts the online shard-capable workers
+   * hosting the model). Absent: whole batches only, never a split one.
+   */
+  shards?: { bounds: ShardBounds; cutoff: number }
 }
 
 export interface Claimed<M> {
   batch: BatchRow
   assignmentId: string
   match: M
+  /** API.md §16: the shard claimed, or null for a whole batch. */
+  shard: BatchShardRow | null
+}
+
+/** A shard with what the worker protocol checks about it and its batch. */
+export interface ShardWithBatch {
+  shard: BatchShardRow
+  batch: BatchRow
+}
+
+export interface DeliveredShard {
+  shardId: string
+  workerId: string
+  assignmentId: string
+  completed: number
+  failed: number
+  usage: Record<string, number>
+  /** Blob keys of the shard's result parts (published already), null when a part is empty. */
+  outputKey: string | null
+  errorKey: string | null
+  now: number
+}
+
+/** One request-line range of a batch's input: [start, end) bytes, end null = to the end. */
+export interface ByteRange {
+  start: number
+  end: number | null
 }
 
 export interface FailureReport {
@@ -58,6 +94,38 @@ export interface DeliveredResults {
 }
 
 export interface QueueStore {
+  /** API.md §16: a shard and its batch; null when there is no such shard. */
+  shardWithBatch(shardId: string): Promise<ShardWithBatch | null>
+  /** A batch's shards in shard order, with the name of the worker each was last held by. */
+  shardsOf(batchId: string): Promise<(BatchShardRow & { worker_name: string | null })[]>
+  /** The batch object's `shards` for each split batch among `batchIds` (API.md §16). */
+  shardTallies(batchIds: string[]): Promise<Map<string, ShardTally>>
+  /** GET /metrics gridkeep_shards{state}. */
+  shardStates(): Promise<Record<'waiting' | 'running' | 'done', number>>
+  /**
+   * The bytes of request lines [first, first + count) of a batch's input, from the request-line
+   * index validation wrote (API.md §16); null when the batch has none.
+   */
+  lineRange(batchId: string, first: number, count: number): Promise<ByteRange | null>
+  /**
+   * POST /workers/upload-results for a shard: in one transaction, the shard holder rule again, the
+   * shard done with its counts and parts, the batch's live counts moved by the difference. `last`:
+   * every request of the batch is now in a done shard — the caller joins the parts.
+   */
+  recordShardResults(r: DeliveredShard): Promise<{ batch: BatchRow; last: boolean }>
+  /**
+   * The last shard's results are in and the parts joined: in_progress → completed with the summed
+   * counts and usage, the joined files recorded. Null when the batch is no longer in_progress
+   * (another joiner won, or it failed): the caller removes its files.
+   */
+  completeSplit(r: {
+    batchId: string
+    changes: BatchChanges
+    files: NewFile[]
+    now: number
+  }): Promise<BatchRow | null>
+  /** In-progress split batches whose shards are all done, not yet joined (a joiner that died). */
+  splitBatchesToJoin(): Promise<string[]>
   /**
    * SPEC §4 Poll: atomically claims the best validated batch among the candidates' models
    * (pickClaim), records the assignment and moves the batch to in_progress; null when there is

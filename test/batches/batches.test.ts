@@ -43,6 +43,7 @@ describe('POST /v1/batches', () => {
         'object',
         'output_file_id',
         'request_counts',
+        'shards',
         'status',
       ].sort(),
     )
@@ -66,6 +67,7 @@ describe('POST /v1/batches', () => {
       errors: { object: 'list', total: 0, data: [] },
       request_counts: { total: 0, completed: 0, failed: 0 },
       metadata: { project: 'demo' },
+      shards: null,
     })
   })
 

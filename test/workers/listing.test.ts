@@ -8,6 +8,8 @@ afterAll(() => t.close())
 
 const ROW_FIELDS = [
   'activity',
+  'capabilities',
+  'concurrency',
   'current_job_id',
   'daemon_version',
   'gpu_utilization',

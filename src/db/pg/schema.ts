@@ -173,9 +173,7 @@ export const batches = pgTable(
   (t) => [
     index('batches_user').on(t.user_id, t.seq),
     // API.md §16: split batches still handing out shards are found per model without the queue.
-    index('batches_split_model')
-      .on(t.model, t.seq)
-      .where(sql`split AND status = 'in_progress'`),
+    index('batches_split_model').on(t.model, t.seq).where(sql`split AND status = 'in_progress'`),
     // Poll (API.md §7, §14 fair share): the owners waiting for one model are a skip scan, and
     // each owner's oldest validated batch of it one probe; how many batches each owner has in
     // progress is one range of batches_status_user.

@@ -80,6 +80,11 @@ export class LocalBlobStore implements BlobStore {
     return (await file.exists()) ? file.stream() : null
   }
 
+  async readRange(key: string, start: number, end: number | null) {
+    const file = Bun.file(this.pathOf(key))
+    return (await file.exists()) ? file.slice(start, end ?? undefined).stream() : null
+  }
+
   async body(key: string) {
     const file = Bun.file(this.pathOf(key))
     return (await file.exists()) ? file : null

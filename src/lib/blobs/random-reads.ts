@@ -11,8 +11,14 @@ export class StreamedReads {
   private fd: number | undefined
   private readonly copy: boolean
 
-  /** `localPath`: the blob's own file when the engine has one (BlobStore.localPath), else null. */
-  constructor(private readonly localPath: string | null) {
+  /**
+   * `localPath`: the blob's own file when the engine has one (BlobStore.localPath), else null.
+   * `base`: where in that file the stream starts (a range read: API.md §16 shards).
+   */
+  constructor(
+    private readonly localPath: string | null,
+    private readonly base = 0,
+  ) {
     this.copy = localPath === null
     if (this.copy) {
       const dir = mkdtempSync(join(tmpdir(), 'gridkeep-reads-'))
@@ -34,7 +40,8 @@ export class StreamedReads {
   readonly read = (offset: number, length: number): Uint8Array | null => {
     this.fd ??= openSync(this.localPath!, 'r')
     const buf = new Uint8Array(length)
-    return readSync(this.fd, buf, 0, length, offset) === length ? buf : null
+    const at = this.copy ? offset : this.base + offset
+    return readSync(this.fd, buf, 0, length, at) === length ? buf : null
   }
 
   close() {

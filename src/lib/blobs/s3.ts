@@ -105,6 +105,13 @@ export class S3BlobStore implements BlobStore {
     return (await file.exists()) ? file.stream() : null
   }
 
+  async readRange(key: string, start: number, end: number | null) {
+    const file = this.client.file(this.name(key))
+    if (!(await file.exists())) return null
+    // A ranged GET: only the shard's bytes cross the network.
+    return (end === null ? file.slice(start) : file.slice(start, end)).stream()
+  }
+
   body(key: string) {
     return this.read(key)
   }

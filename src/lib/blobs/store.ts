@@ -22,6 +22,11 @@ export interface BlobStore {
   /** The bytes of `key`, streamed; null when there is no such blob. */
   read(key: string): Promise<ReadableStream<Uint8Array> | null>
   /**
+   * Bytes [start, end) of `key` (end null: to the end), streamed — one range read, also on S3
+   * (API.md §16: a shard's lines); null when there is no such blob.
+   */
+  readRange(key: string, start: number, end: number | null): Promise<ReadableStream<Uint8Array> | null>
+  /**
    * A body for an HTTP response (the local engine hands Bun the file, so it is sent without
    * copying through JavaScript); null when there is no such blob.
    */

@@ -27,6 +27,19 @@ export const batchRoutes = (deps: Deps) =>
       params: BatchModel.params,
       detail: { tags, summary: 'Batch detail (owner or superadmin)' },
     })
+    .get(
+      '/:batch_id/shards',
+      ({ params, principal }) => batches.listShards(deps, principal, params.batch_id),
+      {
+        user: true,
+        params: BatchModel.params,
+        detail: {
+          tags,
+          summary:
+            "A split batch's shards in order: waiting, running (on which worker) or done, with attempts",
+        },
+      },
+    )
     .get('/:batch_id/events', ({ params, principal }) => openBatchEvents(deps, principal, params.batch_id), {
       user: true,
       params: BatchModel.params,

@@ -1,5 +1,6 @@
 import { t } from 'elysia'
-import type { BatchErrorRow, BatchRow } from '../../db/schema'
+import type { BatchErrorRow, BatchRow, BatchShardRow } from '../../db/schema'
+import type { ShardTally } from '../../domain/shards'
 import { PageQuery } from '../../lib/pagination'
 
 export const BATCH_ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings'] as const
@@ -80,12 +81,54 @@ export interface BatchObject {
   errors: { object: 'list'; total: number; data: BatchErrorObject[] }
   request_counts: { total: number; completed: number; failed: number }
   metadata: Record<string, string> | null
+  /** (ext) API.md §16: how many shards are in each state; null for a batch that runs whole. */
+  shards: ShardTally | null
+}
+
+/** API.md §16 (ext): one shard of a split batch, as GET /v1/batches/{id}/shards lists it. */
+export interface ShardObject {
+  id: string
+  object: 'batch.shard'
+  index: number
+  first_request: number
+  requests: number
+  status: 'waiting' | 'running' | 'done'
+  attempts: number
+  /** The worker running it, or that ran it (done); null while waiting. */
+  worker_id: string | null
+  worker_name: string | null
+  assigned_at: number | null
+  completed_at: number | null
+  request_counts: { total: number; completed: number; failed: number }
+}
+
+export function toShardObject(s: BatchShardRow & { worker_name: string | null }): ShardObject {
+  const held = s.status !== 'waiting'
+  return {
+    id: s.id,
+    object: 'batch.shard',
+    index: s.shard_index,
+    first_request: s.first_request,
+    requests: s.requests,
+    status: s.status,
+    attempts: s.attempts,
+    worker_id: held ? s.worker_id : null,
+    worker_name: held ? s.worker_name : null,
+    assigned_at: held ? s.assigned_at : null,
+    completed_at: s.completed_at,
+    request_counts: {
+      total: s.requests,
+      completed: s.request_counts_completed,
+      failed: s.request_counts_failed,
+    },
+  }
 }
 
 /** The API shape of a batch; `errors` are its stored validation errors in line order. */
 export function toBatchObject(
   b: BatchRow,
   errors: Pick<BatchErrorRow, 'code' | 'line' | 'field' | 'message'>[],
+  shards: ShardTally | null = null,
 ): BatchObject {
   return {
     id: b.id,
@@ -115,5 +158,6 @@ export function toBatchObject(
       failed: b.request_counts_failed,
     },
     metadata: b.metadata ?? null,
+    shards: b.split ? (shards ?? { total: 0, waiting: 0, running: 0, done: 0 }) : null,
   }
 }

@@ -5,10 +5,11 @@ import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
 import { type PageParams, toPage } from '../../lib/pagination'
 import type { UserPrincipal } from '../auth/credentials'
-import { type BatchCreate, type BatchObject, toBatchObject } from './model'
+import { type BatchCreate, type BatchObject, toBatchObject, toShardObject } from './model'
 
 // Batches (SPEC §2–3, API.md §6). Creation only records the batch as `validating` and wakes the
-// validator (src/services/validator.ts); every later status change goes through states.ts.
+// validator (src/services/validator.ts); every later status change is an edge of the table in
+// states.ts, applied by the storage engine.
 
 const isSuperadmin = (p: UserPrincipal) => p.user.platform_role === 'superadmin'
 
@@ -51,7 +52,11 @@ export async function createBatch(
 
 /** A batch row as the API shows it, with its stored errors (for other modules too). */
 export async function batchObject(deps: Deps, row: BatchRow): Promise<BatchObject> {
-  return toBatchObject(row, (await deps.store.batches.errorsOf([row.id])).get(row.id) ?? [])
+  const [errors, shards] = await Promise.all([
+    deps.store.batches.errorsOf([row.id]),
+    row.split ? deps.store.queue.shardTallies([row.id]) : undefined,
+  ])
+  return toBatchObject(row, errors.get(row.id) ?? [], shards?.get(row.id) ?? null)
 }
 
 /** The batch if the caller may see it (owner or superadmin), else the same 404 as a missing one. */
@@ -74,9 +79,19 @@ export async function listBatches(
     { ownerId: isSuperadmin(principal) ? null : principal.user.id, status: query.status },
     query,
   )
-  const errors = await deps.store.batches.errorsOf(rows.filter((r) => r.errors_total > 0).map((r) => r.id))
+  const [errors, shards] = await Promise.all([
+    deps.store.batches.errorsOf(rows.filter((r) => r.errors_total > 0).map((r) => r.id)),
+    deps.store.queue.shardTallies(rows.filter((r) => r.split).map((r) => r.id)),
+  ])
   return toPage(
-    rows.map((r) => toBatchObject(r, errors.get(r.id) ?? [])),
+    rows.map((r) => toBatchObject(r, errors.get(r.id) ?? [], shards.get(r.id) ?? null)),
     has_more,
   )
+}
+
+/** GET /v1/batches/{id}/shards (API.md §16, ext): a split batch's shards in order; [] when whole. */
+export async function listShards(deps: Deps, principal: UserPrincipal, batchId: string) {
+  const batch = await visibleBatch(deps, principal, batchId)
+  const rows = batch.split ? await deps.store.queue.shardsOf(batch.id) : []
+  return { object: 'list' as const, data: rows.map(toShardObject) }
 }

@@ -23,6 +23,8 @@ export interface CheckerOptions {
   maxLineBytes: number
   maxRequests: number
   lookupModel: LookupModel
+  /** When given, receives the byte offset of every request line (API.md §16 request-line index). */
+  lineOffsets?: number[]
   /** Reads `length` bytes at `offset` of the input (to confirm a suspected duplicate id). */
   readBytes: (offset: number, length: number) => Uint8Array | null
   /** Called for each error that is stored (the first MAX_STORED_ERRORS). */
@@ -66,6 +68,9 @@ export class InputChecker {
   /** One non-blank physical line; `line` null = over MAX_LINE_BYTES. */
   readonly check = (line: Uint8Array | null, lineNo: number, offset: number, length: number) => {
     this.requestLines++
+    // API.md §16: where each request line starts, for the request-line index of a split batch.
+    if (this.opts.lineOffsets && this.requestLines <= this.opts.maxRequests)
+      this.opts.lineOffsets.push(offset)
     if (line === null) {
       this.record('line_too_long', lineNo, null, `Line is longer than ${this.opts.maxLineBytes} bytes`)
     } else {

@@ -48,16 +48,18 @@ export const fileRoutes = (deps: Deps) =>
     })
     .get(
       '/:file_id/content',
-      async ({ params, principal }) => {
-        const { body } = await files.openContent(deps, principal, params.file_id)
+      async ({ params, query, principal }) => {
+        const { body } = await files.openContent(deps, principal, params.file_id, query.shard)
         return new Response(body, { headers: { 'content-type': 'application/jsonl' } })
       },
       {
         reader: true,
         params: FileModel.params,
+        query: FileModel.content,
         detail: {
           tags,
-          summary: 'Download the raw file (owner, superadmin, or the worker holding the batch)',
+          summary:
+            "Download the raw file (owner, superadmin, or the worker holding the batch); ?shard= serves one shard's lines",
         },
       },
     )

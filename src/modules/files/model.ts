@@ -7,6 +7,11 @@ export const FilePurpose = t.Union([t.Literal('batch'), t.Literal('batch_output'
 
 export const FileModel = {
   params: t.Object({ file_id: t.String({ maxLength: 128 }) }),
+  // API.md §16: a shard job's input_path names its shard.
+  content: t.Object(
+    { shard: t.Optional(t.String({ minLength: 1, maxLength: 64 })) },
+    { additionalProperties: false },
+  ),
   list: t.Object({ ...PageQuery, purpose: t.Optional(FilePurpose) }, { additionalProperties: false }),
   // Documents the multipart form; the route streams the body itself (src/modules/files/upload.ts).
   upload: t.Object({

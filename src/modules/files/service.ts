@@ -124,7 +124,9 @@ export async function openContent(
   deps: Deps,
   principal: UserPrincipal | WorkerPrincipal,
   fileId: string,
-): Promise<{ file: FileRow; body: Blob | ReadableStream<Uint8Array> }> {
+  shardId?: string,
+): Promise<{ body: Blob | ReadableStream<Uint8Array> }> {
+  if (shardId !== undefined) return openShardInput(deps, principal, fileId, shardId)
   const file =
     principal.kind === 'worker'
       ? await deps.store.files.getForWorker(fileId, principal.orgId)
@@ -132,5 +134,28 @@ export async function openContent(
   if (!file) throw notFoundFile()
   const body = await deps.blobs.body(file.id)
   if (!body) throw notFoundFile()
-  return { file, body }
+  return { body }
+}
+
+/**
+ * GET /v1/files/{id}/content?shard=… (API.md §16): exactly the shard's request lines, one byte
+ * range found through the request-line index. Readers: a worker key whose org holds the shard
+ * now, or whoever may read the whole file (the owner, a superadmin). Anything else is a 404.
+ */
+async function openShardInput(
+  deps: Deps,
+  principal: UserPrincipal | WorkerPrincipal,
+  fileId: string,
+  shardId: string,
+) {
+  const held = await deps.store.queue.shardWithBatch(shardId)
+  if (!held || held.batch.input_file_id !== fileId) throw notFoundFile()
+  if (principal.kind === 'worker') {
+    if (held.shard.status !== 'running' || held.shard.org_id !== principal.orgId) throw notFoundFile()
+  } else if (!(await userFile(deps, principal, fileId))) throw notFoundFile()
+  const { shard } = held
+  const range = await deps.store.queue.lineRange(shard.batch_id, shard.first_request, shard.requests)
+  const body = range && (await deps.blobs.readRange(fileId, range.start, range.end))
+  if (!body) throw notFoundFile()
+  return { body }
 }

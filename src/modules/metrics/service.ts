@@ -40,6 +40,9 @@ export async function refreshStateGauges(deps: Deps) {
   const queued = await deps.store.queue.queuedByOwnerClass()
   for (const owner_class of ['idle', 'running'] as const)
     deps.metrics.queuedBatches.set({ owner_class }, queued[owner_class])
+  const shards = await deps.store.queue.shardStates()
+  for (const state of ['waiting', 'running', 'done'] as const)
+    deps.metrics.shards.set({ state }, shards[state])
 
   // API.md §7: online only if stored online AND seen within HEARTBEAT_TIMEOUT_SECONDS (read time),
   // with the one cutoff (workers/liveness.ts), like pool capacity and the listings.

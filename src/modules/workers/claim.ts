@@ -1,7 +1,8 @@
 import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../auth/credentials'
-import { isOnline } from './liveness'
+import { isOnline, onlineCutoff } from './liveness'
 import { loadCatalogue, matchesFor, workerView } from './matching'
+import { batchClaimable } from './poll-wait'
 import { ownWorkerWithHosting } from './service'
 
 // POST /workers/poll (SPEC §4 Poll, API.md §7). The worker's servable entries are computed here,
@@ -21,6 +22,9 @@ export interface Job {
   digest: string | null
   params: Record<string, unknown>
   total_requests: number
+  /** API.md §16: the batch a shard job belongs to (a shard's job_id is its own). */
+  batch_id?: string
+  shard?: { index: number; first_request: number; requests: number }
 }
 
 export async function claimBatch(
@@ -37,9 +41,10 @@ export async function claimBatch(
   // A worker the sweeper would call silent gets no new work until it heartbeats again.
   if (!isOnline(deps, worker)) return { job: null }
   // SPEC Poll rule 1 (and §2 rule 5): stored batches may carry an entry's retired slug.
-  const candidates = matchesFor(workerView(worker, hosting), catalogue).flatMap((match) =>
-    catalogue.slugsOf(match.entry).map((model) => ({ model, loaded: match.loaded, match })),
-  )
+  const candidates = matchesFor(workerView(worker, hosting), catalogue).flatMap((match) => {
+    const names = [...new Set(match.entry.profiles.map((p) => p.runtime_model_id))]
+    return catalogue.slugsOf(match.entry).map((model) => ({ model, loaded: match.loaded, match, names }))
+  })
   if (candidates.length === 0) return { job: null }
   const claimed = await deps.store.queue.claim({
     workerId,
@@ -47,17 +52,34 @@ export async function claimBatch(
     maxConcurrent: worker.max_concurrent_jobs,
     candidates,
     now: deps.clock.now(),
+    // API.md §16: only a worker that declared shards is handed them.
+    shards:
+      worker.shards && deps.config.SHARD_MAX_REQUESTS > 0
+        ? {
+            bounds: { min: deps.config.SHARD_MIN_REQUESTS, max: deps.config.SHARD_MAX_REQUESTS },
+            cutoff: onlineCutoff(deps),
+          }
+        : undefined,
   })
   if (!claimed) return { job: null }
   deps.metrics.claims.inc()
-  const { batch, assignmentId } = claimed
+  const { batch, assignmentId, shard } = claimed
   const { entry, profile } = claimed.match
+  if (shard) {
+    deps.metrics.shardClaims.inc()
+    // API.md §16: the rest of the batch is for the other workers: their held polls look again.
+    if (batch.next_request < batch.request_counts_total || shard.attempts > 0)
+      batchClaimable(deps, batch.id, batch.model)
+  }
   return {
     job: {
-      job_id: batch.id,
+      job_id: shard ? shard.id : batch.id,
       assignment_id: assignmentId,
       input_file_id: batch.input_file_id,
-      input_path: `/v1/files/${batch.input_file_id}/content`,
+      // API.md §16: a shard's input path serves exactly its lines.
+      input_path: shard
+        ? `/v1/files/${batch.input_file_id}/content?shard=${shard.id}`
+        : `/v1/files/${batch.input_file_id}/content`,
       // API.md §7: the matched serving profile's runtime string, not the catalogue slug.
       model: profile.runtime_model_id,
       catalogue_id: entry.id,
@@ -65,7 +87,11 @@ export async function claimBatch(
       runtime: profile.runtime,
       digest: entry.digest,
       params: profile.params,
-      total_requests: batch.request_counts_total,
+      total_requests: shard ? shard.requests : batch.request_counts_total,
+      ...(shard && {
+        batch_id: batch.id,
+        shard: { index: shard.shard_index, first_request: shard.first_request, requests: shard.requests },
+      }),
     },
   }
 }

@@ -44,6 +44,9 @@ export function toWorkerRows(deps: Deps, rows: ListedWorker[]) {
     registered_at: w.registered_at,
     last_heartbeat_at: w.last_heartbeat_at,
     uptime_seconds: w.uptime_seconds,
+    // (ext) The requests in flight the daemon settled on (its last heartbeat), API.md §16.
+    concurrency: w.concurrency,
+    capabilities: { shards: w.shards },
   }))
 }
 

@@ -45,7 +45,9 @@ export const WorkerModel = {
       max_concurrent_jobs: t.Optional(t.Integer({ minimum: 1, maximum: 1024 })),
       max_download_gb: t.Optional(Gb),
       // API.md §16 (ext): a worker that declares shards is handed shards of split batches.
-      capabilities: t.Optional(t.Object({ shards: t.Optional(t.Boolean()) }, { additionalProperties: false })),
+      capabilities: t.Optional(
+        t.Object({ shards: t.Optional(t.Boolean()) }, { additionalProperties: false }),
+      ),
       models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
       runtimes: t.Array(
         t.Object(

@@ -1,5 +1,6 @@
-import type { BatchRow } from '../../db/schema'
+import type { BatchRow, BatchShardRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import { checkShardHolder, isShardId } from '../../domain/shards'
 import { type BlobWriter, scratchKey } from '../../lib/blobs'
 import { StreamedReads } from '../../lib/blobs/random-reads'
 import { ensureFreeDisk } from '../../lib/disk'
@@ -10,7 +11,9 @@ import { LineSplitter } from '../../lib/lines'
 import { log } from '../../lib/logger'
 import { receiveMultipart, refuseUnread } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
+import type { ByteRange } from '../../store/queue'
 import type { WorkerPrincipal } from '../auth/credentials'
+import { removeParts } from './parts'
 import { checkHolder } from './rules'
 import { ownWorker } from './service'
 
@@ -26,6 +29,8 @@ import { ownWorker } from './service'
 
 export interface UploadResponse {
   batch_id: string
+  /** API.md §16: the shard a shard upload answered (its request_counts and usage are the shard's). */
+  job_id?: string
   status: 'completed'
   output_file_id: string | null
   error_file_id: string | null
@@ -45,6 +50,8 @@ interface Held {
   batch: BatchRow
   workerId: string
   assignmentId: string
+  /** API.md §16: the shard this upload answers, with the byte range of its lines; absent = whole. */
+  shard?: { row: BatchShardRow; range: ByteRange }
 }
 
 type Authorized = { kind: 'held'; held: Held } | { kind: 'repeat'; response: UploadResponse }
@@ -74,6 +81,7 @@ async function authorize(
   if (!workerId) throw badRequest('missing_field', "Missing required field 'worker_id'", 'worker_id')
   if (!jobId) throw badRequest('missing_field', "Missing required field 'job_id'", 'job_id')
   await ownWorker(deps, principal, workerId)
+  if (isShardId(jobId)) return authorizeShard(deps, jobId, workerId, fields.assignment_id)
   const { batch, assignment: a } = await deps.store.queue.batchWithAssignment(jobId)
   // Idempotent: a repeat upload for a batch this worker (this run, when named) completed.
   if (batch?.status === 'completed') {
@@ -96,6 +104,53 @@ async function authorize(
     fields.assignment_id,
   )
   return { kind: 'held', held: { batch: batch!, workerId, assignmentId: held.assignment_id } }
+}
+
+/** API.md §16: the shard holder rule and fencing; a repeat for a shard this run finished is a 200. */
+async function authorizeShard(
+  deps: Deps,
+  shardId: string,
+  workerId: string,
+  assignmentId: string | undefined,
+): Promise<Authorized> {
+  const found = await deps.store.queue.shardWithBatch(shardId)
+  const shard = found?.shard
+  if (
+    found &&
+    shard?.status === 'done' &&
+    shard.worker_id === workerId &&
+    (assignmentId === undefined || assignmentId === shard.assignment_id)
+  ) {
+    return { kind: 'repeat', response: shardResponseOf(found.batch, shard) }
+  }
+  const held = checkShardHolder(
+    found && { ...found.shard, batch_status: found.batch.status },
+    workerId,
+    assignmentId,
+  )
+  const range = await deps.store.queue.lineRange(held.batch_id, held.first_request, held.requests)
+  if (!range) throw new Error(`the request-line index of batch ${held.batch_id} is missing`)
+  return {
+    kind: 'held',
+    held: { batch: found!.batch, workerId, assignmentId: held.assignment_id, shard: { row: held, range } },
+  }
+}
+
+/** A shard upload's answer: the shard's counts; the batch's files once the last shard joined them. */
+function shardResponseOf(batch: BatchRow, shard: BatchShardRow): UploadResponse {
+  return {
+    batch_id: batch.id,
+    job_id: shard.id,
+    status: 'completed',
+    output_file_id: batch.output_file_id,
+    error_file_id: batch.error_file_id,
+    request_counts: {
+      total: shard.requests,
+      completed: shard.request_counts_completed,
+      failed: shard.request_counts_failed,
+    },
+    usage: shard.usage ?? {},
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -141,10 +196,18 @@ export class InputIds {
  * Reads the batch input once into the id set. `hash` is the set's hash function (tests force
  * collisions with it); the input was validated, so every id is unique.
  */
-export async function readInputIds(deps: Deps, batch: BatchRow, hash: HashFn = fnv1a32): Promise<InputIds> {
-  const source = await deps.blobs.read(batch.input_file_id)
+export async function readInputIds(
+  deps: Deps,
+  batch: BatchRow,
+  hash: HashFn = fnv1a32,
+  range: ByteRange | null = null,
+): Promise<InputIds> {
+  // API.md §16: a shard's ids are its own lines only, one range read of the input.
+  const source = range
+    ? await deps.blobs.readRange(batch.input_file_id, range.start, range.end)
+    : await deps.blobs.read(batch.input_file_id)
   if (!source) throw new Error(`the input file of batch ${batch.id} is missing`)
-  const reads = new StreamedReads(deps.blobs.localPath(batch.input_file_id))
+  const reads = new StreamedReads(deps.blobs.localPath(batch.input_file_id), range?.start ?? 0)
   const decoder = new TextDecoder()
   const idOf = (bytes: Uint8Array | null): string | null => {
     if (!bytes) return null
@@ -178,7 +241,7 @@ export async function readInputIds(deps: Deps, batch: BatchRow, hash: HashFn = f
 // Splitting the worker's output.
 
 /** One result file being written: whole lines, in pieces, into a blob not yet published. */
-class ResultFile {
+export class ResultFile {
   readonly id = newId('file-')
   readonly writer: BlobWriter
   lines = 0
@@ -232,7 +295,7 @@ function addUsage(total: Record<string, number>, line: Record<string, unknown>) 
 const discard = (split: Split) => Promise.all([split.output.writer.abort(), split.errors.writer.abort()])
 
 async function splitOutput(deps: Deps, held: Held, source: AsyncIterable<Uint8Array>): Promise<Split> {
-  const ids = await readInputIds(deps, held.batch)
+  const ids = await readInputIds(deps, held.batch, fnv1a32, held.shard?.range ?? null)
   const split: Split = {
     completed: 0,
     failed: 0,
@@ -359,12 +422,182 @@ export async function uploadResults(
     const done = split as Split | null
     if (!done) throw badRequest('missing_field', "Missing required field 'file'", 'file')
     split = null
-    return await commit(deps, final.held, done, fields)
+    return final.held.shard
+      ? await commitShard(deps, final.held, final.held.shard.row, done, fields)
+      : await commit(deps, final.held, done, fields)
   } finally {
     const left = split as Split | null
     if (left) await discard(left)
     const pending = spool as { key: string; writer: BlobWriter } | null
     if (pending) await pending.writer.abort()
+  }
+}
+
+/** API.md §7: `completed`/`failed` given by the worker must equal what the server counted. */
+function checkCounts(split: Split, fields: Record<string, string>) {
+  const completed = parseCount(fields, 'completed')
+  const failed = parseCount(fields, 'failed')
+  if (
+    (completed !== undefined && completed !== split.completed) ||
+    (failed !== undefined && failed !== split.failed)
+  ) {
+    throw badRequest(
+      'count_mismatch',
+      `The output holds ${split.completed} completed and ${split.failed} failed requests ` +
+        `(including missing results); the worker reported ${completed ?? '-'} and ${failed ?? '-'}`,
+      completed !== split.completed ? 'completed' : 'failed',
+    )
+  }
+}
+
+/** Publishes the files that hold lines and gives up the empty ones. */
+async function place(split: Split) {
+  const placed: { file: ResultFile; role: 'output' | 'error'; bytes: number }[] = []
+  for (const [file, role] of [
+    [split.output, 'output'],
+    [split.errors, 'error'],
+  ] as const) {
+    if (file.lines === 0) {
+      await file.writer.abort()
+      continue
+    }
+    const bytes = await file.writer.publish()
+    placed.push({ file, role, bytes })
+  }
+  return placed
+}
+
+/**
+ * API.md §16: a shard's results are kept as its parts (blobs, not files yet) and counted into the
+ * batch; the upload that brings the batch's last requests joins the parts into its files.
+ */
+async function commitShard(
+  deps: Deps,
+  held: Held,
+  shard: BatchShardRow,
+  split: Split,
+  fields: Record<string, string>,
+): Promise<UploadResponse> {
+  let recorded: { batch: BatchRow; last: boolean }
+  try {
+    checkCounts(split, fields)
+    const placed = await place(split)
+    const key = (role: 'output' | 'error') => placed.find((p) => p.role === role)?.file.id ?? null
+    recorded = await deps.store.queue.recordShardResults({
+      shardId: shard.id,
+      workerId: held.workerId,
+      assignmentId: held.assignmentId,
+      completed: split.completed,
+      failed: split.failed,
+      usage: split.usage,
+      outputKey: key('output'),
+      errorKey: key('error'),
+      now: deps.clock.now(),
+    })
+  } catch (e) {
+    await discard(split)
+    throw e
+  }
+  log.info('shard results stored', {
+    batch_id: held.batch.id,
+    shard_id: shard.id,
+    worker_id: held.workerId,
+    completed: split.completed,
+    failed: split.failed,
+  })
+  // The shard is stored whatever becomes of the join: a join that fails is retried by the sweeper.
+  const joined = recorded.last
+    ? await joinShards(deps, held.batch.id).catch((e) => {
+        log.error('joining shards failed', { batch_id: held.batch.id, error: e })
+        return null
+      })
+    : null
+  const batch = joined ?? recorded.batch
+  return shardResponseOf(batch, {
+    ...shard,
+    status: 'done',
+    request_counts_completed: split.completed,
+    request_counts_failed: split.failed,
+    usage: split.usage,
+  })
+}
+
+/** API.md §15 FILE_RETENTION_DAYS: a batch's results are kept that long after it finished. */
+function resultExpiry(deps: Deps, now: number) {
+  const days = deps.config.FILE_RETENTION_DAYS
+  return days === 0 ? null : now + days * 86_400
+}
+
+/**
+ * API.md §16: the batch's output and error files are its shards' parts joined in shard order,
+ * streamed; then in_progress → completed with the counts and usage summed. Run by the upload that
+ * brought the last requests, and by the sweeper for a batch whose joiner died. Null when the batch
+ * is not (or no longer) ready: another joiner won, or it failed.
+ */
+export async function joinShards(deps: Deps, batchId: string): Promise<BatchRow | null> {
+  const shards = await deps.store.queue.shardsOf(batchId)
+  if (shards.length === 0 || shards.some((s) => s.status !== 'done')) return null
+  const found = await deps.store.queue.shardWithBatch(shards[0]!.id)
+  const batch = found?.batch
+  if (batch?.status !== 'in_progress') return null
+  const output = new ResultFile(deps)
+  const errors = new ResultFile(deps)
+  const usage: Record<string, number> = {}
+  let completed = 0
+  let failed = 0
+  try {
+    for (const shard of shards) {
+      completed += shard.request_counts_completed
+      failed += shard.request_counts_failed
+      for (const [k, v] of Object.entries(shard.usage ?? {})) usage[k] = (usage[k] ?? 0) + v
+      for (const [key, file] of [
+        [shard.output_key, output],
+        [shard.error_key, errors],
+      ] as const) {
+        if (!key) continue
+        const part = await deps.blobs.read(key)
+        if (!part) throw new Error(`the ${key} part of shard ${shard.id} is missing`)
+        for await (const chunk of part) await file.writer.write(chunk)
+        file.lines++
+      }
+    }
+    const now = deps.clock.now()
+    const placed = await place({ completed, failed, usage, output, errors })
+    const row = await deps.store.queue.completeSplit({
+      batchId,
+      changes: {
+        output_file_id: output.lines > 0 ? output.id : null,
+        error_file_id: errors.lines > 0 ? errors.id : null,
+        request_counts_completed: completed,
+        request_counts_failed: failed,
+        usage,
+        completed_at: now,
+      },
+      files: placed.map((p) => ({
+        id: p.file.id,
+        user_id: batch.user_id,
+        filename: `${batch.id}_${p.role}.jsonl`,
+        purpose: 'batch_output' as const,
+        bytes: p.bytes,
+        batch_id: batch.id,
+        created_at: now,
+        expires_at: resultExpiry(deps, now),
+      })),
+      now,
+    })
+    if (!row) {
+      await Promise.all([output.writer.abort(), errors.writer.abort()])
+      return null
+    }
+    log.info('batch results joined', { batch_id: batchId, shards: shards.length, completed, failed })
+    await removeParts(
+      deps,
+      shards.flatMap((s) => [s.output_key, s.error_key]),
+    )
+    return row
+  } catch (e) {
+    await Promise.all([output.writer.abort(), errors.writer.abort()])
+    throw e
   }
 }
 
@@ -376,36 +609,11 @@ async function commit(
 ): Promise<UploadResponse> {
   const { batch } = held
   try {
-    const completed = parseCount(fields, 'completed')
-    const failed = parseCount(fields, 'failed')
-    if (
-      (completed !== undefined && completed !== split.completed) ||
-      (failed !== undefined && failed !== split.failed)
-    ) {
-      throw badRequest(
-        'count_mismatch',
-        `The output holds ${split.completed} completed and ${split.failed} failed requests ` +
-          `(including missing results); the worker reported ${completed ?? '-'} and ${failed ?? '-'}`,
-        completed !== split.completed ? 'completed' : 'failed',
-      )
-    }
+    checkCounts(split, fields)
     // API.md §5: output and error files both have purpose batch_output, as OpenAI's do.
-    const placed: { file: ResultFile; role: 'output' | 'error'; bytes: number }[] = []
-    for (const [file, role] of [
-      [split.output, 'output'],
-      [split.errors, 'error'],
-    ] as const) {
-      if (file.lines === 0) {
-        await file.writer.abort()
-        continue
-      }
-      const bytes = await file.writer.publish()
-      placed.push({ file, role, bytes })
-    }
+    const placed = await place(split)
     const now = deps.clock.now()
-    // API.md §15 FILE_RETENTION_DAYS: the batch's results are kept that long after it finished.
-    const days = deps.config.FILE_RETENTION_DAYS
-    const expiresAt = days === 0 ? null : now + days * 86_400
+    const expiresAt = resultExpiry(deps, now)
     const row = await deps.store.queue.recordResults({
       batchId: batch.id,
       workerId: held.workerId,

@@ -15,13 +15,19 @@ import type {
   RegisterBody,
   ReportFailureBody,
 } from './model'
+import { removeParts } from './parts'
 import { batchClaimable } from './poll-wait'
 import { type PullItem, pullModelsFor } from './pulls'
 
 // The worker protocol (SPEC §4 Workers, API.md §7): register, heartbeat, progress, model-progress
 // and report-failure. Poll lives in claim.ts, upload-results in results.ts.
 
-export const HEARTBEAT_INTERVAL_SECONDS = 30
+/**
+ * API.md §7: daemons beat every 30 s (SPEC §8), or every quarter of HEARTBEAT_TIMEOUT_SECONDS when
+ * that is shorter (never below 1 s): a timeout set low must never make healthy workers look silent.
+ */
+export const heartbeatInterval = (config: Pick<Deps['config'], 'HEARTBEAT_TIMEOUT_SECONDS'>) =>
+  Math.max(1, Math.min(30, Math.floor(config.HEARTBEAT_TIMEOUT_SECONDS / 4)))
 
 /** The worker, if it belongs to the key's org: unknown → 404, another org's → 403 (SPEC §4). */
 export async function ownWorker(
@@ -101,6 +107,7 @@ export async function register(deps: Deps, principal: WorkerPrincipal, body: Reg
       key_id: principal.keyId,
       max_concurrent_jobs: body.max_concurrent_jobs ?? 1,
       max_download_gb: body.max_download_gb ?? 0,
+      shards: body.capabilities?.shards ?? false,
     },
     runtimes: body.runtimes.map((r) => ({ engine: r.engine, base_url: r.base_url, status: r.status })),
     gpus: (body.gpus ?? []).map((g) => ({
@@ -118,6 +125,7 @@ export async function register(deps: Deps, principal: WorkerPrincipal, body: Reg
   // What the worker hosts and whether it is online may differ now (API.md §4 `available`).
   modelsChanged(deps, 'fleet')
   for (const r of requeued) {
+    await removeParts(deps, r.parts)
     deps.metrics.requeues.inc({ reason: 'worker_reregistered', outcome: r.status })
     if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
   }
@@ -130,7 +138,7 @@ export async function register(deps: Deps, principal: WorkerPrincipal, body: Reg
   return {
     worker_id: worker.id,
     org_id: worker.org_id,
-    heartbeat_interval_seconds: HEARTBEAT_INTERVAL_SECONDS,
+    heartbeat_interval_seconds: heartbeatInterval(deps.config),
     heartbeat_timeout_seconds: deps.config.HEARTBEAT_TIMEOUT_SECONDS,
   }
 }
@@ -161,6 +169,7 @@ export async function heartbeat(
     uptime_seconds: body.uptime_seconds ?? null,
     loaded_models: body.loaded_models ?? [],
     current_job_id: body.current_job_id ?? null,
+    concurrency: body.concurrency ?? null,
     now: deps.clock.now(),
     cutoff: onlineCutoff(deps),
   })
@@ -191,7 +200,7 @@ export async function heartbeat(
   return {
     status: 'online' as const,
     worker_id: workerId,
-    next_heartbeat_in: HEARTBEAT_INTERVAL_SECONDS,
+    next_heartbeat_in: heartbeatInterval(deps.config),
     assigned_job_ids: row.assigned,
     pull_models,
   }
@@ -242,6 +251,7 @@ export async function reportFailure(deps: Deps, principal: WorkerPrincipal, body
     now: deps.clock.now(),
   })
   deps.metrics.requeues.inc({ reason: 'reported_failure', outcome: outcome.status })
+  await removeParts(deps, outcome.parts)
   if (outcome.status === 'validated') batchClaimable(deps, outcome.batch_id, outcome.model)
   return {
     status: outcome.status,

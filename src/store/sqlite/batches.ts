@@ -1,11 +1,18 @@
 import { and, asc, eq, gt, inArray, or, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
-import { type BatchErrorRow, type BatchRow, batchErrors, batches, files } from '../../db/schema'
+import {
+  type BatchErrorRow,
+  type BatchRow,
+  batchErrors,
+  batches,
+  batchLineIndex,
+  files,
+} from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { pageRows } from '../../lib/pagination'
 import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
-import { type BatchesStore, newBatchRow, validationMove } from '../batches'
+import { type BatchesStore, newBatchRow, packLineOffsets, validationMove } from '../batches'
 import type { SqliteDeps } from './queue'
 import { transition } from './transition'
 
@@ -131,6 +138,11 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
           if (row && result.errors.length > 0) {
             tx.insert(batchErrors)
               .values(result.errors.map((e) => ({ batch_id: batchId, ...e })))
+              .run()
+          }
+          if (row && result.passed && result.line_offsets?.length) {
+            tx.insert(batchLineIndex)
+              .values({ batch_id: batchId, offsets: packLineOffsets(result.line_offsets) })
               .run()
           }
           return row

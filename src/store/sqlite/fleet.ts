@@ -13,6 +13,7 @@ import {
   workers,
 } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
+import { isShardId } from '../../domain/shards'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
 import { pageRows } from '../../lib/pagination'
@@ -29,6 +30,7 @@ import {
   type Registration,
 } from '../fleet'
 import { requeueHeldInTx, type SqliteDeps } from './queue'
+import { recordShardProgressInTx } from './shards'
 
 // The fleet on SQLite: synchronous bodies on bun:sqlite, hot statements prepared once per
 // database (heartbeat, poll's worker and hosting reads, pool capacity).
@@ -45,12 +47,14 @@ const beatSql = (steady: string) =>
      gpu_utilization = coalesce($gpu_utilization, gpu_utilization),
      gpu_memory_used_gb = coalesce($gpu_memory_used_gb, gpu_memory_used_gb),
      uptime_seconds = coalesce($uptime_seconds, uptime_seconds),
+     concurrency = coalesce($concurrency, concurrency),
      loaded_models = $loaded_models, current_job_id = $current_job_id,
      last_heartbeat_at = $now, last_seen_at = $now
    WHERE id = $id AND org_id = $org_id ${steady}
    RETURNING inventory_sig, max_download_gb,
-     (SELECT group_concat(batch_id) FROM batch_assignments
-       WHERE worker_id = $id AND completed_at IS NULL) AS assigned`
+     (SELECT group_concat(job) FROM (
+       SELECT batch_id AS job FROM batch_assignments WHERE worker_id = $id AND completed_at IS NULL
+       UNION ALL SELECT id FROM batch_shards WHERE worker_id = $id AND status = 'running')) AS assigned`
 
 const stmts = preparedOnce((db: Db) => {
   const id = sql.placeholder('id')
@@ -267,6 +271,7 @@ function beat(s: ReturnType<typeof stmts>, b: Beat): BeatAnswer | null {
     gpu_utilization: b.gpu_utilization,
     gpu_memory_used_gb: b.gpu_memory_used_gb,
     uptime_seconds: b.uptime_seconds,
+    concurrency: b.concurrency ?? null,
     loaded_models: JSON.stringify(b.loaded_models),
     current_job_id: b.current_job_id,
     now: b.now,
@@ -371,6 +376,9 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
     async recordProgress(p) {
       const s = stmts(deps)
       writeTx(db, () => {
+        if (isShardId(p.jobId)) {
+          return recordShardProgressInTx(deps, p, (held) => checkProgress(held, p), p)
+        }
         const held = checkHolder(s.holding.get({ job_id: p.jobId }), p.workerId, p.assignmentId)
         checkProgress(held, p)
         s.setCounts.run({ job_id: p.jobId, completed: p.completed, failed: p.failed, now: p.now })

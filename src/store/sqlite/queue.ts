@@ -4,6 +4,7 @@ import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches, files, modelPulls, workers } from '../../db/schema'
 import { writeTx } from '../../db/tx'
+import { checkShardHolder, isShardId, type ShardState, tallyShards } from '../../domain/shards'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
@@ -16,6 +17,17 @@ import type {
   QueueStore,
   SweepOutcome,
 } from '../queue'
+import {
+  claimShardInTx,
+  lineRangeOf,
+  openSplitHeads,
+  recordShardResultsInTx,
+  requeueHeldShardsInTx,
+  requeueShardInTx,
+  requeueSilentShardsInTx,
+  shardStatements,
+  takePartsInTx,
+} from './shards'
 import { transition } from './transition'
 
 // The work queue on SQLite: each verb is one synchronous BEGIN IMMEDIATE transaction on
@@ -28,16 +40,11 @@ export interface SqliteDeps {
 }
 
 const stmts = preparedOnce((db: Db) => ({
-  activeCount: db
-    .select({ n: sql<number>`count(*)` })
-    .from(batchAssignments)
-    .where(
-      and(
-        eq(batchAssignments.worker_id, sql.placeholder('worker_id')),
-        isNull(batchAssignments.completed_at),
-      ),
-    )
-    .prepare(),
+  // API.md §7 max_concurrent_jobs, counting held shards too (API.md §16).
+  activeCount: db.$client.prepare<{ n: number }, { worker_id: string }>(
+    `SELECT (SELECT count(*) FROM batch_assignments WHERE worker_id = $worker_id AND completed_at IS NULL)
+       + (SELECT count(*) FROM batch_shards WHERE worker_id = $worker_id AND status = 'running') AS n`,
+  ),
   // Poll (API.md §14): the oldest validated batch of the first owner after `after` waiting for one
   // model: one probe of the (status, model, user_id, seq) index. Stepping `after` from owner to
   // owner walks the owners (a skip scan): the cost follows the owners waiting, never the queue.
@@ -50,6 +57,15 @@ const stmts = preparedOnce((db: Db) => ({
      WHERE status = 'validated' AND model = $model AND user_id > $after
      ORDER BY user_id, seq LIMIT 1`,
   ),
+  // The same for a worker that takes whole batches only (API.md §16): a split batch is not for it.
+  nextOwnerHeadWhole: db.$client.prepare<
+    { id: string; seq: number; user_id: string },
+    { model: string; after: string }
+  >(
+    `SELECT id, seq, user_id FROM batches INDEXED BY batches_status_model
+     WHERE status = 'validated' AND model = $model AND user_id > $after AND split = 0
+     ORDER BY user_id, seq LIMIT 1`,
+  ),
   // GET /metrics: the waiting batches per owner (batches_status_user), each owner running or not.
   queuedByOwnerClass: db.$client.prepare<{ running: number; n: number }, []>(
     `SELECT q.user_id IN (SELECT user_id FROM batches WHERE status = 'in_progress') AS running,
@@ -57,11 +73,17 @@ const stmts = preparedOnce((db: Db) => ({
      FROM (SELECT user_id, count(*) AS n FROM batches WHERE status = 'validated' GROUP BY user_id) q
      GROUP BY 1`,
   ),
-  // API.md §14: how many batches each of the owners has in progress, one range of batches_status_user
-  // per owner, in one statement.
+  // API.md §14: how much each of the owners has in progress — whole batches, and held shards of
+  // split ones (API.md §16) — one range of batches_status_user and of batch_shards_user per owner.
   running: db.$client.prepare<{ user_id: string; n: number }, { owners: string }>(
-    `SELECT user_id, count(*) AS n FROM batches INDEXED BY batches_status_user
-     WHERE status = 'in_progress' AND user_id IN (SELECT value FROM json_each($owners))
+    `SELECT user_id, sum(n) AS n FROM (
+       SELECT user_id, count(*) AS n FROM batches INDEXED BY batches_status_user
+       WHERE status = 'in_progress' AND split = 0 AND user_id IN (SELECT value FROM json_each($owners))
+       GROUP BY user_id
+       UNION ALL
+       SELECT user_id, count(*) AS n FROM batch_shards
+       WHERE status = 'running' AND user_id IN (SELECT value FROM json_each($owners))
+       GROUP BY user_id)
      GROUP BY user_id`,
   ),
   insertAssignment: db
@@ -141,6 +163,7 @@ export function requeueHeldInTx(
     const outcome = requeueInTx(deps, a.batch_id, reason, error, now)
     if (outcome) out.push(outcome)
   }
+  out.push(...requeueHeldShardsInTx(deps, workerId, reason, error, now))
   return out
 }
 
@@ -150,21 +173,25 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
   return {
     async claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null> {
       const s = stmts(deps)
+      const next = req.shards ? s.nextOwnerHead : s.nextOwnerHeadWhole
       return writeTx(deps.db, () => {
         if (s.activeCount.get({ worker_id: req.workerId })!.n >= req.maxConcurrent) return null
         const heads = []
         for (const c of req.candidates) {
-          for (let b = s.nextOwnerHead.get({ model: c.model, after: '' }); b; ) {
-            heads.push({
-              batch_id: b.id,
-              seq: b.seq,
-              user_id: b.user_id,
-              loaded: c.loaded,
-              running: 0,
-              match: c.match,
-            })
-            b = s.nextOwnerHead.get({ model: c.model, after: b.user_id })
+          const head = (b: { id: string; seq: number; user_id: string }) => ({
+            batch_id: b.id,
+            seq: b.seq,
+            user_id: b.user_id,
+            loaded: c.loaded,
+            running: 0,
+            candidate: c,
+          })
+          for (let b = next.get({ model: c.model, after: '' }); b; ) {
+            heads.push(head(b))
+            b = next.get({ model: c.model, after: b.user_id })
           }
+          // API.md §16: split batches in progress with shards left join the choice.
+          if (req.shards) for (const b of openSplitHeads(deps, c.model)) heads.push(head(b))
         }
         const owners = ownersToCount(heads)
         if (owners.length) {
@@ -175,6 +202,17 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
         }
         const best = pickClaim(heads)
         if (!best) return null
+        const match = best.candidate.match
+        if (req.shards) {
+          const split = claimShardInTx(
+            deps,
+            best.batch_id,
+            { workerId: req.workerId, orgId: req.orgId, now: req.now, ...req.shards },
+            best.candidate.names ?? [],
+          )
+          if (split === null) return null
+          if (split) return { ...split, assignmentId: split.shard.assignment_id!, match }
+        }
         const batch = transition(
           deps,
           best.batch_id,
@@ -192,7 +230,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           org_id: req.orgId,
           now: req.now,
         })
-        return { batch, assignmentId, match: best.match }
+        return { batch, assignmentId, match, shard: null }
       })
     },
 
@@ -220,6 +258,11 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
 
     async reportFailure(r: FailureReport) {
       return writeTx(deps.db, () => {
+        if (isShardId(r.jobId)) {
+          const s = shardStatements(deps)
+          checkShardHolder(s.holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
+          return requeueShardInTx(deps, r.jobId, 'reported_failure', r.error, r.now)!
+        }
         checkHolder(stmts(deps).holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
         // The holder rule saw the batch in_progress inside this transaction: the requeue happens.
         return requeueInTx(deps, r.jobId, 'reported_failure', r.error, r.now)!
@@ -244,6 +287,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           .where(
             and(
               eq(batches.status, 'in_progress'),
+              eq(batches.split, false),
               or(isNull(workers.id), eq(workers.status, 'offline'), lte(workers.last_seen_at, cutoff)),
             ),
           )
@@ -254,6 +298,9 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           const outcome = requeueInTx(deps, o.batch_id, 'worker_silent', error, now)
           if (outcome) requeues.push({ ...outcome, reason: 'worker_silent' })
         }
+        for (const outcome of requeueSilentShardsInTx(deps, cutoff, now)) {
+          requeues.push({ ...outcome, reason: 'worker_silent' })
+        }
         // An offline worker downloads nothing for us: let another be asked (API.md §7 pull_models).
         for (let i = 0; i < workers_offline.length; i += 500) {
           tx.delete(modelPulls)
@@ -262,6 +309,56 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
         }
         return { workers_offline, requeues }
       })
+    },
+
+    async shardWithBatch(shardId) {
+      const s = shardStatements(deps)
+      const shard = s.shard.get({ id: shardId })
+      if (!shard) return null
+      return { shard, batch: s.batchRow.get({ id: shard.batch_id })! }
+    },
+
+    async shardsOf(batchId) {
+      return shardStatements(deps)
+        .shardsOf.all({ id: batchId })
+        .map((r) => ({ ...r.shard, worker_name: r.worker_name }))
+    },
+
+    async shardTallies(batchIds) {
+      const out = new Map<string, { status: ShardState; n: number }[]>()
+      if (batchIds.length === 0) return new Map()
+      for (const r of shardStatements(deps).tallies.all({ ids: JSON.stringify(batchIds) })) {
+        out.set(r.batch_id, [...(out.get(r.batch_id) ?? []), r])
+      }
+      return new Map([...out].map(([id, states]) => [id, tallyShards(states)]))
+    },
+
+    async shardStates() {
+      return shardStatements(deps).states.get()!
+    },
+
+    async lineRange(batchId, first, count) {
+      return lineRangeOf(deps, batchId, first, count)
+    },
+
+    async recordShardResults(r) {
+      return writeTx(db, () => recordShardResultsInTx(deps, r))
+    },
+
+    async completeSplit(r) {
+      return writeTx(db, (tx) => {
+        const row = transition(deps, r.batchId, 'results_delivered', r.now, r.changes, 'shards joined')
+        if (row && r.files.length) tx.insert(files).values(r.files).run()
+        // The parts are joined: the caller removes them, and nothing refers to them any more.
+        if (row) takePartsInTx(deps, r.batchId)
+        return row
+      })
+    },
+
+    async splitBatchesToJoin() {
+      return shardStatements(deps)
+        .toJoin.all()
+        .map((r) => r.id)
     },
 
     async queuedByOwnerClass() {
