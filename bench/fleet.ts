@@ -19,7 +19,7 @@ import { type Bench, benchServer } from './lib/fixture'
 //
 //   bun run bench/fleet.ts                 all three
 //   BENCH_ONLY=a|b|c bun run bench/fleet.ts
-//   BENCH_LINES=N (a, b)  BENCH_WIDE_LINES=N (c)
+//   BENCH_LINES=N (a, b)  BENCH_WIDE_LINES=N (c)  BENCH_ONE=1 (a: the 1-worker run only)  BENCH_TRACE=1 (daemon logs)
 
 const LINES = Number(process.env.BENCH_LINES ?? 4_000)
 const WIDE_LINES = Number(process.env.BENCH_WIDE_LINES ?? 12_000)
@@ -198,6 +198,7 @@ async function timedRun(dir: string, workers: number) {
 
 async function speedup(dir: string) {
   const one = await timedRun(join(dir, 'a1'), 1)
+  if (process.env.BENCH_ONE) return console.log(`1 worker ${one.secs.toFixed(1)} s`)
   const four = await timedRun(join(dir, 'a4'), 4)
   const ideal = LINES / ((8 / 0.04) * 4)
   console.log(
