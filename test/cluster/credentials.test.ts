@@ -4,6 +4,7 @@ import { startTestServer, type TestServer } from '../helpers/app'
 import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey, newPassword } from '../helpers/builders'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { rememberSecret } from '../helpers/secrets'
+import { eventually } from '../helpers/until'
 import { registerBody } from '../helpers/workers'
 
 // API.md §12: each instance keeps the credentials it has seen (modules/auth/credential-cache.ts).
@@ -29,15 +30,8 @@ const register = (on: TestServer, key: string) =>
   on.req('POST', '/workers/register', { token: key, body: registerBody() })
 
 /** Asks `request` until it answers `status`: the signal's trip, bounded well below any test timeout. */
-async function untilStatus(request: () => Promise<{ status: number }>, status: number) {
-  const deadline = performance.now() + 10_000
-  let last = await request()
-  while (last.status !== status && performance.now() < deadline) {
-    await Bun.sleep(20)
-    last = await request()
-  }
-  expect(last.status).toBe(status)
-}
+const untilStatus = (request: () => Promise<{ status: number }>, status: number) =>
+  eventually(async () => expect((await request()).status).toBe(status), 10_000)
 
 test('keys revoked, given an expiry or rotated on A are refused on B', async () => {
   const u = await makeUser(a)

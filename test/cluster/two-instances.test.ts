@@ -10,6 +10,7 @@ import { makeWorkerKey, newPassword, uniqueEmail } from '../helpers/builders'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { rememberSecret } from '../helpers/secrets'
 import { openSse } from '../helpers/sse'
+import { until } from '../helpers/until'
 import { heartbeatBody, okLine, registerBody } from '../helpers/workers'
 
 // API.md §12: two stateless instances on one PostgreSQL database behave as one service.
@@ -70,14 +71,6 @@ async function uploadFile(on: TestServer, token: string, content: string) {
   return res.body.id as string
 }
 
-async function until(check: () => Promise<boolean>, what: string, ms = 60_000) {
-  const deadline = Date.now() + ms
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await Bun.sleep(20)
-  }
-}
-
 describe('two instances on one database', () => {
   test('a JWT from one works on the other; so does a key', async () => {
     const user = await signup(a)
@@ -122,10 +115,14 @@ describe('two instances on one database', () => {
       const res = await on.req('POST', '/v1/batches', { token: user.token, body: { input_file_id: fileId } })
       ids.push(res.body.id)
     }
-    await until(async () => {
-      const page = await a.req('GET', '/v1/batches?status=validating&limit=1', { token: user.token })
-      return page.body.data.length === 0
-    }, 'validation of 1,000 batches')
+    await until(
+      'validation of 1,000 batches',
+      async () => {
+        const page = await a.req('GET', '/v1/batches?status=validating&limit=1', { token: user.token })
+        return page.body.data.length === 0
+      },
+      60_000,
+    )
     const servers = [a, b]
     const workers = await Promise.all(
       Array.from({ length: 8 }, async (_, w) => {
@@ -194,7 +191,7 @@ describe('two instances on one database', () => {
     expect(reg.status).toBe(200)
     expect(await listed(a)).toBe(true)
     // The registration's signal reaches b, whose next answer is read afresh.
-    await until(async () => (await listed(b)) === true, 'the other instance to see the new worker', 10_000)
+    await until('the other instance to see the new worker', async () => (await listed(b)) === true, 10_000)
     expect(await one(b)).toBe(true)
   })
 
@@ -205,9 +202,10 @@ describe('two instances on one database', () => {
     const batch = (await b.req('POST', '/v1/batches', { token: user.token, body: { input_file_id: fileId } }))
       .body
     await until(
+      'validation',
       async () =>
         (await b.req('GET', `/v1/batches/${batch.id}`, { token: user.token })).body.status === 'validated',
-      'validation',
+      60_000,
     )
     const reg = await a.req('POST', '/workers/register', {
       token: key.key,

@@ -100,16 +100,3 @@ export async function openSession(browser: Browser, origin: string): Promise<Ses
     },
   }
 }
-
-/** Waits for `check` to hold (the page updates on its own); fails with its last error. */
-export async function eventually<T>(check: () => Promise<T> | T, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    try {
-      return await check()
-    } catch (error) {
-      if (Date.now() > deadline) throw error
-      await Bun.sleep(50)
-    }
-  }
-}

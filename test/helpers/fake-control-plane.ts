@@ -3,6 +3,8 @@
 // progress, a restart at a chosen moment). End-to-end tests against the real server live in
 // test/daemon/e2e.test.ts.
 
+import { until } from './until'
+
 export interface FakeJob {
   job_id: string
   assignment_id: string
@@ -96,11 +98,7 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     stop: async () => {},
     restart: () => {},
     async waitFor(check, what, ms = 10_000) {
-      const until = Date.now() + ms
-      while (!check()) {
-        if (Date.now() > until) throw new Error(`timed out waiting for ${what}`)
-        await Bun.sleep(5)
-      }
+      await until(what, check, ms)
     },
   }
 

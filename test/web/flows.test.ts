@@ -3,9 +3,10 @@ import { readFileSync } from 'node:fs'
 import { eq } from 'drizzle-orm'
 import type { Browser, Page } from 'playwright-core'
 import { startTestServer, type TestServer } from '../helpers/app'
-import { eventually, launchBrowser, openSession, type Session } from '../helpers/browser'
+import { launchBrowser, openSession, type Session } from '../helpers/browser'
 import { makeSuperadmin, makeUser } from '../helpers/builders'
 import { rowsOf } from '../helpers/rows'
+import { eventually } from '../helpers/until'
 import {
   errorLine,
   heartbeat,

@@ -2,9 +2,10 @@ import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import type { Browser, Page } from 'playwright-core'
 import { newId } from '../../src/lib/ids'
 import { startTestServer, type TestServer } from '../helpers/app'
-import { eventually, launchBrowser, openSession } from '../helpers/browser'
+import { launchBrowser, openSession } from '../helpers/browser'
 import { type MadeUser, makeUser } from '../helpers/builders'
 import { rowsOf } from '../helpers/rows'
+import { eventually } from '../helpers/until'
 
 // Issue 9 budgets: the workers page with 1,000 workers and the batches page with 10,000 batches
 // stay paged: one request per page, never one per row. Time to the first rows is printed.
