@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect } from 'bun:test'
 import { rmSync } from 'node:fs'
 import { loadConfig } from '../../src/config'
 import { createBlobStore } from '../../src/lib/blobs'
@@ -6,6 +6,7 @@ import { migrateRows } from '../../src/ops/migrate'
 import { makeTestApp, type TestApp } from '../helpers/app'
 import { populate } from '../helpers/installation'
 import { freshPostgresUrl } from '../helpers/postgres'
+import { postgres, testWith } from '../helpers/requires'
 import { type S3Server, startS3Server } from '../helpers/s3'
 
 // API.md §12 `gridkeep migrate --to … --storage …`: a populated SQLite installation with its files
@@ -49,35 +50,40 @@ async function answers(t: TestApp, tokens: string[]) {
   return out
 }
 
-test('a populated installation moved to PostgreSQL and S3 answers every list and download identically', async () => {
-  const source = makeTestApp({ DATABASE_URL: '', STORAGE_URL: '' })
-  const made = await populate(source)
-  const tokens = [made.fleet.user.token, made.other.token]
-  const before = await answers(source, tokens)
-  expect(Object.keys(before).filter((k) => k.includes(' content ')).length).toBe(5)
-  await source.deps.store.close()
+testWith(
+  postgres,
+  'a populated installation moved to PostgreSQL and S3 answers every list and download identically',
+  async () => {
+    const source = makeTestApp({ DATABASE_URL: '', STORAGE_URL: '' })
+    const made = await populate(source)
+    const tokens = [made.fleet.user.token, made.other.token]
+    const before = await answers(source, tokens)
+    expect(Object.keys(before).filter((k) => k.includes(' content ')).length).toBe(5)
+    await source.deps.store.close()
 
-  const to = await freshPostgresUrl()
-  const bucket = s3.env()
-  const lines: string[] = []
-  const report = await migrateRows({
-    databasePath: source.config.DATABASE_PATH,
-    to,
-    files: {
-      from: source.deps.blobs,
-      to: createBlobStore(loadConfig({ DATA_DIR: '/nonexistent', ...bucket })),
-    },
-    log: (l) => lines.push(l),
-  })
-  expect(report.files).toBe(5)
-  expect(lines).toContain('copied and verified 5 files (SHA-256 of each)')
+    const to = await freshPostgresUrl()
+    const bucket = s3.env()
+    const lines: string[] = []
+    const report = await migrateRows({
+      databasePath: source.config.DATABASE_PATH,
+      to,
+      files: {
+        from: source.deps.blobs,
+        to: createBlobStore(loadConfig({ DATA_DIR: '/nonexistent', ...bucket })),
+      },
+      log: (l) => lines.push(l),
+    })
+    expect(report.files).toBe(5)
+    expect(lines).toContain('copied and verified 5 files (SHA-256 of each)')
 
-  // Another DATA_DIR: nothing of the old installation's disk is read any more.
-  const target = makeTestApp({ DATABASE_URL: to, ...bucket }, { clock: source.clock })
-  try {
-    expect(await answers(target, tokens)).toEqual(before)
-  } finally {
-    target.close()
-    rmSync(source.config.DATA_DIR, { recursive: true, force: true })
-  }
-}, 120_000)
+    // Another DATA_DIR: nothing of the old installation's disk is read any more.
+    const target = makeTestApp({ DATABASE_URL: to, ...bucket }, { clock: source.clock })
+    try {
+      expect(await answers(target, tokens)).toEqual(before)
+    } finally {
+      target.close()
+      rmSync(source.config.DATA_DIR, { recursive: true, force: true })
+    }
+  },
+  120_000,
+)
