@@ -8,7 +8,8 @@ import type { UserPrincipal } from '../auth/credentials'
 import { type BatchCreate, type BatchObject, toBatchObject } from './model'
 
 // Batches (SPEC §2–3, API.md §6). Creation only records the batch as `validating` and wakes the
-// validator (src/services/validator.ts); every later status change goes through states.ts.
+// validator (src/services/validator.ts); every later status change is one guarded UPDATE that
+// each storage engine renders from the table in states.ts.
 
 const isSuperadmin = (p: UserPrincipal) => p.user.platform_role === 'superadmin'
 
