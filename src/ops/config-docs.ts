@@ -22,7 +22,8 @@ export function configMarkdown(): string {
 export function withConfigTable(doc: string): string {
   const start = doc.indexOf(TABLE_START)
   const end = doc.indexOf(TABLE_END)
-  if (start < 0 || end < start) throw new Error(`the document lacks the ${TABLE_START} / ${TABLE_END} markers`)
+  if (start < 0 || end < start)
+    throw new Error(`the document lacks the ${TABLE_START} / ${TABLE_END} markers`)
   return `${doc.slice(0, start + TABLE_START.length)}\n${configMarkdown()}\n${doc.slice(end)}`
 }
 
