@@ -1,5 +1,5 @@
 # gridkeep: build the single binary with Bun, run it alone on a slim base.
-# Untested here (no container engine on the build machine); see README.md "Docker".
+# Not built by CI (the build machine has no container engine); docs/deployment.md "Docker" says so.
 
 FROM oven/bun:1.4.5 AS build
 WORKDIR /src

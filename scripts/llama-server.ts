@@ -125,6 +125,12 @@ function run(cmd: string[], cwd?: string): { ok: boolean; output: string } {
   return { ok: r.exitCode === 0, output: `${r.stdout.toString()}${r.stderr.toString()}`.trim() }
 }
 
+/** The engine if a previous fetch left it complete in `dir`; nothing is fetched. */
+export function cachedEngine(dir = cacheDir()): Engine | null {
+  const engine = engineAt(join(dir, 'root'))
+  return complete(engine) ? engine : null
+}
+
 /** The engine, fetched and unpacked into `dir` unless a previous run already did. */
 export function fetchEngine(dir = cacheDir(), etcApt = '/etc/apt'): FetchResult {
   try {

@@ -31,15 +31,23 @@ export interface PostgresCluster {
   stop(): void
 }
 
+/** The one command that brings the server binaries on Debian. */
+export const POSTGRES_FIX = 'apt-get install -y --no-install-recommends postgresql'
+
+/** The newest installed server's bin directory, or null. */
+export function postgresBinDir(): string | null {
+  const root = '/usr/lib/postgresql'
+  if (!existsSync(root)) return null
+  const versions = readdirSync(root)
+    .filter((v) => existsSync(join(root, v, 'bin', 'initdb')))
+    .sort((a, b) => Number(b) - Number(a))
+  return versions[0] ? join(root, versions[0], 'bin') : null
+}
+
 function binDir(): string {
-  for (const root of ['/usr/lib/postgresql']) {
-    if (!existsSync(root)) continue
-    const versions = readdirSync(root)
-      .filter((v) => existsSync(join(root, v, 'bin', 'initdb')))
-      .sort((a, b) => Number(b) - Number(a))
-    if (versions[0]) return join(root, versions[0], 'bin')
-  }
-  throw new Error('PostgreSQL server binaries not found (apt-get install postgresql)')
+  const bin = postgresBinDir()
+  if (!bin) throw new Error(`PostgreSQL server binaries not found (${POSTGRES_FIX})`)
+  return bin
 }
 
 async function freePort(): Promise<number> {

@@ -15,7 +15,7 @@ const suites = paths.length
     ]
 const s3 = await startS3Server()
 try {
-  const run = Bun.spawn(['bun', 'test', ...suites], {
+  const run = Bun.spawn(['bun', 'test', '--timeout', '30000', ...suites], {
     env: { ...process.env, GK_TEST_S3_ENDPOINT: s3.endpoint },
     stdio: ['inherit', 'inherit', 'inherit'],
   })

@@ -8,7 +8,7 @@ import { BackupError, backupDatabase, formatBytes } from './ops/backup'
 import { configHelpText } from './ops/config-docs'
 import { MigrateError, migrateRows } from './ops/migrate'
 
-// `gridkeep <serve|worker|catalogue|backup|version>` (issue 6): the entry point of the compiled
+// `gridkeep <serve|worker|catalogue|backup|migrate|version>` (issue 6): the entry point of the compiled
 // binary (`bun run build` → dist/gridkeep) and of `bun run gridkeep <command>` from source.
 // Every command returns its exit code; `serve` returns null and keeps the process running.
 

@@ -102,7 +102,7 @@ describe('loadConfig', () => {
     )
   })
 
-  test('every variable has a description for the README and --help', () => {
+  test('every variable has a description for docs/configuration.md and --help', () => {
     const rows = configRows()
     expect(rows.length).toBeGreaterThan(25)
     for (const r of rows) expect(r.description.length).toBeGreaterThan(10)

@@ -3,8 +3,9 @@ import { log, setLogSink } from '../src/lib/logger'
 import { preparePostgresDatabases, testEngine } from './helpers/postgres'
 import { capturedLogLines, captureLogLine, leakedSecrets, secretCount } from './helpers/secrets'
 
-// Tests that start real servers and subprocesses must not fail on a slow CI machine. (bunfig's
-// [test] timeout is ignored by Bun 1.4.5; this applies to every file.)
+// Tests that start real servers and subprocesses must not fail on a slow CI machine. Bun 1.4.5
+// ignores bunfig's [test] timeout and applies this to the first test file only: `bun run test`
+// and `bun run test:all` pass `--timeout 30000`, which holds for every file.
 setDefaultTimeout(30_000)
 
 // The suite on PostgreSQL: one migrated database per test app, made before the first test.

@@ -1,8 +1,8 @@
 import { configRows } from '../config'
 
 // The configuration table, generated from the schema in src/config.ts so the docs cannot drift:
-// `gridkeep serve --help` prints it as text, `bun run docs:config` writes it into README.md between
-// the config-table markers, and test/ops/readme-config.test.ts fails when the README copy is stale.
+// `gridkeep serve --help` prints it as text, `bun run docs:config` writes it into docs/configuration.md
+// between the config-table markers, and test/ops/config-docs.test.ts fails when that copy is stale.
 
 export const TABLE_START = '<!-- config-table:start -->'
 export const TABLE_END = '<!-- config-table:end -->'
@@ -18,12 +18,13 @@ export function configMarkdown(): string {
   return lines.join('\n')
 }
 
-/** README text with the table between the markers replaced. Throws if the markers are missing. */
-export function withConfigTable(readme: string): string {
-  const start = readme.indexOf(TABLE_START)
-  const end = readme.indexOf(TABLE_END)
-  if (start < 0 || end < start) throw new Error(`README.md lacks the ${TABLE_START} / ${TABLE_END} markers`)
-  return `${readme.slice(0, start + TABLE_START.length)}\n${configMarkdown()}\n${readme.slice(end)}`
+/** Markdown text with the table between the markers replaced. Throws if the markers are missing. */
+export function withConfigTable(doc: string): string {
+  const start = doc.indexOf(TABLE_START)
+  const end = doc.indexOf(TABLE_END)
+  if (start < 0 || end < start)
+    throw new Error(`the document lacks the ${TABLE_START} / ${TABLE_END} markers`)
+  return `${doc.slice(0, start + TABLE_START.length)}\n${configMarkdown()}\n${doc.slice(end)}`
 }
 
 /** The table for a terminal: one entry per variable, description wrapped under it. */

@@ -1,14 +1,14 @@
-import { afterEach, describe, expect, test } from 'bun:test'
+import { afterEach, expect, test } from 'bun:test'
 import type { Deps } from '../../src/deps'
 import { ensureSuperadmin } from '../../src/modules/auth/service'
 import { makeTestApp } from '../helpers/app'
-import { type StoreHarness, storeEngines } from '../helpers/stores'
+import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // SPEC §1 first start, on either engine: instances starting together on one database create one
 // superadmin between them (API.md §12); an ordinary account holding ADMIN_EMAIL stops the start.
 
 for (const [kind, open] of storeEngines) {
-  describe(`first start on ${kind}`, () => {
+  describeEngine(kind, `first start on ${kind}`, () => {
     let h: StoreHarness
     let app: ReturnType<typeof makeTestApp>
     afterEach(async () => {

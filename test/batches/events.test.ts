@@ -5,7 +5,8 @@ import { startTestServer, type TestServer } from '../helpers/app'
 import { jsonl, line, makeBatch, makeCatalogEntry, makeFile } from '../helpers/batches'
 import { type MadeUser, makeSuperadmin, makeUser } from '../helpers/builders'
 import { rowsOf } from '../helpers/rows'
-import { eventually, openSse } from '../helpers/sse'
+import { openSse } from '../helpers/sse'
+import { until } from '../helpers/until'
 
 // GET /v1/batches/{id}/events over a real HTTP connection (API.md §6 "Events").
 
@@ -63,7 +64,7 @@ describe('a live validation', () => {
       request_counts: { total: 0, completed: 0, failed: 0 },
       errors_total: 149,
     })
-    await eventually(async () => openStreams(s.deps, u.id) === 0 && (await gauge()) === 0)
+    await until('no open stream', async () => openStreams(s.deps, u.id) === 0 && (await gauge()) === 0)
     expect(s.deps.batchEvents.listenerCount(id)).toBe(0)
   })
 
@@ -95,7 +96,8 @@ describe('a live validation', () => {
   test('a batch already past validating gets status and done at once', async () => {
     const u = await makeUser(s)
     const batch = await makeBatch(s, u, jsonl([line('a', model), line('b', model)]))
-    await eventually(
+    await until(
+      'validation',
       async () =>
         (await s.req('GET', `/v1/batches/${batch.id}`, { token: u.token })).body.status === 'validated',
     )
@@ -135,7 +137,7 @@ describe('stream lifecycle', () => {
     expect(openStreams(s.deps, u.id)).toBe(1)
     expect(await gauge()).toBe(before + 1)
     sse.close()
-    await eventually(() => s.deps.batchEvents.listenerCount(id) === 0)
+    await until('the listener gone', () => s.deps.batchEvents.listenerCount(id) === 0)
     expect(openStreams(s.deps, u.id)).toBe(0)
     expect(await gauge()).toBe(before)
   })
@@ -159,7 +161,7 @@ describe('stream lifecycle', () => {
     expect(c.response.status).toBe(200)
     // Closing one gives the slot back.
     a.close()
-    await eventually(() => openStreams(s.deps, u.id) === 1)
+    await until('one open stream', () => openStreams(s.deps, u.id) === 1)
     const d = await openSse(eventsUrl(id), u.token)
     expect(d.response.status).toBe(200)
     for (const x of [b, c, d]) x.close()

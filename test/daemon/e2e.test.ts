@@ -8,6 +8,7 @@ import { type MadeUser, makeUser, makeWorkerKey } from '../helpers/builders'
 import { chatLines, daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
 import { type FakeRuntime, startFakeRuntime } from '../helpers/fake-runtime'
 import { capturedLogLines, captureLogLine } from '../helpers/secrets'
+import { until } from '../helpers/until'
 
 // The reference daemon against the REAL control plane: catalogue seeded from a manifest, input
 // uploaded and validated through /v1/files and /v1/batches, the daemon speaking /workers, results
@@ -64,20 +65,6 @@ afterAll(async () => {
   await server.stop()
   rmSync(dir, { recursive: true, force: true })
 })
-
-async function until<T>(
-  what: string,
-  probe: () => Promise<T | undefined | null | false>,
-  ms = 20_000,
-): Promise<T> {
-  const deadline = Date.now() + ms
-  for (;;) {
-    const v = await probe()
-    if (v) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await Bun.sleep(10)
-  }
-}
 
 const getBatch = async (id: string) =>
   (await server.req('GET', `/v1/batches/${id}`, { token: user.token })).body

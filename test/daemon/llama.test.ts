@@ -9,6 +9,7 @@ import { type MadeUser, makeUser, makeWorkerKey } from '../helpers/builders'
 import { daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
 import { tinyModelPath, withRealEngine } from '../helpers/llama'
 import { rowsOf } from '../helpers/rows'
+import { until } from '../helpers/until'
 
 // The reference daemon against a REAL engine: llama.cpp's llama-server (scripts/llama-server.ts)
 // serving the tiny generated model, the real control plane of the test helpers, batches uploaded
@@ -64,16 +65,6 @@ withRealEngine('daemon against llama-server', (engine) => {
     await server?.stop()
     rmSync(dir, { recursive: true, force: true })
   })
-
-  async function until<T>(what: string, probe: () => Promise<T | undefined | null | false>, ms = 30_000) {
-    const deadline = Date.now() + ms
-    for (;;) {
-      const v = await probe()
-      if (v) return v
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-      await Bun.sleep(10)
-    }
-  }
 
   const getBatch = async (id: string) =>
     (await server.req('GET', `/v1/batches/${id}`, { token: user.token })).body

@@ -9,6 +9,7 @@ import {
 } from '../../src/daemon/status'
 import { log } from '../../src/lib/logger'
 import { capturedLogLines } from '../helpers/secrets'
+import { until } from '../helpers/until'
 
 const view = (o: Partial<JobView> = {}): JobView => ({
   job_id: 'batch_abc',
@@ -70,12 +71,16 @@ describe('operator view', () => {
       { jobViews: () => [view({ completed: 10 })] },
       { tty: false, logEverySeconds: 0.02 },
     )
-    await Bun.sleep(80)
-    stop()
-    const rec = capturedLogLines()
-      .slice(before)
-      .map((l) => JSON.parse(l))
-      .find((r) => r.msg === 'job progress')
-    expect(rec).toMatchObject({ job_id: 'batch_abc', done: 10, total: 1000, failed: 0 })
+    const progress = () =>
+      capturedLogLines()
+        .slice(before)
+        .map((l) => JSON.parse(l))
+        .find((r) => r.msg === 'job progress')
+    try {
+      await until('a progress record', progress)
+    } finally {
+      stop()
+    }
+    expect(progress()).toMatchObject({ job_id: 'batch_abc', done: 10, total: 1000, failed: 0 })
   })
 })

@@ -2,7 +2,7 @@ import { afterAll, expect, test } from 'bun:test'
 import { startTestServer } from '../helpers/app'
 import { countWrites, strayBlobs } from '../helpers/blobs'
 import { makeUser } from '../helpers/builders'
-import { eventually } from '../helpers/sse'
+import { until } from '../helpers/until'
 
 // Uploads over a real connection (API.md §5): chunked bodies without Content-Length are streamed
 // into the blob store, and the size cap is enforced while streaming (default MAX_UPLOAD_BYTES, 200 MiB).
@@ -98,7 +98,7 @@ test('a client that goes away mid-upload leaves no partial file', async () => {
       yield new Uint8Array(256 * 1024).fill(0x62)
       if (++sent === 8) {
         // Once the server has written part of the file into the store, drop the connection.
-        await eventually(() => written.bytes > before)
+        await until('part of the file in the store', () => written.bytes > before)
         abort.abort()
         return
       }
@@ -115,7 +115,7 @@ test('a client that goes away mid-upload leaves no partial file', async () => {
     duplex: 'half',
   } as RequestInit).catch((e) => e)
   expect(res).toBeInstanceOf(Error)
-  await eventually(async () => (await leftovers()).length === 0)
+  await until('no leftovers', async () => (await leftovers()).length === 0)
   expect((await s.req('GET', '/v1/files', { token: u.token })).body.data).toEqual([])
   expect((await fetch(`${s.url}/healthz`)).status).toBe(200)
 })

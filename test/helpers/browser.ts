@@ -1,24 +1,20 @@
 import { expect } from 'bun:test'
-import { existsSync, mkdirSync } from 'node:fs'
+import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
-import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core'
+import { type Browser, type BrowserContext, type Page, chromium as playwright } from 'playwright-core'
+import { CHROMIUM, chromium } from './requires'
 
 // Browser tests (issue 9) drive Debian's chromium-headless-shell through playwright-core. Every
 // session fails its test on a request to another origin, on a console error, and on anything in
 // localStorage (the token lives in memory and sessionStorage only: API.md §11).
-
-export const CHROMIUM = process.env.GK_CHROMIUM ?? '/usr/bin/chromium-headless-shell'
 
 /** GK_SCREENSHOTS=1 regenerates docs/screenshots/*.png (README "Dashboard"). */
 const SCREENSHOTS = process.env.GK_SCREENSHOTS === '1'
 const SCREENSHOT_DIR = join(import.meta.dir, '../../docs/screenshots')
 
 export async function launchBrowser(): Promise<Browser> {
-  if (!existsSync(CHROMIUM))
-    throw new Error(
-      `${CHROMIUM} is missing: apt-get install -y --no-install-recommends chromium-headless-shell`,
-    )
-  return chromium.launch({
+  if (!chromium.ok) throw new Error(`${chromium.what} is missing: ${chromium.fix}`)
+  return playwright.launch({
     executablePath: CHROMIUM,
     // Without the background-networking flags Chromium tries outside hosts, which this closed
     // network refuses; each run gets a fresh profile (playwright's temporary user-data-dir).
@@ -98,18 +94,5 @@ export async function openSession(browser: Browser, origin: string): Promise<Ses
         await context.close()
       }
     },
-  }
-}
-
-/** Waits for `check` to hold (the page updates on its own); fails with its last error. */
-export async function eventually<T>(check: () => Promise<T> | T, timeoutMs = 15_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    try {
-      return await check()
-    } catch (error) {
-      if (Date.now() > deadline) throw error
-      await Bun.sleep(50)
-    }
   }
 }

@@ -7,6 +7,8 @@
 // served at `/v1/files/file-<batch_id>/content?shard=<job_id>`, and `failBatch` makes the server
 // answer 409 batch_not_in_progress to every later write of the job.
 
+import { until } from './until'
+
 export interface FakeJob {
   job_id: string
   assignment_id: string
@@ -117,11 +119,7 @@ export function startFakeControlPlane(opts: {
     stop: async () => {},
     restart: () => {},
     async waitFor(check, what, ms = 10_000) {
-      const until = Date.now() + ms
-      while (!check()) {
-        if (Date.now() > until) throw new Error(`timed out waiting for ${what}`)
-        await Bun.sleep(5)
-      }
+      await until(what, check, ms)
     },
   }
 

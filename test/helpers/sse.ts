@@ -65,12 +65,3 @@ export async function openSse(url: string, token?: string): Promise<SseClient> {
     close: () => abort.abort(),
   }
 }
-
-/** Polls `check` until it holds (or throws after `ms`): for effects of a disconnect. */
-export async function eventually(check: () => boolean | Promise<boolean>, ms = 3000) {
-  const deadline = Date.now() + ms
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not reached in time')
-    await Bun.sleep(10)
-  }
-}

@@ -11,11 +11,13 @@ import { postgresStore } from '../../src/store/postgres'
 import { migratePostgres, openPostgres } from '../../src/store/postgres/db'
 import { sqliteStore } from '../../src/store/sqlite'
 import { freshPostgresUrl } from './postgres'
+import { describeWith, postgres } from './requires'
 
 // Store tests run one suite against every engine (API.md §12):
 //
-//   for (const [kind, open] of storeEngines) describe(`${kind} store`, () => { … await open() … })
+//   for (const [kind, open] of storeEngines) describeEngine(kind, `${kind} store`, () => { … await open() … })
 //
+// The PostgreSQL suites are skipped, with the reason, where its server binaries are missing.
 // Each open() gives a fresh, migrated, empty database. Fixtures are plain SQL both dialects accept
 // (TRUE/FALSE for booleans, '[]' for JSON, integers for timestamps).
 
@@ -68,6 +70,10 @@ export const storeEngines: [string, () => Promise<StoreHarness>][] = [
     },
   ],
 ]
+
+/** `describe` for one engine's suite: skipped with its reason when that engine is missing here. */
+export const describeEngine = (kind: string, name: string, body: () => void) =>
+  describeWith(kind === 'postgres' ? [postgres] : [], name, body)
 
 /** SQL string literal. */
 export const lit = (s: string | null) => (s === null ? 'NULL' : `'${s.replaceAll("'", "''")}'`)

@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, test } from 'bun:test'
+import { afterEach, expect, test } from 'bun:test'
 import { rmSync } from 'node:fs'
 import { createApp } from '../../src/app'
 import { createDeps, type Deps } from '../../src/deps'
@@ -14,14 +14,14 @@ import {
 } from '../helpers/app'
 import { newPassword, uniqueEmail } from '../helpers/builders'
 import { rememberSecret } from '../helpers/secrets'
-import { type StoreHarness, storeEngines } from '../helpers/stores'
+import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // The accounts routes (auth, personal and worker keys, orgs and members, admin users and orgs) on
 // each engine (API.md §12): the app's own SQLite database is left empty and the state lives only in
 // the engine's store, so a module that still read the database behind the seam would fail here.
 
 for (const [kind, open] of storeEngines) {
-  describe(`accounts over HTTP on ${kind}`, () => {
+  describeEngine(kind, `accounts over HTTP on ${kind}`, () => {
     let h: StoreHarness
     let deps: Deps
     let mail: CapturingMailer

@@ -49,13 +49,18 @@ async function openSlowRequest(url: string, path: string, body: string) {
   })
   received = ''
   const half = Math.floor(body.length / 2)
-  socket.write(
-    `POST ${path} HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\n` +
-      `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body.slice(0, half)}`,
-  )
-  socket.flush()
-  // Give the server a moment to read the headers: from then on the request is in flight.
-  await Bun.sleep(300)
+  // With `Expect: 100-continue` the server answers "100 Continue" once its handler has taken the
+  // request: from then on the request is in flight.
+  await new Promise<void>((resolve) => {
+    onData = () => received.includes('100 Continue\r\n\r\n') && resolve()
+    socket.write(
+      `POST ${path} HTTP/1.1\r\nHost: ${hostname}\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n` +
+        body.slice(0, half),
+    )
+    socket.flush()
+  })
+  received = ''
   return {
     finish() {
       socket.write(body.slice(half))

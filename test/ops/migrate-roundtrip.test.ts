@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { afterAll, beforeAll, expect } from 'bun:test'
 import { rmSync } from 'node:fs'
 import { loadConfig } from '../../src/config'
 import { createBlobStore } from '../../src/lib/blobs'
@@ -6,6 +6,7 @@ import { migrateRows } from '../../src/ops/migrate'
 import { makeTestApp, type TestApp } from '../helpers/app'
 import { populate } from '../helpers/installation'
 import { freshPostgresUrl } from '../helpers/postgres'
+import { postgres, testWith } from '../helpers/requires'
 import { type S3Server, startS3Server } from '../helpers/s3'
 import { okLine, upload } from '../helpers/workers'
 
@@ -55,71 +56,76 @@ async function answers(t: TestApp, tokens: string[]) {
   return out
 }
 
-test('a populated installation moved to PostgreSQL and S3 answers every list and download identically', async () => {
-  const source = makeTestApp({ DATABASE_URL: '', STORAGE_URL: '' })
-  const made = await populate(source)
-  const tokens = [made.fleet.user.token, made.other.token]
-  const before = await answers(source, tokens)
-  expect(Object.keys(before).filter((k) => k.includes(' content ')).length).toBe(6)
-  await source.deps.store.close()
+testWith(
+  postgres,
+  'a populated installation moved to PostgreSQL and S3 answers every list and download identically',
+  async () => {
+    const source = makeTestApp({ DATABASE_URL: '', STORAGE_URL: '' })
+    const made = await populate(source)
+    const tokens = [made.fleet.user.token, made.other.token]
+    const before = await answers(source, tokens)
+    expect(Object.keys(before).filter((k) => k.includes(' content ')).length).toBe(6)
+    await source.deps.store.close()
 
-  const to = await freshPostgresUrl()
-  const bucket = s3.env()
-  const lines: string[] = []
-  const report = await migrateRows({
-    databasePath: source.config.DATABASE_PATH,
-    to,
-    files: {
-      from: source.deps.blobs,
-      to: createBlobStore(loadConfig({ DATA_DIR: '/nonexistent', ...bucket })),
-    },
-    log: (l) => lines.push(l),
-  })
-  // Six files, and the done shard's output part of the split batch (API.md §16).
-  expect(report.files).toBe(7)
-  expect(lines).toContain('copied and verified 7 files (SHA-256 of each)')
-
-  // Another DATA_DIR: nothing of the old installation's disk is read any more.
-  const target = makeTestApp({ DATABASE_URL: to, ...bucket }, { clock: source.clock })
-  try {
-    expect(await answers(target, tokens)).toEqual(before)
-    // The split batch goes on where it stopped: its second shard's results join the first's part.
-    const { split } = made.batches
-    const [shard] = (
-      await target.req('GET', `/v1/batches/${split.id}/shards`, { token: made.other.token })
-    ).body.data.filter((x: { status: string }) => x.status === 'running')
-    const ids = Array.from({ length: 125 }, (_, i) => `s${125 + i}`)
-    const worker = (
-      await target.req('GET', `/v1/orgs/${made.fleet.orgId}/workers`, { token: made.fleet.user.token })
-    ).body.data.find((w: { id: string }) => w.id === shard.worker_id)
-    expect(worker.name).toBe('shard-b')
-    const res = await upload(
-      target,
-      made.fleet.key,
-      {
-        job_id: shard.id,
-        worker_id: shard.worker_id,
-        assignment_id: (await assignmentOf(target, shard.id))!,
+    const to = await freshPostgresUrl()
+    const bucket = s3.env()
+    const lines: string[] = []
+    const report = await migrateRows({
+      databasePath: source.config.DATABASE_PATH,
+      to,
+      files: {
+        from: source.deps.blobs,
+        to: createBlobStore(loadConfig({ DATA_DIR: '/nonexistent', ...bucket })),
       },
-      ids.map((id) => okLine(id)).join('\n'),
-    )
-    expect(res.status).toBe(200)
-    const done = (await target.req('GET', `/v1/batches/${split.id}`, { token: made.other.token })).body
-    expect(done).toMatchObject({
-      status: 'completed',
-      request_counts: { total: 250, completed: 250, failed: 0 },
+      log: (l) => lines.push(l),
     })
-    const output = await target.req('GET', `/v1/files/${done.output_file_id}/content`, {
-      token: made.other.token,
-    })
-    expect(
-      output.text
-        .split('\n')
-        .filter(Boolean)
-        .map((l: string) => JSON.parse(l).custom_id),
-    ).toEqual(Array.from({ length: 250 }, (_, i) => `s${i}`))
-  } finally {
-    target.close()
-    rmSync(source.config.DATA_DIR, { recursive: true, force: true })
-  }
-}, 120_000)
+    // Six files, and the done shard's output part of the split batch (API.md §16).
+    expect(report.files).toBe(7)
+    expect(lines).toContain('copied and verified 7 files (SHA-256 of each)')
+
+    // Another DATA_DIR: nothing of the old installation's disk is read any more.
+    const target = makeTestApp({ DATABASE_URL: to, ...bucket }, { clock: source.clock })
+    try {
+      expect(await answers(target, tokens)).toEqual(before)
+      // The split batch goes on where it stopped: its second shard's results join the first's part.
+      const { split } = made.batches
+      const [shard] = (
+        await target.req('GET', `/v1/batches/${split.id}/shards`, { token: made.other.token })
+      ).body.data.filter((x: { status: string }) => x.status === 'running')
+      const ids = Array.from({ length: 125 }, (_, i) => `s${125 + i}`)
+      const worker = (
+        await target.req('GET', `/v1/orgs/${made.fleet.orgId}/workers`, { token: made.fleet.user.token })
+      ).body.data.find((w: { id: string }) => w.id === shard.worker_id)
+      expect(worker.name).toBe('shard-b')
+      const res = await upload(
+        target,
+        made.fleet.key,
+        {
+          job_id: shard.id,
+          worker_id: shard.worker_id,
+          assignment_id: (await assignmentOf(target, shard.id))!,
+        },
+        ids.map((id) => okLine(id)).join('\n'),
+      )
+      expect(res.status).toBe(200)
+      const done = (await target.req('GET', `/v1/batches/${split.id}`, { token: made.other.token })).body
+      expect(done).toMatchObject({
+        status: 'completed',
+        request_counts: { total: 250, completed: 250, failed: 0 },
+      })
+      const output = await target.req('GET', `/v1/files/${done.output_file_id}/content`, {
+        token: made.other.token,
+      })
+      expect(
+        output.text
+          .split('\n')
+          .filter(Boolean)
+          .map((l: string) => JSON.parse(l).custom_id),
+      ).toEqual(Array.from({ length: 250 }, (_, i) => `s${i}`))
+    } finally {
+      target.close()
+      rmSync(source.config.DATA_DIR, { recursive: true, force: true })
+    }
+  },
+  120_000,
+)

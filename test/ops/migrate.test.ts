@@ -1,4 +1,4 @@
-import { describe, expect, test } from 'bun:test'
+import { expect, test } from 'bun:test'
 import { readFileSync, rmSync } from 'node:fs'
 import { SQL } from 'bun'
 import { getTableConfig, SQLiteTable } from 'drizzle-orm/sqlite-core'
@@ -10,13 +10,14 @@ import { MigrateError, migrateRows, TABLES } from '../../src/ops/migrate'
 import { makeTestApp } from '../helpers/app'
 import { populate } from '../helpers/installation'
 import { freshPostgresUrl } from '../helpers/postgres'
+import { describeWith, postgres } from '../helpers/requires'
 
 // `gridkeep migrate` (API.md §12): a stopped SQLite installation's rows, copied into PostgreSQL
 // and verified; the source never written.
 
 const sha = (path: string) => new Bun.CryptoHasher('sha256').update(readFileSync(path)).digest('hex')
 
-describe('migrateRows', () => {
+describeWith(postgres, 'migrateRows', () => {
   test('every table of the schema is copied, parents first', () => {
     const sqliteTables = (Object.values(schema) as unknown[])
       .filter((t): t is SQLiteTable => t instanceof SQLiteTable)
@@ -104,7 +105,7 @@ describe('migrateRows', () => {
   })
 })
 
-describe('gridkeep migrate (command)', () => {
+describeWith(postgres, 'gridkeep migrate (command)', () => {
   const run = async (argv: string[], env: Record<string, string> = {}) => {
     const out: string[] = []
     const err: string[] = []

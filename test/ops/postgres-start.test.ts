@@ -1,9 +1,10 @@
-import { afterAll, describe, expect, test } from 'bun:test'
+import { afterAll, expect, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { SQL } from 'bun'
 import { freshPostgresUrl } from '../helpers/postgres'
+import { describeWith, postgres } from '../helpers/requires'
 
 // API.md §12: a DATABASE_URL that is unreachable or lacks permissions stops the start with one
 // line naming the variable, never echoing the password.
@@ -32,7 +33,7 @@ async function serve(databaseUrl: string) {
   return { code, stderr: await new Response(proc.stderr).text() }
 }
 
-describe('gridkeep serve with a DATABASE_URL it cannot use', () => {
+describeWith(postgres, 'gridkeep serve with a DATABASE_URL it cannot use', () => {
   test('unreachable: exit 2, one line naming DATABASE_URL, no password', async () => {
     const { code, stderr } = await serve('postgres://gk:hunter2-secret@127.0.0.1:1/gk')
     expect(code).toBe(2)

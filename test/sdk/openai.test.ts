@@ -5,7 +5,7 @@ import OpenAI, { toFile, toStreamingFile } from 'openai'
 import { startTestServer } from '../helpers/app'
 import { jsonl, line, makeCatalogEntry } from '../helpers/batches'
 import { makePersonalKey, makeUser } from '../helpers/builders'
-import { eventually } from '../helpers/sse'
+import { until } from '../helpers/until'
 
 // The official `openai` SDK against a real server (API.md: "that compatibility is a product
 // feature"): a personal key as apiKey, baseURL <server>/v1.
@@ -137,7 +137,8 @@ test('batches.create, batches.retrieve, batches.list with pagination and auto-pa
     expect(batch).toMatchObject({ object: 'batch', status: 'validating', input_file_id: file.id })
     created.push(batch.id)
   }
-  await eventually(
+  await until(
+    'validation',
     async () => ((await openai.batches.retrieve(created[4]!)).status as string) === 'validated',
   )
   const done = await openai.batches.retrieve(created[0]!)

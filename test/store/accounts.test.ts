@@ -1,6 +1,6 @@
-import { afterEach, describe, expect, test } from 'bun:test'
+import { afterEach, expect, test } from 'bun:test'
 import type { Store } from '../../src/store'
-import { type StoreHarness, storeEngines } from '../helpers/stores'
+import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // Users and reset tokens behave the same on SQLite and on PostgreSQL (API.md §12), including the
 // races several instances sharing one PostgreSQL database can run.
@@ -28,7 +28,7 @@ const settled = async <T>(ps: Promise<T>[]) => {
 }
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} accounts`, () => {
+  describeEngine(kind, `${kind} accounts`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()

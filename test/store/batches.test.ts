@@ -1,5 +1,6 @@
-import { afterEach, describe, expect, test } from 'bun:test'
-import { finishOne, type StoreHarness, storeEngines } from '../helpers/stores'
+import { afterEach, expect, test } from 'bun:test'
+import { describeWith, postgres } from '../helpers/requires'
+import { describeEngine, finishOne, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // The batches part behaves the same on SQLite and on PostgreSQL (API.md §12).
 
@@ -28,7 +29,7 @@ const refuse = (file: { purpose: string } | undefined) => {
 }
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} batches`, () => {
+  describeEngine(kind, `${kind} batches`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()
@@ -223,7 +224,7 @@ for (const [kind, open] of storeEngines) {
   })
 }
 
-describe('postgres validation leases across instances', () => {
+describeWith(postgres, 'postgres validation leases across instances', () => {
   test('one holder at a time; the holder renews; a lapsed lease is taken over', async () => {
     const h = await storeEngines.find(([kind]) => kind === 'postgres')![1]()
     try {

@@ -1,6 +1,6 @@
-import { afterEach, describe, expect, test } from 'bun:test'
+import { afterEach, expect, test } from 'bun:test'
 import { manifestEntry } from '../helpers/catalogue'
-import { type StoreHarness, storeEngines } from '../helpers/stores'
+import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // readCatalogue runs on every poll: each engine keeps the rows until the catalogue changes through
 // it (upsertEntries), until another instance says it changed it (forgetCatalogue, on its
@@ -9,7 +9,7 @@ import { type StoreHarness, storeEngines } from '../helpers/stores'
 const entry = (id: string) => manifestEntry(id, { capabilities: {} })
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} catalogue cache`, () => {
+  describeEngine(kind, `${kind} catalogue cache`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()

@@ -1,6 +1,6 @@
-import { afterEach, describe, expect, test } from 'bun:test'
+import { afterEach, expect, test } from 'bun:test'
 import { manifestEntry } from '../helpers/catalogue'
-import { type StoreHarness, storeEngines } from '../helpers/stores'
+import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // The catalogue's verbs behave the same on SQLite and on PostgreSQL (API.md §12).
 
@@ -16,7 +16,7 @@ const children = async (h: StoreHarness, table: string) =>
   ).map((r) => `${r.catalog_id}/${r.k}`)
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} catalogue`, () => {
+  describeEngine(kind, `${kind} catalogue`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()

@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, test } from 'bun:test'
-import { type StoreHarness, storeEngines } from '../helpers/stores'
+import { afterEach, expect, test } from 'bun:test'
+import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // API.md §7: a worker already holding max_concurrent_jobs assignments gets nothing, also when its
 // polls arrive at once (on PostgreSQL, on several connections of the pool).
@@ -27,7 +27,7 @@ const claim = (h: StoreHarness, workerId: string, max: number) =>
   })
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} engine: the worker limit`, () => {
+  describeEngine(kind, `${kind} engine: the worker limit`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()

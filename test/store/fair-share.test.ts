@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, test } from 'bun:test'
-import { lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
+import { afterEach, expect, test } from 'bun:test'
+import { describeEngine, lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // API.md §14 fair share, on both engines: after SPEC Poll rule 5 (a loaded model first), the owner
 // with the fewest batches in progress goes first, then the oldest batch. The counts are read from
@@ -47,7 +47,7 @@ const claimId = async (h: StoreHarness, workerId: string, models: { model: strin
   (await claim(h, workerId, models))?.batch.id
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} engine: fair share (API.md §14)`, () => {
+  describeEngine(kind, `${kind} engine: fair share (API.md §14)`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()

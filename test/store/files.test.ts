@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, test } from 'bun:test'
-import { type StoreHarness, storeEngines } from '../helpers/stores'
+import { afterEach, expect, test } from 'bun:test'
+import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // The files part behaves the same on SQLite and on PostgreSQL (API.md §12): expiry, the quota's
 // sums and the retention pass of API.md §15.
@@ -30,7 +30,7 @@ const batchOn = (id: string, input: string, status: string) =>
 const ids = (rows: { id: string }[]) => rows.map((r) => r.id).sort()
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} files`, () => {
+  describeEngine(kind, `${kind} files`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()

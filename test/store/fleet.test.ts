@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, test } from 'bun:test'
 import { AppError } from '../../src/lib/errors'
 import type { HostedModelInput, Registration } from '../../src/store/fleet'
-import { lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
+import { describeWith, postgres } from '../helpers/requires'
+import { describeEngine, lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // The fleet's verbs behave the same on SQLite and on PostgreSQL (API.md §12).
 
@@ -120,7 +121,7 @@ const appError = async (p: Promise<unknown>) => {
 }
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} fleet`, () => {
+  describeEngine(kind, `${kind} fleet`, () => {
     let h: Harness
     afterEach(async () => {
       await h?.close()
@@ -651,7 +652,7 @@ describe('sqlite heartbeats', () => {
   })
 })
 
-describe('postgres heartbeats', () => {
+describeWith(postgres, 'postgres heartbeats', () => {
   test('beats that arrive together are committed together (one transaction writes every row)', async () => {
     const h = await storeEngines[1]![1]()
     try {

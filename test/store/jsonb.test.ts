@@ -1,10 +1,11 @@
-import { afterEach, describe, expect, test } from 'bun:test'
+import { afterEach, expect, test } from 'bun:test'
 import { embeddedMigrations } from '../../src/db/pg/migrations.gen'
 import type { CatalogueEntry } from '../../src/modules/catalogue/manifest'
 import { postgresStore } from '../../src/store/postgres'
 import { migratePostgres, openPostgres, type PgDb } from '../../src/store/postgres/db'
 import { manifestEntry } from '../helpers/catalogue'
 import { freshPostgresUrl } from '../helpers/postgres'
+import { describeWith, postgres } from '../helpers/requires'
 import { clock, type StoreHarness, storeConfig, storeEngines } from '../helpers/stores'
 
 // On PostgreSQL every jsonb column holds the JSON value itself, an object or an array (API.md §12:
@@ -36,7 +37,7 @@ const entry = (id: string, o: Partial<CatalogueEntry> = {}) =>
 
 const usage = { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 }
 
-describe('postgres jsonb columns', () => {
+describeWith(postgres, 'postgres jsonb columns', () => {
   let h: StoreHarness
   afterEach(async () => {
     await h?.close()
@@ -150,7 +151,7 @@ describe('postgres jsonb columns', () => {
   })
 })
 
-describe('postgres jsonb_values migration', () => {
+describeWith(postgres, 'postgres jsonb_values migration', () => {
   const index = embeddedMigrations.journal.entries.findIndex((e) => e.tag.endsWith('_jsonb_values'))
   const before = {
     journal: {

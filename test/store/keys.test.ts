@@ -1,6 +1,6 @@
-import { afterEach, describe, expect, test } from 'bun:test'
+import { afterEach, expect, test } from 'bun:test'
 import type { KeyOwner, NewKey } from '../../src/store/keys'
-import { type StoreHarness, storeEngines } from '../helpers/stores'
+import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // API keys and the credential lookup behave the same on SQLite and on PostgreSQL (API.md §12).
 
@@ -52,7 +52,7 @@ const settled = async <T>(ps: Promise<T>[]) => {
 }
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} keys`, () => {
+  describeEngine(kind, `${kind} keys`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()

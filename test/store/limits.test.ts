@@ -1,10 +1,11 @@
-import { afterEach, describe, expect, test } from 'bun:test'
-import { clock, type StoreHarness, storeEngines } from '../helpers/stores'
+import { afterEach, expect, test } from 'bun:test'
+import { describeWith, postgres } from '../helpers/requires'
+import { clock, describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // Rate-limit counters behave the same on both engines (API.md §3, §12).
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} limits`, () => {
+  describeEngine(kind, `${kind} limits`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()
@@ -29,7 +30,7 @@ for (const [kind, open] of storeEngines) {
   })
 }
 
-describe('postgres limits are shared by every instance', () => {
+describeWith(postgres, 'postgres limits are shared by every instance', () => {
   test('two stores on one database count together, also when they race', async () => {
     const [, open] = storeEngines.find(([kind]) => kind === 'postgres')!
     const h = await open()

@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, test } from 'bun:test'
-import { type StoreHarness, storeEngines } from '../helpers/stores'
+import { afterEach, expect, test } from 'bun:test'
+import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // Organizations and memberships behave the same on SQLite and on PostgreSQL (API.md §12); the
 // last-owner rule holds against concurrent changes.
@@ -27,7 +27,7 @@ const settled = async (ps: Promise<unknown>[]) => {
 }
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} orgs`, () => {
+  describeEngine(kind, `${kind} orgs`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()

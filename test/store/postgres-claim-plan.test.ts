@@ -3,18 +3,20 @@ import type { SQL } from 'bun'
 import { closePostgres, migratePostgres, openPostgres, type PgDb } from '../../src/store/postgres/db'
 import { claimHeads, claimOne } from '../../src/store/postgres/queue'
 import { freshPostgresUrl } from '../helpers/postgres'
+import { describeWith, postgres } from '../helpers/requires'
 
 // The PostgreSQL claim finds the oldest validated batch of each owner of each candidate model with
 // index probes of batches_status_model (API.md §7, §14), however many batches of other models,
 // or batches already claimed, precede it in seq order: a plan walking the primary key would step
 // over all of them.
 
-let db: PgDb
+describeWith(postgres, 'postgres claim plans', () => {
+  let db: PgDb
 
-beforeAll(async () => {
-  db = openPostgres({ url: await freshPostgresUrl(), max: 2 })
-  await migratePostgres(db)
-  await db.$client.unsafe(`
+  beforeAll(async () => {
+    db = openPostgres({ url: await freshPostgresUrl(), max: 2 })
+    await migratePostgres(db)
+    await db.$client.unsafe(`
     INSERT INTO users (id, email, password_hash, full_name, created_at, updated_at)
       VALUES ('user_a', 'a@x.test', 'h', 'A', 1, 1), ('user_b', 'b@x.test', 'h', 'B', 1, 1);
     INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status,
@@ -28,74 +30,75 @@ beforeAll(async () => {
         '/v1/chat/completions', '24h', 'm-late', 'validated', 1, 1, 1
       FROM generate_series(1, 5000) g;
     ANALYZE batches;`)
-})
-
-afterAll(async () => {
-  await closePostgres(db)
-})
-
-/** The same tagged query, EXPLAINed. */
-const explaining =
-  (q: SQL) =>
-  (strings: TemplateStringsArray, ...values: unknown[]) => {
-    const text = [`EXPLAIN ${strings[0]}`, ...strings.slice(1)]
-    Object.defineProperty(text, 'raw', { value: text })
-    return q(text as unknown as TemplateStringsArray, ...values)
-  }
-
-/** The plan `run` gets on `q` (the transaction that set the plan cache mode). */
-async function plan(q: SQL, run: (q: SQL) => Promise<unknown>) {
-  const rows = (await run(explaining(q) as unknown as SQL)) as { 'QUERY PLAN': string }[]
-  return rows.map((r) => r['QUERY PLAN']).join('\n')
-}
-
-for (const mode of ['auto', 'force_generic_plan']) {
-  test(`postgres claim (plan_cache_mode ${mode}): heads and the claim are probes of batches_status_model`, async () => {
-    await db.$client.begin(async (q) => {
-      await q.unsafe(`SET LOCAL plan_cache_mode = ${mode}`)
-      for (let i = 0; i < 6; i++) {
-        const heads = await plan(q, (e) => claimHeads(e, ['m-late', 'm-other']))
-        expect(heads).toContain('batches_status_model')
-        expect(heads).not.toContain('batches_pkey')
-        expect(heads).not.toContain('batches_status_user')
-        expect(heads).not.toContain('Sort')
-        const claim = await plan(q, (e) =>
-          claimOne(
-            e,
-            { model: 'm-late', user_id: 'user_a', seq: 0 },
-            { id: 'a', workerId: 'w', orgId: 'o', now: 1, maxConcurrent: 1 },
-          ),
-        )
-        expect(claim).toContain('batches_status_model')
-        // From the chosen head on: the entries before it were walked by the heads read already.
-        expect(claim).toMatch(/Index Cond: .*\(seq >= /)
-        expect(claim).not.toContain('batches_status_user')
-        // Nothing sorted but the worker's own open slots (at most max_concurrent_jobs rows).
-        expect(claim).not.toMatch(/Sort Key: (?!batch_assignments\.slot$)/m)
-      }
-    })
   })
-}
 
-test('postgres claim: the heads found are the oldest validated batch of each owner of each model', async () => {
-  const rows = await claimHeads(db.$client, ['m-late', 'm-other', 'm-none'])
-  expect(rows.map((r) => [r.model, r.user_id, r.id]).sort()).toEqual([
-    ['m-late', 'user_a', 'batch_l1'],
-    ['m-late', 'user_b', 'batch_l1000'],
-    ['m-other', 'user_a', 'batch_o2'],
-  ])
-})
+  afterAll(async () => {
+    await closePostgres(db)
+  })
 
-test('postgres claim: the poll runs its generic plans, planned once per connection', async () => {
-  // Left to choose, PostgreSQL planned the heads anew for the models at hand at every poll (planning
-  // cost more than running them): db.$claims always runs a prepared statement's generic plan.
-  const conn = await db.$claims.reserve()
-  try {
-    for (let i = 0; i < 8; i++) await claimHeads(conn, ['m-late'])
-    const [stmt] = await conn`SELECT generic_plans::int AS generic, custom_plans::int AS custom
-      FROM pg_prepared_statements WHERE statement LIKE '%WITH RECURSIVE heads%'`
-    expect(stmt).toEqual({ generic: 8, custom: 0 })
-  } finally {
-    conn.release()
+  /** The same tagged query, EXPLAINed. */
+  const explaining =
+    (q: SQL) =>
+    (strings: TemplateStringsArray, ...values: unknown[]) => {
+      const text = [`EXPLAIN ${strings[0]}`, ...strings.slice(1)]
+      Object.defineProperty(text, 'raw', { value: text })
+      return q(text as unknown as TemplateStringsArray, ...values)
+    }
+
+  /** The plan `run` gets on `q` (the transaction that set the plan cache mode). */
+  async function plan(q: SQL, run: (q: SQL) => Promise<unknown>) {
+    const rows = (await run(explaining(q) as unknown as SQL)) as { 'QUERY PLAN': string }[]
+    return rows.map((r) => r['QUERY PLAN']).join('\n')
   }
+
+  for (const mode of ['auto', 'force_generic_plan']) {
+    test(`postgres claim (plan_cache_mode ${mode}): heads and the claim are probes of batches_status_model`, async () => {
+      await db.$client.begin(async (q) => {
+        await q.unsafe(`SET LOCAL plan_cache_mode = ${mode}`)
+        for (let i = 0; i < 6; i++) {
+          const heads = await plan(q, (e) => claimHeads(e, ['m-late', 'm-other']))
+          expect(heads).toContain('batches_status_model')
+          expect(heads).not.toContain('batches_pkey')
+          expect(heads).not.toContain('batches_status_user')
+          expect(heads).not.toContain('Sort')
+          const claim = await plan(q, (e) =>
+            claimOne(
+              e,
+              { model: 'm-late', user_id: 'user_a', seq: 0 },
+              { id: 'a', workerId: 'w', orgId: 'o', now: 1, maxConcurrent: 1 },
+            ),
+          )
+          expect(claim).toContain('batches_status_model')
+          // From the chosen head on: the entries before it were walked by the heads read already.
+          expect(claim).toMatch(/Index Cond: .*\(seq >= /)
+          expect(claim).not.toContain('batches_status_user')
+          // Nothing sorted but the worker's own open slots (at most max_concurrent_jobs rows).
+          expect(claim).not.toMatch(/Sort Key: (?!batch_assignments\.slot$)/m)
+        }
+      })
+    })
+  }
+
+  test('postgres claim: the heads found are the oldest validated batch of each owner of each model', async () => {
+    const rows = await claimHeads(db.$client, ['m-late', 'm-other', 'm-none'])
+    expect(rows.map((r) => [r.model, r.user_id, r.id]).sort()).toEqual([
+      ['m-late', 'user_a', 'batch_l1'],
+      ['m-late', 'user_b', 'batch_l1000'],
+      ['m-other', 'user_a', 'batch_o2'],
+    ])
+  })
+
+  test('postgres claim: the poll runs its generic plans, planned once per connection', async () => {
+    // Left to choose, PostgreSQL planned the heads anew for the models at hand at every poll (planning
+    // cost more than running them): db.$claims always runs a prepared statement's generic plan.
+    const conn = await db.$claims.reserve()
+    try {
+      for (let i = 0; i < 8; i++) await claimHeads(conn, ['m-late'])
+      const [stmt] = await conn`SELECT generic_plans::int AS generic, custom_plans::int AS custom
+      FROM pg_prepared_statements WHERE statement LIKE '%WITH RECURSIVE heads%'`
+      expect(stmt).toEqual({ generic: 8, custom: 0 })
+    } finally {
+      conn.release()
+    }
+  })
 })

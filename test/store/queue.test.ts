@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, test } from 'bun:test'
-import { lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
+import { afterEach, expect, test } from 'bun:test'
+import { describeEngine, lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // The work queue's verbs behave the same on SQLite and on PostgreSQL (API.md §12).
 
@@ -42,7 +42,7 @@ const claim = (
   })
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} engine`, () => {
+  describeEngine(kind, `${kind} engine`, () => {
     let h: Harness
     afterEach(async () => {
       await h?.close()

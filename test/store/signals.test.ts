@@ -3,6 +3,7 @@ import { openPostgres, type PgDb } from '../../src/store/postgres/db'
 import { coalesceSignals, postgresSignals } from '../../src/store/postgres/signals'
 import type { BatchSignal } from '../../src/store/signals'
 import { freshPostgresUrl } from '../helpers/postgres'
+import { describeWith, postgres } from '../helpers/requires'
 
 // Signals between instances (API.md §12): the signals of one tick travel coalesced, in one NOTIFY
 // per payload-sized chunk.
@@ -36,7 +37,7 @@ describe('coalesceSignals', () => {
   })
 })
 
-describe('postgres signals', () => {
+describeWith(postgres, 'postgres signals', () => {
   let db: PgDb
   beforeAll(async () => {
     db = openPostgres({ url: await freshPostgresUrl(), max: 4 })

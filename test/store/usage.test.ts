@@ -1,4 +1,4 @@
-import { afterEach, describe, expect, test } from 'bun:test'
+import { afterEach, expect, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -13,7 +13,8 @@ import { sqliteDialect } from '../../src/store/sqlite/usage'
 import type { UsageGroup, UsageScope, UsageSums } from '../../src/store/usage'
 import { usageQuery } from '../../src/store/usage-query'
 import { freshPostgresUrl } from '../helpers/postgres'
-import { lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
+import { describeWith, postgres, testWith } from '../helpers/requires'
+import { describeEngine, lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // The usage part sums the same on SQLite and on PostgreSQL (API.md §12, §14).
 
@@ -91,7 +92,7 @@ const noLabel = { prefix: null, name: null, email: null }
 const byGroup = (rows: UsageSums[]) => rows.toSorted((x, y) => String(x.group).localeCompare(String(y.group)))
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} usage`, () => {
+  describeEngine(kind, `${kind} usage`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()
@@ -159,60 +160,66 @@ for (const [kind, open] of storeEngines) {
   })
 }
 
-test('postgres: usage as the app writes it through drizzle is a JSON object, summed with usage written by SQL', async () => {
-  const db = openPostgres({ url: await freshPostgresUrl(), max: 2 })
-  try {
-    await migratePostgres(db)
-    await db.insert(pg.users).values({
-      id: 'u',
-      email: 'u@x.test',
-      password_hash: 'h',
-      full_name: 'U',
-      created_at: 1,
-      updated_at: 1,
-    })
-    const row = {
-      user_id: 'u',
-      input_file_id: 'f',
-      endpoint: 'e',
-      completion_window: '24h',
-      model: 'm',
-    } as const
-    await db.insert(pg.batches).values([
-      {
-        ...row,
-        id: 'b1',
-        status: 'completed',
-        request_counts_completed: 2,
-        usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 },
+testWith(
+  postgres,
+  'postgres: usage as the app writes it through drizzle is a JSON object, summed with usage written by SQL',
+  async () => {
+    const db = openPostgres({ url: await freshPostgresUrl(), max: 2 })
+    try {
+      await migratePostgres(db)
+      await db.insert(pg.users).values({
+        id: 'u',
+        email: 'u@x.test',
+        password_hash: 'h',
+        full_name: 'U',
         created_at: 1,
-        completed_at: D0,
         updated_at: 1,
-      },
-      {
-        ...row,
-        id: 'b2',
-        status: 'completed',
-        request_counts_completed: 1,
-        usage: null,
-        created_at: 1,
-        completed_at: D0,
-        updated_at: 1,
-      },
-    ])
-    await db.execute(sql`INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status,
+      })
+      const row = {
+        user_id: 'u',
+        input_file_id: 'f',
+        endpoint: 'e',
+        completion_window: '24h',
+        model: 'm',
+      } as const
+      await db.insert(pg.batches).values([
+        {
+          ...row,
+          id: 'b1',
+          status: 'completed',
+          request_counts_completed: 2,
+          usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 },
+          created_at: 1,
+          completed_at: D0,
+          updated_at: 1,
+        },
+        {
+          ...row,
+          id: 'b2',
+          status: 'completed',
+          request_counts_completed: 1,
+          usage: null,
+          created_at: 1,
+          completed_at: D0,
+          updated_at: 1,
+        },
+      ])
+      await db.execute(sql`INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status,
       request_counts_completed, usage, created_at, completed_at, updated_at)
       VALUES ('b3', 'u', 'f', 'e', '24h', 'm', 'completed', 1, '{"prompt_tokens": 10, "total_tokens": 10}'::jsonb, 1, ${D0}, 1)`)
-    const stored = await db.execute(
-      sql`SELECT jsonb_typeof(usage) AS t, usage ->> 'total_tokens' AS total FROM batches WHERE id = 'b1'`,
-    )
-    expect([...(stored as unknown as { t: string; total: string }[])]).toEqual([{ t: 'object', total: '7' }])
-    const sums = await postgresUsage(db).sums({ kind: 'user', userId: 'u' }, range, 'model')
-    expect(sums).toEqual([{ group: 'm', label: noLabel, ...counted(3, 4, 13, 4, 17) }])
-  } finally {
-    await db.$client.close()
-  }
-})
+      const stored = await db.execute(
+        sql`SELECT jsonb_typeof(usage) AS t, usage ->> 'total_tokens' AS total FROM batches WHERE id = 'b1'`,
+      )
+      expect([...(stored as unknown as { t: string; total: string }[])]).toEqual([
+        { t: 'object', total: '7' },
+      ])
+      const sums = await postgresUsage(db).sums({ kind: 'user', userId: 'u' }, range, 'model')
+      expect(sums).toEqual([{ group: 'm', label: noLabel, ...counted(3, 4, 13, 4, 17) }])
+    } finally {
+      await db.$client.close()
+    }
+  },
+)
 
 // "Indexed so a query does not scan every batch of the installation": each scope's statement is
 // an index range probe. PostgreSQL plans by cost, so its test fills a year of history first;
@@ -223,7 +230,7 @@ const scopes: [UsageScope, string][] = [
   [{ kind: 'all' }, 'batches_completed'],
 ]
 
-describe('usage query plans', () => {
+describeWith(postgres, 'usage query plans', () => {
   test('sqlite: each scope probes its index', () => {
     const dir = mkdtempSync(join(tmpdir(), 'gridkeep-usage-'))
     const { db, sqlite } = openDb({ path: join(dir, 'g.db') })

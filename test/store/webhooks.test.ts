@@ -8,7 +8,15 @@ import { openDb } from '../../src/db/open'
 import type { WebhookEventType } from '../../src/db/schema'
 import { sqliteStore } from '../../src/store/sqlite'
 import type { AttemptResult } from '../../src/store/webhooks'
-import { clock, finishOne, lit as q, type StoreHarness, storeConfig, storeEngines } from '../helpers/stores'
+import {
+  clock,
+  describeEngine,
+  finishOne,
+  lit as q,
+  type StoreHarness,
+  storeConfig,
+  storeEngines,
+} from '../helpers/stores'
 
 // Webhooks' verbs and their outbox behave the same on SQLite and on PostgreSQL (API.md §12, §13).
 
@@ -86,7 +94,7 @@ function failedAttempt(m: Msg): AttemptResult {
 }
 
 for (const [kind, open] of storeEngines) {
-  describe(`${kind} engine`, () => {
+  describeEngine(kind, `${kind} engine`, () => {
     let h: Harness
     afterEach(async () => {
       await h?.close()

@@ -144,7 +144,7 @@ describe('delivery to a receiver on loopback (WEBHOOK_ALLOW_PRIVATE=true)', () =
     const minutes = (await deliveries(t, user, hook.id))
       .map((d) => ((d.attempted_at as number) - t0) / 60)
       .reverse()
-    // README "Webhooks": 0, 1, 3, 7, 15, 31, 63 min, 2 h 7, 4 h 15, 8 h 31, 14 h 31, 20 h 31.
+    // docs/guide.md "Webhooks": 0, 1, 3, 7, 15, 31, 63 min, 2 h 7, 4 h 15, 8 h 31, 14 h 31, 20 h 31.
     expect(minutes).toEqual([0, 1, 3, 7, 15, 31, 63, 127, 255, 511, 871, 1231])
     expect(await metric(t, 'gave_up')).toBe(gaveUp + 1)
     t.clock.advance(86400)

@@ -3,14 +3,14 @@ import { createHmac, timingSafeEqual } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { sign } from '../../src/services/webhooks'
 
-// The README's "Webhooks" section verifies a signature "in a few lines": those lines, run as
+// docs/guide.md's "Webhooks" section verifies a signature "in a few lines": those lines, run as
 // written, accept the server's signature and refuse a changed body or an old timestamp.
 
 type Verify = (secret: string, headers: Headers, body: string) => boolean
 
 function readmeVerify(): Verify {
-  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8')
-  const block = readme
+  const guide = readFileSync(new URL('../../docs/guide.md', import.meta.url), 'utf8')
+  const block = guide
     .split('```ts\n')
     .find((b) => b.includes('function verify('))!
     .split('```')[0]!
@@ -18,7 +18,7 @@ function readmeVerify(): Verify {
   return new Function('createHmac', 'timingSafeEqual', `${js}; return verify`)(createHmac, timingSafeEqual)
 }
 
-test('the README verification snippet accepts the server’s signature and nothing else', () => {
+test('the guide’s verification snippet accepts the server’s signature and nothing else', () => {
   const verify = readmeVerify()
   const secret = `whsec_${Buffer.alloc(24, 3).toString('base64')}`
   const ts = Math.floor(Date.now() / 1000)
