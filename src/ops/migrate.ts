@@ -35,6 +35,8 @@ export const TABLES: { name: string; sqlite: SQLiteTable; pg: PgTable }[] = [
   { name: 'batches', sqlite: schema.batches, pg: pgSchema.batches },
   { name: 'batch_errors', sqlite: schema.batchErrors, pg: pgSchema.batchErrors },
   { name: 'batch_assignments', sqlite: schema.batchAssignments, pg: pgSchema.batchAssignments },
+  { name: 'batch_shards', sqlite: schema.batchShards, pg: pgSchema.batchShards },
+  { name: 'batch_line_index', sqlite: schema.batchLineIndex, pg: pgSchema.batchLineIndex },
   { name: 'workers', sqlite: schema.workers, pg: pgSchema.workers },
   { name: 'worker_runtimes', sqlite: schema.workerRuntimes, pg: pgSchema.workerRuntimes },
   { name: 'worker_gpus', sqlite: schema.workerGpus, pg: pgSchema.workerGpus },
@@ -67,6 +69,8 @@ function orderOf(table: SQLiteTable): string[] {
 
 /** JSON with object keys sorted at every depth (jsonb does not keep the order SQLite's text did). */
 function canonical(value: unknown): string {
+  // Bytes (the request-line index): SQLite hands back a Buffer, PostgreSQL's bytea a Uint8Array.
+  if (value instanceof Uint8Array) return JSON.stringify(Buffer.from(value).toString('base64'))
   if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`
   if (value && typeof value === 'object') {
     const keys = Object.keys(value).sort()
@@ -225,9 +229,18 @@ export async function migrateRows(opts: MigrateOptions): Promise<MigrateReport> 
       throw new MigrateError('the target database already holds gridkeep data: migrate into an empty one')
 
     // Files first: if the rows then fail, the copies are removed again and the target is as before.
-    const fileIds = (source.select({ id: schema.files.id }).from(schema.files).all() as { id: string }[]).map(
-      (f) => f.id,
-    )
+    // Shards' result parts not joined yet (API.md §16) are blobs too.
+    const fileIds = [
+      ...(source.select({ id: schema.files.id }).from(schema.files).all() as { id: string }[]).map(
+        (f) => f.id,
+      ),
+      ...(
+        source
+          .select({ o: schema.batchShards.output_key, e: schema.batchShards.error_key })
+          .from(schema.batchShards)
+          .all() as { o: string | null; e: string | null }[]
+      ).flatMap((p) => [p.o, p.e].filter((k): k is string => k !== null)),
+    ]
     const copied = opts.files ? await copyFiles(fileIds, opts.files.from, opts.files.to, log) : []
     const expected: TableReport[] = []
     try {

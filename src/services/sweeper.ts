@@ -2,7 +2,9 @@ import type { Deps } from '../deps'
 import { type Every, every } from '../lib/clock'
 import { log } from '../lib/logger'
 import { onlineCutoff } from '../modules/workers/liveness'
+import { removeParts } from '../modules/workers/parts'
 import { batchClaimable } from '../modules/workers/poll-wait'
+import { joinShards } from '../modules/workers/results'
 
 // The sweeper (SPEC §3 Worker, API.md §7): every SWEEP_INTERVAL_SECONDS, workers unseen for
 // HEARTBEAT_TIMEOUT_SECONDS go offline and each batch they hold is requeued through the one
@@ -31,8 +33,16 @@ export async function runOnce(deps: Deps): Promise<SweepResult> {
   result.workers_offline = swept.workers_offline
   for (const r of swept.requeues) {
     deps.metrics.requeues.inc({ reason: r.reason, outcome: r.status })
+    await removeParts(deps, r.parts)
     if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
     ;(r.status === 'validated' ? result.requeued : result.failed).push(r.batch_id)
+  }
+  // API.md §16: a split batch whose last shard is in but whose parts were never joined (the
+  // uploader that should have joined them died) is joined here.
+  for (const batchId of await deps.store.queue.splitBatchesToJoin()) {
+    await joinShards(deps, batchId).catch((e) =>
+      log.error('joining shards failed', { batch_id: batchId, error: e }),
+    )
   }
   if (result.workers_offline.length || result.requeued.length || result.failed.length) {
     log.info('sweeper pass', {

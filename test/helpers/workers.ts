@@ -2,6 +2,7 @@ import { expect } from 'bun:test'
 import type { Deps } from '../../src/deps'
 import { newId } from '../../src/lib/ids'
 import type { Job } from '../../src/modules/workers/claim'
+import { packLineOffsets } from '../../src/store/batches'
 import type { TestApp, TestServer } from './app'
 import { writeBlob } from './blobs'
 import { type MadeUser, makeUser, makeWorkerKey } from './builders'
@@ -75,6 +76,8 @@ export interface BatchOptions {
   requests?: number
   customIds?: string[]
   status?: 'validated' | 'validating'
+  /** Writes the request-line index validation writes (API.md §16: the batch may be split). */
+  indexed?: boolean
 }
 
 /** An uploaded input file (its bytes in the blob store) and a batch already `validated`. */
@@ -108,6 +111,15 @@ export async function makeValidatedBatch(deps: Deps, o: BatchOptions) {
       updated_at: now,
     })
     .returning()
+  if (o.indexed) {
+    const offsets: number[] = []
+    let at = 0
+    for (const id of ids) {
+      offsets.push(at)
+      at += Buffer.byteLength(inputLine(id, o.model)) + 1
+    }
+    await db.insert(tables.batchLineIndex).values({ batch_id: batch!.id, offsets: packLineOffsets(offsets) })
+  }
   return batch!
 }
 

@@ -74,3 +74,54 @@ test(`${POLLERS} concurrent pollers drain ${BATCHES} batches; every batch is cla
   )
   expect([...statuses]).toEqual(['in_progress'])
 }, 60_000)
+
+// API.md §16: a request line is never in two held shards, however many shard-capable pollers cut
+// the same batches at once.
+test(`${POLLERS} concurrent shard pollers cut 20 large batches: every request in exactly one shard`, async () => {
+  const t = await startTestServer({ SHARD_MIN_REQUESTS: '5', SHARD_MAX_REQUESTS: '40' })
+  try {
+    const fleet = await makeFleet(t)
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'storm:2' })
+    const batches = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        makeValidatedBatch(t.deps, { userId: fleet.user.id, model: entry.id, requests: 150, indexed: true }),
+      ),
+    )
+    const workerIds = await Promise.all(
+      Array.from({ length: POLLERS }, () =>
+        registerWorker(t, fleet.key, {
+          models: ['storm:2'],
+          max_concurrent_jobs: 1024,
+          capabilities: { shards: true },
+        }),
+      ),
+    )
+    const jobs = (
+      await Promise.all(
+        workerIds.map(async (wid) => {
+          const mine: { batch_id: string; shard: { first_request: number; requests: number } }[] = []
+          for (;;) {
+            const res = await fetch(`${t.url}/workers/poll`, {
+              method: 'POST',
+              headers: { authorization: `Bearer ${fleet.key}`, 'content-type': 'application/json' },
+              body: JSON.stringify({ worker_id: wid }),
+            })
+            expect(res.status).toBe(200)
+            const { job } = (await res.json()) as { job: (typeof mine)[number] | null }
+            if (!job) return mine
+            mine.push(job)
+          }
+        }),
+      )
+    ).flat()
+    for (const batch of batches) {
+      const covered = new Uint8Array(150)
+      for (const j of jobs.filter((x) => x.batch_id === batch.id)) {
+        for (let i = j.shard.first_request; i < j.shard.first_request + j.shard.requests; i++) covered[i]!++
+      }
+      expect([...covered].every((c) => c === 1)).toBe(true)
+    }
+  } finally {
+    await t.stop()
+  }
+}, 60_000)

@@ -2,6 +2,7 @@ import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { isOnline, onlineCutoff } from './liveness'
 import { loadCatalogue, matchesFor, workerView } from './matching'
+import { batchClaimable } from './poll-wait'
 import { ownWorkerWithHosting } from './service'
 
 // POST /workers/poll (SPEC §4 Poll, API.md §7). The worker's servable entries are computed here,
@@ -64,7 +65,12 @@ export async function claimBatch(
   deps.metrics.claims.inc()
   const { batch, assignmentId, shard } = claimed
   const { entry, profile } = claimed.match
-  if (shard) deps.metrics.shardClaims.inc()
+  if (shard) {
+    deps.metrics.shardClaims.inc()
+    // API.md §16: the rest of the batch is for the other workers: their held polls look again.
+    if (batch.next_request < batch.request_counts_total || shard.attempts > 0)
+      batchClaimable(deps, batch.id, batch.model)
+  }
   return {
     job: {
       job_id: shard ? shard.id : batch.id,

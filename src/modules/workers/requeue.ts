@@ -15,6 +15,11 @@ export interface RequeueOutcome {
   error: string
   /** The batch's model: held polls that can serve it look again (not part of any API answer). */
   model: string | null
+  /**
+   * API.md §16: blob keys of the done shards' result parts of a split batch that just failed; the
+   * caller removes them (nothing will join them now).
+   */
+  parts?: string[]
 }
 
 /** SPEC §8: stored error text is at most 2000 characters (code points: never half a character). */

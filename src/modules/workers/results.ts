@@ -13,6 +13,7 @@ import { receiveMultipart, refuseUnread } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
 import type { ByteRange } from '../../store/queue'
 import type { WorkerPrincipal } from '../auth/credentials'
+import { removeParts } from './parts'
 import { checkHolder } from './rules'
 import { ownWorker } from './service'
 
@@ -504,7 +505,14 @@ async function commitShard(
     completed: split.completed,
     failed: split.failed,
   })
-  const batch = recorded.last ? ((await joinShards(deps, held.batch.id)) ?? recorded.batch) : recorded.batch
+  // The shard is stored whatever becomes of the join: a join that fails is retried by the sweeper.
+  const joined = recorded.last
+    ? await joinShards(deps, held.batch.id).catch((e) => {
+        log.error('joining shards failed', { batch_id: held.batch.id, error: e })
+        return null
+      })
+    : null
+  const batch = joined ?? recorded.batch
   return shardResponseOf(batch, {
     ...shard,
     status: 'done',
@@ -582,21 +590,14 @@ export async function joinShards(deps: Deps, batchId: string): Promise<BatchRow 
       return null
     }
     log.info('batch results joined', { batch_id: batchId, shards: shards.length, completed, failed })
-    await removeShardParts(deps, shards)
+    await removeParts(
+      deps,
+      shards.flatMap((s) => [s.output_key, s.error_key]),
+    )
     return row
   } catch (e) {
     await Promise.all([output.writer.abort(), errors.writer.abort()])
     throw e
-  }
-}
-
-/** The shards' parts, once joined (or once their batch failed): nothing refers to them any more. */
-export async function removeShardParts(
-  deps: Deps,
-  shards: readonly Pick<BatchShardRow, 'output_key' | 'error_key'>[],
-) {
-  for (const s of shards) {
-    for (const key of [s.output_key, s.error_key]) if (key) await deps.blobs.remove(key).catch(() => {})
   }
 }
 

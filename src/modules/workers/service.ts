@@ -15,6 +15,7 @@ import type {
   RegisterBody,
   ReportFailureBody,
 } from './model'
+import { removeParts } from './parts'
 import { batchClaimable } from './poll-wait'
 import { type PullItem, pullModelsFor } from './pulls'
 
@@ -124,6 +125,7 @@ export async function register(deps: Deps, principal: WorkerPrincipal, body: Reg
   // What the worker hosts and whether it is online may differ now (API.md §4 `available`).
   modelsChanged(deps, 'fleet')
   for (const r of requeued) {
+    await removeParts(deps, r.parts)
     deps.metrics.requeues.inc({ reason: 'worker_reregistered', outcome: r.status })
     if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
   }
@@ -249,6 +251,7 @@ export async function reportFailure(deps: Deps, principal: WorkerPrincipal, body
     now: deps.clock.now(),
   })
   deps.metrics.requeues.inc({ reason: 'reported_failure', outcome: outcome.status })
+  await removeParts(deps, outcome.parts)
   if (outcome.status === 'validated') batchClaimable(deps, outcome.batch_id, outcome.model)
   return {
     status: outcome.status,

@@ -26,6 +26,7 @@ import {
   requeueShardInTx,
   requeueSilentShardsInTx,
   shardStatements,
+  takePartsInTx,
 } from './shards'
 import { transition } from './transition'
 
@@ -348,6 +349,8 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       return writeTx(db, (tx) => {
         const row = transition(deps, r.batchId, 'results_delivered', r.now, r.changes, 'shards joined')
         if (row && r.files.length) tx.insert(files).values(r.files).run()
+        // The parts are joined: the caller removes them, and nothing refers to them any more.
+        if (row) takePartsInTx(deps, r.batchId)
         return row
       })
     },

@@ -134,6 +134,15 @@ const stmts = preparedOnce((db: Db) => {
          request_counts_failed = request_counts_failed - $df, updated_at = $now
        WHERE id = $id AND status = 'in_progress'`,
     ),
+    // A batch's result parts: read, then cleared once joined or failed (the caller removes them).
+    parts: db.$client.prepare<{ output_key: string | null; error_key: string | null }, { id: string }>(
+      `SELECT output_key, error_key FROM batch_shards
+       WHERE batch_id = $id AND (output_key IS NOT NULL OR error_key IS NOT NULL)`,
+    ),
+    clearParts: db.$client.prepare<unknown, { id: string }>(
+      `UPDATE batch_shards SET output_key = NULL, error_key = NULL
+       WHERE batch_id = $id AND (output_key IS NOT NULL OR error_key IS NOT NULL)`,
+    ),
     heldBy: db.$client.prepare<{ id: string }, { worker_id: string }>(
       `SELECT id FROM batch_shards WHERE worker_id = $worker_id AND status = 'running' ORDER BY seq`,
     ),
@@ -265,6 +274,9 @@ export function requeueShardInTx(
   if (decision.event === 'attempts_exhausted' || s.active.get({ id: batch.id })!.n === 0) {
     const row = transition(deps, batch.id, decision.event, now, { ...decision.changes, attempts }, reason)
     if (!row) return null
+    if (decision.event === 'attempts_exhausted') {
+      return { ...decision.outcome, parts: takePartsInTx(deps, batch.id) }
+    }
   } else {
     s.keepInProgress.run({
       id: batch.id,
@@ -276,6 +288,14 @@ export function requeueShardInTx(
     })
   }
   return decision.outcome
+}
+
+/** Inside the caller's writeTx: the blob keys of a batch's result parts, cleared from its shards. */
+export function takePartsInTx(deps: { db: Db }, batchId: string): string[] {
+  const s = stmts(deps)
+  const keys = s.parts.all({ id: batchId }).flatMap((p) => [p.output_key, p.error_key])
+  s.clearParts.run({ id: batchId })
+  return keys.filter((k): k is string => k !== null)
 }
 
 /** Inside the caller's writeTx: requeues every shard `workerId` holds (re-registration). */

@@ -1,0 +1,9 @@
+import type { Deps } from '../../deps'
+
+/**
+ * API.md §16: shards' result parts, once joined or once their batch failed (RequeueOutcome.parts):
+ * nothing refers to them any more. A removal that fails leaves an unreferenced blob, never a loss.
+ */
+export async function removeParts(deps: Deps, keys: readonly (string | null)[] = []) {
+  for (const key of keys) if (key) await deps.blobs.remove(key).catch(() => {})
+}
