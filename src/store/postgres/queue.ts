@@ -34,6 +34,7 @@ import {
   shardsOf,
   shardWithBatch,
   splitBatchesToJoin,
+  takeParts,
 } from './shards'
 import { enqueueWebhookEvents } from './webhooks'
 
@@ -519,6 +520,8 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       return db.transaction(async (tx) => {
         const row = await transition(tx, r.batchId, 'results_delivered', r.now, r.changes, 'shards joined')
         if (row && r.files.length) await tx.insert(files).values(r.files)
+        // The parts are joined: the caller removes them, and nothing refers to them any more.
+        if (row) await takeParts(tx, r.batchId)
         return row
       })
     },

@@ -307,6 +307,9 @@ export async function requeueShardLocked(
   if (decision.event === 'attempts_exhausted' || n === 0) {
     const row = await transition(tx, batch.id, decision.event, now, { ...decision.changes, attempts }, reason)
     if (!row) return null
+    if (decision.event === 'attempts_exhausted') {
+      return { ...decision.outcome, parts: await takeParts(tx, batch.id) }
+    }
   } else {
     // The batch stays in_progress: its attempts are its shards' highest, its error the last one,
     // its live counts lose the shard's.
@@ -322,6 +325,24 @@ export async function requeueShardLocked(
       .where(and(eq(batches.id, batch.id), eq(batches.status, 'in_progress')))
   }
   return decision.outcome
+}
+
+/**
+ * The blob keys of a batch's result parts, cleared from its shards in one statement (joined, or
+ * their batch failed: the caller removes them). The caller holds the batch row's lock.
+ */
+export async function takeParts(tx: PgTx, batchId: string): Promise<string[]> {
+  const rows = (await tx.execute(sql`
+    UPDATE batch_shards s SET output_key = NULL, error_key = NULL
+    FROM (SELECT id, output_key, error_key FROM batch_shards
+          WHERE batch_id = ${batchId} AND (output_key IS NOT NULL OR error_key IS NOT NULL)
+          FOR UPDATE) old
+    WHERE s.id = old.id
+    RETURNING old.output_key, old.error_key`)) as unknown as {
+    output_key: string | null
+    error_key: string | null
+  }[]
+  return rows.flatMap((r) => [r.output_key, r.error_key]).filter((k): k is string => k !== null)
 }
 
 /**
