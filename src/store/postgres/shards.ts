@@ -347,26 +347,29 @@ export async function takeParts(tx: PgTx, batchId: string): Promise<string[]> {
 
 /**
  * Requeues each of `leases` that still stands when locked (the same shard, the same assignment):
- * a shard requeued and taken again meanwhile belongs to its new holder.
+ * a shard requeued and taken again meanwhile belongs to its new holder. The batches are locked in
+ * the order of their ids, so two transactions locking several (the sweeper, a re-registration)
+ * never wait for each other in a circle; the outcomes come in the order of `leases` (claim order).
  */
 async function requeueLeases(
   tx: PgTx,
   maxAttempts: number,
-  leases: { id: string; assignment_id: string | null; error: string }[],
+  leases: { id: string; batch_id: string; assignment_id: string | null; error: string }[],
   reason: RequeueReason,
   now: number,
 ) {
-  const out: RequeueOutcome[] = []
-  for (const l of leases) {
+  const out: (RequeueOutcome | null)[] = leases.map(() => null)
+  const order = leases.map((_, i) => i).sort((a, b) => (leases[a]!.batch_id < leases[b]!.batch_id ? -1 : 1))
+  for (const i of order) {
+    const l = leases[i]!
     const locked = await lockShard(tx, l.id)
     if (!locked || locked.shard.assignment_id !== l.assignment_id) continue
-    const outcome = await requeueShardLocked(tx, maxAttempts, locked, reason, l.error, now)
-    if (outcome) out.push(outcome)
+    out[i] = await requeueShardLocked(tx, maxAttempts, locked, reason, l.error, now)
   }
-  return out
+  return out.filter((o) => o !== null)
 }
 
-/** Requeues every shard `workerId` holds (re-registration, API.md §7), in claim order. */
+/** Requeues every shard `workerId` holds (re-registration, API.md §7). */
 export async function requeueHeldShards(
   tx: PgTx,
   maxAttempts: number,
@@ -376,7 +379,7 @@ export async function requeueHeldShards(
   now: number,
 ) {
   const held = await tx
-    .select({ id: batchShards.id, assignment_id: batchShards.assignment_id })
+    .select({ id: batchShards.id, batch_id: batchShards.batch_id, assignment_id: batchShards.assignment_id })
     .from(batchShards)
     .where(and(eq(batchShards.worker_id, workerId), eq(batchShards.status, 'running')))
     .orderBy(asc(batchShards.seq))
@@ -392,9 +395,14 @@ export async function requeueHeldShards(
 /** The sweeper: requeues every running shard whose holder is silent, offline or gone. */
 export async function requeueSilentShards(tx: PgTx, maxAttempts: number, cutoff: number, now: number) {
   const silent = (await tx.execute(sql`
-    SELECT s.id, s.assignment_id, s.worker_id FROM batch_shards s LEFT JOIN workers w ON w.id = s.worker_id
+    SELECT s.id, s.batch_id, s.assignment_id, s.worker_id FROM batch_shards s LEFT JOIN workers w ON w.id = s.worker_id
     WHERE s.status = 'running' AND (w.id IS NULL OR w.status = 'offline' OR w.last_seen_at <= ${cutoff})
-    ORDER BY s.seq`)) as unknown as { id: string; assignment_id: string | null; worker_id: string | null }[]
+    ORDER BY s.seq`)) as unknown as {
+    id: string
+    batch_id: string
+    assignment_id: string | null
+    worker_id: string | null
+  }[]
   return requeueLeases(
     tx,
     maxAttempts,
