@@ -165,6 +165,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       )
     }
   }
+  // API.md §16: every shard lies between the bounds, so they must not cross.
+  if (raw.SHARD_MAX_REQUESTS > 0 && raw.SHARD_MIN_REQUESTS > raw.SHARD_MAX_REQUESTS) {
+    throw new ConfigError(
+      `invalid configuration: SHARD_MIN_REQUESTS: expected at most SHARD_MAX_REQUESTS (${raw.SHARD_MAX_REQUESTS}), or SHARD_MAX_REQUESTS=0 to turn sharding off`,
+    )
+  }
   if (raw.SMTP_URL !== undefined && !isSmtpUrl(raw.SMTP_URL)) {
     // Caught here, not by the mailer at start, which would crash with an unclear error.
     throw new ConfigError(

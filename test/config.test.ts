@@ -64,6 +64,14 @@ describe('loadConfig', () => {
     expect((error as Error).message.split('\n')).toHaveLength(1)
   })
 
+  test('shard bounds that cross are refused; SHARD_MAX_REQUESTS=0 turns sharding off whatever the minimum', () => {
+    expect(() => loadConfig({ SHARD_MIN_REQUESTS: '500', SHARD_MAX_REQUESTS: '400' })).toThrow(
+      /^invalid configuration: SHARD_MIN_REQUESTS: expected at most SHARD_MAX_REQUESTS \(400\)/,
+    )
+    expect(loadConfig({ SHARD_MIN_REQUESTS: '500', SHARD_MAX_REQUESTS: '0' }).SHARD_MAX_REQUESTS).toBe(0)
+    expect(loadConfig({})).toMatchObject({ SHARD_MIN_REQUESTS: 100, SHARD_MAX_REQUESTS: 1000 })
+  })
+
   test('a bad secret value is never echoed back', () => {
     expect(() => loadConfig({ JWT_SECRET: 'tiny-secret' })).toThrow(/\*\*\*/)
     try {

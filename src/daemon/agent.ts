@@ -10,6 +10,7 @@ import {
   type Job,
   type PullModel,
 } from './client'
+import { ConcurrencyController, RequestLimiter } from './concurrency'
 import { GpuProbe, type GpuSample } from './gpu'
 import { type JobOutcome, JobRun, type JobView } from './job'
 import { type AgentState, checkMove } from './lifecycle'
@@ -19,8 +20,11 @@ import type { PullProgress, Runtime, RuntimeSnapshot } from './runtimes/types'
 import { StateDir } from './state'
 
 // The worker agent (SPEC §1, §4 Workers; API.md §7): registers, heartbeats on its own loop, polls
-// while it has free capacity (held polls: wait_seconds) and runs each claimed batch as a JobRun
-// (job.ts). It stops a job the server no longer assigns to it, rides out control-plane restarts,
+// while it has free capacity (held polls: wait_seconds) and runs each claimed batch or shard
+// (API.md §16) as a JobRun (job.ts). Every job's requests share one limiter (concurrency.ts), and
+// the next job is claimed as soon as the running ones have no request left to start, so the engine
+// is kept busy across job boundaries: the next job's requests take the slots the last requests of
+// the previous one free while its results upload. It stops a job the server no longer assigns to it, rides out control-plane restarts,
 // and on SIGTERM finishes or reports its jobs. Its life cycle is the table of lifecycle.ts; time comes
 // from the injected Timers, and every wait is a Wakeup that the event it waits for cuts short.
 
@@ -30,7 +34,10 @@ const log = rootLog.child({ component: 'worker' })
 export type AgentEvent =
   | { type: 'state'; state: AgentState }
   | { type: 'heartbeat'; ok: boolean }
-  | { type: 'poll_skipped'; reason: 'runtime offline' | 'at capacity' | 'not registered' }
+  | {
+      type: 'poll_skipped'
+      reason: 'runtime offline' | 'at capacity' | 'requests left to start' | 'not registered'
+    }
   | { type: 'job_ended'; job_id: string; outcome: JobOutcome }
 
 export interface AgentDeps {
@@ -80,6 +87,9 @@ export class Agent {
   private lastSnapshot: RuntimeSnapshot | null = null
   private runtimeOnline: boolean | null = null
   private registering: Promise<boolean> | null = null
+  /** The requests in flight at the engine, shared by every job (--concurrency). */
+  readonly limiter: RequestLimiter
+  private slotsAsked: Promise<void> | null = null
 
   constructor(
     readonly opts: DaemonOptions,
@@ -98,6 +108,14 @@ export class Agent {
     this.pollWake = new Wakeup(this.timers)
     this.jobsWake = new Wakeup(this.timers)
     this.pollWait = opts.poll_wait
+    this.limiter = new RequestLimiter(
+      new ConcurrencyController({
+        setting: opts.concurrency,
+        max: opts.max_concurrency,
+        nowMs: () => this.timers.nowMs(),
+        onChange: (concurrency, was, reason) => log.info('concurrency changed', { concurrency, was, reason }),
+      }),
+    )
     // A digest found after registration (a file hashed, a model swapped in the engine) is reported
     // at once: until then that model is not advertised (runtimes/openai.ts).
     this.runtime.onInventoryChange?.(() => this.heartbeatSoon())
@@ -217,6 +235,7 @@ export class Agent {
           daemon_version: DAEMON_VERSION,
           max_concurrent_jobs: this.opts.max_jobs,
           max_download_gb: this.opts.max_download_gb,
+          ...(this.opts.shards ? { capabilities: { shards: true } } : {}),
           models: snapshot.models,
           runtimes: [
             {
@@ -238,6 +257,12 @@ export class Agent {
           runtime_status: snapshot.status,
           models: snapshot.models.length,
           gpus: gpu?.gpus.length ?? 0,
+          shards: this.opts.shards,
+          max_jobs: this.opts.max_jobs,
+          concurrency:
+            this.opts.concurrency === 'auto'
+              ? `auto (${this.limiter.controller.limit})`
+              : this.opts.concurrency,
         })
         return true
       } catch (e) {
@@ -325,6 +350,7 @@ export class Agent {
       loaded_models: snapshot.loaded,
       inventory: snapshot.inventory,
       uptime_seconds: Math.floor((this.timers.nowMs() - this.startedAtMs) / 1000),
+      concurrency: this.limiter.controller.limit,
     }
   }
 
@@ -420,10 +446,14 @@ export class Agent {
         ? 'not registered'
         : this.jobs.size >= this.opts.max_jobs
           ? 'at capacity'
-          : // Claiming a batch we cannot run would only burn one of its attempts.
-            (await this.freshSnapshot()).status !== 'online'
-            ? 'runtime offline'
-            : null
+          : // A job still starting requests keeps the engine busy; a second would only hoard a
+            // batch or shard another worker could run now.
+            [...this.jobs.values()].some((run) => !run.allStarted)
+            ? 'requests left to start'
+            : // Claiming a batch we cannot run would only burn one of its attempts.
+              (await this.freshSnapshot()).status !== 'online'
+              ? 'runtime offline'
+              : null
       if (this.lifecycle !== 'running') break
       if (skip) this.onEvent({ type: 'poll_skipped', reason: skip })
       else {
@@ -475,11 +505,16 @@ export class Agent {
       backoff: this.backoff,
       requestBackoff: this.requestBackoff,
       workerId: this.workerId!,
+      limiter: this.limiter,
       snapshot: () => this.freshSnapshot(),
+      // Nothing left to start: claim the next job now, so its requests are ready for the slots.
+      allStarted: () => this.pollWake.kick(),
     })
     this.jobs.set(job.job_id, run)
+    this.askEngineSlots()
     log.info('job claimed', {
       job_id: job.job_id,
+      ...(job.shard ? { batch_id: job.batch_id, shard: job.shard.index } : {}),
       assignment_id: job.assignment_id,
       model: job.model,
       catalogue_id: job.catalogue_id,
@@ -495,6 +530,24 @@ export class Agent {
       this.pollWake.kick()
       this.jobsWake.kick()
     })
+  }
+
+  /**
+   * --concurrency auto starts from the engine's own figure of its parallel slots when it gives one
+   * (llama.cpp /props total_slots); asked once the engine answers at all.
+   */
+  private askEngineSlots() {
+    if (this.opts.concurrency !== 'auto' || this.slotsAsked || !this.runtime.slots) return
+    this.slotsAsked = this.runtime
+      .slots()
+      .then((slots) => {
+        if (slots) this.limiter.controller.engineReports(slots)
+        this.limiter.pump()
+      })
+      // Not reachable now: ask again at the next job.
+      .catch(() => {
+        this.slotsAsked = null
+      })
   }
 
   /**

@@ -25,6 +25,8 @@ export interface RegisterBody {
     inventory?: InventoryItem[]
   }[]
   gpus?: Gpu[]
+  /** API.md §16: a worker that declares shards is handed shards of split batches. */
+  capabilities?: { shards?: boolean }
 }
 
 export interface RegisterResponse {
@@ -45,6 +47,8 @@ export interface HeartbeatBody {
   loaded_models: string[]
   inventory: InventoryItem[]
   uptime_seconds: number
+  /** The requests the daemon keeps in flight now (--concurrency, found or pinned). */
+  concurrency?: number
 }
 
 export interface PullModel {
@@ -75,6 +79,9 @@ export interface Job {
   digest?: string | null
   params?: Record<string, unknown>
   total_requests?: number
+  /** A shard (API.md §16): its batch, and which of its request lines it holds. */
+  batch_id?: string
+  shard?: { index: number; first_request: number; requests: number }
 }
 
 export interface UploadResult {
@@ -107,6 +114,10 @@ export class ApiError extends Error {
     return this.status === 429 || this.status >= 500
   }
 }
+
+/** API.md §16: the batch failed elsewhere (a shard ran out of attempts); this job is moot. */
+export const isBatchNotInProgress = (e: unknown): e is ApiError =>
+  e instanceof ApiError && e.status === 409 && e.code === 'batch_not_in_progress'
 
 /** The server could not be reached, or the answer did not arrive in time. */
 export class TransportError extends Error {}

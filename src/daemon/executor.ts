@@ -2,6 +2,7 @@ import { writeFileSync } from 'node:fs'
 import { randomBase62 } from '../lib/ids'
 import { readLines } from '../lib/read-lines'
 import { type Backoff, realTimers, retryAfterMs, retryDelay, type Timers } from './backoff'
+import { fixedLimiter, type RequestLimiter } from './concurrency'
 import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 
 // Runs every line of a job's input against the runtime and writes one OpenAI batch output line per
@@ -9,7 +10,11 @@ import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 // error:{code,message}|null}). Input is read line by line and output appended to a file as each
 // request finishes, so memory holds only the requests in flight, whatever the batch size.
 //
-// - At most `concurrency` requests are in flight.
+// - A request takes a slot of the limiter (concurrency.ts) while it is at the engine; a line waiting
+//   to retry gives its slot back and, to retry, takes the next free one before any new line does.
+//   The limiter is shared by every job of the daemon, so at most its limit of
+//   requests are in flight whatever the number of jobs. Every answer (and timeout) is a sample
+//   the limiter learns the engine's capacity from (--concurrency auto).
 // - 429, 5xx, connection errors and timeouts are retried with the daemon's one retry policy
 //   (backoff.ts: full-jitter backoff, Retry-After honoured up to its cap) up to `tries` attempts.
 // - A request that still fails becomes an output line carrying its error; the job goes on.
@@ -33,12 +38,16 @@ export interface Counts {
 
 export interface ExecutorOptions {
   runtimeUrl: string
-  concurrency: number
+  /** The daemon's shared limiter; without one, a limiter of `concurrency` for this job alone. */
+  limiter?: RequestLimiter
+  concurrency?: number
   tries: number
   requestTimeoutMs: number
   backoff: Backoff
   signal?: AbortSignal
   onLine?: (counts: Counts) => void
+  /** Every line's request has started (only requests in flight remain). */
+  onAllStarted?: () => void
   /** The waits between retries (default: real time). */
   timers?: Timers
 }
@@ -75,6 +84,7 @@ export async function executeJob(
   opts.signal?.addEventListener('abort', onOuterAbort, { once: true })
   let fatal: unknown
   const timers = opts.timers ?? realTimers
+  const limiter = opts.limiter ?? fixedLimiter(opts.concurrency ?? 8)
   // One reachability check answers the failures of the same moment; a later failure checks again
   // (a runtime may restart while a job waits).
   let runtimeCheck: { at: number; gone: Promise<boolean> } | null = null
@@ -97,7 +107,7 @@ export async function executeJob(
     opts.onLine?.(counts)
   }
 
-  const runLine = async (raw: string) => {
+  const runLine = async (raw: string, permit: Permit) => {
     let parsed: any
     try {
       parsed = JSON.parse(raw)
@@ -115,7 +125,7 @@ export async function executeJob(
     body.model = job.model
     // A batch result is one response body; a streamed answer would arrive as server-sent events.
     if ('stream' in body) body.stream = false
-    const outcome = await request(url, JSON.stringify(body), opts, timers, stop.signal)
+    const outcome = await request(url, JSON.stringify(body), opts, timers, permit, stop.signal)
     if (outcome.error?.code === 'connection_error' || outcome.error?.code === 'timeout') {
       if (!stop.signal.aborted && (await runtimeGone()))
         throw new RuntimeUnavailableError(
@@ -126,36 +136,38 @@ export async function executeJob(
     write(outputLine(ids(), customId, outcome, requestIds))
   }
 
-  // A counting semaphore with one waiter: the reading loop below.
+  // This job's lines in flight; the end waits for the last of them.
   let active = 0
-  let wake: (() => void) | null = null
-  const release = () => {
-    active--
-    const w = wake
-    wake = null
-    w?.()
+  let drained: (() => void) | null = null
+  const done = (permit: Permit) => {
+    permit.release()
+    if (--active === 0) drained?.()
   }
-  const waitForSlot = () => new Promise<void>((r) => (wake = r))
 
   try {
     const source = typeof input === 'string' ? Bun.file(input).stream() : input
+    let ended = true
     for await (const [, line] of readLines(source, MAX_INPUT_LINE_BYTES)) {
       if (stop.signal.aborted) break
       if (!line.trim()) continue
-      while (active >= opts.concurrency) await waitForSlot()
-      if (stop.signal.aborted) break
+      if (!(await limiter.acquire(stop.signal))) {
+        ended = false
+        break
+      }
       counts.read++
       active++
-      runLine(line)
+      const permit = new Permit(limiter)
+      runLine(line, permit)
         .catch((e) => {
           if (!stop.signal.aborted) {
             fatal = e
             stop.abort(e)
           }
         })
-        .finally(release)
+        .finally(() => done(permit))
     }
-    while (active > 0) await waitForSlot()
+    if (ended && !stop.signal.aborted) opts.onAllStarted?.()
+    if (active > 0) await new Promise<void>((r) => (drained = r))
   } finally {
     opts.signal?.removeEventListener('abort', onOuterAbort)
     await writer.end()
@@ -171,6 +183,7 @@ async function request(
   payload: string,
   opts: ExecutorOptions,
   timers: Timers,
+  permit: Permit,
   stop: AbortSignal,
 ): Promise<Outcome> {
   let last: Outcome = { error: { code: 'connection_error', message: 'not attempted' } }
@@ -185,6 +198,7 @@ async function request(
       timedOut = true
       ac.abort()
     }, opts.requestTimeoutMs)
+    const startedAtMs = timers.nowMs()
     try {
       const res = await fetch(url, {
         method: 'POST',
@@ -193,11 +207,14 @@ async function request(
         signal: ac.signal,
       })
       const text = await res.text()
+      // 429 and 503 are how engines say they are over their capacity.
+      permit.limiter.sample({ startedAtMs, overload: res.status === 429 || res.status === 503 })
       last = { status: res.status, requestId: res.headers.get('x-request-id'), text }
       if (res.status !== 429 && res.status < 500) return last
       hintMs = retryAfterMs(res.headers.get('retry-after'))
     } catch (e) {
       if (stop.aborted) return last
+      if (timedOut) permit.limiter.sample({ startedAtMs, overload: true })
       last = timedOut
         ? { error: { code: 'timeout', message: `no answer within ${opts.requestTimeoutMs} ms` } }
         : { error: { code: 'connection_error', message: (e as Error).message || String(e) } }
@@ -205,9 +222,29 @@ async function request(
       clearTimeout(timer)
       stop.removeEventListener('abort', onStop)
     }
-    if (attempt + 1 < opts.tries) await timers.sleep(retryDelay(attempt, opts.backoff, hintMs), stop)
+    if (attempt + 1 < opts.tries) {
+      // The wait is not a request at the engine: its slot serves another meanwhile.
+      permit.release()
+      await timers.sleep(retryDelay(attempt, opts.backoff, hintMs), stop)
+      if (!(await permit.retake(stop))) return last
+    }
   }
   return last
+}
+
+/** A line's slot of the limiter, given back while it waits to retry. */
+class Permit {
+  private held = true
+  constructor(readonly limiter: RequestLimiter) {}
+  release() {
+    if (!this.held) return
+    this.held = false
+    this.limiter.release()
+  }
+  async retake(signal: AbortSignal) {
+    this.held = await this.limiter.acquire(signal, { retry: true })
+    return this.held
+  }
 }
 
 interface Written {

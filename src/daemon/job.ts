@@ -2,17 +2,27 @@ import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { log as rootLog } from '../lib/logger'
 import { type Backoff, retryDelay, type Timers } from './backoff'
-import { ApiError, type ControlPlane, isInsufficientStorage, isTransient, type Job } from './client'
+import {
+  ApiError,
+  type ControlPlane,
+  isBatchNotInProgress,
+  isInsufficientStorage,
+  isTransient,
+  type Job,
+} from './client'
+import type { RequestLimiter } from './concurrency'
 import { type Counts, executeJob, RuntimeUnavailableError } from './executor'
 import type { DaemonOptions } from './options'
 import type { Runtime, RuntimeSnapshot } from './runtimes/types'
 import type { StateDir } from './state'
 
-// One claimed batch on this worker (API.md §7): check the runtime serves it, download the input,
-// run every line through the executor, upload the output with the assignment_id, and send live
-// counts meanwhile. It ends `completed`, `failed` (reported, so the batch is requeued: the runtime
-// is gone, or a shutdown stopped it) or `dropped` (the server no longer assigns it to us: nothing
-// more is said about it).
+// One claimed batch or shard on this worker (API.md §7, §16): check the runtime serves it, download
+// its input (input_path exactly as given: for a shard it serves only the shard's lines), run every
+// line through the executor, upload the output with the job's job_id and assignment_id, and send
+// live counts meanwhile. It ends `completed`, `failed` (reported, so the batch or shard is
+// requeued: the runtime is gone, or a shutdown stopped it) or `dropped` (the server no longer
+// assigns it to us, or its batch failed elsewhere — 409 batch_not_in_progress: nothing more is said
+// about it).
 
 const log = rootLog.child({ component: 'worker' })
 
@@ -40,8 +50,12 @@ export interface JobContext {
   /** Retry policy of inference requests. */
   requestBackoff: Backoff
   workerId: string
+  /** The daemon's requests in flight, shared by all its jobs. */
+  limiter: RequestLimiter
   /** The runtime's view now. */
   snapshot(): Promise<RuntimeSnapshot>
+  /** Every request of this job has started (the agent may claim the next job). */
+  allStarted(): void
 }
 
 /** The job cannot run at all here; reported as a failure so the batch is requeued. */
@@ -58,6 +72,7 @@ export class JobRun {
    */
   private stop: { kind: 'lost'; reason: string } | { kind: 'shutdown' } | null = null
   private sentProgress = ''
+  private started = false
 
   constructor(
     readonly job: Job,
@@ -65,6 +80,11 @@ export class JobRun {
   ) {
     this.startedAtMs = ctx.timers.nowMs()
     this.total = job.total_requests ?? 0
+  }
+
+  /** Every request has started (or the job is past running them): only in-flight ones remain. */
+  get allStarted() {
+    return this.started
   }
 
   view(): JobView {
@@ -137,7 +157,7 @@ export class JobRun {
         { model: job.model, endpoint: job.endpoint ?? '/v1/chat/completions' },
         {
           runtimeUrl: ctx.runtime.baseUrl,
-          concurrency: ctx.opts.concurrency,
+          limiter: ctx.limiter,
           tries: ctx.opts.retries,
           requestTimeoutMs: ctx.opts.request_timeout * 1000,
           backoff: ctx.requestBackoff,
@@ -146,9 +166,11 @@ export class JobRun {
           onLine: (c) => {
             this.counts = c
           },
+          onAllStarted: () => this.markAllStarted(),
         },
       )
       this.counts = counts
+      this.markAllStarted()
       if (this.stop?.kind === 'lost') throw new Error(this.stop.reason)
 
       // Uploading is not stopped by a shutdown: finished work is delivered. A server out of disk
@@ -185,6 +207,10 @@ export class JobRun {
         jlog.warn('job dropped: the server says it is not ours any more', { error: e.message })
         return 'dropped'
       }
+      if (isBatchNotInProgress(e)) {
+        jlog.warn('job dropped: its batch is no longer in progress (failed elsewhere)')
+        return 'dropped'
+      }
       const message =
         this.stop?.kind === 'shutdown'
           ? 'worker shut down before finishing the job'
@@ -198,6 +224,12 @@ export class JobRun {
       progress.abort()
       rmSync(dir, { recursive: true, force: true })
     }
+  }
+
+  private markAllStarted() {
+    if (this.started) return
+    this.started = true
+    this.ctx.allStarted()
   }
 
   private async reportFailure(message: string) {
@@ -217,6 +249,10 @@ export class JobRun {
       )
       log.info('failure reported', { job_id: job.job_id, status: res.status, attempts: res.attempts })
     } catch (e) {
+      if (isBatchNotInProgress(e)) {
+        log.info('failure not reported: the batch is no longer in progress', { job_id: job.job_id })
+        return
+      }
       log.warn('could not report the failure; the sweeper will requeue the batch', {
         job_id: job.job_id,
         error: (e as Error).message,
@@ -255,6 +291,7 @@ export class JobRun {
       })
       .catch((e) => {
         if (e instanceof ApiError && e.status === 403) this.lose('the server refused our progress (403)')
+        else if (isBatchNotInProgress(e)) this.lose('the batch is no longer in progress (failed elsewhere)')
         else {
           this.sentProgress = '' // try again next tick
           log.debug('progress not delivered', { job_id: job.job_id, error: (e as Error).message })

@@ -53,8 +53,26 @@ export const DaemonOptionsSchema = T.Object({
   state_dir: T.Optional(
     T.String({ minLength: 1, description: 'Directory for worker_id, machine_id, digest cache, job files' }),
   ),
-  concurrency: Int(8, 1, 4096, 'Requests in flight per job'),
-  max_jobs: Int(1, 1, 64, 'Jobs run at once (max_concurrent_jobs)'),
+  concurrency: T.Union([T.Literal('auto'), T.Integer({ minimum: 1, maximum: 4096 })], {
+    default: 'auto',
+    description:
+      'Requests in flight at the engine, shared by all jobs: auto (found by measuring: the engine’s ' +
+      'reported slots or 8 to start, raised while throughput rises, cut on 429/503/timeouts) or a number that pins it',
+  }),
+  max_concurrency: Int(256, 1, 4096, 'Ceiling of --concurrency auto'),
+  shards: T.Boolean({
+    default: true,
+    description: 'Declare shards (API.md §16): take parts of split batches (false: whole batches only)',
+  }),
+  max_jobs: T.Optional(
+    T.Integer({
+      minimum: 1,
+      maximum: 64,
+      description:
+        'Jobs held at once (max_concurrent_jobs); the next is claimed when the current one has no ' +
+        'requests left to start [default 2 with shards (at least 2: the current shard and the next), 1 without]',
+    }),
+  ),
   vram_gb: T.Optional(
     Num(undefined, 0, 1_000_000, 'VRAM in GB when no GPU can be probed (or to override it)'),
   ),
@@ -83,7 +101,11 @@ export const DaemonOptionsSchema = T.Object({
 })
 
 type Parsed = Static<typeof DaemonOptionsSchema>
-export type DaemonOptions = Omit<Parsed, 'runtime_url' | 'engine' | 'name' | 'state_dir' | 'model_files'> & {
+export type DaemonOptions = Omit<
+  Parsed,
+  'runtime_url' | 'engine' | 'name' | 'state_dir' | 'model_files' | 'max_jobs'
+> & {
+  max_jobs: number
   runtime_url: string
   engine: (typeof ENGINES)[number]
   name: string
@@ -103,6 +125,8 @@ export const ENV_NAMES: Record<Field, string> = {
   name: 'GRIDKEEP_WORKER_NAME',
   state_dir: 'GRIDKEEP_STATE_DIR',
   concurrency: 'GRIDKEEP_CONCURRENCY',
+  max_concurrency: 'GRIDKEEP_MAX_CONCURRENCY',
+  shards: 'GRIDKEEP_SHARDS',
   max_jobs: 'GRIDKEEP_MAX_JOBS',
   vram_gb: 'GRIDKEEP_VRAM_GB',
   max_download_gb: 'GRIDKEEP_MAX_DOWNLOAD_GB',
@@ -186,6 +210,8 @@ function finish(p: Parsed): DaemonOptions {
   for (const [name, v] of Object.entries(p.model_files ?? {})) model_files[name] = Array.isArray(v) ? v : [v]
   return {
     ...p,
+    // API.md §16: a shard-capable worker holds the current shard and the next.
+    max_jobs: p.shards ? Math.max(2, p.max_jobs ?? 2) : (p.max_jobs ?? 1),
     server: p.server.replace(/\/+$/, ''),
     runtime_url: (
       p.runtime_url ?? (p.runtime === 'ollama' ? 'http://127.0.0.1:11434' : 'http://127.0.0.1:8000')
@@ -239,7 +265,10 @@ async function readConfigFile(path: string): Promise<Record<string, unknown>> {
 }
 
 function describe(schema: any): string {
-  if (schema.anyOf) return `expected one of ${schema.anyOf.map((s: any) => s.const ?? s.type).join(', ')}`
+  if (schema.anyOf?.every((s: any) => s.const !== undefined))
+    return `expected one of ${schema.anyOf.map((s: any) => s.const).join(', ')}`
+  if (schema.anyOf)
+    return `expected ${schema.anyOf.map((s: any) => s.const ?? describe(s).replace(/^expected /, '')).join(' or ')}`
   if (schema.type === 'integer') return `expected an integer from ${schema.minimum} to ${schema.maximum}`
   if (schema.type === 'number') return `expected a number from ${schema.minimum} to ${schema.maximum}`
   if (schema.pattern) return `expected a value matching ${schema.pattern}`
@@ -255,7 +284,9 @@ const PLACEHOLDER: Partial<Record<Field, string>> = {
   engine: 'NAME',
   name: 'NAME',
   state_dir: 'DIR',
-  concurrency: 'N',
+  concurrency: 'auto|N',
+  max_concurrency: 'N',
+  shards: 'true|false',
   max_jobs: 'N',
   vram_gb: 'GB',
   max_download_gb: 'GB',

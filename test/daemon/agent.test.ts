@@ -256,13 +256,15 @@ describe('jobs', () => {
     expect(cp.uploads.map((u) => u.job_id)).toEqual(['batch_a', 'batch_b'])
   })
 
-  test('runs several jobs at once with --max-jobs', async () => {
+  test('every job held at once shares one limit of requests in flight (--concurrency)', async () => {
     const { cp, rt } = setup({ latencyMs: 20 })
     for (const id of ['batch_x', 'batch_y', 'batch_z'])
       cp.addJob({ job_id: id, input: chatLines(10).join('\n'), model: MODEL })
-    start(cp, rt, { concurrency: 1, max_jobs: 3 })
+    start(cp, rt, { concurrency: 2, max_jobs: 3 })
     await cp.waitFor(() => cp.uploads.length === 3, 'three uploads')
-    expect(rt.maxInFlight).toBe(3)
+    expect(cp.uploads.map((u) => u.completed)).toEqual([10, 10, 10])
+    // The bound is used, and never exceeded across the jobs.
+    expect(rt.maxInFlight).toBe(2)
   })
 
   test('a job for a model the runtime does not serve is reported as a failure', async () => {

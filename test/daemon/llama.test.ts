@@ -289,6 +289,67 @@ withRealEngine('daemon against llama-server', (engine) => {
     }
   }, 90_000)
 
+  test('a batch split into shards runs on two daemons and completes with real content (API.md §16)', async () => {
+    // A server of its own whose shards are small enough for a small batch to be split.
+    const sharded = await startTestServer({
+      CATALOGUE_PATH: join(dir, 'models.yaml'),
+      LOG_LEVEL: 'warn',
+      SHARD_MIN_REQUESTS: '4',
+      SHARD_MAX_REQUESTS: '12',
+    })
+    const owner = await makeUser(sharded)
+    const workerKey = (await makeWorkerKey(sharded, owner, owner.personalOrgId)).key
+    const form = new FormData()
+    form.append('purpose', 'batch')
+    form.append(
+      'file',
+      new Blob([`${Array.from({ length: 30 }, (_, i) => JSON.stringify(chat(i))).join('\n')}\n`]),
+      'input.jsonl',
+    )
+    const file = await sharded.req('POST', '/v1/files', { token: owner.token, raw: form })
+    const created = await sharded.req('POST', '/v1/batches', {
+      token: owner.token,
+      body: { input_file_id: file.body.id, endpoint: '/v1/chat/completions' },
+    })
+    const daemons = ['llama-a', 'llama-b'].map((name) =>
+      runAgent(
+        daemonOptions(sharded.url, workerKey, llama.url, { engine: 'llama.cpp', concurrency: 2, name }),
+        fastDeps(),
+      ),
+    )
+    try {
+      const get = async (path: string) => (await sharded.req('GET', path, { token: owner.token })).body
+      const batch = await until('completion', async () => {
+        const b = await get(`/v1/batches/${created.body.id}`)
+        if (b.status === 'failed') throw new Error(`batch failed: ${b.error}`)
+        return b.status === 'completed' ? b : null
+      })
+      expect(batch.request_counts).toEqual({ total: 30, completed: 30, failed: 0 })
+      const shards = (await get(`/v1/batches/${created.body.id}/shards?limit=100`)).data
+      expect(shards.length).toBeGreaterThan(2)
+      expect(new Set(shards.map((s: any) => s.worker_name))).toEqual(new Set(['llama-a', 'llama-b']))
+      const out = (
+        await sharded.req('GET', `/v1/files/${batch.output_file_id}/content`, { token: owner.token })
+      ).text
+        .split('\n')
+        .filter(Boolean)
+        .map((l: string) => JSON.parse(l))
+      // Every request once; within a shard, lines come in the order the daemon finished them.
+      expect(out.map((l: any) => l.custom_id).sort()).toEqual(
+        Array.from({ length: 30 }, (_, i) => `chat-${i}`).sort(),
+      )
+      for (const l of out) {
+        expect(l.response.body.model).toBe(ALIAS)
+        expect(typeof l.response.body.choices[0].message.content).toBe('string')
+        expect(l.response.body.usage.completion_tokens).toBeGreaterThan(0)
+      }
+    } finally {
+      for (const d of daemons) d.agent.shutdown(true)
+      await Promise.all(daemons.map((d) => d.done))
+      await sharded.stop()
+    }
+  })
+
   test('an idle daemon is handed a new batch by its held poll, not by its next poll interval', async () => {
     // A poll interval longer than the test: only a held poll (wait_seconds) can pick the batch up.
     const daemon = worker({ poll_interval: 3600, poll_wait: 30 })

@@ -24,8 +24,10 @@ describe('daemon options', () => {
       runtime: 'openai',
       runtime_url: 'http://127.0.0.1:8000',
       engine: 'openai',
-      concurrency: 8,
-      max_jobs: 1,
+      concurrency: 'auto',
+      max_concurrency: 256,
+      shards: true,
+      max_jobs: 2,
       max_download_gb: 0,
       progress_interval: 5,
       retries: 3,
@@ -37,6 +39,23 @@ describe('daemon options', () => {
     const ollama = await parse(['--server', 'http://cp', '--key', KEY, '--runtime', 'ollama'])
     expect(ollama.runtime_url).toBe('http://127.0.0.1:11434')
     expect(ollama.engine).toBe('ollama')
+  })
+
+  test('concurrency: auto by default, a number pins it; shards on by default with room for two jobs', async () => {
+    expect((await parse([...base, '--concurrency', '16'])).concurrency).toBe(16)
+    expect((await parse(base, { GRIDKEEP_CONCURRENCY: '24' })).concurrency).toBe(24)
+    expect((await parse(base, { GRIDKEEP_CONCURRENCY: 'auto' })).concurrency).toBe('auto')
+    expect((await parse([...base, '--max-concurrency', '64'])).max_concurrency).toBe(64)
+    // API.md §16: a shard-capable worker holds the current shard and the next.
+    expect((await parse([...base, '--max-jobs', '1'])).max_jobs).toBe(2)
+    expect((await parse([...base, '--max-jobs', '4'])).max_jobs).toBe(4)
+    const legacy = await parse([...base, '--shards', 'false'])
+    expect(legacy).toMatchObject({ shards: false, max_jobs: 1 })
+    expect((await parse(base, { GRIDKEEP_SHARDS: 'false', GRIDKEEP_MAX_JOBS: '3' })).max_jobs).toBe(3)
+    await expect(parse([...base, '--concurrency', '0'])).rejects.toThrow(
+      '--concurrency / GRIDKEEP_CONCURRENCY: expected auto or an integer from 1 to 4096',
+    )
+    await expect(parse([...base, '--shards', 'maybe'])).rejects.toThrow('--shards / GRIDKEEP_SHARDS')
   })
 
   test('flags beat env, env beats the config file, the file beats defaults', async () => {

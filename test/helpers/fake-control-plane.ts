@@ -2,6 +2,10 @@
 // behaviour the real server cannot easily be made to show (a forgotten worker, pull_models, refusing
 // progress, a restart at a chosen moment). End-to-end tests against the real server live in
 // test/daemon/e2e.test.ts.
+//
+// Shards (API.md §16): a job added with `shard` is handed out as a shard of `batch_id`: its input is
+// served at `/v1/files/file-<batch_id>/content?shard=<job_id>`, and `failBatch` makes the server
+// answer 409 batch_not_in_progress to every later write of the job.
 
 export interface FakeJob {
   job_id: string
@@ -10,6 +14,9 @@ export interface FakeJob {
   model: string
   endpoint?: string
   total_requests?: number
+  /** A shard of this batch (API.md §16). */
+  batch_id?: string
+  shard?: { index: number; first_request: number; requests: number }
 }
 
 export interface Upload {
@@ -32,12 +39,16 @@ export interface FakeControlPlane {
   modelProgress: any[]
   uploads: Upload[]
   failures: any[]
+  /** Writes (progress, upload-results, report-failure) answered 409 batch_not_in_progress. */
+  conflicts: { path: string; job_id: string }[]
   /** Paths answered with an injected failure (failNext), in order. */
   injected: string[]
   /** Queues a batch for the next poll. */
   addJob(job: Omit<FakeJob, 'assignment_id'>): FakeJob
   /** The server stops assigning the job to its worker (a requeue the worker missed). */
   unassign(jobId: string): void
+  /** The job's batch failed elsewhere: its writes get 409 batch_not_in_progress from now on. */
+  failBatch(jobId: string): void
   /** The server loses every worker (its database was reset): heartbeats get 404. */
   forgetWorkers(): void
   /** Heartbeat answers carry these pull_models (once). */
@@ -54,8 +65,14 @@ export interface FakeControlPlane {
   waitFor(check: () => boolean, what: string, ms?: number): Promise<void>
 }
 
-export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: number }): FakeControlPlane {
+export function startFakeControlPlane(opts: {
+  key: string
+  heartbeatSeconds?: number
+  /** Called as each request of the protocol arrives, with its path and job_id (if any). */
+  trace?: (event: { path: string; job_id?: string }) => void
+}): FakeControlPlane {
   const queue: FakeJob[] = []
+  const failedBatches = new Set<string>()
   const assigned = new Map<string, { worker_id: string; job: FakeJob }>()
   const workers = new Set<string>()
   const failing = new Map<string, { status: number; times: number; retryAfter?: string }>()
@@ -72,6 +89,7 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     modelProgress: [],
     uploads: [],
     failures: [],
+    conflicts: [],
     injected: [],
     refuseProgress: false,
     breakNextDownload: false,
@@ -83,6 +101,9 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     },
     unassign(jobId) {
       assigned.delete(jobId)
+    },
+    failBatch(jobId) {
+      failedBatches.add(jobId)
     },
     forgetWorkers() {
       workers.clear()
@@ -107,6 +128,21 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
   const json = (body: unknown, status = 200) => Response.json(body, { status })
   const err = (status: number, message: string) =>
     json({ error: { message, type: 'x', code: null, param: null } }, status)
+  const conflict = (path: string, body: any) => {
+    if (!failedBatches.has(body.job_id)) return null
+    cp.conflicts.push({ path, job_id: body.job_id })
+    return json(
+      {
+        error: {
+          message: 'the batch is no longer in progress',
+          type: 'invalid_request_error',
+          code: 'batch_not_in_progress',
+          param: null,
+        },
+      },
+      409,
+    )
+  }
   const holder = (body: any) => {
     const a = assigned.get(body.job_id)
     if (!a || a.worker_id !== body.worker_id) return false
@@ -158,12 +194,14 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
       const job = queue.shift()
       if (!job) return json({ job: null })
       assigned.set(job.job_id, { worker_id, job })
+      const file = `file-${job.batch_id ?? job.job_id}`
       return json({
         job: {
           job_id: job.job_id,
           assignment_id: job.assignment_id,
-          input_file_id: `file-${job.job_id}`,
-          input_path: `/v1/files/file-${job.job_id}/content`,
+          input_file_id: file,
+          input_path: `/v1/files/${file}/content${job.shard ? `?shard=${job.job_id}` : ''}`,
+          ...(job.shard ? { batch_id: job.batch_id, shard: job.shard } : {}),
           model: job.model,
           catalogue_id: 'fake-catalogue-id',
           endpoint: job.endpoint ?? '/v1/chat/completions',
@@ -176,9 +214,12 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     }
     const file = /^\/v1\/files\/file-(.+)\/content$/.exec(path)
     if (file) {
-      cp.downloads.push({ path, authorization: req.headers.get('authorization') })
-      const a = assigned.get(file[1]!)
-      if (!a) return err(404, 'file not found')
+      const search = new URL(req.url).search
+      cp.downloads.push({ path: path + search, authorization: req.headers.get('authorization') })
+      // A shard's lines are served only under its own ?shard= (the file id is its batch's).
+      const shardId = new URL(req.url).searchParams.get('shard')
+      const a = assigned.get(shardId ?? file[1]!)
+      if (!a || (a.job.batch_id ?? a.job.job_id) !== file[1]) return err(404, 'file not found')
       if (cp.breakNextDownload) {
         cp.breakNextDownload = false
         const half = new TextEncoder().encode(a.job.input.slice(0, Math.floor(a.job.input.length / 2)))
@@ -199,7 +240,10 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     }
     if (path === '/workers/progress') {
       const body = (await req.json()) as any
+      opts.trace?.({ path, job_id: body.job_id })
       cp.progress.push(body)
+      const c = conflict(path, body)
+      if (c) return c
       if (cp.refuseProgress || !holder(body)) return err(403, 'not the holder')
       return json({ status: 'ok' })
     }
@@ -210,6 +254,9 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     if (path === '/workers/upload-results') {
       const form = await req.formData()
       const body = Object.fromEntries([...form.entries()].filter(([, v]) => typeof v === 'string'))
+      opts.trace?.({ path, job_id: body.job_id as string })
+      const c = conflict(path, body)
+      if (c) return c
       if (!holder(body)) return err(403, 'not the holder')
       const text = await (form.get('file') as Blob).text()
       const lines = text
@@ -234,7 +281,10 @@ export function startFakeControlPlane(opts: { key: string; heartbeatSeconds?: nu
     }
     if (path === '/workers/report-failure') {
       const body = (await req.json()) as any
+      opts.trace?.({ path, job_id: body.job_id })
       cp.failures.push(body)
+      const c = conflict(path, body)
+      if (c) return c
       if (!holder(body)) return err(403, 'not the holder')
       assigned.delete(body.job_id)
       return json({ status: 'validated', batch_id: body.job_id, attempts: 1, error: body.error })

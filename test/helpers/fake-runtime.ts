@@ -8,6 +8,12 @@
 //   #hang                      never answer (the daemon's timeout must fire)
 // A request whose body.model the runtime does not serve gets a 404, as vLLM answers.
 //
+// An engine of fixed capacity (`slots`): at most that many requests are served at once, each taking
+// `latencyMs`; the rest wait in a queue, as llama-server's do (`queueLimit`: beyond that many
+// waiting, 503 at once, as a bounded server sheds load). `refuseAbove`: 429 at once to a request
+// arriving while more than that many are in flight (a rate-limiting gateway). `llama`: GET /props
+// answers llama-server's shape with `total_slots`.
+//
 // Ollama-native mode (`ollama`): GET /api/tags, GET /api/ps, POST /api/show, POST /api/pull
 // (streamed NDJSON progress; a pulled model then appears in /api/tags), beside the /v1 routes.
 
@@ -26,6 +32,18 @@ export interface FakeRuntimeOptions {
   port?: number
   models?: string[]
   latencyMs?: number
+  /** Requests served at once; more wait in a queue. Unbounded when absent. */
+  slots?: number
+  /** With `slots`: requests allowed to wait; one more gets 503. Unbounded when absent. */
+  queueLimit?: number
+  /** 429 to a request arriving while more than this many are in flight. */
+  refuseAbove?: number
+  /** Mimic llama-server: GET /props with total_slots (= slots). */
+  llama?: boolean
+  /** Awaited before a request is answered (a test holds one back until something happened). */
+  hold?: (body: any) => Promise<void> | undefined
+  /** Called as each inference request arrives, with its parsed body. */
+  onRequest?: (body: any) => void
   behaviour?: (req: { path: string; raw: string; attempt: number }) => Behaviour | undefined
   ollama?: {
     models: OllamaModelFixture[]
@@ -43,6 +61,10 @@ export interface FakeRuntime {
   requests: number
   /** Most inference requests in flight at once. */
   maxInFlight: number
+  /** Inference requests in flight now (served and queued). */
+  inFlight: number
+  /** Requests answered 429 by `refuseAbove`, or 503 by `queueLimit`. */
+  refused: number
   /** body.model of every inference request. */
   models: Set<string>
   pulls: string[]
@@ -57,14 +79,32 @@ const MARKER = /#(500|503|429|400|drop|hang)(?:x(\d+))?/
 
 export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
   const attempts = new Map<string, number>()
-  let inFlight = 0
   let counter = 0
+  // The engine's slots: a counting semaphore with a FIFO queue.
+  let serving = 0
+  const queue: (() => void)[] = []
+  const takeSlot = async () => {
+    if (opts.slots === undefined) return
+    if (serving < opts.slots) {
+      serving++
+      return
+    }
+    await new Promise<void>((r) => queue.push(r))
+  }
+  const freeSlot = () => {
+    if (opts.slots === undefined) return
+    const next = queue.shift()
+    if (next) next()
+    else serving--
+  }
   const ollamaModels = [...(opts.ollama?.models ?? [])]
   const rt: FakeRuntime = {
     url: '',
     port: 0,
     requests: 0,
     maxInFlight: 0,
+    inFlight: 0,
+    refused: 0,
     models: new Set(),
     pulls: [],
     opts,
@@ -81,12 +121,28 @@ export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
 
   async function inference(path: string, req: Request): Promise<Response> {
     rt.requests++
-    inFlight++
-    rt.maxInFlight = Math.max(rt.maxInFlight, inFlight)
+    rt.inFlight++
+    rt.maxInFlight = Math.max(rt.maxInFlight, rt.inFlight)
+    let slot = false
     try {
       const raw = await req.text()
       const attempt = (attempts.get(raw) ?? 0) + 1
       attempts.set(raw, attempt)
+      const parsed = opts.onRequest || opts.hold ? JSON.parse(raw) : null
+      opts.onRequest?.(parsed)
+      if (opts.refuseAbove !== undefined && rt.inFlight > opts.refuseAbove) {
+        rt.refused++
+        return json({ error: { message: 'too many requests', type: 'rate_limit_error' } }, 429)
+      }
+      if (opts.slots !== undefined && opts.queueLimit !== undefined && serving >= opts.slots) {
+        if (queue.length >= opts.queueLimit) {
+          rt.refused++
+          return json({ error: { message: 'server busy', type: 'unavailable_error' } }, 503)
+        }
+      }
+      await takeSlot()
+      slot = true
+      await opts.hold?.(parsed)
       if (opts.latencyMs) await Bun.sleep(opts.latencyMs)
       let b: Behaviour = opts.behaviour?.({ path, raw, attempt }) ?? 'ok'
       const m = MARKER.exec(raw)
@@ -147,7 +203,8 @@ export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
         { 'x-request-id': `rt-${n}` },
       )
     } finally {
-      inFlight--
+      if (slot) freeSlot()
+      rt.inFlight--
     }
   }
 
@@ -195,6 +252,16 @@ export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
   const fetchHandler = async (req: Request): Promise<Response> => {
     const path = new URL(req.url).pathname
     if (req.method === 'POST' && path.startsWith('/v1/')) return inference(path, req)
+    if (path === '/props' && opts.llama) {
+      // llama-server's shape (tools/server: GET /props), the fields the daemon reads among others.
+      return json({
+        default_generation_settings: { n_ctx: 4096, params: {} },
+        total_slots: opts.slots ?? 1,
+        model_path: '/models/stand-in.gguf',
+        chat_template: '',
+        build_info: 'stand-in',
+      })
+    }
     if (path === '/v1/models') {
       return json({ object: 'list', data: served().map((id) => ({ id, object: 'model', owned_by: 'fake' })) })
     }
@@ -228,12 +295,20 @@ export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
   return rt
 }
 
-// `bun test/helpers/fake-runtime.ts [model…]` serves the stand-in runtime in its own process (the
-// benchmark keeps it out of the daemon's RSS and CPU) and prints its URL on the first line.
+// `bun test/helpers/fake-runtime.ts [--slots N] [--latency-ms N] [--llama] [model…]` serves the
+// stand-in runtime in its own process (the benchmark keeps it out of the daemon's RSS and CPU) and
+// prints its URL on the first line.
 if (import.meta.main) {
-  const rt = startFakeRuntime({
-    models: process.argv.slice(2).length ? process.argv.slice(2) : ['bench-model'],
-  })
+  const args = process.argv.slice(2)
+  const models: string[] = []
+  const o: FakeRuntimeOptions = {}
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === '--slots') o.slots = Number(args[++i])
+    else if (args[i] === '--latency-ms') o.latencyMs = Number(args[++i])
+    else if (args[i] === '--llama') o.llama = true
+    else models.push(args[i]!)
+  }
+  const rt = startFakeRuntime({ ...o, models: models.length ? models : ['bench-model'] })
   console.log(rt.url)
   process.on('SIGTERM', () => void rt.stop().then(() => process.exit(0)))
 }

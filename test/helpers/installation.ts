@@ -77,5 +77,33 @@ export async function populate(t: TestApp) {
     [okLine('a'), okLine('b'), errorLine('c')].join('\n'),
   )
   expect(res.status).toBe(200)
-  return { fleet, other, batches: { done, failed, waiting }, workerId }
+
+  // A split batch in progress (API.md §16): one shard done (its parts not joined yet), one running.
+  const split = await makeBatch(
+    t,
+    other,
+    jsonl(Array.from({ length: 250 }, (_, i) => line(`s${i}`, entry.id))),
+  )
+  await validateAll(t)
+  const shardWorkers: string[] = []
+  for (const name of ['shard-a', 'shard-b']) {
+    const wid = await registerWorker(t, fleet.key, { name, models: ['m:8b'], capabilities: { shards: true } })
+    expect((await heartbeat(t, fleet.key, wid)).status).toBe(200)
+    shardWorkers.push(wid)
+  }
+  const [first, second] = [
+    await poll(t, fleet.key, shardWorkers[0]!),
+    await poll(t, fleet.key, shardWorkers[1]!),
+  ]
+  expect(first?.shard?.requests).toBe(125)
+  expect(second?.batch_id).toBe(split.id)
+  const shardIds = Array.from({ length: 125 }, (_, i) => `s${i}`)
+  const shardUpload = await upload(
+    t,
+    fleet.key,
+    { job_id: first!.job_id, worker_id: shardWorkers[0]!, assignment_id: first!.assignment_id },
+    shardIds.map((id) => okLine(id)).join('\n'),
+  )
+  expect(shardUpload.status).toBe(200)
+  return { fleet, other, batches: { done, failed, waiting, split }, workerId }
 }

@@ -7,6 +7,7 @@ import { makeTestApp, type TestApp } from '../helpers/app'
 import { populate } from '../helpers/installation'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { type S3Server, startS3Server } from '../helpers/s3'
+import { okLine, upload } from '../helpers/workers'
 
 // API.md §12 `gridkeep migrate --to … --storage …`: a populated SQLite installation with its files
 // on local disk, moved to PostgreSQL and S3 (s3rver on loopback stands in for a cloud bucket),
@@ -17,6 +18,11 @@ beforeAll(async () => {
   s3 = await startS3Server()
 })
 afterAll(() => s3?.close())
+
+/** A running shard's assignment id, as only its holder knows it. */
+async function assignmentOf(t: TestApp, shardId: string) {
+  return (await t.deps.store.queue.shardWithBatch(shardId))?.shard.assignment_id
+}
 
 async function answers(t: TestApp, tokens: string[]) {
   const out: Record<string, unknown> = {}
@@ -54,7 +60,7 @@ test('a populated installation moved to PostgreSQL and S3 answers every list and
   const made = await populate(source)
   const tokens = [made.fleet.user.token, made.other.token]
   const before = await answers(source, tokens)
-  expect(Object.keys(before).filter((k) => k.includes(' content ')).length).toBe(5)
+  expect(Object.keys(before).filter((k) => k.includes(' content ')).length).toBe(6)
   await source.deps.store.close()
 
   const to = await freshPostgresUrl()
@@ -69,13 +75,49 @@ test('a populated installation moved to PostgreSQL and S3 answers every list and
     },
     log: (l) => lines.push(l),
   })
-  expect(report.files).toBe(5)
-  expect(lines).toContain('copied and verified 5 files (SHA-256 of each)')
+  // Six files, and the done shard's output part of the split batch (API.md §16).
+  expect(report.files).toBe(7)
+  expect(lines).toContain('copied and verified 7 files (SHA-256 of each)')
 
   // Another DATA_DIR: nothing of the old installation's disk is read any more.
   const target = makeTestApp({ DATABASE_URL: to, ...bucket }, { clock: source.clock })
   try {
     expect(await answers(target, tokens)).toEqual(before)
+    // The split batch goes on where it stopped: its second shard's results join the first's part.
+    const { split } = made.batches
+    const [shard] = (
+      await target.req('GET', `/v1/batches/${split.id}/shards`, { token: made.other.token })
+    ).body.data.filter((x: { status: string }) => x.status === 'running')
+    const ids = Array.from({ length: 125 }, (_, i) => `s${125 + i}`)
+    const worker = (
+      await target.req('GET', `/v1/orgs/${made.fleet.orgId}/workers`, { token: made.fleet.user.token })
+    ).body.data.find((w: { id: string }) => w.id === shard.worker_id)
+    expect(worker.name).toBe('shard-b')
+    const res = await upload(
+      target,
+      made.fleet.key,
+      {
+        job_id: shard.id,
+        worker_id: shard.worker_id,
+        assignment_id: (await assignmentOf(target, shard.id))!,
+      },
+      ids.map((id) => okLine(id)).join('\n'),
+    )
+    expect(res.status).toBe(200)
+    const done = (await target.req('GET', `/v1/batches/${split.id}`, { token: made.other.token })).body
+    expect(done).toMatchObject({
+      status: 'completed',
+      request_counts: { total: 250, completed: 250, failed: 0 },
+    })
+    const output = await target.req('GET', `/v1/files/${done.output_file_id}/content`, {
+      token: made.other.token,
+    })
+    expect(
+      output.text
+        .split('\n')
+        .filter(Boolean)
+        .map((l: string) => JSON.parse(l).custom_id),
+    ).toEqual(Array.from({ length: 250 }, (_, i) => `s${i}`))
   } finally {
     target.close()
     rmSync(source.config.DATA_DIR, { recursive: true, force: true })

@@ -41,17 +41,20 @@ describe('migrateRows', () => {
         users: 2,
         organizations: 3,
         memberships: 4,
-        batches: 3,
+        batches: 4,
         batch_assignments: 1,
-        workers: 1,
+        workers: 3,
+        // API.md §16: the split batch's two shards and its request-line index.
+        batch_shards: 2,
+        batch_line_index: 1,
       })
-      expect(rows.files).toBe(5) // three inputs, one output, one error file
+      expect(rows.files).toBe(6) // four inputs, one output, one error file
       expect(rows.batch_errors).toBeGreaterThan(0)
       expect(rows.api_keys).toBe(2)
       // The webhook, and its outbox: its owner's batch was validated, then completed.
       expect(rows.webhooks).toBe(1)
       expect(rows.webhook_messages).toBe(2)
-      expect(lines.at(-1)).toMatch(/^verified 20 tables/)
+      expect(lines.at(-1)).toMatch(/^verified 22 tables/)
       const pg = new SQL({ url: to, max: 1 })
       try {
         const [u] = await pg`SELECT count(*)::int AS n, max(seq)::int AS max FROM users`

@@ -245,13 +245,19 @@ describe('keys, workers and a batch from upload to download', () => {
 
     // A simulated worker speaks the /workers protocol with that key.
     const workerId = await registerWorker(server, workerKey, { name: 'gpu-box-1' })
-    const beat = await heartbeat(server, workerKey, workerId, { inventory: [inventoryItem('dash:7b')] })
+    const beat = await heartbeat(server, workerKey, workerId, {
+      inventory: [inventoryItem('dash:7b')],
+      concurrency: 12,
+    })
     expect(beat.status).toBe(200)
     await nav(page, 'Workers')
     const row = page.getByRole('row', { name: /gpu-box-1/ })
     await row.getByText('online').waitFor()
     await row.getByText('1 / 24 GB').waitFor()
     await row.getByText(/RTX 4090/).waitFor()
+    // The requests in flight the daemon settled on (API.md §16).
+    await page.getByRole('columnheader', { name: 'Concurrency' }).waitFor()
+    await row.getByRole('cell', { name: '12', exact: true }).waitFor()
     await page.getByRole('img', { name: 'Queue depth and throughput over the last hour' }).waitFor()
     await s.screenshot('workers')
     // Live (API.md §11, at least every 5 s): a worker that comes online appears without a reload.

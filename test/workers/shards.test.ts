@@ -109,6 +109,13 @@ describe('API.md §16 claims', () => {
     ).toBeNull()
   })
 
+  test('SHARD_MAX_REQUESTS=0 turns sharding off: a large batch runs whole on a shard worker', async () => {
+    const s = await setup(app({ SHARD_MAX_REQUESTS: '0' }), 400, 2)
+    const job = (await poll(s.t, s.f.key, s.workers[0]!))!
+    expect(job).toMatchObject({ job_id: s.batch.id, total_requests: 400 })
+    expect(job.shard).toBeUndefined()
+  })
+
   test('a worker that does not declare shards gets whole batches, and nothing of a split one', async () => {
     const t = app()
     const s = await setup(t, 60, 1, { shards: false })
@@ -539,6 +546,24 @@ describe('API.md §16 reads', () => {
       completed_at: null,
       request_counts: { total: own.body.data[0].requests, completed: 0, failed: 0 },
     })
+    // Pages in shard order (API.md §0 cursors).
+    const s2 = await setup(app(), 400, 4)
+    for (let i = 0; i < 6; i++) await poll(s2.t, s2.f.key, s2.workers[i % 4]!)
+    const page = async (q: string) =>
+      (await s2.t.req('GET', `/v1/batches/${s2.batch.id}/shards${q}`, { token: s2.f.user.token })).body
+    const first = await page('?limit=4')
+    expect(first.data.map((x: { index: number }) => x.index)).toEqual([0, 1, 2, 3])
+    expect(first).toMatchObject({ has_more: true, first_id: first.data[0].id, last_id: first.data[3].id })
+    const second = await page(`?limit=4&after=${first.last_id}`)
+    expect(second.data.map((x: { index: number }) => x.index)).toEqual([4, 5])
+    expect(second.has_more).toBe(false)
+    expect(
+      (await s2.t.req('GET', `/v1/batches/${s2.batch.id}/shards?after=shard_x`, { token: s2.f.user.token }))
+        .status,
+    ).toBe(400)
+    expect(
+      (await s2.t.req('GET', `/v1/batches/${s2.batch.id}/shards?limit=0`, { token: s2.f.user.token })).status,
+    ).toBe(400)
     // The listing shows the tally too.
     const list = (await s.t.req('GET', '/v1/batches', { token: s.f.user.token })).body.data
     expect(list.find((b: { id: string }) => b.id === s.batch.id).shards).toMatchObject({ running: 1 })

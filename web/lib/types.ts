@@ -3,7 +3,7 @@
 import type { Page } from '../../src/lib/pagination'
 import type { listOrganizations } from '../../src/modules/admin/service'
 import type { login, me } from '../../src/modules/auth/service'
-import type { BatchObject } from '../../src/modules/batches/model'
+import type { BatchObject, ShardObject } from '../../src/modules/batches/model'
 import type { ModelObject } from '../../src/modules/catalogue/model'
 import type { FileObject } from '../../src/modules/files/model'
 import type { KeyRecord } from '../../src/modules/keys/model'
@@ -21,10 +21,12 @@ export type {
   ModelObject,
   PoolCapacity,
   QueueStats,
+  ShardObject,
   UsageList,
   UserObject,
 }
 export type UsageRow = UsageBucket
+/** GET /v1/batches/{id}/shards (API.md §16): every shard at once, not paged. */
 export type Worker = Awaited<ReturnType<typeof toWorkerRows>>[number]
 export type Org = Awaited<ReturnType<typeof listMyOrgs>>['data'][number]
 export type Member = Awaited<ReturnType<typeof listMembers>>['data'][number]

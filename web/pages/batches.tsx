@@ -1,12 +1,22 @@
-import { useEffect, useState } from 'preact/hooks'
+import type { ComponentChildren } from 'preact'
+import { useEffect, useId, useRef, useState } from 'preact/hooks'
 import { ErrorNote, ListState, Pager, Section, Status } from '../components/ui'
 import { ApiError, api, download, messageOf, send } from '../lib/api'
 import { formatCount, formatTime } from '../lib/format'
 import { usePaged, useResource } from '../lib/hooks'
 import { checkFile, type FileCheck } from '../lib/jsonl-check'
+import {
+  addSample,
+  averageRate,
+  formatDuration,
+  formatRate,
+  rateOf,
+  type Sample,
+  timeLeft,
+} from '../lib/rate'
 import { navigate } from '../lib/router'
 import { readEvents } from '../lib/sse'
-import type { BatchObject, FileObject } from '../lib/types'
+import type { BatchObject, FileObject, ShardObject } from '../lib/types'
 
 const STATUSES = ['validating', 'validated', 'in_progress', 'completed', 'failed']
 const ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings']
@@ -242,6 +252,7 @@ function useLiveBatch(id: string) {
 
 export function BatchDetail({ id }: { id: string }) {
   const { batch, progress } = useLiveBatch(id)
+  const pace = usePace(batch.data)
   const [downloadError, setDownloadError] = useState<unknown>(null)
   const b = batch.data
   if (!b) return batch.error ? <ErrorNote error={batch.error} /> : <p class="muted">Loading…</p>
@@ -266,6 +277,39 @@ export function BatchDetail({ id }: { id: string }) {
           {formatCount(b.request_counts.completed)} completed, {formatCount(b.request_counts.failed)} failed
           of {formatCount(b.request_counts.total)}
         </dd>
+        {b.status === 'validating' ? null : (
+          <>
+            <dt>Done</dt>
+            <dd>
+              <span class="progress">
+                <progress
+                  aria-label="Requests done"
+                  max={Math.max(1, b.request_counts.total)}
+                  value={pace.done}
+                />
+                <span>
+                  {formatCount(pace.done)} of {formatCount(b.request_counts.total)}
+                  {b.request_counts.total
+                    ? ` (${Math.floor((pace.done * 100) / b.request_counts.total)}%)`
+                    : ''}
+                </span>
+              </span>
+            </dd>
+            <Figure label="Throughput">{formatRate(pace.rate)}</Figure>
+            <Figure label="Time left">
+              {b.status === 'completed' ? 'none, finished' : formatDuration(pace.left)}
+            </Figure>
+          </>
+        )}
+        {b.shards ? (
+          <>
+            <dt>Shards</dt>
+            <dd>
+              {formatCount(b.shards.running)} running, {formatCount(b.shards.done)} done,{' '}
+              {formatCount(b.shards.waiting)} waiting
+            </dd>
+          </>
+        ) : null}
         {b.status === 'validating' && progress ? (
           <>
             <dt>Validation</dt>
@@ -311,6 +355,7 @@ export function BatchDetail({ id }: { id: string }) {
         ) : null}
       </p>
       <ErrorNote error={downloadError} />
+      {b.shards ? <Shards batch={b} /> : null}
       {b.errors.total ? (
         <>
           <h3>
@@ -342,5 +387,118 @@ export function BatchDetail({ id }: { id: string }) {
         </>
       ) : null}
     </Section>
+  )
+}
+
+/**
+ * A figure the page works out, labelled by its term (`getByLabel` finds it). An `<output>`, but not
+ * a live region: a rate that changes every 2 s is read when asked for, not announced each time.
+ */
+function Figure({ label, children }: { label: string; children: ComponentChildren }) {
+  const id = useId()
+  return (
+    <>
+      <dt>
+        <label for={id}>{label}</label>
+      </dt>
+      <dd>
+        <output id={id} aria-live="off">
+          {children}
+        </output>
+      </dd>
+    </>
+  )
+}
+
+/**
+ * Requests done, throughput and time left (API.md §16 dashboard). While the batch runs, the rate
+ * is the recent one the page saw itself (web/lib/rate.ts); a finished batch has its average.
+ */
+function usePace(b: BatchObject | undefined) {
+  const [samples, setSamples] = useState<Sample[]>([])
+  const done = b ? b.request_counts.completed + b.request_counts.failed : 0
+  useEffect(() => {
+    if (b?.status !== 'in_progress') return
+    setSamples((kept) => addSample(kept, { at: performance.now(), done }))
+  }, [b, done])
+  if (!b) return { done, rate: null, left: null }
+  if (b.status === 'in_progress') {
+    const rate = rateOf(samples)
+    return { done, rate, left: timeLeft(b.request_counts.total - done, rate) }
+  }
+  if (b.status === 'completed')
+    return { done, rate: averageRate(done, b.in_progress_at, b.completed_at), left: 0 }
+  return { done, rate: null, left: null }
+}
+
+/** A split batch's shards (API.md §16), re-read each time the page re-reads the batch. */
+function Shards({ batch }: { batch: BatchObject }) {
+  // Pages of 100 shards, in shard order (API.md §16).
+  const shards = usePaged<ShardObject>(`/v1/batches/${batch.id}/shards`, {}, 0, 100)
+  const { reload } = shards
+  const mounted = useRef(false)
+  useEffect(() => {
+    if (mounted.current) reload()
+    mounted.current = true
+  }, [batch, reload])
+  const rows = shards.data?.data ?? []
+  // Known when every shard is on this one page.
+  const whole = shards.page === 1 && shards.data?.has_more === false
+  const handedOut = rows.reduce((n, s) => n + s.requests, 0)
+  const unclaimed = TERMINAL.has(batch.status) || !whole ? 0 : batch.request_counts.total - handedOut
+  return (
+    <>
+      <h3>Shards</h3>
+      <ErrorNote error={shards.error} />
+      {rows.length ? (
+        <table aria-label="Shards">
+          <thead>
+            <tr>
+              <th>Shard</th>
+              <th>Requests</th>
+              <th>Status</th>
+              <th>Worker</th>
+              <th>Attempts</th>
+            </tr>
+          </thead>
+          <tbody>
+            {rows.map((s) => (
+              <ShardRow key={s.id} shard={s} />
+            ))}
+          </tbody>
+        </table>
+      ) : shards.data ? (
+        <p class="muted">No shard handed out yet.</p>
+      ) : null}
+      <Pager list={shards} label="Shards" />
+      {shards.data && unclaimed > 0 ? (
+        <p class="muted">
+          {formatCount(unclaimed)} request{unclaimed === 1 ? '' : 's'} not handed out yet: the next shards go
+          to the next workers that ask.
+        </p>
+      ) : null}
+    </>
+  )
+}
+
+function ShardRow({ shard: s }: { shard: ShardObject }) {
+  const done = s.request_counts.completed + s.request_counts.failed
+  return (
+    <tr>
+      <td>
+        {s.index + 1}{' '}
+        <small class="muted">
+          (requests {formatCount(s.first_request + 1)}–{formatCount(s.first_request + s.requests)})
+        </small>
+      </td>
+      <td class="num">
+        {formatCount(done)}/{formatCount(s.requests)}
+      </td>
+      <td>
+        <Status value={s.status} />
+      </td>
+      <td>{s.status === 'waiting' ? '—' : (s.worker_name ?? s.worker_id ?? '—')}</td>
+      <td class="num">{s.attempts}</td>
+    </tr>
   )
 }

@@ -84,6 +84,7 @@ export function WorkerTable({
               {showOrg ? <th>Organization</th> : null}
               <th>Status</th>
               <th>Activity</th>
+              <th>Concurrency</th>
               <th>VRAM</th>
               <th>GPUs</th>
               <th>Loaded models</th>
@@ -108,6 +109,9 @@ export function WorkerTable({
                   <Status value={w.status} />
                 </td>
                 <td>{w.activity ?? '—'}</td>
+                <td class="num" title="Requests in flight the daemon settled on">
+                  {w.concurrency ?? '—'}
+                </td>
                 <td>
                   <VramBar total={w.vram_total_gb} available={w.vram_available_gb} />
                 </td>

@@ -2,7 +2,14 @@ import { accessSync, constants } from 'node:fs'
 import { basename, isAbsolute } from 'node:path'
 import { log } from '../../lib/logger'
 import type { DigestCache } from './digests'
-import { type InventoryItem, type Runtime, type RuntimeSnapshot, runtimeJson, statusOf } from './types'
+import {
+  type InventoryItem,
+  type Runtime,
+  RuntimeHttpError,
+  type RuntimeSnapshot,
+  runtimeJson,
+  statusOf,
+} from './types'
 
 // Any OpenAI-compatible server (vLLM, llama.cpp server, SGLang, LM Studio, Ollama's /v1). What it
 // serves comes from GET /v1/models. Digests (SPEC §4: the sha256 of the model file) come from:
@@ -40,6 +47,18 @@ export class OpenAIRuntime implements Runtime {
   /** Hashes the files the operator named before registering; discovered files hash in the background. */
   async prepare() {
     for (const paths of Object.values(this.modelFiles)) for (const f of paths) await this.digests.digest(f)
+  }
+
+  async slots(): Promise<number | null> {
+    try {
+      const props = await runtimeJson<{ total_slots?: unknown }>(`${this.baseUrl}/props`)
+      const n = props.total_slots
+      return typeof n === 'number' && Number.isInteger(n) && n >= 1 ? n : null
+    } catch (e) {
+      // An engine without /props (vLLM, SGLang…) answers 404: it has no figure to give.
+      if (e instanceof RuntimeHttpError) return null
+      throw e
+    }
   }
 
   private async modelIds(): Promise<string[]> {

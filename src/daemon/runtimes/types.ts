@@ -53,6 +53,11 @@ export interface Runtime {
   serves(model: string, snapshot: RuntimeSnapshot): boolean
   /** Calls `listener` when the inventory changed between snapshots (a model file finished hashing). */
   onInventoryChange?(listener: () => void): void
+  /**
+   * How many requests the engine serves in parallel, when it says (llama.cpp GET /props
+   * total_slots); null when it answers without that figure; throws when it cannot be reached.
+   */
+  slots?(): Promise<number | null>
   /** Materialises a catalogued model the engine lacks; absent when the engine cannot pull. */
   pull?(task: PullTask, onProgress: (p: PullProgress) => void, signal?: AbortSignal): Promise<void>
 }

@@ -29,10 +29,11 @@ export const batchRoutes = (deps: Deps) =>
     })
     .get(
       '/:batch_id/shards',
-      ({ params, principal }) => batches.listShards(deps, principal, params.batch_id),
+      ({ params, query, principal }) => batches.listShards(deps, principal, params.batch_id, query),
       {
         user: true,
         params: BatchModel.params,
+        query: BatchModel.shards,
         detail: {
           tags,
           summary:

@@ -35,6 +35,8 @@ export const BatchModel = {
     { additionalProperties: false },
   ),
   params: t.Object({ batch_id: t.String({ maxLength: 128 }) }),
+  // GET /v1/batches/{id}/shards (API.md §16): pages of shards in shard order.
+  shards: t.Object({ ...PageQuery }, { additionalProperties: false }),
   list: t.Object(
     {
       ...PageQuery,

@@ -3,7 +3,7 @@ import type { Deps } from '../../deps'
 import { badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import { type PageParams, toPage } from '../../lib/pagination'
+import { type PageParams, parseLimit, toPage } from '../../lib/pagination'
 import type { UserPrincipal } from '../auth/credentials'
 import { type BatchCreate, type BatchObject, toBatchObject, toShardObject } from './model'
 
@@ -89,9 +89,19 @@ export async function listBatches(
   )
 }
 
-/** GET /v1/batches/{id}/shards (API.md §16, ext): a split batch's shards in order; [] when whole. */
-export async function listShards(deps: Deps, principal: UserPrincipal, batchId: string) {
+/**
+ * GET /v1/batches/{id}/shards (API.md §16, ext): a split batch's shards in shard order (not newest
+ * first: the order of its request lines), paged as every list is (API.md §0); none when it runs whole.
+ */
+export async function listShards(deps: Deps, principal: UserPrincipal, batchId: string, query: PageParams) {
   const batch = await visibleBatch(deps, principal, batchId)
+  const limit = parseLimit(query.limit)
   const rows = batch.split ? await deps.store.queue.shardsOf(batch.id) : []
-  return { object: 'list' as const, data: rows.map(toShardObject) }
+  let from = 0
+  if (query.after !== undefined) {
+    from = rows.findIndex((r) => r.id === query.after) + 1
+    if (from === 0) throw badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
+  }
+  const page = rows.slice(from, from + limit)
+  return toPage(page.map(toShardObject), from + limit < rows.length)
 }
