@@ -7,6 +7,7 @@ import { startTestServer, type TestServer } from '../helpers/app'
 import { daemonOptions, fastDeps, type RunningAgent, runAgent } from '../helpers/daemon'
 import { type FakeRuntime, startFakeRuntime } from '../helpers/fake-runtime'
 import { captureLogLine } from '../helpers/secrets'
+import { until } from '../helpers/until'
 import { makeCatalogEntry, makeFleet, makeValidatedBatch } from '../helpers/workers'
 
 // API.md §16 over HTTP with real reference daemons, each with its own stand-in engine: one batch
@@ -22,16 +23,6 @@ afterEach(async () => {
   for (const c of cleanups.reverse()) await c()
   cleanups = []
 })
-
-async function until<T>(what: string, probe: () => Promise<T | undefined | null | false>, ms = 25_000) {
-  const deadline = Date.now() + ms
-  for (;;) {
-    const v = await probe()
-    if (v) return v
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
-    await Bun.sleep(20)
-  }
-}
 
 /** A stand-in engine that counts, by custom_id (the content names it), every request it serves. */
 function engine(seen: Map<string, number>, o: Parameters<typeof startFakeRuntime>[0] = {}): FakeRuntime {

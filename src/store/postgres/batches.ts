@@ -2,12 +2,12 @@ import { and, asc, eq, gt, inArray, isNull, lt, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { BatchErrorRow, BatchRow, FileRow } from '../../db/schema'
 import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
-import { type BatchesStore, newBatchRow, validationMove } from '../batches'
+import { type BatchesStore, newBatchRow, packLineOffsets, validationMove } from '../batches'
 import { type PgDb, pipelined } from './db'
 import { pageRows } from './page'
 import { batchRow, transitionEach } from './queue'
 
-const { batches, batchErrors } = schema
+const { batches, batchErrors, batchLineIndex } = schema
 
 export function postgresBatches(db: PgDb): BatchesStore {
   return {
@@ -130,6 +130,13 @@ export function postgresBatches(db: PgDb): BatchesStore {
           moved[i] ? result.errors.map((e) => ({ batch_id: batchId, ...e })) : [],
         )
         if (errors.length > 0) await tx.insert(batchErrors).values(errors)
+        // API.md §16: where each request line starts, for a batch that passed (it may be split).
+        const indexes = items.flatMap(({ batchId, result }, i) =>
+          moved[i] && result.passed && result.line_offsets?.length
+            ? [{ batch_id: batchId, offsets: packLineOffsets(result.line_offsets) }]
+            : [],
+        )
+        if (indexes.length > 0) await tx.insert(batchLineIndex).values(indexes)
         return moved
       })
     },

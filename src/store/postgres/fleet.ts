@@ -3,6 +3,7 @@ import { and, asc, count, desc, eq, gt, inArray, isNull, lt, or, type SQL, sql }
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { ModelPullRow, WorkerRow } from '../../db/schema'
+import { isShardId } from '../../domain/shards'
 import { badRequest } from '../../lib/errors'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
@@ -22,6 +23,7 @@ import {
 } from '../fleet'
 import { type PgDb, type PgTx, pipelined } from './db'
 import { requeueLocked } from './queue'
+import { recordShardProgress, requeueHeldShards } from './shards'
 
 // The fleet on PostgreSQL, where several instances share one database. A read-then-write that
 // must not race locks its rows first (FOR UPDATE) or is one conditional statement; the heartbeat is
@@ -44,7 +46,7 @@ const online = (cutoff: number) => and(eq(workers.status, 'online'), gt(workers.
  * The heartbeat's UPDATE, written on the driver: drizzle built this statement anew at every beat,
  * which cost more than running it (bench/heartbeat.ts --postgres). Ownership is in the WHERE: no
  * row = unknown worker or another org's. A field the daemon leaves out keeps its last reported
- * value (coalesce). RETURNING carries the held batches. The steady form is the common beat, tried
+ * value (coalesce). RETURNING carries the held batches and shards (API.md §16). The steady form is the common beat, tried
  * first: the worker's fit stays as it was (BeatAnswer.fitChanged): online, heartbeated before,
  * same VRAM total or none reported.
  */
@@ -55,13 +57,17 @@ const beatSql = (steady: string) =>
      gpu_utilization = coalesce($4::float8, gpu_utilization),
      gpu_memory_used_gb = coalesce($5::float8, gpu_memory_used_gb),
      uptime_seconds = coalesce($6::int, uptime_seconds),
+     concurrency = coalesce($12::int, concurrency),
      loaded_models = $7::text::jsonb, current_job_id = $8, last_heartbeat_at = $9, last_seen_at = $9
    WHERE id = $10 AND org_id = $11 ${steady}
    RETURNING inventory_sig, max_download_gb,
-     (SELECT string_agg(batch_id, ',' ORDER BY seq) FROM batch_assignments
-       WHERE worker_id = $10 AND completed_at IS NULL) AS assigned`
+     (SELECT string_agg(job, ',' ORDER BY kind, seq) FROM (
+       SELECT batch_id AS job, 0 AS kind, seq FROM batch_assignments
+       WHERE worker_id = $10 AND completed_at IS NULL
+       UNION ALL
+       SELECT id, 1, seq FROM batch_shards WHERE worker_id = $10 AND status = 'running') held) AS assigned`
 const BEAT = beatSql('')
-const STEADY_BEAT = beatSql(`AND status = 'online' AND last_seen_at > $12 AND last_heartbeat_at IS NOT NULL
+const STEADY_BEAT = beatSql(`AND status = 'online' AND last_seen_at > $13 AND last_heartbeat_at IS NOT NULL
      AND ($2::float8 IS NULL OR vram_total_gb = $2::float8)`)
 
 function beatStatement(q: Driver, b: Beat, steady: boolean): Promise<BeatRow[]> {
@@ -77,6 +83,7 @@ function beatStatement(q: Driver, b: Beat, steady: boolean): Promise<BeatRow[]> 
     b.now,
     b.workerId,
     b.orgId,
+    b.concurrency ?? null,
   ]
   return (steady ? q.unsafe(STEADY_BEAT, [...params, b.cutoff]) : q.unsafe(BEAT, params)) as Promise<
     BeatRow[]
@@ -216,6 +223,17 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
             )
             if (outcome) requeued.push(outcome)
           }
+          // API.md §16: and each shard it held, as that shard's failed attempt.
+          requeued.push(
+            ...(await requeueHeldShards(
+              tx,
+              maxAttempts,
+              existing.id,
+              'worker_reregistered',
+              'worker re-registered',
+              r.now,
+            )),
+          )
           ;[worker] = (await tx
             .update(workers)
             .set({ ...fields, machine_id: r.machineId ?? existing.machine_id })
@@ -313,6 +331,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
 
     async recordProgress(p) {
       await db.transaction(async (tx) => {
+        if (isShardId(p.jobId)) return recordShardProgress(tx, p, (held) => checkProgress(held, p))
         const [row] = await tx
           .select({
             status: batches.status,

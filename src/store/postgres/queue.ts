@@ -3,6 +3,7 @@ import { and, eq, getTableColumns, inArray, isNull, lte, or, sql } from 'drizzle
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
+import { isShardId, tallyShards } from '../../domain/shards'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
@@ -18,6 +19,23 @@ import type {
   SweepOutcome,
 } from '../queue'
 import type { PgDb, PgTx } from './db'
+import {
+  claimFromHead,
+  heldShard,
+  lineRange,
+  lockShard,
+  openSplitHeads,
+  recordShardResultsTx,
+  requeueShardLocked,
+  requeueSilentShards,
+  type ShardClaim,
+  shardStateCounts,
+  shardStates,
+  shardsOf,
+  shardWithBatch,
+  splitBatchesToJoin,
+  takeParts,
+} from './shards'
 import { enqueueWebhookEvents } from './webhooks'
 
 // The work queue on PostgreSQL, where any number of instances share one database. Claims lock the
@@ -130,16 +148,17 @@ export async function requeueLocked(
  * The ORDER BY names every column of that index and `status = ANY('{…}')` is no planner constant:
  * only that index gives the order without a sort (batches_status_user would walk every waiting
  * batch of every model; the primary key, every batch). Run on `db.$claims`, it is planned once per
- * connection (generic plan).
+ * connection (generic plan). `wholeOnly`: a worker that takes whole batches only never sees a split
+ * one (API.md §16); a bound flag, so both forms are one statement and one plan.
  */
-export function claimHeads(q: SQL, models: string[]) {
+export function claimHeads(q: SQL, models: string[], wholeOnly = false) {
   const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
   return q`
     WITH RECURSIVE heads AS (
       SELECT h.model, h.user_id, h.id, h.seq FROM unnest(${models}::text[]) AS m(model)
       CROSS JOIN LATERAL (
         SELECT model, user_id, id, seq FROM batches
-        WHERE status = ANY(${waiting}::text[]) AND model = m.model
+        WHERE status = ANY(${waiting}::text[]) AND model = m.model AND NOT (split AND ${wholeOnly}::boolean)
         ORDER BY status, model, user_id, seq LIMIT 1
       ) h
       UNION ALL
@@ -147,6 +166,7 @@ export function claimHeads(q: SQL, models: string[]) {
       CROSS JOIN LATERAL (
         SELECT model, user_id, id, seq FROM batches
         WHERE status = ANY(${waiting}::text[]) AND model = p.model AND user_id > p.user_id
+          AND NOT (split AND ${wholeOnly}::boolean)
         ORDER BY status, model, user_id, seq LIMIT 1
       ) n
     )
@@ -155,12 +175,18 @@ export function claimHeads(q: SQL, models: string[]) {
   >
 }
 
-/** API.md §14: how many batches each of `owners` has in progress (batches_status_user). */
+/**
+ * API.md §14: how much each of `owners` has in progress — whole batches (batches_status_user) and
+ * held shards of split ones (API.md §16, batch_shards_user).
+ */
 const runningOf = (q: SQL, owners: string[]) =>
-  q`SELECT user_id, count(*)::int AS n FROM batches
-    WHERE status = 'in_progress' AND user_id = ANY(${owners}::text[]) GROUP BY user_id` as Promise<
-    { user_id: string; n: number }[]
-  >
+  q`SELECT user_id, sum(n)::int AS n FROM (
+      SELECT user_id, count(*) AS n FROM batches
+      WHERE status = 'in_progress' AND NOT split AND user_id = ANY(${owners}::text[]) GROUP BY user_id
+      UNION ALL
+      SELECT user_id, count(*) AS n FROM batch_shards
+      WHERE status = 'running' AND user_id = ANY(${owners}::text[]) GROUP BY user_id) r
+    GROUP BY user_id` as Promise<{ user_id: string; n: number }[]>
 
 /**
  * The claim itself (the state table's `claimed` edge, STYLE example 7, and the assignment) in one
@@ -177,7 +203,10 @@ const runningOf = (q: SQL, owners: string[]) =>
  * ever open. Two polls of one worker that chose the same slot cannot both commit: the second fails
  * (23505) as a whole, its batch untouched, and tries again with a fresh snapshot. Assignments older
  * than the slots, or copied from SQLite (whose claims take turns and leave the slot null), count
- * but hold no slot; as they only ever finish, the same holds.
+ * but hold no slot; as they only ever finish, the same holds. So do held shards (API.md §16: they
+ * count toward the limit): a worker without capabilities.shards holds none past its registration,
+ * and the claims of a shard-capable worker take turns (shards.ts claimFromHead), never this one.
+ * A split batch is never claimed whole.
  *
  * Registration locks the worker's row (FOR UPDATE) while it requeues what the old incarnation held;
  * the claim holds a KEY SHARE lock on that row until it commits, so a claim either commits first (and
@@ -199,7 +228,9 @@ export function claimOne(
     WITH worker AS (
       SELECT id FROM workers WHERE id = ${a.workerId} FOR KEY SHARE
     ), open AS (
-      SELECT count(*)::int AS active, coalesce(min(i) FILTER (WHERE slot <> i), count(slot))::int AS slot
+      SELECT (count(*) + (SELECT count(*) FROM batch_shards
+                          WHERE worker_id = ${a.workerId} AND status = 'running'))::int AS active,
+        coalesce(min(i) FILTER (WHERE slot <> i), count(slot))::int AS slot
       FROM (SELECT slot, (row_number() OVER (ORDER BY slot) - 1)::int AS i FROM batch_assignments
             WHERE worker_id = ${a.workerId} AND completed_at IS NULL) held
     ), claimed AS (
@@ -207,7 +238,7 @@ export function claimOne(
       WHERE id = (
         SELECT id FROM batches
         WHERE status = ANY(${`{${from}}`}::text[]) AND model = ${pick.model} AND user_id = ${pick.user_id}
-          AND seq >= ${pick.seq}::bigint
+          AND seq >= ${pick.seq}::bigint AND NOT split
         ORDER BY status, model, user_id, seq LIMIT 1
         FOR UPDATE SKIP LOCKED
       ) AND status = ${from}
@@ -244,6 +275,26 @@ async function claimInSlot(
   }
 }
 
+/**
+ * A shard-capable worker's claim from one head (shards.ts claimFromHead), one transaction on the
+ * claims' connections, tried again while a claim of the same worker outside its claim lock takes
+ * the slot a whole batch would have taken.
+ */
+async function claimAsShardWorker(
+  db: PgDb,
+  batchId: string,
+  req: Parameters<typeof claimFromHead>[2],
+  names: readonly string[],
+): Promise<ShardClaim> {
+  for (;;) {
+    try {
+      return await db.$claims.begin((q) => claimFromHead(q as unknown as SQL, batchId, req, names))
+    } catch (e) {
+      if (!slotTaken(e)) throw e
+    }
+  }
+}
+
 /** Bun's client returns bigint columns as strings; drizzle's schema says which are numbers. */
 const bigintColumns = Object.entries(getTableColumns(batches))
   .filter(([, c]) => c.columnType === 'PgBigInt53' || c.columnType === 'PgBigSerial53')
@@ -259,9 +310,13 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     async claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null> {
       if (req.candidates.length === 0) return null
       const byModel = new Map(req.candidates.map((c) => [c.model, c]))
+      const models = [...byModel.keys()]
       // The heads are read before the claim: they only name whom to claim from, and the claim
-      // re-checks everything, the worker's limit too (claimOne).
-      const heads = (await claimHeads(db.$claims, [...byModel.keys()])).map((r) => {
+      // re-checks everything, the worker's limit too (claimOne, claimFromHead).
+      const found = await claimHeads(db.$claims, models, !req.shards)
+      // API.md §16: split batches in progress with shards left join the choice.
+      if (req.shards) found.push(...(await openSplitHeads(db.$claims, models)))
+      const heads = found.map((r) => {
         const c = byModel.get(r.model)!
         return {
           batch_id: r.id,
@@ -270,7 +325,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           model: c.model,
           loaded: c.loaded,
           running: 0,
-          match: c.match,
+          candidate: c,
         }
       })
       const owners = ownersToCount(heads)
@@ -281,26 +336,45 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       // Another poll may hold or have taken the chosen owner's batches: then the next best, until
       // the worker is at its limit.
       for (let best = pickClaim(heads); best; best = pickClaim(heads)) {
-        const assignmentId = newId('asg_')
-        const { active, batch } = await claimInSlot(db, best, {
-          id: assignmentId,
-          workerId: req.workerId,
-          orgId: req.orgId,
-          now: req.now,
-          maxConcurrent: req.maxConcurrent,
-        })
-        if (batch) {
-          const { from, to } = BATCH_TRANSITIONS.claimed
-          log.info('batch transition', {
-            batch_id: batch.id,
-            from,
-            to,
-            event: 'claimed',
-            reason: `worker ${req.workerId}`,
+        const match = best.candidate.match
+        if (req.shards) {
+          const got = await claimAsShardWorker(
+            db,
+            best.batch_id,
+            {
+              workerId: req.workerId,
+              orgId: req.orgId,
+              now: req.now,
+              maxConcurrent: req.maxConcurrent,
+              ...req.shards,
+            },
+            best.candidate.names ?? [],
+          )
+          if (got.kind === 'claimed')
+            return { batch: got.batch, assignmentId: got.assignmentId, match, shard: got.shard }
+          if (got.kind === 'full') return null
+        } else {
+          const assignmentId = newId('asg_')
+          const { active, batch } = await claimInSlot(db, best, {
+            id: assignmentId,
+            workerId: req.workerId,
+            orgId: req.orgId,
+            now: req.now,
+            maxConcurrent: req.maxConcurrent,
           })
-          return { batch, assignmentId, match: best.match }
+          if (batch) {
+            const { from, to } = BATCH_TRANSITIONS.claimed
+            log.info('batch transition', {
+              batch_id: batch.id,
+              from,
+              to,
+              event: 'claimed',
+              reason: `worker ${req.workerId}`,
+            })
+            return { batch, assignmentId, match, shard: null }
+          }
+          if (active >= req.maxConcurrent) return null
         }
-        if (active >= req.maxConcurrent) return null
         heads.splice(heads.indexOf(best), 1)
       }
       return null
@@ -352,6 +426,11 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
 
     async reportFailure(r: FailureReport) {
       return db.transaction(async (tx) => {
+        if (isShardId(r.jobId)) {
+          const locked = heldShard(await lockShard(tx, r.jobId), r.workerId, r.assignmentId)
+          // Locked and seen running, its batch in_progress, by the holder rule: the requeue happens.
+          return (await requeueShardLocked(tx, maxAttempts, locked, 'reported_failure', r.error, r.now))!
+        }
         const [row] = await tx
           .select({
             id: batches.id,
@@ -397,6 +476,8 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .where(
             and(
               eq(batches.status, 'in_progress'),
+              // A split batch has no holder: its shards have theirs (below).
+              eq(batches.split, false),
               or(isNull(workers.id), eq(workers.status, 'offline'), lte(workers.last_seen_at, cutoff)),
             ),
           )
@@ -407,12 +488,45 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           const outcome = await requeueLocked(tx, maxAttempts, o, 'worker_silent', error, now)
           if (outcome) requeues.push({ ...outcome, reason: 'worker_silent' })
         }
+        for (const outcome of await requeueSilentShards(tx, maxAttempts, cutoff, now)) {
+          requeues.push({ ...outcome, reason: 'worker_silent' })
+        }
         // An offline worker downloads nothing for us: let another be asked (API.md §7 pull_models).
         if (workers_offline.length)
           await tx.delete(modelPulls).where(inArray(modelPulls.worker_id, workers_offline))
         return { workers_offline, requeues }
       })
     },
+
+    shardWithBatch: (shardId) => shardWithBatch(db, shardId),
+    shardsOf: (batchId) => shardsOf(db, batchId),
+
+    async shardTallies(batchIds) {
+      const byBatch = new Map<string, Awaited<ReturnType<typeof shardStateCounts>>>()
+      for (const r of await shardStateCounts(db, batchIds)) {
+        byBatch.set(r.batch_id, [...(byBatch.get(r.batch_id) ?? []), r])
+      }
+      return new Map([...byBatch].map(([id, states]) => [id, tallyShards(states)]))
+    },
+
+    shardStates: () => shardStates(db),
+    lineRange: (batchId, first, count) => lineRange(db, batchId, first, count),
+
+    async recordShardResults(r) {
+      return db.transaction((tx) => recordShardResultsTx(tx, r))
+    },
+
+    async completeSplit(r) {
+      return db.transaction(async (tx) => {
+        const row = await transition(tx, r.batchId, 'results_delivered', r.now, r.changes, 'shards joined')
+        if (row && r.files.length) await tx.insert(files).values(r.files)
+        // The parts are joined: the caller removes them, and nothing refers to them any more.
+        if (row) await takeParts(tx, r.batchId)
+        return row
+      })
+    },
+
+    splitBatchesToJoin: () => splitBatchesToJoin(db),
 
     async queuedByOwnerClass() {
       const rows = (await db.$client`

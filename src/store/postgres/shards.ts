@@ -1,0 +1,566 @@
+import type { SQL } from 'bun'
+import { and, asc, eq, getTableColumns, inArray, sql } from 'drizzle-orm'
+import * as schema from '../../db/pg/schema'
+import type { BatchRow, BatchShardRow } from '../../db/schema'
+import {
+  checkShardHolder,
+  nextShardSize,
+  type ShardBounds,
+  type ShardHolding,
+  type ShardState,
+  splittable,
+} from '../../domain/shards'
+import { newId } from '../../lib/ids'
+import { log } from '../../lib/logger'
+import { BATCH_TRANSITIONS } from '../../modules/batches/states'
+import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
+import type { ByteRange } from '../queue'
+import type { PgDb, PgTx } from './db'
+import { batchRow, transition } from './queue'
+
+// Shards on PostgreSQL (API.md §16): the statements, and the verbs that run inside the queue's and
+// the fleet's transactions. What to cut and when to requeue is decided in src/domain/shards.ts and
+// the requeue rule; this file applies it.
+//
+// Lock order: a shard's batch row first (FOR UPDATE), then the shard row. Every writer of a shard —
+// the claim that cuts or takes it, progress, results, report-failure, the sweeper, re-registration
+// — takes both in that order, so none of them deadlocks another, and a requeue that decides from
+// the batch's other shards (requeueShardLocked) sees every claim of that batch committed or not
+// begun.
+
+const { batches, batchShards, workers } = schema
+
+/** Bun's client returns bigint columns as strings; drizzle's schema says which are numbers. */
+const shardBigints = Object.entries(getTableColumns(batchShards))
+  .filter(([, c]) => c.columnType === 'PgBigInt53' || c.columnType === 'PgBigSerial53')
+  .map(([name]) => name)
+export function shardRow(raw: Record<string, unknown>): BatchShardRow {
+  for (const name of shardBigints)
+    if (raw[name] !== null && raw[name] !== undefined) raw[name] = Number(raw[name])
+  return raw as unknown as BatchShardRow
+}
+
+// ---------------------------------------------------------------------------------------------
+// The claim (a shard-capable worker's poll), on db.$claims.
+
+/**
+ * Split batches in progress with work left to hand out (a waiting shard, or requests not yet cut)
+ * for the candidate models: the claim's extra heads (batches_split_model).
+ */
+export function openSplitHeads(q: SQL, models: string[]) {
+  return q`
+    SELECT model, user_id, id, seq::float8 AS seq FROM batches
+    WHERE split AND status = 'in_progress' AND model = ANY(${models}::text[])
+      AND (next_request < request_counts_total
+        OR EXISTS (SELECT FROM batch_shards s WHERE s.batch_id = batches.id AND s.status = 'waiting'))` as Promise<
+    { model: string; user_id: string; id: string; seq: number }[]
+  >
+}
+
+/** An advisory lock key per worker: the claims of one shard-capable worker take turns. */
+const claimKey = (workerId: string) => `gridkeep claim\n${workerId}`
+
+/**
+ * API.md §7 max_concurrent_jobs counting held shards (API.md §16). Shards hold no slot
+ * (batch_assignments_slot), so the claims of a shard-capable worker take turns on an advisory lock
+ * named by the worker instead: each counts, under the lock, every assignment and shard the
+ * worker's earlier claims committed. The worker row's KEY SHARE orders the claim with
+ * re-registration, as claimOne does. Pipelined: each statement's snapshot follows the one before,
+ * so the count is taken after the lock is held.
+ */
+async function lockWorker(q: SQL, workerId: string) {
+  const [, found, counted] = await Promise.all([
+    q`SELECT pg_advisory_xact_lock(hashtextextended(${claimKey(workerId)}, 0))`,
+    q`SELECT id FROM workers WHERE id = ${workerId} FOR KEY SHARE`,
+    q`SELECT (SELECT count(*) FROM batch_assignments WHERE worker_id = ${workerId} AND completed_at IS NULL)::int
+        + (SELECT count(*) FROM batch_shards WHERE worker_id = ${workerId} AND status = 'running')::int AS n`,
+  ])
+  return { exists: (found as unknown[]).length === 1, active: (counted as { n: number }[])[0]!.n }
+}
+
+export interface ShardClaimRequest {
+  workerId: string
+  orgId: string
+  now: number
+  maxConcurrent: number
+  bounds: ShardBounds
+  cutoff: number
+}
+
+export type ShardClaim =
+  | { kind: 'claimed'; batch: BatchRow; shard: BatchShardRow | null; assignmentId: string }
+  /** The worker holds max_concurrent_jobs jobs (or is gone): nothing more for this poll. */
+  | { kind: 'full' }
+  /** This head has nothing to hand out any more (taken, finished, failed): try the next. */
+  | { kind: 'missed' }
+
+/**
+ * One claim of a shard-capable worker from one head, in one transaction on `q`: a shard of a split
+ * or splittable batch (a requeued shard first, then the next cut by guided sizing), or the whole
+ * batch when it runs whole (src/domain/shards.ts splittable).
+ */
+export async function claimFromHead(
+  q: SQL,
+  batchId: string,
+  req: ShardClaimRequest,
+  names: readonly string[],
+): Promise<ShardClaim> {
+  const { exists, active } = await lockWorker(q, req.workerId)
+  if (!exists || active >= req.maxConcurrent) return { kind: 'full' }
+  // The batch row, locked: claims of one batch take turns on it, and so do its requeues.
+  const [b] = (await q`
+    SELECT status, split, next_request, request_counts_total AS total,
+      EXISTS (SELECT FROM batch_line_index i WHERE i.batch_id = batches.id) AS indexed
+    FROM batches WHERE id = ${batchId} FOR UPDATE`) as {
+    status: string
+    split: boolean
+    next_request: number
+    total: number
+    indexed: boolean
+  }[]
+  const { from, to } = BATCH_TRANSITIONS.claimed
+  if (!b || (b.status !== from && b.status !== to)) return { kind: 'missed' }
+  if (!b.split && (b.status !== from || !splittable(b.total, req.bounds, b.indexed))) {
+    const assignmentId = newId('asg_')
+    const batch = await claimWholeById(q, batchId, { ...req, id: assignmentId })
+    return batch ? { kind: 'claimed', batch, shard: null, assignmentId } : { kind: 'missed' }
+  }
+  const assignmentId = newId('asg_')
+  // A waiting (requeued) shard first, in shard order.
+  let [raw] = (await q`
+    UPDATE batch_shards SET status = 'running', worker_id = ${req.workerId}, org_id = ${req.orgId},
+      assignment_id = ${assignmentId}, assigned_at = ${req.now}, updated_at = ${req.now}
+    WHERE id = (SELECT id FROM batch_shards WHERE batch_id = ${batchId} AND status = 'waiting'
+                ORDER BY shard_index LIMIT 1 FOR UPDATE SKIP LOCKED)
+      AND status = 'waiting'
+    RETURNING *`) as Record<string, unknown>[]
+  if (!raw) {
+    const first = b.next_request
+    const unclaimed = b.total - first
+    if (unclaimed <= 0) return { kind: 'missed' }
+    const [{ n }] = (await q`
+      SELECT count(DISTINCT w.id)::int AS n FROM worker_models m JOIN workers w ON w.id = m.worker_id
+      WHERE m.name = ANY(${[...names]}::text[])
+        AND w.shards AND w.status = 'online' AND w.last_seen_at > ${req.cutoff}`) as [{ n: number }]
+    const size = nextShardSize(unclaimed, n, req.bounds)
+    // The cut: the batch's next_request moves past the shard, guarded by where it stood.
+    ;[raw] = (await q`
+      WITH cut AS (
+        UPDATE batches SET split = TRUE, next_request = next_request + ${size}, updated_at = ${req.now}
+        WHERE id = ${batchId} AND next_request = ${first}
+        RETURNING id, user_id
+      )
+      INSERT INTO batch_shards (id, batch_id, user_id, shard_index, first_request, requests, status,
+        worker_id, org_id, assignment_id, assigned_at, updated_at)
+      SELECT ${newId('shard_')}, cut.id, cut.user_id,
+        (SELECT count(*) FROM batch_shards WHERE batch_id = ${batchId}), ${first}, ${size}, 'running',
+        ${req.workerId}, ${req.orgId}, ${assignmentId}, ${req.now}, ${req.now}
+      FROM cut
+      RETURNING *`) as Record<string, unknown>[]
+    if (!raw) return { kind: 'missed' }
+  }
+  const shard = shardRow(raw)
+  let batchRaw: Record<string, unknown> | undefined
+  if (b.status === from) {
+    ;[batchRaw] = (await q`
+      UPDATE batches SET status = ${to}, in_progress_at = ${req.now}, updated_at = ${req.now}
+      WHERE id = ${batchId} AND status = ${from} RETURNING *`) as Record<string, unknown>[]
+    if (batchRaw) {
+      log.info('batch transition', {
+        batch_id: batchId,
+        from,
+        to,
+        event: 'claimed',
+        reason: `worker ${req.workerId}`,
+      })
+    }
+  } else {
+    ;[batchRaw] = (await q`SELECT * FROM batches WHERE id = ${batchId}`) as Record<string, unknown>[]
+  }
+  if (!batchRaw) throw new Error(`batch ${batchId} changed under its lock`)
+  return { kind: 'claimed', batch: batchRow(batchRaw), shard, assignmentId }
+}
+
+/**
+ * The whole batch `batchId`, for a shard-capable worker under its claim lock (lockWorker counted
+ * its jobs): the state table's `claimed` edge and the assignment in one statement, in the lowest
+ * free slot (claimOne).
+ */
+async function claimWholeById(
+  q: SQL,
+  batchId: string,
+  a: { id: string; workerId: string; orgId: string; now: number },
+): Promise<BatchRow | null> {
+  const { from, to } = BATCH_TRANSITIONS.claimed
+  const [raw] = (await q`
+    WITH open AS (
+      SELECT coalesce(min(i) FILTER (WHERE slot <> i), count(slot))::int AS slot
+      FROM (SELECT slot, (row_number() OVER (ORDER BY slot) - 1)::int AS i FROM batch_assignments
+            WHERE worker_id = ${a.workerId} AND completed_at IS NULL) held
+    ), claimed AS (
+      UPDATE batches SET status = ${to}, in_progress_at = ${a.now}, updated_at = ${a.now}
+      WHERE id = ${batchId} AND status = ${from} AND NOT split
+      RETURNING *
+    ), assigned AS (
+      INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at, slot)
+      SELECT ${a.id}, id, ${a.workerId}, ${a.orgId}, ${a.now}, (SELECT slot FROM open) FROM claimed
+    )
+    SELECT * FROM claimed`) as Record<string, unknown>[]
+  if (!raw) return null
+  log.info('batch transition', {
+    batch_id: batchId,
+    from,
+    to,
+    event: 'claimed',
+    reason: `worker ${a.workerId}`,
+  })
+  return batchRow(raw)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writers inside drizzle transactions (progress, results, failure, sweep, re-registration).
+
+export interface LockedShard {
+  shard: BatchShardRow
+  batch: BatchRow
+  holding: ShardHolding
+}
+
+/** A shard and its batch, both locked (batch first: the lock order above); null when unknown. */
+export async function lockShard(tx: PgTx, shardId: string): Promise<LockedShard | null> {
+  const [batch] = (await tx
+    .select()
+    .from(batches)
+    .where(sql`${batches.id} = (SELECT batch_id FROM batch_shards WHERE id = ${shardId})`)
+    .for('update')) as BatchRow[]
+  if (!batch) return null
+  const [shard] = (await tx
+    .select()
+    .from(batchShards)
+    .where(eq(batchShards.id, shardId))
+    .for('update')) as BatchShardRow[]
+  if (!shard) return null
+  return {
+    shard,
+    batch,
+    holding: {
+      status: shard.status,
+      worker_id: shard.worker_id,
+      assignment_id: shard.assignment_id,
+      batch_status: batch.status,
+    },
+  }
+}
+
+/** The shard holder rule (API.md §16) on a locked shard. */
+export function heldShard(locked: LockedShard | null, workerId: string, assignmentId: string | undefined) {
+  checkShardHolder(locked?.holding, workerId, assignmentId)
+  return locked!
+}
+
+/**
+ * One failed attempt of a running shard, locked by the caller (the requeue rule, per shard: API.md
+ * §16). The shard waits again, offered before any new shard; the batch fails when the shard's
+ * attempts are used up, goes back to validated when no other shard runs or is done, and otherwise
+ * stays in_progress with its shards' highest attempts. Null for a stale caller.
+ */
+export async function requeueShardLocked(
+  tx: PgTx,
+  maxAttempts: number,
+  locked: LockedShard,
+  reason: RequeueReason,
+  errorText: string,
+  now: number,
+): Promise<RequeueOutcome | null> {
+  const { shard, batch } = locked
+  if (shard.status !== 'running' || batch.status !== 'in_progress') return null
+  const decision = requeueDecision({ ...batch, attempts: shard.attempts }, maxAttempts, errorText, now)
+  const attempts = Math.max(batch.attempts, decision.changes.attempts)
+  const released = await tx
+    .update(batchShards)
+    .set({
+      status: 'waiting',
+      attempts: decision.changes.attempts,
+      worker_id: null,
+      org_id: null,
+      assignment_id: null,
+      assigned_at: null,
+      request_counts_completed: 0,
+      request_counts_failed: 0,
+      updated_at: now,
+    })
+    .where(
+      and(
+        eq(batchShards.id, shard.id),
+        eq(batchShards.status, 'running'),
+        eq(batchShards.assignment_id, shard.assignment_id!),
+      ),
+    )
+    .returning({ id: batchShards.id })
+  if (released.length === 0) return null
+  const [{ n }] = (await tx
+    .select({ n: sql<number>`count(*)::int` })
+    .from(batchShards)
+    .where(and(eq(batchShards.batch_id, batch.id), sql`${batchShards.status} <> 'waiting'`))) as [
+    { n: number },
+  ]
+  if (decision.event === 'attempts_exhausted' || n === 0) {
+    const row = await transition(tx, batch.id, decision.event, now, { ...decision.changes, attempts }, reason)
+    if (!row) return null
+    if (decision.event === 'attempts_exhausted') {
+      return { ...decision.outcome, parts: await takeParts(tx, batch.id) }
+    }
+  } else {
+    // The batch stays in_progress: its attempts are its shards' highest, its error the last one,
+    // its live counts lose the shard's.
+    await tx
+      .update(batches)
+      .set({
+        attempts: sql`greatest(${batches.attempts}, ${attempts})`,
+        error: decision.changes.error,
+        request_counts_completed: sql`${batches.request_counts_completed} - ${shard.request_counts_completed}`,
+        request_counts_failed: sql`${batches.request_counts_failed} - ${shard.request_counts_failed}`,
+        updated_at: now,
+      })
+      .where(and(eq(batches.id, batch.id), eq(batches.status, 'in_progress')))
+  }
+  return decision.outcome
+}
+
+/**
+ * The blob keys of a batch's result parts, cleared from its shards in one statement (joined, or
+ * their batch failed: the caller removes them). The caller holds the batch row's lock.
+ */
+export async function takeParts(tx: PgTx, batchId: string): Promise<string[]> {
+  const rows = (await tx.execute(sql`
+    UPDATE batch_shards s SET output_key = NULL, error_key = NULL
+    FROM (SELECT id, output_key, error_key FROM batch_shards
+          WHERE batch_id = ${batchId} AND (output_key IS NOT NULL OR error_key IS NOT NULL)
+          FOR UPDATE) old
+    WHERE s.id = old.id
+    RETURNING old.output_key, old.error_key`)) as unknown as {
+    output_key: string | null
+    error_key: string | null
+  }[]
+  return rows.flatMap((r) => [r.output_key, r.error_key]).filter((k): k is string => k !== null)
+}
+
+/**
+ * Requeues each of `leases` that still stands when locked (the same shard, the same assignment):
+ * a shard requeued and taken again meanwhile belongs to its new holder. The batches are locked in
+ * the order of their ids, so two transactions locking several (the sweeper, a re-registration)
+ * never wait for each other in a circle; the outcomes come in the order of `leases` (claim order).
+ */
+async function requeueLeases(
+  tx: PgTx,
+  maxAttempts: number,
+  leases: { id: string; batch_id: string; assignment_id: string | null; error: string }[],
+  reason: RequeueReason,
+  now: number,
+) {
+  const out: (RequeueOutcome | null)[] = leases.map(() => null)
+  const order = leases.map((_, i) => i).sort((a, b) => (leases[a]!.batch_id < leases[b]!.batch_id ? -1 : 1))
+  for (const i of order) {
+    const l = leases[i]!
+    const locked = await lockShard(tx, l.id)
+    if (!locked || locked.shard.assignment_id !== l.assignment_id) continue
+    out[i] = await requeueShardLocked(tx, maxAttempts, locked, reason, l.error, now)
+  }
+  return out.filter((o) => o !== null)
+}
+
+/** Requeues every shard `workerId` holds (re-registration, API.md §7). */
+export async function requeueHeldShards(
+  tx: PgTx,
+  maxAttempts: number,
+  workerId: string,
+  reason: RequeueReason,
+  error: string,
+  now: number,
+) {
+  const held = await tx
+    .select({ id: batchShards.id, batch_id: batchShards.batch_id, assignment_id: batchShards.assignment_id })
+    .from(batchShards)
+    .where(and(eq(batchShards.worker_id, workerId), eq(batchShards.status, 'running')))
+    .orderBy(asc(batchShards.seq))
+  return requeueLeases(
+    tx,
+    maxAttempts,
+    held.map((h) => ({ ...h, error })),
+    reason,
+    now,
+  )
+}
+
+/** The sweeper: requeues every running shard whose holder is silent, offline or gone. */
+export async function requeueSilentShards(tx: PgTx, maxAttempts: number, cutoff: number, now: number) {
+  const silent = (await tx.execute(sql`
+    SELECT s.id, s.batch_id, s.assignment_id, s.worker_id FROM batch_shards s LEFT JOIN workers w ON w.id = s.worker_id
+    WHERE s.status = 'running' AND (w.id IS NULL OR w.status = 'offline' OR w.last_seen_at <= ${cutoff})
+    ORDER BY s.seq`)) as unknown as {
+    id: string
+    batch_id: string
+    assignment_id: string | null
+    worker_id: string | null
+  }[]
+  return requeueLeases(
+    tx,
+    maxAttempts,
+    silent.map((s) => ({ ...s, error: `worker ${s.worker_id ?? 'unknown'} went silent` })),
+    'worker_silent',
+    now,
+  )
+}
+
+/** The shard's new counts, and the batch's moved by the difference (API.md §16: their sum). */
+async function moveCounts(tx: PgTx, locked: LockedShard, completed: number, failed: number, now: number) {
+  await tx
+    .update(batches)
+    .set({
+      request_counts_completed: sql`${batches.request_counts_completed} + ${completed - locked.shard.request_counts_completed}`,
+      request_counts_failed: sql`${batches.request_counts_failed} + ${failed - locked.shard.request_counts_failed}`,
+      updated_at: now,
+    })
+    .where(and(eq(batches.id, locked.batch.id), eq(batches.status, 'in_progress')))
+}
+
+/** A shard holder's progress report (API.md §7 counts, per shard), in the caller's transaction. */
+export async function recordShardProgress(
+  tx: PgTx,
+  p: {
+    jobId: string
+    workerId: string
+    assignmentId?: string
+    completed: number
+    failed: number
+    now: number
+  },
+  check: (held: { total: number; completed: number; failed: number }) => void,
+) {
+  const locked = heldShard(await lockShard(tx, p.jobId), p.workerId, p.assignmentId)
+  check({
+    total: locked.shard.requests,
+    completed: locked.shard.request_counts_completed,
+    failed: locked.shard.request_counts_failed,
+  })
+  await tx
+    .update(batchShards)
+    .set({ request_counts_completed: p.completed, request_counts_failed: p.failed, updated_at: p.now })
+    .where(and(eq(batchShards.id, p.jobId), eq(batchShards.status, 'running')))
+  await moveCounts(tx, locked, p.completed, p.failed, p.now)
+}
+
+/** A shard's results recorded; `last` when the batch has no work left (every request done). */
+export async function recordShardResultsTx(
+  tx: PgTx,
+  r: {
+    shardId: string
+    workerId: string
+    assignmentId: string
+    completed: number
+    failed: number
+    usage: Record<string, number>
+    outputKey: string | null
+    errorKey: string | null
+    now: number
+  },
+) {
+  const locked = heldShard(await lockShard(tx, r.shardId), r.workerId, r.assignmentId)
+  await tx
+    .update(batchShards)
+    .set({
+      status: 'done',
+      request_counts_completed: r.completed,
+      request_counts_failed: r.failed,
+      usage: r.usage,
+      output_key: r.outputKey,
+      error_key: r.errorKey,
+      completed_at: r.now,
+      updated_at: r.now,
+    })
+    .where(and(eq(batchShards.id, r.shardId), eq(batchShards.status, 'running')))
+  await moveCounts(tx, locked, r.completed, r.failed, r.now)
+  const [batch] = (await tx.select().from(batches).where(eq(batches.id, locked.batch.id))) as BatchRow[]
+  const [{ unfinished }] = (await tx.execute(sql`
+    SELECT ${batch!.next_request < batch!.request_counts_total}::boolean
+      OR EXISTS (SELECT FROM batch_shards WHERE batch_id = ${batch!.id} AND status <> 'done') AS unfinished`)) as unknown as [
+    { unfinished: boolean },
+  ]
+  return { batch: batch!, last: !unfinished }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reads.
+
+export async function shardWithBatch(db: PgDb, shardId: string) {
+  const [row] = await db
+    .select({ shard: batchShards, batch: batches })
+    .from(batchShards)
+    .innerJoin(batches, eq(batches.id, batchShards.batch_id))
+    .where(eq(batchShards.id, shardId))
+  return row ? { shard: row.shard as BatchShardRow, batch: row.batch as BatchRow } : null
+}
+
+export async function shardsOf(db: PgDb, batchId: string) {
+  const rows = await db
+    .select({ shard: batchShards, worker_name: workers.name })
+    .from(batchShards)
+    .leftJoin(workers, eq(workers.id, batchShards.worker_id))
+    .where(eq(batchShards.batch_id, batchId))
+    .orderBy(asc(batchShards.shard_index))
+  return rows.map((r) => ({ ...(r.shard as BatchShardRow), worker_name: r.worker_name }))
+}
+
+export async function shardStateCounts(db: PgDb, batchIds: string[]) {
+  if (batchIds.length === 0) return []
+  return db
+    .select({ batch_id: batchShards.batch_id, status: batchShards.status, n: sql<number>`count(*)::int` })
+    .from(batchShards)
+    .where(inArray(batchShards.batch_id, batchIds))
+    .groupBy(batchShards.batch_id, batchShards.status) as Promise<
+    { batch_id: string; status: ShardState; n: number }[]
+  >
+}
+
+/**
+ * GET /metrics gridkeep_shards: waiting and running shards, and the done shards of batches still in
+ * progress (finished batches' shards are history, not a gauge).
+ */
+export async function shardStates(db: PgDb) {
+  const [row] = (await db.$client`
+    SELECT (SELECT count(*) FROM batch_shards WHERE status = 'waiting')::int AS waiting,
+      (SELECT count(*) FROM batch_shards WHERE status = 'running')::int AS running,
+      (SELECT count(*) FROM batch_shards s JOIN batches b ON b.id = s.batch_id
+        WHERE b.split AND b.status = 'in_progress' AND s.status = 'done')::int AS done`) as {
+    waiting: number
+    running: number
+    done: number
+  }[]
+  return row!
+}
+
+/** In-progress split batches whose shards are all done, not yet joined (a joiner that died). */
+export async function splitBatchesToJoin(db: PgDb) {
+  const rows = (await db.$client`
+    SELECT id FROM batches WHERE split AND status = 'in_progress' AND next_request >= request_counts_total
+      AND NOT EXISTS (SELECT FROM batch_shards s WHERE s.batch_id = batches.id AND s.status <> 'done')
+    ORDER BY seq`) as { id: string }[]
+  return rows.map((r) => r.id)
+}
+
+/**
+ * The byte range of request lines [first, first + count) from the batch's request-line index
+ * (little-endian float64s, one per line): the start of line `first`, and the start of the line
+ * after the range (none past the last line: to the end of the file).
+ */
+export async function lineRange(db: PgDb, batchId: string, first: number, count: number) {
+  const end = first + count
+  const [row] = (await db.$client`
+    SELECT substring(offsets from ${first}::int * 8 + 1 for 8) AS a,
+      CASE WHEN ${end}::int * 8 < length(offsets) THEN substring(offsets from ${end}::int * 8 + 1 for 8) END AS b
+    FROM batch_line_index WHERE batch_id = ${batchId}`) as { a: Uint8Array | null; b: Uint8Array | null }[]
+  const at = (bytes: Uint8Array | null | undefined) =>
+    bytes?.byteLength === 8 ? new DataView(bytes.buffer, bytes.byteOffset, 8).getFloat64(0, true) : null
+  const start = at(row?.a)
+  return start === null ? null : ({ start, end: at(row?.b) } satisfies ByteRange)
+}
