@@ -1,4 +1,4 @@
-// The credential lookup of every authenticated request (API.md §1), in process on SQLite:
+// The credential lookup of every authenticated request (docs/api.md §1), in process on SQLite:
 // authenticate() for a worker key, a personal key and a JWT, against a bare baseline that hashes
 // the key and reads the same columns with one prepared bun:sqlite statement behind an await.
 //

@@ -1,4 +1,4 @@
-// Fair share (API.md §14): p50 latency of one poll, through HTTP (auth, matching, the claim with
+// Fair share (docs/api.md §14): p50 latency of one poll, through HTTP (auth, matching, the claim with
 // its per-owner heads and counts), at three queues of one model, measured in the same run:
 //   100 users × 100 batches (10,000 queued, 100 owners waiting),
 //   100 users × 1–2 batches (~100 queued, 100 owners: the same owners, a shallow queue),

@@ -1,4 +1,4 @@
-// PostgreSQL (API.md §12), on a throwaway cluster (scripts/postgres.ts):
+// PostgreSQL (docs/api.md §12), on a throwaway cluster (scripts/postgres.ts):
 // (1) 64 simulated workers, split across TWO gridkeep instances on one database, drain 10,000
 //     validated batches over HTTP — claims/s and double claims (must be 0) — vs a bare
 //     FOR UPDATE SKIP LOCKED claim loop (64 clients, Bun's SQL client) on the same data, same run

@@ -1,4 +1,4 @@
-// The retention pass (API.md §15) deleting 10,000 expired files (rows and bytes on local disk) while
+// The retention pass (docs/api.md §15) deleting 10,000 expired files (rows and bytes on local disk) while
 // 10,000 batches that have not finished read other inputs (the in-use rule is checked against
 // them), beside a bare baseline measured on the same shape of data in this run: one DELETE of the
 // due rows and an unlink of each blob, with no rule at all.

@@ -1,4 +1,4 @@
-// Usage (API.md §14): the p50 of one caller's 30-day usage query (per UTC day, and per model for
+// Usage (docs/api.md §14): the p50 of one caller's 30-day usage query (per UTC day, and per model for
 // the org view) when the installation holds few other batches vs very many. The caller's own
 // work is the same in both; the queries are index range probes (batches (user_id, completed_at),
 // batch_assignments (org_id, completed_at)), so the ratio should stay near 1 (target: within 2×).

@@ -1,4 +1,4 @@
-// Webhook delivery (API.md §13) on SQLite: N outbox events drained by the delivery loop at
+// Webhook delivery (docs/api.md §13) on SQLite: N outbox events drained by the delivery loop at
 // WEBHOOK_CONCURRENCY 8 to a receiver on loopback, vs a bare baseline in the same run (the same N
 // signed POSTs from 8 fetch loops, no outbox, no lease, no log of attempts). And what the outbox
 // adds to a batch transition: finishValidations with one listening webhook vs with none.

@@ -1,4 +1,4 @@
-// A throwaway PostgreSQL cluster on loopback for tests and benchmarks (API.md §12), from Debian's
+// A throwaway PostgreSQL cluster on loopback for tests and benchmarks (docs/api.md §12), from Debian's
 // `postgresql` package: initdb in a temporary directory, started on a free port, stopped by PID.
 // PostgreSQL refuses to run as root, so as root the cluster runs as the `postgres` user.
 //

@@ -202,7 +202,7 @@ async function main() {
     ok('files/batches/models routes not in this build yet: upload and batch steps not run')
   }
 
-  // API.md §11: the dashboard and the API reference UI come from the binary itself.
+  // docs/api.md §11: the dashboard and the API reference UI come from the binary itself.
   const page = await fetch(`${base}/app/batches`)
   const html = await page.text()
   if (page.status !== 200 || !html.includes('<div id="root">')) fail(`/app/batches: ${page.status}`)

@@ -1,7 +1,7 @@
 import { startS3Server } from '../test/helpers/s3'
 
 // `bun run test:s3 [paths…]`: the HTTP file, worker and validator suites again, with every app
-// the test helpers build on the S3 engine (API.md §12), against an s3rver on loopback that this
+// the test helpers build on the S3 engine (docs/api.md §12), against an s3rver on loopback that this
 // script starts and stops. Extra arguments replace the default paths.
 
 const paths = process.argv.slice(2)

@@ -66,7 +66,7 @@ export function createApp(deps: Deps) {
           },
         },
         exclude: { paths: ['/docs', '/openapi.json'] },
-        // API.md §11: the reference UI comes from the binary, not from a CDN.
+        // docs/api.md §11: the reference UI comes from the binary, not from a CDN.
         scalar: docsUi,
       }),
     )

@@ -3,9 +3,9 @@ import { type Static, Type as T } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { parseStorageUrl } from './lib/blobs/s3'
 
-// The one reader of process.env (STYLE: config is parsed once, up front). Every variable of
-// API.md §10 and the issues lives here with its default; a bad value stops the start with one
-// line naming the variable. The same schema prints `gridkeep serve --help` and the README table.
+// The one reader of process.env (ARCHITECTURE.md: config is parsed once, up front). Every variable of
+// docs/api.md §10 and the issues lives here with its default; a bad value stops the start with one
+// line naming the variable. The same schema prints `gridkeep serve --help` and the table of docs/configuration.md.
 
 const Int = (def: number | undefined, min: number, max: number, description: string) =>
   T.Integer({ minimum: min, maximum: max, description, ...(def === undefined ? {} : { default: def }) })
@@ -158,14 +158,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
         'invalid configuration: DATABASE_URL: expected a postgres:// or postgresql:// URL with a host (got "***")',
       )
     }
-    // API.md §12: every instance must sign and check the same tokens.
+    // docs/api.md §12: every instance must sign and check the same tokens.
     if (raw.JWT_SECRET === undefined) {
       throw new ConfigError(
         'invalid configuration: JWT_SECRET: required with DATABASE_URL (every instance must share it)',
       )
     }
   }
-  // API.md §16: every shard lies between the bounds, so they must not cross.
+  // docs/api.md §16: every shard lies between the bounds, so they must not cross.
   if (raw.SHARD_MAX_REQUESTS > 0 && raw.SHARD_MIN_REQUESTS > raw.SHARD_MAX_REQUESTS) {
     throw new ConfigError(
       `invalid configuration: SHARD_MIN_REQUESTS: expected at most SHARD_MAX_REQUESTS (${raw.SHARD_MAX_REQUESTS}), or SHARD_MAX_REQUESTS=0 to turn sharding off`,
@@ -220,7 +220,7 @@ function describe(schema: any): string {
   return `expected ${schema.type}`
 }
 
-/** The rows of the configuration table (README, `gridkeep serve --help`). */
+/** The rows of the configuration table (docs/configuration.md, `gridkeep serve --help`). */
 export function configRows(): { name: string; default: string; description: string }[] {
   return Object.entries(ConfigSchema.properties).map(([name, s]: [string, any]) => ({
     name,

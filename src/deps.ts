@@ -26,7 +26,7 @@ import { openPostgres } from './store/postgres/db'
 import { sqliteStore } from './store/sqlite'
 
 /**
- * Everything a service needs, passed explicitly (STYLE example 2): services take `deps` and a
+ * Everything a service needs, passed explicitly (ARCHITECTURE.md rule 2): services take `deps` and a
  * principal, never the HTTP context, so the CLI, background loops and tests reuse them.
  */
 export interface Deps {
@@ -39,9 +39,9 @@ export interface Deps {
   sqlite: Database
   /** The storage seam (src/store): the product's state, one engine per database. */
   store: Store
-  /** File bytes (API.md §5, §12): local disk or S3, chosen by STORAGE_URL. */
+  /** File bytes (docs/api.md §5, §12): local disk or S3, chosen by STORAGE_URL. */
   blobs: BlobStore
-  /** Free space where the blobs live (API.md §15 MIN_FREE_DISK_BYTES); none on S3. */
+  /** Free space where the blobs live (docs/api.md §15 MIN_FREE_DISK_BYTES); none on S3. */
   disk: DiskProbe
   clock: Clock
   mailer: Mailer
@@ -50,7 +50,7 @@ export interface Deps {
   metrics: Metrics
   /** Validator → batch event streams, and the "batch created" signal that wakes the validator. */
   batchEvents: BatchEventBus
-  /** Polls held by `wait_seconds`, woken when a batch becomes validated (API.md §7). */
+  /** Polls held by `wait_seconds`, woken when a batch becomes validated (docs/api.md §7). */
   pollWaiters: PollWaiters
   /** Aborted when the server begins to shut down: open streams end and loops stop. */
   shutdown: AbortController
@@ -58,7 +58,7 @@ export interface Deps {
   startedAt: number
   /**
    * Random, one per server: this process among the instances sharing a database (validation
-   * leases, signals, API.md §12); keeps two servers' HTTP plugins apart in one process.
+   * leases, signals, docs/api.md §12); keeps two servers' HTTP plugins apart in one process.
    */
   instanceId: string
   // Per-server state, here rather than in module-level maps so that each server (and each test's
@@ -68,13 +68,13 @@ export interface Deps {
    * waits for this to reach 0, so every request is logged.
    */
   requestsOpen: number
-  /** Open batch event streams per user id (API.md §6, MAX_SSE_STREAMS_PER_USER). */
+  /** Open batch event streams per user id (docs/api.md §6, MAX_SSE_STREAMS_PER_USER). */
   eventStreams: Map<string, number>
-  /** SPEC Pool rule 6: pool capacity answers per caller class, each kept POOL_CACHE_SECONDS. */
+  /** docs/api.md §8 Pool rule 6: pool capacity answers per caller class, each kept POOL_CACHE_SECONDS. */
   poolCache: Map<string, KeptCapacity>
   /** Webhook deliveries this server has in flight (src/services/webhooks.ts: WEBHOOK_CONCURRENCY). */
   webhooksInFlight: Set<Promise<unknown>>
-  /** Host name → addresses, for webhook URL checks at creation and delivery (API.md §13). */
+  /** Host name → addresses, for webhook URL checks at creation and delivery (docs/api.md §13). */
   resolveHost: ResolveHost
   /** Ids of the batches this server is validating now: one validation of a batch at a time. */
   validating: Set<string>
@@ -82,7 +82,7 @@ export interface Deps {
   catalogueView: CatalogueView
   /** The dashboard's queue chart (GET /v1/stats/queue), kept a few seconds. */
   queueStatsCache: { value?: QueueStats }
-  /** API.md §1 credentials (keys by hash, users by id), kept until a write changes them. */
+  /** docs/api.md §1 credentials (keys by hash, users by id), kept until a write changes them. */
   credentials: CredentialCache
 }
 
@@ -95,7 +95,7 @@ export interface DepsOverrides {
 }
 
 /**
- * API.md §12: SQLite at DATABASE_PATH (opened and migrated here), or PostgreSQL at DATABASE_URL
+ * docs/api.md §12: SQLite at DATABASE_PATH (opened and migrated here), or PostgreSQL at DATABASE_URL
  * (connected lazily; `store.ready()` migrates it before the server listens).
  */
 export function openStore(

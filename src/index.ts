@@ -39,7 +39,7 @@ type StopLoop = () => unknown
 export async function startServer(config: Config, given?: Deps): Promise<RunningServer> {
   setLogLevel(config.LOG_LEVEL)
   // Before the database is opened or migrated: a second server must not touch it at all.
-  // PostgreSQL is shared by design (API.md §12): several instances, no lock.
+  // PostgreSQL is shared by design (docs/api.md §12): several instances, no lock.
   const lock = config.DATABASE_URL ? { release() {} } : acquireInstanceLock(config.DATABASE_PATH)
   let deps: Deps | undefined = given
   const loops: StopLoop[] = []
@@ -47,12 +47,12 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
   try {
     deps ??= createDeps(config)
     await readyStore(config, deps)
-    // API.md §12: an unusable STORAGE_URL stops the start; what a crash left half-written goes.
+    // docs/api.md §12: an unusable STORAGE_URL stops the start; what a crash left half-written goes.
     const leftovers = await deps.blobs.prepare()
     if (leftovers > 0) log.info('removed leftovers of interrupted uploads', { count: leftovers })
     // First start hashes the superadmin's password off the main thread while the app is built.
     const superadmin = ensureSuperadmin(deps)
-    // SPEC rule 7: the catalogue is upserted from the manifest at every start, before listening.
+    // docs/api.md §4 catalogue rule 7: the catalogue is upserted from the manifest at every start, before listening.
     const catalogue = seedCatalogue(deps)
     collectDefaultMetrics({ register: deps.metrics.registry })
     const app = createApp(deps)
@@ -130,7 +130,7 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
 
 /**
  * Connects and migrates. A PostgreSQL that is unreachable, refuses the credentials or the DDL
- * stops the start with one line naming DATABASE_URL, its password never echoed (API.md §12).
+ * stops the start with one line naming DATABASE_URL, its password never echoed (docs/api.md §12).
  */
 async function readyStore(config: Config, deps: Deps) {
   try {

@@ -14,7 +14,7 @@ import { OrgDetail, Orgs } from './pages/orgs'
 import { Usage } from './pages/usage'
 import { Workers } from './pages/workers'
 
-// The dashboard (API.md §11): a client of the public JSON API, one page per path under /app/.
+// The dashboard (docs/api.md §11): a client of the public JSON API, one page per path under /app/.
 
 function useSession(): string | null {
   const [token, setToken] = useState(session.token)

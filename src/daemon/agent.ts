@@ -19,9 +19,9 @@ import { createRuntime } from './runtimes'
 import type { PullProgress, Runtime, RuntimeSnapshot } from './runtimes/types'
 import { StateDir } from './state'
 
-// The worker agent (SPEC §1, §4 Workers; API.md §7): registers, heartbeats on its own loop, polls
+// The worker agent (docs/api.md §0 and §7 Workers; docs/api.md §7): registers, heartbeats on its own loop, polls
 // while it has free capacity (held polls: wait_seconds) and runs each claimed batch or shard
-// (API.md §16) as a JobRun (job.ts). Every job's requests share one limiter (concurrency.ts), and
+// (docs/api.md §16) as a JobRun (job.ts). Every job's requests share one limiter (concurrency.ts), and
 // the next job is claimed as soon as the running ones have no request left to start, so the engine
 // is kept busy across job boundaries: the next job's requests take the slots the last requests of
 // the previous one free while its results upload. It stops a job the server no longer assigns to it, rides out control-plane restarts,
@@ -288,7 +288,7 @@ export class Agent {
 
   // ── heartbeat ───────────────────────────────────────────────────────────────────────────────
   // Its own loop: nothing the jobs do waits on it and it waits on nothing the jobs do, so a long
-  // batch never delays liveness (SPEC §8: every 30 s; the server's heartbeat_interval_seconds).
+  // batch never delays liveness (docs/api.md §10: every 30 s; the server's heartbeat_interval_seconds).
   // It runs until `stopped`, so a draining worker still reports its jobs' progress.
 
   private async heartbeatLoop() {
@@ -394,7 +394,7 @@ export class Agent {
     return this.lastSnapshot ?? { status: 'offline', inventory: [], models: [], loaded: [] }
   }
 
-  // ── model pulls (API.md §7 pull_models) ────────────────────────────────────────────────────
+  // ── model pulls (docs/api.md §7 pull_models) ────────────────────────────────────────────────────
 
   private maybePull(task: PullModel) {
     const pull = this.runtime.pull?.bind(this.runtime)
@@ -469,7 +469,7 @@ export class Agent {
             this.startJob(job)
             continue
           }
-          // A server that held the poll (API.md §7 wait_seconds) has already waited: ask again.
+          // A server that held the poll (docs/api.md §7 wait_seconds) has already waited: ask again.
           if (this.pollWait > 0 && this.timers.nowMs() - asked >= this.pollWait * 1000) wait = 0
         } catch (e) {
           if (this.polling.signal.aborted) break

@@ -6,7 +6,7 @@
 // misconfigured server must not park a worker for an hour). The executor (inference requests) and
 // the agent (control-plane calls) both wait through retryDelay().
 //
-// Time comes from an injected Timers (STYLE example 9): the real one in production, a manual one
+// Time comes from an injected Timers (ARCHITECTURE.md rule 9): the real one in production, a manual one
 // in tests, which then observe a wait being asked for instead of sleeping through it.
 
 export interface Backoff {

@@ -4,7 +4,7 @@ import { retryAfterMs } from './backoff'
 import type { Gpu } from './gpu'
 import type { InventoryItem } from './runtimes/types'
 
-// The control-plane side of API.md §7, as the daemon speaks it. Every call carries the worker key as
+// The control-plane side of docs/api.md §7, as the daemon speaks it. Every call carries the worker key as
 // a bearer token; the key never appears in an error message or a log field.
 
 export const DAEMON_VERSION = pkg.version
@@ -25,7 +25,7 @@ export interface RegisterBody {
     inventory?: InventoryItem[]
   }[]
   gpus?: Gpu[]
-  /** API.md §16: a worker that declares shards is handed shards of split batches. */
+  /** docs/api.md §16: a worker that declares shards is handed shards of split batches. */
   capabilities?: { shards?: boolean }
 }
 
@@ -79,7 +79,7 @@ export interface Job {
   digest?: string | null
   params?: Record<string, unknown>
   total_requests?: number
-  /** A shard (API.md §16): its batch, and which of its request lines it holds. */
+  /** A shard (docs/api.md §16): its batch, and which of its request lines it holds. */
   batch_id?: string
   shard?: { index: number; first_request: number; requests: number }
 }
@@ -99,7 +99,7 @@ export interface FailureResult {
   error: string
 }
 
-/** The server answered with a non-2xx status (API.md §0 envelope when it is JSON). */
+/** The server answered with a non-2xx status (docs/api.md §0 envelope when it is JSON). */
 export class ApiError extends Error {
   constructor(
     readonly status: number,
@@ -115,14 +115,14 @@ export class ApiError extends Error {
   }
 }
 
-/** API.md §16: the batch failed elsewhere (a shard ran out of attempts); this job is moot. */
+/** docs/api.md §16: the batch failed elsewhere (a shard ran out of attempts); this job is moot. */
 export const isBatchNotInProgress = (e: unknown): e is ApiError =>
   e instanceof ApiError && e.status === 409 && e.code === 'batch_not_in_progress'
 
 /** The server could not be reached, or the answer did not arrive in time. */
 export class TransportError extends Error {}
 
-/** API.md §15: the server is low on disk space and stored nothing; the same call may succeed later. */
+/** docs/api.md §15: the server is low on disk space and stored nothing; the same call may succeed later. */
 export const isInsufficientStorage = (e: unknown): e is ApiError => e instanceof ApiError && e.status === 507
 
 /** Retry after the network or the server failed; never after a 4xx (the answer will not change). */
@@ -151,7 +151,7 @@ export class ControlPlane {
 
   /**
    * Claims a batch. With `waitSeconds` the server holds the poll until a batch is claimable or the
-   * wait ends (API.md §7 wait_seconds); `signal` ends a held poll early (shutdown).
+   * wait ends (docs/api.md §7 wait_seconds); `signal` ends a held poll early (shutdown).
    */
   async poll(workerId: string, o: { waitSeconds?: number; signal?: AbortSignal } = {}): Promise<Job | null> {
     const wait = o.waitSeconds ?? 0
@@ -214,7 +214,7 @@ export class ControlPlane {
   }
 
   /**
-   * Multipart upload of the output file (SPEC §4 Upload results), streamed from disk: the body is
+   * Multipart upload of the output file (docs/api.md §7 Upload results), streamed from disk: the body is
    * generated chunk by chunk (fields, then the file), so a 50,000-line output is never held in
    * memory (a FormData holding the file would be).
    */

@@ -1,5 +1,5 @@
 // The requests the daemon keeps in flight at its engine: one limit shared by every job it runs, so
-// the next job's requests take the slots the previous job's last requests free (STYLE example 20:
+// the next job's requests take the slots the previous job's last requests free (ARCHITECTURE.md rule 20:
 // concurrency found, not configured).
 //
 // `auto` (the default) finds the engine's capacity by measuring, window by window, the requests

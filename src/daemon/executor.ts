@@ -6,7 +6,7 @@ import { fixedLimiter, type RequestLimiter } from './concurrency'
 import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 
 // Runs every line of a job's input against the runtime and writes one OpenAI batch output line per
-// request (API.md §7: {id, custom_id, response:{status_code, request_id, body}|null,
+// request (docs/api.md §7: {id, custom_id, response:{status_code, request_id, body}|null,
 // error:{code,message}|null}). Input is read line by line and output appended to a file as each
 // request finishes, so memory holds only the requests in flight, whatever the batch size.
 //
@@ -99,7 +99,7 @@ export async function executeJob(
   writeFileSync(outputPath, '') // a FileSink does not truncate what is already there
   const writer = Bun.file(outputPath).writer({ highWaterMark: FLUSH_BYTES })
   // Counted from the record written, so counts always agree with what the server will count
-  // (API.md §7: status_code < 400 and no error → output file; everything else → error file).
+  // (docs/api.md §7: status_code < 400 and no error → output file; everything else → error file).
   const write = ({ line, ok }: Written) => {
     writer.write(line)
     if (ok) counts.completed++

@@ -1,4 +1,4 @@
-// GPU discovery through nvidia-smi (SPEC §2 Worker → GPU: vendor, name, vram_gb, driver, cuda; the
+// GPU discovery through nvidia-smi (docs/api.md §7 Worker → GPU: vendor, name, vram_gb, driver, cuda; the
 // heartbeat's utilisation and memory). No nvidia-smi, or no GPU, means none is reported and VRAM
 // comes from --vram-gb.
 

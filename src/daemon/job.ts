@@ -16,7 +16,7 @@ import type { DaemonOptions } from './options'
 import type { Runtime, RuntimeSnapshot } from './runtimes/types'
 import type { StateDir } from './state'
 
-// One claimed batch or shard on this worker (API.md §7, §16): check the runtime serves it, download
+// One claimed batch or shard on this worker (docs/api.md §7, §16): check the runtime serves it, download
 // its input (input_path exactly as given: for a shard it serves only the shard's lines), run every
 // line through the executor, upload the output with the job's job_id and assignment_id, and send
 // live counts meanwhile. It ends `completed`, `failed` (reported, so the batch or shard is
@@ -303,7 +303,7 @@ export class JobRun {
 /**
  * A control-plane call, retried on transient failures (client.ts isTransient) with the daemon's
  * one retry policy (backoff.ts retryDelay: the server's Retry-After, capped, else backoff).
- * With `whileFull`, a 507 (API.md §15: the server is low on disk; nothing was stored and the batch
+ * With `whileFull`, a 507 (docs/api.md §15: the server is low on disk; nothing was stored and the batch
  * is still held, its attempts untouched) is retried later without spending a try, until that
  * signal aborts (the job was lost or is being stopped): the results are kept, and the heartbeats,
  * which run on their own loop, go on meanwhile.

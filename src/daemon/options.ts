@@ -7,7 +7,7 @@ import { Value } from '@sinclair/typebox/value'
 // (src/config.ts is the server's), so it reads its own flags, environment and optional config file.
 // Precedence: flags > environment > config file > defaults.
 
-/** Engine names of API.md §7 (`runtime` of a serving profile). */
+/** Engine names of docs/api.md §7 (`runtime` of a serving profile). */
 export const ENGINES = ['ollama', 'vllm', 'llama.cpp', 'sglang', 'tgi', 'lmstudio', 'openai'] as const
 
 const Num = (def: number | undefined, min: number, max: number, description: string) =>
@@ -62,7 +62,7 @@ export const DaemonOptionsSchema = T.Object({
   max_concurrency: Int(256, 1, 4096, 'Ceiling of --concurrency auto'),
   shards: T.Boolean({
     default: true,
-    description: 'Declare shards (API.md §16): take parts of split batches (false: whole batches only)',
+    description: 'Declare shards (docs/api.md §16): take parts of split batches (false: whole batches only)',
   }),
   max_jobs: T.Optional(
     T.Integer({
@@ -210,7 +210,7 @@ function finish(p: Parsed): DaemonOptions {
   for (const [name, v] of Object.entries(p.model_files ?? {})) model_files[name] = Array.isArray(v) ? v : [v]
   return {
     ...p,
-    // API.md §16: a shard-capable worker holds the current shard and the next.
+    // docs/api.md §16: a shard-capable worker holds the current shard and the next.
     max_jobs: p.shards ? Math.max(2, p.max_jobs ?? 2) : (p.max_jobs ?? 1),
     server: p.server.replace(/\/+$/, ''),
     runtime_url: (

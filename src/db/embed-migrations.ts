@@ -1,6 +1,6 @@
 // Writes src/db/migrations.gen.ts (SQLite, drizzle/) and src/db/pg/migrations.gen.ts (PostgreSQL,
 // drizzle/postgres/): every drizzle-kit migration imported as text, so the same migrations run from
-// source, in tests and inside the compiled binary (STYLE example 11). Run by `bun run db:generate`;
+// source, in tests and inside the compiled binary (ARCHITECTURE.md rule 11). Run by `bun run db:generate`;
 // test/db/storage.test.ts fails if either is stale.
 import { readFileSync, writeFileSync } from 'node:fs'
 

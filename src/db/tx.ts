@@ -6,7 +6,7 @@ type NotPromise<T> = T extends PromiseLike<unknown> ? never : T
 
 /**
  * Runs `fn` in one `BEGIN IMMEDIATE` transaction: the write lock is taken first, so a
- * read-modify-write can never be interleaved with another writer (STYLE example 8).
+ * read-modify-write can never be interleaved with another writer (ARCHITECTURE.md rule 8).
  *
  * `fn` must be synchronous: bun:sqlite commits at the first `await`, so a throw after it would not
  * roll back. The type refuses a Promise-returning callback, and at run time a thenable result

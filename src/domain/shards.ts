@@ -1,6 +1,6 @@
 import { conflict, forbidden } from '../lib/errors'
 
-// Shards (API.md §16): how a batch is cut into contiguous runs of its request lines and handed to
+// Shards (docs/api.md §16): how a batch is cut into contiguous runs of its request lines and handed to
 // every worker that can serve it. Pure rules over plain numbers, decided here once; each storage
 // engine applies them inside its claim transaction.
 
@@ -36,7 +36,7 @@ export function nextShardSize(unclaimed: number, eligibleWorkers: number, bounds
 
 export type ShardState = 'waiting' | 'running' | 'done'
 
-/** The batch object's `shards` (API.md §16): how many shards are in each state. */
+/** The batch object's `shards` (docs/api.md §16): how many shards are in each state. */
 export interface ShardTally {
   total: number
   waiting: number
@@ -66,7 +66,7 @@ export interface ShardHolding {
 }
 
 /**
- * API.md §16: progress, results and failures of a shard come only from its holder's current
+ * docs/api.md §16: progress, results and failures of a shard come only from its holder's current
  * assignment (the §7 holder rule and fencing, per shard). A shard this worker held whose batch has
  * failed meanwhile answers 409 `batch_not_in_progress`, so the daemon drops the job.
  */

@@ -11,7 +11,7 @@ import {
 } from '../modules/auth/credentials'
 import { factsOf, type RequestFacts, requestFacts } from './context'
 
-// The credential matrix of API.md §1, enforced here and only here (STYLE example 4). A route
+// The credential matrix of docs/api.md §1, enforced here and only here (ARCHITECTURE.md rule 4). A route
 // declares its level as a macro flag, e.g. `{ user: true }`; the level says which credentials it
 // accepts (test/http/credential-matrix.test.ts checks that every route declares exactly one). The
 // wrong type of credential is a 401, never silently another meaning. The header is resolved before
@@ -86,7 +86,7 @@ export const check = (level: AuthLevel, p: Principal): Principal => {
   return p
 }
 
-// API.md §1: until the password is changed, a user may only read /me and change the password.
+// docs/api.md §1: until the password is changed, a user may only read /me and change the password.
 function gate(_level: AuthLevel, p: Principal): Principal {
   if (p.kind === 'user' && p.user.must_change_password) {
     throw forbidden('password_change_required', 'Change your password first (POST /v1/auth/change-password)')

@@ -3,7 +3,7 @@ import { AppError, badRequest, envelope } from '../lib/errors'
 import { log } from '../lib/logger'
 import { requestFacts, withRequestId } from './context'
 
-// Every non-2xx JSON response is the API.md §0 envelope, mapped here and nowhere else. Elysia's own
+// Every non-2xx JSON response is the docs/api.md §0 envelope, mapped here and nowhere else. Elysia's own
 // validation errors become 400 (not 422) with a message that names the field but never echoes the
 // submitted value (it may be a password). Unexpected errors are logged and answered with a bare 500.
 
@@ -29,7 +29,7 @@ export function toAppError(error: unknown, code: string | number): AppError {
 }
 
 /**
- * API.md §12: a database that went away (connection refused or cut, server shutting down) is a
+ * docs/api.md §12: a database that went away (connection refused or cut, server shutting down) is a
  * 503 the client may retry, not a 500; the driver reconnects when it is back. drizzle wraps the
  * driver's error, so the cause chain is searched.
  */

@@ -35,8 +35,8 @@ function routeKey(request: Request): string {
 }
 
 /**
- * Bad input is a 400 (API.md §0): a NUL character (%00) is never part of an id, a cursor or a
- * query value, and PostgreSQL cannot compare one with a text column at all (API.md §12: both
+ * Bad input is a 400 (docs/api.md §0): a NUL character (%00) is never part of an id, a cursor or a
+ * query value, and PostgreSQL cannot compare one with a text column at all (docs/api.md §12: both
  * engines answer alike).
  */
 export function checkUrl(request: Request): void {
@@ -87,7 +87,7 @@ async function parseOptionalJson({ request }: { request: Request }): Promise<unk
 }
 
 /**
- * Refuses a parsed body that is not a JSON object (API.md §0: bodies are validated by schema, and
+ * Refuses a parsed body that is not a JSON object (docs/api.md §0: bodies are validated by schema, and
  * every schema is an object; `null`, `42` or `1e309` is not "no body") or that nests deeper than
  * MAX_JSON_DEPTH (iterative: a deep value cannot overflow it). `undefined` is a route without a body.
  */

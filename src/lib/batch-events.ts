@@ -1,4 +1,4 @@
-// The in-process event bus between the validator and the batch event streams (API.md §6
+// The in-process event bus between the validator and the batch event streams (docs/api.md §6
 // "Events"): the validator publishes, each open stream subscribes to one batch. No stream ever
 // polls the database. The bus also keeps the live state of each running validation, so a client
 // that connects half-way still receives every stored error (≤ 100) exactly once, and it carries

@@ -1,4 +1,4 @@
-// Time comes from an injected clock so tests never sleep through a 120 s timeout (STYLE example 9).
+// Time comes from an injected clock so tests never sleep through a 120 s timeout (ARCHITECTURE.md rule 9).
 
 export interface Clock {
   /** Unix seconds. */

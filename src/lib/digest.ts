@@ -1,4 +1,4 @@
-// API.md §4: a digest is 64 lowercase hex characters; an optional `sha256:` prefix is accepted
+// docs/api.md §4: a digest is 64 lowercase hex characters; an optional `sha256:` prefix is accepted
 // anywhere and stripped, and comparisons are case-insensitive. Stored and compared normalized.
 
 const HEX64 = /^[0-9a-f]{64}$/

@@ -3,7 +3,7 @@ import { dirname } from 'node:path'
 import { AppError } from './errors'
 import { log } from './logger'
 
-// Free space on the disk that holds the files (API.md §15 MIN_FREE_DISK_BYTES). Measured through a
+// Free space on the disk that holds the files (docs/api.md §15 MIN_FREE_DISK_BYTES). Measured through a
 // probe on Deps, so tests can stand in for a filling disk; the local blob engine's probe asks the
 // kernel (statfs) about DATA_DIR/files, and S3 has none (a bucket's space is not ours to measure).
 

@@ -1,6 +1,6 @@
-// One error type, mapped once into the API.md §0 envelope by src/http/errors.ts. Thrown from
+// One error type, mapped once into the docs/api.md §0 envelope by src/http/errors.ts. Thrown from
 // services and plugins alike. The machine code lives in `errorCode`, not `code`: Elysia reads a
-// `code` property on thrown errors as its own (STYLE example 5).
+// `code` property on thrown errors as its own (ARCHITECTURE.md rule 5).
 
 export type ErrorType =
   | 'invalid_request_error'

@@ -1,6 +1,6 @@
 import type { Registry } from 'prom-client'
 
-// The two per-request metrics (API.md §10): gridkeep_http_requests_total and
+// The two per-request metrics (docs/api.md §10): gridkeep_http_requests_total and
 // gridkeep_http_request_duration_seconds, by method, route pattern and status. Every request
 // records both, so they are kept as plain numbers here and written out at scrape time: a
 // prom-client child hashes its label object on every inc() and observe() (about a tenth of a

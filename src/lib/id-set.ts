@@ -1,6 +1,6 @@
-// The custom_id set of a batch input: the uniqueness check of SPEC §2 ("custom_id must be unique
+// The custom_id set of a batch input: the uniqueness check of docs/api.md §6 ("custom_id must be unique
 // in the file") in the validator, and the input ids that upload-results matches output lines
-// against (API.md §7), kept cheap in memory. A Set of every id string costs ~300 bytes and ~1.3 µs per line; this stores, per
+// against (docs/api.md §7), kept cheap in memory. A Set of every id string costs ~300 bytes and ~1.3 µs per line; this stores, per
 // distinct id, a seeded 32-bit hash and where the id's line sits in the file (16 bytes a slot,
 // open addressing, load ≤ 0.75). A hash match is only a suspicion: it is confirmed exactly by
 // re-reading the earlier id (`readId`, from the file), so two different ids never count as

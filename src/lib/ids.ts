@@ -1,4 +1,4 @@
-// Opaque random ids with a type prefix (API.md §0): never sequential, never guessable.
+// Opaque random ids with a type prefix (docs/api.md §0): never sequential, never guessable.
 
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 

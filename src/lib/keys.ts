@@ -1,7 +1,7 @@
 import { timingSafeEqual } from 'node:crypto'
 import { randomBase62 } from './ids'
 
-// API keys (API.md §1): raw `gk-` + 40 base62, stored as SHA-256 only, listed by a 12-char prefix.
+// API keys (docs/api.md §1): raw `gk-` + 40 base62, stored as SHA-256 only, listed by a 12-char prefix.
 // A key has ~238 bits of entropy, so an unsalted fast hash is the right tool: nothing to brute force.
 
 export const KEY_PREFIX = 'gk-'
@@ -12,7 +12,7 @@ export const generateRawKey = () => KEY_PREFIX + randomBase62(40)
 export const sha256Hex = (value: string) => Bun.SHA256.hash(value, 'hex') as string
 export const keyDisplayPrefix = (raw: string) => raw.slice(0, 12)
 
-/** 32 random bytes, base64url: the password reset token of API.md §2. */
+/** 32 random bytes, base64url: the password reset token of docs/api.md §2. */
 export const generateResetToken = () =>
   Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64url')
 

@@ -1,4 +1,4 @@
-// A streaming line splitter over bytes (API.md §6 validation): memory stays bounded by the longest
+// A streaming line splitter over bytes (docs/api.md §6 validation): memory stays bounded by the longest
 // accepted line, whatever the file size. Lines end at LF; a CR before the LF is dropped (CRLF files
 // are accepted); a UTF-8 BOM at the very start of the input is ignored. Lines made only of
 // whitespace are counted but not handed on. A line longer than `maxLineBytes` is never buffered

@@ -1,7 +1,7 @@
 // Structured JSON-line logs (issue 6). One process-wide logger: the server is one process, and
 // tests swap the sink to read everything the suite logged.
 //
-// Secrets never reach the output (SPEC: secrets never reach logs). Callers do not log them, and as
+// Secrets never reach the output (docs/api.md: secrets never reach logs). Callers do not log them, and as
 // a second line of defence every record is scrubbed: fields named like secrets are replaced, and
 // anything shaped like a raw key or a JWT inside any string is masked.
 

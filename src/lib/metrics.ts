@@ -2,7 +2,7 @@ import { Counter, Gauge, Registry } from 'prom-client'
 import pkg from '../../package.json'
 import { createHttpMetrics } from './http-metrics'
 
-// Prometheus metrics (issue 6, API.md §10), one registry per server so tests that build several
+// Prometheus metrics (issue 6, docs/api.md §10), one registry per server so tests that build several
 // apps in one process never share counts. Modules increment these directly; gauges that describe
 // stored state (batches by status, workers by status) are computed at scrape time by the
 // metrics module. Names follow Prometheus conventions: gridkeep_ prefix, _total for counters,
@@ -36,21 +36,21 @@ export function createMetrics() {
       labelNames: ['status', 'activity'] as const,
       registers,
     }),
-    /** Set at scrape time: API.md §14 fair share, the queue as the owners waiting see it. */
+    /** Set at scrape time: docs/api.md §14 fair share, the queue as the owners waiting see it. */
     queuedBatches: new Gauge({
       name: 'gridkeep_queued_batches',
       help: 'Validated batches waiting for a worker, by owner class: idle (the owner has nothing in progress) or running',
       labelNames: ['owner_class'] as const,
       registers,
     }),
-    /** Set at scrape time (API.md §16): shards waiting, running, and done in batches still running. */
+    /** Set at scrape time (docs/api.md §16): shards waiting, running, and done in batches still running. */
     shards: new Gauge({
       name: 'gridkeep_shards',
       help: 'Shards of split batches by state (done: of batches still in progress)',
       labelNames: ['state'] as const,
       registers,
     }),
-    /** Shards handed out by POST /workers/poll (API.md §16). */
+    /** Shards handed out by POST /workers/poll (docs/api.md §16). */
     shardClaims: new Counter({
       name: 'gridkeep_shard_claims_total',
       help: 'Shards claimed by workers',
@@ -77,21 +77,21 @@ export function createMetrics() {
     }),
     /** Passes of the sweeper. */
     sweeperPasses: new Counter({ name: 'gridkeep_sweeper_passes_total', help: 'Sweeper passes', registers }),
-    /** Set at scrape time: the bytes of stored files by purpose (API.md §15). */
+    /** Set at scrape time: the bytes of stored files by purpose (docs/api.md §15). */
     storedBytes: new Gauge({
       name: 'gridkeep_stored_bytes',
       help: 'Bytes of stored files by purpose (batch: uploads; batch_output: output and error files)',
       labelNames: ['purpose'] as const,
       registers,
     }),
-    /** Files deleted by the retention pass (API.md §15), by purpose. */
+    /** Files deleted by the retention pass (docs/api.md §15), by purpose. */
     filesExpired: new Counter({
       name: 'gridkeep_files_expired_total',
       help: 'Files deleted by the retention pass because they expired, by purpose',
       labelNames: ['purpose'] as const,
       registers,
     }),
-    /** API.md §13: webhook delivery attempts by outcome; gave_up counts events whose retries ended. */
+    /** docs/api.md §13: webhook delivery attempts by outcome; gave_up counts events whose retries ended. */
     webhookDeliveries: new Counter({
       name: 'gridkeep_webhook_deliveries_total',
       help: 'Webhook delivery attempts by outcome (delivered, failed, refused) and events given up (gave_up)',

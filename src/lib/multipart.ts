@@ -2,8 +2,8 @@ import busboy from 'busboy'
 import { AppError, badRequest } from './errors'
 import { log } from './logger'
 
-// The one multipart receiver, for the two routes that take a file (API.md §5 POST /v1/files,
-// API.md §7 POST /workers/upload-results). busboy parses the parts as the bytes arrive and the
+// The one multipart receiver, for the two routes that take a file (docs/api.md §5 POST /v1/files,
+// docs/api.md §7 POST /workers/upload-results). busboy parses the parts as the bytes arrive and the
 // file part goes to `onFile` with backpressure, so memory does not grow with the file (Bun's
 // formData() and Elysia's t.File() buffer the whole body); chunked bodies without Content-Length
 // work the same way. Every limit is an answer, never a silent drop: an unknown, repeated,

@@ -4,7 +4,7 @@ import { t as T } from 'elysia'
 import type { Db } from '../db/open'
 import { badRequest } from './errors'
 
-// Lists (API.md §0): newest first, `limit` 1–100 (default 20), cursor `after` = last id of the
+// Lists (docs/api.md §0): newest first, `limit` 1–100 (default 20), cursor `after` = last id of the
 // previous page. The cursor is resolved inside the caller's own visibility filter, so an id the
 // caller may not see is just an invalid cursor: existence never leaks.
 

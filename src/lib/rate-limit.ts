@@ -8,7 +8,7 @@ const DEFAULT_MAX_KEYS = 100_000
 /**
  * Sliding-window counters in memory (one process serves the whole lab). `take` throws the 429
  * AppError with Retry-After when `key` has used up `limit` hits of `rule` in the last
- * `windowSeconds`. A limit of 0 turns the rule off (API.md §3).
+ * `windowSeconds`. A limit of 0 turns the rule off (docs/api.md §3).
  *
  * Memory and cost are bounded whatever clients send (e.g. cycling emails on forgot-password):
  * - Each rule has its own table: its keys in a list ordered by last hit. A rule has one window, so

@@ -6,7 +6,7 @@ import type { Clock } from './clock'
 import { randomBase62 } from './ids'
 import { log } from './logger'
 
-// Login JWTs (API.md §1): HS256 with claims sub, iat, exp and tv (the user's token version).
+// Login JWTs (docs/api.md §1): HS256 with claims sub, iat, exp and tv (the user's token version).
 // Signing and verification go through @elysiajs/jwt (jose underneath), which pins the algorithm to
 // the key type: `alg: none` and tokens signed with another secret are refused.
 

@@ -10,7 +10,7 @@ import type { BlobStore } from '../lib/blobs'
 import { migratePostgres, openPostgres, type PgDb, type PgTx } from '../store/postgres/db'
 import { acquireInstanceLock, InstanceLockedError } from './instance-lock'
 
-// `gridkeep migrate --to postgres://… [--storage s3://…]` (API.md §12): copies a stopped SQLite
+// `gridkeep migrate --to postgres://… [--storage s3://…]` (docs/api.md §12): copies a stopped SQLite
 // installation's rows into an empty PostgreSQL database in one transaction (all or nothing),
 // verifying every table by count and by a checksum of its rows as both engines read them, before
 // the commit; with --storage, every file is first copied into the target store and checked by
@@ -229,7 +229,7 @@ export async function migrateRows(opts: MigrateOptions): Promise<MigrateReport> 
       throw new MigrateError('the target database already holds gridkeep data: migrate into an empty one')
 
     // Files first: if the rows then fail, the copies are removed again and the target is as before.
-    // Shards' result parts not joined yet (API.md §16) are blobs too.
+    // Shards' result parts not joined yet (docs/api.md §16) are blobs too.
     const fileIds = [
       ...(source.select({ id: schema.files.id }).from(schema.files).all() as { id: string }[]).map(
         (f) => f.id,

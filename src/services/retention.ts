@@ -2,7 +2,7 @@ import type { Deps } from '../deps'
 import { type Every, every } from '../lib/clock'
 import { log } from '../lib/logger'
 
-// The retention pass (API.md §15): files whose expires_at has come — an upload's expires_after,
+// The retention pass (docs/api.md §15): files whose expires_at has come — an upload's expires_after,
 // or FILE_RETENTION_DAYS after a batch finished for its output and error files — lose their
 // record, then their bytes. A file that a batch which has not finished reads is left for the first
 // pass after that batch finishes. Batches keep naming the ids of their files, as OpenAI's do.
@@ -45,7 +45,7 @@ export function start(deps: Deps, schedule: Every = every): () => void {
   const interval = deps.config.SWEEP_INTERVAL_SECONDS
   const pass = async () => {
     try {
-      // One pass per interval across every instance (API.md §12); a second of slack as the sweeper's.
+      // One pass per interval across every instance (docs/api.md §12); a second of slack as the sweeper's.
       if (await deps.store.queue.tryRunEvery('retention', deps.clock.now(), Math.max(1, interval - 1)))
         await runOnce(deps)
     } catch (e) {

@@ -2,7 +2,7 @@ import type { Deps } from '../deps'
 import { log } from '../lib/logger'
 import type { BatchSignal } from '../store/signals'
 
-// Batch events across instances (API.md §12): a client streaming a batch's events from one
+// Batch events across instances (docs/api.md §12): a client streaming a batch's events from one
 // instance while another validates it. This process's validation events are forwarded as signals;
 // the other instances' signals are turned into events for this process's open streams, the final
 // ones read from the database (the signal is only a wake-up: src/store/signals.ts).
@@ -26,7 +26,7 @@ export function start(deps: Deps): () => Promise<void> {
     // A key or user changed elsewhere: the next request here with that credential reads afresh.
     if (signal.kind === 'credentials_changed') return deps.credentials.forget(signal.ids)
     const batchId = signal.batch_id
-    // A batch became claimable elsewhere: held polls here look again (API.md §7 wait_seconds).
+    // A batch became claimable elsewhere: held polls here look again (docs/api.md §7 wait_seconds).
     if (signal.kind === 'claimable') return deps.pollWaiters.notify(signal.model)
     if (bus.listenerCount(batchId) === 0) return
     if (signal.kind === 'progress') {

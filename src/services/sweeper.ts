@@ -6,11 +6,11 @@ import { removeParts } from '../modules/workers/parts'
 import { batchClaimable } from '../modules/workers/poll-wait'
 import { joinShards } from '../modules/workers/results'
 
-// The sweeper (SPEC §3 Worker, API.md §7): every SWEEP_INTERVAL_SECONDS, workers unseen for
+// The sweeper (docs/api.md §7 Worker, docs/api.md §7): every SWEEP_INTERVAL_SECONDS, workers unseen for
 // HEARTBEAT_TIMEOUT_SECONDS go offline and each batch they hold is requeued through the one
 // requeue rule, as a failed attempt. runOnce() is one pass (tests drive it with a manual clock);
 // start() runs it on an interval and returns stop(). Several instances on one database each run
-// the timer; the engine lets one pass through per interval (API.md §12).
+// the timer; the engine lets one pass through per interval (docs/api.md §12).
 
 export interface SweepResult {
   /** Set when the pass did nothing because the server started less than the timeout ago. */
@@ -37,7 +37,7 @@ export async function runOnce(deps: Deps): Promise<SweepResult> {
     if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
     ;(r.status === 'validated' ? result.requeued : result.failed).push(r.batch_id)
   }
-  // API.md §16: a split batch whose last shard is in but whose parts were never joined (the
+  // docs/api.md §16: a split batch whose last shard is in but whose parts were never joined (the
   // uploader that should have joined them died) is joined here.
   for (const batchId of await deps.store.queue.splitBatchesToJoin()) {
     await joinShards(deps, batchId).catch((e) =>

@@ -9,7 +9,7 @@ import { visibleEntriesOf } from '../modules/catalogue/service'
 import { batchClaimable } from '../modules/workers/poll-wait'
 import type { FinishedValidation } from '../store/batches'
 
-// Asynchronous batch validation (SPEC §3: validating → validated | failed; API.md §6). Batches are
+// Asynchronous batch validation (docs/api.md §6: validating → validated | failed; docs/api.md §6). Batches are
 // validated many at a time (VALIDATION_CONCURRENCY) from an in-process queue that POST /v1/batches
 // wakes through the event bus; at start every batch still `validating` (left by a crash or a
 // restart) is queued again, so the database is the queue's source of truth and nothing is lost. A
@@ -18,9 +18,9 @@ import type { FinishedValidation } from '../store/batches'
 // answering during a 200 MB file), and writes its outcome in one transaction at the end (shared
 // with the runs that end with it): an interrupted run leaves no trace and is simply run again.
 
-/** Progress events at most this often (API.md §6). */
+/** Progress events at most this often (docs/api.md §6). */
 export const PROGRESS_INTERVAL_MS = 250
-/** How long a validation lease lasts without renewal (several instances, API.md §12). */
+/** How long a validation lease lasts without renewal (several instances, docs/api.md §12). */
 export const VALIDATION_LEASE_SECONDS = 60
 /** Longest stretch of validation work between two yields to the event loop. */
 const YIELD_AFTER_MS = 8
@@ -122,7 +122,7 @@ async function validateLeased(
   try {
     // The catalogue entries the owner may select, read once (the checker asks line by line).
     const visible = await (run.visible ?? visibleEntriesOf(deps, batch.user_id))
-    // API.md §16: only a batch that may be split keeps its request-line index.
+    // docs/api.md §16: only a batch that may be split keeps its request-line index.
     const lineOffsets = deps.config.SHARD_MAX_REQUESTS > 0 ? ([] as number[]) : undefined
     const checker = new InputChecker({
       lineOffsets,
@@ -140,8 +140,8 @@ async function validateLeased(
         event: 'progress' as const,
         data: { lines_read: splitter.lines, errors_total: checker.errorsTotal },
       }
-      // API.md §6 asks for progress at most every 250 ms: a run younger than that tells only this
-      // process's streams, and the other instances (API.md §12) hear of it from `done` — no
+      // docs/api.md §6 asks for progress at most every 250 ms: a run younger than that tells only this
+      // process's streams, and the other instances (docs/api.md §12) hear of it from `done` — no
       // progress NOTIFY for a small batch.
       if (deps.clock.nowMs() - startedAt < PROGRESS_INTERVAL_MS) bus.deliver(batchId, e)
       else bus.publish(batchId, e)
@@ -218,7 +218,7 @@ async function validateLeased(
       })
     }
     if (!moved) return null
-    // API.md §7 wait_seconds: a newly validated batch wakes the held polls.
+    // docs/api.md §7 wait_seconds: a newly validated batch wakes the held polls.
     if (passed) batchClaimable(deps, batchId, moved.model)
     log.info('batch validated', {
       batch_id: batchId,

@@ -7,7 +7,7 @@ import { log } from '../lib/logger'
 import { hostOf, resolveTarget, type Target } from '../modules/webhooks/urls'
 import type { AttemptResult, LeasedMessage } from '../store/webhooks'
 
-// Webhook delivery (API.md §13, Standard Webhooks). The outbox rows are written with the batch
+// Webhook delivery (docs/api.md §13, Standard Webhooks). The outbox rows are written with the batch
 // transitions (src/store/*/webhooks.ts); this loop leases the due ones and POSTs them, at least
 // once, outside any transaction and off the request path: a slow or dead receiver holds one of
 // WEBHOOK_CONCURRENCY slots for at most WEBHOOK_TIMEOUT_SECONDS, never an API request or a claim.

@@ -1,7 +1,7 @@
 import type { UserRow } from '../db/schema'
 import type { PageParams, RowsPage } from '../lib/pagination'
 
-// Users and password reset tokens (SPEC §2, API.md §2 and §9). The rules — email and password
+// Users and password reset tokens (docs/api.md §2, docs/api.md §2 and §9). The rules — email and password
 // checks, the Personal Org's name, the last-superadmin rule (modules/admin/rules.ts) — live above
 // the seam; each engine carries a decision out atomically.
 
@@ -14,7 +14,7 @@ export interface NewUser {
   now: number
 }
 
-/** What a superadmin may change on a user (API.md §9), and the first-login gate. */
+/** What a superadmin may change on a user (docs/api.md §9), and the first-login gate. */
 export type UserChanges = Partial<Pick<UserRow, 'is_active' | 'platform_role' | 'must_change_password'>>
 
 export interface NewResetToken {
@@ -26,17 +26,17 @@ export interface NewResetToken {
 
 export interface AccountsStore {
   /**
-   * SPEC §2: the user, their Personal Org named `personalOrgName` and its owner membership, in one
-   * transaction. 409 `email_taken` when the email is registered (API.md §2).
+   * docs/api.md §3: the user, their Personal Org named `personalOrgName` and its owner membership, in one
+   * transaction. 409 `email_taken` when the email is registered (docs/api.md §2).
    */
   createUser(user: NewUser, personalOrgName: string): Promise<UserRow>
-  /** The credential lookup of a JWT or personal key (API.md §1): runs on every user request. */
+  /** The credential lookup of a JWT or personal key (docs/api.md §1): runs on every user request. */
   findUserById(id: string): Promise<UserRow | undefined>
   /** Login, forgot-password and add-member look users up by their normalized email. */
   findUserByEmail(email: string): Promise<UserRow | undefined>
-  /** SPEC §1 first start: is there any superadmin yet? */
+  /** docs/api.md §2 first start: is there any superadmin yet? */
   hasSuperadmin(): Promise<boolean>
-  /** GET /v1/admin/users: every user, newest first (API.md §0 paging). */
+  /** GET /v1/admin/users: every user, newest first (docs/api.md §0 paging). */
   listUsers(page: PageParams): Promise<RowsPage<UserRow>>
   /**
    * PATCH /v1/admin/users/{id}: undefined for an unknown user; 400 `last_superadmin` when the
@@ -48,7 +48,7 @@ export interface AccountsStore {
    * older JWTs stop working. Returns the updated user.
    */
   setPassword(userId: string, passwordHash: string, now: number): Promise<UserRow | undefined>
-  /** forgot-password: stores a reset token's hash (API.md §2). */
+  /** forgot-password: stores a reset token's hash (docs/api.md §2). */
   addResetToken(token: NewResetToken): Promise<void>
   /**
    * reset-password: claims the token (single use, unexpired, its user active) and sets the password

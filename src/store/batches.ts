@@ -2,13 +2,13 @@ import type { BatchErrorRow, BatchRow, BatchStatus, FileRow } from '../db/schema
 import type { PageParams } from '../lib/pagination'
 import type { BatchChanges, BatchEvent } from '../modules/batches/states'
 
-// Batches and their validation (SPEC §2–3, API.md §6): creation, reads, and the validator's
+// Batches and their validation (docs/api.md §6, docs/api.md §6): creation, reads, and the validator's
 // verbs. The state moves go through the state table (modules/batches/states.ts).
 
 export interface NewBatch {
   id: string
   user_id: string
-  /** The personal key it was created with; null for a JWT (API.md §14 usage by key). */
+  /** The personal key it was created with; null for a JWT (docs/api.md §14 usage by key). */
   api_key_id: string | null
   input_file_id: string
   endpoint: string
@@ -35,7 +35,7 @@ export interface ValidationResult {
   /** The stored errors (at most MAX_STORED_ERRORS), in line order. */
   errors: Pick<BatchErrorRow, 'code' | 'line' | 'field' | 'message'>[]
   /**
-   * API.md §16: where each request line starts in the input, for a batch that may be split; stored
+   * docs/api.md §16: where each request line starts in the input, for a batch that may be split; stored
    * with the batch when it passes.
    */
   line_offsets?: readonly number[] | null
@@ -49,7 +49,7 @@ export function packLineOffsets(offsets: readonly number[]): Buffer {
 }
 
 /**
- * SPEC §3: how a validation's result moves its batch (both engines): validating → validated with
+ * docs/api.md §6: how a validation's result moves its batch (both engines): validating → validated with
  * its model and request count, or → failed with its error count, finished now.
  */
 export function validationMove(

@@ -1,12 +1,12 @@
 import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../db/schema'
 import type { CatalogueEntry as ManifestEntry } from '../modules/catalogue/manifest'
 
-// The model catalogue's verbs (API.md §12): the seed upsert at start (SPEC §2 rules 5 and 7), what
+// The model catalogue's verbs (docs/api.md §12): the seed upsert at start (docs/api.md §4 catalogue rules 5 and 7), what
 // the matching predicate reads, and what a user may see (GET /v1/models). The decisions — which
 // fields are managed, when a rename applies, visibility — are the catalogue module's
-// (catalogue/upsert.ts, catalogue/view.ts; SPEC §4 Models rules 7 and 10); an engine carries them out.
+// (catalogue/upsert.ts, catalogue/view.ts; docs/api.md §4 catalogue rules 7 and 10); an engine carries them out.
 
-/** How seeding left one entry (SPEC rule 7), with a rename it did or could not do (rule 5). */
+/** How seeding left one entry (docs/api.md §4 catalogue rule 7), with a rename it did or could not do (rule 5). */
 export interface UpsertOutcome {
   result: 'inserted' | 'updated' | 'unchanged'
   renamedFrom?: string
@@ -35,7 +35,7 @@ export interface CatalogueRows {
 
 export interface CatalogueStore {
   /**
-   * SPEC rule 7: upserts valid manifest entries with their serving profiles and artifact files,
+   * docs/api.md §4 catalogue rule 7: upserts valid manifest entries with their serving profiles and artifact files,
    * all in one transaction; a one-shot rename (rule 5) moves the row and its child rows in place.
    */
   upsertEntries(entries: ManifestEntry[], now: number): Promise<UpsertOutcome[]>
@@ -55,13 +55,13 @@ export interface CatalogueStore {
   enabledEntries(): Promise<CatalogEntryRow[]>
   /**
    * Another instance changed the catalogue (its `models_changed` signal with scope `catalogue`,
-   * API.md §12): the next readCatalogue() reads the database.
+   * docs/api.md §12): the next readCatalogue() reads the database.
    */
   forgetCatalogue(): void
 }
 
 /**
- * The safety net under the signals (STYLE example 15: NOTIFY is a hint, the table is the truth): a
+ * The safety net under the signals (ARCHITECTURE.md rule 15: NOTIFY is a hint, the table is the truth): a
  * lost `models_changed` signal (scope `catalogue`) delays a change on the other instances by at most this long.
  */
 export const CATALOGUE_REREAD_MS = 30_000

@@ -1,7 +1,7 @@
 import type { FileRow } from '../db/schema'
 import type { PageParams } from '../lib/pagination'
 
-// File records (API.md §5): the bytes live in the blob store (src/lib/blobs); these are the rows.
+// File records (docs/api.md §5): the bytes live in the blob store (src/lib/blobs); these are the rows.
 
 export type NewFile = Omit<FileRow, 'seq' | 'batch_id' | 'expires_at'> & {
   batch_id?: string | null
@@ -12,24 +12,24 @@ export interface FilesStore {
   /** Records an uploaded file whose bytes are published. */
   insert(file: NewFile): Promise<FileRow>
   /**
-   * POST /v1/files under USER_STORAGE_QUOTA_BYTES (API.md §15): records the file only if the
+   * POST /v1/files under USER_STORAGE_QUOTA_BYTES (docs/api.md §15): records the file only if the
    * owner's stored bytes (every file they own) plus this one stay within `quotaBytes`, decided
    * atomically against concurrent uploads of the same owner; null when it would go over.
    */
   insertWithinQuota(file: NewFile, quotaBytes: number): Promise<FileRow | null>
-  /** The bytes of every file `ownerId` owns (API.md §15 quota: what counts). */
+  /** The bytes of every file `ownerId` owns (docs/api.md §15 quota: what counts). */
   storedBytes(ownerId: string): Promise<number>
   /** The bytes of every stored file, by purpose (the gridkeep_stored_bytes gauge). */
   storedBytesByPurpose(): Promise<{ purpose: FileRow['purpose']; bytes: number }[]>
   /**
    * One file; with `ownerId`, only if that user owns it (null = any owner: a superadmin). A file
-   * whose expires_at is at or before `now` is gone already for its readers (API.md §15), even
+   * whose expires_at is at or before `now` is gone already for its readers (docs/api.md §15), even
    * before the retention pass removes it.
    */
   get(fileId: string, ownerId: string | null, now: number): Promise<FileRow | null>
   /**
    * The file if `orgId` has a worker holding a current assignment of a batch whose input it is
-   * (API.md §5: workers read their job's input). A requeue deletes the assignment, so a worker
+   * (docs/api.md §5: workers read their job's input). A requeue deletes the assignment, so a worker
    * that lost the batch loses access with it.
    */
   getForWorker(fileId: string, orgId: string): Promise<FileRow | null>
@@ -51,7 +51,7 @@ export interface FilesStore {
     | { removed: false; reason: 'in_use'; batchId: string }
   >
   /**
-   * The retention pass (API.md §15): deletes up to `limit` file records whose expires_at is at or
+   * The retention pass (docs/api.md §15): deletes up to `limit` file records whose expires_at is at or
    * before `now`, except a file that a batch which has not finished reads (its expiry waits for
    * that batch), atomically against a POST /v1/batches naming it. Returns the deleted records;
    * their bytes are the caller's to remove.

@@ -3,7 +3,7 @@ import type { PageParams } from '../lib/pagination'
 import type { HostedModel } from '../modules/workers/matching'
 import type { RequeueOutcome } from '../modules/workers/requeue'
 
-// The fleet's verbs (API.md §12): workers and their reports, what the matching predicate reads,
+// The fleet's verbs (docs/api.md §12): workers and their reports, what the matching predicate reads,
 // pull_models asks, and the aggregates shown by pool capacity and /metrics. What to do is decided
 // above the seam — the matching predicate (workers/matching.ts), the holder and progress rules
 // (workers/rules.ts), the requeue rule (workers/requeue.ts), liveness (workers/liveness.ts); an
@@ -70,12 +70,12 @@ export interface BeatAnswer {
   inventory_sig: string | null
   max_download_gb: number
   /**
-   * What the matching predicate judges before the models may have changed (SPEC Poll rules 2 and
+   * What the matching predicate judges before the models may have changed (docs/api.md §7 Poll rules 2 and
    * 6, read-time liveness): the worker was silent or offline, never heartbeated, or reported
    * another VRAM total. A steady heartbeat answers false.
    */
   fitChanged: boolean
-  /** The batches the worker holds (API.md §7 assigned_job_ids). */
+  /** The batches the worker holds (docs/api.md §7 assigned_job_ids). */
   assigned: string[]
 }
 
@@ -100,7 +100,7 @@ export interface ProgressReport {
   now: number
 }
 
-/** API.md §7 "Worker row" before presentation: the row and its child rows. */
+/** docs/api.md §7 "Worker row" before presentation: the row and its child rows. */
 export interface ListedWorker extends WorkerRow {
   gpus: WorkerGpuRow[]
   runtimes: WorkerRuntimeRow[]
@@ -132,7 +132,7 @@ export interface CapacityCounts {
   vram: number
 }
 
-/** Every worker's runtimes and hosted models, for catalogue discovery (SPEC §2 rule 8). */
+/** Every worker's runtimes and hosted models, for catalogue discovery (docs/api.md §4 catalogue rule 8). */
 export interface FleetInventory {
   runtimes: Pick<WorkerRuntimeRow, 'worker_id' | 'engine'>[]
   models: Pick<
@@ -142,11 +142,11 @@ export interface FleetInventory {
 }
 
 export interface FleetStore {
-  /** The worker row by id (ownership is judged above: SPEC §4, 404 / 403). */
+  /** The worker row by id (ownership is judged above: docs/api.md §7, 404 / 403). */
   findWorker(id: string): Promise<WorkerRow | undefined>
   /**
    * POST /workers/register in one transaction: a re-registered worker (same id, else the org's
-   * newest with the same machine_id) has what it held requeued as failed attempts (API.md §7,
+   * newest with the same machine_id) has what it held requeued as failed attempts (docs/api.md §7,
    * requeue rule), its row reset and child rows and pull asks replaced; else a new worker.
    */
   register(r: Registration): Promise<Registered>
@@ -156,7 +156,7 @@ export interface FleetStore {
    */
   heartbeat(b: Beat): Promise<BeatAnswer | null>
   /**
-   * SPEC §4 heartbeat: the on-disk inventory replaces the previous one (configured names stay);
+   * docs/api.md §7 heartbeat: the on-disk inventory replaces the previous one (configured names stay);
    * without one (older daemons) only loaded flags change. `sig` records what was applied.
    */
   replaceInventory(
@@ -168,11 +168,11 @@ export interface FleetStore {
   /** POST /workers/progress: the holder and progress rules (rules.ts), then the counts. */
   recordProgress(p: ProgressReport): Promise<void>
   /**
-   * POST /workers/model-progress: liveness (API.md §7), and the worker's ask for `model` (catalogue
+   * POST /workers/model-progress: liveness (docs/api.md §7), and the worker's ask for `model` (catalogue
    * id or runtime string) ends when `finished`, else its progress time moves.
    */
   recordModelProgress(workerId: string, model: string, finished: boolean, now: number): Promise<void>
-  /** GET /v1/orgs/{id}/workers (orgId) and GET /v1/admin/workers (null): newest first (API.md §0). */
+  /** GET /v1/orgs/{id}/workers (orgId) and GET /v1/admin/workers (null): newest first (docs/api.md §0). */
   listWorkers(orgId: string | null, page: PageParams): Promise<{ rows: ListedWorker[]; has_more: boolean }>
 
   /** `gridkeep catalogue discover`: what every worker reports hosting, in seq order. */
@@ -180,17 +180,17 @@ export interface FleetStore {
 
   /** Workers stored online and seen after `cutoff` (liveness.ts), for the matching predicate. */
   onlineWorkers(cutoff: number): Promise<WorkerHead[]>
-  /** Who hosts a model named each of `names` (API.md §7 "hosts"): name → worker ids. */
+  /** Who hosts a model named each of `names` (docs/api.md §7 "hosts"): name → worker ids. */
   hostsOf(names: readonly string[]): Promise<Map<string, string[]>>
   /** What the predicate reads of one worker besides its head. */
   workerHosting(workerId: string): Promise<WorkerHosting>
   /**
-   * POST /workers/poll (API.md §7): the worker's row and what it hosts, read together (one
+   * POST /workers/poll (docs/api.md §7): the worker's row and what it hosts, read together (one
    * statement on PostgreSQL: the poll is every instance's hot path).
    */
   findWorkerWithHosting(id: string): Promise<{ worker: WorkerRow; hosting: WorkerHosting } | undefined>
 
-  /** API.md §7 pull_models: the asks outstanding with `workerId`. */
+  /** docs/api.md §7 pull_models: the asks outstanding with `workerId`. */
   pullsOfWorker(workerId: string): Promise<ModelPullRow[]>
   /** The ask for `catalogId`, with its worker's liveness. */
   currentPull(catalogId: string): Promise<CurrentPull | undefined>
@@ -205,13 +205,13 @@ export interface FleetStore {
    */
   askPull(ask: ModelPullRow, replacing: number | null): Promise<boolean>
 
-  /** SPEC §4 Pool: counts over workers online after `cutoff`. */
+  /** docs/api.md §8 Pool rules: counts over workers online after `cutoff`. */
   capacityCounts(cutoff: number): Promise<CapacityCounts>
-  /** SPEC Pool rule 3: GPUs of the workers online after `cutoff` (read only when shown). */
+  /** docs/api.md §8 Pool rule 3: GPUs of the workers online after `cutoff` (read only when shown). */
   gpusOnline(cutoff: number): Promise<number>
-  /** The orgs `userId` is a member of (SPEC Pool rule 4: org-private entries). */
+  /** The orgs `userId` is a member of (docs/api.md §8 Pool rule 4: org-private entries). */
   orgIdsOf(userId: string): Promise<string[]>
-  /** GET /metrics gauges (API.md §10): batches per status. */
+  /** GET /metrics gauges (docs/api.md §10): batches per status. */
   batchCounts(): Promise<{ status: string; n: number }[]>
   /** GET /metrics gauges: workers per read-time liveness (online after `cutoff`) and activity. */
   workerCounts(cutoff: number): Promise<{ status: 'online' | 'offline'; activity: string; n: number }[]>

@@ -11,7 +11,7 @@ import type { SignalsStore } from './signals'
 import type { UsageStore } from './usage'
 import type { WebhooksStore } from './webhooks'
 
-// The storage seam (API.md §12; STYLE example 13): every read and write of the product's state
+// The storage seam (docs/api.md §12; ARCHITECTURE.md rule 13): every read and write of the product's state
 // goes through a Store, whose parts are named after the work. One engine per database:
 //
 //   sqlite/    the default: one process, synchronous BEGIN IMMEDIATE bodies on bun:sqlite
@@ -48,7 +48,7 @@ export interface Store {
   readonly catalogue: CatalogueStore
   /** Tokens and requests of completed batches per day, model, key or user (usage.ts). */
   readonly usage: UsageStore
-  /** Webhooks, their outbox and delivery attempts (webhooks.ts, API.md §13). */
+  /** Webhooks, their outbox and delivery attempts (webhooks.ts, docs/api.md §13). */
   readonly webhooks: WebhooksStore
   close(): Promise<void>
 }

@@ -1,12 +1,12 @@
 import type { ApiKeyRow } from '../db/schema'
 import type { PageParams, RowsPage } from '../lib/pagination'
 
-// API keys (API.md §1–3): personal keys owned by a user, worker keys owned by an org. Raw keys
+// API keys (docs/api.md §1–3): personal keys owned by a user, worker keys owned by an org. Raw keys
 // never reach the store: the service generates them and hands over the hash and display prefix.
 
 export type KeyOwner = { type: 'personal'; userId: string } | { type: 'worker'; orgId: string }
 
-/** What authentication reads of a key, on every keyed request (API.md §1). */
+/** What authentication reads of a key, on every keyed request (docs/api.md §1). */
 export type KeyCredential = Pick<
   ApiKeyRow,
   'id' | 'key_type' | 'org_id' | 'user_id' | 'expires_at' | 'last_used_at' | 'revoked_at'
@@ -38,14 +38,14 @@ export interface KeysStore {
   recordKeyUse(keyId: string, now: number): Promise<void>
   /** POST …/api-keys: a new key of `owner`. */
   createKey(owner: KeyOwner, key: NewKey): Promise<ApiKeyRow>
-  /** GET …/api-keys: the owner's keys, newest first (API.md §0 paging). */
+  /** GET …/api-keys: the owner's keys, newest first (docs/api.md §0 paging). */
   listKeys(owner: KeyOwner, page: PageParams): Promise<RowsPage<ApiKeyRow>>
   /** One key of `owner`; undefined for another owner's key or an unknown id. */
   findKey(owner: KeyOwner, keyId: string): Promise<ApiKeyRow | undefined>
   /** PUT/DELETE …/api-keys/{id}: rename, set expiry, revoke; undefined when not the owner's. */
   updateKey(owner: KeyOwner, keyId: string, changes: KeyChanges): Promise<ApiKeyRow | undefined>
   /**
-   * API.md §2/§3 rotation with key_id: revokes that key and issues its replacement with the same
+   * docs/api.md §2/§3 rotation with key_id: revokes that key and issues its replacement with the same
    * name and expiry, once even when two rotations race (404, or the rotation rule's 400s).
    */
   rotateKey(owner: KeyOwner, keyId: string, replacement: Replacement, now: number): Promise<ApiKeyRow>

@@ -1,6 +1,6 @@
-// Rate limits (API.md §3): sliding windows of hits per rule and key. The limits themselves (which
+// Rate limits (docs/api.md §3): sliding windows of hits per rule and key. The limits themselves (which
 // rule, what key, how many, how long) are the services'; the counters live in the engine so that
-// several instances share them (API.md §12).
+// several instances share them (docs/api.md §12).
 
 export interface LimitsStore {
   /**

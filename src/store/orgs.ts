@@ -1,7 +1,7 @@
 import type { OrgRole, OrgRow } from '../db/schema'
 import type { PageParams, RowsPage } from '../lib/pagination'
 
-// Organizations and memberships (SPEC §2, API.md §3). The role checks and the last-owner rule live
+// Organizations and memberships (docs/api.md §3, docs/api.md §3). The role checks and the last-owner rule live
 // in modules/orgs (access.ts, rules.ts); the engines apply them inside the transaction that
 // changes memberships, so two concurrent changes can never leave an org without an owner.
 
@@ -21,9 +21,9 @@ export interface Membership {
 }
 
 export interface OrgsStore {
-  /** SPEC §5 rule 2: the org and the user's role in it (null: not a member); undefined: no such org. */
+  /** docs/api.md §1: the org and the user's role in it (null: not a member); undefined: no such org. */
   findAccess(orgId: string, userId: string): Promise<{ org: OrgRow; role: OrgRole | null } | undefined>
-  /** GET /v1/orgs: the user's orgs with their role, newest first (API.md §0 paging). */
+  /** GET /v1/orgs: the user's orgs with their role, newest first (docs/api.md §0 paging). */
   listOrgsOf(userId: string, page: PageParams): Promise<RowsPage<{ org: OrgRow; role: OrgRole }>>
   /** GET /v1/auth/me: every membership of the user, oldest org first. */
   listMembershipsOf(userId: string): Promise<Membership[]>

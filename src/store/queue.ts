@@ -4,7 +4,7 @@ import type { BatchChanges } from '../modules/batches/states'
 import type { RequeueOutcome, RequeueReason } from '../modules/workers/requeue'
 import type { NewFile } from './files'
 
-// The work queue's verbs (API.md §12; STYLE example 13, after Oban's engine behaviour). What to
+// The work queue's verbs (docs/api.md §12; ARCHITECTURE.md rule 13, after Oban's engine behaviour). What to
 // do is decided above the seam, once — the matching predicate (modules/workers/matching.ts), the
 // state table (batches/states.ts), the requeue rule (workers/requeue.ts), the holder and
 // claim-order rules (workers/rules.ts); each engine (sqlite/queue.ts, postgres/queue.ts) only
@@ -13,23 +13,23 @@ import type { NewFile } from './files'
 /** One servable model a worker may claim a batch of: a stored `batches.model` slug. */
 export interface ClaimCandidate<M> {
   model: string
-  /** SPEC Poll rule 5: loaded on this worker. */
+  /** docs/api.md §7 Poll rule 5: loaded on this worker. */
   loaded: boolean
   /** Whatever the caller needs back with the claim (the matched entry and profile). */
   match: M
-  /** The runtime model names that host it (API.md §16: guided sizing counts the workers hosting one). */
+  /** The runtime model names that host it (docs/api.md §16: guided sizing counts the workers hosting one). */
   names?: readonly string[]
 }
 
 export interface ClaimRequest<M> {
   workerId: string
   orgId: string
-  /** A worker already holding this many assignments gets nothing (API.md §7). */
+  /** A worker already holding this many assignments gets nothing (docs/api.md §7). */
   maxConcurrent: number
   candidates: readonly ClaimCandidate<M>[]
   now: number
   /**
-   * API.md §16: set when the worker declared capabilities.shards (it may be handed shards): the
+   * docs/api.md §16: set when the worker declared capabilities.shards (it may be handed shards): the
    * shard bounds, and the online cutoff (guided sizing counts the online shard-capable workers
    * hosting the model). Absent: whole batches only, never a split one.
    */
@@ -40,7 +40,7 @@ export interface Claimed<M> {
   batch: BatchRow
   assignmentId: string
   match: M
-  /** API.md §16: the shard claimed, or null for a whole batch. */
+  /** docs/api.md §16: the shard claimed, or null for a whole batch. */
   shard: BatchShardRow | null
 }
 
@@ -86,7 +86,7 @@ export interface DeliveredResults {
   batchId: string
   workerId: string
   assignmentId: string
-  /** The counts, usage, file ids and completed_at of results_delivered (SPEC §3). */
+  /** The counts, usage, file ids and completed_at of results_delivered (docs/api.md §6). */
   changes: BatchChanges
   /** The output and error files' records (their bytes are published already). */
   files: NewFile[]
@@ -94,17 +94,17 @@ export interface DeliveredResults {
 }
 
 export interface QueueStore {
-  /** API.md §16: a shard and its batch; null when there is no such shard. */
+  /** docs/api.md §16: a shard and its batch; null when there is no such shard. */
   shardWithBatch(shardId: string): Promise<ShardWithBatch | null>
   /** A batch's shards in shard order, with the name of the worker each was last held by. */
   shardsOf(batchId: string): Promise<(BatchShardRow & { worker_name: string | null })[]>
-  /** The batch object's `shards` for each split batch among `batchIds` (API.md §16). */
+  /** The batch object's `shards` for each split batch among `batchIds` (docs/api.md §16). */
   shardTallies(batchIds: string[]): Promise<Map<string, ShardTally>>
   /** GET /metrics gridkeep_shards{state}. */
   shardStates(): Promise<Record<'waiting' | 'running' | 'done', number>>
   /**
    * The bytes of request lines [first, first + count) of a batch's input, from the request-line
-   * index validation wrote (API.md §16); null when the batch has none.
+   * index validation wrote (docs/api.md §16); null when the batch has none.
    */
   lineRange(batchId: string, first: number, count: number): Promise<ByteRange | null>
   /**
@@ -127,7 +127,7 @@ export interface QueueStore {
   /** In-progress split batches whose shards are all done, not yet joined (a joiner that died). */
   splitBatchesToJoin(): Promise<string[]>
   /**
-   * SPEC §4 Poll: atomically claims the best validated batch among the candidates' models
+   * docs/api.md §7 Poll rules: atomically claims the best validated batch among the candidates' models
    * (pickClaim), records the assignment and moves the batch to in_progress; null when there is
    * none or the worker is at its limit. Two pollers never get the same batch.
    */
@@ -151,7 +151,7 @@ export interface QueueStore {
    */
   sweep(now: number, cutoff: number): Promise<SweepOutcome>
   /**
-   * GET /metrics (issue 13, API.md §14): validated batches by owner class — `idle`, the owner has
+   * GET /metrics (issue 13, docs/api.md §14): validated batches by owner class — `idle`, the owner has
    * nothing in progress; `running`, the owner already runs something.
    */
   queuedByOwnerClass(): Promise<{ idle: number; running: number }>

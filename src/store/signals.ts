@@ -1,4 +1,4 @@
-// Signals between the instances sharing a database (API.md §12; STYLE example 15, after pg-boss's
+// Signals between the instances sharing a database (docs/api.md §12; ARCHITECTURE.md rule 15, after pg-boss's
 // notifier): a hint that something happened to a batch, never the state itself. A listener wakes
 // and reads the database, so a lost signal delays, never loses. On SQLite there is one process and
 // the in-process bus (src/lib/batch-events.ts) carries everything: its signals go nowhere.

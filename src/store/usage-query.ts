@@ -1,7 +1,7 @@
 import { type SQL, type SQLWrapper, sql, type Table } from 'drizzle-orm'
 import { DAY, type USAGE_TOKENS, type UsageGroup, type UsageScope, type UsageSums } from './usage'
 
-// The usage aggregate (API.md §14) in the SQL both engines accept; each engine brings its tables
+// The usage aggregate (docs/api.md §14) in the SQL both engines accept; each engine brings its tables
 // and how it reads one token count out of batches.usage (json_extract, or jsonb ->>).
 
 /** The columns the query names, from either engine's schema. */

@@ -1,4 +1,4 @@
-// Usage (API.md §14): tokens and requests of completed batches, summed within a time range. The
+// Usage (docs/api.md §14): tokens and requests of completed batches, summed within a time range. The
 // rules (default and longest range, which grouping each caller may ask for, day buckets, how a
 // key is named) live in src/modules/usage/service.ts; an engine only sums.
 
@@ -16,7 +16,7 @@ export type UsageGroup = 'day' | 'model' | 'key' | 'user'
 /** A UTC day in Unix seconds (Unix time counts no leap seconds): day buckets start at multiples. */
 export const DAY = 86_400
 
-/** The token counts usage reports (API.md §7 upload-results `usage`: the output lines' sums). */
+/** The token counts usage reports (docs/api.md §7 upload-results `usage`: the output lines' sums). */
 export const USAGE_TOKENS = ['prompt_tokens', 'completion_tokens', 'total_tokens'] as const
 
 /** One group's sums. */

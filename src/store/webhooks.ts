@@ -1,7 +1,7 @@
 import type { WebhookAttemptRow, WebhookEventType, WebhookMessageRow, WebhookRow } from '../db/schema'
 import type { PageParams, RowsPage } from '../lib/pagination'
 
-// Webhooks (API.md §13). The outbox rows are written by each engine's batch transition
+// Webhooks (docs/api.md §13). The outbox rows are written by each engine's batch transition
 // (sqlite/webhooks.ts, postgres/webhooks.ts: enqueueWebhookEvents) in the transition's own
 // transaction; the deliverer (src/services/webhooks.ts) leases due rows, makes the attempt outside
 // any transaction, and records it. The retry rule (when next, when to give up) lives in the service.
@@ -33,7 +33,7 @@ export interface AttemptResult {
 export interface WebhooksStore {
   /** POST /v1/webhooks. */
   createWebhook(webhook: NewWebhook): Promise<WebhookRow>
-  /** GET /v1/webhooks: the user's webhooks, newest first (API.md §0 paging). */
+  /** GET /v1/webhooks: the user's webhooks, newest first (docs/api.md §0 paging). */
   listWebhooks(userId: string, page: PageParams): Promise<RowsPage<WebhookRow>>
   /** One webhook of the user; undefined for another user's or an unknown id (→ 404). */
   findWebhook(userId: string, id: string): Promise<WebhookRow | undefined>

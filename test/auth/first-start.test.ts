@@ -4,8 +4,8 @@ import { ensureSuperadmin } from '../../src/modules/auth/service'
 import { makeTestApp } from '../helpers/app'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// SPEC §1 first start, on either engine: instances starting together on one database create one
-// superadmin between them (API.md §12); an ordinary account holding ADMIN_EMAIL stops the start.
+// docs/api.md §2 first start, on either engine: instances starting together on one database create one
+// superadmin between them (docs/api.md §12); an ordinary account holding ADMIN_EMAIL stops the start.
 
 for (const [kind, open] of storeEngines) {
   describeEngine(kind, `first start on ${kind}`, () => {

@@ -3,7 +3,7 @@ import { makeTestApp } from '../helpers/app'
 import { makeSuperadmin, makeUser, newPassword, uniqueEmail } from '../helpers/builders'
 import { rememberSecret } from '../helpers/secrets'
 
-// API.md §2: a new password is 8 to 256 characters, else 400 `weak_password` — whatever its length,
+// docs/api.md §2: a new password is 8 to 256 characters, else 400 `weak_password` — whatever its length,
 // on every route that sets one (signup, admin create user, change-password, reset-password).
 
 const t = makeTestApp({ RATE_LIMIT_FORGOT_PER_HOUR: '0' })

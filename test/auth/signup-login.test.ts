@@ -17,7 +17,7 @@ afterAll(() => t.close())
 const signup = (body: Record<string, unknown>) => t.req('POST', '/v1/auth/signup', { body })
 
 describe('POST /v1/auth/signup', () => {
-  test('creates the user, returns exactly the SPEC fields and no key', async () => {
+  test('creates the user, returns exactly the docs/api.md fields and no key', async () => {
     const email = uniqueEmail()
     const res = await signup({
       email: `  ${email.toUpperCase()} `,

@@ -5,7 +5,7 @@ import { jsonl, line, makeBatch, makeCatalogEntry, makeFile, validateAll } from 
 import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey } from '../helpers/builders'
 import { rowsOf } from '../helpers/rows'
 
-// API.md §6 Batches: create (returns at once, `validating`), the OpenAI batch object, detail and
+// docs/api.md §6 Batches: create (returns at once, `validating`), the OpenAI batch object, detail and
 // list visibility (owner; superadmin sees all), filters and pagination; no cancel endpoint.
 
 const t = makeTestApp()
@@ -15,7 +15,7 @@ const model = (await makeCatalogEntry(t, { id: 'batches-8b-q4km' })).id
 const CONTENT = jsonl([line('a', model), line('b', model)])
 
 describe('POST /v1/batches', () => {
-  test('returns the batch at once, status validating, with exactly the API.md §6 fields', async () => {
+  test('returns the batch at once, status validating, with exactly the docs/api.md §6 fields', async () => {
     const u = await makeUser(t)
     const fileId = await makeFile(t, u, CONTENT)
     const res = await t.req('POST', '/v1/batches', {
@@ -181,7 +181,7 @@ describe('GET /v1/batches/{id} and GET /v1/batches', () => {
     expect(seen).toContain(ids[0])
   })
 
-  test('there is no cancel endpoint (SPEC §1)', async () => {
+  test('there is no cancel endpoint (docs/api.md §6)', async () => {
     const u = await makeUser(t)
     const batch = await makeBatch(t, u, CONTENT)
     const res = await t.req('POST', `/v1/batches/${batch.id}/cancel`, { token: u.token })

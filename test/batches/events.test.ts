@@ -8,7 +8,7 @@ import { rowsOf } from '../helpers/rows'
 import { openSse } from '../helpers/sse'
 import { until } from '../helpers/until'
 
-// GET /v1/batches/{id}/events over a real HTTP connection (API.md §6 "Events").
+// GET /v1/batches/{id}/events over a real HTTP connection (docs/api.md §6 "Events").
 
 const s = await startTestServer({ MAX_SSE_STREAMS_PER_USER: '2', SSE_PING_SECONDS: '1' })
 afterAll(() => s.stop())

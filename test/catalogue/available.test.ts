@@ -9,7 +9,7 @@ import {
   sha,
 } from '../helpers/workers'
 
-// API.md §4: `available` = some online worker can serve the entry now, by the same predicate as
+// docs/api.md §4: `available` = some online worker can serve the entry now, by the same predicate as
 // poll (servableCatalogIds). It follows workers coming, fitting, and going silent.
 
 const t = makeTestApp()
@@ -76,7 +76,7 @@ test('kept answers follow each change on the next request: VRAM, a silent worker
   await heartbeat(t, fleet.key, wid, { vram_total_gb: 80, inventory: [inventoryItem('kept-big:70b')] })
   expect(await availability(fleet.user.token)).toMatchObject({ [big.id]: true })
 
-  // Silent: gone from the next answer; a model-progress report brings it back (API.md §7 liveness).
+  // Silent: gone from the next answer; a model-progress report brings it back (docs/api.md §7 liveness).
   t.clock.advance(t.config.HEARTBEAT_TIMEOUT_SECONDS)
   expect(await availability(fleet.user.token)).toMatchObject({ [big.id]: false })
   const progress = await t.req('POST', '/workers/model-progress', {

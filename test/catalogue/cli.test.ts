@@ -12,7 +12,7 @@ import { makeUser } from '../helpers/builders'
 import { fakeDigest, makeCatalogEntry } from '../helpers/catalogue'
 import { rowsOf } from '../helpers/rows'
 
-// `gridkeep catalogue check|discover` (SPEC rule 8; the same validation as seeding).
+// `gridkeep catalogue check|discover` (docs/api.md §4 catalogue rule 8; the same validation as seeding).
 
 const dir = mkdtempSync(join(tmpdir(), 'gridkeep-cli-'))
 const apps: TestApp[] = []

@@ -2,7 +2,7 @@ import { describe, expect, test } from 'bun:test'
 import { checkManifest, idViolations, quantSlug } from '../../src/modules/catalogue/manifest'
 import { fakeDigest } from '../helpers/catalogue'
 
-// SPEC §2 "Catalogue entry" rules 1–3 and the entry schema, as checked by the one validation that
+// docs/api.md §4 "Catalogue entry" rules 1–3 and the entry schema, as checked by the one validation that
 // seeding and `gridkeep catalogue check` share.
 
 const yaml = (...entries: string[]) => `models:\n${entries.join('\n')}\n`
@@ -202,7 +202,7 @@ describe('entry schema', () => {
   })
 })
 
-describe('serving profiles (SPEC §2)', () => {
+describe('serving profiles (docs/api.md §4)', () => {
   test('without explicit profiles one is derived from runtime/runtime_model_id', () => {
     const [e] = violationsOf(yaml(entry('a'))).entries
     expect(e!.serving_profiles).toEqual([
@@ -248,7 +248,7 @@ describe('serving profiles (SPEC §2)', () => {
   })
 })
 
-describe('digests (API.md §4)', () => {
+describe('digests (docs/api.md §4)', () => {
   const hex = fakeDigest('weights')
 
   test.each([hex, hex.toUpperCase(), `sha256:${hex}`, `SHA256:${hex.toUpperCase()}`])(
@@ -279,7 +279,7 @@ describe('digests (API.md §4)', () => {
   })
 })
 
-describe('renames in the manifest (SPEC rule 5)', () => {
+describe('renames in the manifest (docs/api.md §4 catalogue rule 5)', () => {
   test('renamed_from may not equal the id, still be an entry, or be claimed twice', () => {
     const r = violationsOf(
       yaml(

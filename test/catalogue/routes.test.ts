@@ -4,8 +4,8 @@ import { makeTestApp } from '../helpers/app'
 import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey, setUserFlags } from '../helpers/builders'
 import { fakeDigest, makeCatalogEntry } from '../helpers/catalogue'
 
-// GET /v1/models and /v1/models/{id} (API.md §4): selectable entries are enabled and public, or
-// private to one of the caller's orgs; a superadmin sees all enabled entries (SPEC §4 Models).
+// GET /v1/models and /v1/models/{id} (docs/api.md §4): selectable entries are enabled and public, or
+// private to one of the caller's orgs; a superadmin sees all enabled entries (docs/api.md §4 Models).
 
 const t = makeTestApp()
 afterAll(() => t.close())
@@ -75,7 +75,7 @@ describe('authentication', () => {
 })
 
 describe('the model object', () => {
-  test('has exactly the API.md §4 fields with the stored values', async () => {
+  test('has exactly the docs/api.md §4 fields with the stored values', async () => {
     const u = await makeUser(t)
     const sha = fakeDigest('shape')
     await makeCatalogEntry(t.deps, {

@@ -3,7 +3,7 @@ import OpenAI from 'openai'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { makePersonalKey, makeUser } from '../helpers/builders'
 
-// The official SDK lists and retrieves models with a personal key (API.md: OpenAI compatibility).
+// The official SDK lists and retrieves models with a personal key (docs/api.md: OpenAI compatibility).
 // startServer seeds the shipped catalogue/models.yaml before it listens.
 
 let s: TestServer

@@ -21,7 +21,7 @@ import { fakeDigest } from '../helpers/catalogue'
 import { rowsOf } from '../helpers/rows'
 import { capturedLogLines } from '../helpers/secrets'
 
-// SPEC rules 4, 5 and 7: the manifest is upserted at every start; bad entries are logged with the
+// docs/api.md §4 catalogue rules 4, 5 and 7: the manifest is upserted at every start; bad entries are logged with the
 // rule they break and skipped; renames move the row and its children in place.
 
 const apps: TestApp[] = []
@@ -288,7 +288,7 @@ describe('serving profiles', () => {
       }),
       expect.objectContaining({ seq: firstSeq, runtime: 'ollama', runtime_model_id: 'a:1', derived: false }),
     ])
-    // The deprecated columns are still written (SPEC §9).
+    // The deprecated columns are still written (docs/api.md §0).
     expect(await row(t, 'a')).toMatchObject({ runtime: 'ollama', runtime_model_id: 'a:1' })
     await applyManifest(t.deps, manifest(one), 'v3')
     expect((await profiles(t, 'a')).map((p) => p.runtime)).toEqual(['ollama'])

@@ -12,7 +12,7 @@ import {
   registerBody,
 } from '../helpers/workers'
 
-// API.md §12: each instance keeps the catalogue in memory for its polls; a catalogue change on one
+// docs/api.md §12: each instance keeps the catalogue in memory for its polls; a catalogue change on one
 // instance reaches the other through its `models_changed` signal (NOTIFY), well before the
 // CATALOGUE_REREAD_MS safety net.
 

@@ -4,7 +4,7 @@ import { startTestServer, type TestServer } from '../helpers/app'
 import { jsonl, line, uploadForm } from '../helpers/batches'
 import { postgres, testWith } from '../helpers/requires'
 
-// API.md §12: a PostgreSQL that goes away while the server runs gives 503 on the requests that need
+// docs/api.md §12: a PostgreSQL that goes away while the server runs gives 503 on the requests that need
 // it (no crash, nothing half-written), and the server recovers by itself when it returns. Its own
 // cluster: the suite's shared one must not go down.
 

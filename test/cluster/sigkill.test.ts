@@ -9,7 +9,7 @@ import { freshPostgresUrl } from '../helpers/postgres'
 import { postgres, testWith } from '../helpers/requires'
 import { heartbeatBody, okLine, registerBody } from '../helpers/workers'
 
-// API.md §12: two instances (real processes) on one PostgreSQL database and one file store; one is
+// docs/api.md §12: two instances (real processes) on one PostgreSQL database and one file store; one is
 // SIGKILLed in the middle of a claim and upload storm. Nothing is lost: every batch ends completed
 // exactly once, with its output file, and no batch is left half-written.
 
@@ -128,7 +128,7 @@ testWith(
     expect(await a.exited).not.toBe(0)
 
     // A claim the kill cut off after its commit is still held by a live worker: the worker learns
-    // it from its heartbeat (assigned_job_ids, API.md §7) and delivers.
+    // it from its heartbeat (assigned_job_ids, docs/api.md §7) and delivers.
     for (const worker of workers) {
       const beat = await req(b.url, 'POST', `/workers/${worker}/heartbeat`, {
         token: key,

@@ -14,7 +14,7 @@ import { openSse } from '../helpers/sse'
 import { until } from '../helpers/until'
 import { heartbeatBody, okLine, registerBody } from '../helpers/workers'
 
-// API.md §12: two stateless instances on one PostgreSQL database behave as one service.
+// docs/api.md §12: two stateless instances on one PostgreSQL database behave as one service.
 
 const MODEL = 'cluster-8b-q4km'
 const RUNTIME_MODEL = `${MODEL}:rt`

@@ -354,7 +354,7 @@ describe('jobs', () => {
   })
 })
 
-describe('a server out of disk space (507, API.md §15)', () => {
+describe('a server out of disk space (507, docs/api.md §15)', () => {
   test('the upload waits with the job still held: no try spent, heartbeats go on, then it lands', async () => {
     const { cp, rt } = setup()
     const timers = manualTimers()

@@ -166,7 +166,7 @@ describe('daemon against the real control plane', () => {
     }
   })
 
-  test('the server low on disk: results wait with the batch held, then the batch completes (API.md §15)', async () => {
+  test('the server low on disk: results wait with the batch held, then the batch completes (docs/api.md §15)', async () => {
     const rt = runtime()
     const batchId = await submit(chatLines(20, SLUG))
     // The server's disk is below MIN_FREE_DISK_BYTES until `low` is cleared.

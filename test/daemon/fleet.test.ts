@@ -10,7 +10,7 @@ import { captureLogLine } from '../helpers/secrets'
 import { until } from '../helpers/until'
 import { makeCatalogEntry, makeFleet, makeValidatedBatch } from '../helpers/workers'
 
-// API.md §16 over HTTP with real reference daemons, each with its own stand-in engine: one batch
+// docs/api.md §16 over HTTP with real reference daemons, each with its own stand-in engine: one batch
 // drained by the whole fleet gives the files an unsplit run gives; a holder killed mid-shard costs
 // that shard, not the batch.
 

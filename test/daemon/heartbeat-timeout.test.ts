@@ -5,7 +5,7 @@ import { daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
 import { startFakeRuntime } from '../helpers/fake-runtime'
 import { makeCatalogEntry, makeFleet, makeValidatedBatch } from '../helpers/workers'
 
-// API.md §7: the heartbeat interval is derived from HEARTBEAT_TIMEOUT_SECONDS (a quarter of it when
+// docs/api.md §7: the heartbeat interval is derived from HEARTBEAT_TIMEOUT_SECONDS (a quarter of it when
 // that is under 30 s). A server started with a short timeout keeps a healthy daemon online and its
 // batch running: the test moves the server's clock one interval per heartbeat the daemon sends and
 // sweeps after each, for longer than the timeout. With a fixed 30 s interval the daemon's second

@@ -17,7 +17,7 @@ import { until } from '../helpers/until'
 
 const SLUG = 'gridkeep-tiny-f32'
 const EMBED_SLUG = 'gridkeep-tiny-embed-f32'
-// Same runtime string, pinned to other weights: never this worker's model (SPEC §4 Poll rule 4).
+// Same runtime string, pinned to other weights: never this worker's model (docs/api.md §7 Poll rule 4).
 const OTHER_WEIGHTS_SLUG = 'gridkeep-tiny-other-f32'
 const ALIAS = 'gridkeep-tiny'
 
@@ -280,7 +280,7 @@ withRealEngine('daemon against llama-server', (engine) => {
     }
   }, 90_000)
 
-  test('a batch split into shards runs on two daemons and completes with real content (API.md §16)', async () => {
+  test('a batch split into shards runs on two daemons and completes with real content (docs/api.md §16)', async () => {
     // A server of its own whose shards are small enough for a small batch to be split.
     const sharded = await startTestServer({
       CATALOGUE_PATH: join(dir, 'models.yaml'),

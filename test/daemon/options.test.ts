@@ -46,7 +46,7 @@ describe('daemon options', () => {
     expect((await parse(base, { GRIDKEEP_CONCURRENCY: '24' })).concurrency).toBe(24)
     expect((await parse(base, { GRIDKEEP_CONCURRENCY: 'auto' })).concurrency).toBe('auto')
     expect((await parse([...base, '--max-concurrency', '64'])).max_concurrency).toBe(64)
-    // API.md §16: a shard-capable worker holds the current shard and the next.
+    // docs/api.md §16: a shard-capable worker holds the current shard and the next.
     expect((await parse([...base, '--max-jobs', '1'])).max_jobs).toBe(2)
     expect((await parse([...base, '--max-jobs', '4'])).max_jobs).toBe(4)
     const legacy = await parse([...base, '--shards', 'false'])

@@ -5,7 +5,7 @@ import { startFakeControlPlane } from '../helpers/fake-control-plane'
 import { type FakeRuntimeOptions, startFakeRuntime } from '../helpers/fake-runtime'
 import { rememberSecret } from '../helpers/secrets'
 
-// The daemon and shards (API.md §16) against the scripted control plane: it declares them, runs a
+// The daemon and shards (docs/api.md §16) against the scripted control plane: it declares them, runs a
 // shard exactly as handed out, drops a shard whose batch failed elsewhere, and keeps the engine
 // busy across job boundaries by claiming the next job while the last requests of the previous one
 // are still in flight.
@@ -43,7 +43,7 @@ function setup(rtOpts: FakeRuntimeOptions = {}, trace?: (e: Trace) => void) {
 const shardLines = (first: number, n: number, tag = 'p') =>
   chatLines(first + n, 'catalogue-slug', (i) => `${tag} ${i}`).slice(first)
 
-describe('shards (API.md §16)', () => {
+describe('shards (docs/api.md §16)', () => {
   test('the daemon declares shards at registration, with room for the current shard and the next', async () => {
     const { cp, start } = setup()
     start()

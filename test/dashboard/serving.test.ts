@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { capturedLogLines } from '../helpers/secrets'
 
-// API.md §11: the dashboard is served by the real (listening) server at `/`, under `/app/` and at
+// docs/api.md §11: the dashboard is served by the real (listening) server at `/`, under `/app/` and at
 // `/reset-password`, with a CSP, a request id, a log line and metrics like any other route; API
 // paths keep their JSON 404; `/docs` loads its UI from the server itself.
 
@@ -30,7 +30,7 @@ describe('the page', () => {
       expect(res.headers.get('x-request-id')).toMatch(/^req_/)
       const html = await res.text()
       expect(html).toContain('<div id="root"></div>')
-      // API.md §11: no inline script.
+      // docs/api.md §11: no inline script.
       expect(html).not.toMatch(/<script(?![^>]*\bsrc=)[^>]*>/)
     },
   )

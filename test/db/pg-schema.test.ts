@@ -6,7 +6,7 @@ import { embeddedMigrations } from '../../src/db/pg/migrations.gen'
 import * as pg from '../../src/db/pg/schema'
 import * as sqlite from '../../src/db/schema'
 
-// The PostgreSQL schema is SQLite's twin (API.md §12): same tables, same columns, same indexes,
+// The PostgreSQL schema is SQLite's twin (docs/api.md §12): same tables, same columns, same indexes,
 // plus the tables only several instances need.
 const POSTGRES_ONLY = new Set(['maintenance_runs', 'rate_limit_hits'])
 const POSTGRES_ONLY_COLUMNS: Record<string, string[]> = {

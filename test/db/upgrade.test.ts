@@ -129,7 +129,7 @@ describe('upgrades', () => {
       expect(
         sqlite.query('SELECT id, user_id, filename, bytes, batch_id, created_at FROM files').all(),
       ).toEqual(before.files)
-      // API.md §5: error files carry purpose batch_output, as OpenAI's do; the batch still names its
+      // docs/api.md §5: error files carry purpose batch_output, as OpenAI's do; the batch still names its
       // error file.
       expect(sqlite.query('SELECT id, purpose FROM files ORDER BY id').all()).toEqual([
         { id: 'file-err', purpose: 'batch_output' },

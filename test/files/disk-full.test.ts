@@ -15,7 +15,7 @@ import {
   uploadForm as resultsForm,
 } from '../helpers/workers'
 
-// API.md §15 on a real small filesystem: DATA_DIR/files is a 1 MiB tmpfs that fills up during a
+// docs/api.md §15 on a real small filesystem: DATA_DIR/files is a 1 MiB tmpfs that fills up during a
 // write (ENOSPC). The upload answers 507, its partial bytes are removed, what was stored before is
 // intact, and the same upload succeeds once the filesystem has room again. Mounting needs root;
 // where the machine does not allow it, the runner skips the suite with that reason, and

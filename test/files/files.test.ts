@@ -19,7 +19,7 @@ import { blobExists, readBlob, storedEverything, writeBlob } from '../helpers/bl
 import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey } from '../helpers/builders'
 import { rowsOf } from '../helpers/rows'
 
-// API.md §5 Files: upload (multipart, streamed to DATA_DIR/files/<id>), list, get, delete, and
+// docs/api.md §5 Files: upload (multipart, streamed to DATA_DIR/files/<id>), list, get, delete, and
 // the content download with its reader rules.
 
 const t = makeTestApp({ MAX_UPLOAD_BYTES: '1000' })
@@ -285,7 +285,7 @@ describe('GET /v1/files/{id}/content', () => {
     const err = await insertOutputFile(u.id, 'error')
     expect((await content(out, u.token)).text).toBe('{"id":"out"}\n')
     expect((await content(err, u.token)).status).toBe(200)
-    // API.md §5: error files are batch_output too, as OpenAI's are.
+    // docs/api.md §5: error files are batch_output too, as OpenAI's are.
     expect((await t.req('GET', `/v1/files/${err}`, { token: u.token })).body.purpose).toBe('batch_output')
   })
 
@@ -308,7 +308,7 @@ describe('GET /v1/files/{id}/content', () => {
     // Nor does holding one batch open any other file.
     const otherFile = await makeFile(t, u, CONTENT)
     expect((await content(otherFile, key)).status).toBe(404)
-    // Once the assignment is gone (requeue deletes it, SPEC §3) access ends.
+    // Once the assignment is gone (requeue deletes it, docs/api.md §6) access ends.
     const { db, tables } = rowsOf(t.deps)
     await db.delete(tables.batchAssignments).where(eq(tables.batchAssignments.batch_id, batch.id))
     expect((await content(batch.input_file_id, key)).status).toBe(404)

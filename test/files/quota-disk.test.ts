@@ -18,7 +18,7 @@ import {
   upload as uploadResults,
 } from '../helpers/workers'
 
-// API.md §15: USER_STORAGE_QUOTA_BYTES (400 quota_exceeded) and MIN_FREE_DISK_BYTES (507
+// docs/api.md §15: USER_STORAGE_QUOTA_BYTES (400 quota_exceeded) and MIN_FREE_DISK_BYTES (507
 // insufficient_storage, through the free-space probe on Deps that these tests stand in for).
 
 const apps: TestApp[] = []

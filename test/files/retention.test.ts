@@ -15,7 +15,7 @@ import {
   upload as uploadResults,
 } from '../helpers/workers'
 
-// API.md §15 retention: OpenAI's expires_after on uploads, FILE_RETENTION_DAYS for the output and
+// docs/api.md §15 retention: OpenAI's expires_after on uploads, FILE_RETENTION_DAYS for the output and
 // error files of finished batches, and the retention pass that deletes what expired (row and
 // bytes), never a file that a batch which has not finished reads.
 

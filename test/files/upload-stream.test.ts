@@ -4,7 +4,7 @@ import { countWrites, strayBlobs } from '../helpers/blobs'
 import { makeUser } from '../helpers/builders'
 import { until } from '../helpers/until'
 
-// Uploads over a real connection (API.md §5): chunked bodies without Content-Length are streamed
+// Uploads over a real connection (docs/api.md §5): chunked bodies without Content-Length are streamed
 // into the blob store, and the size cap is enforced while streaming (default MAX_UPLOAD_BYTES, 200 MiB).
 
 const s = await startTestServer()

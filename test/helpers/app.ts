@@ -12,7 +12,7 @@ import { takePostgresDatabase, testEngine } from './postgres'
 import { testStorageEnv } from './s3'
 import { rememberSecretsIn } from './secrets'
 
-// Tests build an app on a temporary database with a fixed clock (STYLE example 12) and talk to it
+// Tests build an app on a temporary database with a fixed clock (ARCHITECTURE.md rule 12) and talk to it
 // through app.handle(new Request(...)); a real listening server is used where concurrency,
 // streaming or the openai SDK is involved.
 
@@ -27,7 +27,7 @@ export function testConfig(env: Record<string, string> = {}): Config {
     HOST: '127.0.0.1',
     LOG_LEVEL: 'debug',
     // The free-space floor is off: the machine's own disk must not decide a test (the tests of
-    // API.md §15 set it and stand in for the disk).
+    // docs/api.md §15 set it and stand in for the disk).
     MIN_FREE_DISK_BYTES: '0',
     // DATABASE_URL: '' keeps a test on SQLite in the PostgreSQL run.
     ...(testEngine === 'postgres' && env.DATABASE_URL === undefined

@@ -6,7 +6,7 @@ import { CHROMIUM, chromium } from './requires'
 
 // Browser tests (issue 9) drive Debian's chromium-headless-shell through playwright-core. Every
 // session fails its test on a request to another origin, on a console error, and on anything in
-// localStorage (the token lives in memory and sessionStorage only: API.md §11).
+// localStorage (the token lives in memory and sessionStorage only: docs/api.md §11).
 
 /** GK_SCREENSHOTS=1 regenerates docs/screenshots/*.png (README "Dashboard"). */
 const SCREENSHOTS = process.env.GK_SCREENSHOTS === '1'

@@ -51,7 +51,7 @@ export function manifestEntry(id: string, o: Partial<CatalogueEntry> = {}): Cata
 }
 
 export type CatalogEntryInput = Partial<Omit<CatalogueEntry, 'serving_profiles' | 'artifact_files'>> & {
-  /** Explicit profiles; when absent, one is derived from runtime/runtime_model_id (SPEC §2). */
+  /** Explicit profiles; when absent, one is derived from runtime/runtime_model_id (docs/api.md §4). */
   serving_profiles?: { runtime: Engine; runtime_model_id: string; params?: Record<string, unknown> }[]
   artifact_files?: { path: string; sha256: string; size_bytes?: number | null }[]
 }

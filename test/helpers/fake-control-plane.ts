@@ -1,9 +1,9 @@
-// A scriptable stand-in for the control plane's /workers protocol (API.md §7), for daemon tests of
+// A scriptable stand-in for the control plane's /workers protocol (docs/api.md §7), for daemon tests of
 // behaviour the real server cannot easily be made to show (a forgotten worker, pull_models, refusing
 // progress, a restart at a chosen moment). End-to-end tests against the real server live in
 // test/daemon/e2e.test.ts.
 //
-// Shards (API.md §16): a job added with `shard` is handed out as a shard of `batch_id`: its input is
+// Shards (docs/api.md §16): a job added with `shard` is handed out as a shard of `batch_id`: its input is
 // served at `/v1/files/file-<batch_id>/content?shard=<job_id>`, and `failBatch` makes the server
 // answer 409 batch_not_in_progress to every later write of the job.
 
@@ -16,7 +16,7 @@ export interface FakeJob {
   model: string
   endpoint?: string
   total_requests?: number
-  /** A shard of this batch (API.md §16). */
+  /** A shard of this batch (docs/api.md §16). */
   batch_id?: string
   shard?: { index: number; first_request: number; requests: number }
 }

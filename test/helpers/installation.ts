@@ -78,7 +78,7 @@ export async function populate(t: TestApp) {
   )
   expect(res.status).toBe(200)
 
-  // A split batch in progress (API.md §16): one shard done (its parts not joined yet), one running.
+  // A split batch in progress (docs/api.md §16): one shard done (its parts not joined yet), one running.
   const split = await makeBatch(
     t,
     other,

@@ -44,7 +44,7 @@ export function baseEnv(dataDir: string, extra: Record<string, string> = {}): Re
     HOST: '127.0.0.1',
     ADMIN_PASSWORD: 'first-admin-password',
     LOG_LEVEL: 'info',
-    // As in testConfig: the machine's own free space must not decide a test (API.md §15).
+    // As in testConfig: the machine's own free space must not decide a test (docs/api.md §15).
     MIN_FREE_DISK_BYTES: '0',
     ...extra,
   }

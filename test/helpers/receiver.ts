@@ -1,7 +1,7 @@
 import { setSystemTime } from 'bun:test'
 import { Webhook } from 'standardwebhooks'
 
-// A real webhook receiver on loopback (API.md §13 tests): records every request and answers as the
+// A real webhook receiver on loopback (docs/api.md §13 tests): records every request and answers as the
 // test says. Signatures are checked with the `standardwebhooks` package, an implementation
 // independent of the server's.
 

@@ -13,7 +13,7 @@ import { sqliteStore } from '../../src/store/sqlite'
 import { freshPostgresUrl } from './postgres'
 import { describeWith, postgres } from './requires'
 
-// Store tests run one suite against every engine (API.md §12):
+// Store tests run one suite against every engine (docs/api.md §12):
 //
 //   for (const [kind, open] of storeEngines) describeEngine(kind, `${kind} store`, () => { … await open() … })
 //

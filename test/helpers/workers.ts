@@ -76,7 +76,7 @@ export interface BatchOptions {
   requests?: number
   customIds?: string[]
   status?: 'validated' | 'validating'
-  /** Writes the request-line index validation writes (API.md §16: the batch may be split). */
+  /** Writes the request-line index validation writes (docs/api.md §16: the batch may be split). */
   indexed?: boolean
 }
 

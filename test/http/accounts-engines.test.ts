@@ -17,7 +17,7 @@ import { rememberSecret } from '../helpers/secrets'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // The accounts routes (auth, personal and worker keys, orgs and members, admin users and orgs) on
-// each engine (API.md §12): the app's own SQLite database is left empty and the state lives only in
+// each engine (docs/api.md §12): the app's own SQLite database is left empty and the state lives only in
 // the engine's store, so a module that still read the database behind the seam would fail here.
 
 for (const [kind, open] of storeEngines) {

@@ -105,7 +105,7 @@ test('an upload route reached with a trailing slash still streams its multipart 
   expect(res.body).toMatchObject({ object: 'file', purpose: 'batch', filename: 'in.jsonl' })
 })
 
-describe('a JSON body that is not an object is a 400 (API.md §0), never read as "no body"', () => {
+describe('a JSON body that is not an object is a 400 (docs/api.md §0), never read as "no body"', () => {
   // Each of these once reached the handler as if nothing had been sent: the optional-body routes
   // issued or rotated keys, and PUT read them as an empty update.
   const NOT_OBJECTS = ['null', '"a string"', '42', '1e309', 'true', '[]']

@@ -4,7 +4,7 @@ import { makeTestApp } from '../helpers/app'
 import { type MadeUser, makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey } from '../helpers/builders'
 import { expiredJwt, foreignJwt, unsignedJwt } from '../helpers/tokens'
 
-// API.md §1: which credential each path accepts. This walks EVERY route the app serves, so a route
+// docs/api.md §1: which credential each path accepts. This walks EVERY route the app serves, so a route
 // added later is held to its declared level automatically. Accepted credentials must get past auth
 // (any status but 401); everything else gets a 401 in the envelope — before body validation.
 
@@ -74,7 +74,7 @@ test('the OpenAPI document states the auth of every operation', async () => {
   }
 })
 
-// Which credentials each level admits (API.md §1). "adminJwt" only matters for superadmin routes.
+// Which credentials each level admits (docs/api.md §1). "adminJwt" only matters for superadmin routes.
 const ACCEPTS: Record<AuthLevel, string[]> = {
   public: ['none', 'jwt', 'personal', 'worker'],
   session: ['jwt'],
@@ -88,7 +88,7 @@ const ACCEPTS: Record<AuthLevel, string[]> = {
 
 describe('valid credentials of each type', () => {
   for (const kind of ['none', 'jwt', 'personal', 'worker', 'adminJwt']) {
-    test(`${kind}: accepted exactly where API.md §1 says, 401 elsewhere`, async () => {
+    test(`${kind}: accepted exactly where docs/api.md §1 says, 401 elsewhere`, async () => {
       for (const r of routes()) {
         const res = await probe(r, kind === 'none' ? undefined : `Bearer ${creds[kind]}`)
         const accepted =

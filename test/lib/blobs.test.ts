@@ -10,7 +10,7 @@ import { newId } from '../../src/lib/ids'
 import { testConfig } from '../helpers/app'
 import { type S3Server, startS3Server } from '../helpers/s3'
 
-// One suite, both engines (API.md §12): what gridkeep does with file bytes behaves the same on
+// One suite, both engines (docs/api.md §12): what gridkeep does with file bytes behaves the same on
 // local disk and on S3 (s3rver on loopback).
 
 let s3: S3Server

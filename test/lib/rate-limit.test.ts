@@ -6,7 +6,7 @@ import { sqliteLimits } from '../../src/store/sqlite/limits'
 import { makeTestApp } from '../helpers/app'
 import { uniqueEmail } from '../helpers/builders'
 
-// API.md §3 rate limits, in bounded memory: a client cycling keys (e.g. emails on forgot-password)
+// docs/api.md §3 rate limits, in bounded memory: a client cycling keys (e.g. emails on forgot-password)
 // cannot grow the limiter past `maxKeys` per rule, and at the bound nobody gets through uncounted.
 
 /** The 429 thrown by take(), or undefined when the hit was allowed. */

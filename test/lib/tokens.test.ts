@@ -2,7 +2,7 @@ import { expect, test } from 'bun:test'
 import { manualClock } from '../../src/lib/clock'
 import { createTokens } from '../../src/lib/tokens'
 
-// API.md §1 login JWTs: a token whose signature was checked once is kept (the same token comes with
+// docs/api.md §1 login JWTs: a token whose signature was checked once is kept (the same token comes with
 // every request), but only byte for byte, and never past its expiry.
 
 const SECRET = 'tokens-test-secret-tokens-test-secret-0123'

@@ -5,7 +5,7 @@ import { allRequestsRecorded, makeTestApp, type TestApp } from '../helpers/app'
 import { makeUser } from '../helpers/builders'
 import { rowsOf } from '../helpers/rows'
 
-// GET /metrics (issue 6, API.md §10): Prometheus text with HTTP requests by route pattern, method and
+// GET /metrics (issue 6, docs/api.md §10): Prometheus text with HTTP requests by route pattern, method and
 // status, latency histograms, and gauges computed from the database at scrape time.
 
 const apps: TestApp[] = []

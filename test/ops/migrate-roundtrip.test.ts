@@ -10,7 +10,7 @@ import { postgres, testWith } from '../helpers/requires'
 import { type S3Server, startS3Server } from '../helpers/s3'
 import { okLine, upload } from '../helpers/workers'
 
-// API.md §12 `gridkeep migrate --to … --storage …`: a populated SQLite installation with its files
+// docs/api.md §12 `gridkeep migrate --to … --storage …`: a populated SQLite installation with its files
 // on local disk, moved to PostgreSQL and S3 (s3rver on loopback stands in for a cloud bucket),
 // answers every list and every download exactly as before.
 
@@ -79,7 +79,7 @@ testWith(
       },
       log: (l) => lines.push(l),
     })
-    // Six files, and the done shard's output part of the split batch (API.md §16).
+    // Six files, and the done shard's output part of the split batch (docs/api.md §16).
     expect(report.files).toBe(7)
     expect(lines).toContain('copied and verified 7 files (SHA-256 of each)')
 

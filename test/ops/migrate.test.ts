@@ -12,7 +12,7 @@ import { populate } from '../helpers/installation'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { describeWith, postgres } from '../helpers/requires'
 
-// `gridkeep migrate` (API.md §12): a stopped SQLite installation's rows, copied into PostgreSQL
+// `gridkeep migrate` (docs/api.md §12): a stopped SQLite installation's rows, copied into PostgreSQL
 // and verified; the source never written.
 
 const sha = (path: string) => new Bun.CryptoHasher('sha256').update(readFileSync(path)).digest('hex')
@@ -45,7 +45,7 @@ describeWith(postgres, 'migrateRows', () => {
         batches: 4,
         batch_assignments: 1,
         workers: 3,
-        // API.md §16: the split batch's two shards and its request-line index.
+        // docs/api.md §16: the split batch's two shards and its request-line index.
         batch_shards: 2,
         batch_line_index: 1,
       })

@@ -6,7 +6,7 @@ import { SQL } from 'bun'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { describeWith, postgres } from '../helpers/requires'
 
-// API.md §12: a DATABASE_URL that is unreachable or lacks permissions stops the start with one
+// docs/api.md §12: a DATABASE_URL that is unreachable or lacks permissions stops the start with one
 // line naming the variable, never echoing the password.
 
 const dirs: string[] = []

@@ -8,7 +8,7 @@ import { blobExists, writeBlob } from '../helpers/blobs'
 import { baseEnv, dataDirs, spawnServer } from '../helpers/ops'
 import { type S3Server, startS3Server } from '../helpers/s3'
 
-// The start and the blob store (API.md §12, issue 12 gap 7): what a crash left half-written is
+// The start and the blob store (docs/api.md §12, issue 12 gap 7): what a crash left half-written is
 // removed before the server listens, on both engines; an unusable STORAGE_URL stops the start
 // with one line naming it, never echoing the secret.
 

@@ -7,7 +7,7 @@ import { jsonl, line, makeCatalogEntry } from '../helpers/batches'
 import { makePersonalKey, makeUser } from '../helpers/builders'
 import { until } from '../helpers/until'
 
-// The official `openai` SDK against a real server (API.md: "that compatibility is a product
+// The official `openai` SDK against a real server (docs/api.md: "that compatibility is a product
 // feature"): a personal key as apiKey, baseURL <server>/v1.
 
 const s = await startTestServer()
@@ -74,7 +74,7 @@ test('files.create from a stream (chunked, no Content-Length) and from toFile', 
   expect(await openai.files.delete(buffered.id)).toEqual({ id: buffered.id, object: 'file', deleted: true })
 })
 
-test('expires_after as the SDK sends it (API.md §15), buffered and streamed; out of range is a 400', async () => {
+test('expires_after as the SDK sends it (docs/api.md §15), buffered and streamed; out of range is a 400', async () => {
   const openai = await client()
   const expiring = await openai.files.create({
     file: await toFile(Buffer.from(CONTENT), 'exp.jsonl'),

@@ -7,7 +7,7 @@ import { blobExists } from '../helpers/blobs'
 import { makePersonalKey, makeUser } from '../helpers/builders'
 import { capturedLogLines } from '../helpers/secrets'
 
-// The retention pass's loop (API.md §15): one pass per SWEEP_INTERVAL_SECONDS across the instances
+// The retention pass's loop (docs/api.md §15): one pass per SWEEP_INTERVAL_SECONDS across the instances
 // (its own maintenance row, apart from the sweeper's), driven by a timer the test fires itself.
 
 const apps: TestApp[] = []

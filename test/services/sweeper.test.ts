@@ -161,7 +161,7 @@ describe('sweeper', () => {
     expect(await counter(t, 'sweeperPasses')).toBe(1)
     expect((await workerRow(t.deps, w1)).status).toBe('offline')
     expect((await batchRow(t.deps, batch.id)).status).toBe('validated')
-    // A tick before the interval has passed since the last pass (anywhere: API.md §12) does nothing.
+    // A tick before the interval has passed since the last pass (anywhere: docs/api.md §12) does nothing.
     t.clock.advance(2)
     await timer.tick()
     expect(await counter(t, 'sweeperPasses')).toBe(1)

@@ -5,7 +5,7 @@ import { makeTestApp } from '../helpers/app'
 import { jsonl, line, makeBatch, makeCatalogEntry, nextBatchEvent } from '../helpers/batches'
 import { makeUser } from '../helpers/builders'
 
-// The validator's queue (API.md §6): batches are validated a few at a time, so a large file being
+// The validator's queue (docs/api.md §6): batches are validated a few at a time, so a large file being
 // read never holds up a small batch created after it.
 
 const t = makeTestApp()

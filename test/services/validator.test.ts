@@ -6,7 +6,7 @@ import { getBatch, jsonl, line, makeBatch, makeCatalogEntry, validateAll } from 
 import { type MadeUser, makeUser } from '../helpers/builders'
 import { rowsOf } from '../helpers/rows'
 
-// API.md §6 "Validation": every code with its 1-based physical line and field, in the table's
+// docs/api.md §6 "Validation": every code with its 1-based physical line and field, in the table's
 // per-line order; the stored-error cap; CRLF, BOM and blank lines; bad input of every kind ends
 // in a clear result, never a crash or a hang.
 
@@ -99,7 +99,7 @@ describe('validation codes', () => {
     ])
     expect(b.errors.total).toBe(26)
     for (const e of b.errors.data) expect(e.message.length).toBeGreaterThan(0)
-    // SPEC §3: failure stamps completed_at; API.md §6 also failed_at.
+    // docs/api.md §6: failure stamps completed_at; docs/api.md §6 also failed_at.
     expect(b.failed_at).toBe(t.clock.now())
     expect(b.completed_at).toBe(t.clock.now())
     expect(b.model).toBe(M)
@@ -322,7 +322,7 @@ describe('the validator run', () => {
   test('a run younger than the progress interval tells only this process; an older one tells the other instances', async () => {
     const u = await owner()
     const lines = Array.from({ length: 3000 }, (_, i) => line(`r${i}`, chat.id, { pad: 'y'.repeat(600) }))
-    // What the other instances hear (API.md §12: the signals forwarder taps published events).
+    // What the other instances hear (docs/api.md §12: the signals forwarder taps published events).
     const forwarded = (id: string) => {
       const seen: string[] = []
       const off = t.deps.batchEvents.onPublish((batchId, e) => {

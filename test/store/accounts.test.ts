@@ -2,7 +2,7 @@ import { afterEach, expect, test } from 'bun:test'
 import type { Store } from '../../src/store'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// Users and reset tokens behave the same on SQLite and on PostgreSQL (API.md §12), including the
+// Users and reset tokens behave the same on SQLite and on PostgreSQL (docs/api.md §12), including the
 // races several instances sharing one PostgreSQL database can run.
 
 let n = 0
@@ -91,7 +91,7 @@ for (const [kind, open] of storeEngines) {
       expect(await h.store.accounts.hasSuperadmin()).toBe(true)
     })
 
-    test('listUsers: newest first, limit and cursor (API.md §0)', async () => {
+    test('listUsers: newest first, limit and cursor (docs/api.md §0)', async () => {
       h = await open()
       const ids = []
       for (let i = 0; i < 3; i++) ids.push((await newUser(h.store)).id)

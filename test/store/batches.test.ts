@@ -2,7 +2,7 @@ import { afterEach, expect, test } from 'bun:test'
 import { describeWith, postgres } from '../helpers/requires'
 import { describeEngine, finishOne, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// The batches part behaves the same on SQLite and on PostgreSQL (API.md §12).
+// The batches part behaves the same on SQLite and on PostgreSQL (docs/api.md §12).
 
 async function seed(h: StoreHarness) {
   await h.exec(`
@@ -148,7 +148,7 @@ for (const [kind, open] of storeEngines) {
       )
       for (const id of ['batch_1', 'batch_2', 'batch_3']) await h.store.batches.create(newBatch(id), refuse)
       await h.store.batches.create(newBatch('batch_b', 'user_b', 'file-b'), refuse)
-      // API.md §13: each owner's listening webhooks get the events of its own moved batches.
+      // docs/api.md §13: each owner's listening webhooks get the events of its own moved batches.
       for (const [id, user, events] of [
         ['wh_a', 'user_a', ['batch.validated', 'batch.failed']],
         ['wh_b', 'user_b', ['batch.validated']],

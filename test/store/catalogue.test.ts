@@ -2,7 +2,7 @@ import { afterEach, expect, test } from 'bun:test'
 import { manifestEntry } from '../helpers/catalogue'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// The catalogue's verbs behave the same on SQLite and on PostgreSQL (API.md §12).
+// The catalogue's verbs behave the same on SQLite and on PostgreSQL (docs/api.md §12).
 
 const sha = (s: string) => new Bun.CryptoHasher('sha256').update(s).digest('hex')
 

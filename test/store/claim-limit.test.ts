@@ -1,7 +1,7 @@
 import { afterEach, expect, test } from 'bun:test'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// API.md §7: a worker already holding max_concurrent_jobs assignments gets nothing, also when its
+// docs/api.md §7: a worker already holding max_concurrent_jobs assignments gets nothing, also when its
 // polls arrive at once (on PostgreSQL, on several connections of the pool).
 
 async function seed(h: StoreHarness, batches: number) {

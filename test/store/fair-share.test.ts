@@ -1,7 +1,7 @@
 import { afterEach, expect, test } from 'bun:test'
 import { describeEngine, lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// API.md §14 fair share, on both engines: after SPEC Poll rule 5 (a loaded model first), the owner
+// docs/api.md §14 fair share, on both engines: after docs/api.md §7 Poll rule 5 (a loaded model first), the owner
 // with the fewest batches in progress goes first, then the oldest batch. The counts are read from
 // the batches themselves, so a requeue, a completion or a failure moves them at once.
 
@@ -47,7 +47,7 @@ const claimId = async (h: StoreHarness, workerId: string, models: { model: strin
   (await claim(h, workerId, models))?.batch.id
 
 for (const [kind, open] of storeEngines) {
-  describeEngine(kind, `${kind} engine: fair share (API.md §14)`, () => {
+  describeEngine(kind, `${kind} engine: fair share (docs/api.md §14)`, () => {
     let h: StoreHarness
     afterEach(async () => {
       await h?.close()
@@ -87,7 +87,7 @@ for (const [kind, open] of storeEngines) {
       expect(await claimId(h, 'wrk_1', models)).toBe(b2)
     })
 
-    test('a model already loaded still goes first (SPEC Poll rule 5), whoever owns it', async () => {
+    test('a model already loaded still goes first (docs/api.md §7 Poll rule 5), whoever owns it', async () => {
       h = await open()
       await seed(h)
       await batches(h, 'user_a', 'm-loaded', 5, 'in_progress')

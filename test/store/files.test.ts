@@ -1,8 +1,8 @@
 import { afterEach, expect, test } from 'bun:test'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// The files part behaves the same on SQLite and on PostgreSQL (API.md §12): expiry, the quota's
-// sums and the retention pass of API.md §15.
+// The files part behaves the same on SQLite and on PostgreSQL (docs/api.md §12): expiry, the quota's
+// sums and the retention pass of docs/api.md §15.
 
 async function seed(h: StoreHarness) {
   await h.exec(`

@@ -4,7 +4,7 @@ import type { HostedModelInput, Registration } from '../../src/store/fleet'
 import { describeWith, postgres } from '../helpers/requires'
 import { describeEngine, lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// The fleet's verbs behave the same on SQLite and on PostgreSQL (API.md §12).
+// The fleet's verbs behave the same on SQLite and on PostgreSQL (docs/api.md §12).
 
 type Harness = StoreHarness
 

@@ -10,7 +10,7 @@ import { freshPostgresUrl } from '../helpers/postgres'
 import { describeWith, postgres } from '../helpers/requires'
 import { clock, type StoreHarness, storeConfig, storeEngines } from '../helpers/stores'
 
-// On PostgreSQL every jsonb column holds the JSON value itself, an object or an array (API.md §12:
+// On PostgreSQL every jsonb column holds the JSON value itself, an object or an array (docs/api.md §12:
 // the database is PostgreSQL's to query), so `->>`, `@>` and `?` see into it. Older versions stored
 // each value as a JSON string of its text; the jsonb_values migration unwraps those rows.
 

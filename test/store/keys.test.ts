@@ -2,7 +2,7 @@ import { afterEach, expect, test } from 'bun:test'
 import type { KeyOwner, NewKey } from '../../src/store/keys'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// API keys and the credential lookup behave the same on SQLite and on PostgreSQL (API.md §12).
+// API keys and the credential lookup behave the same on SQLite and on PostgreSQL (docs/api.md §12).
 
 let n = 0
 const fresh = (over: Partial<NewKey> = {}): NewKey => {

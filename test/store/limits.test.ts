@@ -2,7 +2,7 @@ import { afterEach, expect, test } from 'bun:test'
 import { describeWith, postgres } from '../helpers/requires'
 import { clock, describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// Rate-limit counters behave the same on both engines (API.md §3, §12).
+// Rate-limit counters behave the same on both engines (docs/api.md §3, §12).
 
 for (const [kind, open] of storeEngines) {
   describeEngine(kind, `${kind} limits`, () => {

@@ -1,7 +1,7 @@
 import { afterEach, expect, test } from 'bun:test'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// Organizations and memberships behave the same on SQLite and on PostgreSQL (API.md §12); the
+// Organizations and memberships behave the same on SQLite and on PostgreSQL (docs/api.md §12); the
 // last-owner rule holds against concurrent changes.
 
 let n = 0

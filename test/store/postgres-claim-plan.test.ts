@@ -6,7 +6,7 @@ import { freshPostgresUrl } from '../helpers/postgres'
 import { describeWith, postgres } from '../helpers/requires'
 
 // The PostgreSQL claim finds the oldest validated batch of each owner of each candidate model with
-// index probes of batches_status_model (API.md §7, §14), however many batches of other models,
+// index probes of batches_status_model (docs/api.md §7, §14), however many batches of other models,
 // or batches already claimed, precede it in seq order: a plan walking the primary key would step
 // over all of them.
 

@@ -6,7 +6,7 @@ import { freshPostgresUrl } from '../helpers/postgres'
 import { describeWith, postgres } from '../helpers/requires'
 
 // The PostgreSQL claim is one autocommit statement (src/store/postgres/queue.ts claimOne): a
-// worker's concurrent polls no longer take turns on a lock, so max_concurrent_jobs (API.md §7)
+// worker's concurrent polls no longer take turns on a lock, so max_concurrent_jobs (docs/api.md §7)
 // rests on the slots of batch_assignments_slot, and the order against a re-registration on the
 // KEY SHARE lock the claim holds on the worker's row. Each test holds the other side open in a
 // transaction and waits until PostgreSQL reports the claim waiting on it.

@@ -1,7 +1,7 @@
 import { afterEach, expect, test } from 'bun:test'
 import { describeEngine, lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// The work queue's verbs behave the same on SQLite and on PostgreSQL (API.md §12).
+// The work queue's verbs behave the same on SQLite and on PostgreSQL (docs/api.md §12).
 
 type Harness = StoreHarness
 
@@ -68,7 +68,7 @@ for (const [kind, open] of storeEngines) {
       expect(Number(a.n)).toBe(1)
     })
 
-    test('claim: a loaded model first (SPEC Poll rule 5), nothing for other models, the worker limit', async () => {
+    test('claim: a loaded model first (docs/api.md §7 Poll rule 5), nothing for other models, the worker limit', async () => {
       h = await open()
       await seed(h, 100)
       await batch(h, 'm-old')

@@ -1,7 +1,7 @@
 import { expect, test } from 'bun:test'
 import { Glob } from 'bun'
 
-// API.md §12, STYLE example 13: everything above the seam reaches the database through deps.store
+// docs/api.md §12, ARCHITECTURE.md rule 13: everything above the seam reaches the database through deps.store
 // only, so every part works on both engines. The SQLite handles on Deps are for the SQLite engine
 // and SQLite-only tools (backup, upgrade tests).
 test('no module, service or HTTP plugin reads the SQLite handles directly', async () => {

@@ -4,7 +4,7 @@ import { packLineOffsets } from '../../src/store/batches'
 import type { ClaimRequest } from '../../src/store/queue'
 import { lit, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// Shards on the PostgreSQL engine (API.md §16), at the store: claims of many workers at once on
+// Shards on the PostgreSQL engine (docs/api.md §16), at the store: claims of many workers at once on
 // several connections never share a request, guided sizes, max_concurrent_jobs counting shards,
 // the per-shard requeue, the request-line index and the heartbeat's assigned ids.
 
@@ -65,7 +65,7 @@ const held = async (h: StoreHarness, workerId: string) =>
     ).n,
   )
 
-describe('postgres shards (API.md §16)', () => {
+describe('postgres shards (docs/api.md §16)', () => {
   let h: StoreHarness
   afterEach(async () => {
     await h?.close()
@@ -137,7 +137,7 @@ describe('postgres shards (API.md §16)', () => {
     expect(await held(h, 'wrk_1')).toBe(0)
     const shard = await claim(h, 'wrk_1', { maxConcurrent: 3 })
     const whole = await claim(h, 'wrk_1', { maxConcurrent: 3 })
-    // API.md §14 fair share counts the held shard: user_b's whole batch comes next.
+    // docs/api.md §14 fair share counts the held shard: user_b's whole batch comes next.
     expect(shard?.shard).not.toBeNull()
     expect(whole?.shard).toBeNull()
     got = await Promise.all(Array.from({ length: 12 }, () => claim(h, 'wrk_1', { maxConcurrent: 3 })))

@@ -5,7 +5,7 @@ import type { BatchSignal } from '../../src/store/signals'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { describeWith, postgres } from '../helpers/requires'
 
-// Signals between instances (API.md §12): the signals of one tick travel coalesced, in one NOTIFY
+// Signals between instances (docs/api.md §12): the signals of one tick travel coalesced, in one NOTIFY
 // per payload-sized chunk.
 
 const claimable = (batch_id: string, model: string): BatchSignal => ({ kind: 'claimable', batch_id, model })

@@ -16,7 +16,7 @@ import { freshPostgresUrl } from '../helpers/postgres'
 import { describeWith, postgres, testWith } from '../helpers/requires'
 import { describeEngine, lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
 
-// The usage part sums the same on SQLite and on PostgreSQL (API.md §12, §14).
+// The usage part sums the same on SQLite and on PostgreSQL (docs/api.md §12, §14).
 
 const DAY = 86_400
 const D0 = 20_000 * DAY

@@ -18,7 +18,7 @@ import {
   storeEngines,
 } from '../helpers/stores'
 
-// Webhooks' verbs and their outbox behave the same on SQLite and on PostgreSQL (API.md §12, §13).
+// Webhooks' verbs and their outbox behave the same on SQLite and on PostgreSQL (docs/api.md §12, §13).
 
 type Harness = StoreHarness
 

@@ -13,7 +13,7 @@ import {
   upload,
 } from '../helpers/workers'
 
-// API.md §14 usage, built through the real flow (upload, create, validate, poll, upload-results):
+// docs/api.md §14 usage, built through the real flow (upload, create, validate, poll, upload-results):
 // what each view reports equals the sums over the output files' response.body.usage.
 
 // The test spans several days of the clock: logins must outlive it.

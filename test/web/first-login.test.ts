@@ -29,7 +29,7 @@ describeWith(chromium, 'first login in a browser', () => {
     await page.getByRole('button', { name: 'Sign in' }).click()
 
     await page.getByLabel('Current password').waitFor()
-    // API.md §1: nothing else is reachable until the password is changed.
+    // docs/api.md §1: nothing else is reachable until the password is changed.
     expect(await page.getByRole('link', { name: 'Batches' }).count()).toBe(0)
     await page.getByLabel('Current password').fill('not-the-password')
     await page.getByLabel('New password').fill('a-better-password')

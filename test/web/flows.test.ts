@@ -23,7 +23,7 @@ import {
 } from '../helpers/workers'
 
 // A person's flows through the dashboard (issue 9), in a real browser against a real server, by
-// accessible name (API.md §11's words). Each session fails on another origin, a console error, or
+// accessible name (docs/api.md §11's words). Each session fails on another origin, a console error, or
 // anything in localStorage (test/helpers/browser.ts).
 
 // A real browser against a real server: slower than the suite's default on a shared machine.
@@ -146,7 +146,7 @@ describeWith(chromium, 'dashboard flows in a browser', () => {
       await page.getByLabel('New password').fill('a-reset-password')
       await page.getByRole('button', { name: 'Set password' }).click()
       await text(page, /Your password is set/)
-      // Single use (API.md §2): the same link again is refused in words.
+      // Single use (docs/api.md §2): the same link again is refused in words.
       await page.goto(server.url + link)
       await page.getByLabel('New password').fill('another-password')
       await page.getByRole('button', { name: 'Set password' }).click()
@@ -164,7 +164,7 @@ describeWith(chromium, 'dashboard flows in a browser', () => {
       // The Keys page refreshes nothing on its own: the 401 comes from the person's action.
       await nav(page, 'Keys')
       await page.getByText('No key yet.').waitFor()
-      // Changing the password elsewhere ends every older JWT (API.md §1).
+      // Changing the password elsewhere ends every older JWT (docs/api.md §1).
       const changed = await server.req('POST', '/v1/auth/change-password', {
         token: user.token,
         body: { current_password: user.password, new_password: 'changed-elsewhere-1' },
@@ -258,12 +258,12 @@ describeWith(chromium, 'dashboard flows in a browser', () => {
       await row.getByText('online').waitFor()
       await row.getByText('1 / 24 GB').waitFor()
       await row.getByText(/RTX 4090/).waitFor()
-      // The requests in flight the daemon settled on (API.md §16).
+      // The requests in flight the daemon settled on (docs/api.md §16).
       await page.getByRole('columnheader', { name: 'Concurrency' }).waitFor()
       await row.getByRole('cell', { name: '12', exact: true }).waitFor()
       await page.getByRole('img', { name: 'Queue depth and throughput over the last hour' }).waitFor()
       await s.screenshot('workers')
-      // Live (API.md §11, at least every 5 s): a worker that comes online appears without a reload.
+      // Live (docs/api.md §11, at least every 5 s): a worker that comes online appears without a reload.
       await page.evaluate(() => Object.assign(globalThis, { sameDocument: true }))
       const second = await registerWorker(server, workerKey, { name: 'gpu-box-2' })
       expect((await heartbeat(server, workerKey, second, { activity: 'busy' })).status).toBe(200)
@@ -344,7 +344,7 @@ describeWith(chromium, 'dashboard flows in a browser', () => {
         expect(await page.getByRole('row', { name: new RegExp(batchId) }).count()).toBe(0),
       )
 
-      // Usage (API.md §14): the two answered requests' tokens (okLine: 5 + 7 each), by UTC day (the
+      // Usage (docs/api.md §14): the two answered requests' tokens (okLine: 5 + 7 each), by UTC day (the
       // server's default range: the last 30 days by its clock), model and creating key, as a chart
       // and a table; the organization whose worker ran it sees the same work.
       await nav(page, 'Usage')

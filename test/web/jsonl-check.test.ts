@@ -1,7 +1,7 @@
 import { describe, expect, test } from 'bun:test'
 import { CHECK_BYTES, checkFile, checkJsonl, MAX_PROBLEMS } from '../../web/lib/jsonl-check'
 
-// The browser-side check of a batch file before upload (API.md §11): lines, model, first problems.
+// The browser-side check of a batch file before upload (docs/api.md §11): lines, model, first problems.
 
 const line = (id: string, model = 'm-1', extra: Record<string, unknown> = {}) =>
   JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model }, ...extra })

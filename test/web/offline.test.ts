@@ -5,7 +5,7 @@ import { launchBrowser, openSession } from '../helpers/browser'
 import { makeUser } from '../helpers/builders'
 import { chromium, describeWith } from '../helpers/requires'
 
-// API.md §11 with no internet: /docs works from the binary; and a server that went away is said
+// docs/api.md §11 with no internet: /docs works from the binary; and a server that went away is said
 // in words, by the control, with what the person typed kept and no spinner left behind.
 
 // A real browser against a real server: slower than the suite's default on a shared machine.

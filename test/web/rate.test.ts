@@ -10,7 +10,7 @@ import {
   timeLeft,
 } from '../../web/lib/rate'
 
-// The batch page's throughput and time left (API.md §16), from samples the page took itself.
+// The batch page's throughput and time left (docs/api.md §16), from samples the page took itself.
 
 const run = (...points: [number, number][]) =>
   points.reduce<Sample[]>((kept, [at, done]) => addSample(kept, { at, done }), [])

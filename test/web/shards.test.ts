@@ -21,7 +21,7 @@ import {
 setDefaultTimeout(90_000)
 
 describeWith(chromium, 'batch progress and shards in a browser', () => {
-  // API.md §16 on the dashboard: a batch's progress bar, throughput and time left, and a split
+  // docs/api.md §16 on the dashboard: a batch's progress bar, throughput and time left, and a split
   // batch's shards (waiting; running on which worker; done; attempts), all live without a reload.
   // Small shard bounds (10 to 100 requests) split a batch of 60 between two workers.
 

@@ -1,7 +1,7 @@
 import { describe, expect, test } from 'bun:test'
 import { readEvents, SseParser } from '../../web/lib/sse'
 
-// The dashboard's text/event-stream reader (API.md §11: fetch streaming, not EventSource).
+// The dashboard's text/event-stream reader (docs/api.md §11: fetch streaming, not EventSource).
 
 describe('SseParser', () => {
   test('events split across chunks at any byte come out whole, in order', () => {

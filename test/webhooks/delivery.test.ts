@@ -5,7 +5,7 @@ import { jsonl, line, makeBatch, makeCatalogEntry, validateAll } from '../helper
 import { type MadeUser, makeUser } from '../helpers/builders'
 import { startReceiver, verify } from '../helpers/receiver'
 
-// API.md §13 delivery: Standard Webhooks headers and signature (checked by the standardwebhooks
+// docs/api.md §13 delivery: Standard Webhooks headers and signature (checked by the standardwebhooks
 // package), at least once, the retry schedule read off the injected clock, refusal of private
 // addresses after resolution (DNS rebinding), bounded concurrency and timeouts, metrics.
 

@@ -2,7 +2,7 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { makeTestApp } from '../helpers/app'
 import { makePersonalKey, makeUser, makeWorkerKey } from '../helpers/builders'
 
-// API.md §13: POST/GET/DELETE /v1/webhooks and the delivery log, with JWT or personal key; a user
+// docs/api.md §13: POST/GET/DELETE /v1/webhooks and the delivery log, with JWT or personal key; a user
 // sees only their own; the secret is shown once; bad URLs are 400 invalid_url.
 
 const t = makeTestApp({ WEBHOOK_ALLOW_PRIVATE: 'false' })

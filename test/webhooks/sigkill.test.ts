@@ -13,7 +13,7 @@ import {
 import { freshPostgresUrl, testEngine } from '../helpers/postgres'
 import { startReceiver, verify } from '../helpers/receiver'
 
-// API.md §13 "at least once, from a persisted outbox that survives restarts": a real server
+// docs/api.md §13 "at least once, from a persisted outbox that survives restarts": a real server
 // process is SIGKILLed while its delivery is in flight (the receiver holds the request); the
 // restarted server delivers the same event (same webhook-id) once the dead one's lease lapses.
 

@@ -8,7 +8,7 @@ import { freshPostgresUrl } from '../helpers/postgres'
 import { startReceiver, verify } from '../helpers/receiver'
 import { describeWith, postgres } from '../helpers/requires'
 
-// API.md §12 and §13: two instances on one PostgreSQL database deliver from one outbox. Each
+// docs/api.md §12 and §13: two instances on one PostgreSQL database deliver from one outbox. Each
 // attempt is made by exactly one of them (due events are leased with FOR UPDATE SKIP LOCKED):
 // every event reaches the receiver once per attempt, never twice.
 

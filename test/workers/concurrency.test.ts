@@ -9,7 +9,7 @@ import {
   registerWorker,
 } from '../helpers/workers'
 
-// SPEC §4 / API.md §7: "two pollers never get the same batch" — over a real listening server.
+// docs/api.md §7 / docs/api.md §7: "two pollers never get the same batch" — over a real listening server.
 
 const POLLERS = 32
 const BATCHES = 500
@@ -75,7 +75,7 @@ test(`${POLLERS} concurrent pollers drain ${BATCHES} batches; every batch is cla
   expect([...statuses]).toEqual(['in_progress'])
 }, 60_000)
 
-// API.md §16: a request line is never in two held shards, however many shard-capable pollers cut
+// docs/api.md §16: a request line is never in two held shards, however many shard-capable pollers cut
 // the same batches at once.
 test(`${POLLERS} concurrent shard pollers cut 20 large batches: every request in exactly one shard`, async () => {
   const t = await startTestServer({ SHARD_MIN_REQUESTS: '5', SHARD_MAX_REQUESTS: '40' })

@@ -11,7 +11,7 @@ import {
   registerWorker,
 } from '../helpers/workers'
 
-// API.md §14 fair share through POST /workers/poll, and the queue by owner class on /metrics
+// docs/api.md §14 fair share through POST /workers/poll, and the queue by owner class on /metrics
 // (`gridkeep_queued_batches{owner_class}`). The ordering itself is tested on both engines in
 // test/store/fair-share.test.ts.
 
@@ -28,7 +28,7 @@ async function queued() {
   return { idle: value('idle'), running: value('running') }
 }
 
-describe('POST /workers/poll: fair share between owners (API.md §14)', () => {
+describe('POST /workers/poll: fair share between owners (docs/api.md §14)', () => {
   test("B's one batch is among the next two claims after A's 40; /metrics counts the queue by owner class", async () => {
     const f = await makeFleet(t)
     const a = await makeUser(t)

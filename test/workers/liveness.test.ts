@@ -12,7 +12,7 @@ import {
   registerWorker,
 } from '../helpers/workers'
 
-// API.md §7 read-time liveness, one cutoff (workers/liveness.ts): at any instant the worker
+// docs/api.md §7 read-time liveness, one cutoff (workers/liveness.ts): at any instant the worker
 // listing, pool capacity, /metrics, poll and the sweeper agree on who is online. A worker seen
 // exactly HEARTBEAT_TIMEOUT_SECONDS ago is silent everywhere; one second less, online everywhere.
 

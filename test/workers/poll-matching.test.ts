@@ -104,7 +104,7 @@ describe('POST /workers/poll', () => {
   })
 })
 
-describe('SPEC §4 Poll rules', () => {
+describe('docs/api.md §7 Poll rules rules', () => {
   test('rule 1: a batch whose model is not catalogued, or whose entry is disabled, is skipped', async () => {
     const f = await makeFleet(t)
     const disabled = await makeCatalogEntry(t.deps, { runtime_model_id: 'r1:off', enabled: false })

@@ -16,7 +16,7 @@ import {
   registerWorker,
 } from '../helpers/workers'
 
-// POST /workers/poll with wait_seconds (API.md §7, ext). A held poll is observed through
+// POST /workers/poll with wait_seconds (docs/api.md §7, ext). A held poll is observed through
 // deps.pollWaiters (the event of being held), never by sleeping and hoping.
 
 const t = makeTestApp()

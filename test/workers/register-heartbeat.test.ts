@@ -357,7 +357,7 @@ describe('pull_models (on-the-fly downloads)', () => {
     } finally {
       Object.assign(fleet, { onlineWorkers, findWorker })
     }
-    // The worker itself is read; no other worker and never the whole fleet (API.md §7 pull_models).
+    // The worker itself is read; no other worker and never the whole fleet (docs/api.md §7 pull_models).
     expect(calls).toEqual({ onlineWorkers: 0, findWorker: 1 })
   })
 

@@ -262,7 +262,7 @@ describe('upload-results: the fence and the form, whatever the field order', () 
     return { ...c, stale: c.job.assignment_id, current: again.assignment_id }
   }
   const output = `${okLine('req-1')}\n${okLine('req-2')}\n`
-  /** The ids before the file, assignment_id after it (API.md §7 fencing must still hold). */
+  /** The ids before the file, assignment_id after it (docs/api.md §7 fencing must still hold). */
   function lateFence(jobId: string, workerId: string, assignmentId: string, idsFirst = true) {
     const form = new FormData()
     if (idsFirst) {

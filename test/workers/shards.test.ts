@@ -21,7 +21,7 @@ import {
   upload,
 } from '../helpers/workers'
 
-// API.md §16: one batch, the whole fleet. Small bounds keep the batches small: shards of 10 to 100
+// docs/api.md §16: one batch, the whole fleet. Small bounds keep the batches small: shards of 10 to 100
 // requests, so a batch of more than 20 requests is split.
 const BOUNDS = { SHARD_MIN_REQUESTS: '10', SHARD_MAX_REQUESTS: '100' }
 
@@ -97,7 +97,7 @@ const report = (s: Setup, wid: string, job: Job, error = 'engine crashed') =>
     body: { job_id: job.job_id, worker_id: wid, assignment_id: job.assignment_id, error },
   })
 
-describe('API.md §16 claims', () => {
+describe('docs/api.md §16 claims', () => {
   test('a batch of at most twice SHARD_MIN_REQUESTS is never split: a shard worker claims it whole', async () => {
     const s = await setup(app(), 20)
     const job = (await poll(s.t, s.f.key, s.workers[0]!))!
@@ -194,7 +194,7 @@ describe('API.md §16 claims', () => {
   })
 })
 
-describe('API.md §16 request-line index', () => {
+describe('docs/api.md §16 request-line index', () => {
   test('validation writes it for a batch that may be split: each shard reads its own lines, blank lines and a BOM included', async () => {
     const t = app()
     const f = await makeFleet(t)
@@ -246,7 +246,7 @@ describe('API.md §16 request-line index', () => {
   })
 })
 
-describe('API.md §16 input of a shard', () => {
+describe('docs/api.md §16 input of a shard', () => {
   test('input_path serves exactly the shard’s lines; another org, or a shard not held, is a 404', async () => {
     const s = await setup(app(), 60, 2)
     const a = (await poll(s.t, s.f.key, s.workers[0]!))!
@@ -282,7 +282,7 @@ describe('API.md §16 input of a shard', () => {
   })
 })
 
-describe('API.md §16 results', () => {
+describe('docs/api.md §16 results', () => {
   test('shards uploaded in any order join into the files an unsplit run gives, summed; parts are removed', async () => {
     const t = app()
     const s = await setup(t, 60, 3)
@@ -385,7 +385,7 @@ describe('API.md §16 results', () => {
   })
 })
 
-describe('API.md §16 failures', () => {
+describe('docs/api.md §16 failures', () => {
   test('a failed shard waits again and is offered before any new shard; the batch keeps running', async () => {
     const s = await setup(app(), 400, 2)
     const a = (await poll(s.t, s.f.key, s.workers[0]!))!
@@ -522,7 +522,7 @@ describe('API.md §16 failures', () => {
   })
 })
 
-describe('API.md §16 reads', () => {
+describe('docs/api.md §16 reads', () => {
   test('GET /v1/batches/{id}/shards: the owner and a superadmin see them; anyone else gets a 404', async () => {
     const s = await setup(app(), 60, 1)
     await poll(s.t, s.f.key, s.workers[0]!)
@@ -546,7 +546,7 @@ describe('API.md §16 reads', () => {
       completed_at: null,
       request_counts: { total: own.body.data[0].requests, completed: 0, failed: 0 },
     })
-    // Pages in shard order (API.md §0 cursors).
+    // Pages in shard order (docs/api.md §0 cursors).
     const s2 = await setup(app(), 400, 4)
     for (let i = 0; i < 6; i++) await poll(s2.t, s2.f.key, s2.workers[i % 4]!)
     const page = async (q: string) =>
@@ -578,7 +578,7 @@ describe('API.md §16 reads', () => {
   })
 })
 
-describe('API.md §7 heartbeat interval', () => {
+describe('docs/api.md §7 heartbeat interval', () => {
   test('a short HEARTBEAT_TIMEOUT_SECONDS makes daemons beat every quarter of it', async () => {
     const t = app({ HEARTBEAT_TIMEOUT_SECONDS: '6' })
     const f = await makeFleet(t)

@@ -1,4 +1,4 @@
-// The one client of the public JSON API (API.md §11). The JWT from login is the bearer; it lives
+// The one client of the public JSON API (docs/api.md §11). The JWT from login is the bearer; it lives
 // in memory and sessionStorage (survives a reload, not the tab), never localStorage.
 
 const TOKEN_KEY = 'gridkeep.token'
@@ -80,7 +80,7 @@ export async function send(method: string, path: string, o: RequestOptions = {})
   }
   if (res.ok) return res
   const error = await toError(res)
-  // API.md §1: an expired, revoked or otherwise dead credential is a 401; the session is over.
+  // docs/api.md §1: an expired, revoked or otherwise dead credential is a 401; the session is over.
   if (res.status === 401 && token && !o.anonymous) session.signOut('Your session has ended. Sign in again.')
   throw error
 }

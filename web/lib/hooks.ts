@@ -63,7 +63,7 @@ export interface Paged<T> extends Resource<List<T>> {
   previous: (() => void) | null
 }
 
-/** One page of an API list (API.md §0 cursors), with next/previous; one request per page. */
+/** One page of an API list (docs/api.md §0 cursors), with next/previous; one request per page. */
 export function usePaged<T>(
   path: string,
   params: Record<string, string | undefined> = {},

@@ -1,6 +1,6 @@
-// The browser-side check of a batch input file before upload (API.md §11 "the file is checked in
+// The browser-side check of a batch input file before upload (docs/api.md §11 "the file is checked in
 // the browser first"): the lines, the model, and the first problems. The server's validation
-// (API.md §6) stays the authority; this catches the common mistakes before a long upload.
+// (docs/api.md §6) stays the authority; this catches the common mistakes before a long upload.
 
 export interface FileCheck {
   /** Request lines read (blank lines skipped). */

@@ -1,4 +1,4 @@
-// Throughput and time left of a running batch (API.md §16 dashboard), from what the page itself
+// Throughput and time left of a running batch (docs/api.md §16 dashboard), from what the page itself
 // saw: successive samples of `request_counts` at the browser's clock. Pure, so it is tested alone.
 
 /** Requests done (completed + failed) at `at` milliseconds of the browser's clock. */

@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'preact/hooks'
 
-// History-API routing: every page has a real URL under /app/ (API.md §11), served by the server.
+// History-API routing: every page has a real URL under /app/ (docs/api.md §11), served by the server.
 
 const listeners = new Set<() => void>()
 

@@ -1,5 +1,5 @@
 // A text/event-stream reader over fetch streaming: EventSource cannot send the Authorization
-// header (API.md §11), so the dashboard reads `GET /v1/batches/{id}/events` with fetch.
+// header (docs/api.md §11), so the dashboard reads `GET /v1/batches/{id}/events` with fetch.
 
 export interface SseEvent {
   event: string

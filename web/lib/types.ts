@@ -1,4 +1,4 @@
-// The API's shapes, taken from the server's own schemas and services (STYLE example 16), never
+// The API's shapes, taken from the server's own schemas and services (ARCHITECTURE.md rule 16), never
 // copied by hand. Type-only imports: nothing of the server reaches the bundle.
 import type { Page } from '../../src/lib/pagination'
 import type { listOrganizations } from '../../src/modules/admin/service'
@@ -26,13 +26,13 @@ export type {
   UserObject,
 }
 export type UsageRow = UsageBucket
-/** GET /v1/batches/{id}/shards (API.md §16): every shard at once, not paged. */
+/** GET /v1/batches/{id}/shards (docs/api.md §16): every shard at once, not paged. */
 export type Worker = Awaited<ReturnType<typeof toWorkerRows>>[number]
 export type Org = Awaited<ReturnType<typeof listMyOrgs>>['data'][number]
 export type Member = Awaited<ReturnType<typeof listMembers>>['data'][number]
 export type NewKey = KeyRecord & { key: string }
 
-/** Every list of the API (API.md §0). */
+/** Every list of the API (docs/api.md §0). */
 export type List<T> = Page<T>
 export type AdminOrg = Awaited<ReturnType<typeof listOrganizations>>['data'][number]
 export type Me = Awaited<ReturnType<typeof me>>

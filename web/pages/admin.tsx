@@ -81,7 +81,7 @@ function Users() {
   )
 }
 
-/** API.md §9 (ext): the new user must change this password at first sign-in. */
+/** docs/api.md §9 (ext): the new user must change this password at first sign-in. */
 function AddUser({ onAdded }: { onAdded: () => void }) {
   const [fullName, setFullName] = useState('')
   const [email, setEmail] = useState('')

@@ -6,7 +6,7 @@ import { useResource } from '../lib/hooks'
 import { navigate } from '../lib/router'
 import type { LoginAnswer, PoolCapacity } from '../lib/types'
 
-// The signed-out pages of API.md §11: sign in (with the pool's capacity), create account, forgot
+// The signed-out pages of docs/api.md §11: sign in (with the pool's capacity), create account, forgot
 // and reset password, and the forced first-login change.
 
 /** Splits an API error: the one naming a control goes next to it, the rest at the top. */
@@ -290,7 +290,7 @@ export function ResetPassword({ token }: { token: string }) {
   )
 }
 
-/** API.md §1: until the password is changed, nothing else is reachable. */
+/** docs/api.md §1: until the password is changed, nothing else is reachable. */
 export function ChangePassword({ onChanged }: { onChanged: () => void }) {
   const [current, setCurrent] = useState('')
   const [next, setNext] = useState('')

@@ -97,7 +97,7 @@ function NewBatch() {
     setCheck(null)
     setFileError(null)
     if (!file) return
-    // API.md §5: only .jsonl files are accepted; said here before any byte is sent.
+    // docs/api.md §5: only .jsonl files are accepted; said here before any byte is sent.
     if (!file.name.toLowerCase().endsWith('.jsonl')) {
       setFileError('Choose a .jsonl file: one JSON request per line.')
       return
@@ -218,7 +218,7 @@ function useLiveBatch(id: string) {
   const status = batch.data?.status
   const { reload } = batch
 
-  // API.md §6 Events: status, progress, error, done; the stream ends after done.
+  // docs/api.md §6 Events: status, progress, error, done; the stream ends after done.
   useEffect(() => {
     if (status !== 'validating') return
     const abort = new AbortController()
@@ -411,7 +411,7 @@ function Figure({ label, children }: { label: string; children: ComponentChildre
 }
 
 /**
- * Requests done, throughput and time left (API.md §16 dashboard). While the batch runs, the rate
+ * Requests done, throughput and time left (docs/api.md §16 dashboard). While the batch runs, the rate
  * is the recent one the page saw itself (web/lib/rate.ts); a finished batch has its average.
  */
 function usePace(b: BatchObject | undefined) {
@@ -431,9 +431,9 @@ function usePace(b: BatchObject | undefined) {
   return { done, rate: null, left: null }
 }
 
-/** A split batch's shards (API.md §16), re-read each time the page re-reads the batch. */
+/** A split batch's shards (docs/api.md §16), re-read each time the page re-reads the batch. */
 function Shards({ batch }: { batch: BatchObject }) {
-  // Pages of 100 shards, in shard order (API.md §16).
+  // Pages of 100 shards, in shard order (docs/api.md §16).
   const shards = usePaged<ShardObject>(`/v1/batches/${batch.id}/shards`, {}, 0, 100)
   const { reload } = shards
   const mounted = useRef(false)

@@ -5,7 +5,7 @@ import { formatAgo, formatTime } from '../lib/format'
 import { usePaged } from '../lib/hooks'
 import type { KeyRecord, NewKey } from '../lib/types'
 
-/** The raw key, shown once (API.md §3: only the creation answer carries it). */
+/** The raw key, shown once (docs/api.md §3: only the creation answer carries it). */
 export function ShownOnce({ created, onDismiss }: { created: NewKey; onDismiss: () => void }) {
   const [copied, setCopied] = useState<string | null>(null)
   const copy = async () => {

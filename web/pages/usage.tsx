@@ -6,7 +6,7 @@ import { formatCount, toCsv } from '../lib/format'
 import { useResource } from '../lib/hooks'
 import type { Me, UsageList, UsageRow } from '../lib/types'
 
-// Usage (API.md §14, §11): the caller's own; an organization's for its owners and admins (the
+// Usage (docs/api.md §14, §11): the caller's own; an organization's for its owners and admins (the
 // work its workers ran); everyone's for a superadmin. Days are UTC days, as the API counts them.
 // Until a range is picked, the server's default range is shown (the last 30 days by its clock).
 

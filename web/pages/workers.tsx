@@ -5,7 +5,7 @@ import { formatAgo, formatCount, formatVram, vramShare } from '../lib/format'
 import { usePaged, useResource } from '../lib/hooks'
 import type { List, Org, PoolCapacity, QueueStats, Worker } from '../lib/types'
 
-/** API.md §11 "refreshed without reload at least every 5 s". */
+/** docs/api.md §11 "refreshed without reload at least every 5 s". */
 export const LIVE_MS = 5000
 
 export function Workers() {

@@ -2,7 +2,7 @@ import { statSync } from 'node:fs'
 import { log } from '../../lib/logger'
 import type { StateDir } from '../state'
 
-// sha256 of model files (SPEC §4: an inventory item's sha256 is the hash of the model file). Hashing
+// sha256 of model files (docs/api.md §7: an inventory item's sha256 is the hash of the model file). Hashing
 // 40 GB of weights takes minutes, so each result is cached in the state directory under the file's
 // path and kept while its size and mtime are unchanged.
 

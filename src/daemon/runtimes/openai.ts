@@ -12,7 +12,7 @@ import {
 } from './types'
 
 // Any OpenAI-compatible server (vLLM, llama.cpp server, SGLang, LM Studio, Ollama's /v1). What it
-// serves comes from GET /v1/models. Digests (SPEC §4: the sha256 of the model file) come from:
+// serves comes from GET /v1/models. Digests (docs/api.md §4: the sha256 of the model file) come from:
 // - files the operator names (--model-file NAME=PATH): the first file of a model is its weights (the
 //   item named after the model), further files (a multimodal projector, shards) are reported as
 //   `<name>+<file name>` so that a catalogue entry with artifact files can match them all;
@@ -21,7 +21,7 @@ import {
 // Files are hashed in the background and cached by path, size and mtime (digests.ts), so neither a
 // snapshot nor the heartbeat ever waits on hashing. While a model's file is being hashed the model
 // is not advertised at all: advertised by name without its digest, it would match an entry pinned
-// to other weights (SPEC §4 Poll rule 4); the heartbeat that follows the hash (onInventoryChange)
+// to other weights (docs/api.md §7 Poll rule 4); the heartbeat that follows the hash (onInventoryChange)
 // brings it in. A file that is not readable here (the engine runs in a container or on another
 // host) is said once, and its model is advertised by name only.
 

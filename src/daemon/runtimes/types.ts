@@ -1,8 +1,8 @@
-// What a runtime adapter tells the agent about the inference engine it fronts (SPEC §4 heartbeat
-// inventory; API.md §7 registration runtimes). Requests themselves always go to the engine's
+// What a runtime adapter tells the agent about the inference engine it fronts (docs/api.md §7 heartbeat
+// inventory; docs/api.md §7 registration runtimes). Requests themselves always go to the engine's
 // OpenAI-compatible endpoints (job.endpoint on base_url), whichever adapter discovered it.
 
-/** SPEC §4 inventory item: one on-disk artifact with the sha256 of its file. */
+/** docs/api.md §7 inventory item: one on-disk artifact with the sha256 of its file. */
 export interface InventoryItem {
   local_name: string
   sha256: string
@@ -25,7 +25,7 @@ export interface RuntimeSnapshot {
   error?: string
 }
 
-/** One heartbeat `pull_models` entry (API.md §7). */
+/** One heartbeat `pull_models` entry (docs/api.md §7). */
 export interface PullTask {
   catalogue_id: string
   runtime: string
@@ -42,7 +42,7 @@ export interface PullProgress {
 
 export interface Runtime {
   readonly kind: 'openai' | 'ollama'
-  /** Engine name reported to the server (API.md §7 engine names). */
+  /** Engine name reported to the server (docs/api.md §7 engine names). */
   readonly engine: string
   /** Base URL without /v1; job requests go to baseUrl + job.endpoint. */
   readonly baseUrl: string

@@ -16,11 +16,11 @@ import {
 import { WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../schema/webhooks'
 import { jsonb } from './jsonb'
 
-// The PostgreSQL twin of src/db/schema (API.md §12): the same tables, columns and indexes, in
+// The PostgreSQL twin of src/db/schema (docs/api.md §12): the same tables, columns and indexes, in
 // PostgreSQL's types (bigint seconds, boolean, jsonb, double precision). Row types come from the
 // SQLite schema; a test checks that both schemas name the same columns.
 
-// Accounts: users, organizations, memberships, API keys and reset tokens (SPEC §2, API.md §1–3).
+// Accounts: users, organizations, memberships, API keys and reset tokens (docs/api.md §3, docs/api.md §1–3).
 // Every table carries an integer `seq` (rowid alias) beside its public random `id`: lists are
 // newest-first by `seq`, a stable order that random ids cannot give and VACUUM does not renumber.
 
@@ -102,7 +102,7 @@ export const passwordResetTokens = pgTable(
   (t) => [index('password_reset_tokens_user').on(t.user_id)],
 )
 
-// Files, batches, their stored validation errors and assignments (SPEC §2–3, API.md §5–6).
+// Files, batches, their stored validation errors and assignments (docs/api.md §7 and §6, docs/api.md §5–6).
 
 export const files = pgTable(
   'files',
@@ -118,7 +118,7 @@ export const files = pgTable(
     bytes: bigint({ mode: 'number' }).notNull(),
     batch_id: text(), // set on output and error files
     created_at: bigint({ mode: 'number' }).notNull(),
-    // API.md §15: when the retention pass deletes it (expires_after on upload, FILE_RETENTION_DAYS
+    // docs/api.md §15: when the retention pass deletes it (expires_after on upload, FILE_RETENTION_DAYS
     // for outputs); null = kept until deleted.
     expires_at: bigint({ mode: 'number' }),
   },
@@ -153,7 +153,7 @@ export const batches = pgTable(
     output_file_id: text(),
     error_file_id: text(),
     // The personal key that created the batch (null: created with a JWT, i.e. from the dashboard).
-    // No foreign key: usage by key (API.md §14) keeps naming a key whatever becomes of it.
+    // No foreign key: usage by key (docs/api.md §14) keeps naming a key whatever becomes of it.
     api_key_id: text(),
     metadata: jsonb().$type<Record<string, string>>(),
     usage: jsonb().$type<Record<string, number>>(),
@@ -165,16 +165,16 @@ export const batches = pgTable(
     // PostgreSQL only (several instances): the instance validating this batch, until when.
     validation_holder: text(),
     validation_lease_until: bigint({ mode: 'number' }),
-    // API.md §16: the batch runs as shards (batch_shards); next_request is the first request line
+    // docs/api.md §16: the batch runs as shards (batch_shards); next_request is the first request line
     // not yet cut into a shard (guided self-scheduling cuts the rest claim by claim).
     split: boolean().notNull().default(false),
     next_request: integer().notNull().default(0),
   },
   (t) => [
     index('batches_user').on(t.user_id, t.seq),
-    // API.md §16: split batches still handing out shards are found per model without the queue.
+    // docs/api.md §16: split batches still handing out shards are found per model without the queue.
     index('batches_split_model').on(t.model, t.seq).where(sql`split AND status = 'in_progress'`),
-    // Poll (API.md §7, §14 fair share): the owners waiting for one model are a skip scan, and
+    // Poll (docs/api.md §7, §14 fair share): the owners waiting for one model are a skip scan, and
     // each owner's oldest validated batch of it one probe; how many batches each owner has in
     // progress is one range of batches_status_user.
     index('batches_status_model').on(t.status, t.model, t.user_id, t.seq),
@@ -199,7 +199,7 @@ export const batchErrors = pgTable(
   (t) => [index('batch_errors_batch').on(t.batch_id)],
 )
 
-// SPEC §2: links a batch to the worker holding it; deleted on requeue; survives removal of the
+// docs/api.md §7: links a batch to the worker holding it; deleted on requeue; survives removal of the
 // worker as history (so worker_id carries no foreign key). UNIQUE(batch_id) makes a double claim
 // impossible at the storage level, whatever the code above it does.
 export const batchAssignments = pgTable(
@@ -216,7 +216,7 @@ export const batchAssignments = pgTable(
     assigned_at: bigint({ mode: 'number' }).notNull(),
     completed_at: bigint({ mode: 'number' }),
     /**
-     * API.md §7 max_concurrent_jobs on PostgreSQL: which of its worker's slots 0 …
+     * docs/api.md §7 max_concurrent_jobs on PostgreSQL: which of its worker's slots 0 …
      * max_concurrent_jobs − 1 this open assignment holds (src/store/postgres/queue.ts claimOne).
      * Null on SQLite, whose claims take turns.
      */
@@ -237,7 +237,7 @@ export const batchAssignments = pgTable(
   ],
 )
 
-// API.md §16: a shard is a contiguous run of a split batch's request lines with its own lease
+// docs/api.md §16: a shard is a contiguous run of a split batch's request lines with its own lease
 // (worker, assignment), attempts and results. The batch's counts are the sum over its shards.
 export const batchShards = pgTable(
   'batch_shards',
@@ -275,7 +275,7 @@ export const batchShards = pgTable(
 
 const bytea = customType<{ data: Buffer; driverData: Buffer }>({ dataType: () => 'bytea' })
 
-// API.md §16: where each request line of a validated batch starts in its input file (see the
+// docs/api.md §16: where each request line of a validated batch starts in its input file (see the
 // SQLite schema).
 export const batchLineIndex = pgTable('batch_line_index', {
   batch_id: text()
@@ -284,9 +284,9 @@ export const batchLineIndex = pgTable('batch_line_index', {
   offsets: bytea().notNull(),
 })
 
-// The model catalogue (SPEC §2 "Catalogue entry", API.md §4). Curated from a manifest; worker
-// reports feed availability only, never identity (SPEC rule 6). Child rows follow a one-shot
-// rename through ON UPDATE CASCADE (SPEC rule 5: the row and its child rows are updated in place).
+// The model catalogue (docs/api.md §4 "Catalogue entry", docs/api.md §4). Curated from a manifest; worker
+// reports feed availability only, never identity (docs/api.md §4 catalogue rule 6). Child rows follow a one-shot
+// rename through ON UPDATE CASCADE (docs/api.md §4 catalogue rule 5: the row and its child rows are updated in place).
 
 export const catalogEntries = pgTable(
   'catalog_entries',
@@ -302,7 +302,7 @@ export const catalogEntries = pgTable(
     context_length: integer(),
     vram_gb: doublePrecision(), // null disables the VRAM filter
     size_gb: doublePrecision(),
-    // null only for staged discovery stubs (enabled = false) awaiting review (SPEC rule 8).
+    // null only for staged discovery stubs (enabled = false) awaiting review (docs/api.md §4 catalogue rule 8).
     task_type: text({ enum: ['chat', 'text-generation', 'embedding', 'vision'] }),
     capabilities: jsonb().$type<Record<string, boolean>>().notNull().default({}),
     lineage: text(),
@@ -310,7 +310,7 @@ export const catalogEntries = pgTable(
     source_ref: text(),
     source_revision: text(),
     homepage_url: text(),
-    org_id: text(), // null = public; set = private to that org (reserved, SPEC rule 10)
+    org_id: text(), // null = public; set = private to that org (reserved, docs/api.md §4 catalogue rule 10)
     status: text({ enum: ['active', 'requested', 'deprecated', 'unverified'] })
       .notNull()
       .default('active'),
@@ -353,8 +353,8 @@ export const artifactFiles = pgTable(
   (t) => [unique('artifact_files_entry_path').on(t.catalog_id, t.path)],
 )
 
-// Workers and their child rows (SPEC §2 "Worker", API.md §7). `status` is the stored liveness;
-// anything shown to users is re-checked against last_seen_at at read time (SPEC §4 Pool rule 2).
+// Workers and their child rows (docs/api.md §7 "Worker", docs/api.md §7). `status` is the stored liveness;
+// anything shown to users is re-checked against last_seen_at at read time (docs/api.md §8 Pool rule 2).
 
 export const workers = pgTable(
   'workers',
@@ -385,12 +385,12 @@ export const workers = pgTable(
     uptime_seconds: integer(),
     max_concurrent_jobs: integer().notNull().default(1),
     max_download_gb: doublePrecision().notNull().default(0),
-    // API.md §16: registered with capabilities.shards (handed shards of split batches).
+    // docs/api.md §16: registered with capabilities.shards (handed shards of split batches).
     shards: boolean().notNull().default(false),
     // The requests the daemon keeps in flight now, as its last heartbeat reported (null: never).
     concurrency: integer(),
     registered_at: bigint({ mode: 'number' }).notNull(),
-    last_heartbeat_at: bigint({ mode: 'number' }), // null = never heartbeated (SPEC Poll rule 6)
+    last_heartbeat_at: bigint({ mode: 'number' }), // null = never heartbeated (docs/api.md §7 Poll rule 6)
     last_seen_at: bigint({ mode: 'number' }).notNull(), // liveness: register, heartbeat, model-progress
   },
   // No index on (status, last_seen_at): every heartbeat moves last_seen_at, and keeping such an
@@ -413,7 +413,7 @@ export const workerRuntimes = pgTable(
   (t) => [unique('worker_runtimes_engine').on(t.worker_id, t.engine)],
 )
 
-// One row per model a worker hosts (API.md §7 "hosts"): named in the registration `models`, on
+// One row per model a worker hosts (docs/api.md §7 "hosts"): named in the registration `models`, on
 // disk in the latest inventory, or reported loaded. name is the runtime's model string
 // (registration name or inventory local_name); digest is normalized (64 lowercase hex).
 export const workerModels = pgTable(
@@ -430,7 +430,7 @@ export const workerModels = pgTable(
     size_bytes: bigint({ mode: 'number' }),
     status: text().notNull().default('available'), // on-disk status
     loaded: boolean().notNull().default(false),
-    // Known at registration (models list or registration inventory): SPEC Poll rule 6.
+    // Known at registration (models list or registration inventory): docs/api.md §7 Poll rule 6.
     advertised: boolean().notNull().default(false),
     // Named in the registration `models` list: survives inventory replacement.
     configured: boolean().notNull().default(false),
@@ -460,7 +460,7 @@ export const workerGpus = pgTable(
   (t) => [index('worker_gpus_worker').on(t.worker_id)],
 )
 
-// API.md §7 pull_models: at most one worker at a time is asked to materialise an entry. The row
+// docs/api.md §7 pull_models: at most one worker at a time is asked to materialise an entry. The row
 // lives while the ask is outstanding; it lapses when the worker reports the download finished or
 // failed, goes offline, re-registers, or stays silent about it for HEARTBEAT_TIMEOUT_SECONDS.
 export const modelPulls = pgTable('model_pulls', {
@@ -477,13 +477,13 @@ export const modelPulls = pgTable('model_pulls', {
 })
 
 // PostgreSQL only: maintenance passes run once per interval across every instance sharing the
-// database (API.md §12; pg-boss `trySetTimestamp`). SQLite has one process and needs no row.
+// database (docs/api.md §12; pg-boss `trySetTimestamp`). SQLite has one process and needs no row.
 export const maintenanceRuns = pgTable('maintenance_runs', {
   name: text().primaryKey(),
   last_run_at: bigint({ mode: 'number' }).notNull(),
 })
 
-// PostgreSQL only: rate-limit hits shared by every instance (API.md §12); SQLite's one process
+// PostgreSQL only: rate-limit hits shared by every instance (docs/api.md §12); SQLite's one process
 // keeps them in memory (src/lib/rate-limit.ts).
 export const rateLimitHits = pgTable(
   'rate_limit_hits',
@@ -495,7 +495,7 @@ export const rateLimitHits = pgTable(
   (t) => [index('rate_limit_hits_key').on(t.rule, t.key, t.at), index('rate_limit_hits_at').on(t.rule, t.at)],
 )
 
-// Webhooks (API.md §13): endpoints, the outbox, the attempt log (see src/db/schema/webhooks.ts).
+// Webhooks (docs/api.md §13): endpoints, the outbox, the attempt log (see src/db/schema/webhooks.ts).
 export const webhooks = pgTable(
   'webhooks',
   {

@@ -1,6 +1,6 @@
 import { index, integer, primaryKey, sqliteTable, text } from 'drizzle-orm/sqlite-core'
 
-// Accounts: users, organizations, memberships, API keys and reset tokens (SPEC §2, API.md §1–3).
+// Accounts: users, organizations, memberships, API keys and reset tokens (docs/api.md §3, docs/api.md §1–3).
 // Every table carries an integer `seq` (rowid alias) beside its public random `id`: lists are
 // newest-first by `seq`, a stable order that random ids cannot give and VACUUM does not renumber.
 

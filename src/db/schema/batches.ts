@@ -2,7 +2,7 @@ import { sql } from 'drizzle-orm'
 import { blob, index, integer, sqliteTable, text, uniqueIndex } from 'drizzle-orm/sqlite-core'
 import { users } from './accounts'
 
-// Files, batches, their stored validation errors and assignments (SPEC §2–3, API.md §5–6).
+// Files, batches, their stored validation errors and assignments (docs/api.md §7 and §6, docs/api.md §5–6).
 
 export const files = sqliteTable(
   'files',
@@ -18,7 +18,7 @@ export const files = sqliteTable(
     bytes: integer().notNull(),
     batch_id: text(), // set on output and error files
     created_at: integer().notNull(),
-    // API.md §15: when the retention pass deletes it (expires_after on upload, FILE_RETENTION_DAYS
+    // docs/api.md §15: when the retention pass deletes it (expires_after on upload, FILE_RETENTION_DAYS
     // for outputs); null = kept until deleted.
     expires_at: integer(),
   },
@@ -53,7 +53,7 @@ export const batches = sqliteTable(
     output_file_id: text(),
     error_file_id: text(),
     // The personal key that created the batch (null: created with a JWT, i.e. from the dashboard).
-    // No foreign key: usage by key (API.md §14) keeps naming a key whatever becomes of it.
+    // No foreign key: usage by key (docs/api.md §14) keeps naming a key whatever becomes of it.
     api_key_id: text(),
     metadata: text({ mode: 'json' }).$type<Record<string, string>>(),
     usage: text({ mode: 'json' }).$type<Record<string, number>>(),
@@ -62,16 +62,16 @@ export const batches = sqliteTable(
     completed_at: integer(),
     failed_at: integer(),
     updated_at: integer().notNull(),
-    // API.md §16: the batch runs as shards (batch_shards); next_request is the first request line
+    // docs/api.md §16: the batch runs as shards (batch_shards); next_request is the first request line
     // not yet cut into a shard (guided self-scheduling cuts the rest claim by claim).
     split: integer({ mode: 'boolean' }).notNull().default(false),
     next_request: integer().notNull().default(0),
   },
   (t) => [
     index('batches_user').on(t.user_id, t.seq),
-    // API.md §16: split batches still handing out shards are found per model without the queue.
+    // docs/api.md §16: split batches still handing out shards are found per model without the queue.
     index('batches_split_model').on(t.model, t.seq).where(sql`split = 1 AND status = 'in_progress'`),
-    // Poll (API.md §7, §14 fair share): the owners waiting for one model are a skip scan, and
+    // Poll (docs/api.md §7, §14 fair share): the owners waiting for one model are a skip scan, and
     // each owner's oldest validated batch of it one probe; how many batches each owner has in
     // progress is one range of batches_status_user.
     index('batches_status_model').on(t.status, t.model, t.user_id, t.seq),
@@ -98,7 +98,7 @@ export const batchErrors = sqliteTable(
   (t) => [index('batch_errors_batch').on(t.batch_id)],
 )
 
-// SPEC §2: links a batch to the worker holding it; deleted on requeue; survives removal of the
+// docs/api.md §7: links a batch to the worker holding it; deleted on requeue; survives removal of the
 // worker as history (so worker_id carries no foreign key). UNIQUE(batch_id) makes a double claim
 // impossible at the storage level, whatever the code above it does.
 export const batchAssignments = sqliteTable(
@@ -115,7 +115,7 @@ export const batchAssignments = sqliteTable(
     assigned_at: integer().notNull(),
     completed_at: integer(),
     /**
-     * API.md §7 max_concurrent_jobs on PostgreSQL: which of its worker's slots 0 …
+     * docs/api.md §7 max_concurrent_jobs on PostgreSQL: which of its worker's slots 0 …
      * max_concurrent_jobs − 1 this open assignment holds (src/store/postgres/queue.ts claimOne).
      * Null on SQLite, whose claims take turns.
      */
@@ -136,7 +136,7 @@ export const batchAssignments = sqliteTable(
   ],
 )
 
-// API.md §16: a shard is a contiguous run of a split batch's request lines with its own lease
+// docs/api.md §16: a shard is a contiguous run of a split batch's request lines with its own lease
 // (worker, assignment), attempts and results. The batch's counts are the sum over its shards.
 export const batchShards = sqliteTable(
   'batch_shards',
@@ -146,7 +146,7 @@ export const batchShards = sqliteTable(
     batch_id: text()
       .notNull()
       .references(() => batches.id, { onDelete: 'cascade' }),
-    // The batch's owner: fair share (API.md §14) counts an owner's held shards.
+    // The batch's owner: fair share (docs/api.md §14) counts an owner's held shards.
     user_id: text().notNull(),
     shard_index: integer().notNull(),
     first_request: integer().notNull(),
@@ -175,7 +175,7 @@ export const batchShards = sqliteTable(
   ],
 )
 
-// API.md §16: where each request line of a validated batch starts in its input file, written by
+// docs/api.md §16: where each request line of a validated batch starts in its input file, written by
 // validation (little-endian float64s, one per request line, then the end of the last one), so a
 // shard's bytes are one range read however large the file.
 export const batchLineIndex = sqliteTable('batch_line_index', {

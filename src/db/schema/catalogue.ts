@@ -1,8 +1,8 @@
 import { index, integer, real, sqliteTable, text, unique } from 'drizzle-orm/sqlite-core'
 
-// The model catalogue (SPEC §2 "Catalogue entry", API.md §4). Curated from a manifest; worker
-// reports feed availability only, never identity (SPEC rule 6). Child rows follow a one-shot
-// rename through ON UPDATE CASCADE (SPEC rule 5: the row and its child rows are updated in place).
+// The model catalogue (docs/api.md §4 "Catalogue entry", docs/api.md §4). Curated from a manifest; worker
+// reports feed availability only, never identity (docs/api.md §4 catalogue rule 6). Child rows follow a one-shot
+// rename through ON UPDATE CASCADE (docs/api.md §4 catalogue rule 5: the row and its child rows are updated in place).
 
 export const catalogEntries = sqliteTable(
   'catalog_entries',
@@ -18,7 +18,7 @@ export const catalogEntries = sqliteTable(
     context_length: integer(),
     vram_gb: real(), // null disables the VRAM filter
     size_gb: real(),
-    // null only for staged discovery stubs (enabled = false) awaiting review (SPEC rule 8).
+    // null only for staged discovery stubs (enabled = false) awaiting review (docs/api.md §4 catalogue rule 8).
     task_type: text({ enum: ['chat', 'text-generation', 'embedding', 'vision'] }),
     capabilities: text({ mode: 'json' }).$type<Record<string, boolean>>().notNull().default({}),
     lineage: text(),
@@ -26,7 +26,7 @@ export const catalogEntries = sqliteTable(
     source_ref: text(),
     source_revision: text(),
     homepage_url: text(),
-    org_id: text(), // null = public; set = private to that org (reserved, SPEC rule 10)
+    org_id: text(), // null = public; set = private to that org (reserved, docs/api.md §4 catalogue rule 10)
     status: text({ enum: ['active', 'requested', 'deprecated', 'unverified'] })
       .notNull()
       .default('active'),

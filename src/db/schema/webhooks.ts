@@ -1,7 +1,7 @@
 import { index, integer, sqliteTable, text } from 'drizzle-orm/sqlite-core'
 import { users } from './accounts'
 
-// Webhooks (API.md §13): a user's endpoints, the outbox of events to deliver, and the log of
+// Webhooks (docs/api.md §13): a user's endpoints, the outbox of events to deliver, and the log of
 // delivery attempts. Outbox rows are written in the same transaction as the batch transition
 // that causes them (src/store/*/webhooks.ts), so a crash loses none.
 

@@ -2,8 +2,8 @@ import { index, integer, real, sqliteTable, text, unique } from 'drizzle-orm/sql
 import { organizations } from './accounts'
 import { catalogEntries } from './catalogue'
 
-// Workers and their child rows (SPEC §2 "Worker", API.md §7). `status` is the stored liveness;
-// anything shown to users is re-checked against last_seen_at at read time (SPEC §4 Pool rule 2).
+// Workers and their child rows (docs/api.md §7 "Worker", docs/api.md §7). `status` is the stored liveness;
+// anything shown to users is re-checked against last_seen_at at read time (docs/api.md §8 Pool rule 2).
 
 export const workers = sqliteTable(
   'workers',
@@ -34,12 +34,12 @@ export const workers = sqliteTable(
     uptime_seconds: integer(),
     max_concurrent_jobs: integer().notNull().default(1),
     max_download_gb: real().notNull().default(0),
-    // API.md §16: registered with capabilities.shards (handed shards of split batches).
+    // docs/api.md §16: registered with capabilities.shards (handed shards of split batches).
     shards: integer({ mode: 'boolean' }).notNull().default(false),
     // The requests the daemon keeps in flight now, as its last heartbeat reported (null: never).
     concurrency: integer(),
     registered_at: integer().notNull(),
-    last_heartbeat_at: integer(), // null = never heartbeated (SPEC Poll rule 6)
+    last_heartbeat_at: integer(), // null = never heartbeated (docs/api.md §7 Poll rule 6)
     last_seen_at: integer().notNull(), // liveness: register, heartbeat, model-progress
   },
   // No index on (status, last_seen_at): every heartbeat moves last_seen_at, and keeping such an
@@ -62,7 +62,7 @@ export const workerRuntimes = sqliteTable(
   (t) => [unique('worker_runtimes_engine').on(t.worker_id, t.engine)],
 )
 
-// One row per model a worker hosts (API.md §7 "hosts"): named in the registration `models`, on
+// One row per model a worker hosts (docs/api.md §7 "hosts"): named in the registration `models`, on
 // disk in the latest inventory, or reported loaded. name is the runtime's model string
 // (registration name or inventory local_name); digest is normalized (64 lowercase hex).
 export const workerModels = sqliteTable(
@@ -79,7 +79,7 @@ export const workerModels = sqliteTable(
     size_bytes: integer(),
     status: text().notNull().default('available'), // on-disk status
     loaded: integer({ mode: 'boolean' }).notNull().default(false),
-    // Known at registration (models list or registration inventory): SPEC Poll rule 6.
+    // Known at registration (models list or registration inventory): docs/api.md §7 Poll rule 6.
     advertised: integer({ mode: 'boolean' }).notNull().default(false),
     // Named in the registration `models` list: survives inventory replacement.
     configured: integer({ mode: 'boolean' }).notNull().default(false),
@@ -109,7 +109,7 @@ export const workerGpus = sqliteTable(
   (t) => [index('worker_gpus_worker').on(t.worker_id)],
 )
 
-// API.md §7 pull_models: at most one worker at a time is asked to materialise an entry. The row
+// docs/api.md §7 pull_models: at most one worker at a time is asked to materialise an entry. The row
 // lives while the ask is outstanding; it lapses when the worker reports the download finished or
 // failed, goes offline, re-registers, or stays silent about it for HEARTBEAT_TIMEOUT_SECONDS.
 export const modelPulls = sqliteTable('model_pulls', {

@@ -6,7 +6,7 @@ import { type BlobStore, BlobStoreUnavailableError } from './store'
 
 export * from './store'
 
-/** The engine STORAGE_URL selects (API.md §12): unset → DATA_DIR/files; s3://… → S3. */
+/** The engine STORAGE_URL selects (docs/api.md §12): unset → DATA_DIR/files; s3://… → S3. */
 export function createBlobStore(config: Config): BlobStore {
   if (config.STORAGE_URL === undefined) return new LocalBlobStore(join(config.DATA_DIR, 'files'))
   const target = parseStorageUrl(config.STORAGE_URL)

@@ -6,7 +6,7 @@ import { type BlobStore, type BlobWriter, checkKey, SCRATCH_PREFIX } from './sto
 
 // The default engine: DATA_DIR/files/<key>, as before the seam. A blob is written to
 // `<key>.part` and renamed into place on publish, so a reader never sees a partial file. A disk
-// that fills during a write (ENOSPC) is the 507 of API.md §15; abort() then removes the `.part`.
+// that fills during a write (ENOSPC) is the 507 of docs/api.md §15; abort() then removes the `.part`.
 
 const PART = '.part'
 
@@ -118,7 +118,7 @@ export class LocalBlobStore implements BlobStore {
 
   async prepare() {
     mkdirSync(join(this.root, SCRATCH_PREFIX), { recursive: true })
-    // SPEC (issue 12 gap 7): `.part` files and scratch files left by a crash mid-upload.
+    // docs/api.md (issue 12 gap 7): `.part` files and scratch files left by a crash mid-upload.
     let removed = 0
     for (const dir of ['', SCRATCH_PREFIX]) {
       for (const name of await readdir(join(this.root, dir))) {

@@ -13,7 +13,7 @@ export class StreamedReads {
 
   /**
    * `localPath`: the blob's own file when the engine has one (BlobStore.localPath), else null.
-   * `base`: where in that file the stream starts (a range read: API.md §16 shards).
+   * `base`: where in that file the stream starts (a range read: docs/api.md §16 shards).
    */
   constructor(
     private readonly localPath: string | null,

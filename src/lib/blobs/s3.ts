@@ -1,13 +1,13 @@
 import { S3Client } from 'bun'
 import { type BlobStore, BlobStoreUnavailableError, type BlobWriter, checkKey, SCRATCH_PREFIX } from './store'
 
-// S3-compatible object storage through Bun's built-in client (API.md §12). A blob is streamed
+// S3-compatible object storage through Bun's built-in client (docs/api.md §12). A blob is streamed
 // into a multipart upload of its final key that is completed only by publish(): Bun sends the
 // last part and CompleteMultipartUpload when the stream it reads closes, and completes nothing
 // when that stream errors, so an aborted or failed upload leaves no object. (The writer's
 // end(error) does complete the upload, which is why the stream form is used.) A process killed
 // mid-upload leaves an incomplete multipart upload, which is not an object; a bucket lifecycle
-// rule (AbortIncompleteMultipartUpload) reclaims its parts (README "Object storage (S3)").
+// rule (AbortIncompleteMultipartUpload) reclaims its parts (docs/scale-out.md "Object storage (S3)").
 //
 // Listing never follows continuation tokens: a page that says it is truncated is split by the
 // next character of the key (keys are checkKey's alphabet), until every page is complete. That
@@ -147,7 +147,7 @@ export class S3BlobStore implements BlobStore {
 
   async prepare() {
     // Write and delete a probe, then list the scratch prefix: proves the bucket exists and the
-    // credentials may write, delete and list, before the server listens (API.md §12 bad input).
+    // credentials may write, delete and list, before the server listens (docs/api.md §12 bad input).
     const probe = `${SCRATCH_PREFIX}probe-${crypto.randomUUID()}`
     let leftovers: string[]
     try {

@@ -1,6 +1,6 @@
 import { randomBase62 } from '../ids'
 
-// Where file bytes live (API.md §5, §12): uploads, output and error files, and the scratch copy of
+// Where file bytes live (docs/api.md §5, §12): uploads, output and error files, and the scratch copy of
 // a result upload whose fields came after its file. One interface, named after what gridkeep does
 // with the bytes, and two engines: local disk (the default, DATA_DIR/files/<key>) and S3 through
 // Bun's built-in client. The rules (who may read, when a file is published) live above it.
@@ -23,7 +23,7 @@ export interface BlobStore {
   read(key: string): Promise<ReadableStream<Uint8Array> | null>
   /**
    * Bytes [start, end) of `key` (end null: to the end), streamed — one range read, also on S3
-   * (API.md §16: a shard's lines); null when there is no such blob.
+   * (docs/api.md §16: a shard's lines); null when there is no such blob.
    */
   readRange(key: string, start: number, end: number | null): Promise<ReadableStream<Uint8Array> | null>
   /**
@@ -41,7 +41,7 @@ export interface BlobStore {
   localPath(key: string): string | null
   /**
    * Start-up: checks that the store can be written and deleted, and removes what a crash left
-   * half-written (SPEC: `.part` files, scratch blobs). Returns how many leftovers went.
+   * half-written (docs/api.md: `.part` files, scratch blobs). Returns how many leftovers went.
    */
   prepare(): Promise<number>
 }

@@ -2,7 +2,7 @@ import type { UserRow } from '../../db/schema'
 import { badRequest } from '../../lib/errors'
 import type { UserChanges } from '../../store/accounts'
 
-// API.md §9: the platform always keeps an active superadmin. Decided once for both engines, inside
+// docs/api.md §9: the platform always keeps an active superadmin. Decided once for both engines, inside
 // the transaction that changes the user, against the other active superadmins counted there.
 
 /** Does this change take an active superadmin away? */

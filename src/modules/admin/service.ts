@@ -7,7 +7,7 @@ import type { UserPrincipal } from '../auth/credentials'
 import { toUserObject } from '../users/model'
 import { createUser } from '../users/service'
 
-// Superadmin views (SPEC §4, API.md §9). Route access is the auth plugin's `superadmin` level.
+// Superadmin views (docs/api.md §9, docs/api.md §9). Route access is the auth plugin's `superadmin` level.
 
 export async function listUsers(deps: Deps, query: PageParams) {
   const { rows, has_more } = await deps.store.accounts.listUsers(query)

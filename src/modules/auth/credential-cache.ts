@@ -3,7 +3,7 @@ import type { Deps } from '../../deps'
 import { log } from '../../lib/logger'
 import type { KeyCredential } from '../../store/keys'
 
-// The credentials of API.md §1 kept in memory per server (deps.credentials), so that a request
+// The credentials of docs/api.md §1 kept in memory per server (deps.credentials), so that a request
 // whose key or user was seen a moment ago costs no database read: key hash → the key's credential,
 // user id → the user row that a JWT or personal key resolves to. Dropped exactly, here and through
 // the signals bridge (src/services/signals.ts) on every other instance, by the writes that can
@@ -13,7 +13,7 @@ import type { KeyCredential } from '../../store/keys'
 // Unknown keys and users are never kept: a key or user created later is found at its first use.
 
 /**
- * The longest an entry is used. On PostgreSQL a signal is a hint (API.md §12): a lost one delays
+ * The longest an entry is used. On PostgreSQL a signal is a hint (docs/api.md §12): a lost one delays
  * another instance's revocation here by at most this. It also bounds a change made to a SQLite
  * database by another process (the CLI).
  */

@@ -5,7 +5,7 @@ import { KEY_PATTERN, sha256Hex } from '../../lib/keys'
 import type { TokenClaims } from '../../lib/tokens'
 
 // Turns an Authorization header into who is calling. Which callers each route accepts is decided
-// by src/http/auth.ts; this only answers "who is this?" (API.md §1), failing with 401 for anything
+// by src/http/auth.ts; this only answers "who is this?" (docs/api.md §1), failing with 401 for anything
 // missing its mark: malformed, unknown, expired, revoked, or belonging to a deactivated user.
 
 export type UserPrincipal = {

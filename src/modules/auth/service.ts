@@ -66,7 +66,7 @@ export async function changePassword(
 }
 
 /**
- * Always answers the same (API.md §2: no user enumeration). For an active user, a fresh token is
+ * Always answers the same (docs/api.md §2: no user enumeration). For an active user, a fresh token is
  * stored hashed and mailed; the mail goes out after the response, so timing reveals nothing either.
  */
 export async function forgotPassword(deps: Deps, input: { email: string }) {
@@ -113,7 +113,7 @@ export async function resetPassword(deps: Deps, input: { token: string; new_pass
 }
 
 /**
- * First start (SPEC §1): without any superadmin, create one from ADMIN_EMAIL / ADMIN_PASSWORD with
+ * First start (docs/api.md §2): without any superadmin, create one from ADMIN_EMAIL / ADMIN_PASSWORD with
  * must_change_password. A generated password is printed once, to the console, never to the log.
  */
 export async function ensureSuperadmin(deps: Deps, print: (line: string) => void = console.error) {
@@ -127,7 +127,7 @@ export async function ensureSuperadmin(deps: Deps, print: (line: string) => void
     platform_role: 'superadmin',
     must_change_password: true,
   }).catch(async (error) => {
-    // API.md §12: instances starting together race for the first superadmin; the losers find
+    // docs/api.md §12: instances starting together race for the first superadmin; the losers find
     // the winner's. An ordinary user holding ADMIN_EMAIL still stops the start.
     if (
       error instanceof AppError &&

@@ -7,7 +7,7 @@ import { SSE_HEADERS, sseComment, sseEvent } from '../../lib/sse'
 import type { UserPrincipal } from '../auth/credentials'
 import { visibleBatch } from './service'
 
-// GET /v1/batches/{id}/events (API.md §6): `status` first, then live `progress` (≤ 1 per 250 ms,
+// GET /v1/batches/{id}/events (docs/api.md §6): `status` first, then live `progress` (≤ 1 per 250 ms,
 // throttled by the validator), one `error` per stored error, `done`, and the stream closes. A
 // batch already past `validating` gets `status` and `done` at once. Everything a stream holds
 // (bus listener, ping timer, shutdown listener, its slot in the per-user limit, the gauge) is
@@ -82,7 +82,7 @@ export async function openBatchEvents(
           controller.close()
         } catch {}
       }
-      // The outcome as stored: every stored error, then `done` (API.md §6), and the stream closes.
+      // The outcome as stored: every stored error, then `done` (docs/api.md §6), and the stream closes.
       const finishFromDatabase = async () => {
         const final = await deps.store.batches.get(batchId, null)
         const stored = (await deps.store.batches.errorsOf([batchId])).get(batchId) ?? []
@@ -128,7 +128,7 @@ export async function openBatchEvents(
       if (released) return
       ping = setInterval(() => {
         send(sseComment('ping'))
-        // A validation that ended on another instance whose signal was lost (API.md §12).
+        // A validation that ended on another instance whose signal was lost (docs/api.md §12).
         if (!deps.batchEvents.liveRun(batchId)) {
           deps.store.batches
             .get(batchId, null)

@@ -8,7 +8,7 @@ import * as batches from './service'
 
 const tags = ['batches']
 
-// No cancel route: SPEC §1 "No endpoint cancels a batch", so POST /v1/batches/{id}/cancel is a 404.
+// No cancel route: docs/api.md §6 "No endpoint cancels a batch", so POST /v1/batches/{id}/cancel is a 404.
 export const batchRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.batches', prefix: '/v1/batches' })
     .use(authPlugin(deps))

@@ -19,7 +19,7 @@ export const BatchModel = {
           t.Literal('/v1/embeddings'),
         ]),
       ),
-      // Stored as given; no expiry is produced (API.md §6). OpenAI's form: hours, e.g. "24h".
+      // Stored as given; no expiry is produced (docs/api.md §6). OpenAI's form: hours, e.g. "24h".
       completion_window: t.Optional(t.String({ pattern: '^[1-9][0-9]{0,3}h$', maxLength: 5 })),
       metadata: t.Optional(
         t.Union([
@@ -35,7 +35,7 @@ export const BatchModel = {
     { additionalProperties: false },
   ),
   params: t.Object({ batch_id: t.String({ maxLength: 128 }) }),
-  // GET /v1/batches/{id}/shards (API.md §16): pages of shards in shard order.
+  // GET /v1/batches/{id}/shards (docs/api.md §16): pages of shards in shard order.
   shards: t.Object({ ...PageQuery }, { additionalProperties: false }),
   list: t.Object(
     {
@@ -62,7 +62,7 @@ export interface BatchErrorObject {
   message: string
 }
 
-// API.md §6: the OpenAI batch object, plus `errors.total` (the true count; `data` holds ≤ 100).
+// docs/api.md §6: the OpenAI batch object, plus `errors.total` (the true count; `data` holds ≤ 100).
 export interface BatchObject {
   id: string
   object: 'batch'
@@ -83,11 +83,11 @@ export interface BatchObject {
   errors: { object: 'list'; total: number; data: BatchErrorObject[] }
   request_counts: { total: number; completed: number; failed: number }
   metadata: Record<string, string> | null
-  /** (ext) API.md §16: how many shards are in each state; null for a batch that runs whole. */
+  /** (ext) docs/api.md §16: how many shards are in each state; null for a batch that runs whole. */
   shards: ShardTally | null
 }
 
-/** API.md §16 (ext): one shard of a split batch, as GET /v1/batches/{id}/shards lists it. */
+/** docs/api.md §16 (ext): one shard of a split batch, as GET /v1/batches/{id}/shards lists it. */
 export interface ShardObject {
   id: string
   object: 'batch.shard'

@@ -7,13 +7,13 @@ import { type PageParams, parseLimit, toPage } from '../../lib/pagination'
 import type { UserPrincipal } from '../auth/credentials'
 import { type BatchCreate, type BatchObject, toBatchObject, toShardObject } from './model'
 
-// Batches (SPEC §2–3, API.md §6). Creation only records the batch as `validating` and wakes the
+// Batches (docs/api.md §6, docs/api.md §6). Creation only records the batch as `validating` and wakes the
 // validator (src/services/validator.ts); every later status change is an edge of the table in
 // states.ts, applied by the storage engine.
 
 const isSuperadmin = (p: UserPrincipal) => p.user.platform_role === 'superadmin'
 
-/** POST /v1/batches: returns at once with status `validating` (SPEC §3). */
+/** POST /v1/batches: returns at once with status `validating` (docs/api.md §6). */
 export async function createBatch(
   deps: Deps,
   principal: UserPrincipal,
@@ -31,9 +31,9 @@ export async function createBatch(
       metadata: input.metadata ?? null,
       now,
     },
-    // API.md §6: the input file must be the caller's (else 404) and have purpose `batch` (else 400).
+    // docs/api.md §6: the input file must be the caller's (else 404) and have purpose `batch` (else 400).
     (file) => {
-      // API.md §15: an expired file is gone, even before the retention pass removes it.
+      // docs/api.md §15: an expired file is gone, even before the retention pass removes it.
       if (!file || (file.expires_at !== null && file.expires_at <= now))
         throw notFound('file_not_found', 'No such file', 'input_file_id')
       if (file.purpose !== 'batch') {
@@ -69,7 +69,7 @@ export async function visibleBatch(deps: Deps, principal: UserPrincipal, batchId
 export const getBatch = async (deps: Deps, principal: UserPrincipal, batchId: string) =>
   batchObject(deps, await visibleBatch(deps, principal, batchId))
 
-/** GET /v1/batches: own batches; a superadmin sees all (SPEC §4). */
+/** GET /v1/batches: own batches; a superadmin sees all (docs/api.md §6). */
 export async function listBatches(
   deps: Deps,
   principal: UserPrincipal,
@@ -90,8 +90,8 @@ export async function listBatches(
 }
 
 /**
- * GET /v1/batches/{id}/shards (API.md §16, ext): a split batch's shards in shard order (not newest
- * first: the order of its request lines), paged as every list is (API.md §0); none when it runs whole.
+ * GET /v1/batches/{id}/shards (docs/api.md §16, ext): a split batch's shards in shard order (not newest
+ * first: the order of its request lines), paged as every list is (docs/api.md §0); none when it runs whole.
  */
 export async function listShards(deps: Deps, principal: UserPrincipal, batchId: string, query: PageParams) {
   const batch = await visibleBatch(deps, principal, batchId)

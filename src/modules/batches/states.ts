@@ -1,6 +1,6 @@
 import type { BatchRow, BatchStatus } from '../../db/schema'
 
-// SPEC §3 "Batch status", as data. These five are the only states; `cancelling`, `cancelled`,
+// docs/api.md §6 "Batch status", as data. These five are the only states; `cancelling`, `cancelled`,
 // `expired` and `finalizing` are never produced. Every status change goes through one guarded
 // UPDATE rendered from this table by each storage engine (src/store/sqlite/transition.ts,
 // src/store/postgres/queue.ts), so no move outside it can be written.
@@ -13,7 +13,7 @@ import type { BatchRow, BatchStatus } from '../../db/schema'
 
 export const BATCH_STATUSES = ['validating', 'validated', 'in_progress', 'completed', 'failed'] as const
 
-/** Not yet terminal: such a batch still needs its input file (API.md §5 file_in_use). */
+/** Not yet terminal: such a batch still needs its input file (docs/api.md §5 file_in_use). */
 export const NON_TERMINAL_STATUSES = ['validating', 'validated', 'in_progress'] as const
 
 export const BATCH_TRANSITIONS = {

@@ -3,9 +3,9 @@ import type { ValidationErrorEvent } from '../../lib/batch-events'
 import { CompactIdSet } from '../../lib/id-set'
 import type { BatchEndpoint } from './model'
 
-// The rules of a batch input line (SPEC §2 "Batch input line", API.md §6 "Validation"), one
+// The rules of a batch input line (docs/api.md §6 "Batch input line", docs/api.md §6 "Validation"), one
 // line at a time, in the table's order. Every problem of a line is recorded; the first
-// MAX_STORED_ERRORS are kept, the rest only counted (SPEC §7). The caller streams the file
+// MAX_STORED_ERRORS are kept, the rest only counted (docs/api.md §6). The caller streams the file
 // through src/lib/lines.ts and hands each non-blank line here.
 
 export const MAX_STORED_ERRORS = 100
@@ -23,7 +23,7 @@ export interface CheckerOptions {
   maxLineBytes: number
   maxRequests: number
   lookupModel: LookupModel
-  /** When given, receives the byte offset of every request line (API.md §16 request-line index). */
+  /** When given, receives the byte offset of every request line (docs/api.md §16 request-line index). */
   lineOffsets?: number[]
   /** Reads `length` bytes at `offset` of the input (to confirm a suspected duplicate id). */
   readBytes: (offset: number, length: number) => Uint8Array | null
@@ -68,7 +68,7 @@ export class InputChecker {
   /** One non-blank physical line; `line` null = over MAX_LINE_BYTES. */
   readonly check = (line: Uint8Array | null, lineNo: number, offset: number, length: number) => {
     this.requestLines++
-    // API.md §16: where each request line starts, for the request-line index of a split batch.
+    // docs/api.md §16: where each request line starts, for the request-line index of a split batch.
     if (this.opts.lineOffsets && this.requestLines <= this.opts.maxRequests)
       this.opts.lineOffsets.push(offset)
     if (line === null) {

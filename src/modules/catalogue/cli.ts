@@ -14,10 +14,10 @@ import { DEFAULT_CATALOGUE_PATH } from './seed'
 export const CATALOGUE_USAGE = `usage: gridkeep catalogue <command>
 
 commands:
-  check <file>                 validate a manifest (SPEC §2 rules 1-3 and the entry schema);
+  check <file>                 validate a manifest (docs/api.md §4 catalogue rules 1-3 and the entry schema);
                                prints every violation and exits 1 if there is any
   discover [--manifest PATH]   append staged stubs (enabled: false, status: unverified) for models
-                               that workers report and no catalogue entry covers (SPEC rule 8);
+                               that workers report and no catalogue entry covers (docs/api.md §4 catalogue rule 8);
                                PATH defaults to CATALOGUE_PATH, else ${DEFAULT_CATALOGUE_PATH}
   --help                       show this help
 
@@ -143,7 +143,7 @@ async function discoverCommand(manifestArg: string | undefined, io: CliIo): Prom
     return 1
   }
 
-  // The server's database, whichever engine (API.md §12): DATABASE_URL's PostgreSQL or the SQLite file.
+  // The server's database, whichever engine (docs/api.md §12): DATABASE_URL's PostgreSQL or the SQLite file.
   const { store } = openStore(config, newId('inst_'), systemClock)
   let found: ReturnType<typeof discover>
   try {

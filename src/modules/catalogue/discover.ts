@@ -11,7 +11,7 @@ import {
   runtimeNameIn,
 } from './manifest'
 
-// SPEC rule 8: discovery appends staged stubs (enabled: false, status: unverified) for models
+// docs/api.md §4 catalogue rule 8: discovery appends staged stubs (enabled: false, status: unverified) for models
 // that workers report and no catalogue entry covers. Stubs never become selectable on their own:
 // a reviewer completes them and sets enabled: true. Rule 6 holds: worker reports only propose.
 
@@ -46,7 +46,7 @@ export interface Discovery {
   unusable: { name: string; reason: string }[]
 }
 
-// The poll's matching (SPEC §4 Poll rule 4): by digest when both sides carry one, else by name.
+// The poll's matching (docs/api.md §7 Poll rule 4): by digest when both sides carry one, else by name.
 const covers = (c: Cover, m: { name: string; runtime_model_id: string; digest: string | null }) =>
   m.digest !== null && c.digests.size > 0
     ? c.digests.has(m.digest)
@@ -179,7 +179,7 @@ function reportedModels(inventory: FleetInventory): {
 
 const shortHash = (s: string) => createHash('sha256').update(s).digest('hex')
 
-/** An id for a stub that satisfies SPEC rules 1–3 and is not taken. */
+/** An id for a stub that satisfies docs/api.md §4 catalogue rules 1–3 and is not taken. */
 export function stubId(name: string, digest: string | null, taken: Set<string>): string {
   const fingerprint = digest ?? shortHash(name)
   const segments = name

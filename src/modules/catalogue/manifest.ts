@@ -2,15 +2,15 @@ import { type Static, Type as T, type TLiteral, type TSchema } from '@sinclair/t
 import { Value, ValueErrorType } from '@sinclair/typebox/value'
 import { normalizeDigest } from '../../lib/digest'
 
-// The catalogue manifest (API.md §4): a YAML document whose top-level key `models` lists the
-// entries of SPEC §2 "Catalogue entry". This file is the ONE validation used both by seeding at
+// The catalogue manifest (docs/api.md §4): a YAML document whose top-level key `models` lists the
+// entries of docs/api.md §4 "Catalogue entry". This file is the ONE validation used both by seeding at
 // startup and by `gridkeep catalogue check`, so the two can never disagree about an entry.
 
-/** Engine names a daemon reports (API.md §7); a serving profile names one of them. */
+/** Engine names a daemon reports (docs/api.md §7); a serving profile names one of them. */
 export const ENGINES = ['ollama', 'vllm', 'llama.cpp', 'sglang', 'tgi', 'lmstudio', 'openai'] as const
 export type Engine = (typeof ENGINES)[number]
 
-// SPEC rule 3: an id never contains the name of a serving runtime. Ids carry no dots, so the names
+// docs/api.md §4 catalogue rule 3: an id never contains the name of a serving runtime. Ids carry no dots, so the names
 // are compared with separators removed on both sides: `llama-cpp`, `lm-studio` and `v-llm` are
 // caught as well as `llamacpp`. A plain `llama` is not a runtime name.
 const RUNTIME_NAMES = ENGINES.map((e) => e.replace(/[^a-z0-9]/g, ''))
@@ -21,7 +21,7 @@ export type TaskType = (typeof TASK_TYPES)[number]
 export type CatalogueStatus = (typeof STATUSES)[number]
 
 export const MAX_ID_LENGTH = 128
-// SPEC rule 1: lowercase [a-z0-9] segments joined by `-`.
+// docs/api.md §4 catalogue rule 1: lowercase [a-z0-9] segments joined by `-`.
 const ID_PATTERN = /^[a-z0-9]+(?:-[a-z0-9]+)*$/
 
 const literals = <V extends readonly string[]>(values: V) =>
@@ -33,7 +33,7 @@ const ServingProfileSchema = T.Object(
   {
     runtime: literals(ENGINES),
     runtime_model_id: Text(512),
-    // Platform-owned server-launch settings (SPEC §2); per-request sampling stays in batch lines.
+    // Platform-owned server-launch settings (docs/api.md §6); per-request sampling stays in batch lines.
     params: Nullable(T.Record(T.String({ maxLength: 128 }), T.Unknown())),
   },
   { additionalProperties: false },
@@ -93,7 +93,7 @@ export interface ServingProfile {
   runtime: Engine
   runtime_model_id: string
   params: Record<string, unknown>
-  /** true when derived from the entry's runtime/runtime_model_id (SPEC §2). */
+  /** true when derived from the entry's runtime/runtime_model_id (docs/api.md §4). */
   derived: boolean
 }
 
@@ -130,7 +130,7 @@ export interface CatalogueEntry {
   artifact_files: ArtifactFile[]
 }
 
-/** Which rule an entry breaks: SPEC §2 rules 1–3, or `schema` for a malformed entry. */
+/** Which rule an entry breaks: docs/api.md §4 catalogue rules 1–3, or `schema` for a malformed entry. */
 export type Rule = 1 | 2 | 3 | 'schema'
 
 export interface Violation {
@@ -145,16 +145,16 @@ export type ManifestCheck =
   | { ok: true; total: number; entries: CatalogueEntry[]; violations: Violation[] }
   | { ok: false; error: string }
 
-/** The quant slug of SPEC rule 2: the label lowercased, separators removed ("Q4_K_M" → "q4km"). */
+/** The quant slug of docs/api.md §4 catalogue rule 2: the label lowercased, separators removed ("Q4_K_M" → "q4km"). */
 export const quantSlug = (quantization: string) => quantization.toLowerCase().replace(/[^a-z0-9]/g, '')
 
-/** The runtime name an id contains (SPEC rule 3), if any. */
+/** The runtime name an id contains (docs/api.md §4 catalogue rule 3), if any. */
 export function runtimeNameIn(id: string): string | undefined {
   const flat = id.toLowerCase().replace(/[^a-z0-9]/g, '')
   return RUNTIME_NAMES.find((name) => flat.includes(name))
 }
 
-/** SPEC rules 1–3 for one id. */
+/** docs/api.md §4 catalogue rules 1–3 for one id. */
 export function idViolations(id: string, quantization: string | null): { rule: Rule; message: string }[] {
   const out: { rule: Rule; message: string }[] = []
   if (!ID_PATTERN.test(id)) {
@@ -210,7 +210,7 @@ export function checkManifestDocument(doc: unknown): ManifestCheck {
     const first = seenIds.get(entry.id)
     if (first !== undefined) cross.push(`duplicate id "${entry.id}" (first at models[${first}])`)
     if (entry.renamed_from !== null) {
-      // SPEC rule 5: a rename is one-shot; the old id cannot also stay a live entry of the manifest.
+      // docs/api.md §4 catalogue rule 5: a rename is one-shot; the old id cannot also stay a live entry of the manifest.
       if (allIds.has(entry.renamed_from)) {
         cross.push(`renamed_from "${entry.renamed_from}" is still an entry of this manifest`)
       }
@@ -268,7 +268,7 @@ function buildEntry(e: ManifestEntry): CatalogueEntry | string[] {
     artifact_files.push({ path: f.path, sha256: sha256 ?? '', size_bytes: f.size_bytes ?? null })
   }
 
-  // SPEC §2: profiles are unique per (entry, runtime); without explicit ones, one is derived.
+  // docs/api.md §4: profiles are unique per (entry, runtime); without explicit ones, one is derived.
   const explicit = e.serving_profiles ?? []
   const runtimes = new Set<string>()
   for (const [i, p] of explicit.entries()) {
@@ -307,12 +307,12 @@ function buildEntry(e: ManifestEntry): CatalogueEntry | string[] {
   }
 
   const enabled = e.enabled ?? true
-  // SPEC rule 8: stubs may leave task_type open, but only a reviewed entry becomes selectable.
+  // docs/api.md §4 catalogue rule 8: stubs may leave task_type open, but only a reviewed entry becomes selectable.
   if (enabled && e.task_type == null) problems.push('/task_type: required when the entry is enabled')
   if (e.renamed_from != null && e.renamed_from === e.id) problems.push('/renamed_from: equals the id')
   if (problems.length) return problems
 
-  // The deprecated columns stay written (SPEC §9): from the entry, else from its first profile.
+  // The deprecated columns stay written (docs/api.md §0): from the entry, else from its first profile.
   const primary = serving_profiles[0]!
   return {
     id: e.id,

@@ -5,7 +5,7 @@ import { MAX_ID_LENGTH } from './manifest'
 
 const nullable = <S extends TSchema>(s: S) => t.Union([s, t.Null()])
 
-// The model object of API.md §4, exactly these fields.
+// The model object of docs/api.md §4, exactly these fields.
 export const ModelObject = t.Object({
   id: t.String(),
   object: t.Literal('model'),

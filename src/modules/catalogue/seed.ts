@@ -6,7 +6,7 @@ import { log } from '../../lib/logger'
 import { type CatalogueEntry, checkManifest, type Violation } from './manifest'
 import { modelsChanged } from './view'
 
-// SPEC rule 7: at every start the catalogue is upserted from the version-controlled manifest.
+// docs/api.md §4 catalogue rule 7: at every start the catalogue is upserted from the version-controlled manifest.
 // New ids are inserted, managed fields of existing ids updated, entries absent from the manifest
 // left untouched. An entry breaking rules 1–3 (or malformed) is logged and skipped; startup never
 // fails because of the manifest (rule 4). Editing the file changes nothing until the next seed.
@@ -99,7 +99,7 @@ export async function applyManifest(deps: Deps, text: string, source: string): P
 }
 
 /**
- * SPEC rule 7's upsert of valid entries; what GET /v1/models and the validator keep is then read
+ * docs/api.md §4 catalogue rule 7's upsert of valid entries; what GET /v1/models and the validator keep is then read
  * afresh, here and on the other instances (catalogue/view.ts).
  */
 export async function upsertCatalogue(deps: Deps, entries: CatalogueEntry[], now: number) {

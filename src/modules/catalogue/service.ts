@@ -5,7 +5,7 @@ import type { UserPrincipal } from '../auth/credentials'
 import type { ModelObject } from './model'
 import { modelListBody, selectableEntries, selectableModel } from './view'
 
-// Which entries a user may select (SPEC §4 Models, rule 7 and rule 10): enabled, and public or
+// Which entries a user may select (docs/api.md §4 Models, rule 7 and rule 10): enabled, and public or
 // private to one of the user's orgs; a superadmin sees every enabled entry. One predicate, in
 // catalogue/view.ts, serves GET /v1/models and the batch validator's `unsupported_model` check.
 
@@ -19,14 +19,14 @@ export async function visibleEntriesOf(deps: Deps, userId: string): Promise<Map<
   return selectableEntries(deps, user)
 }
 
-/** GET /v1/models (API.md §4), serialized once per visibility class and kept (catalogue/view.ts). */
+/** GET /v1/models (docs/api.md §4), serialized once per visibility class and kept (catalogue/view.ts). */
 export function listModels(deps: Deps, principal: UserPrincipal): Promise<string> {
   return modelListBody(deps, principal.user)
 }
 
 export async function getModel(deps: Deps, principal: UserPrincipal, id: string): Promise<ModelObject> {
   const model = await selectableModel(deps, principal.user, id)
-  // Hidden, disabled and another org's entries are all simply "not found" (API.md §0).
+  // Hidden, disabled and another org's entries are all simply "not found" (docs/api.md §0).
   if (!model) throw notFound('model_not_found', `No model "${id}" in the catalogue`, 'id')
   return model
 }

@@ -1,7 +1,7 @@
 import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../../db/schema'
 import type { ArtifactFile, CatalogueEntry, ServingProfile } from './manifest'
 
-// The seed upsert's decisions (SPEC §2 rules 5 and 7), taken once here; each storage engine
+// The seed upsert's decisions (docs/api.md §4 catalogue rules 5 and 7), taken once here; each storage engine
 // (src/store/*/catalogue.ts) reads the stored rows, asks these functions, and applies the answer
 // inside its own transaction.
 
@@ -49,7 +49,7 @@ const canonical = (v: unknown): unknown =>
 const sameJson = (a: unknown, b: unknown) => JSON.stringify(canonical(a)) === JSON.stringify(canonical(b))
 
 /**
- * SPEC rule 5, given the stored rows under the new id and under `renamed_from`: the old row is
+ * docs/api.md §4 catalogue rule 5, given the stored rows under the new id and under `renamed_from`: the old row is
  * renamed in place only when the new id is not taken (then batches keep the old slug).
  */
 export function renameDecision(
@@ -94,7 +94,7 @@ function childChanges<Row extends { seq: number }, Want>(
   return out
 }
 
-/** SPEC §2: one profile per (entry, runtime); adding a runtime adds a profile, never an entry. */
+/** docs/api.md §4: one profile per (entry, runtime); adding a runtime adds a profile, never an entry. */
 export const profileChanges = (stored: ServingProfileRow[], entry: CatalogueEntry) =>
   childChanges<ServingProfileRow, ServingProfile>(
     stored,

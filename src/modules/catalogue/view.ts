@@ -13,7 +13,7 @@ import { toModelObject } from './model'
 // other instance; and by time: an online worker falling silent (read-time liveness) ends the view.
 
 /**
- * The longest a view is kept: a signal from another instance that never arrived (API.md §12: a
+ * The longest a view is kept: a signal from another instance that never arrived (docs/api.md §12: a
  * signal is a hint) delays a change by at most this — the same safety net as the engine's
  * catalogue rows (CATALOGUE_REREAD_MS), so one lost signal costs one bound, not two.
  */
@@ -32,7 +32,7 @@ export interface EnabledCatalogue {
 
 interface ModelsNow {
   catalogue: EnabledCatalogue
-  /** SPEC §4 Models `available`: the entries some online worker can serve (servableCatalogIds). */
+  /** docs/api.md §4 Models `available`: the entries some online worker can serve (servableCatalogIds). */
   servable: Set<string>
   /** Unix seconds: the view is used while the clock is before this. */
   until: number
@@ -116,7 +116,7 @@ function modelsNow(deps: Deps): Promise<ModelsNow> {
 type Viewer = Pick<UserRow, 'id' | 'platform_role'>
 
 /**
- * SPEC §4 Models rules 7 and 10: a user may select an enabled entry that is public or private to
+ * docs/api.md §4 catalogue rules 7 and 10: a user may select an enabled entry that is public or private to
  * one of the user's orgs; a superadmin, every enabled entry. `key` names the visibility class.
  */
 async function visibilityOf(deps: Deps, viewer: Viewer, catalogue: EnabledCatalogue) {

@@ -1,7 +1,7 @@
 import { basename } from 'node:path'
 import page from '../../../web/index.html'
 
-// The dashboard's bundle (API.md §11), from Bun's HTML import of web/index.html. `bun build
+// The dashboard's bundle (docs/api.md §11), from Bun's HTML import of web/index.html. `bun build
 // --compile` bundles it at build time and embeds the files (`page.files`); from source the same
 // entry point is bundled once, in memory, at the first request. Either way the page and its assets
 // are then served by ordinary Elysia routes (src/modules/dashboard/index.ts), so they get the

@@ -8,7 +8,7 @@ import { authPlugin } from '../../http/auth'
 import { AppError } from '../../lib/errors'
 import { ASSET_PREFIX, loadDashboard } from './bundle'
 
-// API.md §11: the dashboard at `/`, every path under `/app/`, and `/reset-password` (the page the
+// docs/api.md §11: the dashboard at `/`, every path under `/app/`, and `/reset-password` (the page the
 // reset mail links to). No catch-all: `/v1/**` and `/workers/**` keep their JSON 404 envelope.
 // These are ordinary routes, so the page carries the request id, log line and metrics of any other.
 
@@ -20,7 +20,7 @@ export const DOCS_SCRIPT_PATH = '/docs/assets/api-reference.js'
 type ScalarConfig = NonNullable<NonNullable<Parameters<typeof openapi>[0]>['scalar']>
 export const docsUi = { cdn: DOCS_SCRIPT_PATH, withDefaultFonts: false } as ScalarConfig
 
-// API.md §11: `default-src 'self'`, no inline script. frame-ancestors keeps it out of others' frames.
+// docs/api.md §11: `default-src 'self'`, no inline script. frame-ancestors keeps it out of others' frames.
 const PAGE_HEADERS = {
   'content-type': 'text/html; charset=utf-8',
   'content-security-policy': "default-src 'self'; frame-ancestors 'none'",

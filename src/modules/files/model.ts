@@ -7,7 +7,7 @@ export const FilePurpose = t.Union([t.Literal('batch'), t.Literal('batch_output'
 
 export const FileModel = {
   params: t.Object({ file_id: t.String({ maxLength: 128 }) }),
-  // API.md §16: a shard job's input_path names its shard.
+  // docs/api.md §16: a shard job's input_path names its shard.
   content: t.Object(
     { shard: t.Optional(t.String({ minLength: 1, maxLength: 64 })) },
     { additionalProperties: false },
@@ -24,7 +24,7 @@ export const FileModel = {
   }),
 }
 
-// API.md §5: the OpenAI file object.
+// docs/api.md §5: the OpenAI file object.
 export const FileObject = t.Object({
   id: t.String(),
   object: t.Literal('file'),
@@ -33,7 +33,7 @@ export const FileObject = t.Object({
   filename: t.String(),
   purpose: FilePurpose,
   status: t.Literal('processed'),
-  /** API.md §15 (OpenAI's field): when the file is deleted; null = kept until deleted. */
+  /** docs/api.md §15 (OpenAI's field): when the file is deleted; null = kept until deleted. */
   expires_at: t.Union([t.Integer(), t.Null()]),
 })
 export type FileObject = typeof FileObject.static

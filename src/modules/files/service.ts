@@ -10,7 +10,7 @@ import type { UserPrincipal, WorkerPrincipal } from '../auth/credentials'
 import { type FileObject, toFileObject } from './model'
 import { quotaExceeded, receiveUpload, type UploadInput } from './upload'
 
-// Files (API.md §5): uploads of batch input, and the output and error files the workers
+// Files (docs/api.md §5): uploads of batch input, and the output and error files the workers
 // workstream writes as rows owned by the batch's owner. Another user's file is a 404.
 
 const isSuperadmin = (p: UserPrincipal) => p.user.platform_role === 'superadmin'
@@ -18,7 +18,7 @@ const isSuperadmin = (p: UserPrincipal) => p.user.platform_role === 'superadmin'
 /**
  * POST /v1/files: streams the upload into the blob store under the new file's id, publishes it
  * once the form is complete and valid, and records it. Any failure leaves no blob behind.
- * API.md §15: a disk below MIN_FREE_DISK_BYTES is a 507 and a full quota a 400 `quota_exceeded`,
+ * docs/api.md §15: a disk below MIN_FREE_DISK_BYTES is a 507 and a full quota a 400 `quota_exceeded`,
  * both decided before the body is read when they can be, else while it streams.
  */
 export async function uploadFile(
@@ -99,7 +99,7 @@ async function userFile(deps: Deps, principal: UserPrincipal, fileId: string): P
 export const getFile = async (deps: Deps, principal: UserPrincipal, fileId: string) =>
   toFileObject(await userFile(deps, principal, fileId))
 
-/** DELETE /v1/files/{id}: refused while a batch that has not finished reads it (API.md §5). */
+/** DELETE /v1/files/{id}: refused while a batch that has not finished reads it (docs/api.md §5). */
 export async function deleteFile(deps: Deps, principal: UserPrincipal, fileId: string) {
   const outcome = await deps.store.files.remove(fileId, principal.user.id)
   if (!outcome.removed) {
@@ -116,7 +116,7 @@ export async function deleteFile(deps: Deps, principal: UserPrincipal, fileId: s
 }
 
 /**
- * GET /v1/files/{id}/content (API.md §5 readers): the owner, a superadmin, or a worker key whose
+ * GET /v1/files/{id}/content (docs/api.md §5 readers): the owner, a superadmin, or a worker key whose
  * org has a worker holding a current assignment of a batch whose input is this file. Anyone else
  * gets the same 404 as for a file that does not exist.
  */
@@ -138,7 +138,7 @@ export async function openContent(
 }
 
 /**
- * GET /v1/files/{id}/content?shard=… (API.md §16): exactly the shard's request lines, one byte
+ * GET /v1/files/{id}/content?shard=… (docs/api.md §16): exactly the shard's request lines, one byte
  * range found through the request-line index. Readers: a worker key whose org holds the shard
  * now, or whoever may read the whole file (the owner, a superadmin). Anything else is a 404.
  */

@@ -2,7 +2,7 @@ import type { BlobWriter } from '../../lib/blobs'
 import { badRequest, tooLarge } from '../../lib/errors'
 import { type MultipartInput, receiveMultipart } from '../../lib/multipart'
 
-// The form of POST /v1/files (API.md §5, §15): exactly one `.jsonl` file, not empty, not over
+// The form of POST /v1/files (docs/api.md §5, §15): exactly one `.jsonl` file, not empty, not over
 // MAX_UPLOAD_BYTES; `purpose` = `batch`; optionally OpenAI's `expires_after[anchor]` and
 // `expires_after[seconds]`; no other field. The bytes stream into a blob writer; the caller
 // publishes it only if this resolves.
@@ -39,7 +39,7 @@ export function safeFilename(name: string | undefined): string {
   return cleaned.length > 255 ? cleaned.slice(cleaned.length - 255) : cleaned
 }
 
-/** API.md §15: both fields or neither; anchor `created_at`; seconds an integer in OpenAI's range. */
+/** docs/api.md §15: both fields or neither; anchor `created_at`; seconds an integer in OpenAI's range. */
 function expiresAfter(fields: Record<string, string>): number | null {
   const anchor = fields[ANCHOR]
   const seconds = fields[SECONDS]

@@ -1,7 +1,7 @@
 import type { ApiKeyRow } from '../../db/schema'
 import { badRequest, notFound } from '../../lib/errors'
 
-// API.md §2/§3 rotation with key_id, decided once for both engines on the key as locked by the
+// docs/api.md §2/§3 rotation with key_id, decided once for both engines on the key as locked by the
 // rotating transaction.
 
 export function checkRotatable<K extends Pick<ApiKeyRow, 'revoked_at' | 'expires_at'>>(

@@ -96,7 +96,7 @@ export function revokeKey(deps: Deps, owner: KeyOwner, keyId: string): Promise<K
 }
 
 /**
- * API.md §2/§3 rotation: with `key_id`, that key is revoked and replaced by one with the same name
+ * docs/api.md §2/§3 rotation: with `key_id`, that key is revoked and replaced by one with the same name
  * and expiry; without, every active key of the owner is revoked and one named `default` issued.
  */
 export async function regenerateKey(

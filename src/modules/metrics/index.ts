@@ -3,7 +3,7 @@ import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
 import { checkMetricsToken, renderMetrics } from './service'
 
-// Outside the user credential matrix (API.md §10): open by default, or guarded by METRICS_TOKEN,
+// Outside the user credential matrix (docs/api.md §10): open by default, or guarded by METRICS_TOKEN,
 // which this module checks itself. `public` makes the auth plugin ignore the Authorization header.
 export const metricsRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.metrics' }).use(authPlugin(deps)).get(

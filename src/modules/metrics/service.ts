@@ -4,7 +4,7 @@ import { unauthorized } from '../../lib/errors'
 import { BATCH_STATUSES } from '../batches/states'
 import { onlineCutoff } from '../workers/liveness'
 
-// GET /metrics (API.md §10): Prometheus text. Counters are incremented where things happen; the
+// GET /metrics (docs/api.md §10): Prometheus text. Counters are incremented where things happen; the
 // gauges describing stored state are computed here, at scrape time, from the database.
 
 const WORKER_STATUSES = ['online', 'offline'] as const
@@ -44,7 +44,7 @@ export async function refreshStateGauges(deps: Deps) {
   for (const state of ['waiting', 'running', 'done'] as const)
     deps.metrics.shards.set({ state }, shards[state])
 
-  // API.md §7: online only if stored online AND seen within HEARTBEAT_TIMEOUT_SECONDS (read time),
+  // docs/api.md §7: online only if stored online AND seen within HEARTBEAT_TIMEOUT_SECONDS (read time),
   // with the one cutoff (workers/liveness.ts), like pool capacity and the listings.
   const workerCounts = new Map(
     (await deps.store.fleet.workerCounts(onlineCutoff(deps))).map((r) => [`${r.status}/${r.activity}`, r.n]),

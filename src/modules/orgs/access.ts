@@ -3,7 +3,7 @@ import type { Deps } from '../../deps'
 import { forbidden, notFound } from '../../lib/errors'
 import type { UserPrincipal } from '../auth/credentials'
 
-// The one org-role check (SPEC §5 rule 2, API.md §3): a non-member gets 404 (never leak that the
+// The one org-role check (docs/api.md §1, docs/api.md §3): a non-member gets 404 (never leak that the
 // org exists), a member without the role 403. Superadmins pass every check as if owner.
 
 const RANK: Record<OrgRole, number> = { viewer: 1, admin: 2, owner: 3 }

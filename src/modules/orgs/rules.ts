@@ -1,7 +1,7 @@
 import type { OrgRole } from '../../db/schema'
 import { badRequest, forbidden, notFound } from '../../lib/errors'
 
-// API.md §3 membership rules, decided once for both engines, inside the transaction that changes
+// docs/api.md §3 membership rules, decided once for both engines, inside the transaction that changes
 // the membership: only an owner grants or removes `owner`; an org always keeps an owner.
 
 export interface MemberTarget {

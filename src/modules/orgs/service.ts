@@ -6,7 +6,7 @@ import type { Member } from '../../store/orgs'
 import type { UserPrincipal } from '../auth/credentials'
 import { requireOrgRole } from './access'
 
-// Organizations (SPEC §2, API.md §3): the caller's orgs, team orgs and their members. Roles:
+// Organizations (docs/api.md §3, docs/api.md §3): the caller's orgs, team orgs and their members. Roles:
 // viewer < admin < owner; only an owner grants or removes `owner`; an org always keeps an owner
 // (rules.ts, applied by the store inside the transaction that changes the membership).
 

@@ -3,7 +3,7 @@ import type { AnonymousPrincipal, UserPrincipal } from '../auth/credentials'
 import { onlineCutoff } from '../workers/liveness'
 import { loadCatalogue, servableCatalogIds } from '../workers/matching'
 
-// GET /v1/pool/capacity (SPEC §4 Pool, API.md §8): an aggregate that is safe to show anyone. It
+// GET /v1/pool/capacity (docs/api.md §8 Pool rules, docs/api.md §8): an aggregate that is safe to show anyone. It
 // never names a hostname, GPU name, worker id or org id. models_servable comes from the same
 // predicate poll uses (servableCatalogIds); online is decided at read time.
 
@@ -27,14 +27,14 @@ export async function computeCapacity(
   const counts = await deps.store.fleet.capacityCounts(cutoff)
   const catalogue = await loadCatalogue(deps)
   const servable = await servableCatalogIds(deps, catalogue)
-  // SPEC Pool rule 4: org-private entries only to that org's members; superadmins see all.
+  // docs/api.md §8 Pool rule 4: org-private entries only to that org's members; superadmins see all.
   const superadmin = principal.kind === 'user' && principal.user.platform_role === 'superadmin'
   const orgs =
     principal.kind === 'user' && !superadmin
       ? new Set(await deps.store.fleet.orgIdsOf(principal.user.id))
       : new Set<string>()
   const visible = (orgId: string | null) => orgId === null || superadmin || orgs.has(orgId)
-  // SPEC Pool rule 3: hardware figures for signed-in callers only, and only from the threshold on.
+  // docs/api.md §8 Pool rule 3: hardware figures for signed-in callers only, and only from the threshold on.
   const hardware = principal.kind === 'user' && counts.online >= deps.config.MIN_WORKERS_FOR_HARDWARE
   return {
     object: 'pool.capacity',
@@ -58,7 +58,7 @@ export interface KeptCapacity {
   body: string | Promise<string>
 }
 
-// SPEC Pool rule 6: responses are cached POOL_CACHE_SECONDS, per caller class (API.md §8:
+// docs/api.md §8 Pool rule 6: responses are cached POOL_CACHE_SECONDS, per caller class (docs/api.md §8:
 // anonymous, and each user, whose org-visible entries differ), in deps.poolCache.
 const MAX_CACHED_CLASSES = 10_000
 

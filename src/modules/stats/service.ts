@@ -1,6 +1,6 @@
 import type { Deps } from '../../deps'
 
-// GET /v1/stats/queue (API.md §11, the dashboard's chart): queue depth and throughput over the
+// GET /v1/stats/queue (docs/api.md §11, the dashboard's chart): queue depth and throughput over the
 // last hour, one point per minute, rebuilt from the batches' own timestamps (no history table).
 // An aggregate over every batch, like the pool capacity: counts only, never an id or an owner.
 

@@ -5,7 +5,7 @@ import { OrgModel } from '../orgs/model'
 import { UsageModel } from './model'
 import { allUsage, myUsage, orgUsage } from './service'
 
-// API.md §14 usage, in its three views: the caller's, an organization's, everyone's.
+// docs/api.md §14 usage, in its three views: the caller's, an organization's, everyone's.
 const tags = ['usage']
 const response = { 200: UsageModel.list }
 

@@ -1,6 +1,6 @@
 import { t } from 'elysia'
 
-// API.md §14 usage. Times are taken as strings and parsed by the service, so that a bad value is
+// docs/api.md §14 usage. Times are taken as strings and parsed by the service, so that a bad value is
 // a 400 naming its parameter (Elysia's coerced integers lose the name when they fail a bound).
 
 const time = (what: string) =>

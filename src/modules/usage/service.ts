@@ -5,7 +5,7 @@ import type { UserPrincipal } from '../auth/credentials'
 import { requireOrgRole } from '../orgs/access'
 import type { UsageBucket, UsageList, UsageQuery } from './model'
 
-// Usage (API.md §14): tokens and requests of completed batches, for the caller, for an org's
+// Usage (docs/api.md §14): tokens and requests of completed batches, for the caller, for an org's
 // owners and admins (the work its workers ran), for a superadmin (everyone). The rules live here;
 // the store sums (src/store/usage.ts).
 //
@@ -118,7 +118,7 @@ export async function usage(deps: Deps, scope: UsageScope, query: UsageQuery): P
 export const myUsage = (deps: Deps, principal: UserPrincipal, query: UsageQuery) =>
   usage(deps, { kind: 'user', userId: principal.user.id }, query)
 
-/** GET /v1/orgs/{org_id}/usage: owners and admins (API.md §3 access: a non-member gets 404). */
+/** GET /v1/orgs/{org_id}/usage: owners and admins (docs/api.md §3 access: a non-member gets 404). */
 export async function orgUsage(deps: Deps, principal: UserPrincipal, orgId: string, query: UsageQuery) {
   await requireOrgRole(deps, principal, orgId, 'admin')
   return usage(deps, { kind: 'org', orgId }, query)

@@ -1,7 +1,7 @@
 import { t } from 'elysia'
 import type { UserRow } from '../../db/schema'
 
-// The user object of API.md §2. Never password, hashes, or keys.
+// The user object of docs/api.md §2. Never password, hashes, or keys.
 export const UserObject = t.Object({
   id: t.String(),
   object: t.Literal('user'),
@@ -28,7 +28,7 @@ export const toUserObject = (u: UserRow): UserObject => ({
 export const Email = t.String({ minLength: 3, maxLength: 320, description: 'Email address' })
 /** A password presented to be checked (login, current password); bounded before any hashing. */
 export const Password = t.String({ maxLength: 4096, description: 'Password' })
-// API.md §2: a new password of the wrong length is a 400 `weak_password` whatever its length, so the
+// docs/api.md §2: a new password of the wrong length is a 400 `weak_password` whatever its length, so the
 // schema sets no bound (the 4 MiB body limit does) and the service checks 8–256 before hashing.
 export const NewPassword = t.String({ description: 'Password, 8 to 256 characters' })
 export const FullName = t.String({ minLength: 1, maxLength: 200 })

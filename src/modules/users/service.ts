@@ -3,7 +3,7 @@ import type { Deps } from '../../deps'
 import { badRequest } from '../../lib/errors'
 
 // Creating users is shared by signup, the admin's create-user and the first-start superadmin:
-// each gets a Personal Org with an owner membership in the same transaction (SPEC §2).
+// each gets a Personal Org with an owner membership in the same transaction (docs/api.md §3).
 
 const EMAIL = /^[^\s@]+@[^\s@]+$/
 

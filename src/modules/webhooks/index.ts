@@ -9,7 +9,7 @@ import * as webhooks from './service'
 const tags = ['webhooks']
 const page = t.Object(PageQuery, { additionalProperties: false })
 
-// API.md §13: JWT or personal key; each user sees and deletes only their own webhooks.
+// docs/api.md §13: JWT or personal key; each user sees and deletes only their own webhooks.
 export const webhookRoutes = (deps: Deps) =>
   new Elysia({ name: 'routes.webhooks', prefix: '/v1/webhooks' })
     .use(authPlugin(deps))

@@ -9,7 +9,7 @@ import type { UserPrincipal } from '../auth/credentials'
 import { toDeliveryRecord, toWebhookRecord, type WebhookModel, type WebhookRecord } from './model'
 import { parseWebhookUrl, resolveTarget } from './urls'
 
-// Webhooks (API.md §13): a user's endpoints for their own batches' events. The secret is made
+// Webhooks (docs/api.md §13): a user's endpoints for their own batches' events. The secret is made
 // here, returned once by create, and kept as is (delivery signs with it); no later response or
 // log line carries it.
 

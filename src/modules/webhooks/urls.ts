@@ -1,7 +1,7 @@
 import { BlockList, isIP } from 'node:net'
 import { badRequest } from '../../lib/errors'
 
-// API.md §13 URL rules: http(s) only, at most 2,048 characters, and no host that resolves to an
+// docs/api.md §13 URL rules: http(s) only, at most 2,048 characters, and no host that resolves to an
 // address inside the server's own network (SSRF): loopback, link-local, private and unique-local,
 // cloud metadata (169.254.169.254 is link-local, fd00:ec2::254 unique-local), and the addresses
 // that reach this machine or nothing (0.0.0.0/8, ::, multicast, reserved). WEBHOOK_ALLOW_PRIVATE

@@ -5,7 +5,7 @@ import { loadCatalogue, matchesFor, workerView } from './matching'
 import { batchClaimable } from './poll-wait'
 import { ownWorkerWithHosting } from './service'
 
-// POST /workers/poll (SPEC §4 Poll, API.md §7). The worker's servable entries are computed here,
+// POST /workers/poll (docs/api.md §7 Poll rules, docs/api.md §7). The worker's servable entries are computed here,
 // by the one matching predicate (catalogue-sized work); the storage engine then claims the oldest
 // validated batch of those models atomically (src/store). UNIQUE(batch_assignments.batch_id)
 // backs the guarantee at the storage level: two pollers can never hold the same batch.
@@ -22,7 +22,7 @@ export interface Job {
   digest: string | null
   params: Record<string, unknown>
   total_requests: number
-  /** API.md §16: the batch a shard job belongs to (a shard's job_id is its own). */
+  /** docs/api.md §16: the batch a shard job belongs to (a shard's job_id is its own). */
   batch_id?: string
   shard?: { index: number; first_request: number; requests: number }
 }
@@ -40,7 +40,7 @@ export async function claimBatch(
   ])
   // A worker the sweeper would call silent gets no new work until it heartbeats again.
   if (!isOnline(deps, worker)) return { job: null }
-  // SPEC Poll rule 1 (and §2 rule 5): stored batches may carry an entry's retired slug.
+  // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired slug.
   const candidates = matchesFor(workerView(worker, hosting), catalogue).flatMap((match) => {
     const names = [...new Set(match.entry.profiles.map((p) => p.runtime_model_id))]
     return catalogue.slugsOf(match.entry).map((model) => ({ model, loaded: match.loaded, match, names }))
@@ -52,7 +52,7 @@ export async function claimBatch(
     maxConcurrent: worker.max_concurrent_jobs,
     candidates,
     now: deps.clock.now(),
-    // API.md §16: only a worker that declared shards is handed them.
+    // docs/api.md §16: only a worker that declared shards is handed them.
     shards:
       worker.shards && deps.config.SHARD_MAX_REQUESTS > 0
         ? {
@@ -67,7 +67,7 @@ export async function claimBatch(
   const { entry, profile } = claimed.match
   if (shard) {
     deps.metrics.shardClaims.inc()
-    // API.md §16: the rest of the batch is for the other workers: their held polls look again.
+    // docs/api.md §16: the rest of the batch is for the other workers: their held polls look again.
     if (batch.next_request < batch.request_counts_total || shard.attempts > 0)
       batchClaimable(deps, batch.id, batch.model)
   }
@@ -76,11 +76,11 @@ export async function claimBatch(
       job_id: shard ? shard.id : batch.id,
       assignment_id: assignmentId,
       input_file_id: batch.input_file_id,
-      // API.md §16: a shard's input path serves exactly its lines.
+      // docs/api.md §16: a shard's input path serves exactly its lines.
       input_path: shard
         ? `/v1/files/${batch.input_file_id}/content?shard=${shard.id}`
         : `/v1/files/${batch.input_file_id}/content`,
-      // API.md §7: the matched serving profile's runtime string, not the catalogue slug.
+      // docs/api.md §7: the matched serving profile's runtime string, not the catalogue slug.
       model: profile.runtime_model_id,
       catalogue_id: entry.id,
       endpoint: batch.endpoint,

@@ -7,7 +7,7 @@ import { pollForJob } from './poll-wait'
 import { uploadResults } from './results'
 import * as workers from './service'
 
-// The daemon protocol (SPEC §4 Workers, API.md §7): worker key only, no /v1 prefix (SPEC §9).
+// The daemon protocol (docs/api.md §7 Workers, docs/api.md §7): worker key only, no /v1 prefix (docs/api.md §0).
 
 const tags = ['workers']
 

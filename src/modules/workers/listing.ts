@@ -3,7 +3,7 @@ import { type PageParams, toPage } from '../../lib/pagination'
 import type { ListedWorker } from '../../store/fleet'
 import { isOnline } from './liveness'
 
-// Worker rows for people (API.md §7 "Worker row"): GET /v1/orgs/{org_id}/workers and
+// Worker rows for people (docs/api.md §7 "Worker row"): GET /v1/orgs/{org_id}/workers and
 // GET /v1/admin/workers. `status` is decided at read time, never trusted from storage alone.
 
 export function toWorkerRows(deps: Deps, rows: ListedWorker[]) {
@@ -44,7 +44,7 @@ export function toWorkerRows(deps: Deps, rows: ListedWorker[]) {
     registered_at: w.registered_at,
     last_heartbeat_at: w.last_heartbeat_at,
     uptime_seconds: w.uptime_seconds,
-    // (ext) The requests in flight the daemon settled on (its last heartbeat), API.md §16.
+    // (ext) The requests in flight the daemon settled on (its last heartbeat), docs/api.md §16.
     concurrency: w.concurrency,
     capabilities: { shards: w.shards },
   }))

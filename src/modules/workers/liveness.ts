@@ -2,7 +2,7 @@ import type { Config } from '../../config'
 import type { WorkerRow } from '../../db/schema'
 import type { Clock } from '../../lib/clock'
 
-// Read-time liveness (API.md §7, SPEC §4 Pool rule 2): a worker is online when stored online AND
+// Read-time liveness (docs/api.md §7, docs/api.md §8 Pool rule 2): a worker is online when stored online AND
 // seen within HEARTBEAT_TIMEOUT_SECONDS. The one cutoff: poll, listings, pool capacity, /metrics,
 // pull_models asks and the sweeper all take it from here.
 

@@ -4,7 +4,7 @@ import type { CatalogueRows } from '../../store/catalogue'
 import type { WorkerHead } from '../../store/fleet'
 import { isOnline, onlineCutoff } from './liveness'
 
-// THE matching predicate (SPEC §4 Poll rules 1–6, API.md §7 "hosts", serving profiles, artifact
+// THE matching predicate (docs/api.md §7 Poll rules 1–6, docs/api.md §7 "hosts", serving profiles, artifact
 // files). Poll, pool capacity, pull_models and `available` in GET /v1/models all decide "can this
 // worker serve this entry?" through matchEntry() below; nothing else re-implements it.
 
@@ -57,16 +57,16 @@ export interface WorkerView extends WorkerFit {
 export interface Match {
   entry: CatalogueEntry
   profile: Profile
-  /** SPEC Poll rule 5: the model is already loaded in VRAM on this worker. */
+  /** docs/api.md §7 Poll rule 5: the model is already loaded in VRAM on this worker. */
   loaded: boolean
 }
 
 /** The part of matchEntry that needs no models: a worker failing it is ruled out unread. */
 export function fitsWorker(worker: WorkerFit, entry: CatalogueEntry): boolean {
   if (!entry.enabled) return false
-  // Org-private entries (SPEC §2 rule 10) are never run on another org's machines.
+  // Org-private entries (docs/api.md §4 catalogue rule 10) are never run on another org's machines.
   if (entry.org_id !== null && entry.org_id !== worker.org_id) return false
-  // SPEC Poll rule 2: VRAM fit is judged only once the worker has reported it by heartbeat;
+  // docs/api.md §7 Poll rule 2: VRAM fit is judged only once the worker has reported it by heartbeat;
   // a null vram_gb disables the filter.
   if (worker.heartbeated && entry.vram_gb !== null) {
     if (worker.vram_total_gb === null || worker.vram_total_gb < entry.vram_gb) return false
@@ -77,11 +77,11 @@ export function fitsWorker(worker: WorkerFit, entry: CatalogueEntry): boolean {
 /** Whether `worker` can serve `entry` now, and with which serving profile. */
 export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | null {
   if (!fitsWorker(worker, entry)) return null
-  // SPEC Poll rule 6: a worker that never heartbeated only gets what it advertised at registration.
+  // docs/api.md §7 Poll rule 6: a worker that never heartbeated only gets what it advertised at registration.
   const hosted = worker.models.filter(
     (m) => (m.configured || m.on_disk || m.loaded) && (worker.heartbeated || m.advertised),
   )
-  // SPEC §2: every artifact file must be verified present before the artifact counts as present.
+  // docs/api.md §4: every artifact file must be verified present before the artifact counts as present.
   if (entry.artifact_sha256.length > 0) {
     const inventory = new Set(hosted.filter((m) => m.on_disk && m.digest).map((m) => m.digest))
     if (!entry.artifact_sha256.every((sha) => inventory.has(sha))) return null
@@ -91,12 +91,12 @@ export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | n
   let loaded = false
   for (const profile of entry.profiles) {
     for (const m of hosted) {
-      // SPEC Poll rule 3: the worker must host the runtime string.
+      // docs/api.md §7 Poll rule 3: the worker must host the runtime string.
       if (m.name !== profile.runtime_model_id) continue
-      // SPEC Poll rule 4: same tag with another digest is another artifact.
+      // docs/api.md §7 Poll rule 4: same tag with another digest is another artifact.
       if (entry.digest !== null && m.digest !== null && m.digest !== entry.digest) continue
       if (m.loaded) loaded = true
-      // API.md §7: the profile whose runtime is the engine hosting the model wins; next, one
+      // docs/api.md §7: the profile whose runtime is the engine hosting the model wins; next, one
       // whose runtime the worker runs; else the first listed.
       const rank = m.runtime === profile.runtime ? 2 : worker.engines.includes(profile.runtime) ? 1 : 0
       if (rank > bestRank) {
@@ -114,7 +114,7 @@ export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | n
 export interface Catalogue {
   entries: CatalogueEntry[]
   byId: Map<string, CatalogueEntry>
-  /** SPEC Poll rule 1 and §2 rule 5: `batch.model` by catalogue id, else by an entry's renamed_from. */
+  /** docs/api.md §7 Poll rule 1 and §4 catalogue rule 5: `batch.model` by catalogue id, else by an entry's renamed_from. */
   resolve(slug: string): CatalogueEntry | undefined
   /** The stored `batches.model` values that resolve to `entry` (its id, and its old slug). */
   slugsOf(entry: CatalogueEntry): string[]
@@ -160,7 +160,7 @@ function buildCatalogue(rows: CatalogueRows): Catalogue {
     vram_gb: e.vram_gb,
     size_gb: e.size_gb,
     digest: digestOrNull(e.digest),
-    // SPEC §2: an entry without explicit profiles gets one derived from runtime/runtime_model_id.
+    // docs/api.md §4: an entry without explicit profiles gets one derived from runtime/runtime_model_id.
     profiles:
       profiles.get(e.id) ??
       (e.runtime && e.runtime_model_id

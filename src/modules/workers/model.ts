@@ -1,6 +1,6 @@
 import { t } from 'elysia'
 
-// Bodies of the /workers protocol (SPEC §4 Workers, API.md §7). Every object rejects unknown
+// Bodies of the /workers protocol (docs/api.md §7 Workers, docs/api.md §7). Every object rejects unknown
 // fields; every string and array is bounded.
 
 export const ENGINES = ['ollama', 'vllm', 'llama.cpp', 'sglang', 'tgi', 'lmstudio', 'openai'] as const
@@ -44,7 +44,7 @@ export const WorkerModel = {
       daemon_version: t.Optional(t.String({ maxLength: 100 })),
       max_concurrent_jobs: t.Optional(t.Integer({ minimum: 1, maximum: 1024 })),
       max_download_gb: t.Optional(Gb),
-      // API.md §16 (ext): a worker that declares shards is handed shards of split batches.
+      // docs/api.md §16 (ext): a worker that declares shards is handed shards of split batches.
       capabilities: t.Optional(
         t.Object({ shards: t.Optional(t.Boolean()) }, { additionalProperties: false }),
       ),
@@ -113,7 +113,7 @@ export const WorkerModel = {
   poll: t.Object(
     {
       worker_id: Id,
-      // API.md §7 (ext): hold the poll up to this long while nothing is claimable.
+      // docs/api.md §7 (ext): hold the poll up to this long while nothing is claimable.
       wait_seconds: t.Optional(t.Number({ minimum: 0, maximum: 30 })),
     },
     { additionalProperties: false },

@@ -1,7 +1,7 @@
 import type { Deps } from '../../deps'
 
 /**
- * API.md §16: shards' result parts, once joined or once their batch failed (RequeueOutcome.parts):
+ * docs/api.md §16: shards' result parts, once joined or once their batch failed (RequeueOutcome.parts):
  * nothing refers to them any more. A removal that fails leaves an unreferenced blob, never a loss.
  */
 export async function removeParts(deps: Deps, keys: readonly (string | null)[] = []) {

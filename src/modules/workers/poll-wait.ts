@@ -4,9 +4,9 @@ import { claimBatch, type Job } from './claim'
 import { loadCatalogue, loadWorkerView, matchesFor } from './matching'
 import { ownWorker } from './service'
 
-// POST /workers/poll with `wait_seconds` (API.md §7, ext): with nothing to claim, the request is
+// POST /workers/poll with `wait_seconds` (docs/api.md §7, ext): with nothing to claim, the request is
 // held until a batch may have become claimable, then the ordinary claim runs again. The signal is
-// a hint and the table is the truth (STYLE example 15): the validator and the requeue path call
+// a hint and the table is the truth (ARCHITECTURE.md rule 15): the validator and the requeue path call
 // notify(model) whenever a batch becomes `validated`; the held polls whose worker can serve that
 // model (the catalogue slugs it matches, worked out when it began to wait) re-run claimBatch(), and
 // those that still find nothing keep waiting until their deadline. So one new batch wakes only
@@ -105,7 +105,7 @@ async function servable(deps: Deps, principal: WorkerPrincipal, workerId: string
 
 /**
  * A batch of `model` became `validated` (validation passed, or a requeue): held polls here look
- * again, and the other instances sharing the database are told (API.md §12 signals).
+ * again, and the other instances sharing the database are told (docs/api.md §12 signals).
  */
 export function batchClaimable(deps: Deps, batchId: string, model: string | null) {
   if (model === null) return

@@ -12,7 +12,7 @@ import {
   type WorkerView,
 } from './matching'
 
-// API.md §7 pull_models, SPEC §2 rule 9 (on-the-fly downloads only materialise an existing
+// docs/api.md §7 pull_models, docs/api.md §4 catalogue rule 9 (on-the-fly downloads only materialise an existing
 // catalogue entry onto a worker that lacks it). Asked in a heartbeat response when validated
 // batches wait for an entry no online worker can serve; at most one worker at a time per entry.
 

@@ -1,6 +1,6 @@
 import type { BatchEvent } from '../batches/states'
 
-// The one requeue rule (SPEC §3, API.md §7): report-failure, the sweeper and re-registration all
+// The one requeue rule (docs/api.md §6, docs/api.md §7): report-failure, the sweeper and re-registration all
 // release a held batch as one failed attempt. The rule is decided here, once; each storage engine
 // (src/store) applies the decision inside its own transaction.
 
@@ -16,13 +16,13 @@ export interface RequeueOutcome {
   /** The batch's model: held polls that can serve it look again (not part of any API answer). */
   model: string | null
   /**
-   * API.md §16: blob keys of the done shards' result parts of a split batch that just failed; the
+   * docs/api.md §16: blob keys of the done shards' result parts of a split batch that just failed; the
    * caller removes them (nothing will join them now).
    */
   parts?: string[]
 }
 
-/** SPEC §8: stored error text is at most 2000 characters (code points: never half a character). */
+/** docs/api.md §10: stored error text is at most 2000 characters (code points: never half a character). */
 export function truncateError(text: string): string {
   if (text.length <= MAX_ERROR_CHARS) return text
   return Array.from(text).slice(0, MAX_ERROR_CHARS).join('')

@@ -17,7 +17,7 @@ import { removeParts } from './parts'
 import { checkHolder } from './rules'
 import { ownWorker } from './service'
 
-// POST /workers/upload-results (SPEC §4, API.md §7). The multipart body is read by the one
+// POST /workers/upload-results (docs/api.md §7, docs/api.md §7). The multipart body is read by the one
 // receiver (src/lib/multipart.ts): the output is read once, line by line, and split into the
 // output file (status_code < 400, no error) and the error file (everything else, plus a
 // `missing_result` line for every input custom_id the worker did not return). The input's
@@ -29,7 +29,7 @@ import { ownWorker } from './service'
 
 export interface UploadResponse {
   batch_id: string
-  /** API.md §16: the shard a shard upload answered (its request_counts and usage are the shard's). */
+  /** docs/api.md §16: the shard a shard upload answered (its request_counts and usage are the shard's). */
   job_id?: string
   status: 'completed'
   output_file_id: string | null
@@ -50,7 +50,7 @@ interface Held {
   batch: BatchRow
   workerId: string
   assignmentId: string
-  /** API.md §16: the shard this upload answers, with the byte range of its lines; absent = whole. */
+  /** docs/api.md §16: the shard this upload answers, with the byte range of its lines; absent = whole. */
   shard?: { row: BatchShardRow; range: ByteRange }
 }
 
@@ -106,7 +106,7 @@ async function authorize(
   return { kind: 'held', held: { batch: batch!, workerId, assignmentId: held.assignment_id } }
 }
 
-/** API.md §16: the shard holder rule and fencing; a repeat for a shard this run finished is a 200. */
+/** docs/api.md §16: the shard holder rule and fencing; a repeat for a shard this run finished is a 200. */
 async function authorizeShard(
   deps: Deps,
   shardId: string,
@@ -202,7 +202,7 @@ export async function readInputIds(
   hash: HashFn = fnv1a32,
   range: ByteRange | null = null,
 ): Promise<InputIds> {
-  // API.md §16: a shard's ids are its own lines only, one range read of the input.
+  // docs/api.md §16: a shard's ids are its own lines only, one range read of the input.
   const source = range
     ? await deps.blobs.readRange(batch.input_file_id, range.start, range.end)
     : await deps.blobs.read(batch.input_file_id)
@@ -326,7 +326,7 @@ async function splitOutput(deps: Deps, held: Held, source: AsyncIterable<Uint8Ar
         await split.errors.add(text)
       }
     }
-    // API.md §7: every input custom_id without a result gets a `missing_result` error line.
+    // docs/api.md §7: every input custom_id without a result gets a `missing_result` error line.
     for (const id of ids.unanswered()) {
       split.failed++
       await split.errors.add(
@@ -372,7 +372,7 @@ export async function uploadResults(
     contentLength: request.headers.get('content-length'),
     body: request.body,
   }
-  // API.md §15: below MIN_FREE_DISK_BYTES, 507 before anything is written. Nothing changes: the
+  // docs/api.md §15: below MIN_FREE_DISK_BYTES, 507 before anything is written. Nothing changes: the
   // batch stays held by this worker with its attempts, and the worker retries later.
   const declared = Number(input.contentLength ?? Number.NaN)
   try {
@@ -404,7 +404,7 @@ export async function uploadResults(
         for await (const chunk of stream) await spool.writer.write(chunk)
       },
     })
-    // SPEC §4 fencing, whatever the field order: the fields as finally received decide, and a
+    // docs/api.md §7 fencing, whatever the field order: the fields as finally received decide, and a
     // run authorized on the fields before the file must still be the same run.
     const final = await authorize(deps, principal, fields)
     const first = early as Authorized | null
@@ -433,7 +433,7 @@ export async function uploadResults(
   }
 }
 
-/** API.md §7: `completed`/`failed` given by the worker must equal what the server counted. */
+/** docs/api.md §7: `completed`/`failed` given by the worker must equal what the server counted. */
 function checkCounts(split: Split, fields: Record<string, string>) {
   const completed = parseCount(fields, 'completed')
   const failed = parseCount(fields, 'failed')
@@ -468,7 +468,7 @@ async function place(split: Split) {
 }
 
 /**
- * API.md §16: a shard's results are kept as its parts (blobs, not files yet) and counted into the
+ * docs/api.md §16: a shard's results are kept as its parts (blobs, not files yet) and counted into the
  * batch; the upload that brings the batch's last requests joins the parts into its files.
  */
 async function commitShard(
@@ -522,14 +522,14 @@ async function commitShard(
   })
 }
 
-/** API.md §15 FILE_RETENTION_DAYS: a batch's results are kept that long after it finished. */
+/** docs/api.md §15 FILE_RETENTION_DAYS: a batch's results are kept that long after it finished. */
 function resultExpiry(deps: Deps, now: number) {
   const days = deps.config.FILE_RETENTION_DAYS
   return days === 0 ? null : now + days * 86_400
 }
 
 /**
- * API.md §16: the batch's output and error files are its shards' parts joined in shard order,
+ * docs/api.md §16: the batch's output and error files are its shards' parts joined in shard order,
  * streamed; then in_progress → completed with the counts and usage summed. Run by the upload that
  * brought the last requests, and by the sweeper for a batch whose joiner died. Null when the batch
  * is not (or no longer) ready: another joiner won, or it failed.
@@ -610,7 +610,7 @@ async function commit(
   const { batch } = held
   try {
     checkCounts(split, fields)
-    // API.md §5: output and error files both have purpose batch_output, as OpenAI's do.
+    // docs/api.md §5: output and error files both have purpose batch_output, as OpenAI's do.
     const placed = await place(split)
     const now = deps.clock.now()
     const expiresAt = resultExpiry(deps, now)

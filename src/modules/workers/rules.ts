@@ -12,8 +12,8 @@ export interface Holding {
 }
 
 /**
- * SPEC §4: progress, results and failures come only from the worker the batch is assigned to, and
- * (API.md §7 fencing) from its current assignment when the run names one. Anything else is a 403 —
+ * docs/api.md §7: progress, results and failures come only from the worker the batch is assigned to, and
+ * (docs/api.md §7 fencing) from its current assignment when the run names one. Anything else is a 403 —
  * also for an unknown batch, so a key learns nothing about batches it does not hold.
  */
 export function checkHolder<T extends Holding>(
@@ -36,7 +36,7 @@ export function checkHolder<T extends Holding>(
 }
 
 /**
- * POST /workers/progress (API.md §7), checked against the held batch's stored counts: the total
+ * POST /workers/progress (docs/api.md §7), checked against the held batch's stored counts: the total
  * must match, counts never go down, and together never exceed the total.
  */
 export function checkProgress(
@@ -64,21 +64,21 @@ export function checkProgress(
 
 /**
  * A batch a poll may claim, found by the engine under its claim lock: the oldest validated batch of
- * one (model, owner) pair among the worker's candidate models (API.md §14).
+ * one (model, owner) pair among the worker's candidate models (docs/api.md §14).
  */
 export interface ClaimHead {
   batch_id: string
   seq: number
   /** The batch's owner (batches.user_id). */
   user_id: string
-  /** SPEC Poll rule 5: the model is already loaded on this worker. */
+  /** docs/api.md §7 Poll rule 5: the model is already loaded on this worker. */
   loaded: boolean
-  /** API.md §14: batches the owner has in progress now (0 when only one owner is waiting). */
+  /** docs/api.md §14: batches the owner has in progress now (0 when only one owner is waiting). */
   running: number
 }
 
 /**
- * API.md §14: whose batches in progress need counting for a poll. Only between several owners does
+ * docs/api.md §14: whose batches in progress need counting for a poll. Only between several owners does
  * the count decide anything; with one (a user draining their own queue) nothing is counted.
  */
 export function ownersToCount(heads: readonly Pick<ClaimHead, 'user_id'>[]): string[] {
@@ -87,9 +87,9 @@ export function ownersToCount(heads: readonly Pick<ClaimHead, 'user_id'>[]): str
 }
 
 /**
- * Which head a poll claims: a model already loaded first (SPEC §4 Poll rule 5), then the owner
- * with the fewest batches in progress (API.md §14 fair share: one user's 10,000 queued batches never
- * starve another's one), then the oldest batch (API.md §7).
+ * Which head a poll claims: a model already loaded first (docs/api.md §7 Poll rule 5), then the owner
+ * with the fewest batches in progress (docs/api.md §14 fair share: one user's 10,000 queued batches never
+ * starve another's one), then the oldest batch (docs/api.md §7).
  */
 export function pickClaim<H extends ClaimHead>(heads: readonly H[]): H | null {
   let best: H | null = null
@@ -106,8 +106,8 @@ export function pickClaim<H extends ClaimHead>(heads: readonly H[]): H | null {
 }
 
 /**
- * API.md §7 registration: a worker (re-)registers online and never-heartbeated; VRAM, activity and
- * loaded models come with its first heartbeat (SPEC Poll rule 6).
+ * docs/api.md §7 registration: a worker (re-)registers online and never-heartbeated; VRAM, activity and
+ * loaded models come with its first heartbeat (docs/api.md §7 Poll rule 6).
  */
 export function registeredState<F extends object>(fields: F, now: number) {
   return {

@@ -19,17 +19,17 @@ import { removeParts } from './parts'
 import { batchClaimable } from './poll-wait'
 import { type PullItem, pullModelsFor } from './pulls'
 
-// The worker protocol (SPEC §4 Workers, API.md §7): register, heartbeat, progress, model-progress
+// The worker protocol (docs/api.md §7 Workers, docs/api.md §7): register, heartbeat, progress, model-progress
 // and report-failure. Poll lives in claim.ts, upload-results in results.ts.
 
 /**
- * API.md §7: daemons beat every 30 s (SPEC §8), or every quarter of HEARTBEAT_TIMEOUT_SECONDS when
+ * docs/api.md §7: daemons beat every 30 s (docs/api.md §10), or every quarter of HEARTBEAT_TIMEOUT_SECONDS when
  * that is shorter (never below 1 s): a timeout set low must never make healthy workers look silent.
  */
 export const heartbeatInterval = (config: Pick<Deps['config'], 'HEARTBEAT_TIMEOUT_SECONDS'>) =>
   Math.max(1, Math.min(30, Math.floor(config.HEARTBEAT_TIMEOUT_SECONDS / 4)))
 
-/** The worker, if it belongs to the key's org: unknown → 404, another org's → 403 (SPEC §4). */
+/** The worker, if it belongs to the key's org: unknown → 404, another org's → 403 (docs/api.md §7). */
 export async function ownWorker(
   deps: Deps,
   principal: WorkerPrincipal,
@@ -80,8 +80,8 @@ export async function register(deps: Deps, principal: WorkerPrincipal, body: Reg
   if (duplicate)
     throw badRequest('duplicate_runtime', `Runtime engine '${duplicate}' is listed twice`, 'runtimes')
 
-  // Everything known at registration is "advertised" (SPEC Poll rule 6): the configured names and
-  // whatever the runtimes hold (SPEC: a worker advertises everything its runtimes hold).
+  // Everything known at registration is "advertised" (docs/api.md §7 Poll rule 6): the configured names and
+  // whatever the runtimes hold (docs/api.md: a worker advertises everything its runtimes hold).
   const models = new Map<string, HostedModelInput>()
   for (const name of body.models ?? []) {
     models.set(name, {
@@ -122,7 +122,7 @@ export async function register(deps: Deps, principal: WorkerPrincipal, body: Reg
   })
   if ('notOwned' in registered) throw notOwned()
   const { worker, requeued, reused } = registered
-  // What the worker hosts and whether it is online may differ now (API.md §4 `available`).
+  // What the worker hosts and whether it is online may differ now (docs/api.md §4 `available`).
   modelsChanged(deps, 'fleet')
   for (const r of requeued) {
     await removeParts(deps, r.parts)
@@ -180,7 +180,7 @@ export async function heartbeat(
   // An unchanged report (the common heartbeat) leaves the child rows alone.
   const sig = inventorySig(body)
   if (sig !== row.inventory_sig) {
-    // SPEC §4 heartbeat: the inventory is the full on-disk list, resent whole, so it replaces the
+    // docs/api.md §7 heartbeat: the inventory is the full on-disk list, resent whole, so it replaces the
     // previous one; an older daemon that omits `inventory` keeps the last one.
     let inventory: HostedModelInput[] | undefined
     if (body.inventory !== undefined) {
@@ -189,10 +189,10 @@ export async function heartbeat(
       inventory = [...merged.values()]
     }
     await deps.store.fleet.replaceInventory(workerId, inventory, body.loaded_models ?? [], sig)
-    // API.md §7 wait_seconds: a held poll of this worker looks again with what it now hosts.
+    // docs/api.md §7 wait_seconds: a held poll of this worker looks again with what it now hosts.
     deps.pollWaiters.workerChanged(workerId)
   }
-  // API.md §4 `available`: a new inventory, or a worker back, heartbeating first or with another
+  // docs/api.md §4 `available`: a new inventory, or a worker back, heartbeating first or with another
   // VRAM total, may change which entries the fleet can serve. A steady heartbeat changes nothing.
   if (sig !== row.inventory_sig || row.fitChanged) modelsChanged(deps, 'fleet')
   const pull_models: PullItem[] =
@@ -225,10 +225,10 @@ export async function progress(deps: Deps, principal: WorkerPrincipal, body: Pro
 
 export async function modelProgress(deps: Deps, principal: WorkerPrincipal, body: ModelProgressBody) {
   const before = await ownWorker(deps, principal, body.worker_id)
-  // API.md §7: model-progress counts as liveness; a finished download (either way) ends the ask.
+  // docs/api.md §7: model-progress counts as liveness; a finished download (either way) ends the ask.
   const finished = body.status === 'completed' || body.status === 'failed'
   await deps.store.fleet.recordModelProgress(body.worker_id, body.model, finished, deps.clock.now())
-  // A silent worker's report brings it back online (API.md §4 `available` may change).
+  // A silent worker's report brings it back online (docs/api.md §4 `available` may change).
   if (!isOnline(deps, before)) modelsChanged(deps, 'fleet')
   log.info('model download progress', {
     worker_id: body.worker_id,

@@ -125,12 +125,12 @@ export function postgresBatches(db: PgDb): BatchesStore {
       return db.transaction(async (tx) => {
         const moves = items.map(({ batchId, result }) => ({ batchId, ...validationMove(result, now) }))
         const moved = await transitionEach(tx, moves, now, 'validation finished')
-        // SPEC §7: at most MAX_STORED_ERRORS stored per batch; a stale run (row null) writes nothing.
+        // docs/api.md §6: at most MAX_STORED_ERRORS stored per batch; a stale run (row null) writes nothing.
         const errors = items.flatMap(({ batchId, result }, i) =>
           moved[i] ? result.errors.map((e) => ({ batch_id: batchId, ...e })) : [],
         )
         if (errors.length > 0) await tx.insert(batchErrors).values(errors)
-        // API.md §16: where each request line starts, for a batch that passed (it may be split).
+        // docs/api.md §16: where each request line starts, for a batch that passed (it may be split).
         const indexes = items.flatMap(({ batchId, result }, i) =>
           moved[i] && result.passed && result.line_offsets?.length
             ? [{ batch_id: batchId, offsets: packLineOffsets(result.line_offsets) }]

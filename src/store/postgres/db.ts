@@ -5,7 +5,7 @@ import { type MigrationSet, withMigrationsFolder } from '../../db/migrate'
 import { embeddedMigrations } from '../../db/pg/migrations.gen'
 import * as schema from '../../db/pg/schema'
 
-// PostgreSQL (API.md §12) through Bun's built-in SQL client and drizzle's bun-sql driver: drizzle
+// PostgreSQL (docs/api.md §12) through Bun's built-in SQL client and drizzle's bun-sql driver: drizzle
 // gives the typed schema (src/db/pg/schema.ts), drizzle-kit's migrations and its public migrator,
 // and maps bigint columns to numbers (Bun's client returns them as strings); Bun's client brings
 // pooling and pipelining with no extra dependency.
@@ -53,7 +53,7 @@ export async function closePostgres(db: PgDb): Promise<void> {
 /**
  * Applies the embedded PostgreSQL migrations (or the first ones of them: tests of a data migration)
  * through drizzle's public migrator, holding an advisory lock so that instances starting together
- * migrate one after the other (API.md §12).
+ * migrate one after the other (docs/api.md §12).
  */
 export async function migratePostgres(db: PgDb, set: MigrationSet = embeddedMigrations): Promise<void> {
   // One connection holds the lock and runs the migrations, so a pool of any size (even 1) works.

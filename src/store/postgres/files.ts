@@ -8,12 +8,12 @@ import { pageRows } from './page'
 
 const { batchAssignments, batches, files, users } = schema
 
-/** Not expired at `now` (API.md §15): no expiry, or one still ahead. */
+/** Not expired at `now` (docs/api.md §15): no expiry, or one still ahead. */
 const live = (now: number) => or(isNull(files.expires_at), gt(files.expires_at, now))
 
 const bytesSum = sql<number>`coalesce(sum(${files.bytes}), 0)`.mapWith(Number)
 
-/** The input files of batches that have not finished (API.md §15: never expired meanwhile). */
+/** The input files of batches that have not finished (docs/api.md §15: never expired meanwhile). */
 const inputsInUse = (tx: Pick<PgDb, 'select'>) =>
   tx
     .select({ id: batches.input_file_id })

@@ -46,7 +46,7 @@ const online = (cutoff: number) => and(eq(workers.status, 'online'), gt(workers.
  * The heartbeat's UPDATE, written on the driver: drizzle built this statement anew at every beat,
  * which cost more than running it (bench/heartbeat.ts --postgres). Ownership is in the WHERE: no
  * row = unknown worker or another org's. A field the daemon leaves out keeps its last reported
- * value (coalesce). RETURNING carries the held batches and shards (API.md §16). The steady form is the common beat, tried
+ * value (coalesce). RETURNING carries the held batches and shards (docs/api.md §16). The steady form is the common beat, tried
  * first: the worker's fit stays as it was (BeatAnswer.fitChanged): online, heartbeated before,
  * same VRAM total or none reported.
  */
@@ -193,7 +193,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         const requeued: RequeueOutcome[] = []
         let worker: WorkerRow
         if (existing) {
-          // API.md §7: whatever the old incarnation held is requeued as a failed attempt.
+          // docs/api.md §7: whatever the old incarnation held is requeued as a failed attempt.
           const held = await tx
             .select({
               id: batches.id,
@@ -223,7 +223,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
             )
             if (outcome) requeued.push(outcome)
           }
-          // API.md §16: and each shard it held, as that shard's failed attempt.
+          // docs/api.md §16: and each shard it held, as that shard's failed attempt.
           requeued.push(
             ...(await requeueHeldShards(
               tx,
@@ -367,7 +367,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     },
 
     async listWorkers(orgId, page) {
-      // API.md §0 lists: newest first by seq; the cursor is resolved inside the same filter.
+      // docs/api.md §0 lists: newest first by seq; the cursor is resolved inside the same filter.
       const limit = parseLimit(page.limit)
       const scope = orgId === null ? undefined : eq(workers.org_id, orgId)
       let cursor: SQL | undefined

@@ -4,7 +4,7 @@ import { badRequest } from '../../lib/errors'
 import { type PageParams, parseLimit, type RowsPage } from '../../lib/pagination'
 import type { PgDb } from './db'
 
-// API.md §0 lists on PostgreSQL, as lib/pagination.ts's pageRows on SQLite: newest first by `seq`,
+// docs/api.md §0 lists on PostgreSQL, as lib/pagination.ts's pageRows on SQLite: newest first by `seq`,
 // the cursor resolved inside the caller's own filter so an id it may not see is just invalid.
 
 type Pageable = PgTable & { seq: PgColumn; id: PgColumn }

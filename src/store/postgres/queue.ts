@@ -44,7 +44,7 @@ import { enqueueWebhookEvents } from './webhooks'
 
 const { batches, batchAssignments, files, workers, modelPulls, maintenanceRuns } = schema
 
-/** The state table's guarded UPDATE (STYLE example 7), in PostgreSQL: null when not in `from`. */
+/** The state table's guarded UPDATE (ARCHITECTURE.md rule 7), in PostgreSQL: null when not in `from`. */
 export async function transition(
   tx: PgTx,
   batchId: string,
@@ -60,7 +60,7 @@ export async function transition(
     .where(and(eq(batches.id, batchId), eq(batches.status, from)))
     .returning()
   if (row) log.info('batch transition', { batch_id: batchId, from, to, event, reason })
-  // API.md §13: the owner's webhook events are written in this same transaction (the outbox).
+  // docs/api.md §13: the owner's webhook events are written in this same transaction (the outbox).
   if (row) await enqueueWebhookEvents(tx, [{ batch: row as BatchRow, event }], now)
   return (row as BatchRow | undefined) ?? null
 }
@@ -113,7 +113,7 @@ export async function transitionEach(tx: PgTx, moves: Move[], now: number, reaso
     const { from, to } = BATCH_TRANSITIONS[moves[i]!.event]
     log.info('batch transition', { batch_id: row.id, from, to, event: moves[i]!.event, reason })
   }
-  // API.md §13: the owners' webhook events are written in this same transaction (the outbox).
+  // docs/api.md §13: the owners' webhook events are written in this same transaction (the outbox).
   await enqueueWebhookEvents(
     tx,
     moved.flatMap((batch, i) => (batch ? [{ batch, event: moves[i]!.event }] : [])),
@@ -142,14 +142,14 @@ export async function requeueLocked(
 // CPU than PostgreSQL spent running them (issue 10 profile).
 
 /**
- * The oldest validated batch of each owner of each candidate model (API.md §14): each step of the
+ * The oldest validated batch of each owner of each candidate model (docs/api.md §14): each step of the
  * recursion is the head of the next owner after the last one, one probe of batches_status_model (a
  * skip scan over the owners), so the cost follows the owners waiting, never the depth of the queue.
  * The ORDER BY names every column of that index and `status = ANY('{…}')` is no planner constant:
  * only that index gives the order without a sort (batches_status_user would walk every waiting
  * batch of every model; the primary key, every batch). Run on `db.$claims`, it is planned once per
  * connection (generic plan). `wholeOnly`: a worker that takes whole batches only never sees a split
- * one (API.md §16); a bound flag, so both forms are one statement and one plan.
+ * one (docs/api.md §16); a bound flag, so both forms are one statement and one plan.
  */
 export function claimHeads(q: SQL, models: string[], wholeOnly = false) {
   const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
@@ -176,8 +176,8 @@ export function claimHeads(q: SQL, models: string[], wholeOnly = false) {
 }
 
 /**
- * API.md §14: how much each of `owners` has in progress — whole batches (batches_status_user) and
- * held shards of split ones (API.md §16, batch_shards_user).
+ * docs/api.md §14: how much each of `owners` has in progress — whole batches (batches_status_user) and
+ * held shards of split ones (docs/api.md §16, batch_shards_user).
  */
 const runningOf = (q: SQL, owners: string[]) =>
   q`SELECT user_id, sum(n)::int AS n FROM (
@@ -189,13 +189,13 @@ const runningOf = (q: SQL, owners: string[]) =>
     GROUP BY user_id` as Promise<{ user_id: string; n: number }[]>
 
 /**
- * The claim itself (the state table's `claimed` edge, STYLE example 7, and the assignment) in one
+ * The claim itself (the state table's `claimed` edge, ARCHITECTURE.md rule 7, and the assignment) in one
  * autocommit statement: the oldest validated batch of the chosen model and owner from the chosen
  * head on that no other poll holds (FOR UPDATE SKIP LOCKED), while the worker holds fewer than
  * `maxConcurrent` open assignments; one row with the worker's open assignments (`active`) and the
  * batch claimed, if any.
  *
- * API.md §7 max_concurrent_jobs, exactly, without a lock that makes a worker's polls take turns:
+ * docs/api.md §7 max_concurrent_jobs, exactly, without a lock that makes a worker's polls take turns:
  * each open assignment holds one of the worker's slots 0 … max_concurrent_jobs − 1
  * (batch_assignments_slot, unique among open assignments), and the claim takes the lowest slot its
  * snapshot sees free: a claim in slot s counted at least s assignments open (slots 0 … s − 1) and
@@ -203,7 +203,7 @@ const runningOf = (q: SQL, owners: string[]) =>
  * ever open. Two polls of one worker that chose the same slot cannot both commit: the second fails
  * (23505) as a whole, its batch untouched, and tries again with a fresh snapshot. Assignments older
  * than the slots, or copied from SQLite (whose claims take turns and leave the slot null), count
- * but hold no slot; as they only ever finish, the same holds. So do held shards (API.md §16: they
+ * but hold no slot; as they only ever finish, the same holds. So do held shards (docs/api.md §16: they
  * count toward the limit): a worker without capabilities.shards holds none past its registration,
  * and the claims of a shard-capable worker take turns (shards.ts claimFromHead), never this one.
  * A split batch is never claimed whole.
@@ -314,7 +314,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       // The heads are read before the claim: they only name whom to claim from, and the claim
       // re-checks everything, the worker's limit too (claimOne, claimFromHead).
       const found = await claimHeads(db.$claims, models, !req.shards)
-      // API.md §16: split batches in progress with shards left join the choice.
+      // docs/api.md §16: split batches in progress with shards left join the choice.
       if (req.shards) found.push(...(await openSplitHeads(db.$claims, models)))
       const heads = found.map((r) => {
         const c = byModel.get(r.model)!
@@ -491,7 +491,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         for (const outcome of await requeueSilentShards(tx, maxAttempts, cutoff, now)) {
           requeues.push({ ...outcome, reason: 'worker_silent' })
         }
-        // An offline worker downloads nothing for us: let another be asked (API.md §7 pull_models).
+        // An offline worker downloads nothing for us: let another be asked (docs/api.md §7 pull_models).
         if (workers_offline.length)
           await tx.delete(modelPulls).where(inArray(modelPulls.worker_id, workers_offline))
         return { workers_offline, requeues }

@@ -18,7 +18,7 @@ import type { ByteRange } from '../queue'
 import type { PgDb, PgTx } from './db'
 import { batchRow, transition } from './queue'
 
-// Shards on PostgreSQL (API.md §16): the statements, and the verbs that run inside the queue's and
+// Shards on PostgreSQL (docs/api.md §16): the statements, and the verbs that run inside the queue's and
 // the fleet's transactions. What to cut and when to requeue is decided in src/domain/shards.ts and
 // the requeue rule; this file applies it.
 //
@@ -61,7 +61,7 @@ export function openSplitHeads(q: SQL, models: string[]) {
 const claimKey = (workerId: string) => `gridkeep claim\n${workerId}`
 
 /**
- * API.md §7 max_concurrent_jobs counting held shards (API.md §16). Shards hold no slot
+ * docs/api.md §7 max_concurrent_jobs counting held shards (docs/api.md §16). Shards hold no slot
  * (batch_assignments_slot), so the claims of a shard-capable worker take turns on an advisory lock
  * named by the worker instead: each counts, under the lock, every assignment and shard the
  * worker's earlier claims committed. The worker row's KEY SHARE orders the claim with
@@ -252,14 +252,14 @@ export async function lockShard(tx: PgTx, shardId: string): Promise<LockedShard 
   }
 }
 
-/** The shard holder rule (API.md §16) on a locked shard. */
+/** The shard holder rule (docs/api.md §16) on a locked shard. */
 export function heldShard(locked: LockedShard | null, workerId: string, assignmentId: string | undefined) {
   checkShardHolder(locked?.holding, workerId, assignmentId)
   return locked!
 }
 
 /**
- * One failed attempt of a running shard, locked by the caller (the requeue rule, per shard: API.md
+ * One failed attempt of a running shard, locked by the caller (the requeue rule, per shard: docs/api.md
  * §16). The shard waits again, offered before any new shard; the batch fails when the shard's
  * attempts are used up, goes back to validated when no other shard runs or is done, and otherwise
  * stays in_progress with its shards' highest attempts. Null for a stale caller.
@@ -369,7 +369,7 @@ async function requeueLeases(
   return out.filter((o) => o !== null)
 }
 
-/** Requeues every shard `workerId` holds (re-registration, API.md §7). */
+/** Requeues every shard `workerId` holds (re-registration, docs/api.md §7). */
 export async function requeueHeldShards(
   tx: PgTx,
   maxAttempts: number,
@@ -412,7 +412,7 @@ export async function requeueSilentShards(tx: PgTx, maxAttempts: number, cutoff:
   )
 }
 
-/** The shard's new counts, and the batch's moved by the difference (API.md §16: their sum). */
+/** The shard's new counts, and the batch's moved by the difference (docs/api.md §16: their sum). */
 async function moveCounts(tx: PgTx, locked: LockedShard, completed: number, failed: number, now: number) {
   await tx
     .update(batches)
@@ -424,7 +424,7 @@ async function moveCounts(tx: PgTx, locked: LockedShard, completed: number, fail
     .where(and(eq(batches.id, locked.batch.id), eq(batches.status, 'in_progress')))
 }
 
-/** A shard holder's progress report (API.md §7 counts, per shard), in the caller's transaction. */
+/** A shard holder's progress report (docs/api.md §7 counts, per shard), in the caller's transaction. */
 export async function recordShardProgress(
   tx: PgTx,
   p: {

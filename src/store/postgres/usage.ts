@@ -4,7 +4,7 @@ import type { UsageStore } from '../usage'
 import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-query'
 import type { PgDb } from './db'
 
-// API.md §14 usage sums on PostgreSQL: batches.usage is jsonb; its numbers are read as numeric.
+// docs/api.md §14 usage sums on PostgreSQL: batches.usage is jsonb; its numbers are read as numeric.
 export const postgresDialect: UsageDialect = {
   tokenSum: (name) => sql`coalesce(sum((${batches.usage} ->> ${name})::numeric), 0)`,
   completed: (status) => sql`${status} = 'completed'`,

@@ -14,7 +14,7 @@ import { pageRows } from './page'
 const { webhooks, webhookMessages, webhookAttempts } = schema
 
 /**
- * API.md §13 outbox, inside the caller's transaction (the batch transitions, postgres/queue.ts):
+ * docs/api.md §13 outbox, inside the caller's transaction (the batch transitions, postgres/queue.ts):
  * one pending message per webhook of each moved batch's owner that listens for its event. One
  * read of the owners' webhooks for any number of moved batches.
  */

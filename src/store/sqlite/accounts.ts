@@ -9,7 +9,7 @@ import { checkLastSuperadmin } from '../../modules/admin/rules'
 import type { AccountsStore, NewUser } from '../accounts'
 import type { SqliteDeps } from './queue'
 
-// Users and reset tokens on SQLite: synchronous BEGIN IMMEDIATE bodies (STYLE example 8).
+// Users and reset tokens on SQLite: synchronous BEGIN IMMEDIATE bodies (ARCHITECTURE.md rule 8).
 
 const stmts = preparedOnce((db: SqliteDeps['db']) => ({
   // Every JWT and personal-key request reads its user: prepared once per database.

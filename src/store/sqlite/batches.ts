@@ -134,7 +134,7 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
         items.map(({ batchId, result }) => {
           const { event, changes } = validationMove(result, now)
           const row = transition(deps, batchId, event, now, changes)
-          // SPEC §7: at most MAX_STORED_ERRORS stored; a stale run (row null) writes nothing.
+          // docs/api.md §6: at most MAX_STORED_ERRORS stored; a stale run (row null) writes nothing.
           if (row && result.errors.length > 0) {
             tx.insert(batchErrors)
               .values(result.errors.map((e) => ({ batch_id: batchId, ...e })))

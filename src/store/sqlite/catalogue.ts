@@ -57,7 +57,7 @@ const stmts = preparedOnce((db: Db) => ({
     .prepare(),
 }))
 
-/** One valid manifest entry with its serving profiles and artifact files (SPEC rules 5, 7). */
+/** One valid manifest entry with its serving profiles and artifact files (docs/api.md §4 catalogue rules 5, 7). */
 function upsertEntry(tx: Tx, entry: ManifestEntry, now: number): UpsertOutcome {
   const byId = (id: string) => tx.select().from(catalogEntries).where(eq(catalogEntries.id, id)).get()
   let existing = byId(entry.id)

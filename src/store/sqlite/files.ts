@@ -6,7 +6,7 @@ import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
 import type { FilesStore } from '../files'
 import type { SqliteDeps } from './queue'
 
-/** Not expired at `now` (API.md §15): no expiry, or one still ahead. */
+/** Not expired at `now` (docs/api.md §15): no expiry, or one still ahead. */
 export const live = (now: number) => or(isNull(files.expires_at), gt(files.expires_at, now))
 
 const bytesSum = sql<number>`coalesce(sum(${files.bytes}), 0)`.mapWith(Number)
@@ -111,7 +111,7 @@ export function sqliteFiles(deps: SqliteDeps): FilesStore {
   }
 }
 
-/** The input files of batches that have not finished (API.md §15: never expired meanwhile). */
+/** The input files of batches that have not finished (docs/api.md §15: never expired meanwhile). */
 const inputsInUse = (tx: Pick<SqliteDeps['db'], 'select'>) =>
   tx
     .select({ id: batches.input_file_id })

@@ -313,7 +313,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         const requeued: RequeueOutcome[] = []
         let worker: WorkerRow
         if (existing) {
-          // API.md §7: whatever the old incarnation held is requeued as a failed attempt.
+          // docs/api.md §7: whatever the old incarnation held is requeued as a failed attempt.
           requeued.push(
             ...requeueHeldInTx(deps, existing.id, 'worker_reregistered', 'worker re-registered', r.now),
           )

@@ -31,7 +31,7 @@ import {
 import { transition } from './transition'
 
 // The work queue on SQLite: each verb is one synchronous BEGIN IMMEDIATE transaction on
-// bun:sqlite (STYLE example 8), its statements prepared once per database. One process owns the
+// bun:sqlite (ARCHITECTURE.md rule 8), its statements prepared once per database. One process owns the
 // database (src/ops/instance-lock.ts), so maintenance needs no shared lease.
 
 export interface SqliteDeps {
@@ -40,12 +40,12 @@ export interface SqliteDeps {
 }
 
 const stmts = preparedOnce((db: Db) => ({
-  // API.md §7 max_concurrent_jobs, counting held shards too (API.md §16).
+  // docs/api.md §7 max_concurrent_jobs, counting held shards too (docs/api.md §16).
   activeCount: db.$client.prepare<{ n: number }, { worker_id: string }>(
     `SELECT (SELECT count(*) FROM batch_assignments WHERE worker_id = $worker_id AND completed_at IS NULL)
        + (SELECT count(*) FROM batch_shards WHERE worker_id = $worker_id AND status = 'running') AS n`,
   ),
-  // Poll (API.md §14): the oldest validated batch of the first owner after `after` waiting for one
+  // Poll (docs/api.md §14): the oldest validated batch of the first owner after `after` waiting for one
   // model: one probe of the (status, model, user_id, seq) index. Stepping `after` from owner to
   // owner walks the owners (a skip scan): the cost follows the owners waiting, never the queue.
   // INDEXED BY: batches_status_user also matches the WHERE, and a range of it is the whole queue.
@@ -57,7 +57,7 @@ const stmts = preparedOnce((db: Db) => ({
      WHERE status = 'validated' AND model = $model AND user_id > $after
      ORDER BY user_id, seq LIMIT 1`,
   ),
-  // The same for a worker that takes whole batches only (API.md §16): a split batch is not for it.
+  // The same for a worker that takes whole batches only (docs/api.md §16): a split batch is not for it.
   nextOwnerHeadWhole: db.$client.prepare<
     { id: string; seq: number; user_id: string },
     { model: string; after: string }
@@ -73,8 +73,8 @@ const stmts = preparedOnce((db: Db) => ({
      FROM (SELECT user_id, count(*) AS n FROM batches WHERE status = 'validated' GROUP BY user_id) q
      GROUP BY 1`,
   ),
-  // API.md §14: how much each of the owners has in progress — whole batches, and held shards of
-  // split ones (API.md §16) — one range of batches_status_user and of batch_shards_user per owner.
+  // docs/api.md §14: how much each of the owners has in progress — whole batches, and held shards of
+  // split ones (docs/api.md §16) — one range of batches_status_user and of batch_shards_user per owner.
   running: db.$client.prepare<{ user_id: string; n: number }, { owners: string }>(
     `SELECT user_id, sum(n) AS n FROM (
        SELECT user_id, count(*) AS n FROM batches INDEXED BY batches_status_user
@@ -190,7 +190,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
             heads.push(head(b))
             b = next.get({ model: c.model, after: b.user_id })
           }
-          // API.md §16: split batches in progress with shards left join the choice.
+          // docs/api.md §16: split batches in progress with shards left join the choice.
           if (req.shards) for (const b of openSplitHeads(deps, c.model)) heads.push(head(b))
         }
         const owners = ownersToCount(heads)
@@ -301,7 +301,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
         for (const outcome of requeueSilentShardsInTx(deps, cutoff, now)) {
           requeues.push({ ...outcome, reason: 'worker_silent' })
         }
-        // An offline worker downloads nothing for us: let another be asked (API.md §7 pull_models).
+        // An offline worker downloads nothing for us: let another be asked (docs/api.md §7 pull_models).
         for (let i = 0; i < workers_offline.length; i += 500) {
           tx.delete(modelPulls)
             .where(inArray(modelPulls.worker_id, workers_offline.slice(i, i + 500)))

@@ -9,7 +9,7 @@ import type { ByteRange } from '../queue'
 import type { SqliteDeps } from './queue'
 import { transition } from './transition'
 
-// Shards on SQLite (API.md §16): the statements, and the verbs that run inside the queue's and the
+// Shards on SQLite (docs/api.md §16): the statements, and the verbs that run inside the queue's and the
 // fleet's transactions. What to cut and when to requeue is decided in src/domain/shards.ts and the
 // requeue rule; this file applies it.
 
@@ -94,7 +94,7 @@ const stmts = preparedOnce((db: Db) => {
          s.request_counts_completed AS completed, s.request_counts_failed AS failed
        FROM batch_shards s JOIN batches b ON b.id = s.batch_id WHERE s.id = $id`,
     ),
-    // Live counts (API.md §16: the batch's are the sum over its shards): the shard's new counts,
+    // Live counts (docs/api.md §16: the batch's are the sum over its shards): the shard's new counts,
     // and the batch's moved by the difference.
     shardCounts: db.$client.prepare<unknown, { id: string; completed: number; failed: number; now: number }>(
       `UPDATE batch_shards SET request_counts_completed = $completed, request_counts_failed = $failed,
@@ -247,7 +247,7 @@ export function claimShardInTx(
 
 /**
  * Inside the caller's writeTx: one failed attempt of a running shard (the requeue rule, per shard:
- * API.md §16). The shard waits again, offered before any new shard; the batch fails when the
+ * docs/api.md §16). The shard waits again, offered before any new shard; the batch fails when the
  * shard's attempts are used up, goes back to validated when no other shard runs or is done, and
  * otherwise stays in_progress with its shards' highest attempts. Null for a stale caller.
  */
@@ -330,7 +330,7 @@ export function requeueSilentShardsInTx(deps: SqliteDeps, cutoff: number, now: n
   return out
 }
 
-/** Inside the caller's writeTx: a shard holder's progress report (API.md §7 counts, per shard). */
+/** Inside the caller's writeTx: a shard holder's progress report (docs/api.md §7 counts, per shard). */
 export function recordShardProgressInTx(
   deps: SqliteDeps,
   p: { jobId: string; workerId: string; assignmentId?: string; now: number },

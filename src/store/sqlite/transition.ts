@@ -7,7 +7,7 @@ import { BATCH_TRANSITIONS, type BatchChanges, type BatchEvent } from '../../mod
 import { enqueueWebhookEvents } from './webhooks'
 
 /**
- * SQLite: moves one batch along one edge of the table in one guarded statement (STYLE example 7):
+ * SQLite: moves one batch along one edge of the table in one guarded statement (ARCHITECTURE.md rule 7):
  * `UPDATE … WHERE id = ? AND status = <from>`. Returns the updated row, or null when the batch was
  * not in `from` (a stale caller changes nothing). Run it inside writeTx with whatever else must
  * change atomically (assignment rows, counters); the statements are prepared on the one
@@ -25,7 +25,7 @@ export function transition(
   const keys = (Object.keys(changes) as (keyof BatchChanges)[]).filter((k) => changes[k] !== undefined).sort()
   const row = guardedUpdate(deps, event, keys).get({ ...changes, __id: batchId, __now: now })
   if (row) log.info('batch transition', { batch_id: batchId, from, to, event, ...(reason ? { reason } : {}) })
-  // API.md §13: the owner's webhook events are written in this same transaction (the outbox).
+  // docs/api.md §13: the owner's webhook events are written in this same transaction (the outbox).
   if (row) enqueueWebhookEvents(deps, row, event, now)
   return row ?? null
 }

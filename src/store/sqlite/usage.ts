@@ -4,7 +4,7 @@ import type { UsageStore } from '../usage'
 import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-query'
 import type { SqliteDeps } from './queue'
 
-// API.md §14 usage sums on SQLite: batches.usage is JSON text, read with json_extract.
+// docs/api.md §14 usage sums on SQLite: batches.usage is JSON text, read with json_extract.
 export const sqliteDialect: UsageDialect = {
   tokenSum: (name) => sql`coalesce(sum(json_extract(${batches.usage}, ${`$.${name}`})), 0)`,
   // The unary + keeps SQLite from taking batches (status, model, seq) for the equality, which

@@ -51,7 +51,7 @@ const stmts = preparedOnce((db: Db) => ({
 }))
 
 /**
- * API.md §13 outbox, inside the caller's writeTx (the batch transition, src/store/sqlite/
+ * docs/api.md §13 outbox, inside the caller's writeTx (the batch transition, src/store/sqlite/
  * transition.ts): one pending message per webhook of the batch's owner that listens for the event.
  */
 export function enqueueWebhookEvents(deps: { db: Db }, batch: BatchRow, event: BatchEvent, now: number) {
