@@ -480,6 +480,8 @@ describe('docs/api.md §16 failures', () => {
     })
     expect(progress.status).toBe(409)
     expect((await report(s, s.workers[1]!, b)).status).toBe(409)
+    // The failed batch's running shard holds nothing any more: not assigned, no slot taken.
+    expect((await heartbeat(s.t, s.f.key, s.workers[1]!)).body.assigned_job_ids).toEqual([])
     expect(await poll(s.t, s.f.key, s.workers[0]!)).toBeNull()
     expect(await strayBlobs(s.t.deps)).toEqual([])
   })

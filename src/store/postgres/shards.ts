@@ -308,6 +308,7 @@ export async function requeueShardLocked(
     const row = await transition(tx, batch.id, decision.event, now, { ...decision.changes, attempts }, reason)
     if (!row) return null
     if (decision.event === 'attempts_exhausted') {
+      await stopRunningShards(tx, batch.id, now)
       return { ...decision.outcome, parts: await takeParts(tx, batch.id) }
     }
   } else {
@@ -325,6 +326,18 @@ export async function requeueShardLocked(
       .where(and(eq(batches.id, batch.id), eq(batches.status, 'in_progress')))
   }
   return decision.outcome
+}
+
+/**
+ * docs/api.md §16: the batch failed, so its other running shards hold nothing any more: they stop
+ * counting toward their workers' max_concurrent_jobs and leave assigned_job_ids. Their holder and
+ * assignment stay, so a holder's later write hears 409 `batch_not_in_progress`, not 403.
+ */
+async function stopRunningShards(tx: PgTx, batchId: string, now: number) {
+  await tx
+    .update(batchShards)
+    .set({ status: 'waiting', updated_at: now })
+    .where(and(eq(batchShards.batch_id, batchId), eq(batchShards.status, 'running')))
 }
 
 /**

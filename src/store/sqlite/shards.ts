@@ -134,6 +134,12 @@ const stmts = preparedOnce((db: Db) => {
          request_counts_failed = request_counts_failed - $df, updated_at = $now
        WHERE id = $id AND status = 'in_progress'`,
     ),
+    // docs/api.md §16: a failed batch's other running shards hold nothing any more: they stop
+    // counting toward their workers' max_concurrent_jobs and leave assigned_job_ids. Their holder
+    // and assignment stay, so a holder's later write hears 409 batch_not_in_progress, not 403.
+    stopRunning: db.$client.prepare<unknown, { id: string; now: number }>(
+      `UPDATE batch_shards SET status = 'waiting', updated_at = $now WHERE batch_id = $id AND status = 'running'`,
+    ),
     // A batch's result parts: read, then cleared once joined or failed (the caller removes them).
     parts: db.$client.prepare<{ output_key: string | null; error_key: string | null }, { id: string }>(
       `SELECT output_key, error_key FROM batch_shards
@@ -275,6 +281,7 @@ export function requeueShardInTx(
     const row = transition(deps, batch.id, decision.event, now, { ...decision.changes, attempts }, reason)
     if (!row) return null
     if (decision.event === 'attempts_exhausted') {
+      s.stopRunning.run({ id: batch.id, now })
       return { ...decision.outcome, parts: takePartsInTx(deps, batch.id) }
     }
   } else {
