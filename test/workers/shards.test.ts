@@ -34,6 +34,12 @@ const app = (env: Record<string, string> = {}) => {
 afterAll(async () => {
   for (const t of apps) await t.close()
 })
+// Most tests share one app: each makes its own fleet, model and batch.
+let common: TestApp | undefined
+const shared = () => {
+  common ??= app()
+  return common
+}
 
 let n = 0
 interface Setup {
@@ -99,7 +105,7 @@ const report = (s: Setup, wid: string, job: Job, error = 'engine crashed') =>
 
 describe('docs/api.md §16 claims', () => {
   test('a batch of at most twice SHARD_MIN_REQUESTS is never split: a shard worker claims it whole', async () => {
-    const s = await setup(app(), 20)
+    const s = await setup(shared(), 20)
     const job = (await poll(s.t, s.f.key, s.workers[0]!))!
     expect(job.job_id).toBe(s.batch.id)
     expect(job.shard).toBeUndefined()
@@ -117,7 +123,7 @@ describe('docs/api.md §16 claims', () => {
   })
 
   test('a worker that does not declare shards gets whole batches, and nothing of a split one', async () => {
-    const t = app()
+    const t = shared()
     const s = await setup(t, 60, 1, { shards: false })
     const job = (await poll(t, s.f.key, s.workers[0]!))!
     expect(job.job_id).toBe(s.batch.id)
@@ -136,7 +142,7 @@ describe('docs/api.md §16 claims', () => {
   })
 
   test('guided self-scheduling: ceil(unclaimed ÷ eligible workers) within the bounds, contiguous, never twice', async () => {
-    const s = await setup(app(), 400, 4)
+    const s = await setup(shared(), 400, 4)
     const jobs: Job[] = []
     for (let i = 0; i < 12; i++) {
       const wid = s.workers[i % 4]!
@@ -170,7 +176,7 @@ describe('docs/api.md §16 claims', () => {
   })
 
   test('max_concurrent_jobs counts held shards', async () => {
-    const t = app()
+    const t = shared()
     const s = await setup(t, 400, 1)
     const wid = await registerWorker(t, s.f.key, {
       models: [(await poll(t, s.f.key, s.workers[0]!))!.model],
@@ -183,7 +189,7 @@ describe('docs/api.md §16 claims', () => {
   })
 
   test('heartbeats list held shards in assigned_job_ids', async () => {
-    const s = await setup(app(), 60, 2)
+    const s = await setup(shared(), 60, 2)
     const a = (await poll(s.t, s.f.key, s.workers[0]!))!
     const b = (await poll(s.t, s.f.key, s.workers[0]!))!
     const beat = await heartbeat(s.t, s.f.key, s.workers[0]!, { concurrency: 24 })
@@ -196,7 +202,7 @@ describe('docs/api.md §16 claims', () => {
 
 describe('docs/api.md §16 request-line index', () => {
   test('validation writes it for a batch that may be split: each shard reads its own lines, blank lines and a BOM included', async () => {
-    const t = app()
+    const t = shared()
     const f = await makeFleet(t)
     const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'indexed:1' })
     const ids = Array.from({ length: 45 }, (_, i) => `line-${i}`)
@@ -232,7 +238,7 @@ describe('docs/api.md §16 request-line index', () => {
   })
 
   test('a batch validated small is claimed whole', async () => {
-    const t = app()
+    const t = shared()
     const f = await makeFleet(t)
     const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'small:1' })
     const created = await makeBatch(
@@ -248,7 +254,7 @@ describe('docs/api.md §16 request-line index', () => {
 
 describe('docs/api.md §16 input of a shard', () => {
   test('input_path serves exactly the shard’s lines; another org, or a shard not held, is a 404', async () => {
-    const s = await setup(app(), 60, 2)
+    const s = await setup(shared(), 60, 2)
     const a = (await poll(s.t, s.f.key, s.workers[0]!))!
     const b = (await poll(s.t, s.f.key, s.workers[1]!))!
     expect(a.input_path).toBe(`/v1/files/${s.batch.input_file_id}/content?shard=${a.job_id}`)
@@ -284,7 +290,7 @@ describe('docs/api.md §16 input of a shard', () => {
 
 describe('docs/api.md §16 results', () => {
   test('shards uploaded in any order join into the files an unsplit run gives, summed; parts are removed', async () => {
-    const t = app()
+    const t = shared()
     const s = await setup(t, 60, 3)
     const jobs: [string, Job][] = []
     for (const wid of s.workers) jobs.push([wid, (await poll(t, s.f.key, wid))!])
@@ -343,7 +349,7 @@ describe('docs/api.md §16 results', () => {
   })
 
   test('a shard upload carrying another shard’s custom_id is a 400 invalid_output and changes nothing', async () => {
-    const s = await setup(app(), 60, 2)
+    const s = await setup(shared(), 60, 2)
     const a = (await poll(s.t, s.f.key, s.workers[0]!))!
     const b = (await poll(s.t, s.f.key, s.workers[1]!))!
     const theirs = s.ids[b.shard!.first_request]!
@@ -357,7 +363,7 @@ describe('docs/api.md §16 results', () => {
   })
 
   test('progress of each shard adds up in the batch’s live counts; a count past the shard’s total is a 400', async () => {
-    const s = await setup(app(), 60, 2)
+    const s = await setup(shared(), 60, 2)
     const a = (await poll(s.t, s.f.key, s.workers[0]!))!
     const b = (await poll(s.t, s.f.key, s.workers[1]!))!
     const progress = (wid: string, job: Job, completed: number, failed: number) =>
@@ -387,7 +393,7 @@ describe('docs/api.md §16 results', () => {
 
 describe('docs/api.md §16 failures', () => {
   test('a failed shard waits again and is offered before any new shard; the batch keeps running', async () => {
-    const s = await setup(app(), 400, 2)
+    const s = await setup(shared(), 400, 2)
     const a = (await poll(s.t, s.f.key, s.workers[0]!))!
     const b = (await poll(s.t, s.f.key, s.workers[1]!))!
     const res = await report(s, s.workers[0]!, a)
@@ -419,7 +425,7 @@ describe('docs/api.md §16 failures', () => {
   })
 
   test('every shard requeued: the batch is validated again, then claimed again shard by shard', async () => {
-    const s = await setup(app(), 60, 1)
+    const s = await setup(shared(), 60, 1)
     const a = (await poll(s.t, s.f.key, s.workers[0]!))!
     expect((await report(s, s.workers[0]!, a)).status).toBe(200)
     expect((await batchRow(s.t.deps, s.batch.id)).status).toBe('validated')
@@ -429,7 +435,7 @@ describe('docs/api.md §16 failures', () => {
   })
 
   test('a shard that exhausts its attempts fails the batch; the other shards’ writes get 409', async () => {
-    const s = await setup(app(), 60, 3)
+    const s = await setup(shared(), 60, 3)
     let a = (await poll(s.t, s.f.key, s.workers[0]!))!
     const b = (await poll(s.t, s.f.key, s.workers[1]!))!
     // A third shard is done first: its parts wait for the join that will never come.
@@ -487,7 +493,7 @@ describe('docs/api.md §16 failures', () => {
   })
 
   test('the sweeper requeues only the silent holder’s shard', async () => {
-    const t = app()
+    const t = app() // its own: it moves the clock and sweeps
     const s = await setup(t, 60, 2)
     const a = (await poll(t, s.f.key, s.workers[0]!))!
     const b = (await poll(t, s.f.key, s.workers[1]!))!
@@ -511,7 +517,7 @@ describe('docs/api.md §16 failures', () => {
   })
 
   test('re-registration requeues the worker’s shards', async () => {
-    const s = await setup(app(), 60, 1)
+    const s = await setup(shared(), 60, 1)
     const a = (await poll(s.t, s.f.key, s.workers[0]!))!
     const res = await s.t.req('POST', '/workers/register', {
       token: s.f.key,
@@ -526,7 +532,7 @@ describe('docs/api.md §16 failures', () => {
 
 describe('docs/api.md §16 reads', () => {
   test('GET /v1/batches/{id}/shards: the owner and a superadmin see them; anyone else gets a 404', async () => {
-    const s = await setup(app(), 60, 1)
+    const s = await setup(shared(), 60, 1)
     await poll(s.t, s.f.key, s.workers[0]!)
     const stranger = await makeUser(s.t)
     expect((await s.t.req('GET', `/v1/batches/${s.batch.id}/shards`, { token: stranger.token })).status).toBe(
@@ -549,7 +555,7 @@ describe('docs/api.md §16 reads', () => {
       request_counts: { total: own.body.data[0].requests, completed: 0, failed: 0 },
     })
     // Pages in shard order (docs/api.md §0 cursors).
-    const s2 = await setup(app(), 400, 4)
+    const s2 = await setup(shared(), 400, 4)
     for (let i = 0; i < 6; i++) await poll(s2.t, s2.f.key, s2.workers[i % 4]!)
     const page = async (q: string) =>
       (await s2.t.req('GET', `/v1/batches/${s2.batch.id}/shards${q}`, { token: s2.f.user.token })).body
