@@ -45,6 +45,11 @@ export interface ControllerOptions {
 
 export const AUTO_START = 8
 const MIN_WINDOW_MS = 300
+/**
+ * Slow start decides on doublings, which a short window measures well enough; every window spent
+ * below capacity costs requests the engine could have served, so these windows are shorter.
+ */
+const SLOW_START_WINDOW_SHARE = 1 / 3
 /** A window also waits for this many completions per request of the limit (each slot turns over). */
 const TURNS_PER_WINDOW = 2
 const MIN_COMPLETIONS = 8
@@ -147,7 +152,8 @@ export class ConcurrencyController {
     this.latencySum += now - s.startedAtMs
     const elapsed = now - this.windowStart
     const enough = Math.max(MIN_COMPLETIONS, TURNS_PER_WINDOW * this.current)
-    if (elapsed >= this.minWindowMs && this.completions >= enough) this.closeWindow(now, elapsed)
+    const shortest = this.slowStart ? this.minWindowMs * SLOW_START_WINDOW_SHARE : this.minWindowMs
+    if (elapsed >= shortest && this.completions >= enough) this.closeWindow(now, elapsed)
   }
 
   private closeWindow(now: number, elapsed: number) {
