@@ -22,16 +22,14 @@ export function splittable(total: number, bounds: ShardBounds, indexed: boolean)
 
 /**
  * Guided self-scheduling (OpenMP `schedule(guided)`): the next shard takes
- * ceil(unclaimed ÷ eligible workers) requests, bounded by [min, max]. A remainder smaller than the
- * smallest shard is never left behind: the shard takes it too, unless that would pass `max`.
+ * ceil(unclaimed ÷ eligible workers) requests, bounded by [min, max]; the last shard is whatever
+ * remains, however small (merging a small remainder into the shard before it would make the batch's
+ * last shard its slowest).
  */
 export function nextShardSize(unclaimed: number, eligibleWorkers: number, bounds: ShardBounds): number {
   if (unclaimed <= 0) return 0
   const guided = Math.ceil(unclaimed / Math.max(1, eligibleWorkers))
-  const size = Math.min(bounds.max, Math.max(bounds.min, guided), unclaimed)
-  const rest = unclaimed - size
-  if (rest > 0 && rest < bounds.min && unclaimed <= bounds.max) return unclaimed
-  return size
+  return Math.min(bounds.max, Math.max(bounds.min, guided), unclaimed)
 }
 
 export type ShardState = 'waiting' | 'running' | 'done'

@@ -223,9 +223,9 @@ describe('docs/api.md §16 request-line index', () => {
     })
     const [w0, w1] = await Promise.all(wids)
     const seen: string[] = []
-    for (const wid of [w0!, w1!, w0!]) {
-      const job = await poll(t, f.key, wid)
-      if (!job) continue
+    for (let i = 0; ; i++) {
+      const job = await poll(t, f.key, i % 2 ? w1! : w0!)
+      if (!job) break
       const res = await t.req('GET', job.input_path, { token: f.key })
       const got = (res.text ?? '')
         .split('\n')
