@@ -1,5 +1,5 @@
 import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../db/schema'
-import type { CatalogueEntry as ManifestEntry } from '../modules/catalogue/manifest'
+import type { CatalogueEntry as ManifestEntry } from '../domain/catalogue'
 
 // The model catalogue's verbs (docs/api.md §12): the seed upsert at start (docs/api.md §4 catalogue rules 5 and 7), what
 // the matching predicate reads, and what a user may see (GET /v1/models). The decisions — which

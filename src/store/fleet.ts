@@ -1,7 +1,7 @@
 import type { ModelPullRow, WorkerGpuRow, WorkerModelRow, WorkerRow, WorkerRuntimeRow } from '../db/schema'
+import type { HostedModel } from '../domain/inventory'
+import type { RequeueOutcome } from '../domain/requeue'
 import type { PageParams } from '../lib/pagination'
-import type { HostedModel } from '../modules/workers/matching'
-import type { RequeueOutcome } from '../modules/workers/requeue'
 
 // The fleet's verbs (docs/api.md §12): workers and their reports, what the matching predicate reads,
 // pull_models asks, and the aggregates shown by pool capacity and /metrics. What to do is decided

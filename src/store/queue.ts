@@ -1,7 +1,7 @@
 import type { BatchAssignmentRow, BatchRow, BatchShardRow } from '../db/schema'
+import type { BatchChanges } from '../domain/batch-states'
+import type { RequeueOutcome, RequeueReason } from '../domain/requeue'
 import type { ShardBounds, ShardTally } from '../domain/shards'
-import type { BatchChanges } from '../modules/batches/states'
-import type { RequeueOutcome, RequeueReason } from '../modules/workers/requeue'
 import type { NewFile } from './files'
 
 // The work queue's verbs (docs/api.md §12; ARCHITECTURE.md rule 13, after Oban's engine behaviour). What to

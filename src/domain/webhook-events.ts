@@ -1,5 +1,5 @@
-import type { WebhookEventType } from '../../db/schema'
-import type { BatchEvent } from '../batches/states'
+import type { WebhookEventType } from '../db/schema'
+import type { BatchEvent } from './batch-states'
 
 // docs/api.md §13: which batch transitions (docs/api.md §6, batches/states.ts) the owner's webhooks hear of.
 // A requeue back to validated is no new validation and sends nothing; a batch fails either at
