@@ -3,7 +3,7 @@ import type { BatchChanges, BatchEvent } from '../domain/batch-states'
 import type { PageParams } from '../lib/pagination'
 
 // Batches and their validation (docs/api.md §6, docs/api.md §6): creation, reads, and the validator's
-// verbs. The state moves go through the state table (modules/batches/states.ts).
+// verbs. The state moves go through the state table (src/domain/batch-states.ts).
 
 export interface NewBatch {
   id: string

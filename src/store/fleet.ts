@@ -5,8 +5,8 @@ import type { PageParams } from '../lib/pagination'
 
 // The fleet's verbs (docs/api.md §12): workers and their reports, what the matching predicate reads,
 // pull_models asks, and the aggregates shown by pool capacity and /metrics. What to do is decided
-// above the seam — the matching predicate (workers/matching.ts), the holder and progress rules
-// (workers/rules.ts), the requeue rule (workers/requeue.ts), liveness (workers/liveness.ts); an
+// above the seam — the matching predicate (modules/workers/matching.ts), the holder and progress rules
+// (domain/worker-rules.ts), the requeue rule (domain/requeue.ts), liveness (modules/workers/liveness.ts); an
 // engine reads and carries the decision out atomically.
 
 /** One worker_models row as registration or a heartbeat's inventory states it. */
@@ -165,7 +165,7 @@ export interface FleetStore {
     loaded: string[],
     sig: string,
   ): Promise<void>
-  /** POST /workers/progress: the holder and progress rules (rules.ts), then the counts. */
+  /** POST /workers/progress: the holder and progress rules (domain/worker-rules.ts), then the counts. */
   recordProgress(p: ProgressReport): Promise<void>
   /**
    * POST /workers/model-progress: liveness (docs/api.md §7), and the worker's ask for `model` (catalogue
