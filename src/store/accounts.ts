@@ -1,8 +1,9 @@
 import type { UserRow } from '../db/schema'
+import type { UserChanges } from '../domain/admin-rules'
 import type { PageParams, RowsPage } from '../lib/pagination'
 
 // Users and password reset tokens (docs/api.md §2, docs/api.md §2 and §9). The rules — email and password
-// checks, the Personal Org's name, the last-superadmin rule (modules/admin/rules.ts) — live above
+// checks, the Personal Org's name, the last-superadmin rule (src/domain/admin-rules.ts) — live above
 // the seam; each engine carries a decision out atomically.
 
 export interface NewUser {
@@ -13,9 +14,6 @@ export interface NewUser {
   must_change_password: boolean
   now: number
 }
-
-/** What a superadmin may change on a user (docs/api.md §9), and the first-login gate. */
-export type UserChanges = Partial<Pick<UserRow, 'is_active' | 'platform_role' | 'must_change_password'>>
 
 export interface NewResetToken {
   user_id: string

@@ -1,9 +1,9 @@
 import type { BatchErrorRow, BatchRow, BatchStatus, FileRow } from '../db/schema'
+import type { BatchChanges, BatchEvent } from '../domain/batch-states'
 import type { PageParams } from '../lib/pagination'
-import type { BatchChanges, BatchEvent } from '../modules/batches/states'
 
 // Batches and their validation (docs/api.md §6, docs/api.md §6): creation, reads, and the validator's
-// verbs. The state moves go through the state table (modules/batches/states.ts).
+// verbs. The state moves go through the state table (src/domain/batch-states.ts).
 
 export interface NewBatch {
   id: string

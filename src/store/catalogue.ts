@@ -1,10 +1,10 @@
 import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../db/schema'
-import type { CatalogueEntry as ManifestEntry } from '../modules/catalogue/manifest'
+import type { CatalogueEntry as ManifestEntry } from '../domain/catalogue'
 
 // The model catalogue's verbs (docs/api.md §12): the seed upsert at start (docs/api.md §4 catalogue rules 5 and 7), what
 // the matching predicate reads, and what a user may see (GET /v1/models). The decisions — which
-// fields are managed, when a rename applies, visibility — are the catalogue module's
-// (catalogue/upsert.ts, catalogue/view.ts; docs/api.md §4 catalogue rules 7 and 10); an engine carries them out.
+// fields are managed, when a rename applies, visibility — are decided above the seam
+// (src/domain/catalogue-upsert.ts, modules/catalogue/view.ts; docs/api.md §4 catalogue rules 7 and 10); an engine carries them out.
 
 /** How seeding left one entry (docs/api.md §4 catalogue rule 7), with a rename it did or could not do (rule 5). */
 export interface UpsertOutcome {

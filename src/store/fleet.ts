@@ -1,12 +1,12 @@
 import type { ModelPullRow, WorkerGpuRow, WorkerModelRow, WorkerRow, WorkerRuntimeRow } from '../db/schema'
+import type { HostedModel } from '../domain/inventory'
+import type { RequeueOutcome } from '../domain/requeue'
 import type { PageParams } from '../lib/pagination'
-import type { HostedModel } from '../modules/workers/matching'
-import type { RequeueOutcome } from '../modules/workers/requeue'
 
 // The fleet's verbs (docs/api.md §12): workers and their reports, what the matching predicate reads,
 // pull_models asks, and the aggregates shown by pool capacity and /metrics. What to do is decided
-// above the seam — the matching predicate (workers/matching.ts), the holder and progress rules
-// (workers/rules.ts), the requeue rule (workers/requeue.ts), liveness (workers/liveness.ts); an
+// above the seam — the matching predicate (modules/workers/matching.ts), the holder and progress rules
+// (domain/worker-rules.ts), the requeue rule (domain/requeue.ts), liveness (modules/workers/liveness.ts); an
 // engine reads and carries the decision out atomically.
 
 /** One worker_models row as registration or a heartbeat's inventory states it. */
@@ -165,7 +165,7 @@ export interface FleetStore {
     loaded: string[],
     sig: string,
   ): Promise<void>
-  /** POST /workers/progress: the holder and progress rules (rules.ts), then the counts. */
+  /** POST /workers/progress: the holder and progress rules (domain/worker-rules.ts), then the counts. */
   recordProgress(p: ProgressReport): Promise<void>
   /**
    * POST /workers/model-progress: liveness (docs/api.md §7), and the worker's ask for `model` (catalogue

@@ -2,7 +2,7 @@ import type { OrgRole, OrgRow } from '../db/schema'
 import type { PageParams, RowsPage } from '../lib/pagination'
 
 // Organizations and memberships (docs/api.md §3, docs/api.md §3). The role checks and the last-owner rule live
-// in modules/orgs (access.ts, rules.ts); the engines apply them inside the transaction that
+// in modules/orgs/access.ts and src/domain/org-rules.ts; the engines apply them inside the transaction that
 // changes memberships, so two concurrent changes can never leave an org without an owner.
 
 export interface Member {
@@ -35,7 +35,7 @@ export interface OrgsStore {
   addMember(orgId: string, userId: string, role: OrgRole, now: number): Promise<void>
   /**
    * PATCH …/members/{user_id} by a caller holding `actorRole`: 404 `member_not_found`, or the
-   * owner and last-owner rules' 403/400 (modules/orgs/rules.ts), decided under the org's lock.
+   * owner and last-owner rules' 403/400 (src/domain/org-rules.ts), decided under the org's lock.
    */
   changeMemberRole(orgId: string, userId: string, role: OrgRole, actorRole: OrgRole): Promise<Member>
   /** DELETE …/members/{user_id}: removal or leaving (`self`), under the same rules and lock. */

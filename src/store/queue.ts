@@ -1,13 +1,13 @@
 import type { BatchAssignmentRow, BatchRow, BatchShardRow } from '../db/schema'
+import type { BatchChanges } from '../domain/batch-states'
+import type { RequeueOutcome, RequeueReason } from '../domain/requeue'
 import type { ShardBounds, ShardTally } from '../domain/shards'
-import type { BatchChanges } from '../modules/batches/states'
-import type { RequeueOutcome, RequeueReason } from '../modules/workers/requeue'
 import type { NewFile } from './files'
 
 // The work queue's verbs (docs/api.md §12; ARCHITECTURE.md rule 13, after Oban's engine behaviour). What to
 // do is decided above the seam, once — the matching predicate (modules/workers/matching.ts), the
-// state table (batches/states.ts), the requeue rule (workers/requeue.ts), the holder and
-// claim-order rules (workers/rules.ts); each engine (sqlite/queue.ts, postgres/queue.ts) only
+// state table (domain/batch-states.ts), the requeue rule (domain/requeue.ts), the holder and
+// claim-order rules (domain/worker-rules.ts); each engine (sqlite/queue.ts, postgres/queue.ts) only
 // carries the decision out atomically in its own dialect.
 
 /** One servable model a worker may claim a batch of: a stored `batches.model` slug. */

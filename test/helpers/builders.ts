@@ -1,7 +1,7 @@
 import { expect } from 'bun:test'
+import type { UserChanges } from '../../src/domain/admin-rules'
 import { randomBase62 } from '../../src/lib/ids'
 import { createUser } from '../../src/modules/users/service'
-import type { UserChanges } from '../../src/store/accounts'
 import type { TestApp, TestServer } from './app'
 import { rememberSecret } from './secrets'
 

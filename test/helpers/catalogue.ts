@@ -1,12 +1,7 @@
 import type { CatalogEntryRow } from '../../src/db/schema'
 import type { Deps } from '../../src/deps'
+import type { ArtifactFile, CatalogueEntry, Engine, ServingProfile } from '../../src/domain/catalogue'
 import { normalizeDigest } from '../../src/lib/digest'
-import type {
-  ArtifactFile,
-  CatalogueEntry,
-  Engine,
-  ServingProfile,
-} from '../../src/modules/catalogue/manifest'
 import { upsertCatalogue } from '../../src/modules/catalogue/seed'
 
 // Catalogue builders for any workstream's tests. Entries are written through the same function

@@ -25,7 +25,7 @@ export async function createUserAsAdmin(
   return toUserObject(user)
 }
 
-/** The last active superadmin is never demoted or deactivated (rules.ts, checked by the store). */
+/** The last active superadmin is never demoted or deactivated (src/domain/admin-rules.ts, checked by the store). */
 export async function updateUser(
   deps: Deps,
   by: UserPrincipal,

@@ -9,7 +9,7 @@ import { type BatchCreate, type BatchObject, toBatchObject, toShardObject } from
 
 // Batches (docs/api.md §6, docs/api.md §6). Creation only records the batch as `validating` and wakes the
 // validator (src/services/validator.ts); every later status change is an edge of the table in
-// states.ts, applied by the storage engine.
+// src/domain/batch-states.ts, applied by the storage engine.
 
 const isSuperadmin = (p: UserPrincipal) => p.user.platform_role === 'superadmin'
 

@@ -1,15 +1,9 @@
 import { createHash } from 'node:crypto'
+import { ENGINES, type Engine } from '../../domain/catalogue'
 import { digestOrNull } from '../../lib/digest'
 import type { CatalogueRows } from '../../store/catalogue'
 import type { FleetInventory } from '../../store/fleet'
-import {
-  checkManifestDocument,
-  ENGINES,
-  type Engine,
-  idViolations,
-  isMapping,
-  runtimeNameIn,
-} from './manifest'
+import { checkManifestDocument, idViolations, isMapping, runtimeNameIn } from './manifest'
 
 // docs/api.md §4 catalogue rule 8: discovery appends staged stubs (enabled: false, status: unverified) for models
 // that workers report and no catalogue entry covers. Stubs never become selectable on their own:

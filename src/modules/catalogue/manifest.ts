@@ -1,24 +1,23 @@
 import { type Static, Type as T, type TLiteral, type TSchema } from '@sinclair/typebox'
 import { Value, ValueErrorType } from '@sinclair/typebox/value'
+import {
+  type ArtifactFile,
+  type CatalogueEntry,
+  ENGINES,
+  type ServingProfile,
+  STATUSES,
+  TASK_TYPES,
+} from '../../domain/catalogue'
 import { normalizeDigest } from '../../lib/digest'
 
 // The catalogue manifest (docs/api.md §4): a YAML document whose top-level key `models` lists the
 // entries of docs/api.md §4 "Catalogue entry". This file is the ONE validation used both by seeding at
 // startup and by `gridkeep catalogue check`, so the two can never disagree about an entry.
 
-/** Engine names a daemon reports (docs/api.md §7); a serving profile names one of them. */
-export const ENGINES = ['ollama', 'vllm', 'llama.cpp', 'sglang', 'tgi', 'lmstudio', 'openai'] as const
-export type Engine = (typeof ENGINES)[number]
-
 // docs/api.md §4 catalogue rule 3: an id never contains the name of a serving runtime. Ids carry no dots, so the names
 // are compared with separators removed on both sides: `llama-cpp`, `lm-studio` and `v-llm` are
 // caught as well as `llamacpp`. A plain `llama` is not a runtime name.
 const RUNTIME_NAMES = ENGINES.map((e) => e.replace(/[^a-z0-9]/g, ''))
-
-export const TASK_TYPES = ['chat', 'text-generation', 'embedding', 'vision'] as const
-export const STATUSES = ['active', 'requested', 'deprecated', 'unverified'] as const
-export type TaskType = (typeof TASK_TYPES)[number]
-export type CatalogueStatus = (typeof STATUSES)[number]
 
 export const MAX_ID_LENGTH = 128
 // docs/api.md §4 catalogue rule 1: lowercase [a-z0-9] segments joined by `-`.
@@ -88,47 +87,6 @@ export const ManifestEntrySchema = T.Object(
   { additionalProperties: false },
 )
 type ManifestEntry = Static<typeof ManifestEntrySchema>
-
-export interface ServingProfile {
-  runtime: Engine
-  runtime_model_id: string
-  params: Record<string, unknown>
-  /** true when derived from the entry's runtime/runtime_model_id (docs/api.md §4). */
-  derived: boolean
-}
-
-export interface ArtifactFile {
-  path: string
-  sha256: string
-  size_bytes: number | null
-}
-
-/** A valid entry with every default applied and every digest normalized: what gets stored. */
-export interface CatalogueEntry {
-  id: string
-  display_name: string
-  runtime: Engine
-  runtime_model_id: string
-  digest: string | null
-  quantization: string | null
-  parameter_size: string | null
-  context_length: number | null
-  vram_gb: number | null
-  size_gb: number | null
-  task_type: TaskType | null
-  capabilities: Record<string, boolean>
-  lineage: string | null
-  source_type: string | null
-  source_ref: string | null
-  source_revision: string | null
-  homepage_url: string | null
-  org_id: string | null
-  status: CatalogueStatus
-  enabled: boolean
-  renamed_from: string | null
-  serving_profiles: ServingProfile[]
-  artifact_files: ArtifactFile[]
-}
 
 /** Which rule an entry breaks: docs/api.md §4 catalogue rules 1–3, or `schema` for a malformed entry. */
 export type Rule = 1 | 2 | 3 | 'schema'

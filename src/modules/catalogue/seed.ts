@@ -2,8 +2,9 @@
 import embeddedManifest from '../../../catalogue/models.yaml' with { type: 'text' }
 import type { Config } from '../../config'
 import type { Deps } from '../../deps'
+import type { CatalogueEntry } from '../../domain/catalogue'
 import { log } from '../../lib/logger'
-import { type CatalogueEntry, checkManifest, type Violation } from './manifest'
+import { checkManifest, type Violation } from './manifest'
 import { modelsChanged } from './view'
 
 // docs/api.md §4 catalogue rule 7: at every start the catalogue is upserted from the version-controlled manifest.

@@ -1,7 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto'
 import type { Deps } from '../../deps'
+import { BATCH_STATUSES } from '../../domain/batch-states'
 import { unauthorized } from '../../lib/errors'
-import { BATCH_STATUSES } from '../batches/states'
 import { onlineCutoff } from '../workers/liveness'
 
 // GET /metrics (docs/api.md §10): Prometheus text. Counters are incremented where things happen; the

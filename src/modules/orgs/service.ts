@@ -8,7 +8,7 @@ import { requireOrgRole } from './access'
 
 // Organizations (docs/api.md §3, docs/api.md §3): the caller's orgs, team orgs and their members. Roles:
 // viewer < admin < owner; only an owner grants or removes `owner`; an org always keeps an owner
-// (rules.ts, applied by the store inside the transaction that changes the membership).
+// (src/domain/org-rules.ts, applied by the store inside the transaction that changes the membership).
 
 const toOrg = (o: OrgRow, role: OrgRole) => ({
   id: o.id,

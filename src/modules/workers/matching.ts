@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import type { HostedModel } from '../../domain/inventory'
 import { digestOrNull } from '../../lib/digest'
 import type { CatalogueRows } from '../../store/catalogue'
 import type { WorkerHead } from '../../store/fleet'
@@ -29,16 +30,6 @@ export interface CatalogueEntry {
   profiles: Profile[]
   /** Normalized sha256 of every artifact file (empty for single-file entries). */
   artifact_sha256: string[]
-}
-
-export interface HostedModel {
-  name: string
-  runtime: string | null
-  digest: string | null
-  loaded: boolean
-  advertised: boolean
-  configured: boolean
-  on_disk: boolean
 }
 
 /** What the predicate judges before it looks at a worker's models. */

@@ -1,10 +1,10 @@
 import type { Deps } from '../../deps'
+import type { HostedModel } from '../../domain/inventory'
 import { log } from '../../lib/logger'
 import type { CurrentPull } from '../../store/fleet'
 import { isOnline, onlineCutoff } from './liveness'
 import {
   type CatalogueEntry,
-  type HostedModel,
   loadCatalogue,
   loadWorkerView,
   matchEntry,

@@ -1,6 +1,7 @@
 import type { BatchRow, BatchShardRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { checkShardHolder, isShardId } from '../../domain/shards'
+import { checkHolder } from '../../domain/worker-rules'
 import { type BlobWriter, scratchKey } from '../../lib/blobs'
 import { StreamedReads } from '../../lib/blobs/random-reads'
 import { ensureFreeDisk } from '../../lib/disk'
@@ -14,7 +15,6 @@ import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-li
 import type { ByteRange } from '../../store/queue'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { removeParts } from './parts'
-import { checkHolder } from './rules'
 import { ownWorker } from './service'
 
 // POST /workers/upload-results (docs/api.md §7, docs/api.md §7). The multipart body is read by the one

@@ -1,7 +1,7 @@
 import { and, asc, eq, gt, inArray, isNull, lt, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { BatchErrorRow, BatchRow, FileRow } from '../../db/schema'
-import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
+import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import { type BatchesStore, newBatchRow, packLineOffsets, validationMove } from '../batches'
 import { type PgDb, pipelined } from './db'
 import { pageRows } from './page'

@@ -1,7 +1,7 @@
 import { asc, eq, inArray, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../../db/schema'
-import type { CatalogueEntry as ManifestEntry } from '../../modules/catalogue/manifest'
+import type { CatalogueEntry as ManifestEntry } from '../../domain/catalogue'
 import {
   artifactChanges,
   differs,
@@ -9,7 +9,7 @@ import {
   managedFields,
   profileChanges,
   renameDecision,
-} from '../../modules/catalogue/upsert'
+} from '../../domain/catalogue-upsert'
 import { CatalogueCache, type CatalogueStore, type UpsertOutcome } from '../catalogue'
 import type { PgDb, PgTx } from './db'
 

@@ -1,7 +1,7 @@
 import { and, asc, eq, gt, inArray, isNull, lte, notInArray, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { FileRow } from '../../db/schema'
-import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
+import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import type { FilesStore } from '../files'
 import type { PgDb } from './db'
 import { pageRows } from './page'

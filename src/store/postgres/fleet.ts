@@ -3,13 +3,13 @@ import { and, asc, count, desc, eq, gt, inArray, isNull, lt, or, type SQL, sql }
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { ModelPullRow, WorkerRow } from '../../db/schema'
+import type { RequeueOutcome } from '../../domain/requeue'
 import { isShardId } from '../../domain/shards'
+import { checkHolder, checkProgress, registeredState } from '../../domain/worker-rules'
 import { badRequest } from '../../lib/errors'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
 import { parseLimit } from '../../lib/pagination'
-import type { RequeueOutcome } from '../../modules/workers/requeue'
-import { checkHolder, checkProgress, registeredState } from '../../modules/workers/rules'
 import {
   type Beat,
   type BeatAnswer,

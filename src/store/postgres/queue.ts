@@ -3,13 +3,13 @@ import { and, eq, getTableColumns, inArray, isNull, lte, or, sql } from 'drizzle
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
+import { BATCH_TRANSITIONS, type BatchChanges, type BatchEvent } from '../../domain/batch-states'
+import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { isShardId, tallyShards } from '../../domain/shards'
+import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import { BATCH_TRANSITIONS, type BatchChanges, type BatchEvent } from '../../modules/batches/states'
-import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
-import { checkHolder, ownersToCount, pickClaim } from '../../modules/workers/rules'
 import type {
   Claimed,
   ClaimRequest,

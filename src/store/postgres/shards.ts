@@ -2,6 +2,8 @@ import type { SQL } from 'bun'
 import { and, asc, eq, getTableColumns, inArray, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { BatchRow, BatchShardRow } from '../../db/schema'
+import { BATCH_TRANSITIONS } from '../../domain/batch-states'
+import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import {
   checkShardHolder,
   nextShardSize,
@@ -12,8 +14,6 @@ import {
 } from '../../domain/shards'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import { BATCH_TRANSITIONS } from '../../modules/batches/states'
-import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
 import type { ByteRange } from '../queue'
 import type { PgDb, PgTx } from './db'
 import { batchRow, transition } from './queue'

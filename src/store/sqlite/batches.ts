@@ -10,8 +10,8 @@ import {
   files,
 } from '../../db/schema'
 import { writeTx } from '../../db/tx'
+import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import { pageRows } from '../../lib/pagination'
-import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
 import { type BatchesStore, newBatchRow, packLineOffsets, validationMove } from '../batches'
 import type { SqliteDeps } from './queue'
 import { transition } from './transition'

@@ -3,7 +3,7 @@ import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import { artifactFiles, catalogEntries, servingProfiles } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
-import type { CatalogueEntry as ManifestEntry } from '../../modules/catalogue/manifest'
+import type { CatalogueEntry as ManifestEntry } from '../../domain/catalogue'
 import {
   artifactChanges,
   differs,
@@ -11,7 +11,7 @@ import {
   managedFields,
   profileChanges,
   renameDecision,
-} from '../../modules/catalogue/upsert'
+} from '../../domain/catalogue-upsert'
 import { CatalogueCache, type CatalogueStore, type UpsertOutcome } from '../catalogue'
 import type { SqliteDeps } from './queue'
 

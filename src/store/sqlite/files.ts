@@ -1,8 +1,8 @@
 import { and, asc, eq, gt, inArray, isNull, lte, notInArray, or, sql } from 'drizzle-orm'
 import { batchAssignments, batches, type FileRow, files } from '../../db/schema'
 import { writeTx } from '../../db/tx'
+import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import { pageRows } from '../../lib/pagination'
-import { NON_TERMINAL_STATUSES } from '../../modules/batches/states'
 import type { FilesStore } from '../files'
 import type { SqliteDeps } from './queue'
 

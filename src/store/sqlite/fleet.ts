@@ -13,12 +13,12 @@ import {
   workers,
 } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
+import type { RequeueOutcome } from '../../domain/requeue'
 import { isShardId } from '../../domain/shards'
+import { checkHolder, checkProgress, registeredState } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
 import { pageRows } from '../../lib/pagination'
-import type { RequeueOutcome } from '../../modules/workers/requeue'
-import { checkHolder, checkProgress, registeredState } from '../../modules/workers/rules'
 import {
   type Beat,
   type BeatAnswer,

@@ -1,10 +1,10 @@
 import { and, count, desc, eq, inArray, lt, ne, type SQL, sql } from 'drizzle-orm'
 import { memberships, type OrgRow, organizations, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
+import { checkRemoval, checkRoleChange } from '../../domain/org-rules'
 import { badRequest, conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { pageRows, parseLimit } from '../../lib/pagination'
-import { checkRemoval, checkRoleChange } from '../../modules/orgs/rules'
 import type { OrgsStore } from '../orgs'
 import type { SqliteDeps } from './queue'
 

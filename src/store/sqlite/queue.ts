@@ -4,11 +4,11 @@ import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches, files, modelPulls, workers } from '../../db/schema'
 import { writeTx } from '../../db/tx'
+import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { checkShardHolder, isShardId, type ShardState, tallyShards } from '../../domain/shards'
+import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../modules/workers/requeue'
-import { checkHolder, ownersToCount, pickClaim } from '../../modules/workers/rules'
 import type {
   Claimed,
   ClaimRequest,

@@ -2,8 +2,8 @@ import { and, eq, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import { type BatchRow, batches } from '../../db/schema'
+import { BATCH_TRANSITIONS, type BatchChanges, type BatchEvent } from '../../domain/batch-states'
 import { log } from '../../lib/logger'
-import { BATCH_TRANSITIONS, type BatchChanges, type BatchEvent } from '../../modules/batches/states'
 import { enqueueWebhookEvents } from './webhooks'
 
 /**

@@ -10,10 +10,10 @@ import {
   webhooks,
 } from '../../db/schema'
 import { writeTx } from '../../db/tx'
+import type { BatchEvent } from '../../domain/batch-states'
+import { WEBHOOK_EVENT_OF } from '../../domain/webhook-events'
 import { newId } from '../../lib/ids'
 import { pageRows } from '../../lib/pagination'
-import type { BatchEvent } from '../../modules/batches/states'
-import { WEBHOOK_EVENT_OF } from '../../modules/webhooks/rules'
 import type { LeasedMessage, WebhooksStore } from '../webhooks'
 
 // Webhooks on SQLite: one process, each verb one BEGIN IMMEDIATE transaction.

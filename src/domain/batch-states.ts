@@ -1,4 +1,4 @@
-import type { BatchRow, BatchStatus } from '../../db/schema'
+import type { BatchRow, BatchStatus } from '../db/schema'
 
 // docs/api.md §6 "Batch status", as data. These five are the only states; `cancelling`, `cancelled`,
 // `expired` and `finalizing` are never produced. Every status change goes through one guarded

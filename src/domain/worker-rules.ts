@@ -1,4 +1,4 @@
-import { badRequest, forbidden } from '../../lib/errors'
+import { badRequest, forbidden } from '../lib/errors'
 
 // Rules of the worker protocol that every storage engine applies inside its own transaction
 // (src/store): decided here once, never re-implemented in SQL.

@@ -1,5 +1,5 @@
-import type { OrgRole } from '../../db/schema'
-import { badRequest, forbidden, notFound } from '../../lib/errors'
+import type { OrgRole } from '../db/schema'
+import { badRequest, forbidden, notFound } from '../lib/errors'
 
 // docs/api.md §3 membership rules, decided once for both engines, inside the transaction that changes
 // the membership: only an owner grants or removes `owner`; an org always keeps an owner.

@@ -1,5 +1,5 @@
-import type { ApiKeyRow } from '../../db/schema'
-import { badRequest, notFound } from '../../lib/errors'
+import type { ApiKeyRow } from '../db/schema'
+import { badRequest, notFound } from '../lib/errors'
 
 // docs/api.md §2/§3 rotation with key_id, decided once for both engines on the key as locked by the
 // rotating transaction.

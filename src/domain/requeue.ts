@@ -1,4 +1,4 @@
-import type { BatchEvent } from '../batches/states'
+import type { BatchEvent } from './batch-states'
 
 // The one requeue rule (docs/api.md §6, docs/api.md §7): report-failure, the sweeper and re-registration all
 // release a held batch as one failed attempt. The rule is decided here, once; each storage engine

@@ -1,9 +1,11 @@
-import type { UserRow } from '../../db/schema'
-import { badRequest } from '../../lib/errors'
-import type { UserChanges } from '../../store/accounts'
+import type { UserRow } from '../db/schema'
+import { badRequest } from '../lib/errors'
 
 // docs/api.md §9: the platform always keeps an active superadmin. Decided once for both engines, inside
 // the transaction that changes the user, against the other active superadmins counted there.
+
+/** What a superadmin may change on a user (docs/api.md §9), and the first-login gate. */
+export type UserChanges = Partial<Pick<UserRow, 'is_active' | 'platform_role' | 'must_change_password'>>
 
 /** Does this change take an active superadmin away? */
 export function losesSuperadmin(target: Pick<UserRow, 'platform_role' | 'is_active'>, changes: UserChanges) {

@@ -1,5 +1,5 @@
-import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../../db/schema'
-import type { ArtifactFile, CatalogueEntry, ServingProfile } from './manifest'
+import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../db/schema'
+import type { ArtifactFile, CatalogueEntry, ServingProfile } from './catalogue'
 
 // The seed upsert's decisions (docs/api.md §4 catalogue rules 5 and 7), taken once here; each storage engine
 // (src/store/*/catalogue.ts) reads the stored rows, asks these functions, and applies the answer
