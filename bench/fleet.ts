@@ -15,10 +15,12 @@ import { type Bench, benchServer } from './lib/fixture'
 //   (b) the requests run again after the busiest worker is SIGKILLed at 70 % of the batch, counted
 //       by custom_id at the engines (goal ≤ one shard and ≤ 25 % of the batch);
 //   (c) one worker against a 64-slot engine (40 ms), as a share of the engine's capacity and of a
-//       bare loop of 64 concurrent requests to it (goal ≥ 85 %).
+//       bare loop of 64 concurrent requests to it (goal ≥ 85 %);
+//   (d) against the real llama-server (bench/llama.ts BENCH_SWEEP=1): the daemon at
+//       --concurrency auto beside each fixed concurrency of 1 to 16 (goal: auto ≥ 90 % of the best).
 //
-//   bun run bench/fleet.ts                 all three
-//   BENCH_ONLY=a|b|c bun run bench/fleet.ts
+//   bun run bench/fleet.ts                 all four
+//   BENCH_ONLY=a|b|c|d bun run bench/fleet.ts
 //   BENCH_LINES=N (a, b)  BENCH_WIDE_LINES=N (c)  BENCH_ONE=1 (a: the 1-worker run only)  BENCH_TRACE=1 (daemon logs)
 
 const LINES = Number(process.env.BENCH_LINES ?? 4_000)
@@ -316,12 +318,25 @@ async function wide(dir: string) {
   }
 }
 
+/** (d): bench/llama.ts's sweep, in its own process (it starts llama-server and its own server). */
+async function realEngine() {
+  const proc = Bun.spawn(['bun', join(import.meta.dir, 'llama.ts')], {
+    env: { ...process.env, BENCH_SWEEP: '1', BENCH_LINES: process.env.BENCH_LLAMA_LINES ?? '400' },
+    stdout: 'pipe',
+    stderr: 'inherit',
+  })
+  const out = (await new Response(proc.stdout).text()).split('\n').filter((l) => /^( |\d|not run)/.test(l))
+  await proc.exited
+  console.log(`(d) ${out.join('\n    ').trim()}`)
+}
+
 const dir = mkdtempSync(join(tmpdir(), 'gk-fleet-'))
 const t0 = performance.now()
 try {
   if (!ONLY || ONLY === 'a') await speedup(dir)
   if (!ONLY || ONLY === 'b') await killed(join(dir, 'b'))
   if (!ONLY || ONLY === 'c') await wide(join(dir, 'c'))
+  if (!ONLY || ONLY === 'd') await realEngine()
   console.log(`(whole bench ${((performance.now() - t0) / 1000).toFixed(0)} s)`)
 } finally {
   rmSync(dir, { recursive: true, force: true })
