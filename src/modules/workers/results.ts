@@ -451,8 +451,14 @@ function checkCounts(split: Split, fields: Record<string, string>) {
 }
 
 /** Publishes the files that hold lines and gives up the empty ones. */
-async function place(split: Split) {
-  const placed: { file: ResultFile; role: 'output' | 'error'; bytes: number }[] = []
+interface Placed {
+  file: ResultFile
+  role: 'output' | 'error'
+  bytes: number
+}
+
+async function place(split: Split): Promise<Placed[]> {
+  const placed: Placed[] = []
   for (const [file, role] of [
     [split.output, 'output'],
     [split.errors, 'error'],
@@ -522,10 +528,34 @@ async function commitShard(
   })
 }
 
-/** docs/api.md §15 FILE_RETENTION_DAYS: a batch's results are kept that long after it finished. */
-function resultExpiry(deps: Deps, now: number) {
+/**
+ * What results_delivered records of a batch's results (docs/api.md §6), for an unsplit upload and
+ * for the join of a split batch's shards alike: the counts and usage, and the files placed, owned by
+ * the batch's owner, purpose batch_output (docs/api.md §5), kept FILE_RETENTION_DAYS (§15).
+ */
+function delivery(deps: Deps, batch: BatchRow, split: Split, placed: Placed[], now: number) {
   const days = deps.config.FILE_RETENTION_DAYS
-  return days === 0 ? null : now + days * 86_400
+  const expiresAt = days === 0 ? null : now + days * 86_400
+  return {
+    changes: {
+      output_file_id: split.output.lines > 0 ? split.output.id : null,
+      error_file_id: split.errors.lines > 0 ? split.errors.id : null,
+      request_counts_completed: split.completed,
+      request_counts_failed: split.failed,
+      usage: split.usage,
+      completed_at: now,
+    },
+    files: placed.map((p) => ({
+      id: p.file.id,
+      user_id: batch.user_id,
+      filename: `${batch.id}_${p.role}.jsonl`,
+      purpose: 'batch_output' as const,
+      bytes: p.bytes,
+      batch_id: batch.id,
+      created_at: now,
+      expires_at: expiresAt,
+    })),
+  }
 }
 
 /**
@@ -565,24 +595,7 @@ export async function joinShards(deps: Deps, batchId: string): Promise<BatchRow 
     const placed = await place({ completed, failed, usage, output, errors })
     const row = await deps.store.queue.completeSplit({
       batchId,
-      changes: {
-        output_file_id: output.lines > 0 ? output.id : null,
-        error_file_id: errors.lines > 0 ? errors.id : null,
-        request_counts_completed: completed,
-        request_counts_failed: failed,
-        usage,
-        completed_at: now,
-      },
-      files: placed.map((p) => ({
-        id: p.file.id,
-        user_id: batch.user_id,
-        filename: `${batch.id}_${p.role}.jsonl`,
-        purpose: 'batch_output' as const,
-        bytes: p.bytes,
-        batch_id: batch.id,
-        created_at: now,
-        expires_at: resultExpiry(deps, now),
-      })),
+      ...delivery(deps, batch, { completed, failed, usage, output, errors }, placed, now),
       now,
     })
     if (!row) {
@@ -610,32 +623,13 @@ async function commit(
   const { batch } = held
   try {
     checkCounts(split, fields)
-    // docs/api.md §5: output and error files both have purpose batch_output, as OpenAI's do.
     const placed = await place(split)
     const now = deps.clock.now()
-    const expiresAt = resultExpiry(deps, now)
     const row = await deps.store.queue.recordResults({
       batchId: batch.id,
       workerId: held.workerId,
       assignmentId: held.assignmentId,
-      changes: {
-        output_file_id: split.output.lines > 0 ? split.output.id : null,
-        error_file_id: split.errors.lines > 0 ? split.errors.id : null,
-        request_counts_completed: split.completed,
-        request_counts_failed: split.failed,
-        usage: split.usage,
-        completed_at: now,
-      },
-      files: placed.map((p) => ({
-        id: p.file.id,
-        user_id: batch.user_id,
-        filename: `${batch.id}_${p.role}.jsonl`,
-        purpose: 'batch_output' as const,
-        bytes: p.bytes,
-        batch_id: batch.id,
-        created_at: now,
-        expires_at: expiresAt,
-      })),
+      ...delivery(deps, batch, split, placed, now),
       now,
     })
     log.info('batch results stored', {

@@ -14,7 +14,7 @@ import {
 } from '../../domain/shards'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import type { ByteRange } from '../queue'
+import type { ByteRange, DeliveredShard } from '../queue'
 import type { PgDb, PgTx } from './db'
 import { batchRow, transition } from './queue'
 
@@ -464,20 +464,7 @@ export async function recordShardProgress(
 }
 
 /** A shard's results recorded; `last` when the batch has no work left (every request done). */
-export async function recordShardResultsTx(
-  tx: PgTx,
-  r: {
-    shardId: string
-    workerId: string
-    assignmentId: string
-    completed: number
-    failed: number
-    usage: Record<string, number>
-    outputKey: string | null
-    errorKey: string | null
-    now: number
-  },
-) {
+export async function recordShardResultsTx(tx: PgTx, r: DeliveredShard) {
   const locked = heldShard(await lockShard(tx, r.shardId), r.workerId, r.assignmentId)
   await tx
     .update(batchShards)

@@ -5,7 +5,7 @@ import { type BatchShardRow, batches, batchShards, workers } from '../../db/sche
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { checkShardHolder, nextShardSize, type ShardBounds, splittable } from '../../domain/shards'
 import { newId } from '../../lib/ids'
-import type { ByteRange } from '../queue'
+import type { ByteRange, DeliveredShard } from '../queue'
 import type { SqliteDeps } from './queue'
 import { transition } from './transition'
 
@@ -357,20 +357,7 @@ export function recordShardProgressInTx(
 }
 
 /** Inside the caller's writeTx: a shard's results recorded; `last` when the batch has no work left. */
-export function recordShardResultsInTx(
-  deps: SqliteDeps,
-  r: {
-    shardId: string
-    workerId: string
-    assignmentId: string
-    completed: number
-    failed: number
-    usage: Record<string, number>
-    outputKey: string | null
-    errorKey: string | null
-    now: number
-  },
-) {
+export function recordShardResultsInTx(deps: SqliteDeps, r: DeliveredShard) {
   const s = stmts(deps)
   const held = checkShardHolder(s.holding.get({ id: r.shardId }), r.workerId, r.assignmentId)
   s.shardCounts.run({ id: r.shardId, completed: r.completed, failed: r.failed, now: r.now })
