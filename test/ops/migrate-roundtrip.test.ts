@@ -8,7 +8,7 @@ import { populate } from '../helpers/installation'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { postgres, testWith } from '../helpers/requires'
 import { type S3Server, startS3Server } from '../helpers/s3'
-import { okLine, upload } from '../helpers/workers'
+import { okLine, poll, upload } from '../helpers/workers'
 
 // docs/api.md §12 `gridkeep migrate --to … --storage …`: a populated SQLite installation with its files
 // on local disk, moved to PostgreSQL and S3 (s3rver on loopback stands in for a cloud bucket),
@@ -87,27 +87,40 @@ testWith(
     const target = makeTestApp({ DATABASE_URL: to, ...bucket }, { clock: source.clock })
     try {
       expect(await answers(target, tokens)).toEqual(before)
-      // The split batch goes on where it stopped: its second shard's results join the first's part.
+      // The split batch goes on where it stopped: the running shard's results, then the rest claimed
+      // and run on the new engines, join the part of the shard done before the move.
       const { split } = made.batches
       const [shard] = (
         await target.req('GET', `/v1/batches/${split.id}/shards`, { token: made.other.token })
       ).body.data.filter((x: { status: string }) => x.status === 'running')
-      const ids = Array.from({ length: 125 }, (_, i) => `s${125 + i}`)
       const worker = (
         await target.req('GET', `/v1/orgs/${made.fleet.orgId}/workers`, { token: made.fleet.user.token })
       ).body.data.find((w: { id: string }) => w.id === shard.worker_id)
       expect(worker.name).toBe('shard-b')
-      const res = await upload(
-        target,
-        made.fleet.key,
-        {
-          job_id: shard.id,
-          worker_id: shard.worker_id,
-          assignment_id: (await assignmentOf(target, shard.id))!,
-        },
-        ids.map((id) => okLine(id)).join('\n'),
-      )
-      expect(res.status).toBe(200)
+      const run = async (job: { id: string; assignment: string; first: number; requests: number }) => {
+        const ids = Array.from({ length: job.requests }, (_, i) => `s${job.first + i}`)
+        const fields = { job_id: job.id, worker_id: worker.id, assignment_id: job.assignment }
+        const res = await upload(target, made.fleet.key, fields, ids.map((id) => okLine(id)).join('\n'))
+        expect(res.status).toBe(200)
+      }
+      await run({
+        id: shard.id,
+        assignment: (await assignmentOf(target, shard.id))!,
+        first: shard.first_request,
+        requests: shard.requests,
+      })
+      for (
+        let job = await poll(target, made.fleet.key, worker.id);
+        job;
+        job = await poll(target, made.fleet.key, worker.id)
+      ) {
+        await run({
+          id: job.job_id,
+          assignment: job.assignment_id,
+          first: job.shard!.first_request,
+          requests: job.total_requests,
+        })
+      }
       const done = (await target.req('GET', `/v1/batches/${split.id}`, { token: made.other.token })).body
       expect(done).toMatchObject({
         status: 'completed',
