@@ -32,6 +32,7 @@ CREATE UNIQUE INDEX `batch_shards_id_unique` ON `batch_shards` (`id`);--> statem
 CREATE UNIQUE INDEX `batch_shards_batch` ON `batch_shards` (`batch_id`,`shard_index`);--> statement-breakpoint
 CREATE INDEX `batch_shards_worker` ON `batch_shards` (`worker_id`,`status`);--> statement-breakpoint
 CREATE INDEX `batch_shards_user` ON `batch_shards` (`user_id`,`status`);--> statement-breakpoint
+CREATE INDEX `batch_shards_org` ON `batch_shards` (`org_id`,`completed_at`);--> statement-breakpoint
 CREATE INDEX `batch_shards_status` ON `batch_shards` (`status`);--> statement-breakpoint
 ALTER TABLE `batches` ADD `split` integer DEFAULT false NOT NULL;--> statement-breakpoint
 ALTER TABLE `batches` ADD `next_request` integer DEFAULT 0 NOT NULL;--> statement-breakpoint

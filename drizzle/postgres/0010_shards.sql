@@ -36,5 +36,6 @@ ALTER TABLE "batch_shards" ADD CONSTRAINT "batch_shards_batch_id_batches_id_fk" 
 CREATE UNIQUE INDEX "batch_shards_batch" ON "batch_shards" USING btree ("batch_id","shard_index");--> statement-breakpoint
 CREATE INDEX "batch_shards_worker" ON "batch_shards" USING btree ("worker_id","status");--> statement-breakpoint
 CREATE INDEX "batch_shards_user" ON "batch_shards" USING btree ("user_id","status");--> statement-breakpoint
+CREATE INDEX "batch_shards_org" ON "batch_shards" USING btree ("org_id","completed_at");--> statement-breakpoint
 CREATE INDEX "batch_shards_status" ON "batch_shards" USING btree ("status");--> statement-breakpoint
 CREATE INDEX "batches_split_model" ON "batches" USING btree ("model","seq") WHERE split AND status = 'in_progress';

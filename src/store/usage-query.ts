@@ -8,25 +8,28 @@ import { DAY, type USAGE_TOKENS, type UsageGroup, type UsageScope, type UsageSum
 export interface UsageTables {
   batches: Table &
     Record<
-      'id' | 'user_id' | 'api_key_id' | 'model' | 'status' | 'completed_at' | 'request_counts_completed',
+      'id' | 'user_id' | 'api_key_id' | 'model' | 'status' | 'completed_at' | 'request_counts_completed' | 'usage',
       SQLWrapper
     >
   batchAssignments: Table & Record<'batch_id' | 'org_id' | 'completed_at', SQLWrapper>
+  batchShards: Table &
+    Record<'batch_id' | 'org_id' | 'status' | 'completed_at' | 'request_counts_completed' | 'usage', SQLWrapper>
   apiKeys: Table & Record<'id' | 'prefix' | 'name', SQLWrapper>
   users: Table & Record<'id' | 'email', SQLWrapper>
 }
 
 /** What differs between the engines' statements. */
 export interface UsageDialect {
-  /** The sum of one token count over the group's batches.usage, 0 when none has it. */
-  tokenSum(name: (typeof USAGE_TOKENS)[number]): SQL
+  /** The sum of one token count over the group's `usage` (a usage JSON column), 0 when none has it. */
+  tokenSum(usage: SQLWrapper, name: (typeof USAGE_TOKENS)[number]): SQL
   /** `status = 'completed'`, written so that it never leads the planner away from the range probe. */
   completed(status: SQLWrapper): SQL
 }
 
 /**
  * One statement: the scope's index range probe (batches (user_id, completed_at), batch_assignments
- * (org_id, completed_at) or batches (completed_at)), the completed batches in it, summed per group.
+ * and batch_shards (org_id, completed_at), or batches (completed_at)), the completed batches in
+ * it, summed per group.
  */
 export function usageQuery(
   t: UsageTables,
@@ -35,17 +38,30 @@ export function usageQuery(
   groupBy: UsageGroup,
   dialect: UsageDialect,
 ): SQL {
-  const { batches: b, batchAssignments: a, apiKeys: k, users: u } = t
-  // The org's view counts a batch where its completing assignment ran; that assignment is the
-  // batch's only one (a requeue deletes the assignment), completed at the batch's completion time.
-  const completedAt = scope.kind === 'org' ? a.completed_at : b.completed_at
-  const owner =
-    scope.kind === 'user'
-      ? sql`${b.user_id} = ${scope.userId}`
-      : scope.kind === 'org'
-        ? sql`${a.org_id} = ${scope.orgId}`
-        : sql`TRUE`
-  const from = scope.kind === 'org' ? sql`${a} JOIN ${b} ON ${b.id} = ${a.batch_id}` : sql`${b}`
+  const { batches: b, batchAssignments: a, batchShards: s, apiKeys: k, users: u } = t
+  // The org's view counts the work its workers ran: a whole batch where its completing assignment
+  // ran (its only one: a requeue deletes the assignment), completed at the batch's completion
+  // time; and, of a split batch (docs/api.md §16), each shard its workers completed, with the
+  // shard's own requests and usage. Either way only once the batch is completed.
+  const org = scope.kind === 'org'
+  const work = sql.raw('w')
+  const completedAt = org ? sql`${work}.done_at` : b.completed_at
+  const requests = org ? sql`${work}.requests` : b.request_counts_completed
+  const usage = org ? sql`${work}.usage` : b.usage
+  const owner = scope.kind === 'user' ? sql`${b.user_id} = ${scope.userId}` : sql`TRUE`
+  const from = org
+    ? sql`(SELECT ${a.batch_id} AS batch_id, ${a.completed_at} AS done_at,
+             ${b.request_counts_completed} AS requests, ${b.usage} AS usage
+           FROM ${a} JOIN ${b} ON ${b.id} = ${a.batch_id}
+           WHERE ${a.org_id} = ${scope.orgId} AND ${a.completed_at} >= ${range.start}
+             AND ${a.completed_at} < ${range.end}
+           UNION ALL
+           SELECT ${s.batch_id}, ${s.completed_at}, ${s.request_counts_completed}, ${s.usage}
+           FROM ${s}
+           WHERE ${s.org_id} = ${scope.orgId} AND ${s.status} = 'done' AND ${s.completed_at} >= ${range.start}
+             AND ${s.completed_at} < ${range.end}) ${work}
+         JOIN ${b} ON ${b.id} = ${work}.batch_id`
+    : sql`${b}`
   const group = {
     day: sql`(${completedAt} / ${sql.raw(String(DAY))}) * ${sql.raw(String(DAY))}`,
     model: sql`${b.model}`,
@@ -63,11 +79,11 @@ export function usageQuery(
   const email = groupBy === 'user' ? sql`${u.email}` : sql`NULL`
   return sql`
     SELECT ${group} AS grp, ${prefix} AS prefix, ${name} AS name, ${email} AS email,
-      count(*) AS batches,
-      coalesce(sum(${b.request_counts_completed}), 0) AS requests,
-      ${dialect.tokenSum('prompt_tokens')} AS prompt_tokens,
-      ${dialect.tokenSum('completion_tokens')} AS completion_tokens,
-      ${dialect.tokenSum('total_tokens')} AS total_tokens
+      count(DISTINCT ${b.id}) AS batches,
+      coalesce(sum(${requests}), 0) AS requests,
+      ${dialect.tokenSum(usage, 'prompt_tokens')} AS prompt_tokens,
+      ${dialect.tokenSum(usage, 'completion_tokens')} AS completion_tokens,
+      ${dialect.tokenSum(usage, 'total_tokens')} AS total_tokens
     FROM ${from} ${join}
     WHERE ${owner} AND ${completedAt} >= ${range.start} AND ${completedAt} < ${range.end}
       AND ${dialect.completed(b.status)}

@@ -224,10 +224,11 @@ testWith(
 // "Indexed so a query does not scan every batch of the installation": each scope's statement is
 // an index range probe. PostgreSQL plans by cost, so its test fills a year of history first;
 // SQLite's planner answers it directly.
-const scopes: [UsageScope, string][] = [
-  [{ kind: 'user', userId: 'user_a' }, 'batches_user_completed'],
-  [{ kind: 'org', orgId: 'org_x' }, 'batch_assignments_org'],
-  [{ kind: 'all' }, 'batches_completed'],
+const scopes: [UsageScope, string[]][] = [
+  [{ kind: 'user', userId: 'user_a' }, ['batches_user_completed']],
+  // The org's whole batches and the shards its workers ran (docs/api.md §16).
+  [{ kind: 'org', orgId: 'org_x' }, ['batch_assignments_org', 'batch_shards_org']],
+  [{ kind: 'all' }, ['batches_completed']],
 ]
 
 describeWith(postgres, 'usage query plans', () => {
@@ -236,10 +237,10 @@ describeWith(postgres, 'usage query plans', () => {
     const { db, sqlite } = openDb({ path: join(dir, 'g.db') })
     try {
       migrate(db)
-      for (const [scope, index] of scopes) {
+      for (const [scope, indexes] of scopes) {
         const query = usageQuery(lite, scope, range, 'day', sqliteDialect)
         const plan = db.all<{ detail: string }>(sql`EXPLAIN QUERY PLAN ${query}`).map((r) => r.detail)
-        expect(plan.join('\n')).toContain(`USING INDEX ${index} (`)
+        for (const index of indexes) expect(plan.join('\n')).toContain(`USING INDEX ${index} (`)
       }
     } finally {
       sqlite.close()
@@ -265,11 +266,17 @@ describeWith(postgres, 'usage query plans', () => {
       await db.execute(sql`INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at, completed_at)
         SELECT 'asg_' || b.seq, b.id, 'w', 'org_' || (b.seq % 10), 0, b.completed_at FROM batches b`)
       await db.execute(sql`UPDATE batch_assignments SET org_id = 'org_x' WHERE org_id = 'org_0'`)
+      // And shards of split batches (docs/api.md §16) run by the same orgs' workers.
+      await db.execute(sql`INSERT INTO batch_shards (id, batch_id, user_id, shard_index, first_request, requests,
+          status, org_id, completed_at, updated_at)
+        SELECT 'shard_' || b.seq, b.id, b.user_id, 0, 0, 1, 'done', 'org_' || (b.seq % 10), b.completed_at, 0
+        FROM batches b`)
+      await db.execute(sql`UPDATE batch_shards SET org_id = 'org_x' WHERE org_id = 'org_0'`)
       await db.execute(sql`ANALYZE`)
-      for (const [scope, index] of scopes) {
+      for (const [scope, indexes] of scopes) {
         const query = usageQuery(pg, scope, range, 'day', postgresDialect)
         const plan = [...((await db.execute(sql`EXPLAIN ${query}`)) as unknown as { 'QUERY PLAN': string }[])]
-        expect(plan.map((r) => r['QUERY PLAN']).join('\n')).toContain(index)
+        for (const index of indexes) expect(plan.map((r) => r['QUERY PLAN']).join('\n')).toContain(index)
       }
     } finally {
       await db.$client.close()

@@ -348,6 +348,69 @@ describe('docs/api.md §16 results', () => {
     expect((await uploadShard(s, wid, job, bodies.get(job.job_id)!)).status).toBe(200)
   })
 
+  test('an org’s usage counts the shards its own workers ran (docs/api.md §14, §16)', async () => {
+    const t = shared()
+    const s = await setup(t, 60, 2)
+    // A second org's worker hosting the same model takes the other shards.
+    const other = await makeFleet(t)
+    const runtimeId = (await poll(t, s.f.key, s.workers[0]!))!.model
+    const theirs = await registerWorker(t, other.key, {
+      models: [runtimeId],
+      max_concurrent_jobs: 4,
+      capabilities: { shards: true },
+    })
+    expect((await heartbeat(t, other.key, theirs)).status).toBe(200)
+    const [mine] = (await t.req('GET', `/v1/batches/${s.batch.id}/shards`, { token: s.f.user.token })).body
+      .data
+    const ran = new Map<string, number>([
+      [s.f.orgId, 0],
+      [other.orgId, 0],
+    ])
+    const finish = async (
+      fleet: Fleet,
+      wid: string,
+      job: { id: string; assignment: string; first: number; n: number },
+    ) => {
+      const ids = s.ids.slice(job.first, job.first + job.n)
+      const res = await upload(
+        t,
+        fleet.key,
+        { job_id: job.id, worker_id: wid, assignment_id: job.assignment },
+        ids.map((id) => okLine(id)).join('\n'),
+      )
+      expect(res.status).toBe(200)
+      ran.set(fleet.orgId, ran.get(fleet.orgId)! + job.n)
+    }
+    const found = await t.deps.store.queue.shardWithBatch(mine.id)
+    await finish(s.f, s.workers[0]!, {
+      id: mine.id,
+      assignment: found!.shard.assignment_id!,
+      first: mine.first_request,
+      n: mine.requests,
+    })
+    for (let job = await poll(t, other.key, theirs); job; job = await poll(t, other.key, theirs)) {
+      await finish(other, theirs, {
+        id: job.job_id,
+        assignment: job.assignment_id,
+        first: job.shard!.first_request,
+        n: job.total_requests,
+      })
+    }
+    expect((await batchRow(t.deps, s.batch.id)).status).toBe('completed')
+    expect(ran.get(other.orgId)).toBeGreaterThan(0)
+    for (const [fleet, count] of [
+      [s.f, ran.get(s.f.orgId)!],
+      [other, ran.get(other.orgId)!],
+    ] as const) {
+      const usage = await t.req('GET', `/v1/orgs/${fleet.orgId}/usage?group_by=model`, {
+        token: fleet.user.token,
+      })
+      expect(usage.status).toBe(200)
+      expect(usage.body.data).toHaveLength(1)
+      expect(usage.body.data[0]).toMatchObject({ batches: 1, requests: count, total_tokens: 12 * count })
+    }
+  })
+
   test('a shard upload carrying another shard’s custom_id is a 400 invalid_output and changes nothing', async () => {
     const s = await setup(shared(), 60, 2)
     const a = (await poll(s.t, s.f.key, s.workers[0]!))!

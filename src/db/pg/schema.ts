@@ -269,6 +269,8 @@ export const batchShards = pgTable(
     uniqueIndex('batch_shards_batch').on(t.batch_id, t.shard_index),
     index('batch_shards_worker').on(t.worker_id, t.status),
     index('batch_shards_user').on(t.user_id, t.status),
+    // GET /v1/orgs/{org_id}/usage: the shards an org's workers completed within a range.
+    index('batch_shards_org').on(t.org_id, t.completed_at),
     index('batch_shards_status').on(t.status),
   ],
 )

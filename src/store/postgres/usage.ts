@@ -1,12 +1,12 @@
 import { sql } from 'drizzle-orm'
-import { apiKeys, batchAssignments, batches, users } from '../../db/pg/schema'
+import { apiKeys, batchAssignments, batchShards, batches, users } from '../../db/pg/schema'
 import type { UsageStore } from '../usage'
 import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-query'
 import type { PgDb } from './db'
 
-// docs/api.md §14 usage sums on PostgreSQL: batches.usage is jsonb; its numbers are read as numeric.
+// docs/api.md §14 usage sums on PostgreSQL: usage columns are jsonb; their numbers are read as numeric.
 export const postgresDialect: UsageDialect = {
-  tokenSum: (name) => sql`coalesce(sum((${batches.usage} ->> ${name})::numeric), 0)`,
+  tokenSum: (usage, name) => sql`coalesce(sum((${usage} ->> ${name})::numeric), 0)`,
   completed: (status) => sql`${status} = 'completed'`,
 }
 
@@ -14,7 +14,7 @@ export function postgresUsage(db: PgDb): UsageStore {
   return {
     async sums(scope, range, groupBy) {
       const query = usageQuery(
-        { batches, batchAssignments, apiKeys, users },
+        { batches, batchAssignments, batchShards, apiKeys, users },
         scope,
         range,
         groupBy,

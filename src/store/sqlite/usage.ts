@@ -1,12 +1,12 @@
 import { sql } from 'drizzle-orm'
-import { apiKeys, batchAssignments, batches, users } from '../../db/schema'
+import { apiKeys, batchAssignments, batchShards, batches, users } from '../../db/schema'
 import type { UsageStore } from '../usage'
 import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-query'
 import type { SqliteDeps } from './queue'
 
-// docs/api.md §14 usage sums on SQLite: batches.usage is JSON text, read with json_extract.
+// docs/api.md §14 usage sums on SQLite: usage columns are JSON text, read with json_extract.
 export const sqliteDialect: UsageDialect = {
-  tokenSum: (name) => sql`coalesce(sum(json_extract(${batches.usage}, ${`$.${name}`})), 0)`,
+  tokenSum: (usage, name) => sql`coalesce(sum(json_extract(${usage}, ${`$.${name}`})), 0)`,
   // The unary + keeps SQLite from taking batches (status, model, seq) for the equality, which
   // would read every completed batch of the installation instead of the range.
   completed: (status) => sql`+${status} = 'completed'`,
@@ -16,7 +16,7 @@ export function sqliteUsage({ db }: Pick<SqliteDeps, 'db'>): UsageStore {
   return {
     async sums(scope, range, groupBy) {
       const query = usageQuery(
-        { batches, batchAssignments, apiKeys, users },
+        { batches, batchAssignments, batchShards, apiKeys, users },
         scope,
         range,
         groupBy,
