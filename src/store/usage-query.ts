@@ -8,12 +8,22 @@ import { DAY, type USAGE_TOKENS, type UsageGroup, type UsageScope, type UsageSum
 export interface UsageTables {
   batches: Table &
     Record<
-      'id' | 'user_id' | 'api_key_id' | 'model' | 'status' | 'completed_at' | 'request_counts_completed' | 'usage',
+      | 'id'
+      | 'user_id'
+      | 'api_key_id'
+      | 'model'
+      | 'status'
+      | 'completed_at'
+      | 'request_counts_completed'
+      | 'usage',
       SQLWrapper
     >
   batchAssignments: Table & Record<'batch_id' | 'org_id' | 'completed_at', SQLWrapper>
   batchShards: Table &
-    Record<'batch_id' | 'org_id' | 'status' | 'completed_at' | 'request_counts_completed' | 'usage', SQLWrapper>
+    Record<
+      'batch_id' | 'org_id' | 'status' | 'completed_at' | 'request_counts_completed' | 'usage',
+      SQLWrapper
+    >
   apiKeys: Table & Record<'id' | 'prefix' | 'name', SQLWrapper>
   users: Table & Record<'id' | 'email', SQLWrapper>
 }

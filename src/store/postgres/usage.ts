@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { apiKeys, batchAssignments, batchShards, batches, users } from '../../db/pg/schema'
+import { apiKeys, batchAssignments, batches, batchShards, users } from '../../db/pg/schema'
 import type { UsageStore } from '../usage'
 import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-query'
 import type { PgDb } from './db'

@@ -1,5 +1,5 @@
 import { sql } from 'drizzle-orm'
-import { apiKeys, batchAssignments, batchShards, batches, users } from '../../db/schema'
+import { apiKeys, batchAssignments, batches, batchShards, users } from '../../db/schema'
 import type { UsageStore } from '../usage'
 import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-query'
 import type { SqliteDeps } from './queue'
