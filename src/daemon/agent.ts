@@ -1,15 +1,8 @@
 import { hostname } from 'node:os'
 import { log as rootLog } from '../lib/logger'
+import type { HeartbeatAnswer, HeartbeatBody, Job, PullModel } from '../protocol/worker'
 import { type Backoff, realTimers, retryDelay, type Timers, Wakeup } from './backoff'
-import {
-  ApiError,
-  ControlPlane,
-  DAEMON_VERSION,
-  type HeartbeatBody,
-  type HeartbeatResponse,
-  type Job,
-  type PullModel,
-} from './client'
+import { ApiError, ControlPlane, DAEMON_VERSION } from './client'
 import { ConcurrencyController, RequestLimiter } from './concurrency'
 import { GpuProbe, type GpuSample } from './gpu'
 import { type JobOutcome, JobRun, type JobView } from './job'
@@ -354,7 +347,7 @@ export class Agent {
     }
   }
 
-  private onHeartbeat(res: HeartbeatResponse, sentAt: number) {
+  private onHeartbeat(res: HeartbeatAnswer, sentAt: number) {
     if (Array.isArray(res.assigned_job_ids)) {
       const assigned = new Set(res.assigned_job_ids)
       for (const run of this.jobs.values()) {

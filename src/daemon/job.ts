@@ -1,6 +1,7 @@
 import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { log as rootLog } from '../lib/logger'
+import type { Job } from '../protocol/worker'
 import { type Backoff, retryDelay, type Timers } from './backoff'
 import {
   ApiError,
@@ -8,7 +9,6 @@ import {
   isBatchNotInProgress,
   isInsufficientStorage,
   isTransient,
-  type Job,
 } from './client'
 import type { RequestLimiter } from './concurrency'
 import { type Counts, executeJob, RuntimeUnavailableError } from './executor'
