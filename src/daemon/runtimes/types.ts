@@ -3,7 +3,7 @@
 // OpenAI-compatible endpoints (job.endpoint on base_url), whichever adapter discovered it.
 
 import type { Engine } from '../../domain/catalogue'
-import type { InventoryItem } from '../../protocol/worker'
+import type { InventoryItem, PullModel } from '../../protocol/worker'
 
 /** docs/api.md §7 inventory item: one on-disk artifact with the sha256 of its file. */
 export type { InventoryItem }
@@ -22,14 +22,8 @@ export interface RuntimeSnapshot {
   error?: string
 }
 
-/** One heartbeat `pull_models` entry (docs/api.md §7). */
-export interface PullTask {
-  catalogue_id: string
-  runtime: string
-  runtime_model_id: string
-  digest?: string | null
-  size_gb?: number | null
-}
+/** One heartbeat `pull_models` entry (docs/api.md §7), as the protocol defines it. */
+export type PullTask = PullModel
 
 export interface PullProgress {
   status: 'downloading' | 'verifying' | 'completed' | 'failed'
