@@ -16,7 +16,7 @@ import { migrate } from '../src/db/migrate'
 import { openDb } from '../src/db/open'
 import { batchAssignments } from '../src/db/schema'
 import { newId } from '../src/lib/ids'
-import { WorkerModel } from '../src/modules/workers/model'
+import { WorkerBodies as WorkerModel } from '../src/protocol/worker'
 import { addEntry, addValidatedBatches, benchServer, pollTimes, post } from './lib/fixture'
 import { drain, fmt, percentile, quick } from './lib/load'
 

@@ -1,16 +1,10 @@
 import { hostname } from 'node:os'
 import { log as rootLog } from '../lib/logger'
+import type { HeartbeatAnswer, HeartbeatBody, Job, PullModel } from '../protocol/worker'
 import { type Backoff, realTimers, retryDelay, type Timers, Wakeup } from './backoff'
-import {
-  ApiError,
-  ControlPlane,
-  DAEMON_VERSION,
-  type HeartbeatBody,
-  type HeartbeatResponse,
-  type Job,
-  type PullModel,
-} from './client'
+import { type ApiError, ControlPlane, DAEMON_VERSION } from './client'
 import { ConcurrencyController, RequestLimiter } from './concurrency'
+import { classifyFailure } from './failure'
 import { GpuProbe, type GpuSample } from './gpu'
 import { type JobOutcome, JobRun, type JobView } from './job'
 import { type AgentState, checkMove } from './lifecycle'
@@ -266,16 +260,17 @@ export class Agent {
         })
         return true
       } catch (e) {
-        if (e instanceof ApiError && !e.transient) {
-          if ((e.status === 403 || e.status === 404) && reuse) {
-            // Our stored worker_id is not this org's (or is gone): register afresh.
-            log.warn('stored worker_id refused; registering as a new worker', { status: e.status })
-            this.state.saveWorkerId('', '')
-            continue
-          }
-          this.fatal(
-            e.status === 401 ? 'the server rejected the worker key' : `registration refused: ${e.message}`,
-          )
+        const failure = classifyFailure('register', e, { reusedWorkerId: !!reuse })
+        if (failure.do === 'reregister') {
+          // Our stored worker_id is not this org's (or is gone): register afresh.
+          log.warn('stored worker_id refused; registering as a new worker', {
+            status: (e as ApiError).status,
+          })
+          this.state.saveWorkerId('', '')
+          continue
+        }
+        if (failure.do === 'fatal') {
+          this.fatal(failure.message)
           return false
         }
         const wait = retryDelay(attempt, this.backoff, null)
@@ -315,16 +310,18 @@ export class Agent {
       this.onHeartbeat(res, sentAt)
       ok = true
     } catch (e) {
-      if (e instanceof ApiError && e.status === 404) {
-        // The server does not know us (its database was reset): register again.
-        log.warn('heartbeat: worker unknown to the server; registering again')
+      const failure = classifyFailure('heartbeat', e)
+      if (failure.do === 'reregister') {
+        if (failure.forgetWorkerId) {
+          log.warn('heartbeat refused: worker not owned by this key; registering again')
+          this.state.saveWorkerId('', '')
+        } else {
+          // The server does not know us (its database was reset): register again.
+          log.warn('heartbeat: worker unknown to the server; registering again')
+        }
         if (await this.register()) next = 0
-      } else if (e instanceof ApiError && e.status === 401) {
-        this.fatal('the server rejected the worker key')
-      } else if (e instanceof ApiError && e.status === 403) {
-        log.warn('heartbeat refused: worker not owned by this key; registering again')
-        this.state.saveWorkerId('', '')
-        if (await this.register()) next = 0
+      } else if (failure.do === 'fatal') {
+        this.fatal(failure.message)
       } else {
         log.warn('heartbeat failed', { error: (e as Error).message })
         next = Math.min(next, FAILED_HEARTBEAT_RETRY_MS)
@@ -354,7 +351,7 @@ export class Agent {
     }
   }
 
-  private onHeartbeat(res: HeartbeatResponse, sentAt: number) {
+  private onHeartbeat(res: HeartbeatAnswer, sentAt: number) {
     if (Array.isArray(res.assigned_job_ids)) {
       const assigned = new Set(res.assigned_job_ids)
       for (const run of this.jobs.values()) {
@@ -473,15 +470,16 @@ export class Agent {
           if (this.pollWait > 0 && this.timers.nowMs() - asked >= this.pollWait * 1000) wait = 0
         } catch (e) {
           if (this.polling.signal.aborted) break
-          if (e instanceof ApiError && e.status === 401) this.fatal('the server rejected the worker key')
-          else if (e instanceof ApiError && e.status === 400 && this.pollWait > 0) {
+          const failure = classifyFailure('poll', e, { waitSeconds: this.pollWait })
+          if (failure.do === 'fatal') this.fatal(failure.message)
+          else if (failure.do === 'poll_plainly') {
             // A server older than wait_seconds refuses the field: poll plainly.
             log.warn('the server does not hold polls (wait_seconds refused); polling plainly')
             this.pollWait = 0
             wait = 0
-          } else if (e instanceof ApiError && (e.status === 403 || e.status === 404)) {
-            log.warn('poll refused; registering again', { status: e.status })
-            if (e.status === 403) this.state.saveWorkerId('', '')
+          } else if (failure.do === 'reregister') {
+            log.warn('poll refused; registering again', { status: (e as ApiError).status })
+            if (failure.forgetWorkerId) this.state.saveWorkerId('', '')
             await this.register()
           } else {
             wait = Math.max(wait, retryDelay(failures++, this.backoff, null))

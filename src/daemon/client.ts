@@ -1,103 +1,26 @@
 import { writeFileSync } from 'node:fs'
 import pkg from '../../package.json'
+import type {
+  HeartbeatAnswer,
+  HeartbeatBody,
+  Job,
+  ModelProgressBody,
+  PollAnswer,
+  ProgressBody,
+  RegisterAnswer,
+  RegisterBody,
+  ReportFailureAnswer,
+  ReportFailureBody,
+  UploadResultsAnswer,
+  UploadResultsFields,
+} from '../protocol/worker'
 import { retryAfterMs } from './backoff'
-import type { Gpu } from './gpu'
-import type { InventoryItem } from './runtimes/types'
 
-// The control-plane side of docs/api.md §7, as the daemon speaks it. Every call carries the worker key as
+// The control-plane side of docs/api.md §7, as the daemon speaks it. Bodies and answers are typed from
+// the protocol's one schema (src/protocol/worker.ts), the one the server's routes validate with. Every call carries the worker key as
 // a bearer token; the key never appears in an error message or a log field.
 
 export const DAEMON_VERSION = pkg.version
-
-export interface RegisterBody {
-  name: string
-  hostname?: string
-  machine_id?: string
-  worker_id?: string
-  daemon_version?: string
-  max_concurrent_jobs?: number
-  max_download_gb?: number
-  models?: string[]
-  runtimes: {
-    engine: string
-    base_url: string
-    status: 'online' | 'offline' | 'error'
-    inventory?: InventoryItem[]
-  }[]
-  gpus?: Gpu[]
-  /** docs/api.md §16: a worker that declares shards is handed shards of split batches. */
-  capabilities?: { shards?: boolean }
-}
-
-export interface RegisterResponse {
-  worker_id: string
-  org_id: string
-  heartbeat_interval_seconds: number
-  heartbeat_timeout_seconds: number
-}
-
-export interface HeartbeatBody {
-  activity: 'idle' | 'busy' | 'downloading_model'
-  current_job_id?: string
-  progress?: { total_prompts: number; completed_prompts: number; failed_prompts: number }
-  gpu_utilization?: number
-  gpu_memory_used_gb?: number
-  vram_total_gb?: number
-  vram_available_gb?: number
-  loaded_models: string[]
-  inventory: InventoryItem[]
-  uptime_seconds: number
-  /** The requests the daemon keeps in flight now (--concurrency, found or pinned). */
-  concurrency?: number
-}
-
-export interface PullModel {
-  catalogue_id: string
-  runtime: string
-  runtime_model_id: string
-  digest?: string | null
-  size_gb?: number | null
-}
-
-export interface HeartbeatResponse {
-  status: string
-  worker_id: string
-  next_heartbeat_in?: number
-  assigned_job_ids?: string[]
-  pull_models?: PullModel[]
-}
-
-export interface Job {
-  job_id: string
-  assignment_id?: string
-  input_file_id: string
-  input_path: string
-  model: string
-  catalogue_id?: string
-  endpoint?: string
-  runtime?: string
-  digest?: string | null
-  params?: Record<string, unknown>
-  total_requests?: number
-  /** A shard (docs/api.md §16): its batch, and which of its request lines it holds. */
-  batch_id?: string
-  shard?: { index: number; first_request: number; requests: number }
-}
-
-export interface UploadResult {
-  batch_id: string
-  status: string
-  output_file_id?: string | null
-  error_file_id?: string | null
-  request_counts?: { total: number; completed: number; failed: number }
-}
-
-export interface FailureResult {
-  status: string
-  batch_id: string
-  attempts: number
-  error: string
-}
 
 /** The server answered with a non-2xx status (docs/api.md §0 envelope when it is JSON). */
 export class ApiError extends Error {
@@ -142,11 +65,11 @@ export class ControlPlane {
   }
 
   register(body: RegisterBody) {
-    return this.json<RegisterResponse>('POST', '/workers/register', body)
+    return this.json<RegisterAnswer>('POST', '/workers/register', body)
   }
 
   heartbeat(workerId: string, body: HeartbeatBody) {
-    return this.json<HeartbeatResponse>('POST', `/workers/${encodeURIComponent(workerId)}/heartbeat`, body)
+    return this.json<HeartbeatAnswer>('POST', `/workers/${encodeURIComponent(workerId)}/heartbeat`, body)
   }
 
   /**
@@ -155,7 +78,7 @@ export class ControlPlane {
    */
   async poll(workerId: string, o: { waitSeconds?: number; signal?: AbortSignal } = {}): Promise<Job | null> {
     const wait = o.waitSeconds ?? 0
-    const res = await this.json<{ job: Job | null }>(
+    const res = await this.json<PollAnswer>(
       'POST',
       '/workers/poll',
       wait > 0 ? { worker_id: workerId, wait_seconds: wait } : { worker_id: workerId },
@@ -164,30 +87,16 @@ export class ControlPlane {
     return res.job ?? null
   }
 
-  progress(body: {
-    worker_id: string
-    job_id: string
-    assignment_id?: string
-    total_prompts?: number
-    completed_prompts: number
-    failed_prompts: number
-  }) {
+  progress(body: ProgressBody) {
     return this.json<{ status: string }>('POST', '/workers/progress', body)
   }
 
-  modelProgress(body: {
-    worker_id: string
-    model: string
-    digest?: string
-    status: 'downloading' | 'verifying' | 'completed' | 'failed'
-    completed_bytes?: number
-    total_bytes?: number
-  }) {
+  modelProgress(body: ModelProgressBody) {
     return this.json<unknown>('POST', '/workers/model-progress', body)
   }
 
-  reportFailure(body: { job_id: string; worker_id: string; error: string; assignment_id?: string }) {
-    return this.json<FailureResult>('POST', '/workers/report-failure', body)
+  reportFailure(body: ReportFailureBody) {
+    return this.json<ReportFailureAnswer>('POST', '/workers/report-failure', body)
   }
 
   /** Streams the job input (GET input_path with the worker key) to `dest`; returns its byte count. */
@@ -225,8 +134,8 @@ export class ControlPlane {
     completed: number
     failed: number
     file: string
-  }): Promise<UploadResult> {
-    const fields: Record<string, string> = {
+  }): Promise<UploadResultsAnswer> {
+    const fields: UploadResultsFields = {
       job_id: args.job_id,
       worker_id: args.worker_id,
       ...(args.assignment_id ? { assignment_id: args.assignment_id } : {}),
@@ -236,7 +145,7 @@ export class ControlPlane {
     const { body, contentType } = multipart(fields, 'file', 'output.jsonl', args.file)
     // No overall time limit: a large file on a slow link legitimately takes long.
     const res = await this.send('POST', '/workers/upload-results', body, undefined, 0, contentType)
-    return (await res.json()) as UploadResult
+    return (await res.json()) as UploadResultsAnswer
   }
 
   private async json<T>(

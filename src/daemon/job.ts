@@ -1,6 +1,7 @@
 import { rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { log as rootLog } from '../lib/logger'
+import type { Job } from '../protocol/worker'
 import { type Backoff, retryDelay, type Timers } from './backoff'
 import {
   ApiError,
@@ -8,10 +9,10 @@ import {
   isBatchNotInProgress,
   isInsufficientStorage,
   isTransient,
-  type Job,
 } from './client'
 import type { RequestLimiter } from './concurrency'
 import { type Counts, executeJob, RuntimeUnavailableError } from './executor'
+import { classifyFailure } from './failure'
 import type { DaemonOptions } from './options'
 import type { Runtime, RuntimeSnapshot } from './runtimes/types'
 import type { StateDir } from './state'
@@ -203,12 +204,11 @@ export class JobRun {
         jlog.warn('job dropped', { reason: this.stop.reason })
         return 'dropped'
       }
-      if (e instanceof ApiError && e.status === 403) {
-        jlog.warn('job dropped: the server says it is not ours any more', { error: e.message })
-        return 'dropped'
-      }
-      if (isBatchNotInProgress(e)) {
-        jlog.warn('job dropped: its batch is no longer in progress (failed elsewhere)')
+      const failure = classifyFailure('job', e)
+      if (failure.do === 'stop_job') {
+        if (failure.reason === 'not_holder')
+          jlog.warn('job dropped: the server says it is not ours any more', { error: (e as Error).message })
+        else jlog.warn('job dropped: its batch is no longer in progress (failed elsewhere)')
         return 'dropped'
       }
       const message =
@@ -290,8 +290,13 @@ export class JobRun {
         failed_prompts: c.failed,
       })
       .catch((e) => {
-        if (e instanceof ApiError && e.status === 403) this.lose('the server refused our progress (403)')
-        else if (isBatchNotInProgress(e)) this.lose('the batch is no longer in progress (failed elsewhere)')
+        const failure = classifyFailure('job', e)
+        if (failure.do === 'stop_job')
+          this.lose(
+            failure.reason === 'not_holder'
+              ? 'the server refused our progress (403)'
+              : 'the batch is no longer in progress (failed elsewhere)',
+          )
         else {
           this.sentProgress = '' // try again next tick
           log.debug('progress not delivered', { job_id: job.job_id, error: (e as Error).message })

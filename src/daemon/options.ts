@@ -2,13 +2,11 @@ import { homedir, hostname } from 'node:os'
 import { extname, join } from 'node:path'
 import { type Static, Type as T } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
+import { ENGINES, type Engine } from '../domain/catalogue'
 
 // The daemon's options, parsed in this one place. The daemon is a separate program from the server
 // (src/config.ts is the server's), so it reads its own flags, environment and optional config file.
 // Precedence: flags > environment > config file > defaults.
-
-/** Engine names of docs/api.md §7 (`runtime` of a serving profile). */
-export const ENGINES = ['ollama', 'vllm', 'llama.cpp', 'sglang', 'tgi', 'lmstudio', 'openai'] as const
 
 const Num = (def: number | undefined, min: number, max: number, description: string) =>
   T.Number({ minimum: min, maximum: max, description, ...(def === undefined ? {} : { default: def }) })
@@ -107,7 +105,7 @@ export type DaemonOptions = Omit<
 > & {
   max_jobs: number
   runtime_url: string
-  engine: (typeof ENGINES)[number]
+  engine: Engine
   name: string
   state_dir: string
   model_files: Record<string, string[]>

@@ -607,7 +607,13 @@ test('a digest found after registration is reported at once, not at the next 30 
   rememberSecret(key)
   const cp = startFakeControlPlane({ key, heartbeatSeconds: 3600 })
   let announce = () => {}
-  const item = { local_name: MODEL, sha256: 'cd'.repeat(32), size_bytes: 5, loaded: true, runtime: 'openai' }
+  const item = {
+    local_name: MODEL,
+    sha256: 'cd'.repeat(32),
+    size_bytes: 5,
+    loaded: true,
+    runtime: 'openai' as const,
+  }
   let inventory: (typeof item)[] = []
   const runtime: Runtime = {
     kind: 'openai',

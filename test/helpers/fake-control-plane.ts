@@ -6,7 +6,15 @@
 // Shards (docs/api.md §16): a job added with `shard` is handed out as a shard of `batch_id`: its input is
 // served at `/v1/files/file-<batch_id>/content?shard=<job_id>`, and `failBatch` makes the server
 // answer 409 batch_not_in_progress to every later write of the job.
+//
+// Every body it receives is checked against the schemas the server's routes validate with
+// (src/protocol/worker.ts, docs/api.md §7) and refused with the server's 400 when it does not fit; such
+// a refusal is kept in `rejected`, and `stop()` throws if there is one nobody expected, so a daemon
+// body the server would reject fails the daemon's tests.
 
+import type { TSchema } from '@sinclair/typebox'
+import { Value } from '@sinclair/typebox/value'
+import { WorkerBodies } from '../../src/protocol/worker'
 import { until } from './until'
 
 export interface FakeJob {
@@ -45,6 +53,10 @@ export interface FakeControlPlane {
   conflicts: { path: string; job_id: string }[]
   /** Paths answered with an injected failure (failNext), in order. */
   injected: string[]
+  /** Bodies refused with 400 as the server would (docs/api.md §0 codes), in order. */
+  rejected: { path: string; code: string; param: string | null }[]
+  /** Set when a test sends bad bodies on purpose: `stop()` then does not throw over `rejected`. */
+  expectRejections: boolean
   /** Queues a batch for the next poll. */
   addJob(job: Omit<FakeJob, 'assignment_id'>): FakeJob
   /** The server stops assigning the job to its worker (a requeue the worker missed). */
@@ -93,6 +105,8 @@ export function startFakeControlPlane(opts: {
     failures: [],
     conflicts: [],
     injected: [],
+    rejected: [],
+    expectRejections: false,
     refuseProgress: false,
     breakNextDownload: false,
     heartbeatSeconds: opts.heartbeatSeconds ?? 0.05,
@@ -141,6 +155,39 @@ export function startFakeControlPlane(opts: {
       409,
     )
   }
+  /**
+   * The server's 400 for a body that does not fit `schema` (src/http/errors.ts fromValidation: the
+   * first error decides the code), or null when it fits.
+   */
+  const refuse = (path: string, schema: TSchema, body: unknown): Response | null => {
+    const first = Value.Errors(schema, body).First()
+    if (!first) return null
+    const param = first.path.replace(/^\//, '').replaceAll('/', '.') || null
+    const code = !param
+      ? 'invalid_body'
+      : first.message === 'Unexpected property'
+        ? 'unknown_field'
+        : first.message === 'Expected required property'
+          ? 'missing_field'
+          : 'invalid_value'
+    cp.rejected.push({ path, code, param })
+    return json(
+      { error: { message: `${first.message} at ${first.path}`, type: 'invalid_request_error', code, param } },
+      400,
+    )
+  }
+  /** The JSON body of `req`, or the 400 the server gives when it does not fit `schema`. */
+  const read = async (path: string, req: Request, schema: TSchema): Promise<[any, Response | null]> => {
+    let body: unknown
+    try {
+      body = await req.json()
+    } catch {
+      cp.rejected.push({ path, code: 'invalid_json', param: null })
+      return [null, err(400, 'the body is not JSON')]
+    }
+    return [body, refuse(path, schema, body)]
+  }
+
   const holder = (body: any) => {
     const a = assigned.get(body.job_id)
     if (!a || a.worker_id !== body.worker_id) return false
@@ -159,7 +206,8 @@ export function startFakeControlPlane(opts: {
       return res
     }
     if (path === '/workers/register') {
-      const body = (await req.json()) as any
+      const [body, bad] = await read(path, req, WorkerBodies.register)
+      if (bad) return bad
       cp.registrations.push(body)
       const worker_id = body.worker_id && workers.has(body.worker_id) ? body.worker_id : `wrk_fake${++seq}`
       workers.add(worker_id)
@@ -172,7 +220,10 @@ export function startFakeControlPlane(opts: {
     }
     const hb = /^\/workers\/([^/]+)\/heartbeat$/.exec(path)
     if (hb) {
-      const body = (await req.json()) as any
+      const [body, bad] = await read(path, req, WorkerBodies.heartbeat)
+      if (bad) return bad
+      const badParams = refuse(path, WorkerBodies.params, { worker_id: decodeURIComponent(hb[1]!) })
+      if (badParams) return badParams
       if (!workers.has(hb[1]!)) return err(404, 'worker not found')
       cp.heartbeats.push({ worker_id: hb[1], ...body })
       const pull_models = pending
@@ -186,7 +237,9 @@ export function startFakeControlPlane(opts: {
       })
     }
     if (path === '/workers/poll') {
-      const { worker_id } = (await req.json()) as any
+      const [body, bad] = await read(path, req, WorkerBodies.poll)
+      if (bad) return bad
+      const { worker_id } = body
       cp.polls++
       if (!workers.has(worker_id)) return err(404, 'worker not found')
       const job = queue.shift()
@@ -237,7 +290,8 @@ export function startFakeControlPlane(opts: {
       return new Response(a.job.input, { headers: { 'content-type': 'application/jsonl' } })
     }
     if (path === '/workers/progress') {
-      const body = (await req.json()) as any
+      const [body, bad] = await read(path, req, WorkerBodies.progress)
+      if (bad) return bad
       opts.trace?.({ path, job_id: body.job_id })
       cp.progress.push(body)
       const c = conflict(path, body)
@@ -246,12 +300,16 @@ export function startFakeControlPlane(opts: {
       return json({ status: 'ok' })
     }
     if (path === '/workers/model-progress') {
-      cp.modelProgress.push(await req.json())
+      const [body, bad] = await read(path, req, WorkerBodies.modelProgress)
+      if (bad) return bad
+      cp.modelProgress.push(body)
       return json({ status: 'ok' })
     }
     if (path === '/workers/upload-results') {
       const form = await req.formData()
       const body = Object.fromEntries([...form.entries()].filter(([, v]) => typeof v === 'string'))
+      const bad = refuse(path, WorkerBodies.uploadResults, body)
+      if (bad) return bad
       opts.trace?.({ path, job_id: body.job_id as string })
       const c = conflict(path, body)
       if (c) return c
@@ -278,7 +336,8 @@ export function startFakeControlPlane(opts: {
       })
     }
     if (path === '/workers/report-failure') {
-      const body = (await req.json()) as any
+      const [body, bad] = await read(path, req, WorkerBodies.reportFailure)
+      if (bad) return bad
       opts.trace?.({ path, job_id: body.job_id })
       cp.failures.push(body)
       const c = conflict(path, body)
@@ -300,6 +359,10 @@ export function startFakeControlPlane(opts: {
   listen()
   cp.stop = async () => {
     await server.stop(true)
+    if (cp.rejected.length && !cp.expectRejections)
+      throw new Error(
+        `the fake control plane refused bodies the server would: ${JSON.stringify(cp.rejected)}`,
+      )
   }
   cp.restart = listen
   return cp

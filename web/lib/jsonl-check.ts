@@ -2,6 +2,8 @@
 // the browser first"): the lines, the model, and the first problems. The server's validation
 // (docs/api.md §6) stays the authority; this catches the common mistakes before a long upload.
 
+import { TOP_LEVEL } from '../../src/domain/batch-line'
+
 export interface FileCheck {
   /** Request lines read (blank lines skipped). */
   requests: number
@@ -15,7 +17,6 @@ export interface FileCheck {
 export const MAX_PROBLEMS = 10
 /** A large file is checked on its first 8 MiB: enough to catch a wrong format or model. */
 export const CHECK_BYTES = 8 * 1024 * 1024
-const TOP_LEVEL = new Set(['custom_id', 'body', 'method', 'url'])
 
 /** Checks the text of a JSONL file (what `checkFile` reads). `partial`: the text was cut. */
 export function checkJsonl(text: string, endpoint: string, partial = false): FileCheck {

@@ -1,4 +1,5 @@
 import { statSync } from 'node:fs'
+import type { Engine } from '../../domain/catalogue'
 import { digestOrNull } from '../../lib/digest'
 import { log } from '../../lib/logger'
 import { readLines } from '../../lib/read-lines'
@@ -78,7 +79,7 @@ export class OllamaRuntime implements Runtime {
 
   constructor(
     readonly baseUrl: string,
-    readonly engine: string,
+    readonly engine: Engine,
   ) {}
 
   async prepare() {}

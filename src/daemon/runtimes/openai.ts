@@ -1,5 +1,6 @@
 import { accessSync, constants } from 'node:fs'
 import { basename, isAbsolute } from 'node:path'
+import type { Engine } from '../../domain/catalogue'
 import { log } from '../../lib/logger'
 import type { DigestCache } from './digests'
 import {
@@ -35,7 +36,7 @@ export class OpenAIRuntime implements Runtime {
 
   constructor(
     readonly baseUrl: string,
-    readonly engine: string,
+    readonly engine: Engine,
     private readonly modelFiles: Record<string, string[]>,
     private readonly digests: DigestCache,
   ) {}

@@ -2,14 +2,11 @@
 // inventory; docs/api.md §7 registration runtimes). Requests themselves always go to the engine's
 // OpenAI-compatible endpoints (job.endpoint on base_url), whichever adapter discovered it.
 
+import type { Engine } from '../../domain/catalogue'
+import type { InventoryItem, PullModel } from '../../protocol/worker'
+
 /** docs/api.md §7 inventory item: one on-disk artifact with the sha256 of its file. */
-export interface InventoryItem {
-  local_name: string
-  sha256: string
-  size_bytes: number
-  loaded: boolean
-  runtime: string
-}
+export type { InventoryItem }
 
 export type RuntimeStatus = 'online' | 'offline' | 'error'
 
@@ -25,14 +22,8 @@ export interface RuntimeSnapshot {
   error?: string
 }
 
-/** One heartbeat `pull_models` entry (docs/api.md §7). */
-export interface PullTask {
-  catalogue_id: string
-  runtime: string
-  runtime_model_id: string
-  digest?: string | null
-  size_gb?: number | null
-}
+/** One heartbeat `pull_models` entry (docs/api.md §7), as the protocol defines it. */
+export type PullTask = PullModel
 
 export interface PullProgress {
   status: 'downloading' | 'verifying' | 'completed' | 'failed'
@@ -43,7 +34,7 @@ export interface PullProgress {
 export interface Runtime {
   readonly kind: 'openai' | 'ollama'
   /** Engine name reported to the server (docs/api.md §7 engine names). */
-  readonly engine: string
+  readonly engine: Engine
   /** Base URL without /v1; job requests go to baseUrl + job.endpoint. */
   readonly baseUrl: string
   /** Work worth doing once before registering (hashing model files). */

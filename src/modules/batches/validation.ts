@@ -1,4 +1,5 @@
 import type { CatalogEntryRow } from '../../db/schema'
+import { TOP_LEVEL } from '../../domain/batch-line'
 import type { ValidationErrorEvent } from '../../lib/batch-events'
 import { CompactIdSet } from '../../lib/id-set'
 import type { BatchEndpoint } from './model'
@@ -13,8 +14,6 @@ export const MAX_CUSTOM_ID_CHARS = 512
 /** Longest `body.model` kept on a failed batch (a bad line may carry any string there). */
 const MAX_STORED_MODEL_CHARS = 256
 const MODEL_CACHE_LIMIT = 1000
-
-const TOP_LEVEL = new Set(['custom_id', 'body', 'method', 'url'])
 
 export type LookupModel = (id: string) => Pick<CatalogEntryRow, 'task_type'> | null
 

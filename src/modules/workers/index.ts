@@ -2,7 +2,7 @@ import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
 import { jsonBody } from '../../http/parse'
-import { WorkerModel } from './model'
+import { WorkerBodies } from '../../protocol/worker'
 import { pollForJob } from './poll-wait'
 import { uploadResults } from './results'
 import * as workers from './service'
@@ -16,7 +16,7 @@ export const workerRoutes = (deps: Deps) =>
     .use(authPlugin(deps))
     .post('/register', ({ principal, body }) => workers.register(deps, principal, body), {
       worker: true,
-      ...jsonBody(WorkerModel.register),
+      ...jsonBody(WorkerBodies.register),
       detail: { tags, summary: 'Register or re-register a worker; the org comes from the key' },
     })
     .post(
@@ -24,8 +24,8 @@ export const workerRoutes = (deps: Deps) =>
       ({ principal, params, body }) => workers.heartbeat(deps, principal, params.worker_id, body),
       {
         worker: true,
-        params: WorkerModel.params,
-        ...jsonBody(WorkerModel.heartbeat),
+        params: WorkerBodies.params,
+        ...jsonBody(WorkerBodies.heartbeat),
         detail: { tags, summary: 'Liveness, activity, VRAM and the on-disk inventory' },
       },
     )
@@ -35,7 +35,7 @@ export const workerRoutes = (deps: Deps) =>
         pollForJob(deps, principal, body.worker_id, body.wait_seconds, request.signal),
       {
         worker: true,
-        ...jsonBody(WorkerModel.poll),
+        ...jsonBody(WorkerBodies.poll),
         detail: {
           tags,
           summary: 'Claim the best-matching validated batch, or {job: null}; wait_seconds holds the poll',
@@ -44,12 +44,12 @@ export const workerRoutes = (deps: Deps) =>
     )
     .post('/progress', ({ principal, body }) => workers.progress(deps, principal, body), {
       worker: true,
-      ...jsonBody(WorkerModel.progress),
+      ...jsonBody(WorkerBodies.progress),
       detail: { tags, summary: 'Live request counts of a held batch' },
     })
     .post('/model-progress', ({ principal, body }) => workers.modelProgress(deps, principal, body), {
       worker: true,
-      ...jsonBody(WorkerModel.modelProgress),
+      ...jsonBody(WorkerBodies.modelProgress),
       detail: { tags, summary: 'Model download progress (logged; counts as liveness)' },
     })
     .post('/upload-results', ({ principal, request }) => uploadResults(deps, principal, request), {
@@ -64,6 +64,6 @@ export const workerRoutes = (deps: Deps) =>
     })
     .post('/report-failure', ({ principal, body }) => workers.reportFailure(deps, principal, body), {
       worker: true,
-      ...jsonBody(WorkerModel.reportFailure),
+      ...jsonBody(WorkerBodies.reportFailure),
       detail: { tags, summary: 'Report a failed run; the batch is requeued or, on the last attempt, failed' },
     })

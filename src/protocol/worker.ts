@@ -1,0 +1,266 @@
+import { type Static, Type as t } from '@sinclair/typebox'
+import { ENGINES } from '../domain/catalogue'
+
+// The worker protocol (docs/api.md §7 Workers), written once: the bodies a daemon sends and the
+// answers the server gives. The routes validate with these schemas (src/modules/workers/index.ts),
+// the daemon's client is typed from them (src/daemon/client.ts), and the daemon tests' fake control
+// plane checks every body it receives against them (test/helpers/fake-control-plane.ts). Plain
+// TypeBox, no server imports: the daemon is a separate program.
+//
+// Every body object rejects unknown fields; every string and array is bounded. Answers are open
+// (a newer server may add a field an older daemon ignores).
+
+export const Engine = t.Union(
+  ENGINES.map((e) => t.Literal(e)),
+  { description: 'Inference engine' },
+)
+
+const Id = t.String({ minLength: 1, maxLength: 64 })
+const ModelName = t.String({ minLength: 1, maxLength: 512 })
+const Sha256 = t.String({
+  pattern: '^(?:[sS][hH][aA]256:)?[0-9a-fA-F]{64}$',
+  description: '64 hex characters, optionally prefixed by sha256:',
+})
+const Count = t.Integer({ minimum: 0, maximum: 2 ** 31 - 1 })
+const Gb = t.Number({ minimum: 0, maximum: 1_000_000 })
+// A multipart text field (src/lib/multipart.ts bounds each to 1 KiB).
+const Field = t.String({ minLength: 1, maxLength: 1024 })
+const Nullable = <S extends Parameters<typeof t.Union>[0][number]>(s: S) => t.Union([s, t.Null()])
+
+export const InventoryItem = t.Object(
+  {
+    local_name: ModelName,
+    sha256: Sha256,
+    size_bytes: t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }),
+    loaded: t.Boolean(),
+    runtime: Engine,
+  },
+  { additionalProperties: false },
+)
+export type InventoryItem = Static<typeof InventoryItem>
+
+const Inventory = t.Array(InventoryItem, { maxItems: 4096 })
+
+/** docs/api.md §7 request bodies (and the heartbeat's path parameter). */
+export const WorkerBodies = {
+  params: t.Object({ worker_id: Id }),
+
+  register: t.Object(
+    {
+      name: t.String({ minLength: 1, maxLength: 200 }),
+      hostname: t.Optional(t.String({ maxLength: 253 })),
+      machine_id: t.Optional(t.String({ minLength: 1, maxLength: 200 })),
+      worker_id: t.Optional(Id),
+      daemon_version: t.Optional(t.String({ maxLength: 100 })),
+      max_concurrent_jobs: t.Optional(t.Integer({ minimum: 1, maximum: 1024 })),
+      max_download_gb: t.Optional(Gb),
+      // docs/api.md §16 (ext): a worker that declares shards is handed shards of split batches.
+      capabilities: t.Optional(
+        t.Object({ shards: t.Optional(t.Boolean()) }, { additionalProperties: false }),
+      ),
+      models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
+      runtimes: t.Array(
+        t.Object(
+          {
+            engine: Engine,
+            base_url: t.String({ maxLength: 2048 }),
+            status: t.Union([t.Literal('online'), t.Literal('offline'), t.Literal('error')]),
+            inventory: t.Optional(Inventory),
+          },
+          { additionalProperties: false },
+        ),
+        { maxItems: 16 },
+      ),
+      gpus: t.Optional(
+        t.Array(
+          t.Object(
+            {
+              vendor: t.String({ maxLength: 100 }),
+              name: t.String({ maxLength: 200 }),
+              vram_gb: Gb,
+              driver: t.Optional(Nullable(t.String({ maxLength: 100 }))),
+              cuda: t.Optional(Nullable(t.String({ maxLength: 100 }))),
+            },
+            { additionalProperties: false },
+          ),
+          { maxItems: 64 },
+        ),
+      ),
+    },
+    { additionalProperties: false },
+  ),
+
+  heartbeat: t.Object(
+    {
+      activity: t.Union([t.Literal('idle'), t.Literal('busy'), t.Literal('downloading_model')]),
+      current_job_id: t.Optional(Nullable(t.String({ maxLength: 64 }))),
+      progress: t.Optional(
+        Nullable(
+          t.Object(
+            {
+              total_prompts: t.Optional(Count),
+              completed_prompts: t.Optional(Count),
+              failed_prompts: t.Optional(Count),
+            },
+            { additionalProperties: false },
+          ),
+        ),
+      ),
+      gpu_utilization: t.Optional(t.Number({ minimum: 0, maximum: 100 })),
+      gpu_memory_used_gb: t.Optional(Gb),
+      vram_total_gb: t.Optional(Gb),
+      vram_available_gb: t.Optional(Gb),
+      loaded_models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
+      inventory: t.Optional(Inventory),
+      uptime_seconds: t.Optional(t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })),
+      // (ext) The requests the daemon keeps in flight now (its concurrency, found or pinned).
+      concurrency: t.Optional(t.Integer({ minimum: 1, maximum: 65_536 })),
+    },
+    { additionalProperties: false },
+  ),
+
+  poll: t.Object(
+    {
+      worker_id: Id,
+      // docs/api.md §7 (ext): hold the poll up to this long while nothing is claimable.
+      wait_seconds: t.Optional(t.Number({ minimum: 0, maximum: 30 })),
+    },
+    { additionalProperties: false },
+  ),
+
+  progress: t.Object(
+    {
+      worker_id: Id,
+      job_id: Id,
+      assignment_id: t.Optional(Id),
+      total_prompts: t.Optional(Count),
+      completed_prompts: Count,
+      failed_prompts: Count,
+    },
+    { additionalProperties: false },
+  ),
+
+  modelProgress: t.Object(
+    {
+      worker_id: Id,
+      model: ModelName,
+      digest: t.Optional(Sha256),
+      status: t.Union([
+        t.Literal('downloading'),
+        t.Literal('verifying'),
+        t.Literal('completed'),
+        t.Literal('failed'),
+      ]),
+      completed_bytes: t.Optional(t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })),
+      total_bytes: t.Optional(t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })),
+    },
+    { additionalProperties: false },
+  ),
+
+  /**
+   * docs/api.md §7 Upload results: the text fields of the multipart body (the file is `file`).
+   * Multipart fields are strings; the server reads the counts as integers (src/modules/workers/results.ts).
+   */
+  uploadResults: t.Object(
+    {
+      job_id: Field,
+      worker_id: Field,
+      assignment_id: t.Optional(t.String({ maxLength: 1024 })),
+      completed: t.Optional(t.String({ pattern: '^\\s*[0-9]{1,10}\\s*$' })),
+      failed: t.Optional(t.String({ pattern: '^\\s*[0-9]{1,10}\\s*$' })),
+    },
+    { additionalProperties: false },
+  ),
+
+  reportFailure: t.Object(
+    {
+      job_id: Id,
+      worker_id: Id,
+      // Stored truncated to 2000 characters; the request may carry a longer trace.
+      error: t.String({ maxLength: 65_536 }),
+      assignment_id: t.Optional(Id),
+    },
+    { additionalProperties: false },
+  ),
+}
+
+export type RegisterBody = Static<typeof WorkerBodies.register>
+export type HeartbeatBody = Static<typeof WorkerBodies.heartbeat>
+export type PollBody = Static<typeof WorkerBodies.poll>
+export type ProgressBody = Static<typeof WorkerBodies.progress>
+export type ModelProgressBody = Static<typeof WorkerBodies.modelProgress>
+export type UploadResultsFields = Static<typeof WorkerBodies.uploadResults>
+export type ReportFailureBody = Static<typeof WorkerBodies.reportFailure>
+
+/** One heartbeat `pull_models` entry (docs/api.md §7): a model the server asks an idle worker to fetch. */
+export const PullModel = t.Object({
+  catalogue_id: t.String(),
+  runtime: t.String(),
+  runtime_model_id: t.String(),
+  digest: t.Optional(Nullable(t.String())),
+  size_gb: t.Optional(Nullable(t.Number())),
+})
+export type PullModel = Static<typeof PullModel>
+
+/** A claimed batch, or a shard of one (docs/api.md §7 poll; docs/api.md §16 `batch_id`, `shard`). */
+export const Job = t.Object({
+  job_id: t.String(),
+  assignment_id: t.Optional(t.String()),
+  input_file_id: t.String(),
+  input_path: t.String(),
+  model: t.String(),
+  catalogue_id: t.Optional(t.String()),
+  endpoint: t.Optional(t.String()),
+  runtime: t.Optional(t.String()),
+  digest: t.Optional(Nullable(t.String())),
+  params: t.Optional(t.Record(t.String(), t.Unknown())),
+  total_requests: t.Optional(t.Integer()),
+  /** docs/api.md §16: the batch a shard belongs to (a shard's job_id is its own). */
+  batch_id: t.Optional(t.String()),
+  shard: t.Optional(t.Object({ index: t.Integer(), first_request: t.Integer(), requests: t.Integer() })),
+})
+export type Job = Static<typeof Job>
+
+const RequestCounts = t.Object({ total: t.Integer(), completed: t.Integer(), failed: t.Integer() })
+
+/** docs/api.md §7 answers, by call. */
+export const WorkerAnswers = {
+  register: t.Object({
+    worker_id: t.String(),
+    org_id: t.String(),
+    heartbeat_interval_seconds: t.Number(),
+    heartbeat_timeout_seconds: t.Number(),
+  }),
+  heartbeat: t.Object({
+    status: t.String(),
+    worker_id: t.String(),
+    next_heartbeat_in: t.Optional(t.Number()),
+    assigned_job_ids: t.Optional(t.Array(t.String())),
+    pull_models: t.Optional(t.Array(PullModel)),
+  }),
+  poll: t.Object({ job: Nullable(Job) }),
+  progress: t.Object({ status: t.String() }),
+  modelProgress: t.Object({ status: t.String() }),
+  uploadResults: t.Object({
+    batch_id: t.String(),
+    /** docs/api.md §16: the shard a shard upload answered. */
+    job_id: t.Optional(t.String()),
+    status: t.String(),
+    output_file_id: t.Optional(Nullable(t.String())),
+    error_file_id: t.Optional(Nullable(t.String())),
+    request_counts: t.Optional(RequestCounts),
+    usage: t.Optional(t.Record(t.String(), t.Number())),
+  }),
+  reportFailure: t.Object({
+    status: t.String(),
+    batch_id: t.String(),
+    attempts: t.Integer(),
+    error: t.String(),
+  }),
+}
+
+export type RegisterAnswer = Static<typeof WorkerAnswers.register>
+export type HeartbeatAnswer = Static<typeof WorkerAnswers.heartbeat>
+export type PollAnswer = Static<typeof WorkerAnswers.poll>
+export type UploadResultsAnswer = Static<typeof WorkerAnswers.uploadResults>
+export type ReportFailureAnswer = Static<typeof WorkerAnswers.reportFailure>
