@@ -2,8 +2,8 @@ import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { isOnline, onlineCutoff } from './liveness'
 import { loadCatalogue, matchesFor, workerView } from './matching'
+import { ownWorkerWithHosting } from './ownership'
 import { batchClaimable } from './poll-wait'
-import { ownWorkerWithHosting } from './service'
 
 // POST /workers/poll (docs/api.md §7 Poll rules, docs/api.md §7). The worker's servable entries are computed here,
 // by the one matching predicate (catalogue-sized work); the storage engine then claims the oldest

@@ -2,7 +2,7 @@ import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../auth/credentials'
 import { claimBatch, type Job } from './claim'
 import { loadCatalogue, loadWorkerView, matchesFor } from './matching'
-import { ownWorker } from './service'
+import { ownWorker } from './ownership'
 
 // POST /workers/poll with `wait_seconds` (docs/api.md §7, ext): with nothing to claim, the request is
 // held until a batch may have become claimable, then the ordinary claim runs again. The signal is

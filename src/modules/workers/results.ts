@@ -14,8 +14,8 @@ import { receiveMultipart, refuseUnread } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
 import type { ByteRange } from '../../store/queue'
 import type { WorkerPrincipal } from '../auth/credentials'
+import { ownWorker } from './ownership'
 import { removeParts } from './parts'
-import { ownWorker } from './service'
 
 // POST /workers/upload-results (docs/api.md §7, docs/api.md §7). The multipart body is read by the one
 // receiver (src/lib/multipart.ts): the output is read once, line by line, and split into the

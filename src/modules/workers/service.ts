@@ -1,7 +1,6 @@
-import type { WorkerRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { digestOrNull } from '../../lib/digest'
-import { badRequest, forbidden, notFound } from '../../lib/errors'
+import { badRequest, notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
 import type { HostedModelInput } from '../../store/fleet'
 import type { WorkerPrincipal } from '../auth/credentials'
@@ -15,6 +14,7 @@ import type {
   RegisterBody,
   ReportFailureBody,
 } from './model'
+import { notOwned, ownWorker } from './ownership'
 import { removeParts } from './parts'
 import { batchClaimable } from './poll-wait'
 import { type PullItem, pullModelsFor } from './pulls'
@@ -28,29 +28,6 @@ import { type PullItem, pullModelsFor } from './pulls'
  */
 export const heartbeatInterval = (config: Pick<Deps['config'], 'HEARTBEAT_TIMEOUT_SECONDS'>) =>
   Math.max(1, Math.min(30, Math.floor(config.HEARTBEAT_TIMEOUT_SECONDS / 4)))
-
-/** The worker, if it belongs to the key's org: unknown → 404, another org's → 403 (docs/api.md §7). */
-export async function ownWorker(
-  deps: Deps,
-  principal: WorkerPrincipal,
-  workerId: string,
-): Promise<WorkerRow> {
-  return checkOwner(await deps.store.fleet.findWorker(workerId), principal)
-}
-
-/** ownWorker with what the worker hosts (POST /workers/poll), read at once. */
-export async function ownWorkerWithHosting(deps: Deps, principal: WorkerPrincipal, workerId: string) {
-  const found = await deps.store.fleet.findWorkerWithHosting(workerId)
-  return { worker: checkOwner(found?.worker, principal), hosting: found!.hosting }
-}
-
-function checkOwner(w: WorkerRow | undefined, principal: WorkerPrincipal): WorkerRow {
-  if (!w) throw notFound('worker_not_found', 'No such worker', 'worker_id')
-  if (w.org_id !== principal.orgId) throw notOwned()
-  return w
-}
-
-const notOwned = () => forbidden('worker_not_owned', "This worker does not belong to the key's organization")
 
 // ---------------------------------------------------------------------------------------------
 // POST /workers/register
