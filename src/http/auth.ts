@@ -1,15 +1,15 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../deps'
-import { forbidden, unauthorized } from '../lib/errors'
 import {
   ANONYMOUS,
   type AnonymousPrincipal,
-  authenticate,
   type Principal,
   type UserPrincipal,
   type WorkerPrincipal,
-} from '../modules/auth/credentials'
+} from '../domain/principal'
+import { forbidden, unauthorized } from '../lib/errors'
 import { factsOf, type RequestFacts, requestFacts } from './context'
+import { authenticate } from './credentials'
 
 // The credential matrix of docs/api.md §1, enforced here and only here (ARCHITECTURE.md rule 4). A route
 // declares its level as a macro flag, e.g. `{ user: true }`; the level says which credentials it

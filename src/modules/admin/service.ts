@@ -1,9 +1,9 @@
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
+import { credentialsChanged } from '../../http/credential-cache'
 import { notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
 import { type PageParams, toPage } from '../../lib/pagination'
-import { credentialsChanged } from '../auth/credential-cache'
-import type { UserPrincipal } from '../auth/credentials'
 import { toUserObject } from '../users/model'
 import { createUser } from '../users/service'
 

@@ -1,12 +1,12 @@
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
+import { credentialsChanged } from '../../http/credential-cache'
 import { AppError, badRequest, forbidden, unauthorized } from '../../lib/errors'
 import { randomBase62 } from '../../lib/ids'
 import { generateResetToken, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
 import { toUserObject } from '../users/model'
 import { checkPassword, createUser } from '../users/service'
-import { credentialsChanged } from './credential-cache'
-import type { UserPrincipal } from './credentials'
 
 export async function signup(deps: Deps, input: { email: string; password: string; full_name: string }) {
   if (!deps.config.SIGNUP_ENABLED) {

@@ -1,10 +1,10 @@
 import type { BatchRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
 import type { BatchEvent } from '../../lib/batch-events'
 import { AppError } from '../../lib/errors'
 import { log } from '../../lib/logger'
 import { SSE_HEADERS, sseComment, sseEvent } from '../../lib/sse'
-import type { UserPrincipal } from '../auth/credentials'
 import { visibleBatch } from './service'
 
 // GET /v1/batches/{id}/events (docs/api.md §6): `status` first, then live `progress` (≤ 1 per 250 ms,

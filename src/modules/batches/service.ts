@@ -1,10 +1,10 @@
 import type { BatchRow, BatchStatus } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
 import { badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
 import { type PageParams, parseLimit, toPage } from '../../lib/pagination'
-import type { UserPrincipal } from '../auth/credentials'
 import { type BatchCreate, type BatchObject, toBatchObject, toShardObject } from './model'
 
 // Batches (docs/api.md §6, docs/api.md §6). Creation only records the batch as `validating` and wakes the

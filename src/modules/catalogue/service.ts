@@ -1,7 +1,7 @@
 import type { CatalogEntryRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
 import { notFound } from '../../lib/errors'
-import type { UserPrincipal } from '../auth/credentials'
 import type { ModelObject } from './model'
 import { modelListBody, selectableEntries, selectableModel } from './view'
 

@@ -1,11 +1,11 @@
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
+import { credentialsChanged } from '../../http/credential-cache'
 import { badRequest, notFound } from '../../lib/errors'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
 import { type PageParams, toPage } from '../../lib/pagination'
 import type { KeyOwner, Replacement } from '../../store/keys'
-import { credentialsChanged } from '../auth/credential-cache'
-import type { UserPrincipal } from '../auth/credentials'
 import { type KeyRecord, toKeyRecord } from './model'
 
 // Personal keys (owner: a user) and worker keys (owner: an org) share one implementation; only the

@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps'
-import type { AnonymousPrincipal, UserPrincipal } from '../auth/credentials'
+import type { AnonymousPrincipal, UserPrincipal } from '../../domain/principal'
 import { onlineCutoff } from '../workers/liveness'
 import { loadCatalogue, servableCatalogIds } from '../workers/matching'
 

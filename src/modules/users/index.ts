@@ -1,9 +1,9 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
 import { authPlugin } from '../../http/auth'
 import { jsonBody, optionalJsonBody } from '../../http/parse'
 import { PageQuery } from '../../lib/pagination'
-import type { UserPrincipal } from '../auth/credentials'
 import { KeyModel } from '../keys/model'
 import * as keys from '../keys/service'
 

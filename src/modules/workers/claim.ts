@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps'
-import type { WorkerPrincipal } from '../auth/credentials'
+import type { WorkerPrincipal } from '../../domain/principal'
 import { isOnline, onlineCutoff } from './liveness'
 import { loadCatalogue, matchesFor, workerView } from './matching'
 import { ownWorkerWithHosting } from './ownership'

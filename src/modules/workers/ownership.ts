@@ -1,7 +1,7 @@
 import type { WorkerRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { WorkerPrincipal } from '../../domain/principal'
 import { forbidden, notFound } from '../../lib/errors'
-import type { WorkerPrincipal } from '../auth/credentials'
 
 // Which worker a key may act for (docs/api.md §7), apart from the service so that the service,
 // the poll and the claim all use it without importing each other.

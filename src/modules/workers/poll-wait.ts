@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps'
-import type { WorkerPrincipal } from '../auth/credentials'
+import type { WorkerPrincipal } from '../../domain/principal'
 import { claimBatch, type Job } from './claim'
 import { loadCatalogue, loadWorkerView, matchesFor } from './matching'
 import { ownWorker } from './ownership'

@@ -1,9 +1,9 @@
 import type { Deps } from '../../deps'
+import type { WorkerPrincipal } from '../../domain/principal'
 import { digestOrNull } from '../../lib/digest'
 import { badRequest, notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
 import type { HostedModelInput } from '../../store/fleet'
-import type { WorkerPrincipal } from '../auth/credentials'
 import { modelsChanged } from '../catalogue/view'
 import { isOnline, onlineCutoff } from './liveness'
 import type {

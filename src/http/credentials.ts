@@ -1,25 +1,13 @@
-import type { UserRow } from '../../db/schema'
-import type { Deps } from '../../deps'
-import { unauthorized } from '../../lib/errors'
-import { KEY_PATTERN, sha256Hex } from '../../lib/keys'
-import type { TokenClaims } from '../../lib/tokens'
+import type { UserRow } from '../db/schema'
+import type { Deps } from '../deps'
+import { ANONYMOUS, type Principal } from '../domain/principal'
+import { unauthorized } from '../lib/errors'
+import { KEY_PATTERN, sha256Hex } from '../lib/keys'
+import type { TokenClaims } from '../lib/tokens'
 
 // Turns an Authorization header into who is calling. Which callers each route accepts is decided
 // by src/http/auth.ts; this only answers "who is this?" (docs/api.md §1), failing with 401 for anything
 // missing its mark: malformed, unknown, expired, revoked, or belonging to a deactivated user.
-
-export type UserPrincipal = {
-  kind: 'user'
-  via: 'jwt' | 'personal_key'
-  user: UserRow
-  keyId: string | null
-}
-export type WorkerPrincipal = { kind: 'worker'; orgId: string; keyId: string }
-export type AnonymousPrincipal = { kind: 'anonymous' }
-export type Principal = UserPrincipal | WorkerPrincipal | AnonymousPrincipal
-
-/** Anyone without a credential (one object: principals are never changed). */
-export const ANONYMOUS: AnonymousPrincipal = Object.freeze({ kind: 'anonymous' })
 
 const LAST_USED_RESOLUTION_SECONDS = 60
 
