@@ -105,8 +105,13 @@ export class CredentialCache {
   }
 }
 
+/** What this server keeps of the credentials, made by src/compose.ts (ARCHITECTURE.md rule 2). */
+export interface CredentialState {
+  credentials: CredentialCache
+}
+
 /** Forgets what `ids` name here and on the other instances (src/services/signals.ts). */
-export function credentialsChanged(deps: Deps, ids: string[]) {
+export function credentialsChanged(deps: Deps & CredentialState, ids: string[]) {
   deps.credentials.forget(ids)
   deps.store.signals
     .publish({ kind: 'credentials_changed', ids })

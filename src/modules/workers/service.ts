@@ -4,6 +4,7 @@ import { digestOrNull } from '../../lib/digest'
 import { badRequest, notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
 import type { HostedModelInput } from '../../store/fleet'
+import type { CatalogueState } from '../catalogue/view'
 import { modelsChanged } from '../catalogue/view'
 import { isOnline, onlineCutoff } from './liveness'
 import type {
@@ -16,8 +17,9 @@ import type {
 } from './model'
 import { notOwned, ownWorker } from './ownership'
 import { removeParts } from './parts'
-import { batchClaimable } from './poll-wait'
 import { type PullItem, pullModelsFor } from './pulls'
+import type { PollState } from './waiters'
+import { batchClaimable } from './waiters'
 
 // The worker protocol (docs/api.md §7 Workers, docs/api.md §7): register, heartbeat, progress, model-progress
 // and report-failure. Poll lives in claim.ts, upload-results in results.ts.
@@ -51,7 +53,11 @@ function mergeInventory(rows: Map<string, HostedModelInput>, items: InventoryIte
   }
 }
 
-export async function register(deps: Deps, principal: WorkerPrincipal, body: RegisterBody) {
+export async function register(
+  deps: Deps & CatalogueState & PollState,
+  principal: WorkerPrincipal,
+  body: RegisterBody,
+) {
   const engines = body.runtimes.map((r) => r.engine)
   const duplicate = engines.find((e, i) => engines.indexOf(e) !== i)
   if (duplicate)
@@ -130,7 +136,7 @@ function inventorySig(body: HeartbeatBody): string {
 }
 
 export async function heartbeat(
-  deps: Deps,
+  deps: Deps & CatalogueState & PollState,
   principal: WorkerPrincipal,
   workerId: string,
   body: HeartbeatBody,
@@ -186,7 +192,11 @@ export async function heartbeat(
 // ---------------------------------------------------------------------------------------------
 // POST /workers/progress, /workers/model-progress, /workers/report-failure
 
-export async function progress(deps: Deps, principal: WorkerPrincipal, body: ProgressBody) {
+export async function progress(
+  deps: Deps & CatalogueState & PollState,
+  principal: WorkerPrincipal,
+  body: ProgressBody,
+) {
   await ownWorker(deps, principal, body.worker_id)
   await deps.store.fleet.recordProgress({
     workerId: body.worker_id,
@@ -200,7 +210,11 @@ export async function progress(deps: Deps, principal: WorkerPrincipal, body: Pro
   return { status: 'ok' as const }
 }
 
-export async function modelProgress(deps: Deps, principal: WorkerPrincipal, body: ModelProgressBody) {
+export async function modelProgress(
+  deps: Deps & CatalogueState & PollState,
+  principal: WorkerPrincipal,
+  body: ModelProgressBody,
+) {
   const before = await ownWorker(deps, principal, body.worker_id)
   // docs/api.md §7: model-progress counts as liveness; a finished download (either way) ends the ask.
   const finished = body.status === 'completed' || body.status === 'failed'
@@ -218,7 +232,11 @@ export async function modelProgress(deps: Deps, principal: WorkerPrincipal, body
   return { status: 'ok' as const }
 }
 
-export async function reportFailure(deps: Deps, principal: WorkerPrincipal, body: ReportFailureBody) {
+export async function reportFailure(
+  deps: Deps & CatalogueState & PollState,
+  principal: WorkerPrincipal,
+  body: ReportFailureBody,
+) {
   await ownWorker(deps, principal, body.worker_id)
   const outcome = await deps.store.queue.reportFailure({
     workerId: body.worker_id,
