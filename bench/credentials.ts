@@ -8,12 +8,12 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createServer } from '../src/compose'
 import { loadConfig } from '../src/config'
-import { createDeps } from '../src/deps'
+import { authenticate } from '../src/http/credentials'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../src/lib/keys'
 import { setLogSink } from '../src/lib/logger'
 import { createPasswords } from '../src/lib/passwords'
-import { authenticate } from '../src/modules/auth/credentials'
 import { createUser } from '../src/modules/users/service'
 import { fmt, quick } from './lib/load'
 
@@ -23,7 +23,7 @@ const ROUND_MS = quick ? 400 : 1000
 
 const dir = mkdtempSync(join(tmpdir(), 'gridkeep-bench-credentials-'))
 const config = loadConfig({ DATA_DIR: dir, JWT_SECRET: 'bench-secret-bench-secret-bench-secret-0123' })
-const deps = createDeps(config, { passwords: createPasswords({ memoryCost: 256, timeCost: 1 }) })
+const deps = createServer(config, { passwords: createPasswords({ memoryCost: 256, timeCost: 1 }) })
 const user = await createUser(deps, {
   email: 'bench@example.test',
   password: 'bench-password',

@@ -17,8 +17,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { SQL } from 'bun'
+import { createServer } from '../src/compose'
 import { loadConfig } from '../src/config'
-import { createDeps } from '../src/deps'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../src/lib/keys'
 import { setLogSink } from '../src/lib/logger'
 import { createPasswords } from '../src/lib/passwords'
@@ -51,7 +51,7 @@ async function seededDatabase(models: string[]): Promise<Seeded> {
   const url = await freshPostgresUrl()
   const dir = mkdtempSync(join(tmpdir(), 'gridkeep-bench-'))
   const config = loadConfig({ DATA_DIR: dir, DATABASE_URL: url, JWT_SECRET })
-  const deps = createDeps(config, { passwords: createPasswords({ memoryCost: 256, timeCost: 1 }) })
+  const deps = createServer(config, { passwords: createPasswords({ memoryCost: 256, timeCost: 1 }) })
   await deps.store.ready()
   const user = await createUser(deps, {
     email: 'bench@example.test',

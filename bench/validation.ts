@@ -15,9 +15,9 @@ import { Database } from 'bun:sqlite'
 import { mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import { createServer } from '../src/compose'
 import { loadConfig } from '../src/config'
 import { batches, catalogEntries, files, users } from '../src/db/schema'
-import { createDeps } from '../src/deps'
 import { CompactIdSet } from '../src/lib/id-set'
 import { newId } from '../src/lib/ids'
 import { setLogLevel } from '../src/lib/logger'
@@ -116,7 +116,7 @@ async function throughput(path: string) {
   const config = loadConfig({ DATA_DIR: dir, JWT_SECRET: 'x'.repeat(40), LOG_LEVEL: 'warn' })
   // The in-process validator logs through the process-wide logger; keep the figures readable.
   setLogLevel(config.LOG_LEVEL)
-  const deps = createDeps(config)
+  const deps = createServer(config)
   const now = deps.clock.now()
   deps.db
     .insert(users)

@@ -10,8 +10,8 @@ import { createHmac } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createServer } from '../src/compose'
 import { loadConfig } from '../src/config'
-import { createDeps } from '../src/deps'
 import { newId } from '../src/lib/ids'
 import { setLogSink } from '../src/lib/logger'
 import { start } from '../src/services/webhooks'
@@ -28,7 +28,7 @@ const config = loadConfig({
   WEBHOOK_ALLOW_PRIVATE: 'true',
   WEBHOOK_CONCURRENCY: String(CONCURRENCY),
 })
-const deps = createDeps(config)
+const deps = createServer(config)
 let received = 0
 let onReceived = () => {}
 const receiver = Bun.serve({

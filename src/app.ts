@@ -1,7 +1,7 @@
 import { openapi } from '@elysiajs/openapi'
 import { Elysia } from 'elysia'
 import pkg from '../package.json'
-import type { Deps } from './deps'
+import type { Server } from './compose'
 import { factsOf } from './http/context'
 import { errorHandler } from './http/errors'
 import { lifecycle } from './http/lifecycle'
@@ -23,7 +23,7 @@ import { webhookRoutes } from './modules/webhooks'
 import { workerRoutes } from './modules/workers'
 
 /** The HTTP application: request ids and logging, the JSON parser, error mapping, docs, modules. */
-export function createApp(deps: Deps) {
+export function createApp(deps: Server) {
   // Routes that read their URL beyond the path Bun matched: path parameters, or a query schema
   // (every handler that reads a query declares one). Only their URLs are checked (checkUrl):
   // reading `request.url` costs a request that never needs it about 2 µs of the server's CPU.

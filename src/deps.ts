@@ -4,7 +4,6 @@ import { join } from 'node:path'
 import type { Config } from './config'
 import { migrate } from './db/migrate'
 import { type Db, openDb } from './db/open'
-import { BatchEventBus } from './lib/batch-events'
 import { type BlobStore, createBlobStore } from './lib/blobs'
 import { LocalBlobStore } from './lib/blobs/local'
 import { type Clock, systemClock } from './lib/clock'
@@ -14,19 +13,16 @@ import { createMailer, type Mailer } from './lib/mailer'
 import { createMetrics, type Metrics } from './lib/metrics'
 import { createPasswords, type Passwords } from './lib/passwords'
 import { createTokens, resolveJwtSecret, type Tokens } from './lib/tokens'
-import { CredentialCache } from './modules/auth/credential-cache'
-import { CatalogueView } from './modules/catalogue/view'
-import type { KeptCapacity } from './modules/pool/service'
-import type { QueueStats } from './modules/stats/service'
-import type { ResolveHost } from './modules/webhooks/urls'
-import { PollWaiters } from './modules/workers/poll-wait'
 import type { Store } from './store'
 import { postgresStore } from './store/postgres'
 import { openPostgres } from './store/postgres/db'
 import { sqliteStore } from './store/sqlite'
 
+/** Resolves a host name to its addresses (webhook URL checks, docs/api.md §13; tests inject one). */
+export type ResolveHost = (hostname: string) => Promise<string[]>
+
 /**
- * Everything a service needs, passed explicitly (ARCHITECTURE.md rule 2): services take `deps` and a
+ * The infrastructure every layer above the store uses (ARCHITECTURE.md rule 2), passed explicitly: services take `deps` and a
  * principal, never the HTTP context, so the CLI, background loops and tests reuse them.
  */
 export interface Deps {
@@ -48,10 +44,6 @@ export interface Deps {
   tokens: Tokens
   passwords: Passwords
   metrics: Metrics
-  /** Validator → batch event streams, and the "batch created" signal that wakes the validator. */
-  batchEvents: BatchEventBus
-  /** Polls held by `wait_seconds`, woken when a batch becomes validated (docs/api.md §7). */
-  pollWaiters: PollWaiters
   /** Aborted when the server begins to shut down: open streams end and loops stop. */
   shutdown: AbortController
   /** Unix seconds when this process started (sweeper startup grace). */
@@ -61,29 +53,8 @@ export interface Deps {
    * leases, signals, docs/api.md §12); keeps two servers' HTTP plugins apart in one process.
    */
   instanceId: string
-  // Per-server state, here rather than in module-level maps so that each server (and each test's
-  // app) has its own and it goes when the server does.
-  /**
-   * Requests begun and not yet answered, logged and counted (src/http/lifecycle.ts); the shutdown
-   * waits for this to reach 0, so every request is logged.
-   */
-  requestsOpen: number
-  /** Open batch event streams per user id (docs/api.md §6, MAX_SSE_STREAMS_PER_USER). */
-  eventStreams: Map<string, number>
-  /** docs/api.md §8 Pool rule 6: pool capacity answers per caller class, each kept POOL_CACHE_SECONDS. */
-  poolCache: Map<string, KeptCapacity>
-  /** Webhook deliveries this server has in flight (src/services/webhooks.ts: WEBHOOK_CONCURRENCY). */
-  webhooksInFlight: Set<Promise<unknown>>
   /** Host name → addresses, for webhook URL checks at creation and delivery (docs/api.md §13). */
   resolveHost: ResolveHost
-  /** Ids of the batches this server is validating now: one validation of a batch at a time. */
-  validating: Set<string>
-  /** GET /v1/models and the validator's catalogue, kept until something changes them. */
-  catalogueView: CatalogueView
-  /** The dashboard's queue chart (GET /v1/stats/queue), kept a few seconds. */
-  queueStatsCache: { value?: QueueStats }
-  /** docs/api.md §1 credentials (keys by hash, users by id), kept until a write changes them. */
-  credentials: CredentialCache
 }
 
 export interface DepsOverrides {
@@ -121,7 +92,7 @@ export function openStore(
 const systemResolveHost: ResolveHost = async (hostname) =>
   (await lookup(hostname, { all: true })).map((a) => a.address)
 
-/** Opens the database and builds the services' dependencies. */
+/** Opens the database and builds the infrastructure; the per-server state is src/compose.ts's. */
 export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps {
   const clock = overrides.clock ?? systemClock
   const instanceId = newId('inst_')
@@ -143,19 +114,9 @@ export function createDeps(config: Config, overrides: DepsOverrides = {}): Deps 
     tokens: createTokens(secret, config.JWT_TTL_SECONDS, clock),
     passwords: overrides.passwords ?? createPasswords(),
     metrics: createMetrics(),
-    batchEvents: new BatchEventBus(),
-    pollWaiters: new PollWaiters(),
     shutdown: new AbortController(),
     startedAt: clock.now(),
     instanceId,
-    requestsOpen: 0,
-    eventStreams: new Map(),
-    poolCache: new Map(),
-    validating: new Set(),
-    catalogueView: new CatalogueView(),
-    webhooksInFlight: new Set(),
     resolveHost: overrides.resolveHost ?? systemResolveHost,
-    queueStatsCache: {},
-    credentials: new CredentialCache(),
   }
 }

@@ -1,7 +1,7 @@
 import { collectDefaultMetrics } from 'prom-client'
 import { createApp } from './app'
+import { createServer, type Server } from './compose'
 import { type Config, ConfigError, loadConfig } from './config'
-import { createDeps, type Deps } from './deps'
 import { BlobStoreUnavailableError } from './lib/blobs'
 import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
@@ -18,7 +18,7 @@ import * as webhooks from './services/webhooks'
 // the background loops, close the database, release the lock.
 
 export interface RunningServer {
-  deps: Deps
+  deps: Server
   port: number
   url: string
   /** Graceful stop; idempotent (every call returns the same promise). */
@@ -36,16 +36,16 @@ export interface StopOutcome {
  */
 type StopLoop = () => unknown
 
-export async function startServer(config: Config, given?: Deps): Promise<RunningServer> {
+export async function startServer(config: Config, given?: Server): Promise<RunningServer> {
   setLogLevel(config.LOG_LEVEL)
   // Before the database is opened or migrated: a second server must not touch it at all.
   // PostgreSQL is shared by design (docs/api.md §12): several instances, no lock.
   const lock = config.DATABASE_URL ? { release() {} } : acquireInstanceLock(config.DATABASE_PATH)
-  let deps: Deps | undefined = given
+  let deps: Server | undefined = given
   const loops: StopLoop[] = []
   let server: ReturnType<typeof Bun.serve>
   try {
-    deps ??= createDeps(config)
+    deps ??= createServer(config)
     await readyStore(config, deps)
     // docs/api.md §12: an unusable STORAGE_URL stops the start; what a crash left half-written goes.
     const leftovers = await deps.blobs.prepare()
@@ -132,7 +132,7 @@ export async function startServer(config: Config, given?: Deps): Promise<Running
  * Connects and migrates. A PostgreSQL that is unreachable, refuses the credentials or the DDL
  * stops the start with one line naming DATABASE_URL, its password never echoed (docs/api.md §12).
  */
-async function readyStore(config: Config, deps: Deps) {
+async function readyStore(config: Config, deps: Server) {
   try {
     await deps.store.ready()
   } catch (error) {

@@ -4,8 +4,9 @@ import { Glob } from 'bun'
 import { makeTestApp } from './helpers/app'
 import { makeUser } from './helpers/builders'
 
-// Per-server state lives on Deps (src/deps.ts), built by createDeps, never in module-level maps
-// keyed by Deps: each server, and each test's app in one process, has its own.
+// Per-server state is made by src/compose.ts (createServer) beside the infrastructure of src/deps.ts,
+// never in module-level maps keyed by the server: each server, and each test's app in one process,
+// has its own (ARCHITECTURE.md rule 2).
 
 const a = makeTestApp({ POOL_CACHE_SECONDS: '60' })
 const b = makeTestApp({ POOL_CACHE_SECONDS: '60' })
@@ -14,12 +15,12 @@ afterAll(() => {
   b.close()
 })
 
-test('no module of src/ keeps a map keyed by Deps', async () => {
+test('no module of src/ keeps a map keyed by Deps or Server', async () => {
   const offenders: string[] = []
   const src = join(import.meta.dir, '../src')
   for await (const file of new Glob('**/*.ts').scan(src)) {
     const text = await Bun.file(join(src, file)).text()
-    if (/(Weak)?Map<\s*Deps\b/.test(text)) offenders.push(file)
+    if (/(Weak)?Map<\s*(Deps|Server)\b/.test(text)) offenders.push(file)
   }
   expect(offenders).toEqual([])
 })

@@ -1,9 +1,9 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createServer, type Server } from '../../src/compose'
 import { type Config, loadConfig } from '../../src/config'
 import { catalogEntries } from '../../src/db/schema'
-import { createDeps, type Deps } from '../../src/deps'
 import { startServer } from '../../src/index'
 import { newId } from '../../src/lib/ids'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../../src/lib/keys'
@@ -16,7 +16,7 @@ import { createUser } from '../../src/modules/users/service'
 
 export interface Bench {
   config: Config
-  deps: Deps
+  deps: Server
   url: string
   key: string
   userId: string
@@ -35,7 +35,7 @@ export async function benchServer(env: Record<string, string> = {}): Promise<Ben
     ADMIN_PASSWORD: 'bench-admin-password',
     ...env,
   })
-  const deps = createDeps(config, { passwords: createPasswords({ memoryCost: 256, timeCost: 1 }) })
+  const deps = createServer(config, { passwords: createPasswords({ memoryCost: 256, timeCost: 1 }) })
   const running = await startServer(config, deps)
   const user = await createUser(deps, {
     email: 'bench@example.test',
@@ -71,7 +71,7 @@ export async function benchServer(env: Record<string, string> = {}): Promise<Ben
 }
 
 export function addEntry(
-  deps: Deps,
+  deps: Server,
   id: string,
   runtimeModelId: string,
   o: { vram_gb?: number | null } = {},
@@ -95,7 +95,7 @@ export function addEntry(
 }
 
 /** `count` validated batches of `model`, inserted in one transaction (polls never read the input). */
-export function addValidatedBatches(deps: Deps, userId: string, model: string, count: number) {
+export function addValidatedBatches(deps: Server, userId: string, model: string, count: number) {
   const now = deps.clock.now()
   const insert = deps.sqlite.prepare(
     `insert into batches (id, user_id, input_file_id, endpoint, completion_window, model, status,

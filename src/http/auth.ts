@@ -1,15 +1,16 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../deps'
-import { forbidden, unauthorized } from '../lib/errors'
 import {
   ANONYMOUS,
   type AnonymousPrincipal,
-  authenticate,
   type Principal,
   type UserPrincipal,
   type WorkerPrincipal,
-} from '../modules/auth/credentials'
+} from '../domain/principal'
+import { forbidden, unauthorized } from '../lib/errors'
 import { factsOf, type RequestFacts, requestFacts } from './context'
+import type { CredentialState } from './credential-cache'
+import { authenticate } from './credentials'
 
 // The credential matrix of docs/api.md §1, enforced here and only here (ARCHITECTURE.md rule 4). A route
 // declares its level as a macro flag, e.g. `{ user: true }`; the level says which credentials it
@@ -101,7 +102,11 @@ function gate(_level: AuthLevel, p: Principal): Principal {
  * a route whose answer is at hand is answered without a promise. A failure is kept, not thrown:
  * public routes ignore the header, the others answer with it.
  */
-export function readCredential(deps: Deps, request: Request, f: RequestFacts): Promise<void> | undefined {
+export function readCredential(
+  deps: Deps & CredentialState,
+  request: Request,
+  f: RequestFacts,
+): Promise<void> | undefined {
   let who: Principal | Promise<Principal>
   try {
     who = authenticate(deps, request.headers.get('authorization'))
@@ -151,7 +156,7 @@ function level<L extends AuthLevel>(l: L) {
 // Each level is its own macro so the handler's `principal` has exactly the type that level admits.
 // Named and seeded per server (deps.instanceId): Elysia keeps one of the plugins of the same name
 // and seed it is given, and never mixes two servers' (tests build several in one process).
-export const authPlugin = (deps: Deps) =>
+export const authPlugin = (deps: Deps & CredentialState) =>
   new Elysia({ name: 'http.auth', seed: deps.instanceId }).macro({
     public: level('public'),
     session: level('session'),

@@ -1,4 +1,4 @@
-import { ANONYMOUS, type Principal } from '../modules/auth/credentials'
+import { ANONYMOUS, type Principal } from '../domain/principal'
 
 // Per-request facts, from the request's arrival (src/http/lifecycle.ts) to its recording, keyed by
 // the Request so nothing leaks between requests and nothing needs cleaning up.

@@ -3,6 +3,7 @@ import type { Deps } from '../deps'
 import { log, logEnabled } from '../lib/logger'
 import { readCredential } from './auth'
 import { beginRequest, pathOf, type RequestFacts } from './context'
+import type { CredentialState } from './credential-cache'
 import { errorResponse } from './errors'
 import { checkBodyHeaders } from './parse'
 
@@ -20,7 +21,15 @@ import { checkBodyHeaders } from './parse'
 
 type Handle = (request: Request) => Response | Promise<Response>
 
-export function lifecycle(deps: Deps): HigherOrderFunction {
+/**
+ * Requests begun and not yet answered on this server, logged and counted; the shutdown waits for
+ * this to reach 0, so every request is logged.
+ */
+export interface RequestCount {
+  requestsOpen: number
+}
+
+export function lifecycle(deps: Deps & RequestCount & CredentialState): HigherOrderFunction {
   // Elysia calls this with its handler for every request, and calls what it returns.
   return (fn) => {
     const next = fn as unknown as Handle
@@ -39,7 +48,12 @@ export function lifecycle(deps: Deps): HigherOrderFunction {
   }
 }
 
-function respond(deps: Deps, next: Handle, request: Request, facts: RequestFacts) {
+function respond(
+  deps: Deps & RequestCount & CredentialState,
+  next: Handle,
+  request: Request,
+  facts: RequestFacts,
+) {
   let response: Response | Promise<Response>
   try {
     response = next(request)
@@ -64,7 +78,12 @@ const errorCode = (error: unknown) => (error as { code?: string | number } | nul
  * without its query string (a query may carry a token); metrics carry only the route pattern
  * (bounded label cardinality).
  */
-function recorded(deps: Deps, request: Request, facts: RequestFacts, response: Response): Response {
+function recorded(
+  deps: Deps & RequestCount & CredentialState,
+  request: Request,
+  facts: RequestFacts,
+  response: Response,
+): Response {
   deps.requestsOpen--
   if (!facts.idSent) response.headers.set('x-request-id', facts.id)
   const seconds = (deps.clock.monotonicMs() - facts.startedMs) / 1000

@@ -114,3 +114,9 @@ export class BatchEventBus {
     for (const l of this.createdListeners) l(batchId)
   }
 }
+
+/** This server's batch event bus, made by src/compose.ts (ARCHITECTURE.md rule 2). */
+export interface BatchEventsState {
+  /** Validator → batch event streams, and the "batch created" signal that wakes the validator. */
+  batchEvents: BatchEventBus
+}

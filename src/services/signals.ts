@@ -1,5 +1,9 @@
 import type { Deps } from '../deps'
+import type { CredentialState } from '../http/credential-cache'
+import type { BatchEventsState } from '../lib/batch-events'
 import { log } from '../lib/logger'
+import type { CatalogueState } from '../modules/catalogue/view'
+import type { PollState } from '../modules/workers/waiters'
 import type { BatchSignal } from '../store/signals'
 
 // Batch events across instances (docs/api.md §12): a client streaming a batch's events from one
@@ -7,7 +11,9 @@ import type { BatchSignal } from '../store/signals'
 // the other instances' signals are turned into events for this process's open streams, the final
 // ones read from the database (the signal is only a wake-up: src/store/signals.ts).
 
-export function start(deps: Deps): () => Promise<void> {
+export function start(
+  deps: Deps & BatchEventsState & CatalogueState & CredentialState & PollState,
+): () => Promise<void> {
   const { batchEvents: bus, store } = deps
   const forward = (signal: BatchSignal) =>
     store.signals.publish(signal).catch((e) => log.warn('batch signal not sent', { error: e }))

@@ -3,8 +3,9 @@ import { type Every, every } from '../lib/clock'
 import { log } from '../lib/logger'
 import { onlineCutoff } from '../modules/workers/liveness'
 import { removeParts } from '../modules/workers/parts'
-import { batchClaimable } from '../modules/workers/poll-wait'
 import { joinShards } from '../modules/workers/results'
+import type { PollState } from '../modules/workers/waiters'
+import { batchClaimable } from '../modules/workers/waiters'
 
 // The sweeper (docs/api.md §7 Worker, docs/api.md §7): every SWEEP_INTERVAL_SECONDS, workers unseen for
 // HEARTBEAT_TIMEOUT_SECONDS go offline and each batch they hold is requeued through the one
@@ -20,7 +21,7 @@ export interface SweepResult {
   failed: string[]
 }
 
-export async function runOnce(deps: Deps): Promise<SweepResult> {
+export async function runOnce(deps: Deps & PollState): Promise<SweepResult> {
   deps.metrics.sweeperPasses.inc()
   const now = deps.clock.now()
   const result: SweepResult = { skipped: null, workers_offline: [], requeued: [], failed: [] }
@@ -55,7 +56,7 @@ export async function runOnce(deps: Deps): Promise<SweepResult> {
 }
 
 /** Runs runOnce every SWEEP_INTERVAL_SECONDS until stopped (or the server shuts down). */
-export function start(deps: Deps, schedule: Every = every): () => void {
+export function start(deps: Deps & PollState, schedule: Every = every): () => void {
   const interval = deps.config.SWEEP_INTERVAL_SECONDS
   const pass = async () => {
     try {

@@ -1,12 +1,15 @@
 import type { BatchRow } from '../db/schema'
 import type { Deps } from '../deps'
+import type { BatchEventsState } from '../lib/batch-events'
 import { StreamedReads } from '../lib/blobs/random-reads'
 import { grouped } from '../lib/grouped'
 import { LineSplitter } from '../lib/lines'
 import { log } from '../lib/logger'
 import { InputChecker } from '../modules/batches/validation'
 import { visibleEntriesOf } from '../modules/catalogue/service'
-import { batchClaimable } from '../modules/workers/poll-wait'
+import type { CatalogueState } from '../modules/catalogue/view'
+import type { PollState } from '../modules/workers/waiters'
+import { batchClaimable } from '../modules/workers/waiters'
 import type { FinishedValidation } from '../store/batches'
 
 // Asynchronous batch validation (docs/api.md §6: validating → validated | failed; docs/api.md §6). Batches are
@@ -19,6 +22,11 @@ import type { FinishedValidation } from '../store/batches'
 // with the runs that end with it): an interrupted run leaves no trace and is simply run again.
 
 /** Progress events at most this often (docs/api.md §6). */
+/** Ids of the batches this server is validating now: one validation of a batch at a time. */
+export interface ValidatorState {
+  validating: Set<string>
+}
+
 export const PROGRESS_INTERVAL_MS = 250
 /** How long a validation lease lasts without renewal (several instances, docs/api.md §12). */
 export const VALIDATION_LEASE_SECONDS = 60
@@ -46,7 +54,10 @@ const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resol
  * Takes the `validating` batches among `batchIds` that no run here has, in one statement: the
  * returned batches are this process's to validate (validateLeased); the others are left alone.
  */
-async function leaseBatches(deps: Deps, batchIds: string[]): Promise<BatchRow[]> {
+async function leaseBatches(
+  deps: Deps & BatchEventsState & CatalogueState & PollState & ValidatorState,
+  batchIds: string[],
+): Promise<BatchRow[]> {
   const busy = deps.validating
   const ids = batchIds.filter((id) => !busy.has(id))
   for (const id of ids) busy.add(id)
@@ -72,7 +83,7 @@ async function leaseBatches(deps: Deps, batchIds: string[]): Promise<BatchRow[]>
  * `validating` and is validated again at the next start).
  */
 export async function validateBatch(
-  deps: Deps,
+  deps: Deps & BatchEventsState & CatalogueState & PollState & ValidatorState,
   batchId: string,
   signal?: AbortSignal,
 ): Promise<ValidationOutcome | null> {
@@ -85,7 +96,7 @@ type Finish = (item: FinishedValidation) => Promise<BatchRow | null>
 
 /** Writes one outcome by itself (the queue in start() groups them instead). */
 const finishAlone =
-  (deps: Deps): Finish =>
+  (deps: Deps & BatchEventsState & CatalogueState & PollState & ValidatorState): Finish =>
   async (item) =>
     (await deps.store.batches.finishValidations([item], deps.clock.now()))[0] ?? null
 
@@ -95,7 +106,7 @@ const finishAlone =
  * outcome is written.
  */
 async function validateLeased(
-  deps: Deps,
+  deps: Deps & BatchEventsState & CatalogueState & PollState & ValidatorState,
   batch: BatchRow,
   run: { signal?: AbortSignal; visible?: VisibleEntries; finish?: Finish },
 ): Promise<ValidationOutcome | null> {
@@ -241,7 +252,10 @@ async function validateLeased(
 }
 
 /** One pass: validates every batch currently `validating`, oldest first. */
-export async function runOnce(deps: Deps, signal?: AbortSignal): Promise<ValidationOutcome[]> {
+export async function runOnce(
+  deps: Deps & BatchEventsState & CatalogueState & PollState & ValidatorState,
+  signal?: AbortSignal,
+): Promise<ValidationOutcome[]> {
   const outcomes: ValidationOutcome[] = []
   for (const id of await deps.store.batches.validatingIds()) {
     if (signal?.aborted) break
@@ -256,7 +270,9 @@ export async function runOnce(deps: Deps, signal?: AbortSignal): Promise<Validat
  * Returns stop(), which aborts the running validation (its batch stays `validating`) and
  * resolves once the loop has ended. Shutdown (deps.shutdown) stops it too.
  */
-export function start(deps: Deps): () => Promise<void> {
+export function start(
+  deps: Deps & BatchEventsState & CatalogueState & PollState & ValidatorState,
+): () => Promise<void> {
   const stopping = new AbortController()
   const queue: string[] = []
   const queued = new Set<string>()

@@ -21,6 +21,11 @@ import type { AttemptResult, LeasedMessage } from '../store/webhooks'
  * 3 min, 7 min, 15 min, 31 min, 63 min, 2 h 7 min, 4 h 15 min, 8 h 31 min, 14 h 31 min,
  * 20 h 31 min: 12 attempts, then gave_up.
  */
+/** Webhook deliveries this server has in flight (WEBHOOK_CONCURRENCY). */
+export interface DeliveryState {
+  webhooksInFlight: Set<Promise<unknown>>
+}
+
 export const RETRY_BASE_SECONDS = 60
 export const RETRY_CAP_SECONDS = 6 * 3600
 export const RETRY_WINDOW_SECONDS = 24 * 3600
@@ -52,11 +57,11 @@ export type AttemptOutcome = WebhookAttemptRow['outcome'] | 'gave_up' | 'lost_le
 
 // A lease outlasts the request's timeout and the bookkeeping around it; a deliverer that died
 // mid-attempt leaves its messages due again once it lapses.
-const leaseSeconds = (deps: Deps) => deps.config.WEBHOOK_TIMEOUT_SECONDS * 2 + 1
+const leaseSeconds = (deps: Deps & DeliveryState) => deps.config.WEBHOOK_TIMEOUT_SECONDS * 2 + 1
 
 /** Leases up to `limit` due messages and starts their attempts; each promise settles when recorded. */
 async function startDue(
-  deps: Deps,
+  deps: Deps & DeliveryState,
   limit: number,
   options: DeliveryOptions,
 ): Promise<Promise<AttemptOutcome>[]> {
@@ -78,7 +83,10 @@ async function startDue(
 }
 
 /** One pass: every due message (up to WEBHOOK_CONCURRENCY) attempted once; their outcomes. */
-export async function runOnce(deps: Deps, options: DeliveryOptions = {}): Promise<AttemptOutcome[]> {
+export async function runOnce(
+  deps: Deps & DeliveryState,
+  options: DeliveryOptions = {},
+): Promise<AttemptOutcome[]> {
   return Promise.all(await startDue(deps, deps.config.WEBHOOK_CONCURRENCY, options))
 }
 
@@ -88,7 +96,7 @@ export async function runOnce(deps: Deps, options: DeliveryOptions = {}): Promis
  * second). stop() awaits the attempts in flight.
  */
 export function start(
-  deps: Deps,
+  deps: Deps & DeliveryState,
   schedule: Every = every,
   options: DeliveryOptions = {},
 ): () => Promise<void> {
@@ -124,7 +132,11 @@ export function start(
 }
 
 /** One attempt of one leased message, recorded with the message's next state. */
-async function deliver(deps: Deps, m: LeasedMessage, options: DeliveryOptions): Promise<AttemptOutcome> {
+async function deliver(
+  deps: Deps & DeliveryState,
+  m: LeasedMessage,
+  options: DeliveryOptions,
+): Promise<AttemptOutcome> {
   const timestamp = deps.clock.now()
   const started = deps.clock.monotonicMs()
   const body = JSON.stringify({ id: m.id, type: m.type, created_at: m.created_at, data: { id: m.batch_id } })
@@ -216,7 +228,13 @@ async function deliver(deps: Deps, m: LeasedMessage, options: DeliveryOptions): 
  * address, the Host header and the TLS server name stay the name. Redirects are not followed (a
  * redirect could point anywhere; a 3xx is a failed attempt).
  */
-function post(deps: Deps, url: URL, address: string, headers: Record<string, string>, body: string) {
+function post(
+  deps: Deps & DeliveryState,
+  url: URL,
+  address: string,
+  headers: Record<string, string>,
+  body: string,
+) {
   const host = url.host
   const name = hostOf(url)
   const direct = new URL(url)

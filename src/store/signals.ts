@@ -16,7 +16,7 @@ export type BatchSignal =
    */
   | { kind: 'models_changed'; scope: 'catalogue' | 'fleet' }
   /**
-   * A credential changed (modules/auth/credential-cache.ts): the other instances forget the keys
+   * A credential changed (http/credential-cache.ts): the other instances forget the keys
    * and users these ids name (key, user or org ids).
    */
   | { kind: 'credentials_changed'; ids: string[] }

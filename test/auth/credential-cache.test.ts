@@ -3,14 +3,14 @@ import {
   CREDENTIAL_MAX_AGE_SECONDS,
   CREDENTIALS_KEPT,
   CredentialCache,
-} from '../../src/modules/auth/credential-cache'
+} from '../../src/http/credential-cache'
 import type { KeyCredential } from '../../src/store/keys'
 import { makeTestApp } from '../helpers/app'
 import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey, newPassword } from '../helpers/builders'
 import { rememberSecret } from '../helpers/secrets'
 import { registerBody } from '../helpers/workers'
 
-// Credentials kept per server (modules/auth/credential-cache.ts): a request whose key or user was
+// Credentials kept per server (http/credential-cache.ts): a request whose key or user was
 // seen a moment ago reads nothing, and every write that changes a credential holds from the very
 // next request. The test clock stands still, so the safety age never expires an entry here unless
 // a test moves the clock: whatever changes is the invalidation's doing.

@@ -1,5 +1,5 @@
 import { afterEach, expect, test } from 'bun:test'
-import type { Deps } from '../../src/deps'
+import type { Server } from '../../src/compose'
 import { ensureSuperadmin } from '../../src/modules/auth/service'
 import { makeTestApp } from '../helpers/app'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
@@ -16,7 +16,7 @@ for (const [kind, open] of storeEngines) {
       await h?.close()
     })
 
-    const depsOn = (store: StoreHarness['store']): Deps => {
+    const depsOn = (store: StoreHarness['store']): Server => {
       app = makeTestApp({ ADMIN_EMAIL: 'root@lab.test', ADMIN_PASSWORD: 'initial-password' })
       return { ...app.deps, store }
     }

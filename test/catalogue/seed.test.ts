@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { asc, eq } from 'drizzle-orm'
-import { createDeps } from '../../src/deps'
+import { createServer } from '../../src/compose'
 import { startServer } from '../../src/index'
 import { manualClock } from '../../src/lib/clock'
 import { applyManifest, seedCatalogue } from '../../src/modules/catalogue/seed'
@@ -350,7 +350,11 @@ describe('the manifest file at start (CATALOGUE_PATH, default, embedded copy)', 
     const start = () =>
       startServer(
         config,
-        createDeps(config, { clock: manualClock(), mailer: capturingMailer(), passwords: cheapPasswords() }),
+        createServer(config, {
+          clock: manualClock(),
+          mailer: capturingMailer(),
+          passwords: cheapPasswords(),
+        }),
       )
     const listIds = async (url: string, token: string) => {
       const res = await fetch(`${url}/v1/models`, { headers: { authorization: `Bearer ${token}` } })

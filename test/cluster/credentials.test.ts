@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { CREDENTIAL_MAX_AGE_SECONDS } from '../../src/modules/auth/credential-cache'
+import { CREDENTIAL_MAX_AGE_SECONDS } from '../../src/http/credential-cache'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey, newPassword } from '../helpers/builders'
 import { freshPostgresUrl } from '../helpers/postgres'
@@ -8,7 +8,7 @@ import { rememberSecret } from '../helpers/secrets'
 import { eventually } from '../helpers/until'
 import { registerBody } from '../helpers/workers'
 
-// docs/api.md §12: each instance keeps the credentials it has seen (modules/auth/credential-cache.ts).
+// docs/api.md §12: each instance keeps the credentials it has seen (http/credential-cache.ts).
 // A write on one instance holds there from the next request, and reaches the other through its
 // `credentials_changed` signal (NOTIFY). Both clocks stand still, so the safety age never expires
 // an entry unless a test moves a clock: what B sees changing is the signal's doing.

@@ -2,8 +2,8 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createApp } from '../../src/app'
+import { createServer, type Server } from '../../src/compose'
 import { type Config, loadConfig } from '../../src/config'
-import { createDeps, type Deps } from '../../src/deps'
 import { type RunningServer, startServer } from '../../src/index'
 import { type ManualClock, manualClock } from '../../src/lib/clock'
 import type { Mail, Mailer } from '../../src/lib/mailer'
@@ -64,7 +64,7 @@ export interface ReqOptions {
 
 export interface TestApp {
   app: ReturnType<typeof createApp>
-  deps: Deps
+  deps: Server
   clock: ManualClock
   config: Config
   mail: CapturingMailer
@@ -103,7 +103,7 @@ export function makeTestApp(env: Record<string, string> = {}, opts: { clock?: Ma
   const config = testConfig(env)
   const clock = opts.clock ?? manualClock()
   const mail = capturingMailer()
-  const deps = createDeps(config, { clock, mailer: mail, passwords: cheapPasswords() })
+  const deps = createServer(config, { clock, mailer: mail, passwords: cheapPasswords() })
   const app = createApp(deps)
   return {
     app,
@@ -137,7 +137,7 @@ export async function startTestServer(
   const mail = capturingMailer()
   // With SMTP_URL set, the server's real nodemailer transport is used.
   const mailer = opts.mailer ?? (env.SMTP_URL ? undefined : mail)
-  const deps = createDeps(config, { clock, mailer, passwords: cheapPasswords() })
+  const deps = createServer(config, { clock, mailer, passwords: cheapPasswords() })
   const running = await startServer(config, deps)
   return {
     ...running,
@@ -158,7 +158,7 @@ export async function startTestServer(
  * count reaches 0 where the log line and the metrics are written (src/http/lifecycle.ts), as each
  * response is ready, so a request whose response is in hand has been recorded.
  */
-export async function allRequestsRecorded(deps: Deps): Promise<void> {
+export async function allRequestsRecorded(deps: Server): Promise<void> {
   for (let turns = 0; deps.requestsOpen > 0; turns++) {
     if (turns > 1000) throw new Error('a request was never recorded')
     await new Promise((resolve) => setImmediate(resolve))

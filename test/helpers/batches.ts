@@ -1,6 +1,6 @@
 import { expect } from 'bun:test'
 import { and, eq } from 'drizzle-orm'
-import type { Deps } from '../../src/deps'
+import type { Server } from '../../src/compose'
 import type { BatchEvent } from '../../src/lib/batch-events'
 import { newId } from '../../src/lib/ids'
 import { runOnce } from '../../src/services/validator'
@@ -134,7 +134,7 @@ export async function assignBatch(
 }
 
 /** The next event of kind `event` for `batchId` on this server's bus (listening from now on). */
-export const nextBatchEvent = (deps: Deps, batchId: string, event: BatchEvent['event']) =>
+export const nextBatchEvent = (deps: Server, batchId: string, event: BatchEvent['event']) =>
   new Promise<BatchEvent>((resolve) => {
     const off = deps.batchEvents.subscribe(batchId, (e) => {
       if (e.event === event) {

@@ -1,5 +1,5 @@
+import type { Server } from '../../src/compose'
 import type { CatalogEntryRow } from '../../src/db/schema'
-import type { Deps } from '../../src/deps'
 import type { ArtifactFile, CatalogueEntry, Engine, ServingProfile } from '../../src/domain/catalogue'
 import { normalizeDigest } from '../../src/lib/digest'
 import { upsertCatalogue } from '../../src/modules/catalogue/seed'
@@ -58,7 +58,7 @@ let counter = 0
  * as `<id>:latest` unless told otherwise. Digests may be given in any accepted spelling.
  */
 export async function makeCatalogEntry(
-  deps: Deps,
+  deps: Server,
   partial: CatalogEntryInput = {},
 ): Promise<CatalogEntryRow> {
   const id = partial.id ?? `test-model-${++counter}`

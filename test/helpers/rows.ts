@@ -1,7 +1,7 @@
+import type { Server } from '../../src/compose'
 import type { Db } from '../../src/db/open'
 import * as pgSchema from '../../src/db/pg/schema'
 import * as sqliteSchema from '../../src/db/schema'
-import type { Deps } from '../../src/deps'
 import { openPostgres, type PgDb } from '../../src/store/postgres/db'
 
 // Fixtures and assertions on rows that no endpoint or store verb shows, on either engine: a test
@@ -18,10 +18,10 @@ export interface Rows {
 }
 
 // One connection per PostgreSQL test app, kept for the life of the test process.
-const pools = new WeakMap<Deps, PgDb>()
+const pools = new WeakMap<Server, PgDb>()
 
 /** The database of `deps` and the tables to use with it. */
-export function rowsOf(deps: Deps): Rows {
+export function rowsOf(deps: Server): Rows {
   if (deps.store.kind === 'sqlite') return { db: deps.db, tables: sqliteSchema }
   let pg = pools.get(deps)
   if (!pg) {

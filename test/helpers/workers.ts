@@ -1,5 +1,5 @@
 import { expect } from 'bun:test'
-import type { Deps } from '../../src/deps'
+import type { Server } from '../../src/compose'
 import { newId } from '../../src/lib/ids'
 import type { Job } from '../../src/modules/workers/claim'
 import { packLineOffsets } from '../../src/store/batches'
@@ -49,7 +49,7 @@ export interface EntryOptions {
  * A catalogue entry written the way seeding writes it (test/helpers/catalogue.ts), with the
  * defaults these tests assume: a Q4_K_M 8B model needing 8 GB of VRAM and 5 GB of disk.
  */
-export function makeCatalogEntry(deps: Deps, o: EntryOptions = {}) {
+export function makeCatalogEntry(deps: Server, o: EntryOptions = {}) {
   const { profiles, ...rest } = o
   return makeEntry(deps, {
     quantization: 'Q4_K_M',
@@ -81,7 +81,7 @@ export interface BatchOptions {
 }
 
 /** An uploaded input file (its bytes in the blob store) and a batch already `validated`. */
-export async function makeValidatedBatch(deps: Deps, o: BatchOptions) {
+export async function makeValidatedBatch(deps: Server, o: BatchOptions) {
   const ids = o.customIds ?? Array.from({ length: o.requests ?? 3 }, (_, i) => `req-${i + 1}`)
   const content = ids.map((id) => inputLine(id, o.model)).join('\n') + '\n'
   const fileId = newId('file-')
@@ -123,8 +123,8 @@ export async function makeValidatedBatch(deps: Deps, o: BatchOptions) {
   return batch!
 }
 
-export const batchRow = async (deps: Deps, id: string) => (await deps.store.batches.get(id, null))!
-export const workerRow = async (deps: Deps, id: string) => (await deps.store.fleet.findWorker(id))!
+export const batchRow = async (deps: Server, id: string) => (await deps.store.batches.get(id, null))!
+export const workerRow = async (deps: Server, id: string) => (await deps.store.fleet.findWorker(id))!
 
 export const sha = (seed: string) => new Bun.CryptoHasher('sha256').update(seed).digest('hex')
 

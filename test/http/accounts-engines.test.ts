@@ -1,7 +1,7 @@
 import { afterEach, expect, test } from 'bun:test'
 import { rmSync } from 'node:fs'
 import { createApp } from '../../src/app'
-import { createDeps, type Deps } from '../../src/deps'
+import { createServer, type Server } from '../../src/compose'
 import { manualClock } from '../../src/lib/clock'
 import { createUser } from '../../src/modules/users/service'
 import {
@@ -23,7 +23,7 @@ import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stor
 for (const [kind, open] of storeEngines) {
   describeEngine(kind, `accounts over HTTP on ${kind}`, () => {
     let h: StoreHarness
-    let deps: Deps
+    let deps: Server
     let mail: CapturingMailer
     let req: (
       method: string,
@@ -40,7 +40,7 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       mail = capturingMailer()
       // DATABASE_URL: '' keeps the app's own database on SQLite in the PostgreSQL run.
-      const base = createDeps(testConfig({ PUBLIC_URL: 'https://gk.test', DATABASE_URL: '' }), {
+      const base = createServer(testConfig({ PUBLIC_URL: 'https://gk.test', DATABASE_URL: '' }), {
         clock: manualClock(),
         mailer: mail,
         passwords: cheapPasswords(),

@@ -1,5 +1,5 @@
 import { afterAll, expect, test } from 'bun:test'
-import type { Deps } from '../../src/deps'
+import type { Server } from '../../src/compose'
 import * as validator from '../../src/services/validator'
 import { makeTestApp } from '../helpers/app'
 import { jsonl, line, makeBatch, makeCatalogEntry, nextBatchEvent } from '../helpers/batches'
@@ -60,7 +60,7 @@ test('a small batch is validated while a large file is still being read', async 
 })
 
 /** Resolves once `batchId` has left `validating` (listening first, so the event is never missed). */
-async function settled(deps: Deps, batchId: string) {
+async function settled(deps: Server, batchId: string) {
   const done = waitFor(deps, batchId, 'done')
   const row = await deps.store.batches.get(batchId, null)
   if (row?.status === 'validating') await done

@@ -1,7 +1,7 @@
 import { afterAll, expect, test } from 'bun:test'
 import { rmSync } from 'node:fs'
 import { createApp } from '../../src/app'
-import { createDeps, type Deps } from '../../src/deps'
+import { createServer, type Server } from '../../src/compose'
 import { startServer } from '../../src/index'
 import { manualClock } from '../../src/lib/clock'
 import * as validator from '../../src/services/validator'
@@ -16,8 +16,8 @@ const config = testConfig()
 afterAll(() => rmSync(config.DATA_DIR, { recursive: true, force: true }))
 
 const depsFor = (clock = manualClock()) =>
-  createDeps(config, { clock, mailer: capturingMailer(), passwords: cheapPasswords() })
-const target = (deps: Deps) => {
+  createServer(config, { clock, mailer: capturingMailer(), passwords: cheapPasswords() })
+const target = (deps: Server) => {
   const app = createApp(deps)
   return {
     deps,

@@ -3,9 +3,9 @@ import { afterAll, expect, test } from 'bun:test'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { createServer } from '../../src/compose'
 import { loadConfig } from '../../src/config'
 import { apiKeys } from '../../src/db/schema'
-import { createDeps } from '../../src/deps'
 import { newId } from '../../src/lib/ids'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../../src/lib/keys'
 import { createUser } from '../../src/modules/users/service'
@@ -29,7 +29,7 @@ const env = {
 }
 
 async function seed(batchCount: number) {
-  const deps = createDeps(loadConfig(env), { passwords: cheapPasswords() })
+  const deps = createServer(loadConfig(env), { passwords: cheapPasswords() })
   const user = await createUser(deps, {
     email: 'crash@example.test',
     password: 'pw-crash-test-1',

@@ -1,6 +1,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody } from '../../http/parse'
 import { PageQuery } from '../../lib/pagination'
 import { listWorkers } from '../workers/listing'
@@ -10,7 +11,7 @@ import * as admin from './service'
 const tags = ['admin']
 const page = t.Object(PageQuery, { additionalProperties: false })
 
-export const adminRoutes = (deps: Deps) =>
+export const adminRoutes = (deps: Deps & CredentialState) =>
   new Elysia({ name: 'routes.admin', prefix: '/v1/admin' })
     .use(authPlugin(deps))
     .get('/users', ({ query }) => admin.listUsers(deps, query), {

@@ -1,22 +1,23 @@
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
+import type { CredentialState } from '../../http/credential-cache'
+import { credentialsChanged } from '../../http/credential-cache'
 import { notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
 import { type PageParams, toPage } from '../../lib/pagination'
-import { credentialsChanged } from '../auth/credential-cache'
-import type { UserPrincipal } from '../auth/credentials'
 import { toUserObject } from '../users/model'
 import { createUser } from '../users/service'
 
 // Superadmin views (docs/api.md §9, docs/api.md §9). Route access is the auth plugin's `superadmin` level.
 
-export async function listUsers(deps: Deps, query: PageParams) {
+export async function listUsers(deps: Deps & CredentialState, query: PageParams) {
   const { rows, has_more } = await deps.store.accounts.listUsers(query)
   return toPage(rows.map(toUserObject), has_more)
 }
 
 /** (ext) An admin-made account must change its password at first login. */
 export async function createUserAsAdmin(
-  deps: Deps,
+  deps: Deps & CredentialState,
   by: UserPrincipal,
   input: { email: string; full_name: string; password: string },
 ) {
@@ -27,7 +28,7 @@ export async function createUserAsAdmin(
 
 /** The last active superadmin is never demoted or deactivated (src/domain/admin-rules.ts, checked by the store). */
 export async function updateUser(
-  deps: Deps,
+  deps: Deps & CredentialState,
   by: UserPrincipal,
   userId: string,
   input: { is_active?: boolean; platform_role?: 'user' | 'superadmin' },
@@ -40,7 +41,7 @@ export async function updateUser(
   return toUserObject(row)
 }
 
-export async function listOrganizations(deps: Deps, query: PageParams) {
+export async function listOrganizations(deps: Deps & CredentialState, query: PageParams) {
   const { rows, has_more } = await deps.store.orgs.listAllOrgs(query)
   return toPage(
     rows.map((o) => ({

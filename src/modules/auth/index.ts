@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody, optionalJsonBody } from '../../http/parse'
 import { KeyModel } from '../keys/model'
 import { regenerateKey } from '../keys/service'
@@ -9,7 +10,7 @@ import * as auth from './service'
 
 const tags = ['auth']
 
-export const authRoutes = (deps: Deps) =>
+export const authRoutes = (deps: Deps & CredentialState) =>
   new Elysia({ name: 'routes.auth', prefix: '/v1/auth' })
     .use(authPlugin(deps))
     .post('/signup', ({ body }) => auth.signup(deps, body), {

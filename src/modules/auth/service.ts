@@ -1,14 +1,18 @@
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
+import type { CredentialState } from '../../http/credential-cache'
+import { credentialsChanged } from '../../http/credential-cache'
 import { AppError, badRequest, forbidden, unauthorized } from '../../lib/errors'
 import { randomBase62 } from '../../lib/ids'
 import { generateResetToken, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
 import { toUserObject } from '../users/model'
 import { checkPassword, createUser } from '../users/service'
-import { credentialsChanged } from './credential-cache'
-import type { UserPrincipal } from './credentials'
 
-export async function signup(deps: Deps, input: { email: string; password: string; full_name: string }) {
+export async function signup(
+  deps: Deps & CredentialState,
+  input: { email: string; password: string; full_name: string },
+) {
   if (!deps.config.SIGNUP_ENABLED) {
     throw forbidden(
       'signup_disabled',
@@ -18,7 +22,11 @@ export async function signup(deps: Deps, input: { email: string; password: strin
   return toUserObject(await createUser(deps, input))
 }
 
-export async function login(deps: Deps, input: { email: string; password: string }, ip: string) {
+export async function login(
+  deps: Deps & CredentialState,
+  input: { email: string; password: string },
+  ip: string,
+) {
   const email = input.email.trim().toLowerCase()
   await deps.store.limits.take('login', `${email} ${ip}`, deps.config.RATE_LIMIT_LOGIN_PER_MINUTE, 60)
   const user = await deps.store.accounts.findUserByEmail(email)
@@ -42,13 +50,13 @@ export async function login(deps: Deps, input: { email: string; password: string
   }
 }
 
-export async function me(deps: Deps, principal: UserPrincipal) {
+export async function me(deps: Deps & CredentialState, principal: UserPrincipal) {
   const memberships = await deps.store.orgs.listMembershipsOf(principal.user.id)
   return { ...toUserObject(principal.user), memberships }
 }
 
 export async function changePassword(
-  deps: Deps,
+  deps: Deps & CredentialState,
   principal: UserPrincipal,
   input: { current_password: string; new_password: string },
 ) {
@@ -69,7 +77,7 @@ export async function changePassword(
  * Always answers the same (docs/api.md §2: no user enumeration). For an active user, a fresh token is
  * stored hashed and mailed; the mail goes out after the response, so timing reveals nothing either.
  */
-export async function forgotPassword(deps: Deps, input: { email: string }) {
+export async function forgotPassword(deps: Deps & CredentialState, input: { email: string }) {
   const email = input.email.trim().toLowerCase()
   await deps.store.limits.take('forgot', email, deps.config.RATE_LIMIT_FORGOT_PER_HOUR, 3600)
   const user = await deps.store.accounts.findUserByEmail(email)
@@ -99,7 +107,10 @@ export async function forgotPassword(deps: Deps, input: { email: string }) {
   return { status: 'accepted' as const }
 }
 
-export async function resetPassword(deps: Deps, input: { token: string; new_password: string }) {
+export async function resetPassword(
+  deps: Deps & CredentialState,
+  input: { token: string; new_password: string },
+) {
   checkPassword(input.new_password, 'new_password')
   const hash = await deps.passwords.hash(input.new_password)
   const now = deps.clock.now()
@@ -116,7 +127,10 @@ export async function resetPassword(deps: Deps, input: { token: string; new_pass
  * First start (docs/api.md §2): without any superadmin, create one from ADMIN_EMAIL / ADMIN_PASSWORD with
  * must_change_password. A generated password is printed once, to the console, never to the log.
  */
-export async function ensureSuperadmin(deps: Deps, print: (line: string) => void = console.error) {
+export async function ensureSuperadmin(
+  deps: Deps & CredentialState,
+  print: (line: string) => void = console.error,
+) {
   if (await deps.store.accounts.hasSuperadmin()) return null
   const generated = deps.config.ADMIN_PASSWORD === undefined
   const password = deps.config.ADMIN_PASSWORD ?? randomBase62(20)

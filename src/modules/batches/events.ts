@@ -1,10 +1,10 @@
 import type { BatchRow } from '../../db/schema'
 import type { Deps } from '../../deps'
-import type { BatchEvent } from '../../lib/batch-events'
+import type { UserPrincipal } from '../../domain/principal'
+import type { BatchEvent, BatchEventsState } from '../../lib/batch-events'
 import { AppError } from '../../lib/errors'
 import { log } from '../../lib/logger'
 import { SSE_HEADERS, sseComment, sseEvent } from '../../lib/sse'
-import type { UserPrincipal } from '../auth/credentials'
 import { visibleBatch } from './service'
 
 // GET /v1/batches/{id}/events (docs/api.md §6): `status` first, then live `progress` (≤ 1 per 250 ms,
@@ -15,7 +15,13 @@ import { visibleBatch } from './service'
 // or server shutdown.
 
 /** Open event streams of one user (tests check that closed streams give their slot back). */
-export const openStreams = (deps: Deps, userId: string) => deps.eventStreams.get(userId) ?? 0
+/** Open batch event streams per user id (docs/api.md §6, MAX_SSE_STREAMS_PER_USER), per server. */
+export interface EventStreamsState {
+  eventStreams: Map<string, number>
+}
+
+export const openStreams = (deps: Deps & EventStreamsState & BatchEventsState, userId: string) =>
+  deps.eventStreams.get(userId) ?? 0
 
 const doneData = (b: BatchRow) => ({
   batch_id: b.id,
@@ -29,7 +35,7 @@ const doneData = (b: BatchRow) => ({
 })
 
 export async function openBatchEvents(
-  deps: Deps,
+  deps: Deps & EventStreamsState & BatchEventsState,
   principal: UserPrincipal,
   batchId: string,
 ): Promise<Response> {

@@ -1,7 +1,10 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody } from '../../http/parse'
+import type { BatchEventsState } from '../../lib/batch-events'
+import type { EventStreamsState } from './events'
 import { openBatchEvents } from './events'
 import { BatchModel } from './model'
 import * as batches from './service'
@@ -9,7 +12,7 @@ import * as batches from './service'
 const tags = ['batches']
 
 // No cancel route: docs/api.md §6 "No endpoint cancels a batch", so POST /v1/batches/{id}/cancel is a 404.
-export const batchRoutes = (deps: Deps) =>
+export const batchRoutes = (deps: Deps & BatchEventsState & CredentialState & EventStreamsState) =>
   new Elysia({ name: 'routes.batches', prefix: '/v1/batches' })
     .use(authPlugin(deps))
     .post('', ({ body, principal }) => batches.createBatch(deps, principal, body), {

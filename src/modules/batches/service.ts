@@ -1,10 +1,11 @@
 import type { BatchRow, BatchStatus } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
+import type { BatchEventsState } from '../../lib/batch-events'
 import { badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
 import { type PageParams, parseLimit, toPage } from '../../lib/pagination'
-import type { UserPrincipal } from '../auth/credentials'
 import { type BatchCreate, type BatchObject, toBatchObject, toShardObject } from './model'
 
 // Batches (docs/api.md §6, docs/api.md §6). Creation only records the batch as `validating` and wakes the
@@ -15,7 +16,7 @@ const isSuperadmin = (p: UserPrincipal) => p.user.platform_role === 'superadmin'
 
 /** POST /v1/batches: returns at once with status `validating` (docs/api.md §6). */
 export async function createBatch(
-  deps: Deps,
+  deps: Deps & BatchEventsState,
   principal: UserPrincipal,
   input: BatchCreate,
 ): Promise<BatchObject> {
@@ -51,7 +52,7 @@ export async function createBatch(
 }
 
 /** A batch row as the API shows it, with its stored errors (for other modules too). */
-export async function batchObject(deps: Deps, row: BatchRow): Promise<BatchObject> {
+export async function batchObject(deps: Deps & BatchEventsState, row: BatchRow): Promise<BatchObject> {
   const [errors, shards] = await Promise.all([
     deps.store.batches.errorsOf([row.id]),
     row.split ? deps.store.queue.shardTallies([row.id]) : undefined,
@@ -60,18 +61,22 @@ export async function batchObject(deps: Deps, row: BatchRow): Promise<BatchObjec
 }
 
 /** The batch if the caller may see it (owner or superadmin), else the same 404 as a missing one. */
-export async function visibleBatch(deps: Deps, principal: UserPrincipal, batchId: string): Promise<BatchRow> {
+export async function visibleBatch(
+  deps: Deps & BatchEventsState,
+  principal: UserPrincipal,
+  batchId: string,
+): Promise<BatchRow> {
   const row = await deps.store.batches.get(batchId, isSuperadmin(principal) ? null : principal.user.id)
   if (!row) throw notFound('batch_not_found', 'No such batch', 'batch_id')
   return row
 }
 
-export const getBatch = async (deps: Deps, principal: UserPrincipal, batchId: string) =>
+export const getBatch = async (deps: Deps & BatchEventsState, principal: UserPrincipal, batchId: string) =>
   batchObject(deps, await visibleBatch(deps, principal, batchId))
 
 /** GET /v1/batches: own batches; a superadmin sees all (docs/api.md §6). */
 export async function listBatches(
-  deps: Deps,
+  deps: Deps & BatchEventsState,
   principal: UserPrincipal,
   query: PageParams & { status?: BatchStatus },
 ) {
@@ -93,7 +98,12 @@ export async function listBatches(
  * GET /v1/batches/{id}/shards (docs/api.md §16, ext): a split batch's shards in shard order (not newest
  * first: the order of its request lines), paged as every list is (docs/api.md §0); none when it runs whole.
  */
-export async function listShards(deps: Deps, principal: UserPrincipal, batchId: string, query: PageParams) {
+export async function listShards(
+  deps: Deps & BatchEventsState,
+  principal: UserPrincipal,
+  batchId: string,
+  query: PageParams,
+) {
   const batch = await visibleBatch(deps, principal, batchId)
   const limit = parseLimit(query.limit)
   const rows = batch.split ? await deps.store.queue.shardsOf(batch.id) : []

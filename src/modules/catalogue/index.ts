@@ -2,15 +2,17 @@ import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
 import { withRequestId } from '../../http/context'
+import type { CredentialState } from '../../http/credential-cache'
 import { ModelList, ModelObject, ModelParams } from './model'
 import * as catalogue from './service'
+import type { CatalogueState } from './view'
 
 const tags = ['models']
 
 // The list is kept serialized (catalogue/view.ts): it goes out as it is, not re-encoded.
 const JSON_HEADERS = { 'content-type': 'application/json' }
 
-export const catalogueRoutes = (deps: Deps) =>
+export const catalogueRoutes = (deps: Deps & CatalogueState & CredentialState) =>
   new Elysia({ name: 'routes.catalogue', prefix: '/v1/models' })
     .use(authPlugin(deps))
     .get(

@@ -5,6 +5,7 @@ import type { Deps } from '../../deps'
 import type { CatalogueEntry } from '../../domain/catalogue'
 import { log } from '../../lib/logger'
 import { checkManifest, type Violation } from './manifest'
+import type { CatalogueState } from './view'
 import { modelsChanged } from './view'
 
 // docs/api.md §4 catalogue rule 7: at every start the catalogue is upserted from the version-controlled manifest.
@@ -30,7 +31,7 @@ export interface SeedReport {
 }
 
 /** Reads the manifest named by the configuration and applies it. Never throws for a bad manifest. */
-export async function seedCatalogue(deps: Deps): Promise<SeedReport> {
+export async function seedCatalogue(deps: Deps & CatalogueState): Promise<SeedReport> {
   const found = await readManifest(deps.config)
   if ('error' in found) {
     log.error('catalogue manifest unusable; stored catalogue kept', {
@@ -59,7 +60,11 @@ async function readManifest(
 }
 
 /** Validates `text` and upserts its valid entries in one transaction. */
-export async function applyManifest(deps: Deps, text: string, source: string): Promise<SeedReport> {
+export async function applyManifest(
+  deps: Deps & CatalogueState,
+  text: string,
+  source: string,
+): Promise<SeedReport> {
   const report = emptyReport(source)
   const checked = checkManifest(text)
   if (!checked.ok) {
@@ -103,7 +108,7 @@ export async function applyManifest(deps: Deps, text: string, source: string): P
  * docs/api.md §4 catalogue rule 7's upsert of valid entries; what GET /v1/models and the validator keep is then read
  * afresh, here and on the other instances (catalogue/view.ts).
  */
-export async function upsertCatalogue(deps: Deps, entries: CatalogueEntry[], now: number) {
+export async function upsertCatalogue(deps: Deps & CatalogueState, entries: CatalogueEntry[], now: number) {
   const outcomes = await deps.store.catalogue.upsertEntries(entries, now)
   modelsChanged(deps, 'catalogue')
   return outcomes

@@ -77,15 +77,21 @@ export class CatalogueView {
   }
 }
 
+/** This server's catalogue view, made by src/compose.ts (ARCHITECTURE.md rule 2). */
+export interface CatalogueState {
+  /** GET /v1/models and the validator's catalogue, kept until something changes them. */
+  catalogueView: CatalogueView
+}
+
 /** Forgets what `scope` covers here and on the other instances (src/services/signals.ts). */
-export function modelsChanged(deps: Deps, scope: ModelsScope) {
+export function modelsChanged(deps: Deps & CatalogueState, scope: ModelsScope) {
   deps.catalogueView.drop(scope)
   deps.store.signals
     .publish({ kind: 'models_changed', scope })
     .catch((e) => log.warn('models signal not sent', { error: e }))
 }
 
-export function enabledCatalogue(deps: Deps): Promise<EnabledCatalogue> {
+export function enabledCatalogue(deps: Deps & CatalogueState): Promise<EnabledCatalogue> {
   return deps.catalogueView.catalogue.get(deps, async () => {
     const until = deps.clock.now() + VIEW_MAX_AGE_SECONDS
     const rows = await deps.store.catalogue.enabledEntries()
@@ -95,7 +101,7 @@ export function enabledCatalogue(deps: Deps): Promise<EnabledCatalogue> {
   })
 }
 
-function modelsNow(deps: Deps): Promise<ModelsNow> {
+function modelsNow(deps: Deps & CatalogueState): Promise<ModelsNow> {
   return deps.catalogueView.models.get(deps, async () => {
     const now = deps.clock.now()
     const [catalogue, predicate, fleet] = await Promise.all([
@@ -119,7 +125,7 @@ type Viewer = Pick<UserRow, 'id' | 'platform_role'>
  * docs/api.md §4 catalogue rules 7 and 10: a user may select an enabled entry that is public or private to
  * one of the user's orgs; a superadmin, every enabled entry. `key` names the visibility class.
  */
-async function visibilityOf(deps: Deps, viewer: Viewer, catalogue: EnabledCatalogue) {
+async function visibilityOf(deps: Deps & CatalogueState, viewer: Viewer, catalogue: EnabledCatalogue) {
   if (viewer.platform_role === 'superadmin') return { key: '*', sees: (_: CatalogEntryRow) => true }
   const mine =
     catalogue.privateOrgs.size === 0
@@ -130,14 +136,17 @@ async function visibilityOf(deps: Deps, viewer: Viewer, catalogue: EnabledCatalo
 }
 
 /** The entries `viewer` may select, by id (the validator's `unsupported_model` check). */
-export async function selectableEntries(deps: Deps, viewer: Viewer): Promise<Map<string, CatalogEntryRow>> {
+export async function selectableEntries(
+  deps: Deps & CatalogueState,
+  viewer: Viewer,
+): Promise<Map<string, CatalogEntryRow>> {
   const catalogue = await enabledCatalogue(deps)
   const { sees } = await visibilityOf(deps, viewer, catalogue)
   return new Map(catalogue.rows.filter(sees).map((r) => [r.id, r]))
 }
 
 /** GET /v1/models, serialized: the entries `viewer` may select with `available` now. */
-export async function modelListBody(deps: Deps, viewer: Viewer): Promise<string> {
+export async function modelListBody(deps: Deps & CatalogueState, viewer: Viewer): Promise<string> {
   const models = await modelsNow(deps)
   const { key, sees } = await visibilityOf(deps, viewer, models.catalogue)
   let body = models.bodies.get(key)
@@ -151,7 +160,7 @@ export async function modelListBody(deps: Deps, viewer: Viewer): Promise<string>
 }
 
 /** GET /v1/models/{id}: the entry when `viewer` may select it, with `available` now. */
-export async function selectableModel(deps: Deps, viewer: Viewer, id: string) {
+export async function selectableModel(deps: Deps & CatalogueState, viewer: Viewer, id: string) {
   const models = await modelsNow(deps)
   const row = models.catalogue.byId.get(id)
   if (!row || !(await visibilityOf(deps, viewer, models.catalogue)).sees(row)) return undefined

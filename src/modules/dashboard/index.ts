@@ -5,6 +5,7 @@ import scalarScript from '../../../node_modules/@scalar/api-reference/dist/brows
 }
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { AppError } from '../../lib/errors'
 import { ASSET_PREFIX, loadDashboard } from './bundle'
 
@@ -32,7 +33,7 @@ const PAGE_HEADERS = {
 const page = async () => new Response((await loadDashboard()).html, { headers: PAGE_HEADERS })
 const hidden = { public: true, detail: { hide: true } } as const
 
-export const dashboardRoutes = (deps: Deps) =>
+export const dashboardRoutes = (deps: Deps & CredentialState) =>
   new Elysia({ name: 'routes.dashboard' })
     .use(authPlugin(deps))
     .get('/', page, hidden)

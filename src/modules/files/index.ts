@@ -1,12 +1,13 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { FileModel } from './model'
 import * as files from './service'
 
 const tags = ['files']
 
-export const fileRoutes = (deps: Deps) =>
+export const fileRoutes = (deps: Deps & CredentialState) =>
   new Elysia({ name: 'routes.files', prefix: '/v1/files' })
     .use(authPlugin(deps))
     .post(

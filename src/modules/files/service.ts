@@ -1,12 +1,12 @@
 import type { FileRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { UserPrincipal, WorkerPrincipal } from '../../domain/principal'
 import { ensureFreeDisk } from '../../lib/disk'
 import { AppError, badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
 import { FORM_OVERHEAD_BYTES, refuseUnread } from '../../lib/multipart'
 import { type PageParams, toPage } from '../../lib/pagination'
-import type { UserPrincipal, WorkerPrincipal } from '../auth/credentials'
 import { type FileObject, toFileObject } from './model'
 import { quotaExceeded, receiveUpload, type UploadInput } from './upload'
 

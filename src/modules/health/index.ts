@@ -1,9 +1,10 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { AppError } from '../../lib/errors'
 
-export const healthRoutes = (deps: Deps) =>
+export const healthRoutes = (deps: Deps & CredentialState) =>
   new Elysia({ name: 'routes.health' })
     .use(authPlugin(deps))
     .get('/healthz', () => ({ status: 'ok' as const }), {

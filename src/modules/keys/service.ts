@@ -1,25 +1,29 @@
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
+import type { CredentialState } from '../../http/credential-cache'
+import { credentialsChanged } from '../../http/credential-cache'
 import { badRequest, notFound } from '../../lib/errors'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
 import { type PageParams, toPage } from '../../lib/pagination'
 import type { KeyOwner, Replacement } from '../../store/keys'
-import { credentialsChanged } from '../auth/credential-cache'
-import type { UserPrincipal } from '../auth/credentials'
 import { type KeyRecord, toKeyRecord } from './model'
 
 // Personal keys (owner: a user) and worker keys (owner: an org) share one implementation; only the
 // owner column differs. Raw keys are returned once, stored as SHA-256. Revocation is a column the
 // auth path reads on every request, so it takes effect on the very next one (no cache).
 
-function checkExpiry(deps: Deps, expiresAt: number | null | undefined) {
+function checkExpiry(deps: Deps & CredentialState, expiresAt: number | null | undefined) {
   if (expiresAt != null && expiresAt <= deps.clock.now()) {
     throw badRequest('invalid_expiry', 'expires_at must be in the future', 'expires_at')
   }
 }
 
 /** A fresh raw key and what the store keeps of it: the hash and the display prefix. */
-function newRawKey(deps: Deps, by: UserPrincipal): { raw: string; replacement: Replacement } {
+function newRawKey(
+  deps: Deps & CredentialState,
+  by: UserPrincipal,
+): { raw: string; replacement: Replacement } {
   const raw = generateRawKey()
   return {
     raw,
@@ -32,11 +36,11 @@ function newRawKey(deps: Deps, by: UserPrincipal): { raw: string; replacement: R
   }
 }
 
-const rateLimit = (deps: Deps, by: UserPrincipal) =>
+const rateLimit = (deps: Deps & CredentialState, by: UserPrincipal) =>
   deps.store.limits.take('keys', by.user.id, deps.config.RATE_LIMIT_KEYS_PER_MINUTE, 60)
 
 export async function createKey(
-  deps: Deps,
+  deps: Deps & CredentialState,
   owner: KeyOwner,
   by: UserPrincipal,
   input: { name?: string; expires_at?: number | null },
@@ -53,7 +57,7 @@ export async function createKey(
   return toKeyRecord(row, raw)
 }
 
-export async function listKeys(deps: Deps, owner: KeyOwner, query: PageParams) {
+export async function listKeys(deps: Deps & CredentialState, owner: KeyOwner, query: PageParams) {
   const { rows, has_more } = await deps.store.keys.listKeys(owner, query)
   return toPage(
     rows.map((r) => toKeyRecord(r)),
@@ -63,14 +67,14 @@ export async function listKeys(deps: Deps, owner: KeyOwner, query: PageParams) {
 
 const keyNotFound = () => notFound('api_key_not_found', 'No such API key', 'key_id')
 
-export async function getKey(deps: Deps, owner: KeyOwner, keyId: string) {
+export async function getKey(deps: Deps & CredentialState, owner: KeyOwner, keyId: string) {
   const row = await deps.store.keys.findKey(owner, keyId)
   if (!row) throw keyNotFound()
   return toKeyRecord(row)
 }
 
 export async function updateKey(
-  deps: Deps,
+  deps: Deps & CredentialState,
   owner: KeyOwner,
   keyId: string,
   input: { name?: string; expires_at?: number | null; revoked?: true },
@@ -91,7 +95,7 @@ export async function updateKey(
 }
 
 /** Idempotent: revoking a revoked key returns it unchanged. */
-export function revokeKey(deps: Deps, owner: KeyOwner, keyId: string): Promise<KeyRecord> {
+export function revokeKey(deps: Deps & CredentialState, owner: KeyOwner, keyId: string): Promise<KeyRecord> {
   return updateKey(deps, owner, keyId, { revoked: true })
 }
 
@@ -100,7 +104,7 @@ export function revokeKey(deps: Deps, owner: KeyOwner, keyId: string): Promise<K
  * and expiry; without, every active key of the owner is revoked and one named `default` issued.
  */
 export async function regenerateKey(
-  deps: Deps,
+  deps: Deps & CredentialState,
   owner: KeyOwner,
   by: UserPrincipal,
   keyId?: string,

@@ -1,11 +1,12 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { checkMetricsToken, renderMetrics } from './service'
 
 // Outside the user credential matrix (docs/api.md §10): open by default, or guarded by METRICS_TOKEN,
 // which this module checks itself. `public` makes the auth plugin ignore the Authorization header.
-export const metricsRoutes = (deps: Deps) =>
+export const metricsRoutes = (deps: Deps & CredentialState) =>
   new Elysia({ name: 'routes.metrics' }).use(authPlugin(deps)).get(
     '/metrics',
     async ({ request }) => {

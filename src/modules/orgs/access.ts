@@ -1,7 +1,7 @@
 import type { OrgRole, OrgRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
 import { forbidden, notFound } from '../../lib/errors'
-import type { UserPrincipal } from '../auth/credentials'
 
 // The one org-role check (docs/api.md §1, docs/api.md §3): a non-member gets 404 (never leak that the
 // org exists), a member without the role 403. Superadmins pass every check as if owner.

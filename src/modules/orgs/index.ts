@@ -1,6 +1,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody, optionalJsonBody } from '../../http/parse'
 import { KeyModel } from '../keys/model'
 import * as keys from '../keys/service'
@@ -12,7 +13,7 @@ import * as orgs from './service'
 const tags = ['organizations']
 const workerKeys = (orgId: string) => ({ type: 'worker' as const, orgId })
 
-export const orgRoutes = (deps: Deps) =>
+export const orgRoutes = (deps: Deps & CredentialState) =>
   new Elysia({ name: 'routes.orgs', prefix: '/v1/orgs' })
     .use(authPlugin(deps))
     .get('', ({ principal, query }) => orgs.listMyOrgs(deps, principal, query), {

@@ -1,9 +1,9 @@
 import type { OrgRole, OrgRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
 import { badRequest, forbidden, notFound } from '../../lib/errors'
 import { type PageParams, toPage } from '../../lib/pagination'
 import type { Member } from '../../store/orgs'
-import type { UserPrincipal } from '../auth/credentials'
 import { requireOrgRole } from './access'
 
 // Organizations (docs/api.md §3, docs/api.md §3): the caller's orgs, team orgs and their members. Roles:

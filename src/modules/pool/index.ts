@@ -2,9 +2,11 @@ import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
 import { withRequestId } from '../../http/context'
+import type { CredentialState } from '../../http/credential-cache'
+import type { PoolState } from './service'
 import { poolCapacity } from './service'
 
-export const poolRoutes = (deps: Deps) => {
+export const poolRoutes = (deps: Deps & CredentialState & PoolState) => {
   const headers = {
     'content-type': 'application/json',
     'cache-control': `max-age=${deps.config.POOL_CACHE_SECONDS}`,

@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps'
-import type { AnonymousPrincipal, UserPrincipal } from '../auth/credentials'
+import type { AnonymousPrincipal, UserPrincipal } from '../../domain/principal'
 import { onlineCutoff } from '../workers/liveness'
 import { loadCatalogue, servableCatalogIds } from '../workers/matching'
 
@@ -20,7 +20,7 @@ export interface PoolCapacity {
 
 /** Computes the view for one caller, uncached. */
 export async function computeCapacity(
-  deps: Deps,
+  deps: Deps & PoolState,
   principal: UserPrincipal | AnonymousPrincipal,
 ): Promise<PoolCapacity> {
   const cutoff = onlineCutoff(deps)
@@ -58,13 +58,18 @@ export interface KeptCapacity {
   body: string | Promise<string>
 }
 
+/** docs/api.md §8 Pool rule 6: pool capacity answers per caller class, each kept POOL_CACHE_SECONDS, per server. */
+export interface PoolState {
+  poolCache: Map<string, KeptCapacity>
+}
+
 // docs/api.md §8 Pool rule 6: responses are cached POOL_CACHE_SECONDS, per caller class (docs/api.md §8:
 // anonymous, and each user, whose org-visible entries differ), in deps.poolCache.
 const MAX_CACHED_CLASSES = 10_000
 
 /** GET /v1/pool/capacity for `principal`, serialized. */
 export function poolCapacity(
-  deps: Deps,
+  deps: Deps & PoolState,
   principal: UserPrincipal | AnonymousPrincipal,
 ): string | Promise<string> {
   const cache = deps.poolCache

@@ -1,10 +1,12 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { StatsModel } from './model'
+import type { StatsState } from './service'
 import { CACHE_SECONDS, queueStats } from './service'
 
-export const statsRoutes = (deps: Deps) =>
+export const statsRoutes = (deps: Deps & CredentialState & StatsState) =>
   new Elysia({ name: 'routes.stats', prefix: '/v1/stats' }).use(authPlugin(deps)).get(
     '/queue',
     ({ set }) => {

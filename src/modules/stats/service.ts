@@ -29,9 +29,14 @@ export interface QueueStats {
   points: QueuePoint[]
 }
 
+/** The dashboard's queue chart (GET /v1/stats/queue), kept a few seconds, per server. */
+export interface StatsState {
+  queueStatsCache: { value?: QueueStats }
+}
+
 const WAITING = ['validating', 'validated'] as const
 
-export async function computeQueueStats(deps: Deps): Promise<QueueStats> {
+export async function computeQueueStats(deps: Deps & StatsState): Promise<QueueStats> {
   const now = deps.clock.now()
   const since = now - WINDOW_SECONDS
   const count = await deps.store.batches.activeCounts()
@@ -65,7 +70,7 @@ export async function computeQueueStats(deps: Deps): Promise<QueueStats> {
 }
 
 /** The queue figures, recomputed at most every CACHE_SECONDS (kept per server on Deps). */
-export async function queueStats(deps: Deps): Promise<QueueStats> {
+export async function queueStats(deps: Deps & StatsState): Promise<QueueStats> {
   const cached = deps.queueStatsCache.value
   if (cached && deps.clock.now() - cached.as_of < CACHE_SECONDS) return cached
   const fresh = await computeQueueStats(deps)

@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { OrgModel } from '../orgs/model'
 import { UsageModel } from './model'
 import { allUsage, myUsage, orgUsage } from './service'
@@ -9,7 +10,7 @@ import { allUsage, myUsage, orgUsage } from './service'
 const tags = ['usage']
 const response = { 200: UsageModel.list }
 
-export const usageRoutes = (deps: Deps) =>
+export const usageRoutes = (deps: Deps & CredentialState) =>
   new Elysia({ name: 'routes.usage' })
     .use(authPlugin(deps))
     .get('/v1/usage', ({ principal, query }) => myUsage(deps, principal, query), {

@@ -1,7 +1,7 @@
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
 import { badRequest } from '../../lib/errors'
 import { DAY, type UsageGroup, type UsageScope, type UsageSums } from '../../store/usage'
-import type { UserPrincipal } from '../auth/credentials'
 import { requireOrgRole } from '../orgs/access'
 import type { UsageBucket, UsageList, UsageQuery } from './model'
 

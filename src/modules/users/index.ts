@@ -1,16 +1,17 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody, optionalJsonBody } from '../../http/parse'
 import { PageQuery } from '../../lib/pagination'
-import type { UserPrincipal } from '../auth/credentials'
 import { KeyModel } from '../keys/model'
 import * as keys from '../keys/service'
 
 const tags = ['api-keys']
 const own = (p: UserPrincipal) => ({ type: 'personal' as const, userId: p.user.id })
 
-export const userRoutes = (deps: Deps) =>
+export const userRoutes = (deps: Deps & CredentialState) =>
   new Elysia({ name: 'routes.users', prefix: '/v1/users/me/api-keys' })
     .use(authPlugin(deps))
     .post(

@@ -1,6 +1,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody } from '../../http/parse'
 import { PageQuery } from '../../lib/pagination'
 import { WebhookModel } from './model'
@@ -10,7 +11,7 @@ const tags = ['webhooks']
 const page = t.Object(PageQuery, { additionalProperties: false })
 
 // docs/api.md §13: JWT or personal key; each user sees and deletes only their own webhooks.
-export const webhookRoutes = (deps: Deps) =>
+export const webhookRoutes = (deps: Deps & CredentialState) =>
   new Elysia({ name: 'routes.webhooks', prefix: '/v1/webhooks' })
     .use(authPlugin(deps))
     .post('', ({ body, principal }) => webhooks.createWebhook(deps, principal, body), {

@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto'
 import { WEBHOOK_EVENT_TYPES } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { UserPrincipal } from '../../domain/principal'
 import { badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
 import { type PageParams, toPage } from '../../lib/pagination'
-import type { UserPrincipal } from '../auth/credentials'
 import { toDeliveryRecord, toWebhookRecord, type WebhookModel, type WebhookRecord } from './model'
 import { parseWebhookUrl, resolveTarget } from './urls'
 

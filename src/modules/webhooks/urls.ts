@@ -1,4 +1,5 @@
 import { BlockList, isIP } from 'node:net'
+import type { ResolveHost } from '../../deps'
 import { badRequest } from '../../lib/errors'
 
 // docs/api.md §13 URL rules: http(s) only, at most 2,048 characters, and no host that resolves to an
@@ -9,9 +10,6 @@ import { badRequest } from '../../lib/errors'
 // after resolution, and the delivery connects to the address checked (DNS rebinding).
 
 export const MAX_URL_LENGTH = 2048
-
-/** Resolves a host name to its addresses (Deps.resolveHost; tests inject one). */
-export type ResolveHost = (hostname: string) => Promise<string[]>
 
 const refused = new BlockList()
 for (const [net, bits] of [

@@ -1,9 +1,10 @@
 import type { Deps } from '../../deps'
-import type { WorkerPrincipal } from '../auth/credentials'
+import type { WorkerPrincipal } from '../../domain/principal'
 import { isOnline, onlineCutoff } from './liveness'
 import { loadCatalogue, matchesFor, workerView } from './matching'
-import { batchClaimable } from './poll-wait'
-import { ownWorkerWithHosting } from './service'
+import { ownWorkerWithHosting } from './ownership'
+import type { PollState } from './waiters'
+import { batchClaimable } from './waiters'
 
 // POST /workers/poll (docs/api.md §7 Poll rules, docs/api.md §7). The worker's servable entries are computed here,
 // by the one matching predicate (catalogue-sized work); the storage engine then claims the oldest
@@ -28,7 +29,7 @@ export interface Job {
 }
 
 export async function claimBatch(
-  deps: Deps,
+  deps: Deps & PollState,
   principal: WorkerPrincipal,
   workerId: string,
 ): Promise<{ job: Job | null }> {

@@ -1,17 +1,20 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody } from '../../http/parse'
 import { WorkerBodies } from '../../protocol/worker'
+import type { CatalogueState } from '../catalogue/view'
 import { pollForJob } from './poll-wait'
 import { uploadResults } from './results'
 import * as workers from './service'
+import type { PollState } from './waiters'
 
 // The daemon protocol (docs/api.md §7 Workers, docs/api.md §7): worker key only, no /v1 prefix (docs/api.md §0).
 
 const tags = ['workers']
 
-export const workerRoutes = (deps: Deps) =>
+export const workerRoutes = (deps: Deps & CatalogueState & CredentialState & PollState) =>
   new Elysia({ name: 'routes.workers', prefix: '/workers' })
     .use(authPlugin(deps))
     .post('/register', ({ principal, body }) => workers.register(deps, principal, body), {

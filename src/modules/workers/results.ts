@@ -1,5 +1,6 @@
 import type { BatchRow, BatchShardRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { WorkerPrincipal } from '../../domain/principal'
 import { checkShardHolder, isShardId } from '../../domain/shards'
 import { checkHolder } from '../../domain/worker-rules'
 import { type BlobWriter, scratchKey } from '../../lib/blobs'
@@ -13,9 +14,8 @@ import { log } from '../../lib/logger'
 import { receiveMultipart, refuseUnread } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
 import type { ByteRange } from '../../store/queue'
-import type { WorkerPrincipal } from '../auth/credentials'
+import { ownWorker } from './ownership'
 import { removeParts } from './parts'
-import { ownWorker } from './service'
 
 // POST /workers/upload-results (docs/api.md §7, docs/api.md §7). The multipart body is read by the one
 // receiver (src/lib/multipart.ts): the output is read once, line by line, and split into the

@@ -1,12 +1,8 @@
-import type { WorkerRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { WorkerPrincipal } from '../../domain/principal'
 import { digestOrNull } from '../../lib/digest'
-import { badRequest, forbidden, notFound } from '../../lib/errors'
+import { badRequest, notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
-import type { HostedModelInput } from '../../store/fleet'
-import type { WorkerPrincipal } from '../auth/credentials'
-import { modelsChanged } from '../catalogue/view'
-import { isOnline, onlineCutoff } from './liveness'
 import type {
   HeartbeatBody,
   InventoryItem,
@@ -14,10 +10,16 @@ import type {
   ProgressBody,
   RegisterBody,
   ReportFailureBody,
-} from './model'
+} from '../../protocol/worker'
+import type { HostedModelInput } from '../../store/fleet'
+import type { CatalogueState } from '../catalogue/view'
+import { modelsChanged } from '../catalogue/view'
+import { isOnline, onlineCutoff } from './liveness'
+import { notOwned, ownWorker } from './ownership'
 import { removeParts } from './parts'
-import { batchClaimable } from './poll-wait'
 import { type PullItem, pullModelsFor } from './pulls'
+import type { PollState } from './waiters'
+import { batchClaimable } from './waiters'
 
 // The worker protocol (docs/api.md §7 Workers, docs/api.md §7): register, heartbeat, progress, model-progress
 // and report-failure. Poll lives in claim.ts, upload-results in results.ts.
@@ -28,29 +30,6 @@ import { type PullItem, pullModelsFor } from './pulls'
  */
 export const heartbeatInterval = (config: Pick<Deps['config'], 'HEARTBEAT_TIMEOUT_SECONDS'>) =>
   Math.max(1, Math.min(30, Math.floor(config.HEARTBEAT_TIMEOUT_SECONDS / 4)))
-
-/** The worker, if it belongs to the key's org: unknown → 404, another org's → 403 (docs/api.md §7). */
-export async function ownWorker(
-  deps: Deps,
-  principal: WorkerPrincipal,
-  workerId: string,
-): Promise<WorkerRow> {
-  return checkOwner(await deps.store.fleet.findWorker(workerId), principal)
-}
-
-/** ownWorker with what the worker hosts (POST /workers/poll), read at once. */
-export async function ownWorkerWithHosting(deps: Deps, principal: WorkerPrincipal, workerId: string) {
-  const found = await deps.store.fleet.findWorkerWithHosting(workerId)
-  return { worker: checkOwner(found?.worker, principal), hosting: found!.hosting }
-}
-
-function checkOwner(w: WorkerRow | undefined, principal: WorkerPrincipal): WorkerRow {
-  if (!w) throw notFound('worker_not_found', 'No such worker', 'worker_id')
-  if (w.org_id !== principal.orgId) throw notOwned()
-  return w
-}
-
-const notOwned = () => forbidden('worker_not_owned', "This worker does not belong to the key's organization")
 
 // ---------------------------------------------------------------------------------------------
 // POST /workers/register
@@ -74,7 +53,11 @@ function mergeInventory(rows: Map<string, HostedModelInput>, items: InventoryIte
   }
 }
 
-export async function register(deps: Deps, principal: WorkerPrincipal, body: RegisterBody) {
+export async function register(
+  deps: Deps & CatalogueState & PollState,
+  principal: WorkerPrincipal,
+  body: RegisterBody,
+) {
   const engines = body.runtimes.map((r) => r.engine)
   const duplicate = engines.find((e, i) => engines.indexOf(e) !== i)
   if (duplicate)
@@ -153,7 +136,7 @@ function inventorySig(body: HeartbeatBody): string {
 }
 
 export async function heartbeat(
-  deps: Deps,
+  deps: Deps & CatalogueState & PollState,
   principal: WorkerPrincipal,
   workerId: string,
   body: HeartbeatBody,
@@ -209,7 +192,11 @@ export async function heartbeat(
 // ---------------------------------------------------------------------------------------------
 // POST /workers/progress, /workers/model-progress, /workers/report-failure
 
-export async function progress(deps: Deps, principal: WorkerPrincipal, body: ProgressBody) {
+export async function progress(
+  deps: Deps & CatalogueState & PollState,
+  principal: WorkerPrincipal,
+  body: ProgressBody,
+) {
   await ownWorker(deps, principal, body.worker_id)
   await deps.store.fleet.recordProgress({
     workerId: body.worker_id,
@@ -223,7 +210,11 @@ export async function progress(deps: Deps, principal: WorkerPrincipal, body: Pro
   return { status: 'ok' as const }
 }
 
-export async function modelProgress(deps: Deps, principal: WorkerPrincipal, body: ModelProgressBody) {
+export async function modelProgress(
+  deps: Deps & CatalogueState & PollState,
+  principal: WorkerPrincipal,
+  body: ModelProgressBody,
+) {
   const before = await ownWorker(deps, principal, body.worker_id)
   // docs/api.md §7: model-progress counts as liveness; a finished download (either way) ends the ask.
   const finished = body.status === 'completed' || body.status === 'failed'
@@ -241,7 +232,11 @@ export async function modelProgress(deps: Deps, principal: WorkerPrincipal, body
   return { status: 'ok' as const }
 }
 
-export async function reportFailure(deps: Deps, principal: WorkerPrincipal, body: ReportFailureBody) {
+export async function reportFailure(
+  deps: Deps & CatalogueState & PollState,
+  principal: WorkerPrincipal,
+  body: ReportFailureBody,
+) {
   await ownWorker(deps, principal, body.worker_id)
   const outcome = await deps.store.queue.reportFailure({
     workerId: body.worker_id,

@@ -5,7 +5,7 @@ import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import { type BatchesStore, newBatchRow, packLineOffsets, validationMove } from '../batches'
 import { type PgDb, pipelined } from './db'
 import { pageRows } from './page'
-import { batchRow, transitionEach } from './queue'
+import { batchRow, transitionEach } from './transition'
 
 const { batches, batchErrors, batchLineIndex } = schema
 

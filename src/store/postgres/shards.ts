@@ -16,7 +16,7 @@ import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
 import type { ByteRange, DeliveredShard } from '../queue'
 import type { PgDb, PgTx } from './db'
-import { batchRow, transition } from './queue'
+import { batchRow, transition } from './transition'
 
 // Shards on PostgreSQL (docs/api.md §16): the statements, and the verbs that run inside the queue's and
 // the fleet's transactions. What to cut and when to requeue is decided in src/domain/shards.ts and

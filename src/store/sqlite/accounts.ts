@@ -7,7 +7,7 @@ import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { pageRows } from '../../lib/pagination'
 import type { AccountsStore, NewUser } from '../accounts'
-import type { SqliteDeps } from './queue'
+import type { SqliteDeps } from './deps'
 
 // Users and reset tokens on SQLite: synchronous BEGIN IMMEDIATE bodies (ARCHITECTURE.md rule 8).
 

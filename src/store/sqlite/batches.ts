@@ -13,7 +13,7 @@ import { writeTx } from '../../db/tx'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import { pageRows } from '../../lib/pagination'
 import { type BatchesStore, newBatchRow, packLineOffsets, validationMove } from '../batches'
-import type { SqliteDeps } from './queue'
+import type { SqliteDeps } from './deps'
 import { transition } from './transition'
 
 const stmts = preparedOnce((db: Db) => ({

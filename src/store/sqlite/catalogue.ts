@@ -13,7 +13,7 @@ import {
   renameDecision,
 } from '../../domain/catalogue-upsert'
 import { CatalogueCache, type CatalogueStore, type UpsertOutcome } from '../catalogue'
-import type { SqliteDeps } from './queue'
+import type { SqliteDeps } from './deps'
 
 // The catalogue on SQLite. Poll and heartbeat read it through the prepared statements below.
 

@@ -4,7 +4,7 @@ import { writeTx } from '../../db/tx'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import { pageRows } from '../../lib/pagination'
 import type { FilesStore } from '../files'
-import type { SqliteDeps } from './queue'
+import type { SqliteDeps } from './deps'
 
 /** Not expired at `now` (docs/api.md §15): no expiry, or one still ahead. */
 export const live = (now: number) => or(isNull(files.expires_at), gt(files.expires_at, now))

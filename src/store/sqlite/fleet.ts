@@ -29,7 +29,8 @@ import {
   type ListedWorker,
   type Registration,
 } from '../fleet'
-import { requeueHeldInTx, type SqliteDeps } from './queue'
+import type { SqliteDeps } from './deps'
+import { requeueHeldInTx } from './queue'
 import { recordShardProgressInTx } from './shards'
 
 // The fleet on SQLite: synchronous bodies on bun:sqlite, hot statements prepared once per

@@ -6,7 +6,7 @@ import { checkRotatable } from '../../domain/key-rules'
 import { newId } from '../../lib/ids'
 import { pageRows } from '../../lib/pagination'
 import type { KeyCredential, KeyOwner, KeysStore, NewKey } from '../keys'
-import type { SqliteDeps } from './queue'
+import type { SqliteDeps } from './deps'
 
 // API keys on SQLite. The credential lookup runs on every keyed request: prepared once per database.
 

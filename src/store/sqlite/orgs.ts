@@ -6,7 +6,7 @@ import { badRequest, conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { pageRows, parseLimit } from '../../lib/pagination'
 import type { OrgsStore } from '../orgs'
-import type { SqliteDeps } from './queue'
+import type { SqliteDeps } from './deps'
 
 // Organizations and memberships on SQLite. BEGIN IMMEDIATE takes the one write lock first, so the
 // last-owner rule is checked and applied with no other writer in between.

@@ -1,5 +1,4 @@
 import { and, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
-import type { Config } from '../../config'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches, files, modelPulls, workers } from '../../db/schema'
@@ -17,6 +16,7 @@ import type {
   QueueStore,
   SweepOutcome,
 } from '../queue'
+import type { SqliteDeps } from './deps'
 import {
   claimShardInTx,
   lineRangeOf,
@@ -33,11 +33,6 @@ import { transition } from './transition'
 // The work queue on SQLite: each verb is one synchronous BEGIN IMMEDIATE transaction on
 // bun:sqlite (ARCHITECTURE.md rule 8), its statements prepared once per database. One process owns the
 // database (src/ops/instance-lock.ts), so maintenance needs no shared lease.
-
-export interface SqliteDeps {
-  db: Db
-  config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>
-}
 
 const stmts = preparedOnce((db: Db) => ({
   // docs/api.md §7 max_concurrent_jobs, counting held shards too (docs/api.md §16).

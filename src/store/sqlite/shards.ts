@@ -6,7 +6,7 @@ import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../
 import { checkShardHolder, nextShardSize, type ShardBounds, splittable } from '../../domain/shards'
 import { newId } from '../../lib/ids'
 import type { ByteRange, DeliveredShard } from '../queue'
-import type { SqliteDeps } from './queue'
+import type { SqliteDeps } from './deps'
 import { transition } from './transition'
 
 // Shards on SQLite (docs/api.md §16): the statements, and the verbs that run inside the queue's and the

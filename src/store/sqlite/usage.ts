@@ -2,7 +2,7 @@ import { sql } from 'drizzle-orm'
 import { apiKeys, batchAssignments, batches, batchShards, users } from '../../db/schema'
 import type { UsageStore } from '../usage'
 import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-query'
-import type { SqliteDeps } from './queue'
+import type { SqliteDeps } from './deps'
 
 // docs/api.md §14 usage sums on SQLite: usage columns are JSON text, read with json_extract.
 export const sqliteDialect: UsageDialect = {

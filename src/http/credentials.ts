@@ -1,31 +1,20 @@
-import type { UserRow } from '../../db/schema'
-import type { Deps } from '../../deps'
-import { unauthorized } from '../../lib/errors'
-import { KEY_PATTERN, sha256Hex } from '../../lib/keys'
-import type { TokenClaims } from '../../lib/tokens'
+import type { UserRow } from '../db/schema'
+import type { Deps } from '../deps'
+import { ANONYMOUS, type Principal } from '../domain/principal'
+import { unauthorized } from '../lib/errors'
+import { KEY_PATTERN, sha256Hex } from '../lib/keys'
+import type { TokenClaims } from '../lib/tokens'
+import type { CredentialState } from './credential-cache'
 
 // Turns an Authorization header into who is calling. Which callers each route accepts is decided
 // by src/http/auth.ts; this only answers "who is this?" (docs/api.md §1), failing with 401 for anything
 // missing its mark: malformed, unknown, expired, revoked, or belonging to a deactivated user.
 
-export type UserPrincipal = {
-  kind: 'user'
-  via: 'jwt' | 'personal_key'
-  user: UserRow
-  keyId: string | null
-}
-export type WorkerPrincipal = { kind: 'worker'; orgId: string; keyId: string }
-export type AnonymousPrincipal = { kind: 'anonymous' }
-export type Principal = UserPrincipal | WorkerPrincipal | AnonymousPrincipal
-
-/** Anyone without a credential (one object: principals are never changed). */
-export const ANONYMOUS: AnonymousPrincipal = Object.freeze({ kind: 'anonymous' })
-
 const LAST_USED_RESOLUTION_SECONDS = 60
 
 /** Who is calling; a JWT whose signature and user were seen a moment ago is answered without a promise. */
 export function authenticate(
-  deps: Deps,
+  deps: Deps & CredentialState,
   authorization: string | null | undefined,
 ): Principal | Promise<Principal> {
   if (!authorization) return ANONYMOUS
@@ -35,7 +24,7 @@ export function authenticate(
   return token.startsWith('gk-') ? byKey(deps, token) : byJwt(deps, token)
 }
 
-async function byKey(deps: Deps, raw: string): Promise<Principal> {
+async function byKey(deps: Deps & CredentialState, raw: string): Promise<Principal> {
   if (!KEY_PATTERN.test(raw)) throw unauthorized('invalid_api_key', 'Invalid API key')
   const now = deps.clock.now()
   const hash = sha256Hex(raw)
@@ -55,12 +44,12 @@ async function byKey(deps: Deps, raw: string): Promise<Principal> {
   return { kind: 'user', via: 'personal_key', user, keyId: key.id }
 }
 
-function byJwt(deps: Deps, token: string): Principal | Promise<Principal> {
+function byJwt(deps: Deps & CredentialState, token: string): Principal | Promise<Principal> {
   const claims = deps.tokens.verify(token)
   return claims instanceof Promise ? claims.then((c) => jwtUser(deps, c)) : jwtUser(deps, claims)
 }
 
-function jwtUser(deps: Deps, claims: TokenClaims | null): Principal | Promise<Principal> {
+function jwtUser(deps: Deps & CredentialState, claims: TokenClaims | null): Principal | Promise<Principal> {
   if (!claims) throw unauthorized('invalid_token', 'Invalid or expired token')
   const user = findUser(deps, claims.sub, deps.clock.now())
   return user instanceof Promise ? user.then((u) => jwtPrincipal(claims, u)) : jwtPrincipal(claims, user)
@@ -74,5 +63,5 @@ function jwtPrincipal(claims: TokenClaims, user: UserRow | undefined): Principal
 }
 
 /** The user behind a JWT or personal key, kept per server (credential-cache.ts). */
-const findUser = (deps: Deps, userId: string, now: number) =>
+const findUser = (deps: Deps & CredentialState, userId: string, now: number) =>
   deps.credentials.user(userId, now, () => deps.store.accounts.findUserById(userId))

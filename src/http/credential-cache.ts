@@ -1,7 +1,7 @@
-import type { UserRow } from '../../db/schema'
-import type { Deps } from '../../deps'
-import { log } from '../../lib/logger'
-import type { KeyCredential } from '../../store/keys'
+import type { UserRow } from '../db/schema'
+import type { Deps } from '../deps'
+import { log } from '../lib/logger'
+import type { KeyCredential } from '../store/keys'
 
 // The credentials of docs/api.md §1 kept in memory per server (deps.credentials), so that a request
 // whose key or user was seen a moment ago costs no database read: key hash → the key's credential,
@@ -44,7 +44,7 @@ export class CredentialCache {
     return this.#through(this.#keys, keyHash, now, read)
   }
 
-  /** A kept key's use was recorded (at minute resolution: modules/auth/credentials.ts). */
+  /** A kept key's use was recorded (at minute resolution: http/credentials.ts). */
   keyUsed(keyHash: string, now: number) {
     const kept = this.#keys.get(keyHash)
     if (kept) kept.value = Object.freeze({ ...kept.value, last_used_at: now })
@@ -105,8 +105,13 @@ export class CredentialCache {
   }
 }
 
+/** What this server keeps of the credentials, made by src/compose.ts (ARCHITECTURE.md rule 2). */
+export interface CredentialState {
+  credentials: CredentialCache
+}
+
 /** Forgets what `ids` name here and on the other instances (src/services/signals.ts). */
-export function credentialsChanged(deps: Deps, ids: string[]) {
+export function credentialsChanged(deps: Deps & CredentialState, ids: string[]) {
   deps.credentials.forget(ids)
   deps.store.signals
     .publish({ kind: 'credentials_changed', ids })

@@ -1,0 +1,17 @@
+import type { UserRow } from '../db/schema'
+
+// Who is calling (docs/api.md §1): what src/http/credentials.ts resolves a credential to and every
+// service takes. Which callers a route accepts is decided by src/http/auth.ts.
+
+export type UserPrincipal = {
+  kind: 'user'
+  via: 'jwt' | 'personal_key'
+  user: UserRow
+  keyId: string | null
+}
+export type WorkerPrincipal = { kind: 'worker'; orgId: string; keyId: string }
+export type AnonymousPrincipal = { kind: 'anonymous' }
+export type Principal = UserPrincipal | WorkerPrincipal | AnonymousPrincipal
+
+/** Anyone without a credential (one object: principals are never changed). */
+export const ANONYMOUS: AnonymousPrincipal = Object.freeze({ kind: 'anonymous' })

@@ -1,0 +1,76 @@
+import type { Deps } from '../../deps'
+
+// The polls held on this server (docs/api.md §7 wait_seconds, see poll-wait.ts), apart from the
+// poll so that the claim, the service and the loops wake them without importing the poll.
+
+type Wake = (why: 'notified' | 'ended') => void
+
+/** The polls held on this server (one per server, made by src/compose.ts). */
+export class PollWaiters {
+  /** Each held poll: its worker, and the batch models (`batches.model` slugs) that worker can serve. */
+  private readonly waiting = new Map<Wake, { workerId: string; models: ReadonlySet<string> }>()
+  /** Held polls woken by notify() so far (tests observe who was woken). */
+  wakes = 0
+
+  /** A batch of `model` became `validated` (validation passed, or a requeue): its candidates look again. */
+  notify(model: string | null) {
+    if (model === null) return
+    for (const [wake, w] of [...this.waiting]) if (w.models.has(model)) this.wake(wake)
+  }
+
+  /** The worker's hosted models changed (a heartbeat): its held polls work out what they can serve. */
+  workerChanged(workerId: string) {
+    for (const [wake, w] of [...this.waiting]) if (w.workerId === workerId) this.wake(wake)
+  }
+
+  private wake(wake: Wake) {
+    this.wakes++
+    wake('notified')
+  }
+
+  /** Held polls right now (tests observe a poll being held instead of sleeping). */
+  get size() {
+    return this.waiting.size
+  }
+
+  /**
+   * Resolves 'notified' at the next notify(), or 'ended' after `ms` or when a signal aborts.
+   * Registration is synchronous: a notify() after the caller's claim cannot be missed.
+   */
+  wait(
+    ms: number,
+    workerId: string,
+    models: ReadonlySet<string>,
+    signals: AbortSignal[],
+  ): Promise<'notified' | 'ended'> {
+    return new Promise((resolve) => {
+      const done: Wake = (why) => {
+        this.waiting.delete(done)
+        clearTimeout(timer)
+        for (const s of signals) s.removeEventListener('abort', end)
+        resolve(why)
+      }
+      const end = () => done('ended')
+      const timer = setTimeout(end, ms)
+      for (const s of signals) s.addEventListener('abort', end, { once: true })
+      this.waiting.set(done, { workerId, models })
+      if (signals.some((s) => s.aborted)) end()
+    })
+  }
+}
+
+/** This server's held polls, made by src/compose.ts (ARCHITECTURE.md rule 2). */
+export interface PollState {
+  /** Polls held by `wait_seconds`, woken when a batch becomes validated (docs/api.md §7). */
+  pollWaiters: PollWaiters
+}
+
+/**
+ * A batch of `model` became `validated` (validation passed, or a requeue): held polls here look
+ * again, and the other instances sharing the database are told (docs/api.md §12 signals).
+ */
+export function batchClaimable(deps: Deps & PollState, batchId: string, model: string | null) {
+  if (model === null) return
+  deps.pollWaiters.notify(model)
+  deps.store.signals.publish({ kind: 'claimable', batch_id: batchId, model }).catch(() => {})
+}
