@@ -146,28 +146,9 @@ export const poolCapacity = async (anonymous: boolean, signal: AbortSignal): Pro
     (anonymous ? anonymousClient : client).v1.pool.capacity.get({ fetch: { signal } }),
   )) as unknown as PoolCapacity
 
-/** The untyped helpers, until every page asks `client`. */
-export const api = {
-  get: async <T>(path: string, o?: RequestOptions): Promise<T> => (await send('GET', path, o)).json(),
-  post: async <T>(path: string, body?: unknown, o?: RequestOptions): Promise<T> =>
-    (await send('POST', path, { ...o, body })).json(),
-  put: async <T>(path: string, body?: unknown): Promise<T> => (await send('PUT', path, { body })).json(),
-  patch: async <T>(path: string, body?: unknown): Promise<T> => (await send('PATCH', path, { body })).json(),
-  delete: async <T>(path: string): Promise<T> => (await send('DELETE', path)).json(),
-}
-
 /** Words for an error, whatever threw it. */
 export const messageOf = (error: unknown): string =>
   error instanceof Error ? error.message : 'Something went wrong. Try again.'
-
-/** A query string from the defined values. */
-export function query(params: Record<string, string | number | undefined | null>): string {
-  const q = new URLSearchParams()
-  for (const [k, v] of Object.entries(params))
-    if (v !== undefined && v !== null && v !== '') q.set(k, String(v))
-  const s = q.toString()
-  return s ? `?${s}` : ''
-}
 
 /** Downloads an API file (bearer required, so no plain link) under `name`. */
 export async function download(path: string, name: string): Promise<void> {
