@@ -1,7 +1,7 @@
 import { render } from 'preact'
 import { useEffect, useState } from 'preact/hooks'
 import { ErrorNote } from './components/ui'
-import { api, session } from './lib/api'
+import { client, ok, session } from './lib/api'
 import { useResource } from './lib/hooks'
 import { navigate, onLinkClick, useLocation } from './lib/router'
 import type { Me } from './lib/types'
@@ -46,7 +46,7 @@ const NAV = [
 ] as const
 
 function SignedIn({ path, token }: { path: string; token: string }) {
-  const me = useResource((signal) => api.get<Me>('/v1/auth/me', { signal }), token)
+  const me = useResource((signal) => ok(client.v1.auth.me.get({ fetch: { signal } })), token)
   useEffect(() => {
     if (
       path === '/' ||

@@ -1,5 +1,13 @@
 // The one client of the public JSON API (docs/api.md §11). The JWT from login is the bearer; it lives
 // in memory and sessionStorage (survives a reload, not the tab), never localStorage.
+//
+// Calls are typed from the server's routes by Eden Treaty (`client.v1.files.get(…)`): the app's type
+// is imported type-only from src/app.ts, so nothing of the server reaches the bundle, and a renamed
+// path, body field or response field fails `bun run typecheck`.
+
+import { treaty } from '@elysiajs/eden'
+import type { App } from '../../src/app'
+import type { PoolCapacity } from './types'
 
 const TOKEN_KEY = 'gridkeep.token'
 
@@ -62,26 +70,32 @@ export interface RequestOptions {
 }
 
 /** Sends a request; resolves with the response on 2xx, throws ApiError otherwise. */
-export async function send(method: string, path: string, o: RequestOptions = {}): Promise<Response> {
-  const headers: Record<string, string> = {}
-  if (token && !o.anonymous) headers.authorization = `Bearer ${token}`
+export function send(method: string, path: string, o: RequestOptions = {}): Promise<Response> {
   let body: BodyInit | undefined
+  const headers: Record<string, string> = {}
   if (o.form) body = o.form
   else if (o.body !== undefined) {
     headers['content-type'] = 'application/json'
     body = JSON.stringify(o.body)
   }
+  return request(path, { method, headers, body, signal: o.signal }, o.anonymous)
+}
+
+/** The one fetch of the dashboard: adds the bearer, and turns a failure into an ApiError. */
+async function request(url: string, init: RequestInit, anonymous = false): Promise<Response> {
+  const headers = new Headers(init.headers)
+  if (token && !anonymous) headers.set('authorization', `Bearer ${token}`)
   let res: Response
   try {
-    res = await fetch(path, { method, headers, body, signal: o.signal })
+    res = await fetch(url, { ...init, headers })
   } catch (error) {
-    if (o.signal?.aborted) throw error
+    if (init.signal?.aborted) throw error
     throw new ApiError(0, 'offline', OFFLINE_MESSAGE)
   }
   if (res.ok) return res
   const error = await toError(res)
   // docs/api.md §1: an expired, revoked or otherwise dead credential is a 401; the session is over.
-  if (res.status === 401 && token && !o.anonymous) session.signOut('Your session has ended. Sign in again.')
+  if (res.status === 401 && token && !anonymous) session.signOut('Your session has ended. Sign in again.')
   throw error
 }
 
@@ -96,27 +110,45 @@ async function toError(res: Response): Promise<ApiError> {
   }
 }
 
-export const api = {
-  get: async <T>(path: string, o?: RequestOptions): Promise<T> => (await send('GET', path, o)).json(),
-  post: async <T>(path: string, body?: unknown, o?: RequestOptions): Promise<T> =>
-    (await send('POST', path, { ...o, body })).json(),
-  put: async <T>(path: string, body?: unknown): Promise<T> => (await send('PUT', path, { body })).json(),
-  patch: async <T>(path: string, body?: unknown): Promise<T> => (await send('PATCH', path, { body })).json(),
-  delete: async <T>(path: string): Promise<T> => (await send('DELETE', path)).json(),
+// Dates stay strings (the API's times are numbers; a name that looks like a date is still a name).
+const options = (anonymous: boolean) => ({
+  parseDate: false,
+  fetcher: ((input: RequestInfo | URL, init?: RequestInit) =>
+    request(String(input), init ?? {}, anonymous)) as typeof fetch,
+})
+const origin = typeof location === 'undefined' ? 'http://localhost' : location.origin
+/** The API, typed from the server's routes. Each call resolves to Eden's `{ data, error }`; see `ok`. */
+export const client = treaty<App>(origin, options(false))
+/** The same, without the bearer and without ending the session on a 401 (sign-in, sign-up, …). */
+export const anonymousClient = treaty<App>(origin, options(true))
+
+/**
+ * The answer of a `client` call on 2xx; otherwise throws the ApiError `request` made (a 4xx/5xx
+ * envelope, or offline), or the abort.
+ */
+export async function ok<R extends { data: unknown; error: unknown }>(
+  call: Promise<R>,
+): Promise<NonNullable<R['data']>> {
+  const answer = await call
+  if (answer.error) {
+    const value = (answer.error as { value?: unknown }).value
+    throw value instanceof Error ? value : new ApiError(0, null, 'Something went wrong. Try again.')
+  }
+  return answer.data as NonNullable<R['data']>
 }
+
+/**
+ * The capacity route answers a pre-serialized JSON Response (kept as text between requests), so its
+ * type says `Response` while Eden hands over the parsed body: the service's own `PoolCapacity`.
+ */
+export const poolCapacity = async (anonymous: boolean, signal: AbortSignal): Promise<PoolCapacity> =>
+  (await ok(
+    (anonymous ? anonymousClient : client).v1.pool.capacity.get({ fetch: { signal } }),
+  )) as unknown as PoolCapacity
 
 /** Words for an error, whatever threw it. */
 export const messageOf = (error: unknown): string =>
   error instanceof Error ? error.message : 'Something went wrong. Try again.'
-
-/** A query string from the defined values. */
-export function query(params: Record<string, string | number | undefined | null>): string {
-  const q = new URLSearchParams()
-  for (const [k, v] of Object.entries(params))
-    if (v !== undefined && v !== null && v !== '') q.set(k, String(v))
-  const s = q.toString()
-  return s ? `?${s}` : ''
-}
 
 /** Downloads an API file (bearer required, so no plain link) under `name`. */
 export async function download(path: string, name: string): Promise<void> {

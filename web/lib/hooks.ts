@@ -1,5 +1,4 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
-import { api, query } from './api'
 import type { List } from './types'
 
 export interface Resource<T> {
@@ -63,28 +62,40 @@ export interface Paged<T> extends Resource<List<T>> {
   previous: (() => void) | null
 }
 
-/** One page of an API list (docs/api.md §0 cursors), with next/previous; one request per page. */
+/** The query of one page: `limit`, and the cursor `after` past the first page. */
+export interface PageQuery {
+  limit: string
+  after?: string
+}
+
+/**
+ * One page of an API list (docs/api.md §0 cursors), with next/previous; one request per page.
+ * `load` asks the typed client for the page (`(page, signal) => ok(client.v1.files.get(…))`);
+ * `key` names the list, so a new filter starts again at its first page.
+ */
 export function usePaged<T>(
-  path: string,
-  params: Record<string, string | undefined> = {},
+  load: (page: PageQuery, signal: AbortSignal) => Promise<List<T>>,
+  key: string,
   refreshMs = 0,
   limit = 20,
 ): Paged<T> {
-  const base = path + query(params)
-  const [cursors, setCursors] = useState<{ base: string; stack: (string | undefined)[] }>({
-    base,
+  const [cursors, setCursors] = useState<{ key: string; stack: (string | undefined)[] }>({
+    key,
     stack: [undefined],
   })
   // Another list (new filter): back to its first page.
-  const stack = cursors.base === base ? cursors.stack : [undefined]
+  const stack = cursors.key === key ? cursors.stack : [undefined]
   const after = stack[stack.length - 1]
-  const url = path + query({ ...params, limit, after })
-  const res = useResource((signal) => api.get<List<T>>(url, { signal }), url, refreshMs)
+  const res = useResource(
+    (signal) => load(after ? { limit: String(limit), after } : { limit: String(limit) }, signal),
+    `${key}?limit=${limit}&after=${after ?? ''}`,
+    refreshMs,
+  )
   const last = res.data?.last_id
   return {
     ...res,
     page: stack.length,
-    next: res.data?.has_more && last ? () => setCursors({ base, stack: [...stack, last] }) : null,
-    previous: stack.length > 1 ? () => setCursors({ base, stack: stack.slice(0, -1) }) : null,
+    next: res.data?.has_more && last ? () => setCursors({ key, stack: [...stack, last] }) : null,
+    previous: stack.length > 1 ? () => setCursors({ key, stack: stack.slice(0, -1) }) : null,
   }
 }

@@ -1,10 +1,9 @@
 // The API's shapes, taken from the server's own schemas and services (ARCHITECTURE.md rule 16), never
-// copied by hand. Type-only imports: nothing of the server reaches the bundle.
+// copied by hand. Type-only imports: nothing of the server reaches the bundle. What a call answers
+// comes from its route (`client` in api.ts); these name the shapes components take as props.
 import type { Page } from '../../src/lib/pagination'
-import type { listOrganizations } from '../../src/modules/admin/service'
-import type { login, me } from '../../src/modules/auth/service'
+import type { me } from '../../src/modules/auth/service'
 import type { BatchObject, ShardObject } from '../../src/modules/batches/model'
-import type { ModelObject } from '../../src/modules/catalogue/model'
 import type { FileObject } from '../../src/modules/files/model'
 import type { KeyRecord } from '../../src/modules/keys/model'
 import type { listMembers, listMyOrgs } from '../../src/modules/orgs/service'
@@ -18,7 +17,6 @@ export type {
   BatchObject,
   FileObject,
   KeyRecord,
-  ModelObject,
   PoolCapacity,
   QueueStats,
   ShardObject,
@@ -34,6 +32,4 @@ export type NewKey = KeyRecord & { key: string }
 
 /** Every list of the API (docs/api.md §0). */
 export type List<T> = Page<T>
-export type AdminOrg = Awaited<ReturnType<typeof listOrganizations>>['data'][number]
 export type Me = Awaited<ReturnType<typeof me>>
-export type LoginAnswer = Awaited<ReturnType<typeof login>>

@@ -1,9 +1,9 @@
 import { useState } from 'preact/hooks'
 import { ErrorNote, Field, ListState, Pager, Section } from '../components/ui'
-import { ApiError, api } from '../lib/api'
+import { ApiError, client, ok } from '../lib/api'
 import { formatTime } from '../lib/format'
 import { usePaged } from '../lib/hooks'
-import type { AdminOrg, UserObject } from '../lib/types'
+import type { UserObject } from '../lib/types'
 import { WorkerTable } from './workers'
 
 export function Admin() {
@@ -12,19 +12,25 @@ export function Admin() {
       <Users />
       <Organizations />
       <Section title="Every worker">
-        <WorkerTable path="/v1/admin/workers" label="Every worker" showOrg />
+        <WorkerTable label="Every worker" showOrg />
       </Section>
     </>
   )
 }
 
+/** The body of PATCH /v1/admin/users/{user_id}, as the route declares it. */
+type UserChange = Parameters<ReturnType<typeof client.v1.admin.users>['patch']>[0]
+
 function Users() {
-  const list = usePaged<UserObject>('/v1/admin/users')
+  const list = usePaged(
+    (query, signal) => ok(client.v1.admin.users.get({ query, fetch: { signal } })),
+    'users',
+  )
   const [error, setError] = useState<unknown>(null)
-  const update = async (u: UserObject, change: { is_active?: boolean; platform_role?: string }) => {
+  const update = async (u: UserObject, change: UserChange) => {
     setError(null)
     try {
-      await api.patch(`/v1/admin/users/${u.id}`, change)
+      await ok(client.v1.admin.users({ user_id: u.id }).patch(change))
       list.reload()
     } catch (err) {
       setError(err)
@@ -58,7 +64,9 @@ function Users() {
                   <select
                     aria-label={`Role of ${u.email}`}
                     value={u.platform_role}
-                    onChange={(e) => update(u, { platform_role: e.currentTarget.value })}
+                    onChange={(e) =>
+                      update(u, { platform_role: e.currentTarget.value as UserObject['platform_role'] })
+                    }
                   >
                     <option value="user">user</option>
                     <option value="superadmin">superadmin</option>
@@ -95,7 +103,7 @@ function AddUser({ onAdded }: { onAdded: () => void }) {
     setError(null)
     setAdded(null)
     try {
-      await api.post('/v1/admin/users', { full_name: fullName, email, password })
+      await ok(client.v1.admin.users.post({ full_name: fullName, email, password }))
       setAdded(email)
       setFullName('')
       setEmail('')
@@ -149,7 +157,10 @@ function AddUser({ onAdded }: { onAdded: () => void }) {
 }
 
 function Organizations() {
-  const list = usePaged<AdminOrg>('/v1/admin/organizations')
+  const list = usePaged(
+    (query, signal) => ok(client.v1.admin.organizations.get({ query, fetch: { signal } })),
+    'orgs',
+  )
   return (
     <Section title="All organizations">
       <ListState res={list} empty="No organization." />

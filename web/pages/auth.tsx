@@ -1,10 +1,9 @@
 import { useState } from 'preact/hooks'
 import { ErrorNote, Field } from '../components/ui'
-import { ApiError, api, session } from '../lib/api'
+import { ApiError, anonymousClient, client, ok, poolCapacity, session } from '../lib/api'
 import { formatCount } from '../lib/format'
 import { useResource } from '../lib/hooks'
 import { navigate } from '../lib/router'
-import type { LoginAnswer, PoolCapacity } from '../lib/types'
 
 // The signed-out pages of docs/api.md §11: sign in (with the pool's capacity), create account, forgot
 // and reset password, and the forced first-login change.
@@ -19,16 +18,12 @@ function useErrors() {
 }
 
 async function signInWith(email: string, password: string) {
-  const answer = await api.post<LoginAnswer>('/v1/auth/login', { email, password }, { anonymous: true })
+  const answer = await ok(anonymousClient.v1.auth.login.post({ email, password }))
   session.signIn(answer.access_token)
 }
 
 function PoolSummary() {
-  const pool = useResource(
-    (signal) => api.get<PoolCapacity>('/v1/pool/capacity', { signal, anonymous: true }),
-    'pool',
-    5000,
-  )
+  const pool = useResource((signal) => poolCapacity(true, signal), 'pool', 5000)
   const p = pool.data
   return (
     <section aria-label="Pool capacity" class="pool">
@@ -139,7 +134,7 @@ export function SignUp() {
     setBusy(true)
     setError(null)
     try {
-      await api.post('/v1/auth/signup', { full_name: fullName, email, password }, { anonymous: true })
+      await ok(anonymousClient.v1.auth.signup.post({ full_name: fullName, email, password }))
       await signInWith(email, password)
       navigate('/app/batches', true)
     } catch (error) {
@@ -201,7 +196,7 @@ export function ForgotPassword() {
     setBusy(true)
     setError(null)
     try {
-      await api.post('/v1/auth/forgot-password', { email }, { anonymous: true })
+      await ok(anonymousClient.v1.auth['forgot-password'].post({ email }))
       setSent(true)
     } catch (error) {
       setError(error)
@@ -250,7 +245,7 @@ export function ResetPassword({ token }: { token: string }) {
     setBusy(true)
     setError(null)
     try {
-      await api.post('/v1/auth/reset-password', { token, new_password: password }, { anonymous: true })
+      await ok(anonymousClient.v1.auth['reset-password'].post({ token, new_password: password }))
       setDone(true)
     } catch (error) {
       setError(error)
@@ -301,10 +296,12 @@ export function ChangePassword({ onChanged }: { onChanged: () => void }) {
     setBusy(true)
     setError(null)
     try {
-      const answer = await api.post<{ access_token: string }>('/v1/auth/change-password', {
-        current_password: current,
-        new_password: next,
-      })
+      const answer = await ok(
+        client.v1.auth['change-password'].post({
+          current_password: current,
+          new_password: next,
+        }),
+      )
       session.signIn(answer.access_token)
       onChanged()
     } catch (error) {

@@ -1,7 +1,8 @@
+import type { Treaty } from '@elysiajs/eden'
 import type { ComponentChildren } from 'preact'
 import { useEffect, useId, useRef, useState } from 'preact/hooks'
 import { ErrorNote, ListState, Pager, Section, Status } from '../components/ui'
-import { ApiError, api, download, messageOf, send } from '../lib/api'
+import { ApiError, client, download, messageOf, ok, send } from '../lib/api'
 import { formatCount, formatTime } from '../lib/format'
 import { usePaged, useResource } from '../lib/hooks'
 import { checkFile, type FileCheck } from '../lib/jsonl-check'
@@ -16,16 +17,23 @@ import {
 } from '../lib/rate'
 import { navigate } from '../lib/router'
 import { readEvents } from '../lib/sse'
-import type { BatchObject, FileObject, ShardObject } from '../lib/types'
+import type { BatchObject, ShardObject } from '../lib/types'
 
-const STATUSES = ['validating', 'validated', 'in_progress', 'completed', 'failed']
-const ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings']
+const STATUSES = ['validating', 'validated', 'in_progress', 'completed', 'failed'] as const
+const ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings'] as const
+type StatusFilter = (typeof STATUSES)[number]
+type Endpoint = (typeof ENDPOINTS)[number]
 const TERMINAL = new Set(['completed', 'failed'])
 
 export function Batches() {
-  const [status, setStatus] = useState('')
+  const [status, setStatus] = useState<StatusFilter | ''>('')
   const [creating, setCreating] = useState(false)
-  const list = usePaged<BatchObject>('/v1/batches', { status: status || undefined }, 5000)
+  const list = usePaged(
+    (page, signal) =>
+      ok(client.v1.batches.get({ query: status ? { ...page, status } : page, fetch: { signal } })),
+    `batches ${status}`,
+    5000,
+  )
   return (
     <Section
       title="Batches"
@@ -38,7 +46,7 @@ export function Batches() {
       {creating ? <NewBatch /> : null}
       <label class="inline">
         Status{' '}
-        <select value={status} onChange={(e) => setStatus(e.currentTarget.value)}>
+        <select value={status} onChange={(e) => setStatus(e.currentTarget.value as StatusFilter | '')}>
           <option value="">all</option>
           {STATUSES.map((s) => (
             <option key={s} value={s}>
@@ -87,7 +95,7 @@ export function Batches() {
 
 function NewBatch() {
   const [file, setFile] = useState<File | null>(null)
-  const [endpoint, setEndpoint] = useState(ENDPOINTS[0])
+  const [endpoint, setEndpoint] = useState<Endpoint>(ENDPOINTS[0])
   const [check, setCheck] = useState<FileCheck | null>(null)
   const [fileError, setFileError] = useState<string | null>(null)
   const [error, setError] = useState<unknown>(null)
@@ -122,8 +130,12 @@ function NewBatch() {
       const form = new FormData()
       form.append('purpose', 'batch')
       form.append('file', file, file.name)
-      const uploaded = (await (await send('POST', '/v1/files', { form })).json()) as FileObject
-      const batch = await api.post<BatchObject>('/v1/batches', { input_file_id: uploaded.id, endpoint })
+      // Sent as the browser streams it (Eden would read the whole file into memory first); the answer
+      // is typed by the route all the same.
+      const uploaded: Treaty.Data<typeof client.v1.files.post> = await (
+        await send('POST', '/v1/files', { form })
+      ).json()
+      const batch = await ok(client.v1.batches.post({ input_file_id: uploaded.id, endpoint }))
       navigate(`/app/batches/${batch.id}`)
     } catch (err) {
       if (err instanceof ApiError && err.param === 'file') setFileError(err.message)
@@ -162,7 +174,11 @@ function NewBatch() {
       </div>
       <div class="field">
         <label for="batch-endpoint">Endpoint</label>
-        <select id="batch-endpoint" value={endpoint} onChange={(e) => setEndpoint(e.currentTarget.value)}>
+        <select
+          id="batch-endpoint"
+          value={endpoint}
+          onChange={(e) => setEndpoint(e.currentTarget.value as Endpoint)}
+        >
           {ENDPOINTS.map((p) => (
             <option key={p} value={p}>
               {p}
@@ -213,7 +229,10 @@ interface Progress {
 
 /** The batch, kept live: validation through the events stream, running batches by polling. */
 function useLiveBatch(id: string) {
-  const batch = useResource((signal) => api.get<BatchObject>(`/v1/batches/${id}`, { signal }), id)
+  const batch = useResource(
+    (signal) => ok(client.v1.batches({ batch_id: id }).get({ fetch: { signal } })),
+    id,
+  )
   const [progress, setProgress] = useState<Progress | null>(null)
   const status = batch.data?.status
   const { reload } = batch
@@ -434,7 +453,12 @@ function usePace(b: BatchObject | undefined) {
 /** A split batch's shards (docs/api.md §16), re-read each time the page re-reads the batch. */
 function Shards({ batch }: { batch: BatchObject }) {
   // Pages of 100 shards, in shard order (docs/api.md §16).
-  const shards = usePaged<ShardObject>(`/v1/batches/${batch.id}/shards`, {}, 0, 100)
+  const shards = usePaged(
+    (query, signal) => ok(client.v1.batches({ batch_id: batch.id }).shards.get({ query, fetch: { signal } })),
+    batch.id,
+    0,
+    100,
+  )
   const { reload } = shards
   const mounted = useRef(false)
   useEffect(() => {

@@ -1,17 +1,17 @@
 import { useState } from 'preact/hooks'
 import { ErrorNote, ListState, Pager, Section } from '../components/ui'
-import { api, download } from '../lib/api'
+import { client, download, ok } from '../lib/api'
 import { formatBytes, formatTime } from '../lib/format'
 import { usePaged, useResource } from '../lib/hooks'
-import type { FileObject, List, ModelObject } from '../lib/types'
+import type { FileObject } from '../lib/types'
 
 export function Files() {
-  const list = usePaged<FileObject>('/v1/files')
+  const list = usePaged((query, signal) => ok(client.v1.files.get({ query, fetch: { signal } })), 'files')
   const [error, setError] = useState<unknown>(null)
   const remove = async (f: FileObject) => {
     setError(null)
     try {
-      await api.delete(`/v1/files/${f.id}`)
+      await ok(client.v1.files({ file_id: f.id }).delete())
       list.reload()
     } catch (e) {
       setError(e)
@@ -67,11 +67,7 @@ export function Files() {
 }
 
 export function Models() {
-  const models = useResource(
-    (signal) => api.get<List<ModelObject>>('/v1/models', { signal }),
-    'models',
-    15_000,
-  )
+  const models = useResource((signal) => ok(client.v1.models.get({ fetch: { signal } })), 'models', 15_000)
   return (
     <Section title="Models">
       <p class="muted">The catalogue as you may select it: the id goes in each line's body.model.</p>

@@ -1,7 +1,8 @@
 import { useState } from 'preact/hooks'
 import { ErrorNote, Field, ListState, Pager, Section } from '../components/ui'
-import { ApiError, api } from '../lib/api'
+import { ApiError, client, ok } from '../lib/api'
 import { formatAgo, formatTime } from '../lib/format'
+import type { PageQuery } from '../lib/hooks'
 import { usePaged } from '../lib/hooks'
 import type { KeyRecord, NewKey } from '../lib/types'
 
@@ -35,17 +36,34 @@ export function ShownOnce({ created, onDismiss }: { created: NewKey; onDismiss: 
   )
 }
 
+/** The caller's personal keys, or an organization's worker keys: the same three calls. */
+function keysOf(org: string | undefined) {
+  const keys = org ? client.v1.orgs({ org_id: org })['api-keys'] : client.v1.users.me['api-keys']
+  return {
+    list: (query: PageQuery, signal: AbortSignal) => ok(keys.get({ query, fetch: { signal } })),
+    create: async (name: string): Promise<NewKey> => {
+      // The record's schema is shared with the list, where `key` is absent; the creation answer has it.
+      const created = await ok(keys.post(name ? { name } : {}))
+      if (!created.key) throw new ApiError(0, null, 'The server answered without the new key.')
+      return { ...created, key: created.key }
+    },
+    revoke: (id: string) => ok(keys({ key_id: id }).delete()),
+  }
+}
+
 /** Create + list + revoke, for personal keys and an organization's worker keys. */
 export function KeyManager({
-  path,
+  org,
   createLabel,
   title,
 }: {
-  path: string
+  /** The organization's worker keys; the caller's personal keys when not given. */
+  org?: string
   createLabel: string
   title: string
 }) {
-  const list = usePaged<KeyRecord>(path)
+  const keys = keysOf(org)
+  const list = usePaged(keys.list, org ?? 'personal')
   const [name, setName] = useState('')
   const [created, setCreated] = useState<NewKey | null>(null)
   const [error, setError] = useState<unknown>(null)
@@ -55,7 +73,7 @@ export function KeyManager({
     setBusy(true)
     setError(null)
     try {
-      setCreated(await api.post<NewKey>(path, name ? { name } : {}))
+      setCreated(await keys.create(name))
       setName('')
       list.reload()
     } catch (err) {
@@ -67,7 +85,7 @@ export function KeyManager({
   const revoke = async (k: KeyRecord) => {
     setError(null)
     try {
-      await api.delete(`${path}/${k.id}`)
+      await keys.revoke(k.id)
       list.reload()
     } catch (err) {
       setError(err)
@@ -135,7 +153,7 @@ export function KeyManager({
 export function Keys() {
   return (
     <>
-      <KeyManager path="/v1/users/me/api-keys" createLabel="Create key" title="Personal keys" />
+      <KeyManager createLabel="Create key" title="Personal keys" />
       <p class="muted">
         Personal keys are for scripts and the openai SDK. Worker keys, for the GPU machines, are on each
         organization's page under <a href="/app/orgs">Organizations</a>.

@@ -1,23 +1,24 @@
 import { useState } from 'preact/hooks'
 import { ErrorNote, Field, ListState, Section } from '../components/ui'
-import { ApiError, api } from '../lib/api'
+import { ApiError, client, ok } from '../lib/api'
 import { formatTime } from '../lib/format'
 import { usePaged, useResource } from '../lib/hooks'
-import type { List, Member, Org } from '../lib/types'
+import type { Org } from '../lib/types'
 import { KeyManager } from './keys'
 import { WorkerTable } from './workers'
 
-const ROLES = ['owner', 'admin', 'viewer']
+const ROLES = ['owner', 'admin', 'viewer'] as const
+type Role = (typeof ROLES)[number]
 
 export function Orgs() {
-  const list = usePaged<Org>('/v1/orgs')
+  const list = usePaged((query, signal) => ok(client.v1.orgs.get({ query, fetch: { signal } })), 'orgs')
   const [name, setName] = useState('')
   const [error, setError] = useState<unknown>(null)
   const create = async (e: Event) => {
     e.preventDefault()
     setError(null)
     try {
-      await api.post('/v1/orgs', { name })
+      await ok(client.v1.orgs.post({ name }))
       setName('')
       list.reload()
     } catch (err) {
@@ -69,7 +70,10 @@ export function Orgs() {
 
 export function OrgDetail({ id }: { id: string }) {
   // There is no single-org route: the org comes from the caller's own list.
-  const orgs = useResource((signal) => api.get<List<Org>>('/v1/orgs?limit=100', { signal }), 'orgs')
+  const orgs = useResource(
+    (signal) => ok(client.v1.orgs.get({ query: { limit: '100' }, fetch: { signal } })),
+    'orgs',
+  )
   const org = orgs.data?.data.find((o) => o.id === id)
   if (!orgs.data) return orgs.error ? <ErrorNote error={orgs.error} /> : <p class="muted">Loading…</p>
   if (!org) return <p class="error">No such organization, or you are not a member.</p>
@@ -78,15 +82,9 @@ export function OrgDetail({ id }: { id: string }) {
     <>
       <h2>{org.name}</h2>
       <Members org={org} manages={manages} />
-      {manages ? (
-        <KeyManager
-          path={`/v1/orgs/${org.id}/api-keys`}
-          createLabel="Create worker key"
-          title="Worker keys"
-        />
-      ) : null}
+      {manages ? <KeyManager org={org.id} createLabel="Create worker key" title="Worker keys" /> : null}
       <Section title="Workers">
-        <WorkerTable path={`/v1/orgs/${org.id}/workers`} label={`Workers of ${org.name}`} />
+        <WorkerTable org={org.id} label={`Workers of ${org.name}`} />
       </Section>
     </>
   )
@@ -94,11 +92,11 @@ export function OrgDetail({ id }: { id: string }) {
 
 function Members({ org, manages }: { org: Org; manages: boolean }) {
   const members = useResource(
-    (signal) => api.get<List<Member>>(`/v1/orgs/${org.id}/members`, { signal }),
+    (signal) => ok(client.v1.orgs({ org_id: org.id }).members.get({ fetch: { signal } })),
     org.id,
   )
   const [email, setEmail] = useState('')
-  const [role, setRole] = useState('viewer')
+  const [role, setRole] = useState<Role>('viewer')
   const [error, setError] = useState<unknown>(null)
   const act = async (fn: () => Promise<unknown>) => {
     setError(null)
@@ -112,7 +110,7 @@ function Members({ org, manages }: { org: Org; manages: boolean }) {
   const add = (e: Event) => {
     e.preventDefault()
     void act(async () => {
-      await api.post(`/v1/orgs/${org.id}/members`, { email, role })
+      await ok(client.v1.orgs({ org_id: org.id }).members.post({ email, role }))
       setEmail('')
     })
   }
@@ -147,9 +145,12 @@ function Members({ org, manages }: { org: Org; manages: boolean }) {
                       value={m.role}
                       onChange={(e) =>
                         act(() =>
-                          api.patch(`/v1/orgs/${org.id}/members/${m.user_id}`, {
-                            role: e.currentTarget.value,
-                          }),
+                          ok(
+                            client.v1
+                              .orgs({ org_id: org.id })
+                              .members({ user_id: m.user_id })
+                              .patch({ role: e.currentTarget.value as Role }),
+                          ),
                         )
                       }
                     >
@@ -166,7 +167,11 @@ function Members({ org, manages }: { org: Org; manages: boolean }) {
                     {org.personal ? null : (
                       <button
                         type="button"
-                        onClick={() => act(() => api.delete(`/v1/orgs/${org.id}/members/${m.user_id}`))}
+                        onClick={() =>
+                          act(() =>
+                            ok(client.v1.orgs({ org_id: org.id }).members({ user_id: m.user_id }).delete()),
+                          )
+                        }
                       >
                         Remove
                       </button>
@@ -190,7 +195,7 @@ function Members({ org, manages }: { org: Org; manages: boolean }) {
           />
           <label class="inline">
             Role{' '}
-            <select value={role} onChange={(e) => setRole(e.currentTarget.value)}>
+            <select value={role} onChange={(e) => setRole(e.currentTarget.value as Role)}>
               {ROLES.map((r) => (
                 <option key={r}>{r}</option>
               ))}

@@ -1,7 +1,7 @@
 import { useId, useState } from 'preact/hooks'
 import { ErrorNote, Field, Section } from '../components/ui'
 import { UsageChart } from '../components/usage-chart'
-import { ApiError, api, query, saveFile } from '../lib/api'
+import { ApiError, client, ok, saveFile } from '../lib/api'
 import { formatCount, toCsv } from '../lib/format'
 import { useResource } from '../lib/hooks'
 import type { Me, UsageList, UsageRow } from '../lib/types'
@@ -15,8 +15,16 @@ type Group = 'day' | 'model' | 'key' | 'user'
 interface View {
   id: string
   label: string
-  path: string
+  /** One usage list of this view, typed by its route. */
+  load: (query: UsageQuery, signal: AbortSignal) => Promise<UsageList>
   groups: Group[]
+}
+
+/** The query of the three usage routes (the server takes times as strings, docs/api.md §14). */
+interface UsageQuery {
+  group_by: Group
+  start?: string
+  end?: string
 }
 
 const DAY = 86_400
@@ -26,13 +34,21 @@ const COUNT_NAMES = ['Batches', 'Requests', 'Prompt tokens', 'Completion tokens'
 
 function viewsOf(me: Me): View[] {
   const superadmin = me.platform_role === 'superadmin'
-  const views: View[] = [{ id: 'me', label: 'My usage', path: '/v1/usage', groups: ['day', 'model', 'key'] }]
+  const views: View[] = [
+    {
+      id: 'me',
+      label: 'My usage',
+      load: (query, signal) => ok(client.v1.usage.get({ query, fetch: { signal } })),
+      groups: ['day', 'model', 'key'],
+    },
+  ]
   for (const m of me.memberships) {
     if (m.role === 'owner' || m.role === 'admin' || superadmin)
       views.push({
         id: m.org_id,
         label: `Organization: ${m.org_name}`,
-        path: `/v1/orgs/${m.org_id}/usage`,
+        load: (query, signal) =>
+          ok(client.v1.orgs({ org_id: m.org_id }).usage.get({ query, fetch: { signal } })),
         groups: ['day', 'model'],
       })
   }
@@ -40,7 +56,7 @@ function viewsOf(me: Me): View[] {
     views.push({
       id: 'all',
       label: 'Everyone',
-      path: '/v1/admin/usage',
+      load: (query, signal) => ok(client.v1.admin.usage.get({ query, fetch: { signal } })),
       groups: ['day', 'model', 'key', 'user'],
     })
   return views
@@ -84,13 +100,16 @@ export function Usage({ me }: { me: Me }) {
   const [picked, setPicked] = useState<{ start?: number; end?: number }>({})
   const [chosen, setGroup] = useState<Group>('day')
   const group = view.groups.includes(chosen) ? chosen : 'day'
-  const ask = (groupBy: Group) =>
-    view.path + query({ group_by: groupBy, start: picked.start, end: picked.end })
-  const key = `${ask('day')} ${group}`
+  const ask = (groupBy: Group): UsageQuery => ({
+    group_by: groupBy,
+    ...(picked.start === undefined ? {} : { start: String(picked.start) }),
+    ...(picked.end === undefined ? {} : { end: String(picked.end) }),
+  })
+  const key = `${view.id} ${picked.start ?? ''} ${picked.end ?? ''} ${group}`
   const usage = useResource(async (signal) => {
     const [days, rows] = await Promise.all([
-      api.get<UsageList>(ask('day'), { signal }),
-      group === 'day' ? null : api.get<UsageList>(ask(group), { signal }),
+      view.load(ask('day'), signal),
+      group === 'day' ? null : view.load(ask(group), signal),
     ])
     return { days: days.data, rows: (rows ?? days).data }
   }, key)

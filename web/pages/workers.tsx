@@ -1,22 +1,24 @@
 import { QueueChart } from '../components/queue-chart'
 import { ErrorNote, ListState, Pager, Section, Status } from '../components/ui'
-import { api } from '../lib/api'
+import { client, ok, poolCapacity } from '../lib/api'
 import { formatAgo, formatCount, formatVram, vramShare } from '../lib/format'
 import { usePaged, useResource } from '../lib/hooks'
-import type { List, Org, PoolCapacity, QueueStats, Worker } from '../lib/types'
 
 /** docs/api.md §11 "refreshed without reload at least every 5 s". */
 export const LIVE_MS = 5000
 
 export function Workers() {
-  const orgs = useResource((signal) => api.get<List<Org>>('/v1/orgs?limit=100', { signal }), 'orgs')
+  const orgs = useResource(
+    (signal) => ok(client.v1.orgs.get({ query: { limit: '100' }, fetch: { signal } })),
+    'orgs',
+  )
   return (
     <>
       <PoolPanel />
       {orgs.error ? <ErrorNote error={orgs.error} /> : null}
       {orgs.data?.data.map((o) => (
         <Section key={o.id} title={`Workers of ${o.name}`}>
-          <WorkerTable path={`/v1/orgs/${o.id}/workers`} label={`Workers of ${o.name}`} />
+          <WorkerTable org={o.id} label={`Workers of ${o.name}`} />
         </Section>
       ))}
     </>
@@ -24,12 +26,12 @@ export function Workers() {
 }
 
 export function PoolPanel() {
-  const pool = useResource(
-    (signal) => api.get<PoolCapacity>('/v1/pool/capacity', { signal }),
-    'pool',
+  const pool = useResource((signal) => poolCapacity(false, signal), 'pool', LIVE_MS)
+  const stats = useResource(
+    (signal) => ok(client.v1.stats.queue.get({ fetch: { signal } })),
+    'stats',
     LIVE_MS,
   )
-  const stats = useResource((signal) => api.get<QueueStats>('/v1/stats/queue', { signal }), 'stats', LIVE_MS)
   const p = pool.data
   const s = stats.data
   return (
@@ -60,15 +62,24 @@ function Figure({ label, value }: { label: string; value: number | null | undefi
 
 /** One page of workers at a time (a fleet of thousands stays one request per page). */
 export function WorkerTable({
-  path,
+  org,
   label,
   showOrg = false,
 }: {
-  path: string
+  /** The organization's workers; every worker (superadmin) when not given. */
+  org?: string
   label: string
   showOrg?: boolean
 }) {
-  const list = usePaged<Worker>(path, {}, LIVE_MS, 50)
+  const list = usePaged(
+    (query, signal) =>
+      org
+        ? ok(client.v1.orgs({ org_id: org }).workers.get({ query, fetch: { signal } }))
+        : ok(client.v1.admin.workers.get({ query, fetch: { signal } })),
+    org ?? 'all',
+    LIVE_MS,
+    50,
+  )
   const now = Date.now() / 1000
   return (
     <>
