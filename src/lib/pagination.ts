@@ -1,12 +1,11 @@
-import { and, desc, eq, lt, type SQL } from 'drizzle-orm'
-import type { SQLiteColumn, SQLiteTable } from 'drizzle-orm/sqlite-core'
+import { type Column, lt, type SQL } from 'drizzle-orm'
 import { t as T } from 'elysia'
-import type { Db } from '../db/open'
 import { badRequest } from './errors'
 
 // Lists (docs/api.md §0): newest first, `limit` 1–100 (default 20), cursor `after` = last id of the
 // previous page. The cursor is resolved inside the caller's own visibility filter, so an id the
-// caller may not see is just an invalid cursor: existence never leaks.
+// caller may not see is just an invalid cursor: existence never leaks. The rule is decided here
+// once (pageWindow, afterCursor, pageOf); each engine's pager applies it (src/store/*/page.ts).
 
 // `limit` is taken as a string and parsed here: Elysia's coerced integers lose the parameter's name
 // when they fail a bound, and the envelope must name it.
@@ -28,8 +27,6 @@ export interface Page<T> {
   last_id: string | null
   has_more: boolean
 }
-
-type Pageable = SQLiteTable & { seq: SQLiteColumn; id: SQLiteColumn }
 
 export interface PageParams {
   limit?: string | number
@@ -55,31 +52,30 @@ export function parseLimit(raw: string | number | undefined): number {
   return n
 }
 
-export function pageRows<R extends { id: string }>(
-  db: Db,
-  table: Pageable,
-  where: SQL | undefined,
-  query: PageParams,
-): RowsPage<R> {
-  const limit = parseLimit(query.limit)
-  let cursor: SQL | undefined
-  if (query.after) {
-    const row = db
-      .select({ seq: table.seq })
-      .from(table as SQLiteTable)
-      .where(and(where, eq(table.id, query.after)))
-      .get() as { seq: number } | undefined
-    if (!row) throw badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
-    cursor = lt(table.seq, row.seq)
-  }
-  const rows = db
-    .select()
-    .from(table as SQLiteTable)
-    .where(and(where, cursor))
-    .orderBy(desc(table.seq))
-    .limit(limit + 1)
-    .all() as unknown as R[]
-  return { rows: rows.slice(0, limit), has_more: rows.length > limit }
+/** A page to read (docs/api.md §0): its size, and the cursor, if any, to resolve first. */
+export interface PageWindow {
+  limit: number
+  after: string | undefined
+}
+
+/** The page a query asks for; an out-of-range `limit` is refused here. */
+export function pageWindow(query: PageParams): PageWindow {
+  return { limit: parseLimit(query.limit), after: query.after || undefined }
+}
+
+/**
+ * The rows after the cursor row, newest first: `seq` below its seq. `at` is the cursor row as the
+ * caller's own filter found it; none means the cursor is invalid (docs/api.md §0: an id the caller
+ * may not see is just an invalid cursor, existence never leaks).
+ */
+export function afterCursor(seq: Column, at: { seq: number } | undefined): SQL {
+  if (!at) throw badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
+  return lt(seq, at.seq)
+}
+
+/** The page of `rows`, read newest first with a limit of one more than the page (has_more). */
+export function pageOf<R>(rows: R[], window: PageWindow): RowsPage<R> {
+  return { rows: rows.slice(0, window.limit), has_more: rows.length > window.limit }
 }
 
 export function toPage<T extends { id: string }>(data: T[], has_more: boolean): Page<T> {

@@ -1,6 +1,7 @@
 import type { Deps } from '../deps'
 import { type Every, every } from '../lib/clock'
 import { log } from '../lib/logger'
+import { startInterval } from './interval'
 
 // The retention pass (docs/api.md §15): files whose expires_at has come — an upload's expires_after,
 // or FILE_RETENTION_DAYS after a batch finished for its output and error files — lose their
@@ -42,17 +43,10 @@ export async function runOnce(deps: Deps): Promise<RetentionResult> {
 
 /** Runs runOnce every SWEEP_INTERVAL_SECONDS until stopped (or the server shuts down). */
 export function start(deps: Deps, schedule: Every = every): () => void {
-  const interval = deps.config.SWEEP_INTERVAL_SECONDS
-  const pass = async () => {
-    try {
-      // One pass per interval across every instance (docs/api.md §12); a second of slack as the sweeper's.
-      if (await deps.store.queue.tryRunEvery('retention', deps.clock.now(), Math.max(1, interval - 1)))
-        await runOnce(deps)
-    } catch (e) {
-      log.error('retention pass failed', { error: e instanceof Error ? e : String(e) })
-    }
-  }
-  const stop = schedule(interval * 1000, pass)
-  deps.shutdown.signal.addEventListener('abort', stop, { once: true })
-  return stop
+  const seconds = deps.config.SWEEP_INTERVAL_SECONDS
+  return startInterval(
+    deps,
+    { name: 'retention', seconds, once: 'retention', pass: () => runOnce(deps) },
+    schedule,
+  )
 }

@@ -6,6 +6,7 @@ import { removeParts } from '../modules/workers/parts'
 import { joinShards } from '../modules/workers/results'
 import type { PollState } from '../modules/workers/waiters'
 import { batchClaimable } from '../modules/workers/waiters'
+import { startInterval } from './interval'
 
 // The sweeper (docs/api.md §7 Worker, docs/api.md §7): every SWEEP_INTERVAL_SECONDS, workers unseen for
 // HEARTBEAT_TIMEOUT_SECONDS go offline and each batch they hold is requeued through the one
@@ -57,18 +58,10 @@ export async function runOnce(deps: Deps & PollState): Promise<SweepResult> {
 
 /** Runs runOnce every SWEEP_INTERVAL_SECONDS until stopped (or the server shuts down). */
 export function start(deps: Deps & PollState, schedule: Every = every): () => void {
-  const interval = deps.config.SWEEP_INTERVAL_SECONDS
-  const pass = async () => {
-    try {
-      // One pass per interval across every instance sharing the database; a second of slack so
-      // that timers a little early do not skip a whole interval.
-      if (await deps.store.queue.tryRunEvery('sweeper', deps.clock.now(), Math.max(1, interval - 1)))
-        await runOnce(deps)
-    } catch (e) {
-      log.error('sweeper pass failed', { error: e instanceof Error ? e : String(e) })
-    }
-  }
-  const stop = schedule(interval * 1000, pass)
-  deps.shutdown.signal.addEventListener('abort', stop, { once: true })
-  return stop
+  const seconds = deps.config.SWEEP_INTERVAL_SECONDS
+  return startInterval(
+    deps,
+    { name: 'sweeper', seconds, once: 'sweeper', pass: () => runOnce(deps) },
+    schedule,
+  )
 }

@@ -1,11 +1,11 @@
 import type { BatchRow } from '../db/schema'
 import type { Deps } from '../deps'
-import type { BatchEventsState } from '../lib/batch-events'
+import type { BatchEventsState, ValidationErrorEvent } from '../lib/batch-events'
 import { StreamedReads } from '../lib/blobs/random-reads'
 import { grouped } from '../lib/grouped'
 import { LineSplitter } from '../lib/lines'
 import { log } from '../lib/logger'
-import { InputChecker } from '../modules/batches/validation'
+import { type CheckResult, InputChecker, type LookupModel } from '../modules/batches/validation'
 import { visibleEntriesOf } from '../modules/catalogue/service'
 import type { CatalogueState } from '../modules/catalogue/view'
 import type { PollState } from '../modules/workers/waiters'
@@ -21,12 +21,12 @@ import type { FinishedValidation } from '../store/batches'
 // answering during a 200 MB file), and writes its outcome in one transaction at the end (shared
 // with the runs that end with it): an interrupted run leaves no trace and is simply run again.
 
-/** Progress events at most this often (docs/api.md §6). */
 /** Ids of the batches this server is validating now: one validation of a batch at a time. */
 export interface ValidatorState {
   validating: Set<string>
 }
 
+/** Progress events at most this often (docs/api.md §6). */
 export const PROGRESS_INTERVAL_MS = 250
 /** How long a validation lease lasts without renewal (several instances, docs/api.md §12). */
 export const VALIDATION_LEASE_SECONDS = 60
@@ -100,6 +100,90 @@ const finishAlone =
   async (item) =>
     (await deps.store.batches.finishValidations([item], deps.clock.now()))[0] ?? null
 
+export interface InputRead {
+  result: CheckResult
+  /** The byte offset of every request line, when the batch may be split (docs/api.md §16). */
+  lineOffsets: number[] | undefined
+}
+
+/**
+ * Reads a batch's input file through the checker (docs/api.md §6), streaming it (memory does not
+ * grow with its size), always to the end (errors.total is exact), yielding to the event loop every
+ * few milliseconds. It tells `onProgress` at most every PROGRESS_INTERVAL_MS and publishes nothing
+ * itself; a file that is missing or unreadable is a file error of the result. Null when `signal`
+ * aborted the read.
+ */
+export async function readInput(
+  deps: Pick<Deps, 'blobs' | 'clock' | 'config' | 'metrics'>,
+  batch: Pick<BatchRow, 'id' | 'endpoint' | 'input_file_id'>,
+  hooks: {
+    signal?: AbortSignal
+    lookupModel: LookupModel
+    onStoredError: (e: ValidationErrorEvent) => void
+    onProgress: (p: { lines_read: number; errors_total: number }) => void
+  },
+): Promise<InputRead | null> {
+  const { signal } = hooks
+  const batchId = batch.id
+  const key = batch.input_file_id
+  let reads: StreamedReads | undefined
+  // docs/api.md §16: only a batch that may be split keeps its request-line index.
+  const lineOffsets = deps.config.SHARD_MAX_REQUESTS > 0 ? ([] as number[]) : undefined
+  const checker = new InputChecker({
+    lineOffsets,
+    endpoint: batch.endpoint,
+    maxLineBytes: deps.config.MAX_LINE_BYTES,
+    maxRequests: deps.config.MAX_REQUESTS_PER_BATCH,
+    lookupModel: hooks.lookupModel,
+    readBytes: (offset, length) => reads?.read(offset, length) ?? null,
+    onStoredError: hooks.onStoredError,
+  })
+  const splitter = new LineSplitter(deps.config.MAX_LINE_BYTES, checker.check)
+  try {
+    const input = await deps.blobs.read(key).catch((e) => {
+      log.error('batch input could not be opened', { batch_id: batchId, error: e })
+      return undefined
+    })
+    if (input === null) {
+      checker.fileError('file_not_found', 'The input file is missing')
+    } else if (input === undefined) {
+      checker.fileError('file_unreadable', 'The input file could not be read')
+    } else {
+      reads = new StreamedReads(deps.blobs.localPath(key))
+      let counted = 0
+      let lastProgress = Number.NEGATIVE_INFINITY
+      let lastYield = performance.now()
+      try {
+        for await (const chunk of input) {
+          if (signal?.aborted) return null
+          reads.append(chunk)
+          splitter.push(chunk)
+          deps.metrics.validationLines.inc(splitter.lines - counted)
+          counted = splitter.lines
+          const now = deps.clock.nowMs()
+          if (now - lastProgress >= PROGRESS_INTERVAL_MS) {
+            lastProgress = now
+            hooks.onProgress({ lines_read: splitter.lines, errors_total: checker.errorsTotal })
+          }
+          if (performance.now() - lastYield >= YIELD_AFTER_MS) {
+            await yieldToEventLoop()
+            lastYield = performance.now()
+          }
+        }
+        if (signal?.aborted) return null
+        splitter.end()
+        deps.metrics.validationLines.inc(splitter.lines - counted)
+      } catch (e) {
+        log.error('batch input could not be read', { batch_id: batchId, error: e })
+        checker.fileError('file_unreadable', 'The input file could not be read')
+      }
+    }
+    return { result: checker.finish(), lineOffsets }
+  } finally {
+    reads?.close()
+  }
+}
+
 /**
  * Validates a batch leaseBatches() took; releases it (deps.validating) at the end. `visible`: the
  * catalogue entries its owner may select, when the caller has read them already; `finish`: how the
@@ -127,77 +211,26 @@ async function validateLeased(
   const lease = setInterval(() => void renew().catch(() => {}), (VALIDATION_LEASE_SECONDS * 1000) / 3)
   const bus = deps.batchEvents
   bus.beginRun(batchId)
-  const key = batch.input_file_id
-  let reads: StreamedReads | undefined
   let finished = false
   try {
     // The catalogue entries the owner may select, read once (the checker asks line by line).
     const visible = await (run.visible ?? visibleEntriesOf(deps, batch.user_id))
-    // docs/api.md §16: only a batch that may be split keeps its request-line index.
-    const lineOffsets = deps.config.SHARD_MAX_REQUESTS > 0 ? ([] as number[]) : undefined
-    const checker = new InputChecker({
-      lineOffsets,
-      endpoint: batch.endpoint,
-      maxLineBytes: deps.config.MAX_LINE_BYTES,
-      maxRequests: deps.config.MAX_REQUESTS_PER_BATCH,
-      lookupModel: (id) => visible.get(id) ?? null,
-      readBytes: (offset, length) => reads?.read(offset, length) ?? null,
-      onStoredError: (data) => bus.publish(batchId, { event: 'error', data }),
-    })
-    const splitter = new LineSplitter(deps.config.MAX_LINE_BYTES, checker.check)
     const startedAt = deps.clock.nowMs()
-    const progress = () => {
-      const e = {
-        event: 'progress' as const,
-        data: { lines_read: splitter.lines, errors_total: checker.errorsTotal },
-      }
-      // docs/api.md §6 asks for progress at most every 250 ms: a run younger than that tells only this
-      // process's streams, and the other instances (docs/api.md §12) hear of it from `done` — no
-      // progress NOTIFY for a small batch.
-      if (deps.clock.nowMs() - startedAt < PROGRESS_INTERVAL_MS) bus.deliver(batchId, e)
-      else bus.publish(batchId, e)
-    }
-
-    const input = await deps.blobs.read(key).catch((e) => {
-      log.error('batch input could not be opened', { batch_id: batchId, error: e })
-      return undefined
+    const read = await readInput(deps, batch, {
+      signal,
+      lookupModel: (id) => visible.get(id) ?? null,
+      onStoredError: (data) => bus.publish(batchId, { event: 'error', data }),
+      onProgress: (data) => {
+        const e = { event: 'progress' as const, data }
+        // docs/api.md §6 asks for progress at most every 250 ms: a run younger than that tells only this
+        // process's streams, and the other instances (docs/api.md §12) hear of it from `done` — no
+        // progress NOTIFY for a small batch.
+        if (deps.clock.nowMs() - startedAt < PROGRESS_INTERVAL_MS) bus.deliver(batchId, e)
+        else bus.publish(batchId, e)
+      },
     })
-    if (input === null) {
-      checker.fileError('file_not_found', 'The input file is missing')
-    } else if (input === undefined) {
-      checker.fileError('file_unreadable', 'The input file could not be read')
-    } else {
-      reads = new StreamedReads(deps.blobs.localPath(key))
-      let counted = 0
-      let lastProgress = Number.NEGATIVE_INFINITY
-      let lastYield = performance.now()
-      try {
-        for await (const chunk of input) {
-          if (signal?.aborted) return null
-          reads.append(chunk)
-          splitter.push(chunk)
-          deps.metrics.validationLines.inc(splitter.lines - counted)
-          counted = splitter.lines
-          const now = deps.clock.nowMs()
-          if (now - lastProgress >= PROGRESS_INTERVAL_MS) {
-            lastProgress = now
-            progress()
-          }
-          if (performance.now() - lastYield >= YIELD_AFTER_MS) {
-            await yieldToEventLoop()
-            lastYield = performance.now()
-          }
-        }
-        if (signal?.aborted) return null
-        splitter.end()
-        deps.metrics.validationLines.inc(splitter.lines - counted)
-      } catch (e) {
-        log.error('batch input could not be read', { batch_id: batchId, error: e })
-        checker.fileError('file_unreadable', 'The input file could not be read')
-      }
-    }
-
-    const result = checker.finish()
+    if (!read) return null
+    const { result, lineOffsets } = read
     const passed = result.errorsTotal === 0
     const indexed = passed && result.requestLines > 2 * deps.config.SHARD_MIN_REQUESTS
     const moved = await finish({
@@ -245,7 +278,6 @@ async function validateLeased(
     }
   } finally {
     if (!finished) bus.abandonRun(batchId)
-    reads?.close()
     clearInterval(lease)
     busy.delete(batchId)
   }

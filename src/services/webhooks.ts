@@ -6,6 +6,7 @@ import { newId } from '../lib/ids'
 import { log } from '../lib/logger'
 import { hostOf, resolveTarget, type Target } from '../modules/webhooks/urls'
 import type { AttemptResult, LeasedMessage } from '../store/webhooks'
+import { guarded, startInterval } from './interval'
 
 // Webhook delivery (docs/api.md §13, Standard Webhooks). The outbox rows are written with the batch
 // transitions (src/store/*/webhooks.ts); this loop leases the due ones and POSTs them, at least
@@ -103,7 +104,7 @@ export function start(
   let stopped = false
   let leasing = false
   let again = false
-  const fill = async () => {
+  const fillOnce = async () => {
     if (stopped || deps.shutdown.signal.aborted) return
     if (leasing) {
       again = true
@@ -117,13 +118,12 @@ export function start(
         const started = await startDue(deps, free, options)
         if (started.length > 0 && started.length === free) for (const p of started) void p.then(fill)
       } while (again)
-    } catch (e) {
-      log.error('webhook pass failed', { error: e instanceof Error ? e : String(e) })
     } finally {
       leasing = false
     }
   }
-  const stopTimer = schedule(1000, fill)
+  const fill = guarded('webhook', fillOnce)
+  const stopTimer = startInterval(deps, { name: 'webhook', seconds: 1, pass: fillOnce }, schedule)
   return async () => {
     stopped = true
     stopTimer()

@@ -1,15 +1,13 @@
 import type { SQL as Driver } from 'bun'
-import { and, asc, count, desc, eq, gt, inArray, isNull, lt, or, type SQL, sql } from 'drizzle-orm'
+import { and, asc, count, desc, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { ModelPullRow, WorkerRow } from '../../db/schema'
 import type { RequeueOutcome } from '../../domain/requeue'
 import { isShardId } from '../../domain/shards'
 import { checkHolder, checkProgress, registeredState } from '../../domain/worker-rules'
-import { badRequest } from '../../lib/errors'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
-import { parseLimit } from '../../lib/pagination'
 import {
   type Beat,
   type BeatAnswer,
@@ -22,6 +20,7 @@ import {
   type WorkerHosting,
 } from '../fleet'
 import { type PgDb, type PgTx, pipelined } from './db'
+import { pageRows } from './page'
 import { requeueLocked } from './queue'
 import { recordShardProgress, requeueHeldShards } from './shards'
 
@@ -368,24 +367,8 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
 
     async listWorkers(orgId, page) {
       // docs/api.md §0 lists: newest first by seq; the cursor is resolved inside the same filter.
-      const limit = parseLimit(page.limit)
       const scope = orgId === null ? undefined : eq(workers.org_id, orgId)
-      let cursor: SQL | undefined
-      if (page.after) {
-        const [at] = await db
-          .select({ seq: workers.seq })
-          .from(workers)
-          .where(and(scope, eq(workers.id, page.after)))
-        if (!at) throw badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
-        cursor = lt(workers.seq, at.seq)
-      }
-      const found = (await db
-        .select()
-        .from(workers)
-        .where(and(scope, cursor))
-        .orderBy(desc(workers.seq))
-        .limit(limit + 1)) as WorkerRow[]
-      const rows = found.slice(0, limit)
+      const { rows, has_more } = await pageRows<WorkerRow>(db, workers, scope, page)
       const ids = rows.map((w) => w.id)
       const [gpus, runtimes, models] = ids.length
         ? await Promise.all([
@@ -414,7 +397,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         runtimes: of(runtimes, w.id),
         models: of(models, w.id),
       }))
-      return { rows: listed, has_more: found.length > limit }
+      return { rows: listed, has_more }
     },
 
     async reportedInventory() {

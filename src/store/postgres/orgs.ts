@@ -1,14 +1,13 @@
-import { and, asc, count, desc, eq, inArray, lt, ne, type SQL } from 'drizzle-orm'
+import { and, asc, count, desc, eq, inArray, ne } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { OrgRole, OrgRow } from '../../db/schema'
 import { checkRemoval, checkRoleChange } from '../../domain/org-rules'
-import { badRequest, conflict } from '../../lib/errors'
+import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import { parseLimit } from '../../lib/pagination'
 import type { Member, OrgsStore } from '../orgs'
 import type { PgDb, PgTx } from './db'
 import { isUniqueViolation } from './errors'
-import { pageRows } from './page'
+import { pageBy, pageRows } from './page'
 
 // Organizations and memberships on PostgreSQL. Every change of roles locks the org's row first
 // (NO KEY UPDATE, so the org's workers registering meanwhile are not held up), so the last-owner
@@ -53,26 +52,25 @@ export function postgresOrgs(db: PgDb): OrgsStore {
     },
 
     async listOrgsOf(userId, page) {
-      const limit = parseLimit(page.limit)
       const mine = eq(memberships.user_id, userId)
-      let cursor: SQL | undefined
-      if (page.after) {
-        const [c] = await db
-          .select({ seq: organizations.seq })
-          .from(organizations)
-          .innerJoin(memberships, eq(memberships.org_id, organizations.id))
-          .where(and(mine, eq(organizations.id, page.after)))
-        if (!c) throw badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
-        cursor = lt(organizations.seq, c.seq)
-      }
-      const rows = await db
-        .select({ org: organizations, role: memberships.role })
-        .from(organizations)
-        .innerJoin(memberships, eq(memberships.org_id, organizations.id))
-        .where(and(mine, cursor))
-        .orderBy(desc(organizations.seq))
-        .limit(limit + 1)
-      return { rows: rows.slice(0, limit), has_more: rows.length > limit }
+      return pageBy(
+        page,
+        organizations.seq,
+        (id) =>
+          db
+            .select({ seq: organizations.seq })
+            .from(organizations)
+            .innerJoin(memberships, eq(memberships.org_id, organizations.id))
+            .where(and(mine, eq(organizations.id, id))),
+        (after, n) =>
+          db
+            .select({ org: organizations, role: memberships.role })
+            .from(organizations)
+            .innerJoin(memberships, eq(memberships.org_id, organizations.id))
+            .where(and(mine, after))
+            .orderBy(desc(organizations.seq))
+            .limit(n),
+      )
     },
 
     async listMembershipsOf(userId) {

@@ -5,9 +5,9 @@ import { type Tx, writeTx } from '../../db/tx'
 import { checkLastSuperadmin } from '../../domain/admin-rules'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import { pageRows } from '../../lib/pagination'
 import type { AccountsStore, NewUser } from '../accounts'
 import type { SqliteDeps } from './deps'
+import { pageRows } from './page'
 
 // Users and reset tokens on SQLite: synchronous BEGIN IMMEDIATE bodies (ARCHITECTURE.md rule 8).
 

@@ -11,9 +11,9 @@ import {
 } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
-import { pageRows } from '../../lib/pagination'
 import { type BatchesStore, newBatchRow, packLineOffsets, validationMove } from '../batches'
 import type { SqliteDeps } from './deps'
+import { pageRows } from './page'
 import { transition } from './transition'
 
 const stmts = preparedOnce((db: Db) => ({

@@ -2,9 +2,9 @@ import { and, asc, eq, gt, inArray, isNull, lte, notInArray, or, sql } from 'dri
 import { batchAssignments, batches, type FileRow, files } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
-import { pageRows } from '../../lib/pagination'
 import type { FilesStore } from '../files'
 import type { SqliteDeps } from './deps'
+import { pageRows } from './page'
 
 /** Not expired at `now` (docs/api.md §15): no expiry, or one still ahead. */
 export const live = (now: number) => or(isNull(files.expires_at), gt(files.expires_at, now))

@@ -18,7 +18,6 @@ import { isShardId } from '../../domain/shards'
 import { checkHolder, checkProgress, registeredState } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
-import { pageRows } from '../../lib/pagination'
 import {
   type Beat,
   type BeatAnswer,
@@ -30,6 +29,7 @@ import {
   type Registration,
 } from '../fleet'
 import type { SqliteDeps } from './deps'
+import { pageRows } from './page'
 import { requeueHeldInTx } from './queue'
 import { recordShardProgressInTx } from './shards'
 

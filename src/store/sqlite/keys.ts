@@ -4,9 +4,9 @@ import { type ApiKeyRow, apiKeys } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import { checkRotatable } from '../../domain/key-rules'
 import { newId } from '../../lib/ids'
-import { pageRows } from '../../lib/pagination'
 import type { KeyCredential, KeyOwner, KeysStore, NewKey } from '../keys'
 import type { SqliteDeps } from './deps'
+import { pageRows } from './page'
 
 // API keys on SQLite. The credential lookup runs on every keyed request: prepared once per database.
 

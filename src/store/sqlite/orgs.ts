@@ -1,12 +1,12 @@
-import { and, count, desc, eq, inArray, lt, ne, type SQL, sql } from 'drizzle-orm'
+import { and, count, desc, eq, inArray, ne, sql } from 'drizzle-orm'
 import { memberships, type OrgRow, organizations, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import { checkRemoval, checkRoleChange } from '../../domain/org-rules'
-import { badRequest, conflict } from '../../lib/errors'
+import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import { pageRows, parseLimit } from '../../lib/pagination'
 import type { OrgsStore } from '../orgs'
 import type { SqliteDeps } from './deps'
+import { pageBy, pageRows } from './page'
 
 // Organizations and memberships on SQLite. BEGIN IMMEDIATE takes the one write lock first, so the
 // last-owner rule is checked and applied with no other writer in between.
@@ -43,28 +43,27 @@ export function sqliteOrgs(deps: SqliteDeps): OrgsStore {
     },
 
     async listOrgsOf(userId, page) {
-      const limit = parseLimit(page.limit)
       const mine = eq(memberships.user_id, userId)
-      let cursor: SQL | undefined
-      if (page.after) {
-        const c = db
-          .select({ seq: organizations.seq })
-          .from(organizations)
-          .innerJoin(memberships, eq(memberships.org_id, organizations.id))
-          .where(and(mine, eq(organizations.id, page.after)))
-          .get()
-        if (!c) throw badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
-        cursor = lt(organizations.seq, c.seq)
-      }
-      const rows = db
-        .select({ org: organizations, role: memberships.role })
-        .from(organizations)
-        .innerJoin(memberships, eq(memberships.org_id, organizations.id))
-        .where(and(mine, cursor))
-        .orderBy(desc(organizations.seq))
-        .limit(limit + 1)
-        .all()
-      return { rows: rows.slice(0, limit), has_more: rows.length > limit }
+      return pageBy(
+        page,
+        organizations.seq,
+        (id) =>
+          db
+            .select({ seq: organizations.seq })
+            .from(organizations)
+            .innerJoin(memberships, eq(memberships.org_id, organizations.id))
+            .where(and(mine, eq(organizations.id, id)))
+            .get(),
+        (after, n) =>
+          db
+            .select({ org: organizations, role: memberships.role })
+            .from(organizations)
+            .innerJoin(memberships, eq(memberships.org_id, organizations.id))
+            .where(and(mine, after))
+            .orderBy(desc(organizations.seq))
+            .limit(n)
+            .all(),
+      )
     },
 
     async listMembershipsOf(userId) {

@@ -13,8 +13,8 @@ import { writeTx } from '../../db/tx'
 import type { BatchEvent } from '../../domain/batch-states'
 import { WEBHOOK_EVENT_OF } from '../../domain/webhook-events'
 import { newId } from '../../lib/ids'
-import { pageRows } from '../../lib/pagination'
 import type { LeasedMessage, WebhooksStore } from '../webhooks'
+import { pageRows } from './page'
 
 // Webhooks on SQLite: one process, each verb one BEGIN IMMEDIATE transaction.
 
