@@ -63,7 +63,7 @@ describe('PostgreSQL schema and migrations', () => {
           '--dialect',
           'postgresql',
           '--schema',
-          './src/db/pg/schema.ts',
+          './src/db/pg/schema/index.ts',
           '--out',
           out,
         ],

@@ -6,7 +6,7 @@ import { openPostgres, type PgDb } from '../../src/store/postgres/db'
 
 // Fixtures and assertions on rows that no endpoint or store verb shows, on either engine: a test
 // app's own database through drizzle, with the schema of that engine (src/db/schema on SQLite,
-// src/db/pg/schema.ts on PostgreSQL: same tables, same columns, rows of the same shapes).
+// src/db/pg/schema/ on PostgreSQL: same tables, same columns, rows of the same shapes).
 //
 // Both are typed as the SQLite handle and schema; only the awaited forms work on both engines:
 //   const [row] = await rowsOf(t.deps).db.select().from(batches).where(eq(batches.id, id))

@@ -6,7 +6,7 @@ import { embeddedMigrations } from '../../db/pg/migrations.gen'
 import * as schema from '../../db/pg/schema'
 
 // PostgreSQL (docs/api.md §12) through Bun's built-in SQL client and drizzle's bun-sql driver: drizzle
-// gives the typed schema (src/db/pg/schema.ts), drizzle-kit's migrations and its public migrator,
+// gives the typed schema (src/db/pg/schema/), drizzle-kit's migrations and its public migrator,
 // and maps bigint columns to numbers (Bun's client returns them as strings); Bun's client brings
 // pooling and pipelining with no extra dependency.
 
