@@ -1,5 +1,5 @@
 // A worker's inventory (docs/api.md §7 "hosts"): one model as the fleet store reads it back and the
-// matching predicate (src/modules/workers/matching.ts) judges it.
+// matching predicate (src/domain/matching.ts) judges it.
 
 export interface HostedModel {
   name: string

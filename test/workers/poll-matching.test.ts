@@ -1,12 +1,8 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { eq } from 'drizzle-orm'
+import { type CatalogueEntry, matchEntry, type WorkerView } from '../../src/domain/matching'
 import { digestOrNull } from '../../src/lib/digest'
-import {
-  type CatalogueEntry,
-  matchEntry,
-  servableCatalogIds,
-  type WorkerView,
-} from '../../src/modules/workers/matching'
+import { servableCatalogIds } from '../../src/modules/workers/matching'
 import { makeTestApp } from '../helpers/app'
 import { rowsOf } from '../helpers/rows'
 import {

@@ -1,115 +1,21 @@
 import type { Deps } from '../../deps'
-import type { HostedModel } from '../../domain/inventory'
+import {
+  type Catalogue,
+  type CatalogueEntry,
+  fitOf,
+  fitsWorker,
+  matchEntry,
+  type Profile,
+  type WorkerView,
+  workerView,
+} from '../../domain/matching'
 import { digestOrNull } from '../../lib/digest'
 import type { CatalogueRows } from '../../store/catalogue'
 import type { WorkerHead } from '../../store/fleet'
 import { isOnline, onlineCutoff } from './liveness'
 
-// THE matching predicate (docs/api.md §7 Poll rules 1–6, docs/api.md §7 "hosts", serving profiles, artifact
-// files). Poll, pool capacity, pull_models and `available` in GET /v1/models all decide "can this
-// worker serve this entry?" through matchEntry() below; nothing else re-implements it.
-
-export interface Profile {
-  runtime: string
-  runtime_model_id: string
-  params: Record<string, unknown>
-}
-
-export interface CatalogueEntry {
-  id: string
-  renamed_from: string | null
-  enabled: boolean
-  org_id: string | null
-  display_name: string
-  parameter_size: string | null
-  vram_gb: number | null
-  size_gb: number | null
-  /** Normalized (64 lowercase hex) or null. */
-  digest: string | null
-  /** Explicit profiles in manifest order, or the one derived from runtime/runtime_model_id. */
-  profiles: Profile[]
-  /** Normalized sha256 of every artifact file (empty for single-file entries). */
-  artifact_sha256: string[]
-}
-
-/** What the predicate judges before it looks at a worker's models. */
-export interface WorkerFit {
-  org_id: string
-  heartbeated: boolean
-  vram_total_gb: number | null
-}
-
-export interface WorkerView extends WorkerFit {
-  /** Engines of the worker's runtimes. */
-  engines: readonly string[]
-  models: readonly HostedModel[]
-}
-
-export interface Match {
-  entry: CatalogueEntry
-  profile: Profile
-  /** docs/api.md §7 Poll rule 5: the model is already loaded in VRAM on this worker. */
-  loaded: boolean
-}
-
-/** The part of matchEntry that needs no models: a worker failing it is ruled out unread. */
-export function fitsWorker(worker: WorkerFit, entry: CatalogueEntry): boolean {
-  if (!entry.enabled) return false
-  // Org-private entries (docs/api.md §4 catalogue rule 10) are never run on another org's machines.
-  if (entry.org_id !== null && entry.org_id !== worker.org_id) return false
-  // docs/api.md §7 Poll rule 2: VRAM fit is judged only once the worker has reported it by heartbeat;
-  // a null vram_gb disables the filter.
-  if (worker.heartbeated && entry.vram_gb !== null) {
-    if (worker.vram_total_gb === null || worker.vram_total_gb < entry.vram_gb) return false
-  }
-  return true
-}
-
-/** Whether `worker` can serve `entry` now, and with which serving profile. */
-export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | null {
-  if (!fitsWorker(worker, entry)) return null
-  // docs/api.md §7 Poll rule 6: a worker that never heartbeated only gets what it advertised at registration.
-  const hosted = worker.models.filter(
-    (m) => (m.configured || m.on_disk || m.loaded) && (worker.heartbeated || m.advertised),
-  )
-  // docs/api.md §4: every artifact file must be verified present before the artifact counts as present.
-  if (entry.artifact_sha256.length > 0) {
-    const inventory = new Set(hosted.filter((m) => m.on_disk && m.digest).map((m) => m.digest))
-    if (!entry.artifact_sha256.every((sha) => inventory.has(sha))) return null
-  }
-  let best: Profile | null = null
-  let bestRank = -1
-  let loaded = false
-  for (const profile of entry.profiles) {
-    for (const m of hosted) {
-      // docs/api.md §7 Poll rule 3: the worker must host the runtime string.
-      if (m.name !== profile.runtime_model_id) continue
-      // docs/api.md §7 Poll rule 4: same tag with another digest is another artifact.
-      if (entry.digest !== null && m.digest !== null && m.digest !== entry.digest) continue
-      if (m.loaded) loaded = true
-      // docs/api.md §7: the profile whose runtime is the engine hosting the model wins; next, one
-      // whose runtime the worker runs; else the first listed.
-      const rank = m.runtime === profile.runtime ? 2 : worker.engines.includes(profile.runtime) ? 1 : 0
-      if (rank > bestRank) {
-        best = profile
-        bestRank = rank
-      }
-    }
-  }
-  return best ? { entry, profile: best, loaded } : null
-}
-
-// ---------------------------------------------------------------------------------------------
-// Loading what the predicate reads, through the store (catalogue and fleet parts).
-
-export interface Catalogue {
-  entries: CatalogueEntry[]
-  byId: Map<string, CatalogueEntry>
-  /** docs/api.md §7 Poll rule 1 and §4 catalogue rule 5: `batch.model` by catalogue id, else by an entry's renamed_from. */
-  resolve(slug: string): CatalogueEntry | undefined
-  /** The stored `batches.model` values that resolve to `entry` (its id, and its old slug). */
-  slugsOf(entry: CatalogueEntry): string[]
-}
+// Loading what the matching predicate (src/domain/matching.ts) reads, through the store (catalogue
+// and fleet parts), and the questions about the online fleet that it answers.
 
 // What each poll derives from the catalogue rows, by rows object: the store hands back the same
 // object until the catalogue changes (CatalogueStore.readCatalogue), so this is built once per
@@ -175,31 +81,9 @@ function buildCatalogue(rows: CatalogueRows): Catalogue {
   }
 }
 
-const fitOf = (w: WorkerHead): WorkerFit => ({
-  org_id: w.org_id,
-  heartbeated: w.last_heartbeat_at !== null,
-  vram_total_gb: w.vram_total_gb,
-})
-
 /** The predicate's view of one worker, from its stored row and child rows. */
 export async function loadWorkerView(deps: Deps, worker: WorkerHead): Promise<WorkerView> {
   return workerView(worker, await deps.store.fleet.workerHosting(worker.id))
-}
-
-/** The same view from rows already read (a poll reads the row and the child rows together). */
-export const workerView = (
-  worker: WorkerHead,
-  hosting: Pick<WorkerView, 'engines' | 'models'>,
-): WorkerView => ({ ...fitOf(worker), ...hosting })
-
-/** Every entry `worker` can serve now (enabled ones only), best profile chosen. */
-export function matchesFor(view: WorkerView, catalogue: Catalogue): Match[] {
-  const out: Match[] = []
-  for (const entry of catalogue.entries) {
-    const m = matchEntry(view, entry)
-    if (m) out.push(m)
-  }
-  return out
 }
 
 /** The online workers, read once for a series of "does any online worker serve X?" questions. */

@@ -1,7 +1,8 @@
 import type { Deps } from '../../deps'
+import { matchesFor } from '../../domain/matching'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { claimBatch, type Job } from './claim'
-import { loadCatalogue, loadWorkerView, matchesFor } from './matching'
+import { loadCatalogue, loadWorkerView } from './matching'
 import { ownWorker } from './ownership'
 import type { PollState } from './waiters'
 

@@ -1,16 +1,10 @@
 import type { Deps } from '../../deps'
 import type { HostedModel } from '../../domain/inventory'
+import { type CatalogueEntry, matchEntry, type WorkerView } from '../../domain/matching'
 import { log } from '../../lib/logger'
 import type { CurrentPull } from '../../store/fleet'
 import { isOnline, onlineCutoff } from './liveness'
-import {
-  type CatalogueEntry,
-  loadCatalogue,
-  loadWorkerView,
-  matchEntry,
-  someOnlineWorkerServes,
-  type WorkerView,
-} from './matching'
+import { loadCatalogue, loadWorkerView, someOnlineWorkerServes } from './matching'
 
 // docs/api.md §7 pull_models, docs/api.md §4 catalogue rule 9 (on-the-fly downloads only materialise an existing
 // catalogue entry onto a worker that lacks it). Asked in a heartbeat response when validated
