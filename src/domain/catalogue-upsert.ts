@@ -114,3 +114,101 @@ export const artifactChanges = (stored: ArtifactFileRow[], entry: CatalogueEntry
 
 export const hasChanges = (c: ChildChanges<unknown>) =>
   c.deletes.length + c.updates.length + c.inserts.length > 0
+
+export type UpsertResult = 'inserted' | 'updated' | 'unchanged'
+
+/** What happens to one manifest entry's row (docs/api.md §4 catalogue rules 5 and 7). */
+export interface EntryRowPlan {
+  /** Rename this stored row (by seq) to the entry's id first; its child rows follow (ON UPDATE CASCADE). */
+  rename: CatalogEntryRow | null
+  write:
+    | {
+        kind: 'insert'
+        values: ReturnType<typeof managedFields> & { id: string; created_at: number; updated_at: number }
+      }
+    | { kind: 'update'; set: ReturnType<typeof managedFields> & { updated_at: number } }
+    | null
+  /** The result so far; the child rows may still turn 'unchanged' into 'updated' (childrenPlan). */
+  result: UpsertResult
+  note?: string
+}
+
+/**
+ * Given the stored rows under the entry's id and under its `renamed_from`: rename (renameDecision),
+ * then insert a new row, or update the managed fields of the stored one when any differs.
+ */
+export function entryRowPlan(
+  entry: CatalogueEntry,
+  existing: CatalogEntryRow | undefined,
+  old: CatalogEntryRow | undefined,
+  now: number,
+): EntryRowPlan {
+  const { rename, note } = renameDecision(entry, existing, old)
+  const stored = rename ?? existing
+  const fields = managedFields(entry)
+  const withNote = note === undefined ? {} : { note }
+  if (!stored) {
+    return {
+      rename,
+      write: { kind: 'insert', values: { id: entry.id, ...fields, created_at: now, updated_at: now } },
+      result: 'inserted',
+      ...withNote,
+    }
+  }
+  const rowChanged = differs(stored, fields)
+  return {
+    rename,
+    write: rowChanged ? { kind: 'update', set: { ...fields, updated_at: now } } : null,
+    result: rowChanged || rename ? 'updated' : 'unchanged',
+    ...withNote,
+  }
+}
+
+/** The child rows' changes, as each engine writes them. */
+export interface ChildrenPlan {
+  profiles: {
+    deletes: number[]
+    updates: { seq: number; set: Pick<ServingProfile, 'runtime_model_id' | 'params' | 'derived'> }[]
+    inserts: (ServingProfile & { catalog_id: string })[]
+  }
+  files: {
+    deletes: number[]
+    updates: { seq: number; set: Pick<ArtifactFile, 'sha256' | 'size_bytes'> }[]
+    inserts: (ArtifactFile & { catalog_id: string })[]
+  }
+  /** Only the child rows changed: the entry's updated_at moves (and the result is 'updated'). */
+  touch: boolean
+  result: UpsertResult
+}
+
+/** Given the entry's stored child rows (read after the row plan is applied) and its row result. */
+export function childrenPlan(
+  entry: CatalogueEntry,
+  storedProfiles: ServingProfileRow[],
+  storedFiles: ArtifactFileRow[],
+  result: UpsertResult,
+): ChildrenPlan {
+  const p = profileChanges(storedProfiles, entry)
+  const f = artifactChanges(storedFiles, entry)
+  const touch = (hasChanges(p) || hasChanges(f)) && result === 'unchanged'
+  return {
+    profiles: {
+      deletes: p.deletes,
+      updates: p.updates.map(({ seq, want }) => ({
+        seq,
+        set: { runtime_model_id: want.runtime_model_id, params: want.params, derived: want.derived },
+      })),
+      inserts: p.inserts.map((x) => ({ catalog_id: entry.id, ...x })),
+    },
+    files: {
+      deletes: f.deletes,
+      updates: f.updates.map(({ seq, want }) => ({
+        seq,
+        set: { sha256: want.sha256, size_bytes: want.size_bytes },
+      })),
+      inserts: f.inserts.map((x) => ({ catalog_id: entry.id, ...x })),
+    },
+    touch,
+    result: touch ? 'updated' : result,
+  }
+}

@@ -2,14 +2,7 @@ import { asc, eq, inArray, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../../db/schema'
 import type { CatalogueEntry as ManifestEntry } from '../../domain/catalogue'
-import {
-  artifactChanges,
-  differs,
-  hasChanges,
-  managedFields,
-  profileChanges,
-  renameDecision,
-} from '../../domain/catalogue-upsert'
+import { childrenPlan, entryRowPlan } from '../../domain/catalogue-upsert'
 import { CatalogueCache, type CatalogueStore, type UpsertOutcome } from '../catalogue'
 import type { PgDb, PgTx } from './db'
 
@@ -24,68 +17,41 @@ const SEED_LOCK = 7_146_251_878
 async function upsertEntry(tx: PgTx, entry: ManifestEntry, now: number): Promise<UpsertOutcome> {
   const byId = async (id: string) =>
     ((await tx.select().from(catalogEntries).where(eq(catalogEntries.id, id))) as CatalogEntryRow[])[0]
-  let existing = await byId(entry.id)
+  const existing = await byId(entry.id)
   const old = entry.renamed_from === null ? undefined : await byId(entry.renamed_from)
-  const { rename, note } = renameDecision(entry, existing, old)
-  if (rename) {
-    // Child FKs are ON UPDATE CASCADE: the child rows follow the row.
-    await tx.update(catalogEntries).set({ id: entry.id }).where(eq(catalogEntries.seq, rename.seq))
-    existing = { ...rename, id: entry.id }
-  }
+  const row = entryRowPlan(entry, existing, old, now)
+  // Child FKs are ON UPDATE CASCADE: the child rows follow the row.
+  if (row.rename)
+    await tx.update(catalogEntries).set({ id: entry.id }).where(eq(catalogEntries.seq, row.rename.seq))
+  if (row.write?.kind === 'insert') await tx.insert(catalogEntries).values(row.write.values)
+  else if (row.write)
+    await tx.update(catalogEntries).set(row.write.set).where(eq(catalogEntries.id, entry.id))
 
-  const fields = managedFields(entry)
-  let result: UpsertOutcome['result']
-  if (!existing) {
-    await tx.insert(catalogEntries).values({ id: entry.id, ...fields, created_at: now, updated_at: now })
-    result = 'inserted'
-  } else {
-    const rowChanged = differs(existing, fields)
-    if (rowChanged)
-      await tx
-        .update(catalogEntries)
-        .set({ ...fields, updated_at: now })
-        .where(eq(catalogEntries.id, entry.id))
-    result = rowChanged || rename ? 'updated' : 'unchanged'
-  }
-
-  const profiles = profileChanges(
+  const { profiles, files, touch, result } = childrenPlan(
+    entry,
     (await tx
       .select()
       .from(servingProfiles)
       .where(eq(servingProfiles.catalog_id, entry.id))
       .orderBy(asc(servingProfiles.seq))) as ServingProfileRow[],
-    entry,
-  )
-  if (profiles.deletes.length)
-    await tx.delete(servingProfiles).where(inArray(servingProfiles.seq, profiles.deletes))
-  for (const { seq, want } of profiles.updates)
-    await tx
-      .update(servingProfiles)
-      .set({ runtime_model_id: want.runtime_model_id, params: want.params, derived: want.derived })
-      .where(eq(servingProfiles.seq, seq))
-  for (const p of profiles.inserts) await tx.insert(servingProfiles).values({ catalog_id: entry.id, ...p })
-
-  const files = artifactChanges(
     (await tx
       .select()
       .from(artifactFiles)
       .where(eq(artifactFiles.catalog_id, entry.id))
       .orderBy(asc(artifactFiles.seq))) as ArtifactFileRow[],
-    entry,
+    row.result,
   )
+  if (profiles.deletes.length)
+    await tx.delete(servingProfiles).where(inArray(servingProfiles.seq, profiles.deletes))
+  for (const { seq, set } of profiles.updates)
+    await tx.update(servingProfiles).set(set).where(eq(servingProfiles.seq, seq))
+  for (const values of profiles.inserts) await tx.insert(servingProfiles).values(values)
   if (files.deletes.length) await tx.delete(artifactFiles).where(inArray(artifactFiles.seq, files.deletes))
-  for (const { seq, want } of files.updates)
-    await tx
-      .update(artifactFiles)
-      .set({ sha256: want.sha256, size_bytes: want.size_bytes })
-      .where(eq(artifactFiles.seq, seq))
-  for (const f of files.inserts) await tx.insert(artifactFiles).values({ catalog_id: entry.id, ...f })
-
-  if ((hasChanges(profiles) || hasChanges(files)) && result === 'unchanged') {
-    await tx.update(catalogEntries).set({ updated_at: now }).where(eq(catalogEntries.id, entry.id))
-    result = 'updated'
-  }
-  return { result, renamedFrom: rename?.id, note }
+  for (const { seq, set } of files.updates)
+    await tx.update(artifactFiles).set(set).where(eq(artifactFiles.seq, seq))
+  for (const values of files.inserts) await tx.insert(artifactFiles).values(values)
+  if (touch) await tx.update(catalogEntries).set({ updated_at: now }).where(eq(catalogEntries.id, entry.id))
+  return { result, renamedFrom: row.rename?.id, note: row.note }
 }
 
 export function postgresCatalogue(db: PgDb): CatalogueStore {

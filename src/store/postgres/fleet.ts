@@ -3,9 +3,11 @@ import { and, asc, count, desc, eq, gt, inArray, isNull, or, sql } from 'drizzle
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { ModelPullRow, WorkerRow } from '../../db/schema'
+import { inventoryPlan } from '../../domain/inventory-plan'
+import { machineLookup, registerPlan } from '../../domain/register-plan'
 import type { RequeueOutcome } from '../../domain/requeue'
 import { isShardId } from '../../domain/shards'
-import { checkHolder, checkProgress, registeredState } from '../../domain/worker-rules'
+import { checkHolder, checkProgress } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
 import {
@@ -162,36 +164,39 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     },
 
     async register(r) {
-      const fields = registeredState(r.fields, r.now)
       return db.transaction(async (tx) => {
         // The worker row is locked first, as a claim locks it: a poll of the old incarnation
         // either finished before (its batch is requeued below) or waits and sees the new one.
-        let existing: WorkerRow | undefined
+        let byId: WorkerRow | undefined
         if (r.workerId) {
-          ;[existing] = (await tx
+          ;[byId] = (await tx
             .select()
             .from(workers)
             .where(eq(workers.id, r.workerId))
             .for('update')) as WorkerRow[]
-          if (existing && existing.org_id !== r.orgId) return { notOwned: true as const }
         }
-        if (!existing && r.machineId) {
+        const machine = machineLookup(r, byId)
+        let byMachine: WorkerRow | undefined
+        if (machine) {
           // Two first registrations of one machine at once (two instances) must make one worker,
           // as SQLite's single writer does: they take turns on a lock named by org and machine.
           await tx.execute(
-            sql`SELECT pg_advisory_xact_lock(hashtextextended(${`${r.orgId}\n${r.machineId}`}, 0))`,
+            sql`SELECT pg_advisory_xact_lock(hashtextextended(${`${machine.orgId}\n${machine.machineId}`}, 0))`,
           )
-          ;[existing] = (await tx
+          ;[byMachine] = (await tx
             .select()
             .from(workers)
-            .where(and(eq(workers.org_id, r.orgId), eq(workers.machine_id, r.machineId)))
+            .where(and(eq(workers.org_id, machine.orgId), eq(workers.machine_id, machine.machineId)))
             .orderBy(desc(workers.seq))
             .limit(1)
             .for('update')) as WorkerRow[]
         }
+        const plan = registerPlan(r, byId, byMachine)
+        if (plan.kind === 'not_owned') return { notOwned: true as const }
         const requeued: RequeueOutcome[] = []
         let worker: WorkerRow
-        if (existing) {
+        if (plan.kind === 'reuse') {
+          const { reason, error } = plan.requeue
           // docs/api.md §7: whatever the old incarnation held is requeued as a failed attempt.
           const held = await tx
             .select({
@@ -204,7 +209,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
             .innerJoin(batches, eq(batches.id, batchAssignments.batch_id))
             .where(
               and(
-                eq(batchAssignments.worker_id, existing.id),
+                eq(batchAssignments.worker_id, plan.workerId),
                 isNull(batchAssignments.completed_at),
                 eq(batches.status, 'in_progress'),
               ),
@@ -212,50 +217,28 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
             .orderBy(asc(batchAssignments.seq))
             .for('update', { of: batches })
           for (const b of held) {
-            const outcome = await requeueLocked(
-              tx,
-              maxAttempts,
-              b,
-              'worker_reregistered',
-              'worker re-registered',
-              r.now,
-            )
+            const outcome = await requeueLocked(tx, maxAttempts, b, reason, error, r.now)
             if (outcome) requeued.push(outcome)
           }
           // docs/api.md §16: and each shard it held, as that shard's failed attempt.
-          requeued.push(
-            ...(await requeueHeldShards(
-              tx,
-              maxAttempts,
-              existing.id,
-              'worker_reregistered',
-              'worker re-registered',
-              r.now,
-            )),
-          )
+          requeued.push(...(await requeueHeldShards(tx, maxAttempts, plan.workerId, reason, error, r.now)))
           ;[worker] = (await tx
             .update(workers)
-            .set({ ...fields, machine_id: r.machineId ?? existing.machine_id })
-            .where(eq(workers.id, existing.id))
+            .set(plan.set)
+            .where(eq(workers.id, plan.workerId))
             .returning()) as WorkerRow[]
-          await tx.delete(workerRuntimes).where(eq(workerRuntimes.worker_id, existing.id))
-          await tx.delete(workerGpus).where(eq(workerGpus.worker_id, existing.id))
-          await tx.delete(workerModels).where(eq(workerModels.worker_id, existing.id))
-          await tx.delete(modelPulls).where(eq(modelPulls.worker_id, existing.id))
+          await tx.delete(workerRuntimes).where(eq(workerRuntimes.worker_id, plan.workerId))
+          await tx.delete(workerGpus).where(eq(workerGpus.worker_id, plan.workerId))
+          await tx.delete(workerModels).where(eq(workerModels.worker_id, plan.workerId))
+          await tx.delete(modelPulls).where(eq(modelPulls.worker_id, plan.workerId))
         } else {
           ;[worker] = (await tx
             .insert(workers)
-            .values({
-              ...fields,
-              id: newId('wrk_'),
-              org_id: r.orgId,
-              machine_id: r.machineId ?? null,
-              registered_at: r.now,
-            })
+            .values({ ...plan.values, id: newId('wrk_') })
             .returning()) as WorkerRow[]
         }
         await insertChildren(tx, worker!.id, r)
-        return { worker: worker!, requeued, reused: existing !== undefined }
+        return { worker: worker!, requeued, reused: plan.kind === 'reuse' }
       })
     },
 
@@ -263,20 +246,23 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
 
     async replaceInventory(workerId, inventory, loaded, sig) {
       const mine = eq(workerModels.worker_id, workerId)
+      const plan = inventoryPlan(inventory, loaded, sig)
       await db.transaction(async (tx) => {
         // One worker's reports replace its rows one after the other (no interleaved upserts).
         await tx.select({ id: workers.id }).from(workers).where(eq(workers.id, workerId)).for('update')
-        if (inventory !== undefined) {
-          await tx.delete(workerModels).where(and(mine, eq(workerModels.configured, false)))
-          await tx
-            .update(workerModels)
-            .set({ on_disk: false, loaded: false, digest: null, size_bytes: null, runtime: null })
-            .where(mine)
-          if (inventory.length) {
+        for (const o of plan) {
+          if (o.op === 'delete_unconfigured') {
+            await tx.delete(workerModels).where(and(mine, eq(workerModels.configured, false)))
+          } else if (o.op === 'reset_reported') {
+            await tx
+              .update(workerModels)
+              .set({ on_disk: false, loaded: false, digest: null, size_bytes: null, runtime: null })
+              .where(mine)
+          } else if (o.op === 'upsert_on_disk') {
             await tx
               .insert(workerModels)
               .values(
-                inventory.map((m) => ({
+                o.models.map((m) => ({
                   worker_id: workerId,
                   name: m.name,
                   runtime_model_id: m.name,
@@ -297,34 +283,33 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
                   on_disk: true,
                 },
               })
+          } else if (o.op === 'clear_loaded') {
+            await tx.update(workerModels).set({ loaded: false }).where(mine)
+          } else if (o.op === 'upsert_loaded') {
+            await tx
+              .insert(workerModels)
+              .values(
+                o.names.map((name) => ({ worker_id: workerId, name, runtime_model_id: name, loaded: true })),
+              )
+              .onConflictDoUpdate({
+                target: [workerModels.worker_id, workerModels.name],
+                set: { loaded: true },
+              })
+          } else if (o.op === 'delete_orphans') {
+            await tx
+              .delete(workerModels)
+              .where(
+                and(
+                  mine,
+                  eq(workerModels.configured, false),
+                  eq(workerModels.on_disk, false),
+                  eq(workerModels.loaded, false),
+                ),
+              )
+          } else {
+            await tx.update(workers).set({ inventory_sig: o.sig }).where(eq(workers.id, workerId))
           }
-        } else {
-          await tx.update(workerModels).set({ loaded: false }).where(mine)
         }
-        const names = [...new Set(loaded)]
-        if (names.length) {
-          await tx
-            .insert(workerModels)
-            .values(
-              names.map((name) => ({ worker_id: workerId, name, runtime_model_id: name, loaded: true })),
-            )
-            .onConflictDoUpdate({
-              target: [workerModels.worker_id, workerModels.name],
-              set: { loaded: true },
-            })
-        }
-        // A row nothing vouches for any more (not configured, not on disk, not loaded) is not hosted.
-        await tx
-          .delete(workerModels)
-          .where(
-            and(
-              mine,
-              eq(workerModels.configured, false),
-              eq(workerModels.on_disk, false),
-              eq(workerModels.loaded, false),
-            ),
-          )
-        await tx.update(workers).set({ inventory_sig: sig }).where(eq(workers.id, workerId))
       })
     },
 

@@ -6,6 +6,7 @@ import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
 import { BATCH_TRANSITIONS } from '../../domain/batch-states'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { isShardId, tallyShards } from '../../domain/shards'
+import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
@@ -397,12 +398,12 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .for('update', { of: batches })
         const requeues: SweepOutcome['requeues'] = []
         for (const o of orphans) {
-          const error = `worker ${o.worker_id ?? 'unknown'} went silent`
-          const outcome = await requeueLocked(tx, maxAttempts, o, 'worker_silent', error, now)
-          if (outcome) requeues.push({ ...outcome, reason: 'worker_silent' })
+          const { reason, error } = silentRequeue(o.worker_id)
+          const outcome = await requeueLocked(tx, maxAttempts, o, reason, error, now)
+          if (outcome) requeues.push({ ...outcome, reason })
         }
         for (const outcome of await requeueSilentShards(tx, maxAttempts, cutoff, now)) {
-          requeues.push({ ...outcome, reason: 'worker_silent' })
+          requeues.push({ ...outcome, reason: SILENT_REASON })
         }
         // An offline worker downloads nothing for us: let another be asked (docs/api.md §7 pull_models).
         if (workers_offline.length)

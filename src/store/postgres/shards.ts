@@ -12,6 +12,7 @@ import {
   type ShardState,
   splittable,
 } from '../../domain/shards'
+import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
 import type { ByteRange, DeliveredShard } from '../queue'
@@ -419,8 +420,8 @@ export async function requeueSilentShards(tx: PgTx, maxAttempts: number, cutoff:
   return requeueLeases(
     tx,
     maxAttempts,
-    silent.map((s) => ({ ...s, error: `worker ${s.worker_id ?? 'unknown'} went silent` })),
-    'worker_silent',
+    silent.map((s) => ({ ...s, error: silentRequeue(s.worker_id).error })),
+    SILENT_REASON,
     now,
   )
 }

@@ -4,14 +4,7 @@ import { preparedOnce } from '../../db/prepared'
 import { artifactFiles, catalogEntries, servingProfiles } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import type { CatalogueEntry as ManifestEntry } from '../../domain/catalogue'
-import {
-  artifactChanges,
-  differs,
-  hasChanges,
-  managedFields,
-  profileChanges,
-  renameDecision,
-} from '../../domain/catalogue-upsert'
+import { childrenPlan, entryRowPlan } from '../../domain/catalogue-upsert'
 import { CatalogueCache, type CatalogueStore, type UpsertOutcome } from '../catalogue'
 import type { SqliteDeps } from './deps'
 
@@ -60,68 +53,32 @@ const stmts = preparedOnce((db: Db) => ({
 /** One valid manifest entry with its serving profiles and artifact files (docs/api.md §4 catalogue rules 5, 7). */
 function upsertEntry(tx: Tx, entry: ManifestEntry, now: number): UpsertOutcome {
   const byId = (id: string) => tx.select().from(catalogEntries).where(eq(catalogEntries.id, id)).get()
-  let existing = byId(entry.id)
+  const existing = byId(entry.id)
   const old = entry.renamed_from === null ? undefined : byId(entry.renamed_from)
-  const { rename, note } = renameDecision(entry, existing, old)
-  if (rename) {
-    // Child FKs are ON UPDATE CASCADE: the child rows follow the row.
-    tx.update(catalogEntries).set({ id: entry.id }).where(eq(catalogEntries.seq, rename.seq)).run()
-    existing = { ...rename, id: entry.id }
-  }
+  const row = entryRowPlan(entry, existing, old, now)
+  // Child FKs are ON UPDATE CASCADE: the child rows follow the row.
+  if (row.rename)
+    tx.update(catalogEntries).set({ id: entry.id }).where(eq(catalogEntries.seq, row.rename.seq)).run()
+  if (row.write?.kind === 'insert') tx.insert(catalogEntries).values(row.write.values).run()
+  else if (row.write)
+    tx.update(catalogEntries).set(row.write.set).where(eq(catalogEntries.id, entry.id)).run()
 
-  const fields = managedFields(entry)
-  let result: UpsertOutcome['result']
-  if (!existing) {
-    tx.insert(catalogEntries)
-      .values({ id: entry.id, ...fields, created_at: now, updated_at: now })
-      .run()
-    result = 'inserted'
-  } else {
-    const rowChanged = differs(existing, fields)
-    if (rowChanged) {
-      tx.update(catalogEntries)
-        .set({ ...fields, updated_at: now })
-        .where(eq(catalogEntries.id, entry.id))
-        .run()
-    }
-    result = rowChanged || rename ? 'updated' : 'unchanged'
-  }
-
-  const profiles = profileChanges(
-    tx.select().from(servingProfiles).where(eq(servingProfiles.catalog_id, entry.id)).all(),
+  const { profiles, files, touch, result } = childrenPlan(
     entry,
+    tx.select().from(servingProfiles).where(eq(servingProfiles.catalog_id, entry.id)).all(),
+    tx.select().from(artifactFiles).where(eq(artifactFiles.catalog_id, entry.id)).all(),
+    row.result,
   )
   for (const seq of profiles.deletes) tx.delete(servingProfiles).where(eq(servingProfiles.seq, seq)).run()
-  for (const { seq, want } of profiles.updates)
-    tx.update(servingProfiles)
-      .set({ runtime_model_id: want.runtime_model_id, params: want.params, derived: want.derived })
-      .where(eq(servingProfiles.seq, seq))
-      .run()
-  for (const p of profiles.inserts)
-    tx.insert(servingProfiles)
-      .values({ catalog_id: entry.id, ...p })
-      .run()
-
-  const files = artifactChanges(
-    tx.select().from(artifactFiles).where(eq(artifactFiles.catalog_id, entry.id)).all(),
-    entry,
-  )
+  for (const { seq, set } of profiles.updates)
+    tx.update(servingProfiles).set(set).where(eq(servingProfiles.seq, seq)).run()
+  for (const values of profiles.inserts) tx.insert(servingProfiles).values(values).run()
   for (const seq of files.deletes) tx.delete(artifactFiles).where(eq(artifactFiles.seq, seq)).run()
-  for (const { seq, want } of files.updates)
-    tx.update(artifactFiles)
-      .set({ sha256: want.sha256, size_bytes: want.size_bytes })
-      .where(eq(artifactFiles.seq, seq))
-      .run()
-  for (const f of files.inserts)
-    tx.insert(artifactFiles)
-      .values({ catalog_id: entry.id, ...f })
-      .run()
-
-  if ((hasChanges(profiles) || hasChanges(files)) && result === 'unchanged') {
-    tx.update(catalogEntries).set({ updated_at: now }).where(eq(catalogEntries.id, entry.id)).run()
-    result = 'updated'
-  }
-  return { result, renamedFrom: rename?.id, note }
+  for (const { seq, set } of files.updates)
+    tx.update(artifactFiles).set(set).where(eq(artifactFiles.seq, seq)).run()
+  for (const values of files.inserts) tx.insert(artifactFiles).values(values).run()
+  if (touch) tx.update(catalogEntries).set({ updated_at: now }).where(eq(catalogEntries.id, entry.id)).run()
+  return { result, renamedFrom: row.rename?.id, note: row.note }
 }
 
 export function sqliteCatalogue(deps: SqliteDeps): CatalogueStore {

@@ -13,9 +13,11 @@ import {
   workers,
 } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
+import { inventoryPlan } from '../../domain/inventory-plan'
+import { machineLookup, registerPlan } from '../../domain/register-plan'
 import type { RequeueOutcome } from '../../domain/requeue'
 import { isShardId } from '../../domain/shards'
-import { checkHolder, checkProgress, registeredState } from '../../domain/worker-rules'
+import { checkHolder, checkProgress } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
 import {
@@ -296,34 +298,29 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
     },
 
     async register(r) {
-      const fields = registeredState(r.fields, r.now)
       return writeTx(db, (tx) => {
-        let existing: WorkerRow | undefined
-        if (r.workerId) {
-          existing = tx.select().from(workers).where(eq(workers.id, r.workerId)).get()
-          if (existing && existing.org_id !== r.orgId) return { notOwned: true as const }
-        }
-        if (!existing && r.machineId) {
-          existing = tx
-            .select()
-            .from(workers)
-            .where(and(eq(workers.org_id, r.orgId), eq(workers.machine_id, r.machineId)))
-            .orderBy(sql`${workers.seq} desc`)
-            .get()
-        }
+        const byId = r.workerId
+          ? tx.select().from(workers).where(eq(workers.id, r.workerId)).get()
+          : undefined
+        const machine = machineLookup(r, byId)
+        const byMachine = machine
+          ? tx
+              .select()
+              .from(workers)
+              .where(and(eq(workers.org_id, machine.orgId), eq(workers.machine_id, machine.machineId)))
+              .orderBy(sql`${workers.seq} desc`)
+              .get()
+          : undefined
+        const plan = registerPlan(r, byId, byMachine)
+        if (plan.kind === 'not_owned') return { notOwned: true as const }
         const requeued: RequeueOutcome[] = []
         let worker: WorkerRow
-        if (existing) {
+        if (plan.kind === 'reuse') {
           // docs/api.md §7: whatever the old incarnation held is requeued as a failed attempt.
           requeued.push(
-            ...requeueHeldInTx(deps, existing.id, 'worker_reregistered', 'worker re-registered', r.now),
+            ...requeueHeldInTx(deps, plan.workerId, plan.requeue.reason, plan.requeue.error, r.now),
           )
-          worker = tx
-            .update(workers)
-            .set({ ...fields, machine_id: r.machineId ?? existing.machine_id })
-            .where(eq(workers.id, existing.id))
-            .returning()
-            .get()
+          worker = tx.update(workers).set(plan.set).where(eq(workers.id, plan.workerId)).returning().get()
           tx.delete(workerRuntimes).where(eq(workerRuntimes.worker_id, worker.id)).run()
           tx.delete(workerGpus).where(eq(workerGpus.worker_id, worker.id)).run()
           tx.delete(workerModels).where(eq(workerModels.worker_id, worker.id)).run()
@@ -331,18 +328,12 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         } else {
           worker = tx
             .insert(workers)
-            .values({
-              ...fields,
-              id: newId('wrk_'),
-              org_id: r.orgId,
-              machine_id: r.machineId ?? null,
-              registered_at: r.now,
-            })
+            .values({ ...plan.values, id: newId('wrk_') })
             .returning()
             .get()
         }
         insertChildren(tx, worker.id, r)
-        return { worker, requeued, reused: existing !== undefined }
+        return { worker, requeued, reused: plan.kind === 'reuse' }
       })
     },
 
@@ -351,26 +342,27 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
     async replaceInventory(workerId, inventory, loaded, sig) {
       const s = stmts(deps)
       const id = workerId
+      const plan = inventoryPlan(inventory, loaded, sig)
       writeTx(db, () => {
-        if (inventory !== undefined) {
-          s.deleteUnconfigured.run({ id })
-          s.resetConfigured.run({ id })
-          for (const m of inventory) {
-            s.upsertOnDisk.run({
-              id,
-              name: m.name,
-              runtime: m.runtime,
-              digest: m.digest,
-              size_bytes: m.size_bytes,
-              loaded: m.loaded,
-            })
-          }
-        } else {
-          s.clearLoaded.run({ id })
+        for (const o of plan) {
+          if (o.op === 'delete_unconfigured') s.deleteUnconfigured.run({ id })
+          else if (o.op === 'reset_reported') s.resetConfigured.run({ id })
+          else if (o.op === 'upsert_on_disk') {
+            for (const m of o.models) {
+              s.upsertOnDisk.run({
+                id,
+                name: m.name,
+                runtime: m.runtime,
+                digest: m.digest,
+                size_bytes: m.size_bytes,
+                loaded: m.loaded,
+              })
+            }
+          } else if (o.op === 'clear_loaded') s.clearLoaded.run({ id })
+          else if (o.op === 'upsert_loaded') for (const name of o.names) s.upsertLoaded.run({ id, name })
+          else if (o.op === 'delete_orphans') s.deleteOrphans.run({ id })
+          else s.setSig.run({ id, sig: o.sig })
         }
-        for (const name of new Set(loaded)) s.upsertLoaded.run({ id, name })
-        s.deleteOrphans.run({ id })
-        s.setSig.run({ id, sig })
       })
     },
 

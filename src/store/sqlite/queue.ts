@@ -5,6 +5,7 @@ import { batchAssignments, batches, files, modelPulls, workers } from '../../db/
 import { writeTx } from '../../db/tx'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { checkShardHolder, isShardId, type ShardState, tallyShards } from '../../domain/shards'
+import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
@@ -289,12 +290,12 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           .all()
         const requeues: SweepOutcome['requeues'] = []
         for (const o of orphans) {
-          const error = `worker ${o.worker_id ?? 'unknown'} went silent`
-          const outcome = requeueInTx(deps, o.batch_id, 'worker_silent', error, now)
-          if (outcome) requeues.push({ ...outcome, reason: 'worker_silent' })
+          const { reason, error } = silentRequeue(o.worker_id)
+          const outcome = requeueInTx(deps, o.batch_id, reason, error, now)
+          if (outcome) requeues.push({ ...outcome, reason })
         }
         for (const outcome of requeueSilentShardsInTx(deps, cutoff, now)) {
-          requeues.push({ ...outcome, reason: 'worker_silent' })
+          requeues.push({ ...outcome, reason: SILENT_REASON })
         }
         // An offline worker downloads nothing for us: let another be asked (docs/api.md §7 pull_models).
         for (let i = 0; i < workers_offline.length; i += 500) {

@@ -4,6 +4,7 @@ import { preparedOnce } from '../../db/prepared'
 import { type BatchShardRow, batches, batchShards, workers } from '../../db/schema'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { checkShardHolder, nextShardSize, type ShardBounds, splittable } from '../../domain/shards'
+import { silentRequeue } from '../../domain/sweep'
 import { newId } from '../../lib/ids'
 import type { ByteRange, DeliveredShard } from '../queue'
 import type { SqliteDeps } from './deps'
@@ -325,13 +326,8 @@ export function requeueHeldShardsInTx(
 export function requeueSilentShardsInTx(deps: SqliteDeps, cutoff: number, now: number) {
   const out: RequeueOutcome[] = []
   for (const o of stmts(deps).silent.all({ cutoff })) {
-    const outcome = requeueShardInTx(
-      deps,
-      o.id,
-      'worker_silent',
-      `worker ${o.worker_id ?? 'unknown'} went silent`,
-      now,
-    )
+    const { reason, error } = silentRequeue(o.worker_id)
+    const outcome = requeueShardInTx(deps, o.id, reason, error, now)
     if (outcome) out.push(outcome)
   }
   return out
