@@ -5,9 +5,10 @@ import type { PageParams } from '../lib/pagination'
 
 // The fleet's verbs (docs/api.md §12): workers and their reports, what the matching predicate reads,
 // pull_models asks, and the aggregates shown by pool capacity and /metrics. What to do is decided
-// above the seam — the matching predicate (modules/workers/matching.ts), the holder and progress rules
-// (domain/worker-rules.ts), the requeue rule (domain/requeue.ts), liveness (modules/workers/liveness.ts); an
-// engine reads and carries the decision out atomically.
+// above the seam — the matching predicate (domain/matching.ts), the holder and progress rules
+// (domain/worker-rules.ts), the requeue rule (domain/requeue.ts), the register, inventory and sweep
+// plans (domain/register-plan.ts, inventory-plan.ts, sweep.ts), liveness (modules/workers/liveness.ts);
+// an engine reads and carries the decision out atomically.
 
 /** One worker_models row as registration or a heartbeat's inventory states it. */
 export interface HostedModelInput {

@@ -5,7 +5,7 @@ import type { ShardBounds, ShardTally } from '../domain/shards'
 import type { NewFile } from './files'
 
 // The work queue's verbs (docs/api.md §12; ARCHITECTURE.md rule 13, after Oban's engine behaviour). What to
-// do is decided above the seam, once — the matching predicate (modules/workers/matching.ts), the
+// do is decided above the seam, once — the matching predicate (domain/matching.ts), the
 // state table (domain/batch-states.ts), the requeue rule (domain/requeue.ts), the holder and
 // claim-order rules (domain/worker-rules.ts); each engine (sqlite/queue.ts, postgres/queue.ts) only
 // carries the decision out atomically in its own dialect.
