@@ -69,8 +69,25 @@ export function pageWindow(query: PageParams): PageWindow {
  * may not see is just an invalid cursor, existence never leaks).
  */
 export function afterCursor(seq: Column, at: { seq: number } | undefined): SQL {
-  if (!at) throw badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
+  if (!at) throw unknownCursor()
   return lt(seq, at.seq)
+}
+
+/** docs/api.md §0: a cursor that names no row the caller may list. */
+export const unknownCursor = () => badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
+
+/**
+ * A page of a list already in memory in its own order (a split batch's shards, docs/api.md §16):
+ * the rows after the cursor row, the same window and has_more as the engines' pagers.
+ */
+export function pageInMemory<R extends { id: string }>(rows: R[], query: PageParams): RowsPage<R> {
+  const window = pageWindow(query)
+  let from = 0
+  if (window.after !== undefined) {
+    from = rows.findIndex((r) => r.id === window.after) + 1
+    if (from === 0) throw unknownCursor()
+  }
+  return pageOf(rows.slice(from, from + window.limit + 1), window)
 }
 
 /** The page of `rows`, read newest first with a limit of one more than the page (has_more). */

@@ -5,7 +5,7 @@ import type { BatchEventsState } from '../../lib/batch-events'
 import { badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import { type PageParams, parseLimit, toPage } from '../../lib/pagination'
+import { type PageParams, pageInMemory, toPage } from '../../lib/pagination'
 import { type BatchCreate, type BatchObject, toBatchObject, toShardObject } from './model'
 
 // Batches (docs/api.md §6, docs/api.md §6). Creation only records the batch as `validating` and wakes the
@@ -105,13 +105,7 @@ export async function listShards(
   query: PageParams,
 ) {
   const batch = await visibleBatch(deps, principal, batchId)
-  const limit = parseLimit(query.limit)
   const rows = batch.split ? await deps.store.queue.shardsOf(batch.id) : []
-  let from = 0
-  if (query.after !== undefined) {
-    from = rows.findIndex((r) => r.id === query.after) + 1
-    if (from === 0) throw badRequest('invalid_cursor', 'Unknown cursor in "after"', 'after')
-  }
-  const page = rows.slice(from, from + limit)
-  return toPage(page.map(toShardObject), from + limit < rows.length)
+  const page = pageInMemory(rows, query)
+  return toPage(page.rows.map(toShardObject), page.has_more)
 }
