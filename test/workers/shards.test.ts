@@ -131,14 +131,19 @@ describe('docs/api.md §16 claims', () => {
     expect(job.input_path).toBe(`/v1/files/${s.batch.input_file_id}/content`)
     expect(job.total_requests).toBe(60)
 
-    // A batch already split is not for it.
-    const split = await setup(t, 60, 1)
+    // A batch already split is not for it, though shards of it wait and it hosts the model.
+    const split = await setup(t, 60, 2)
     const first = (await poll(t, split.f.key, split.workers[0]!))!
-    expect(first.shard).toBeDefined()
-    const legacy = await registerWorker(t, split.f.key, {
-      models: [(await batchRow(t.deps, split.batch.id)).model!.replace(/^/, '')],
-    })
+    expect(first.shard!.requests).toBeLessThan(60)
+    const legacy = await registerWorker(t, split.f.key, { models: [first.model] })
     expect(await poll(t, split.f.key, legacy)).toBeNull()
+    // It does take a whole batch of the same model.
+    const whole = await makeValidatedBatch(t.deps, {
+      userId: split.f.user.id,
+      model: (await batchRow(t.deps, split.batch.id)).model!,
+      requests: 5,
+    })
+    expect((await poll(t, split.f.key, legacy))!.job_id).toBe(whole.id)
   })
 
   test('guided self-scheduling: ceil(unclaimed ÷ eligible workers) within the bounds, contiguous, never twice', async () => {

@@ -567,8 +567,7 @@ function delivery(deps: Deps, batch: BatchRow, split: Split, placed: Placed[], n
 export async function joinShards(deps: Deps, batchId: string): Promise<BatchRow | null> {
   const shards = await deps.store.queue.shardsOf(batchId)
   if (shards.length === 0 || shards.some((s) => s.status !== 'done')) return null
-  const found = await deps.store.queue.shardWithBatch(shards[0]!.id)
-  const batch = found?.batch
+  const batch = await deps.store.batches.get(batchId, null)
   if (batch?.status !== 'in_progress') return null
   const output = new ResultFile(deps)
   const errors = new ResultFile(deps)

@@ -31,10 +31,17 @@ const stmts = preparedOnce((db: Db) => {
            OR EXISTS (SELECT 1 FROM batch_shards s WHERE s.batch_id = batches.id AND s.status = 'waiting'))`,
     ),
     claimable: db.$client.prepare<
-      { status: string; split: number; next_request: number; total: number; indexed: number },
+      {
+        status: string
+        split: number
+        next_request: number
+        total: number
+        indexed: number
+        user_id: string
+      },
       { id: string }
     >(
-      `SELECT status, split, next_request, request_counts_total AS total,
+      `SELECT status, split, next_request, request_counts_total AS total, user_id,
          EXISTS (SELECT 1 FROM batch_line_index i WHERE i.batch_id = batches.id) AS indexed
        FROM batches WHERE id = $id`,
     ),
@@ -237,7 +244,7 @@ export function claimShardInTx(
       ...lease,
       id: newId('shard_'),
       batch_id: batchId,
-      user_id: s.batchRow.get({ id: batchId })!.user_id,
+      user_id: b.user_id,
       first: b.next_request,
       requests: size,
     })
