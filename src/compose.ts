@@ -7,6 +7,7 @@ import type { EventStreamsState } from './modules/batches/events'
 import { type CatalogueState, CatalogueView } from './modules/catalogue/view'
 import type { PoolState } from './modules/pool/service'
 import type { StatsState } from './modules/stats/service'
+import { PlacementView } from './modules/workers/placement'
 import { type PollState, PollWaiters } from './modules/workers/waiters'
 import type { ValidatorState } from './services/validator'
 import type { DeliveryState } from './services/webhooks'
@@ -38,6 +39,7 @@ export const createServerState = (): ServerState => ({
   eventStreams: new Map(),
   catalogueView: new CatalogueView(),
   pollWaiters: new PollWaiters(),
+  placement: new PlacementView(),
   poolCache: new Map(),
   queueStatsCache: {},
   validating: new Set(),

@@ -59,7 +59,13 @@ export function validationMove(
   return result.passed
     ? {
         event: 'validation_passed',
-        changes: { model: result.model, request_counts_total: result.request_lines, errors_total: 0 },
+        // docs/api.md §7 placement: the batch waits from now.
+        changes: {
+          model: result.model,
+          request_counts_total: result.request_lines,
+          errors_total: 0,
+          queued_at: now,
+        },
       }
     : {
         event: 'validation_failed',

@@ -66,6 +66,9 @@ export const batches = sqliteTable(
     // not yet cut into a shard (guided self-scheduling cuts the rest claim by claim).
     split: integer({ mode: 'boolean' }).notNull().default(false),
     next_request: integer().notNull().default(0),
+    // docs/api.md §7 placement: when the batch last became `validated` (validation, or a requeue);
+    // how long it has waited is now − queued_at. Null for a batch that waited before this column.
+    queued_at: integer(),
   },
   (t) => [
     index('batches_user').on(t.user_id, t.seq),
@@ -76,6 +79,11 @@ export const batches = sqliteTable(
     // progress is one range of batches_status_user.
     index('batches_status_model').on(t.status, t.model, t.user_id, t.seq),
     index('batches_status_user').on(t.status, t.user_id),
+    // docs/api.md §7 placement: each model's longest-waiting batch is one probe, and the waiting work
+    // per model one pass over the waiting batches alone (the index holds every column it reads).
+    index('batches_waiting')
+      .on(t.model, t.queued_at, t.request_counts_total)
+      .where(sql`status = 'validated'`),
     // GET /v1/stats/queue: the batches finished within the last hour are one range probe.
     index('batches_completed').on(t.completed_at),
     // GET /v1/usage: one user's batches finished within a range are one range probe.

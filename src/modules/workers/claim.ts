@@ -4,6 +4,7 @@ import type { WorkerPrincipal } from '../../domain/principal'
 import { isOnline, onlineCutoff } from './liveness'
 import { loadCatalogue } from './matching'
 import { ownWorkerWithHosting } from './ownership'
+import { placementFor } from './placement'
 import type { PollState } from './waiters'
 import { batchClaimable } from './waiters'
 
@@ -44,12 +45,24 @@ export async function claimBatch(
   ])
   // A worker the sweeper would call silent gets no new work until it heartbeats again.
   if (!isOnline(deps, worker)) return { job: null }
+  const matches = matchesFor(workerView(worker, hosting), catalogue)
+  if (matches.length === 0) return { job: null }
+  const placement = await placementFor(
+    deps,
+    worker,
+    matches.map((m) => m.entry),
+    catalogue,
+  )
+  // docs/api.md §7 placement: a model the daemon is loading already counts as loaded.
+  const loading = new Set(placement ? worker.loading_models : [])
   // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired slug.
-  const candidates = matchesFor(workerView(worker, hosting), catalogue).flatMap((match) => {
+  const candidates = matches.flatMap((match) => {
     const names = [...new Set(match.entry.profiles.map((p) => p.runtime_model_id))]
-    return catalogue.slugsOf(match.entry).map((model) => ({ model, loaded: match.loaded, match, names }))
+    const loaded = match.loaded || names.some((n) => loading.has(n))
+    return catalogue
+      .slugsOf(match.entry)
+      .map((model) => ({ model, loaded, match, names, key: match.entry.id }))
   })
-  if (candidates.length === 0) return { job: null }
   const claimed = await deps.store.queue.claim({
     workerId,
     orgId: worker.org_id,
@@ -64,10 +77,12 @@ export async function claimBatch(
             cutoff: onlineCutoff(deps),
           }
         : undefined,
+    placement,
   })
   if (!claimed) return { job: null }
   deps.metrics.claims.inc()
   const { batch, assignmentId, shard } = claimed
+  deps.placement.claimed(workerId, batch.model!, shard ? shard.requests : batch.request_counts_total)
   const { entry, profile } = claimed.match
   if (shard) {
     deps.metrics.shardClaims.inc()

@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import type { PlacementState } from './placement'
 
 // The polls held on this server (docs/api.md §7 wait_seconds, see poll-wait.ts), apart from the
 // poll so that the claim, the service and the loops wake them without importing the poll.
@@ -59,8 +60,8 @@ export class PollWaiters {
   }
 }
 
-/** This server's held polls, made by src/compose.ts (ARCHITECTURE.md rule 2). */
-export interface PollState {
+/** This server's held polls and placement view, made by src/compose.ts (ARCHITECTURE.md rule 2). */
+export interface PollState extends PlacementState {
   /** Polls held by `wait_seconds`, woken when a batch becomes validated (docs/api.md §7). */
   pollWaiters: PollWaiters
 }

@@ -1,0 +1,161 @@
+import type { ModelStat, WorkerRow } from '../../db/schema'
+import type { Deps } from '../../deps'
+import type { Catalogue, CatalogueEntry } from '../../domain/matching'
+import type { ModelDemand, Placement } from '../../domain/placement'
+import type { PlacementWorker } from '../../store/fleet'
+import type { WaitingWork } from '../../store/queue'
+import { onlineCutoff } from './liveness'
+
+// docs/api.md §7 "Placement": the figures the placement rule (src/domain/placement.ts) weighs for a
+// worker with capabilities.loads — the work waiting per model, the workers serving each, their
+// measured rates and load times. A poll's cost must not grow with the queue or the fleet, so each
+// server reads them at most once a second (QueueStore.waitingWork, FleetStore.placementFleet) and
+// keeps the claims it made since on top: a claim takes its requests off the model's waiting work and
+// puts its worker on that model at once, so the next poll, a moment later, does not send a second
+// worker after the same work. What the engine needs fresh (the heads, each model's longest wait) it
+// reads inside the claim itself.
+
+/** What this server last read of the queue and the fleet. */
+interface Snapshot {
+  /** Clock seconds when it was read. */
+  at: number
+  /** By batches.model slug. */
+  waiting: Map<string, WaitingWork>
+  fleet: PlacementWorker[]
+}
+
+/** A claim this server made (docs/api.md §7 placement: counted until the next read sees it). */
+interface LocalClaim {
+  seq: number
+  workerId: string
+  model: string
+  requests: number
+}
+
+/** The placement's view of one server (one per server, made by src/compose.ts). */
+export class PlacementView {
+  private snapshot: Snapshot | null = null
+  private reading: Promise<Snapshot> | null = null
+  private claims: LocalClaim[] = []
+  private seq = 0
+
+  /** A claim this server just made: `requests` of `model` now run on `workerId`. */
+  claimed(workerId: string, model: string, requests: number) {
+    this.claims.push({ seq: ++this.seq, workerId, model, requests })
+  }
+
+  /** The snapshot, read again when it is a second old or more, with the claims made since. */
+  async read(deps: Deps): Promise<{ snapshot: Snapshot; claims: readonly LocalClaim[] }> {
+    const now = deps.clock.now()
+    if (!this.snapshot || now - this.snapshot.at >= 1) {
+      this.reading ??= this.refresh(deps, now).finally(() => {
+        this.reading = null
+      })
+      await this.reading
+    }
+    return { snapshot: this.snapshot!, claims: this.claims }
+  }
+
+  private async refresh(deps: Deps, now: number): Promise<Snapshot> {
+    const mark = this.seq
+    const [waiting, fleet] = await Promise.all([
+      deps.store.queue.waitingWork(),
+      deps.store.fleet.placementFleet(onlineCutoff(deps)),
+    ])
+    this.snapshot = { at: now, waiting: new Map(waiting.map((w) => [w.model, w])), fleet }
+    // Claims made before the read began are in it now.
+    this.claims = this.claims.filter((c) => c.seq > mark)
+    return this.snapshot
+  }
+}
+
+/** docs/api.md §7 placement: this server's view, beside its held polls (waiters.ts PollState). */
+export interface PlacementState {
+  placement: PlacementView
+}
+
+const namesOf = (entry: CatalogueEntry) => new Set(entry.profiles.map((p) => p.runtime_model_id))
+
+/** The worker's measurement of `entry` (docs/api.md §7 model_stats), by any of its runtime names. */
+const statOf = (stats: readonly ModelStat[], names: ReadonlySet<string>) =>
+  stats.find((s) => names.has(s.name))
+
+const mean = (values: (number | undefined)[]) => {
+  const known = values.filter((v): v is number => v !== undefined)
+  return known.length ? known.reduce((a, b) => a + b, 0) / known.length : undefined
+}
+
+/**
+ * docs/api.md §7 placement: what the claim of `worker` ranks its candidate models by (ClaimRequest
+ * placement); undefined under PLACEMENT=loaded_first.
+ */
+export async function placementFor(
+  deps: Deps & PlacementState,
+  worker: Pick<WorkerRow, 'id' | 'loads' | 'model_stats' | 'loading_models'>,
+  entries: readonly CatalogueEntry[],
+  catalogue: Catalogue,
+): Promise<Placement | undefined> {
+  const config = deps.config
+  if (config.PLACEMENT === 'loaded_first') return undefined
+  const maxWaitSeconds = config.PLACEMENT_MAX_WAIT_SECONDS
+  if (!worker.loads) return { maxWaitSeconds, spread: null }
+  const { snapshot, claims } = await deps.placement.read(deps)
+  // The waiting work per slug, less what this server claimed since the read.
+  const waiting = new Map([...snapshot.waiting].map(([slug, w]) => [slug, w.requests]))
+  const held = new Map(snapshot.fleet.map((w) => [w.id, [...w.held]]))
+  for (const c of claims) {
+    waiting.set(c.model, Math.max(0, (waiting.get(c.model) ?? 0) - c.requests))
+    held.get(c.workerId)?.push(c.model)
+  }
+  const totalWaiting = [...waiting.values()].reduce((a, b) => a + b, 0)
+  const others = snapshot.fleet.filter((w) => w.id !== worker.id)
+  const everyone = [...others.map((w) => w.model_stats), worker.model_stats]
+  const demand = new Map<string, ModelDemand>()
+  for (const entry of entries) {
+    const names = namesOf(entry)
+    const slugs = catalogue.slugsOf(entry)
+    // The fleet's measurement, for a worker that has none of its own yet.
+    const meanRate = mean(everyone.map((s) => statOf(s, names)?.requests_per_second))
+    const meanLoad = mean(everyone.map((s) => statOf(s, names)?.load_seconds))
+    const rateOf = (stats: readonly ModelStat[]) =>
+      statOf(stats, names)?.requests_per_second ?? meanRate ?? config.PLACEMENT_DEFAULT_REQUESTS_PER_SECOND
+    // A worker holding work serves the models of that work; an idle one, what it has loaded or is loading.
+    const serving = others.filter((w) => {
+      const mine = held.get(w.id)!
+      return mine.length
+        ? mine.some((m) => slugs.includes(m))
+        : [...w.loaded_models, ...w.loading_models].some((n) => names.has(n))
+    })
+    demand.set(entry.id, {
+      waiting: slugs.reduce((sum, slug) => sum + (waiting.get(slug) ?? 0), 0),
+      serving: serving.length,
+      rate: serving.reduce((sum, w) => sum + rateOf(w.model_stats), 0),
+      ownRate: rateOf(worker.model_stats),
+      loadSeconds:
+        statOf(worker.model_stats, names)?.load_seconds ?? meanLoad ?? config.PLACEMENT_DEFAULT_LOAD_SECONDS,
+    })
+  }
+  return { maxWaitSeconds, spread: { workers: others.length + 1, totalWaiting, demand } }
+}
+
+/**
+ * docs/api.md §7 wait_seconds with placement: when a held poll should look again although nothing was
+ * validated — the next instant (clock seconds) one of `slugs`' longest-waiting batches becomes
+ * overdue, or null when none will. Only instants still to come count, so a poll never spins.
+ */
+export async function nextOverdue(
+  deps: Deps & PlacementState,
+  slugs: Iterable<string>,
+): Promise<number | null> {
+  if (deps.config.PLACEMENT === 'loaded_first') return null
+  const now = deps.clock.now()
+  const { snapshot } = await deps.placement.read(deps)
+  let next: number | null = null
+  for (const slug of slugs) {
+    const at = snapshot.waiting.get(slug)?.oldest_queued_at
+    if (at === null || at === undefined) continue
+    const due = at + deps.config.PLACEMENT_MAX_WAIT_SECONDS
+    if (due > now && (next === null || due < next)) next = due
+  }
+  return next
+}
