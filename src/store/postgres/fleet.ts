@@ -436,10 +436,11 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           loaded_models: workers.loaded_models,
           loading_models: workers.loading_models,
           model_stats: workers.model_stats,
+          // Qualified by hand: drizzle writes a column of the one table it selects from unqualified.
           held: sql<unknown>`coalesce((SELECT json_agg(b.model) FROM (
-              SELECT batch_id FROM batch_assignments WHERE worker_id = ${workers.id} AND completed_at IS NULL
+              SELECT batch_id FROM batch_assignments WHERE worker_id = workers.id AND completed_at IS NULL
               UNION ALL
-              SELECT batch_id FROM batch_shards WHERE worker_id = ${workers.id} AND status = 'running') h
+              SELECT batch_id FROM batch_shards WHERE worker_id = workers.id AND status = 'running') h
             JOIN batches b ON b.id = h.batch_id WHERE b.model IS NOT NULL), '[]'::json)`,
         })
         .from(workers)
