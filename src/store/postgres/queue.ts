@@ -103,7 +103,7 @@ export function claimHeads(q: SQL, models: string[], wholeOnly = false) {
  * docs/api.md §7 placement: each model's longest-waiting batch, one probe of batches_waiting per model
  * (the literal status is what lets the planner use that partial index).
  */
-const oldestWaiting = (q: SQL, models: string[]) =>
+export const oldestWaiting = (q: SQL, models: string[]) =>
   q`SELECT m.model, (SELECT min(queued_at) FROM batches WHERE status = 'validated' AND model = m.model)::float8 AS at
     FROM unnest(${models}::text[]) AS m(model)` as Promise<{ model: string; at: number | null }[]>
 
