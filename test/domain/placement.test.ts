@@ -38,7 +38,11 @@ const order = (ranks: Map<string, number>) => [...ranks].sort((a, b) => a[1] - b
 
 describe('docs/api.md §7 Placement: rankModels', () => {
   test('aging: an overdue model goes first, loaded or not, the longest wait first; a wait just short is not overdue', () => {
-    const p = loads(4, { a: { waiting: 10_000, serving: 3, rate: 300 }, b: { waiting: 1 }, c: { waiting: 1 } })
+    const p = loads(4, {
+      a: { waiting: 10_000, serving: 3, rate: 300 },
+      b: { waiting: 1 },
+      c: { waiting: 1 },
+    })
     const models = [model('a', true), model('b', false, MAX_WAIT), model('c', false, MAX_WAIT + 50)]
     expect(order(rankModels(p, models, NOW))).toEqual(['c', 'b', 'a'])
     // One second short of the setting: the worker keeps to its loaded model; a tiny b and c do not pay.
@@ -145,7 +149,11 @@ describe('docs/api.md §7 Placement: rankModels', () => {
       // Tiny but nobody serves it: taken, after the models that pay.
       d: { waiting: 5 },
     })
-    expect(order(rankModels(p, [model('a'), model('b'), model('c'), model('d')], NOW))).toEqual(['b', 'd', 'a'])
+    expect(order(rankModels(p, [model('a'), model('b'), model('c'), model('d')], NOW))).toEqual([
+      'b',
+      'd',
+      'a',
+    ])
   })
 
   test('waiting work of a model the worker serves but no figures read yet: it keeps to it', () => {
@@ -185,13 +193,25 @@ describe('docs/api.md §7 Placement: placeHeads (what both engines call)', () =>
       ['e', NOW - 5],
       ['e-retired', NOW - 100],
     ])
-    expect(placeHeads(p, heads.map((h) => ({ ...h })), young, NOW).map((h) => h.batch_id)).toEqual(['a1'])
+    expect(
+      placeHeads(
+        p,
+        heads.map((h) => ({ ...h })),
+        young,
+        NOW,
+      ).map((h) => h.batch_id),
+    ).toEqual(['a1'])
     // The retired slug's batch is overdue: entry e goes first, both its heads in one rank.
     const old = new Map([
       ['e', NOW - 5],
       ['e-retired', NOW - MAX_WAIT],
     ])
-    const placed = placeHeads(p, heads.map((h) => ({ ...h })), old, NOW)
+    const placed = placeHeads(
+      p,
+      heads.map((h) => ({ ...h })),
+      old,
+      NOW,
+    )
     expect(placed.map((h) => [h.batch_id, h.rank])).toEqual([
       ['a1', 1],
       ['e-new', 0],

@@ -17,7 +17,11 @@ async function seed(h: StoreHarness) {
     INSERT INTO organizations (id, name, personal, created_at) VALUES ('org_a', 'A', TRUE, 1);`)
 }
 
-async function worker(h: StoreHarness, id: string, o: { loads?: boolean; loaded?: string[]; seen?: number } = {}) {
+async function worker(
+  h: StoreHarness,
+  id: string,
+  o: { loads?: boolean; loaded?: string[]; seen?: number } = {},
+) {
   await h.exec(`INSERT INTO workers (id, org_id, name, status, activity, loaded_models, loads, registered_at, last_seen_at)
     VALUES (${q(id)}, 'org_a', ${q(id)}, 'online', 'idle', ${q(JSON.stringify(o.loaded ?? []))},
       ${o.loads ? 'TRUE' : 'FALSE'}, 1, ${o.seen ?? T0});`)
@@ -177,7 +181,12 @@ for (const [kind, open] of storeEngines) {
       await worker(h, 'wrk_1')
       const id = await batch(h, 'a', { status: 'validating', queuedAt: null })
       const [moved] = await h.store.batches.finishValidations(
-        [{ batchId: id, result: { passed: true, model: 'a', request_lines: 4, errors_total: 0, errors: [] } }],
+        [
+          {
+            batchId: id,
+            result: { passed: true, model: 'a', request_lines: 4, errors_total: 0, errors: [] },
+          },
+        ],
         T0 + 5,
       )
       expect(moved?.queued_at).toBe(T0 + 5)
