@@ -27,7 +27,10 @@ export interface ModelDemand {
 }
 
 export interface Placement {
-  /** PLACEMENT_MAX_WAIT_SECONDS: a model whose longest-waiting batch waited this long is overdue. */
+  /**
+   * PLACEMENT_MAX_WAIT_SECONDS: a model whose longest-waiting batch waited this much longer than the
+   * work of the models the worker serves is overdue.
+   */
   maxWaitSeconds: number
   /**
    * For a worker with capabilities.loads: the fleet's figures behind the spread and pays-to-load
@@ -58,8 +61,12 @@ const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, load
  * docs/api.md §7 placement: the rank of each model the worker may take now (lower first); a model
  * left out is not taken by this poll.
  *
- * 1. Aging: an overdue model (its longest-waiting batch has waited at least maxWaitSeconds) comes
- *    before every other, loaded or not; the longest wait first.
+ * 1. Aging: an overdue model comes before every other, loaded or not; the longest wait first. A
+ *    model is overdue when its longest wait is at least maxWaitSeconds longer than the longest wait
+ *    of the models the worker serves that have work (0 when they have none): a worker whose own
+ *    model is served promptly takes a batch that has waited the setting, and in a backlog, where
+ *    every model waits, leaves its model only for one that waited the setting longer — a backlog
+ *    does not send the fleet chasing the oldest batch from model to model, a load each time.
  * 2. A worker without capabilities.loads (spread null): loaded models, then the others (Poll rule 5).
  * 3. A worker with capabilities.loads that has work for a model it serves keeps to it, unless one
  *    model is worth a switch: loading it pays (its waiting requests outlast a load at the rate it is
@@ -76,8 +83,10 @@ const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, load
 export function rankModels(p: Placement, models: readonly ModelNow[], now: number): Map<string, number> {
   const ranks = new Map<string, number>()
   let next = 0
+  const waited = (m: ModelNow) => (m.oldestQueuedAt === null ? null : now - m.oldestQueuedAt)
+  const own = Math.max(0, ...models.filter((m) => m.current).map((m) => waited(m) ?? 0))
   const overdue = models
-    .filter((m) => m.oldestQueuedAt !== null && now - m.oldestQueuedAt >= p.maxWaitSeconds)
+    .filter((m) => !m.current && waited(m) !== null && waited(m)! - own >= p.maxWaitSeconds)
     .sort((a, b) => a.oldestQueuedAt! - b.oldestQueuedAt!)
   for (const m of overdue) ranks.set(m.key, next++)
   const rest = models.filter((m) => !ranks.has(m.key))

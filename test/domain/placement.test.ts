@@ -43,13 +43,32 @@ describe('docs/api.md §7 Placement: rankModels', () => {
       b: { waiting: 1 },
       c: { waiting: 1 },
     })
-    const models = [model('a', true), model('b', false, MAX_WAIT), model('c', false, MAX_WAIT + 50)]
+    // The loaded a is served promptly (its batch has just arrived); b and c waited the setting.
+    const models = [model('a', true, 0), model('b', false, MAX_WAIT), model('c', false, MAX_WAIT + 50)]
     expect(order(rankModels(p, models, NOW))).toEqual(['c', 'b', 'a'])
     // One second short of the setting: the worker keeps to its loaded model; a tiny b and c do not pay.
-    const early = [model('a', true), model('b', false, MAX_WAIT - 1), model('c', false, MAX_WAIT - 1)]
+    const early = [model('a', true, 0), model('b', false, MAX_WAIT - 1), model('c', false, MAX_WAIT - 1)]
     expect(order(rankModels(p, early, NOW))).toEqual(['a'])
     // A batch with no queued_at (waiting since before the column) never ages.
-    expect(order(rankModels(p, [model('a', true), model('b', false, null)], NOW))).toEqual(['a'])
+    expect(order(rankModels(p, [model('a', true, 0), model('b', false, null)], NOW))).toEqual(['a'])
+    // A worker with no work for the models it serves: the setting counts from 0.
+    const idle = loads(4, {
+      a: { waiting: 10_000, serving: 3, rate: 300 },
+      b: { waiting: 1, serving: 1, rate: 100 },
+    })
+    expect(order(rankModels(idle, [model('b', false, MAX_WAIT - 1)], NOW))).toEqual([])
+    expect(order(rankModels(idle, [model('b', false, MAX_WAIT)], NOW))).toEqual(['b'])
+  })
+
+  test("in a backlog a worker leaves its model only for one that has waited the setting longer than its own model's work", () => {
+    const p = loads(4, { a: { waiting: 50_000, serving: 3, rate: 300 }, b: { waiting: 1 } })
+    // Everything waits: a's oldest batch 1,000 s, b's 1,200 s. Both past the setting, but b by less
+    // than the setting more than a: the worker stays (no load for a batch hardly older).
+    expect(order(rankModels(p, [model('a', true, 1_000), model('b', false, 1_200)], NOW))).toEqual(['a'])
+    // b has waited the setting longer than anything of a: it goes first.
+    expect(order(rankModels(p, [model('a', true, 1_000), model('b', false, 1_000 + MAX_WAIT)], NOW))).toEqual(
+      ['b', 'a'],
+    )
   })
 
   test('aging holds for a worker without capabilities.loads too; otherwise loaded models first (Poll rule 5)', () => {
@@ -57,7 +76,8 @@ describe('docs/api.md §7 Placement: rankModels', () => {
     const ranks = rankModels(p, [model('a', true), model('b'), model('c')], NOW)
     expect(ranks.get('a')).toBeLessThan(ranks.get('b')!)
     expect(ranks.get('b')).toBe(ranks.get('c')!)
-    expect(order(rankModels(p, [model('a', true), model('b', false, MAX_WAIT)], NOW))).toEqual(['b', 'a'])
+    expect(order(rankModels(p, [model('a', true, 0), model('b', false, MAX_WAIT)], NOW))).toEqual(['b', 'a'])
+    expect(order(rankModels(p, [model('a', true, 10), model('b', false, MAX_WAIT)], NOW))).toEqual(['a', 'b'])
   })
 
   test('pays to load: a tiny b does not pull a worker off a long a queue; a long b queue does', () => {
