@@ -27,10 +27,7 @@ export interface ModelDemand {
 }
 
 export interface Placement {
-  /**
-   * PLACEMENT_MAX_WAIT_SECONDS: a model whose longest-waiting batch waited this much longer than the
-   * work of the models the worker serves is overdue.
-   */
+  /** PLACEMENT_MAX_WAIT_SECONDS: a model whose longest-waiting batch waited this long is overdue. */
   maxWaitSeconds: number
   /**
    * For a worker with capabilities.loads: the fleet's figures behind the spread and pays-to-load
@@ -61,18 +58,18 @@ const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, load
  * docs/api.md §7 placement: the rank of each model the worker may take now (lower first); a model
  * left out is not taken by this poll.
  *
- * 1. Aging: an overdue model comes before every other, loaded or not; the longest wait first. A
- *    model is overdue when its longest wait is at least maxWaitSeconds longer than the longest wait
- *    of the models the worker serves that have work (0 when they have none): a worker whose own
- *    model is served promptly takes a batch that has waited the setting, and in a backlog, where
- *    every model waits, leaves its model only for one that waited the setting longer — a backlog
- *    does not send the fleet chasing the oldest batch from model to model, a load each time.
+ * 1. Aging: a model that is overdue (its longest-waiting batch has waited at least maxWaitSeconds)
+ *    and that no other worker serves comes before every other, loaded or not; the longest wait
+ *    first. A model another worker serves is not starving: more workers join it by rules 3 and 4,
+ *    and its overdue batches do not each pull a worker of their own (a load each).
  * 2. A worker without capabilities.loads (spread null): loaded models, then the others (Poll rule 5).
  * 3. A worker with capabilities.loads that has work for a model it serves keeps to it, unless one
  *    model is worth a switch: loading it pays (its waiting requests outlast a load at the rate it is
- *    served — the others serving it, or this worker alone when none does) and moving this worker
- *    there lowers the imbalance by more than 1 + SWITCH_MARGIN workers — the most under-served
- *    such model first.
+ *    served — the others serving it, or this worker alone when none does), and either moving this
+ *    worker there lowers the imbalance by more than 1 + SWITCH_MARGIN workers, or no worker serves
+ *    that model while another worker serves this one's — the most under-served such model first.
+ *    (Shares round a rare model down to no worker; a queue of it that pays a load still gets one,
+ *    never by leaving another model's work to nobody.)
  * 4. Such a worker with no work for the models it serves takes the most under-served model whose
  *    loading pays or that no other worker serves.
  *
@@ -83,23 +80,27 @@ const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, load
 export function rankModels(p: Placement, models: readonly ModelNow[], now: number): Map<string, number> {
   const ranks = new Map<string, number>()
   let next = 0
-  const waited = (m: ModelNow) => (m.oldestQueuedAt === null ? null : now - m.oldestQueuedAt)
-  const own = Math.max(0, ...models.filter((m) => m.current).map((m) => waited(m) ?? 0))
+  const s = p.spread
+  const demand = (m: ModelNow) => s?.demand.get(m.key) ?? NOTHING
   const overdue = models
-    .filter((m) => !m.current && waited(m) !== null && waited(m)! - own >= p.maxWaitSeconds)
+    .filter(
+      (m) =>
+        !m.current &&
+        m.oldestQueuedAt !== null &&
+        now - m.oldestQueuedAt >= p.maxWaitSeconds &&
+        demand(m).serving === 0,
+    )
     .sort((a, b) => a.oldestQueuedAt! - b.oldestQueuedAt!)
   for (const m of overdue) ranks.set(m.key, next++)
   const rest = models.filter((m) => !ranks.has(m.key))
   const current = rest.filter((m) => m.current)
   const others = rest.filter((m) => !m.current)
-  const s = p.spread
   if (!s) {
     for (const m of current) ranks.set(m.key, next)
     if (current.length) next++
     for (const m of others) ranks.set(m.key, next)
     return ranks
   }
-  const demand = (m: ModelNow) => s.demand.get(m.key) ?? NOTHING
   const share = (m: ModelNow) => (s.totalWaiting > 0 ? (s.workers * demand(m).waiting) / s.totalWaiting : 0)
   const excess = (m: ModelNow) => demand(m).serving + (m.current ? 1 : 0) - share(m)
   const pays = (m: ModelNow) => {
@@ -109,9 +110,14 @@ export function rankModels(p: Placement, models: readonly ModelNow[], now: numbe
   const underServedFirst = (a: ModelNow, b: ModelNow) =>
     excess(a) - excess(b) || (a.oldestQueuedAt ?? now) - (b.oldestQueuedAt ?? now)
   if (current.length) {
-    const from = Math.max(...current.map(excess))
+    const from = current.reduce((a, b) => (excess(b) > excess(a) ? b : a))
+    const fromServedBy = demand(from).serving
     const [target] = others
-      .filter((m) => pays(m) && from - excess(m) >= 1 + SWITCH_MARGIN)
+      .filter(
+        (m) =>
+          pays(m) &&
+          (excess(from) - excess(m) >= 1 + SWITCH_MARGIN || (demand(m).serving === 0 && fromServedBy > 0)),
+      )
       .sort(underServedFirst)
     if (target) ranks.set(target.key, next++)
     for (const m of current) ranks.set(m.key, next)

@@ -263,7 +263,7 @@ async function validateLeased(
     }
     if (!moved) return null
     // docs/api.md §7 wait_seconds: a newly validated batch wakes the held polls.
-    if (passed) batchClaimable(deps, batchId, moved.model)
+    if (passed) batchClaimable(deps, batchId, moved.model, moved.request_counts_total)
     log.info('batch validated', {
       batch_id: batchId,
       status: moved.status,

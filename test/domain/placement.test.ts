@@ -37,7 +37,7 @@ const model = (key: string, current = false, waited: number | null = 10): ModelN
 const order = (ranks: Map<string, number>) => [...ranks].sort((a, b) => a[1] - b[1]).map(([k]) => k)
 
 describe('docs/api.md §7 Placement: rankModels', () => {
-  test('aging: an overdue model goes first, loaded or not, the longest wait first; a wait just short is not overdue', () => {
+  test('aging: an overdue model nobody serves goes first, loaded or not, the longest wait first; a wait just short is not overdue', () => {
     const p = loads(4, {
       a: { waiting: 10_000, serving: 3, rate: 300 },
       b: { waiting: 1 },
@@ -51,24 +51,20 @@ describe('docs/api.md §7 Placement: rankModels', () => {
     expect(order(rankModels(p, early, NOW))).toEqual(['a'])
     // A batch with no queued_at (waiting since before the column) never ages.
     expect(order(rankModels(p, [model('a', true, 0), model('b', false, null)], NOW))).toEqual(['a'])
-    // A worker with no work for the models it serves: the setting counts from 0.
-    const idle = loads(4, {
-      a: { waiting: 10_000, serving: 3, rate: 300 },
-      b: { waiting: 1, serving: 1, rate: 100 },
-    })
-    expect(order(rankModels(idle, [model('b', false, MAX_WAIT - 1)], NOW))).toEqual([])
-    expect(order(rankModels(idle, [model('b', false, MAX_WAIT)], NOW))).toEqual(['b'])
   })
 
-  test("in a backlog a worker leaves its model only for one that has waited the setting longer than its own model's work", () => {
-    const p = loads(4, { a: { waiting: 50_000, serving: 3, rate: 300 }, b: { waiting: 1 } })
-    // Everything waits: a's oldest batch 1,000 s, b's 1,200 s. Both past the setting, but b by less
-    // than the setting more than a: the worker stays (no load for a batch hardly older).
-    expect(order(rankModels(p, [model('a', true, 1_000), model('b', false, 1_200)], NOW))).toEqual(['a'])
-    // b has waited the setting longer than anything of a: it goes first.
-    expect(order(rankModels(p, [model('a', true, 1_000), model('b', false, 1_000 + MAX_WAIT)], NOW))).toEqual(
-      ['b', 'a'],
-    )
+  test('an overdue model another worker serves does not pull this one: its batches wait for their servers', () => {
+    const p = loads(4, {
+      a: { waiting: 10_000, serving: 2, rate: 200 },
+      b: { waiting: 300, serving: 1, rate: 100 },
+    })
+    expect(order(rankModels(p, [model('a', true, 0), model('b', false, 10 * MAX_WAIT)], NOW))).toEqual(['a'])
+    // Once nobody serves b, it goes first.
+    const orphaned = loads(4, { a: { waiting: 10_000, serving: 3, rate: 300 }, b: { waiting: 300 } })
+    expect(order(rankModels(orphaned, [model('a', true, 0), model('b', false, MAX_WAIT)], NOW))).toEqual([
+      'b',
+      'a',
+    ])
   })
 
   test('aging holds for a worker without capabilities.loads too; otherwise loaded models first (Poll rule 5)', () => {
@@ -77,7 +73,6 @@ describe('docs/api.md §7 Placement: rankModels', () => {
     expect(ranks.get('a')).toBeLessThan(ranks.get('b')!)
     expect(ranks.get('b')).toBe(ranks.get('c')!)
     expect(order(rankModels(p, [model('a', true, 0), model('b', false, MAX_WAIT)], NOW))).toEqual(['b', 'a'])
-    expect(order(rankModels(p, [model('a', true, 10), model('b', false, MAX_WAIT)], NOW))).toEqual(['a', 'b'])
   })
 
   test('pays to load: a tiny b does not pull a worker off a long a queue; a long b queue does', () => {
@@ -148,6 +143,24 @@ describe('docs/api.md §7 Placement: rankModels', () => {
       b: { waiting: 1_000, serving: 1, rate: 100 },
     })
     expect(order(rankModels(moved, [model('a'), model('b', true)], NOW))).toEqual(['a', 'b'])
+  })
+
+  test('a queue of a model nobody serves that pays a load gets a worker, though its share rounds to none — never by orphaning another model', () => {
+    // 4 workers on a (10,000 waiting), c has 700 waiting: its share is 0.26 of a worker, the move
+    // would lower the imbalance by 0.52 only. But 700 requests outlast a 3 s load at 100/s, and a
+    // keeps three other workers.
+    const p = loads(4, { a: { waiting: 10_000, serving: 3, rate: 300 }, c: { waiting: 700 } })
+    expect(order(rankModels(p, [model('a', true), model('c')], NOW))).toEqual(['c', 'a'])
+    // 200 requests would not outlast the load: no switch.
+    const small = loads(4, { a: { waiting: 10_000, serving: 3, rate: 300 }, c: { waiting: 200 } })
+    expect(order(rankModels(small, [model('a', true), model('c')], NOW))).toEqual(['a'])
+    // The only worker on b does not leave b's work to nobody for c.
+    const alone = loads(4, {
+      a: { waiting: 10_000, serving: 3, rate: 300 },
+      b: { waiting: 700 },
+      c: { waiting: 700 },
+    })
+    expect(order(rankModels(alone, [model('a'), model('b', true), model('c')], NOW))).toEqual(['b'])
   })
 
   test('of several models worth a switch, the most under-served is the one taken', () => {

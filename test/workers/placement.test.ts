@@ -135,32 +135,51 @@ describe('docs/api.md §7 Placement: no starvation', () => {
     expect((await poll(t, s.f.key, await loadsWorker(s, [A])))?.job_id).toBe(rare)
   })
 
-  test('a held poll that declined a batch takes it the moment it becomes overdue', async () => {
-    const s = await setup({ PLACEMENT_MAX_WAIT_SECONDS: '2' })
-    // Another worker serves b: it holds a b batch.
-    const busy = await loadsWorker(s, [B])
-    await batches(s, s.b, 1, 2)
-    expect((await poll(t, s.f.key, busy))?.catalogue_id).toBe(s.b)
-    const idle = await loadsWorker(s, [A])
+  test('a held poll that declined a model another worker served takes its work the moment that worker leaves it', async () => {
+    const s = await setup()
+    const c = (
+      await makeCatalogEntry(t.deps, {
+        id: 'charlie-q4km',
+        runtime: 'llama.cpp',
+        runtime_model_id: 'charlie.gguf',
+      })
+    ).id
+    // x serves b (loaded, idle); y has a loaded and cannot serve c.
+    const x = await registerWorker(t, s.f.key, {
+      capabilities: { loads: true },
+      runtimes: [{ engine: 'llama.cpp', base_url: 'http://127.0.0.1:8081', status: 'online' }],
+    })
+    expect(
+      (
+        await heartbeat(t, s.f.key, x, {
+          inventory: [A, B, 'charlie.gguf'].map((n) =>
+            inventoryItem(n, { loaded: n === B, runtime: 'llama.cpp' }),
+          ),
+          loaded_models: [B],
+          model_stats: STATS,
+        })
+      ).status,
+    ).toBe(200)
+    const y = await loadsWorker(s, [A])
     const [small] = await batches(s, s.b, 1, 2)
-    // Two requests another worker already serves: loading b does not pay, the poll is held.
+    tick()
+    // Two requests x serves: loading b would not pay for y; its poll is held.
     const pending = t.app
       .handle(
         buildRequest('http://localhost', 'POST', '/workers/poll', {
           token: s.f.key,
-          body: { worker_id: idle, wait_seconds: 30 },
+          body: { worker_id: y, wait_seconds: 30 },
         }),
       )
       .then(readRes)
     while (t.deps.pollWaiters.size !== 1) await new Promise((r) => setImmediate(r))
-    const wakes = t.deps.pollWaiters.wakes
-    // No batch is validated or requeued: only time passes, and the held poll looks again when the
-    // batch is overdue (within the two seconds, not at the end of its 30).
-    tick(2)
+    // A long queue of c, which y cannot serve, pulls x off b: b's batch is nobody's now.
+    await batches(s, c, 30)
+    tick()
+    expect((await poll(t, s.f.key, x))?.catalogue_id).toBe(c)
     const res = await pending
     expect(res.status).toBe(200)
     expect((res.body.job as Job).job_id).toBe(small)
-    expect(t.deps.pollWaiters.wakes).toBe(wakes)
   })
 })
 

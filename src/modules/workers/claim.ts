@@ -83,6 +83,11 @@ export async function claimBatch(
   deps.metrics.claims.inc()
   const { batch, assignmentId, shard } = claimed
   deps.placement.claimed(workerId, batch.model!, shard ? shard.requests : batch.request_counts_total)
+  // docs/api.md §7 placement: a worker that loads another model leaves the ones it served; their
+  // waiting work may be nobody's now, which other workers declined while it was this one's: their
+  // held polls look again (as for a batch validated; other instances are told too).
+  if (placement?.spread && !candidates.find((c) => c.model === batch.model)?.loaded)
+    for (const c of candidates) if (c.loaded) batchClaimable(deps, batch.id, c.model)
   const { entry, profile } = claimed.match
   if (shard) {
     deps.metrics.shardClaims.inc()

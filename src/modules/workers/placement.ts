@@ -24,11 +24,15 @@ interface Snapshot {
   fleet: PlacementWorker[]
 }
 
-/** A claim this server made (docs/api.md §7 placement: counted until the next read sees it). */
-interface LocalClaim {
+/**
+ * A claim this server made, or a batch it validated (workerId null), counted until the next read
+ * sees it (docs/api.md §7 placement).
+ */
+interface LocalChange {
   seq: number
-  workerId: string
+  workerId: string | null
   model: string
+  /** Requests taken off the model's waiting work (a claim), or added to it (negative: validated). */
   requests: number
 }
 
@@ -36,16 +40,21 @@ interface LocalClaim {
 export class PlacementView {
   private snapshot: Snapshot | null = null
   private reading: Promise<Snapshot> | null = null
-  private claims: LocalClaim[] = []
+  private changes: LocalChange[] = []
   private seq = 0
 
   /** A claim this server just made: `requests` of `model` now run on `workerId`. */
   claimed(workerId: string, model: string, requests: number) {
-    this.claims.push({ seq: ++this.seq, workerId, model, requests })
+    this.changes.push({ seq: ++this.seq, workerId, model, requests })
+  }
+
+  /** A batch this server just validated: `requests` more of `model` wait. */
+  validated(model: string, requests: number) {
+    this.changes.push({ seq: ++this.seq, workerId: null, model, requests: -requests })
   }
 
   /** The snapshot, read again when it is a second old or more, with the claims made since. */
-  async read(deps: Deps): Promise<{ snapshot: Snapshot; claims: readonly LocalClaim[] }> {
+  async read(deps: Deps): Promise<{ snapshot: Snapshot; changes: readonly LocalChange[] }> {
     const now = deps.clock.now()
     if (!this.snapshot || now - this.snapshot.at >= 1) {
       this.reading ??= this.refresh(deps, now).finally(() => {
@@ -53,7 +62,7 @@ export class PlacementView {
       })
       await this.reading
     }
-    return { snapshot: this.snapshot!, claims: this.claims }
+    return { snapshot: this.snapshot!, changes: this.changes }
   }
 
   private async refresh(deps: Deps, now: number): Promise<Snapshot> {
@@ -63,8 +72,8 @@ export class PlacementView {
       deps.store.fleet.placementFleet(onlineCutoff(deps)),
     ])
     this.snapshot = { at: now, waiting: new Map(waiting.map((w) => [w.model, w])), fleet }
-    // Claims made before the read began are in it now.
-    this.claims = this.claims.filter((c) => c.seq > mark)
+    // What changed before the read began is in it now.
+    this.changes = this.changes.filter((c) => c.seq > mark)
     return this.snapshot
   }
 }
@@ -99,13 +108,13 @@ export async function placementFor(
   if (config.PLACEMENT === 'loaded_first') return undefined
   const maxWaitSeconds = config.PLACEMENT_MAX_WAIT_SECONDS
   if (!worker.loads) return { maxWaitSeconds, spread: null }
-  const { snapshot, claims } = await deps.placement.read(deps)
-  // The waiting work per slug, less what this server claimed since the read.
+  const { snapshot, changes } = await deps.placement.read(deps)
+  // The waiting work per slug, with what this server validated and claimed since the read.
   const waiting = new Map([...snapshot.waiting].map(([slug, w]) => [slug, w.requests]))
   const held = new Map(snapshot.fleet.map((w) => [w.id, [...w.held]]))
-  for (const c of claims) {
+  for (const c of changes) {
     waiting.set(c.model, Math.max(0, (waiting.get(c.model) ?? 0) - c.requests))
-    held.get(c.workerId)?.push(c.model)
+    if (c.workerId !== null) held.get(c.workerId)?.push(c.model)
   }
   const totalWaiting = [...waiting.values()].reduce((a, b) => a + b, 0)
   const others = snapshot.fleet.filter((w) => w.id !== worker.id)
@@ -136,26 +145,4 @@ export async function placementFor(
     })
   }
   return { maxWaitSeconds, spread: { workers: others.length + 1, totalWaiting, demand } }
-}
-
-/**
- * docs/api.md §7 wait_seconds with placement: when a held poll should look again although nothing was
- * validated — the next instant (clock seconds) one of `slugs`' longest-waiting batches becomes
- * overdue, or null when none will. Only instants still to come count, so a poll never spins.
- */
-export async function nextOverdue(
-  deps: Deps & PlacementState,
-  slugs: Iterable<string>,
-): Promise<number | null> {
-  if (deps.config.PLACEMENT === 'loaded_first') return null
-  const now = deps.clock.now()
-  const { snapshot } = await deps.placement.read(deps)
-  let next: number | null = null
-  for (const slug of slugs) {
-    const at = snapshot.waiting.get(slug)?.oldest_queued_at
-    if (at === null || at === undefined) continue
-    const due = at + deps.config.PLACEMENT_MAX_WAIT_SECONDS
-    if (due > now && (next === null || due < next)) next = due
-  }
-  return next
 }

@@ -4,7 +4,6 @@ import type { WorkerPrincipal } from '../../domain/principal'
 import { claimBatch, type Job } from './claim'
 import { loadCatalogue, loadWorkerView } from './matching'
 import { ownWorker } from './ownership'
-import { nextOverdue } from './placement'
 import type { PollState } from './waiters'
 
 // POST /workers/poll with `wait_seconds` (docs/api.md §7, ext): with nothing to claim, the request is
@@ -36,30 +35,20 @@ export async function pollForJob(
   for (;;) {
     const left = deadline - performance.now()
     if (left <= 0) return { job: null }
-    const { models, overdueAt } = await servable(deps, principal, workerId)
-    // docs/api.md §7 placement: a batch this worker declined is taken once it is overdue, which no
-    // notify() announces: the poll looks again then (an instant still to come: it never spins).
-    const wait = overdueAt === null ? left : Math.min(left, (overdueAt - deps.clock.now()) * 1000)
-    const why = await deps.pollWaiters.wait(wait, workerId, models, signals)
-    if (why === 'ended' && (wait === left || signals.some((s) => s.aborted))) return { job: null }
+    const models = await servable(deps, principal, workerId)
+    if ((await deps.pollWaiters.wait(left, workerId, models, signals)) === 'ended') return { job: null }
     const again = await claimBatch(deps, principal, workerId)
     if (again.job) return again
   }
 }
 
-/**
- * The batch models this worker can serve now (claimBatch's candidates), and for a worker that loads
- * models (the only kind that declines waiting work, docs/api.md §7 placement) when one of them next
- * becomes overdue.
- */
+/** The batch models this worker can serve now (claimBatch's candidates). */
 async function servable(
   deps: Deps & PollState,
   principal: WorkerPrincipal,
   workerId: string,
-): Promise<{ models: Set<string>; overdueAt: number | null }> {
+): Promise<Set<string>> {
   const catalogue = await loadCatalogue(deps)
-  const worker = await ownWorker(deps, principal, workerId)
-  const view = await loadWorkerView(deps, worker)
-  const models = new Set(matchesFor(view, catalogue).flatMap((m) => catalogue.slugsOf(m.entry)))
-  return { models, overdueAt: worker.loads ? await nextOverdue(deps, models) : null }
+  const view = await loadWorkerView(deps, await ownWorker(deps, principal, workerId))
+  return new Set(matchesFor(view, catalogue).flatMap((m) => catalogue.slugsOf(m.entry)))
 }

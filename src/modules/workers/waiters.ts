@@ -68,10 +68,18 @@ export interface PollState extends PlacementState {
 
 /**
  * A batch of `model` became `validated` (validation passed, or a requeue): held polls here look
- * again, and the other instances sharing the database are told (docs/api.md §12 signals).
+ * again, and the other instances sharing the database are told (docs/api.md §12 signals). A newly
+ * validated batch's `requests` count in this server's placement view at once (docs/api.md §7
+ * placement), before its next read.
  */
-export function batchClaimable(deps: Deps & PollState, batchId: string, model: string | null) {
+export function batchClaimable(
+  deps: Deps & PollState,
+  batchId: string,
+  model: string | null,
+  requests?: number,
+) {
   if (model === null) return
+  if (requests !== undefined) deps.placement.validated(model, requests)
   deps.pollWaiters.notify(model)
   deps.store.signals.publish({ kind: 'claimable', batch_id: batchId, model }).catch(() => {})
 }
