@@ -64,12 +64,12 @@ const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, load
  *    and its overdue batches do not each pull a worker of their own (a load each).
  * 2. A worker without capabilities.loads (spread null): loaded models, then the others (Poll rule 5).
  * 3. A worker with capabilities.loads that has work for a model it serves keeps to it, unless one
- *    model is worth a switch: loading it pays (its waiting requests outlast a load at the rate it is
- *    served — the others serving it, or this worker alone when none does), and either moving this
- *    worker there lowers the imbalance by more than 1 + SWITCH_MARGIN workers, or no worker serves
- *    that model while another worker serves this one's — the most under-served such model first.
- *    (Shares round a rare model down to no worker; a queue of it that pays a load still gets one,
- *    never by leaving another model's work to nobody.)
+ *    model is worth a switch: another worker serves its model too (the last one never leaves a
+ *    model's waiting work to nobody), loading the other pays (its waiting requests outlast a load at
+ *    the rate it is served — the others serving it, or this worker alone when none does), and either
+ *    moving this worker there lowers the imbalance by more than 1 + SWITCH_MARGIN workers or no
+ *    worker serves that model (shares round a rare model down to no worker; a queue of it that pays
+ *    a load still gets one) — the most under-served such model first.
  * 4. Such a worker with no work for the models it serves takes the most under-served model whose
  *    loading pays or that no other worker serves.
  *
@@ -111,14 +111,16 @@ export function rankModels(p: Placement, models: readonly ModelNow[], now: numbe
     excess(a) - excess(b) || (a.oldestQueuedAt ?? now) - (b.oldestQueuedAt ?? now)
   if (current.length) {
     const from = current.reduce((a, b) => (excess(b) > excess(a) ? b : a))
-    const fromServedBy = demand(from).serving
-    const [target] = others
-      .filter(
-        (m) =>
-          pays(m) &&
-          (excess(from) - excess(m) >= 1 + SWITCH_MARGIN || (demand(m).serving === 0 && fromServedBy > 0)),
-      )
-      .sort(underServedFirst)
+    // The last worker serving a model with work waiting does not leave it: that work would wait
+    // for aging, and cost a load again.
+    const [target] =
+      demand(from).serving > 0
+        ? others
+            .filter(
+              (m) => pays(m) && (excess(from) - excess(m) >= 1 + SWITCH_MARGIN || demand(m).serving === 0),
+            )
+            .sort(underServedFirst)
+        : []
     if (target) ranks.set(target.key, next++)
     for (const m of current) ranks.set(m.key, next)
     return ranks

@@ -163,6 +163,18 @@ describe('docs/api.md §7 Placement: rankModels', () => {
     expect(order(rankModels(alone, [model('a'), model('b', true), model('c')], NOW))).toEqual(['b'])
   })
 
+  test('the last worker serving a model does not leave its waiting work, however the shares stand', () => {
+    // c's share is 0.1 of a worker and a's 3.9 with two: the move would lower the imbalance by 2.8,
+    // but c's 250 requests would wait for nobody (aging, and a load again).
+    const p = loads(4, {
+      a: { waiting: 10_000, serving: 2, rate: 200 },
+      c: { waiting: 250 },
+    })
+    expect(order(rankModels(p, [model('a'), model('c', true)], NOW))).toEqual(['c'])
+    // Its work done (no head of c left), it goes where it is needed.
+    expect(order(rankModels(p, [model('a')], NOW))).toEqual(['a'])
+  })
+
   test('of several models worth a switch, the most under-served is the one taken', () => {
     const p = loads(6, {
       a: { waiting: 100, serving: 5, rate: 500 },
