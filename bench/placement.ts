@@ -251,11 +251,10 @@ async function run(
     }
     const makespanS = (performance.now() - t0) / 1000
     if (process.env.BENCH_LOADS)
-      routers.forEach((r, i) =>
-        console.log(
-          `${label} worker ${i}: ${r.history.map((h) => `${((h.ms - t0) / 1000).toFixed(1)} s ${h.model}`).join(', ')}`,
-        ),
-      )
+      for (const [i, r] of routers.entries()) {
+        const loads = r.history.map((h) => `${((h.ms - t0) / 1000).toFixed(1)} s ${h.model}`)
+        console.log(`${label} worker ${i}: ${loads.join(', ')}`)
+      }
     const waits: Record<string, number> = {}
     for (const p of plan) {
       const waited = (firstRequest.get(p.k)! - created.get(p.k)!) / 1000
