@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, test } from 'bun:test'
 import type { Job } from '../../src/modules/workers/claim'
-import { buildRequest, makeTestApp, readRes, type TestApp } from '../helpers/app'
+import { makeTestApp, type TestApp } from '../helpers/app'
 import { makeUser } from '../helpers/builders'
 import {
   type Fleet,
@@ -17,8 +17,7 @@ import {
 
 // docs/api.md §7 Placement through POST /workers/poll, with workers that load models themselves
 // (capabilities.loads): aging, pays-to-load, the spread and its hysteresis, fair share within a
-// model, the held poll that looks again when a declined batch becomes overdue, and the rules before
-// placement under PLACEMENT=loaded_first. Each test has its own app: the placement weighs the whole
+// model, and the rules before placement under PLACEMENT=loaded_first. Each test has its own app: the placement weighs the whole
 // fleet and queue. Time is the app's manual clock; the server reads its figures at most once a
 // second, so a test moves the clock on before a poll that must see new batches.
 
@@ -134,53 +133,6 @@ describe('docs/api.md §7 Placement: no starvation', () => {
     // With a drained, b runs: its oldest first.
     expect((await poll(t, s.f.key, await loadsWorker(s, [A])))?.job_id).toBe(rare)
   })
-
-  test('a held poll that declined a model another worker served takes its work the moment that worker leaves it', async () => {
-    const s = await setup()
-    const c = (
-      await makeCatalogEntry(t.deps, {
-        id: 'charlie-q4km',
-        runtime: 'llama.cpp',
-        runtime_model_id: 'charlie.gguf',
-      })
-    ).id
-    // x serves b (loaded, idle); y has a loaded and cannot serve c.
-    const x = await registerWorker(t, s.f.key, {
-      capabilities: { loads: true },
-      runtimes: [{ engine: 'llama.cpp', base_url: 'http://127.0.0.1:8081', status: 'online' }],
-    })
-    expect(
-      (
-        await heartbeat(t, s.f.key, x, {
-          inventory: [A, B, 'charlie.gguf'].map((n) =>
-            inventoryItem(n, { loaded: n === B, runtime: 'llama.cpp' }),
-          ),
-          loaded_models: [B],
-          model_stats: STATS,
-        })
-      ).status,
-    ).toBe(200)
-    const y = await loadsWorker(s, [A])
-    const [small] = await batches(s, s.b, 1, 2)
-    tick()
-    // Two requests x serves: loading b would not pay for y; its poll is held.
-    const pending = t.app
-      .handle(
-        buildRequest('http://localhost', 'POST', '/workers/poll', {
-          token: s.f.key,
-          body: { worker_id: y, wait_seconds: 30 },
-        }),
-      )
-      .then(readRes)
-    while (t.deps.pollWaiters.size !== 1) await new Promise((r) => setImmediate(r))
-    // A long queue of c, which y cannot serve, pulls x off b: b's batch is nobody's now.
-    await batches(s, c, 30)
-    tick()
-    expect((await poll(t, s.f.key, x))?.catalogue_id).toBe(c)
-    const res = await pending
-    expect(res.status).toBe(200)
-    expect((res.body.job as Job).job_id).toBe(small)
-  })
 })
 
 describe('docs/api.md §7 Placement: when a load pays', () => {
@@ -227,6 +179,27 @@ describe('docs/api.md §7 Placement: the spread', () => {
     await batches(s, s.a, 36)
     tick()
     expect((await poll(t, s.f.key, mover))?.catalogue_id).toBe(s.b)
+  })
+})
+
+describe('docs/api.md §7 Placement: what a worker is on', () => {
+  test('the work it holds, not a heartbeat that lags behind its last claim', async () => {
+    const s = await setup()
+    const wid = await registerWorker(t, s.f.key, {
+      max_concurrent_jobs: 2,
+      capabilities: { loads: true },
+      runtimes: [{ engine: 'llama.cpp', base_url: 'http://127.0.0.1:8081', status: 'online' }],
+    })
+    // Its last heartbeat says a is loaded; nothing of a waits, a queue of b does.
+    expect((await beat(s, wid, [A])).status).toBe(200)
+    await batches(s, s.b, 10)
+    tick()
+    expect((await poll(t, s.f.key, wid))?.catalogue_id).toBe(s.b)
+    // Before any heartbeat says b is loaded, a tiny a batch arrives and the daemon asks for its
+    // next job: it is on b (it holds a b batch), and two requests of a do not pay a load.
+    await batches(s, s.a, 1, 2)
+    tick()
+    expect((await poll(t, s.f.key, wid))?.catalogue_id).toBe(s.b)
   })
 })
 

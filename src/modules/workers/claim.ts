@@ -47,21 +47,25 @@ export async function claimBatch(
   if (!isOnline(deps, worker)) return { job: null }
   const matches = matchesFor(workerView(worker, hosting), catalogue)
   if (matches.length === 0) return { job: null }
-  const placement = await placementFor(
+  const placed = await placementFor(
     deps,
     worker,
     matches.map((m) => m.entry),
     catalogue,
   )
-  // docs/api.md §7 placement: a model the daemon is loading already counts as loaded.
+  const placement = placed?.placement
+  // docs/api.md §7 placement: a worker that loads models is on the models of the work it holds;
+  // holding none, on those loaded or being loaded (a heartbeat may lag behind its last claim).
   const loading = new Set(placement ? worker.loading_models : [])
+  const held = placed?.held ?? new Set<string>()
   // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired slug.
   const candidates = matches.flatMap((match) => {
     const names = [...new Set(match.entry.profiles.map((p) => p.runtime_model_id))]
-    const loaded = match.loaded || names.some((n) => loading.has(n))
-    return catalogue
-      .slugsOf(match.entry)
-      .map((model) => ({ model, loaded, match, names, key: match.entry.id }))
+    const slugs = catalogue.slugsOf(match.entry)
+    const loaded = held.size
+      ? slugs.some((m) => held.has(m))
+      : match.loaded || names.some((n) => loading.has(n))
+    return slugs.map((model) => ({ model, loaded, match, names, key: match.entry.id }))
   })
   const claimed = await deps.store.queue.claim({
     workerId,
@@ -83,11 +87,6 @@ export async function claimBatch(
   deps.metrics.claims.inc()
   const { batch, assignmentId, shard } = claimed
   deps.placement.claimed(workerId, batch.model!, shard ? shard.requests : batch.request_counts_total)
-  // docs/api.md §7 placement: a worker that loads another model leaves the ones it served; their
-  // waiting work may be nobody's now, which other workers declined while it was this one's: their
-  // held polls look again (as for a batch validated; other instances are told too).
-  if (placement?.spread && !candidates.find((c) => c.model === batch.model)?.loaded)
-    for (const c of candidates) if (c.loaded) batchClaimable(deps, batch.id, c.model)
   const { entry, profile } = claimed.match
   if (shard) {
     deps.metrics.shardClaims.inc()

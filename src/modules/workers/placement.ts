@@ -96,18 +96,19 @@ const mean = (values: (number | undefined)[]) => {
 
 /**
  * docs/api.md §7 placement: what the claim of `worker` ranks its candidate models by (ClaimRequest
- * placement); undefined under PLACEMENT=loaded_first.
+ * placement), and the models (batches.model slugs) of the work it holds now; undefined under
+ * PLACEMENT=loaded_first.
  */
 export async function placementFor(
   deps: Deps & PlacementState,
   worker: Pick<WorkerRow, 'id' | 'loads' | 'model_stats' | 'loading_models'>,
   entries: readonly CatalogueEntry[],
   catalogue: Catalogue,
-): Promise<Placement | undefined> {
+): Promise<{ placement: Placement; held: ReadonlySet<string> } | undefined> {
   const config = deps.config
   if (config.PLACEMENT === 'loaded_first') return undefined
   const maxWaitSeconds = config.PLACEMENT_MAX_WAIT_SECONDS
-  if (!worker.loads) return { maxWaitSeconds, spread: null }
+  if (!worker.loads) return { placement: { maxWaitSeconds, spread: null }, held: new Set() }
   const { snapshot, changes } = await deps.placement.read(deps)
   // The waiting work per slug, with what this server validated and claimed since the read.
   const waiting = new Map([...snapshot.waiting].map(([slug, w]) => [slug, w.requests]))
@@ -144,5 +145,12 @@ export async function placementFor(
         statOf(worker.model_stats, names)?.load_seconds ?? meanLoad ?? config.PLACEMENT_DEFAULT_LOAD_SECONDS,
     })
   }
-  return { maxWaitSeconds, spread: { workers: others.length + 1, totalWaiting, demand } }
+  return {
+    placement: { maxWaitSeconds, spread: { workers: others.length + 1, totalWaiting, demand } },
+    held: new Set(held.get(worker.id) ?? claims(changes, worker.id)),
+  }
 }
+
+/** The models of the claims this server made for a worker the last read did not see online. */
+const claims = (changes: readonly LocalChange[], workerId: string) =>
+  changes.filter((c) => c.workerId === workerId).map((c) => c.model)
