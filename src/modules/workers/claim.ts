@@ -52,6 +52,7 @@ export async function claimBatch(
     worker,
     matches.map((m) => m.entry),
     catalogue,
+    (id) => deps.pollWaiters.isPolling(id),
   )
   const placement = placed?.placement
   // docs/api.md §7 placement: a worker that loads models is on the models of the work it holds;

@@ -17,8 +17,9 @@ import { onlineCutoff } from './liveness'
 
 /** What this server last read of the queue and the fleet. */
 interface Snapshot {
-  /** Clock seconds when it was read. */
+  /** Clock seconds when it was read, and real milliseconds (performance.now()). */
   at: number
+  atMs: number
   /** By batches.model slug. */
   waiting: Map<string, WaitingWork>
   fleet: PlacementWorker[]
@@ -53,10 +54,14 @@ export class PlacementView {
     this.changes.push({ seq: ++this.seq, workerId: null, model, requests: -requests })
   }
 
-  /** The snapshot, read again when it is a second old or more, with the claims made since. */
+  /**
+   * The snapshot, read again when it is a second old or more — by the clock, or in real time (a
+   * clock that tests hold still must not keep it forever) — with what changed here since.
+   */
   async read(deps: Deps): Promise<{ snapshot: Snapshot; changes: readonly LocalChange[] }> {
     const now = deps.clock.now()
-    if (!this.snapshot || now - this.snapshot.at >= 1) {
+    const s = this.snapshot
+    if (!s || now - s.at >= 1 || performance.now() - s.atMs >= 1000) {
       this.reading ??= this.refresh(deps, now).finally(() => {
         this.reading = null
       })
@@ -67,11 +72,17 @@ export class PlacementView {
 
   private async refresh(deps: Deps, now: number): Promise<Snapshot> {
     const mark = this.seq
+    const atMs = performance.now()
     const [waiting, fleet] = await Promise.all([
       deps.store.queue.waitingWork(),
       deps.store.fleet.placementFleet(onlineCutoff(deps)),
     ])
-    this.snapshot = { at: now, waiting: new Map(waiting.map((w) => [w.model, w])), fleet }
+    this.snapshot = {
+      at: now,
+      atMs,
+      waiting: new Map(waiting.map((w) => [w.model, w])),
+      fleet,
+    }
     // What changed before the read began is in it now.
     this.changes = this.changes.filter((c) => c.seq > mark)
     return this.snapshot
@@ -104,6 +115,8 @@ export async function placementFor(
   worker: Pick<WorkerRow, 'id' | 'loads' | 'model_stats' | 'loading_models'>,
   entries: readonly CatalogueEntry[],
   catalogue: Catalogue,
+  /** Whether a worker has a poll under way on this server (waiters.ts PollWaiters.isPolling). */
+  isPolling: (workerId: string) => boolean,
 ): Promise<{ placement: Placement; held: ReadonlySet<string> } | undefined> {
   const config = deps.config
   if (config.PLACEMENT === 'loaded_first') return undefined
@@ -129,12 +142,14 @@ export async function placementFor(
     const meanLoad = mean(everyone.map((s) => statOf(s, names)?.load_seconds))
     const rateOf = (stats: readonly ModelStat[]) =>
       statOf(stats, names)?.requests_per_second ?? meanRate ?? config.PLACEMENT_DEFAULT_REQUESTS_PER_SECOND
-    // A worker holding work serves the models of that work; an idle one, what it has loaded or is loading.
+    // A worker holding work serves the models of that work; one holding none, what it has loaded or
+    // is loading while it is polling here (alive and asking for work: a batch of that model is its to
+    // take; one that is gone, or polls elsewhere, does not keep the model's work from others).
     const serving = others.filter((w) => {
       const mine = held.get(w.id)!
       return mine.length
         ? mine.some((m) => slugs.includes(m))
-        : [...w.loaded_models, ...w.loading_models].some((n) => names.has(n))
+        : isPolling(w.id) && [...w.loaded_models, ...w.loading_models].some((n) => names.has(n))
     })
     demand.set(entry.id, {
       waiting: slugs.reduce((sum, slug) => sum + (waiting.get(slug) ?? 0), 0),

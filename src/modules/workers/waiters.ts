@@ -12,6 +12,29 @@ export class PollWaiters {
   private readonly waiting = new Map<Wake, { workerId: string; models: ReadonlySet<string> }>()
   /** Held polls woken by notify() so far (tests observe who was woken). */
   wakes = 0
+  /** The workers with a poll under way on this server (held, or being answered), and how many. */
+  private readonly polling = new Map<string, number>()
+
+  /** A poll of `workerId` begins; the returned function ends it. */
+  begin(workerId: string): () => void {
+    this.polling.set(workerId, (this.polling.get(workerId) ?? 0) + 1)
+    let ended = false
+    return () => {
+      if (ended) return
+      ended = true
+      const n = this.polling.get(workerId)! - 1
+      if (n > 0) this.polling.set(workerId, n)
+      else this.polling.delete(workerId)
+    }
+  }
+
+  /**
+   * docs/api.md §7 placement: whether `workerId` has a poll under way here — alive and asking for
+   * work, so a batch of a model it has loaded is its to take.
+   */
+  isPolling(workerId: string): boolean {
+    return this.polling.has(workerId)
+  }
 
   /** A batch of `model` became `validated` (validation passed, or a requeue): its candidates look again. */
   notify(model: string | null) {
