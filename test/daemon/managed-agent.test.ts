@@ -171,3 +171,60 @@ describe('the agent with a managed engine', () => {
     }
   })
 })
+
+describe('the inventory of a managed engine', () => {
+  test('a model is advertised once every one of its files is hashed: its weights under its name, the others as <name>+<file>', async () => {
+    const dir = mkdtempSync(join(root, 'inv-'))
+    const weights = join(dir, 'w.gguf')
+    const projector = join(dir, 'mmproj-x.gguf')
+    writeFileSync(weights, 'the weights')
+    writeFileSync(projector, 'the projector')
+    const state = new StateDir(join(dir, 'state'))
+    const digests = new DigestCache(state)
+    const engine = memoryEngine(['vis'], { files: { vis: [weights, projector] } })
+    const runtime = new ManagedRuntime(engine, digests, { state, budget: () => null })
+    // Nothing hashed yet: hashing starts, nothing is advertised (by name alone it could match an
+    // entry pinned to other weights).
+    const first = await runtime.snapshot()
+    expect(first).toMatchObject({ status: 'online', models: [], inventory: [], loaded: [] })
+    await Promise.all([digests.digest(weights), digests.digest(projector)])
+    const second = await runtime.snapshot()
+    expect(second.models).toEqual(['vis'])
+    expect(second.inventory).toEqual([
+      {
+        local_name: 'vis',
+        sha256: sha256(new TextEncoder().encode('the weights')),
+        size_bytes: 11,
+        loaded: false,
+        runtime: 'llama.cpp',
+      },
+      {
+        local_name: 'vis+mmproj-x.gguf',
+        sha256: sha256(new TextEncoder().encode('the projector')),
+        size_bytes: 13,
+        loaded: false,
+        runtime: 'llama.cpp',
+      },
+    ])
+    // Loaded is the engine's word.
+    await engine.load('vis', {})
+    const third = await runtime.snapshot()
+    expect(third.loaded).toEqual(['vis'])
+    expect(third.inventory.every((i) => i.loaded)).toBe(true)
+  })
+
+  test('an engine that cannot be reached: offline, nothing advertised', async () => {
+    const dir = mkdtempSync(join(root, 'off-'))
+    const state = new StateDir(dir)
+    const engine = memoryEngine(['a'])
+    engine.offline = true
+    const runtime = new ManagedRuntime(engine, new DigestCache(state), { state, budget: () => null })
+    expect(await runtime.snapshot()).toEqual({
+      status: 'offline',
+      inventory: [],
+      models: [],
+      loaded: [],
+      error: 'down',
+    })
+  })
+})

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { eq } from 'drizzle-orm'
@@ -13,6 +13,7 @@ import { startGateProxy } from '../helpers/gate-proxy'
 import { withRealEngine } from '../helpers/llama'
 import {
   ENTRY,
+  MULTI_SEEDS,
   managedFleet,
   managedOptions,
   routerModels as routerModelsAt,
@@ -67,6 +68,12 @@ withRealEngine('a daemon that runs llama.cpp itself', (engine) => {
         return m.alpha?.state === 'on_disk' && m.beta?.state === 'on_disk' ? m : null
       })
       expect(before.alpha.digest).toBe(sha(tinyModel(SEEDS.alpha)))
+      // A model that is a directory: its weights are its item, its other files `<name>+<file>`.
+      expect(before.multi).toMatchObject({ state: 'on_disk', digest: sha(tinyModel(MULTI_SEEDS.weights)) })
+      expect(before['multi+mmproj-tiny.gguf']).toMatchObject({
+        state: 'on_disk',
+        digest: sha(tinyModel(MULTI_SEEDS.mmproj)),
+      })
       const rows = await until('the worker row', async () =>
         (
           await server.req('GET', `/v1/orgs/${f.user.personalOrgId}/workers`, { token: f.user.token })
@@ -111,6 +118,23 @@ withRealEngine('a daemon that runs llama.cpp itself', (engine) => {
     }
     // The engine stopped with the daemon.
     expect(routersOf(d.agent.state.dir)).toEqual([])
+  })
+
+  test('a GGUF copied into the models directory while the daemon runs is in its inventory, with its digest', async () => {
+    const f = await fleet()
+    const d = daemon(server.url, f.key)
+    try {
+      await until('registered', async () => (await f.models(d.agent.id)).alpha?.state === 'on_disk')
+      const bytes = tinyModel(17)
+      writeFileSync(join(modelsDir, 'delta.gguf.part'), bytes)
+      renameSync(join(modelsDir, 'delta.gguf.part'), join(modelsDir, 'delta.gguf'))
+      const m = await until('delta in the worker row', async () => (await f.models(d.agent.id)).delta)
+      expect(m).toMatchObject({ state: 'on_disk', digest: sha(bytes) })
+      expect((await routerModels(d)).delta!.value).toBe('unloaded')
+    } finally {
+      await stopped(d)
+      rmSync(join(modelsDir, 'delta.gguf'), { force: true })
+    }
   })
 
   test('room for two: a job for B while A’s job is still on the worker loads B beside A, both jobs held at once', async () => {

@@ -16,6 +16,8 @@ import { until } from './until'
 // router's own GET /models, the routers running for a state directory.
 
 export const SEEDS = { alpha: 11, beta: 12, gamma: 13 } as const
+/** The files of `multi/`, a model that is a directory. */
+export const MULTI_SEEDS = { weights: 15, mmproj: 16 } as const
 export const ENTRY = {
   alpha: 'tiny-alpha-f32',
   beta: 'tiny-beta-f32',
@@ -33,6 +35,7 @@ export interface ManagedSetup {
 /**
  * Writes the models into `<dir>/models` and the catalogue, and starts the control plane. alpha
  * (ctx_size 1024) and beta (ctx_size 2048) need 1 GB, gamma 100 GB; every profile runs 1 thread.
+ * `multi/` (weights and a projector) and `broken.gguf` (cut short) are there too.
  */
 export async function startManagedSetup(
   dir: string,
@@ -46,6 +49,10 @@ export async function startManagedSetup(
     writeFileSync(join(modelsDir, `${name}.gguf`), bytes)
     digests[name] = sha256(bytes)
   }
+  // A model of several files: a directory named after it (its weights, and a projector).
+  mkdirSync(join(modelsDir, 'multi'))
+  writeFileSync(join(modelsDir, 'multi', 'multi-weights.gguf'), tinyModel(MULTI_SEEDS.weights))
+  writeFileSync(join(modelsDir, 'multi', 'mmproj-tiny.gguf'), tinyModel(MULTI_SEEDS.mmproj))
   // Cut short: llama.cpp reads its header, then finds its tensors outside the file.
   const broken = tinyModel(14).subarray(0, 100_000)
   writeFileSync(join(modelsDir, 'broken.gguf'), broken)

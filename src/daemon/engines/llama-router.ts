@@ -81,7 +81,7 @@ export class LlamaRouter implements ManagedEngine {
   readonly appliesParams: boolean
   private readonly child: SupervisedChild | null
   private readonly attachedUrl: string
-  private readonly modelsDir: string | null
+  readonly modelsDir?: string
   private readonly presetPath: string
   private readonly timers: Timers
   private readonly exitListeners = new Set<(reason: string, models: string[] | null) => void>()
@@ -139,7 +139,6 @@ export class LlamaRouter implements ManagedEngine {
       })
     } else {
       this.child = null
-      this.modelsDir = null
     }
   }
 

@@ -81,6 +81,12 @@ export interface ManagedEngine {
    * last lines) and the models that went with it (null: every model; the router restarts itself).
    */
   onExit(listener: (reason: string, models: string[] | null) => void): void
+  /**
+   * The directory the engine serves models from when the daemon runs it (a model is
+   * `<dir>/<name>.gguf`, or `<dir>/<name>/` with its files): where a downloaded model's files go.
+   * A file placed there is seen at the next status(). Absent for an engine the daemon attached to.
+   */
+  readonly modelsDir?: string
   /** Parallel request slots of a loaded model, when the engine says; null when it does not. */
   slots?(name: string): Promise<number | null>
 }

@@ -287,6 +287,8 @@ export class ModelManager {
     row.vram_gb = need.vram_gb
     row.params_key = this.engine.appliesParams ? key : null
     this.set(row, 'loading')
+    // Known before the load ends: a daemon killed meanwhile that adopts the engine budgets it.
+    this.remember()
     const started = this.timers.nowMs()
     try {
       await this.engine.load(need.name, this.engine.appliesParams ? need.params : {})
