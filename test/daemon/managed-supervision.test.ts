@@ -196,6 +196,7 @@ withRealEngine('the daemon supervises the engine it runs', (engine) => {
     )
     const url = `http://127.0.0.1:${port}`
     await until('the router answering', async () => (await fetch(`${url}/models`).catch(() => null))?.ok)
+    const logged = capturedLogLines().length
     const opts = managedOptions(server.url, f.key, engine, modelsDir, { runtime_url: url })
     delete opts.models_dir
     const d = runManaged(opts)
@@ -208,7 +209,9 @@ withRealEngine('the daemon supervises the engine it runs', (engine) => {
       expect(status.value).toBe('loaded')
       // Its own settings: the profile's ctx_size is not there.
       expect(status.args).not.toContain('--ctx-size')
-      const said = capturedLogLines().filter((l) => l.includes('serving-profile params are not applied'))
+      const said = capturedLogLines()
+        .slice(logged)
+        .filter((l) => l.includes('serving-profile params are not applied'))
       expect(said).toHaveLength(1)
     } finally {
       await stopDaemon(d)
