@@ -179,6 +179,8 @@ export class LlamaRouter implements ManagedEngine {
   async status(): Promise<EngineView> {
     if (this.child && !this.child.running)
       return { status: 'offline', error: 'the engine is restarting', models: [] }
+    // Its output grows with every request it serves.
+    this.child?.trimLog()
     let list: RouterModel[]
     try {
       list = await this.list(this.needsRescan())
