@@ -106,6 +106,8 @@ withRealEngine('the daemon supervises the engine it runs', (engine) => {
         stdout: 'pipe',
         stderr: 'pipe',
       })
+      // Never left running: a daemon that never says the line is ended too (and the test fails).
+      const bound = setTimeout(() => proc.kill('SIGKILL'), 30_000)
       const dec = new TextDecoder()
       let buf = ''
       let hit = false
@@ -126,54 +128,62 @@ withRealEngine('the daemon supervises the engine it runs', (engine) => {
         }
       }
       await proc.exited
+      clearTimeout(bound)
       expect(hit).toBe(true)
       expect(proc.signalCode).toBe('SIGKILL')
     }
 
-    // 1. Killed between asking for the model and its answer: its router runs on, orphaned.
-    await killedAt((r) => typeof r.msg === 'string' && r.msg.startsWith(`loading alpha for job ${id}`))
-    const [left] = routersOf(stateDir)
-    expect(left).toBeDefined()
-    expect(recordOf(stateDir).pid).toBe(left!)
-
-    // 2. Started again with the same command: the same router, adopted; the batch (requeued by the
-    //    re-registration) runs on it.
-    const d = runManaged(managedOptions(server.url, f.key, engine, modelsDir, { state_dir: stateDir }))
     try {
-      const done = await f.completed(id)
-      expect(done.request_counts.completed).toBe(4)
-      expect(routersOf(stateDir)).toEqual([left!])
-      expect(capturedLogLines().some((l) => l.includes('adopted the engine a previous run left'))).toBe(true)
-      expect((await routerModels(d.agent.runtime.baseUrl)).alpha!.value).toBe('loaded')
-    } finally {
-      await stopDaemon(d)
-    }
-    // Adopted, then stopped with the daemon like its own.
-    expect(alive(left!)).toBe(false)
-    expect(routersOf(stateDir)).toEqual([])
+      // 1. Killed between asking for the model and its answer: its router runs on, orphaned.
+      await killedAt((r) => typeof r.msg === 'string' && r.msg.startsWith(`loading alpha for job ${id}`))
+      const [left] = routersOf(stateDir)
+      expect(left).toBeDefined()
+      expect(recordOf(stateDir).pid).toBe(left!)
 
-    // 3. Killed again once its router runs; started with other router arguments: the leftover is
-    //    stopped, a new one started.
-    await killedAt((r) => r.msg === 'engine started')
-    const [orphan] = routersOf(stateDir)
-    expect(orphan).toBeDefined()
-    const other = runManaged(
-      managedOptions(server.url, f.key, engine, modelsDir, {
-        state_dir: stateDir,
-        engine_args: ['--threads-http', '4'],
-      }),
-    )
-    try {
-      await until('registered', () => other.agent.id)
-      expect(alive(orphan!)).toBe(false)
-      const now = routersOf(stateDir)
-      expect(now).toHaveLength(1)
-      expect(now[0]).not.toBe(orphan)
+      // 2. Started again with the same command: the same router, adopted; the batch (requeued by the
+      //    re-registration) runs on it.
+      const d = runManaged(managedOptions(server.url, f.key, engine, modelsDir, { state_dir: stateDir }))
+      try {
+        const done = await f.completed(id)
+        expect(done.request_counts.completed).toBe(4)
+        expect(routersOf(stateDir)).toEqual([left!])
+        expect(capturedLogLines().some((l) => l.includes('adopted the engine a previous run left'))).toBe(
+          true,
+        )
+        expect((await routerModels(d.agent.runtime.baseUrl)).alpha!.value).toBe('loaded')
+      } finally {
+        await stopDaemon(d)
+      }
+      // Adopted, then stopped with the daemon like its own.
+      expect(alive(left!)).toBe(false)
+      expect(routersOf(stateDir)).toEqual([])
+
+      // 3. Killed again once its router runs; started with other router arguments: the leftover is
+      //    stopped, a new one started.
+      await killedAt((r) => r.msg === 'engine started')
+      const [orphan] = routersOf(stateDir)
+      expect(orphan).toBeDefined()
+      const other = runManaged(
+        managedOptions(server.url, f.key, engine, modelsDir, {
+          state_dir: stateDir,
+          engine_args: ['--threads-http', '4'],
+        }),
+      )
+      try {
+        await until('registered', () => other.agent.id)
+        expect(alive(orphan!)).toBe(false)
+        const now = routersOf(stateDir)
+        expect(now).toHaveLength(1)
+        expect(now[0]).not.toBe(orphan)
+      } finally {
+        await stopDaemon(other)
+      }
+      expect(routersOf(stateDir)).toEqual([])
     } finally {
-      await stopDaemon(other)
+      // Whatever a failed assertion left behind: this state directory's routers only.
+      for (const pid of routersOf(stateDir)) process.kill(pid, 'SIGKILL')
+      rmSync(stateDir, { recursive: true, force: true })
     }
-    expect(routersOf(stateDir)).toEqual([])
-    rmSync(stateDir, { recursive: true, force: true })
   }, 90_000)
 
   test('attached to a router someone else runs: the daemon loads what jobs need, says once that params are not applied, and leaves the router running', async () => {
@@ -195,28 +205,29 @@ withRealEngine('the daemon supervises the engine it runs', (engine) => {
       { stdout: 'ignore', stderr: 'ignore' },
     )
     const url = `http://127.0.0.1:${port}`
-    await until('the router answering', async () => (await fetch(`${url}/models`).catch(() => null))?.ok)
-    const logged = capturedLogLines().length
-    const opts = managedOptions(server.url, f.key, engine, modelsDir, { runtime_url: url })
-    delete opts.models_dir
-    const d = runManaged(opts)
     try {
-      for (const n of [3, 2]) {
-        const done = await f.completed(await f.submit(ENTRY.beta, n))
-        expect(done.request_counts.completed).toBe(n)
+      await until('the router answering', async () => (await fetch(`${url}/models`).catch(() => null))?.ok)
+      const logged = capturedLogLines().length
+      const opts = managedOptions(server.url, f.key, engine, modelsDir, { runtime_url: url })
+      delete opts.models_dir
+      const d = runManaged(opts)
+      try {
+        for (const n of [3, 2]) {
+          const done = await f.completed(await f.submit(ENTRY.beta, n))
+          expect(done.request_counts.completed).toBe(n)
+        }
+        const status = (await routerModels(url)).beta!
+        expect(status.value).toBe('loaded')
+        // Its own settings: the profile's ctx_size is not there.
+        expect(status.args).not.toContain('--ctx-size')
+        const said = capturedLogLines()
+          .slice(logged)
+          .filter((l) => l.includes('serving-profile params are not applied'))
+        expect(said).toHaveLength(1)
+      } finally {
+        await stopDaemon(d)
       }
-      const status = (await routerModels(url)).beta!
-      expect(status.value).toBe('loaded')
-      // Its own settings: the profile's ctx_size is not there.
-      expect(status.args).not.toContain('--ctx-size')
-      const said = capturedLogLines()
-        .slice(logged)
-        .filter((l) => l.includes('serving-profile params are not applied'))
-      expect(said).toHaveLength(1)
-    } finally {
-      await stopDaemon(d)
-    }
-    try {
+      // Not the daemon's to stop.
       expect(router.exitCode).toBeNull()
       expect((await fetch(`${url}/models`)).ok).toBe(true)
     } finally {
