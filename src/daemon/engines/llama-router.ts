@@ -65,6 +65,8 @@ const pollWait = (n: number) => Math.min(POLL_MAX_MS, Math.round(POLL_FIRST_MS *
 /** How long a load may take to show as `loading` at all. */
 const LOAD_START_MS = 10_000
 const ATTACHED_RELOAD_MS = 30_000
+/** How long an unload may take before it counts as failed. */
+const UNLOAD_MS = 60_000
 const LINES_PER_ERROR = 6
 
 export interface LlamaRouterOptions {
@@ -146,11 +148,6 @@ export class LlamaRouter implements ManagedEngine {
     return this.child ? this.child.url : this.attachedUrl
   }
 
-  /** The router's process while it runs (managed). */
-  get pid(): number | null {
-    return this.child?.pid ?? null
-  }
-
   async start(): Promise<void> {
     if (!this.child) return
     const dir = this.modelsDir!
@@ -183,7 +180,7 @@ export class LlamaRouter implements ManagedEngine {
     this.child?.trimLog()
     let list: RouterModel[]
     try {
-      list = await this.list(this.needsRescan())
+      list = await this.listFresh()
     } catch (e) {
       return { status: statusOf(e), error: (e as Error).message, models: [] }
     }
@@ -245,9 +242,12 @@ export class LlamaRouter implements ManagedEngine {
       // 400 "model is not running": already unloaded.
       if (!(e instanceof RuntimeHttpError && e.status === 400)) throw e
     }
+    const askedAt = this.timers.nowMs()
     for (let n = 0; ; n++) {
       const m = (await this.list(false)).find((x) => x.id === name)
       if (m?.status?.value !== 'loaded' && m?.status?.value !== 'loading') return
+      if (this.timers.nowMs() - askedAt > UNLOAD_MS)
+        throw new Error(`${name} was still loaded a minute after its unload`)
       await this.timers.sleep(pollWait(n))
     }
   }
@@ -296,21 +296,30 @@ export class LlamaRouter implements ManagedEngine {
     const res = await runtimeJson<{ data?: RouterModel[] }>(
       `${this.baseUrl}/models${reload ? '?reload=1' : ''}`,
     )
-    if (reload) this.lastReloadMs = this.timers.nowMs()
     return Array.isArray(res.data) ? res.data : []
   }
 
   /**
-   * Managed: a rescan when the models directory holds other names than at the last one (a file
-   * copied in, or downloaded). Attached: the directory is not ours to read; the router's owner
-   * rescans, and so does this daemon, at most every ATTACHED_RELOAD_MS.
+   * The list, rescanned first when the directory may hold something new. Managed: when the models
+   * directory holds other names than at the last rescan (a file copied in, or downloaded).
+   * Attached: the directory is not ours to read; the router's owner rescans, and so does this
+   * daemon, at most every ATTACHED_RELOAD_MS — and a rescan the router refuses (its owner's preset)
+   * is left to its owner: the plain list stands.
    */
-  private needsRescan(): boolean {
-    if (!this.modelsDir) return this.timers.nowMs() - this.lastReloadMs >= ATTACHED_RELOAD_MS
+  private async listFresh(): Promise<RouterModel[]> {
+    if (!this.modelsDir) {
+      if (this.timers.nowMs() - this.lastReloadMs < ATTACHED_RELOAD_MS) return this.list(false)
+      this.lastReloadMs = this.timers.nowMs()
+      return this.list(true).catch((e) => {
+        if (e instanceof RuntimeHttpError) return this.list(false)
+        throw e
+      })
+    }
     const now = scanModelsDir(this.modelsDir)
-    if (now === this.scanned) return false
+    if (now === this.scanned) return this.list(false)
+    const list = await this.list(true)
     this.scanned = now
-    return true
+    return list
   }
 
   /**
