@@ -1,0 +1,87 @@
+import { basename } from 'node:path'
+
+// The body of POST /v1/files (docs/api.md §5: multipart, `purpose=batch` then `file`), built by hand
+// and streamed from disk: the file is never read whole (a 200 MB input must not cost 200 MB of
+// memory, which a FormData holding it would), the length is known before the first byte, so the
+// request carries a Content-Length (the server's size cap and quota are decided before it reads,
+// docs/api.md §15), and every chunk is counted as it leaves, which drives the progress bar.
+
+export interface MultipartUpload {
+  body: ReadableStream<Uint8Array>
+  headers: Record<string, string>
+  /** Bytes of the whole body (framing included). */
+  length: number
+}
+
+/** The name the form gives the file: its base name, without what would break the header line. */
+export function formFilename(path: string): string {
+  return (
+    basename(path)
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters cannot go in a header
+      .replace(/[\u0000-\u001f\u007f]/g, '')
+      .replaceAll('"', '%22')
+  )
+}
+
+/**
+ * A multipart body of the text `fields`, then the file at `path` (`size` bytes) as the part named
+ * `file`. `onBytes` hears the file bytes handed to the connection so far.
+ */
+export function multipartUpload(
+  path: string,
+  size: number,
+  fields: Record<string, string>,
+  onBytes: (sent: number) => void,
+): MultipartUpload {
+  const boundary = `gridkeep-${crypto.randomUUID()}`
+  const encoder = new TextEncoder()
+  let text = ''
+  for (const [name, value] of Object.entries(fields))
+    text += `--${boundary}\r\nContent-Disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`
+  text +=
+    `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="${formFilename(path)}"\r\n` +
+    'Content-Type: application/jsonl\r\n\r\n'
+  const head = encoder.encode(text)
+  const tail = encoder.encode(`\r\n--${boundary}--\r\n`)
+  let reader: { read(): Promise<{ done: boolean; value?: Uint8Array }>; cancel(): Promise<void> } | null =
+    null
+  let sent = 0
+  let stage: 'head' | 'file' | 'done' = 'head'
+  const body = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      if (stage === 'head') {
+        stage = 'file'
+        reader = Bun.file(path).stream().getReader()
+        controller.enqueue(head)
+        return
+      }
+      if (stage === 'file') {
+        const { value, done } = await reader!.read()
+        if (!done && value) {
+          sent += value.byteLength
+          // More than announced would break the Content-Length: the file changed under us.
+          if (sent > size) throw new Error(`${path} grew while it was being uploaded`)
+          controller.enqueue(value)
+          onBytes(sent)
+          return
+        }
+        if (sent !== size) throw new Error(`${path} shrank while it was being uploaded`)
+        stage = 'done'
+        controller.enqueue(tail)
+        return
+      }
+      controller.close()
+    },
+    cancel() {
+      void reader?.cancel()
+    },
+  })
+  return {
+    body,
+    length: head.byteLength + size + tail.byteLength,
+    headers: {
+      'content-type': `multipart/form-data; boundary=${boundary}`,
+      'content-length': String(head.byteLength + size + tail.byteLength),
+    },
+  }
+}
