@@ -39,9 +39,10 @@ export function stdinPrompter(write: Write, interrupt: AbortSignal, o: { lines?:
 /** One line typed on the terminal, in raw mode so that a secret is not echoed. */
 function askTerminal(question: string, secret: boolean, write: Write): Promise<string> {
   const stdin = process.stdin
-  write(question)
+  // Raw mode before the question shows: what is typed after seeing it is never echoed.
   stdin.setRawMode(true)
   stdin.resume()
+  write(question)
   return new Promise((resolve, reject) => {
     let answer = ''
     let inEscape = false
