@@ -91,7 +91,7 @@ export function validationSummary(batch: Batch): string | null {
   return `validation failed: ${formatCount(total)} ${noun}${more}`
 }
 
-/** `batch_x  in_progress  1,234/50,000 done  3 failed  215 req/s  3 min left  shards 4 running, 12 done of 40` */
+/** `batch_x  in_progress  1,234/50,000 done  3 failed  215 req/s  3 min left  shards: 4 running, 12 done` */
 export function progressLine(b: Batch, rate: number | null, eta: number | null): string {
   const c = b.request_counts
   const done = c.completed + c.failed
@@ -100,12 +100,16 @@ export function progressLine(b: Batch, rate: number | null, eta: number | null):
   else if (b.status !== 'validating') {
     parts.push(`${formatCount(done)}/${formatCount(c.total)} done`)
     if (c.failed) parts.push(`${formatCount(c.failed)} failed`)
-    if (b.status === 'in_progress') {
-      parts.push(rate === null ? '- req/s' : `${formatRate(rate)} req/s`)
-      parts.push(`${formatDuration(eta)} left`)
-    }
+    if (b.status === 'in_progress')
+      parts.push(
+        rate === null ? 'measuring the rate' : `${formatRate(rate)} req/s  ${formatDuration(eta)} left`,
+      )
   }
-  if (b.shards) parts.push(`shards ${b.shards.running} running, ${b.shards.done} done of ${b.shards.total}`)
+  // docs/api.md §16: shards are cut as workers claim them, so their total grows until the end.
+  if (b.shards && b.status !== 'completed') {
+    const waiting = b.shards.waiting ? `, ${b.shards.waiting} waiting` : ''
+    parts.push(`shards: ${b.shards.running} running, ${b.shards.done} done${waiting}`)
+  } else if (b.shards) parts.push(`${b.shards.total} shards`)
   if (b.attempts > 0 && !TERMINAL.has(b.status)) parts.push(`attempt ${b.attempts + 1}`)
   return parts.join('  ')
 }
