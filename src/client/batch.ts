@@ -12,6 +12,7 @@ import {
 } from './args'
 import { ClientError, EXIT } from './exit'
 import {
+  batchEvent,
   download,
   finish,
   followRun,
@@ -124,7 +125,7 @@ async function upload(ctx: Context, path: string): Promise<FileObject> {
     file_id: file.id,
     filename: file.filename,
     bytes: file.bytes,
-    seconds: Math.round(seconds * 100) / 100,
+    seconds: Math.round(seconds * 1000) / 1000,
   })
   view.say(
     `uploaded ${path} as ${file.id} (${formatBytes(file.bytes)} in ${seconds.toFixed(1)} s, ${formatBytes(file.bytes / Math.max(seconds, 0.001))}/s)`,
@@ -177,16 +178,10 @@ export async function submit(p: Parsed, ctx: Context): Promise<number> {
   view.say(`created batch ${batch.id} (${batch.endpoint}); validating`)
   try {
     batch = await followValidation(api, view, batch.id)
-    view.event('batch', { batch_id: batch.id, status: batch.status, request_counts: batch.request_counts })
-    const summary = validationSummary(batch)
-    if (summary) {
-      view.event('done', { batch_id: batch.id, status: batch.status, errors_total: batch.errors.total })
-      view.warn(summary)
-      return EXIT.invalid
-    }
     if (batch.status === 'failed') return await finish(api, view, batch, r, started)
     view.say(`validated: ${formatCount(batch.request_counts.total)} requests for ${batch.model}`)
     if (!wait) {
+      batchEvent(view, batch, null, null)
       view.say(`follow it: gridkeep wait ${batch.id}`)
       return EXIT.ok
     }

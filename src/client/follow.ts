@@ -114,6 +114,19 @@ export function progressLine(b: Batch, rate: number | null, eta: number | null):
   return parts.join('  ')
 }
 
+/** The `batch` JSON line: what a script follows while the batch runs. */
+export function batchEvent(view: View, b: Batch, rate: number | null, eta: number | null) {
+  view.event('batch', {
+    batch_id: b.id,
+    status: b.status,
+    request_counts: b.request_counts,
+    shards: b.shards,
+    attempts: b.attempts,
+    requests_per_second: rate === null ? null : Math.round(rate * 10) / 10,
+    eta_seconds: eta === null ? null : Math.round(eta),
+  })
+}
+
 /** Reads the batch until it is completed or failed: the live line, and a `batch` event per change. */
 export async function followRun(api: Api, view: View, first: Batch, intervalMs: number): Promise<Batch> {
   const meter = new RateMeter()
@@ -127,15 +140,7 @@ export async function followRun(api: Api, view: View, first: Batch, intervalMs: 
     const key = JSON.stringify([batch.status, c, batch.shards, batch.attempts])
     if (key !== last) {
       last = key
-      view.event('batch', {
-        batch_id: batch.id,
-        status: batch.status,
-        request_counts: c,
-        shards: batch.shards,
-        attempts: batch.attempts,
-        requests_per_second: rate === null ? null : Math.round(rate * 10) / 10,
-        eta_seconds: eta === null ? null : Math.round(eta),
-      })
+      batchEvent(view, batch, rate, eta)
     }
     view.setLive(progressLine(batch, rate, eta))
     if (TERMINAL.has(batch.status)) {

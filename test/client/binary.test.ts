@@ -421,6 +421,10 @@ describe('gridkeep submit', () => {
       batch_id: id,
       status: 'validated',
       request_counts: { total: 5, completed: 0, failed: 0 },
+      shards: null,
+      attempts: 0,
+      requests_per_second: null,
+      eta_seconds: null,
     })
     expect(r.stderr).toContain(`follow it: gridkeep wait ${id}`)
     const results = await runGridkeep(['results', id], { env: keyed() })

@@ -1,0 +1,153 @@
+// The terminal client's upload (docs/guide.md "The terminal client"): `gridkeep submit` of the 200 MB,
+// 50,000-line benchmark file (bench/lib/input.ts, the file of bench/validation.ts) against a plain
+// `curl -F` of the same file to the same server, side by side in one run. Prints figures, not a
+// verdict.
+//
+//   bun run bench/client.ts              200 MB, 5 rounds
+//   bun run bench/client.ts --quick      20 MB, 2 rounds
+//
+// The server runs in this process, on a temporary database; the compiled binary
+// (test/helpers/binary.ts: GRIDKEEP_BINARY, else built once) and /usr/bin/curl are subprocesses,
+// taking turns, each upload alone on the machine. curl's time is its own `%{time_total}`; the
+// client's is the upload it reports (its `uploaded` JSON line: from before the file is opened to
+// the server's answer); neither counts process start. `gridkeep submit` then waits for the batch
+// to validate, so no validation runs under the next upload. Also: the client's peak RSS, sampled
+// every 20 ms from /proc, beside the file's size (the file is streamed, never held whole).
+// Target: gridkeep ≥ 90 % of curl's throughput (median of the rounds).
+
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../src/lib/keys'
+import { gridkeepBinary } from '../test/helpers/binary'
+import { addEntry, benchServer } from './lib/fixture'
+import { chatInputFile } from './lib/input'
+import { fmt, quick } from './lib/load'
+
+const LINES = quick ? 5_000 : 50_000
+const BYTES = quick ? 20_000_000 : 200_000_000
+const ROUNDS = quick ? 2 : 5
+const MODEL = 'bench-8b-q4km'
+const CURL = '/usr/bin/curl'
+const MB = 1_000_000
+
+const path = await chatInputFile(LINES, BYTES, MODEL)
+const size = statSync(path).size
+const binary = await gridkeepBinary()
+const gk = await benchServer({ LOG_LEVEL: 'warn' })
+addEntry(gk.deps, MODEL, 'bench:latest', { vram_gb: null })
+const key = generateRawKey()
+await gk.deps.store.keys.createKey(
+  { type: 'personal', userId: gk.userId },
+  {
+    name: 'bench',
+    prefix: keyDisplayPrefix(key),
+    key_hash: sha256Hex(key),
+    created_by: gk.userId,
+    created_at: gk.deps.clock.now(),
+    expires_at: null,
+  },
+)
+const home = mkdtempSync(join(tmpdir(), 'gridkeep-bench-client-'))
+
+/** Peak resident memory of `pid` while `running`, in MiB, from /proc/<pid>/status every 20 ms. */
+function sampleRss(pid: number) {
+  let peak = 0
+  const timer = setInterval(() => {
+    try {
+      const kb = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0)
+      peak = Math.max(peak, kb / 1024)
+    } catch {}
+  }, 20)
+  return () => {
+    clearInterval(timer)
+    return peak
+  }
+}
+
+async function curl(): Promise<number> {
+  const proc = Bun.spawn(
+    [
+      CURL,
+      '-sS',
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_code} %{time_total}',
+      '-H',
+      `authorization: Bearer ${key}`,
+      '-F',
+      'purpose=batch',
+      '-F',
+      `file=@${path}`,
+      `${gk.url}/v1/files`,
+    ],
+    { stdout: 'pipe', stderr: 'pipe' },
+  )
+  const [out, err] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text()])
+  const [status, seconds] = out.trim().split(' ')
+  if ((await proc.exited) !== 0 || status !== '200') throw new Error(`curl: ${status} ${err}`)
+  return Number(seconds)
+}
+
+async function client(): Promise<{ seconds: number; rssMiB: number }> {
+  const proc = Bun.spawn([binary, 'submit', path, '--json'], {
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: home,
+      GRIDKEEP_SERVER: gk.url,
+      GRIDKEEP_API_KEY: key,
+    },
+    stdout: 'pipe',
+    stderr: 'pipe',
+  })
+  const peak = sampleRss(proc.pid)
+  const [out, err] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text()])
+  const code = await proc.exited
+  const rssMiB = peak()
+  const lines = out
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l))
+  const uploaded = lines.find((l) => l.event === 'uploaded')
+  const validated = lines.some((l) => l.event === 'batch' && l.status === 'validated')
+  if (code !== 0 || !uploaded || uploaded.bytes !== size || !validated)
+    throw new Error(`gridkeep submit: exit ${code}\n${out}${err}`)
+  return { seconds: uploaded.seconds, rssMiB }
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+const times = { curl: [] as number[], client: [] as number[] }
+let rss = 0
+try {
+  // A first pair warms the page cache, the server and both programs; it is not counted.
+  await curl()
+  await client()
+  for (let round = 0; round < ROUNDS; round++) {
+    // Alternating who goes first cancels a drift (a warming disk, a neighbour's load).
+    for (const who of round % 2 ? (['client', 'curl'] as const) : (['curl', 'client'] as const)) {
+      if (who === 'curl') times.curl.push(await curl())
+      else {
+        const r = await client()
+        times.client.push(r.seconds)
+        rss = Math.max(rss, r.rssMiB)
+      }
+    }
+  }
+} finally {
+  await gk.stop()
+  rmSync(home, { recursive: true, force: true })
+}
+
+const rate = (seconds: number) => size / MB / seconds
+const curlRate = rate(median(times.curl))
+const clientRate = rate(median(times.client))
+console.log(`client upload: ${fmt(size / MB, 1)} MB, ${LINES} lines, median of ${ROUNDS} rounds`)
+console.log(
+  `   curl -F:          ${fmt(curlRate)} MB/s (${fmt(median(times.curl) * 1000)} ms; rounds ${times.curl.map((t) => fmt(rate(t))).join(', ')} MB/s)`,
+)
+console.log(
+  `   gridkeep submit:  ${fmt(clientRate)} MB/s (${fmt(median(times.client) * 1000)} ms; rounds ${times.client.map((t) => fmt(rate(t))).join(', ')} MB/s)`,
+)
+console.log(`   ratio gridkeep / curl: ${fmt((100 * clientRate) / curlRate, 1)} %  (target ≥ 90 %)`)
+console.log(`   gridkeep peak RSS: ${fmt(rss)} MiB for a ${fmt(size / 2 ** 20)} MiB file (streamed)`)
