@@ -13,6 +13,7 @@ import {
 import { ClientError, EXIT } from './exit'
 import {
   batchEvent,
+  checkWritable,
   download,
   finish,
   followRun,
@@ -138,6 +139,7 @@ export async function submit(p: Parsed, ctx: Context): Promise<number> {
   const [path] = positionals(p, ['FILE'])
   const r = paths(p)
   const wait = flag(p, 'wait') || !!r.output || !!r.errors
+  checkWritable(r)
   const interval = intervalMs(p)
   const metadata = metadataPairs(listOption(p, 'metadata'))
   const endpoint = stringOption(p, 'endpoint')
@@ -197,6 +199,7 @@ export async function wait(p: Parsed, ctx: Context): Promise<number> {
   const { api, view } = ctx
   const [batchId] = positionals(p, ['BATCH'])
   const r = paths(p)
+  checkWritable(r)
   const started = performance.now()
   try {
     let batch = await getBatch(api, batchId!)
@@ -257,6 +260,7 @@ export async function results(p: Parsed, ctx: Context): Promise<number> {
   const { api, view } = ctx
   const [batchId] = positionals(p, ['BATCH'])
   const r = paths(p)
+  checkWritable(r)
   const b = await getBatch(api, batchId!)
   if (b.status === 'failed') return finishFailed(ctx, b)
   if (b.status !== 'completed')

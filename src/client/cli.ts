@@ -231,8 +231,11 @@ export async function runClientCommand(name: string, argv: string[], env: Env): 
       view.event('interrupted', {})
       return fail('interrupted', EXIT.interrupted)
     }
-    if (!(e instanceof ClientError)) throw e
     view.clearLive()
+    if (!(e instanceof ClientError)) {
+      view.event('error', { exit_code: EXIT.internal, message: String((e as Error)?.message ?? e) })
+      return fail(`unexpected error (a bug in the client): ${(e as Error)?.stack ?? e}`, EXIT.internal)
+    }
     view.event('error', { exit_code: e.exitCode, message: e.message, ...e.detail })
     const hint = e.exitCode === EXIT.usage ? `. Run 'gridkeep ${name} --help'.` : ''
     return fail(`${e.message}${hint}`, e.exitCode)

@@ -17,6 +17,8 @@ export const EXIT = {
   unreachable: 5,
   /** The server failed (5xx), is limiting the caller (429), or gave an answer that is not the API's. */
   server: 6,
+  /** A bug in the client itself (EX_SOFTWARE): the message says where. */
+  internal: 70,
   /** Ctrl-C (128 + SIGINT): a batch already created keeps running. */
   interrupted: 130,
 } as const

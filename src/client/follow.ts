@@ -1,4 +1,5 @@
-import { renameSync, rmSync } from 'node:fs'
+import { accessSync, constants, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { dirname, resolve } from 'node:path'
 import type { ValidationErrorEvent } from '../lib/batch-events'
 import { SseParser } from '../lib/sse'
 import { type Api, type Batch, Interrupted, pause } from './api'
@@ -44,9 +45,9 @@ export async function followValidation(api: Api, view: View, batchId: string): P
     const res = await api.send('GET', `/v1/batches/${encodeURIComponent(batchId)}/events`, { untimed: true })
     const parser = new SseParser()
     const decoder = new TextDecoder()
-    for await (const chunk of res.body ?? []) {
+    for await (const chunk of readBody(api, res)) {
       for (const e of parser.push(decoder.decode(chunk, { stream: true }))) {
-        const data = JSON.parse(e.data)
+        const data = parseEvent(e.data)
         if (e.event === 'progress') {
           view.event('validation', {
             batch_id: batchId,
@@ -64,7 +65,6 @@ export async function followValidation(api: Api, view: View, batchId: string): P
       if (done) break
     }
   } catch (e) {
-    if (api.interrupt.aborted) throw new Interrupted()
     // A stream cut short (the server restarted) is no reason to give up: the batch says the rest.
     if (!(e instanceof ClientError) || e.exitCode !== EXIT.unreachable) throw e
   }
@@ -77,6 +77,26 @@ export async function followValidation(api: Api, view: View, batchId: string): P
   // Connected after validation ended, the stream sends no errors; the batch holds the stored ones.
   if (shown === 0) for (const e of batch.errors.data) showValidationError(view, batchId, e)
   return batch
+}
+
+/** A response body's chunks; a connection that breaks is a transport failure (or Ctrl-C). */
+async function* readBody(api: Api, res: Response): AsyncGenerator<Uint8Array> {
+  try {
+    for await (const chunk of res.body ?? []) yield chunk
+  } catch (e) {
+    throw api.transportFailure(e)
+  }
+}
+
+function parseEvent(data: string): any {
+  try {
+    return JSON.parse(data)
+  } catch {
+    throw new ClientError(
+      EXIT.server,
+      `the event stream sent something that is not JSON: ${data.slice(0, 100)}`,
+    )
+  }
 }
 
 /** The validation verdict in words, or null when the batch passed. */
@@ -171,24 +191,43 @@ export async function download(api: Api, fileId: string | null, path: string): P
   }
   const res = await api.send('GET', `/v1/files/${encodeURIComponent(fileId)}/content`, { untimed: true })
   const partial = `${path}.part`
-  const sink = path === '-' ? null : Bun.file(partial).writer({ highWaterMark: 1 << 20 })
   let bytes = 0
-  try {
-    for await (const chunk of res.body ?? []) {
+  if (path === '-') {
+    for await (const chunk of readBody(api, res)) {
       bytes += chunk.byteLength
-      if (sink) sink.write(chunk)
-      else process.stdout.write(chunk)
+      process.stdout.write(chunk)
     }
-    if (sink) {
+    return bytes
+  }
+  const cannotWrite = (e: unknown) =>
+    new ClientError(EXIT.invalid, `cannot write ${path}: ${(e as Error).message}`, { file: path })
+  let sink: ReturnType<ReturnType<typeof Bun.file>['writer']>
+  try {
+    // A FileSink writes over an existing file without truncating it: start from an empty one.
+    writeFileSync(partial, '')
+    sink = Bun.file(partial).writer({ highWaterMark: 1 << 20 })
+  } catch (e) {
+    throw cannotWrite(e)
+  }
+  try {
+    for await (const chunk of readBody(api, res)) {
+      bytes += chunk.byteLength
+      try {
+        sink.write(chunk)
+      } catch (e) {
+        throw cannotWrite(e)
+      }
+    }
+    try {
       await sink.end()
       renameSync(partial, path)
+    } catch (e) {
+      throw cannotWrite(e)
     }
   } catch (e) {
-    if (sink) {
-      await Promise.resolve(sink.end()).catch(() => {})
-      rmSync(partial, { force: true })
-    }
-    throw api.transportFailure(e)
+    await Promise.resolve(sink.end()).catch(() => {})
+    rmSync(partial, { force: true })
+    throw e
   }
   return bytes
 }
@@ -196,6 +235,18 @@ export async function download(api: Api, fileId: string | null, path: string): P
 export interface ResultPaths {
   output?: string
   errors?: string
+}
+
+/** Checked before anything is uploaded or waited for: finding out after an hour's wait is too late. */
+export function checkWritable(paths: ResultPaths) {
+  for (const path of [paths.output, paths.errors]) {
+    if (!path || path === '-') continue
+    try {
+      accessSync(dirname(resolve(path)), constants.W_OK)
+    } catch (e) {
+      throw new ClientError(EXIT.usage, `cannot write ${path}: ${(e as Error).message}`)
+    }
+  }
 }
 
 /**

@@ -528,6 +528,8 @@ describe('exit codes', () => {
       ['submit', 'a.jsonl', '--metadata', 'no-equals-sign'],
       ['login', '--password-stdin'],
       ['login', '--server', 'ftp://example.test'],
+      // Where the results cannot go is said before anything is uploaded.
+      ['submit', inputFile('ok.jsonl', chatLines(1, SLUG)), '-o', join(dir, 'no-such-dir', 'out.jsonl')],
     ]) {
       const r = await runGridkeep(args, { env: keyed() })
       expect([args, r.code]).toEqual([args, 2])
@@ -539,6 +541,15 @@ describe('exit codes', () => {
     expect([unknown.code, unknown.lines.at(-1)?.status]).toEqual([3, 404])
     const missing = await runGridkeep(['submit', join(dir, 'no-such-file.jsonl')], { env: keyed() })
     expect([missing.code, missing.stderr]).toEqual([3, expect.stringContaining('cannot read')])
+    // A file the server refuses while it is still being sent (docs/api.md §5: .jsonl only).
+    const table = join(dir, 'table.csv')
+    writeFileSync(table, 'a,b\n'.repeat(1_000_000))
+    const refused = await runGridkeep(['submit', table], { env: keyed() })
+    expect([refused.code, refused.lines.at(-1)]).toEqual([
+      3,
+      expect.objectContaining({ event: 'error', status: 400, code: 'invalid_file_type' }),
+    ])
+    expect((await fetch(`${server.url}/healthz`)).status).toBe(200)
   })
 
   test('--help lists the client commands beside the server ones; every client command has its own --help', async () => {
