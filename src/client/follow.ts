@@ -2,7 +2,7 @@ import { accessSync, constants, renameSync, rmSync, writeFileSync } from 'node:f
 import { dirname, resolve } from 'node:path'
 import type { ValidationErrorEvent } from '../lib/batch-events'
 import { SseParser } from '../lib/sse'
-import { type Api, type Batch, Interrupted, pause } from './api'
+import { type Api, type Batch, pause } from './api'
 import { ClientError, EXIT } from './exit'
 import { formatCount, formatDuration, formatRate, RateMeter, timeLeft, type View } from './view'
 
