@@ -169,6 +169,12 @@ export async function submit(p: Parsed, ctx: Context): Promise<number> {
       )
       return EXIT.interrupted
     }
+    // The upload stands: say which file it is, so that it need not be sent again.
+    if (e instanceof ClientError)
+      throw new ClientError(e.exitCode, `${e.message}; the uploaded file stays as ${file.id}`, {
+        ...e.detail,
+        file_id: file.id,
+      })
     throw e
   }
   view.event('created', {
