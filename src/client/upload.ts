@@ -1,4 +1,5 @@
 import { basename } from 'node:path'
+import { ClientError, EXIT } from './exit'
 
 // The body of POST /v1/files (docs/api.md §5: multipart, `purpose=batch` then `file`), built by hand
 // and streamed from disk: the file is never read whole (a 200 MB input must not cost 200 MB of
@@ -12,6 +13,12 @@ export interface MultipartUpload {
   /** Bytes of the whole body (framing included). */
   length: number
 }
+
+/** fetch rejects with the body's own error, so this reaches the user as it is (exit 3). */
+const changed = (path: string, how: string) =>
+  new ClientError(EXIT.invalid, `${path} ${how} while it was being uploaded; nothing was stored`, {
+    file: path,
+  })
 
 /** The name the form gives the file: its base name, without what would break the header line. */
 export function formFilename(path: string): string {
@@ -60,12 +67,12 @@ export function multipartUpload(
         if (!done && value) {
           sent += value.byteLength
           // More than announced would break the Content-Length: the file changed under us.
-          if (sent > size) throw new Error(`${path} grew while it was being uploaded`)
+          if (sent > size) throw changed(path, 'grew')
           controller.enqueue(value)
           onBytes(sent)
           return
         }
-        if (sent !== size) throw new Error(`${path} shrank while it was being uploaded`)
+        if (sent !== size) throw changed(path, 'shrank')
         stage = 'done'
         controller.enqueue(tail)
         return

@@ -189,7 +189,10 @@ test('the upload body: fields, then the file streamed, with a Content-Length tha
   expect(formFilename('/a/b/c.jsonl')).toBe('c.jsonl')
   // The file changed size after it was measured: the body fails rather than lie about its length.
   const short = multipartUpload(path, Buffer.byteLength(content) + 1, {}, () => {})
-  await expect(new Response(short.body).text()).rejects.toThrow('shrank')
+  await expect(new Response(short.body).text()).rejects.toMatchObject({
+    exitCode: EXIT.invalid,
+    message: expect.stringContaining('shrank'),
+  })
 })
 
 test('JSON mode: stdout has only JSON lines, sentences go to stderr; a terminal gets sentences and a live line', () => {
