@@ -74,8 +74,9 @@ export async function followValidation(api: Api, view: View, batchId: string): P
     await pause(1000, api.interrupt)
     batch = await getBatch(api, batchId)
   }
-  // Connected after validation ended, the stream sends no errors; the batch holds the stored ones.
-  if (shown === 0) for (const e of batch.errors.data) showValidationError(view, batchId, e)
+  // Connected after validation ended, the stream sent no errors; cut short, not all of them. The
+  // batch holds the stored ones, in the order the stream sends them.
+  for (const e of batch.errors.data.slice(shown)) showValidationError(view, batchId, e)
   return batch
 }
 
