@@ -8,6 +8,7 @@ import { type MadeUser, makePersonalKey, makeUser, makeWorkerKey } from '../help
 import { chatLines, daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
 import { startFakeRuntime } from '../helpers/fake-runtime'
 import { rememberSecret } from '../helpers/secrets'
+import { until } from '../helpers/until'
 
 // The terminal client as a user runs it: the COMPILED binary (test/helpers/binary.ts) against a
 // real server over HTTP, with a real daemon running the batches against the stand-in runtime of
@@ -197,6 +198,22 @@ describe('gridkeep login and logout', () => {
     expect(
       (await server.req('GET', `${keys}/${secondKey.key_id}`, { token: user.token })).body.revoked_at,
     ).toBeNull()
+
+    // Logout while the server is down keeps the key, so that it can run again…
+    const saved = readFileSync(configFile(env), 'utf8')
+    writeFileSync(configFile(env), JSON.stringify({ ...secondKey, server: `http://127.0.0.1:${freePort()}` }))
+    const down = await runGridkeep(['logout'], { env })
+    expect([down.code, down.stderr]).toEqual([5, expect.stringContaining('is still saved and valid')])
+    expect(existsSync(configFile(env))).toBe(true)
+    // …and a key the server already refuses (revoked on the Keys page) is just forgotten.
+    writeFileSync(configFile(env), saved)
+    await server.req('DELETE', `${keys}/${secondKey.key_id}`, { token: user.token })
+    const out = await runGridkeep(['logout'], { env })
+    expect([out.code, out.lines[0]]).toEqual([
+      0,
+      expect.objectContaining({ event: 'logout', revoked: false }),
+    ])
+    expect(existsSync(configFile(env))).toBe(false)
   })
 
   test('a wrong password is exit 4 and saves nothing; --password-stdin reads the password alone; --key saves a key as given', async () => {
@@ -305,9 +322,11 @@ describe('gridkeep submit', () => {
         filename: 'requests.jsonl',
       })
       const id = r.lines.find((l) => l.event === 'created').batch_id
+      // The daemon may claim the batch before the client first reads it after validation.
       const statuses = r.lines.filter((l) => l.event === 'batch').map((l) => l.status)
-      expect(statuses).toContain('validated')
+      expect(statuses.every((s) => ['validated', 'in_progress', 'completed'].includes(s))).toBe(true)
       expect(statuses.at(-1)).toBe('completed')
+      expect(r.stderr).toContain('validated: 50 requests for')
       // The run's lines carry the counts and the shards (docs/api.md §16); counts never go down.
       const runs = r.lines.filter((l) => l.event === 'batch' && l.request_counts)
       const done = runs.map((l) => l.request_counts.completed + l.request_counts.failed)
@@ -407,6 +426,56 @@ describe('gridkeep submit', () => {
       expect(jsonl(output)).toHaveLength(10)
     } finally {
       release()
+      await worker.stop()
+    }
+  })
+
+  test('a server that fails for a while during a wait: the client asks again and sees the batch through', async () => {
+    let release!: () => void
+    const held = new Promise<void>((r) => {
+      release = r
+    })
+    const worker = daemon({ hold: () => held })
+    // The client talks to the server through a proxy that answers 503 while `failing`.
+    let failing = false
+    let refused = 0
+    const proxy = Bun.serve({
+      hostname: '127.0.0.1',
+      port: 0,
+      async fetch(req) {
+        const url = new URL(req.url)
+        if (failing && req.method === 'GET' && url.pathname.startsWith('/v1/batches/')) {
+          refused++
+          return Response.json({ error: { message: 'restarting', type: 'server_error' } }, { status: 503 })
+        }
+        const headers = new Headers(req.headers)
+        headers.delete('host')
+        return fetch(server.url + url.pathname + url.search, {
+          method: req.method,
+          headers,
+          body: req.body,
+          duplex: 'half',
+        } as RequestInit)
+      },
+    })
+    const input = inputFile('flaky.jsonl', chatLines(4, SLUG))
+    try {
+      const running = await spawnGridkeep(['submit', input, '--wait', '--interval', '0.1'], {
+        env: keyed({ GRIDKEEP_SERVER: `http://127.0.0.1:${proxy.port}` }),
+      })
+      await running.line((l) => l.event === 'batch' && l.status === 'in_progress')
+      failing = true
+      await until('the client asking through the failures', () => refused >= 3)
+      failing = false
+      release()
+      const r = await running.done()
+      expect([r.code, r.lines.at(-1)]).toEqual([
+        0,
+        expect.objectContaining({ event: 'done', status: 'completed' }),
+      ])
+    } finally {
+      release()
+      proxy.stop(true)
       await worker.stop()
     }
   })
