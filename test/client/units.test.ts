@@ -187,6 +187,18 @@ test('the upload body: fields, then the file streamed, with a Content-Length tha
   expect(seen.at(-1)).toBe(Buffer.byteLength(content))
   expect(seen).toEqual([...seen].sort((a, b) => a - b))
   expect(formFilename('/a/b/c.jsonl')).toBe('c.jsonl')
+  // No write of the form's own bytes alone: the head goes with the first chunk of the file, the tail
+  // with the last (a small write of its own waits for the peer's delayed ACK).
+  const big = join(dir, 'big.jsonl')
+  writeFileSync(big, 'x'.repeat(3 * 1024 * 1024))
+  const chunks: Uint8Array[] = []
+  const framed = multipartUpload(big, 3 * 1024 * 1024, { purpose: 'batch' }, () => {})
+  for await (const chunk of framed.body) chunks.push(chunk)
+  const text = (c: Uint8Array) => new TextDecoder().decode(c)
+  expect(chunks.length).toBeGreaterThan(2)
+  expect(text(chunks[0]!)).toMatch(/^--gridkeep-[\s\S]*\r\n\r\nx{1000}/)
+  expect(text(chunks.at(-1)!)).toMatch(/x{1000}\r\n--gridkeep-[0-9a-f-]+--\r\n$/)
+  expect(chunks.reduce((n, c) => n + c.byteLength, 0)).toBe(framed.length)
   // The file changed size after it was measured: the body fails rather than lie about its length.
   const short = multipartUpload(path, Buffer.byteLength(content) + 1, {}, () => {})
   await expect(new Response(short.body).text()).rejects.toMatchObject({
