@@ -16,7 +16,7 @@
 // Target: gridkeep ≥ 90 % of curl's throughput (the ratio of the medians; each round's own ratio,
 // the two uploads side by side in time, is printed too; who goes first alternates).
 
-import { mkdtempSync, rmSync, statSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../src/lib/keys'
@@ -84,8 +84,13 @@ async function curl(): Promise<number> {
 }
 
 async function client(): Promise<{ seconds: number; rssMiB: number }> {
-  // GNU time reports the peak RSS when the client ends: nothing samples it while it runs, and no
-  // work of this process (where the server runs) competes with the upload.
+  // Its JSON lines (one per percent uploaded) go to a file, read afterwards: a pipe read by this
+  // process would wake the server's event loop during the upload, which curl's output never does.
+  // GNU time reports the peak RSS when the client ends, so nothing samples it meanwhile either.
+  const outPath = join(home, 'submit.out')
+  const errPath = join(home, 'submit.err')
+  // Bun writes a child's output over an existing file without truncating it.
+  for (const p of [outPath, errPath]) writeFileSync(p, '')
   const proc = Bun.spawn(['/usr/bin/time', '-f', 'peak-rss-kb %M', binary, 'submit', path, '--json'], {
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
@@ -93,11 +98,11 @@ async function client(): Promise<{ seconds: number; rssMiB: number }> {
       GRIDKEEP_SERVER: gk.url,
       GRIDKEEP_API_KEY: key,
     },
-    stdout: 'pipe',
-    stderr: 'pipe',
+    stdout: Bun.file(outPath),
+    stderr: Bun.file(errPath),
   })
-  const [out, err] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text()])
   const code = await proc.exited
+  const [out, err] = [readFileSync(outPath, 'utf8'), readFileSync(errPath, 'utf8')]
   const rssMiB = Number(/peak-rss-kb (\d+)/.exec(err)?.[1] ?? 0) / 1024
   const lines = out
     .split('\n')
