@@ -3,8 +3,8 @@
 // `curl -F` of the same file to the same server, side by side in one run. Prints figures, not a
 // verdict.
 //
-//   bun run bench/client.ts              200 MB, 11 rounds
-//   bun run bench/client.ts --quick      20 MB, 3 rounds
+//   bun run bench/client.ts              200 MB, 21 rounds
+//   bun run bench/client.ts --quick      20 MB, 5 rounds
 //
 // The server runs in this process, on a temporary database; the compiled binary
 // (test/helpers/binary.ts: GRIDKEEP_BINARY, else built once) and /usr/bin/curl are subprocesses,
@@ -28,7 +28,7 @@ import { fmt, quick } from './lib/load'
 
 const LINES = quick ? 5_000 : 50_000
 const BYTES = quick ? 20_000_000 : 200_000_000
-const ROUNDS = quick ? 3 : 11
+const ROUNDS = quick ? 5 : 21
 const MODEL = 'bench-8b-q4km'
 const CURL = '/usr/bin/curl'
 const MB = 1_000_000
