@@ -21,7 +21,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../src/lib/keys'
 import { setLogSink } from '../src/lib/logger'
-import { gridkeepBinary } from '../test/helpers/binary'
+import { gridkeepBinary, removeBuiltBinary } from '../test/helpers/binary'
 import { addEntry, benchServer } from './lib/fixture'
 import { chatInputFile } from './lib/input'
 import { fmt, quick } from './lib/load'
@@ -144,6 +144,7 @@ try {
 } finally {
   await gk.stop()
   rmSync(home, { recursive: true, force: true })
+  removeBuiltBinary()
 }
 
 const rate = (seconds: number) => size / MB / seconds

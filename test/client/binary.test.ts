@@ -3,7 +3,13 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { hostname, tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { startTestServer, type TestServer } from '../helpers/app'
-import { gridkeepBinary, runGridkeep, runOnTerminal, spawnGridkeep } from '../helpers/binary'
+import {
+  gridkeepBinary,
+  removeBuiltBinary,
+  runGridkeep,
+  runOnTerminal,
+  spawnGridkeep,
+} from '../helpers/binary'
 import { type MadeUser, makePersonalKey, makeUser, makeWorkerKey } from '../helpers/builders'
 import { chatLines, daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
 import { startFakeRuntime } from '../helpers/fake-runtime'
@@ -59,6 +65,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await server.stop()
   rmSync(dir, { recursive: true, force: true })
+  removeBuiltBinary()
 })
 
 /** A fresh home and config directory: nothing saved unless a test saves it. */

@@ -8,19 +8,25 @@ import pkg from '../../package.json'
 // built here once per test process, with the flags of `bun run build`, into a temporary directory.
 
 const ROOT = resolve(import.meta.dir, '../..')
-let built: Promise<string> | null = null
+let built: { dir: string; path: Promise<string> } | null = null
 
 export function gridkeepBinary(): Promise<string> {
   const given = process.env.GRIDKEEP_BINARY
   if (given) return Promise.resolve(resolve(ROOT, given))
-  built ??= build()
-  return built
+  if (!built) {
+    const dir = mkdtempSync(join(tmpdir(), 'gk-binary-'))
+    built = { dir, path: build(join(dir, 'gridkeep')) }
+  }
+  return built.path
 }
 
-async function build(): Promise<string> {
-  const dir = mkdtempSync(join(tmpdir(), 'gk-binary-'))
-  process.on('exit', () => rmSync(dir, { recursive: true, force: true }))
-  const outfile = join(dir, 'gridkeep')
+/** Deletes the binary built here (an afterAll's work: 125 MB each; none when GRIDKEEP_BINARY named it). */
+export function removeBuiltBinary() {
+  if (built) rmSync(built.dir, { recursive: true, force: true })
+  built = null
+}
+
+async function build(outfile: string): Promise<string> {
   const script = pkg.scripts.build
   if (!script.includes('--outfile dist/gridkeep')) throw new Error(`unexpected build script: ${script}`)
   const argv = script.replace('--outfile dist/gridkeep', `--outfile ${outfile}`).split(/\s+/)
