@@ -238,6 +238,7 @@ async function validateLeased(
       result: {
         passed,
         model: result.model,
+        needs: result.needs,
         request_lines: result.requestLines,
         errors_total: result.errorsTotal,
         errors: result.errors,

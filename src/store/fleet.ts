@@ -1,4 +1,5 @@
 import type { ModelPullRow, WorkerGpuRow, WorkerModelRow, WorkerRow, WorkerRuntimeRow } from '../db/schema'
+import type { CapabilityReport } from '../domain/capabilities'
 import type { HostedModel } from '../domain/inventory'
 import type { RequeueOutcome } from '../domain/requeue'
 import type { PageParams } from '../lib/pagination'
@@ -32,7 +33,8 @@ export interface Registration {
     'name' | 'hostname' | 'daemon_version' | 'key_id' | 'max_concurrent_jobs' | 'max_download_gb'
   > &
     Partial<Pick<WorkerRow, 'shards'>>
-  runtimes: Pick<WorkerRuntimeRow, 'engine' | 'base_url' | 'status'>[]
+  runtimes: (Pick<WorkerRuntimeRow, 'engine' | 'base_url' | 'status'> &
+    Partial<Pick<WorkerRuntimeRow, 'capabilities'>>)[]
   gpus: Pick<WorkerGpuRow, 'vendor' | 'name' | 'vram_gb' | 'driver' | 'cuda'>[]
   models: HostedModelInput[]
   now: number
@@ -117,6 +119,8 @@ export type WorkerHead = Pick<
 export interface WorkerHosting {
   /** Engines of the worker's runtimes. */
   engines: string[]
+  /** What each runtime reported it can do, by engine (docs/api.md §7); one that reported nothing is absent. */
+  reported: Record<string, CapabilityReport>
   models: HostedModel[]
 }
 

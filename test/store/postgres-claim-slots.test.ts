@@ -83,7 +83,7 @@ describeWith(postgres, 'postgres claim slots', () => {
       await tx.unsafe('BEGIN')
       const [first] = await claimOne(
         tx,
-        { model: 'm-a', user_id: 'user_a', seq: 0 },
+        { model: 'm-a', needs: '', user_id: 'user_a', seq: 0 },
         { id: 'asg_first', workerId: 'wrk_1', orgId: 'org_a', now: 100, maxConcurrent: 1 },
       )
       expect(first.id).toBe('batch_1')
@@ -107,7 +107,7 @@ describeWith(postgres, 'postgres claim slots', () => {
       await tx.unsafe('BEGIN')
       await claimOne(
         tx,
-        { model: 'm-a', user_id: 'user_a', seq: 0 },
+        { model: 'm-a', needs: '', user_id: 'user_a', seq: 0 },
         { id: 'asg_first', workerId: 'wrk_1', orgId: 'org_a', now: 100, maxConcurrent: 1 },
       )
       const { result, finishedFirst } = await alongside(tx, 'ROLLBACK', () => claim(1))
@@ -131,7 +131,7 @@ describeWith(postgres, 'postgres claim slots', () => {
       await tx.unsafe('BEGIN')
       await claimOne(
         tx,
-        { model: 'm-a', user_id: 'user_a', seq: 0 },
+        { model: 'm-a', needs: '', user_id: 'user_a', seq: 0 },
         { id: 'asg_other', workerId: 'wrk_1', orgId: 'org_a', now: 100, maxConcurrent: 2 },
       )
       await db.$client`UPDATE workers SET last_seen_at = 101 WHERE id = 'wrk_1'`

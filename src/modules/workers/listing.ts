@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import { CAPABILITIES, runtimeCapabilities } from '../../domain/capabilities'
 import { type PageParams, toPage } from '../../lib/pagination'
 import type { ListedWorker } from '../../store/fleet'
 import { isOnline } from './liveness'
@@ -27,11 +28,16 @@ export function toWorkerRows(deps: Deps, rows: ListedWorker[]) {
       driver: g.driver,
       cuda: g.cuda,
     })),
-    runtimes: w.runtimes.map((r) => ({
-      engine: r.engine,
-      base_url: r.base_url,
-      status: r.status,
-    })),
+    runtimes: w.runtimes.map((r) => {
+      // docs/api.md §7: what the server counts this engine able to do (reported, else its default).
+      const can = runtimeCapabilities(r.engine, r.capabilities)
+      return {
+        engine: r.engine,
+        base_url: r.base_url,
+        status: r.status,
+        capabilities: Object.fromEntries(CAPABILITIES.map((c) => [c, can.includes(c)])),
+      }
+    }),
     models: w.models.map((m) => ({
       name: m.name,
       runtime: m.runtime,

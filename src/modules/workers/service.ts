@@ -92,7 +92,12 @@ export async function register(
       max_download_gb: body.max_download_gb ?? 0,
       shards: body.capabilities?.shards ?? false,
     },
-    runtimes: body.runtimes.map((r) => ({ engine: r.engine, base_url: r.base_url, status: r.status })),
+    runtimes: body.runtimes.map((r) => ({
+      engine: r.engine,
+      base_url: r.base_url,
+      status: r.status,
+      capabilities: r.capabilities ?? null,
+    })),
     gpus: (body.gpus ?? []).map((g) => ({
       vendor: g.vendor,
       name: g.name,
