@@ -1,5 +1,5 @@
 import type { Deps } from '../../deps'
-import { takeableNeeds } from '../../domain/capabilities'
+import { needsOf, takeableNeeds } from '../../domain/capabilities'
 import { matchesFor, workerView } from '../../domain/matching'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { isOnline, onlineCutoff } from './liveness'
@@ -76,7 +76,7 @@ export async function claimBatch(
     deps.metrics.shardClaims.inc()
     // docs/api.md §16: the rest of the batch is for the other workers: their held polls look again.
     if (batch.next_request < batch.request_counts_total || shard.attempts > 0)
-      batchClaimable(deps, batch.id, batch.model)
+      batchClaimable(deps, batch.id, batch.model, needsOf(batch.needs))
   }
   return {
     job: {
