@@ -7,9 +7,11 @@ import {
 } from './capabilities'
 import type { HostedModel } from './inventory'
 
-// THE matching predicate (docs/api.md §7 Poll rules 1–6, docs/api.md §7 "hosts", serving profiles, artifact
+// THE matching predicate (docs/api.md §7 Poll rules 1–7, docs/api.md §7 "hosts", serving profiles, artifact
 // files). Poll, pool capacity, pull_models and `available` in GET /v1/models all decide "can this
-// worker serve this entry?" through matchEntry() below; nothing else re-implements it.
+// worker serve this entry?" through matchEntry() below; nothing else re-implements it. Rule 7 is
+// per batch: a match carries what the worker can do with the entry, and the claim takes only the
+// batches whose needs that covers (src/domain/capabilities.ts takeableNeeds).
 
 export interface Profile {
   runtime: string
