@@ -472,13 +472,11 @@ describeWith(chromium, 'dashboard flows in a browser', () => {
         resp('a', { input: 'Say hello', max_output_tokens: 16 }),
         resp('b', { stream: true }),
       ].join('\n')
-      await page
-        .getByLabel('JSONL file')
-        .setInputFiles({
-          name: 'responses.jsonl',
-          mimeType: 'application/jsonl',
-          buffer: Buffer.from(content),
-        })
+      await page.getByLabel('JSONL file').setInputFiles({
+        name: 'responses.jsonl',
+        mimeType: 'application/jsonl',
+        buffer: Buffer.from(content),
+      })
       const check = page.getByRole('status', { name: 'File check' })
       await check.getByText('Line 2: body.input is required').waitFor()
       await check
