@@ -1,8 +1,8 @@
 import type { CatalogEntryRow } from '../../db/schema'
-import { TOP_LEVEL } from '../../domain/batch-line'
+import { checkBody } from '../../domain/batch-body'
+import { type BatchEndpoint, TOP_LEVEL } from '../../domain/batch-line'
 import type { ValidationErrorEvent } from '../../lib/batch-events'
 import { CompactIdSet } from '../../lib/id-set'
-import type { BatchEndpoint } from './model'
 
 // The rules of a batch input line (docs/api.md §6 "Batch input line", docs/api.md §6 "Validation"), one
 // line at a time, in the table's order. Every problem of a line is recorded; the first
@@ -172,7 +172,14 @@ export class InputChecker {
       )
     }
 
-    if (typeof model !== 'string') return
+    if (typeof model === 'string') this.checkModel(model, lineNo)
+    // docs/api.md §6 "Request bodies": the endpoint's checked body fields, whatever the model.
+    if (bodyIsObject) {
+      for (const p of checkBody(this.opts.endpoint, body)) this.record(p.code, lineNo, p.field, p.message)
+    }
+  }
+
+  private checkModel(model: string, lineNo: number) {
     const entry = this.lookup(model)
     if (!entry) {
       this.record('unsupported_model', lineNo, 'body.model', `Model ${quote(model)} is not in the catalogue`)
@@ -186,7 +193,8 @@ export class InputChecker {
         `Every line must name the same model as the first (${quote(this.firstModel)})`,
       )
     }
-    // An embedding model only serves /v1/embeddings, and /v1/embeddings only takes embedding models.
+    // An embedding model only serves /v1/embeddings, and /v1/embeddings only takes embedding models;
+    // every other entry (chat, vision, text-generation) serves the other endpoints, /v1/responses too.
     if (entry && (entry.task_type === 'embedding') !== (this.opts.endpoint === '/v1/embeddings')) {
       this.record(
         'unsupported_endpoint',
