@@ -1,4 +1,11 @@
-import type { ModelPullRow, WorkerGpuRow, WorkerModelRow, WorkerRow, WorkerRuntimeRow } from '../db/schema'
+import type {
+  ModelPullRow,
+  ModelStat,
+  WorkerGpuRow,
+  WorkerModelRow,
+  WorkerRow,
+  WorkerRuntimeRow,
+} from '../db/schema'
 import type { CapabilityReport } from '../domain/capabilities'
 import type { HostedModel } from '../domain/inventory'
 import type { RequeueOutcome } from '../domain/requeue'
@@ -32,7 +39,7 @@ export interface Registration {
     WorkerRow,
     'name' | 'hostname' | 'daemon_version' | 'key_id' | 'max_concurrent_jobs' | 'max_download_gb'
   > &
-    Partial<Pick<WorkerRow, 'shards'>>
+    Partial<Pick<WorkerRow, 'shards' | 'loads'>>
   runtimes: (Pick<WorkerRuntimeRow, 'engine' | 'base_url' | 'status'> &
     Partial<Pick<WorkerRuntimeRow, 'capabilities'>>)[]
   gpus: Pick<WorkerGpuRow, 'vendor' | 'name' | 'vram_gb' | 'driver' | 'cuda'>[]
@@ -64,6 +71,10 @@ export interface Beat {
   current_job_id: string | null
   /** The requests the daemon keeps in flight now (ext); null keeps the last reported value. */
   concurrency?: number | null
+  /** docs/api.md §7 (ext): models being loaded now (omitted: none). */
+  loading_models?: string[]
+  /** docs/api.md §7 (ext): per-model measurements; null keeps the last reported ones. */
+  model_stats?: ModelStat[] | null
   now: number
   /** Seen at or before this instant = silent (workers/liveness.ts onlineCutoff). */
   cutoff: number
@@ -93,6 +104,12 @@ export const beatAnswer = (row: BeatRow, steady: boolean): BeatAnswer => ({
   assigned: row.assigned ? row.assigned.split(',') : [],
 })
 
+/** A pull ask as made (docs/api.md §7 pull_models); its progress columns start empty. */
+export type NewPull = Omit<ModelPullRow, 'progress_status' | 'completed_bytes' | 'total_bytes'>
+
+/** A download's step as model-progress reports it; null: finished (completed or failed). */
+export type PullProgress = Pick<ModelPullRow, 'progress_status' | 'completed_bytes' | 'total_bytes'> | null
+
 export interface ProgressReport {
   workerId: string
   jobId: string
@@ -108,6 +125,8 @@ export interface ListedWorker extends WorkerRow {
   gpus: WorkerGpuRow[]
   runtimes: WorkerRuntimeRow[]
   models: WorkerModelRow[]
+  /** docs/api.md §7 pull_models asks outstanding with this worker (its downloads). */
+  pulls: ModelPullRow[]
 }
 
 /** The predicate's head of a worker: enough to rule it out before reading its models. */
@@ -174,9 +193,9 @@ export interface FleetStore {
   recordProgress(p: ProgressReport): Promise<void>
   /**
    * POST /workers/model-progress: liveness (docs/api.md §7), and the worker's ask for `model` (catalogue
-   * id or runtime string) ends when `finished`, else its progress time moves.
+   * id or runtime string) ends when finished (`null`), else its progress time and bytes move.
    */
-  recordModelProgress(workerId: string, model: string, finished: boolean, now: number): Promise<void>
+  recordModelProgress(workerId: string, model: string, progress: PullProgress, now: number): Promise<void>
   /** GET /v1/orgs/{id}/workers (orgId) and GET /v1/admin/workers (null): newest first (docs/api.md §0). */
   listWorkers(orgId: string | null, page: PageParams): Promise<{ rows: ListedWorker[]; has_more: boolean }>
 
@@ -208,7 +227,7 @@ export interface FleetStore {
    * (`replacing`: its asked_at, or null when there was none). False when another ask got there
    * first: at most one worker per entry, across instances.
    */
-  askPull(ask: ModelPullRow, replacing: number | null): Promise<boolean>
+  askPull(ask: NewPull, replacing: number | null): Promise<boolean>
 
   /** docs/api.md §8 Pool rules: counts over workers online after `cutoff`. */
   capacityCounts(cutoff: number): Promise<CapacityCounts>

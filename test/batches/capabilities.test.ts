@@ -134,6 +134,39 @@ describe('unsupported_capability', () => {
     expect(codes(chat)).toEqual([['unsupported_endpoint', 1, 'body.model']])
   })
 
+  test('/v1/responses: text.format, input_image parts, top_logprobs and the logprobs include', async () => {
+    const resp = (id: string, model: string, extra: Record<string, unknown>) =>
+      JSON.stringify({ custom_id: id, url: '/v1/responses', body: { model, input: 'hi', ...extra } })
+    const looking = [
+      { role: 'user', content: 'plain' },
+      {
+        role: 'user',
+        content: [
+          { type: 'input_text', text: 'what is this?' },
+          { type: 'input_image', image_url: 'data:image/png;base64,AAAA' },
+        ],
+      },
+    ]
+    const asks = (model: string) => [
+      resp('a', model, { text: { format: { type: 'json_object' } } }),
+      resp('b', model, { input: looking }),
+      resp('c', model, { top_logprobs: 3 }),
+      resp('d', model, { include: ['message.output_text.logprobs'] }),
+      resp('e', model, { text: { format: { type: 'text' } }, include: [] }),
+    ]
+    const refused = await validated(asks(plain.id), '/v1/responses')
+    expect(codes(refused)).toEqual([
+      ['unsupported_capability', 1, 'body.text.format'],
+      ['unsupported_capability', 2, 'body.input[1].content[1]'],
+      ['unsupported_capability', 3, 'body.top_logprobs'],
+      ['unsupported_capability', 4, 'body.include'],
+    ])
+    expect(await validated(asks(able.id), '/v1/responses')).toMatchObject({
+      status: 'validated',
+      needs: ['json_mode', 'vision', 'logprobs'],
+    })
+  })
+
   test('a vision entry can see whatever its capabilities say', async () => {
     const see = await makeCatalogEntry(t, { id: 'see-7b-q40', task_type: 'vision', capabilities: {} })
     expect(await validated([chatLine('a', see.id, {}, withImage)])).toMatchObject({

@@ -454,15 +454,18 @@ for (const [kind, open] of storeEngines) {
       await worker(h, 'wrk_1', { seen: 100, status: 'offline' })
       await h.exec(`INSERT INTO model_pulls (catalog_id, worker_id, runtime, runtime_model_id, asked_at, last_progress_at)
         VALUES ('m-a', 'wrk_1', 'ollama', 'a:1', 1, 1), ('m-b', 'wrk_1', 'ollama', 'b:1', 1, 1)`)
-      await h.store.fleet.recordModelProgress('wrk_1', 'a:1', false, 150)
+      const step = { progress_status: 'downloading' as const, completed_bytes: 5, total_bytes: 10 }
+      await h.store.fleet.recordModelProgress('wrk_1', 'a:1', step, 150)
       expect(await h.store.fleet.findWorker('wrk_1')).toMatchObject({ status: 'online', last_seen_at: 150 })
       expect(
-        (await h.store.fleet.pullsOfWorker('wrk_1')).map((p) => [p.catalog_id, p.last_progress_at]).sort(),
+        (await h.store.fleet.pullsOfWorker('wrk_1'))
+          .map((p) => [p.catalog_id, p.last_progress_at, p.progress_status, p.completed_bytes, p.total_bytes])
+          .sort(),
       ).toEqual([
-        ['m-a', 150],
-        ['m-b', 1],
+        ['m-a', 150, 'downloading', 5, 10],
+        ['m-b', 1, null, null, null],
       ])
-      await h.store.fleet.recordModelProgress('wrk_1', 'm-b', true, 160)
+      await h.store.fleet.recordModelProgress('wrk_1', 'm-b', null, 160)
       expect((await h.store.fleet.pullsOfWorker('wrk_1')).map((p) => p.catalog_id)).toEqual(['m-a'])
     })
 
@@ -587,7 +590,7 @@ for (const [kind, open] of storeEngines) {
       expect(await h.store.fleet.currentPull('m-a')).toBeUndefined()
       expect(await h.store.fleet.askPull(ask('wrk_2', 10), null)).toBe(true)
       expect(await h.store.fleet.currentPull('m-a')).toEqual({
-        pull: ask('wrk_2', 10),
+        pull: { ...ask('wrk_2', 10), progress_status: null, completed_bytes: null, total_bytes: null },
         status: 'offline',
         last_seen_at: 90,
       })

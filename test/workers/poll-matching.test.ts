@@ -50,6 +50,7 @@ describe('POST /workers/poll', () => {
       runtime: 'ollama',
       digest: sha('claim:7b'),
       params: {},
+      vram_gb: entry.vram_gb,
       total_requests: 4,
     })
     expect(await batchRow(t.deps, batch.id)).toMatchObject({

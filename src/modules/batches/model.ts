@@ -4,20 +4,19 @@ import { needsOf } from '../../domain/capabilities'
 import type { ShardTally } from '../../domain/shards'
 import { PageQuery } from '../../lib/pagination'
 
-export const BATCH_ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings'] as const
-export type BatchEndpoint = (typeof BATCH_ENDPOINTS)[number]
-
 export const MAX_METADATA_PAIRS = 16
 
 export const BatchModel = {
   create: t.Object(
     {
       input_file_id: t.String({ minLength: 1, maxLength: 128 }),
+      // docs/api.md §6: src/domain/batch-line.ts BATCH_ENDPOINTS, the first the default.
       endpoint: t.Optional(
         t.Union([
           t.Literal('/v1/chat/completions'),
           t.Literal('/v1/completions'),
           t.Literal('/v1/embeddings'),
+          t.Literal('/v1/responses'),
         ]),
       ),
       // Stored as given; no expiry is produced (docs/api.md §6). OpenAI's form: hours, e.g. "24h".

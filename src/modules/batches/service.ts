@@ -1,5 +1,6 @@
 import type { BatchRow, BatchStatus } from '../../db/schema'
 import type { Deps } from '../../deps'
+import { BATCH_ENDPOINTS } from '../../domain/batch-line'
 import type { UserPrincipal } from '../../domain/principal'
 import type { BatchEventsState } from '../../lib/batch-events'
 import { badRequest, notFound } from '../../lib/errors'
@@ -27,7 +28,7 @@ export async function createBatch(
       user_id: principal.user.id,
       api_key_id: principal.keyId,
       input_file_id: input.input_file_id,
-      endpoint: input.endpoint ?? '/v1/chat/completions',
+      endpoint: input.endpoint ?? BATCH_ENDPOINTS[0],
       completion_window: input.completion_window ?? '24h',
       metadata: input.metadata ?? null,
       now,

@@ -1,9 +1,9 @@
 import type { CatalogEntryRow } from '../../db/schema'
-import { TOP_LEVEL } from '../../domain/batch-line'
+import { checkBody } from '../../domain/batch-body'
+import { type BatchEndpoint, TOP_LEVEL } from '../../domain/batch-line'
 import { type Capability, endpointNeeds, lineNeeds, modelCapabilities } from '../../domain/capabilities'
 import type { ValidationErrorEvent } from '../../lib/batch-events'
 import { CompactIdSet } from '../../lib/id-set'
-import type { BatchEndpoint } from './model'
 
 // The rules of a batch input line (docs/api.md §6 "Batch input line", docs/api.md §6 "Validation"), one
 // line at a time, in the table's order. Every problem of a line is recorded; the first
@@ -184,7 +184,28 @@ export class InputChecker {
       )
     }
 
-    if (typeof model !== 'string') return
+    const found = typeof model === 'string' ? this.checkModel(model, lineNo) : null
+    // docs/api.md §6 "Request bodies": the endpoint's checked body fields, whatever the model.
+    if (bodyIsObject) {
+      for (const p of checkBody(this.opts.endpoint, body)) this.record(p.code, lineNo, p.field, p.message)
+      // docs/api.md §6 "Capabilities a line asks for": the model must be able to do them; the
+      // batch records all of them (the claim then needs an engine that has them, §7 Poll rule 7).
+      for (const need of lineNeeds(this.opts.endpoint, body)) {
+        this.needs.add(need.capability)
+        if (found && !found.can.includes(need.capability)) {
+          this.record(
+            'unsupported_capability',
+            lineNo,
+            need.field,
+            `Model ${quote(model as string)} does not support ${need.capability}, which ${need.field} asks for`,
+          )
+        }
+      }
+    }
+  }
+
+  /** The model checks of the table; the entry found, or null. */
+  private checkModel(model: string, lineNo: number) {
     const found = this.lookup(model)
     const entry = found?.entry
     if (!entry) {
@@ -199,7 +220,8 @@ export class InputChecker {
         `Every line must name the same model as the first (${quote(this.firstModel)})`,
       )
     }
-    // An embedding model only serves /v1/embeddings, and /v1/embeddings only takes embedding models.
+    // An embedding model only serves /v1/embeddings, and /v1/embeddings only takes embedding models;
+    // every other entry (chat, vision, text-generation) serves the other endpoints, /v1/responses too.
     if (entry && (entry.task_type === 'embedding') !== (this.opts.endpoint === '/v1/embeddings')) {
       this.record(
         'unsupported_endpoint',
@@ -208,19 +230,7 @@ export class InputChecker {
         `Model ${quote(model)} (${entry.task_type}) cannot serve ${this.opts.endpoint}`,
       )
     }
-    // docs/api.md §6: what the line asks for beyond plain text, the model must be able to do; the
-    // batch records all of it (the claim then needs an engine that has it too, docs/api.md §7).
-    for (const need of lineNeeds(this.opts.endpoint, body as Record<string, unknown>)) {
-      this.needs.add(need.capability)
-      if (found && !found.can.includes(need.capability)) {
-        this.record(
-          'unsupported_capability',
-          lineNo,
-          need.field,
-          `Model ${quote(model)} does not support ${need.capability}, which ${need.field} asks for`,
-        )
-      }
-    }
+    return found
   }
 
   private lookup(model: string) {

@@ -24,6 +24,8 @@ export interface Job {
   runtime: string
   digest: string | null
   params: Record<string, unknown>
+  /** (ext) The entry's VRAM need, the daemon's load budget (docs/worker.md). */
+  vram_gb: number | null
   total_requests: number
   /** docs/api.md §16: the batch a shard job belongs to (a shard's job_id is its own). */
   batch_id?: string
@@ -94,6 +96,7 @@ export async function claimBatch(
       runtime: profile.runtime,
       digest: entry.digest,
       params: profile.params,
+      vram_gb: entry.vram_gb,
       total_requests: shard ? shard.requests : batch.request_counts_total,
       ...(shard && {
         batch_id: batch.id,

@@ -52,6 +52,7 @@ const beatSql = (steady: string) =>
      gpu_memory_used_gb = coalesce($gpu_memory_used_gb, gpu_memory_used_gb),
      uptime_seconds = coalesce($uptime_seconds, uptime_seconds),
      concurrency = coalesce($concurrency, concurrency),
+     model_stats = coalesce($model_stats, model_stats), loading_models = $loading_models,
      loaded_models = $loaded_models, current_job_id = $current_job_id,
      last_heartbeat_at = $now, last_seen_at = $now
    WHERE id = $id AND org_id = $org_id ${steady}
@@ -288,6 +289,8 @@ function beat(s: ReturnType<typeof stmts>, b: Beat): BeatAnswer | null {
     gpu_memory_used_gb: b.gpu_memory_used_gb,
     uptime_seconds: b.uptime_seconds,
     concurrency: b.concurrency ?? null,
+    model_stats: b.model_stats ? JSON.stringify(b.model_stats) : null,
+    loading_models: JSON.stringify(b.loading_models ?? []),
     loaded_models: JSON.stringify(b.loaded_models),
     current_job_id: b.current_job_id,
     now: b.now,
@@ -391,15 +394,19 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       })
     },
 
-    async recordModelProgress(workerId, model, finished, now) {
+    async recordModelProgress(workerId, model, progress, now) {
       writeTx(db, (tx) => {
         stmts(deps).touch.run({ id: workerId, now })
         const mine = and(
           eq(modelPulls.worker_id, workerId),
           sql`(${modelPulls.runtime_model_id} = ${model} or ${modelPulls.catalog_id} = ${model})`,
         )
-        if (finished) tx.delete(modelPulls).where(mine).run()
-        else tx.update(modelPulls).set({ last_progress_at: now }).where(mine).run()
+        if (!progress) tx.delete(modelPulls).where(mine).run()
+        else
+          tx.update(modelPulls)
+            .set({ last_progress_at: now, ...progress })
+            .where(mine)
+            .run()
       })
     },
 
@@ -423,11 +430,15 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       const models = group(
         ids.length ? db.select().from(workerModels).where(inArray(workerModels.worker_id, ids)).all() : [],
       )
+      const pulls = group(
+        ids.length ? db.select().from(modelPulls).where(inArray(modelPulls.worker_id, ids)).all() : [],
+      )
       const listed: ListedWorker[] = rows.map((w) => ({
         ...w,
         gpus: gpus.get(w.id) ?? [],
         runtimes: runtimes.get(w.id) ?? [],
         models: models.get(w.id) ?? [],
+        pulls: pulls.get(w.id) ?? [],
       }))
       return { rows: listed, has_more }
     },
