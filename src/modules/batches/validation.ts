@@ -58,7 +58,8 @@ export class InputChecker {
   errorsTotal = 0
   readonly errors: ValidationErrorEvent[] = []
   private firstModel: string | undefined
-  private readonly models = new Map<string, { entry: ModelFacts; can: Capability[] } | null>()
+  /** Each model named so far: its entry and what it can do (docs/api.md §4), or null. */
+  private readonly models = new Map<string, { id: string; entry: ModelFacts; can: Capability[] } | null>()
   private readonly needs: Set<Capability>
   // ignoreBOM keeps a BOM inside the file as text, so such a line is invalid JSON, not silently
   // accepted; only the one at the start of the file is dropped (by the line splitter).
@@ -197,7 +198,7 @@ export class InputChecker {
             'unsupported_capability',
             lineNo,
             need.field,
-            `Model ${quote(model as string)} does not support ${need.capability}, which ${need.field} asks for`,
+            `Model ${quote(found.id)} does not support ${need.capability}, which ${need.field} asks for`,
           )
         }
       }
@@ -237,7 +238,7 @@ export class InputChecker {
     const cached = this.models.get(model)
     if (cached !== undefined) return cached
     const entry = this.opts.lookupModel(model)
-    const found = entry && { entry, can: modelCapabilities(entry) }
+    const found = entry && { id: model, entry, can: modelCapabilities(entry) }
     if (this.models.size < MODEL_CACHE_LIMIT) this.models.set(model, found)
     return found
   }
