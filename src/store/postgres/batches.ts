@@ -2,7 +2,8 @@ import { and, asc, eq, gt, inArray, isNull, lt, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { BatchErrorRow, BatchRow, FileRow } from '../../db/schema'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
-import { type BatchesStore, newBatchRow, packLineOffsets, validationMove } from '../batches'
+import type { Tally } from '../../domain/waiting'
+import { type BatchesStore, newBatchRow, packLineOffsets, sumQueueTallies, validationMove } from '../batches'
 import { type PgDb, pipelined } from './db'
 import { pageRows } from './page'
 import { batchRow, transitionEach } from './transition'
@@ -76,6 +77,34 @@ export function postgresBatches(db: PgDb): BatchesStore {
         .where(eq(batches.status, 'validating'))
         .orderBy(asc(batches.seq))
       return rows.map((r) => r.id)
+    },
+
+    // docs/api.md §6 `waiting` (queued): per place and model, one index-only range of
+    // batches_validated_model (the batches ahead only); per model, one range of batches_status_model.
+    async queueTallies(places) {
+      if (places.length === 0) return new Map()
+      const pairs = places.flatMap((p) => p.models.map((model) => ({ id: p.batchId, model, seq: p.seq })))
+      const models = [...new Set(pairs.map((p) => p.model))]
+      const q = db.$client
+      const [ahead, running] = await Promise.all([
+        q`SELECT t.id AS "batchId", a.batches, a.requests
+          FROM unnest(${pairs.map((p) => p.id)}::text[], ${pairs.map((p) => p.model)}::text[],
+                      ${pairs.map((p) => p.seq)}::bigint[]) AS t(id, model, seq)
+          CROSS JOIN LATERAL (
+            SELECT count(*)::int AS batches,
+              coalesce(sum(request_counts_total - request_counts_completed - request_counts_failed), 0)::int
+                AS requests
+            FROM batches WHERE status = 'validated' AND model = t.model AND seq < t.seq) a` as Promise<
+          ({ batchId: string } & Tally)[]
+        >,
+        q`SELECT model, count(*)::int AS batches,
+            coalesce(sum(request_counts_total - request_counts_completed - request_counts_failed), 0)::int
+              AS requests
+          FROM batches WHERE status = 'in_progress' AND model = ANY(${models}::text[])
+          GROUP BY model` as Promise<({ model: string } & Tally)[]>,
+      ])
+      const byModel = new Map(running.map((r) => [r.model, { batches: r.batches, requests: r.requests }]))
+      return sumQueueTallies(places, ahead, byModel)
     },
 
     async activeCounts() {
