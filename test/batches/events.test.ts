@@ -63,6 +63,7 @@ describe('a live validation', () => {
       status: 'failed',
       request_counts: { total: 0, completed: 0, failed: 0 },
       errors_total: 149,
+      waiting: null,
     })
     await until('no open stream', async () => openStreams(s.deps, u.id) === 0 && (await gauge()) === 0)
     expect(s.deps.batchEvents.listenerCount(id)).toBe(0)
@@ -89,11 +90,11 @@ describe('a live validation', () => {
     bus.publish(id, { event: 'done', data: done })
     expect(await sse.rest()).toEqual([
       { event: 'error', data: e2 },
-      { event: 'done', data: done },
+      { event: 'done', data: { ...done, waiting: null } },
     ])
   })
 
-  test('a batch already past validating gets status and done at once', async () => {
+  test('a batch already past validating gets status and done at once, done with why it waits', async () => {
     const u = await makeUser(s)
     const batch = await makeBatch(s, u, jsonl([line('a', model), line('b', model)]))
     await until(
@@ -111,6 +112,12 @@ describe('a live validation', () => {
           status: 'validated',
           request_counts: { total: 2, completed: 0, failed: 0 },
           errors_total: 0,
+          // docs/api.md §6 `waiting`: nothing hosts this model.
+          waiting: {
+            reason: 'no_worker',
+            message: `No online worker hosts ${model}; no worker has registered it.`,
+            details: { offline_workers: 0 },
+          },
         },
       },
     ])

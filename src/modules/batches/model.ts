@@ -35,6 +35,11 @@ export const BatchModel = {
     { additionalProperties: false },
   ),
   params: t.Object({ batch_id: t.String({ maxLength: 128 }) }),
+  // GET /v1/batches/{id}/events (docs/api.md §6 Events): follow=1 keeps the stream open past validation.
+  events: t.Object(
+    { follow: t.Optional(t.Union([t.Literal('0'), t.Literal('1')])) },
+    { additionalProperties: false },
+  ),
   // GET /v1/batches/{id}/shards (docs/api.md §16): pages of shards in shard order.
   shards: t.Object({ ...PageQuery }, { additionalProperties: false }),
   list: t.Object(
