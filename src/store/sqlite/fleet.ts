@@ -507,6 +507,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         .select({ worker_id: workerRuntimes.worker_id, engine: workerRuntimes.engine })
         .from(workerRuntimes)
         .where(inArray(workerRuntimes.worker_id, ids))
+        .orderBy(asc(workerRuntimes.seq))
         .all()
       const models = db
         .select({
@@ -521,6 +522,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         })
         .from(workerModels)
         .where(inArray(workerModels.worker_id, ids))
+        .orderBy(asc(workerModels.seq))
         .all()
       return namedHosts(heads, engines, models)
     },
