@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, expect, test } from 'bun:test'
 import type { SQL } from 'bun'
-import { closePostgres, migratePostgres, openPostgres, type PgDb } from '../../src/store/postgres/db'
 import { queueAhead } from '../../src/store/postgres/batches'
+import { closePostgres, migratePostgres, openPostgres, type PgDb } from '../../src/store/postgres/db'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { describeWith, postgres } from '../helpers/requires'
 import { describeEngine, lit as q, type StoreHarness, storeEngines } from '../helpers/stores'
