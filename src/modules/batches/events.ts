@@ -99,10 +99,11 @@ export async function openBatchEvents(
       // `done` with the batch's `waiting` as the caller reads it now (docs/api.md §6); then the
       // stream closes, or in follow mode goes on from what `done` said until the batch is terminal.
       let finished = false
-      const finish = async (done: DoneData) => {
+      const finish = async (done: DoneData, read?: BatchRow) => {
         if (finished) return
         finished = true
-        const row = done.status === 'validated' ? await deps.store.batches.get(batchId, null) : null
+        const row =
+          done.status !== 'validated' ? null : (read ?? (await deps.store.batches.get(batchId, null)))
         const waiting = row ? (await waitingFor(deps, principal, [row]))(row) : null
         send(sseEvent('done', { ...done, waiting }))
         if (!following || isTerminal(done.status) || released) return close()
@@ -126,10 +127,11 @@ export async function openBatchEvents(
         if (finished) return
         const final = await deps.store.batches.get(batchId, null)
         const stored = (await deps.store.batches.errorsOf([batchId])).get(batchId) ?? []
+        if (finished) return // the bus's `done` got there while this read
         for (const e of stored) {
           send(sseEvent('error', { code: e.code, line: e.line, field: e.field, message: e.message }))
         }
-        if (final) await finish(doneData(final))
+        if (final) await finish(doneData(final), final)
         else close()
       }
       // Subscribe before reading the status: events published while the read is under way are held
@@ -166,7 +168,7 @@ export async function openBatchEvents(
       }
       if (batch.status !== 'validating') {
         held = null
-        await finish(doneData(batch))
+        await finish(doneData(batch), batch)
         return keepAlive()
       }
       // A client joining half-way catches up on what the running validation has produced (the
