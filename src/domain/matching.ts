@@ -63,7 +63,14 @@ export function fitsWorker(worker: WorkerFit, entry: CatalogueEntry): boolean {
 
 /** Whether `worker` can serve `entry` now, and with which serving profile. */
 export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | null {
-  if (!fitsWorker(worker, entry)) return null
+  return fitsWorker(worker, entry) ? hostingMatch(worker, entry) : null
+}
+
+/**
+ * The model side of matchEntry: whether `worker` holds `entry`'s artifact, whatever its fit
+ * (docs/api.md §6 `waiting` tells "hosts it but does not fit" from "hosts it not at all").
+ */
+export function hostingMatch(worker: WorkerView, entry: CatalogueEntry): Match | null {
   // docs/api.md §7 Poll rule 6: a worker that never heartbeated only gets what it advertised at registration.
   const hosted = worker.models.filter(
     (m) => (m.configured || m.on_disk || m.loaded) && (worker.heartbeated || m.advertised),
