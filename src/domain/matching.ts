@@ -94,7 +94,14 @@ export function fitsWorker(worker: WorkerFit, entry: CatalogueEntry): boolean {
 
 /** Whether `worker` can serve `entry` now, and with which serving profile. */
 export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | null {
-  if (!fitsWorker(worker, entry)) return null
+  return fitsWorker(worker, entry) ? hostingMatch(worker, entry) : null
+}
+
+/**
+ * The model side of matchEntry: whether `worker` holds `entry`'s artifact, whatever its fit
+ * (docs/api.md §6 `waiting` tells "hosts it but does not fit" from "hosts it not at all").
+ */
+export function hostingMatch(worker: WorkerView, entry: CatalogueEntry): Match | null {
   // docs/api.md §7 Poll rule 6: a worker that never heartbeated only gets what it advertised at registration.
   const hosted = worker.models.filter(
     (m) => (m.configured || m.on_disk || m.loaded) && (worker.heartbeated || m.advertised),
@@ -129,6 +136,16 @@ export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | n
   if (!best) return null
   const capabilities = effectiveCapabilities(entry.capabilities, engineCapabilities(worker, engine))
   return { entry, profile: best, loaded, capabilities }
+}
+
+/**
+ * docs/api.md §7 Poll rule 7: of a batch's `needs`, those `worker` cannot meet with `entry` (what
+ * the entry AND the engine hosting it can do); all of them when it does not host the entry.
+ */
+export function lacking(worker: WorkerView, entry: CatalogueEntry, needs: readonly string[]): string[] {
+  if (needs.length === 0) return []
+  const can: readonly string[] = hostingMatch(worker, entry)?.capabilities ?? []
+  return needs.filter((n) => !can.includes(n))
 }
 
 /** The catalogue as the predicate reads it (built by src/modules/workers/matching.ts loadCatalogue). */

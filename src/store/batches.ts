@@ -1,6 +1,7 @@
 import type { BatchErrorRow, BatchRow, BatchStatus, FileRow } from '../db/schema'
 import type { BatchChanges, BatchEvent } from '../domain/batch-states'
 import { type Capability, needsKey } from '../domain/capabilities'
+import type { Tally } from '../domain/waiting'
 import type { PageParams } from '../lib/pagination'
 
 // Batches and their validation (docs/api.md §6, docs/api.md §6): creation, reads, and the validator's
@@ -91,6 +92,37 @@ export interface BatchTimes {
   done: number
 }
 
+/** A validated batch whose place in the queue is asked (docs/api.md §6 `waiting`, queued). */
+export interface QueuePlace {
+  batchId: string
+  seq: number
+  /** The stored `batches.model` slugs of its catalogue entry (its id and a retired one). */
+  models: readonly string[]
+}
+
+/** Both engines: each place's tallies, its models' rows summed (an entry with a retired slug has two). */
+export function sumQueueTallies(
+  places: readonly QueuePlace[],
+  ahead: readonly ({ batchId: string } & Tally)[],
+  running: ReadonlyMap<string, Tally>,
+): Map<string, { ahead: Tally; running: Tally }> {
+  const out = new Map<string, { ahead: Tally; running: Tally }>()
+  for (const p of places) {
+    const r = { batches: 0, requests: 0 }
+    for (const m of p.models) {
+      r.batches += running.get(m)?.batches ?? 0
+      r.requests += running.get(m)?.requests ?? 0
+    }
+    out.set(p.batchId, { ahead: { batches: 0, requests: 0 }, running: r })
+  }
+  for (const a of ahead) {
+    const t = out.get(a.batchId)!.ahead
+    t.batches += a.batches
+    t.requests += a.requests
+  }
+  return out
+}
+
 export interface BatchesStore {
   /**
    * POST /v1/batches: checks the caller's input file with `check` and inserts the batch as
@@ -118,6 +150,12 @@ export interface BatchesStore {
    * has; renews the leases `holder` already has.
    */
   leaseValidations(batchIds: string[], holder: string, now: number, until: number): Promise<BatchRow[]>
+  /**
+   * docs/api.md §6 `waiting` (queued), for each place: the validated batches of its models created
+   * before it (lower seq; batches_validated_model, one index-only range each) and those models'
+   * batches in progress, with their requests not yet done. Never a scan of the queue.
+   */
+  queueTallies(places: readonly QueuePlace[]): Promise<Map<string, { ahead: Tally; running: Tally }>>
   /** How many batches are validating, validated and in progress now. */
   activeCounts(): Promise<Partial<Record<BatchStatus, number>>>
   /**

@@ -47,6 +47,7 @@ describe('POST /v1/batches', () => {
         'request_counts',
         'shards',
         'status',
+        'waiting',
       ].sort(),
     )
     expect(res.body).toEqual({
@@ -71,6 +72,7 @@ describe('POST /v1/batches', () => {
       request_counts: { total: 0, completed: 0, failed: 0 },
       metadata: { project: 'demo' },
       shards: null,
+      waiting: null,
     })
   })
 

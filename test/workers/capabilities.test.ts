@@ -176,6 +176,28 @@ describe('the claim', () => {
   })
 })
 
+describe('why it waits (docs/api.md §6 `waiting`)', () => {
+  test('no_capability while the only workers fitting it lack what it needs; queued once one has it', async () => {
+    const f = await makeFleet(t)
+    const { entry, name } = await entryOf(t, ALL)
+    const batch = await makeValidatedBatch(t.deps, {
+      userId: f.user.id,
+      model: entry.id,
+      needs: 'json_mode,logprobs',
+    })
+    const waiting = async () =>
+      (await t.req('GET', `/v1/batches/${batch.id}`, { token: f.user.token })).body.waiting
+    await hostWorker(t, f, name, 'lmstudio', { json_mode: false })
+    expect(await waiting()).toEqual({
+      reason: 'no_capability',
+      message: `1 online worker can run ${entry.id}, but none whose runtime supports json_mode, logprobs.`,
+      details: { needs: ['json_mode', 'logprobs'], workers: 1 },
+    })
+    await hostWorker(t, f, name, 'vllm')
+    expect(await waiting()).toMatchObject({ reason: 'queued', details: { workers: 1 } })
+  })
+})
+
 describe('shards (docs/api.md §16)', () => {
   const s = makeTestApp({ SHARD_MIN_REQUESTS: '10', SHARD_MAX_REQUESTS: '100' })
   afterAll(() => s.close())

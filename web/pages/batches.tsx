@@ -285,6 +285,8 @@ export function BatchDetail({ id }: { id: string }) {
         <dt>Status</dt>
         <dd aria-live="polite">
           <Status value={b.status} />
+          {/* docs/api.md §6 `waiting`: why a validated batch has not started, in words. */}
+          {b.waiting ? <span class="muted waiting">{b.waiting.message}</span> : null}
         </dd>
         <dt>Model</dt>
         <dd>{b.model ?? '—'}</dd>

@@ -2,6 +2,7 @@ import { t } from 'elysia'
 import type { BatchErrorRow, BatchRow, BatchShardRow } from '../../db/schema'
 import { needsOf } from '../../domain/capabilities'
 import type { ShardTally } from '../../domain/shards'
+import type { Waiting } from '../../domain/waiting'
 import { PageQuery } from '../../lib/pagination'
 
 export const MAX_METADATA_PAIRS = 16
@@ -35,6 +36,11 @@ export const BatchModel = {
     { additionalProperties: false },
   ),
   params: t.Object({ batch_id: t.String({ maxLength: 128 }) }),
+  // GET /v1/batches/{id}/events (docs/api.md §6 Events): follow=1 keeps the stream open past validation.
+  events: t.Object(
+    { follow: t.Optional(t.Union([t.Literal('0'), t.Literal('1')])) },
+    { additionalProperties: false },
+  ),
   // GET /v1/batches/{id}/shards (docs/api.md §16): pages of shards in shard order.
   shards: t.Object({ ...PageQuery }, { additionalProperties: false }),
   list: t.Object(
@@ -87,6 +93,8 @@ export interface BatchObject {
   metadata: Record<string, string> | null
   /** (ext) docs/api.md §16: how many shards are in each state; null for a batch that runs whole. */
   shards: ShardTally | null
+  /** (ext) docs/api.md §6 `waiting`: why a validated batch is not claimed yet; null otherwise. */
+  waiting: Waiting | null
 }
 
 /** docs/api.md §16 (ext): one shard of a split batch, as GET /v1/batches/{id}/shards lists it. */
@@ -133,6 +141,7 @@ export function toBatchObject(
   b: BatchRow,
   errors: Pick<BatchErrorRow, 'code' | 'line' | 'field' | 'message'>[],
   shards: ShardTally | null = null,
+  waiting: Waiting | null = null,
 ): BatchObject {
   return {
     id: b.id,
@@ -164,5 +173,6 @@ export function toBatchObject(
     },
     metadata: b.metadata ?? null,
     shards: b.split ? (shards ?? { total: 0, waiting: 0, running: 0, done: 0 }) : null,
+    waiting: b.status === 'validated' ? waiting : null,
   }
 }

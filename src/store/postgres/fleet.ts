@@ -19,6 +19,7 @@ import {
   HEARTBEATS_PER_COMMIT,
   type ListedWorker,
   type NewPull,
+  namedHosts,
   type Registration,
   type WorkerHosting,
 } from '../fleet'
@@ -478,6 +479,77 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
               FROM worker_models m WHERE m.worker_id = w.id), '[]'))) AS found
         FROM workers w WHERE w.id = ${id}`) as { found: { worker: WorkerRow; hosting: WorkerHosting } }[]
       return row?.found
+    },
+
+    async hostsNamed(names) {
+      if (names.length === 0) return []
+      const heads = await db
+        .select({
+          id: workers.id,
+          org_id: workers.org_id,
+          name: workers.name,
+          status: workers.status,
+          last_seen_at: workers.last_seen_at,
+          last_heartbeat_at: workers.last_heartbeat_at,
+          vram_total_gb: workers.vram_total_gb,
+          loading_models: workers.loading_models,
+          shards: workers.shards,
+        })
+        .from(workers)
+        .where(
+          inArray(
+            workers.id,
+            db
+              .selectDistinct({ id: workerModels.worker_id })
+              .from(workerModels)
+              .where(inArray(workerModels.name, [...names])),
+          ),
+        )
+        .orderBy(asc(workers.seq))
+      const ids = heads.map((w) => w.id)
+      if (ids.length === 0) return []
+      const [engines, models] = await Promise.all([
+        db
+          .select({
+            worker_id: workerRuntimes.worker_id,
+            engine: workerRuntimes.engine,
+            capabilities: workerRuntimes.capabilities,
+          })
+          .from(workerRuntimes)
+          .where(inArray(workerRuntimes.worker_id, ids))
+          .orderBy(asc(workerRuntimes.seq)),
+        db
+          .select({
+            worker_id: workerModels.worker_id,
+            name: workerModels.name,
+            runtime: workerModels.runtime,
+            digest: workerModels.digest,
+            loaded: workerModels.loaded,
+            advertised: workerModels.advertised,
+            configured: workerModels.configured,
+            on_disk: workerModels.on_disk,
+          })
+          .from(workerModels)
+          .where(inArray(workerModels.worker_id, ids))
+          .orderBy(asc(workerModels.seq)),
+      ])
+      return namedHosts(heads, engines, models)
+    },
+    async pullsFor(catalogIds) {
+      if (catalogIds.length === 0) return []
+      return db
+        .select({
+          pull: modelPulls,
+          worker: {
+            name: workers.name,
+            org_id: workers.org_id,
+            status: workers.status,
+            last_seen_at: workers.last_seen_at,
+          },
+        })
+        .from(modelPulls)
+        .innerJoin(workers, eq(workers.id, modelPulls.worker_id))
+        .where(inArray(modelPulls.catalog_id, [...catalogIds]))
     },
 
     async pullsOfWorker(workerId) {

@@ -28,6 +28,7 @@ import {
   type FleetStore,
   HEARTBEATS_PER_COMMIT,
   type ListedWorker,
+  namedHosts,
   type Registration,
   type WorkerHosting,
 } from '../fleet'
@@ -480,6 +481,78 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       const worker = stmts(deps).workerById.get({ id })
       if (!worker) return undefined
       return { worker, hosting: hostingOf(deps, id) }
+    },
+
+    async hostsNamed(names) {
+      if (names.length === 0) return []
+      const heads = db
+        .select({
+          id: workers.id,
+          org_id: workers.org_id,
+          name: workers.name,
+          status: workers.status,
+          last_seen_at: workers.last_seen_at,
+          last_heartbeat_at: workers.last_heartbeat_at,
+          vram_total_gb: workers.vram_total_gb,
+          loading_models: workers.loading_models,
+          shards: workers.shards,
+        })
+        .from(workers)
+        .where(
+          inArray(
+            workers.id,
+            db
+              .selectDistinct({ id: workerModels.worker_id })
+              .from(workerModels)
+              .where(inArray(workerModels.name, [...names])),
+          ),
+        )
+        .orderBy(asc(workers.seq))
+        .all()
+      const ids = heads.map((w) => w.id)
+      const engines = db
+        .select({
+          worker_id: workerRuntimes.worker_id,
+          engine: workerRuntimes.engine,
+          capabilities: workerRuntimes.capabilities,
+        })
+        .from(workerRuntimes)
+        .where(inArray(workerRuntimes.worker_id, ids))
+        .orderBy(asc(workerRuntimes.seq))
+        .all()
+      const models = db
+        .select({
+          worker_id: workerModels.worker_id,
+          name: workerModels.name,
+          runtime: workerModels.runtime,
+          digest: workerModels.digest,
+          loaded: workerModels.loaded,
+          advertised: workerModels.advertised,
+          configured: workerModels.configured,
+          on_disk: workerModels.on_disk,
+        })
+        .from(workerModels)
+        .where(inArray(workerModels.worker_id, ids))
+        .orderBy(asc(workerModels.seq))
+        .all()
+      return namedHosts(heads, engines, models)
+    },
+    async pullsFor(catalogIds) {
+      if (catalogIds.length === 0) return []
+      return db
+        .select({
+          pull: modelPulls,
+          worker: {
+            name: workers.name,
+            org_id: workers.org_id,
+            status: workers.status,
+            last_seen_at: workers.last_seen_at,
+          },
+        })
+        .from(modelPulls)
+        .innerJoin(workers, eq(workers.id, modelPulls.worker_id))
+        .where(inArray(modelPulls.catalog_id, [...catalogIds]))
+        .all()
     },
 
     async pullsOfWorker(workerId) {

@@ -93,6 +93,11 @@ export const batches = pgTable(
     // probe; how many batches each owner has in progress is one range of batches_status_user.
     index('batches_status_model').on(t.status, t.model, t.needs, t.user_id, t.seq),
     index('batches_status_user').on(t.status, t.user_id),
+    // docs/api.md §6 `waiting` (queued): the validated batches of a model before one batch, and their
+    // requests not yet done, are one index-only range, however long the rest of the queue.
+    index('batches_validated_model')
+      .on(t.model, t.seq, t.request_counts_total, t.request_counts_completed, t.request_counts_failed)
+      .where(sql`status = 'validated'`),
     index('batches_completed').on(t.completed_at),
     index('batches_user_completed').on(t.user_id, t.completed_at),
   ],
