@@ -13,9 +13,9 @@ import type { PollState, ServableModels } from './waiters'
 // model (the catalogue slugs it matches, worked out when it began to wait) and, when the batch's
 // needs ride along, can meet them (Poll rule 7) re-run claimBatch(), and those that still find
 // nothing keep waiting until their deadline. So one new batch wakes only its candidates, not the
-// whole fleet, and a batch a worker's engine cannot run never wakes that worker's poll. A heartbeat that changes what a worker hosts wakes that
-// worker's held poll (workerChanged), which then claims or waits with the new set. A poll without
-// wait_seconds answers at once, as before.
+// whole fleet, and a batch a worker's engine cannot run never wakes that worker's poll. A
+// heartbeat that changes what a worker hosts wakes that worker's held poll (workerChanged), which
+// then claims or waits with the new set. A poll without wait_seconds answers at once, as before.
 
 /**
  * The claim of POST /workers/poll, held up to `waitSeconds` (≤ 30, checked by the schema) while
