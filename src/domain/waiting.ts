@@ -57,8 +57,8 @@ export interface WaitingHost {
   /** docs/api.md §16: registered with capabilities.shards. */
   shards: boolean
   /**
-   * Of the capabilities the batch needs, those this worker's runtime lacks. Empty until batches
-   * record what they need; the capability predicate fills it then.
+   * Of the capabilities the batch needs, those this worker cannot meet (docs/api.md §7 Poll rule 7:
+   * the entry's AND its engine's; src/domain/matching.ts lacking).
    */
   lacks: readonly string[]
 }

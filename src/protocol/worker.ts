@@ -70,6 +70,18 @@ export const WorkerBodies = {
             base_url: t.String({ maxLength: 2048 }),
             status: t.Union([t.Literal('online'), t.Literal('offline'), t.Literal('error')]),
             inventory: t.Optional(Inventory),
+            // docs/api.md §7 (ext): what this engine can do; a missing key is the engine's default.
+            capabilities: t.Optional(
+              t.Object(
+                {
+                  json_mode: t.Optional(t.Boolean()),
+                  vision: t.Optional(t.Boolean()),
+                  embeddings: t.Optional(t.Boolean()),
+                  logprobs: t.Optional(t.Boolean()),
+                },
+                { additionalProperties: false },
+              ),
+            ),
           },
           { additionalProperties: false },
         ),

@@ -1,5 +1,6 @@
 import type { BatchErrorRow, BatchRow, BatchStatus, FileRow } from '../db/schema'
 import type { BatchChanges, BatchEvent } from '../domain/batch-states'
+import { type Capability, needsKey } from '../domain/capabilities'
 import type { Tally } from '../domain/waiting'
 import type { PageParams } from '../lib/pagination'
 
@@ -31,6 +32,8 @@ export interface FinishedValidation {
 export interface ValidationResult {
   passed: boolean
   model: string | null
+  /** docs/api.md §6: what the batch needs of a worker's engine (absent: nothing); stored when it passes. */
+  needs?: readonly Capability[]
   request_lines: number
   errors_total: number
   /** The stored errors (at most MAX_STORED_ERRORS), in line order. */
@@ -60,7 +63,12 @@ export function validationMove(
   return result.passed
     ? {
         event: 'validation_passed',
-        changes: { model: result.model, request_counts_total: result.request_lines, errors_total: 0 },
+        changes: {
+          model: result.model,
+          needs: needsKey(result.needs ?? []),
+          request_counts_total: result.request_lines,
+          errors_total: 0,
+        },
       }
     : {
         event: 'validation_failed',

@@ -6,6 +6,7 @@ import type {
   WorkerRow,
   WorkerRuntimeRow,
 } from '../db/schema'
+import type { CapabilityReport } from '../domain/capabilities'
 import type { HostedModel } from '../domain/inventory'
 import type { RequeueOutcome } from '../domain/requeue'
 import type { PageParams } from '../lib/pagination'
@@ -39,7 +40,8 @@ export interface Registration {
     'name' | 'hostname' | 'daemon_version' | 'key_id' | 'max_concurrent_jobs' | 'max_download_gb'
   > &
     Partial<Pick<WorkerRow, 'shards' | 'loads'>>
-  runtimes: Pick<WorkerRuntimeRow, 'engine' | 'base_url' | 'status'>[]
+  runtimes: (Pick<WorkerRuntimeRow, 'engine' | 'base_url' | 'status'> &
+    Partial<Pick<WorkerRuntimeRow, 'capabilities'>>)[]
   gpus: Pick<WorkerGpuRow, 'vendor' | 'name' | 'vram_gb' | 'driver' | 'cuda'>[]
   models: HostedModelInput[]
   now: number
@@ -136,6 +138,8 @@ export type WorkerHead = Pick<
 export interface WorkerHosting {
   /** Engines of the worker's runtimes. */
   engines: string[]
+  /** What each runtime reported it can do, by engine (docs/api.md §7); one that reported nothing is absent. */
+  reported: Record<string, CapabilityReport>
   models: HostedModel[]
 }
 
@@ -156,14 +160,24 @@ export interface NamedHost {
   hosting: WorkerHosting
 }
 
-/** Both engines: the hosts' heads joined with their runtimes' engines and their model rows. */
+/**
+ * Both engines: the hosts' heads joined with their runtimes (engines and what each reported it can
+ * do, docs/api.md §7) and their model rows.
+ */
 export function namedHosts(
   heads: NamedHost['worker'][],
-  engines: { worker_id: string; engine: string }[],
+  runtimes: { worker_id: string; engine: string; capabilities: CapabilityReport | null }[],
   models: (HostedModel & { worker_id: string })[],
 ): NamedHost[] {
-  const hosting = new Map<string, WorkerHosting>(heads.map((w) => [w.id, { engines: [], models: [] }]))
-  for (const e of engines) hosting.get(e.worker_id)?.engines.push(e.engine)
+  const hosting = new Map<string, WorkerHosting>(
+    heads.map((w) => [w.id, { engines: [], reported: {}, models: [] }]),
+  )
+  for (const r of runtimes) {
+    const h = hosting.get(r.worker_id)
+    if (!h) continue
+    h.engines.push(r.engine)
+    if (r.capabilities) h.reported[r.engine] = r.capabilities
+  }
   for (const { worker_id, ...m } of models) hosting.get(worker_id)?.models.push(m)
   return heads.map((worker) => ({ worker, hosting: hosting.get(worker.id)! }))
 }

@@ -23,6 +23,7 @@ const ENTRY: CatalogueEntry = {
   digest: null,
   profiles: [{ runtime: 'ollama', runtime_model_id: 'llama:8b', params: {} }],
   artifact_sha256: [],
+  capabilities: [],
 }
 
 function host(o: Partial<WaitingHost> & { vram?: number | null; org?: string; model?: string } = {}) {
@@ -33,6 +34,7 @@ function host(o: Partial<WaitingHost> & { vram?: number | null; org?: string; mo
       heartbeated: true,
       vram_total_gb: vram,
       engines: ['ollama'],
+      reported: {},
       models: [
         {
           name: model,

@@ -13,7 +13,12 @@ import { rowsOf } from '../helpers/rows'
 const t = makeTestApp()
 afterAll(() => t.close())
 
-const chat = await makeCatalogEntry(t, { id: 'chat-8b-q4km', task_type: 'chat' })
+// json_mode: the Responses lines below ask for JSON output (docs/api.md §6 `unsupported_capability`).
+const chat = await makeCatalogEntry(t, {
+  id: 'chat-8b-q4km',
+  task_type: 'chat',
+  capabilities: { json_mode: true },
+})
 const embed = await makeCatalogEntry(t, { id: 'embed-small-f16', task_type: 'embedding' })
 const disabled = await makeCatalogEntry(t, { id: 'old-7b-q4km', enabled: false })
 const now = t.clock.now()
@@ -234,7 +239,12 @@ describe('/v1/responses (docs/api.md §6 "Request bodies")', () => {
       R,
     )
     expect(codes(b)).toEqual([])
-    expect(b).toMatchObject({ status: 'validated', endpoint: '/v1/responses', model: chat.id })
+    expect(b).toMatchObject({
+      status: 'validated',
+      endpoint: '/v1/responses',
+      model: chat.id,
+      needs: ['json_mode'],
+    })
     expect(b.request_counts.total).toBe(2)
   })
 

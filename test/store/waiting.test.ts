@@ -76,8 +76,9 @@ for (const [kind, open] of storeEngines) {
           VALUES ('wrk_1', 'org_a', 'box-1', 'online', 'idle', 24, '[]', '["x:1"]', TRUE, 1, 5, 100),
                  ('wrk_2', 'org_a', 'box-2', 'offline', 'idle', NULL, '[]', '[]', FALSE, 1, NULL, 50),
                  ('wrk_3', 'org_a', 'box-3', 'online', 'idle', 24, '[]', '[]', FALSE, 1, 5, 100);
-        INSERT INTO worker_runtimes (worker_id, engine, base_url, status)
-          VALUES ('wrk_1', 'ollama', 'http://a', 'online'), ('wrk_1', 'vllm', 'http://b', 'online');
+        INSERT INTO worker_runtimes (worker_id, engine, base_url, status, capabilities)
+          VALUES ('wrk_1', 'ollama', 'http://a', 'online', NULL),
+                 ('wrk_1', 'vllm', 'http://b', 'online', '{"logprobs":false}');
         INSERT INTO worker_models (worker_id, name, runtime, digest, loaded, advertised, configured, on_disk)
           VALUES ('wrk_1', 'x:1', 'ollama', NULL, FALSE, TRUE, FALSE, TRUE),
                  ('wrk_1', 'other:1', 'ollama', 'abc', TRUE, FALSE, FALSE, TRUE),
@@ -99,6 +100,8 @@ for (const [kind, open] of storeEngines) {
           },
           hosting: {
             engines: ['ollama', 'vllm'],
+            // docs/api.md §7: what each runtime reported it can do (none: its engine's defaults).
+            reported: { vllm: { logprobs: false } },
             // Every model of a host: an artifact's other files count (docs/api.md §4).
             models: [
               {
@@ -136,6 +139,7 @@ for (const [kind, open] of storeEngines) {
           },
           hosting: {
             engines: [],
+            reported: {},
             models: [
               {
                 name: 'x:1',

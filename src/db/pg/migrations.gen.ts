@@ -13,6 +13,7 @@ import m9 from '../../../drizzle/postgres/0009_assignment_slot.sql' with { type:
 import m10 from '../../../drizzle/postgres/0010_shards.sql' with { type: 'text' }
 import m11 from '../../../drizzle/postgres/0011_fleet_engines.sql' with { type: 'text' }
 import m12 from '../../../drizzle/postgres/0012_waiting_queue.sql' with { type: 'text' }
+import m13 from '../../../drizzle/postgres/0013_capabilities.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -31,5 +32,6 @@ export const embeddedMigrations = {
     '0010_shards': m10,
     '0011_fleet_engines': m11,
     '0012_waiting_queue': m12,
+    '0013_capabilities': m13,
   } as Record<string, string>,
 }

@@ -1,5 +1,6 @@
 import { t } from 'elysia'
 import type { BatchErrorRow, BatchRow, BatchShardRow } from '../../db/schema'
+import { needsOf } from '../../domain/capabilities'
 import type { ShardTally } from '../../domain/shards'
 import type { Waiting } from '../../domain/waiting'
 import { PageQuery } from '../../lib/pagination'
@@ -73,6 +74,8 @@ export interface BatchObject {
   object: 'batch'
   endpoint: string
   model: string | null
+  /** (ext) docs/api.md §6: the capabilities the batch needs of a worker's engine, set by validation. */
+  needs: string[]
   input_file_id: string
   completion_window: string
   status: BatchRow['status']
@@ -145,6 +148,7 @@ export function toBatchObject(
     object: 'batch',
     endpoint: b.endpoint,
     model: b.model,
+    needs: needsOf(b.needs),
     input_file_id: b.input_file_id,
     completion_window: b.completion_window,
     status: b.status,

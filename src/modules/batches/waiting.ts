@@ -1,6 +1,7 @@
 import type { BatchRow } from '../../db/schema'
 import type { Deps } from '../../deps'
-import { type CatalogueEntry, workerView } from '../../domain/matching'
+import { needsOf } from '../../domain/capabilities'
+import { type CatalogueEntry, lacking, workerView } from '../../domain/matching'
 import type { UserPrincipal } from '../../domain/principal'
 import { type Viewer, type Waiting, type WaitingHost, waitingReason } from '../../domain/waiting'
 import type { PullWithWorker } from '../../store/fleet'
@@ -50,7 +51,7 @@ export async function readWaiting(deps: Deps, rows: readonly BatchRow[]): Promis
     online: isOnline(deps, worker),
     loading: worker.loading_models,
     shards: worker.shards,
-    // The capabilities a batch needs are not recorded yet: no worker lacks any.
+    // Per batch, below: what it needs and this worker lacks.
     lacks: [],
   }))
   // Each entry's hosts, by name (the rule judges the rest).
@@ -67,10 +68,14 @@ export async function readWaiting(deps: Deps, rows: readonly BatchRow[]): Promis
     const entry = entries.get(row.model)
     const pull = entry ? pullOf.get(entry.id) : undefined
     const place = queue.get(row.id)
+    // docs/api.md §7 Poll rule 7: of what the batch needs, what each host's engine (or the entry) lacks.
+    const needs = needsOf(row.needs)
+    const hosts = (entry && hostsOf.get(entry.id)) ?? []
     return waitingReason({
       batch: { model: row.model, split: row.split },
       entry,
-      hosts: (entry && hostsOf.get(entry.id)) ?? [],
+      hosts:
+        needs.length && entry ? hosts.map((h) => ({ ...h, lacks: lacking(h.view, entry, needs) })) : hosts,
       pull: pull
         ? {
             worker_name: pull.worker.name,

@@ -93,7 +93,12 @@ export async function register(
       shards: body.capabilities?.shards ?? false,
       loads: body.capabilities?.loads ?? false,
     },
-    runtimes: body.runtimes.map((r) => ({ engine: r.engine, base_url: r.base_url, status: r.status })),
+    runtimes: body.runtimes.map((r) => ({
+      engine: r.engine,
+      base_url: r.base_url,
+      status: r.status,
+      capabilities: r.capabilities ?? null,
+    })),
     gpus: (body.gpus ?? []).map((g) => ({
       vendor: g.vendor,
       name: g.name,

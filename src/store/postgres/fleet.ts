@@ -440,9 +440,9 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       return out
     },
     async workerHosting(workerId) {
-      const [engines, models] = await Promise.all([
+      const [runtimes, models] = await Promise.all([
         db
-          .select({ engine: workerRuntimes.engine })
+          .select({ engine: workerRuntimes.engine, capabilities: workerRuntimes.capabilities })
           .from(workerRuntimes)
           .where(eq(workerRuntimes.worker_id, workerId)),
         db
@@ -458,7 +458,9 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .from(workerModels)
           .where(eq(workerModels.worker_id, workerId)),
       ])
-      return { engines: engines.map((r) => r.engine), models }
+      const reported: WorkerHosting['reported'] = {}
+      for (const r of runtimes) if (r.capabilities) reported[r.engine] = r.capabilities
+      return { engines: runtimes.map((r) => r.engine), reported, models }
     },
 
     async findWorkerWithHosting(id) {
@@ -469,6 +471,8 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           'worker', to_jsonb(w),
           'hosting', json_build_object(
             'engines', ARRAY(SELECT engine FROM worker_runtimes WHERE worker_id = w.id),
+            'reported', coalesce((SELECT json_object_agg(engine, capabilities) FROM worker_runtimes
+              WHERE worker_id = w.id AND capabilities IS NOT NULL), '{}'),
             'models', coalesce((SELECT json_agg(json_build_object('name', m.name, 'runtime', m.runtime,
                 'digest', m.digest, 'loaded', m.loaded, 'advertised', m.advertised,
                 'configured', m.configured, 'on_disk', m.on_disk))
@@ -506,7 +510,11 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       if (ids.length === 0) return []
       const [engines, models] = await Promise.all([
         db
-          .select({ worker_id: workerRuntimes.worker_id, engine: workerRuntimes.engine })
+          .select({
+            worker_id: workerRuntimes.worker_id,
+            engine: workerRuntimes.engine,
+            capabilities: workerRuntimes.capabilities,
+          })
           .from(workerRuntimes)
           .where(inArray(workerRuntimes.worker_id, ids))
           .orderBy(asc(workerRuntimes.seq)),

@@ -30,6 +30,7 @@ import {
   type ListedWorker,
   namedHosts,
   type Registration,
+  type WorkerHosting,
 } from '../fleet'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
@@ -166,8 +167,8 @@ const stmts = preparedOnce((db: Db) => {
       })
       .where(and(eq(batches.id, sql.placeholder('job_id')), eq(batches.status, 'in_progress')))
       .prepare(),
-    engines: db
-      .select({ engine: workerRuntimes.engine })
+    runtimes: db
+      .select({ engine: workerRuntimes.engine, capabilities: workerRuntimes.capabilities })
       .from(workerRuntimes)
       .where(eq(workerRuntimes.worker_id, id))
       .prepare(),
@@ -240,6 +241,18 @@ const stmts = preparedOnce((db: Db) => {
       .prepare(),
   }
 })
+
+/** What the matching predicate reads of one worker besides its row (FleetStore.workerHosting). */
+function hostingOf(deps: SqliteDeps, workerId: string): WorkerHosting {
+  const s = stmts(deps)
+  const engines: string[] = []
+  const reported: WorkerHosting['reported'] = {}
+  for (const r of s.runtimes.all({ id: workerId })) {
+    engines.push(r.engine)
+    if (r.capabilities) reported[r.engine] = r.capabilities
+  }
+  return { engines, reported, models: s.models.all({ id: workerId }) }
+}
 
 function insertChildren(tx: Tx, workerId: string, r: Registration) {
   if (r.runtimes.length) {
@@ -461,19 +474,13 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       return new Map(names.map((name) => [name, s.hostsNamed.all({ name }).map((r) => r.worker_id)]))
     },
     async workerHosting(workerId) {
-      const s = stmts(deps)
-      return {
-        engines: s.engines.all({ id: workerId }).map((r) => r.engine),
-        models: s.models.all({ id: workerId }),
-      }
+      return hostingOf(deps, workerId)
     },
 
     async findWorkerWithHosting(id) {
-      const s = stmts(deps)
-      const worker = s.workerById.get({ id })
+      const worker = stmts(deps).workerById.get({ id })
       if (!worker) return undefined
-      const engines = s.engines.all({ id }).map((r) => r.engine)
-      return { worker, hosting: { engines, models: s.models.all({ id }) } }
+      return { worker, hosting: hostingOf(deps, id) }
     },
 
     async hostsNamed(names) {
@@ -504,7 +511,11 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         .all()
       const ids = heads.map((w) => w.id)
       const engines = db
-        .select({ worker_id: workerRuntimes.worker_id, engine: workerRuntimes.engine })
+        .select({
+          worker_id: workerRuntimes.worker_id,
+          engine: workerRuntimes.engine,
+          capabilities: workerRuntimes.capabilities,
+        })
         .from(workerRuntimes)
         .where(inArray(workerRuntimes.worker_id, ids))
         .orderBy(asc(workerRuntimes.seq))
