@@ -50,11 +50,11 @@ export function shardRow(raw: Record<string, unknown>): BatchShardRow {
  */
 export function openSplitHeads(q: SQL, models: string[]) {
   return q`
-    SELECT model, user_id, id, seq::float8 AS seq FROM batches
+    SELECT model, needs, user_id, id, seq::float8 AS seq FROM batches
     WHERE split AND status = 'in_progress' AND model = ANY(${models}::text[])
       AND (next_request < request_counts_total
         OR EXISTS (SELECT FROM batch_shards s WHERE s.batch_id = batches.id AND s.status = 'waiting'))` as Promise<
-    { model: string; user_id: string; id: string; seq: number }[]
+    { model: string; needs: string; user_id: string; id: string; seq: number }[]
   >
 }
 

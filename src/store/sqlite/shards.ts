@@ -24,8 +24,11 @@ const stmts = preparedOnce((db: Db) => {
          AND w.shards = 1 AND w.status = 'online' AND w.last_seen_at > $cutoff`,
     ),
     // Split batches in progress with work left to hand out: a waiting shard, or requests not yet cut.
-    openSplit: db.$client.prepare<{ id: string; seq: number; user_id: string }, { model: string }>(
-      `SELECT id, seq, user_id FROM batches
+    openSplit: db.$client.prepare<
+      { id: string; seq: number; user_id: string; needs: string },
+      { model: string }
+    >(
+      `SELECT id, seq, user_id, needs FROM batches
        WHERE split = 1 AND status = 'in_progress' AND model = $model
          AND (next_request < request_counts_total
            OR EXISTS (SELECT 1 FROM batch_shards s WHERE s.batch_id = batches.id AND s.status = 'waiting'))`,
