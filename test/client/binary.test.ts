@@ -617,6 +617,18 @@ describe('exit codes', () => {
     expect([unknown.code, unknown.lines.at(-1)?.status]).toEqual([3, 404])
     const missing = await runGridkeep(['submit', join(dir, 'no-such-file.jsonl')], { env: keyed() })
     expect([missing.code, missing.stderr]).toEqual([3, expect.stringContaining('cannot read')])
+    // --endpoint is the server's to judge: passed through as given, refused there, the upload kept.
+    const endpoint = await runGridkeep(
+      ['submit', inputFile('ep.jsonl', chatLines(1, SLUG)), '--endpoint', '/v1/nope'],
+      {
+        env: keyed(),
+      },
+    )
+    expect([endpoint.code, endpoint.lines.at(-1)]).toEqual([
+      3,
+      expect.objectContaining({ event: 'error', status: 400, file_id: expect.stringMatching(/^file-/) }),
+    ])
+    expect(endpoint.stderr).toContain('the uploaded file stays as file-')
     // A file the server refuses while it is still being sent (docs/api.md §5: .jsonl only).
     const table = join(dir, 'table.csv')
     writeFileSync(table, 'a,b\n'.repeat(1_000_000))
