@@ -11,11 +11,12 @@
 //    subprocesses, not on the CPU): the suite on SQLite with the browser and real-engine tests,
 //    the suite again on PostgreSQL, the storage suites on S3, the compiled binary's smoke test
 //    and the terminal client's tests against that same binary (built once), biome and the type
-//    check. With everything in place, GK_TEST_ALL=1 tells the tests that no
-//    suite may be skipped for want of PostgreSQL, Chromium or llama-server.
+//    check. With everything in place, GK_TEST_ALL=1 tells the tests that no suite may be skipped
+//    for want of PostgreSQL, Chromium or llama-server.
 // 3. Prints each tier's outcome (its whole output when it failed) and, last, `N passed, M failed`:
-//    the tests that passed and failed in the three suites, plus one for each other tier. Exit code 1
-//    when anything failed.
+//    the tests that passed and failed in the suites (the compiled binary's tier counts the
+//    client's tests, and fails as one when the build or the smoke test does), plus one for each
+//    other tier. Exit code 1 when anything failed.
 
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -99,8 +100,9 @@ const test = ['bun', 'test', '--timeout', '30000']
 
 // The PostgreSQL tier runs the suite with every test app on PostgreSQL, less what the SQLite tier
 // already runs on PostgreSQL or what touches no storage: test/store and test/cluster pick their
-// engines themselves, the browser tests and the daemon's own tests (all but its end-to-end run
-// against the server) exercise the page and the daemon, not the engine. `bun run test:postgres`
+// engines themselves, the browser tests, the daemon's own tests (all but its end-to-end run
+// against the server) and the terminal client's exercise the page, the daemon and the client, not
+// the engine. `bun run test:postgres`
 // still runs all of it.
 const SAME_ON_BOTH = [
   'test/store/',
