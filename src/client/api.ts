@@ -34,6 +34,8 @@ export interface Batch {
   metadata: Record<string, string> | null
   /** docs/api.md §16: null for a batch that runs whole. */
   shards: ShardTally | null
+  /** docs/api.md §6 "Why a batch waits": null unless validated; absent from an older server. */
+  waiting?: { reason: string; message: string } | null
 }
 
 /** docs/api.md §5 */

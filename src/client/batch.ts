@@ -244,6 +244,7 @@ export async function status(p: Parsed, ctx: Context): Promise<number> {
       'shards',
       `${b.shards.total}: ${b.shards.waiting} waiting, ${b.shards.running} running, ${b.shards.done} done`,
     ])
+  if (b.waiting) rows.push(['waiting', b.waiting.message])
   rows.push(['attempts', String(b.attempts)])
   if (b.error) rows.push(['error', b.error])
   rows.push(['input file', b.input_file_id])

@@ -117,7 +117,10 @@ export function progressLine(b: Batch, rate: number | null, eta: number | null):
   const c = b.request_counts
   const done = c.completed + c.failed
   const parts = [b.id, b.status]
-  if (b.status === 'validated') parts.push(`${formatCount(c.total)} requests waiting for a worker`)
+  if (b.status === 'validated')
+    parts.push(
+      `${formatCount(c.total)} requests waiting${b.waiting ? `: ${b.waiting.message}` : ' for a worker'}`,
+    )
   else if (b.status !== 'validating') {
     parts.push(`${formatCount(done)}/${formatCount(c.total)} done`)
     if (c.failed) parts.push(`${formatCount(c.failed)} failed`)
@@ -143,6 +146,7 @@ export function batchEvent(view: View, b: Batch, rate: number | null, eta: numbe
     request_counts: b.request_counts,
     shards: b.shards,
     attempts: b.attempts,
+    waiting: b.waiting ?? null,
     requests_per_second: rate === null ? null : Math.round(rate * 10) / 10,
     eta_seconds: eta === null ? null : Math.round(eta),
   })
@@ -158,7 +162,7 @@ export async function followRun(api: Api, view: View, first: Batch, intervalMs: 
     const c = batch.request_counts
     const rate = batch.status === 'in_progress' ? meter.sample(c.completed + c.failed) : null
     const eta = batch.status === 'in_progress' ? timeLeft(c.total - c.completed - c.failed, rate) : null
-    const key = JSON.stringify([batch.status, c, batch.shards, batch.attempts])
+    const key = JSON.stringify([batch.status, c, batch.shards, batch.attempts, batch.waiting?.reason])
     if (key !== last) {
       last = key
       batchEvent(view, batch, rate, eta)

@@ -499,10 +499,14 @@ describe('gridkeep submit', () => {
       request_counts: { total: 5, completed: 0, failed: 0 },
       shards: null,
       attempts: 0,
+      // docs/api.md §6: why it waits, in the server's words.
+      waiting: expect.objectContaining({ reason: expect.any(String), message: expect.any(String) }),
       requests_per_second: null,
       eta_seconds: null,
     })
     expect(r.stderr).toContain(`follow it: gridkeep wait ${id}`)
+    const shown = await runOnTerminal(['status', id], { env: keyed() })
+    expect(shown.screen).toMatch(/waiting\s+\S/)
     const results = await runGridkeep(['results', id], { env: keyed() })
     expect([results.code, results.stderr]).toEqual([
       3,
