@@ -140,7 +140,8 @@ export async function openContent(
 /**
  * GET /v1/files/{id}/content?shard=… (docs/api.md §16): exactly the shard's request lines, one byte
  * range found through the request-line index. Readers: a worker key whose org holds the shard
- * now, or whoever may read the whole file (the owner, a superadmin). Anything else is a 404.
+ * now or runs its backup copy, or whoever may read the whole file (the owner, a superadmin).
+ * Anything else is a 404.
  */
 async function openShardInput(
   deps: Deps,
@@ -151,7 +152,10 @@ async function openShardInput(
   const held = await deps.store.queue.shardWithBatch(shardId)
   if (!held || held.batch.input_file_id !== fileId) throw notFoundFile()
   if (principal.kind === 'worker') {
-    if (held.shard.status !== 'running' || held.shard.org_id !== principal.orgId) throw notFoundFile()
+    // The org of either running copy: the holder's, or its backup's.
+    const { status, org_id, backup_org_id } = held.shard
+    if (status !== 'running' || (org_id !== principal.orgId && backup_org_id !== principal.orgId))
+      throw notFoundFile()
   } else if (!(await userFile(deps, principal, fileId))) throw notFoundFile()
   const { shard } = held
   const range = await deps.store.queue.lineRange(shard.batch_id, shard.first_request, shard.requests)
