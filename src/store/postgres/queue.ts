@@ -268,7 +268,13 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
             best.candidate.names ?? [],
           )
           if (got.kind === 'claimed')
-            return { batch: got.batch, assignmentId: got.assignmentId, match, shard: got.shard, backup: false }
+            return {
+              batch: got.batch,
+              assignmentId: got.assignmentId,
+              match,
+              shard: got.shard,
+              backup: false,
+            }
           if (got.kind === 'full') return null
         } else {
           const assignmentId = newId('asg_')

@@ -7,8 +7,8 @@ import { BATCH_TRANSITIONS } from '../../domain/batch-states'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import {
   type BackupCandidate,
-  checkShardHolder,
   type CopyCounts,
+  checkShardHolder,
   copyEnded,
   nextShardSize,
   pickBackup,
@@ -231,7 +231,11 @@ export async function claimBackup(
   for (let pick = pickBackup(candidates, req.workerId, maxAttempts); pick; ) {
     const batchId = pick.batch_id
     await q`SELECT id FROM batches WHERE id = ${batchId} FOR UPDATE`
-    const chosen = pickBackup(withLoaded(await backupCandidates(q, names, batchId)), req.workerId, maxAttempts)
+    const chosen = pickBackup(
+      withLoaded(await backupCandidates(q, names, batchId)),
+      req.workerId,
+      maxAttempts,
+    )
     if (chosen) {
       const assignmentId = newId('asg_')
       const [raw] = (await q`
@@ -244,7 +248,13 @@ export async function claimBackup(
         RETURNING *`) as Record<string, unknown>[]
       if (raw) {
         const [batchRaw] = (await q`SELECT * FROM batches WHERE id = ${batchId}`) as Record<string, unknown>[]
-        return { kind: 'claimed', batch: batchRow(batchRaw!), shard: shardRow(raw), assignmentId, backup: true }
+        return {
+          kind: 'claimed',
+          batch: batchRow(batchRaw!),
+          shard: shardRow(raw),
+          assignmentId,
+          backup: true,
+        }
       }
     }
     candidates = candidates.filter((c) => c.batch_id !== batchId)

@@ -449,7 +449,12 @@ export function takePartsInTx(deps: { db: Db }, batchId: string): string[] {
 }
 
 /** A shard's copies' own counts, as the holding statement reads them. */
-const countsOf = (h: { completed: number; failed: number; backup_completed: number; backup_failed: number }) => ({
+const countsOf = (h: {
+  completed: number
+  failed: number
+  backup_completed: number
+  backup_failed: number
+}) => ({
   holder: { completed: h.completed, failed: h.failed },
   backup: { completed: h.backup_completed, failed: h.backup_failed },
 })
@@ -535,7 +540,10 @@ export function requeueHeldShardsInTx(
 export function requeueSilentShardsInTx(deps: SqliteDeps, cutoff: number, now: number) {
   const out: RequeueOutcome[] = []
   for (const o of stmts(deps).silent.all({ cutoff })) {
-    const ended = [o.holder_silent ? o.worker_id : undefined, o.backup_silent ? o.backup_worker_id : undefined]
+    const ended = [
+      o.holder_silent ? o.worker_id : undefined,
+      o.backup_silent ? o.backup_worker_id : undefined,
+    ]
     for (const workerId of ended) {
       if (workerId === undefined) continue
       const { reason, error } = silentRequeue(workerId)
