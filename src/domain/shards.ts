@@ -67,6 +67,10 @@ export interface ShardHolding {
   batch_status: string
 }
 
+/** docs/api.md §16: the answer to the copy that lost a backup race; its daemon drops the job. */
+export const shardDoneElsewhere = () =>
+  conflict('shard_done_elsewhere', 'Another copy of this shard finished first; drop the job')
+
 /** Which copy of a shard a write comes from: its holder's, or its backup's (docs/api.md §16). */
 export type ShardCopy = 'holder' | 'backup'
 
@@ -94,7 +98,7 @@ export function checkShardHolder<T extends ShardHolding>(
   const stale = assignmentId !== undefined && assignmentId !== lease
   if (row.status === 'done' && copy === 'backup') {
     if (stale) throw forbidden('stale_assignment', 'This assignment is no longer current; stop the job')
-    throw conflict('shard_done_elsewhere', 'Another copy of this shard finished first; drop the job')
+    throw shardDoneElsewhere()
   }
   if (row.batch_status !== 'in_progress') {
     throw conflict('batch_not_in_progress', 'The batch of this shard is no longer in progress; drop the job')

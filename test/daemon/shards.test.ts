@@ -153,7 +153,12 @@ describe('shards (docs/api.md §16)', () => {
   })
 
   test('409 shard_done_elsewhere on upload: dropped once, no retry, no report-failure', async () => {
-    const { cp, start } = setup()
+    // The engine holds the copy's first request until the other copy has finished.
+    let finishedElsewhere: () => void = () => {}
+    const elsewhere = new Promise<void>((r) => {
+      finishedElsewhere = r
+    })
+    const { cp, start } = setup({ hold: () => elsewhere })
     cp.addJob({
       job_id: 'shard_second',
       batch_id: 'batch_big',
@@ -161,14 +166,40 @@ describe('shards (docs/api.md §16)', () => {
       input: shardLines(5, 5).join('\n'),
       model: MODEL,
     })
-    cp.doneElsewhere('shard_second')
     const r = start({ progress_interval: 3600 })
+    await cp.waitFor(() => cp.downloads.length === 1, 'the input downloaded')
+    cp.doneElsewhere('shard_second')
+    finishedElsewhere()
     expect(await r.next('job_ended')).toEqual({
       type: 'job_ended',
       job_id: 'shard_second',
       outcome: 'dropped',
     })
     expect(cp.conflicts).toEqual([{ path: '/workers/upload-results', job_id: 'shard_second' }])
+    expect(cp.uploads).toEqual([])
+    expect(cp.failures).toEqual([])
+  })
+
+  test('409 shard_done_elsewhere on the input download (the other copy finished first): dropped, nothing run or reported', async () => {
+    const { cp, rt, start } = setup()
+    cp.addJob({
+      job_id: 'shard_late_copy',
+      batch_id: 'batch_big',
+      shard: { index: 4, first_request: 0, requests: 5 },
+      backup: true,
+      input: shardLines(0, 5).join('\n'),
+      model: MODEL,
+    })
+    cp.doneElsewhere('shard_late_copy')
+    const r = start({ progress_interval: 3600 })
+    expect(await r.next('job_ended')).toEqual({
+      type: 'job_ended',
+      job_id: 'shard_late_copy',
+      outcome: 'dropped',
+    })
+    expect(cp.downloads).toHaveLength(1)
+    expect(cp.conflicts).toEqual([{ path: '/v1/files/file-batch_big/content', job_id: 'shard_late_copy' }])
+    expect(rt.requests).toBe(0)
     expect(cp.uploads).toEqual([])
     expect(cp.failures).toEqual([])
   })

@@ -6,7 +6,7 @@
 // Shards (docs/api.md §16): a job added with `shard` is handed out as a shard of `batch_id`: its input is
 // served at `/v1/files/file-<batch_id>/content?shard=<job_id>`, and `failBatch` makes the server
 // answer 409 batch_not_in_progress to every later write of the job (`doneElsewhere`: 409
-// shard_done_elsewhere, another copy of the shard finished first).
+// shard_done_elsewhere to its writes and its input, another copy of the shard finished first).
 //
 // Every body it receives is checked against the schemas the server's routes validate with
 // (src/protocol/worker.ts, docs/api.md §7) and refused with the server's 400 when it does not fit; such
@@ -285,6 +285,8 @@ export function startFakeControlPlane(opts: {
       const shardId = new URL(req.url).searchParams.get('shard')
       const a = assigned.get(shardId ?? file[1]!)
       if (!a || (a.job.batch_id ?? a.job.job_id) !== file[1]) return err(404, 'file not found')
+      // docs/api.md §16: the input of a shard another copy finished is refused with the reason.
+      if (shardId && moot.get(shardId) === 'shard_done_elsewhere') return conflict(path, { job_id: shardId })!
       if (cp.breakNextDownload) {
         cp.breakNextDownload = false
         const half = new TextEncoder().encode(a.job.input.slice(0, Math.floor(a.job.input.length / 2)))

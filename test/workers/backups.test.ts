@@ -385,6 +385,12 @@ describe('docs/api.md §16 backup copies: the first complete upload wins', () =>
     expect(codeOf(await progress(s, s.other.key, s.spare, copy, 4))).toEqual([409, 'shard_done_elsewhere'])
     expect(codeOf(await send(s, s.other.key, s.spare, copy))).toEqual([409, 'shard_done_elsewhere'])
     expect(codeOf(await report(s, s.other.key, s.spare, copy))).toEqual([409, 'shard_done_elsewhere'])
+    // Its input too: a copy that had not even started reading hears why, not a bare 404.
+    expect(codeOf(await t.req('GET', copy.input_path, { token: s.other.key }))).toEqual([
+      409,
+      'shard_done_elsewhere',
+    ])
+    expect((await t.req('GET', copy.input_path, { token: (await makeFleet(t)).key })).status).toBe(404)
     expect((await heartbeat(t, s.other.key, s.spare)).body.assigned_job_ids).toEqual([])
     // The spare worker's slot is free again: it backs up the next oldest running shard.
     expect(await poll(t, s.other.key, s.spare)).toMatchObject({ job_id: jobs[1]!.job_id, backup: true })
