@@ -6,8 +6,8 @@ import { lit, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // Shards on the PostgreSQL engine (docs/api.md §16), at the store: claims of many workers at once on
 // several connections never share a request (and back each shard up once), guided sizes,
-// max_concurrent_jobs counting shards and backup copies,
-// the per-shard requeue, the request-line index and the heartbeat's assigned ids.
+// max_concurrent_jobs counting shards and backup copies, the per-shard requeue, the request-line
+// index and the heartbeat's assigned ids.
 
 const openPg = storeEngines.find(([kind]) => kind === 'postgres')![1]
 
