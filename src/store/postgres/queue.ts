@@ -302,13 +302,11 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       }
       // docs/api.md §16 backup copies: the lowest priority of a claim, when nothing else is.
       if (!req.shards) return null
-      const got = await db.$claims.begin((q) =>
-        claimBackup(
-          q as unknown as SQL,
-          { workerId: req.workerId, orgId: req.orgId, now: req.now, maxConcurrent: req.maxConcurrent },
-          byModel,
-          maxAttempts,
-        ),
+      const got = await claimBackup(
+        db.$claims,
+        { workerId: req.workerId, orgId: req.orgId, now: req.now, maxConcurrent: req.maxConcurrent },
+        byModel,
+        maxAttempts,
       )
       if (got.kind !== 'claimed') return null
       return {

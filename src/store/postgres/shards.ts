@@ -210,57 +210,66 @@ async function backupCandidates(q: SQL, models: string[], batchId: string | null
 }
 
 /**
- * docs/api.md §16 backup copies, in one transaction on `q`, when a poll found nothing else to claim:
- * the shard pickBackup chooses among the running shards of `models`' split batches gets this
- * worker as its backup. Under the worker's claim lock (lockWorker counts its jobs); the chosen
- * shard's batch is then locked and the choice made again on what it holds now (a requeue or
- * another backup may have come first), as every writer of its shards takes that lock first.
+ * docs/api.md §16 backup copies, when a poll found nothing else to claim: the shard pickBackup
+ * chooses among the running shards of `models`' split batches gets this worker as its backup. The
+ * choice is first made without a lock on the claims' pool `pool` (an idle poll with no backup to
+ * hand out opens no transaction); then, in one transaction, under the worker's claim lock
+ * (lockWorker counts its jobs), the chosen shard's batch is locked and the choice made again on
+ * what it holds now (a requeue or another backup may have come first), as every writer of its
+ * shards takes that lock first.
  */
 export async function claimBackup(
-  q: SQL,
+  pool: SQL,
   req: { workerId: string; orgId: string; now: number; maxConcurrent: number },
   models: ReadonlyMap<string, { loaded: boolean }>,
   maxAttempts: number,
 ): Promise<ShardClaim> {
-  const { exists, active } = await lockWorker(q, req.workerId)
-  if (!exists || active >= req.maxConcurrent) return { kind: 'full' }
   const names = [...models.keys()]
   const withLoaded = <T extends { model: string }>(rows: T[]) =>
     rows.map((r) => ({ ...r, loaded: models.get(r.model)?.loaded ?? false }))
-  let candidates = withLoaded(await backupCandidates(q, names, null))
-  for (let pick = pickBackup(candidates, req.workerId, maxAttempts); pick; ) {
-    const batchId = pick.batch_id
-    await q`SELECT id FROM batches WHERE id = ${batchId} FOR UPDATE`
-    const chosen = pickBackup(
-      withLoaded(await backupCandidates(q, names, batchId)),
-      req.workerId,
-      maxAttempts,
-    )
-    if (chosen) {
-      const assignmentId = newId('asg_')
-      const [raw] = (await q`
-        UPDATE batch_shards SET backup_worker_id = ${req.workerId}, backup_org_id = ${req.orgId},
-          backup_assignment_id = ${assignmentId}, backup_assigned_at = ${req.now},
-          backup_request_counts_completed = 0, backup_request_counts_failed = 0, backup_won = FALSE,
-          updated_at = ${req.now}
-        WHERE id = ${chosen.shard_id} AND status = 'running' AND backup_worker_id IS NULL
-          AND worker_id <> ${req.workerId}
-        RETURNING *`) as Record<string, unknown>[]
-      if (raw) {
-        const [batchRaw] = (await q`SELECT * FROM batches WHERE id = ${batchId}`) as Record<string, unknown>[]
-        return {
-          kind: 'claimed',
-          batch: batchRow(batchRaw!),
-          shard: shardRow(raw),
-          assignmentId,
-          backup: true,
+  let candidates = withLoaded(await backupCandidates(pool, names, null))
+  if (!pickBackup(candidates, req.workerId, maxAttempts)) return { kind: 'missed' }
+  return pool.begin(async (tx) => {
+    const q = tx as unknown as SQL
+    const { exists, active } = await lockWorker(q, req.workerId)
+    if (!exists || active >= req.maxConcurrent) return { kind: 'full' } as const
+    for (let pick = pickBackup(candidates, req.workerId, maxAttempts); pick; ) {
+      const batchId = pick.batch_id
+      await q`SELECT id FROM batches WHERE id = ${batchId} FOR UPDATE`
+      const chosen = pickBackup(
+        withLoaded(await backupCandidates(q, names, batchId)),
+        req.workerId,
+        maxAttempts,
+      )
+      if (chosen) {
+        const assignmentId = newId('asg_')
+        const [raw] = (await q`
+          UPDATE batch_shards SET backup_worker_id = ${req.workerId}, backup_org_id = ${req.orgId},
+            backup_assignment_id = ${assignmentId}, backup_assigned_at = ${req.now},
+            backup_request_counts_completed = 0, backup_request_counts_failed = 0, backup_won = FALSE,
+            updated_at = ${req.now}
+          WHERE id = ${chosen.shard_id} AND status = 'running' AND backup_worker_id IS NULL
+            AND worker_id <> ${req.workerId}
+          RETURNING *`) as Record<string, unknown>[]
+        if (raw) {
+          const [batchRaw] = (await q`SELECT * FROM batches WHERE id = ${batchId}`) as Record<
+            string,
+            unknown
+          >[]
+          return {
+            kind: 'claimed',
+            batch: batchRow(batchRaw!),
+            shard: shardRow(raw),
+            assignmentId,
+            backup: true,
+          } as const
         }
       }
+      candidates = candidates.filter((c) => c.batch_id !== batchId)
+      pick = pickBackup(candidates, req.workerId, maxAttempts)
     }
-    candidates = candidates.filter((c) => c.batch_id !== batchId)
-    pick = pickBackup(candidates, req.workerId, maxAttempts)
-  }
-  return { kind: 'missed' }
+    return { kind: 'missed' } as const
+  })
 }
 
 /**
