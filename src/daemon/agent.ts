@@ -1,4 +1,5 @@
 import { hostname } from 'node:os'
+import { CAPABILITIES } from '../domain/capabilities'
 import { log as rootLog } from '../lib/logger'
 import type { HeartbeatAnswer, HeartbeatBody, Job, PullModel } from '../protocol/worker'
 import { type Backoff, realTimers, retryDelay, type Timers, Wakeup } from './backoff'
@@ -237,6 +238,10 @@ export class Agent {
               base_url: this.runtime.baseUrl,
               status: snapshot.status,
               inventory: snapshot.inventory,
+              // docs/api.md §7: every capability stated, so the server counts exactly these.
+              capabilities: Object.fromEntries(
+                CAPABILITIES.map((c) => [c, this.opts.capabilities.includes(c)]),
+              ),
             },
           ],
           gpus: gpu?.gpus ?? [],

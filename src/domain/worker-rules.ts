@@ -119,6 +119,7 @@ export function registeredState<F extends object>(fields: F, now: number) {
     gpu_utilization: null,
     gpu_memory_used_gb: null,
     loaded_models: [] as string[],
+    loading_models: [] as string[],
     inventory_sig: null,
     current_job_id: null,
     uptime_seconds: null,

@@ -55,8 +55,12 @@ export const WorkerBodies = {
       max_concurrent_jobs: t.Optional(t.Integer({ minimum: 1, maximum: 1024 })),
       max_download_gb: t.Optional(Gb),
       // docs/api.md §16 (ext): a worker that declares shards is handed shards of split batches.
+      // docs/api.md §7 (ext): `loads` — the daemon loads and unloads the models it holds itself.
       capabilities: t.Optional(
-        t.Object({ shards: t.Optional(t.Boolean()) }, { additionalProperties: false }),
+        t.Object(
+          { shards: t.Optional(t.Boolean()), loads: t.Optional(t.Boolean()) },
+          { additionalProperties: false },
+        ),
       ),
       models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
       runtimes: t.Array(
@@ -66,6 +70,18 @@ export const WorkerBodies = {
             base_url: t.String({ maxLength: 2048 }),
             status: t.Union([t.Literal('online'), t.Literal('offline'), t.Literal('error')]),
             inventory: t.Optional(Inventory),
+            // docs/api.md §7 (ext): what this engine can do; a missing key is the engine's default.
+            capabilities: t.Optional(
+              t.Object(
+                {
+                  json_mode: t.Optional(t.Boolean()),
+                  vision: t.Optional(t.Boolean()),
+                  embeddings: t.Optional(t.Boolean()),
+                  logprobs: t.Optional(t.Boolean()),
+                },
+                { additionalProperties: false },
+              ),
+            ),
           },
           { additionalProperties: false },
         ),
@@ -115,6 +131,21 @@ export const WorkerBodies = {
       uptime_seconds: t.Optional(t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })),
       // (ext) The requests the daemon keeps in flight now (its concurrency, found or pinned).
       concurrency: t.Optional(t.Integer({ minimum: 1, maximum: 65_536 })),
+      // docs/api.md §7 (ext): the models being loaded now, and what the daemon measured per model.
+      loading_models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
+      model_stats: t.Optional(
+        t.Array(
+          t.Object(
+            {
+              name: ModelName,
+              load_seconds: t.Optional(t.Number({ minimum: 0, maximum: 86_400 * 7 })),
+              requests_per_second: t.Optional(t.Number({ minimum: 0, maximum: 1_000_000 })),
+            },
+            { additionalProperties: false },
+          ),
+          { maxItems: 1024 },
+        ),
+      ),
     },
     { additionalProperties: false },
   ),
@@ -153,6 +184,8 @@ export const WorkerBodies = {
       ]),
       completed_bytes: t.Optional(t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })),
       total_bytes: t.Optional(t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })),
+      // (ext) Why a download failed (a digest mismatch, the hub's answer, no disk space).
+      error: t.Optional(t.String({ maxLength: 2000 })),
     },
     { additionalProperties: false },
   ),
@@ -199,6 +232,16 @@ export const PullModel = t.Object({
   runtime_model_id: t.String(),
   digest: t.Optional(Nullable(t.String())),
   size_gb: t.Optional(Nullable(t.Number())),
+  // (ext) Where a hub download fetches from, and the files it must verify (docs/api.md §7 pull_models).
+  vram_gb: t.Optional(Nullable(t.Number())),
+  source_type: t.Optional(Nullable(t.String())),
+  source_ref: t.Optional(Nullable(t.String())),
+  source_revision: t.Optional(Nullable(t.String())),
+  files: t.Optional(
+    t.Array(
+      t.Object({ path: t.String(), sha256: t.String(), size_bytes: t.Optional(Nullable(t.Integer())) }),
+    ),
+  ),
 })
 export type PullModel = Static<typeof PullModel>
 
@@ -214,6 +257,8 @@ export const Job = t.Object({
   runtime: t.Optional(t.String()),
   digest: t.Optional(Nullable(t.String())),
   params: t.Optional(t.Record(t.String(), t.Unknown())),
+  /** (ext) The entry's VRAM need: the daemon's load budget (docs/worker.md). */
+  vram_gb: t.Optional(Nullable(t.Number())),
   total_requests: t.Optional(t.Integer()),
   /** docs/api.md §16: the batch a shard belongs to (a shard's job_id is its own). */
   batch_id: t.Optional(t.String()),

@@ -1,4 +1,12 @@
-import type { ModelPullRow, WorkerGpuRow, WorkerModelRow, WorkerRow, WorkerRuntimeRow } from '../db/schema'
+import type {
+  ModelPullRow,
+  ModelStat,
+  WorkerGpuRow,
+  WorkerModelRow,
+  WorkerRow,
+  WorkerRuntimeRow,
+} from '../db/schema'
+import type { CapabilityReport } from '../domain/capabilities'
 import type { HostedModel } from '../domain/inventory'
 import type { RequeueOutcome } from '../domain/requeue'
 import type { PageParams } from '../lib/pagination'
@@ -31,8 +39,9 @@ export interface Registration {
     WorkerRow,
     'name' | 'hostname' | 'daemon_version' | 'key_id' | 'max_concurrent_jobs' | 'max_download_gb'
   > &
-    Partial<Pick<WorkerRow, 'shards'>>
-  runtimes: Pick<WorkerRuntimeRow, 'engine' | 'base_url' | 'status'>[]
+    Partial<Pick<WorkerRow, 'shards' | 'loads'>>
+  runtimes: (Pick<WorkerRuntimeRow, 'engine' | 'base_url' | 'status'> &
+    Partial<Pick<WorkerRuntimeRow, 'capabilities'>>)[]
   gpus: Pick<WorkerGpuRow, 'vendor' | 'name' | 'vram_gb' | 'driver' | 'cuda'>[]
   models: HostedModelInput[]
   now: number
@@ -62,6 +71,10 @@ export interface Beat {
   current_job_id: string | null
   /** The requests the daemon keeps in flight now (ext); null keeps the last reported value. */
   concurrency?: number | null
+  /** docs/api.md §7 (ext): models being loaded now (omitted: none). */
+  loading_models?: string[]
+  /** docs/api.md §7 (ext): per-model measurements; null keeps the last reported ones. */
+  model_stats?: ModelStat[] | null
   now: number
   /** Seen at or before this instant = silent (workers/liveness.ts onlineCutoff). */
   cutoff: number
@@ -91,6 +104,12 @@ export const beatAnswer = (row: BeatRow, steady: boolean): BeatAnswer => ({
   assigned: row.assigned ? row.assigned.split(',') : [],
 })
 
+/** A pull ask as made (docs/api.md §7 pull_models); its progress columns start empty. */
+export type NewPull = Omit<ModelPullRow, 'progress_status' | 'completed_bytes' | 'total_bytes'>
+
+/** A download's step as model-progress reports it; null: finished (completed or failed). */
+export type PullProgress = Pick<ModelPullRow, 'progress_status' | 'completed_bytes' | 'total_bytes'> | null
+
 export interface ProgressReport {
   workerId: string
   jobId: string
@@ -106,6 +125,8 @@ export interface ListedWorker extends WorkerRow {
   gpus: WorkerGpuRow[]
   runtimes: WorkerRuntimeRow[]
   models: WorkerModelRow[]
+  /** docs/api.md §7 pull_models asks outstanding with this worker (its downloads). */
+  pulls: ModelPullRow[]
 }
 
 /** The predicate's head of a worker: enough to rule it out before reading its models. */
@@ -117,7 +138,54 @@ export type WorkerHead = Pick<
 export interface WorkerHosting {
   /** Engines of the worker's runtimes. */
   engines: string[]
+  /** What each runtime reported it can do, by engine (docs/api.md §7); one that reported nothing is absent. */
+  reported: Record<string, CapabilityReport>
   models: HostedModel[]
+}
+
+/** docs/api.md §6 `waiting`: a worker hosting a model by name, with what the waiting rule reads of it. */
+export interface NamedHost {
+  worker: Pick<
+    WorkerRow,
+    | 'id'
+    | 'org_id'
+    | 'name'
+    | 'status'
+    | 'last_seen_at'
+    | 'last_heartbeat_at'
+    | 'vram_total_gb'
+    | 'loading_models'
+    | 'shards'
+  >
+  hosting: WorkerHosting
+}
+
+/**
+ * Both engines: the hosts' heads joined with their runtimes (engines and what each reported it can
+ * do, docs/api.md §7) and their model rows.
+ */
+export function namedHosts(
+  heads: NamedHost['worker'][],
+  runtimes: { worker_id: string; engine: string; capabilities: CapabilityReport | null }[],
+  models: (HostedModel & { worker_id: string })[],
+): NamedHost[] {
+  const hosting = new Map<string, WorkerHosting>(
+    heads.map((w) => [w.id, { engines: [], reported: {}, models: [] }]),
+  )
+  for (const r of runtimes) {
+    const h = hosting.get(r.worker_id)
+    if (!h) continue
+    h.engines.push(r.engine)
+    if (r.capabilities) h.reported[r.engine] = r.capabilities
+  }
+  for (const { worker_id, ...m } of models) hosting.get(worker_id)?.models.push(m)
+  return heads.map((worker) => ({ worker, hosting: hosting.get(worker.id)! }))
+}
+
+/** docs/api.md §6 `waiting`: a download ask with its worker's name, org and liveness. */
+export interface PullWithWorker {
+  pull: ModelPullRow
+  worker: Pick<WorkerRow, 'name' | 'org_id' | 'status' | 'last_seen_at'>
 }
 
 export interface CurrentPull {
@@ -170,9 +238,9 @@ export interface FleetStore {
   recordProgress(p: ProgressReport): Promise<void>
   /**
    * POST /workers/model-progress: liveness (docs/api.md §7), and the worker's ask for `model` (catalogue
-   * id or runtime string) ends when `finished`, else its progress time moves.
+   * id or runtime string) ends when finished (`null`), else its progress time and bytes move.
    */
-  recordModelProgress(workerId: string, model: string, finished: boolean, now: number): Promise<void>
+  recordModelProgress(workerId: string, model: string, progress: PullProgress, now: number): Promise<void>
   /** GET /v1/orgs/{id}/workers (orgId) and GET /v1/admin/workers (null): newest first (docs/api.md §0). */
   listWorkers(orgId: string | null, page: PageParams): Promise<{ rows: ListedWorker[]; has_more: boolean }>
 
@@ -191,6 +259,14 @@ export interface FleetStore {
    */
   findWorkerWithHosting(id: string): Promise<{ worker: WorkerRow; hosting: WorkerHosting } | undefined>
 
+  /**
+   * docs/api.md §6 `waiting`: every worker hosting a model named any of `names` (worker_models_name_idx),
+   * online or not, with its hosting; read once for every batch a request shows.
+   */
+  hostsNamed(names: readonly string[]): Promise<NamedHost[]>
+  /** docs/api.md §6 `waiting`: the download asks for `catalogIds`, with their workers. */
+  pullsFor(catalogIds: readonly string[]): Promise<PullWithWorker[]>
+
   /** docs/api.md §7 pull_models: the asks outstanding with `workerId`. */
   pullsOfWorker(workerId: string): Promise<ModelPullRow[]>
   /** The ask for `catalogId`, with its worker's liveness. */
@@ -204,7 +280,7 @@ export interface FleetStore {
    * (`replacing`: its asked_at, or null when there was none). False when another ask got there
    * first: at most one worker per entry, across instances.
    */
-  askPull(ask: ModelPullRow, replacing: number | null): Promise<boolean>
+  askPull(ask: NewPull, replacing: number | null): Promise<boolean>
 
   /** docs/api.md §8 Pool rules: counts over workers online after `cutoff`. */
   capacityCounts(cutoff: number): Promise<CapacityCounts>

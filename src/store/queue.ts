@@ -19,7 +19,15 @@ export interface ClaimCandidate<M> {
   match: M
   /** The runtime model names that host it (docs/api.md §16: guided sizing counts the workers hosting one). */
   names?: readonly string[]
+  /**
+   * docs/api.md §7 Poll rule 7: the stored `batches.needs` values of this model the worker may take
+   * (src/domain/capabilities.ts takeableNeeds); absent: only batches that need nothing.
+   */
+  needs?: readonly string[]
 }
+
+/** The stored needs a candidate may take (ClaimCandidate.needs). */
+export const takesNeeds = (c: Pick<ClaimCandidate<unknown>, 'needs'>): readonly string[] => c.needs ?? ['']
 
 export interface ClaimRequest<M> {
   workerId: string

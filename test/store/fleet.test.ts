@@ -155,6 +155,7 @@ for (const [kind, open] of storeEngines) {
       ])
       expect(await h.store.fleet.workerHosting(got.worker.id)).toEqual({
         engines: ['ollama'],
+        reported: {},
         models: expect.arrayContaining([
           {
             name: 'disk:1',
@@ -174,7 +175,16 @@ for (const [kind, open] of storeEngines) {
     test('findWorkerWithHosting: the row exactly as findWorker reads it, and workerHosting, in one read', async () => {
       h = await open()
       await seed(h)
-      const got = await h.store.fleet.register(registration({ machineId: 'mach-1' }))
+      const got = await h.store.fleet.register(
+        registration({
+          machineId: 'mach-1',
+          // docs/api.md §7: one runtime reports its capabilities, the other leaves them to its defaults.
+          runtimes: [
+            { engine: 'ollama', base_url: 'http://a', status: 'online', capabilities: { logprobs: false } },
+            { engine: 'vllm', base_url: 'http://b', status: 'online' },
+          ],
+        }),
+      )
       if ('notOwned' in got) throw new Error('unexpected')
       await h.exec(`UPDATE workers SET vram_total_gb = 23.5, loaded_models = '["disk:1"]',
         last_heartbeat_at = 1234567890123, uptime_seconds = 7 WHERE id = ${q(got.worker.id)};
@@ -187,6 +197,8 @@ for (const [kind, open] of storeEngines) {
       })
       const found = await h.store.fleet.findWorkerWithHosting(got.worker.id)
       expect(found).toEqual({ worker: row!, hosting: await h.store.fleet.workerHosting(got.worker.id) })
+      expect(found!.hosting.engines.sort()).toEqual(['ollama', 'vllm'])
+      expect(found!.hosting.reported).toEqual({ ollama: { logprobs: false } })
       expect(found!.hosting.models).toContainEqual(
         expect.objectContaining({ name: 'disk:1', digest: 'sha256:ab', loaded: true }),
       )
@@ -194,7 +206,7 @@ for (const [kind, open] of storeEngines) {
       await worker(h, 'wrk_bare')
       expect(await h.store.fleet.findWorkerWithHosting('wrk_bare')).toEqual({
         worker: (await h.store.fleet.findWorker('wrk_bare'))!,
-        hosting: { engines: [], models: [] },
+        hosting: { engines: [], reported: {}, models: [] },
       })
       expect(await h.store.fleet.findWorkerWithHosting('wrk_nope')).toBeUndefined()
     })
@@ -442,15 +454,18 @@ for (const [kind, open] of storeEngines) {
       await worker(h, 'wrk_1', { seen: 100, status: 'offline' })
       await h.exec(`INSERT INTO model_pulls (catalog_id, worker_id, runtime, runtime_model_id, asked_at, last_progress_at)
         VALUES ('m-a', 'wrk_1', 'ollama', 'a:1', 1, 1), ('m-b', 'wrk_1', 'ollama', 'b:1', 1, 1)`)
-      await h.store.fleet.recordModelProgress('wrk_1', 'a:1', false, 150)
+      const step = { progress_status: 'downloading' as const, completed_bytes: 5, total_bytes: 10 }
+      await h.store.fleet.recordModelProgress('wrk_1', 'a:1', step, 150)
       expect(await h.store.fleet.findWorker('wrk_1')).toMatchObject({ status: 'online', last_seen_at: 150 })
       expect(
-        (await h.store.fleet.pullsOfWorker('wrk_1')).map((p) => [p.catalog_id, p.last_progress_at]).sort(),
+        (await h.store.fleet.pullsOfWorker('wrk_1'))
+          .map((p) => [p.catalog_id, p.last_progress_at, p.progress_status, p.completed_bytes, p.total_bytes])
+          .sort(),
       ).toEqual([
-        ['m-a', 150],
-        ['m-b', 1],
+        ['m-a', 150, 'downloading', 5, 10],
+        ['m-b', 1, null, null, null],
       ])
-      await h.store.fleet.recordModelProgress('wrk_1', 'm-b', true, 160)
+      await h.store.fleet.recordModelProgress('wrk_1', 'm-b', null, 160)
       expect((await h.store.fleet.pullsOfWorker('wrk_1')).map((p) => p.catalog_id)).toEqual(['m-a'])
     })
 
@@ -503,6 +518,7 @@ for (const [kind, open] of storeEngines) {
       expect((await h.store.fleet.hostsOf([])).size).toBe(0)
       expect(await h.store.fleet.workerHosting('wrk_3')).toEqual({
         engines: [],
+        reported: {},
         models: [
           {
             name: 'y:1',
@@ -574,7 +590,7 @@ for (const [kind, open] of storeEngines) {
       expect(await h.store.fleet.currentPull('m-a')).toBeUndefined()
       expect(await h.store.fleet.askPull(ask('wrk_2', 10), null)).toBe(true)
       expect(await h.store.fleet.currentPull('m-a')).toEqual({
-        pull: ask('wrk_2', 10),
+        pull: { ...ask('wrk_2', 10), progress_status: null, completed_bytes: null, total_bytes: null },
         status: 'offline',
         last_seen_at: 90,
       })

@@ -1,7 +1,14 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { makeTestApp } from '../helpers/app'
 import { makePersonalKey, makeSuperadmin, makeUser } from '../helpers/builders'
-import { heartbeat, inventoryItem, makeFleet, registerWorker, sha } from '../helpers/workers'
+import {
+  heartbeat,
+  inventoryItem,
+  makeCatalogEntry,
+  makeFleet,
+  registerWorker,
+  sha,
+} from '../helpers/workers'
 
 const t = makeTestApp()
 afterAll(() => t.close())
@@ -66,6 +73,10 @@ describe('GET /v1/orgs/{org_id}/workers', () => {
         digest: null,
         status: 'available',
         loaded: false,
+        state: 'advertised',
+        progress: null,
+        load_seconds: null,
+        requests_per_second: null,
       },
       {
         name: 'inv:1',
@@ -74,8 +85,78 @@ describe('GET /v1/orgs/{org_id}/workers', () => {
         digest: sha('inv'),
         status: 'available',
         loaded: true,
+        state: 'loaded',
+        progress: null,
+        load_seconds: null,
+        requests_per_second: null,
       },
     ])
+    expect(row.capabilities).toEqual({ shards: false, loads: false })
+  })
+
+  test('each model’s state: on disk, loading, loaded, downloading with its bytes; measured figures', async () => {
+    const f = await makeFleet(t)
+    const wid = await registerWorker(t, f.key, { capabilities: { loads: true } })
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'dl:1', size_gb: 1 })
+    await heartbeat(t, f.key, wid, {
+      loaded_models: ['a:1'],
+      loading_models: ['b:1'],
+      inventory: ['a:1', 'b:1', 'c:1'].map((n) => inventoryItem(n, { loaded: n === 'a:1' })),
+      model_stats: [{ name: 'a:1', load_seconds: 2.5, requests_per_second: 40 }],
+    })
+    const now = t.clock.now()
+    expect(
+      await t.deps.store.fleet.askPull(
+        {
+          catalog_id: entry.id,
+          worker_id: wid,
+          runtime: 'ollama',
+          runtime_model_id: 'dl:1',
+          asked_at: now,
+          last_progress_at: now,
+        },
+        null,
+      ),
+    ).toBe(true)
+    const progress = await t.req('POST', '/workers/model-progress', {
+      token: f.key,
+      body: { worker_id: wid, model: 'dl:1', status: 'downloading', completed_bytes: 300, total_bytes: 1000 },
+    })
+    expect(progress.status).toBe(200)
+    const row = (await t.req('GET', `/v1/orgs/${f.orgId}/workers`, { token: f.user.token })).body.data[0]
+    expect(row.capabilities).toEqual({ shards: false, loads: true })
+    const states = Object.fromEntries(
+      row.models.map((m: any) => [m.name, [m.state, m.progress, m.load_seconds, m.requests_per_second]]),
+    )
+    expect(states).toEqual({
+      'a:1': ['loaded', null, 2.5, 40],
+      'b:1': ['loading', null, null, null],
+      'c:1': ['on_disk', null, null, null],
+      'dl:1': ['downloading', { completed_bytes: 300, total_bytes: 1000 }, null, null],
+    })
+    // A steady heartbeat without model_stats keeps the last figures; loading_models is restated.
+    await heartbeat(t, f.key, wid, {
+      loaded_models: ['a:1', 'b:1'],
+      inventory: ['a:1', 'b:1', 'c:1'].map((n) => inventoryItem(n, { loaded: n !== 'c:1' })),
+    })
+    await t.req('POST', '/workers/model-progress', {
+      token: f.key,
+      body: { worker_id: wid, model: 'dl:1', status: 'verifying' },
+    })
+    const again = (await t.req('GET', `/v1/orgs/${f.orgId}/workers`, { token: f.user.token })).body.data[0]
+    expect(Object.fromEntries(again.models.map((m: any) => [m.name, [m.state, m.load_seconds]]))).toEqual({
+      'a:1': ['loaded', 2.5],
+      'b:1': ['loaded', null],
+      'c:1': ['on_disk', null],
+      'dl:1': ['verifying', null],
+    })
+    // A finished download ends the ask: the model is whatever the inventory says.
+    await t.req('POST', '/workers/model-progress', {
+      token: f.key,
+      body: { worker_id: wid, model: 'dl:1', status: 'failed', error: 'sha256 mismatch' },
+    })
+    const done = (await t.req('GET', `/v1/orgs/${f.orgId}/workers`, { token: f.user.token })).body.data[0]
+    expect(done.models.map((m: any) => m.name).sort()).toEqual(['a:1', 'b:1', 'c:1'])
   })
 
   test('paginates newest first', async () => {

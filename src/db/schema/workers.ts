@@ -2,6 +2,13 @@ import { index, integer, real, sqliteTable, text, unique } from 'drizzle-orm/sql
 import { organizations } from './accounts'
 import { catalogEntries } from './catalogue'
 
+/** docs/api.md §7 heartbeat `model_stats`: what a daemon measured of one model. */
+export interface ModelStat {
+  name: string
+  load_seconds?: number
+  requests_per_second?: number
+}
+
 // Workers and their child rows (docs/api.md §7 "Worker", docs/api.md §7). `status` is the stored liveness;
 // anything shown to users is re-checked against last_seen_at at read time (docs/api.md §8 Pool rule 2).
 
@@ -38,6 +45,11 @@ export const workers = sqliteTable(
     shards: integer({ mode: 'boolean' }).notNull().default(false),
     // The requests the daemon keeps in flight now, as its last heartbeat reported (null: never).
     concurrency: integer(),
+    // docs/api.md §7: registered with capabilities.loads (loads and unloads the models it holds).
+    loads: integer({ mode: 'boolean' }).notNull().default(false),
+    // docs/api.md §7 heartbeat loading_models and model_stats, as last reported.
+    loading_models: text({ mode: 'json' }).$type<string[]>().notNull().default([]),
+    model_stats: text({ mode: 'json' }).$type<ModelStat[]>().notNull().default([]),
     registered_at: integer().notNull(),
     last_heartbeat_at: integer(), // null = never heartbeated (docs/api.md §7 Poll rule 6)
     last_seen_at: integer().notNull(), // liveness: register, heartbeat, model-progress
@@ -58,6 +70,9 @@ export const workerRuntimes = sqliteTable(
     engine: text().notNull(),
     base_url: text().notNull(),
     status: text({ enum: ['online', 'offline', 'error'] }).notNull(),
+    // docs/api.md §7: the capabilities the daemon reported for this engine (null: none reported,
+    // the engine's defaults apply; src/domain/capabilities.ts runtimeCapabilities).
+    capabilities: text({ mode: 'json' }).$type<Record<string, boolean>>(),
   },
   (t) => [unique('worker_runtimes_engine').on(t.worker_id, t.engine)],
 )
@@ -123,6 +138,10 @@ export const modelPulls = sqliteTable('model_pulls', {
   runtime_model_id: text().notNull(),
   asked_at: integer().notNull(),
   last_progress_at: integer().notNull(),
+  // docs/api.md §7 model-progress: the last reported step and bytes (null until the first report).
+  progress_status: text({ enum: ['downloading', 'verifying'] }),
+  completed_bytes: integer(),
+  total_bytes: integer(),
 })
 
 export type WorkerRow = typeof workers.$inferSelect

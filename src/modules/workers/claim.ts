@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import { needsOf, takeableNeeds } from '../../domain/capabilities'
 import { matchesFor, workerView } from '../../domain/matching'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { isOnline, onlineCutoff } from './liveness'
@@ -23,6 +24,8 @@ export interface Job {
   runtime: string
   digest: string | null
   params: Record<string, unknown>
+  /** (ext) The entry's VRAM need, the daemon's load budget (docs/worker.md). */
+  vram_gb: number | null
   total_requests: number
   /** docs/api.md §16: the batch a shard job belongs to (a shard's job_id is its own). */
   batch_id?: string
@@ -44,10 +47,14 @@ export async function claimBatch(
   ])
   // A worker the sweeper would call silent gets no new work until it heartbeats again.
   if (!isOnline(deps, worker)) return { job: null }
-  // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired slug.
+  // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired
+  // slug. Poll rule 7: of each model, only the batches whose needs the worker's engine meets.
   const candidates = matchesFor(workerView(worker, hosting), catalogue).flatMap((match) => {
     const names = [...new Set(match.entry.profiles.map((p) => p.runtime_model_id))]
-    return catalogue.slugsOf(match.entry).map((model) => ({ model, loaded: match.loaded, match, names }))
+    const needs = takeableNeeds(match.capabilities)
+    return catalogue
+      .slugsOf(match.entry)
+      .map((model) => ({ model, loaded: match.loaded, match, names, needs }))
   })
   if (candidates.length === 0) return { job: null }
   const claimed = await deps.store.queue.claim({
@@ -74,7 +81,7 @@ export async function claimBatch(
     else deps.metrics.shardClaims.inc()
     // docs/api.md §16: the rest of the batch is for the other workers — the next shards, or once all
     // are held, backup copies of the running ones: their held polls look again.
-    batchClaimable(deps, batch.id, batch.model)
+    batchClaimable(deps, batch.id, batch.model, needsOf(batch.needs))
   }
   return {
     job: {
@@ -92,6 +99,7 @@ export async function claimBatch(
       runtime: profile.runtime,
       digest: entry.digest,
       params: profile.params,
+      vram_gb: entry.vram_gb,
       total_requests: shard ? shard.requests : batch.request_counts_total,
       ...(shard && {
         batch_id: batch.id,

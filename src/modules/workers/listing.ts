@@ -1,4 +1,6 @@
 import type { Deps } from '../../deps'
+import { CAPABILITIES, runtimeCapabilities } from '../../domain/capabilities'
+import { modelStates } from '../../domain/model-states'
 import { type PageParams, toPage } from '../../lib/pagination'
 import type { ListedWorker } from '../../store/fleet'
 import { isOnline } from './liveness'
@@ -27,26 +29,25 @@ export function toWorkerRows(deps: Deps, rows: ListedWorker[]) {
       driver: g.driver,
       cuda: g.cuda,
     })),
-    runtimes: w.runtimes.map((r) => ({
-      engine: r.engine,
-      base_url: r.base_url,
-      status: r.status,
-    })),
-    models: w.models.map((m) => ({
-      name: m.name,
-      runtime: m.runtime,
-      runtime_model_id: m.runtime_model_id ?? m.name,
-      digest: m.digest,
-      status: m.status,
-      loaded: m.loaded,
-    })),
+    runtimes: w.runtimes.map((r) => {
+      // docs/api.md §7: what the server counts this engine able to do (reported, else its default).
+      const can = runtimeCapabilities(r.engine, r.capabilities)
+      return {
+        engine: r.engine,
+        base_url: r.base_url,
+        status: r.status,
+        capabilities: Object.fromEntries(CAPABILITIES.map((c) => [c, can.includes(c)])),
+      }
+    }),
+    // docs/api.md §7 "Worker row": each model held or downloading, with where it stands.
+    models: modelStates(w.models, w.loading_models, w.pulls, w.model_stats),
     daemon_version: w.daemon_version,
     registered_at: w.registered_at,
     last_heartbeat_at: w.last_heartbeat_at,
     uptime_seconds: w.uptime_seconds,
     // (ext) The requests in flight the daemon settled on (its last heartbeat), docs/api.md §16.
     concurrency: w.concurrency,
-    capabilities: { shards: w.shards },
+    capabilities: { shards: w.shards, loads: w.loads },
   }))
 }
 

@@ -2,6 +2,7 @@ import type { BatchRow, BatchShardRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { checkShardHolder, isShardId } from '../../domain/shards'
+import { addUsage } from '../../domain/usage'
 import { checkHolder } from '../../domain/worker-rules'
 import { type BlobWriter, scratchKey } from '../../lib/blobs'
 import { StreamedReads } from '../../lib/blobs/random-reads'
@@ -288,13 +289,10 @@ function succeeded(line: Record<string, unknown>): boolean {
   return isObject(response) && typeof response.status_code === 'number' && response.status_code < 400
 }
 
-function addUsage(total: Record<string, number>, line: Record<string, unknown>) {
+/** docs/api.md §7: the batch's usage sums its output lines' response.body.usage (src/domain/usage.ts). */
+function addLineUsage(total: Record<string, number>, line: Record<string, unknown>) {
   const body = isObject(line.response) ? line.response.body : undefined
-  const usage = isObject(body) ? body.usage : undefined
-  if (!isObject(usage)) return
-  for (const [k, v] of Object.entries(usage)) {
-    if (typeof v === 'number' && Number.isFinite(v)) total[k] = (total[k] ?? 0) + v
-  }
+  if (isObject(body)) addUsage(total, body.usage)
 }
 
 /** Gives up both result files (nothing of them remains). */
@@ -325,7 +323,7 @@ async function splitOutput(deps: Deps, held: Held, source: AsyncIterable<Uint8Ar
       if (answer === 'repeated') throw invalidOutput(`Output line ${n}: custom_id appears more than once`)
       if (succeeded(line)) {
         split.completed++
-        addUsage(split.usage, line)
+        addLineUsage(split.usage, line)
         await split.output.add(text)
       } else {
         split.failed++
@@ -587,7 +585,7 @@ export async function joinShards(deps: Deps, batchId: string): Promise<BatchRow 
     for (const shard of shards) {
       completed += shard.request_counts_completed
       failed += shard.request_counts_failed
-      for (const [k, v] of Object.entries(shard.usage ?? {})) usage[k] = (usage[k] ?? 0) + v
+      addUsage(usage, shard.usage)
       for (const [key, file] of [
         [shard.output_key, output],
         [shard.error_key, errors],

@@ -91,8 +91,14 @@ export async function register(
       max_concurrent_jobs: body.max_concurrent_jobs ?? 1,
       max_download_gb: body.max_download_gb ?? 0,
       shards: body.capabilities?.shards ?? false,
+      loads: body.capabilities?.loads ?? false,
     },
-    runtimes: body.runtimes.map((r) => ({ engine: r.engine, base_url: r.base_url, status: r.status })),
+    runtimes: body.runtimes.map((r) => ({
+      engine: r.engine,
+      base_url: r.base_url,
+      status: r.status,
+      capabilities: r.capabilities ?? null,
+    })),
     gpus: (body.gpus ?? []).map((g) => ({
       vendor: g.vendor,
       name: g.name,
@@ -156,6 +162,8 @@ export async function heartbeat(
     loaded_models: body.loaded_models ?? [],
     current_job_id: body.current_job_id ?? null,
     concurrency: body.concurrency ?? null,
+    loading_models: body.loading_models ?? [],
+    model_stats: body.model_stats ?? null,
     now: deps.clock.now(),
     cutoff: onlineCutoff(deps),
   })
@@ -221,7 +229,18 @@ export async function modelProgress(
   const before = await ownWorker(deps, principal, body.worker_id)
   // docs/api.md §7: model-progress counts as liveness; a finished download (either way) ends the ask.
   const finished = body.status === 'completed' || body.status === 'failed'
-  await deps.store.fleet.recordModelProgress(body.worker_id, body.model, finished, deps.clock.now())
+  await deps.store.fleet.recordModelProgress(
+    body.worker_id,
+    body.model,
+    finished
+      ? null
+      : {
+          progress_status: body.status as 'downloading' | 'verifying',
+          completed_bytes: body.completed_bytes ?? null,
+          total_bytes: body.total_bytes ?? null,
+        },
+    deps.clock.now(),
+  )
   // A silent worker's report brings it back online (docs/api.md §4 `available` may change).
   if (!isOnline(deps, before)) modelsChanged(deps, 'fleet')
   log.info('model download progress', {
@@ -231,6 +250,7 @@ export async function modelProgress(
     status: body.status,
     completed_bytes: body.completed_bytes,
     total_bytes: body.total_bytes,
+    ...(body.error ? { error: body.error } : {}),
   })
   return { status: 'ok' as const }
 }

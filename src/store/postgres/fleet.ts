@@ -2,7 +2,7 @@ import type { SQL as Driver } from 'bun'
 import { and, asc, count, desc, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
-import type { ModelPullRow, WorkerRow } from '../../db/schema'
+import type { WorkerRow } from '../../db/schema'
 import { inventoryPlan } from '../../domain/inventory-plan'
 import { machineLookup, registerPlan } from '../../domain/register-plan'
 import type { RequeueOutcome } from '../../domain/requeue'
@@ -18,6 +18,8 @@ import {
   type FleetStore,
   HEARTBEATS_PER_COMMIT,
   type ListedWorker,
+  type NewPull,
+  namedHosts,
   type Registration,
   type WorkerHosting,
 } from '../fleet'
@@ -59,6 +61,7 @@ const beatSql = (steady: string) =>
      gpu_memory_used_gb = coalesce($5::float8, gpu_memory_used_gb),
      uptime_seconds = coalesce($6::int, uptime_seconds),
      concurrency = coalesce($12::int, concurrency),
+     model_stats = coalesce($13::text::jsonb, model_stats), loading_models = $14::text::jsonb,
      loaded_models = $7::text::jsonb, current_job_id = $8, last_heartbeat_at = $9, last_seen_at = $9
    WHERE id = $10 AND org_id = $11 ${steady}
    RETURNING inventory_sig, max_download_gb,
@@ -70,7 +73,7 @@ const beatSql = (steady: string) =>
        UNION ALL
        SELECT id, 2, seq FROM batch_shards WHERE backup_worker_id = $10 AND status = 'running') held) AS assigned`
 const BEAT = beatSql('')
-const STEADY_BEAT = beatSql(`AND status = 'online' AND last_seen_at > $13 AND last_heartbeat_at IS NOT NULL
+const STEADY_BEAT = beatSql(`AND status = 'online' AND last_seen_at > $15 AND last_heartbeat_at IS NOT NULL
      AND ($2::float8 IS NULL OR vram_total_gb = $2::float8)`)
 
 function beatStatement(q: Driver, b: Beat, steady: boolean): Promise<BeatRow[]> {
@@ -87,6 +90,8 @@ function beatStatement(q: Driver, b: Beat, steady: boolean): Promise<BeatRow[]> 
     b.workerId,
     b.orgId,
     b.concurrency ?? null,
+    b.model_stats ? JSON.stringify(b.model_stats) : null,
+    JSON.stringify(b.loading_models ?? []),
   ]
   return (steady ? q.unsafe(STEADY_BEAT, [...params, b.cutoff]) : q.unsafe(BEAT, params)) as Promise<
     BeatRow[]
@@ -340,15 +345,19 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       })
     },
 
-    async recordModelProgress(workerId, model, finished, now) {
+    async recordModelProgress(workerId, model, progress, now) {
       await db.transaction(async (tx) => {
         await tx.update(workers).set({ status: 'online', last_seen_at: now }).where(eq(workers.id, workerId))
         const mine = and(
           eq(modelPulls.worker_id, workerId),
           or(eq(modelPulls.runtime_model_id, model), eq(modelPulls.catalog_id, model)),
         )
-        if (finished) await tx.delete(modelPulls).where(mine)
-        else await tx.update(modelPulls).set({ last_progress_at: now }).where(mine)
+        if (!progress) await tx.delete(modelPulls).where(mine)
+        else
+          await tx
+            .update(modelPulls)
+            .set({ last_progress_at: now, ...progress })
+            .where(mine)
       })
     },
 
@@ -357,7 +366,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       const scope = orgId === null ? undefined : eq(workers.org_id, orgId)
       const { rows, has_more } = await pageRows<WorkerRow>(db, workers, scope, page)
       const ids = rows.map((w) => w.id)
-      const [gpus, runtimes, models] = ids.length
+      const [gpus, runtimes, models, pulls] = ids.length
         ? await Promise.all([
             db
               .select()
@@ -374,8 +383,9 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
               .from(workerModels)
               .where(inArray(workerModels.worker_id, ids))
               .orderBy(asc(workerModels.seq)),
+            db.select().from(modelPulls).where(inArray(modelPulls.worker_id, ids)),
           ])
-        : [[], [], []]
+        : [[], [], [], []]
       const of = <T extends { worker_id: string }>(list: T[], id: string) =>
         list.filter((r) => r.worker_id === id)
       const listed: ListedWorker[] = rows.map((w) => ({
@@ -383,6 +393,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         gpus: of(gpus, w.id),
         runtimes: of(runtimes, w.id),
         models: of(models, w.id),
+        pulls: of(pulls, w.id),
       }))
       return { rows: listed, has_more }
     },
@@ -431,9 +442,9 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       return out
     },
     async workerHosting(workerId) {
-      const [engines, models] = await Promise.all([
+      const [runtimes, models] = await Promise.all([
         db
-          .select({ engine: workerRuntimes.engine })
+          .select({ engine: workerRuntimes.engine, capabilities: workerRuntimes.capabilities })
           .from(workerRuntimes)
           .where(eq(workerRuntimes.worker_id, workerId)),
         db
@@ -449,7 +460,9 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .from(workerModels)
           .where(eq(workerModels.worker_id, workerId)),
       ])
-      return { engines: engines.map((r) => r.engine), models }
+      const reported: WorkerHosting['reported'] = {}
+      for (const r of runtimes) if (r.capabilities) reported[r.engine] = r.capabilities
+      return { engines: runtimes.map((r) => r.engine), reported, models }
     },
 
     async findWorkerWithHosting(id) {
@@ -460,12 +473,85 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           'worker', to_jsonb(w),
           'hosting', json_build_object(
             'engines', ARRAY(SELECT engine FROM worker_runtimes WHERE worker_id = w.id),
+            'reported', coalesce((SELECT json_object_agg(engine, capabilities) FROM worker_runtimes
+              WHERE worker_id = w.id AND capabilities IS NOT NULL), '{}'),
             'models', coalesce((SELECT json_agg(json_build_object('name', m.name, 'runtime', m.runtime,
                 'digest', m.digest, 'loaded', m.loaded, 'advertised', m.advertised,
                 'configured', m.configured, 'on_disk', m.on_disk))
               FROM worker_models m WHERE m.worker_id = w.id), '[]'))) AS found
         FROM workers w WHERE w.id = ${id}`) as { found: { worker: WorkerRow; hosting: WorkerHosting } }[]
       return row?.found
+    },
+
+    async hostsNamed(names) {
+      if (names.length === 0) return []
+      const heads = await db
+        .select({
+          id: workers.id,
+          org_id: workers.org_id,
+          name: workers.name,
+          status: workers.status,
+          last_seen_at: workers.last_seen_at,
+          last_heartbeat_at: workers.last_heartbeat_at,
+          vram_total_gb: workers.vram_total_gb,
+          loading_models: workers.loading_models,
+          shards: workers.shards,
+        })
+        .from(workers)
+        .where(
+          inArray(
+            workers.id,
+            db
+              .selectDistinct({ id: workerModels.worker_id })
+              .from(workerModels)
+              .where(inArray(workerModels.name, [...names])),
+          ),
+        )
+        .orderBy(asc(workers.seq))
+      const ids = heads.map((w) => w.id)
+      if (ids.length === 0) return []
+      const [engines, models] = await Promise.all([
+        db
+          .select({
+            worker_id: workerRuntimes.worker_id,
+            engine: workerRuntimes.engine,
+            capabilities: workerRuntimes.capabilities,
+          })
+          .from(workerRuntimes)
+          .where(inArray(workerRuntimes.worker_id, ids))
+          .orderBy(asc(workerRuntimes.seq)),
+        db
+          .select({
+            worker_id: workerModels.worker_id,
+            name: workerModels.name,
+            runtime: workerModels.runtime,
+            digest: workerModels.digest,
+            loaded: workerModels.loaded,
+            advertised: workerModels.advertised,
+            configured: workerModels.configured,
+            on_disk: workerModels.on_disk,
+          })
+          .from(workerModels)
+          .where(inArray(workerModels.worker_id, ids))
+          .orderBy(asc(workerModels.seq)),
+      ])
+      return namedHosts(heads, engines, models)
+    },
+    async pullsFor(catalogIds) {
+      if (catalogIds.length === 0) return []
+      return db
+        .select({
+          pull: modelPulls,
+          worker: {
+            name: workers.name,
+            org_id: workers.org_id,
+            status: workers.status,
+            last_seen_at: workers.last_seen_at,
+          },
+        })
+        .from(modelPulls)
+        .innerJoin(workers, eq(workers.id, modelPulls.worker_id))
+        .where(inArray(modelPulls.catalog_id, [...catalogIds]))
     },
 
     async pullsOfWorker(workerId) {
@@ -493,7 +579,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         .limit(1)
       return row !== undefined
     },
-    async askPull(ask: ModelPullRow, replacing: number | null) {
+    async askPull(ask: NewPull, replacing: number | null) {
       // At most one ask per entry across instances: the lapsed ask the caller saw is replaced only
       // if it is still there, and the primary key turns away a second asker (ON CONFLICT DO NOTHING).
       return db.transaction(async (tx) => {

@@ -11,13 +11,14 @@ import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import type {
-  Claimed,
-  ClaimRequest,
-  DeliveredResults,
-  FailureReport,
-  QueueStore,
-  SweepOutcome,
+import {
+  type Claimed,
+  type ClaimRequest,
+  type DeliveredResults,
+  type FailureReport,
+  type QueueStore,
+  type SweepOutcome,
+  takesNeeds,
 } from '../queue'
 import type { PgDb, PgTx } from './db'
 import {
@@ -65,37 +66,49 @@ export async function requeueLocked(
 // a poll is the hot path of every instance, and building its queries through drizzle cost more
 // CPU than PostgreSQL spent running them (issue 10 profile).
 
+/** One (model, needs) pair a worker may claim batches of (docs/api.md §7 Poll rule 7). */
+export interface HeadKey {
+  model: string
+  needs: string
+}
+
 /**
- * The oldest validated batch of each owner of each candidate model (docs/api.md §14): each step of the
- * recursion is the head of the next owner after the last one, one probe of batches_status_model (a
- * skip scan over the owners), so the cost follows the owners waiting, never the depth of the queue.
- * The ORDER BY names every column of that index and `status = ANY('{…}')` is no planner constant:
- * only that index gives the order without a sort (batches_status_user would walk every waiting
- * batch of every model; the primary key, every batch). Run on `db.$claims`, it is planned once per
- * connection (generic plan). `wholeOnly`: a worker that takes whole batches only never sees a split
- * one (docs/api.md §16); a bound flag, so both forms are one statement and one plan.
+ * The oldest validated batch of each owner of each candidate (model, needs) pair (docs/api.md §14,
+ * §7 Poll rule 7): each step of the recursion is the head of the next owner after the last one,
+ * one probe of batches_status_model (a skip scan over the owners), so the cost follows the owners
+ * waiting, never the depth of the queue — batches whose needs the worker cannot meet are never
+ * stepped over. The ORDER BY names every column of that index and `status = ANY('{…}')` is no
+ * planner constant: only that index gives the order without a sort (batches_status_user would
+ * walk every waiting batch of every model; the primary key, every batch). Run on `db.$claims`, it
+ * is planned once per connection (generic plan). `wholeOnly`: a worker that takes whole batches
+ * only never sees a split one (docs/api.md §16); a bound flag, so both forms are one statement and
+ * one plan.
  */
-export function claimHeads(q: SQL, models: string[], wholeOnly = false) {
+export function claimHeads(q: SQL, keys: readonly HeadKey[], wholeOnly = false) {
   const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
+  const models = keys.map((k) => k.model)
+  const needs = keys.map((k) => k.needs)
   return q`
     WITH RECURSIVE heads AS (
-      SELECT h.model, h.user_id, h.id, h.seq FROM unnest(${models}::text[]) AS m(model)
+      SELECT h.model, h.needs, h.user_id, h.id, h.seq
+      FROM unnest(${models}::text[], ${needs}::text[]) AS m(model, needs)
       CROSS JOIN LATERAL (
-        SELECT model, user_id, id, seq FROM batches
-        WHERE status = ANY(${waiting}::text[]) AND model = m.model AND NOT (split AND ${wholeOnly}::boolean)
-        ORDER BY status, model, user_id, seq LIMIT 1
+        SELECT model, needs, user_id, id, seq FROM batches
+        WHERE status = ANY(${waiting}::text[]) AND model = m.model AND needs = m.needs
+          AND NOT (split AND ${wholeOnly}::boolean)
+        ORDER BY status, model, needs, user_id, seq LIMIT 1
       ) h
       UNION ALL
-      SELECT n.model, n.user_id, n.id, n.seq FROM heads p
+      SELECT n.model, n.needs, n.user_id, n.id, n.seq FROM heads p
       CROSS JOIN LATERAL (
-        SELECT model, user_id, id, seq FROM batches
-        WHERE status = ANY(${waiting}::text[]) AND model = p.model AND user_id > p.user_id
-          AND NOT (split AND ${wholeOnly}::boolean)
-        ORDER BY status, model, user_id, seq LIMIT 1
+        SELECT model, needs, user_id, id, seq FROM batches
+        WHERE status = ANY(${waiting}::text[]) AND model = p.model AND needs = p.needs
+          AND user_id > p.user_id AND NOT (split AND ${wholeOnly}::boolean)
+        ORDER BY status, model, needs, user_id, seq LIMIT 1
       ) n
     )
-    SELECT model, user_id, id, seq::float8 AS seq FROM heads` as Promise<
-    { model: string; user_id: string; id: string; seq: number }[]
+    SELECT model, needs, user_id, id, seq::float8 AS seq FROM heads` as Promise<
+    { model: string; needs: string; user_id: string; id: string; seq: number }[]
   >
 }
 
@@ -144,7 +157,7 @@ const runningOf = (q: SQL, owners: string[]) =>
  */
 export function claimOne(
   q: SQL,
-  pick: { model: string; user_id: string; seq: number },
+  pick: { model: string; needs: string; user_id: string; seq: number },
   a: { id: string; workerId: string; orgId: string; now: number; maxConcurrent: number },
 ) {
   const { from, to } = BATCH_TRANSITIONS.claimed
@@ -163,9 +176,9 @@ export function claimOne(
       UPDATE batches SET status = ${to}, in_progress_at = ${a.now}, updated_at = ${a.now}
       WHERE id = (
         SELECT id FROM batches
-        WHERE status = ANY(${`{${from}}`}::text[]) AND model = ${pick.model} AND user_id = ${pick.user_id}
-          AND seq >= ${pick.seq}::bigint AND NOT split
-        ORDER BY status, model, user_id, seq LIMIT 1
+        WHERE status = ANY(${`{${from}}`}::text[]) AND model = ${pick.model} AND needs = ${pick.needs}
+          AND user_id = ${pick.user_id} AND seq >= ${pick.seq}::bigint AND NOT split
+        ORDER BY status, model, needs, user_id, seq LIMIT 1
         FOR UPDATE SKIP LOCKED
       ) AND status = ${from}
         AND (SELECT active FROM open) < ${a.maxConcurrent} AND EXISTS (SELECT FROM worker)
@@ -228,11 +241,16 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       if (req.candidates.length === 0) return null
       const byModel = new Map(req.candidates.map((c) => [c.model, c]))
       const models = [...byModel.keys()]
+      const keys = req.candidates.flatMap((c) => takesNeeds(c).map((needs) => ({ model: c.model, needs })))
       // The heads are read before the claim: they only name whom to claim from, and the claim
       // re-checks everything, the worker's limit too (claimOne, claimFromHead).
-      const found = await claimHeads(db.$claims, models, !req.shards)
-      // docs/api.md §16: split batches in progress with shards left join the choice.
-      if (req.shards) found.push(...(await openSplitHeads(db.$claims, models)))
+      const found = await claimHeads(db.$claims, keys, !req.shards)
+      // docs/api.md §16: split batches in progress with shards left join the choice, those whose
+      // needs the worker meets (docs/api.md §7 Poll rule 7).
+      if (req.shards) {
+        for (const r of await openSplitHeads(db.$claims, models))
+          if (takesNeeds(byModel.get(r.model)!).includes(r.needs)) found.push(r)
+      }
       const heads = found.map((r) => {
         const c = byModel.get(r.model)!
         return {
@@ -240,6 +258,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           seq: r.seq,
           user_id: r.user_id,
           model: c.model,
+          needs: r.needs,
           loaded: c.loaded,
           running: 0,
           candidate: c,

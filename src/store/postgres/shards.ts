@@ -22,7 +22,7 @@ import {
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import type { ByteRange, DeliveredShard, ShardResultsRecorded } from '../queue'
+import { type ByteRange, type DeliveredShard, type ShardResultsRecorded, takesNeeds } from '../queue'
 import type { PgDb, PgTx } from './db'
 import { batchRow, transition } from './transition'
 
@@ -57,11 +57,11 @@ export function shardRow(raw: Record<string, unknown>): BatchShardRow {
  */
 export function openSplitHeads(q: SQL, models: string[]) {
   return q`
-    SELECT model, user_id, id, seq::float8 AS seq FROM batches
+    SELECT model, needs, user_id, id, seq::float8 AS seq FROM batches
     WHERE split AND status = 'in_progress' AND model = ANY(${models}::text[])
       AND (next_request < request_counts_total
         OR EXISTS (SELECT FROM batch_shards s WHERE s.batch_id = batches.id AND s.status = 'waiting'))` as Promise<
-    { model: string; user_id: string; id: string; seq: number }[]
+    { model: string; needs: string; user_id: string; id: string; seq: number }[]
   >
 }
 
@@ -197,7 +197,7 @@ export async function claimFromHead(
 async function backupCandidates(q: SQL, models: string[], batchId: string | null) {
   const rows = (await q`
     SELECT s.id AS shard_id, s.seq::float8 AS seq, s.worker_id, s.assigned_at::float8 AS assigned_at,
-      s.attempts, s.backup_worker_id, s.batch_id, b.model,
+      s.attempts, s.backup_worker_id, s.batch_id, b.model, b.needs,
       b.next_request < b.request_counts_total AS batch_uncut,
       EXISTS (SELECT FROM batch_shards w WHERE w.batch_id = b.id AND w.status = 'waiting') AS batch_waiting
     FROM batches b JOIN batch_shards s ON s.batch_id = b.id AND s.status = 'running'
@@ -205,13 +205,15 @@ async function backupCandidates(q: SQL, models: string[], batchId: string | null
       AND (${batchId}::text IS NULL OR b.id = ${batchId}::text)`) as (Omit<BackupCandidate, 'loaded'> & {
     batch_id: string
     model: string
+    needs: string
   })[]
   return rows
 }
 
 /**
  * docs/api.md §16 backup copies, when a poll found nothing else to claim: the shard pickBackup
- * chooses among the running shards of `models`' split batches gets this worker as its backup. The
+ * chooses among the running shards of `models`' split batches whose needs the worker meets
+ * (docs/api.md §7 Poll rule 7) gets this worker as its backup. The
  * choice is first made without a lock on the claims' pool `pool` (an idle poll with no backup to
  * hand out opens no transaction); then, in one transaction, under the worker's claim lock
  * (lockWorker counts its jobs), the chosen shard's batch is locked and the choice made again on
@@ -221,12 +223,14 @@ async function backupCandidates(q: SQL, models: string[], batchId: string | null
 export async function claimBackup(
   pool: SQL,
   req: { workerId: string; orgId: string; now: number; maxConcurrent: number },
-  models: ReadonlyMap<string, { loaded: boolean }>,
+  models: ReadonlyMap<string, { loaded: boolean; needs?: readonly string[] }>,
   maxAttempts: number,
 ): Promise<ShardClaim> {
   const names = [...models.keys()]
-  const withLoaded = <T extends { model: string }>(rows: T[]) =>
-    rows.map((r) => ({ ...r, loaded: models.get(r.model)?.loaded ?? false }))
+  const withLoaded = <T extends { model: string; needs: string }>(rows: T[]) =>
+    rows
+      .filter((r) => takesNeeds(models.get(r.model)!).includes(r.needs))
+      .map((r) => ({ ...r, loaded: models.get(r.model)?.loaded ?? false }))
   let candidates = withLoaded(await backupCandidates(pool, names, null))
   if (!pickBackup(candidates, req.workerId, maxAttempts)) return { kind: 'missed' }
   return pool.begin(async (tx) => {

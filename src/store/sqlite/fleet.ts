@@ -28,7 +28,9 @@ import {
   type FleetStore,
   HEARTBEATS_PER_COMMIT,
   type ListedWorker,
+  namedHosts,
   type Registration,
+  type WorkerHosting,
 } from '../fleet'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
@@ -51,6 +53,7 @@ const beatSql = (steady: string) =>
      gpu_memory_used_gb = coalesce($gpu_memory_used_gb, gpu_memory_used_gb),
      uptime_seconds = coalesce($uptime_seconds, uptime_seconds),
      concurrency = coalesce($concurrency, concurrency),
+     model_stats = coalesce($model_stats, model_stats), loading_models = $loading_models,
      loaded_models = $loaded_models, current_job_id = $current_job_id,
      last_heartbeat_at = $now, last_seen_at = $now
    WHERE id = $id AND org_id = $org_id ${steady}
@@ -165,8 +168,8 @@ const stmts = preparedOnce((db: Db) => {
       })
       .where(and(eq(batches.id, sql.placeholder('job_id')), eq(batches.status, 'in_progress')))
       .prepare(),
-    engines: db
-      .select({ engine: workerRuntimes.engine })
+    runtimes: db
+      .select({ engine: workerRuntimes.engine, capabilities: workerRuntimes.capabilities })
       .from(workerRuntimes)
       .where(eq(workerRuntimes.worker_id, id))
       .prepare(),
@@ -240,6 +243,18 @@ const stmts = preparedOnce((db: Db) => {
   }
 })
 
+/** What the matching predicate reads of one worker besides its row (FleetStore.workerHosting). */
+function hostingOf(deps: SqliteDeps, workerId: string): WorkerHosting {
+  const s = stmts(deps)
+  const engines: string[] = []
+  const reported: WorkerHosting['reported'] = {}
+  for (const r of s.runtimes.all({ id: workerId })) {
+    engines.push(r.engine)
+    if (r.capabilities) reported[r.engine] = r.capabilities
+  }
+  return { engines, reported, models: s.models.all({ id: workerId }) }
+}
+
 function insertChildren(tx: Tx, workerId: string, r: Registration) {
   if (r.runtimes.length) {
     tx.insert(workerRuntimes)
@@ -276,6 +291,8 @@ function beat(s: ReturnType<typeof stmts>, b: Beat): BeatAnswer | null {
     gpu_memory_used_gb: b.gpu_memory_used_gb,
     uptime_seconds: b.uptime_seconds,
     concurrency: b.concurrency ?? null,
+    model_stats: b.model_stats ? JSON.stringify(b.model_stats) : null,
+    loading_models: JSON.stringify(b.loading_models ?? []),
     loaded_models: JSON.stringify(b.loaded_models),
     current_job_id: b.current_job_id,
     now: b.now,
@@ -379,15 +396,19 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       })
     },
 
-    async recordModelProgress(workerId, model, finished, now) {
+    async recordModelProgress(workerId, model, progress, now) {
       writeTx(db, (tx) => {
         stmts(deps).touch.run({ id: workerId, now })
         const mine = and(
           eq(modelPulls.worker_id, workerId),
           sql`(${modelPulls.runtime_model_id} = ${model} or ${modelPulls.catalog_id} = ${model})`,
         )
-        if (finished) tx.delete(modelPulls).where(mine).run()
-        else tx.update(modelPulls).set({ last_progress_at: now }).where(mine).run()
+        if (!progress) tx.delete(modelPulls).where(mine).run()
+        else
+          tx.update(modelPulls)
+            .set({ last_progress_at: now, ...progress })
+            .where(mine)
+            .run()
       })
     },
 
@@ -411,11 +432,15 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       const models = group(
         ids.length ? db.select().from(workerModels).where(inArray(workerModels.worker_id, ids)).all() : [],
       )
+      const pulls = group(
+        ids.length ? db.select().from(modelPulls).where(inArray(modelPulls.worker_id, ids)).all() : [],
+      )
       const listed: ListedWorker[] = rows.map((w) => ({
         ...w,
         gpus: gpus.get(w.id) ?? [],
         runtimes: runtimes.get(w.id) ?? [],
         models: models.get(w.id) ?? [],
+        pulls: pulls.get(w.id) ?? [],
       }))
       return { rows: listed, has_more }
     },
@@ -450,19 +475,85 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       return new Map(names.map((name) => [name, s.hostsNamed.all({ name }).map((r) => r.worker_id)]))
     },
     async workerHosting(workerId) {
-      const s = stmts(deps)
-      return {
-        engines: s.engines.all({ id: workerId }).map((r) => r.engine),
-        models: s.models.all({ id: workerId }),
-      }
+      return hostingOf(deps, workerId)
     },
 
     async findWorkerWithHosting(id) {
-      const s = stmts(deps)
-      const worker = s.workerById.get({ id })
+      const worker = stmts(deps).workerById.get({ id })
       if (!worker) return undefined
-      const engines = s.engines.all({ id }).map((r) => r.engine)
-      return { worker, hosting: { engines, models: s.models.all({ id }) } }
+      return { worker, hosting: hostingOf(deps, id) }
+    },
+
+    async hostsNamed(names) {
+      if (names.length === 0) return []
+      const heads = db
+        .select({
+          id: workers.id,
+          org_id: workers.org_id,
+          name: workers.name,
+          status: workers.status,
+          last_seen_at: workers.last_seen_at,
+          last_heartbeat_at: workers.last_heartbeat_at,
+          vram_total_gb: workers.vram_total_gb,
+          loading_models: workers.loading_models,
+          shards: workers.shards,
+        })
+        .from(workers)
+        .where(
+          inArray(
+            workers.id,
+            db
+              .selectDistinct({ id: workerModels.worker_id })
+              .from(workerModels)
+              .where(inArray(workerModels.name, [...names])),
+          ),
+        )
+        .orderBy(asc(workers.seq))
+        .all()
+      const ids = heads.map((w) => w.id)
+      const engines = db
+        .select({
+          worker_id: workerRuntimes.worker_id,
+          engine: workerRuntimes.engine,
+          capabilities: workerRuntimes.capabilities,
+        })
+        .from(workerRuntimes)
+        .where(inArray(workerRuntimes.worker_id, ids))
+        .orderBy(asc(workerRuntimes.seq))
+        .all()
+      const models = db
+        .select({
+          worker_id: workerModels.worker_id,
+          name: workerModels.name,
+          runtime: workerModels.runtime,
+          digest: workerModels.digest,
+          loaded: workerModels.loaded,
+          advertised: workerModels.advertised,
+          configured: workerModels.configured,
+          on_disk: workerModels.on_disk,
+        })
+        .from(workerModels)
+        .where(inArray(workerModels.worker_id, ids))
+        .orderBy(asc(workerModels.seq))
+        .all()
+      return namedHosts(heads, engines, models)
+    },
+    async pullsFor(catalogIds) {
+      if (catalogIds.length === 0) return []
+      return db
+        .select({
+          pull: modelPulls,
+          worker: {
+            name: workers.name,
+            org_id: workers.org_id,
+            status: workers.status,
+            last_seen_at: workers.last_seen_at,
+          },
+        })
+        .from(modelPulls)
+        .innerJoin(workers, eq(workers.id, modelPulls.worker_id))
+        .where(inArray(modelPulls.catalog_id, [...catalogIds]))
+        .all()
     },
 
     async pullsOfWorker(workerId) {

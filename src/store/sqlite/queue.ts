@@ -9,13 +9,14 @@ import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import type {
-  Claimed,
-  ClaimRequest,
-  DeliveredResults,
-  FailureReport,
-  QueueStore,
-  SweepOutcome,
+import {
+  type Claimed,
+  type ClaimRequest,
+  type DeliveredResults,
+  type FailureReport,
+  type QueueStore,
+  type SweepOutcome,
+  takesNeeds,
 } from '../queue'
 import type { SqliteDeps } from './deps'
 import {
@@ -44,24 +45,26 @@ const stmts = preparedOnce((db: Db) => ({
        + (SELECT count(*) FROM batch_shards WHERE backup_worker_id = $worker_id AND status = 'running') AS n`,
   ),
   // Poll (docs/api.md §14): the oldest validated batch of the first owner after `after` waiting for one
-  // model: one probe of the (status, model, user_id, seq) index. Stepping `after` from owner to
-  // owner walks the owners (a skip scan): the cost follows the owners waiting, never the queue.
-  // INDEXED BY: batches_status_user also matches the WHERE, and a range of it is the whole queue.
+  // model with one set of needs (docs/api.md §7 Poll rule 7): one probe of the (status, model, needs,
+  // user_id, seq) index. Stepping `after` from owner to owner walks the owners (a skip scan): the
+  // cost follows the owners waiting, never the queue — batches whose needs the worker cannot meet
+  // are never stepped over. INDEXED BY: batches_status_user also matches the WHERE, and a range of
+  // it is the whole queue.
   nextOwnerHead: db.$client.prepare<
     { id: string; seq: number; user_id: string },
-    { model: string; after: string }
+    { model: string; needs: string; after: string }
   >(
     `SELECT id, seq, user_id FROM batches INDEXED BY batches_status_model
-     WHERE status = 'validated' AND model = $model AND user_id > $after
+     WHERE status = 'validated' AND model = $model AND needs = $needs AND user_id > $after
      ORDER BY user_id, seq LIMIT 1`,
   ),
   // The same for a worker that takes whole batches only (docs/api.md §16): a split batch is not for it.
   nextOwnerHeadWhole: db.$client.prepare<
     { id: string; seq: number; user_id: string },
-    { model: string; after: string }
+    { model: string; needs: string; after: string }
   >(
     `SELECT id, seq, user_id FROM batches INDEXED BY batches_status_model
-     WHERE status = 'validated' AND model = $model AND user_id > $after AND split = 0
+     WHERE status = 'validated' AND model = $model AND needs = $needs AND user_id > $after AND split = 0
      ORDER BY user_id, seq LIMIT 1`,
   ),
   // GET /metrics: the waiting batches per owner (batches_status_user), each owner running or not.
@@ -185,12 +188,16 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
             running: 0,
             candidate: c,
           })
-          for (let b = next.get({ model: c.model, after: '' }); b; ) {
-            heads.push(head(b))
-            b = next.get({ model: c.model, after: b.user_id })
+          const takes = takesNeeds(c)
+          for (const needs of takes) {
+            for (let b = next.get({ model: c.model, needs, after: '' }); b; ) {
+              heads.push(head(b))
+              b = next.get({ model: c.model, needs, after: b.user_id })
+            }
           }
           // docs/api.md §16: split batches in progress with shards left join the choice.
-          if (req.shards) for (const b of openSplitHeads(deps, c.model)) heads.push(head(b))
+          if (req.shards)
+            for (const b of openSplitHeads(deps, c.model)) if (takes.includes(b.needs)) heads.push(head(b))
         }
         const owners = ownersToCount(heads)
         if (owners.length) {

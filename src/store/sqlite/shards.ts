@@ -17,7 +17,7 @@ import {
 } from '../../domain/shards'
 import { silentRequeue } from '../../domain/sweep'
 import { newId } from '../../lib/ids'
-import type { ByteRange, DeliveredShard, ShardResultsRecorded } from '../queue'
+import { type ByteRange, type DeliveredShard, type ShardResultsRecorded, takesNeeds } from '../queue'
 import type { SqliteDeps } from './deps'
 import { transition } from './transition'
 
@@ -38,8 +38,11 @@ const stmts = preparedOnce((db: Db) => {
          AND w.shards = 1 AND w.status = 'online' AND w.last_seen_at > $cutoff`,
     ),
     // Split batches in progress with work left to hand out: a waiting shard, or requests not yet cut.
-    openSplit: db.$client.prepare<{ id: string; seq: number; user_id: string }, { model: string }>(
-      `SELECT id, seq, user_id FROM batches
+    openSplit: db.$client.prepare<
+      { id: string; seq: number; user_id: string; needs: string },
+      { model: string }
+    >(
+      `SELECT id, seq, user_id, needs FROM batches
        WHERE split = 1 AND status = 'in_progress' AND model = $model
          AND (next_request < request_counts_total
            OR EXISTS (SELECT 1 FROM batch_shards s WHERE s.batch_id = batches.id AND s.status = 'waiting'))`,
@@ -191,13 +194,14 @@ const stmts = preparedOnce((db: Db) => {
       Omit<BackupCandidate, 'loaded' | 'batch_uncut' | 'batch_waiting'> & {
         batch_id: string
         model: string
+        needs: string
         batch_uncut: number
         batch_waiting: number
       },
       { models: string }
     >(
       `SELECT s.id AS shard_id, s.seq, s.worker_id, s.assigned_at, s.attempts, s.backup_worker_id,
-         s.batch_id, b.model, b.next_request < b.request_counts_total AS batch_uncut,
+         s.batch_id, b.model, b.needs, b.next_request < b.request_counts_total AS batch_uncut,
          EXISTS (SELECT 1 FROM batch_shards w WHERE w.batch_id = b.id AND w.status = 'waiting') AS batch_waiting
        FROM batches b JOIN batch_shards s ON s.batch_id = b.id AND s.status = 'running'
        WHERE b.split = 1 AND b.status = 'in_progress' AND b.model IN (SELECT value FROM json_each($models))`,
@@ -556,21 +560,24 @@ export function requeueSilentShardsInTx(deps: SqliteDeps, cutoff: number, now: n
 
 /**
  * Inside the claim's transaction (docs/api.md §16 backup copies): when nothing else was claimable, a
- * backup copy of the shard pickBackup chooses among the running shards of `models`' split batches.
- * Null when there is none.
+ * backup copy of the shard pickBackup chooses among the running shards of `models`' split batches
+ * whose needs the worker meets (docs/api.md §7 Poll rule 7). Null when there is none.
  */
 export function claimBackupInTx(
   deps: SqliteDeps,
   req: { workerId: string; orgId: string; now: number },
-  models: ReadonlyMap<string, { loaded: boolean }>,
+  models: ReadonlyMap<string, { loaded: boolean; needs?: readonly string[] }>,
 ): { shard: BatchShardRow; batch: typeof batches.$inferSelect } | null {
   const s = stmts(deps)
-  const candidates = s.backupCandidates.all({ models: JSON.stringify([...models.keys()]) }).map((c) => ({
-    ...c,
-    batch_uncut: c.batch_uncut === 1,
-    batch_waiting: c.batch_waiting === 1,
-    loaded: models.get(c.model)?.loaded ?? false,
-  }))
+  const candidates = s.backupCandidates
+    .all({ models: JSON.stringify([...models.keys()]) })
+    .filter((c) => takesNeeds(models.get(c.model)!).includes(c.needs))
+    .map((c) => ({
+      ...c,
+      batch_uncut: c.batch_uncut === 1,
+      batch_waiting: c.batch_waiting === 1,
+      loaded: models.get(c.model)?.loaded ?? false,
+    }))
   const pick = pickBackup(candidates, req.workerId, deps.config.MAX_BATCH_ATTEMPTS)
   if (!pick) return null
   const shard = s.startBackup.get({

@@ -9,6 +9,7 @@ import {
   text,
   unique,
 } from 'drizzle-orm/pg-core'
+import type { ModelStat } from '../../schema/workers'
 import { jsonb } from '../jsonb'
 import { organizations } from './accounts'
 import { catalogEntries } from './catalogue'
@@ -49,6 +50,11 @@ export const workers = pgTable(
     shards: boolean().notNull().default(false),
     // The requests the daemon keeps in flight now, as its last heartbeat reported (null: never).
     concurrency: integer(),
+    // docs/api.md §7: registered with capabilities.loads (loads and unloads the models it holds).
+    loads: boolean().notNull().default(false),
+    // docs/api.md §7 heartbeat loading_models and model_stats, as last reported.
+    loading_models: jsonb().$type<string[]>().notNull().default([]),
+    model_stats: jsonb().$type<ModelStat[]>().notNull().default([]),
     registered_at: bigint({ mode: 'number' }).notNull(),
     last_heartbeat_at: bigint({ mode: 'number' }), // null = never heartbeated (docs/api.md §7 Poll rule 6)
     last_seen_at: bigint({ mode: 'number' }).notNull(), // liveness: register, heartbeat, model-progress
@@ -69,6 +75,9 @@ export const workerRuntimes = pgTable(
     engine: text().notNull(),
     base_url: text().notNull(),
     status: text({ enum: ['online', 'offline', 'error'] }).notNull(),
+    // docs/api.md §7: the capabilities the daemon reported for this engine (null: none reported,
+    // the engine's defaults apply; src/domain/capabilities.ts runtimeCapabilities).
+    capabilities: jsonb().$type<Record<string, boolean>>(),
   },
   (t) => [unique('worker_runtimes_engine').on(t.worker_id, t.engine)],
 )
@@ -134,4 +143,8 @@ export const modelPulls = pgTable('model_pulls', {
   runtime_model_id: text().notNull(),
   asked_at: bigint({ mode: 'number' }).notNull(),
   last_progress_at: bigint({ mode: 'number' }).notNull(),
+  // docs/api.md §7 model-progress: the last reported step and bytes (null until the first report).
+  progress_status: text({ enum: ['downloading', 'verifying'] }),
+  completed_bytes: bigint({ mode: 'number' }),
+  total_bytes: bigint({ mode: 'number' }),
 })
