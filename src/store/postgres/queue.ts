@@ -141,8 +141,9 @@ const runningOf = (q: SQL, owners: string[]) =>
  * (23505) as a whole, its batch untouched, and tries again with a fresh snapshot. Assignments older
  * than the slots, or copied from SQLite (whose claims take turns and leave the slot null), count
  * but hold no slot; as they only ever finish, the same holds. So do held shards and backup copies
- * (docs/api.md §16: they count toward the limit): a worker without capabilities.shards holds none past its registration,
- * and the claims of a shard-capable worker take turns (shards.ts claimFromHead), never this one.
+ * (docs/api.md §16: they count toward the limit): a worker without capabilities.shards holds none
+ * past its registration, and the claims of a shard-capable worker take turns (shards.ts
+ * claimFromHead, claimBackup), never this one.
  * A split batch is never claimed whole.
  *
  * Registration locks the worker's row (FOR UPDATE) while it requeues what the old incarnation held;

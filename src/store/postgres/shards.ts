@@ -32,9 +32,9 @@ import { batchRow, transition } from './transition'
 //
 // Lock order: a shard's batch row first (FOR UPDATE), then the shard row. Every writer of a shard —
 // the claim that cuts or takes it or starts its backup copy, progress, results, report-failure, the
-// sweeper, re-registration — takes both in that order, so none of them deadlocks another, and a requeue that decides from
-// the batch's other shards (requeueShardLocked) sees every claim of that batch committed or not
-// begun.
+// sweeper, re-registration — takes both in that order, so none of them deadlocks another, and a
+// requeue that decides from the batch's other shards (requeueShardLocked) sees every claim of that
+// batch committed or not begun.
 
 const { batches, batchShards, workers } = schema
 
@@ -69,9 +69,9 @@ export function openSplitHeads(q: SQL, models: string[]) {
 const claimKey = (workerId: string) => `gridkeep claim\n${workerId}`
 
 /**
- * docs/api.md §7 max_concurrent_jobs counting held shards and backup copies (docs/api.md §16). Shards hold no slot
- * (batch_assignments_slot), so the claims of a shard-capable worker take turns on an advisory lock
- * named by the worker instead: each counts, under the lock, every assignment and shard the
+ * docs/api.md §7 max_concurrent_jobs counting held shards and backup copies (docs/api.md §16).
+ * Shards hold no slot (batch_assignments_slot), so the claims of a shard-capable worker take turns
+ * on an advisory lock named by the worker instead: each counts, under the lock, every assignment and shard the
  * worker's earlier claims committed. The worker row's KEY SHARE orders the claim with
  * re-registration, as claimOne does. Pipelined: each statement's snapshot follows the one before,
  * so the count is taken after the lock is held.
@@ -213,12 +213,11 @@ async function backupCandidates(q: SQL, models: string[], batchId: string | null
 /**
  * docs/api.md §16 backup copies, when a poll found nothing else to claim: the shard pickBackup
  * chooses among the running shards of `models`' split batches whose needs the worker meets
- * (docs/api.md §7 Poll rule 7) gets this worker as its backup. The
- * choice is first made without a lock on the claims' pool `pool` (an idle poll with no backup to
- * hand out opens no transaction); then, in one transaction, under the worker's claim lock
- * (lockWorker counts its jobs), the chosen shard's batch is locked and the choice made again on
- * what it holds now (a requeue or another backup may have come first), as every writer of its
- * shards takes that lock first.
+ * (docs/api.md §7 Poll rule 7) gets this worker as its backup. The choice is first made without a
+ * lock on the claims' pool `pool` (an idle poll with no backup to hand out opens no transaction);
+ * then, in one transaction, under the worker's claim lock (lockWorker counts its jobs), the chosen
+ * shard's batch is locked and the choice made again on what it holds now (a requeue or another
+ * backup may have come first), as every writer of its shards takes that lock first.
  */
 export async function claimBackup(
   pool: SQL,
@@ -457,9 +456,9 @@ export async function endShardCopyLocked(
 
 /**
  * One failed attempt of a running shard with no other copy, locked by the caller (the requeue rule,
- * per shard: docs/api.md §16). The shard waits again, offered before any new shard; the batch fails when the shard's
- * attempts are used up, goes back to validated when no other shard runs or is done, and otherwise
- * stays in_progress with its shards' highest attempts. Null for a stale caller.
+ * per shard: docs/api.md §16). The shard waits again, offered before any new shard; the batch fails
+ * when the shard's attempts are used up, goes back to validated when no other shard runs or is
+ * done, and otherwise stays in_progress with its shards' highest attempts. Null for a stale caller.
  */
 async function requeueShardLocked(
   tx: PgTx,

@@ -400,9 +400,10 @@ export function claimShardInTx(
 
 /**
  * Inside the caller's writeTx: one failed attempt of a running shard with no other copy (the requeue
- * rule, per shard: docs/api.md §16). The shard waits again, offered before any new shard; the batch fails when the
- * shard's attempts are used up, goes back to validated when no other shard runs or is done, and
- * otherwise stays in_progress with its shards' highest attempts. Null for a stale caller.
+ * rule, per shard: docs/api.md §16). The shard waits again, offered before any new shard; the batch
+ * fails when the shard's attempts are used up, goes back to validated when no other shard runs or
+ * is done, and otherwise stays in_progress with its shards' highest attempts. Null for a stale
+ * caller.
  */
 function requeueShardInTx(
   deps: SqliteDeps,
