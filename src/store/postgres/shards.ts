@@ -607,11 +607,13 @@ export async function requeueHeldShards(
   now: number,
 ) {
   const held = (await tx.execute(sql`
-    SELECT id, batch_id, worker_id, assignment_id FROM batch_shards
-    WHERE worker_id = ${workerId} AND status = 'running'
-    UNION ALL
-    SELECT id, batch_id, backup_worker_id, backup_assignment_id FROM batch_shards
-    WHERE backup_worker_id = ${workerId} AND status = 'running'`)) as unknown as Omit<Lease, 'error'>[]
+    SELECT id, batch_id, worker_id, assignment_id FROM (
+      SELECT id, batch_id, worker_id, assignment_id, seq FROM batch_shards
+      WHERE worker_id = ${workerId} AND status = 'running'
+      UNION ALL
+      SELECT id, batch_id, backup_worker_id, backup_assignment_id, seq FROM batch_shards
+      WHERE backup_worker_id = ${workerId} AND status = 'running') copies
+    ORDER BY seq`)) as unknown as Omit<Lease, 'error'>[]
   return endLeases(
     tx,
     maxAttempts,

@@ -277,8 +277,9 @@ const stmts = preparedOnce((db: Db) => {
     ),
     // The running shards a worker holds or backs up (batch_shards_worker, batch_shards_backup).
     heldBy: db.$client.prepare<{ id: string }, { worker_id: string }>(
-      `SELECT id FROM batch_shards WHERE worker_id = $worker_id AND status = 'running'
-       UNION SELECT id FROM batch_shards WHERE backup_worker_id = $worker_id AND status = 'running'`,
+      `SELECT id, seq FROM batch_shards WHERE worker_id = $worker_id AND status = 'running'
+       UNION SELECT id, seq FROM batch_shards WHERE backup_worker_id = $worker_id AND status = 'running'
+       ORDER BY seq`,
     ),
     // Running shards with a copy whose worker is not live (domain/sweep.ts holderSilent): the
     // holder, the backup, or both (each flag says which).
