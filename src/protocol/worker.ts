@@ -263,6 +263,8 @@ export const Job = t.Object({
   /** docs/api.md §16: the batch a shard belongs to (a shard's job_id is its own). */
   batch_id: t.Optional(t.String()),
   shard: t.Optional(t.Object({ index: t.Integer(), first_request: t.Integer(), requests: t.Integer() })),
+  /** docs/api.md §16: a backup copy of a shard another worker holds (its own assignment_id). */
+  backup: t.Optional(t.Boolean()),
 })
 export type Job = Static<typeof Job>
 

@@ -223,6 +223,32 @@ describe('shards (docs/api.md §16)', () => {
     expect(await poll(s, f.key, lacks)).toBeNull()
     expect((await poll(s, f.key, b))?.batch_id).toBe(batch.id)
   })
+
+  test('a backup copy of a shard goes only to an engine that meets its batch’s needs', async () => {
+    const f = await makeFleet(s)
+    const { entry, name } = await entryOf(s, ALL)
+    const batch = await makeValidatedBatch(s.deps, {
+      userId: f.user.id,
+      model: entry.id,
+      requests: 60,
+      indexed: true,
+      needs: 'logprobs',
+    })
+    const shardsOf = { capabilities: { shards: true }, max_concurrent_jobs: 8 }
+    const holder = await hostWorker(s, f, name, 'vllm', undefined, shardsOf)
+    const lacks = await hostWorker(s, f, name, 'lmstudio', undefined, shardsOf)
+    const able = await hostWorker(s, f, name, 'sglang', undefined, shardsOf)
+    // The holder cuts the whole batch; nothing is left but backup copies (docs/api.md §16).
+    const held: Job[] = []
+    for (let job = await poll(s, f.key, holder); job; job = await poll(s, f.key, holder)) held.push(job)
+    expect(held.reduce((n, j) => n + j.shard!.requests, 0)).toBe(60)
+    expect(await poll(s, f.key, lacks)).toBeNull()
+    expect(await poll(s, f.key, able)).toMatchObject({
+      batch_id: batch.id,
+      job_id: held[0]!.job_id,
+      backup: true,
+    })
+  })
 })
 
 describe('held polls (wait_seconds)', () => {

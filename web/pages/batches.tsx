@@ -522,7 +522,15 @@ function ShardRow({ shard: s }: { shard: ShardObject }) {
       <td>
         <Status value={s.status} />
       </td>
-      <td>{s.status === 'waiting' ? '—' : (s.worker_name ?? s.worker_id ?? '—')}</td>
+      <td>
+        {s.status === 'waiting' ? '—' : (s.worker_name ?? s.worker_id ?? '—')}
+        {/* docs/api.md §16 backup copies: the second copy running, or the copy that finished first. */}
+        {s.status === 'running' && s.backup_worker_id ? (
+          <small class="muted"> + backup on {s.backup_worker_name ?? s.backup_worker_id}</small>
+        ) : s.status === 'done' && s.backup_won ? (
+          <small class="muted"> (backup copy, finished first)</small>
+        ) : null}
+      </td>
       <td class="num">{s.attempts}</td>
     </tr>
   )

@@ -173,12 +173,24 @@ export const batchShards = sqliteTable(
     // Blob keys of the shard's output and error parts, joined into the batch's files at the end.
     output_key: text(),
     error_key: text(),
+    // docs/api.md §16 backup copies: while the shard runs, a second copy of it on another worker with
+    // its own lease and live counts; once the shard is done, the copy that lost (the lease above is
+    // then the copy whose output the shard kept, and backup_won says whether that was the backup).
+    backup_worker_id: text(),
+    backup_org_id: text(),
+    backup_assignment_id: text(),
+    backup_assigned_at: integer(),
+    backup_request_counts_completed: integer().notNull().default(0),
+    backup_request_counts_failed: integer().notNull().default(0),
+    backup_won: integer({ mode: 'boolean' }).notNull().default(false),
     updated_at: integer().notNull(),
   },
   (t) => [
     uniqueIndex('batch_shards_batch').on(t.batch_id, t.shard_index),
     index('batch_shards_worker').on(t.worker_id, t.status),
     index('batch_shards_user').on(t.user_id, t.status),
+    // A worker's backup copies: max_concurrent_jobs and the heartbeat's assigned_job_ids count them.
+    index('batch_shards_backup').on(t.backup_worker_id, t.status),
     // GET /v1/orgs/{org_id}/usage: the shards an org's workers completed within a range.
     index('batch_shards_org').on(t.org_id, t.completed_at),
     index('batch_shards_status').on(t.status),

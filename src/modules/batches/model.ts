@@ -1,7 +1,7 @@
 import { t } from 'elysia'
 import type { BatchErrorRow, BatchRow, BatchShardRow } from '../../db/schema'
 import { needsOf } from '../../domain/capabilities'
-import type { ShardTally } from '../../domain/shards'
+import { type ShardTally, shardCounts } from '../../domain/shards'
 import type { Waiting } from '../../domain/waiting'
 import { PageQuery } from '../../lib/pagination'
 
@@ -110,12 +110,24 @@ export interface ShardObject {
   worker_id: string | null
   worker_name: string | null
   assigned_at: number | null
+  /**
+   * Backup copies: while running, the worker running the shard's backup copy (null: none); once
+   * done, the copy that lost the race (the worker_* above is the copy whose output the shard kept).
+   */
+  backup_worker_id: string | null
+  backup_worker_name: string | null
+  backup_assigned_at: number | null
+  /** The shard's output is its backup copy's (it finished first). */
+  backup_won: boolean
   completed_at: number | null
   request_counts: { total: number; completed: number; failed: number }
 }
 
-export function toShardObject(s: BatchShardRow & { worker_name: string | null }): ShardObject {
+export function toShardObject(
+  s: BatchShardRow & { worker_name: string | null; backup_worker_name: string | null },
+): ShardObject {
   const held = s.status !== 'waiting'
+  const backup = held && s.backup_worker_id !== null
   return {
     id: s.id,
     object: 'batch.shard',
@@ -127,11 +139,22 @@ export function toShardObject(s: BatchShardRow & { worker_name: string | null })
     worker_id: held ? s.worker_id : null,
     worker_name: held ? s.worker_name : null,
     assigned_at: held ? s.assigned_at : null,
+    backup_worker_id: backup ? s.backup_worker_id : null,
+    backup_worker_name: backup ? s.backup_worker_name : null,
+    backup_assigned_at: backup ? s.backup_assigned_at : null,
+    backup_won: s.status === 'done' && s.backup_won,
     completed_at: s.completed_at,
+    // docs/api.md §16: a running shard's live counts are its copy furthest along.
     request_counts: {
       total: s.requests,
-      completed: s.request_counts_completed,
-      failed: s.request_counts_failed,
+      ...(s.status === 'running'
+        ? shardCounts(
+            { completed: s.request_counts_completed, failed: s.request_counts_failed },
+            backup
+              ? { completed: s.backup_request_counts_completed, failed: s.backup_request_counts_failed }
+              : null,
+          )
+        : { completed: s.request_counts_completed, failed: s.request_counts_failed }),
     },
   }
 }

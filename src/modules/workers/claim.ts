@@ -30,6 +30,8 @@ export interface Job {
   /** docs/api.md §16: the batch a shard job belongs to (a shard's job_id is its own). */
   batch_id?: string
   shard?: { index: number; first_request: number; requests: number }
+  /** docs/api.md §16: a backup copy of a shard another worker holds (its own assignment_id). */
+  backup?: true
 }
 
 export async function claimBatch(
@@ -72,13 +74,14 @@ export async function claimBatch(
   })
   if (!claimed) return { job: null }
   deps.metrics.claims.inc()
-  const { batch, assignmentId, shard } = claimed
+  const { batch, assignmentId, shard, backup } = claimed
   const { entry, profile } = claimed.match
   if (shard) {
-    deps.metrics.shardClaims.inc()
-    // docs/api.md §16: the rest of the batch is for the other workers: their held polls look again.
-    if (batch.next_request < batch.request_counts_total || shard.attempts > 0)
-      batchClaimable(deps, batch.id, batch.model, needsOf(batch.needs))
+    if (backup) deps.metrics.shardBackups.inc({ outcome: 'started' })
+    else deps.metrics.shardClaims.inc()
+    // docs/api.md §16: the rest of the batch is for the other workers — the next shards, or once all
+    // are held, backup copies of the running ones: their held polls look again.
+    batchClaimable(deps, batch.id, batch.model, needsOf(batch.needs))
   }
   return {
     job: {
@@ -102,6 +105,7 @@ export async function claimBatch(
         batch_id: batch.id,
         shard: { index: shard.shard_index, first_request: shard.first_request, requests: shard.requests },
       }),
+      ...(backup && { backup: true as const }),
     },
   }
 }

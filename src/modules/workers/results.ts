@@ -14,7 +14,7 @@ import { LineSplitter } from '../../lib/lines'
 import { log } from '../../lib/logger'
 import { receiveMultipart, refuseUnread } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
-import type { ByteRange } from '../../store/queue'
+import type { ByteRange, ShardResultsRecorded } from '../../store/queue'
 import { ownWorker } from './ownership'
 import { removeParts } from './parts'
 
@@ -124,6 +124,7 @@ async function authorizeShard(
   ) {
     return { kind: 'repeat', response: shardResponseOf(found.batch, shard) }
   }
+  // Either copy of the shard may upload (docs/api.md §16 backup copies); the first complete one wins.
   const held = checkShardHolder(
     found && { ...found.shard, batch_status: found.batch.status },
     workerId,
@@ -133,7 +134,12 @@ async function authorizeShard(
   if (!range) throw new Error(`the request-line index of batch ${held.batch_id} is missing`)
   return {
     kind: 'held',
-    held: { batch: found!.batch, workerId, assignmentId: held.assignment_id, shard: { row: held, range } },
+    held: {
+      batch: found!.batch,
+      workerId,
+      assignmentId: held.copy_assignment_id,
+      shard: { row: held, range },
+    },
   }
 }
 
@@ -482,7 +488,7 @@ async function commitShard(
   split: Split,
   fields: Record<string, string>,
 ): Promise<UploadResponse> {
-  let recorded: { batch: BatchRow; last: boolean }
+  let recorded: ShardResultsRecorded
   try {
     checkCounts(split, fields)
     const placed = await place(split)
@@ -502,12 +508,15 @@ async function commitShard(
     await discard(split)
     throw e
   }
+  // docs/api.md §16 backup copies: whether this upload decided a race between two copies.
+  if (recorded.backup) deps.metrics.shardBackups.inc({ outcome: recorded.backup })
   log.info('shard results stored', {
     batch_id: held.batch.id,
     shard_id: shard.id,
     worker_id: held.workerId,
     completed: split.completed,
     failed: split.failed,
+    ...(recorded.backup ? { backup: recorded.backup } : {}),
   })
   // The shard is stored whatever becomes of the join: a join that fails is retried by the sweeper.
   const joined = recorded.last

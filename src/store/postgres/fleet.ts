@@ -49,9 +49,9 @@ const online = (cutoff: number) => and(eq(workers.status, 'online'), gt(workers.
  * The heartbeat's UPDATE, written on the driver: drizzle built this statement anew at every beat,
  * which cost more than running it (bench/heartbeat.ts --postgres). Ownership is in the WHERE: no
  * row = unknown worker or another org's. A field the daemon leaves out keeps its last reported
- * value (coalesce). RETURNING carries the held batches and shards (docs/api.md §16). The steady form is the common beat, tried
- * first: the worker's fit stays as it was (BeatAnswer.fitChanged): online, heartbeated before,
- * same VRAM total or none reported.
+ * value (coalesce). RETURNING carries the held batches, shards and backup copies (docs/api.md §16).
+ * The steady form is the common beat, tried first: the worker's fit stays as it was
+ * (BeatAnswer.fitChanged): online, heartbeated before, same VRAM total or none reported.
  */
 const beatSql = (steady: string) =>
   `UPDATE workers SET status = 'online', activity = $1,
@@ -69,7 +69,9 @@ const beatSql = (steady: string) =>
        SELECT batch_id AS job, 0 AS kind, seq FROM batch_assignments
        WHERE worker_id = $10 AND completed_at IS NULL
        UNION ALL
-       SELECT id, 1, seq FROM batch_shards WHERE worker_id = $10 AND status = 'running') held) AS assigned`
+       SELECT id, 1, seq FROM batch_shards WHERE worker_id = $10 AND status = 'running'
+       UNION ALL
+       SELECT id, 2, seq FROM batch_shards WHERE backup_worker_id = $10 AND status = 'running') held) AS assigned`
 const BEAT = beatSql('')
 const STEADY_BEAT = beatSql(`AND status = 'online' AND last_seen_at > $15 AND last_heartbeat_at IS NOT NULL
      AND ($2::float8 IS NULL OR vram_total_gb = $2::float8)`)

@@ -22,13 +22,14 @@ import {
 } from '../queue'
 import type { PgDb, PgTx } from './db'
 import {
+  claimBackup,
   claimFromHead,
+  endShardCopyLocked,
   heldShard,
   lineRange,
   lockShard,
   openSplitHeads,
   recordShardResultsTx,
-  requeueShardLocked,
   requeueSilentShards,
   type ShardClaim,
   shardStateCounts,
@@ -113,14 +114,14 @@ export function claimHeads(q: SQL, keys: readonly HeadKey[], wholeOnly = false) 
 
 /**
  * docs/api.md §14: how much each of `owners` has in progress — whole batches (batches_status_user) and
- * held shards of split ones (docs/api.md §16, batch_shards_user).
+ * held shards of split ones with their backup copies (docs/api.md §16, batch_shards_user).
  */
 const runningOf = (q: SQL, owners: string[]) =>
   q`SELECT user_id, sum(n)::int AS n FROM (
       SELECT user_id, count(*) AS n FROM batches
       WHERE status = 'in_progress' AND NOT split AND user_id = ANY(${owners}::text[]) GROUP BY user_id
       UNION ALL
-      SELECT user_id, count(*) AS n FROM batch_shards
+      SELECT user_id, count(*) + count(backup_worker_id) AS n FROM batch_shards
       WHERE status = 'running' AND user_id = ANY(${owners}::text[]) GROUP BY user_id) r
     GROUP BY user_id` as Promise<{ user_id: string; n: number }[]>
 
@@ -139,9 +140,10 @@ const runningOf = (q: SQL, owners: string[]) =>
  * ever open. Two polls of one worker that chose the same slot cannot both commit: the second fails
  * (23505) as a whole, its batch untouched, and tries again with a fresh snapshot. Assignments older
  * than the slots, or copied from SQLite (whose claims take turns and leave the slot null), count
- * but hold no slot; as they only ever finish, the same holds. So do held shards (docs/api.md §16: they
- * count toward the limit): a worker without capabilities.shards holds none past its registration,
- * and the claims of a shard-capable worker take turns (shards.ts claimFromHead), never this one.
+ * but hold no slot; as they only ever finish, the same holds. So do held shards and backup copies
+ * (docs/api.md §16: they count toward the limit): a worker without capabilities.shards holds none
+ * past its registration, and the claims of a shard-capable worker take turns (shards.ts
+ * claimFromHead, claimBackup), never this one.
  * A split batch is never claimed whole.
  *
  * Registration locks the worker's row (FOR UPDATE) while it requeues what the old incarnation held;
@@ -165,7 +167,9 @@ export function claimOne(
       SELECT id FROM workers WHERE id = ${a.workerId} FOR KEY SHARE
     ), open AS (
       SELECT (count(*) + (SELECT count(*) FROM batch_shards
-                          WHERE worker_id = ${a.workerId} AND status = 'running'))::int AS active,
+                          WHERE worker_id = ${a.workerId} AND status = 'running')
+                       + (SELECT count(*) FROM batch_shards
+                          WHERE backup_worker_id = ${a.workerId} AND status = 'running'))::int AS active,
         coalesce(min(i) FILTER (WHERE slot <> i), count(slot))::int AS slot
       FROM (SELECT slot, (row_number() OVER (ORDER BY slot) - 1)::int AS i FROM batch_assignments
             WHERE worker_id = ${a.workerId} AND completed_at IS NULL) held
@@ -284,7 +288,13 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
             best.candidate.names ?? [],
           )
           if (got.kind === 'claimed')
-            return { batch: got.batch, assignmentId: got.assignmentId, match, shard: got.shard }
+            return {
+              batch: got.batch,
+              assignmentId: got.assignmentId,
+              match,
+              shard: got.shard,
+              backup: false,
+            }
           if (got.kind === 'full') return null
         } else {
           const assignmentId = newId('asg_')
@@ -304,13 +314,28 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
               event: 'claimed',
               reason: `worker ${req.workerId}`,
             })
-            return { batch, assignmentId, match, shard: null }
+            return { batch, assignmentId, match, shard: null, backup: false }
           }
           if (active >= req.maxConcurrent) return null
         }
         heads.splice(heads.indexOf(best), 1)
       }
-      return null
+      // docs/api.md §16 backup copies: the lowest priority of a claim, when nothing else is.
+      if (!req.shards) return null
+      const got = await claimBackup(
+        db.$claims,
+        { workerId: req.workerId, orgId: req.orgId, now: req.now, maxConcurrent: req.maxConcurrent },
+        byModel,
+        maxAttempts,
+      )
+      if (got.kind !== 'claimed') return null
+      return {
+        batch: got.batch,
+        assignmentId: got.assignmentId,
+        match: byModel.get(got.batch.model!)!.match,
+        shard: got.shard,
+        backup: true,
+      }
     },
 
     async batchWithAssignment(batchId) {
@@ -361,8 +386,16 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       return db.transaction(async (tx) => {
         if (isShardId(r.jobId)) {
           const locked = heldShard(await lockShard(tx, r.jobId), r.workerId, r.assignmentId)
-          // Locked and seen running, its batch in_progress, by the holder rule: the requeue happens.
-          return (await requeueShardLocked(tx, maxAttempts, locked, 'reported_failure', r.error, r.now))!
+          // Locked and seen running, its batch in_progress, by the holder rule: this copy ends.
+          return (await endShardCopyLocked(
+            tx,
+            maxAttempts,
+            locked,
+            locked.copy,
+            'reported_failure',
+            r.error,
+            r.now,
+          ))!
         }
         const [row] = await tx
           .select({

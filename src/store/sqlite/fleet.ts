@@ -43,8 +43,8 @@ import { recordShardProgressInTx } from './shards'
 // The hottest statement of the protocol, kept as raw SQL on the driver: drizzle's per-call
 // placeholder filling and row mapping cost a measurable share of the heartbeat (bench/heartbeat.ts).
 // Ownership is in the WHERE: no row returned = unknown worker or another org's. RETURNING carries
-// what the answer needs, the held batches included, so a heartbeat is one statement. A field the
-// daemon leaves out keeps its last reported value (coalesce).
+// what the answer needs, the held batches, shards and backup copies included, so a heartbeat is one
+// statement. A field the daemon leaves out keeps its last reported value (coalesce).
 const beatSql = (steady: string) =>
   `UPDATE workers SET status = 'online', activity = $activity,
      vram_total_gb = coalesce($vram_total_gb, vram_total_gb),
@@ -60,7 +60,8 @@ const beatSql = (steady: string) =>
    RETURNING inventory_sig, max_download_gb,
      (SELECT group_concat(job) FROM (
        SELECT batch_id AS job FROM batch_assignments WHERE worker_id = $id AND completed_at IS NULL
-       UNION ALL SELECT id FROM batch_shards WHERE worker_id = $id AND status = 'running')) AS assigned`
+       UNION ALL SELECT id FROM batch_shards WHERE worker_id = $id AND status = 'running'
+       UNION ALL SELECT id FROM batch_shards WHERE backup_worker_id = $id AND status = 'running')) AS assigned`
 
 const stmts = preparedOnce((db: Db) => {
   const id = sql.placeholder('id')

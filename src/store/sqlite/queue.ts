@@ -20,12 +20,13 @@ import {
 } from '../queue'
 import type { SqliteDeps } from './deps'
 import {
+  claimBackupInTx,
   claimShardInTx,
+  endShardCopyInTx,
   lineRangeOf,
   openSplitHeads,
   recordShardResultsInTx,
   requeueHeldShardsInTx,
-  requeueShardInTx,
   requeueSilentShardsInTx,
   shardStatements,
   takePartsInTx,
@@ -37,10 +38,11 @@ import { transition } from './transition'
 // database (src/ops/instance-lock.ts), so maintenance needs no shared lease.
 
 const stmts = preparedOnce((db: Db) => ({
-  // docs/api.md §7 max_concurrent_jobs, counting held shards too (docs/api.md §16).
+  // docs/api.md §7 max_concurrent_jobs, counting held shards and backup copies too (docs/api.md §16).
   activeCount: db.$client.prepare<{ n: number }, { worker_id: string }>(
     `SELECT (SELECT count(*) FROM batch_assignments WHERE worker_id = $worker_id AND completed_at IS NULL)
-       + (SELECT count(*) FROM batch_shards WHERE worker_id = $worker_id AND status = 'running') AS n`,
+       + (SELECT count(*) FROM batch_shards WHERE worker_id = $worker_id AND status = 'running')
+       + (SELECT count(*) FROM batch_shards WHERE backup_worker_id = $worker_id AND status = 'running') AS n`,
   ),
   // Poll (docs/api.md §14): the oldest validated batch of the first owner after `after` waiting for one
   // model with one set of needs (docs/api.md §7 Poll rule 7): one probe of the (status, model, needs,
@@ -73,14 +75,15 @@ const stmts = preparedOnce((db: Db) => ({
      GROUP BY 1`,
   ),
   // docs/api.md §14: how much each of the owners has in progress — whole batches, and held shards of
-  // split ones (docs/api.md §16) — one range of batches_status_user and of batch_shards_user per owner.
+  // split ones with their backup copies (docs/api.md §16) — one range of batches_status_user and of
+  // batch_shards_user per owner.
   running: db.$client.prepare<{ user_id: string; n: number }, { owners: string }>(
     `SELECT user_id, sum(n) AS n FROM (
        SELECT user_id, count(*) AS n FROM batches INDEXED BY batches_status_user
        WHERE status = 'in_progress' AND split = 0 AND user_id IN (SELECT value FROM json_each($owners))
        GROUP BY user_id
        UNION ALL
-       SELECT user_id, count(*) AS n FROM batch_shards
+       SELECT user_id, count(*) + count(backup_worker_id) AS n FROM batch_shards
        WHERE status = 'running' AND user_id IN (SELECT value FROM json_each($owners))
        GROUP BY user_id)
      GROUP BY user_id`,
@@ -204,7 +207,15 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           for (const h of heads) h.running = running.get(h.user_id) ?? 0
         }
         const best = pickClaim(heads)
-        if (!best) return null
+        if (!best) {
+          // docs/api.md §16 backup copies: the lowest priority of a claim, when nothing else is.
+          if (!req.shards) return null
+          const byModel = new Map(req.candidates.map((c) => [c.model, c]))
+          const copy = claimBackupInTx(deps, req, byModel)
+          if (!copy) return null
+          const match = byModel.get(copy.batch.model!)!.match
+          return { ...copy, assignmentId: copy.shard.backup_assignment_id!, match, backup: true }
+        }
         const match = best.candidate.match
         if (req.shards) {
           const split = claimShardInTx(
@@ -214,7 +225,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
             best.candidate.names ?? [],
           )
           if (split === null) return null
-          if (split) return { ...split, assignmentId: split.shard.assignment_id!, match }
+          if (split) return { ...split, assignmentId: split.shard.assignment_id!, match, backup: false }
         }
         const batch = transition(
           deps,
@@ -233,7 +244,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           org_id: req.orgId,
           now: req.now,
         })
-        return { batch, assignmentId, match, shard: null }
+        return { batch, assignmentId, match, shard: null, backup: false }
       })
     },
 
@@ -263,8 +274,9 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       return writeTx(deps.db, () => {
         if (isShardId(r.jobId)) {
           const s = shardStatements(deps)
-          checkShardHolder(s.holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
-          return requeueShardInTx(deps, r.jobId, 'reported_failure', r.error, r.now)!
+          const held = checkShardHolder(s.holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
+          // Seen running, its batch in_progress, by the holder rule: this copy ends.
+          return endShardCopyInTx(deps, r.jobId, held.copy, 'reported_failure', r.error, r.now)!
         }
         checkHolder(stmts(deps).holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
         // The holder rule saw the batch in_progress inside this transaction: the requeue happens.
@@ -324,7 +336,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
     async shardsOf(batchId) {
       return shardStatements(deps)
         .shardsOf.all({ id: batchId })
-        .map((r) => ({ ...r.shard, worker_name: r.worker_name }))
+        .map((r) => ({ ...r.shard, worker_name: r.worker_name, backup_worker_name: r.backup_worker_name }))
     },
 
     async shardTallies(batchIds) {
