@@ -1,4 +1,5 @@
 import { hostname } from 'node:os'
+import { CAPABILITIES } from '../domain/capabilities'
 import { log as rootLog } from '../lib/logger'
 import type { HeartbeatAnswer, HeartbeatBody, Job, PullModel } from '../protocol/worker'
 import { type Backoff, realTimers, retryDelay, type Timers, Wakeup } from './backoff'
@@ -259,6 +260,10 @@ export class Agent {
               base_url: this.runtime.baseUrl,
               status: snapshot.status,
               inventory: snapshot.inventory,
+              // docs/api.md §7: every capability stated, so the server counts exactly these.
+              capabilities: Object.fromEntries(
+                CAPABILITIES.map((c) => [c, this.opts.capabilities.includes(c)]),
+              ),
             },
           ],
           gpus: gpu?.gpus ?? [],
@@ -547,11 +552,16 @@ export class Agent {
       // Nothing left to start: claim the next job now, so its requests are ready for the slots.
       allStarted: () => this.pollWake.kick(),
     })
-    this.jobs.set(job.job_id, run)
+    // One run per assignment: a shard handed to this worker again (requeued and re-taken, or a backup
+    // copy of a shard it lost while stalled) runs beside a stale run of the same job_id until that
+    // one hears it is stale (docs/api.md §16).
+    const runKey = job.assignment_id ?? job.job_id
+    this.jobs.set(runKey, run)
     this.askEngineSlots()
     log.info('job claimed', {
       job_id: job.job_id,
       ...(job.shard ? { batch_id: job.batch_id, shard: job.shard.index } : {}),
+      ...(job.backup ? { backup: true } : {}),
       assignment_id: job.assignment_id,
       model: job.model,
       catalogue_id: job.catalogue_id,
@@ -561,7 +571,7 @@ export class Agent {
     if (this.lifecycle === 'stopping') run.stopForShutdown()
     this.heartbeatSoon() // activity busy, current_job_id
     void run.run().then((outcome) => {
-      this.jobs.delete(job.job_id)
+      this.jobs.delete(runKey)
       this.onEvent({ type: 'job_ended', job_id: job.job_id, outcome })
       this.heartbeatSoon()
       this.pollWake.kick()

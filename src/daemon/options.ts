@@ -2,6 +2,7 @@ import { homedir, hostname } from 'node:os'
 import { extname, join } from 'node:path'
 import { type Static, Type as T } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
+import { CAPABILITIES, type Capability, ENGINE_CAPABILITIES } from '../domain/capabilities'
 import { ENGINES, type Engine } from '../domain/catalogue'
 
 // The daemon's options, parsed in this one place. The daemon is a separate program from the server
@@ -12,6 +13,14 @@ const Num = (def: number | undefined, min: number, max: number, description: str
   T.Number({ minimum: min, maximum: max, description, ...(def === undefined ? {} : { default: def }) })
 const Int = (def: number, min: number, max: number, description: string) =>
   T.Integer({ minimum: min, maximum: max, description, default: def })
+
+const CAPABILITY_NAME = `(?:${CAPABILITIES.join('|')})`
+const Capabilities = T.String({
+  pattern: `^\\s*(?:none|${CAPABILITY_NAME}(?:\\s*,\\s*${CAPABILITY_NAME})*)\\s*$`,
+  description:
+    `What the engine can do, reported at registration (docs/api.md §7): a list of ${CAPABILITIES.join(', ')}, ` +
+    'or none [default: the engine’s defaults, docs/api.md §7]',
+})
 
 const ModelFiles = T.Record(
   T.String({ minLength: 1 }),
@@ -97,6 +106,7 @@ export const DaemonOptionsSchema = T.Object({
     Num(undefined, 0, 1_000_000, 'VRAM in GB when no GPU can be probed (or to override it)'),
   ),
   max_download_gb: Num(0, 0, 1_000_000, 'Largest model the server may ask this worker to pull (0 = never)'),
+  capabilities: T.Optional(Capabilities),
   progress_interval: Num(5, 0.05, 3600, 'Seconds between progress reports of a job'),
   poll_interval: Num(5, 0.05, 3600, 'Seconds between polls while nothing is compatible'),
   poll_wait: Num(
@@ -123,13 +133,22 @@ export const DaemonOptionsSchema = T.Object({
 type Parsed = Static<typeof DaemonOptionsSchema>
 export type DaemonOptions = Omit<
   Parsed,
-  'runtime_url' | 'engine' | 'name' | 'state_dir' | 'model_files' | 'max_jobs' | 'engine_args'
+  | 'runtime_url'
+  | 'engine'
+  | 'name'
+  | 'state_dir'
+  | 'model_files'
+  | 'max_jobs'
+  | 'engine_args'
+  | 'capabilities'
 > & {
   max_jobs: number
   /** The engine's base URL; empty for a managed llama.cpp (its router's port is found at start). */
   runtime_url: string
   engine_args: string[]
   engine: Engine
+  /** What the engine can do, as the daemon reports it at registration (docs/api.md §7). */
+  capabilities: Capability[]
   name: string
   state_dir: string
   model_files: Record<string, string[]>
@@ -155,6 +174,7 @@ export const ENV_NAMES: Record<Field, string> = {
   max_jobs: 'GRIDKEEP_MAX_JOBS',
   vram_gb: 'GRIDKEEP_VRAM_GB',
   max_download_gb: 'GRIDKEEP_MAX_DOWNLOAD_GB',
+  capabilities: 'GRIDKEEP_CAPABILITIES',
   progress_interval: 'GRIDKEEP_PROGRESS_INTERVAL',
   poll_interval: 'GRIDKEEP_POLL_INTERVAL',
   poll_wait: 'GRIDKEEP_POLL_WAIT',
@@ -247,6 +267,8 @@ function finish(p: Parsed): DaemonOptions {
       `${p.models_dir !== undefined ? '--models-dir' : '--engine-args'} is for --runtime llama.cpp (got --runtime ${p.runtime})`,
     )
   }
+  const engine = p.runtime === 'llama.cpp' ? 'llama.cpp' : (p.engine ?? p.runtime)
+  const listed = p.capabilities?.split(',').map((c) => c.trim())
   return {
     ...p,
     engine_args: (p.engine_args ?? '').split(/\s+/).filter(Boolean),
@@ -259,7 +281,9 @@ function finish(p: Parsed): DaemonOptions {
           .replace(/\/+$/, '')
           // The job's endpoint (/v1/chat/completions) already carries the /v1.
           .replace(/\/v1$/, ''),
-    engine: p.runtime === 'llama.cpp' ? 'llama.cpp' : (p.engine ?? p.runtime),
+    engine,
+    // docs/api.md §7 "Runtime capabilities": the engine's defaults unless listed.
+    capabilities: listed ? CAPABILITIES.filter((c) => listed.includes(c)) : [...ENGINE_CAPABILITIES[engine]],
     name: p.name ?? hostname(),
     state_dir: p.state_dir ?? join(homedir(), '.gridkeep', 'worker'),
     model_files,
@@ -305,6 +329,7 @@ async function readConfigFile(path: string): Promise<Record<string, unknown>> {
 }
 
 function describe(schema: any): string {
+  if (schema.pattern === Capabilities.pattern) return `expected a list of ${CAPABILITIES.join(', ')}, or none`
   if (schema.anyOf?.every((s: any) => s.const !== undefined))
     return `expected one of ${schema.anyOf.map((s: any) => s.const).join(', ')}`
   if (schema.anyOf)
@@ -333,6 +358,7 @@ const PLACEHOLDER: Partial<Record<Field, string>> = {
   max_jobs: 'N',
   vram_gb: 'GB',
   max_download_gb: 'GB',
+  capabilities: 'LIST|none',
   progress_interval: 'S',
   poll_interval: 'S',
   poll_wait: 'S',

@@ -28,6 +28,8 @@ export interface CatalogueRows {
     | 'digest'
     | 'runtime'
     | 'runtime_model_id'
+    | 'task_type'
+    | 'capabilities'
   >[]
   profiles: Pick<ServingProfileRow, 'catalog_id' | 'runtime' | 'runtime_model_id' | 'params'>[]
   artifacts: Pick<ArtifactFileRow, 'catalog_id' | 'sha256'>[]

@@ -64,6 +64,7 @@ describe('registration', () => {
       max_jobs: 2,
       max_download_gb: 40,
       name: 'gpu-box-1',
+      capabilities: ['json_mode', 'logprobs'],
     })
     const first = runAgent(opts, fastDeps({ gpu }))
     await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
@@ -76,6 +77,13 @@ describe('registration', () => {
       max_download_gb: 40,
       models: [MODEL],
       runtimes: [{ engine: 'openai', base_url: rt.url, status: 'online', inventory: [] }],
+    })
+    // docs/api.md §7: the engine's capabilities, every one stated (true or false).
+    expect(reg.runtimes[0].capabilities).toEqual({
+      json_mode: true,
+      vision: false,
+      embeddings: false,
+      logprobs: true,
     })
     expect(reg.machine_id).toMatch(/^[0-9a-f]{32}$/)
     expect(reg.worker_id).toBeUndefined()

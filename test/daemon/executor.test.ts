@@ -101,6 +101,53 @@ describe('executor: output format and routing', () => {
     }
   })
 
+  test('responses go to the runtime’s /v1/responses with the runtime model, never streamed (docs/api.md §6)', async () => {
+    const seen: any[] = []
+    const rt = startFakeRuntime({ models: ['m'], onRequest: (b) => seen.push(b) })
+    try {
+      const r = files([
+        JSON.stringify({
+          custom_id: 'r1',
+          method: 'POST',
+          url: '/v1/responses',
+          body: { model: 'tiny-q4km', input: 'hello', instructions: 'Be brief', max_output_tokens: 8 },
+        }),
+        JSON.stringify({
+          custom_id: 'r2',
+          body: { model: 'tiny-q4km', input: [{ role: 'user', content: 'world' }], stream: true },
+        }),
+      ])
+      const counts = await executeJob(
+        r.input,
+        r.output,
+        { model: 'm', endpoint: '/v1/responses' },
+        opts(rt.url),
+      )
+      expect(counts).toEqual({ read: 2, completed: 2, failed: 0 })
+      const out = byId(readOutput(r.output))
+      expect(out.r1.response.status_code).toBe(200)
+      expect(out.r1.response.body).toMatchObject({
+        object: 'response',
+        model: 'm',
+        output: [{ type: 'message', content: [{ type: 'output_text', text: 'echo: hello' }] }],
+        usage: { input_tokens: 7, output_tokens: 3, total_tokens: 10 },
+      })
+      expect(out.r2.response.body.output[0].content[0].text).toBe('echo: world')
+      // Everything but model (and stream) reaches the engine as the line gave it.
+      const byInput = Object.fromEntries(seen.map((b) => [JSON.stringify(b.input), b]))
+      expect(byInput['"hello"']).toEqual({
+        model: 'm',
+        input: 'hello',
+        instructions: 'Be brief',
+        max_output_tokens: 8,
+      })
+      expect(byInput[JSON.stringify([{ role: 'user', content: 'world' }])].stream).toBe(false)
+      expect([...rt.models]).toEqual(['m'])
+    } finally {
+      await rt.stop()
+    }
+  })
+
   test('a multi-line JSON answer is re-encoded onto one line', async () => {
     const srv = Bun.serve({
       port: 0,

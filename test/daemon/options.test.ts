@@ -101,6 +101,23 @@ describe('daemon options', () => {
     await expect(parse([...base, '--shards', 'maybe'])).rejects.toThrow('--shards / GRIDKEEP_SHARDS')
   })
 
+  test('capabilities: the engine’s defaults (docs/api.md §7), or exactly the ones listed', async () => {
+    expect((await parse(base)).capabilities).toEqual(['json_mode', 'vision', 'embeddings', 'logprobs'])
+    expect((await parse([...base, '--engine', 'tgi'])).capabilities).toEqual([
+      'json_mode',
+      'vision',
+      'logprobs',
+    ])
+    expect((await parse([...base, '--capabilities', 'logprobs, json_mode'])).capabilities).toEqual([
+      'json_mode',
+      'logprobs',
+    ])
+    expect((await parse(base, { GRIDKEEP_CAPABILITIES: 'none' })).capabilities).toEqual([])
+    await expect(parse([...base, '--capabilities', 'json_mode,tools'])).rejects.toThrow(
+      '--capabilities / GRIDKEEP_CAPABILITIES: expected a list of json_mode, vision, embeddings, logprobs, or none (got "json_mode,tools")',
+    )
+  })
+
   test('flags beat env, env beats the config file, the file beats defaults', async () => {
     const file = join(dir, 'worker.yaml')
     writeFileSync(

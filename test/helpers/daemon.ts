@@ -18,6 +18,7 @@ export function daemonOptions(
     runtime: 'openai',
     runtime_url: runtimeUrl,
     engine: 'openai',
+    capabilities: ['json_mode', 'vision', 'embeddings', 'logprobs'],
     name: 'test-worker',
     state_dir: mkdtempSync(join(tmpdir(), 'gk-worker-')),
     concurrency: 4,

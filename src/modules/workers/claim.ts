@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import { needsOf, takeableNeeds } from '../../domain/capabilities'
 import { matchesFor, workerView } from '../../domain/matching'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { isOnline, onlineCutoff } from './liveness'
@@ -29,6 +30,8 @@ export interface Job {
   /** docs/api.md §16: the batch a shard job belongs to (a shard's job_id is its own). */
   batch_id?: string
   shard?: { index: number; first_request: number; requests: number }
+  /** docs/api.md §16: a backup copy of a shard another worker holds (its own assignment_id). */
+  backup?: true
 }
 
 export async function claimBatch(
@@ -44,10 +47,14 @@ export async function claimBatch(
   ])
   // A worker the sweeper would call silent gets no new work until it heartbeats again.
   if (!isOnline(deps, worker)) return { job: null }
-  // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired slug.
+  // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired
+  // slug. Poll rule 7: of each model, only the batches whose needs the worker's engine meets.
   const candidates = matchesFor(workerView(worker, hosting), catalogue).flatMap((match) => {
     const names = [...new Set(match.entry.profiles.map((p) => p.runtime_model_id))]
-    return catalogue.slugsOf(match.entry).map((model) => ({ model, loaded: match.loaded, match, names }))
+    const needs = takeableNeeds(match.capabilities)
+    return catalogue
+      .slugsOf(match.entry)
+      .map((model) => ({ model, loaded: match.loaded, match, names, needs }))
   })
   if (candidates.length === 0) return { job: null }
   const claimed = await deps.store.queue.claim({
@@ -67,13 +74,14 @@ export async function claimBatch(
   })
   if (!claimed) return { job: null }
   deps.metrics.claims.inc()
-  const { batch, assignmentId, shard } = claimed
+  const { batch, assignmentId, shard, backup } = claimed
   const { entry, profile } = claimed.match
   if (shard) {
-    deps.metrics.shardClaims.inc()
-    // docs/api.md §16: the rest of the batch is for the other workers: their held polls look again.
-    if (batch.next_request < batch.request_counts_total || shard.attempts > 0)
-      batchClaimable(deps, batch.id, batch.model)
+    if (backup) deps.metrics.shardBackups.inc({ outcome: 'started' })
+    else deps.metrics.shardClaims.inc()
+    // docs/api.md §16: the rest of the batch is for the other workers — the next shards, or once all
+    // are held, backup copies of the running ones: their held polls look again.
+    batchClaimable(deps, batch.id, batch.model, needsOf(batch.needs))
   }
   return {
     job: {
@@ -97,6 +105,7 @@ export async function claimBatch(
         batch_id: batch.id,
         shard: { index: shard.shard_index, first_request: shard.first_request, requests: shard.requests },
       }),
+      ...(backup && { backup: true as const }),
     },
   }
 }

@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import { modelCapabilities } from '../../domain/capabilities'
 import {
   type Catalogue,
   type CatalogueEntry,
@@ -64,6 +65,7 @@ function buildCatalogue(rows: CatalogueRows): Catalogue {
         ? [{ runtime: e.runtime, runtime_model_id: e.runtime_model_id, params: {} }]
         : []),
     artifact_sha256: artifacts.get(e.id) ?? [],
+    capabilities: modelCapabilities(e),
   }))
   const byId = new Map(entries.map((e) => [e.id, e]))
   const byOldSlug = new Map<string, CatalogueEntry>()

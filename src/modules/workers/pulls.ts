@@ -19,7 +19,7 @@ export interface PullItem {
 }
 
 /** An ask lapses when its worker is gone or offline, or silent about it for the heartbeat timeout. */
-function lapsed(deps: Deps, row: CurrentPull) {
+export function pullLapsed(deps: Deps, row: CurrentPull) {
   const alive = row.status !== null && isOnline(deps, { status: row.status, last_seen_at: row.last_seen_at! })
   return !alive || row.pull.last_progress_at <= onlineCutoff(deps)
 }
@@ -68,7 +68,7 @@ export async function pullModelsFor(deps: Deps, workerId: string): Promise<PullI
     if (!profile || !wouldServe(view, entry, profile.runtime, profile.runtime_model_id)) continue
     if (!(await fleet.hasValidatedBatch(catalogue.slugsOf(entry)))) continue
     const current = await fleet.currentPull(entry.id)
-    if (current && !lapsed(deps, current)) continue
+    if (current && !pullLapsed(deps, current)) continue
     if (await someOnlineWorkerServes(deps, entry)) continue
     const now = deps.clock.now()
     const asked = await fleet.askPull(

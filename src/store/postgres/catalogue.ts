@@ -70,6 +70,8 @@ export function postgresCatalogue(db: PgDb): CatalogueStore {
           digest: catalogEntries.digest,
           runtime: catalogEntries.runtime,
           runtime_model_id: catalogEntries.runtime_model_id,
+          task_type: catalogEntries.task_type,
+          capabilities: catalogEntries.capabilities,
         })
         .from(catalogEntries)
         .orderBy(asc(catalogEntries.seq)),
