@@ -62,6 +62,11 @@ withRealEngine('the daemon supervises the engine it runs', (engine) => {
       // Claimed again as soon as the router is back (the heartbeat that says so is not left for later).
       const done = await f.completed(id)
       expect(done.attempts).toBe(1)
+      if (done.request_counts.failed)
+        console.log(
+          'ERRLINES',
+          (await server.req('GET', `/v1/files/${done.error_file_id}/content`, { token: f.user.token })).text,
+        )
       expect(done.request_counts).toEqual({ total: 80, completed: 80, failed: 0 })
       // Another process now, the only one of this state directory.
       const now = routersOf(d.agent.state.dir)
