@@ -16,7 +16,8 @@ import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 //   requests are in flight whatever the number of jobs. Every answer (and timeout) is a sample
 //   the limiter learns the engine's capacity from (--concurrency auto).
 // - 429, 5xx, connection errors and timeouts are retried with the daemon's one retry policy
-//   (backoff.ts: full-jitter backoff, Retry-After honoured up to its cap) up to `tries` attempts.
+//   (backoff.ts: full-jitter backoff, Retry-After honoured up to its cap) up to `tries` attempts;
+//   a connection reset before any answer is sent again at once on a new connection, once per try.
 // - A request that still fails becomes an output line carrying its error; the job goes on.
 // - A request that ends in a connection error makes the executor check whether the runtime is still
 //   reachable; if not, the job stops with RuntimeUnavailableError (the agent reports the failure so
@@ -50,6 +51,12 @@ export interface ExecutorOptions {
   onAllStarted?: () => void
   /** The waits between retries (default: real time). */
   timers?: Timers
+  /**
+   * Asked after a request failed — `connection` (no answer: refused, broken, timed out) or
+   * `answer` (an error status): why the job cannot go on (its engine or model is gone), or null.
+   * Default: after a connection failure, whether `runtimeUrl` answers at all.
+   */
+  engineCheck?: (failure: 'connection' | 'answer') => Promise<Error | null>
 }
 
 export class RuntimeUnavailableError extends Error {}
@@ -85,13 +92,20 @@ export async function executeJob(
   let fatal: unknown
   const timers = opts.timers ?? realTimers
   const limiter = opts.limiter ?? fixedLimiter(opts.concurrency ?? 8)
-  // One reachability check answers the failures of the same moment; a later failure checks again
-  // (a runtime may restart while a job waits).
-  let runtimeCheck: { at: number; gone: Promise<boolean> } | null = null
-  const runtimeGone = () => {
-    if (!runtimeCheck || timers.nowMs() - runtimeCheck.at > RECHECK_MS)
-      runtimeCheck = { at: timers.nowMs(), gone: runtimeReachable(opts.runtimeUrl).then((ok) => !ok) }
-    return runtimeCheck.gone
+  const engineCheck =
+    opts.engineCheck ??
+    (async (failure: 'connection' | 'answer') =>
+      failure === 'connection' && !(await runtimeReachable(opts.runtimeUrl))
+        ? new RuntimeUnavailableError(`runtime unreachable at ${opts.runtimeUrl}`)
+        : null)
+  // One check answers the failures of the same moment; a later failure checks again (a runtime may
+  // restart while a job waits).
+  const checks: Partial<Record<'connection' | 'answer', { at: number; why: Promise<Error | null> }>> = {}
+  const engineGone = (failure: 'connection' | 'answer') => {
+    const last = checks[failure]
+    if (!last || timers.nowMs() - last.at > RECHECK_MS)
+      checks[failure] = { at: timers.nowMs(), why: engineCheck(failure) }
+    return checks[failure]!.why
   }
 
   // The sink writes its buffer out whenever it passes FLUSH_BYTES: results reach the disk as the
@@ -126,11 +140,19 @@ export async function executeJob(
     // A batch result is one response body; a streamed answer would arrive as server-sent events.
     if ('stream' in body) body.stream = false
     const outcome = await request(url, JSON.stringify(body), opts, timers, permit, stop.signal)
-    if (outcome.error?.code === 'connection_error' || outcome.error?.code === 'timeout') {
-      if (!stop.signal.aborted && (await runtimeGone()))
-        throw new RuntimeUnavailableError(
-          `runtime unreachable at ${opts.runtimeUrl}: ${outcome.error.message}`,
-        )
+    const failure =
+      outcome.error?.code === 'connection_error' || outcome.error?.code === 'timeout'
+        ? 'connection'
+        : (outcome.status ?? 0) >= 400
+          ? 'answer'
+          : null
+    if (failure && !stop.signal.aborted) {
+      const gone = await engineGone(failure)
+      if (gone) {
+        if (gone instanceof RuntimeUnavailableError && outcome.error)
+          throw new RuntimeUnavailableError(`${gone.message}: ${outcome.error.message}`)
+        throw gone
+      }
     }
     if (stop.signal.aborted) return
     write(outputLine(ids(), customId, outcome, requestIds))
@@ -187,9 +209,14 @@ async function request(
   stop: AbortSignal,
 ): Promise<Outcome> {
   let last: Outcome = { error: { code: 'connection_error', message: 'not attempted' } }
+  // Once per try, a connection the engine reset before answering (ECONNRESET: a kept-alive
+  // connection it had closed as this request went out on it — llama.cpp's router does) is not a
+  // try: the request goes again at once, on a new connection.
+  let fresh = false
   for (let attempt = 0; attempt < opts.tries; attempt++) {
     if (stop.aborted) return last
     let hintMs: number | null = null
+    let reset = false
     const ac = new AbortController()
     const onStop = () => ac.abort()
     stop.addEventListener('abort', onStop, { once: true })
@@ -205,7 +232,9 @@ async function request(
         headers: { 'content-type': 'application/json' },
         body: payload,
         signal: ac.signal,
+        ...(fresh ? { keepalive: false } : {}),
       })
+      fresh = false
       const text = await res.text()
       // 429 and 503 are how engines say they are over their capacity.
       permit.limiter.sample({ startedAtMs, overload: res.status === 429 || res.status === 503 })
@@ -214,6 +243,8 @@ async function request(
       hintMs = retryAfterMs(res.headers.get('retry-after'))
     } catch (e) {
       if (stop.aborted) return last
+      reset = !timedOut && !fresh && (e as NodeJS.ErrnoException).code === 'ECONNRESET'
+      fresh = reset
       if (timedOut) permit.limiter.sample({ startedAtMs, overload: true })
       last = timedOut
         ? { error: { code: 'timeout', message: `no answer within ${opts.requestTimeoutMs} ms` } }
@@ -221,6 +252,10 @@ async function request(
     } finally {
       clearTimeout(timer)
       stop.removeEventListener('abort', onStop)
+    }
+    if (reset) {
+      attempt--
+      continue
     }
     if (attempt + 1 < opts.tries) {
       // The wait is not a request at the engine: its slot serves another meanwhile.

@@ -301,6 +301,66 @@ describe('executor: retries and per-line failures', () => {
     }
   })
 
+  test('a connection the engine resets before answering is sent again at once on a new one, without spending a try', async () => {
+    // An engine that resets the next `resets` requests before answering (llama.cpp's router does,
+    // now and then, on a kept-alive connection it closed), and answers the rest.
+    let resets = 0
+    let received = 0
+    const answer = JSON.stringify({ object: 'chat.completion', choices: [] })
+    const engine = Bun.listen({
+      hostname: '127.0.0.1',
+      port: 0,
+      socket: {
+        data(socket, data) {
+          // Requests only: the daemon's reachability check (a GET /) is answered, not counted.
+          const post = data.toString().startsWith('POST')
+          if (post) received++
+          if (post && resets > 0) {
+            resets--
+            socket.terminate()
+            return
+          }
+          socket.end(
+            `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${answer.length}\r\nconnection: close\r\n\r\n${answer}`,
+          )
+        },
+      },
+    })
+    const url = `http://127.0.0.1:${engine.port}`
+    try {
+      resets = 1
+      const once = files([chat('a', 'x')])
+      expect(
+        await executeJob(
+          once.input,
+          once.output,
+          { model: 'm', endpoint: '/v1/chat/completions' },
+          opts(url, { tries: 1 }),
+        ),
+      ).toEqual({ read: 1, completed: 1, failed: 0 })
+      expect(received).toBe(2)
+      // Reset again on the new connection: that one was a try, and the only one.
+      resets = 2
+      received = 0
+      const twice = files([chat('b', 'x')])
+      expect(
+        await executeJob(
+          twice.input,
+          twice.output,
+          { model: 'm', endpoint: '/v1/chat/completions' },
+          opts(url, { tries: 1 }),
+        ),
+      ).toEqual({ read: 1, completed: 0, failed: 1 })
+      expect(received).toBe(2)
+      expect(readOutput(twice.output)[0]).toMatchObject({
+        response: null,
+        error: { code: 'connection_error' },
+      })
+    } finally {
+      engine.stop(true)
+    }
+  })
+
   test('a request past its timeout is retried, then an error line', async () => {
     const rt = startFakeRuntime({ models: ['m'] })
     try {

@@ -1,4 +1,4 @@
-import { describe, expect, test } from 'bun:test'
+import { beforeAll, describe, expect, test } from 'bun:test'
 import type { JobView } from '../../src/daemon/job'
 import {
   formatDuration,
@@ -7,7 +7,7 @@ import {
   RateMeter,
   startStatusView,
 } from '../../src/daemon/status'
-import { log } from '../../src/lib/logger'
+import { log, setLogLevel } from '../../src/lib/logger'
 import { capturedLogLines } from '../helpers/secrets'
 import { until } from '../helpers/until'
 
@@ -18,10 +18,14 @@ const view = (o: Partial<JobView> = {}): JobView => ({
   completed: 0,
   failed: 0,
   started_at_ms: 0,
+  stage: null,
   ...o,
 })
 
 describe('operator view', () => {
+  // What is shown is info records: the level a server started by another test file left does not count.
+  beforeAll(() => setLogLevel('info'))
+
   test('rate and ETA come from recent progress', () => {
     const meter = new RateMeter()
     meter.sample(view(), 0)
@@ -31,6 +35,12 @@ describe('operator view', () => {
       'batch_abc  200/1000  20 failed  100 req/s  ETA 0:08',
     )
     expect(meter.sample(view(), 0).eta_seconds).toBeNull()
+  })
+
+  test('a job waiting for its model says what it waits on instead of its counts', () => {
+    const stage = 'loading qwen (unloading llama: least recently used, no job needs it)'
+    const v = view({ stage })
+    expect(formatStatusLine(v, new RateMeter().sample(v, 0))).toBe(`batch_abc  ${stage}`)
   })
 
   test('durations read as m:ss or h:mm:ss', () => {
@@ -68,7 +78,7 @@ describe('operator view', () => {
   test('off a terminal, progress is a structured log record', async () => {
     const before = capturedLogLines().length
     const stop = startStatusView(
-      { jobViews: () => [view({ completed: 10 })] },
+      { jobViews: () => [view({ completed: 10, stage: 'loading qwen' })] },
       { tty: false, logEverySeconds: 0.02 },
     )
     const progress = () =>
@@ -81,6 +91,12 @@ describe('operator view', () => {
     } finally {
       stop()
     }
-    expect(progress()).toMatchObject({ job_id: 'batch_abc', done: 10, total: 1000, failed: 0 })
+    expect(progress()).toMatchObject({
+      job_id: 'batch_abc',
+      done: 10,
+      total: 1000,
+      failed: 0,
+      stage: 'loading qwen',
+    })
   })
 })
