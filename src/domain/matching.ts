@@ -1,4 +1,5 @@
 import type { WorkerRow } from '../db/schema'
+import type { DownloadableEntry } from './downloads'
 import type { HostedModel } from './inventory'
 
 // THE matching predicate (docs/api.md §7 Poll rules 1–6, docs/api.md §7 "hosts", serving profiles, artifact
@@ -11,7 +12,7 @@ export interface Profile {
   params: Record<string, unknown>
 }
 
-export interface CatalogueEntry {
+export interface CatalogueEntry extends DownloadableEntry {
   id: string
   renamed_from: string | null
   enabled: boolean

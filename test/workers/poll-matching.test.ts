@@ -315,6 +315,10 @@ describe('the predicate itself', () => {
     digest: null,
     profiles: [{ runtime: 'ollama', runtime_model_id: 'e:1', params: {} }],
     artifact_sha256: [],
+    artifact_files: [],
+    source_type: null,
+    source_ref: null,
+    source_revision: null,
     ...o,
   })
   const view = (o: Partial<WorkerView> = {}): WorkerView => ({
