@@ -44,10 +44,18 @@ describe('hub downloads', () => {
   })
 
   test('a name or path that could leave its directory is refused', () => {
-    for (const ref of ['../r/m.gguf', 'o/../m.gguf', 'o/r/../m.gguf', 'o/r//m.gguf', '/o/r/m.gguf', 'o/r/a\\b'])
+    for (const ref of [
+      '../r/m.gguf',
+      'o/../m.gguf',
+      'o/r/../m.gguf',
+      'o/r//m.gguf',
+      '/o/r/m.gguf',
+      'o/r/a\\b',
+    ])
       expect(hubSource(entry({ source_ref: ref, digest: D }))).toBeNull()
     expect(isSafeRelativePath('a/b.gguf')).toBe(true)
-    for (const p of ['', '/a', 'a/', './a', 'a/../b', 'a\\b', 'a\0b']) expect(isSafeRelativePath(p)).toBe(false)
+    for (const p of ['', '/a', 'a/', './a', 'a/../b', 'a\\b', 'a\0b'])
+      expect(isSafeRelativePath(p)).toBe(false)
   })
 
   test('Ollama pulls from its registry whatever the source; other runtimes need a hub source', () => {
