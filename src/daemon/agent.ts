@@ -228,7 +228,8 @@ export class Agent {
           ...(reuse ? { worker_id: reuse } : {}),
           daemon_version: DAEMON_VERSION,
           max_concurrent_jobs: this.opts.max_jobs,
-          max_download_gb: this.opts.max_download_gb,
+          // docs/api.md §7 pull_models: a runtime that cannot download is never asked to.
+          max_download_gb: this.runtime.pull ? this.opts.max_download_gb : 0,
           ...(this.opts.shards ? { capabilities: { shards: true } } : {}),
           models: snapshot.models,
           runtimes: [
@@ -406,7 +407,7 @@ export class Agent {
       ...(task.digest ? { digest: task.digest } : {}),
     }
     let lastSent = Number.NEGATIVE_INFINITY
-    const send = (p: PullProgress) =>
+    const send = (p: PullProgress | { status: 'failed'; error: string }) =>
       this.cp
         .modelProgress({ ...base, ...p })
         .catch((e) => plog.warn('model-progress failed', { error: e.message }))
@@ -423,8 +424,10 @@ export class Agent {
         await send({ status: 'completed' })
       })
       .catch(async (e) => {
-        plog.warn('model pull failed', { error: (e as Error).message })
-        await send({ status: 'failed' })
+        const error = (e as Error).message
+        plog.warn('model pull failed', { error })
+        // docs/api.md §7 model-progress: the reason travels with the failure (at most 2000 characters).
+        await send({ status: 'failed', error: error.slice(0, 2000) })
       })
       .finally(() => {
         this.pulling = null

@@ -73,7 +73,8 @@ describe('registration', () => {
       hostname: hostname(),
       daemon_version: DAEMON_VERSION,
       max_concurrent_jobs: 2,
-      max_download_gb: 40,
+      // An OpenAI-compatible server the daemon does not manage cannot download: never asked to.
+      max_download_gb: 0,
       models: [MODEL],
       runtimes: [{ engine: 'openai', base_url: rt.url, status: 'online', inventory: [] }],
     })
@@ -452,6 +453,7 @@ describe('model pulls (heartbeat pull_models)', () => {
     )
     start(cp, rt, { runtime: 'ollama', engine: 'ollama', max_download_gb: 10, progress_interval: 0 })
     await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
+    expect(cp.registrations[0].max_download_gb).toBe(10)
     expect(cp.heartbeats[0].inventory).toEqual([])
     cp.askToPull([
       {
@@ -499,6 +501,7 @@ describe('model pulls (heartbeat pull_models)', () => {
       worker_id: expect.any(String),
       model: 'missing:1',
       status: 'failed',
+      error: 'ollama pull failed: pull model manifest: file does not exist',
     })
   })
 
