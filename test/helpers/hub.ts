@@ -147,3 +147,14 @@ export function seededBytes(n: number, seed = 1): Uint8Array {
   }
   return out
 }
+
+// `bun test/helpers/hub.ts BYTES`: a hub in its own process (benchmarks) serving one seeded file of
+// BYTES at /bench/model-GGUF/resolve/main/model.gguf; prints its URL, the file's path in the hub,
+// its sha256 and size as one JSON line.
+if (import.meta.main) {
+  const size = Number(process.argv[2] ?? 1e8)
+  const hub = startStandInHub()
+  const path = 'model.gguf'
+  const file = hub.put('bench/model-GGUF', path, seededBytes(size))
+  console.log(JSON.stringify({ url: hub.url, repo: 'bench/model-GGUF', path, ...file }))
+}
