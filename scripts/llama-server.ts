@@ -2,7 +2,8 @@
 // beside this machine's own (older) system, serving a tiny generated model.
 //
 //   bun scripts/llama-server.ts fetch            fetch and unpack the engine (cached), print its root
-//   bun scripts/llama-server.ts model [PATH]     write the tiny model, print its path and sha256
+//                                                and the router command
+//   bun scripts/llama-server.ts model [PATH] [SEED]  write the tiny model, print its path and sha256
 //   bun scripts/llama-server.ts start            start llama-server on a free loopback port, print
 //                                                its URL and PID (stop it with `kill PID`)
 //
@@ -13,8 +14,16 @@
 // - Run: the binary is started through the unpacked root's own loader
 //   (`…/ld-linux-x86-64.so.2 --library-path …`), so sid's libc serves it whatever the host has, and
 //   GGML_BACKEND_PATH names the portable CPU backend (without it no backend loads).
+// - Router: llama-server's router mode (`--models-dir`, one child process per loaded model) starts
+//   each child by re-executing its own binary, which through the loader would be the loader. So the
+//   fetch also makes `llama-server.router`, a copy whose ELF interpreter is the root's loader (set
+//   with sid's patchelf, itself run through that loader), and `llama-router`, a shell script that
+//   sets LD_LIBRARY_PATH and GGML_BACKEND_PATH for that one process (the children inherit them;
+//   an RPATH would not do: libllama-server-impl.so has its own RUNPATH) and execs the copy. The
+//   script is what `gridkeep worker --llama-server` takes (docs/worker.md).
 // - Model: a llama-architecture GGUF v3 (2 layers, width 64, F32 weights from a seeded generator,
-//   ~0.5 MB), the same bytes on every run. Its vocabulary holds the 256 byte tokens <0x00>…<0xFF>
+//   ~0.5 MB), the same bytes on every run for one seed; another seed gives other weights (another
+//   sha256), so tests can hold several models. Its vocabulary holds the 256 byte tokens <0x00>…<0xFF>
 //   (llama-server aborts on a character it cannot tokenize otherwise).
 //
 // Cache: GRIDKEEP_LLAMA_CACHE, else $XDG_CACHE_HOME/gridkeep-llama, else ~/.cache/gridkeep-llama;
@@ -22,6 +31,8 @@
 // gone) returns the reason instead of throwing, so tests can report themselves as not run.
 
 import {
+  chmodSync,
+  copyFileSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -47,6 +58,7 @@ export const PACKAGES = [
   'libssl3t64',
   'zlib1g',
   'libzstd1',
+  'patchelf',
 ]
 const LIB = 'usr/lib/x86_64-linux-gnu'
 
@@ -62,22 +74,36 @@ export interface Engine {
   libraryPath: string
   binary: string
   backend: string
+  /** The copy of the binary whose interpreter is `loader`: runnable directly (router mode). */
+  routerBinary: string
+  /** What `routerBinary` needs in its environment (and nothing else's). */
+  routerEnv: Record<string, string>
+  /** The script that runs `routerBinary` with `routerEnv`: a drop-in `llama-server`. */
+  router: string
 }
 
 export type FetchResult = { ok: true; engine: Engine } | { ok: false; reason: string }
 
 function engineAt(root: string): Engine {
   const lib = join(root, LIB)
+  const libraryPath = [lib, join(lib, 'llama')].join(':')
+  const backend = join(lib, 'ggml/backends0/libggml-cpu-x64.so')
   return {
     root,
     loader: join(lib, 'ld-linux-x86-64.so.2'),
-    libraryPath: [lib, join(lib, 'llama')].join(':'),
+    libraryPath,
     binary: join(root, 'usr/bin/llama-server'),
-    backend: join(lib, 'ggml/backends0/libggml-cpu-x64.so'),
+    backend,
+    routerBinary: join(root, 'usr/bin/llama-server.router'),
+    routerEnv: { LD_LIBRARY_PATH: libraryPath, GGML_BACKEND_PATH: backend },
+    router: join(root, 'usr/bin/llama-router'),
   }
 }
 
-const complete = (e: Engine) => [e.loader, e.binary, e.backend].every((p) => existsSync(p))
+/** The unpacked packages are all there. */
+const unpacked = (e: Engine) => [e.loader, e.binary, e.backend].every((p) => existsSync(p))
+/** …and the router's copy and script were made. */
+const complete = (e: Engine) => unpacked(e) && existsSync(e.routerBinary) && existsSync(e.router)
 
 /**
  * The Debian mirror of this machine's own apt sources: the first `deb` URI of the main archive
@@ -157,63 +183,127 @@ function fetchInto(dir: string, etcApt: string): FetchResult {
   // Private apt state: the system's lists, cache and sources are neither read nor changed.
   const work = mkdtempSync(join(dir, 'fetch-'))
   try {
-    for (const d of ['lists/partial', 'cache/archives/partial', 'debs'])
-      mkdirSync(join(work, d), { recursive: true })
-    const sources = join(work, 'sources.list')
-    const keyring = '/usr/share/keyrings/debian-archive-keyring.gpg'
-    const signed = existsSync(keyring) ? `[signed-by=${keyring}] ` : ''
-    writeFileSync(sources, `deb ${signed}${mirror} sid main\n`)
-    const status = join(work, 'status')
-    writeFileSync(status, '')
-    const apt = [
-      'apt-get',
-      '-q',
-      '-o',
-      `Dir::Etc::SourceList=${sources}`,
-      '-o',
-      'Dir::Etc::SourceParts=/dev/null',
-      '-o',
-      'Dir::Etc::Preferences=/dev/null',
-      '-o',
-      'Dir::Etc::PreferencesParts=/dev/null',
-      '-o',
-      `Dir::State::Lists=${join(work, 'lists')}`,
-      '-o',
-      `Dir::State::status=${status}`,
-      '-o',
-      `Dir::Cache=${join(work, 'cache')}`,
-      '-o',
-      'Debug::NoLocking=1',
-      '-o',
-      'APT::Architecture=amd64',
-      '-o',
-      'APT::Sandbox::User=root',
-    ]
-    const update = run([...apt, 'update'])
-    if (!update.ok) return { ok: false, reason: `apt-get update of sid failed: ${tail(update.output)}` }
-    const download = run([...apt, 'download', ...PACKAGES], join(work, 'debs'))
-    if (!download.ok) return { ok: false, reason: `apt-get download failed: ${tail(download.output)}` }
-
-    // Unpacked beside the final root and renamed into place: a concurrent or broken run never
-    // leaves a half-filled root that looks complete.
-    const staging = join(work, 'root')
-    for (const deb of readdirSync(join(work, 'debs')).filter((f) => f.endsWith('.deb'))) {
-      const x = run(['dpkg-deb', '-x', join(work, 'debs', deb), staging])
-      if (!x.ok) return { ok: false, reason: `dpkg-deb -x ${deb} failed: ${tail(x.output)}` }
+    if (!unpacked(engine)) {
+      const debs = aptDownload(work, mirror, PACKAGES)
+      if (typeof debs !== 'string') return debs
+      // Unpacked beside the final root and renamed into place: a concurrent or broken run never
+      // leaves a half-filled root that looks complete.
+      const staging = join(work, 'root')
+      const x = unpack(debs, staging)
+      if (x) return x
+      if (!unpacked(engineAt(staging)))
+        return { ok: false, reason: 'the unpacked packages lack llama-server, the loader or the CPU backend' }
+      try {
+        renameSync(staging, engine.root)
+      } catch (e) {
+        // Another run got there first.
+        if (!unpacked(engine))
+          return { ok: false, reason: `could not place the engine: ${(e as Error).message}` }
+      }
     }
-    if (!complete(engineAt(staging)))
-      return { ok: false, reason: 'the unpacked packages lack llama-server, the loader or the CPU backend' }
-    try {
-      renameSync(staging, engine.root)
-    } catch (e) {
-      // Another run got there first.
-      if (!complete(engine))
-        return { ok: false, reason: `could not place the engine: ${(e as Error).message}` }
-    }
-    return { ok: true, engine }
+    return makeRouter(engine, work, mirror)
   } finally {
     rmSync(work, { recursive: true, force: true })
   }
+}
+
+/** Downloads `packages` from sid into `<work>/debs`; returns that directory, or why not. */
+function aptDownload(work: string, mirror: string, packages: string[]): string | FetchResult {
+  for (const d of ['lists/partial', 'cache/archives/partial', 'debs'])
+    mkdirSync(join(work, d), { recursive: true })
+  const sources = join(work, 'sources.list')
+  const keyring = '/usr/share/keyrings/debian-archive-keyring.gpg'
+  const signed = existsSync(keyring) ? `[signed-by=${keyring}] ` : ''
+  writeFileSync(sources, `deb ${signed}${mirror} sid main\n`)
+  const status = join(work, 'status')
+  writeFileSync(status, '')
+  const apt = [
+    'apt-get',
+    '-q',
+    '-o',
+    `Dir::Etc::SourceList=${sources}`,
+    '-o',
+    'Dir::Etc::SourceParts=/dev/null',
+    '-o',
+    'Dir::Etc::Preferences=/dev/null',
+    '-o',
+    'Dir::Etc::PreferencesParts=/dev/null',
+    '-o',
+    `Dir::State::Lists=${join(work, 'lists')}`,
+    '-o',
+    `Dir::State::status=${status}`,
+    '-o',
+    `Dir::Cache=${join(work, 'cache')}`,
+    '-o',
+    'Debug::NoLocking=1',
+    '-o',
+    'APT::Architecture=amd64',
+    '-o',
+    'APT::Sandbox::User=root',
+  ]
+  const update = run([...apt, 'update'])
+  if (!update.ok) return { ok: false, reason: `apt-get update of sid failed: ${tail(update.output)}` }
+  const download = run([...apt, 'download', ...packages], join(work, 'debs'))
+  if (!download.ok) return { ok: false, reason: `apt-get download failed: ${tail(download.output)}` }
+  return join(work, 'debs')
+}
+
+/** Unpacks every .deb of `debs` into `root`; null, or why not. */
+function unpack(debs: string, root: string): FetchResult | null {
+  for (const deb of readdirSync(debs).filter((f) => f.endsWith('.deb'))) {
+    const x = run(['dpkg-deb', '-x', join(debs, deb), root])
+    if (!x.ok) return { ok: false, reason: `dpkg-deb -x ${deb} failed: ${tail(x.output)}` }
+  }
+  return null
+}
+
+/**
+ * The router's copy of the binary (interpreter: the root's loader) and its script, made once. A
+ * root unpacked before patchelf was among the packages gets patchelf first (unpacked into it).
+ */
+function makeRouter(engine: Engine, work: string, mirror: string): FetchResult {
+  if (complete(engine)) return { ok: true, engine }
+  const patchelf = join(engine.root, 'usr/bin/patchelf')
+  if (!existsSync(patchelf)) {
+    const debs = aptDownload(join(work, 'patchelf'), mirror, ['patchelf'])
+    if (typeof debs !== 'string') return debs
+    const x = unpack(debs, engine.root)
+    if (x) return x
+    if (!existsSync(patchelf)) return { ok: false, reason: 'the patchelf package holds no usr/bin/patchelf' }
+  }
+  // Made beside the final names and renamed into place, like the root.
+  const copy = `${engine.routerBinary}.${process.pid}.tmp`
+  copyFileSync(engine.binary, copy)
+  const patched = run([
+    engine.loader,
+    '--library-path',
+    engine.libraryPath,
+    patchelf,
+    '--set-interpreter',
+    engine.loader,
+    copy,
+  ])
+  if (!patched.ok) {
+    rmSync(copy, { force: true })
+    return { ok: false, reason: `patchelf --set-interpreter failed: ${tail(patched.output)}` }
+  }
+  chmodSync(copy, 0o755)
+  renameSync(copy, engine.routerBinary)
+  const script = `${engine.router}.${process.pid}.tmp`
+  const quote = (s: string) => `'${s.replaceAll("'", "'\\''")}'`
+  writeFileSync(
+    script,
+    [
+      '#!/bin/sh',
+      '# llama-server from the unpacked sid root, runnable in router mode (scripts/llama-server.ts).',
+      ...Object.entries(engine.routerEnv).map(([k, v]) => `export ${k}=${quote(v)}`),
+      `exec ${quote(engine.routerBinary)} "$@"`,
+      '',
+    ].join('\n'),
+  )
+  chmodSync(script, 0o755)
+  renameSync(script, engine.router)
+  return { ok: true, engine }
 }
 
 const tail = (s: string) => s.split('\n').slice(-3).join(' | ')
@@ -315,9 +405,9 @@ const T_STRING = 8
 const T_ARRAY = 9
 const ALIGN = 32
 
-/** The tiny model's bytes: the same on every call. */
-export function tinyModel(): Uint8Array {
-  const { layers, width, heads, ffn, context, seed } = TINY
+/** The tiny model's bytes: the same on every call with the same seed; other weights for another. */
+export function tinyModel(seed: number = TINY.seed): Uint8Array {
+  const { layers, width, heads, ffn, context } = TINY
   // SentencePiece-style vocabulary: three control tokens, then every byte.
   const tokens = ['<unk>', '<s>', '</s>']
   const types = [2, 3, 3]
@@ -404,10 +494,14 @@ export function tinyModel(): Uint8Array {
 const align = (n: number) => Math.ceil(n / ALIGN) * ALIGN
 
 /** Writes the tiny model to `path` (unless it is already there) and returns the path. */
-export async function writeTinyModel(path = join(cacheDir(), 'gridkeep-tiny.gguf')): Promise<string> {
-  const bytes = tinyModel()
+export async function writeTinyModel(
+  path = join(cacheDir(), 'gridkeep-tiny.gguf'),
+  seed: number = TINY.seed,
+): Promise<string> {
+  const bytes = tinyModel(seed)
   const file = Bun.file(path)
-  if ((await file.exists()) && file.size === bytes.length) return path
+  if ((await file.exists()) && file.size === bytes.length && Buffer.compare(await file.bytes(), bytes) === 0)
+    return path
   mkdirSync(join(path, '..'), { recursive: true })
   const tmp = `${path}.${process.pid}.tmp`
   await Bun.write(tmp, bytes)
@@ -548,9 +642,10 @@ if (import.meta.main) {
       console.error(`could not fetch llama-server: ${r.reason}`)
       process.exit(1)
     }
-    console.log(r.engine.root)
+    console.log(`${r.engine.root}\nrouter: ${r.engine.router}`)
   } else if (command === 'model') {
-    const path = await writeTinyModel(arg)
+    const seed = process.argv[4]
+    const path = await writeTinyModel(arg, seed === undefined ? TINY.seed : Number(seed))
     const sha = new Bun.CryptoHasher('sha256').update(await Bun.file(path).bytes()).digest('hex')
     console.log(`${path} sha256:${sha}`)
   } else if (command === 'start') {
@@ -572,7 +667,7 @@ if (import.meta.main) {
     // The server outlives this script; stop it with `kill PID`.
     process.exit(0)
   } else {
-    console.error('usage: bun scripts/llama-server.ts fetch | model [PATH] | start')
+    console.error('usage: bun scripts/llama-server.ts fetch | model [PATH] [SEED] | start')
     process.exit(2)
   }
 }

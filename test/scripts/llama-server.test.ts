@@ -2,7 +2,7 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { debianMirror, fetchEngine, TINY, tinyModel } from '../../scripts/llama-server'
+import { debianMirror, fetchEngine, TINY, tinyModel, writeTinyModel } from '../../scripts/llama-server'
 
 // scripts/llama-server.ts without the network: where the mirror comes from, why a fetch is not
 // possible, and the tiny model's bytes. The engine itself is exercised by test/daemon/llama.test.ts.
@@ -79,5 +79,22 @@ describe('the tiny model', () => {
     const text = new TextDecoder('latin1').decode(tinyModel().subarray(0, 20_000))
     for (const b of [0x00, 0x0a, 0x41, 0xe2, 0xff])
       expect(text).toContain(`<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`)
+  })
+
+  test('another seed gives other weights of the same shape: another sha256', () => {
+    const sha = (b: Uint8Array) => new Bun.CryptoHasher('sha256').update(b).digest('hex')
+    const a = tinyModel(1)
+    const b = tinyModel(2)
+    expect(a.length).toBe(b.length)
+    expect(sha(a)).not.toBe(sha(b))
+    expect(sha(tinyModel(1))).toBe(sha(a))
+    expect(sha(tinyModel())).toBe(sha(tinyModel(TINY.seed)))
+  })
+
+  test('writeTinyModel rewrites a file of the same size holding another seed’s bytes', async () => {
+    const path = join(root, 'seeded.gguf')
+    await writeTinyModel(path, 1)
+    await writeTinyModel(path, 2)
+    expect(Buffer.compare(await Bun.file(path).bytes(), tinyModel(2))).toBe(0)
   })
 })
