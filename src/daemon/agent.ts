@@ -443,10 +443,13 @@ export class Agent {
       ...(task.digest ? { digest: task.digest } : {}),
     }
     let lastSent = Number.NEGATIVE_INFINITY
-    const send = (p: PullProgress | { status: 'failed'; error: string }) =>
+    // One report at a time, in order: a late `downloading` must never land after `verifying` or
+    // `completed` (the server keeps the last step on the ask, docs/api.md §7 model-progress).
+    const send = serially((p: PullProgress | { status: 'failed'; error: string }) =>
       this.cp
         .modelProgress({ ...base, ...p })
-        .catch((e) => plog.warn('model-progress failed', { error: e.message }))
+        .catch((e) => plog.warn('model-progress failed', { error: e.message })),
+    )
     const onProgress = (p: PullProgress) => {
       const now = this.timers.nowMs()
       if (p.status === 'downloading' && now - lastSent < this.opts.progress_interval * 1000) return
@@ -604,3 +607,13 @@ export class Agent {
 }
 
 const round = (n: number) => Math.round(n * 100) / 100
+
+/** `fn` called one at a time, in the order of the calls: each waits for the one before to settle. */
+export function serially<T>(fn: (x: T) => Promise<unknown>): (x: T) => Promise<void> {
+  let last: Promise<unknown> = Promise.resolve()
+  return (x) => {
+    const next = last.then(() => fn(x))
+    last = next.catch(() => {})
+    return next.then(() => {})
+  }
+}

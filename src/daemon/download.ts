@@ -152,8 +152,14 @@ interface FileState extends LayoutFile {
   kept: number
 }
 
+/** What a finished download placed: every file where it now is, with its verified sha256. */
+export interface Downloaded {
+  bytes: number
+  files: { path: string; sha256: string }[]
+}
+
 /** Fetches, verifies and moves into place every file of `req.layout`. Throws DownloadError on failure. */
-export async function downloadModel(req: DownloadRequest): Promise<{ bytes: number }> {
+export async function downloadModel(req: DownloadRequest): Promise<Downloaded> {
   const { layout } = req
   const parent = dirname(layout.dest)
   mkdirSync(parent, { recursive: true })
@@ -208,32 +214,36 @@ export async function downloadModel(req: DownloadRequest): Promise<{ bytes: numb
   report('verifying')
   place(layout, staging, files)
   dlog.info('model downloaded and verified', { bytes: progress.completed })
-  return { bytes: progress.completed }
+  return {
+    bytes: progress.completed,
+    files: files.map((f) => ({
+      path: layout.kind === 'file' ? layout.dest : join(layout.dest, f.rel),
+      sha256: f.sha256,
+    })),
+  }
 }
 
-/** A pull_models ask from a hub (docs/api.md §7), downloaded into `modelsDir`. */
+/** A pull_models ask from a hub (docs/api.md §7), downloaded where the runtime's `layout` says. */
 export async function pullFromHub(
   task: PullModel,
   o: {
-    modelsDir: string
+    /** Where the model's files land (the runtime's business: ManagedEngine.layoutFor). */
+    layout: (name: string, files: DownloadFile[]) => ModelLayout
     hub: HubAccess
     maxDownloadGb: number
-    flat?: boolean
     onProgress?: (p: DownloadProgress) => void
     signal?: AbortSignal
   } & Pick<DownloadRequest, 'timers' | 'backoff' | 'retries' | 'stallMs' | 'freeBytes'>,
-): Promise<{ bytes: number; dest: string }> {
+): Promise<Downloaded & { dest: string }> {
   if (task.source_type !== HUB_SOURCE_TYPE || !task.source_ref || !task.files?.length)
     throw new DownloadError(
       `catalogue entry ${task.catalogue_id} names no hub download (docs/api.md §7 pull_models)`,
     )
-  const layout = modelsDirLayout(
-    o.modelsDir,
+  const layout = o.layout(
     task.runtime_model_id,
     task.files.map((f) => ({ path: f.path, sha256: f.sha256, size_bytes: f.size_bytes ?? null })),
-    { flat: o.flat },
   )
-  const { bytes } = await downloadModel({
+  const done = await downloadModel({
     ...o,
     repo: task.source_ref,
     revision: task.source_revision || DEFAULT_REVISION,
@@ -241,7 +251,7 @@ export async function pullFromHub(
     maxBytes: o.maxDownloadGb * GB,
     sizeHint: task.size_gb ? Math.round(task.size_gb * GB) : null,
   })
-  return { bytes, dest: layout.dest }
+  return { ...done, dest: layout.dest }
 }
 
 const encodePath = (p: string) => p.split('/').map(encodeURIComponent).join('/')

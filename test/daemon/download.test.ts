@@ -58,7 +58,10 @@ describe('a good download', () => {
     ])
     expect(layout).toMatchObject({ kind: 'file', dest: join(dir, 'tiny-q8_0.gguf') })
     const { req, progress } = request(h, layout)
-    expect(await downloadModel(req)).toEqual({ bytes: bytes.length })
+    expect(await downloadModel(req)).toEqual({
+      bytes: bytes.length,
+      files: [{ path: join(dir, 'tiny-q8_0.gguf'), sha256: file.sha256 }],
+    })
     expect(tree(dir)).toEqual(['tiny-q8_0.gguf'])
     expect(sha256Of(readFileSync(join(dir, 'tiny-q8_0.gguf')))).toBe(file.sha256)
     // downloading…, then verifying once, at the end, with every byte in.
@@ -359,14 +362,18 @@ describe('a pull_models ask (docs/api.md §7)', () => {
         source_revision: 'v1',
         files: [{ path: 'q/tiny-Q8_0.gguf', sha256: file.sha256, size_bytes: null }],
       },
-      { modelsDir: dir, hub: { url: h.url }, maxDownloadGb: 1 },
+      { layout: (name, files) => modelsDirLayout(dir, name, files), hub: { url: h.url }, maxDownloadGb: 1 },
     )
-    expect(out).toEqual({ bytes: 10_000, dest: join(dir, 'tiny-q8_0.gguf') })
+    expect(out).toEqual({
+      bytes: 10_000,
+      dest: join(dir, 'tiny-q8_0.gguf'),
+      files: [{ path: join(dir, 'tiny-q8_0.gguf'), sha256: file.sha256 }],
+    })
     expect(existsSync(out.dest)).toBe(true)
     await expect(
       pullFromHub(
         { catalogue_id: 'x', runtime: 'llama.cpp', runtime_model_id: 'x', source_type: 'ollama', files: [] },
-        { modelsDir: dir, hub: { url: h.url }, maxDownloadGb: 1 },
+        { layout: (name, files) => modelsDirLayout(dir, name, files), hub: { url: h.url }, maxDownloadGb: 1 },
       ),
     ).rejects.toThrow('catalogue entry x names no hub download')
   })
