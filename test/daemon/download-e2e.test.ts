@@ -114,6 +114,12 @@ withRealEngine('a managed daemon downloads a catalogue entry it lacks, then serv
       expect(steps).toEqual(['downloading', 'verifying', 'completed'])
       expect(reports.at(-2)).toMatchObject({ completed_bytes: charlie.length, total_bytes: charlie.length })
 
+      // Hashed once, as it arrived: the daemon did not read the file again for the inventory.
+      const charliePath = join(modelsDir, 'charlie.gguf')
+      const hashedAgain = capturedLogLines().filter(
+        (l) => l.includes('"hashed model file"') && l.includes(charliePath),
+      )
+      expect(hashedAgain).toEqual([])
       // The worker row: C on the worker with the catalogue's digest (the inventory carries it).
       const models = await f.models(d.agent.id)
       expect(models.charlie).toMatchObject({ digest: sha256(charlie) })
