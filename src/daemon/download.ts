@@ -10,7 +10,6 @@ import {
   statfsSync,
   statSync,
   writeFileSync,
-  writeSync,
 } from 'node:fs'
 import { basename, dirname, join } from 'node:path'
 import { DEFAULT_REVISION, type DownloadFile, HUB_SOURCE_TYPE, isSafeRelativePath } from '../domain/downloads'
@@ -321,8 +320,12 @@ async function fetchFile(
   let hasher = f.kept > 0 ? await hashPrefix(f.partial, f.kept) : new Bun.CryptoHasher('sha256')
   let etag: string | null =
     f.kept > 0 && existsSync(`${f.partial}.etag`) ? readFileSync(`${f.partial}.etag`, 'utf8') : null
-  const fd = openSync(f.partial, f.kept > 0 ? 'r+' : 'w')
-  const restart = () => {
+  // Appending: the partial holds exactly the kept bytes. Bun's file sink writes in large blocks,
+  // which keeps a download near the speed of a plain fetch to disk (bench/download.ts).
+  const fd = openSync(f.partial, 'a')
+  const sink = Bun.file(fd).writer({ highWaterMark: 1 << 20 })
+  const restart = async () => {
+    await sink.flush()
     ftruncateSync(fd, 0)
     progress.completed -= f.kept
     f.kept = 0
@@ -356,7 +359,11 @@ async function fetchFile(
       }
     }
   } finally {
-    closeSync(fd)
+    try {
+      await sink.end()
+    } finally {
+      closeSync(fd)
+    }
   }
   const got = hasher.digest('hex')
   if (got !== f.sha256) {
@@ -393,7 +400,7 @@ async function fetchFile(
         await res.body?.cancel()
         const total = Number(/\/(\d+)$/.exec(res.headers.get('content-range') ?? '')?.[1])
         if (total === f.kept) return true
-        restart()
+        await restart()
         throw new Transient('the hub refused the range asked for')
       }
       if (res.status >= 500 || res.status === 429) {
@@ -408,13 +415,13 @@ async function fetchFile(
         const start = Number(/^bytes (\d+)-/.exec(res.headers.get('content-range') ?? '')?.[1])
         if (start !== f.kept) {
           await res.body?.cancel()
-          restart()
+          await restart()
           throw new Transient('the hub answered another range than the one asked for')
         }
       } else if (f.kept > 0) {
         // 200 to a Range request: the file changed (If-Range) or the hub ignores ranges. Start over.
         log.info('the hub sent the whole file again; starting it over', { path: f.path })
-        restart()
+        await restart()
       }
       const newEtag = strongEtag(res)
       if (newEtag !== etag) {
@@ -435,7 +442,7 @@ async function fetchFile(
           last = timers.nowMs()
           if (f.size !== null && f.kept + chunk.length > f.size)
             throw new DownloadError(`the hub sent more than the ${f.size} bytes of ${f.path}`)
-          writeSync(fd, chunk, 0, chunk.length, f.kept)
+          sink.write(chunk)
           hasher.update(chunk)
           f.kept += chunk.length
           progress.completed += chunk.length
