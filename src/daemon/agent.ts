@@ -243,7 +243,8 @@ export class Agent {
           ...(reuse ? { worker_id: reuse } : {}),
           daemon_version: DAEMON_VERSION,
           max_concurrent_jobs: this.opts.max_jobs,
-          max_download_gb: this.opts.max_download_gb,
+          // docs/api.md §7 pull_models: a runtime that cannot download is never asked to.
+          max_download_gb: this.runtime.pull ? this.opts.max_download_gb : 0,
           ...(this.opts.shards || this.runtime.manager
             ? {
                 capabilities: {
@@ -450,10 +451,13 @@ export class Agent {
       ...(task.digest ? { digest: task.digest } : {}),
     }
     let lastSent = Number.NEGATIVE_INFINITY
-    const send = (p: PullProgress) =>
+    // One report at a time, in order: a late `downloading` must never land after `verifying` or
+    // `completed` (the server keeps the last step on the ask, docs/api.md §7 model-progress).
+    const send = serially((p: PullProgress | { status: 'failed'; error: string }) =>
       this.cp
         .modelProgress({ ...base, ...p })
-        .catch((e) => plog.warn('model-progress failed', { error: e.message }))
+        .catch((e) => plog.warn('model-progress failed', { error: e.message })),
+    )
     const onProgress = (p: PullProgress) => {
       const now = this.timers.nowMs()
       if (p.status === 'downloading' && now - lastSent < this.opts.progress_interval * 1000) return
@@ -467,8 +471,10 @@ export class Agent {
         await send({ status: 'completed' })
       })
       .catch(async (e) => {
-        plog.warn('model pull failed', { error: (e as Error).message })
-        await send({ status: 'failed' })
+        const error = (e as Error).message
+        plog.warn('model pull failed', { error })
+        // docs/api.md §7 model-progress: the reason travels with the failure (at most 2000 characters).
+        await send({ status: 'failed', error: error.slice(0, 2000) })
       })
       .finally(() => {
         this.pulling = null
@@ -614,3 +620,13 @@ export class Agent {
 }
 
 const round = (n: number) => Math.round(n * 100) / 100
+
+/** `fn` called one at a time, in the order of the calls: each waits for the one before to settle. */
+export function serially<T>(fn: (x: T) => Promise<unknown>): (x: T) => Promise<void> {
+  let last: Promise<unknown> = Promise.resolve()
+  return (x) => {
+    const next = last.then(() => fn(x))
+    last = next.catch(() => {})
+    return next.then(() => {})
+  }
+}

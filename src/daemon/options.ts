@@ -107,6 +107,18 @@ export const DaemonOptionsSchema = T.Object({
   ),
   max_download_gb: Num(0, 0, 1_000_000, 'Largest model the server may ask this worker to pull (0 = never)'),
   capabilities: T.Optional(Capabilities),
+  hub_url: T.String({
+    pattern: '^https?://',
+    default: 'https://huggingface.co',
+    description:
+      'Model hub the runtime downloads catalogue entries from, laid out like Hugging Face ({hub}/{owner}/{repo}/resolve/{revision}/{path}): a mirror or a proxy',
+  }),
+  hub_token: T.Optional(
+    T.String({
+      minLength: 1,
+      description: 'Token sent to the hub as a bearer token (gated repositories); never logged',
+    }),
+  ),
   progress_interval: Num(5, 0.05, 3600, 'Seconds between progress reports of a job'),
   poll_interval: Num(5, 0.05, 3600, 'Seconds between polls while nothing is compatible'),
   poll_wait: Num(
@@ -175,6 +187,9 @@ export const ENV_NAMES: Record<Field, string> = {
   vram_gb: 'GRIDKEEP_VRAM_GB',
   max_download_gb: 'GRIDKEEP_MAX_DOWNLOAD_GB',
   capabilities: 'GRIDKEEP_CAPABILITIES',
+  hub_url: 'GRIDKEEP_HUB_URL',
+  // The name Hugging Face's own tools read, so a machine already set up for them needs nothing more.
+  hub_token: 'HF_TOKEN',
   progress_interval: 'GRIDKEEP_PROGRESS_INTERVAL',
   poll_interval: 'GRIDKEEP_POLL_INTERVAL',
   poll_wait: 'GRIDKEEP_POLL_WAIT',
@@ -243,8 +258,9 @@ export async function parseDaemonOptions(
     const name = (first.path.replace(/^\//, '').split('/')[0] || 'options') as Field
     const where = name in ENV_NAMES ? `${flagOf(name)} / ${ENV_NAMES[name]}` : name
     const missing = converted[name] === undefined
-    // Never echo the key back.
-    const got = missing || name === 'key' ? '' : ` (got ${JSON.stringify(converted[name])})`
+    // Never echo a secret back.
+    const got =
+      missing || name === 'key' || name === 'hub_token' ? '' : ` (got ${JSON.stringify(converted[name])})`
     throw new OptionsError(`${where}: ${missing ? 'required' : describe(first.schema)}${got}`)
   }
   return { help: false, options: finish(converted as Parsed) }
@@ -275,6 +291,7 @@ function finish(p: Parsed): DaemonOptions {
     // docs/api.md §16: a shard-capable worker holds the current shard and the next.
     max_jobs: p.shards ? Math.max(2, p.max_jobs ?? 2) : (p.max_jobs ?? 1),
     server: p.server.replace(/\/+$/, ''),
+    hub_url: p.hub_url.replace(/\/+$/, ''),
     runtime_url: managed
       ? ''
       : (p.runtime_url ?? (p.runtime === 'ollama' ? 'http://127.0.0.1:11434' : 'http://127.0.0.1:8000'))
@@ -359,6 +376,8 @@ const PLACEHOLDER: Partial<Record<Field, string>> = {
   vram_gb: 'GB',
   max_download_gb: 'GB',
   capabilities: 'LIST|none',
+  hub_url: 'URL',
+  hub_token: 'TOKEN',
   progress_interval: 'S',
   poll_interval: 'S',
   poll_wait: 'S',

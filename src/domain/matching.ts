@@ -5,6 +5,7 @@ import {
   effectiveCapabilities,
   runtimeCapabilities,
 } from './capabilities'
+import type { DownloadableEntry } from './downloads'
 import type { HostedModel } from './inventory'
 
 // THE matching predicate (docs/api.md §7 Poll rules 1–7, docs/api.md §7 "hosts", serving profiles, artifact
@@ -19,7 +20,7 @@ export interface Profile {
   params: Record<string, unknown>
 }
 
-export interface CatalogueEntry {
+export interface CatalogueEntry extends DownloadableEntry {
   id: string
   renamed_from: string | null
   enabled: boolean

@@ -220,6 +220,24 @@ describe('daemon options', () => {
     expect(badKey.message).not.toContain('sk-secret-value')
   })
 
+  test('the hub: huggingface.co by default, a mirror by flag or GRIDKEEP_HUB_URL, the token from HF_TOKEN and never echoed', async () => {
+    const o = await parse(base)
+    expect(o.hub_url).toBe('https://huggingface.co')
+    expect(o.hub_token).toBeUndefined()
+    expect((await parse([...base, '--hub-url', 'http://mirror.lab/hf/'])).hub_url).toBe(
+      'http://mirror.lab/hf',
+    )
+    const env = await parse(base, { GRIDKEEP_HUB_URL: 'http://hub.lab', HF_TOKEN: 'hf_abc123456789' })
+    expect(env).toMatchObject({ hub_url: 'http://hub.lab', hub_token: 'hf_abc123456789' })
+    expect((await parse([...base, '--hub-token', 'hf_flag1234567'], { HF_TOKEN: 'hf_env' })).hub_token).toBe(
+      'hf_flag1234567',
+    )
+    await expect(parse([...base, '--hub-url', 'ftp://hub'])).rejects.toThrow('--hub-url / GRIDKEEP_HUB_URL')
+    const empty = await parseDaemonOptions(base, { HF_TOKEN: ' ' }).catch((e) => e)
+    expect(empty.message).toMatch(/--hub-token \/ HF_TOKEN/)
+    expect(helpText()).toContain('HF_TOKEN')
+  })
+
   test('a config file with an unknown key or bad YAML is refused', async () => {
     const unknown = join(dir, 'unknown.yaml')
     writeFileSync(unknown, 'server: http://x\nfrobnicate: 1\n')

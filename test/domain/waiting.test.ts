@@ -24,6 +24,10 @@ const ENTRY: CatalogueEntry = {
   profiles: [{ runtime: 'ollama', runtime_model_id: 'llama:8b', params: {} }],
   artifact_sha256: [],
   capabilities: [],
+  artifact_files: [],
+  source_type: null,
+  source_ref: null,
+  source_revision: null,
 }
 
 function host(o: Partial<WaitingHost> & { vram?: number | null; org?: string; model?: string } = {}) {

@@ -27,6 +27,7 @@ export function daemonOptions(
     max_jobs: 2,
     vram_gb: 24,
     max_download_gb: 0,
+    hub_url: 'http://127.0.0.1:9',
     progress_interval: 0.05,
     poll_interval: 0.05,
     poll_wait: 0,

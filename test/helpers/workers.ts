@@ -44,6 +44,9 @@ export interface EntryOptions {
   capabilities?: Record<string, boolean>
   profiles?: { runtime: string; runtime_model_id: string; params?: Record<string, unknown> }[]
   artifact_files?: { path: string; sha256: string; size_bytes?: number }[]
+  source_type?: string | null
+  source_ref?: string | null
+  source_revision?: string | null
 }
 
 /**

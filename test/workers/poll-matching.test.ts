@@ -316,6 +316,10 @@ describe('the predicate itself', () => {
     profiles: [{ runtime: 'ollama', runtime_model_id: 'e:1', params: {} }],
     artifact_sha256: [],
     capabilities: [],
+    artifact_files: [],
+    source_type: null,
+    source_ref: null,
+    source_revision: null,
     ...o,
   })
   const view = (o: Partial<WorkerView> = {}): WorkerView => ({

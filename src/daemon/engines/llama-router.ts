@@ -8,9 +8,11 @@ import {
   writeFileSync,
 } from 'node:fs'
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path'
+import type { DownloadFile } from '../../domain/downloads'
 import { flagName } from '../../domain/serving-params'
 import { log as rootLog } from '../../lib/logger'
 import { realTimers, type Timers } from '../backoff'
+import { type ModelLayout, modelsDirLayout } from '../download'
 import { RuntimeHttpError, runtimeJson, statusOf } from '../runtimes/types'
 import type { StateDir } from '../state'
 import { SupervisedChild } from './child'
@@ -83,7 +85,8 @@ export class LlamaRouter implements ManagedEngine {
   readonly appliesParams: boolean
   private readonly child: SupervisedChild | null
   private readonly attachedUrl: string
-  readonly modelsDir?: string
+  /** The models directory of a router the daemon runs; null when attached. */
+  private readonly modelsDir: string | null = null
   private readonly presetPath: string
   private readonly timers: Timers
   private readonly exitListeners = new Set<(reason: string, models: string[] | null) => void>()
@@ -96,6 +99,13 @@ export class LlamaRouter implements ManagedEngine {
   private scanned = ''
   private lastReloadMs = 0
   private readonly binary: string | null = null
+  /**
+   * Managed: downloads land in the models directory, a single GGUF as `<name>.gguf` (the router
+   * names a file by its stem), several files in `<name>/` by file name (the router reads a model's
+   * directory one level deep and names the model after it). The next status() sees other names
+   * there and rescans.
+   */
+  readonly layoutFor: ((name: string, files: readonly DownloadFile[]) => ModelLayout) | null
 
   constructor(o: LlamaRouterOptions) {
     this.timers = o.timers ?? realTimers
@@ -109,6 +119,7 @@ export class LlamaRouter implements ManagedEngine {
       this.binary = binary
       const modelsDir = resolve(o.managed.modelsDir)
       this.modelsDir = modelsDir
+      this.layoutFor = (name, files) => modelsDirLayout(modelsDir, name, files, { flat: true })
       this.child = new SupervisedChild({
         name: 'llama-router',
         state: o.state,
@@ -141,6 +152,7 @@ export class LlamaRouter implements ManagedEngine {
       })
     } else {
       this.child = null
+      this.layoutFor = null
     }
   }
 

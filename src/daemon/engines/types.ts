@@ -1,4 +1,6 @@
 import type { Engine } from '../../domain/catalogue'
+import type { DownloadFile } from '../../domain/downloads'
+import type { ModelLayout } from '../download'
 
 // A managed engine (docs/worker.md "Managed engines"): an inference engine whose models the daemon
 // loads and unloads itself, as the jobs it claims need them. Two layers, so that another kind of
@@ -81,12 +83,12 @@ export interface ManagedEngine {
    * last lines) and the models that went with it (null: every model; the router restarts itself).
    */
   onExit(listener: (reason: string, models: string[] | null) => void): void
-  /**
-   * The directory the engine serves models from when the daemon runs it (a model is
-   * `<dir>/<name>.gguf`, or `<dir>/<name>/` with its files): where a downloaded model's files go.
-   * A file placed there is seen at the next status(). Absent for an engine the daemon attached to.
-   */
-  readonly modelsDir?: string
   /** Parallel request slots of a loaded model, when the engine says; null when it does not. */
   slots?(name: string): Promise<number | null>
+  /**
+   * Where a downloaded model's files land (docs/worker.md "Downloads"), named as the engine will
+   * serve them; null (or absent) when the engine has no models directory of this daemon's (an
+   * attached engine). After a download, status() must list the model (the engine rescans).
+   */
+  readonly layoutFor?: ((name: string, files: readonly DownloadFile[]) => ModelLayout) | null
 }

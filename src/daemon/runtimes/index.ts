@@ -16,7 +16,14 @@ export function createRuntime(opts: DaemonOptions, state: StateDir, budget: () =
         ? { managed: { modelsDir: opts.models_dir, binary: opts.llama_server, extraArgs: opts.engine_args } }
         : { url: opts.runtime_url }),
     })
-    return new ManagedRuntime(engine, new DigestCache(state), { state, budget })
+    return new ManagedRuntime(engine, new DigestCache(state), {
+      state,
+      budget,
+      downloads: {
+        hub: { url: opts.hub_url, ...(opts.hub_token ? { token: opts.hub_token } : {}) },
+        maxDownloadGb: opts.max_download_gb,
+      },
+    })
   }
   return opts.runtime === 'ollama'
     ? new OllamaRuntime(opts.runtime_url, opts.engine)
