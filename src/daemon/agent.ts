@@ -81,6 +81,8 @@ export class Agent {
   private lastSnapshot: RuntimeSnapshot | null = null
   private runtimeOnline: boolean | null = null
   private registering: Promise<boolean> | null = null
+  /** The last GPU sample (registration, heartbeats): a managed engine's VRAM budget. */
+  private lastGpu: GpuSample | null = null
   /** The requests in flight at the engine, shared by every job (--concurrency). */
   readonly limiter: RequestLimiter
   private slotsAsked: Promise<void> | null = null
@@ -90,7 +92,7 @@ export class Agent {
     deps: AgentDeps = {},
   ) {
     this.state = new StateDir(opts.state_dir)
-    this.runtime = deps.runtime ?? createRuntime(opts, this.state)
+    this.runtime = deps.runtime ?? createRuntime(opts, this.state, () => this.vramBudget())
     this.cp = new ControlPlane(opts.server, opts.key)
     this.gpu = deps.gpu ?? new GpuProbe()
     this.backoff = deps.backoff ?? { baseMs: 1000, maxMs: MAX_CALL_BACKOFF_MS }
@@ -117,6 +119,14 @@ export class Agent {
 
   get id() {
     return this.workerId
+  }
+
+  /**
+   * The VRAM a managed engine may fill (docs/worker.md "VRAM budget"): --vram-gb, else what the GPUs
+   * report; null (unlimited) with neither.
+   */
+  vramBudget(): number | null {
+    return this.opts.vram_gb ?? this.lastGpu?.memory_total_gb ?? null
   }
 
   get status(): AgentState {
@@ -151,6 +161,10 @@ export class Agent {
         this.enter('stopped')
       }
       await heartbeats
+      // A managed engine is this daemon's child: it stops with it (engines/child.ts).
+      await this.runtime
+        .close?.()
+        .catch((e) => log.warn('could not stop the engine', { error: (e as Error).message }))
       unlock()
     }
   }
@@ -220,7 +234,7 @@ export class Agent {
       const reuse = identity.server === this.opts.server ? identity.worker_id : undefined
       try {
         const snapshot = await this.freshSnapshot()
-        const gpu = await this.gpu.sample()
+        const gpu = await this.sampleGpu()
         const res = await this.cp.register({
           name: this.opts.name,
           hostname: hostname(),
@@ -229,7 +243,15 @@ export class Agent {
           daemon_version: DAEMON_VERSION,
           max_concurrent_jobs: this.opts.max_jobs,
           max_download_gb: this.opts.max_download_gb,
-          ...(this.opts.shards ? { capabilities: { shards: true } } : {}),
+          ...(this.opts.shards || this.runtime.manager
+            ? {
+                capabilities: {
+                  ...(this.opts.shards ? { shards: true } : {}),
+                  // docs/api.md §7: the daemon loads what a job needs, so models on disk can be claimed.
+                  ...(this.runtime.manager ? { loads: true } : {}),
+                },
+              }
+            : {}),
           models: snapshot.models,
           runtimes: [
             {
@@ -248,7 +270,9 @@ export class Agent {
           worker_id: res.worker_id,
           org_id: res.org_id,
           runtime: this.runtime.engine,
+          runtime_url: this.runtime.baseUrl,
           runtime_status: snapshot.status,
+          ...(this.runtime.manager ? { loads: true, vram_budget_gb: this.vramBudget() } : {}),
           models: snapshot.models.length,
           gpus: gpu?.gpus.length ?? 0,
           shards: this.opts.shards,
@@ -332,7 +356,9 @@ export class Agent {
   }
 
   private async heartbeatBody(): Promise<HeartbeatBody> {
-    const [snapshot, gpu] = await Promise.all([this.heartbeatSnapshot(), this.gpu.sample()])
+    const [snapshot, gpu] = await Promise.all([this.heartbeatSnapshot(), this.sampleGpu()])
+    const manager = this.runtime.manager
+    const stats = manager?.stats() ?? []
     const first = this.jobs.values().next().value as JobRun | undefined
     const vramOverride = this.opts.vram_gb
     const vramTotal = vramOverride ?? gpu?.memory_total_gb
@@ -348,7 +374,17 @@ export class Agent {
       inventory: snapshot.inventory,
       uptime_seconds: Math.floor((this.timers.nowMs() - this.startedAtMs) / 1000),
       concurrency: this.limiter.controller.limit,
+      // docs/api.md §7 (ext): what a managed engine is loading, and what was measured per model.
+      ...(manager ? { loading_models: manager.loading() } : {}),
+      ...(stats.length ? { model_stats: stats } : {}),
     }
+  }
+
+  private async sampleGpu(): Promise<GpuSample | null> {
+    const gpu = await this.gpu.sample()
+    // A probe that failed once does not make the budget unlimited.
+    if (gpu) this.lastGpu = gpu
+    return gpu
   }
 
   private onHeartbeat(res: HeartbeatAnswer, sentAt: number) {

@@ -48,8 +48,11 @@ export async function runWorkerCommand(
   process.on('SIGTERM', onSignal)
   process.on('SIGINT', onSignal)
   try {
+    const runtime = opts.runtime_url
+      ? `at ${opts.runtime_url}`
+      : `run by the daemon on the models in ${opts.models_dir}`
     console.error(
-      `gridkeep worker ${DAEMON_VERSION}: server ${opts.server}, runtime ${opts.engine} at ${opts.runtime_url}`,
+      `gridkeep worker ${DAEMON_VERSION}: server ${opts.server}, runtime ${opts.engine} ${runtime}`,
     )
     return await agent.run()
   } catch (e) {

@@ -50,6 +50,12 @@ export interface ExecutorOptions {
   onAllStarted?: () => void
   /** The waits between retries (default: real time). */
   timers?: Timers
+  /**
+   * Asked after a request failed — `connection` (no answer: refused, broken, timed out) or
+   * `answer` (an error status): why the job cannot go on (its engine or model is gone), or null.
+   * Default: after a connection failure, whether `runtimeUrl` answers at all.
+   */
+  engineCheck?: (failure: 'connection' | 'answer') => Promise<Error | null>
 }
 
 export class RuntimeUnavailableError extends Error {}
@@ -85,13 +91,20 @@ export async function executeJob(
   let fatal: unknown
   const timers = opts.timers ?? realTimers
   const limiter = opts.limiter ?? fixedLimiter(opts.concurrency ?? 8)
-  // One reachability check answers the failures of the same moment; a later failure checks again
-  // (a runtime may restart while a job waits).
-  let runtimeCheck: { at: number; gone: Promise<boolean> } | null = null
-  const runtimeGone = () => {
-    if (!runtimeCheck || timers.nowMs() - runtimeCheck.at > RECHECK_MS)
-      runtimeCheck = { at: timers.nowMs(), gone: runtimeReachable(opts.runtimeUrl).then((ok) => !ok) }
-    return runtimeCheck.gone
+  const engineCheck =
+    opts.engineCheck ??
+    (async (failure: 'connection' | 'answer') =>
+      failure === 'connection' && !(await runtimeReachable(opts.runtimeUrl))
+        ? new RuntimeUnavailableError(`runtime unreachable at ${opts.runtimeUrl}`)
+        : null)
+  // One check answers the failures of the same moment; a later failure checks again (a runtime may
+  // restart while a job waits).
+  const checks: Partial<Record<'connection' | 'answer', { at: number; why: Promise<Error | null> }>> = {}
+  const engineGone = (failure: 'connection' | 'answer') => {
+    const last = checks[failure]
+    if (!last || timers.nowMs() - last.at > RECHECK_MS)
+      checks[failure] = { at: timers.nowMs(), why: engineCheck(failure) }
+    return checks[failure]!.why
   }
 
   // The sink writes its buffer out whenever it passes FLUSH_BYTES: results reach the disk as the
@@ -126,11 +139,19 @@ export async function executeJob(
     // A batch result is one response body; a streamed answer would arrive as server-sent events.
     if ('stream' in body) body.stream = false
     const outcome = await request(url, JSON.stringify(body), opts, timers, permit, stop.signal)
-    if (outcome.error?.code === 'connection_error' || outcome.error?.code === 'timeout') {
-      if (!stop.signal.aborted && (await runtimeGone()))
-        throw new RuntimeUnavailableError(
-          `runtime unreachable at ${opts.runtimeUrl}: ${outcome.error.message}`,
-        )
+    const failure =
+      outcome.error?.code === 'connection_error' || outcome.error?.code === 'timeout'
+        ? 'connection'
+        : (outcome.status ?? 0) >= 400
+          ? 'answer'
+          : null
+    if (failure && !stop.signal.aborted) {
+      const gone = await engineGone(failure)
+      if (gone) {
+        if (gone instanceof RuntimeUnavailableError && outcome.error)
+          throw new RuntimeUnavailableError(`${gone.message}: ${outcome.error.message}`)
+        throw gone
+      }
     }
     if (stop.signal.aborted) return
     write(outputLine(ids(), customId, outcome, requestIds))

@@ -13,14 +13,16 @@ import {
 import type { RequestLimiter } from './concurrency'
 import { type Counts, executeJob, RuntimeUnavailableError } from './executor'
 import { classifyFailure } from './failure'
+import { type ModelLease, ModelLost, ModelUnavailable } from './models/manager'
 import type { DaemonOptions } from './options'
 import type { Runtime, RuntimeSnapshot } from './runtimes/types'
 import type { StateDir } from './state'
 
 // One claimed batch or shard on this worker (docs/api.md §7, §16): check the runtime serves it, download
-// its input (input_path exactly as given: for a shard it serves only the shard's lines), run every
+// its input (input_path exactly as given: for a shard it serves only the shard's lines) — with a
+// managed engine, meanwhile get its model loaded (models/manager.ts; docs/worker.md) — run every
 // line through the executor, upload the output with the job's job_id and assignment_id, and send
-// live counts meanwhile. It ends `completed`, `failed` (reported, so the batch or shard is
+// live counts meanwhile. The job holds its model from the load until its last request is answered. It ends `completed`, `failed` (reported, so the batch or shard is
 // requeued: the runtime is gone, or a shutdown stopped it) or `dropped` (the server no longer
 // assigns it to us, or its batch failed elsewhere — 409 batch_not_in_progress: nothing more is said
 // about it).
@@ -37,6 +39,8 @@ export interface JobView {
   completed: number
   failed: number
   started_at_ms: number
+  /** What it waits on before its requests start (its model loading, room in VRAM); null when running. */
+  stage: string | null
 }
 
 /** What a job needs of the agent that claimed it. */
@@ -74,6 +78,7 @@ export class JobRun {
   private stop: { kind: 'lost'; reason: string } | { kind: 'shutdown' } | null = null
   private sentProgress = ''
   private started = false
+  private stage: string | null = null
 
   constructor(
     readonly job: Job,
@@ -96,6 +101,7 @@ export class JobRun {
       completed: this.counts.completed,
       failed: this.counts.failed,
       started_at_ms: this.startedAtMs,
+      stage: this.stage,
     }
   }
 
@@ -129,6 +135,8 @@ export class JobRun {
     const input = join(dir, 'input.jsonl')
     const output = join(dir, 'output.jsonl')
     const progress = this.progressLoop()
+    let acquiring: Promise<ModelLease> | null = null
+    let lease: ModelLease | null = null
     try {
       const snapshot = await ctx.snapshot()
       if (snapshot.status !== 'online') {
@@ -138,38 +146,72 @@ export class JobRun {
       }
       if (!ctx.runtime.serves(job.model, snapshot))
         throw new JobFailure(`runtime ${ctx.runtime.engine} does not serve model ${job.model}`)
-      if (job.params && Object.keys(job.params).length)
+      const manager = ctx.runtime.manager
+      if (!manager && job.params && Object.keys(job.params).length)
         jlog.debug('serving profile params are launch settings of the runtime; not applied per request', {
           params: job.params,
         })
 
       const signal = this.abort.signal
-      const bytes = await withRetries(
-        'input download',
-        () => ctx.cp.download(job.input_path, input, signal),
-        { tries: 5, signal },
-        ctx,
-      )
+      // A managed engine loads the job's model while the input downloads; either failing ends both.
+      const prep = new AbortController()
+      const prepSignal = AbortSignal.any([signal, prep.signal])
+      acquiring = manager
+        ? manager
+            .acquire(
+              { job_id: job.job_id, name: job.model, vram_gb: job.vram_gb ?? null, params: job.params ?? {} },
+              prepSignal,
+              (stage) => {
+                this.stage = stage
+              },
+            )
+            .then((l) => {
+              lease = l
+              return l
+            })
+        : null
+      const [bytes] = await Promise.all([
+        withRetries(
+          'input download',
+          () => ctx.cp.download(job.input_path, input, prepSignal),
+          {
+            tries: 5,
+            signal: prepSignal,
+          },
+          ctx,
+        ).catch((e) => {
+          prep.abort(e)
+          throw e
+        }),
+        acquiring?.catch((e) => {
+          prep.abort(e)
+          throw e
+        }),
+      ])
       jlog.info('input downloaded', { bytes })
 
+      const held = lease as ModelLease | null
       const counts = await executeJob(
         input,
         output,
         { model: job.model, endpoint: job.endpoint ?? '/v1/chat/completions' },
         {
-          runtimeUrl: ctx.runtime.baseUrl,
+          runtimeUrl: held?.url ?? ctx.runtime.baseUrl,
           limiter: ctx.limiter,
           tries: ctx.opts.retries,
           requestTimeoutMs: ctx.opts.request_timeout * 1000,
           backoff: ctx.requestBackoff,
           timers: ctx.timers,
-          signal,
+          signal: held ? AbortSignal.any([signal, held.lost]) : signal,
+          ...(held ? { engineCheck: () => held.check() } : {}),
           onLine: (c) => {
             this.counts = c
           },
           onAllStarted: () => this.markAllStarted(),
         },
       )
+      // Every request is answered: the model is free for another job (the upload does not need it).
+      held?.release(counts.completed + counts.failed)
       this.counts = counts
       this.markAllStarted()
       if (this.stop?.kind === 'lost') throw new Error(this.stop.reason)
@@ -214,7 +256,10 @@ export class JobRun {
       const message =
         this.stop?.kind === 'shutdown'
           ? 'worker shut down before finishing the job'
-          : e instanceof JobFailure || e instanceof RuntimeUnavailableError
+          : e instanceof JobFailure ||
+              e instanceof RuntimeUnavailableError ||
+              e instanceof ModelUnavailable ||
+              e instanceof ModelLost
             ? e.message
             : `worker error: ${(e as Error).message ?? String(e)}`
       jlog.warn('job failed; reporting', { error: message })
@@ -222,6 +267,10 @@ export class JobRun {
       return 'failed'
     } finally {
       progress.abort()
+      // A load still under way for a job that ended otherwise: its lease is given back too.
+      await acquiring?.catch(() => {})
+      ;(lease as ModelLease | null)?.release(this.counts.completed + this.counts.failed)
+      this.stage = null
       rmSync(dir, { recursive: true, force: true })
     }
   }

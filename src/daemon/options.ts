@@ -29,14 +29,36 @@ export const DaemonOptionsSchema = T.Object({
     description: 'Control plane base URL, e.g. http://gridkeep:8080',
   }),
   key: T.String({ pattern: '^gk-', description: 'Organization worker key (gk-…); never logged' }),
-  runtime: T.Union([T.Literal('openai'), T.Literal('ollama')], {
-    description: 'Runtime adapter: openai (any OpenAI-compatible server) or ollama (native API)',
+  runtime: T.Union([T.Literal('openai'), T.Literal('ollama'), T.Literal('llama.cpp')], {
+    description:
+      'Runtime adapter: openai (any OpenAI-compatible server), ollama (native API) or llama.cpp ' +
+      '(a llama-server router whose models the daemon loads and unloads: with --models-dir the daemon runs it, ' +
+      'with --runtime-url it attaches to one)',
   }),
   runtime_url: T.Optional(
     T.String({
       pattern: '^https?://',
       description:
-        'Runtime base URL (default http://127.0.0.1:11434 for ollama, http://127.0.0.1:8000 for openai)',
+        'Runtime base URL (default http://127.0.0.1:11434 for ollama, http://127.0.0.1:8000 for openai; ' +
+        'llama.cpp: a running router to attach to)',
+    }),
+  ),
+  models_dir: T.Optional(
+    T.String({
+      minLength: 1,
+      description:
+        'llama.cpp: the directory of GGUF models (NAME.gguf, or NAME/ with its files); the daemon runs ' +
+        'llama-server on it and loads what jobs need',
+    }),
+  ),
+  llama_server: T.String({
+    minLength: 1,
+    default: 'llama-server',
+    description: 'llama.cpp with --models-dir: the llama-server binary to run',
+  }),
+  engine_args: T.Optional(
+    T.String({
+      description: 'llama.cpp with --models-dir: more arguments for llama-server, split on spaces',
     }),
   ),
   engine: T.Optional(
@@ -101,10 +123,12 @@ export const DaemonOptionsSchema = T.Object({
 type Parsed = Static<typeof DaemonOptionsSchema>
 export type DaemonOptions = Omit<
   Parsed,
-  'runtime_url' | 'engine' | 'name' | 'state_dir' | 'model_files' | 'max_jobs'
+  'runtime_url' | 'engine' | 'name' | 'state_dir' | 'model_files' | 'max_jobs' | 'engine_args'
 > & {
   max_jobs: number
+  /** The engine's base URL; empty for a managed llama.cpp (its router's port is found at start). */
   runtime_url: string
+  engine_args: string[]
   engine: Engine
   name: string
   state_dir: string
@@ -119,6 +143,9 @@ export const ENV_NAMES: Record<Field, string> = {
   key: 'GRIDKEEP_WORKER_KEY',
   runtime: 'GRIDKEEP_RUNTIME',
   runtime_url: 'GRIDKEEP_RUNTIME_URL',
+  models_dir: 'GRIDKEEP_MODELS_DIR',
+  llama_server: 'GRIDKEEP_LLAMA_SERVER',
+  engine_args: 'GRIDKEEP_ENGINE_ARGS',
   engine: 'GRIDKEEP_ENGINE',
   name: 'GRIDKEEP_WORKER_NAME',
   state_dir: 'GRIDKEEP_STATE_DIR',
@@ -206,18 +233,33 @@ export async function parseDaemonOptions(
 function finish(p: Parsed): DaemonOptions {
   const model_files: Record<string, string[]> = {}
   for (const [name, v] of Object.entries(p.model_files ?? {})) model_files[name] = Array.isArray(v) ? v : [v]
+  const managed = p.runtime === 'llama.cpp' && p.models_dir !== undefined
+  if (p.runtime === 'llama.cpp') {
+    if (p.models_dir === undefined && p.runtime_url === undefined)
+      throw new OptionsError(
+        '--runtime llama.cpp needs --models-dir DIR (the daemon runs llama-server on it) or ' +
+          '--runtime-url URL (a llama-server router already running)',
+      )
+    if (p.models_dir !== undefined && p.runtime_url !== undefined)
+      throw new OptionsError('--runtime llama.cpp takes --models-dir or --runtime-url, not both')
+  } else if (p.models_dir !== undefined || p.engine_args !== undefined) {
+    throw new OptionsError(
+      `${p.models_dir !== undefined ? '--models-dir' : '--engine-args'} is for --runtime llama.cpp (got --runtime ${p.runtime})`,
+    )
+  }
   return {
     ...p,
+    engine_args: (p.engine_args ?? '').split(/\s+/).filter(Boolean),
     // docs/api.md §16: a shard-capable worker holds the current shard and the next.
     max_jobs: p.shards ? Math.max(2, p.max_jobs ?? 2) : (p.max_jobs ?? 1),
     server: p.server.replace(/\/+$/, ''),
-    runtime_url: (
-      p.runtime_url ?? (p.runtime === 'ollama' ? 'http://127.0.0.1:11434' : 'http://127.0.0.1:8000')
-    )
-      .replace(/\/+$/, '')
-      // The job's endpoint (/v1/chat/completions) already carries the /v1.
-      .replace(/\/v1$/, ''),
-    engine: p.engine ?? p.runtime,
+    runtime_url: managed
+      ? ''
+      : (p.runtime_url ?? (p.runtime === 'ollama' ? 'http://127.0.0.1:11434' : 'http://127.0.0.1:8000'))
+          .replace(/\/+$/, '')
+          // The job's endpoint (/v1/chat/completions) already carries the /v1.
+          .replace(/\/v1$/, ''),
+    engine: p.runtime === 'llama.cpp' ? 'llama.cpp' : (p.engine ?? p.runtime),
     name: p.name ?? hostname(),
     state_dir: p.state_dir ?? join(homedir(), '.gridkeep', 'worker'),
     model_files,
@@ -277,8 +319,11 @@ function describe(schema: any): string {
 const PLACEHOLDER: Partial<Record<Field, string>> = {
   server: 'URL',
   key: 'gk-…',
-  runtime: 'openai|ollama',
+  runtime: 'openai|ollama|llama.cpp',
   runtime_url: 'URL',
+  models_dir: 'DIR',
+  llama_server: 'PATH',
+  engine_args: '"ARGS"',
   engine: 'NAME',
   name: 'NAME',
   state_dir: 'DIR',
@@ -300,9 +345,11 @@ const PLACEHOLDER: Partial<Record<Field, string>> = {
 export function helpText(): string {
   const lines = [
     'Usage: gridkeep worker --server URL --key gk-… --runtime openai|ollama [options]',
+    '       gridkeep worker --server URL --key gk-… --runtime llama.cpp --models-dir DIR [options]',
     '',
     'The reference worker daemon: registers with a gridkeep control plane, heartbeats, claims batches,',
-    'runs every line against a local inference runtime and uploads the results.',
+    'runs every line against a local inference runtime and uploads the results. With --runtime llama.cpp',
+    '--models-dir it runs llama-server itself and loads the model each batch needs (docs/worker.md).',
     '',
     'Options (flags > environment > config file > defaults):',
   ]

@@ -1,9 +1,11 @@
 import { log, setLogSink } from '../lib/logger'
 import type { JobView } from './job'
 
-// The operator view. On a terminal: one live status line (job, done/total, requests/s, ETA), with
-// log records printed above it in a readable form. Otherwise (systemd, docker, a pipe): structured
-// JSON log lines only, with a periodic `job progress` record carrying the same figures.
+// The operator view. On a terminal: one live status line (job, done/total, requests/s, ETA — or,
+// while a job waits for its model, what it waits on: `loading qwen (unloading llama: least recently
+// used, no job needs it)`), with log records printed above it in a readable form. Otherwise
+// (systemd, docker, a pipe): structured JSON log lines only, with a periodic `job progress` record
+// carrying the same figures.
 
 export interface JobRate {
   done: number
@@ -48,8 +50,9 @@ export function formatDuration(seconds: number | null): string {
   return h > 0 ? `${h}:${String(m).padStart(2, '0')}:${sec}` : `${m}:${sec}`
 }
 
-/** `batch_x  1234/50000  3 failed  2150 req/s  ETA 0:22` */
+/** `batch_x  1234/50000  3 failed  2150 req/s  ETA 0:22`, or `batch_x  loading qwen (…)` */
 export function formatStatusLine(job: JobView, r: JobRate): string {
+  if (job.stage) return `${job.job_id}  ${job.stage}`
   const failed = r.failed ? `  ${r.failed} failed` : ''
   return `${job.job_id}  ${r.done}/${r.total || '?'}${failed}  ${Math.round(r.rps)} req/s  ETA ${formatDuration(r.eta_seconds)}`
 }
@@ -93,6 +96,7 @@ export function startStatusView(
           failed: r.failed,
           requests_per_second: Math.round(r.rps * 10) / 10,
           eta_seconds: r.eta_seconds === null ? null : Math.round(r.eta_seconds),
+          ...(v.stage ? { stage: v.stage } : {}),
         })
       }
     }, opts.logEverySeconds * 1000)

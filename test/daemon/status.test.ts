@@ -18,6 +18,7 @@ const view = (o: Partial<JobView> = {}): JobView => ({
   completed: 0,
   failed: 0,
   started_at_ms: 0,
+  stage: null,
   ...o,
 })
 
@@ -31,6 +32,12 @@ describe('operator view', () => {
       'batch_abc  200/1000  20 failed  100 req/s  ETA 0:08',
     )
     expect(meter.sample(view(), 0).eta_seconds).toBeNull()
+  })
+
+  test('a job waiting for its model says what it waits on instead of its counts', () => {
+    const stage = 'loading qwen (unloading llama: least recently used, no job needs it)'
+    const v = view({ stage })
+    expect(formatStatusLine(v, new RateMeter().sample(v, 0))).toBe(`batch_abc  ${stage}`)
   })
 
   test('durations read as m:ss or h:mm:ss', () => {
@@ -68,7 +75,7 @@ describe('operator view', () => {
   test('off a terminal, progress is a structured log record', async () => {
     const before = capturedLogLines().length
     const stop = startStatusView(
-      { jobViews: () => [view({ completed: 10 })] },
+      { jobViews: () => [view({ completed: 10, stage: 'loading qwen' })] },
       { tty: false, logEverySeconds: 0.02 },
     )
     const progress = () =>
@@ -81,6 +88,12 @@ describe('operator view', () => {
     } finally {
       stop()
     }
-    expect(progress()).toMatchObject({ job_id: 'batch_abc', done: 10, total: 1000, failed: 0 })
+    expect(progress()).toMatchObject({
+      job_id: 'batch_abc',
+      done: 10,
+      total: 1000,
+      failed: 0,
+      stage: 'loading qwen',
+    })
   })
 })

@@ -33,6 +33,8 @@ export function daemonOptions(
     retries: 3,
     shutdown_grace: 5,
     model_files: {},
+    llama_server: 'llama-server',
+    engine_args: [],
     log_level: 'debug',
     ...o,
   }

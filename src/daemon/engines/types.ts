@@ -1,5 +1,4 @@
 import type { Engine } from '../../domain/catalogue'
-import type { RuntimeStatus } from '../runtimes/types'
 
 // A managed engine (docs/worker.md "Managed engines"): an inference engine whose models the daemon
 // loads and unloads itself, as the jobs it claims need them. Two layers, so that another kind of
@@ -36,8 +35,11 @@ export interface EngineModel {
 
 /** The engine's view now. */
 export interface EngineView {
-  /** `online` when it answers; `offline` when it cannot be reached (not started, restarting). */
-  status: RuntimeStatus
+  /**
+   * `online` when it answers; `offline` when it cannot be reached (not started, restarting);
+   * `error` when it answers wrongly (runtimes/types.ts RuntimeStatus).
+   */
+  status: 'online' | 'offline' | 'error'
   /** Why it is not online. */
   error?: string
   models: EngineModel[]

@@ -1,11 +1,23 @@
+import { LlamaRouter } from '../engines/llama-router'
 import type { DaemonOptions } from '../options'
 import type { StateDir } from '../state'
 import { DigestCache } from './digests'
+import { ManagedRuntime } from './managed'
 import { OllamaRuntime } from './ollama'
 import { OpenAIRuntime } from './openai'
 import type { Runtime } from './types'
 
-export function createRuntime(opts: DaemonOptions, state: StateDir): Runtime {
+/** The runtime the options name; `budget` is the VRAM a managed engine may fill (GB; null = unlimited). */
+export function createRuntime(opts: DaemonOptions, state: StateDir, budget: () => number | null): Runtime {
+  if (opts.runtime === 'llama.cpp') {
+    const engine = new LlamaRouter({
+      state,
+      ...(opts.models_dir !== undefined
+        ? { managed: { modelsDir: opts.models_dir, binary: opts.llama_server, extraArgs: opts.engine_args } }
+        : { url: opts.runtime_url }),
+    })
+    return new ManagedRuntime(engine, new DigestCache(state), { state, budget })
+  }
   return opts.runtime === 'ollama'
     ? new OllamaRuntime(opts.runtime_url, opts.engine)
     : new OpenAIRuntime(opts.runtime_url, opts.engine, opts.model_files, new DigestCache(state))

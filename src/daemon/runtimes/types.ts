@@ -4,6 +4,7 @@
 
 import type { Engine } from '../../domain/catalogue'
 import type { InventoryItem, PullModel } from '../../protocol/worker'
+import type { ModelManager } from '../models/manager'
 
 /** docs/api.md §7 inventory item: one on-disk artifact with the sha256 of its file. */
 export type { InventoryItem }
@@ -32,7 +33,7 @@ export interface PullProgress {
 }
 
 export interface Runtime {
-  readonly kind: 'openai' | 'ollama'
+  readonly kind: 'openai' | 'ollama' | 'llama.cpp'
   /** Engine name reported to the server (docs/api.md §7 engine names). */
   readonly engine: Engine
   /** Base URL without /v1; job requests go to baseUrl + job.endpoint. */
@@ -51,6 +52,13 @@ export interface Runtime {
   slots?(): Promise<number | null>
   /** Materialises a catalogued model the engine lacks; absent when the engine cannot pull. */
   pull?(task: PullTask, onProgress: (p: PullProgress) => void, signal?: AbortSignal): Promise<void>
+  /**
+   * A managed engine's model manager (models/manager.ts): the daemon loads the model each job needs
+   * (registered with capabilities.loads). Absent for an engine someone else loads.
+   */
+  readonly manager?: ModelManager
+  /** Ends what prepare() started (a managed engine's process); called when the daemon stops. */
+  close?(): Promise<void>
 }
 
 export class RuntimeHttpError extends Error {

@@ -1,0 +1,380 @@
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs'
+import { join } from 'node:path'
+import type { Subprocess } from 'bun'
+import { log as rootLog } from '../../lib/logger'
+import { realTimers, type Timers } from '../backoff'
+import type { StateDir } from '../state'
+
+// An engine process the daemon owns (ARCHITECTURE.md's supervisor rule, docs/worker.md "Managed
+// engines"): Erlang's supervisor and systemd's KillMode=control-group in small.
+//
+// - Recorded: `<state_dir>/engines/<name>.json` holds its pid, port, argv and start time while it
+//   runs; its output (stdout and stderr, with its own children's) goes to `<name>.log` beside it,
+//   so that what it said survives this daemon and can be quoted in errors.
+// - Stopped with the daemon: stop() sends SIGTERM, then SIGKILL after a grace, and removes the record.
+// - Restarted when it dies: the listeners hear why (its last lines), and it is started again after
+//   a backoff (1 s, doubling to 30 s; back to 1 s once a run lasted a minute). Its models are gone.
+// - Adopted or stopped at the next start: a daemon that was killed leaves its child running. The
+//   next start finds the record; a live process whose command line is the recorded one is this
+//   state directory's engine: adopted when it is the command this daemon would run (same binary,
+//   same arguments) and answers, else stopped. Never two engines for one state directory.
+
+const log = rootLog.child({ component: 'engine' })
+
+export interface ChildRecord {
+  pid: number
+  port: number
+  /** The argv it was started with, binary first. */
+  argv: string[]
+  started_at_ms: number
+}
+
+export interface ChildSpec {
+  /** Its name in the state directory (engines/<name>.json, .log). */
+  name: string
+  state: StateDir
+  /** The argv (binary first) of a start listening on `port`. */
+  command(port: number): string[]
+  /** Called before each spawn (not before an adoption). */
+  beforeSpawn?(): void
+  /** Whether it answers at `url` (polled after a start until it does; decides an adoption too). */
+  ready(url: string): Promise<boolean>
+  /** Longest wait for ready() after a start (default 60 s). */
+  readyTimeoutMs?: number
+  timers?: Timers
+}
+
+const STOP_GRACE_MS = 10_000
+const RESTART_MIN_MS = 1000
+const RESTART_MAX_MS = 30_000
+const STABLE_MS = 60_000
+const WATCH_MS = 1000
+const LOG_MAX_BYTES = 8 * 1024 * 1024
+const LOG_KEEP_BYTES = 512 * 1024
+const TAIL_BYTES = 256 * 1024
+
+export class SupervisedChild {
+  private record: ChildRecord | null = null
+  private proc: Subprocess | null = null
+  private watch: ReturnType<typeof setInterval> | null = null
+  private stopping = false
+  private restarts = 0
+  private restartTimer: ReturnType<typeof setTimeout> | null = null
+  private readonly listeners = new Set<(reason: string) => void>()
+  private readonly timers: Timers
+  /** Whether the running process was found, not started, by this daemon. */
+  adopted = false
+
+  constructor(private readonly spec: ChildSpec) {
+    this.timers = spec.timers ?? realTimers
+    mkdirSync(this.dir, { recursive: true, mode: 0o700 })
+  }
+
+  private get dir() {
+    return join(this.spec.state.dir, 'engines')
+  }
+  private get recordPath() {
+    return join(this.dir, `${this.spec.name}.json`)
+  }
+  /** Where its output goes. */
+  get logPath() {
+    return join(this.dir, `${this.spec.name}.log`)
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.record?.port ?? 0}`
+  }
+
+  get pid(): number | null {
+    return this.record?.pid ?? null
+  }
+
+  /** Whether it runs now (not restarting, not stopped). */
+  get running(): boolean {
+    return this.record !== null
+  }
+
+  /** Called when it dies unasked, with why (its last lines). */
+  onExit(listener: (reason: string) => void) {
+    this.listeners.add(listener)
+  }
+
+  /** Adopts what a killed run left when it is what this daemon would start, else stops it; then starts. */
+  async start(): Promise<void> {
+    this.stopping = false
+    const left = this.readRecord()
+    if (left && sameProcess(left)) {
+      const wanted = this.spec.command(left.port)
+      if (sameArgv(wanted, left.argv) && (await this.spec.ready(urlOf(left.port)).catch(() => false))) {
+        this.record = left
+        this.adopted = true
+        this.watchAdopted()
+        log.info('adopted the engine a previous run left', {
+          engine: this.spec.name,
+          pid: left.pid,
+          port: left.port,
+          since: new Date(left.started_at_ms).toISOString(),
+        })
+        return
+      }
+      log.warn('stopping the engine a previous run left (another command, or not answering)', {
+        engine: this.spec.name,
+        pid: left.pid,
+        argv: left.argv.join(' '),
+      })
+      await stopPid(left.pid, this.timers)
+    }
+    this.removeRecord()
+    await this.spawn(left?.port ?? freePort(), true)
+  }
+
+  /** Stops it (SIGTERM, then SIGKILL after a grace) and forgets it. */
+  async stop(): Promise<void> {
+    this.stopping = true
+    if (this.restartTimer) clearTimeout(this.restartTimer)
+    this.restartTimer = null
+    this.stopWatch()
+    const record = this.record
+    this.record = null
+    if (this.proc) {
+      const proc = this.proc
+      this.proc = null
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGTERM')
+        const ended = await Promise.race([
+          proc.exited.then(() => true),
+          this.timers.sleep(STOP_GRACE_MS).then(() => false),
+        ])
+        if (!ended) {
+          proc.kill('SIGKILL')
+          await proc.exited
+        }
+      }
+    } else if (record) await stopPid(record.pid, this.timers)
+    this.removeRecord()
+    if (record) log.info('engine stopped', { engine: this.spec.name, pid: record.pid })
+  }
+
+  /** The last `n` lines of its output that `keep` accepts (all when not given). */
+  lastLines(keep: (line: string) => boolean = () => true, n = 12): string[] {
+    this.trimLog()
+    let text = ''
+    try {
+      const fd = openSync(this.logPath, 'r')
+      try {
+        const size = statSync(this.logPath).size
+        const from = Math.max(0, size - TAIL_BYTES)
+        const buf = Buffer.alloc(size - from)
+        readSync(fd, buf, 0, buf.length, from)
+        text = buf.toString('utf8')
+      } finally {
+        closeSync(fd)
+      }
+    } catch {
+      return []
+    }
+    return text
+      .split('\n')
+      .filter((l) => l.trim() && keep(l))
+      .slice(-n)
+  }
+
+  private async spawn(port: number, first: boolean): Promise<void> {
+    const argv = this.spec.command(port)
+    this.spec.beforeSpawn?.()
+    // A fresh start begins a fresh log: the lines quoted in errors are this run's.
+    const fd = openSync(this.logPath, first ? 'w' : 'a', 0o600)
+    let proc: Subprocess
+    try {
+      proc = Bun.spawn(argv, { stdin: 'ignore', stdout: fd, stderr: fd, env: process.env })
+    } catch (e) {
+      throw new Error(`could not start ${argv[0]}: ${(e as Error).message}`)
+    } finally {
+      closeSync(fd)
+    }
+    this.proc = proc
+    this.adopted = false
+    const run: ChildRecord = { pid: proc.pid, port, argv, started_at_ms: this.timers.nowMs() }
+    this.record = run
+    this.spec.state.writeJson(join('engines', `${this.spec.name}.json`), run)
+    try {
+      const timeoutMs = this.spec.readyTimeoutMs ?? 60_000
+      const deadline = this.timers.nowMs() + timeoutMs
+      for (;;) {
+        if (proc.exitCode !== null || proc.signalCode !== null)
+          throw new Error(
+            `${argv[0]} ${describeExit(proc.exitCode, proc.signalCode)} before answering${tailText(this.lastLines())}`,
+          )
+        if (this.proc !== proc) throw new Error(`${argv[0]} was stopped before it answered`)
+        if (await this.spec.ready(urlOf(port)).catch(() => false)) break
+        if (this.timers.nowMs() > deadline)
+          throw new Error(`${argv[0]} did not answer within ${timeoutMs / 1000} s`)
+        await this.timers.sleep(50)
+      }
+    } catch (e) {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL')
+      await proc.exited
+      if (this.record === run) {
+        this.record = null
+        this.proc = null
+        this.removeRecord()
+      }
+      throw e
+    }
+    // From here on its end is unasked (stop() forgets it first).
+    void proc.exited.then(() => {
+      if (this.proc === proc) this.exited(run, describeExit(proc.exitCode, proc.signalCode))
+    })
+    log.info('engine started', { engine: this.spec.name, pid: proc.pid, port, argv: argv.join(' ') })
+  }
+
+  /** It died unasked: say why, forget it, start it again after the backoff. */
+  private exited(run: ChildRecord, how: string) {
+    if (this.stopping || this.record !== run) return
+    this.record = null
+    this.proc = null
+    this.stopWatch()
+    this.removeRecord()
+    if (this.timers.nowMs() - run.started_at_ms >= STABLE_MS) this.restarts = 0
+    const reason = `the engine ${how}${tailText(this.lastLines())}`
+    log.error('engine ended unexpectedly; restarting it', {
+      engine: this.spec.name,
+      pid: run.pid,
+      how,
+      restart_in_ms: this.restartDelay(),
+    })
+    for (const l of this.listeners) l(reason)
+    this.scheduleRestart(run.port)
+  }
+
+  private restartDelay() {
+    return Math.min(RESTART_MAX_MS, RESTART_MIN_MS * 2 ** this.restarts)
+  }
+
+  private scheduleRestart(port: number) {
+    const delay = this.restartDelay()
+    this.restarts++
+    this.restartTimer = setTimeout(() => {
+      this.restartTimer = null
+      if (this.stopping) return
+      this.spawn(port, false).catch((e) => {
+        log.error('engine restart failed', { engine: this.spec.name, error: (e as Error).message })
+        // The port may be taken now: the next try takes another.
+        if (!this.stopping) this.scheduleRestart(freePort())
+      })
+    }, delay)
+  }
+
+  /** An adopted process is not our child: its end is seen by looking. */
+  private watchAdopted() {
+    const run = this.record!
+    this.watch = setInterval(() => {
+      if (!alive(run.pid)) this.exited(run, 'ended')
+    }, WATCH_MS)
+    this.watch.unref?.()
+  }
+
+  private stopWatch() {
+    if (this.watch) clearInterval(this.watch)
+    this.watch = null
+  }
+
+  private readRecord(): ChildRecord | null {
+    const r = this.spec.state.readJson<ChildRecord>(join('engines', `${this.spec.name}.json`))
+    return r && Number.isInteger(r.pid) && Number.isInteger(r.port) && Array.isArray(r.argv) ? r : null
+  }
+
+  private removeRecord() {
+    rmSync(this.recordPath, { force: true })
+  }
+
+  /** Keeps the log bounded: past LOG_MAX_BYTES only its last LOG_KEEP_BYTES stay. */
+  private trimLog() {
+    try {
+      const size = statSync(this.logPath).size
+      if (size <= LOG_MAX_BYTES) return
+      const fd = openSync(this.logPath, 'r')
+      const buf = Buffer.alloc(LOG_KEEP_BYTES)
+      try {
+        readSync(fd, buf, 0, LOG_KEEP_BYTES, size - LOG_KEEP_BYTES)
+      } finally {
+        closeSync(fd)
+      }
+      // The process appends (O_APPEND): after this it writes on at the new end.
+      writeFileSync(this.logPath, buf.subarray(buf.indexOf(10) + 1))
+    } catch {}
+  }
+}
+
+const urlOf = (port: number) => `http://127.0.0.1:${port}`
+
+const tailText = (lines: string[]) => (lines.length ? `; its last lines: ${lines.join(' | ')}` : '')
+
+function describeExit(code: number | null, signal: unknown): string {
+  return signal ? `was killed (${signal})` : `exited with code ${code}`
+}
+
+/** A free loopback port (asked of the kernel, then released for the engine to take). */
+export function freePort(): number {
+  const listener = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+  const port = listener.port
+  listener.stop(true)
+  return port
+}
+
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+/** The argv of a live process (Linux /proc), or null. */
+export function argvOf(pid: number): string[] | null {
+  const path = `/proc/${pid}/cmdline`
+  if (!existsSync(path)) return null
+  try {
+    return readFileSync(path, 'utf8').split('\0').slice(0, -1)
+  } catch {
+    return null
+  }
+}
+
+/**
+ * Whether `record` is still the process it names (a pid can be reused): its arguments are the
+ * recorded ones. argv[0] is left out: a script that execs the engine leaves the engine's path there.
+ */
+function sameProcess(record: ChildRecord): boolean {
+  if (!alive(record.pid)) return false
+  const argv = argvOf(record.pid)
+  return argv !== null && sameArgv(argv.slice(1), record.argv.slice(1))
+}
+
+const sameArgv = (a: string[], b: string[]) => a.length === b.length && a.every((x, i) => x === b[i])
+
+/** SIGTERM, then SIGKILL if it is still there after the grace. */
+async function stopPid(pid: number, timers: Timers) {
+  try {
+    process.kill(pid, 'SIGTERM')
+  } catch {
+    return
+  }
+  const deadline = timers.nowMs() + STOP_GRACE_MS
+  while (alive(pid) && timers.nowMs() < deadline) await timers.sleep(50)
+  if (alive(pid))
+    try {
+      process.kill(pid, 'SIGKILL')
+    } catch {}
+}

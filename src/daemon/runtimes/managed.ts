@@ -1,0 +1,115 @@
+import { basename } from 'node:path'
+import type { Timers } from '../backoff'
+import type { ManagedEngine } from '../engines/types'
+import { ModelManager } from '../models/manager'
+import type { StateDir } from '../state'
+import type { DigestCache } from './digests'
+import type { InventoryItem, Runtime, RuntimeSnapshot } from './types'
+
+// A runtime whose models the daemon loads and unloads itself (docs/worker.md "Managed engines"):
+// what the agent sees of a managed engine (engines/types.ts) and its model manager.
+//
+// - The inventory (docs/api.md §7) is every model on disk with the sha256 of each of its files:
+//   the weights file is the item named after the model, further files (a projector, more shards)
+//   are `<name>+<file name>` as runtimes/openai.ts reports them, so entries listing artifact files
+//   match. Files are hashed in the background (digests.ts) and a model is advertised only once all
+//   its files are hashed: advertised by name alone it could match an entry pinned to other weights
+//   (docs/api.md §7 Poll rule 4). A model whose files are not readable here (an attached engine on
+//   another host) is advertised by name only.
+// - `loaded` is the engine's own word; an item's `loaded` flag follows it.
+// - Jobs get their model through `manager.acquire()` (job.ts).
+
+export class ManagedRuntime implements Runtime {
+  readonly kind = 'llama.cpp' as const
+  readonly manager: ModelManager
+  private readonly listeners = new Set<() => void>()
+
+  constructor(
+    readonly managed: ManagedEngine,
+    private readonly digests: DigestCache,
+    o: { state: StateDir; budget: () => number | null; timers?: Timers },
+  ) {
+    this.manager = new ModelManager({
+      engine: managed,
+      state: o.state,
+      budget: o.budget,
+      timers: o.timers,
+      onChange: () => {
+        for (const l of this.listeners) l()
+      },
+    })
+  }
+
+  get engine() {
+    return this.managed.engine
+  }
+
+  get baseUrl() {
+    return this.managed.baseUrl
+  }
+
+  onInventoryChange(listener: () => void) {
+    this.digests.onHashed(listener)
+    this.listeners.add(listener)
+  }
+
+  /** Starts the engine (or adopts the one a killed run left); files are hashed in the background. */
+  async prepare() {
+    await this.managed.start()
+  }
+
+  async close() {
+    await this.managed.stop()
+  }
+
+  async snapshot(): Promise<RuntimeSnapshot> {
+    const view = await this.manager.refresh()
+    if (view.status !== 'online')
+      return {
+        status: view.status,
+        inventory: [],
+        models: [],
+        loaded: [],
+        ...(view.error ? { error: view.error } : {}),
+      }
+    const inventory: InventoryItem[] = []
+    const models: string[] = []
+    const loaded: string[] = []
+    for (const m of view.models) {
+      const items: InventoryItem[] = []
+      let hashed = true
+      m.files.forEach((path, i) => {
+        const entry = this.digests.peek(path)
+        if (!entry) {
+          hashed = false
+          return
+        }
+        items.push({
+          local_name: i === 0 ? m.name : `${m.name}+${basename(path)}`,
+          sha256: entry.sha256,
+          size_bytes: entry.size,
+          loaded: m.state === 'loaded',
+          runtime: this.managed.engine,
+        })
+      })
+      if (!hashed) continue
+      models.push(m.name)
+      inventory.push(...items)
+      if (m.state === 'loaded') loaded.push(m.name)
+    }
+    return { status: 'online', inventory, models, loaded }
+  }
+
+  serves(model: string, snapshot: RuntimeSnapshot) {
+    return snapshot.models.includes(model)
+  }
+
+  /** The slots of a loaded model (llama.cpp /props?model=); throws until one is loaded. */
+  async slots(): Promise<number | null> {
+    if (!this.managed.slots) return null
+    const view = await this.manager.refresh()
+    const first = view.models.find((m) => m.state === 'loaded')
+    if (!first) throw new Error('no model loaded yet')
+    return this.managed.slots(first.name)
+  }
+}
