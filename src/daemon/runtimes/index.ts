@@ -1,5 +1,6 @@
+import { LaunchedEngine } from '../engines/launched'
 import { LlamaRouter } from '../engines/llama-router'
-import type { DaemonOptions } from '../options'
+import { type DaemonOptions, isLaunched } from '../options'
 import type { StateDir } from '../state'
 import { DigestCache } from './digests'
 import { ManagedRuntime } from './managed'
@@ -17,6 +18,16 @@ export function createRuntime(opts: DaemonOptions, state: StateDir, budget: () =
         : { url: opts.runtime_url }),
     })
     return new ManagedRuntime(engine, new DigestCache(state), { state, budget })
+  }
+  if (isLaunched(opts.runtime)) {
+    const engine = new LaunchedEngine({
+      engine: opts.engine,
+      state,
+      modelsDir: opts.models_dir!,
+      command: opts.launch_command!,
+      extraArgs: opts.engine_args,
+    })
+    return new ManagedRuntime(engine, new DigestCache(state), { state, budget, kind: 'launched' })
   }
   return opts.runtime === 'ollama'
     ? new OllamaRuntime(opts.runtime_url, opts.engine)

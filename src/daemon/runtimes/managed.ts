@@ -20,15 +20,16 @@ import type { InventoryItem, Runtime, RuntimeSnapshot } from './types'
 // - Jobs get their model through `manager.acquire()` (job.ts).
 
 export class ManagedRuntime implements Runtime {
-  readonly kind = 'llama.cpp' as const
+  readonly kind: 'llama.cpp' | 'launched'
   readonly manager: ModelManager
   private readonly listeners = new Set<() => void>()
 
   constructor(
     readonly managed: ManagedEngine,
     private readonly digests: DigestCache,
-    o: { state: StateDir; budget: () => number | null; timers?: Timers },
+    o: { state: StateDir; budget: () => number | null; timers?: Timers; kind?: 'launched' },
   ) {
+    this.kind = o.kind ?? 'llama.cpp'
     this.manager = new ModelManager({
       engine: managed,
       state: o.state,
