@@ -5,7 +5,7 @@ import { log as rootLog } from '../../lib/logger'
 import { realTimers, type Timers } from '../backoff'
 import { runtimeJson } from '../runtimes/types'
 import type { StateDir } from '../state'
-import { alive, argvOf, type ChildRecord, SupervisedChild } from './child'
+import { argvOf, type ChildRecord, SupervisedChild, alive as signalable } from './child'
 import { findProgram, renderLaunch, splitCommand, withInterpreter } from './launch-command'
 import { modelFiles, scanModels } from './models-dir'
 import { type EngineModel, type EngineView, LoadFailed, type ManagedEngine } from './types'
@@ -23,7 +23,8 @@ import { type EngineModel, type EngineView, LoadFailed, type ManagedEngine } fro
 // - A process that ends unasked is not restarted in the background (its VRAM would be counted as
 //   free): the jobs using it are told (onExit, with its last lines) and the model is unloaded; the
 //   next job that needs it starts it again, after a backoff (1 s, doubling to 30 s; back to 1 s
-//   once a run lasted a minute) that also spaces the loads of a model that will not start.
+//   once a run lasted a minute). A load that fails (the process exits before it answers: a corrupt
+//   model, too little memory) fails that job at once with the engine's last lines.
 // - start() settles what a killed run left: a recorded process still running the model's launch
 //   command as this daemon would run it now, and answering, is adopted; any other process of a
 //   record is stopped. Never two processes for one model, nor one the daemon does not know of.
@@ -169,11 +170,9 @@ export class LaunchedEngine implements ManagedEngine {
       await this.end(entry)
       const why = (e as Error).message
       this.failed.set(name, why)
-      this.crashed(name, entry.startedMs)
       throw new LoadFailed(why)
     }
     entry.state = 'loaded'
-    this.crashes.delete(name)
   }
 
   async unload(name: string): Promise<void> {
@@ -256,7 +255,7 @@ export class LaunchedEngine implements ManagedEngine {
     rmSync(join(this.state.dir, launchFile(name)), { force: true })
   }
 
-  /** Counts an end unasked (or a load that failed); a run that lasted STABLE_MS starts over. */
+  /** Counts an end unasked; a run that lasted STABLE_MS starts the count over. */
   private crashed(model: string, startedMs: number) {
     const now = this.timers.nowMs()
     const last = now - startedMs >= STABLE_MS ? 0 : (this.crashes.get(model)?.count ?? 0)
@@ -370,6 +369,20 @@ function ours(record: ChildRecord): boolean {
   if (live && sameArgv(live.slice(1), record.argv.slice(1))) return true
   const started = startedAtMs(record.pid)
   return started !== null && Math.abs(started - record.started_at_ms) < 2000
+}
+
+/**
+ * Whether the process runs: a zombie (ended, its parent not yet told — an orphan waits for the
+ * system's init to reap it) has given its memory and port back.
+ */
+function alive(pid: number): boolean {
+  if (!signalable(pid)) return false
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat[stat.lastIndexOf(')') + 2] !== 'Z'
+  } catch {
+    return false
+  }
 }
 
 /** When a process started (Linux: /proc/<pid>/stat field 22, clock ticks since boot; 100 a second). */
