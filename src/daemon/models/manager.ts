@@ -92,6 +92,8 @@ interface Remembered {
 const MODELS_FILE = 'models.json'
 /** How often a waiting job looks again when nothing it waits on says so (an engine-side load). */
 const WAIT_POLL_MS = 1000
+/** How long a failed request waits to hear that the engine process ended. */
+const EXIT_NEWS_MS = 2000
 
 export class ModelManager {
   readonly engine: ManagedEngine
@@ -334,9 +336,14 @@ export class ModelManager {
     const view = await this.refresh().catch(
       (e): EngineView => ({ status: 'offline', error: (e as Error).message, models: [] }),
     )
-    if (lost.aborted) return lost.reason as Error
-    if (view.status !== 'online')
+    if (view.status !== 'online') {
+      // A process that died is heard of a moment after its connections break: its own account
+      // (how it ended, its last lines) is the better reason.
+      if (!lost.aborted) await this.timers.sleep(EXIT_NEWS_MS, lost)
+      if (lost.aborted) return lost.reason as Error
       return new ModelLost(`the engine is not reachable (${view.error ?? view.status})${this.lines()}`)
+    }
+    if (lost.aborted) return lost.reason as Error
     if (this.rows.get(name)?.state !== 'loaded')
       return new ModelLost(`${name} is no longer loaded${this.lines(name)}`)
     return null
