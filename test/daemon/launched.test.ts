@@ -5,8 +5,8 @@ import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
 import { eq } from 'drizzle-orm'
 import { startTestServer, type TestServer } from '../helpers/app'
-import { makeUser, makeWorkerKey } from '../helpers/builders'
-import { daemonOptions, fastDeps, type RunningAgent, runAgent } from '../helpers/daemon'
+import { daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
+import { managedFleet, stopDaemon } from '../helpers/managed'
 import { rowsOf } from '../helpers/rows'
 import { capturedLogLines } from '../helpers/secrets'
 import { until } from '../helpers/until'
@@ -89,55 +89,14 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-/** A user with a worker key of their own org, and their views. */
-async function fleet() {
-  const user = await makeUser(server)
-  const key = (await makeWorkerKey(server, user, user.personalOrgId)).key
-  const get = async (path: string) => (await server.req('GET', path, { token: user.token })).body
+/** A user with a worker key of their own org (test/helpers/managed.ts); finished(): a batch completed and its output lines. */
+async function fleet(s: TestServer) {
+  const f = await managedFleet(s)
   return {
-    key,
-    batch: (id: string) => get(`/v1/batches/${id}`),
-    /** The worker row's models[] by name (docs/api.md §7 "Worker row"). */
-    async models(workerId: string | null): Promise<Record<string, any>> {
-      const row = (await get(`/v1/orgs/${user.personalOrgId}/workers`)).data.find(
-        (w: any) => w.id === workerId,
-      )
-      return Object.fromEntries((row?.models ?? []).map((m: any) => [m.name, m]))
-    },
-    async submit(model: string, n: number): Promise<string> {
-      const lines = Array.from({ length: n }, (_, i) => ({
-        custom_id: `r-${i}`,
-        method: 'POST',
-        url: '/v1/chat/completions',
-        body: { model, messages: [{ role: 'user', content: `Say ${i}` }], max_tokens: 4 },
-      }))
-      const form = new FormData()
-      form.append('purpose', 'batch')
-      form.append('file', new Blob([lines.map((l) => JSON.stringify(l)).join('\n') + '\n']), 'input.jsonl')
-      const file = await server.req('POST', '/v1/files', { token: user.token, raw: form })
-      expect(file.status).toBe(200)
-      const created = await server.req('POST', '/v1/batches', {
-        token: user.token,
-        body: { input_file_id: file.body.id, endpoint: '/v1/chat/completions' },
-      })
-      expect(created.status).toBe(200)
-      return created.body.id
-    },
-    /** Waits for the batch to complete; its output lines. */
-    async completed(id: string): Promise<{ batch: any; lines: any[] }> {
-      const batch = await until(`batch ${id} completed`, async () => {
-        const b = await get(`/v1/batches/${id}`)
-        if (b.status === 'failed') throw new Error(`batch failed: ${b.error}`)
-        return b.status === 'completed' ? b : null
-      })
-      const res = await server.req('GET', `/v1/files/${batch.output_file_id}/content`, { token: user.token })
-      return {
-        batch,
-        lines: res.text
-          .split('\n')
-          .filter(Boolean)
-          .map((l: string) => JSON.parse(l)),
-      }
+    ...f,
+    async finished(id: string): Promise<{ batch: any; lines: any[] }> {
+      const batch = await f.completed(id)
+      return { batch, lines: await f.outputLines(batch) }
     },
   }
 }
@@ -197,11 +156,6 @@ function daemon(serverUrl: string, workerKey: string, o: Parameters<typeof daemo
   )
 }
 
-async function stopped(d: RunningAgent) {
-  d.agent.shutdown(true)
-  expect(await d.done).toBe(0)
-}
-
 /** Nobody else serves these models: a batch left waiting must not be claimed by a later test. */
 async function drop(id: string) {
   const { db, tables } = rowsOf(server.deps)
@@ -209,7 +163,7 @@ async function drop(id: string) {
 }
 
 test('A then B on one daemon: each model its own process with its profile’s params; A stopped when B needs its VRAM', async () => {
-  const f = await fleet()
+  const f = await fleet(server)
   const d = daemon(server.url, f.key)
   try {
     // Every model directory is in the inventory, each file hashed, weights first, before any load.
@@ -221,7 +175,7 @@ test('A then B on one daemon: each model its own process with its profile’s pa
     expect(before.beta.digest).toBe(sha(weights(2)))
     expect(enginesRunning()).toEqual([])
 
-    const a = await f.completed(await f.submit(ENTRY.alpha, 6))
+    const a = await f.finished(await f.submit(ENTRY.alpha, 6))
     expect(a.batch.request_counts).toEqual({ total: 6, completed: 6, failed: 0 })
     const [alphaRun] = starts(ALPHA)
     for (const line of a.lines) {
@@ -241,7 +195,7 @@ test('A then B on one daemon: each model its own process with its profile’s pa
       async () => (await f.models(d.agent.id))[ALPHA]?.state === 'loaded',
     )
 
-    const b = await f.completed(await f.submit(ENTRY.beta, 6))
+    const b = await f.finished(await f.submit(ENTRY.beta, 6))
     expect(b.batch.request_counts).toEqual({ total: 6, completed: 6, failed: 0 })
     const [betaRun] = starts('beta')
     for (const line of b.lines)
@@ -262,7 +216,7 @@ test('A then B on one daemon: each model its own process with its profile’s pa
     })
     expect(after.beta.load_seconds).toBeGreaterThan(0)
   } finally {
-    await stopped(d)
+    await stopDaemon(d)
   }
   // The engines are the daemon's children: they stopped with it, and their records are gone.
   expect(enginesRunning()).toEqual([])
@@ -270,7 +224,7 @@ test('A then B on one daemon: each model its own process with its profile’s pa
 })
 
 test('an engine that crashes mid-batch: the batch is requeued with the engine’s last lines, and the next attempt starts it again', async () => {
-  const f = await fleet()
+  const f = await fleet(server)
   const d = daemon(server.url, f.key)
   const before = starts(ALPHA).length
   try {
@@ -283,7 +237,7 @@ test('an engine that crashes mid-batch: the batch is requeued with the engine’
     })
     expect(requeued.error).toContain(`${ALPHA}: the engine exited with code 1`)
     expect(requeued.error).toContain('RuntimeError: CUDA error: an illegal memory access was encountered')
-    const { batch, lines } = await f.completed(id)
+    const { batch, lines } = await f.finished(id)
     expect(batch.attempts).toBe(1)
     expect(batch.request_counts).toEqual({ total: 8, completed: 8, failed: 0 })
     const runs = starts(ALPHA).slice(before)
@@ -295,13 +249,13 @@ test('an engine that crashes mid-batch: the batch is requeued with the engine’
       )
     expect(enginesRunning()).toEqual([runs[1]!.pid])
   } finally {
-    await stopped(d)
+    await stopDaemon(d)
   }
   expect(enginesRunning()).toEqual([])
 })
 
 test('a corrupt model directory: the load fails with the engine’s own words, the batch is requeued, and the daemon serves on', async () => {
-  const f = await fleet()
+  const f = await fleet(server)
   const d = daemon(server.url, f.key)
   let broken = ''
   try {
@@ -313,10 +267,10 @@ test('a corrupt model directory: the load fails with the engine’s own words, t
     expect(requeued.error).toContain('broken failed to load:')
     expect(requeued.error).toContain('exited with code 1 before answering')
     expect(requeued.error).toContain('ValueError: Invalid repository ID or local directory specified')
-    const ok = await f.completed(await f.submit(ENTRY.beta, 2))
+    const ok = await f.finished(await f.submit(ENTRY.beta, 2))
     expect(ok.batch.request_counts.completed).toBe(2)
   } finally {
-    await stopped(d)
+    await stopDaemon(d)
     await drop(broken)
   }
 })
@@ -371,7 +325,7 @@ async function ended(...daemons: (ReturnType<typeof spawnDaemon> | null)[]) {
 }
 
 test('a daemon SIGKILLed while its engine loads: the next start stops that engine, loads anew and serves; nothing of the old run is left', async () => {
-  const f = await fleet()
+  const f = await fleet(server)
   const stateDir = mkdtempSync(join(dir, 'state-'))
   const hold = join(control, `${key(ALPHA)}.hold`)
   const before = starts(ALPHA).length
@@ -394,7 +348,7 @@ test('a daemon SIGKILLed while its engine loads: the next start stops that engin
     await until('the old engine stopped by the new daemon', () => !alive(orphan.pid))
     const fresh = await until('the requeued batch’s engine started', () => starts(ALPHA)[before + 1])
     rmSync(hold)
-    const { batch, lines } = await f.completed(id)
+    const { batch, lines } = await f.finished(id)
     expect(batch.attempts).toBe(1)
     for (const line of lines)
       expect(line.response.body.choices[0].message.content).toStartWith(`${ALPHA} (pid ${fresh.pid}) says:`)
@@ -415,20 +369,20 @@ test('a daemon SIGKILLed while its engine loads: the next start stops that engin
 })
 
 test('a daemon SIGKILLed with a model loaded: the next start adopts that engine, which serves the next batch', async () => {
-  const f = await fleet()
+  const f = await fleet(server)
   const stateDir = mkdtempSync(join(dir, 'state-'))
   const before = starts('beta').length
   const first = spawnDaemon(f.key, stateDir)
   let second: ReturnType<typeof spawnDaemon> | null = null
   try {
-    await f.completed(await f.submit(ENTRY.beta, 3))
+    await f.finished(await f.submit(ENTRY.beta, 3))
     const run = starts('beta')[before]!
     first.proc.kill('SIGKILL')
     await first.proc.exited
     expect(alive(run.pid)).toBe(true)
 
     second = spawnDaemon(f.key, stateDir)
-    const { lines } = await f.completed(await f.submit(ENTRY.beta, 3))
+    const { lines } = await f.finished(await f.submit(ENTRY.beta, 3))
     // The same process served it: adopted, not started again.
     for (const line of lines)
       expect(line.response.body.choices[0].message.content).toStartWith(`beta (pid ${run.pid}) says:`)
