@@ -80,7 +80,8 @@ export const DaemonOptionsSchema = T.Object({
       minLength: 1,
       description:
         'vllm, sglang, command: how to start one model, with {model_path}, {model}, {port} and {params} ' +
-        `(the serving profile's params as flags); default for vllm: ${DEFAULT_LAUNCH_COMMANDS.vllm}`,
+        `(the serving profile's params as flags); default for vllm: ${DEFAULT_LAUNCH_COMMANDS.vllm}; ` +
+        `for sglang: ${DEFAULT_LAUNCH_COMMANDS.sglang}`,
     }),
   ),
   engine_args: T.Optional(
@@ -93,7 +94,9 @@ export const DaemonOptionsSchema = T.Object({
   engine: T.Optional(
     T.Union(
       ENGINES.map((e) => T.Literal(e)),
-      { description: `Engine name reported to the server (${ENGINES.join(', ')}; default: the runtime)` },
+      {
+        description: `Engine name reported to the server (${ENGINES.join(', ')}; default: the runtime, openai for command)`,
+      },
     ),
   ),
   name: T.Optional(
