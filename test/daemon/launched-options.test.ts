@@ -102,5 +102,6 @@ describe('launched-engine options', () => {
     expect(text).toContain('--launch-command "CMD"')
     expect(text).toContain('GRIDKEEP_LAUNCH_COMMAND')
     expect(text).toContain(DEFAULT_LAUNCH_COMMANDS.vllm)
+    expect(text).toContain(DEFAULT_LAUNCH_COMMANDS.sglang)
   })
 })
