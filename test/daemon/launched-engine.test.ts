@@ -160,3 +160,25 @@ test('a process that ends unasked is reported with its last lines, the model unl
   await e.stop()
   expect(running()).toEqual([])
 })
+
+test('an adopted engine that dies: the next look at the engine waits to hear its end and never says it is loaded', async () => {
+  const state = new StateDir(mkdtempSync(join(dir, 'state-')))
+  const first = engine(state)
+  await first.start()
+  await first.load('alpha', {})
+  // A second daemon on the same state directory, as after a SIGKILL: it adopts the process.
+  const next = engine(state)
+  const ended: string[] = []
+  next.onExit((reason) => ended.push(reason))
+  await next.start()
+  expect((await next.status()).models[0]).toMatchObject({ name: 'alpha', state: 'loaded' })
+  const { pid } = record(state)!
+  process.kill(pid, 'SIGKILL')
+  await until('the process gone', () => !alive(pid))
+  // An adopted process is not this daemon's child: its end is only seen by looking (every second).
+  const after = (await next.status()).models[0]!
+  expect(after.state).toBe('failed')
+  expect(after.error).toStartWith('alpha: the engine ended; its last lines: ')
+  expect(ended).toEqual([after.error!])
+  await first.stop()
+})

@@ -39,6 +39,8 @@ const RESTART_MAX_MS = 30_000
 const STABLE_MS = 60_000
 const STOP_GRACE_MS = 10_000
 const LINES_PER_ERROR = 8
+/** Longest wait for a dead process's end to be heard (an adopted one is looked at every second). */
+const END_HEARD_MS = 3000
 const PREFIX = 'model-'
 
 export interface LaunchedEngineOptions {
@@ -124,6 +126,7 @@ export class LaunchedEngine implements ManagedEngine {
   }
 
   async status(): Promise<EngineView> {
+    await this.endsHeard()
     let onDisk: Map<string, string>
     try {
       onDisk = scanModels(this.modelsDir)
@@ -233,6 +236,20 @@ export class LaunchedEngine implements ManagedEngine {
       this.extraArgs,
     )
     return [...withInterpreter(program!), ...rest]
+  }
+
+  /**
+   * A loaded model whose process is gone, its end not heard yet (a child's exit is handled on a
+   * later turn; an adopted one's at the next look): waits until it is, so that whoever asks — a job
+   * whose requests just failed — learns why, in the engine's words, and never that it is loaded.
+   */
+  private async endsHeard() {
+    for (const [name, run] of this.running) {
+      const pid = run.child.pid
+      if (run.state !== 'loaded' || pid === null || alive(pid)) continue
+      const deadline = this.timers.nowMs() + END_HEARD_MS
+      while (this.running.get(name) === run && this.timers.nowMs() < deadline) await this.timers.sleep(10)
+    }
   }
 
   /** When the command names the model, the engine must serve that name (requests carry it). */
