@@ -403,8 +403,11 @@ export class Agent {
   private async freshSnapshot(): Promise<RuntimeSnapshot> {
     const s = await this.runtime.snapshot()
     if (s.status === 'online') this.lastSnapshot = s
-    if (s.status === 'online' && !this.runtimeOnline)
+    if (s.status === 'online' && !this.runtimeOnline) {
       log.info('runtime reachable', { runtime: this.runtime.baseUrl })
+      // Back after an outage (an engine restarted): the server learns at once what it holds again.
+      if (this.runtimeOnline === false) this.heartbeatSoon()
+    }
     if (s.status !== 'online' && this.runtimeOnline !== false)
       log.warn('runtime not reachable; not polling', { runtime: this.runtime.baseUrl, error: s.error })
     this.runtimeOnline = s.status === 'online'

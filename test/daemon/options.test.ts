@@ -41,6 +41,49 @@ describe('daemon options', () => {
     expect(ollama.engine).toBe('ollama')
   })
 
+  test('llama.cpp: --models-dir runs the router (no URL yet), --runtime-url attaches; one of the two, and only for llama.cpp', async () => {
+    const llama = ['--server', 'http://cp', '--key', KEY, '--runtime', 'llama.cpp']
+    const managed = await parse([
+      ...llama,
+      '--models-dir',
+      '/models',
+      '--engine-args',
+      '--threads-http 8  --verbose',
+    ])
+    expect(managed).toMatchObject({
+      runtime: 'llama.cpp',
+      engine: 'llama.cpp',
+      models_dir: '/models',
+      runtime_url: '',
+      llama_server: 'llama-server',
+      engine_args: ['--threads-http', '8', '--verbose'],
+    })
+    const env = await parse(llama, {
+      GRIDKEEP_MODELS_DIR: '/srv/models',
+      GRIDKEEP_LLAMA_SERVER: '/opt/llama/llama-server',
+    })
+    expect(env).toMatchObject({
+      models_dir: '/srv/models',
+      llama_server: '/opt/llama/llama-server',
+      engine_args: [],
+    })
+    const attached = await parse([...llama, '--runtime-url', 'http://127.0.0.1:8080/v1'])
+    expect(attached).toMatchObject({ runtime_url: 'http://127.0.0.1:8080', engine: 'llama.cpp' })
+    expect(attached.models_dir).toBeUndefined()
+    await expect(parse(llama)).rejects.toThrow(
+      '--runtime llama.cpp needs --models-dir DIR (the daemon runs llama-server on it) or --runtime-url URL',
+    )
+    await expect(parse([...llama, '--models-dir', '/m', '--runtime-url', 'http://x'])).rejects.toThrow(
+      '--runtime llama.cpp takes --models-dir or --runtime-url, not both',
+    )
+    await expect(parse([...base, '--models-dir', '/m'])).rejects.toThrow(
+      '--models-dir is for --runtime llama.cpp (got --runtime openai)',
+    )
+    await expect(parse([...base, '--engine-args', '-v'])).rejects.toThrow(
+      '--engine-args is for --runtime llama.cpp',
+    )
+  })
+
   test('concurrency: auto by default, a number pins it; shards on by default with room for two jobs', async () => {
     expect((await parse([...base, '--concurrency', '16'])).concurrency).toBe(16)
     expect((await parse(base, { GRIDKEEP_CONCURRENCY: '24' })).concurrency).toBe(24)
@@ -186,6 +229,10 @@ describe('daemon options', () => {
       '--progress-interval',
       '--state-dir',
       '--model-file',
+      '--models-dir',
+      '--llama-server',
+      '--engine-args',
+      'GRIDKEEP_MODELS_DIR',
       '--config',
       'GRIDKEEP_SERVER',
       'GRIDKEEP_WORKER_KEY',

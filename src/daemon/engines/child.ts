@@ -74,6 +74,7 @@ export class SupervisedChild {
   private readonly timers: Timers
   /** Whether the running process was found, not started, by this daemon. */
   adopted = false
+  private lastPort = 0
 
   constructor(private readonly spec: ChildSpec) {
     this.timers = spec.timers ?? realTimers
@@ -91,8 +92,9 @@ export class SupervisedChild {
     return join(this.dir, `${this.spec.name}.log`)
   }
 
+  /** Where it listens (while it restarts: where it listened last). */
   get url(): string {
-    return `http://127.0.0.1:${this.record?.port ?? 0}`
+    return urlOf(this.record?.port ?? this.lastPort)
   }
 
   get pid(): number | null {
@@ -117,6 +119,7 @@ export class SupervisedChild {
       const wanted = this.spec.command(left.port)
       if (sameArgv(wanted, left.argv) && (await this.spec.ready(urlOf(left.port)).catch(() => false))) {
         this.record = left
+        this.lastPort = left.port
         this.adopted = true
         this.watchAdopted()
         log.info('adopted the engine a previous run left', {
@@ -206,6 +209,7 @@ export class SupervisedChild {
     this.adopted = false
     const run: ChildRecord = { pid: proc.pid, port, argv, started_at_ms: this.timers.nowMs() }
     this.record = run
+    this.lastPort = port
     this.spec.state.writeJson(join('engines', `${this.spec.name}.json`), run)
     try {
       const timeoutMs = this.spec.readyTimeoutMs ?? 60_000

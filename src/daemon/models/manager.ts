@@ -204,7 +204,7 @@ export class ModelManager {
           const why = plan.do === 'wait' ? plan.why : `${this.op!.what} first`
           if (why !== said) {
             said = why
-            jlog.info(`job ${need.job_id} waits for ${need.name}: ${why}`, { why })
+            jlog.info(`job ${need.job_id} waits for ${need.name}: ${why}`)
             stage(`waiting for ${need.name}: ${why}`)
           }
           await this.changed(WAIT_POLL_MS, signal)
