@@ -28,6 +28,7 @@ beforeAll(() => {
 
 afterAll(() => {
   for (const pid of running()) process.kill(pid, 'SIGKILL')
+  delete process.env.FAKE_VLLM_LOAD_MS
   rmSync(dir, { recursive: true, force: true })
 })
 

@@ -85,6 +85,8 @@ beforeAll(async () => {
 afterAll(async () => {
   // After a failure: no stand-in engine of this file outlives it.
   for (const pid of enginesRunning()) process.kill(pid, 'SIGKILL')
+  delete process.env.FAKE_VLLM_CONTROL
+  delete process.env.FAKE_VLLM_LOAD_MS
   await server?.stop()
   rmSync(dir, { recursive: true, force: true })
 })
