@@ -188,7 +188,13 @@ export class JobRun {
           throw e
         }),
       ])
-      jlog.info('input downloaded', { bytes })
+      // How long the job waited for its input and, with a managed engine, its model (claim → first request).
+      jlog.info('input downloaded', {
+        bytes,
+        ...(manager
+          ? { model: job.model, ready_seconds: (ctx.timers.nowMs() - this.startedAtMs) / 1000 }
+          : {}),
+      })
 
       const held = lease as ModelLease | null
       const counts = await executeJob(

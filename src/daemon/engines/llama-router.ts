@@ -55,7 +55,13 @@ interface RouterModel {
 }
 
 const PATH_PARAMS = new Set(['mmproj', 'chat_template_file'])
-const LOAD_POLL_MS = 50
+/**
+ * A load or unload is watched (GET /models) every 10 ms at first, each wait a quarter longer, at
+ * most every 200 ms: a small model's load is seen within a few ms, a large one's costs few reads.
+ */
+const POLL_FIRST_MS = 10
+const POLL_MAX_MS = 200
+const pollWait = (n: number) => Math.min(POLL_MAX_MS, Math.round(POLL_FIRST_MS * 1.25 ** n))
 /** How long a load may take to show as `loading` at all. */
 const LOAD_START_MS = 10_000
 const ATTACHED_RELOAD_MS = 30_000
@@ -211,7 +217,7 @@ export class LlamaRouter implements ManagedEngine {
       throw new LoadFailed(`the engine refused to load ${name}: ${engineMessage(e)}`)
     }
     const askedAt = this.timers.nowMs()
-    for (let seen = false; ; ) {
+    for (let seen = false, n = 0; ; n++) {
       if (signal?.aborted) throw signal.reason
       let m: RouterModel | undefined
       try {
@@ -227,7 +233,7 @@ export class LlamaRouter implements ManagedEngine {
         throw new LoadFailed(m ? this.failure(name, m.status?.exit_code) : `${name} is gone from the engine`)
       else if (this.timers.nowMs() - askedAt > LOAD_START_MS)
         throw new LoadFailed(`the engine accepted the load of ${name} but did not start it`)
-      await this.timers.sleep(LOAD_POLL_MS, signal)
+      await this.timers.sleep(pollWait(n), signal)
     }
   }
 
@@ -238,10 +244,10 @@ export class LlamaRouter implements ManagedEngine {
       // 400 "model is not running": already unloaded.
       if (!(e instanceof RuntimeHttpError && e.status === 400)) throw e
     }
-    for (;;) {
+    for (let n = 0; ; n++) {
       const m = (await this.list(false)).find((x) => x.id === name)
       if (m?.status?.value !== 'loaded' && m?.status?.value !== 'loading') return
-      await this.timers.sleep(LOAD_POLL_MS)
+      await this.timers.sleep(pollWait(n))
     }
   }
 
