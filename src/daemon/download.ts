@@ -77,7 +77,7 @@ export function modelsDirLayout(
   modelsDir: string,
   runtimeModelId: string,
   files: readonly DownloadFile[],
-  o: { flat?: boolean } = {},
+  o: { flat?: boolean; directory?: boolean } = {},
 ): ModelLayout {
   if (files.length === 0) throw new DownloadError('the catalogue names no file to download')
   if (!isSafeRelativePath(runtimeModelId))
@@ -85,7 +85,7 @@ export function modelsDirLayout(
   for (const f of files)
     if (!isSafeRelativePath(f.path))
       throw new DownloadError(`the file path "${f.path}" is not a safe relative path`)
-  if (files.length === 1 && files[0]!.path.toLowerCase().endsWith('.gguf'))
+  if (!o.directory && files.length === 1 && files[0]!.path.toLowerCase().endsWith('.gguf'))
     return {
       kind: 'file',
       dest: join(modelsDir, `${runtimeModelId}.gguf`),

@@ -4,6 +4,7 @@ import { type Static, Type as T } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { CAPABILITIES, type Capability, ENGINE_CAPABILITIES } from '../domain/capabilities'
 import { ENGINES, type Engine } from '../domain/catalogue'
+import { DEFAULT_LAUNCH_COMMANDS, launchCommandProblem } from './engines/launch-command'
 
 // The daemon's options, parsed in this one place. The daemon is a separate program from the server
 // (src/config.ts is the server's), so it reads its own flags, environment and optional config file.
@@ -32,18 +33,35 @@ const ModelFiles = T.Record(
   },
 )
 
+/** Runtimes whose engine the daemon starts once per model it loads (engines/launched.ts). */
+export const LAUNCHED_RUNTIMES = ['vllm', 'sglang', 'command'] as const
+export type LaunchedRuntime = (typeof LAUNCHED_RUNTIMES)[number]
+export const isLaunched = (runtime: string): runtime is LaunchedRuntime =>
+  (LAUNCHED_RUNTIMES as readonly string[]).includes(runtime)
+
 export const DaemonOptionsSchema = T.Object({
   server: T.String({
     pattern: '^https?://',
     description: 'Control plane base URL, e.g. http://gridkeep:8080',
   }),
   key: T.String({ pattern: '^gk-', description: 'Organization worker key (gk-…); never logged' }),
-  runtime: T.Union([T.Literal('openai'), T.Literal('ollama'), T.Literal('llama.cpp')], {
-    description:
-      'Runtime adapter: openai (any OpenAI-compatible server), ollama (native API) or llama.cpp ' +
-      '(a llama-server router whose models the daemon loads and unloads: with --models-dir the daemon runs it, ' +
-      'with --runtime-url it attaches to one)',
-  }),
+  runtime: T.Union(
+    [
+      T.Literal('openai'),
+      T.Literal('ollama'),
+      T.Literal('llama.cpp'),
+      T.Literal('vllm'),
+      T.Literal('sglang'),
+      T.Literal('command'),
+    ],
+    {
+      description:
+        'Runtime adapter: openai (any OpenAI-compatible server), ollama (native API) or llama.cpp ' +
+        '(a llama-server router whose models the daemon loads and unloads: with --models-dir the daemon runs it, ' +
+        'with --runtime-url it attaches to one); vllm, sglang or command (any OpenAI-compatible server, ' +
+        'with --launch-command and --engine): the daemon starts one process per model it loads from --models-dir',
+    },
+  ),
   runtime_url: T.Optional(
     T.String({
       pattern: '^https?://',
@@ -57,7 +75,8 @@ export const DaemonOptionsSchema = T.Object({
       minLength: 1,
       description:
         'llama.cpp: the directory of GGUF models (NAME.gguf, or NAME/ with its files); the daemon runs ' +
-        'llama-server on it and loads what jobs need',
+        'llama-server on it and loads what jobs need. vllm, sglang, command: one directory per model, ' +
+        'DIR/<runtime_model_id>/ (org/name nests)',
     }),
   ),
   llama_server: T.String({
@@ -65,15 +84,28 @@ export const DaemonOptionsSchema = T.Object({
     default: 'llama-server',
     description: 'llama.cpp with --models-dir: the llama-server binary to run',
   }),
+  launch_command: T.Optional(
+    T.String({
+      minLength: 1,
+      description:
+        'vllm, sglang, command: how to start one model, with {model_path}, {model}, {port} and {params} ' +
+        `(the serving profile's params as flags); default for vllm: ${DEFAULT_LAUNCH_COMMANDS.vllm}; ` +
+        `for sglang: ${DEFAULT_LAUNCH_COMMANDS.sglang}`,
+    }),
+  ),
   engine_args: T.Optional(
     T.String({
-      description: 'llama.cpp with --models-dir: more arguments for llama-server, split on spaces',
+      description:
+        'llama.cpp with --models-dir: more arguments for llama-server; vllm, sglang, command: appended to ' +
+        'every launch; split on spaces',
     }),
   ),
   engine: T.Optional(
     T.Union(
       ENGINES.map((e) => T.Literal(e)),
-      { description: `Engine name reported to the server (${ENGINES.join(', ')}; default: the runtime)` },
+      {
+        description: `Engine name reported to the server (${ENGINES.join(', ')}; default: the runtime, openai for command)`,
+      },
     ),
   ),
   name: T.Optional(
@@ -176,6 +208,7 @@ export const ENV_NAMES: Record<Field, string> = {
   runtime_url: 'GRIDKEEP_RUNTIME_URL',
   models_dir: 'GRIDKEEP_MODELS_DIR',
   llama_server: 'GRIDKEEP_LLAMA_SERVER',
+  launch_command: 'GRIDKEEP_LAUNCH_COMMAND',
   engine_args: 'GRIDKEEP_ENGINE_ARGS',
   engine: 'GRIDKEEP_ENGINE',
   name: 'GRIDKEEP_WORKER_NAME',
@@ -269,8 +302,27 @@ export async function parseDaemonOptions(
 function finish(p: Parsed): DaemonOptions {
   const model_files: Record<string, string[]> = {}
   for (const [name, v] of Object.entries(p.model_files ?? {})) model_files[name] = Array.isArray(v) ? v : [v]
-  const managed = p.runtime === 'llama.cpp' && p.models_dir !== undefined
-  if (p.runtime === 'llama.cpp') {
+  const launched = isLaunched(p.runtime)
+  const managed = (p.runtime === 'llama.cpp' && p.models_dir !== undefined) || launched
+  if (p.launch_command !== undefined && !launched)
+    throw new OptionsError(
+      `--launch-command is for --runtime vllm, sglang or command (got --runtime ${p.runtime})`,
+    )
+  if (launched) {
+    // docs/worker.md "vLLM and other launched engines"
+    if (p.models_dir === undefined)
+      throw new OptionsError(`--runtime ${p.runtime} needs --models-dir DIR (a directory per model)`)
+    if (p.runtime_url !== undefined)
+      throw new OptionsError(
+        `--runtime ${p.runtime} starts its engines itself: no --runtime-url (for a server already running, --runtime openai --engine ${p.runtime === 'command' ? 'NAME' : p.runtime})`,
+      )
+    if (p.runtime === 'command' && p.launch_command === undefined)
+      throw new OptionsError('--runtime command needs --launch-command CMD (how to start one model)')
+    const problem = p.launch_command === undefined ? null : launchCommandProblem(p.launch_command)
+    if (problem) throw new OptionsError(`--launch-command: ${problem}`)
+    if (p.runtime !== 'command' && p.engine !== undefined && p.engine !== p.runtime)
+      throw new OptionsError(`--engine ${p.engine} with --runtime ${p.runtime}: the engine is ${p.runtime}`)
+  } else if (p.runtime === 'llama.cpp') {
     if (p.models_dir === undefined && p.runtime_url === undefined)
       throw new OptionsError(
         '--runtime llama.cpp needs --models-dir DIR (the daemon runs llama-server on it) or ' +
@@ -280,10 +332,15 @@ function finish(p: Parsed): DaemonOptions {
       throw new OptionsError('--runtime llama.cpp takes --models-dir or --runtime-url, not both')
   } else if (p.models_dir !== undefined || p.engine_args !== undefined) {
     throw new OptionsError(
-      `${p.models_dir !== undefined ? '--models-dir' : '--engine-args'} is for --runtime llama.cpp (got --runtime ${p.runtime})`,
+      `${p.models_dir !== undefined ? '--models-dir' : '--engine-args'} is for --runtime llama.cpp, vllm, sglang or command (got --runtime ${p.runtime})`,
     )
   }
-  const engine = p.runtime === 'llama.cpp' ? 'llama.cpp' : (p.engine ?? p.runtime)
+  const engine: Engine =
+    p.runtime === 'llama.cpp'
+      ? 'llama.cpp'
+      : p.runtime === 'command'
+        ? (p.engine ?? 'openai')
+        : (p.engine ?? (p.runtime as Engine))
   const listed = p.capabilities?.split(',').map((c) => c.trim())
   return {
     ...p,
@@ -301,6 +358,9 @@ function finish(p: Parsed): DaemonOptions {
     engine,
     // docs/api.md §7 "Runtime capabilities": the engine's defaults unless listed.
     capabilities: listed ? CAPABILITIES.filter((c) => listed.includes(c)) : [...ENGINE_CAPABILITIES[engine]],
+    ...(launched
+      ? { launch_command: p.launch_command ?? DEFAULT_LAUNCH_COMMANDS[p.runtime as 'vllm' | 'sglang'] }
+      : {}),
     name: p.name ?? hostname(),
     state_dir: p.state_dir ?? join(homedir(), '.gridkeep', 'worker'),
     model_files,
@@ -361,10 +421,11 @@ function describe(schema: any): string {
 const PLACEHOLDER: Partial<Record<Field, string>> = {
   server: 'URL',
   key: 'gk-…',
-  runtime: 'openai|ollama|llama.cpp',
+  runtime: 'openai|ollama|llama.cpp|vllm|sglang|command',
   runtime_url: 'URL',
   models_dir: 'DIR',
   llama_server: 'PATH',
+  launch_command: '"CMD"',
   engine_args: '"ARGS"',
   engine: 'NAME',
   name: 'NAME',
@@ -391,10 +452,13 @@ export function helpText(): string {
   const lines = [
     'Usage: gridkeep worker --server URL --key gk-… --runtime openai|ollama [options]',
     '       gridkeep worker --server URL --key gk-… --runtime llama.cpp --models-dir DIR [options]',
+    '       gridkeep worker --server URL --key gk-… --runtime vllm|sglang --models-dir DIR [--launch-command CMD]',
+    '       gridkeep worker --server URL --key gk-… --runtime command --engine NAME --models-dir DIR --launch-command CMD',
     '',
     'The reference worker daemon: registers with a gridkeep control plane, heartbeats, claims batches,',
     'runs every line against a local inference runtime and uploads the results. With --runtime llama.cpp',
-    '--models-dir it runs llama-server itself and loads the model each batch needs (docs/worker.md).',
+    '--models-dir it runs llama-server itself and loads the model each batch needs; with vllm, sglang or',
+    'command it starts one engine process per model it loads (docs/worker.md).',
     '',
     'Options (flags > environment > config file > defaults):',
   ]

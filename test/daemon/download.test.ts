@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, test } from 'bun:test'
-import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
@@ -11,6 +11,8 @@ import {
   pullFromHub,
   statfsFreeBytes,
 } from '../../src/daemon/download'
+import { LaunchedEngine } from '../../src/daemon/engines/launched'
+import { StateDir } from '../../src/daemon/state'
 import { type StandInHub, seededBytes, sha256Of, startStandInHub } from '../helpers/hub'
 import { capturedLogLines, rememberSecret } from '../helpers/secrets'
 
@@ -114,6 +116,24 @@ describe('a good download', () => {
     expect(() => modelsDirLayout(dir, 'm', deep.files, { flat: true })).toThrow(
       'two files would land as "config.json"',
     )
+  })
+
+  test('a launched engine’s model is always a directory, even of one GGUF (LaunchedEngine.layoutFor)', () => {
+    const models = mkdtempSync(join(tmpdir(), 'gk-launched-layout-'))
+    try {
+      const engine = new LaunchedEngine({
+        engine: 'vllm',
+        state: new StateDir(join(models, '.state')),
+        modelsDir: models,
+        command: 'vllm serve {model_path} --port {port}',
+      })
+      const one = engine.layoutFor('org/m', [{ path: 'm.gguf', sha256: 'a'.repeat(64), size_bytes: 1 }])
+      expect(one).toMatchObject({ kind: 'dir', dest: join(models, 'org/m'), files: [{ rel: 'm.gguf' }] })
+      // The llama.cpp router's rule, for contrast: one GGUF is a file named after the model.
+      expect(modelsDirLayout(models, 'm', one.files).kind).toBe('file')
+    } finally {
+      rmSync(models, { recursive: true, force: true })
+    }
   })
 
   test('a name or path that would leave the models directory is refused', () => {

@@ -77,10 +77,10 @@ describe('daemon options', () => {
       '--runtime llama.cpp takes --models-dir or --runtime-url, not both',
     )
     await expect(parse([...base, '--models-dir', '/m'])).rejects.toThrow(
-      '--models-dir is for --runtime llama.cpp (got --runtime openai)',
+      '--models-dir is for --runtime llama.cpp, vllm, sglang or command (got --runtime openai)',
     )
     await expect(parse([...base, '--engine-args', '-v'])).rejects.toThrow(
-      '--engine-args is for --runtime llama.cpp',
+      '--engine-args is for --runtime llama.cpp, vllm, sglang or command',
     )
   })
 

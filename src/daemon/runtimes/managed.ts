@@ -26,7 +26,7 @@ import type { InventoryItem, PullProgress, PullTask, Runtime, RuntimeSnapshot } 
 //   heartbeat's inventory carries the model.
 
 export class ManagedRuntime implements Runtime {
-  readonly kind = 'llama.cpp' as const
+  readonly kind: 'llama.cpp' | 'launched'
   readonly manager: ModelManager
   private readonly listeners = new Set<() => void>()
 
@@ -40,10 +40,12 @@ export class ManagedRuntime implements Runtime {
       state: StateDir
       budget: () => number | null
       timers?: Timers
+      kind?: 'launched'
       /** Where downloads come from, and the largest allowed (--hub-url, --hub-token, --max-download-gb). */
       downloads?: { hub: HubAccess; maxDownloadGb: number }
     },
   ) {
+    this.kind = o.kind ?? 'llama.cpp'
     const { layoutFor } = managed
     const downloads = o.downloads
     if (downloads && layoutFor)
