@@ -17,11 +17,17 @@ import { type Bench, benchServer } from './lib/fixture'
 //   (c) one worker against a 64-slot engine (40 ms), as a share of the engine's capacity and of a
 //       bare loop of 64 concurrent requests to it (goal ≥ 85 %);
 //   (d) against the real llama-server (bench/llama.ts BENCH_SWEEP=1): the daemon at
-//       --concurrency auto beside each fixed concurrency of 1 to 16 (goal: auto ≥ 90 % of the best).
+//       --concurrency auto beside each fixed concurrency of 1 to 16 (goal: auto ≥ 90 % of the best);
+//   (e) the straggler: 4 workers, one 4,000-line batch, the busiest SIGKILLed at 70 %, with a
+//       HEARTBEAT_TIMEOUT_SECONDS of 60 (the sweeper would release its shards only after that):
+//       completion time over that of the same run without a crash, measured in the same run
+//       (goal ≤ 1.5×: backup copies, docs/api.md §16, finish the dead worker's shards).
 //
-//   bun run bench/fleet.ts                 all four
-//   BENCH_ONLY=a|b|c|d bun run bench/fleet.ts
-//   BENCH_LINES=N (a, b)  BENCH_WIDE_LINES=N (c)  BENCH_ONE=1 (a: the 1-worker run only)  BENCH_TRACE=1 (daemon logs)
+//   bun run bench/fleet.ts                 all five
+//   BENCH_ONLY=a|b|c|d|e bun run bench/fleet.ts
+//   BENCH_LINES=N (a, b, e)  BENCH_WIDE_LINES=N (c)  BENCH_ONE=1 (a: the 1-worker run only)
+//   BENCH_RUNS=N (e: N pairs of runs, and their median)  BENCH_SHARD_MAX=N (SHARD_MAX_REQUESTS)
+//   BENCH_TRACE=1 (daemon logs)
 
 const LINES = Number(process.env.BENCH_LINES ?? 4_000)
 const WIDE_LINES = Number(process.env.BENCH_WIDE_LINES ?? 12_000)
@@ -29,6 +35,8 @@ const ONLY = process.env.BENCH_ONLY
 const SLUG = 'bench-chat-model-q4km'
 const RUNTIME_MODEL = 'bench/runtime-model'
 const HEARTBEAT_TIMEOUT = 6
+/** (e): long enough that only backup copies, not the sweeper, can finish a dead worker's shards. */
+const STRAGGLER_HEARTBEAT_TIMEOUT = 60
 
 const line = (i: number) =>
   JSON.stringify({
@@ -66,7 +74,11 @@ interface Fleet {
   stop(): Promise<void>
 }
 
-async function fleet(dir: string, engines: FakeRuntime[]): Promise<Fleet> {
+async function fleet(
+  dir: string,
+  engines: FakeRuntime[],
+  heartbeatTimeout = HEARTBEAT_TIMEOUT,
+): Promise<Fleet> {
   mkdirSync(dir, { recursive: true })
   const manifest = join(dir, 'models.yaml')
   writeFileSync(
@@ -76,8 +88,9 @@ async function fleet(dir: string, engines: FakeRuntime[]): Promise<Fleet> {
   const server = await benchServer({
     CATALOGUE_PATH: manifest,
     LOG_LEVEL: 'error',
-    HEARTBEAT_TIMEOUT_SECONDS: String(HEARTBEAT_TIMEOUT),
+    HEARTBEAT_TIMEOUT_SECONDS: String(heartbeatTimeout),
     SWEEP_INTERVAL_SECONDS: '1',
+    ...(process.env.BENCH_SHARD_MAX ? { SHARD_MAX_REQUESTS: process.env.BENCH_SHARD_MAX } : {}),
   })
   const { access_token: token } = await json(
     await fetch(`${server.url}/v1/auth/login`, {
@@ -210,11 +223,17 @@ async function speedup(dir: string) {
   )
 }
 
-async function killed(dir: string) {
+/**
+ * 4 workers drain one batch; with `kill`, the busiest is SIGKILLed once 70 % of the requests have
+ * reached an engine. Returns the completion time (from the batch's creation), when the kill came,
+ * and the requests run more than once (counted by custom_id at the engines).
+ */
+async function fourWorkers(dir: string, o: { kill: boolean; heartbeatTimeout: number }) {
   const engines = Array.from({ length: 4 }, () => engine(8, 40))
   const f = await fleet(
     dir,
     engines.map((e) => e.rt),
+    o.heartbeatTimeout,
   )
   try {
     const fileId = await upload(f, LINES)
@@ -222,38 +241,85 @@ async function killed(dir: string) {
     const id = await createBatch(f, fileId)
     let victim = -1
     let killedAt = 0
+    // The victim's shards when it died: what a backup copy has to run again.
+    let lost: { shard_index: number; requests: number }[] = []
     const seen = () => {
       const all = new Set<string>()
       for (const e of engines) for (const k of e.runs.keys()) all.add(k)
       return all.size
     }
     const { ended } = await finish(f, id, LINES, () => {
-      if (victim >= 0 || seen() < LINES * 0.7) return
+      if (!o.kill || victim >= 0 || seen() < LINES * 0.7) return
       // The busiest worker: the one whose engine is serving the most requests right now.
       const busy = engines.map((e) => e.rt.inFlight)
       victim = busy.indexOf(Math.max(...busy))
       killedAt = performance.now()
       f.daemons[victim]!.kill('SIGKILL')
+      lost = f.server.deps.sqlite
+        .query<{ shard_index: number; requests: number }, [string, string]>(
+          `select s.shard_index, s.requests from batch_shards s join workers w on w.id = s.worker_id
+           where s.batch_id = ? and w.name = ? and s.status = 'running' order by s.shard_index`,
+        )
+        .all(id, `fleet-${victim}`)
     })
     let reruns = 0
     const total = new Map<string, number>()
     for (const e of engines) for (const [k, n] of e.runs) total.set(k, (total.get(k) ?? 0) + n)
     for (const n of total.values()) reruns += n - 1
-    const shardMax = f.server.config.SHARD_MAX_REQUESTS
     const shards = f.server.deps.sqlite
-      .query<{ n: number; biggest: number }, [string]>(
-        'select count(*) as n, max(requests) as biggest from batch_shards where batch_id = ?',
+      .query<{ n: number; biggest: number; backups: number; won: number }, [string]>(
+        `select count(*) as n, max(requests) as biggest, count(backup_worker_id) as backups,
+           sum(backup_won) as won from batch_shards where batch_id = ?`,
       )
-      .get(id)
-    console.log(
-      `(b) 4 workers, ${LINES} lines, the busiest (fleet-${victim}) SIGKILLed at 70 %: completed ${((ended - t0) / 1000).toFixed(1)} s ` +
-        `(${((ended - killedAt) / 1000).toFixed(1)} s after the kill; heartbeat timeout ${HEARTBEAT_TIMEOUT} s)\n` +
-        `    requests run again: ${reruns} = ${((reruns / LINES) * 100).toFixed(1)} % of the batch ` +
-        `(goal ≤ one shard and ≤ 25 %; ${shards?.n ?? '?'} shards, the largest ${shards?.biggest ?? '?'}, SHARD_MAX_REQUESTS ${shardMax})`,
-    )
+      .get(id)!
+    return {
+      secs: (ended - t0) / 1000,
+      afterKill: (ended - killedAt) / 1000,
+      victim,
+      lost,
+      reruns,
+      shards,
+      shardMax: f.server.config.SHARD_MAX_REQUESTS,
+    }
   } finally {
     await f.stop()
     for (const e of engines) await e.rt.stop()
+  }
+}
+
+async function killed(dir: string) {
+  const r = await fourWorkers(dir, { kill: true, heartbeatTimeout: HEARTBEAT_TIMEOUT })
+  console.log(
+    `(b) 4 workers, ${LINES} lines, the busiest (fleet-${r.victim}) SIGKILLed at 70 %: completed ${r.secs.toFixed(1)} s ` +
+      `(${r.afterKill.toFixed(1)} s after the kill; heartbeat timeout ${HEARTBEAT_TIMEOUT} s)\n` +
+      `    requests run again: ${r.reruns} = ${((r.reruns / LINES) * 100).toFixed(1)} % of the batch ` +
+      `(goal ≤ one shard and ≤ 25 %; ${r.shards.n} shards, the largest ${r.shards.biggest}, ` +
+      `${r.shards.backups} backed up, SHARD_MAX_REQUESTS ${r.shardMax})`,
+  )
+}
+
+async function straggler(dir: string) {
+  const heartbeatTimeout = STRAGGLER_HEARTBEAT_TIMEOUT
+  const runs = Number(process.env.BENCH_RUNS ?? 1)
+  const backups = (r: Awaited<ReturnType<typeof fourWorkers>>) =>
+    `${r.shards.backups} of ${r.shards.n} shards backed up, ${r.shards.won} won; ${r.reruns} requests run twice`
+  console.log(`(e) the straggler: 4 workers, ${LINES} lines, heartbeat timeout ${heartbeatTimeout} s`)
+  const ratios: number[] = []
+  for (let i = 0; i < runs; i++) {
+    const calm = await fourWorkers(join(dir, `calm-${i}`), { kill: false, heartbeatTimeout })
+    const crash = await fourWorkers(join(dir, `crash-${i}`), { kill: true, heartbeatTimeout })
+    const held = crash.lost.map((s) => `#${s.shard_index} of ${s.requests}`).join(', ') || 'none'
+    ratios.push(crash.secs / calm.secs)
+    console.log(
+      `    no crash ${calm.secs.toFixed(1)} s (${backups(calm)})\n` +
+        `    the busiest (fleet-${crash.victim}, holding shards ${held}) SIGKILLed at 70 %: ${crash.secs.toFixed(1)} s ` +
+        `(${crash.afterKill.toFixed(1)} s after the kill; ${backups(crash)})\n` +
+        `    crash / no crash = ${(crash.secs / calm.secs).toFixed(2)}× (goal ≤ 1.5×)`,
+    )
+  }
+  if (runs > 1) {
+    const sorted = [...ratios].sort((x, y) => x - y)
+    console.log(`    median of ${runs}: ${sorted[Math.floor(runs / 2)]!.toFixed(2)}×`)
   }
 }
 
@@ -337,6 +403,7 @@ try {
   if (!ONLY || ONLY === 'b') await killed(join(dir, 'b'))
   if (!ONLY || ONLY === 'c') await wide(join(dir, 'c'))
   if (!ONLY || ONLY === 'd') await realEngine()
+  if (!ONLY || ONLY === 'e') await straggler(join(dir, 'e'))
   console.log(`(whole bench ${((performance.now() - t0) / 1000).toFixed(0)} s)`)
 } finally {
   rmSync(dir, { recursive: true, force: true })

@@ -19,7 +19,7 @@ import { type Router, startRouter } from './lib/router'
 //     share of the requests needs, rounded up (Σ ⌈workers × share⌉ = 3 + 1 + 1)  goal ≤ 1.5
 //   the longest any batch waited, from its creation (≥ from `validated`) to its first request at
 //     an engine                                                                    goal ≤ aging + one load
-//   (a fourth row, the straggler case, is the backups branch's bench)
+//   (a fourth row, the straggler case, is `BENCH_ONLY=e bun run bench/fleet.ts`: backup copies)
 //
 //   bun run bench/placement.ts            10,000 requests
 //   BENCH_QUICK=1 bun run bench/placement.ts   4,000 requests
@@ -307,7 +307,7 @@ const rows: [string, (r: Result) => string, string][] = [
     (r) => MODELS.map((m) => (r.waits[m.name] ?? 0).toFixed(1)).join(' / '),
     '',
   ],
-  ['straggler case', () => '—', "(the backups branch's bench)"],
+  ['straggler case', () => '—', 'BENCH_ONLY=e bun run bench/fleet.ts (backup copies)'],
 ]
 const widths = [48, 22, 22]
 console.log(

@@ -22,6 +22,7 @@ import { CompactIdSet } from '../src/lib/id-set'
 import { newId } from '../src/lib/ids'
 import { setLogLevel } from '../src/lib/logger'
 import { validateBatch } from '../src/services/validator'
+import { chatInputFile } from './lib/input'
 
 const QUICK = process.env.BENCH_QUICK === '1'
 const LINES = QUICK ? 5_000 : 50_000
@@ -30,44 +31,8 @@ const ROUNDS = 5
 const MODEL = 'bench-8b-q4km'
 const MiB = 1024 * 1024
 const root = resolve(import.meta.dir, '..')
-const outDir = join(import.meta.dir, '.out')
 
 const fmt = (n: number, d = 0) => n.toFixed(d)
-
-// ---------------------------------------------------------------------------------------------
-// The input file: LINES chat requests, padded to TARGET_BYTES in total.
-
-async function inputFile(): Promise<string> {
-  mkdirSync(outDir, { recursive: true })
-  const path = join(outDir, `chat-${LINES}-${TARGET_BYTES}.jsonl`)
-  try {
-    if (statSync(path).size > 0) return path
-  } catch {}
-  const skeleton = (i: number, pad: string) =>
-    JSON.stringify({
-      custom_id: `request-${i}`,
-      method: 'POST',
-      url: '/v1/chat/completions',
-      body: {
-        model: MODEL,
-        max_tokens: 256,
-        messages: [
-          { role: 'system', content: 'You are a helpful assistant.' },
-          { role: 'user', content: pad },
-        ],
-      },
-    })
-  const padLength = Math.max(0, Math.floor(TARGET_BYTES / LINES) - skeleton(LINES, '').length - 1)
-  // ASCII only, so characters and bytes agree and the file lands on TARGET_BYTES.
-  const words = 'the quick brown fox jumps over a lazy dog while "quoted" text\tand escapes flow by '
-  const escaped = JSON.stringify(words).length - 2 // quotes and tabs grow when escaped
-  const chars = Math.floor((padLength * words.length) / escaped)
-  const pad = words.repeat(Math.ceil(chars / words.length)).slice(0, chars)
-  const writer = Bun.file(path).writer()
-  for (let i = 0; i < LINES; i++) writer.write(`${skeleton(i, pad)}\n`)
-  await writer.end()
-  return path
-}
 
 // ---------------------------------------------------------------------------------------------
 // 1. Throughput
@@ -407,7 +372,7 @@ async function serverMemory(path: string) {
   }
 }
 
-const path = await inputFile()
+const path = await chatInputFile(LINES, TARGET_BYTES, MODEL)
 console.log(
   `input: ${path} (${fmt(statSync(path).size / MiB, 1)} MiB, ${LINES} lines)${QUICK ? ' [quick]' : ''}`,
 )

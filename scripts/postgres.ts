@@ -64,7 +64,11 @@ async function freePort(): Promise<number> {
 function run(argv: string[], asPostgres: boolean) {
   const cmd = asPostgres ? ['runuser', '-u', 'postgres', '--', ...argv] : argv
   const r = Bun.spawnSync(cmd, { stdout: 'pipe', stderr: 'pipe' })
-  if (r.exitCode !== 0) throw new Error(`${argv[0]} failed: ${r.stderr.toString().slice(-2000)}`)
+  // initdb writes some of its reasons to stdout: both are kept, or a failure says nothing.
+  if (r.exitCode !== 0)
+    throw new Error(
+      `${argv[0]} failed (exit ${r.exitCode ?? r.signalCode}): ${`${r.stdout}${r.stderr}`.slice(-2000)}`,
+    )
 }
 
 function alive(pid: number): boolean {

@@ -116,11 +116,11 @@ async function main() {
   if (version.code !== 0 || !/^gridkeep \d+\.\d+\.\d+ \(bun \d/.test(version.out))
     fail(`version: ${version.out}`)
   ok(`version: ${version.out.trim()}`)
-  for (const args of [['--help'], ['serve', '--help'], ['backup', '--help']]) {
+  for (const args of [['--help'], ['serve', '--help'], ['backup', '--help'], ['submit', '--help']]) {
     const r = await run(args)
     if (r.code !== 0 || !r.out.includes('Usage: gridkeep')) fail(`${args.join(' ')}: exit ${r.code} ${r.err}`)
   }
-  ok('--help, serve --help, backup --help')
+  ok('--help, serve --help, backup --help, submit --help')
   // The compiled binary must carry the subcommands built on other branches.
   for (const [command, module] of [
     ['worker', 'src/daemon/cli.ts'],

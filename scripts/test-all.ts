@@ -9,12 +9,14 @@
 //    What cannot be had is one line naming the command that brings it, and one failure.
 // 2. Runs the tiers, two at a time (most of a tier's time is spent waiting on servers and
 //    subprocesses, not on the CPU): the suite on SQLite with the browser and real-engine tests,
-//    the suite again on PostgreSQL, the storage suites on S3, the compiled binary's smoke test,
-//    biome and the type check. With everything in place, GK_TEST_ALL=1 tells the tests that no
-//    suite may be skipped for want of PostgreSQL, Chromium or llama-server.
+//    the suite again on PostgreSQL, the storage suites on S3, the compiled binary's smoke test
+//    and the terminal client's tests against that same binary (built once), biome and the type
+//    check. With everything in place, GK_TEST_ALL=1 tells the tests that no suite may be skipped
+//    for want of PostgreSQL, Chromium or llama-server.
 // 3. Prints each tier's outcome (its whole output when it failed) and, last, `N passed, M failed`:
-//    the tests that passed and failed in the three suites, plus one for each other tier. Exit code 1
-//    when anything failed.
+//    the tests that passed and failed in the suites (the compiled binary's tier counts the
+//    client's tests, and fails as one when the build or the smoke test does), plus one for each
+//    other tier. Exit code 1 when anything failed.
 
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -98,10 +100,20 @@ const test = ['bun', 'test', '--timeout', '30000']
 
 // The PostgreSQL tier runs the suite with every test app on PostgreSQL, less what the SQLite tier
 // already runs on PostgreSQL or what touches no storage: test/store and test/cluster pick their
-// engines themselves, the browser tests and the daemon's own tests (all but its end-to-end run
-// against the server) exercise the page and the daemon, not the engine. `bun run test:postgres`
+// engines themselves, the browser tests, the daemon's own tests (all but its end-to-end run
+// against the server) and the terminal client's exercise the page, the daemon and the client, not
+// the engine. `bun run test:postgres`
 // still runs all of it.
-const SAME_ON_BOTH = ['test/store/', 'test/cluster/', 'test/web/', 'test/scripts/', 'test/daemon/']
+const SAME_ON_BOTH = [
+  'test/store/',
+  'test/cluster/',
+  'test/web/',
+  'test/scripts/',
+  'test/daemon/',
+  'test/client/',
+]
+// The terminal client's end-to-end tests run the compiled binary: in the tier that builds it.
+const BINARY_TESTS = 'test/client/binary.test.ts'
 const postgresFiles = [...new Bun.Glob('test/**/*.test.ts').scanSync(repo)]
   .filter((f) => f === 'test/daemon/e2e.test.ts' || !SAME_ON_BOTH.some((d) => f.startsWith(d)))
   .sort()
@@ -116,14 +128,23 @@ const tiers: Tier[] = [
     suite: true,
     timeoutSeconds: 540,
   },
-  { name: 'suite on SQLite', argv: [[...test]], suite: true, timeoutSeconds: 540 },
+  {
+    name: 'suite on SQLite',
+    argv: [[...test, `--path-ignore-patterns=${BINARY_TESTS}`]],
+    suite: true,
+    timeoutSeconds: 540,
+  },
   { name: 'storage suites on S3', argv: [['bun', 'scripts/test-s3.ts']], suite: true, timeoutSeconds: 300 },
   {
+    // Its passes are the client's tests; a failed build or smoke test fails it as one.
     name: 'compiled binary smoke test',
     argv: [
       ['bun', 'run', 'build'],
       ['bun', 'scripts/smoke.ts', 'dist/gridkeep'],
+      [...test, `./${BINARY_TESTS}`],
     ],
+    env: { GRIDKEEP_BINARY: 'dist/gridkeep' },
+    suite: true,
     timeoutSeconds: 300,
   },
   { name: 'biome ci', argv: [['bunx', 'biome', 'ci', '.']], timeoutSeconds: 120 },

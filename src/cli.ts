@@ -1,4 +1,5 @@
 import pkg from '../package.json'
+import { CLIENT_COMMANDS, runClientCommand } from './client/cli'
 import { ConfigError, loadConfig } from './config'
 import { runWorkerCommand } from './daemon/cli'
 import { serve } from './index'
@@ -8,9 +9,10 @@ import { BackupError, backupDatabase, formatBytes } from './ops/backup'
 import { configHelpText } from './ops/config-docs'
 import { MigrateError, migrateRows } from './ops/migrate'
 
-// `gridkeep <serve|worker|catalogue|backup|migrate|version>` (issue 6): the entry point of the compiled
-// binary (`bun run build` → dist/gridkeep) and of `bun run gridkeep <command>` from source.
-// Every command returns its exit code; `serve` returns null and keeps the process running.
+// `gridkeep <serve|worker|catalogue|backup|migrate|version>` and the terminal client's commands
+// (`login`, `submit`, `wait` … in src/client): the entry point of the compiled binary (`bun run
+// build` → dist/gridkeep) and of `bun run gridkeep <command>` from source. Every command returns
+// its exit code; `serve` returns null and keeps the process running.
 
 export interface Io {
   out(text: string): void
@@ -26,7 +28,7 @@ const processIo: Io = {
 
 type Command = (argv: string[], io: Io) => Promise<number | null>
 
-const COMMANDS: Record<string, { summary: string; run: Command }> = {
+const SERVER_COMMANDS: Record<string, { summary: string; run: Command }> = {
   serve: { summary: 'Run the server (the default when no command is given)', run: serveCommand },
   worker: { summary: 'Run the reference worker daemon on a GPU machine', run: workerCommand },
   catalogue: { summary: 'Work with the model catalogue', run: catalogueCommand },
@@ -34,6 +36,16 @@ const COMMANDS: Record<string, { summary: string; run: Command }> = {
   migrate: { summary: 'Copy a stopped SQLite installation into PostgreSQL', run: migrateCommand },
   version: { summary: 'Print the gridkeep and Bun versions', run: versionCommand },
 }
+
+/** The terminal client (src/client): a user's batches from the shell. */
+const CLIENT: Record<string, { summary: string; run: Command }> = Object.fromEntries(
+  Object.entries(CLIENT_COMMANDS).map(([name, c]) => [
+    name,
+    { summary: c.summary, run: (argv: string[], io: Io) => runClientCommand(name, argv, io.env) },
+  ]),
+)
+
+const COMMANDS = { ...SERVER_COMMANDS, ...CLIENT }
 
 const isHelp = (arg: string | undefined) => arg === '--help' || arg === '-h'
 
@@ -58,14 +70,19 @@ export async function main(argv: string[], io: Io = processIo): Promise<number |
 
 function usage(io: Io): number {
   const width = Math.max(...Object.keys(COMMANDS).map((c) => c.length)) + 4
+  const list = (commands: typeof COMMANDS) =>
+    Object.entries(commands).map(([name, c]) => `  ${name.padEnd(width)}${c.summary}`)
   io.out(
     [
       `gridkeep ${pkg.version} — self-hosted control plane for batch LLM inference`,
       '',
       'Usage: gridkeep [command] [options]',
       '',
-      'Commands:',
-      ...Object.entries(COMMANDS).map(([name, c]) => `  ${name.padEnd(width)}${c.summary}`),
+      'Server and operators:',
+      ...list(SERVER_COMMANDS),
+      '',
+      'Your batches, from the terminal (GRIDKEEP_SERVER, GRIDKEEP_API_KEY, or gridkeep login):',
+      ...list(CLIENT),
       '',
       "Run 'gridkeep <command> --help' for a command's options.",
       "The server is configured by environment variables: 'gridkeep serve --help' lists them.",

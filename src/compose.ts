@@ -4,6 +4,7 @@ import { CredentialCache, type CredentialState } from './http/credential-cache'
 import type { RequestCount } from './http/lifecycle'
 import { BatchEventBus, type BatchEventsState } from './lib/batch-events'
 import type { EventStreamsState } from './modules/batches/events'
+import { BatchFollowers, type FollowState } from './modules/batches/follow'
 import { type CatalogueState, CatalogueView } from './modules/catalogue/view'
 import type { PoolState } from './modules/pool/service'
 import type { StatsState } from './modules/stats/service'
@@ -21,6 +22,7 @@ export type ServerState = CredentialState &
   RequestCount &
   BatchEventsState &
   EventStreamsState &
+  FollowState &
   CatalogueState &
   PollState &
   PoolState &
@@ -37,6 +39,7 @@ export const createServerState = (): ServerState => ({
   requestsOpen: 0,
   batchEvents: new BatchEventBus(),
   eventStreams: new Map(),
+  batchFollowers: new BatchFollowers(),
   catalogueView: new CatalogueView(),
   pollWaiters: new PollWaiters(),
   placement: new PlacementView(),

@@ -59,6 +59,12 @@ export const ConfigSchema = T.Object({
   MAX_REQUESTS_PER_BATCH: Int(50_000, 1, 10_000_000, 'Most request lines in one batch input file'),
   MAX_SSE_STREAMS_PER_USER: Int(16, 1, 10_000, 'Concurrent batch event streams one user may hold open'),
   SSE_PING_SECONDS: Int(15, 1, 3600, 'Interval of the keep-alive comment on batch event streams'),
+  SSE_FOLLOW_SECONDS: Int(
+    2,
+    1,
+    60,
+    'Longest a batch event stream in follow mode goes without re-reading its batch',
+  ),
   HEARTBEAT_TIMEOUT_SECONDS: Int(120, 1, 86400, 'A worker silent this long is offline'),
   SWEEP_INTERVAL_SECONDS: Int(60, 1, 86400, 'Period of the sweeper that requeues work of silent workers'),
   MAX_BATCH_ATTEMPTS: Int(3, 1, 100, 'Attempts before a batch is terminally failed'),

@@ -1,4 +1,5 @@
 import { hostname } from 'node:os'
+import { CAPABILITIES } from '../domain/capabilities'
 import { log as rootLog } from '../lib/logger'
 import type { HeartbeatAnswer, HeartbeatBody, Job, PullModel } from '../protocol/worker'
 import { type Backoff, realTimers, retryDelay, type Timers, Wakeup } from './backoff'
@@ -242,7 +243,8 @@ export class Agent {
           ...(reuse ? { worker_id: reuse } : {}),
           daemon_version: DAEMON_VERSION,
           max_concurrent_jobs: this.opts.max_jobs,
-          max_download_gb: this.opts.max_download_gb,
+          // docs/api.md §7 pull_models: a runtime that cannot download is never asked to.
+          max_download_gb: this.runtime.pull ? this.opts.max_download_gb : 0,
           ...(this.opts.shards || this.runtime.manager
             ? {
                 capabilities: {
@@ -259,6 +261,10 @@ export class Agent {
               base_url: this.runtime.baseUrl,
               status: snapshot.status,
               inventory: snapshot.inventory,
+              // docs/api.md §7: every capability stated, so the server counts exactly these.
+              capabilities: Object.fromEntries(
+                CAPABILITIES.map((c) => [c, this.opts.capabilities.includes(c)]),
+              ),
             },
           ],
           gpus: gpu?.gpus ?? [],
@@ -403,8 +409,11 @@ export class Agent {
   private async freshSnapshot(): Promise<RuntimeSnapshot> {
     const s = await this.runtime.snapshot()
     if (s.status === 'online') this.lastSnapshot = s
-    if (s.status === 'online' && !this.runtimeOnline)
+    if (s.status === 'online' && !this.runtimeOnline) {
       log.info('runtime reachable', { runtime: this.runtime.baseUrl })
+      // Back after an outage (an engine restarted): the server learns at once what it holds again.
+      if (this.runtimeOnline === false) this.heartbeatSoon()
+    }
     if (s.status !== 'online' && this.runtimeOnline !== false)
       log.warn('runtime not reachable; not polling', { runtime: this.runtime.baseUrl, error: s.error })
     this.runtimeOnline = s.status === 'online'
@@ -442,10 +451,13 @@ export class Agent {
       ...(task.digest ? { digest: task.digest } : {}),
     }
     let lastSent = Number.NEGATIVE_INFINITY
-    const send = (p: PullProgress) =>
+    // One report at a time, in order: a late `downloading` must never land after `verifying` or
+    // `completed` (the server keeps the last step on the ask, docs/api.md §7 model-progress).
+    const send = serially((p: PullProgress | { status: 'failed'; error: string }) =>
       this.cp
         .modelProgress({ ...base, ...p })
-        .catch((e) => plog.warn('model-progress failed', { error: e.message }))
+        .catch((e) => plog.warn('model-progress failed', { error: e.message })),
+    )
     const onProgress = (p: PullProgress) => {
       const now = this.timers.nowMs()
       if (p.status === 'downloading' && now - lastSent < this.opts.progress_interval * 1000) return
@@ -459,8 +471,10 @@ export class Agent {
         await send({ status: 'completed' })
       })
       .catch(async (e) => {
-        plog.warn('model pull failed', { error: (e as Error).message })
-        await send({ status: 'failed' })
+        const error = (e as Error).message
+        plog.warn('model pull failed', { error })
+        // docs/api.md §7 model-progress: the reason travels with the failure (at most 2000 characters).
+        await send({ status: 'failed', error: error.slice(0, 2000) })
       })
       .finally(() => {
         this.pulling = null
@@ -544,11 +558,16 @@ export class Agent {
       // Nothing left to start: claim the next job now, so its requests are ready for the slots.
       allStarted: () => this.pollWake.kick(),
     })
-    this.jobs.set(job.job_id, run)
+    // One run per assignment: a shard handed to this worker again (requeued and re-taken, or a backup
+    // copy of a shard it lost while stalled) runs beside a stale run of the same job_id until that
+    // one hears it is stale (docs/api.md §16).
+    const runKey = job.assignment_id ?? job.job_id
+    this.jobs.set(runKey, run)
     this.askEngineSlots()
     log.info('job claimed', {
       job_id: job.job_id,
       ...(job.shard ? { batch_id: job.batch_id, shard: job.shard.index } : {}),
+      ...(job.backup ? { backup: true } : {}),
       assignment_id: job.assignment_id,
       model: job.model,
       catalogue_id: job.catalogue_id,
@@ -558,7 +577,7 @@ export class Agent {
     if (this.lifecycle === 'stopping') run.stopForShutdown()
     this.heartbeatSoon() // activity busy, current_job_id
     void run.run().then((outcome) => {
-      this.jobs.delete(job.job_id)
+      this.jobs.delete(runKey)
       this.onEvent({ type: 'job_ended', job_id: job.job_id, outcome })
       this.heartbeatSoon()
       this.pollWake.kick()
@@ -601,3 +620,13 @@ export class Agent {
 }
 
 const round = (n: number) => Math.round(n * 100) / 100
+
+/** `fn` called one at a time, in the order of the calls: each waits for the one before to settle. */
+export function serially<T>(fn: (x: T) => Promise<unknown>): (x: T) => Promise<void> {
+  let last: Promise<unknown> = Promise.resolve()
+  return (x) => {
+    const next = last.then(() => fn(x))
+    last = next.catch(() => {})
+    return next.then(() => {})
+  }
+}

@@ -42,6 +42,10 @@ export class ApiError extends Error {
 export const isBatchNotInProgress = (e: unknown): e is ApiError =>
   e instanceof ApiError && e.status === 409 && e.code === 'batch_not_in_progress'
 
+/** docs/api.md §16 backup copies: another copy of this shard finished first; this job is moot. */
+export const isShardDoneElsewhere = (e: unknown): e is ApiError =>
+  e instanceof ApiError && e.status === 409 && e.code === 'shard_done_elsewhere'
+
 /** The server could not be reached, or the answer did not arrive in time. */
 export class TransportError extends Error {}
 

@@ -16,7 +16,8 @@ import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 //   requests are in flight whatever the number of jobs. Every answer (and timeout) is a sample
 //   the limiter learns the engine's capacity from (--concurrency auto).
 // - 429, 5xx, connection errors and timeouts are retried with the daemon's one retry policy
-//   (backoff.ts: full-jitter backoff, Retry-After honoured up to its cap) up to `tries` attempts.
+//   (backoff.ts: full-jitter backoff, Retry-After honoured up to its cap) up to `tries` attempts;
+//   a connection reset before any answer is sent again at once on a new connection, once per try.
 // - A request that still fails becomes an output line carrying its error; the job goes on.
 // - A request that ends in a connection error makes the executor check whether the runtime is still
 //   reachable; if not, the job stops with RuntimeUnavailableError (the agent reports the failure so
@@ -208,9 +209,14 @@ async function request(
   stop: AbortSignal,
 ): Promise<Outcome> {
   let last: Outcome = { error: { code: 'connection_error', message: 'not attempted' } }
+  // Once per try, a connection the engine reset before answering (ECONNRESET: a kept-alive
+  // connection it had closed as this request went out on it — llama.cpp's router does) is not a
+  // try: the request goes again at once, on a new connection.
+  let fresh = false
   for (let attempt = 0; attempt < opts.tries; attempt++) {
     if (stop.aborted) return last
     let hintMs: number | null = null
+    let reset = false
     const ac = new AbortController()
     const onStop = () => ac.abort()
     stop.addEventListener('abort', onStop, { once: true })
@@ -226,7 +232,9 @@ async function request(
         headers: { 'content-type': 'application/json' },
         body: payload,
         signal: ac.signal,
+        ...(fresh ? { keepalive: false } : {}),
       })
+      fresh = false
       const text = await res.text()
       // 429 and 503 are how engines say they are over their capacity.
       permit.limiter.sample({ startedAtMs, overload: res.status === 429 || res.status === 503 })
@@ -235,6 +243,8 @@ async function request(
       hintMs = retryAfterMs(res.headers.get('retry-after'))
     } catch (e) {
       if (stop.aborted) return last
+      reset = !timedOut && !fresh && (e as NodeJS.ErrnoException).code === 'ECONNRESET'
+      fresh = reset
       if (timedOut) permit.limiter.sample({ startedAtMs, overload: true })
       last = timedOut
         ? { error: { code: 'timeout', message: `no answer within ${opts.requestTimeoutMs} ms` } }
@@ -242,6 +252,10 @@ async function request(
     } finally {
       clearTimeout(timer)
       stop.removeEventListener('abort', onStop)
+    }
+    if (reset) {
+      attempt--
+      continue
     }
     if (attempt + 1 < opts.tries) {
       // The wait is not a request at the engine: its slot serves another meanwhile.

@@ -1,4 +1,4 @@
-import { ApiError, isBatchNotInProgress } from './client'
+import { ApiError, isBatchNotInProgress, isShardDoneElsewhere } from './client'
 
 // What the daemon does when a control-plane call fails (docs/api.md §7, docs/api.md §0 status codes),
 // decided here once for register, heartbeat, poll and a job's own calls. The callers apply the
@@ -11,8 +11,9 @@ import { ApiError, isBatchNotInProgress } from './client'
 // - Registering with a stored id that is refused (403 / 404): forget it and register afresh. Any
 //   other refusal of a registration is fatal: the same body would be refused again.
 // - A poll with wait_seconds refused with 400: an older server; poll plainly from now on.
-// - A job's call answered 403 (not the holder any more) or 409 batch_not_in_progress (docs/api.md §16):
-//   the job is moot; stop it without reporting a failure.
+// - A job's call answered 403 (not the holder any more), 409 batch_not_in_progress or 409
+//   shard_done_elsewhere (docs/api.md §16: the batch failed, or another copy of the shard finished
+//   first): the job is moot; stop it without reporting a failure.
 // - Anything else on heartbeat, poll or a job's call: retry later (the next beat, or with backoff).
 
 export type ControlPlaneCall = 'register' | 'heartbeat' | 'poll' | 'job'
@@ -21,7 +22,7 @@ export type FailureAction =
   | { do: 'retry' }
   | { do: 'reregister'; forgetWorkerId: boolean }
   | { do: 'poll_plainly' }
-  | { do: 'stop_job'; reason: 'not_holder' | 'batch_not_in_progress' }
+  | { do: 'stop_job'; reason: 'not_holder' | 'batch_not_in_progress' | 'shard_done_elsewhere' }
   | { do: 'fatal'; message: string }
 
 export interface CallContext {
@@ -36,6 +37,7 @@ export function classifyFailure(call: ControlPlaneCall, e: unknown, o: CallConte
   if (call === 'job') {
     if (e.status === 403) return { do: 'stop_job', reason: 'not_holder' }
     if (isBatchNotInProgress(e)) return { do: 'stop_job', reason: 'batch_not_in_progress' }
+    if (isShardDoneElsewhere(e)) return { do: 'stop_job', reason: 'shard_done_elsewhere' }
     return { do: 'retry' }
   }
   if (e.status === 401) return { do: 'fatal', message: 'the server rejected the worker key' }

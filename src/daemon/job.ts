@@ -8,6 +8,7 @@ import {
   type ControlPlane,
   isBatchNotInProgress,
   isInsufficientStorage,
+  isShardDoneElsewhere,
   isTransient,
 } from './client'
 import type { RequestLimiter } from './concurrency'
@@ -24,8 +25,8 @@ import type { StateDir } from './state'
 // line through the executor, upload the output with the job's job_id and assignment_id, and send
 // live counts meanwhile. The job holds its model from the load until its last request is answered. It ends `completed`, `failed` (reported, so the batch or shard is
 // requeued: the runtime is gone, or a shutdown stopped it) or `dropped` (the server no longer
-// assigns it to us, or its batch failed elsewhere — 409 batch_not_in_progress: nothing more is said
-// about it).
+// assigns it to us, or its batch failed elsewhere — 409 batch_not_in_progress — or another copy of
+// the shard finished first — 409 shard_done_elsewhere: nothing more is said about it).
 
 const log = rootLog.child({ component: 'worker' })
 
@@ -75,7 +76,7 @@ export class JobRun {
    * Why it is being stopped: `lost` (the server no longer assigns it to us: dropped without a
    * word) or `shutdown` (reported failed so the batch is requeued at once).
    */
-  private stop: { kind: 'lost'; reason: string } | { kind: 'shutdown' } | null = null
+  private stop: { kind: 'lost'; reason: string; quiet: boolean } | { kind: 'shutdown' } | null = null
   private sentProgress = ''
   private started = false
   private stage: string | null = null
@@ -114,10 +115,13 @@ export class JobRun {
     }
   }
 
-  /** The server no longer assigns it to us: stop, and say nothing more. */
-  lose(reason: string) {
+  /**
+   * The server no longer assigns it to us: stop, and say nothing more. `quiet`: an expected end (a
+   * backup race lost, docs/api.md §16), logged as information rather than a warning.
+   */
+  lose(reason: string, quiet = false) {
     if (this.stop) return
-    this.stop = { kind: 'lost', reason }
+    this.stop = { kind: 'lost', reason, quiet }
     this.abort.abort(new Error(reason))
   }
 
@@ -131,7 +135,7 @@ export class JobRun {
   async run(): Promise<JobOutcome> {
     const { job, ctx } = this
     const jlog = log.child({ job_id: job.job_id })
-    const dir = ctx.state.jobDir(job.job_id)
+    const dir = ctx.state.jobDir(job.assignment_id ?? job.job_id)
     const input = join(dir, 'input.jsonl')
     const output = join(dir, 'output.jsonl')
     const progress = this.progressLoop()
@@ -188,7 +192,13 @@ export class JobRun {
           throw e
         }),
       ])
-      jlog.info('input downloaded', { bytes })
+      // How long the job waited for its input and, with a managed engine, its model (claim → first request).
+      jlog.info('input downloaded', {
+        bytes,
+        ...(manager
+          ? { model: job.model, ready_seconds: (ctx.timers.nowMs() - this.startedAtMs) / 1000 }
+          : {}),
+      })
 
       const held = lease as ModelLease | null
       const counts = await executeJob(
@@ -243,13 +253,16 @@ export class JobRun {
       return 'completed'
     } catch (e) {
       if (this.stop?.kind === 'lost') {
-        jlog.warn('job dropped', { reason: this.stop.reason })
+        if (this.stop.quiet) jlog.info('job dropped', { reason: this.stop.reason })
+        else jlog.warn('job dropped', { reason: this.stop.reason })
         return 'dropped'
       }
       const failure = classifyFailure('job', e)
       if (failure.do === 'stop_job') {
         if (failure.reason === 'not_holder')
           jlog.warn('job dropped: the server says it is not ours any more', { error: (e as Error).message })
+        else if (failure.reason === 'shard_done_elsewhere')
+          jlog.info('job dropped: another copy of this shard finished first')
         else jlog.warn('job dropped: its batch is no longer in progress (failed elsewhere)')
         return 'dropped'
       }
@@ -298,8 +311,10 @@ export class JobRun {
       )
       log.info('failure reported', { job_id: job.job_id, status: res.status, attempts: res.attempts })
     } catch (e) {
-      if (isBatchNotInProgress(e)) {
-        log.info('failure not reported: the batch is no longer in progress', { job_id: job.job_id })
+      if (isBatchNotInProgress(e) || isShardDoneElsewhere(e)) {
+        log.info('failure not reported: the job is moot (its batch failed, or another copy finished)', {
+          job_id: job.job_id,
+        })
         return
       }
       log.warn('could not report the failure; the sweeper will requeue the batch', {
@@ -344,7 +359,10 @@ export class JobRun {
           this.lose(
             failure.reason === 'not_holder'
               ? 'the server refused our progress (403)'
-              : 'the batch is no longer in progress (failed elsewhere)',
+              : failure.reason === 'shard_done_elsewhere'
+                ? 'another copy of this shard finished first'
+                : 'the batch is no longer in progress (failed elsewhere)',
+            failure.reason === 'shard_done_elsewhere',
           )
         else {
           this.sentProgress = '' // try again next tick

@@ -2,7 +2,9 @@ import { homedir, hostname } from 'node:os'
 import { extname, join } from 'node:path'
 import { type Static, Type as T } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
+import { CAPABILITIES, type Capability, ENGINE_CAPABILITIES } from '../domain/capabilities'
 import { ENGINES, type Engine } from '../domain/catalogue'
+import { DEFAULT_LAUNCH_COMMANDS, launchCommandProblem } from './engines/launch-command'
 
 // The daemon's options, parsed in this one place. The daemon is a separate program from the server
 // (src/config.ts is the server's), so it reads its own flags, environment and optional config file.
@@ -12,6 +14,14 @@ const Num = (def: number | undefined, min: number, max: number, description: str
   T.Number({ minimum: min, maximum: max, description, ...(def === undefined ? {} : { default: def }) })
 const Int = (def: number, min: number, max: number, description: string) =>
   T.Integer({ minimum: min, maximum: max, description, default: def })
+
+const CAPABILITY_NAME = `(?:${CAPABILITIES.join('|')})`
+const Capabilities = T.String({
+  pattern: `^\\s*(?:none|${CAPABILITY_NAME}(?:\\s*,\\s*${CAPABILITY_NAME})*)\\s*$`,
+  description:
+    `What the engine can do, reported at registration (docs/api.md §7): a list of ${CAPABILITIES.join(', ')}, ` +
+    'or none [default: the engine’s defaults, docs/api.md §7]',
+})
 
 const ModelFiles = T.Record(
   T.String({ minLength: 1 }),
@@ -23,18 +33,35 @@ const ModelFiles = T.Record(
   },
 )
 
+/** Runtimes whose engine the daemon starts once per model it loads (engines/launched.ts). */
+export const LAUNCHED_RUNTIMES = ['vllm', 'sglang', 'command'] as const
+export type LaunchedRuntime = (typeof LAUNCHED_RUNTIMES)[number]
+export const isLaunched = (runtime: string): runtime is LaunchedRuntime =>
+  (LAUNCHED_RUNTIMES as readonly string[]).includes(runtime)
+
 export const DaemonOptionsSchema = T.Object({
   server: T.String({
     pattern: '^https?://',
     description: 'Control plane base URL, e.g. http://gridkeep:8080',
   }),
   key: T.String({ pattern: '^gk-', description: 'Organization worker key (gk-…); never logged' }),
-  runtime: T.Union([T.Literal('openai'), T.Literal('ollama'), T.Literal('llama.cpp')], {
-    description:
-      'Runtime adapter: openai (any OpenAI-compatible server), ollama (native API) or llama.cpp ' +
-      '(a llama-server router whose models the daemon loads and unloads: with --models-dir the daemon runs it, ' +
-      'with --runtime-url it attaches to one)',
-  }),
+  runtime: T.Union(
+    [
+      T.Literal('openai'),
+      T.Literal('ollama'),
+      T.Literal('llama.cpp'),
+      T.Literal('vllm'),
+      T.Literal('sglang'),
+      T.Literal('command'),
+    ],
+    {
+      description:
+        'Runtime adapter: openai (any OpenAI-compatible server), ollama (native API) or llama.cpp ' +
+        '(a llama-server router whose models the daemon loads and unloads: with --models-dir the daemon runs it, ' +
+        'with --runtime-url it attaches to one); vllm, sglang or command (any OpenAI-compatible server, ' +
+        'with --launch-command and --engine): the daemon starts one process per model it loads from --models-dir',
+    },
+  ),
   runtime_url: T.Optional(
     T.String({
       pattern: '^https?://',
@@ -48,7 +75,8 @@ export const DaemonOptionsSchema = T.Object({
       minLength: 1,
       description:
         'llama.cpp: the directory of GGUF models (NAME.gguf, or NAME/ with its files); the daemon runs ' +
-        'llama-server on it and loads what jobs need',
+        'llama-server on it and loads what jobs need. vllm, sglang, command: one directory per model, ' +
+        'DIR/<runtime_model_id>/ (org/name nests)',
     }),
   ),
   llama_server: T.String({
@@ -56,15 +84,28 @@ export const DaemonOptionsSchema = T.Object({
     default: 'llama-server',
     description: 'llama.cpp with --models-dir: the llama-server binary to run',
   }),
+  launch_command: T.Optional(
+    T.String({
+      minLength: 1,
+      description:
+        'vllm, sglang, command: how to start one model, with {model_path}, {model}, {port} and {params} ' +
+        `(the serving profile's params as flags); default for vllm: ${DEFAULT_LAUNCH_COMMANDS.vllm}; ` +
+        `for sglang: ${DEFAULT_LAUNCH_COMMANDS.sglang}`,
+    }),
+  ),
   engine_args: T.Optional(
     T.String({
-      description: 'llama.cpp with --models-dir: more arguments for llama-server, split on spaces',
+      description:
+        'llama.cpp with --models-dir: more arguments for llama-server; vllm, sglang, command: appended to ' +
+        'every launch; split on spaces',
     }),
   ),
   engine: T.Optional(
     T.Union(
       ENGINES.map((e) => T.Literal(e)),
-      { description: `Engine name reported to the server (${ENGINES.join(', ')}; default: the runtime)` },
+      {
+        description: `Engine name reported to the server (${ENGINES.join(', ')}; default: the runtime, openai for command)`,
+      },
     ),
   ),
   name: T.Optional(
@@ -97,6 +138,19 @@ export const DaemonOptionsSchema = T.Object({
     Num(undefined, 0, 1_000_000, 'VRAM in GB when no GPU can be probed (or to override it)'),
   ),
   max_download_gb: Num(0, 0, 1_000_000, 'Largest model the server may ask this worker to pull (0 = never)'),
+  capabilities: T.Optional(Capabilities),
+  hub_url: T.String({
+    pattern: '^https?://',
+    default: 'https://huggingface.co',
+    description:
+      'Model hub the runtime downloads catalogue entries from, laid out like Hugging Face ({hub}/{owner}/{repo}/resolve/{revision}/{path}): a mirror or a proxy',
+  }),
+  hub_token: T.Optional(
+    T.String({
+      minLength: 1,
+      description: 'Token sent to the hub as a bearer token (gated repositories); never logged',
+    }),
+  ),
   progress_interval: Num(5, 0.05, 3600, 'Seconds between progress reports of a job'),
   poll_interval: Num(5, 0.05, 3600, 'Seconds between polls while nothing is compatible'),
   poll_wait: Num(
@@ -123,13 +177,22 @@ export const DaemonOptionsSchema = T.Object({
 type Parsed = Static<typeof DaemonOptionsSchema>
 export type DaemonOptions = Omit<
   Parsed,
-  'runtime_url' | 'engine' | 'name' | 'state_dir' | 'model_files' | 'max_jobs' | 'engine_args'
+  | 'runtime_url'
+  | 'engine'
+  | 'name'
+  | 'state_dir'
+  | 'model_files'
+  | 'max_jobs'
+  | 'engine_args'
+  | 'capabilities'
 > & {
   max_jobs: number
   /** The engine's base URL; empty for a managed llama.cpp (its router's port is found at start). */
   runtime_url: string
   engine_args: string[]
   engine: Engine
+  /** What the engine can do, as the daemon reports it at registration (docs/api.md §7). */
+  capabilities: Capability[]
   name: string
   state_dir: string
   model_files: Record<string, string[]>
@@ -145,6 +208,7 @@ export const ENV_NAMES: Record<Field, string> = {
   runtime_url: 'GRIDKEEP_RUNTIME_URL',
   models_dir: 'GRIDKEEP_MODELS_DIR',
   llama_server: 'GRIDKEEP_LLAMA_SERVER',
+  launch_command: 'GRIDKEEP_LAUNCH_COMMAND',
   engine_args: 'GRIDKEEP_ENGINE_ARGS',
   engine: 'GRIDKEEP_ENGINE',
   name: 'GRIDKEEP_WORKER_NAME',
@@ -155,6 +219,10 @@ export const ENV_NAMES: Record<Field, string> = {
   max_jobs: 'GRIDKEEP_MAX_JOBS',
   vram_gb: 'GRIDKEEP_VRAM_GB',
   max_download_gb: 'GRIDKEEP_MAX_DOWNLOAD_GB',
+  capabilities: 'GRIDKEEP_CAPABILITIES',
+  hub_url: 'GRIDKEEP_HUB_URL',
+  // The name Hugging Face's own tools read, so a machine already set up for them needs nothing more.
+  hub_token: 'HF_TOKEN',
   progress_interval: 'GRIDKEEP_PROGRESS_INTERVAL',
   poll_interval: 'GRIDKEEP_POLL_INTERVAL',
   poll_wait: 'GRIDKEEP_POLL_WAIT',
@@ -223,8 +291,9 @@ export async function parseDaemonOptions(
     const name = (first.path.replace(/^\//, '').split('/')[0] || 'options') as Field
     const where = name in ENV_NAMES ? `${flagOf(name)} / ${ENV_NAMES[name]}` : name
     const missing = converted[name] === undefined
-    // Never echo the key back.
-    const got = missing || name === 'key' ? '' : ` (got ${JSON.stringify(converted[name])})`
+    // Never echo a secret back.
+    const got =
+      missing || name === 'key' || name === 'hub_token' ? '' : ` (got ${JSON.stringify(converted[name])})`
     throw new OptionsError(`${where}: ${missing ? 'required' : describe(first.schema)}${got}`)
   }
   return { help: false, options: finish(converted as Parsed) }
@@ -233,8 +302,27 @@ export async function parseDaemonOptions(
 function finish(p: Parsed): DaemonOptions {
   const model_files: Record<string, string[]> = {}
   for (const [name, v] of Object.entries(p.model_files ?? {})) model_files[name] = Array.isArray(v) ? v : [v]
-  const managed = p.runtime === 'llama.cpp' && p.models_dir !== undefined
-  if (p.runtime === 'llama.cpp') {
+  const launched = isLaunched(p.runtime)
+  const managed = (p.runtime === 'llama.cpp' && p.models_dir !== undefined) || launched
+  if (p.launch_command !== undefined && !launched)
+    throw new OptionsError(
+      `--launch-command is for --runtime vllm, sglang or command (got --runtime ${p.runtime})`,
+    )
+  if (launched) {
+    // docs/worker.md "vLLM and other launched engines"
+    if (p.models_dir === undefined)
+      throw new OptionsError(`--runtime ${p.runtime} needs --models-dir DIR (a directory per model)`)
+    if (p.runtime_url !== undefined)
+      throw new OptionsError(
+        `--runtime ${p.runtime} starts its engines itself: no --runtime-url (for a server already running, --runtime openai --engine ${p.runtime === 'command' ? 'NAME' : p.runtime})`,
+      )
+    if (p.runtime === 'command' && p.launch_command === undefined)
+      throw new OptionsError('--runtime command needs --launch-command CMD (how to start one model)')
+    const problem = p.launch_command === undefined ? null : launchCommandProblem(p.launch_command)
+    if (problem) throw new OptionsError(`--launch-command: ${problem}`)
+    if (p.runtime !== 'command' && p.engine !== undefined && p.engine !== p.runtime)
+      throw new OptionsError(`--engine ${p.engine} with --runtime ${p.runtime}: the engine is ${p.runtime}`)
+  } else if (p.runtime === 'llama.cpp') {
     if (p.models_dir === undefined && p.runtime_url === undefined)
       throw new OptionsError(
         '--runtime llama.cpp needs --models-dir DIR (the daemon runs llama-server on it) or ' +
@@ -244,22 +332,35 @@ function finish(p: Parsed): DaemonOptions {
       throw new OptionsError('--runtime llama.cpp takes --models-dir or --runtime-url, not both')
   } else if (p.models_dir !== undefined || p.engine_args !== undefined) {
     throw new OptionsError(
-      `${p.models_dir !== undefined ? '--models-dir' : '--engine-args'} is for --runtime llama.cpp (got --runtime ${p.runtime})`,
+      `${p.models_dir !== undefined ? '--models-dir' : '--engine-args'} is for --runtime llama.cpp, vllm, sglang or command (got --runtime ${p.runtime})`,
     )
   }
+  const engine: Engine =
+    p.runtime === 'llama.cpp'
+      ? 'llama.cpp'
+      : p.runtime === 'command'
+        ? (p.engine ?? 'openai')
+        : (p.engine ?? (p.runtime as Engine))
+  const listed = p.capabilities?.split(',').map((c) => c.trim())
   return {
     ...p,
     engine_args: (p.engine_args ?? '').split(/\s+/).filter(Boolean),
     // docs/api.md §16: a shard-capable worker holds the current shard and the next.
     max_jobs: p.shards ? Math.max(2, p.max_jobs ?? 2) : (p.max_jobs ?? 1),
     server: p.server.replace(/\/+$/, ''),
+    hub_url: p.hub_url.replace(/\/+$/, ''),
     runtime_url: managed
       ? ''
       : (p.runtime_url ?? (p.runtime === 'ollama' ? 'http://127.0.0.1:11434' : 'http://127.0.0.1:8000'))
           .replace(/\/+$/, '')
           // The job's endpoint (/v1/chat/completions) already carries the /v1.
           .replace(/\/v1$/, ''),
-    engine: p.runtime === 'llama.cpp' ? 'llama.cpp' : (p.engine ?? p.runtime),
+    engine,
+    // docs/api.md §7 "Runtime capabilities": the engine's defaults unless listed.
+    capabilities: listed ? CAPABILITIES.filter((c) => listed.includes(c)) : [...ENGINE_CAPABILITIES[engine]],
+    ...(launched
+      ? { launch_command: p.launch_command ?? DEFAULT_LAUNCH_COMMANDS[p.runtime as 'vllm' | 'sglang'] }
+      : {}),
     name: p.name ?? hostname(),
     state_dir: p.state_dir ?? join(homedir(), '.gridkeep', 'worker'),
     model_files,
@@ -305,6 +406,7 @@ async function readConfigFile(path: string): Promise<Record<string, unknown>> {
 }
 
 function describe(schema: any): string {
+  if (schema.pattern === Capabilities.pattern) return `expected a list of ${CAPABILITIES.join(', ')}, or none`
   if (schema.anyOf?.every((s: any) => s.const !== undefined))
     return `expected one of ${schema.anyOf.map((s: any) => s.const).join(', ')}`
   if (schema.anyOf)
@@ -319,10 +421,11 @@ function describe(schema: any): string {
 const PLACEHOLDER: Partial<Record<Field, string>> = {
   server: 'URL',
   key: 'gk-…',
-  runtime: 'openai|ollama|llama.cpp',
+  runtime: 'openai|ollama|llama.cpp|vllm|sglang|command',
   runtime_url: 'URL',
   models_dir: 'DIR',
   llama_server: 'PATH',
+  launch_command: '"CMD"',
   engine_args: '"ARGS"',
   engine: 'NAME',
   name: 'NAME',
@@ -333,6 +436,9 @@ const PLACEHOLDER: Partial<Record<Field, string>> = {
   max_jobs: 'N',
   vram_gb: 'GB',
   max_download_gb: 'GB',
+  capabilities: 'LIST|none',
+  hub_url: 'URL',
+  hub_token: 'TOKEN',
   progress_interval: 'S',
   poll_interval: 'S',
   poll_wait: 'S',
@@ -346,10 +452,13 @@ export function helpText(): string {
   const lines = [
     'Usage: gridkeep worker --server URL --key gk-… --runtime openai|ollama [options]',
     '       gridkeep worker --server URL --key gk-… --runtime llama.cpp --models-dir DIR [options]',
+    '       gridkeep worker --server URL --key gk-… --runtime vllm|sglang --models-dir DIR [--launch-command CMD]',
+    '       gridkeep worker --server URL --key gk-… --runtime command --engine NAME --models-dir DIR --launch-command CMD',
     '',
     'The reference worker daemon: registers with a gridkeep control plane, heartbeats, claims batches,',
     'runs every line against a local inference runtime and uploads the results. With --runtime llama.cpp',
-    '--models-dir it runs llama-server itself and loads the model each batch needs (docs/worker.md).',
+    '--models-dir it runs llama-server itself and loads the model each batch needs; with vllm, sglang or',
+    'command it starts one engine process per model it loads (docs/worker.md).',
     '',
     'Options (flags > environment > config file > defaults):',
   ]

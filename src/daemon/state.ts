@@ -8,6 +8,10 @@ import { join } from 'node:path'
 //   <state_dir>/digests.json  sha256 cache keyed by path, valid while size and mtime match
 //   <state_dir>/daemon.pid    one daemon per state directory
 //   <state_dir>/jobs/<id>/    input.jsonl, output.jsonl of a running job (removed afterwards)
+//   <state_dir>/engines/      a managed engine's record (<name>.json: pid, port, argv, start time),
+//                             its output (<name>.log) and llama.cpp's preset (engines/child.ts,
+//                             engines/llama-router.ts)
+//   <state_dir>/models.json   what each loaded model was loaded for (models/manager.ts)
 
 export interface WorkerIdentity {
   machine_id: string

@@ -10,7 +10,10 @@ import m6 from '../../drizzle/0006_fair_share.sql' with { type: 'text' }
 import m7 from '../../drizzle/0007_assignment_slot.sql' with { type: 'text' }
 import m8 from '../../drizzle/0008_shards.sql' with { type: 'text' }
 import m9 from '../../drizzle/0009_fleet_engines.sql' with { type: 'text' }
-import m10 from '../../drizzle/0010_placement.sql' with { type: 'text' }
+import m10 from '../../drizzle/0010_waiting_queue.sql' with { type: 'text' }
+import m11 from '../../drizzle/0011_capabilities.sql' with { type: 'text' }
+import m12 from '../../drizzle/0012_shard_backups.sql' with { type: 'text' }
+import m13 from '../../drizzle/0013_placement.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -26,6 +29,9 @@ export const embeddedMigrations = {
     '0007_assignment_slot': m7,
     '0008_shards': m8,
     '0009_fleet_engines': m9,
-    '0010_placement': m10,
+    '0010_waiting_queue': m10,
+    '0011_capabilities': m11,
+    '0012_shard_backups': m12,
+    '0013_placement': m13,
   } as Record<string, string>,
 }

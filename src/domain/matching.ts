@@ -1,9 +1,18 @@
 import type { WorkerRow } from '../db/schema'
+import {
+  type Capability,
+  type CapabilityReport,
+  effectiveCapabilities,
+  runtimeCapabilities,
+} from './capabilities'
+import type { DownloadableEntry } from './downloads'
 import type { HostedModel } from './inventory'
 
-// THE matching predicate (docs/api.md §7 Poll rules 1–6, docs/api.md §7 "hosts", serving profiles, artifact
+// THE matching predicate (docs/api.md §7 Poll rules 1–7, docs/api.md §7 "hosts", serving profiles, artifact
 // files). Poll, pool capacity, pull_models and `available` in GET /v1/models all decide "can this
-// worker serve this entry?" through matchEntry() below; nothing else re-implements it.
+// worker serve this entry?" through matchEntry() below; nothing else re-implements it. Rule 7 is
+// per batch: a match carries what the worker can do with the entry, and the claim takes only the
+// batches whose needs that covers (src/domain/capabilities.ts takeableNeeds).
 
 export interface Profile {
   runtime: string
@@ -11,7 +20,7 @@ export interface Profile {
   params: Record<string, unknown>
 }
 
-export interface CatalogueEntry {
+export interface CatalogueEntry extends DownloadableEntry {
   id: string
   renamed_from: string | null
   enabled: boolean
@@ -26,6 +35,8 @@ export interface CatalogueEntry {
   profiles: Profile[]
   /** Normalized sha256 of every artifact file (empty for single-file entries). */
   artifact_sha256: string[]
+  /** docs/api.md §4: what the model can do (src/domain/capabilities.ts modelCapabilities). */
+  capabilities: readonly Capability[]
 }
 
 /** What the predicate judges before it looks at a worker's models. */
@@ -38,6 +49,8 @@ export interface WorkerFit {
 export interface WorkerView extends WorkerFit {
   /** Engines of the worker's runtimes. */
   engines: readonly string[]
+  /** What each runtime reported it can do, by engine; one absent reported nothing (docs/api.md §7). */
+  reported: Readonly<Record<string, CapabilityReport>>
   models: readonly HostedModel[]
 }
 
@@ -46,6 +59,25 @@ export interface Match {
   profile: Profile
   /** docs/api.md §7 Poll rule 5: the model is already loaded in VRAM on this worker. */
   loaded: boolean
+  /**
+   * docs/api.md §7 Poll rule 7: what this worker can do with the entry — the model's capabilities
+   * AND those of the runtime that would run it (engineCapabilities).
+   */
+  capabilities: readonly Capability[]
+}
+
+/**
+ * docs/api.md §7 Poll rule 7: what the worker's runtime of `engine` can do (its report, else the
+ * engine's defaults). Without a runtime of that engine (or with the engine unknown), only what all
+ * of the worker's runtimes can do counts.
+ */
+export function engineCapabilities(worker: Pick<WorkerView, 'engines' | 'reported'>, engine: string | null) {
+  const of = (e: string) => runtimeCapabilities(e, worker.reported[e])
+  if (engine !== null && worker.engines.includes(engine)) return of(engine)
+  return worker.engines.reduce<readonly Capability[]>(
+    (shared, e) => effectiveCapabilities(shared, of(e)),
+    worker.engines.length ? of(worker.engines[0]!) : [],
+  )
 }
 
 /** The part of matchEntry that needs no models: a worker failing it is ruled out unread. */
@@ -63,7 +95,14 @@ export function fitsWorker(worker: WorkerFit, entry: CatalogueEntry): boolean {
 
 /** Whether `worker` can serve `entry` now, and with which serving profile. */
 export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | null {
-  if (!fitsWorker(worker, entry)) return null
+  return fitsWorker(worker, entry) ? hostingMatch(worker, entry) : null
+}
+
+/**
+ * The model side of matchEntry: whether `worker` holds `entry`'s artifact, whatever its fit
+ * (docs/api.md §6 `waiting` tells "hosts it but does not fit" from "hosts it not at all").
+ */
+export function hostingMatch(worker: WorkerView, entry: CatalogueEntry): Match | null {
   // docs/api.md §7 Poll rule 6: a worker that never heartbeated only gets what it advertised at registration.
   const hosted = worker.models.filter(
     (m) => (m.configured || m.on_disk || m.loaded) && (worker.heartbeated || m.advertised),
@@ -75,6 +114,8 @@ export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | n
   }
   let best: Profile | null = null
   let bestRank = -1
+  /** The engine that would run `best`: the one hosting the model, else the profile's runtime. */
+  let engine: string | null = null
   let loaded = false
   for (const profile of entry.profiles) {
     for (const m of hosted) {
@@ -89,10 +130,23 @@ export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | n
       if (rank > bestRank) {
         best = profile
         bestRank = rank
+        engine = m.runtime ?? profile.runtime
       }
     }
   }
-  return best ? { entry, profile: best, loaded } : null
+  if (!best) return null
+  const capabilities = effectiveCapabilities(entry.capabilities, engineCapabilities(worker, engine))
+  return { entry, profile: best, loaded, capabilities }
+}
+
+/**
+ * docs/api.md §7 Poll rule 7: of a batch's `needs`, those `worker` cannot meet with `entry` (what
+ * the entry AND the engine hosting it can do); all of them when it does not host the entry.
+ */
+export function lacking(worker: WorkerView, entry: CatalogueEntry, needs: readonly string[]): string[] {
+  if (needs.length === 0) return []
+  const can: readonly string[] = hostingMatch(worker, entry)?.capabilities ?? []
+  return needs.filter((n) => !can.includes(n))
 }
 
 /** The catalogue as the predicate reads it (built by src/modules/workers/matching.ts loadCatalogue). */
@@ -117,7 +171,7 @@ export const fitOf = (w: WorkerFacts): WorkerFit => ({
 /** The same view from rows already read (a poll reads the row and the child rows together). */
 export const workerView = (
   worker: WorkerFacts,
-  hosting: Pick<WorkerView, 'engines' | 'models'>,
+  hosting: Pick<WorkerView, 'engines' | 'reported' | 'models'>,
 ): WorkerView => ({ ...fitOf(worker), ...hosting })
 
 /** Every entry `worker` can serve now (enabled ones only), best profile chosen. */

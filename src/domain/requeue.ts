@@ -20,6 +20,12 @@ export interface RequeueOutcome {
    * caller removes them (nothing will join them now).
    */
   parts?: string[]
+  /**
+   * docs/api.md §16 backup copies: set when one copy of a shard ended while the other runs on, so
+   * nothing was requeued: `promoted` (the holder ended; its backup holds the shard now) or `failed`
+   * (the backup ended; the holder carries on).
+   */
+  backup?: 'promoted' | 'failed'
 }
 
 /** docs/api.md §10: stored error text is at most 2000 characters (code points: never half a character). */

@@ -1,4 +1,5 @@
 import { conflict, forbidden } from '../lib/errors'
+import { truncateError } from './requeue'
 
 // Shards (docs/api.md §16): how a batch is cut into contiguous runs of its request lines and handed to
 // every worker that can serve it. Pure rules over plain numbers, decided here once; each storage
@@ -60,28 +61,141 @@ export interface ShardHolding {
   status: ShardState
   worker_id: string | null
   assignment_id: string | null
+  /** docs/api.md §16 backup copies: the backup's lease (while running), or the copy that lost (done). */
+  backup_worker_id: string | null
+  backup_assignment_id: string | null
   batch_status: string
 }
 
+/** docs/api.md §16: the answer to the copy that lost a backup race; its daemon drops the job. */
+export const shardDoneElsewhere = () =>
+  conflict('shard_done_elsewhere', 'Another copy of this shard finished first; drop the job')
+
+/** Which copy of a shard a write comes from: its holder's, or its backup's (docs/api.md §16). */
+export type ShardCopy = 'holder' | 'backup'
+
 /**
- * docs/api.md §16: progress, results and failures of a shard come only from its holder's current
- * assignment (the §7 holder rule and fencing, per shard). A shard this worker held whose batch has
- * failed meanwhile answers 409 `batch_not_in_progress`, so the daemon drops the job.
+ * docs/api.md §16: progress, results and failures of a shard come only from one of its current copies
+ * — its holder's or its backup's lease (the §7 holder rule and fencing, per shard and per copy). A
+ * shard this worker held whose batch has failed meanwhile answers 409 `batch_not_in_progress`, and
+ * the copy that lost a backup race answers 409 `shard_done_elsewhere`: either way the daemon drops
+ * the job. Returns the row with which copy wrote and that copy's assignment.
  */
 export function checkShardHolder<T extends ShardHolding>(
   row: T | undefined | null,
   workerId: string,
   assignmentId: string | undefined,
-): T & { assignment_id: string } {
-  if (!row || row.worker_id !== workerId || row.assignment_id === null) {
-    throw forbidden('not_assigned', 'This shard is not assigned to this worker')
+): T & { copy: ShardCopy; copy_assignment_id: string } {
+  const copy: ShardCopy | null = !row
+    ? null
+    : row.worker_id === workerId && row.assignment_id !== null
+      ? 'holder'
+      : row.backup_worker_id === workerId && row.backup_assignment_id !== null
+        ? 'backup'
+        : null
+  if (!row || !copy) throw forbidden('not_assigned', 'This shard is not assigned to this worker')
+  const lease = (copy === 'holder' ? row.assignment_id : row.backup_assignment_id)!
+  const stale = assignmentId !== undefined && assignmentId !== lease
+  if (row.status === 'done' && copy === 'backup') {
+    if (stale) throw forbidden('stale_assignment', 'This assignment is no longer current; stop the job')
+    throw shardDoneElsewhere()
   }
   if (row.batch_status !== 'in_progress') {
     throw conflict('batch_not_in_progress', 'The batch of this shard is no longer in progress; drop the job')
   }
   if (row.status !== 'running') throw forbidden('not_assigned', 'This shard is not assigned to this worker')
-  if (assignmentId !== undefined && assignmentId !== row.assignment_id) {
-    throw forbidden('stale_assignment', 'This assignment is no longer current; stop the job')
+  if (stale) throw forbidden('stale_assignment', 'This assignment is no longer current; stop the job')
+  return { ...row, copy, copy_assignment_id: lease }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backup copies (docs/api.md §16; MapReduce's backup tasks): when a split batch has nothing left to
+// hand out, an otherwise idle worker runs a copy of its oldest running shard, and the first complete
+// upload wins.
+
+/** A running shard a poll might back up, with what the rule reads of it and its batch. */
+export interface BackupCandidate {
+  shard_id: string
+  /** Cut order across batches (batch_shards.seq): the tie-break after assigned_at. */
+  seq: number
+  /** The holder. */
+  worker_id: string | null
+  assigned_at: number | null
+  attempts: number
+  backup_worker_id: string | null
+  /** The batch still has requests not cut into a shard. */
+  batch_uncut: boolean
+  /** The batch has a shard waiting (requeued). */
+  batch_waiting: boolean
+  /** docs/api.md §7 Poll rule 5: the batch's model is loaded on the polling worker. */
+  loaded: boolean
+}
+
+/**
+ * docs/api.md §16: the shard a poll that found nothing else to claim backs up, or null. Only a shard
+ * of a batch with nothing left to hand out (no shard waiting, no request left to cut), without a
+ * backup already, held by another worker, and whose attempts a failed copy cannot use up (attempts
+ * + 1 below MAX_BATCH_ATTEMPTS: a copy's failure counts one, and must never fail the batch while the
+ * other copy runs). Loaded models first (Poll rule 5), then the oldest held (assigned_at), then cut
+ * order. Any such shard qualifies however briefly it has been held: the backup only ever runs on
+ * capacity that would otherwise idle.
+ */
+export function pickBackup<C extends BackupCandidate>(
+  candidates: readonly C[],
+  workerId: string,
+  maxAttempts: number,
+): C | null {
+  let best: C | null = null
+  for (const c of candidates) {
+    if (c.batch_uncut || c.batch_waiting || c.backup_worker_id !== null) continue
+    if (c.worker_id === null || c.worker_id === workerId || c.attempts + 1 >= maxAttempts) continue
+    if (
+      !best ||
+      (c.loaded && !best.loaded) ||
+      (c.loaded === best.loaded &&
+        ((c.assigned_at ?? 0) < (best.assigned_at ?? 0) ||
+          ((c.assigned_at ?? 0) === (best.assigned_at ?? 0) && c.seq < best.seq)))
+    )
+      best = c
   }
-  return row as T & { assignment_id: string }
+  return best
+}
+
+/** A copy's live counts. */
+export interface CopyCounts {
+  completed: number
+  failed: number
+}
+
+/**
+ * docs/api.md §16: a shard's live counts (what the batch's request_counts sum) are those of its copy
+ * furthest along — completed + failed — the holder's on a tie or without a backup.
+ */
+export function shardCounts(holder: CopyCounts, backup: CopyCounts | null): CopyCounts {
+  return backup && backup.completed + backup.failed > holder.completed + holder.failed ? backup : holder
+}
+
+/** How one copy of a running shard ends without results (report-failure, a silent worker, re-registration). */
+export type CopyEnd =
+  /** It was the shard's only copy: the requeue rule, per shard. */
+  | { kind: 'requeue' }
+  /**
+   * The other copy carries on, nothing is requeued: `promote` (the holder ended; its backup now
+   * holds the shard) or `drop_backup` (the backup ended; the holder carries on). Either counts one
+   * attempt of the shard (a failed run) and stores the error on the batch.
+   */
+  | { kind: 'promote' | 'drop_backup'; attempts: number; error: string }
+
+/** docs/api.md §16: what becomes of a running shard when one of its copies ends without results. */
+export function copyEnded(
+  shard: { attempts: number; backup_assignment_id: string | null },
+  copy: ShardCopy,
+  errorText: string,
+): CopyEnd {
+  if (copy === 'holder' && shard.backup_assignment_id === null) return { kind: 'requeue' }
+  return {
+    kind: copy === 'holder' ? 'promote' : 'drop_backup',
+    attempts: shard.attempts + 1,
+    error: truncateError(errorText),
+  }
 }

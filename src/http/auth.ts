@@ -23,6 +23,7 @@ import { authenticate } from './credentials'
 //   session     JWT only, even while must_change_password (me, change-password)
 //   jwt         JWT only (orgs, personal key management)
 //   user        JWT or personal key (files, batches, models, key regenerate)
+//   self        JWT, or a personal key naming its own id in the path (a key revokes itself)
 //   superadmin  JWT of a superadmin (/v1/admin/**); another user's JWT is a 403
 //   worker      worker key only (/workers/**)
 //   optional    anyone; JWT or personal key → user, worker key or nothing → anonymous (pool capacity)
@@ -33,6 +34,7 @@ export const AUTH_LEVELS = [
   'session',
   'jwt',
   'user',
+  'self',
   'superadmin',
   'worker',
   'optional',
@@ -55,13 +57,15 @@ const DESCRIPTIONS: Record<AuthLevel, string> = {
   session: 'JWT from login (allowed while a password change is pending).',
   jwt: 'JWT from login.',
   user: 'JWT from login or a personal API key.',
+  self: 'JWT from login, or a personal API key naming its own id (a key revokes itself).',
   superadmin: 'JWT of a superadmin.',
   worker: 'Organization worker API key.',
   optional: 'Optional: JWT or personal key for the full view; anonymous callers get a reduced view.',
   reader: 'JWT, personal API key, or the worker key of the worker holding the batch.',
 }
 
-export const check = (level: AuthLevel, p: Principal): Principal => {
+/** `keyId`: the route's `{key_id}`, which a personal key on a `self` route must be (docs/api.md §3). */
+export const check = (level: AuthLevel, p: Principal, keyId?: string): Principal => {
   if (level === 'public') return ANONYMOUS
   if (level === 'optional') return p.kind === 'worker' ? ANONYMOUS : gate(level, p)
   if (p.kind === 'anonymous')
@@ -81,6 +85,10 @@ export const check = (level: AuthLevel, p: Principal): Principal => {
   }
   if (level === 'session') return p
   gate(level, p)
+  // docs/api.md §3 (ext): a personal key may act on itself only; another id is refused without
+  // being looked up, so nothing about other keys is learnt.
+  if (level === 'self' && p.via === 'personal_key' && p.keyId !== keyId)
+    throw forbidden('own_key_only', 'A personal key may revoke only itself; use a JWT for other keys')
   if (level === 'superadmin' && p.user.platform_role !== 'superadmin') {
     throw forbidden('superadmin_required', 'This endpoint is for superadmins')
   }
@@ -133,6 +141,19 @@ function admitted(credential: RequestFacts['credential']): Principal {
   return credential
 }
 
+const admitLevel =
+  (l: AuthLevel) =>
+  ({ request }: { request: Request }) => {
+    const f = factsOf(request)
+    f.principal = l === 'public' ? ANONYMOUS : check(l, admitted(f.credential))
+  }
+
+/** The `self` level also reads the path's `{key_id}`; only its routes pay for the params. */
+function admitSelf({ request, params }: { request: Request; params: Record<string, string | undefined> }) {
+  const f = factsOf(request)
+  f.principal = check('self', admitted(f.credential), params.key_id)
+}
+
 function level<L extends AuthLevel>(l: L) {
   return {
     detail: {
@@ -140,13 +161,10 @@ function level<L extends AuthLevel>(l: L) {
       'x-gridkeep-auth': l,
       ...(l === 'public' ? {} : { security: [{ bearerAuth: [] }] }),
     },
-    // Synchronous, and written so that Elysia's compiler sees it so: it compiles a route with any
-    // hook it takes for async (one that mentions await, or returns a call) into an async handler,
-    // and a promise costs every request of the route.
-    transform({ request }: { request: Request }) {
-      const f = factsOf(request)
-      f.principal = l === 'public' ? ANONYMOUS : check(l, admitted(f.credential))
-    },
+    // Synchronous, and written so that Elysia's compiler sees it so (admitLevel, admitSelf): it
+    // compiles a route with any hook it takes for async (one that mentions await, or returns a
+    // call) into an async handler, and a promise costs every request of the route.
+    transform: l === 'self' ? admitSelf : admitLevel(l),
     resolve({ request }: { request: Request }) {
       return { principal: requestFacts(request)?.principal as PrincipalFor<L> }
     },
@@ -162,6 +180,7 @@ export const authPlugin = (deps: Deps & CredentialState) =>
     session: level('session'),
     jwt: level('jwt'),
     user: level('user'),
+    self: level('self'),
     superadmin: level('superadmin'),
     worker: level('worker'),
     optional: level('optional'),

@@ -56,6 +56,17 @@ export function createMetrics() {
       help: 'Shards claimed by workers',
       registers,
     }),
+    /**
+     * docs/api.md §16 backup copies, by outcome: started (handed out by POST /workers/poll), won (its
+     * upload completed the shard), lost (the holder's did), promoted (the holder ended; the backup
+     * holds the shard now), failed (the backup ended without results).
+     */
+    shardBackups: new Counter({
+      name: 'gridkeep_shard_backups_total',
+      help: 'Backup copies of running shards, by outcome: started, won, lost, promoted, failed',
+      labelNames: ['outcome'] as const,
+      registers,
+    }),
     /** Successful claims by POST /workers/poll. */
     claims: new Counter({
       name: 'gridkeep_batch_claims_total',

@@ -99,6 +99,10 @@ export async function receiveMultipart(
   let consumed: Promise<void> | undefined
 
   bb.on('file', (name, stream, info) => {
+    // A part still streaming when the form is refused is destroyed with busboy's "Unexpected end of
+    // file": the failure is already the answer, and an error event nobody hears would be thrown
+    // out of the request, taking the server down.
+    stream.on('error', () => {})
     if (name !== fileName || consumed) {
       stream.resume()
       return fail(

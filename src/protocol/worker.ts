@@ -70,6 +70,18 @@ export const WorkerBodies = {
             base_url: t.String({ maxLength: 2048 }),
             status: t.Union([t.Literal('online'), t.Literal('offline'), t.Literal('error')]),
             inventory: t.Optional(Inventory),
+            // docs/api.md §7 (ext): what this engine can do; a missing key is the engine's default.
+            capabilities: t.Optional(
+              t.Object(
+                {
+                  json_mode: t.Optional(t.Boolean()),
+                  vision: t.Optional(t.Boolean()),
+                  embeddings: t.Optional(t.Boolean()),
+                  logprobs: t.Optional(t.Boolean()),
+                },
+                { additionalProperties: false },
+              ),
+            ),
           },
           { additionalProperties: false },
         ),
@@ -251,6 +263,8 @@ export const Job = t.Object({
   /** docs/api.md §16: the batch a shard belongs to (a shard's job_id is its own). */
   batch_id: t.Optional(t.String()),
   shard: t.Optional(t.Object({ index: t.Integer(), first_request: t.Integer(), requests: t.Integer() })),
+  /** docs/api.md §16: a backup copy of a shard another worker holds (its own assignment_id). */
+  backup: t.Optional(t.Boolean()),
 })
 export type Job = Static<typeof Job>
 

@@ -33,7 +33,7 @@ export function start(
     if (signal.kind === 'credentials_changed') return deps.credentials.forget(signal.ids)
     const batchId = signal.batch_id
     // A batch became claimable elsewhere: held polls here look again (docs/api.md §7 wait_seconds).
-    if (signal.kind === 'claimable') return deps.pollWaiters.notify(signal.model)
+    if (signal.kind === 'claimable') return deps.pollWaiters.notify(signal.model, signal.needs)
     if (bus.listenerCount(batchId) === 0) return
     if (signal.kind === 'progress') {
       bus.deliver(batchId, {

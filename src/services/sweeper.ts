@@ -34,9 +34,16 @@ export async function runOnce(deps: Deps & PollState): Promise<SweepResult> {
   const swept = await deps.store.queue.sweep(now, onlineCutoff(deps, now))
   result.workers_offline = swept.workers_offline
   for (const r of swept.requeues) {
-    deps.metrics.requeues.inc({ reason: r.reason, outcome: r.status })
     await removeParts(deps, r.parts)
+    // A batch validated again, or a shard left with one copy (a backup may be handed out again).
     if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
+    // docs/api.md §16: a shard copy whose other copy carries on (promoted, or the holder) was not
+    // requeued: its batch is not among `requeued`.
+    if (r.backup) {
+      deps.metrics.shardBackups.inc({ outcome: r.backup })
+      continue
+    }
+    deps.metrics.requeues.inc({ reason: r.reason, outcome: r.status })
     ;(r.status === 'validated' ? result.requeued : result.failed).push(r.batch_id)
   }
   // docs/api.md §16: a split batch whose last shard is in but whose parts were never joined (the

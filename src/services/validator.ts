@@ -1,5 +1,6 @@
 import type { BatchRow } from '../db/schema'
 import type { Deps } from '../deps'
+import { needsOf } from '../domain/capabilities'
 import type { BatchEventsState, ValidationErrorEvent } from '../lib/batch-events'
 import { StreamedReads } from '../lib/blobs/random-reads'
 import { grouped } from '../lib/grouped'
@@ -238,6 +239,7 @@ async function validateLeased(
       result: {
         passed,
         model: result.model,
+        needs: result.needs,
         request_lines: result.requestLines,
         errors_total: result.errorsTotal,
         errors: result.errors,
@@ -263,7 +265,11 @@ async function validateLeased(
     }
     if (!moved) return null
     // docs/api.md §7 wait_seconds: a newly validated batch wakes the held polls.
-    if (passed) batchClaimable(deps, batchId, moved.model, moved.request_counts_total)
+    if (passed) {
+      // docs/api.md §7 placement: its requests count in this server's figures at once.
+      if (moved.model !== null) deps.placement.validated(moved.model, moved.request_counts_total)
+      batchClaimable(deps, batchId, moved.model, needsOf(moved.needs))
+    }
     log.info('batch validated', {
       batch_id: batchId,
       status: moved.status,

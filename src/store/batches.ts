@@ -1,5 +1,7 @@
 import type { BatchErrorRow, BatchRow, BatchStatus, FileRow } from '../db/schema'
 import type { BatchChanges, BatchEvent } from '../domain/batch-states'
+import { type Capability, needsKey } from '../domain/capabilities'
+import type { Tally } from '../domain/waiting'
 import type { PageParams } from '../lib/pagination'
 
 // Batches and their validation (docs/api.md §6, docs/api.md §6): creation, reads, and the validator's
@@ -30,6 +32,8 @@ export interface FinishedValidation {
 export interface ValidationResult {
   passed: boolean
   model: string | null
+  /** docs/api.md §6: what the batch needs of a worker's engine (absent: nothing); stored when it passes. */
+  needs?: readonly Capability[]
   request_lines: number
   errors_total: number
   /** The stored errors (at most MAX_STORED_ERRORS), in line order. */
@@ -62,6 +66,7 @@ export function validationMove(
         // docs/api.md §7 placement: the batch waits from now.
         changes: {
           model: result.model,
+          needs: needsKey(result.needs ?? []),
           request_counts_total: result.request_lines,
           errors_total: 0,
           queued_at: now,
@@ -87,6 +92,37 @@ export interface BatchTimes {
   failed_at: number | null
   /** completed + failed requests */
   done: number
+}
+
+/** A validated batch whose place in the queue is asked (docs/api.md §6 `waiting`, queued). */
+export interface QueuePlace {
+  batchId: string
+  seq: number
+  /** The stored `batches.model` slugs of its catalogue entry (its id and a retired one). */
+  models: readonly string[]
+}
+
+/** Both engines: each place's tallies, its models' rows summed (an entry with a retired slug has two). */
+export function sumQueueTallies(
+  places: readonly QueuePlace[],
+  ahead: readonly ({ batchId: string } & Tally)[],
+  running: ReadonlyMap<string, Tally>,
+): Map<string, { ahead: Tally; running: Tally }> {
+  const out = new Map<string, { ahead: Tally; running: Tally }>()
+  for (const p of places) {
+    const r = { batches: 0, requests: 0 }
+    for (const m of p.models) {
+      r.batches += running.get(m)?.batches ?? 0
+      r.requests += running.get(m)?.requests ?? 0
+    }
+    out.set(p.batchId, { ahead: { batches: 0, requests: 0 }, running: r })
+  }
+  for (const a of ahead) {
+    const t = out.get(a.batchId)!.ahead
+    t.batches += a.batches
+    t.requests += a.requests
+  }
+  return out
 }
 
 export interface BatchesStore {
@@ -116,6 +152,12 @@ export interface BatchesStore {
    * has; renews the leases `holder` already has.
    */
   leaseValidations(batchIds: string[], holder: string, now: number, until: number): Promise<BatchRow[]>
+  /**
+   * docs/api.md §6 `waiting` (queued), for each place: the validated batches of its models created
+   * before it (lower seq; batches_validated_model, one index-only range each) and those models'
+   * batches in progress, with their requests not yet done. Never a scan of the queue.
+   */
+  queueTallies(places: readonly QueuePlace[]): Promise<Map<string, { ahead: Tally; running: Tally }>>
   /** How many batches are validating, validated and in progress now. */
   activeCounts(): Promise<Partial<Record<BatchStatus, number>>>
   /**

@@ -28,9 +28,15 @@ export interface CatalogueRows {
     | 'digest'
     | 'runtime'
     | 'runtime_model_id'
+    | 'task_type'
+    | 'capabilities'
+    | 'source_type'
+    | 'source_ref'
+    | 'source_revision'
   >[]
   profiles: Pick<ServingProfileRow, 'catalog_id' | 'runtime' | 'runtime_model_id' | 'params'>[]
-  artifacts: Pick<ArtifactFileRow, 'catalog_id' | 'sha256'>[]
+  /** In seq order: a download fetches them in manifest order (docs/api.md §7 pull_models). */
+  artifacts: Pick<ArtifactFileRow, 'catalog_id' | 'path' | 'sha256' | 'size_bytes'>[]
 }
 
 export interface CatalogueStore {

@@ -6,6 +6,7 @@ import type {
   WorkerRow,
   WorkerRuntimeRow,
 } from '../db/schema'
+import type { CapabilityReport } from '../domain/capabilities'
 import type { HostedModel } from '../domain/inventory'
 import type { RequeueOutcome } from '../domain/requeue'
 import type { PageParams } from '../lib/pagination'
@@ -39,7 +40,8 @@ export interface Registration {
     'name' | 'hostname' | 'daemon_version' | 'key_id' | 'max_concurrent_jobs' | 'max_download_gb'
   > &
     Partial<Pick<WorkerRow, 'shards' | 'loads'>>
-  runtimes: Pick<WorkerRuntimeRow, 'engine' | 'base_url' | 'status'>[]
+  runtimes: (Pick<WorkerRuntimeRow, 'engine' | 'base_url' | 'status'> &
+    Partial<Pick<WorkerRuntimeRow, 'capabilities'>>)[]
   gpus: Pick<WorkerGpuRow, 'vendor' | 'name' | 'vram_gb' | 'driver' | 'cuda'>[]
   models: HostedModelInput[]
   now: number
@@ -142,7 +144,54 @@ export type PlacementWorker = Pick<WorkerRow, 'id' | 'loaded_models' | 'loading_
 export interface WorkerHosting {
   /** Engines of the worker's runtimes. */
   engines: string[]
+  /** What each runtime reported it can do, by engine (docs/api.md §7); one that reported nothing is absent. */
+  reported: Record<string, CapabilityReport>
   models: HostedModel[]
+}
+
+/** docs/api.md §6 `waiting`: a worker hosting a model by name, with what the waiting rule reads of it. */
+export interface NamedHost {
+  worker: Pick<
+    WorkerRow,
+    | 'id'
+    | 'org_id'
+    | 'name'
+    | 'status'
+    | 'last_seen_at'
+    | 'last_heartbeat_at'
+    | 'vram_total_gb'
+    | 'loading_models'
+    | 'shards'
+  >
+  hosting: WorkerHosting
+}
+
+/**
+ * Both engines: the hosts' heads joined with their runtimes (engines and what each reported it can
+ * do, docs/api.md §7) and their model rows.
+ */
+export function namedHosts(
+  heads: NamedHost['worker'][],
+  runtimes: { worker_id: string; engine: string; capabilities: CapabilityReport | null }[],
+  models: (HostedModel & { worker_id: string })[],
+): NamedHost[] {
+  const hosting = new Map<string, WorkerHosting>(
+    heads.map((w) => [w.id, { engines: [], reported: {}, models: [] }]),
+  )
+  for (const r of runtimes) {
+    const h = hosting.get(r.worker_id)
+    if (!h) continue
+    h.engines.push(r.engine)
+    if (r.capabilities) h.reported[r.engine] = r.capabilities
+  }
+  for (const { worker_id, ...m } of models) hosting.get(worker_id)?.models.push(m)
+  return heads.map((worker) => ({ worker, hosting: hosting.get(worker.id)! }))
+}
+
+/** docs/api.md §6 `waiting`: a download ask with its worker's name, org and liveness. */
+export interface PullWithWorker {
+  pull: ModelPullRow
+  worker: Pick<WorkerRow, 'name' | 'org_id' | 'status' | 'last_seen_at'>
 }
 
 export interface CurrentPull {
@@ -221,6 +270,14 @@ export interface FleetStore {
    * statement on PostgreSQL: the poll is every instance's hot path).
    */
   findWorkerWithHosting(id: string): Promise<{ worker: WorkerRow; hosting: WorkerHosting } | undefined>
+
+  /**
+   * docs/api.md §6 `waiting`: every worker hosting a model named any of `names` (worker_models_name_idx),
+   * online or not, with its hosting; read once for every batch a request shows.
+   */
+  hostsNamed(names: readonly string[]): Promise<NamedHost[]>
+  /** docs/api.md §6 `waiting`: the download asks for `catalogIds`, with their workers. */
+  pullsFor(catalogIds: readonly string[]): Promise<PullWithWorker[]>
 
   /** docs/api.md §7 pull_models: the asks outstanding with `workerId`. */
   pullsOfWorker(workerId: string): Promise<ModelPullRow[]>

@@ -22,7 +22,15 @@ export interface ClaimCandidate<M> {
   match: M
   /** The runtime model names that host it (docs/api.md §16: guided sizing counts the workers hosting one). */
   names?: readonly string[]
+  /**
+   * docs/api.md §7 Poll rule 7: the stored `batches.needs` values of this model the worker may take
+   * (src/domain/capabilities.ts takeableNeeds); absent: only batches that need nothing.
+   */
+  needs?: readonly string[]
 }
+
+/** The stored needs a candidate may take (ClaimCandidate.needs). */
+export const takesNeeds = (c: Pick<ClaimCandidate<unknown>, 'needs'>): readonly string[] => c.needs ?? ['']
 
 export interface ClaimRequest<M> {
   workerId: string
@@ -49,8 +57,6 @@ export interface WaitingWork {
   model: string
   /** Requests of its validated batches, and the uncut and requeued shards of its split ones. */
   requests: number
-  /** queued_at of its longest-waiting validated batch (null: none has one). */
-  oldest_queued_at: number | null
 }
 
 export interface Claimed<M> {
@@ -59,6 +65,11 @@ export interface Claimed<M> {
   match: M
   /** docs/api.md §16: the shard claimed, or null for a whole batch. */
   shard: BatchShardRow | null
+  /**
+   * docs/api.md §16 backup copies: the claim is a backup copy of `shard` (its lease is the shard's
+   * backup_* columns; `assignmentId` is the backup's own).
+   */
+  backup: boolean
 }
 
 /** A shard with what the worker protocol checks about it and its batch. */
@@ -78,6 +89,18 @@ export interface DeliveredShard {
   outputKey: string | null
   errorKey: string | null
   now: number
+}
+
+/** What recording a shard's results did (docs/api.md §16). */
+export interface ShardResultsRecorded {
+  batch: BatchRow
+  /** Every request of the batch is now in a done shard: the caller joins the parts. */
+  last: boolean
+  /**
+   * Backup copies: `won` when the backup's upload completed the shard, `lost` when the holder's did
+   * while a backup ran; null when the shard had no backup.
+   */
+  backup: 'won' | 'lost' | null
 }
 
 /** One request-line range of a batch's input: [start, end) bytes, end null = to the end. */
@@ -113,8 +136,13 @@ export interface DeliveredResults {
 export interface QueueStore {
   /** docs/api.md §16: a shard and its batch; null when there is no such shard. */
   shardWithBatch(shardId: string): Promise<ShardWithBatch | null>
-  /** A batch's shards in shard order, with the name of the worker each was last held by. */
-  shardsOf(batchId: string): Promise<(BatchShardRow & { worker_name: string | null })[]>
+  /**
+   * A batch's shards in shard order, with the name of the worker each was last held by and of the
+   * worker of its backup copy (docs/api.md §16).
+   */
+  shardsOf(
+    batchId: string,
+  ): Promise<(BatchShardRow & { worker_name: string | null; backup_worker_name: string | null })[]>
   /** The batch object's `shards` for each split batch among `batchIds` (docs/api.md §16). */
   shardTallies(batchIds: string[]): Promise<Map<string, ShardTally>>
   /** GET /metrics gridkeep_shards{state}. */
@@ -125,11 +153,11 @@ export interface QueueStore {
    */
   lineRange(batchId: string, first: number, count: number): Promise<ByteRange | null>
   /**
-   * POST /workers/upload-results for a shard: in one transaction, the shard holder rule again, the
-   * shard done with its counts and parts, the batch's live counts moved by the difference. `last`:
-   * every request of the batch is now in a done shard — the caller joins the parts.
+   * POST /workers/upload-results for a shard: in one transaction, the shard holder rule again (either
+   * copy's lease: the first complete upload wins), the shard done with its counts and parts, the
+   * batch's live counts moved by the difference.
    */
-  recordShardResults(r: DeliveredShard): Promise<{ batch: BatchRow; last: boolean }>
+  recordShardResults(r: DeliveredShard): Promise<ShardResultsRecorded>
   /**
    * The last shard's results are in and the parts joined: in_progress → completed with the summed
    * counts and usage, the joined files recorded. Null when the batch is no longer in_progress
@@ -146,7 +174,8 @@ export interface QueueStore {
   /**
    * docs/api.md §7 Poll rules: atomically claims the best validated batch among the candidates' models
    * (pickClaim), records the assignment and moves the batch to in_progress; null when there is
-   * none or the worker is at its limit. Two pollers never get the same batch.
+   * none or the worker is at its limit. Two pollers never get the same batch. A shard-capable
+   * worker that finds nothing else gets a backup copy of a running shard (pickBackup, docs/api.md §16).
    */
   claim<M>(req: ClaimRequest<M>): Promise<Claimed<M> | null>
   /** A batch and its assignment, for upload-results' holder check and idempotent repeats. */
@@ -159,7 +188,10 @@ export interface QueueStore {
    * and error files recorded. Throws the holder rule's 403 otherwise.
    */
   recordResults(results: DeliveredResults): Promise<BatchRow>
-  /** POST /workers/report-failure: the holder rule, then one failed attempt (requeue rule). */
+  /**
+   * POST /workers/report-failure: the holder rule, then one failed attempt (requeue rule); for a
+   * shard with another copy running, that copy carries on instead (copyEnded, docs/api.md §16).
+   */
   reportFailure(report: FailureReport): Promise<RequeueOutcome>
   /**
    * The sweeper's pass: workers unseen since `cutoff` go offline; every in_progress batch whose

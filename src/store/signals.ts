@@ -8,8 +8,11 @@ export type BatchSignal =
   | { kind: 'progress'; batch_id: string; lines_read: number; errors_total: number }
   /** A validation finished: its outcome and stored errors are in the database. */
   | { kind: 'validated'; batch_id: string }
-  /** A batch became claimable (validated or requeued): long polls may look again. */
-  | { kind: 'claimable'; batch_id: string; model: string }
+  /**
+   * A batch became claimable (validated or requeued): long polls may look again — with `needs`,
+   * only those that can meet them (docs/api.md §7 Poll rule 7).
+   */
+  | { kind: 'claimable'; batch_id: string; model: string; needs?: string[] }
   /**
    * The catalogue, or which entries the fleet can serve, changed (catalogue/view.ts): the other
    * instances drop their view, and on `catalogue` read the catalogue again (readCatalogue).

@@ -1,4 +1,5 @@
 import { afterAll, describe, expect, test } from 'bun:test'
+import { BATCH_ENDPOINTS } from '../../src/domain/batch-line'
 import { newId } from '../../src/lib/ids'
 import { makeTestApp } from '../helpers/app'
 import { jsonl, line, makeBatch, makeCatalogEntry, makeFile, validateAll } from '../helpers/batches'
@@ -40,11 +41,13 @@ describe('POST /v1/batches', () => {
         'input_file_id',
         'metadata',
         'model',
+        'needs',
         'object',
         'output_file_id',
         'request_counts',
         'shards',
         'status',
+        'waiting',
       ].sort(),
     )
     expect(res.body).toEqual({
@@ -52,6 +55,7 @@ describe('POST /v1/batches', () => {
       object: 'batch',
       endpoint: '/v1/chat/completions',
       model: null,
+      needs: [],
       input_file_id: fileId,
       completion_window: '24h',
       status: 'validating',
@@ -68,6 +72,7 @@ describe('POST /v1/batches', () => {
       request_counts: { total: 0, completed: 0, failed: 0 },
       metadata: { project: 'demo' },
       shards: null,
+      waiting: null,
     })
   })
 
@@ -75,7 +80,7 @@ describe('POST /v1/batches', () => {
     const u = await makeUser(t)
     const { key } = await makePersonalKey(t, u)
     const fileId = await makeFile(t, u, CONTENT)
-    for (const endpoint of ['/v1/chat/completions', '/v1/completions', '/v1/embeddings']) {
+    for (const endpoint of BATCH_ENDPOINTS) {
       const res = await t.req('POST', '/v1/batches', {
         token: key,
         body: { input_file_id: fileId, endpoint, completion_window: '48h' },
@@ -91,7 +96,7 @@ describe('POST /v1/batches', () => {
     const tooMany = Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v']))
     const cases: [Record<string, unknown>, string | null][] = [
       [{}, 'input_file_id'],
-      [{ input_file_id: fileId, endpoint: '/v1/responses' }, 'endpoint'],
+      [{ input_file_id: fileId, endpoint: '/v1/moderations' }, 'endpoint'],
       [{ input_file_id: fileId, completion_window: 'forever' }, 'completion_window'],
       [{ input_file_id: fileId, metadata: tooMany }, 'metadata'],
       [{ input_file_id: fileId, metadata: { k: 'v'.repeat(513) } }, 'metadata'],

@@ -7,10 +7,23 @@ import { type MadeUser, makeSuperadmin, makeUser } from '../helpers/builders'
 import { rowsOf } from '../helpers/rows'
 import { openSse } from '../helpers/sse'
 import { until } from '../helpers/until'
+import {
+  heartbeat,
+  makeFleet,
+  makeValidatedBatch,
+  okLine,
+  poll,
+  registerWorker,
+  upload,
+} from '../helpers/workers'
 
 // GET /v1/batches/{id}/events over a real HTTP connection (docs/api.md §6 "Events").
 
-const s = await startTestServer({ MAX_SSE_STREAMS_PER_USER: '2', SSE_PING_SECONDS: '1' })
+const s = await startTestServer({
+  MAX_SSE_STREAMS_PER_USER: '2',
+  SSE_PING_SECONDS: '1',
+  SSE_FOLLOW_SECONDS: '1',
+})
 afterAll(() => s.stop())
 
 const model = (await makeCatalogEntry(s, { id: 'events-8b-q4km' })).id
@@ -63,6 +76,7 @@ describe('a live validation', () => {
       status: 'failed',
       request_counts: { total: 0, completed: 0, failed: 0 },
       errors_total: 149,
+      waiting: null,
     })
     await until('no open stream', async () => openStreams(s.deps, u.id) === 0 && (await gauge()) === 0)
     expect(s.deps.batchEvents.listenerCount(id)).toBe(0)
@@ -89,11 +103,11 @@ describe('a live validation', () => {
     bus.publish(id, { event: 'done', data: done })
     expect(await sse.rest()).toEqual([
       { event: 'error', data: e2 },
-      { event: 'done', data: done },
+      { event: 'done', data: { ...done, waiting: null } },
     ])
   })
 
-  test('a batch already past validating gets status and done at once', async () => {
+  test('a batch already past validating gets status and done at once, done with why it waits', async () => {
     const u = await makeUser(s)
     const batch = await makeBatch(s, u, jsonl([line('a', model), line('b', model)]))
     await until(
@@ -111,6 +125,12 @@ describe('a live validation', () => {
           status: 'validated',
           request_counts: { total: 2, completed: 0, failed: 0 },
           errors_total: 0,
+          // docs/api.md §6 `waiting`: nothing hosts this model.
+          waiting: {
+            reason: 'no_worker',
+            message: `No online worker hosts ${model}; no worker has registered it.`,
+            details: { offline_workers: 0 },
+          },
         },
       },
     ])
@@ -180,6 +200,101 @@ describe('stream lifecycle', () => {
     expect(sse.response.status).toBe(200)
     expect((await sse.until('done')).at(-1)?.event).toBe('done')
     sse.close()
+  })
+})
+
+describe('follow mode (docs/api.md §6 Events, ?follow=1)', () => {
+  const followers = () => s.deps.batchFollowers
+
+  test('done says why it waits; then waiting and status on each change, until the batch is terminal', async () => {
+    const entry = await makeCatalogEntry(s, { runtime_model_id: 'follow:1' })
+    const f = await makeFleet(s)
+    const batch = await makeValidatedBatch(s.deps, { userId: f.user.id, model: entry.id, requests: 2 })
+    const sse = await openSse(`${eventsUrl(batch.id)}?follow=1`, f.user.token)
+    expect(sse.response.status).toBe(200)
+    expect(await sse.until('done')).toEqual([
+      { event: 'status', data: { batch_id: batch.id, status: 'validated' } },
+      {
+        event: 'done',
+        data: {
+          batch_id: batch.id,
+          status: 'validated',
+          request_counts: { total: 2, completed: 0, failed: 0 },
+          errors_total: 0,
+          waiting: {
+            reason: 'no_worker',
+            message: `No online worker hosts ${entry.id}; no worker has registered it.`,
+            details: { offline_workers: 0 },
+          },
+        },
+      },
+    ])
+
+    // A worker comes to host it: the reason changes, and nothing else is sent meanwhile.
+    const wid = await registerWorker(s, f.key, { name: 'follow-box', models: ['follow:1'] })
+    expect((await heartbeat(s, f.key, wid)).status).toBe(200)
+    expect(await sse.until('waiting')).toEqual([
+      {
+        event: 'waiting',
+        data: {
+          batch_id: batch.id,
+          waiting: {
+            reason: 'queued',
+            message: `Next in line for ${entry.id}; 1 online worker can serve it.`,
+            details: { ahead: { batches: 0, requests: 0 }, running: { batches: 0, requests: 0 }, workers: 1 },
+          },
+        },
+      },
+    ])
+
+    // Claimed: the status, then waiting back to null.
+    const job = (await poll(s, f.key, wid))!
+    expect(job.job_id).toBe(batch.id)
+    expect(await sse.until('waiting')).toEqual([
+      { event: 'status', data: { batch_id: batch.id, status: 'in_progress' } },
+      { event: 'waiting', data: { batch_id: batch.id, waiting: null } },
+    ])
+
+    // Completed: its status, and the server closes the stream.
+    const uploaded = await upload(
+      s,
+      f.key,
+      { job_id: job.job_id, worker_id: wid, assignment_id: job.assignment_id },
+      `${okLine('req-1')}\n${okLine('req-2')}\n`,
+    )
+    expect(uploaded.status).toBe(200)
+    expect(await sse.rest()).toEqual([{ event: 'status', data: { batch_id: batch.id, status: 'completed' } }])
+    await until('no follower left', () => followers().streams.size === 0 && !followers().timer)
+    await until('no open stream', () => openStreams(s.deps, f.user.id) === 0)
+  })
+
+  test('a batch terminal at done closes the stream there, as without follow', async () => {
+    const u = await makeUser(s)
+    const id = await pendingBatch(s, u, jsonl(['{broken']))
+    const sse = await openSse(`${eventsUrl(id)}?follow=1`, u.token)
+    expect((await sse.next())?.event).toBe('status')
+    s.deps.batchEvents.created(id)
+    const frames = await sse.rest()
+    expect(frames.at(-1)).toMatchObject({ event: 'done', data: { status: 'failed', waiting: null } })
+  })
+
+  test('a client that goes away stops being followed; follow=0 is the old stream; another value a 400', async () => {
+    const entry = await makeCatalogEntry(s, { runtime_model_id: 'follow:gone' })
+    const u = await makeUser(s)
+    const batch = await makeValidatedBatch(s.deps, { userId: u.id, model: entry.id })
+    const sse = await openSse(`${eventsUrl(batch.id)}?follow=1`, u.token)
+    expect((await sse.until('done')).map((f) => f.event)).toEqual(['status', 'done'])
+    await until('followed', () => followers().streams.size === 1)
+    sse.close()
+    await until('no follower left', () => followers().streams.size === 0 && !followers().timer)
+
+    const old = await openSse(`${eventsUrl(batch.id)}?follow=0`, u.token)
+    expect((await old.rest()).map((f) => f.event)).toEqual(['status', 'done'])
+    const bad = await fetch(`${eventsUrl(batch.id)}?follow=yes`, {
+      headers: { authorization: `Bearer ${u.token}` },
+    })
+    expect(bad.status).toBe(400)
+    expect(((await bad.json()) as any).error.type).toBe('invalid_request_error')
   })
 })
 

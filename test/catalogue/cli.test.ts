@@ -66,6 +66,24 @@ describe('catalogue check', () => {
     expect(r.out[4]).toBe(`${path}: 4 violation(s) in 4 of 5 entries`)
   })
 
+  test('a serving profile with params its runtime does not know: one line with the entry, the key and the runtime', async () => {
+    const path = write(
+      [
+        'models:',
+        '  - id: tiny-q80',
+        '    task_type: chat',
+        '    serving_profiles:',
+        '      - { runtime: llama.cpp, runtime_model_id: tiny, params: { ctx_size: 4096, n_gpu_layer: 99 } }',
+      ].join('\n'),
+    )
+    const r = await run(['check', path])
+    expect(r.code).toBe(1)
+    expect(r.out).toEqual([
+      `${path}: models[0] "tiny-q80": schema: /serving_profiles/0/params (llama.cpp): param "n_gpu_layer" is not a setting llama.cpp knows`,
+      `${path}: 1 violation(s) in 1 of 1 entries`,
+    ])
+  })
+
   test('a file that is not a manifest exits 1; a missing file or bad usage exits 2', async () => {
     const notYaml = await run(['check', write('models: [oops\n  - : :\n')])
     expect(notYaml.code).toBe(1)

@@ -237,6 +237,40 @@ describe('serving profiles (docs/api.md §4)', () => {
     expect(r.violations[0]!.message).toContain('a second profile for "ollama"')
   })
 
+  test('params the runtime does not know, or of the wrong type, are refused with the key and the runtime', () => {
+    const r = violationsOf(
+      yaml(
+        '  - id: typo\n    task_type: chat\n    serving_profiles:\n' +
+          '      - { runtime: ollama, runtime_model_id: t }\n' +
+          '      - { runtime: llama.cpp, runtime_model_id: t, params: { ctx_sise: 8192 } }',
+        '  - id: typed\n    task_type: chat\n    serving_profiles:\n' +
+          '      - { runtime: vllm, runtime_model_id: org/t, params: { max_model_len: "16k" } }',
+        '  - id: none\n    task_type: chat\n    serving_profiles:\n' +
+          '      - { runtime: ollama, runtime_model_id: n, params: { num_ctx: 8192 } }',
+        '  - id: fine\n    task_type: chat\n    serving_profiles:\n' +
+          '      - { runtime: llama.cpp, runtime_model_id: f, params: { ctx_size: 8192, embedding: false } }',
+      ),
+    )
+    expect(r.entries.map((e) => e.id)).toEqual(['fine'])
+    expect(r.violations.map((v) => [v.id, v.rule, v.message])).toEqual([
+      [
+        'typo',
+        'schema',
+        '/serving_profiles/1/params (llama.cpp): param "ctx_sise" is not a setting llama.cpp knows',
+      ],
+      [
+        'typed',
+        'schema',
+        '/serving_profiles/0/params (vllm): param "max_model_len" must be an integer (got "16k")',
+      ],
+      [
+        'none',
+        'schema',
+        '/serving_profiles/0/params (ollama): param "num_ctx" is not a setting ollama knows',
+      ],
+    ])
+  })
+
   test('runtime/runtime_model_id given beside profiles must be one of them', () => {
     const r = violationsOf(
       yaml(

@@ -94,6 +94,30 @@ describe('rules 1–3 at seed time: logged with the rule, skipped, seeding conti
     ).toBe(true)
   })
 
+  test('a serving profile whose params the runtime does not know is logged and skipped', async () => {
+    const t = fresh()
+    const report = await applyManifest(
+      t.deps,
+      manifest(
+        entry('good'),
+        '  - id: bad-params\n    task_type: chat\n    serving_profiles:\n' +
+          '      - { runtime: vllm, runtime_model_id: org/m, params: { max_model_length: 8192 } }',
+      ),
+      'test-params',
+    )
+    expect(report.inserted).toEqual(['good'])
+    expect(await ids(t)).toEqual(['good'])
+    expect(logRecords('catalogue entry skipped').filter((r) => r.source === 'test-params')).toEqual([
+      expect.objectContaining({
+        level: 'warn',
+        id: 'bad-params',
+        index: 1,
+        rule: 'schema',
+        message: '/serving_profiles/0/params (vllm): param "max_model_length" is not a setting vllm knows',
+      }),
+    ])
+  })
+
   test('a manifest that is not YAML logs an error and keeps the stored catalogue', async () => {
     const t = fresh()
     await applyManifest(t.deps, manifest(entry('kept')), 'good')

@@ -22,6 +22,7 @@ const SILENT = 'silent-8b-q4km'
 // Each test has its own model, so one test's batches are never claimed by another's workers.
 const EVENTS = 'events-8b-q4km'
 const AVAIL = 'avail-8b-q4km'
+const FOLLOW = 'follow-8b-q4km'
 describeWith(postgres, 'PostgreSQL cluster', () => {
   let a: TestServer
   let b: TestServer
@@ -32,7 +33,7 @@ describeWith(postgres, 'PostgreSQL cluster', () => {
     const catalogue = join(dir, 'models.yaml')
     writeFileSync(
       catalogue,
-      [MODEL, SILENT, EVENTS, AVAIL]
+      [MODEL, SILENT, EVENTS, AVAIL, FOLLOW]
         .map(
           (id) =>
             `  - id: ${id}\n    task_type: chat\n    quantization: Q4_K_M\n    runtime: ollama\n    runtime_model_id: ${id}:rt\n`,
@@ -201,6 +202,43 @@ describeWith(postgres, 'PostgreSQL cluster', () => {
       // The registration's signal reaches b, whose next answer is read afresh.
       await until('the other instance to see the new worker', async () => (await listed(b)) === true, 10_000)
       expect(await one(b)).toBe(true)
+    })
+
+    test('a follow stream on one instance sees why the batch waits, and its claim, change through the other', async () => {
+      const user = await signup(a)
+      const key = await makeWorkerKey(a, user, user.orgId)
+      const fileId = await uploadFile(a, user.token, jsonl([line('f', FOLLOW)]))
+      const batch = (
+        await a.req('POST', '/v1/batches', { token: user.token, body: { input_file_id: fileId } })
+      ).body
+      await until(
+        'validation',
+        async () =>
+          (await a.req('GET', `/v1/batches/${batch.id}`, { token: user.token })).body.status === 'validated',
+        60_000,
+      )
+      // docs/api.md §6 Events: b re-reads the batch from the database, whatever signals arrive.
+      const stream = await openSse(`${b.url}/v1/batches/${batch.id}/events?follow=1`, user.token)
+      const done = (await stream.until('done')).at(-1)!
+      expect(done.data.waiting).toMatchObject({ reason: 'no_worker', details: { offline_workers: 0 } })
+      const reg = await a.req('POST', '/workers/register', {
+        token: key.key,
+        body: registerBody({ name: 'follow-box', models: [`${FOLLOW}:rt`] }),
+      })
+      expect(reg.status).toBe(200)
+      const workerId = reg.body.worker_id as string
+      expect((await stream.until('waiting')).at(-1)!.data.waiting).toMatchObject({
+        reason: 'queued',
+        details: { workers: 1 },
+      })
+      const job = (await a.req('POST', '/workers/poll', { token: key.key, body: { worker_id: workerId } }))
+        .body.job
+      expect(job.job_id).toBe(batch.id)
+      expect(await stream.until('waiting')).toEqual([
+        { event: 'status', data: { batch_id: batch.id, status: 'in_progress' } },
+        { event: 'waiting', data: { batch_id: batch.id, waiting: null } },
+      ])
+      stream.close()
     })
 
     test('a silent worker’s batch is requeued once, with attempts exactly 1, though both sweepers run', async () => {

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, test } from 'bun:test'
 import { readFileSync } from 'node:fs'
 import { hostname } from 'node:os'
 import { join } from 'node:path'
-import { Agent } from '../../src/daemon/agent'
+import { Agent, serially } from '../../src/daemon/agent'
 import { DEFAULT_MAX_RETRY_AFTER_MS, manualTimers, retryDelay } from '../../src/daemon/backoff'
 import { DAEMON_VERSION } from '../../src/daemon/client'
 import { parseNvidiaSmi } from '../../src/daemon/gpu'
@@ -13,6 +13,7 @@ import { chatLines, daemonOptions, fastDeps, type RunningAgent, runAgent } from 
 import { type FakeControlPlane, startFakeControlPlane } from '../helpers/fake-control-plane'
 import { type FakeRuntime, startFakeRuntime } from '../helpers/fake-runtime'
 import { capturedLogLines, rememberSecret } from '../helpers/secrets'
+import { until } from '../helpers/until'
 
 // The agent against a scripted control plane (test/helpers/fake-control-plane.ts) and a stand-in
 // runtime. Behaviour against the real server: test/daemon/e2e.test.ts.
@@ -64,6 +65,7 @@ describe('registration', () => {
       max_jobs: 2,
       max_download_gb: 40,
       name: 'gpu-box-1',
+      capabilities: ['json_mode', 'logprobs'],
     })
     const first = runAgent(opts, fastDeps({ gpu }))
     await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
@@ -73,9 +75,17 @@ describe('registration', () => {
       hostname: hostname(),
       daemon_version: DAEMON_VERSION,
       max_concurrent_jobs: 2,
-      max_download_gb: 40,
+      // An OpenAI-compatible server the daemon does not manage cannot download: never asked to.
+      max_download_gb: 0,
       models: [MODEL],
       runtimes: [{ engine: 'openai', base_url: rt.url, status: 'online', inventory: [] }],
+    })
+    // docs/api.md §7: the engine's capabilities, every one stated (true or false).
+    expect(reg.runtimes[0].capabilities).toEqual({
+      json_mode: true,
+      vision: false,
+      embeddings: false,
+      logprobs: true,
     })
     expect(reg.machine_id).toMatch(/^[0-9a-f]{32}$/)
     expect(reg.worker_id).toBeUndefined()
@@ -452,6 +462,7 @@ describe('model pulls (heartbeat pull_models)', () => {
     )
     start(cp, rt, { runtime: 'ollama', engine: 'ollama', max_download_gb: 10, progress_interval: 0 })
     await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
+    expect(cp.registrations[0].max_download_gb).toBe(10)
     expect(cp.heartbeats[0].inventory).toEqual([])
     cp.askToPull([
       {
@@ -499,7 +510,32 @@ describe('model pulls (heartbeat pull_models)', () => {
       worker_id: expect.any(String),
       model: 'missing:1',
       status: 'failed',
+      error: 'ollama pull failed: pull model manifest: file does not exist',
     })
+  })
+
+  test('model-progress reports go one at a time, in order: a slow answer never lets a later step overtake', async () => {
+    const calls: string[] = []
+    const answers: (() => void)[] = []
+    const report = serially(
+      (step: string) =>
+        new Promise<void>((resolve) => {
+          calls.push(step)
+          answers.push(resolve)
+        }),
+    )
+    const all = ['downloading', 'verifying', 'completed'].map((s) => report(s))
+    // The first is still unanswered: nothing after it has been sent.
+    await Promise.resolve()
+    expect(calls).toEqual(['downloading'])
+    answers[0]!()
+    await until('the second report sent', () => calls.length === 2)
+    expect(calls).toEqual(['downloading', 'verifying'])
+    answers[1]!()
+    await until('the third report sent', () => calls.length === 3)
+    answers[2]!()
+    await Promise.all(all)
+    expect(calls).toEqual(['downloading', 'verifying', 'completed'])
   })
 
   test('an openai runtime cannot pull and ignores the request', async () => {

@@ -76,6 +76,36 @@ describe('gridkeep worker CLI', () => {
     }
   })
 
+  test('llama.cpp run by the daemon: a models directory or a llama-server that is not there ends the start with exit code 1, saying which', async () => {
+    const key = `gk-${randomBase62(40)}`
+    rememberSecret(key)
+    const run = async (extra: string[]) => {
+      const proc = Bun.spawn(
+        [
+          'bun',
+          CLI,
+          '--server',
+          'http://127.0.0.1:9',
+          '--runtime',
+          'llama.cpp',
+          '--state-dir',
+          join(dir, 'state-llama'),
+          ...extra,
+        ],
+        { env: { ...process.env, GRIDKEEP_WORKER_KEY: key }, stdout: 'pipe', stderr: 'pipe' },
+      )
+      const code = await proc.exited
+      for (const l of (await new Response(proc.stdout).text()).split('\n').filter(Boolean)) captureLogLine(l)
+      return { code, err: await new Response(proc.stderr).text() }
+    }
+    const noDir = await run(['--models-dir', join(dir, 'no-such-models')])
+    expect(noDir.code).toBe(1)
+    expect(noDir.err).toContain(`--models-dir ${join(dir, 'no-such-models')}: no such directory`)
+    const noBinary = await run(['--models-dir', dir, '--llama-server', join(dir, 'no-llama-server')])
+    expect(noBinary.code).toBe(1)
+    expect(noBinary.err).toContain(`${join(dir, 'no-llama-server')}: no such program`)
+  })
+
   test('a key the server refuses ends the process with exit code 1', async () => {
     const cp = startFakeControlPlane({ key: `gk-${randomBase62(40)}` })
     const rt = startFakeRuntime({ models: ['m'] })

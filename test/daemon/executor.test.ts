@@ -101,6 +101,53 @@ describe('executor: output format and routing', () => {
     }
   })
 
+  test('responses go to the runtime’s /v1/responses with the runtime model, never streamed (docs/api.md §6)', async () => {
+    const seen: any[] = []
+    const rt = startFakeRuntime({ models: ['m'], onRequest: (b) => seen.push(b) })
+    try {
+      const r = files([
+        JSON.stringify({
+          custom_id: 'r1',
+          method: 'POST',
+          url: '/v1/responses',
+          body: { model: 'tiny-q4km', input: 'hello', instructions: 'Be brief', max_output_tokens: 8 },
+        }),
+        JSON.stringify({
+          custom_id: 'r2',
+          body: { model: 'tiny-q4km', input: [{ role: 'user', content: 'world' }], stream: true },
+        }),
+      ])
+      const counts = await executeJob(
+        r.input,
+        r.output,
+        { model: 'm', endpoint: '/v1/responses' },
+        opts(rt.url),
+      )
+      expect(counts).toEqual({ read: 2, completed: 2, failed: 0 })
+      const out = byId(readOutput(r.output))
+      expect(out.r1.response.status_code).toBe(200)
+      expect(out.r1.response.body).toMatchObject({
+        object: 'response',
+        model: 'm',
+        output: [{ type: 'message', content: [{ type: 'output_text', text: 'echo: hello' }] }],
+        usage: { input_tokens: 7, output_tokens: 3, total_tokens: 10 },
+      })
+      expect(out.r2.response.body.output[0].content[0].text).toBe('echo: world')
+      // Everything but model (and stream) reaches the engine as the line gave it.
+      const byInput = Object.fromEntries(seen.map((b) => [JSON.stringify(b.input), b]))
+      expect(byInput['"hello"']).toEqual({
+        model: 'm',
+        input: 'hello',
+        instructions: 'Be brief',
+        max_output_tokens: 8,
+      })
+      expect(byInput[JSON.stringify([{ role: 'user', content: 'world' }])].stream).toBe(false)
+      expect([...rt.models]).toEqual(['m'])
+    } finally {
+      await rt.stop()
+    }
+  })
+
   test('a multi-line JSON answer is re-encoded onto one line', async () => {
     const srv = Bun.serve({
       port: 0,
@@ -251,6 +298,66 @@ describe('executor: retries and per-line failures', () => {
       expect(out.always).toMatchObject({ response: null, error: { code: 'connection_error' } })
     } finally {
       await rt.stop()
+    }
+  })
+
+  test('a connection the engine resets before answering is sent again at once on a new one, without spending a try', async () => {
+    // An engine that resets the next `resets` requests before answering (llama.cpp's router does,
+    // now and then, on a kept-alive connection it closed), and answers the rest.
+    let resets = 0
+    let received = 0
+    const answer = JSON.stringify({ object: 'chat.completion', choices: [] })
+    const engine = Bun.listen({
+      hostname: '127.0.0.1',
+      port: 0,
+      socket: {
+        data(socket, data) {
+          // Requests only: the daemon's reachability check (a GET /) is answered, not counted.
+          const post = data.toString().startsWith('POST')
+          if (post) received++
+          if (post && resets > 0) {
+            resets--
+            socket.terminate()
+            return
+          }
+          socket.end(
+            `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${answer.length}\r\nconnection: close\r\n\r\n${answer}`,
+          )
+        },
+      },
+    })
+    const url = `http://127.0.0.1:${engine.port}`
+    try {
+      resets = 1
+      const once = files([chat('a', 'x')])
+      expect(
+        await executeJob(
+          once.input,
+          once.output,
+          { model: 'm', endpoint: '/v1/chat/completions' },
+          opts(url, { tries: 1 }),
+        ),
+      ).toEqual({ read: 1, completed: 1, failed: 0 })
+      expect(received).toBe(2)
+      // Reset again on the new connection: that one was a try, and the only one.
+      resets = 2
+      received = 0
+      const twice = files([chat('b', 'x')])
+      expect(
+        await executeJob(
+          twice.input,
+          twice.output,
+          { model: 'm', endpoint: '/v1/chat/completions' },
+          opts(url, { tries: 1 }),
+        ),
+      ).toEqual({ read: 1, completed: 0, failed: 1 })
+      expect(received).toBe(2)
+      expect(readOutput(twice.output)[0]).toMatchObject({
+        response: null,
+        error: { code: 'connection_error' },
+      })
+    } finally {
+      engine.stop(true)
     }
   })
 

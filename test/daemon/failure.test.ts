@@ -48,11 +48,15 @@ describe('classifyFailure', () => {
     expect(classifyFailure('heartbeat', api(400))).toEqual(retry)
   })
 
-  test("a job's call: 403 or batch_not_in_progress (docs/api.md §16) stops the job", () => {
+  test("a job's call: 403, batch_not_in_progress or shard_done_elsewhere (docs/api.md §16) stops the job", () => {
     expect(classifyFailure('job', api(403))).toEqual({ do: 'stop_job', reason: 'not_holder' })
     expect(classifyFailure('job', api(409, 'batch_not_in_progress'))).toEqual({
       do: 'stop_job',
       reason: 'batch_not_in_progress',
+    })
+    expect(classifyFailure('job', api(409, 'shard_done_elsewhere'))).toEqual({
+      do: 'stop_job',
+      reason: 'shard_done_elsewhere',
     })
     expect(classifyFailure('job', api(409, 'other'))).toEqual(retry)
     expect(classifyFailure('job', api(401))).toEqual(retry)

@@ -102,8 +102,11 @@ withRealEngine('daemon against llama-server', (engine) => {
       .map((l) => JSON.parse(l))
   }
 
-  /** Output and error lines; every custom_id exactly once, and the batch usage is their sum. */
-  async function results(batch: any, n: number) {
+  /**
+   * Output and error lines; every custom_id exactly once, and the batch usage is their sum (with
+   * `responses`, the Responses usage also as prompt and completion tokens: docs/api.md §7).
+   */
+  async function results(batch: any, n: number, responses = false) {
     const out = await fileLines(batch.output_file_id)
     const err = await fileLines(batch.error_file_id)
     const ids = [...out, ...err].map((l) => l.custom_id)
@@ -115,6 +118,8 @@ withRealEngine('daemon against llama-server', (engine) => {
     for (const l of out)
       for (const [k, v] of Object.entries(l.response.body.usage ?? {}))
         if (typeof v === 'number') sum[k] = (sum[k] ?? 0) + v
+    if (responses)
+      Object.assign(sum, { prompt_tokens: sum.input_tokens, completion_tokens: sum.output_tokens })
     expect(row.usage).toEqual(sum)
     return { out, err, usage: sum }
   }
@@ -207,6 +212,52 @@ withRealEngine('daemon against llama-server', (engine) => {
         expect(data[0].embedding.some((x: number) => x !== 0)).toBe(true)
       }
       expect(e.usage.prompt_tokens).toBeGreaterThan(0)
+    } finally {
+      daemon.agent.shutdown(true)
+      expect(await daemon.done).toBe(0)
+    }
+  })
+
+  test('a /v1/responses batch completes with the engine’s Responses objects; its usage sums input and output tokens', async () => {
+    const n = 10
+    const batchId = await submit(
+      '/v1/responses',
+      Array.from({ length: n }, (_, i) => ({
+        custom_id: `resp-${i}`,
+        method: 'POST',
+        url: '/v1/responses',
+        body: {
+          model: SLUG,
+          // A string input, or input items with instructions.
+          ...(i % 2
+            ? { input: `Tell me about ${i}` }
+            : { instructions: 'Be brief', input: [{ role: 'user', content: `Tell me about ${i}` }] }),
+          max_output_tokens: 6,
+          temperature: 0,
+          stream: false,
+        },
+      })),
+    )
+    const daemon = worker()
+    try {
+      const batch = await until('completion', completed(batchId))
+      expect(batch.endpoint).toBe('/v1/responses')
+      const { out, err, usage } = await results(batch, n, true)
+      expect(err).toEqual([])
+      for (const l of out) {
+        expect(l.response.status_code).toBe(200)
+        const body = l.response.body
+        expect(body).toMatchObject({ object: 'response', status: 'completed', model: ALIAS })
+        const message = body.output.find((o: any) => o.type === 'message')
+        expect(message.content[0].type).toBe('output_text')
+        expect(typeof message.content[0].text).toBe('string')
+        expect(body.usage.input_tokens).toBeGreaterThan(0)
+        expect(body.usage.output_tokens).toBeGreaterThan(0)
+        expect(body.usage.output_tokens).toBeLessThanOrEqual(6)
+      }
+      // results() compared the batch's usage with the lines' sums, prompt and completion tokens included.
+      expect(usage.input_tokens).toBeGreaterThan(0)
+      expect(usage.total_tokens).toBe(usage.input_tokens! + usage.output_tokens!)
     } finally {
       daemon.agent.shutdown(true)
       expect(await daemon.done).toBe(0)

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { eq } from 'drizzle-orm'
@@ -7,11 +7,23 @@ import { tinyModel } from '../../scripts/llama-server'
 import type { AgentEvent } from '../../src/daemon/agent'
 import { DigestCache } from '../../src/daemon/runtimes/digests'
 import { StateDir } from '../../src/daemon/state'
-import { startTestServer, type TestServer } from '../helpers/app'
-import { makeUser, makeWorkerKey } from '../helpers/builders'
-import { daemonOptions, fastDeps, type RunningAgent, runAgent } from '../helpers/daemon'
+import type { TestServer } from '../helpers/app'
+import type { RunningAgent } from '../helpers/daemon'
 import { startGateProxy } from '../helpers/gate-proxy'
 import { withRealEngine } from '../helpers/llama'
+import {
+  ENTRY,
+  MULTI_SEEDS,
+  managedFleet,
+  managedOptions,
+  routerModels as routerModelsAt,
+  routersOf,
+  runManaged,
+  SEEDS,
+  sha256 as sha,
+  startManagedSetup,
+  stopDaemon as stopped,
+} from '../helpers/managed'
 import { rowsOf } from '../helpers/rows'
 import { capturedLogLines } from '../helpers/secrets'
 import { until } from '../helpers/until'
@@ -19,62 +31,17 @@ import { until } from '../helpers/until'
 // A daemon that runs llama.cpp itself (docs/worker.md "Managed engines"): the real llama-server
 // router from scripts/llama-server.ts, as the daemon's child, over a models directory of tiny
 // generated GGUFs (each of its own seed, so each of its own sha256), and the real control plane
-// with catalogue entries pinned to those digests. What is asserted is what the router, the batch
-// and the worker row say — never how long anything took.
-
-const SEEDS = { alpha: 11, beta: 12, gamma: 13 }
-const ENTRY = {
-  alpha: 'tiny-alpha-f32',
-  beta: 'tiny-beta-f32',
-  gamma: 'tiny-gamma-f32',
-  broken: 'tiny-broken-f32',
-}
+// with catalogue entries pinned to those digests (test/helpers/managed.ts). What is asserted is
+// what the router, the batch and the worker row say — never how long anything took.
 
 withRealEngine('a daemon that runs llama.cpp itself', (engine) => {
   let server: TestServer
+  let modelsDir: string
   const dir = mkdtempSync(join(tmpdir(), 'gk-managed-'))
-  const modelsDir = join(dir, 'models')
-  const sha = (b: Uint8Array) => new Bun.CryptoHasher('sha256').update(b).digest('hex')
 
   beforeAll(async () => {
-    mkdirSync(modelsDir)
-    const digests: Record<string, string> = {}
-    for (const [name, seed] of Object.entries(SEEDS)) {
-      const bytes = tinyModel(seed)
-      writeFileSync(join(modelsDir, `${name}.gguf`), bytes)
-      digests[name] = sha(bytes)
-    }
-    // Cut short: llama.cpp reads its header, then finds the tensors outside the file.
-    const broken = tinyModel(14).subarray(0, 100_000)
-    writeFileSync(join(modelsDir, 'broken.gguf'), broken)
-    digests.broken = sha(broken)
-    const entry = (name: keyof typeof ENTRY, vram: number, params: string[]) => [
-      `  - id: ${ENTRY[name]}`,
-      `    display_name: Tiny ${name}`,
-      '    task_type: chat',
-      '    quantization: F32',
-      `    vram_gb: ${vram}`,
-      `    digest: sha256:${digests[name]}`,
-      '    serving_profiles:',
-      '      - runtime: llama.cpp',
-      `        runtime_model_id: ${name}`,
-      '        params:',
-      '          threads: 1',
-      ...params.map((p) => `          ${p}`),
-    ]
-    const manifest = join(dir, 'models.yaml')
-    writeFileSync(
-      manifest,
-      [
-        'models:',
-        ...entry('alpha', 1, ['ctx_size: 1024']),
-        ...entry('beta', 1, ['ctx_size: 2048']),
-        ...entry('gamma', 100, []),
-        ...entry('broken', 1, []),
-      ].join('\n'),
-    )
     // info: the daemon's account of what it loads and why is part of what is tested.
-    server = await startTestServer({ CATALOGUE_PATH: manifest, LOG_LEVEL: 'info' })
+    ;({ server, modelsDir } = await startManagedSetup(dir, { LOG_LEVEL: 'info' }))
   })
 
   afterAll(async () => {
@@ -82,96 +49,14 @@ withRealEngine('a daemon that runs llama.cpp itself', (engine) => {
     rmSync(dir, { recursive: true, force: true })
   })
 
-  /** A user with a worker key of their own org, and their views. */
-  async function fleet() {
-    const user = await makeUser(server)
-    const key = (await makeWorkerKey(server, user, user.personalOrgId)).key
-    const get = async (path: string) => (await server.req('GET', path, { token: user.token })).body
-    return {
-      user,
-      key,
-      batch: (id: string) => get(`/v1/batches/${id}`),
-      /** The worker row's models[] by name (docs/api.md §7 "Worker row"). */
-      async models(workerId: string | null): Promise<Record<string, any>> {
-        const row = (await get(`/v1/orgs/${user.personalOrgId}/workers`)).data.find(
-          (w: any) => w.id === workerId,
-        )
-        return Object.fromEntries((row?.models ?? []).map((m: any) => [m.name, m]))
-      },
-      async submit(model: string, n: number, extra: object = {}): Promise<string> {
-        const lines = Array.from({ length: n }, (_, i) => ({
-          custom_id: `r-${i}`,
-          method: 'POST',
-          url: '/v1/chat/completions',
-          body: {
-            model,
-            messages: [{ role: 'user', content: `Say ${i}` }],
-            max_tokens: 4,
-            temperature: 0,
-            ...extra,
-          },
-        }))
-        const form = new FormData()
-        form.append('purpose', 'batch')
-        form.append('file', new Blob([lines.map((l) => JSON.stringify(l)).join('\n') + '\n']), 'input.jsonl')
-        const file = await server.req('POST', '/v1/files', { token: user.token, raw: form })
-        expect(file.status).toBe(200)
-        const created = await server.req('POST', '/v1/batches', {
-          token: user.token,
-          body: { input_file_id: file.body.id, endpoint: '/v1/chat/completions' },
-        })
-        expect(created.status).toBe(200)
-        return created.body.id
-      },
-      async outputLines(batch: any): Promise<any[]> {
-        const res = await server.req('GET', `/v1/files/${batch.output_file_id}/content`, {
-          token: user.token,
-        })
-        return res.text
-          .split('\n')
-          .filter(Boolean)
-          .map((l: string) => JSON.parse(l))
-      },
-      async completed(id: string) {
-        return until(`batch ${id} completed`, async () => {
-          const b = await get(`/v1/batches/${id}`)
-          if (b.status === 'failed') throw new Error(`batch failed: ${b.error}`)
-          return b.status === 'completed' ? b : null
-        })
-      },
-    }
-  }
-
-  /** The router's own view: GET /models of the daemon's engine. */
-  async function routerModels(d: RunningAgent): Promise<Record<string, { value: string; args: string[] }>> {
-    const res = (await (await fetch(`${d.agent.runtime.baseUrl}/models`)).json()) as any
-    return Object.fromEntries(res.data.map((m: any) => [m.id, m.status]))
-  }
-
+  const fleet = () => managedFleet(server)
+  const routerModels = (d: RunningAgent) => routerModelsAt(d.agent.runtime.baseUrl)
   const daemon = (
     serverUrl: string,
     key: string,
-    o: Parameters<typeof daemonOptions>[3] = {},
+    o: Parameters<typeof managedOptions>[4] = {},
     onEvent?: (e: AgentEvent) => void,
-  ) =>
-    runAgent(
-      daemonOptions(serverUrl, key, '', {
-        runtime: 'llama.cpp',
-        engine: 'llama.cpp',
-        models_dir: modelsDir,
-        llama_server: engine.router,
-        vram_gb: 1,
-        concurrency: 4,
-        log_level: 'info',
-        ...o,
-      }),
-      fastDeps(onEvent ? { onEvent } : {}),
-    )
-
-  async function stopped(d: RunningAgent) {
-    d.agent.shutdown(true)
-    expect(await d.done).toBe(0)
-  }
+  ) => runManaged(managedOptions(serverUrl, key, engine, modelsDir, o), onEvent)
 
   test('one daemon runs A, then B, then A again: each loaded for its batch, the other unloaded to fit one model’s VRAM, params on the engine', async () => {
     const f = await fleet()
@@ -183,6 +68,12 @@ withRealEngine('a daemon that runs llama.cpp itself', (engine) => {
         return m.alpha?.state === 'on_disk' && m.beta?.state === 'on_disk' ? m : null
       })
       expect(before.alpha.digest).toBe(sha(tinyModel(SEEDS.alpha)))
+      // A model that is a directory: its weights are its item, its other files `<name>+<file>`.
+      expect(before.multi).toMatchObject({ state: 'on_disk', digest: sha(tinyModel(MULTI_SEEDS.weights)) })
+      expect(before['multi+mmproj-tiny.gguf']).toMatchObject({
+        state: 'on_disk',
+        digest: sha(tinyModel(MULTI_SEEDS.mmproj)),
+      })
       const rows = await until('the worker row', async () =>
         (
           await server.req('GET', `/v1/orgs/${f.user.personalOrgId}/workers`, { token: f.user.token })
@@ -227,6 +118,23 @@ withRealEngine('a daemon that runs llama.cpp itself', (engine) => {
     }
     // The engine stopped with the daemon.
     expect(routersOf(d.agent.state.dir)).toEqual([])
+  })
+
+  test('a GGUF copied into the models directory while the daemon runs is in its inventory, with its digest', async () => {
+    const f = await fleet()
+    const d = daemon(server.url, f.key)
+    try {
+      await until('registered', async () => (await f.models(d.agent.id)).alpha?.state === 'on_disk')
+      const bytes = tinyModel(17)
+      writeFileSync(join(modelsDir, 'delta.gguf.part'), bytes)
+      renameSync(join(modelsDir, 'delta.gguf.part'), join(modelsDir, 'delta.gguf'))
+      const m = await until('delta in the worker row', async () => (await f.models(d.agent.id)).delta)
+      expect(m).toMatchObject({ state: 'on_disk', digest: sha(bytes) })
+      expect((await routerModels(d)).delta!.value).toBe('unloaded')
+    } finally {
+      await stopped(d)
+      rmSync(join(modelsDir, 'delta.gguf'), { force: true })
+    }
   })
 
   test('room for two: a job for B while A’s job is still on the worker loads B beside A, both jobs held at once', async () => {
@@ -324,18 +232,3 @@ withRealEngine('a daemon that runs llama.cpp itself', (engine) => {
     }
   })
 })
-
-/** The pids of llama-server routers running with `stateDir`'s preset file (/proc). */
-export function routersOf(stateDir: string): number[] {
-  const preset = join(stateDir, 'engines', 'llama-router.ini')
-  const out: number[] = []
-  for (const pid of readdirSync('/proc')) {
-    if (!/^\d+$/.test(pid)) continue
-    try {
-      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')
-      const i = argv.indexOf('--models-preset')
-      if (i >= 0 && argv[i + 1] === preset) out.push(Number(pid))
-    } catch {}
-  }
-  return out
-}

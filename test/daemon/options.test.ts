@@ -41,6 +41,49 @@ describe('daemon options', () => {
     expect(ollama.engine).toBe('ollama')
   })
 
+  test('llama.cpp: --models-dir runs the router (no URL yet), --runtime-url attaches; one of the two, and only for llama.cpp', async () => {
+    const llama = ['--server', 'http://cp', '--key', KEY, '--runtime', 'llama.cpp']
+    const managed = await parse([
+      ...llama,
+      '--models-dir',
+      '/models',
+      '--engine-args',
+      '--threads-http 8  --verbose',
+    ])
+    expect(managed).toMatchObject({
+      runtime: 'llama.cpp',
+      engine: 'llama.cpp',
+      models_dir: '/models',
+      runtime_url: '',
+      llama_server: 'llama-server',
+      engine_args: ['--threads-http', '8', '--verbose'],
+    })
+    const env = await parse(llama, {
+      GRIDKEEP_MODELS_DIR: '/srv/models',
+      GRIDKEEP_LLAMA_SERVER: '/opt/llama/llama-server',
+    })
+    expect(env).toMatchObject({
+      models_dir: '/srv/models',
+      llama_server: '/opt/llama/llama-server',
+      engine_args: [],
+    })
+    const attached = await parse([...llama, '--runtime-url', 'http://127.0.0.1:8080/v1'])
+    expect(attached).toMatchObject({ runtime_url: 'http://127.0.0.1:8080', engine: 'llama.cpp' })
+    expect(attached.models_dir).toBeUndefined()
+    await expect(parse(llama)).rejects.toThrow(
+      '--runtime llama.cpp needs --models-dir DIR (the daemon runs llama-server on it) or --runtime-url URL',
+    )
+    await expect(parse([...llama, '--models-dir', '/m', '--runtime-url', 'http://x'])).rejects.toThrow(
+      '--runtime llama.cpp takes --models-dir or --runtime-url, not both',
+    )
+    await expect(parse([...base, '--models-dir', '/m'])).rejects.toThrow(
+      '--models-dir is for --runtime llama.cpp, vllm, sglang or command (got --runtime openai)',
+    )
+    await expect(parse([...base, '--engine-args', '-v'])).rejects.toThrow(
+      '--engine-args is for --runtime llama.cpp, vllm, sglang or command',
+    )
+  })
+
   test('concurrency: auto by default, a number pins it; shards on by default with room for two jobs', async () => {
     expect((await parse([...base, '--concurrency', '16'])).concurrency).toBe(16)
     expect((await parse(base, { GRIDKEEP_CONCURRENCY: '24' })).concurrency).toBe(24)
@@ -56,6 +99,23 @@ describe('daemon options', () => {
       '--concurrency / GRIDKEEP_CONCURRENCY: expected auto or an integer from 1 to 4096',
     )
     await expect(parse([...base, '--shards', 'maybe'])).rejects.toThrow('--shards / GRIDKEEP_SHARDS')
+  })
+
+  test('capabilities: the engine’s defaults (docs/api.md §7), or exactly the ones listed', async () => {
+    expect((await parse(base)).capabilities).toEqual(['json_mode', 'vision', 'embeddings', 'logprobs'])
+    expect((await parse([...base, '--engine', 'tgi'])).capabilities).toEqual([
+      'json_mode',
+      'vision',
+      'logprobs',
+    ])
+    expect((await parse([...base, '--capabilities', 'logprobs, json_mode'])).capabilities).toEqual([
+      'json_mode',
+      'logprobs',
+    ])
+    expect((await parse(base, { GRIDKEEP_CAPABILITIES: 'none' })).capabilities).toEqual([])
+    await expect(parse([...base, '--capabilities', 'json_mode,tools'])).rejects.toThrow(
+      '--capabilities / GRIDKEEP_CAPABILITIES: expected a list of json_mode, vision, embeddings, logprobs, or none (got "json_mode,tools")',
+    )
   })
 
   test('flags beat env, env beats the config file, the file beats defaults', async () => {
@@ -160,6 +220,24 @@ describe('daemon options', () => {
     expect(badKey.message).not.toContain('sk-secret-value')
   })
 
+  test('the hub: huggingface.co by default, a mirror by flag or GRIDKEEP_HUB_URL, the token from HF_TOKEN and never echoed', async () => {
+    const o = await parse(base)
+    expect(o.hub_url).toBe('https://huggingface.co')
+    expect(o.hub_token).toBeUndefined()
+    expect((await parse([...base, '--hub-url', 'http://mirror.lab/hf/'])).hub_url).toBe(
+      'http://mirror.lab/hf',
+    )
+    const env = await parse(base, { GRIDKEEP_HUB_URL: 'http://hub.lab', HF_TOKEN: 'hf_abc123456789' })
+    expect(env).toMatchObject({ hub_url: 'http://hub.lab', hub_token: 'hf_abc123456789' })
+    expect((await parse([...base, '--hub-token', 'hf_flag1234567'], { HF_TOKEN: 'hf_env' })).hub_token).toBe(
+      'hf_flag1234567',
+    )
+    await expect(parse([...base, '--hub-url', 'ftp://hub'])).rejects.toThrow('--hub-url / GRIDKEEP_HUB_URL')
+    const empty = await parseDaemonOptions(base, { HF_TOKEN: ' ' }).catch((e) => e)
+    expect(empty.message).toMatch(/--hub-token \/ HF_TOKEN/)
+    expect(helpText()).toContain('HF_TOKEN')
+  })
+
   test('a config file with an unknown key or bad YAML is refused', async () => {
     const unknown = join(dir, 'unknown.yaml')
     writeFileSync(unknown, 'server: http://x\nfrobnicate: 1\n')
@@ -186,6 +264,10 @@ describe('daemon options', () => {
       '--progress-interval',
       '--state-dir',
       '--model-file',
+      '--models-dir',
+      '--llama-server',
+      '--engine-args',
+      'GRIDKEEP_MODELS_DIR',
       '--config',
       'GRIDKEEP_SERVER',
       'GRIDKEEP_WORKER_KEY',

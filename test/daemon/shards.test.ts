@@ -130,6 +130,80 @@ describe('shards (docs/api.md §16)', () => {
     expect(cp.failures).toEqual([])
   })
 
+  test('409 shard_done_elsewhere (a backup race lost) on progress: dropped quietly, its requests stop, nothing reported', async () => {
+    const { cp, rt, start } = setup({ latencyMs: 20 })
+    const job = cp.addJob({
+      job_id: 'shard_raced',
+      batch_id: 'batch_big',
+      shard: { index: 2, first_request: 0, requests: 400 },
+      backup: true,
+      input: shardLines(0, 400).join('\n'),
+      model: MODEL,
+    })
+    const r = start({ progress_interval: 0.02, concurrency: 2 })
+    const ended = r.next('job_ended')
+    await cp.waitFor(() => rt.requests > 4, 'the copy running')
+    cp.doneElsewhere('shard_raced')
+    expect(await ended).toEqual({ type: 'job_ended', job_id: 'shard_raced', outcome: 'dropped' })
+    expect(cp.conflicts[0]).toEqual({ path: '/workers/progress', job_id: 'shard_raced' })
+    expect(cp.progress.every((p) => p.assignment_id === job.assignment_id)).toBe(true)
+    expect(rt.requests).toBeLessThan(400)
+    expect(cp.uploads).toEqual([])
+    expect(cp.failures).toEqual([])
+  })
+
+  test('409 shard_done_elsewhere on upload: dropped once, no retry, no report-failure', async () => {
+    // The engine holds the copy's first request until the other copy has finished.
+    let finishedElsewhere: () => void = () => {}
+    const elsewhere = new Promise<void>((r) => {
+      finishedElsewhere = r
+    })
+    const { cp, start } = setup({ hold: () => elsewhere })
+    cp.addJob({
+      job_id: 'shard_second',
+      batch_id: 'batch_big',
+      shard: { index: 1, first_request: 5, requests: 5 },
+      input: shardLines(5, 5).join('\n'),
+      model: MODEL,
+    })
+    const r = start({ progress_interval: 3600 })
+    await cp.waitFor(() => cp.downloads.length === 1, 'the input downloaded')
+    cp.doneElsewhere('shard_second')
+    finishedElsewhere()
+    expect(await r.next('job_ended')).toEqual({
+      type: 'job_ended',
+      job_id: 'shard_second',
+      outcome: 'dropped',
+    })
+    expect(cp.conflicts).toEqual([{ path: '/workers/upload-results', job_id: 'shard_second' }])
+    expect(cp.uploads).toEqual([])
+    expect(cp.failures).toEqual([])
+  })
+
+  test('409 shard_done_elsewhere on the input download (the other copy finished first): dropped, nothing run or reported', async () => {
+    const { cp, rt, start } = setup()
+    cp.addJob({
+      job_id: 'shard_late_copy',
+      batch_id: 'batch_big',
+      shard: { index: 4, first_request: 0, requests: 5 },
+      backup: true,
+      input: shardLines(0, 5).join('\n'),
+      model: MODEL,
+    })
+    cp.doneElsewhere('shard_late_copy')
+    const r = start({ progress_interval: 3600 })
+    expect(await r.next('job_ended')).toEqual({
+      type: 'job_ended',
+      job_id: 'shard_late_copy',
+      outcome: 'dropped',
+    })
+    expect(cp.downloads).toHaveLength(1)
+    expect(cp.conflicts).toEqual([{ path: '/v1/files/file-batch_big/content', job_id: 'shard_late_copy' }])
+    expect(rt.requests).toBe(0)
+    expect(cp.uploads).toEqual([])
+    expect(cp.failures).toEqual([])
+  })
+
   test('the next job is claimed and running while the previous job’s last requests are in flight', async () => {
     // The engine holds the first job's last request until it sees one of the second job (or a
     // generous fallback passes): a daemon that claimed only after uploading would show the upload

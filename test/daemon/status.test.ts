@@ -1,4 +1,4 @@
-import { describe, expect, test } from 'bun:test'
+import { beforeAll, describe, expect, test } from 'bun:test'
 import type { JobView } from '../../src/daemon/job'
 import {
   formatDuration,
@@ -7,7 +7,7 @@ import {
   RateMeter,
   startStatusView,
 } from '../../src/daemon/status'
-import { log } from '../../src/lib/logger'
+import { log, setLogLevel } from '../../src/lib/logger'
 import { capturedLogLines } from '../helpers/secrets'
 import { until } from '../helpers/until'
 
@@ -23,6 +23,9 @@ const view = (o: Partial<JobView> = {}): JobView => ({
 })
 
 describe('operator view', () => {
+  // What is shown is info records: the level a server started by another test file left does not count.
+  beforeAll(() => setLogLevel('info'))
+
   test('rate and ETA come from recent progress', () => {
     const meter = new RateMeter()
     meter.sample(view(), 0)

@@ -119,3 +119,14 @@ test('a client that goes away mid-upload leaves no partial file', async () => {
   expect((await s.req('GET', '/v1/files', { token: u.token })).body.data).toEqual([])
   expect((await fetch(`${s.url}/healthz`)).status).toBe(200)
 })
+
+test('a file part refused while it still streams (a large .csv) is a 400, and the server lives on', async () => {
+  const u = await makeUser(s)
+  const res = await post(u.token, multipart('table.csv', 20 * MiB, new Uint8Array(MiB).fill(0x63)))
+  expect(res.status).toBe(400)
+  expect(((await res.json()) as any).error.code).toBe('invalid_file_type')
+  // The part was cut off unread: destroying the parser under it must not throw out of the request.
+  await new Promise((resolve) => setImmediate(resolve))
+  expect((await fetch(`${s.url}/healthz`)).status).toBe(200)
+  expect(await leftovers()).toEqual([])
+})

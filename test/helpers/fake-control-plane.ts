@@ -5,7 +5,8 @@
 //
 // Shards (docs/api.md §16): a job added with `shard` is handed out as a shard of `batch_id`: its input is
 // served at `/v1/files/file-<batch_id>/content?shard=<job_id>`, and `failBatch` makes the server
-// answer 409 batch_not_in_progress to every later write of the job.
+// answer 409 batch_not_in_progress to every later write of the job (`doneElsewhere`: 409
+// shard_done_elsewhere to its writes and its input, another copy of the shard finished first).
 //
 // Every body it receives is checked against the schemas the server's routes validate with
 // (src/protocol/worker.ts, docs/api.md §7) and refused with the server's 400 when it does not fit; such
@@ -27,6 +28,8 @@ export interface FakeJob {
   /** A shard of this batch (docs/api.md §16). */
   batch_id?: string
   shard?: { index: number; first_request: number; requests: number }
+  /** A backup copy of the shard (docs/api.md §16). */
+  backup?: boolean
 }
 
 export interface Upload {
@@ -49,7 +52,7 @@ export interface FakeControlPlane {
   modelProgress: any[]
   uploads: Upload[]
   failures: any[]
-  /** Writes (progress, upload-results, report-failure) answered 409 batch_not_in_progress. */
+  /** Writes (progress, upload-results, report-failure) answered 409 (failBatch, doneElsewhere). */
   conflicts: { path: string; job_id: string }[]
   /** Paths answered with an injected failure (failNext), in order. */
   injected: string[]
@@ -63,6 +66,8 @@ export interface FakeControlPlane {
   unassign(jobId: string): void
   /** The job's batch failed elsewhere: its writes get 409 batch_not_in_progress from now on. */
   failBatch(jobId: string): void
+  /** Another copy of the job's shard finished first: its writes get 409 shard_done_elsewhere from now on. */
+  doneElsewhere(jobId: string): void
   /** The server loses every worker (its database was reset): heartbeats get 404. */
   forgetWorkers(): void
   /** Heartbeat answers carry these pull_models (once). */
@@ -86,7 +91,8 @@ export function startFakeControlPlane(opts: {
   trace?: (event: { path: string; job_id?: string }) => void
 }): FakeControlPlane {
   const queue: FakeJob[] = []
-  const failedBatches = new Set<string>()
+  // Jobs whose writes are answered 409, with the code (failBatch, doneElsewhere).
+  const moot = new Map<string, 'batch_not_in_progress' | 'shard_done_elsewhere'>()
   const assigned = new Map<string, { worker_id: string; job: FakeJob }>()
   const workers = new Set<string>()
   const failing = new Map<string, { status: number; times: number; retryAfter?: string }>()
@@ -119,7 +125,10 @@ export function startFakeControlPlane(opts: {
       assigned.delete(jobId)
     },
     failBatch(jobId) {
-      failedBatches.add(jobId)
+      moot.set(jobId, 'batch_not_in_progress')
+    },
+    doneElsewhere(jobId) {
+      moot.set(jobId, 'shard_done_elsewhere')
     },
     forgetWorkers() {
       workers.clear()
@@ -141,14 +150,18 @@ export function startFakeControlPlane(opts: {
   const err = (status: number, message: string) =>
     json({ error: { message, type: 'x', code: null, param: null } }, status)
   const conflict = (path: string, body: any) => {
-    if (!failedBatches.has(body.job_id)) return null
+    const code = moot.get(body.job_id)
+    if (!code) return null
     cp.conflicts.push({ path, job_id: body.job_id })
     return json(
       {
         error: {
-          message: 'the batch is no longer in progress',
-          type: 'invalid_request_error',
-          code: 'batch_not_in_progress',
+          message:
+            code === 'batch_not_in_progress'
+              ? 'the batch is no longer in progress'
+              : 'another copy of this shard finished first',
+          type: 'conflict_error',
+          code,
           param: null,
         },
       },
@@ -253,6 +266,7 @@ export function startFakeControlPlane(opts: {
           input_file_id: file,
           input_path: `/v1/files/${file}/content${job.shard ? `?shard=${job.job_id}` : ''}`,
           ...(job.shard ? { batch_id: job.batch_id, shard: job.shard } : {}),
+          ...(job.backup ? { backup: true } : {}),
           model: job.model,
           catalogue_id: 'fake-catalogue-id',
           endpoint: job.endpoint ?? '/v1/chat/completions',
@@ -271,6 +285,8 @@ export function startFakeControlPlane(opts: {
       const shardId = new URL(req.url).searchParams.get('shard')
       const a = assigned.get(shardId ?? file[1]!)
       if (!a || (a.job.batch_id ?? a.job.job_id) !== file[1]) return err(404, 'file not found')
+      // docs/api.md §16: the input of a shard another copy finished is refused with the reason.
+      if (shardId && moot.get(shardId) === 'shard_done_elsewhere') return conflict(path, { job_id: shardId })!
       if (cp.breakNextDownload) {
         cp.breakNextDownload = false
         const half = new TextEncoder().encode(a.job.input.slice(0, Math.floor(a.job.input.length / 2)))

@@ -1,6 +1,7 @@
 // A stand-in inference runtime for daemon tests and benchmarks, started on a free port.
 //
-// OpenAI-compatible: GET /v1/models, POST /v1/chat/completions, /v1/completions, /v1/embeddings.
+// OpenAI-compatible: GET /v1/models, POST /v1/chat/completions, /v1/completions, /v1/embeddings,
+// /v1/responses.
 // Faults are injected per request, by a marker in the request body or by `behaviour()`:
 //   #500  #503  #429  #400     answer with that status (every time)
 //   #500x2                     …only the first 2 attempts of this exact body, then succeed
@@ -185,6 +186,33 @@ export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
           model: body.model,
           choices: [{ index: 0, text: `echo: ${body.prompt}`, finish_reason: 'stop' }],
           usage,
+        })
+      }
+      if (path === '/v1/responses') {
+        // OpenAI's Responses object, as llama-server and vLLM answer it: an output_text message.
+        const input = typeof body.input === 'string' ? body.input : (body.input?.at(-1)?.content ?? '')
+        return json({
+          id: `resp_${n}`,
+          object: 'response',
+          created_at: created,
+          status: 'completed',
+          model: body.model,
+          output: [
+            {
+              type: 'message',
+              id: `msg_${n}`,
+              role: 'assistant',
+              status: 'completed',
+              content: [{ type: 'output_text', text: `echo: ${input}`, annotations: [] }],
+            },
+          ],
+          usage: {
+            input_tokens: 7,
+            input_tokens_details: { cached_tokens: 0 },
+            output_tokens: 3,
+            output_tokens_details: { reasoning_tokens: 0 },
+            total_tokens: 10,
+          },
         })
       }
       const last = body.messages?.[body.messages.length - 1]?.content ?? ''

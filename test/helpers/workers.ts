@@ -41,8 +41,12 @@ export interface EntryOptions {
   display_name?: string
   parameter_size?: string | null
   task_type?: 'chat' | 'text-generation' | 'embedding' | 'vision'
+  capabilities?: Record<string, boolean>
   profiles?: { runtime: string; runtime_model_id: string; params?: Record<string, unknown> }[]
   artifact_files?: { path: string; sha256: string; size_bytes?: number }[]
+  source_type?: string | null
+  source_ref?: string | null
+  source_revision?: string | null
 }
 
 /**
@@ -78,6 +82,9 @@ export interface BatchOptions {
   status?: 'validated' | 'validating'
   /** Writes the request-line index validation writes (docs/api.md §16: the batch may be split). */
   indexed?: boolean
+  /** The stored needs validation would write (docs/api.md §6; src/domain/capabilities.ts needsKey). */
+  needs?: string
+  endpoint?: string
 }
 
 /** An uploaded input file (its bytes in the blob store) and a batch already `validated`. */
@@ -102,9 +109,10 @@ export async function makeValidatedBatch(deps: Server, o: BatchOptions) {
       id: newId('batch_'),
       user_id: o.userId,
       input_file_id: fileId,
-      endpoint: '/v1/chat/completions',
+      endpoint: o.endpoint ?? '/v1/chat/completions',
       completion_window: '24h',
       model: o.model,
+      needs: o.needs ?? '',
       status: o.status ?? 'validated',
       request_counts_total: ids.length,
       created_at: now,

@@ -80,6 +80,8 @@ const ACCEPTS: Record<AuthLevel, string[]> = {
   session: ['jwt'],
   jwt: ['jwt'],
   user: ['jwt', 'personal'],
+  // A personal key gets past auth here; naming another key than itself is then a 403 (docs/api.md §3).
+  self: ['jwt', 'personal'],
   superadmin: ['adminJwt'],
   worker: ['worker'],
   optional: ['none', 'jwt', 'personal', 'worker'],

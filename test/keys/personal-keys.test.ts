@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from 'bun:test'
 import { sha256Hex } from '../../src/lib/keys'
 import { makeTestApp } from '../helpers/app'
-import { makePersonalKey, makeUser } from '../helpers/builders'
+import { makePersonalKey, makeUser, makeWorkerKey } from '../helpers/builders'
 import { rowsOf } from '../helpers/rows'
 
 const t = makeTestApp({ RATE_LIMIT_KEYS_PER_MINUTE: '0' })
@@ -159,6 +159,73 @@ describe('personal API keys', () => {
       name: 'default',
       revoked_at: null,
     })
+  })
+})
+
+describe('(ext) a personal key revokes itself: DELETE /v1/users/me/api-keys/{its own id}', () => {
+  test('200 with revoked_at, then the key is a 401 api_key_revoked, on this route too', async () => {
+    const u = await makeUser(t)
+    const k = await makePersonalKey(t, u, { name: 'gridkeep-cli@laptop' })
+    const other = await makePersonalKey(t, u)
+    expect((await t.req('GET', '/v1/models', { token: k.key })).status).toBe(200)
+    const del = await t.req('DELETE', `${base}/${k.id}`, { token: k.key })
+    expect(del.status).toBe(200)
+    expect(del.body).toMatchObject({ id: k.id, name: 'gridkeep-cli@laptop', revoked_at: t.clock.now() })
+    expect(del.body.key).toBeUndefined()
+    const models = await t.req('GET', '/v1/models', { token: k.key })
+    expect(models.status).toBe(401)
+    expect(models.body.error.code).toBe('api_key_revoked')
+    const again = await t.req('DELETE', `${base}/${k.id}`, { token: k.key })
+    expect(again.status).toBe(401)
+    expect(again.body.error.code).toBe('api_key_revoked')
+    // Only that key: the user's other key and JWT still work.
+    expect((await t.req('GET', '/v1/models', { token: other.key })).status).toBe(200)
+    expect((await t.req('GET', `${base}/${other.id}`, { token: u.token })).body.revoked_at).toBeNull()
+  })
+
+  test("any other id is a 403 own_key_only, existing or not, mine or another user's; nothing changes", async () => {
+    const u = await makeUser(t)
+    const k = await makePersonalKey(t, u)
+    const sibling = await makePersonalKey(t, u)
+    const stranger = await makeUser(t)
+    const foreign = await makePersonalKey(t, stranger)
+    for (const id of [sibling.id, foreign.id, 'key_does_not_exist']) {
+      const res = await t.req('DELETE', `${base}/${id}`, { token: k.key })
+      expect([id, res.status, res.body.error]).toEqual([
+        id,
+        403,
+        expect.objectContaining({ type: 'permission_error', code: 'own_key_only' }),
+      ])
+    }
+    for (const [owner, key] of [
+      [u, sibling],
+      [stranger, foreign],
+    ] as const)
+      expect((await t.req('GET', `${base}/${key.id}`, { token: owner.token })).body.revoked_at).toBeNull()
+    expect((await t.req('GET', '/v1/models', { token: k.key })).status).toBe(200)
+  })
+
+  test('only DELETE: the other key routes stay JWT only (401 for a key), and a worker key is a 401', async () => {
+    const u = await makeUser(t)
+    const k = await makePersonalKey(t, u)
+    for (const [method, path, body] of [
+      ['GET', base, undefined],
+      ['POST', base, { name: 'more' }],
+      ['GET', `${base}/${k.id}`, undefined],
+      ['PUT', `${base}/${k.id}`, { revoked: true }],
+    ] as const) {
+      const res = await t.req(method, path, { token: k.key, body })
+      expect([method, path, res.status]).toEqual([method, path, 401])
+    }
+    const worker = await makeWorkerKey(t, u, u.personalOrgId)
+    const res = await t.req('DELETE', `${base}/${worker.id}`, { token: worker.key })
+    expect(res.status).toBe(401)
+    expect(res.body.error.code).toBe('wrong_credential_type')
+    expect((await t.req('DELETE', `${base}/${k.id}`, {})).status).toBe(401)
+    // With a JWT, an unknown id is still the 404 of docs/api.md §3.
+    const missing = await t.req('DELETE', `${base}/key_does_not_exist`, { token: u.token })
+    expect(missing.status).toBe(404)
+    expect(missing.body.error.code).toBe('api_key_not_found')
   })
 })
 

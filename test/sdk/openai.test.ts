@@ -4,7 +4,9 @@ import { join } from 'node:path'
 import OpenAI, { toFile, toStreamingFile } from 'openai'
 import { startTestServer } from '../helpers/app'
 import { jsonl, line, makeCatalogEntry } from '../helpers/batches'
-import { makePersonalKey, makeUser } from '../helpers/builders'
+import { makePersonalKey, makeUser, makeWorkerKey } from '../helpers/builders'
+import { daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
+import { startFakeRuntime } from '../helpers/fake-runtime'
 import { until } from '../helpers/until'
 
 // The official `openai` SDK against a real server (docs/api.md: "that compatibility is a product
@@ -157,4 +159,76 @@ test('batches.create, batches.retrieve, batches.list with pagination and auto-pa
   const all: string[] = []
   for await (const b of openai.batches.list({ limit: 2 })) all.push(b.id)
   expect(all).toEqual([...created].reverse())
+})
+
+test('a /v1/responses batch: created, run by the reference daemon, and read back with the SDK unmodified', async () => {
+  const RUNTIME_MODEL = 'sdk/responses-model'
+  const entry = await makeCatalogEntry(s, {
+    id: 'sdk-responses-8b-q4km',
+    runtime: 'openai',
+    runtime_model_id: RUNTIME_MODEL,
+  })
+  const openai = await client()
+  // The SDK's own request type for the body of each line.
+  const requests: OpenAI.Responses.ResponseCreateParamsNonStreaming[] = [
+    { model: entry.id, input: 'Say hello', max_output_tokens: 16 },
+    { model: entry.id, instructions: 'Be brief', input: [{ role: 'user', content: 'Say goodbye' }] },
+  ]
+  const content = jsonl(
+    requests.map((body, i) =>
+      JSON.stringify({ custom_id: `r${i}`, method: 'POST', url: '/v1/responses', body }),
+    ),
+  )
+  const file = await openai.files.create({
+    file: await toFile(Buffer.from(content), 'responses.jsonl'),
+    purpose: 'batch',
+  })
+  const created = await openai.batches.create({
+    input_file_id: file.id,
+    endpoint: '/v1/responses',
+    completion_window: '24h',
+  })
+  expect(created).toMatchObject({ object: 'batch', endpoint: '/v1/responses', status: 'validating' })
+  await until('validation', async () => (await openai.batches.retrieve(created.id)).status !== 'validating')
+  expect(await openai.batches.retrieve(created.id)).toMatchObject({ status: 'validated', model: entry.id })
+
+  const u = await makeUser(s)
+  const { key } = await makeWorkerKey(s, u, u.personalOrgId)
+  const rt = startFakeRuntime({ models: [RUNTIME_MODEL] })
+  const daemon = runAgent(daemonOptions(s.url, key, rt.url), fastDeps())
+  try {
+    const done = await until('completion', async () => {
+      const b = await openai.batches.retrieve(created.id)
+      return b.status === 'completed' ? b : null
+    })
+    expect(done.request_counts).toEqual({ total: 2, completed: 2, failed: 0 })
+    expect(done.error_file_id ?? null).toBeNull()
+    const text = await (await openai.files.content(done.output_file_id!)).text()
+    const lines = text
+      .trim()
+      .split('\n')
+      .map(
+        (l) =>
+          JSON.parse(l) as {
+            custom_id: string
+            response: { status_code: number; body: OpenAI.Responses.Response }
+          },
+      )
+    expect(lines.map((l) => l.custom_id).sort()).toEqual(['r0', 'r1'])
+    for (const l of lines) {
+      expect(l.response.status_code).toBe(200)
+      const response = l.response.body
+      expect(response.object).toBe('response')
+      expect(response.model).toBe(RUNTIME_MODEL)
+      const message = response.output[0] as OpenAI.Responses.ResponseOutputMessage
+      const part = message.content[0] as OpenAI.Responses.ResponseOutputText
+      expect(part.type).toBe('output_text')
+      expect(part.text).toBe(l.custom_id === 'r0' ? 'echo: Say hello' : 'echo: Say goodbye')
+      expect(response.usage).toMatchObject({ input_tokens: 7, output_tokens: 3, total_tokens: 10 })
+    }
+  } finally {
+    daemon.agent.shutdown(true)
+    expect(await daemon.done).toBe(0)
+    await rt.stop()
+  }
 })

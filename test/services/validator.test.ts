@@ -13,7 +13,12 @@ import { rowsOf } from '../helpers/rows'
 const t = makeTestApp()
 afterAll(() => t.close())
 
-const chat = await makeCatalogEntry(t, { id: 'chat-8b-q4km', task_type: 'chat' })
+// json_mode: the Responses lines below ask for JSON output (docs/api.md §6 `unsupported_capability`).
+const chat = await makeCatalogEntry(t, {
+  id: 'chat-8b-q4km',
+  task_type: 'chat',
+  capabilities: { json_mode: true },
+})
 const embed = await makeCatalogEntry(t, { id: 'embed-small-f16', task_type: 'embedding' })
 const disabled = await makeCatalogEntry(t, { id: 'old-7b-q4km', enabled: false })
 const now = t.clock.now()
@@ -180,6 +185,22 @@ describe('validation codes', () => {
     expect(completions.status).toBe('validated')
   })
 
+  test('stream: true is unsupported_value on every endpoint; false passes (docs/api.md §6 "Request bodies")', async () => {
+    const b = await validated(
+      jsonl([
+        line('a', chat.id),
+        JSON.stringify({ custom_id: 'b', body: { model: chat.id, messages: [], stream: true } }),
+        JSON.stringify({ custom_id: 'c', body: { model: chat.id, messages: [], stream: false } }),
+      ]),
+    )
+    expect(codes(b)).toEqual([['unsupported_value', 2, 'body.stream']])
+    const emb = await validated(
+      jsonl([JSON.stringify({ custom_id: 'a', body: { model: embed.id, input: 'x', stream: true } })]),
+      { endpoint: '/v1/embeddings' },
+    )
+    expect(codes(emb)).toEqual([['unsupported_value', 1, 'body.stream']])
+  })
+
   test('empty_file: no request line at all (line null)', async () => {
     const b = await validated('  \n\n\t\r\n \n')
     expect(codes(b)).toEqual([['empty_file', null, null]])
@@ -191,6 +212,97 @@ describe('validation codes', () => {
     expect(codes(b)).toEqual([['empty_file', null, null]])
     const after = (await t.deps.metrics.validationLines.get()).values[0]!.value
     expect(after - before).toBe(1_000_000)
+  })
+})
+
+describe('/v1/responses (docs/api.md §6 "Request bodies")', () => {
+  const R = { endpoint: '/v1/responses' }
+  const resp = (id: string, body: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
+    JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/responses', body, ...extra })
+
+  test('a clean file of Responses requests is validated, string and item inputs alike', async () => {
+    const b = await validated(
+      jsonl([
+        resp('a', { model: chat.id, input: 'Tell me a joke', max_output_tokens: 32, temperature: 0.2 }),
+        resp('b', {
+          model: chat.id,
+          instructions: 'Answer in JSON',
+          input: [{ role: 'user', content: [{ type: 'input_text', text: 'hi' }] }],
+          text: { format: { type: 'json_schema', name: 'reply', schema: { type: 'object' } } },
+          tools: [{ type: 'function', name: 'lookup', parameters: {} }],
+          tool_choice: 'auto',
+          store: false,
+          stream: false,
+          top_k: 40, // not in the table: the engine's business
+        }),
+      ]),
+      R,
+    )
+    expect(codes(b)).toEqual([])
+    expect(b).toMatchObject({
+      status: 'validated',
+      endpoint: '/v1/responses',
+      model: chat.id,
+      needs: ['json_mode'],
+    })
+    expect(b.request_counts.total).toBe(2)
+  })
+
+  test('each rule with its line and field, after the line’s other checks', async () => {
+    const b = await validated(
+      jsonl([
+        resp('a', { model: chat.id, input: 'fine' }), // 1
+        resp('b', { model: chat.id }), // 2
+        resp('c', { model: chat.id, input: 42 }), // 3
+        resp('d', { model: chat.id, input: 'x', temperature: 3 }), // 4
+        resp('e', { model: chat.id, input: 'x', max_output_tokens: 'ten' }), // 5
+        resp('f', { model: chat.id, input: 'x', text: { format: { type: 'yaml' } } }), // 6
+        resp('g', { model: chat.id, input: 'x', truncation: 'middle' }), // 7
+        resp('h', { model: chat.id, input: 'x', tool_choice: 'always' }), // 8
+        resp('i', { model: chat.id, input: 'x', stream: true }), // 9
+        resp('j', { model: chat.id, input: 'x', background: true }), // 10
+        resp('k', { model: chat.id, input: 'x', previous_response_id: 'resp_1' }), // 11
+        resp('l', { model: chat.id, input: 'x', conversation: 'conv_1' }), // 12
+        resp('m', { model: embed.id, top_p: 2 }, { url: '/v1/chat/completions' }), // 13
+      ]),
+      R,
+    )
+    expect(b.status).toBe('failed')
+    expect(codes(b)).toEqual([
+      ['missing_field', 2, 'body.input'],
+      ['invalid_type', 3, 'body.input'],
+      ['invalid_value', 4, 'body.temperature'],
+      ['invalid_type', 5, 'body.max_output_tokens'],
+      ['invalid_value', 6, 'body.text.format.type'],
+      ['invalid_value', 7, 'body.truncation'],
+      ['invalid_value', 8, 'body.tool_choice'],
+      ['unsupported_value', 9, 'body.stream'],
+      ['unsupported_value', 10, 'body.background'],
+      ['unsupported_value', 11, 'body.previous_response_id'],
+      ['unsupported_value', 12, 'body.conversation'],
+      ['invalid_url', 13, 'url'],
+      ['model_mismatch', 13, 'body.model'],
+      ['unsupported_endpoint', 13, 'body.model'],
+      ['missing_field', 13, 'body.input'],
+      ['invalid_value', 13, 'body.top_p'],
+    ])
+    for (const e of b.errors.data)
+      if (e.field!.startsWith('body.') && e.field !== 'body.model') expect(e.message).toContain(e.field!)
+  })
+
+  test('an embedding model cannot serve /v1/responses; chat, vision and text-generation entries can', async () => {
+    const bad = await validated(jsonl([resp('a', { model: embed.id, input: 'x' })]), R)
+    expect(codes(bad)).toEqual([['unsupported_endpoint', 1, 'body.model']])
+    for (const task_type of ['vision', 'text-generation'] as const) {
+      const entry = await makeCatalogEntry(t, { task_type })
+      const ok = await validated(jsonl([resp('a', { model: entry.id, input: 'x' })]), R)
+      expect([task_type, codes(ok)]).toEqual([task_type, []])
+    }
+  })
+
+  test('a Responses body on another endpoint is not checked as one: only stream is', async () => {
+    const b = await validated(jsonl([resp('a', { model: chat.id, temperature: 9 }, { url: undefined })]))
+    expect(codes(b)).toEqual([])
   })
 })
 

@@ -97,7 +97,15 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       await h.store.catalogue.upsertEntries(
         [
-          entry('b', { artifact_files: [{ path: 'f', sha256: sha('f'), size_bytes: 1 }] }),
+          entry('b', {
+            artifact_files: [
+              { path: 'f', sha256: sha('f'), size_bytes: 1 },
+              { path: 'e/mmproj.gguf', sha256: sha('e'), size_bytes: null },
+            ],
+            source_type: 'huggingface',
+            source_ref: 'owner/b-gguf',
+            source_revision: 'v1',
+          }),
           entry('a', { enabled: false, org_id: 'org_x', digest: sha('a') }),
         ],
         10,
@@ -112,12 +120,19 @@ for (const [kind, open] of storeEngines) {
         size_gb: 5,
         runtime: 'ollama',
         runtime_model_id: 'b:latest',
+        source_type: 'huggingface',
+        source_ref: 'owner/b-gguf',
+        source_revision: 'v1',
       })
       expect(rows.profiles).toEqual([
         { catalog_id: 'b', runtime: 'ollama', runtime_model_id: 'b:latest', params: {} },
         { catalog_id: 'a', runtime: 'ollama', runtime_model_id: 'a:latest', params: {} },
       ])
-      expect(rows.artifacts).toEqual([{ catalog_id: 'b', sha256: sha('f') }])
+      // A download fetches the files in manifest order (docs/api.md §7 pull_models).
+      expect(rows.artifacts).toEqual([
+        { catalog_id: 'b', path: 'f', sha256: sha('f'), size_bytes: 1 },
+        { catalog_id: 'b', path: 'e/mmproj.gguf', sha256: sha('e'), size_bytes: null },
+      ])
     })
 
     test('enabledEntries: every enabled entry, private ones included, in byte order of id', async () => {

@@ -155,6 +155,7 @@ for (const [kind, open] of storeEngines) {
       ])
       expect(await h.store.fleet.workerHosting(got.worker.id)).toEqual({
         engines: ['ollama'],
+        reported: {},
         models: expect.arrayContaining([
           {
             name: 'disk:1',
@@ -174,7 +175,16 @@ for (const [kind, open] of storeEngines) {
     test('findWorkerWithHosting: the row exactly as findWorker reads it, and workerHosting, in one read', async () => {
       h = await open()
       await seed(h)
-      const got = await h.store.fleet.register(registration({ machineId: 'mach-1' }))
+      const got = await h.store.fleet.register(
+        registration({
+          machineId: 'mach-1',
+          // docs/api.md §7: one runtime reports its capabilities, the other leaves them to its defaults.
+          runtimes: [
+            { engine: 'ollama', base_url: 'http://a', status: 'online', capabilities: { logprobs: false } },
+            { engine: 'vllm', base_url: 'http://b', status: 'online' },
+          ],
+        }),
+      )
       if ('notOwned' in got) throw new Error('unexpected')
       await h.exec(`UPDATE workers SET vram_total_gb = 23.5, loaded_models = '["disk:1"]',
         last_heartbeat_at = 1234567890123, uptime_seconds = 7 WHERE id = ${q(got.worker.id)};
@@ -187,6 +197,8 @@ for (const [kind, open] of storeEngines) {
       })
       const found = await h.store.fleet.findWorkerWithHosting(got.worker.id)
       expect(found).toEqual({ worker: row!, hosting: await h.store.fleet.workerHosting(got.worker.id) })
+      expect(found!.hosting.engines.sort()).toEqual(['ollama', 'vllm'])
+      expect(found!.hosting.reported).toEqual({ ollama: { logprobs: false } })
       expect(found!.hosting.models).toContainEqual(
         expect.objectContaining({ name: 'disk:1', digest: 'sha256:ab', loaded: true }),
       )
@@ -194,7 +206,7 @@ for (const [kind, open] of storeEngines) {
       await worker(h, 'wrk_bare')
       expect(await h.store.fleet.findWorkerWithHosting('wrk_bare')).toEqual({
         worker: (await h.store.fleet.findWorker('wrk_bare'))!,
-        hosting: { engines: [], models: [] },
+        hosting: { engines: [], reported: {}, models: [] },
       })
       expect(await h.store.fleet.findWorkerWithHosting('wrk_nope')).toBeUndefined()
     })
@@ -506,6 +518,7 @@ for (const [kind, open] of storeEngines) {
       expect((await h.store.fleet.hostsOf([])).size).toBe(0)
       expect(await h.store.fleet.workerHosting('wrk_3')).toEqual({
         engines: [],
+        reported: {},
         models: [
           {
             name: 'y:1',

@@ -9,8 +9,9 @@ import { dirname, join, normalize } from 'node:path'
 // `typesOnly` only with `import type`, which leaves nothing behind at run time.
 //
 // The daemon is its own root: the server never imports it (only the entry, src/cli.ts, starts
-// it), and it reaches only src/lib, the pure rules and the worker protocol's schemas. The dashboard (web/) is
-// another root with its own tsconfig and bundle, outside src/ and this test.
+// it), and it reaches only src/lib, the pure rules and the worker protocol's schemas. The terminal
+// client (src/client) is another, reaching the same and started the same way. The dashboard (web/)
+// is another root with its own tsconfig and bundle, outside src/ and this test.
 interface Layer {
   dirs: string[]
   reaches?: string[]
@@ -34,6 +35,8 @@ const LAYERS: Layer[] = [
   { dirs: ['src/modules', 'src/services'] },
   /** The worker daemon: its own root. */
   { dirs: ['src/daemon'], reaches: ['src/lib', 'src/domain', 'src/protocol'] },
+  /** The terminal client (`gridkeep login`, `submit` …): its own root, a client of the public API. */
+  { dirs: ['src/client'], reaches: ['src/lib', 'src/domain', 'src/protocol'] },
   /** The composition (per-server state), the app, the entry points and the operators' tools. */
   { dirs: ['src/compose.ts', 'src/app.ts', 'src/index.ts', 'src/cli.ts', 'src/ops'] },
 ]
@@ -166,6 +169,8 @@ test('the check sees an import that goes up, leaves its layer, or reaches the sc
     violations('src/modules/x/a.ts', "import { b } from '../../http/b'\nimport type { D } from '../../deps'"),
   ).toEqual([])
   expect(violations('src/cli.ts', "import { run } from './daemon/cli'")).toEqual([])
+  expect(violations('src/cli.ts', "import { runClientCommand } from './client/cli'")).toEqual([])
+  expect(violations('src/client/a.ts', "import type { ShardTally } from '../domain/shards'")).toEqual([])
   for (const [file, text] of [
     ['src/store/sqlite/x.ts', "import {\n  type A,\n  b,\n} from '../../modules/batches/a'"],
     ['src/store/x.ts', "import type { A } from '../modules/a'"],
@@ -180,6 +185,9 @@ test('the check sees an import that goes up, leaves its layer, or reaches the sc
     ['src/modules/x/a.ts', "import type { Server } from '../../compose'"],
     ['src/services/a.ts', "import { run } from '../daemon/agent'"],
     ['src/daemon/a.ts', "import type { Store } from '../store'"],
+    ['src/client/a.ts', "import type { BatchObject } from '../modules/batches/model'"],
+    ['src/client/a.ts', "import { Agent } from '../daemon/agent'"],
+    ['src/modules/x/a.ts', "import { Api } from '../../client/api'"],
     ['src/lib/a.ts', "import type { Deps } from '../deps'"],
   ])
     expect(violations(file!, text!)).toHaveLength(1)

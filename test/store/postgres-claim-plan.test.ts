@@ -7,8 +7,8 @@ import { describeWith, postgres } from '../helpers/requires'
 
 // The PostgreSQL claim finds the oldest validated batch of each owner of each candidate model with
 // index probes of batches_status_model (docs/api.md §7, §14), however many batches of other models,
-// or batches already claimed, precede it in seq order: a plan walking the primary key would step
-// over all of them.
+// batches already claimed, or batches needing what the worker cannot do (Poll rule 7) precede it
+// in seq order: a plan walking the primary key would step over all of them.
 
 describeWith(postgres, 'postgres claim plans', () => {
   let db: PgDb
@@ -29,12 +29,20 @@ describeWith(postgres, 'postgres claim plans', () => {
       SELECT 'batch_l' || g, CASE WHEN g % 1000 = 0 THEN 'user_b' ELSE 'user_a' END, 'file-x',
         '/v1/chat/completions', '24h', 'm-late', 'validated', 1, 1, 1
       FROM generate_series(1, 5000) g;
+    INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, needs, status,
+        request_counts_total, created_at, updated_at)
+      SELECT 'batch_j' || g, 'user_b', 'file-x', '/v1/chat/completions', '24h', 'm-late', 'json_mode',
+        'validated', 1, 1, 1
+      FROM generate_series(1, 5000) g;
     ANALYZE batches;`)
   })
 
   afterAll(async () => {
     await closePostgres(db)
   })
+
+  /** Candidate models whose batches need nothing. */
+  const keys = (...models: string[]) => models.map((model) => ({ model, needs: '' }))
 
   /** The same tagged query, EXPLAINed. */
   const explaining =
@@ -56,7 +64,7 @@ describeWith(postgres, 'postgres claim plans', () => {
       await db.$client.begin(async (q) => {
         await q.unsafe(`SET LOCAL plan_cache_mode = ${mode}`)
         for (let i = 0; i < 6; i++) {
-          const heads = await plan(q, (e) => claimHeads(e, ['m-late', 'm-other']))
+          const heads = await plan(q, (e) => claimHeads(e, keys('m-late', 'm-other')))
           expect(heads).toContain('batches_status_model')
           expect(heads).not.toContain('batches_pkey')
           expect(heads).not.toContain('batches_status_user')
@@ -64,7 +72,7 @@ describeWith(postgres, 'postgres claim plans', () => {
           const claim = await plan(q, (e) =>
             claimOne(
               e,
-              { model: 'm-late', user_id: 'user_a', seq: 0 },
+              { model: 'm-late', needs: '', user_id: 'user_a', seq: 0 },
               { id: 'a', workerId: 'w', orgId: 'o', now: 1, maxConcurrent: 1 },
             ),
           )
@@ -98,11 +106,22 @@ describeWith(postgres, 'postgres claim plans', () => {
   })
 
   test('postgres claim: the heads found are the oldest validated batch of each owner of each model', async () => {
-    const rows = await claimHeads(db.$client, ['m-late', 'm-other', 'm-none'])
+    const rows = await claimHeads(db.$client, keys('m-late', 'm-other', 'm-none'))
     expect(rows.map((r) => [r.model, r.user_id, r.id]).sort()).toEqual([
       ['m-late', 'user_a', 'batch_l1'],
       ['m-late', 'user_b', 'batch_l1000'],
       ['m-other', 'user_a', 'batch_o2'],
+    ])
+    // Poll rule 7: only a worker that can do json_mode sees the batches that need it, as heads of
+    // their own beside the owner's plain ones.
+    const withJson = await claimHeads(db.$client, [
+      ...keys('m-late'),
+      { model: 'm-late', needs: 'json_mode' },
+    ])
+    expect(withJson.map((r) => [r.needs, r.user_id, r.id]).sort()).toEqual([
+      ['', 'user_a', 'batch_l1'],
+      ['', 'user_b', 'batch_l1000'],
+      ['json_mode', 'user_b', 'batch_j1'],
     ])
   })
 
@@ -111,7 +130,7 @@ describeWith(postgres, 'postgres claim plans', () => {
     // cost more than running them): db.$claims always runs a prepared statement's generic plan.
     const conn = await db.$claims.reserve()
     try {
-      for (let i = 0; i < 8; i++) await claimHeads(conn, ['m-late'])
+      for (let i = 0; i < 8; i++) await claimHeads(conn, keys('m-late'))
       const [stmt] = await conn`SELECT generic_plans::int AS generic, custom_plans::int AS custom
       FROM pg_prepared_statements WHERE statement LIKE '%WITH RECURSIVE heads%'`
       expect(stmt).toEqual({ generic: 8, custom: 0 })

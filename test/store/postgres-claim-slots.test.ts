@@ -83,7 +83,7 @@ describeWith(postgres, 'postgres claim slots', () => {
       await tx.unsafe('BEGIN')
       const [first] = await claimOne(
         tx,
-        { model: 'm-a', user_id: 'user_a', seq: 0 },
+        { model: 'm-a', needs: '', user_id: 'user_a', seq: 0 },
         { id: 'asg_first', workerId: 'wrk_1', orgId: 'org_a', now: 100, maxConcurrent: 1 },
       )
       expect(first.id).toBe('batch_1')
@@ -107,7 +107,7 @@ describeWith(postgres, 'postgres claim slots', () => {
       await tx.unsafe('BEGIN')
       await claimOne(
         tx,
-        { model: 'm-a', user_id: 'user_a', seq: 0 },
+        { model: 'm-a', needs: '', user_id: 'user_a', seq: 0 },
         { id: 'asg_first', workerId: 'wrk_1', orgId: 'org_a', now: 100, maxConcurrent: 1 },
       )
       const { result, finishedFirst } = await alongside(tx, 'ROLLBACK', () => claim(1))
@@ -131,7 +131,7 @@ describeWith(postgres, 'postgres claim slots', () => {
       await tx.unsafe('BEGIN')
       await claimOne(
         tx,
-        { model: 'm-a', user_id: 'user_a', seq: 0 },
+        { model: 'm-a', needs: '', user_id: 'user_a', seq: 0 },
         { id: 'asg_other', workerId: 'wrk_1', orgId: 'org_a', now: 100, maxConcurrent: 2 },
       )
       await db.$client`UPDATE workers SET last_seen_at = 101 WHERE id = 'wrk_1'`
@@ -151,5 +151,24 @@ describeWith(postgres, 'postgres claim slots', () => {
     expect(taken.slot).toBe(0)
     expect(await claim(2)).toBeNull()
     expect(await openAssignments()).toBe(2)
+  })
+
+  test('postgres claim: the claim takes only a batch with its head’s needs (docs/api.md §7 Poll rule 7)', async () => {
+    // The owner's oldest batch needs json_mode; the head a worker without it read is batch_2.
+    await db.$client`UPDATE batches SET needs = 'json_mode' WHERE id = 'batch_1'`
+    const [got] = await claimOne(
+      db.$client,
+      { model: 'm-a', needs: '', user_id: 'user_a', seq: 0 },
+      { id: 'asg_plain', workerId: 'wrk_1', orgId: 'org_a', now: 100, maxConcurrent: 2 },
+    )
+    expect(got.id).toBe('batch_2')
+    const withJson = await queue().claim({
+      workerId: 'wrk_1',
+      orgId: 'org_a',
+      maxConcurrent: 2,
+      candidates: [{ model: 'm-a', loaded: false, match: null, needs: ['', 'json_mode'] }],
+      now: 100,
+    })
+    expect(withJson?.batch.id).toBe('batch_1')
   })
 })

@@ -5,8 +5,9 @@ import type { ClaimRequest } from '../../src/store/queue'
 import { lit, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // Shards on the PostgreSQL engine (docs/api.md §16), at the store: claims of many workers at once on
-// several connections never share a request, guided sizes, max_concurrent_jobs counting shards,
-// the per-shard requeue, the request-line index and the heartbeat's assigned ids.
+// several connections never share a request (and back each shard up once), guided sizes,
+// max_concurrent_jobs counting shards and backup copies, the per-shard requeue, the request-line
+// index and the heartbeat's assigned ids.
 
 const openPg = storeEngines.find(([kind]) => kind === 'postgres')![1]
 
@@ -94,19 +95,33 @@ describe('postgres shards (docs/api.md §16)', () => {
     )
   })
 
-  test('many workers claiming at once never share a request: the shards cover the batch exactly once', async () => {
+  test('many workers claiming at once never share a request: the shards cover the batch exactly once, each backed up once', async () => {
     h = await openPg()
     await seed(h)
     const got: BatchShardRow[] = []
+    const copies: { worker: string; shard: BatchShardRow; assignmentId: string }[] = []
     const workers = ['wrk_1', 'wrk_2', 'wrk_3', 'wrk_4']
-    // Eight concurrent pollers per worker, each polling until nothing is left.
+    // Eight concurrent pollers per worker, each polling until nothing is left: shards while any
+    // request is left to cut, then backup copies (docs/api.md §16).
     await Promise.all(
       workers.flatMap((w) =>
         Array.from({ length: 8 }, async () => {
-          for (let c = await claim(h, w); c; c = await claim(h, w)) got.push(c.shard!)
+          for (let c = await claim(h, w); c; c = await claim(h, w)) {
+            if (c.backup) copies.push({ worker: w, shard: c.shard!, assignmentId: c.assignmentId })
+            else got.push(c.shard!)
+          }
         }),
       ),
     )
+    // Every shard got exactly one backup, never on its own holder, each with its own assignment.
+    expect(copies.map((c) => c.shard.id).sort()).toEqual(got.map((s) => s.id).sort())
+    for (const c of copies) {
+      const shard = got.find((s) => s.id === c.shard.id)!
+      expect(c.worker).not.toBe(shard.worker_id)
+      expect(c.shard.backup_worker_id).toBe(c.worker)
+      expect(c.assignmentId).toBe(c.shard.backup_assignment_id!)
+      expect(c.assignmentId).not.toBe(shard.assignment_id)
+    }
     expect(new Set(got.map((s) => s.id)).size).toBe(got.length)
     expect(got.reduce((n, s) => n + s.requests, 0)).toBe(TOTAL)
     const byFirst = [...got].sort((a, b) => a.first_request - b.first_request)
@@ -144,6 +159,27 @@ describe('postgres shards (docs/api.md §16)', () => {
     expect(got.filter((g) => g !== null).length).toBe(1)
     expect(await held(h, 'wrk_1')).toBe(3)
     expect(await claim(h, 'wrk_1', { maxConcurrent: 3 })).toBeNull()
+  })
+
+  test('max_concurrent_jobs counts backup copies: twelve polls of one worker at once for backups, limit 2', async () => {
+    h = await openPg()
+    await seed(h)
+    // wrk_1 cuts the whole batch; then wrk_2 may only take backup copies of its shards.
+    let shards = 0
+    for (let c = await claim(h, 'wrk_1'); c; c = await claim(h, 'wrk_1')) shards++
+    expect(shards).toBeGreaterThan(2)
+    const got = await Promise.all(Array.from({ length: 12 }, () => claim(h, 'wrk_2', { maxConcurrent: 2 })))
+    const copies = got.filter((g) => g !== null)
+    expect(copies.length).toBe(2)
+    expect(copies.every((c) => c.backup)).toBe(true)
+    expect(new Set(copies.map((c) => c.shard!.id)).size).toBe(2)
+    // The two oldest held shards, in cut order (all were handed out in the same second).
+    expect(copies.map((c) => c.shard!.shard_index).sort()).toEqual([0, 1])
+    const { n } = await h.one<{ n: number }>(
+      "SELECT count(*)::int AS n FROM batch_shards WHERE backup_worker_id = 'wrk_2' AND status = 'running'",
+    )
+    expect(n).toBe(2)
+    expect(await claim(h, 'wrk_2', { maxConcurrent: 2 })).toBeNull()
   })
 
   test('a worker without capabilities.shards never gets a split batch, whole or in part', async () => {

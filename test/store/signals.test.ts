@@ -37,6 +37,23 @@ describe('coalesceSignals', () => {
   })
 })
 
+test('claimable signals coalesce per model and needs: one with needs never hides another (docs/api.md §7 Poll rule 7)', () => {
+  const needing = (batch_id: string, needs?: string[]): BatchSignal => ({
+    kind: 'claimable',
+    batch_id,
+    model: 'm',
+    ...(needs && { needs }),
+  })
+  expect(
+    coalesceSignals([
+      needing('b1', ['json_mode']),
+      needing('b2', []),
+      needing('b3', ['json_mode']),
+      needing('b4'),
+    ]),
+  ).toEqual([needing('b3', ['json_mode']), needing('b2', []), needing('b4')])
+})
+
 describeWith(postgres, 'postgres signals', () => {
   let db: PgDb
   beforeAll(async () => {

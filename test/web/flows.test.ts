@@ -459,6 +459,42 @@ describeWith(chromium, 'dashboard flows in a browser', () => {
       await finishAll()
     })
 
+    test('a /v1/responses batch: the chooser offers it, and the browser check and the server apply its body rules', async () => {
+      const s = await session()
+      const { page } = s
+      const user = await makeUser(server)
+      await signIn(page, user.email, user.password)
+      await page.getByRole('button', { name: 'New batch' }).click()
+      await page.getByLabel('Endpoint').selectOption('/v1/responses')
+      const resp = (id: string, body: Record<string, unknown>) =>
+        JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/responses', body: { model, ...body } })
+      const content = [
+        resp('a', { input: 'Say hello', max_output_tokens: 16 }),
+        resp('b', { stream: true }),
+      ].join('\n')
+      await page.getByLabel('JSONL file').setInputFiles({
+        name: 'responses.jsonl',
+        mimeType: 'application/jsonl',
+        buffer: Buffer.from(content),
+      })
+      const check = page.getByRole('status', { name: 'File check' })
+      await check.getByText('Line 2: body.input is required').waitFor()
+      await check
+        .getByText('Line 2: A batch request cannot stream: omit body.stream or set it to false')
+        .waitFor()
+      expect(await check.getByRole('listitem').count()).toBe(2)
+      await page.getByRole('button', { name: 'Create batch' }).click()
+      await page.getByRole('heading', { name: /^Batch batch_/ }).waitFor()
+      await text(page, 'failed')
+      await page.getByText('/v1/responses', { exact: true }).waitFor()
+      const table = page.getByRole('table', { name: 'Validation errors' })
+      await table.getByRole('row', { name: /^2 body\.input missing_field/ }).waitFor()
+      await table.getByRole('row', { name: /^2 body\.stream unsupported_value/ }).waitFor()
+      // The header and the two errors: the lines' url matched the batch's endpoint.
+      expect(await table.getByRole('row').count()).toBe(3)
+      await finishAll()
+    })
+
     test('a non-JSONL file and a file over the size limit are refused in words, and the form stays usable', async () => {
       const s = await session()
       const { page } = s

@@ -3,6 +3,7 @@ import {
   formatAgo,
   formatBytes,
   formatCount,
+  formatModelState,
   formatTime,
   formatVram,
   toCsv,
@@ -60,4 +61,15 @@ test('toCsv quotes what would break a cell, and only that', () => {
   expect(toCsv([['a, b', 'say "hi"', 'two\nlines', 'cr\r']])).toBe(
     '"a, b","say ""hi""","two\nlines","cr\r"\n',
   )
+})
+
+test('formatModelState', () => {
+  expect(formatModelState({ state: 'on_disk', progress: null })).toBe('on disk')
+  expect(formatModelState({ state: 'loading', progress: null })).toBe('loading')
+  expect(
+    formatModelState({ state: 'downloading', progress: { completed_bytes: 300, total_bytes: 1000 } }),
+  ).toBe('downloading 30 %')
+  expect(
+    formatModelState({ state: 'downloading', progress: { completed_bytes: null, total_bytes: null } }),
+  ).toBe('downloading')
 })

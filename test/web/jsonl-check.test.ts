@@ -39,6 +39,31 @@ describe('checkJsonl', () => {
     ])
   })
 
+  test('the endpoint’s request-body rules, as the server checks them (docs/api.md §6 "Request bodies")', () => {
+    const R = '/v1/responses'
+    const resp = (id: string, body: Record<string, unknown>) =>
+      JSON.stringify({ custom_id: id, method: 'POST', url: R, body: { model: 'm-1', ...body } })
+    const text = [
+      resp('a', { input: 'hello', max_output_tokens: 16 }),
+      resp('b', {}),
+      resp('c', { input: 'x', stream: true, temperature: 5 }),
+    ].join('\n')
+    expect(checkJsonl(text, R)).toEqual({
+      requests: 3,
+      model: 'm-1',
+      problems: [
+        { line: 2, message: 'body.input is required' },
+        { line: 3, message: 'body.temperature must be a number from 0 to 2' },
+        { line: 3, message: 'A batch request cannot stream: omit body.stream or set it to false' },
+      ],
+      partial: false,
+    })
+    // A chat line may not stream either; its other body fields are the engine's.
+    expect(
+      checkJsonl(line('a', 'm-1', { body: { model: 'm-1', stream: true, temperature: 5 } }), EP).problems,
+    ).toEqual([{ line: 1, message: 'A batch request cannot stream: omit body.stream or set it to false' }])
+  })
+
   test('an empty file, and only the first problems are kept', () => {
     expect(checkJsonl('\n \n', EP).problems).toEqual([
       { line: null, message: 'the file has no request line' },

@@ -201,6 +201,47 @@ describeWith(chromium, 'batch progress and shards in a browser', () => {
     await s.finish()
   })
 
+  test('a backup copy shows on its shard’s row, and once it finished first, the row says so', async () => {
+    const s = await session()
+    const { page } = s
+    const { user, key, workers } = await fleet(['holder-box', 'spare-box'])
+    const [holder, spare] = workers as [string, string]
+    const batch = await makeValidatedBatch(server.deps, {
+      userId: user.id,
+      model,
+      requests: 30,
+      indexed: true,
+    })
+    await signIn(page, user.email, user.password)
+    await page.goto(`${server.url}/app/batches/${batch.id}`)
+    // The holder takes every shard; the spare worker, with nothing left to cut, backs up the oldest
+    // (docs/api.md §16 backup copies).
+    const held: Job[] = []
+    for (let job = await poll(server, key, holder); job; job = await poll(server, key, holder)) held.push(job)
+    expect(held.reduce((n, j) => n + j.shard!.requests, 0)).toBe(30)
+    const copy = (await poll(server, key, spare))!
+    expect(copy).toMatchObject({ job_id: held[0]!.job_id, backup: true })
+    const [first, second] = held.map((j) => j.shard!.requests)
+    const shards = page.getByRole('table', { name: 'Shards' })
+    await shards
+      .getByRole('row', { name: new RegExp(`^1 .*0/${first} running holder-box \\+ backup on spare-box 0$`) })
+      .waitFor()
+    await shards.getByRole('row', { name: new RegExp(`^2 .*0/${second} running holder-box 0$`) }).waitFor()
+    const won = await upload(
+      server,
+      key,
+      { worker_id: spare, job_id: copy.job_id, assignment_id: copy.assignment_id },
+      shardOutput(copy),
+    )
+    expect(won.status).toBe(200)
+    await shards
+      .getByRole('row', {
+        name: new RegExp(`^1 .*${first}/${first} done spare-box \\(backup copy, finished first\\) 0$`),
+      })
+      .waitFor()
+    await s.finish()
+  })
+
   test('a batch that runs whole shows its progress but no shards table', async () => {
     const s = await session()
     const { page } = s

@@ -76,7 +76,7 @@ test(`${POLLERS} concurrent pollers drain ${BATCHES} batches; every batch is cla
 }, 60_000)
 
 // docs/api.md §16: a request line is never in two held shards, however many shard-capable pollers cut
-// the same batches at once.
+// the same batches at once; once all is cut, each shard gets at most one backup copy.
 test(`${POLLERS} concurrent shard pollers cut 20 large batches: every request in exactly one shard`, async () => {
   const t = await startTestServer({ SHARD_MIN_REQUESTS: '5', SHARD_MAX_REQUESTS: '40' })
   try {
@@ -96,10 +96,16 @@ test(`${POLLERS} concurrent shard pollers cut 20 large batches: every request in
         }),
       ),
     )
+    const copies: string[] = []
     const jobs = (
       await Promise.all(
         workerIds.map(async (wid) => {
-          const mine: { batch_id: string; shard: { first_request: number; requests: number } }[] = []
+          const mine: {
+            job_id: string
+            batch_id: string
+            backup?: true
+            shard: { first_request: number; requests: number }
+          }[] = []
           for (;;) {
             const res = await fetch(`${t.url}/workers/poll`, {
               method: 'POST',
@@ -109,7 +115,8 @@ test(`${POLLERS} concurrent shard pollers cut 20 large batches: every request in
             expect(res.status).toBe(200)
             const { job } = (await res.json()) as { job: (typeof mine)[number] | null }
             if (!job) return mine
-            mine.push(job)
+            if (job.backup) copies.push(job.job_id)
+            else mine.push(job)
           }
         }),
       )
@@ -121,6 +128,8 @@ test(`${POLLERS} concurrent shard pollers cut 20 large batches: every request in
       }
       expect([...covered].every((c) => c === 1)).toBe(true)
     }
+    // Every shard was backed up by some other poller, exactly once.
+    expect(copies.sort()).toEqual(jobs.map((j) => j.job_id).sort())
   } finally {
     await t.stop()
   }

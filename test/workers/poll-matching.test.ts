@@ -315,6 +315,11 @@ describe('the predicate itself', () => {
     digest: null,
     profiles: [{ runtime: 'ollama', runtime_model_id: 'e:1', params: {} }],
     artifact_sha256: [],
+    capabilities: [],
+    artifact_files: [],
+    source_type: null,
+    source_ref: null,
+    source_revision: null,
     ...o,
   })
   const view = (o: Partial<WorkerView> = {}): WorkerView => ({
@@ -322,6 +327,7 @@ describe('the predicate itself', () => {
     heartbeated: true,
     vram_total_gb: 24,
     engines: ['ollama'],
+    reported: {},
     models: [
       {
         name: 'e:1',
@@ -344,6 +350,37 @@ describe('the predicate itself', () => {
   test('rule 2: a heartbeated worker that never reported VRAM does not fit a VRAM requirement', () => {
     expect(matchEntry(view({ vram_total_gb: null }), entry())).toBeNull()
     expect(matchEntry(view({ vram_total_gb: null }), entry({ vram_gb: null }))).not.toBeNull()
+  })
+
+  test('rule 7: what a worker can do with an entry is the model’s capabilities AND its hosting engine’s', () => {
+    const model = entry({ capabilities: ['json_mode', 'vision', 'logprobs'] })
+    // Nothing reported: the engine's defaults (docs/api.md §7: ollama can do all four).
+    expect(matchEntry(view(), model)?.capabilities).toEqual(['json_mode', 'vision', 'logprobs'])
+    // What the runtime reports wins over its defaults, key by key.
+    expect(
+      matchEntry(view({ reported: { ollama: { vision: false, embeddings: true } } }), model)?.capabilities,
+    ).toEqual(['json_mode', 'logprobs'])
+    // The engine hosting the model decides, not another runtime of the worker: here tgi hosts it.
+    const onTgi = view({
+      engines: ['ollama', 'tgi'],
+      reported: { tgi: { json_mode: false } },
+      models: [{ ...view().models[0]!, runtime: 'tgi' }],
+    })
+    expect(matchEntry(onTgi, model)?.capabilities).toEqual(['vision', 'logprobs'])
+    // A model hosted by name only, on an engine the worker does not run: what all its runtimes share.
+    const unknown = view({
+      engines: ['ollama', 'lmstudio'],
+      models: [{ ...view().models[0]!, runtime: null }],
+      reported: {},
+    })
+    expect(
+      matchEntry(
+        unknown,
+        entry({ ...model, profiles: [{ runtime: 'vllm', runtime_model_id: 'e:1', params: {} }] }),
+      )?.capabilities,
+    ).toEqual(['json_mode', 'vision'])
+    // A model that cannot do a thing does not gain it from the engine.
+    expect(matchEntry(view(), entry())?.capabilities).toEqual([])
   })
 
   test('digests are normalized', () => {

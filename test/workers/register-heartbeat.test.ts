@@ -381,6 +381,12 @@ describe('pull_models (on-the-fly downloads)', () => {
         runtime_model_id: 'pull:1',
         digest: sha('p'),
         size_gb: 20,
+        vram_gb: 16,
+        // Ollama pulls from its own registry: the entry's provenance, its artifact files (none).
+        source_type: null,
+        source_ref: null,
+        source_revision: null,
+        files: [],
       },
     ])
     // Another idle worker is not asked while the first one's ask is outstanding.
@@ -449,5 +455,155 @@ describe('pull_models (on-the-fly downloads)', () => {
     expect((await heartbeat(t, f.key, wid)).body.pull_models.map((p: any) => p.catalogue_id)).toEqual([
       later.id,
     ])
+  })
+
+  describe('a runtime that downloads from a model hub (docs/api.md §7 pull_models)', () => {
+    const llamaWorker = (t: ReturnType<typeof makeTestApp>, f: Awaited<ReturnType<typeof makeFleet>>) =>
+      registerWorker(t, f.key, {
+        max_download_gb: 50,
+        models: [],
+        runtimes: [{ engine: 'llama.cpp', base_url: 'http://127.0.0.1:8080', status: 'online' }],
+      })
+    const asked = async (t: ReturnType<typeof makeTestApp>, key: string, wid: string) =>
+      (await heartbeat(t, key, wid)).body.pull_models
+
+    test('an entry with artifact files is asked with its repository, revision and every file', async () => {
+      const t = fresh()
+      const f = await makeFleet(t)
+      const entry = await makeCatalogEntry(t.deps, {
+        profiles: [
+          { runtime: 'ollama', runtime_model_id: 'vis:1' },
+          { runtime: 'llama.cpp', runtime_model_id: 'vis-q4_k_m' },
+        ],
+        size_gb: 3,
+        vram_gb: 6,
+        source_type: 'huggingface',
+        source_ref: 'owner/vis-GGUF',
+        source_revision: 'v2',
+        artifact_files: [
+          { path: 'vis-Q4_K_M.gguf', sha256: sha('w'), size_bytes: 2_000 },
+          { path: 'mmproj/mmproj-vis-F16.gguf', sha256: `sha256:${sha('m')}`, size_bytes: 500 },
+        ],
+      })
+      await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+      expect(await asked(t, f.key, await llamaWorker(t, f))).toEqual([
+        {
+          catalogue_id: entry.id,
+          runtime: 'llama.cpp',
+          runtime_model_id: 'vis-q4_k_m',
+          digest: null,
+          size_gb: 3,
+          vram_gb: 6,
+          source_type: 'huggingface',
+          source_ref: 'owner/vis-GGUF',
+          source_revision: 'v2',
+          files: [
+            { path: 'vis-Q4_K_M.gguf', sha256: sha('w'), size_bytes: 2_000 },
+            { path: 'mmproj/mmproj-vis-F16.gguf', sha256: sha('m'), size_bytes: 500 },
+          ],
+        },
+      ])
+    })
+
+    test('a single-file entry names its file after the repository id; the revision defaults to main', async () => {
+      const t = fresh()
+      const f = await makeFleet(t)
+      const entry = await makeCatalogEntry(t.deps, {
+        runtime: 'llama.cpp',
+        runtime_model_id: 'tiny-q8_0',
+        digest: sha('tiny'),
+        size_gb: 1,
+        source_type: 'huggingface',
+        source_ref: 'owner/tiny-GGUF/quants/tiny-Q8_0.gguf',
+      })
+      await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+      expect(await asked(t, f.key, await llamaWorker(t, f))).toMatchObject([
+        {
+          catalogue_id: entry.id,
+          runtime_model_id: 'tiny-q8_0',
+          digest: sha('tiny'),
+          source_type: 'huggingface',
+          source_ref: 'owner/tiny-GGUF',
+          source_revision: 'main',
+          files: [{ path: 'quants/tiny-Q8_0.gguf', sha256: sha('tiny'), size_bytes: null }],
+        },
+      ])
+    })
+
+    test('an entry the runtime cannot fetch is never asked for; a fetchable one after it is', async () => {
+      const t = fresh()
+      const f = await makeFleet(t)
+      const cannot = [
+        // Ollama's registry only: no hub source.
+        { source_type: 'ollama', source_ref: 'registry.ollama.ai/library/x:1' },
+        // A hub repository without files or digest: nothing to verify.
+        { source_type: 'huggingface', source_ref: 'owner/repo' },
+        // A file named in the ref but no digest to check it against.
+        { source_type: 'huggingface', source_ref: 'owner/repo/model.gguf' },
+        // Artifact files, but a ref that is not a repository id.
+        {
+          source_type: 'huggingface',
+          source_ref: 'owner/repo/sub',
+          artifact_files: [{ path: 'a.gguf', sha256: sha('a') }],
+        },
+        // A path that would leave the models directory.
+        {
+          source_type: 'huggingface',
+          source_ref: 'owner/repo',
+          artifact_files: [{ path: '../escape.gguf', sha256: sha('e') }],
+        },
+        { source_type: 'huggingface', source_ref: '../repo/model.gguf', digest: sha('d') },
+      ]
+      for (const [i, o] of cannot.entries()) {
+        const e = await makeCatalogEntry(t.deps, {
+          runtime: 'llama.cpp',
+          runtime_model_id: `cannot-${i}`,
+          size_gb: 1,
+          ...o,
+        })
+        await makeValidatedBatch(t.deps, { userId: f.user.id, model: e.id })
+      }
+      const can = await makeCatalogEntry(t.deps, {
+        runtime: 'llama.cpp',
+        runtime_model_id: 'can',
+        size_gb: 1,
+        digest: sha('can'),
+        source_type: 'huggingface',
+        source_ref: 'owner/repo/can.gguf',
+      })
+      await makeValidatedBatch(t.deps, { userId: f.user.id, model: can.id })
+      const wid = await llamaWorker(t, f)
+      expect((await asked(t, f.key, wid)).map((p: { catalogue_id: string }) => p.catalogue_id)).toEqual([
+        can.id,
+      ])
+      // While that ask is outstanding the worker is asked for nothing else.
+      expect(await asked(t, f.key, wid)).toEqual([])
+    })
+
+    test('the rules that hold for Ollama hold here: size cap, VRAM fit, one worker per entry', async () => {
+      const t = fresh()
+      const f = await makeFleet(t)
+      const hub = { source_type: 'huggingface', source_ref: 'owner/repo/m.gguf', runtime: 'llama.cpp' }
+      const big = await makeCatalogEntry(t.deps, {
+        ...hub,
+        runtime_model_id: 'big',
+        digest: sha('big'),
+        size_gb: 80,
+      })
+      const heavy = await makeCatalogEntry(t.deps, {
+        ...hub,
+        runtime_model_id: 'heavy',
+        digest: sha('heavy'),
+        vram_gb: 80,
+      })
+      const fits = await makeCatalogEntry(t.deps, { ...hub, runtime_model_id: 'fits', digest: sha('fits') })
+      for (const e of [big, heavy, fits]) await makeValidatedBatch(t.deps, { userId: f.user.id, model: e.id })
+      const w1 = await llamaWorker(t, f)
+      const w2 = await llamaWorker(t, f)
+      expect((await asked(t, f.key, w1)).map((p: { catalogue_id: string }) => p.catalogue_id)).toEqual([
+        fits.id,
+      ])
+      expect(await asked(t, f.key, w2)).toEqual([])
+    })
   })
 })

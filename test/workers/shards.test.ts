@@ -173,11 +173,14 @@ describe('docs/api.md §16 claims', () => {
       next += job.total_requests
     }
     expect(next).toBe(400)
-    // The batch is in progress, with every shard running, and nothing is left to claim.
+    // The batch is in progress, with every shard running, and nothing is left to cut: the next
+    // poll gets only a backup copy of a shard another worker holds (docs/api.md §16).
     const batch = (await s.t.req('GET', `/v1/batches/${s.batch.id}`, { token: s.f.user.token })).body
     expect(batch.status).toBe('in_progress')
     expect(batch.shards).toEqual({ total: jobs.length, waiting: 0, running: jobs.length, done: 0 })
-    expect(await poll(s.t, s.f.key, s.workers[0]!)).toBeNull()
+    const copy = (await poll(s.t, s.f.key, s.workers[0]!))!
+    expect(copy.backup).toBe(true)
+    expect(jobs.filter((_, i) => i % 4 !== 0).map((j) => j.job_id)).toContain(copy.job_id)
   })
 
   test('max_concurrent_jobs counts held shards', async () => {
@@ -230,7 +233,8 @@ describe('docs/api.md §16 request-line index', () => {
     const seen: string[] = []
     for (let i = 0; ; i++) {
       const job = await poll(t, f.key, i % 2 ? w1! : w0!)
-      if (!job) break
+      // Every request is in a shard once the polls bring only backup copies (docs/api.md §16).
+      if (!job || job.backup) break
       const res = await t.req('GET', job.input_path, { token: f.key })
       const got = (res.text ?? '')
         .split('\n')
@@ -299,7 +303,11 @@ describe('docs/api.md §16 results', () => {
     const s = await setup(t, 60, 3)
     const jobs: [string, Job][] = []
     for (const wid of s.workers) jobs.push([wid, (await poll(t, s.f.key, wid))!])
-    for (let job = await poll(t, s.f.key, s.workers[0]!); job; job = await poll(t, s.f.key, s.workers[0]!))
+    for (
+      let job = await poll(t, s.f.key, s.workers[0]!);
+      job && !job.backup;
+      job = await poll(t, s.f.key, s.workers[0]!)
+    )
       jobs.push([s.workers[0]!, job])
     expect(jobs.length).toBeGreaterThan(2)
     // Every fifth request fails; the last request of each shard is left out (missing_result).
@@ -619,6 +627,10 @@ describe('docs/api.md §16 reads', () => {
       worker_id: s.workers[0],
       worker_name: 'gpu-0',
       assigned_at: s.t.clock.now(),
+      backup_worker_id: null,
+      backup_worker_name: null,
+      backup_assigned_at: null,
+      backup_won: false,
       completed_at: null,
       request_counts: { total: own.body.data[0].requests, completed: 0, failed: 0 },
     })

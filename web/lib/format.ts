@@ -47,6 +47,21 @@ export function vramShare(total: number | null, available: number | null): numbe
   return Math.min(1, Math.max(0, (total - available) / total))
 }
 
+/**
+ * Where a worker's model stands (docs/api.md §7 "Worker row" `models[].state`), in words: "loaded",
+ * "on disk", "downloading 30 %" (with the bytes of the download when known).
+ */
+export function formatModelState(m: {
+  state: string
+  progress: { completed_bytes: number | null; total_bytes: number | null } | null
+}): string {
+  const words = m.state.replaceAll('_', ' ')
+  const total = m.progress?.total_bytes
+  if (m.state !== 'downloading' || !total) return words
+  const share = Math.floor(((m.progress?.completed_bytes ?? 0) / total) * 100)
+  return `${words} ${Math.min(100, share)} %`
+}
+
 /** "1,234" with thousands separators, whatever the viewer's locale. */
 export const formatCount = (n: number): string => String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ',')
 

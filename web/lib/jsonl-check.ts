@@ -2,6 +2,7 @@
 // the browser first"): the lines, the model, and the first problems. The server's validation
 // (docs/api.md §6) stays the authority; this catches the common mistakes before a long upload.
 
+import { checkBody } from '../../src/domain/batch-body'
 import { TOP_LEVEL } from '../../src/domain/batch-line'
 
 export interface FileCheck {
@@ -79,6 +80,8 @@ function checkLine(
     add(line, 'body is missing')
     return model
   }
+  // docs/api.md §6 "Request bodies": the endpoint's checked fields, as the server checks them.
+  for (const p of checkBody(endpoint, body)) add(line, p.message)
   if (typeof body.model !== 'string') {
     add(line, 'body.model is missing')
     return model

@@ -1,6 +1,7 @@
 import type { Treaty } from '@elysiajs/eden'
 import type { ComponentChildren } from 'preact'
 import { useEffect, useId, useRef, useState } from 'preact/hooks'
+import { BATCH_ENDPOINTS, type BatchEndpoint } from '../../src/domain/batch-line'
 import { ErrorNote, ListState, Pager, Section, Status } from '../components/ui'
 import { ApiError, client, download, messageOf, ok, send } from '../lib/api'
 import { formatCount, formatTime } from '../lib/format'
@@ -20,9 +21,7 @@ import { readEvents } from '../lib/sse'
 import type { BatchObject, ShardObject } from '../lib/types'
 
 const STATUSES = ['validating', 'validated', 'in_progress', 'completed', 'failed'] as const
-const ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings'] as const
 type StatusFilter = (typeof STATUSES)[number]
-type Endpoint = (typeof ENDPOINTS)[number]
 const TERMINAL = new Set(['completed', 'failed'])
 
 export function Batches() {
@@ -95,7 +94,7 @@ export function Batches() {
 
 function NewBatch() {
   const [file, setFile] = useState<File | null>(null)
-  const [endpoint, setEndpoint] = useState<Endpoint>(ENDPOINTS[0])
+  const [endpoint, setEndpoint] = useState<BatchEndpoint>(BATCH_ENDPOINTS[0])
   const [check, setCheck] = useState<FileCheck | null>(null)
   const [fileError, setFileError] = useState<string | null>(null)
   const [error, setError] = useState<unknown>(null)
@@ -177,9 +176,9 @@ function NewBatch() {
         <select
           id="batch-endpoint"
           value={endpoint}
-          onChange={(e) => setEndpoint(e.currentTarget.value as Endpoint)}
+          onChange={(e) => setEndpoint(e.currentTarget.value as BatchEndpoint)}
         >
-          {ENDPOINTS.map((p) => (
+          {BATCH_ENDPOINTS.map((p) => (
             <option key={p} value={p}>
               {p}
             </option>
@@ -286,6 +285,8 @@ export function BatchDetail({ id }: { id: string }) {
         <dt>Status</dt>
         <dd aria-live="polite">
           <Status value={b.status} />
+          {/* docs/api.md §6 `waiting`: why a validated batch has not started, in words. */}
+          {b.waiting ? <span class="muted waiting">{b.waiting.message}</span> : null}
         </dd>
         <dt>Model</dt>
         <dd>{b.model ?? '—'}</dd>
@@ -521,7 +522,15 @@ function ShardRow({ shard: s }: { shard: ShardObject }) {
       <td>
         <Status value={s.status} />
       </td>
-      <td>{s.status === 'waiting' ? '—' : (s.worker_name ?? s.worker_id ?? '—')}</td>
+      <td>
+        {s.status === 'waiting' ? '—' : (s.worker_name ?? s.worker_id ?? '—')}
+        {/* docs/api.md §16 backup copies: the second copy running, or the copy that finished first. */}
+        {s.status === 'running' && s.backup_worker_id ? (
+          <small class="muted"> + backup on {s.backup_worker_name ?? s.backup_worker_id}</small>
+        ) : s.status === 'done' && s.backup_won ? (
+          <small class="muted"> (backup copy, finished first)</small>
+        ) : null}
+      </td>
       <td class="num">{s.attempts}</td>
     </tr>
   )

@@ -1,7 +1,7 @@
 import { QueueChart } from '../components/queue-chart'
 import { ErrorNote, ListState, Pager, Section, Status } from '../components/ui'
 import { client, ok, poolCapacity } from '../lib/api'
-import { formatAgo, formatCount, formatVram, vramShare } from '../lib/format'
+import { formatAgo, formatCount, formatModelState, formatVram, vramShare } from '../lib/format'
 import { usePaged, useResource } from '../lib/hooks'
 
 /** docs/api.md §11 "refreshed without reload at least every 5 s". */
@@ -98,7 +98,7 @@ export function WorkerTable({
               <th>Concurrency</th>
               <th>VRAM</th>
               <th>GPUs</th>
-              <th>Loaded models</th>
+              <th>Models</th>
               <th>Current batch</th>
               <th>Last heartbeat</th>
             </tr>
@@ -127,7 +127,9 @@ export function WorkerTable({
                   <VramBar total={w.vram_total_gb} available={w.vram_available_gb} />
                 </td>
                 <td>{w.gpus.length ? w.gpus.map((g) => `${g.name} (${g.vram_gb} GB)`).join(', ') : '—'}</td>
-                <td>{w.loaded_models?.length ? w.loaded_models.join(', ') : '—'}</td>
+                <td>
+                  <WorkerModels name={w.name} models={w.models} />
+                </td>
                 <td>
                   {w.current_job_id ? (
                     <a href={`/app/batches/${w.current_job_id}`}>{w.current_job_id}</a>
@@ -143,6 +145,33 @@ export function WorkerTable({
       ) : null}
       <Pager list={list} label={label} />
     </>
+  )
+}
+
+type WorkerModel = {
+  name: string
+  state: string
+  progress: { completed_bytes: number | null; total_bytes: number | null } | null
+}
+
+/**
+ * docs/api.md §11: each model the worker holds and where it stands (docs/api.md §7 "Worker row"
+ * `models[].state`): loaded, loading, on disk, or downloading with its progress.
+ */
+function WorkerModels({ name, models }: { name: string; models: WorkerModel[] }) {
+  if (!models.length) return <>—</>
+  const order: Record<string, number> = { loaded: 0, loading: 1, downloading: 2, verifying: 3 }
+  const sorted = [...models].sort(
+    (a, b) => (order[a.state] ?? 4) - (order[b.state] ?? 4) || a.name.localeCompare(b.name),
+  )
+  return (
+    <ul class="models" aria-label={`Models of ${name}`}>
+      {sorted.map((m) => (
+        <li key={m.name}>
+          <code>{m.name}</code> <span class={`status status-${m.state}`}>{formatModelState(m)}</span>
+        </li>
+      ))}
+    </ul>
   )
 }
 

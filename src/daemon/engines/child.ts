@@ -74,6 +74,9 @@ export class SupervisedChild {
   private readonly timers: Timers
   /** Whether the running process was found, not started, by this daemon. */
   adopted = false
+  private lastPort = 0
+  /** The current process has answered since it started (or was adopted). */
+  private answered = false
 
   constructor(private readonly spec: ChildSpec) {
     this.timers = spec.timers ?? realTimers
@@ -91,17 +94,18 @@ export class SupervisedChild {
     return join(this.dir, `${this.spec.name}.log`)
   }
 
+  /** Where it listens (while it restarts: where it listened last). */
   get url(): string {
-    return `http://127.0.0.1:${this.record?.port ?? 0}`
+    return urlOf(this.record?.port ?? this.lastPort)
   }
 
   get pid(): number | null {
     return this.record?.pid ?? null
   }
 
-  /** Whether it runs now (not restarting, not stopped). */
+  /** Whether it runs and has answered (not starting, restarting or stopped). */
   get running(): boolean {
-    return this.record !== null
+    return this.record !== null && this.answered
   }
 
   /** Called when it dies unasked, with why (its last lines). */
@@ -117,7 +121,9 @@ export class SupervisedChild {
       const wanted = this.spec.command(left.port)
       if (sameArgv(wanted, left.argv) && (await this.spec.ready(urlOf(left.port)).catch(() => false))) {
         this.record = left
+        this.lastPort = left.port
         this.adopted = true
+        this.answered = true
         this.watchAdopted()
         log.info('adopted the engine a previous run left', {
           engine: this.spec.name,
@@ -205,7 +211,9 @@ export class SupervisedChild {
     this.proc = proc
     this.adopted = false
     const run: ChildRecord = { pid: proc.pid, port, argv, started_at_ms: this.timers.nowMs() }
+    this.answered = false
     this.record = run
+    this.lastPort = port
     this.spec.state.writeJson(join('engines', `${this.spec.name}.json`), run)
     try {
       const timeoutMs = this.spec.readyTimeoutMs ?? 60_000
@@ -231,6 +239,7 @@ export class SupervisedChild {
       }
       throw e
     }
+    this.answered = true
     // From here on its end is unasked (stop() forgets it first).
     void proc.exited.then(() => {
       if (this.proc === proc) this.exited(run, describeExit(proc.exitCode, proc.signalCode))
@@ -298,8 +307,8 @@ export class SupervisedChild {
     rmSync(this.recordPath, { force: true })
   }
 
-  /** Keeps the log bounded: past LOG_MAX_BYTES only its last LOG_KEEP_BYTES stay. */
-  private trimLog() {
+  /** Keeps the log bounded: past LOG_MAX_BYTES only its last LOG_KEEP_BYTES stay. Cheap when it is not. */
+  trimLog() {
     try {
       const size = statSync(this.logPath).size
       if (size <= LOG_MAX_BYTES) return

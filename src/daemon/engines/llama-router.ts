@@ -8,9 +8,11 @@ import {
   writeFileSync,
 } from 'node:fs'
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path'
+import type { DownloadFile } from '../../domain/downloads'
 import { flagName } from '../../domain/serving-params'
 import { log as rootLog } from '../../lib/logger'
 import { realTimers, type Timers } from '../backoff'
+import { type ModelLayout, modelsDirLayout } from '../download'
 import { RuntimeHttpError, runtimeJson, statusOf } from '../runtimes/types'
 import type { StateDir } from '../state'
 import { SupervisedChild } from './child'
@@ -55,10 +57,18 @@ interface RouterModel {
 }
 
 const PATH_PARAMS = new Set(['mmproj', 'chat_template_file'])
-const LOAD_POLL_MS = 50
+/**
+ * A load or unload is watched (GET /models) every 10 ms at first, each wait a quarter longer, at
+ * most every 200 ms: a small model's load is seen within a few ms, a large one's costs few reads.
+ */
+const POLL_FIRST_MS = 10
+const POLL_MAX_MS = 200
+const pollWait = (n: number) => Math.min(POLL_MAX_MS, Math.round(POLL_FIRST_MS * 1.25 ** n))
 /** How long a load may take to show as `loading` at all. */
 const LOAD_START_MS = 10_000
 const ATTACHED_RELOAD_MS = 30_000
+/** How long an unload may take before it counts as failed. */
+const UNLOAD_MS = 60_000
 const LINES_PER_ERROR = 6
 
 export interface LlamaRouterOptions {
@@ -75,7 +85,8 @@ export class LlamaRouter implements ManagedEngine {
   readonly appliesParams: boolean
   private readonly child: SupervisedChild | null
   private readonly attachedUrl: string
-  private readonly modelsDir: string | null
+  /** The models directory of a router the daemon runs; null when attached. */
+  private readonly modelsDir: string | null = null
   private readonly presetPath: string
   private readonly timers: Timers
   private readonly exitListeners = new Set<(reason: string, models: string[] | null) => void>()
@@ -88,6 +99,13 @@ export class LlamaRouter implements ManagedEngine {
   private scanned = ''
   private lastReloadMs = 0
   private readonly binary: string | null = null
+  /**
+   * Managed: downloads land in the models directory, a single GGUF as `<name>.gguf` (the router
+   * names a file by its stem), several files in `<name>/` by file name (the router reads a model's
+   * directory one level deep and names the model after it). The next status() sees other names
+   * there and rescans.
+   */
+  readonly layoutFor: ((name: string, files: readonly DownloadFile[]) => ModelLayout) | null
 
   constructor(o: LlamaRouterOptions) {
     this.timers = o.timers ?? realTimers
@@ -101,6 +119,7 @@ export class LlamaRouter implements ManagedEngine {
       this.binary = binary
       const modelsDir = resolve(o.managed.modelsDir)
       this.modelsDir = modelsDir
+      this.layoutFor = (name, files) => modelsDirLayout(modelsDir, name, files, { flat: true })
       this.child = new SupervisedChild({
         name: 'llama-router',
         state: o.state,
@@ -133,17 +152,12 @@ export class LlamaRouter implements ManagedEngine {
       })
     } else {
       this.child = null
-      this.modelsDir = null
+      this.layoutFor = null
     }
   }
 
   get baseUrl(): string {
     return this.child ? this.child.url : this.attachedUrl
-  }
-
-  /** The router's process while it runs (managed). */
-  get pid(): number | null {
-    return this.child?.pid ?? null
   }
 
   async start(): Promise<void> {
@@ -174,9 +188,11 @@ export class LlamaRouter implements ManagedEngine {
   async status(): Promise<EngineView> {
     if (this.child && !this.child.running)
       return { status: 'offline', error: 'the engine is restarting', models: [] }
+    // Its output grows with every request it serves.
+    this.child?.trimLog()
     let list: RouterModel[]
     try {
-      list = await this.list(this.needsRescan())
+      list = await this.listFresh()
     } catch (e) {
       return { status: statusOf(e), error: (e as Error).message, models: [] }
     }
@@ -211,7 +227,7 @@ export class LlamaRouter implements ManagedEngine {
       throw new LoadFailed(`the engine refused to load ${name}: ${engineMessage(e)}`)
     }
     const askedAt = this.timers.nowMs()
-    for (let seen = false; ; ) {
+    for (let seen = false, n = 0; ; n++) {
       if (signal?.aborted) throw signal.reason
       let m: RouterModel | undefined
       try {
@@ -227,7 +243,7 @@ export class LlamaRouter implements ManagedEngine {
         throw new LoadFailed(m ? this.failure(name, m.status?.exit_code) : `${name} is gone from the engine`)
       else if (this.timers.nowMs() - askedAt > LOAD_START_MS)
         throw new LoadFailed(`the engine accepted the load of ${name} but did not start it`)
-      await this.timers.sleep(LOAD_POLL_MS, signal)
+      await this.timers.sleep(pollWait(n), signal)
     }
   }
 
@@ -238,10 +254,13 @@ export class LlamaRouter implements ManagedEngine {
       // 400 "model is not running": already unloaded.
       if (!(e instanceof RuntimeHttpError && e.status === 400)) throw e
     }
-    for (;;) {
+    const askedAt = this.timers.nowMs()
+    for (let n = 0; ; n++) {
       const m = (await this.list(false)).find((x) => x.id === name)
       if (m?.status?.value !== 'loaded' && m?.status?.value !== 'loading') return
-      await this.timers.sleep(LOAD_POLL_MS)
+      if (this.timers.nowMs() - askedAt > UNLOAD_MS)
+        throw new Error(`${name} was still loaded a minute after its unload`)
+      await this.timers.sleep(pollWait(n))
     }
   }
 
@@ -289,21 +308,30 @@ export class LlamaRouter implements ManagedEngine {
     const res = await runtimeJson<{ data?: RouterModel[] }>(
       `${this.baseUrl}/models${reload ? '?reload=1' : ''}`,
     )
-    if (reload) this.lastReloadMs = this.timers.nowMs()
     return Array.isArray(res.data) ? res.data : []
   }
 
   /**
-   * Managed: a rescan when the models directory holds other names than at the last one (a file
-   * copied in, or downloaded). Attached: the directory is not ours to read; the router's owner
-   * rescans, and so does this daemon, at most every ATTACHED_RELOAD_MS.
+   * The list, rescanned first when the directory may hold something new. Managed: when the models
+   * directory holds other names than at the last rescan (a file copied in, or downloaded).
+   * Attached: the directory is not ours to read; the router's owner rescans, and so does this
+   * daemon, at most every ATTACHED_RELOAD_MS — and a rescan the router refuses (its owner's preset)
+   * is left to its owner: the plain list stands.
    */
-  private needsRescan(): boolean {
-    if (!this.modelsDir) return this.timers.nowMs() - this.lastReloadMs >= ATTACHED_RELOAD_MS
+  private async listFresh(): Promise<RouterModel[]> {
+    if (!this.modelsDir) {
+      if (this.timers.nowMs() - this.lastReloadMs < ATTACHED_RELOAD_MS) return this.list(false)
+      this.lastReloadMs = this.timers.nowMs()
+      return this.list(true).catch((e) => {
+        if (e instanceof RuntimeHttpError) return this.list(false)
+        throw e
+      })
+    }
     const now = scanModelsDir(this.modelsDir)
-    if (now === this.scanned) return false
+    if (now === this.scanned) return this.list(false)
+    const list = await this.list(true)
     this.scanned = now
-    return true
+    return list
   }
 
   /**

@@ -1,4 +1,6 @@
 import type { Engine } from '../../domain/catalogue'
+import type { DownloadFile } from '../../domain/downloads'
+import type { ModelLayout } from '../download'
 
 // A managed engine (docs/worker.md "Managed engines"): an inference engine whose models the daemon
 // loads and unloads itself, as the jobs it claims need them. Two layers, so that another kind of
@@ -83,4 +85,10 @@ export interface ManagedEngine {
   onExit(listener: (reason: string, models: string[] | null) => void): void
   /** Parallel request slots of a loaded model, when the engine says; null when it does not. */
   slots?(name: string): Promise<number | null>
+  /**
+   * Where a downloaded model's files land (docs/worker.md "Downloads"), named as the engine will
+   * serve them; null (or absent) when the engine has no models directory of this daemon's (an
+   * attached engine). After a download, status() must list the model (the engine rescans).
+   */
+  readonly layoutFor?: ((name: string, files: readonly DownloadFile[]) => ModelLayout) | null
 }

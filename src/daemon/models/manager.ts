@@ -92,6 +92,8 @@ interface Remembered {
 const MODELS_FILE = 'models.json'
 /** How often a waiting job looks again when nothing it waits on says so (an engine-side load). */
 const WAIT_POLL_MS = 1000
+/** How long a failed request waits to hear that the engine process ended. */
+const EXIT_NEWS_MS = 2000
 
 export class ModelManager {
   readonly engine: ManagedEngine
@@ -202,7 +204,7 @@ export class ModelManager {
           const why = plan.do === 'wait' ? plan.why : `${this.op!.what} first`
           if (why !== said) {
             said = why
-            jlog.info(`job ${need.job_id} waits for ${need.name}: ${why}`, { why })
+            jlog.info(`job ${need.job_id} waits for ${need.name}: ${why}`)
             stage(`waiting for ${need.name}: ${why}`)
           }
           await this.changed(WAIT_POLL_MS, signal)
@@ -285,6 +287,8 @@ export class ModelManager {
     row.vram_gb = need.vram_gb
     row.params_key = this.engine.appliesParams ? key : null
     this.set(row, 'loading')
+    // Known before the load ends: a daemon killed meanwhile that adopts the engine budgets it.
+    this.remember()
     const started = this.timers.nowMs()
     try {
       await this.engine.load(need.name, this.engine.appliesParams ? need.params : {})
@@ -334,9 +338,14 @@ export class ModelManager {
     const view = await this.refresh().catch(
       (e): EngineView => ({ status: 'offline', error: (e as Error).message, models: [] }),
     )
-    if (lost.aborted) return lost.reason as Error
-    if (view.status !== 'online')
+    if (view.status !== 'online') {
+      // A process that died is heard of a moment after its connections break: its own account
+      // (how it ended, its last lines) is the better reason.
+      if (!lost.aborted) await this.timers.sleep(EXIT_NEWS_MS, lost)
+      if (lost.aborted) return lost.reason as Error
       return new ModelLost(`the engine is not reachable (${view.error ?? view.status})${this.lines()}`)
+    }
+    if (lost.aborted) return lost.reason as Error
     if (this.rows.get(name)?.state !== 'loaded')
       return new ModelLost(`${name} is no longer loaded${this.lines(name)}`)
     return null

@@ -38,6 +38,17 @@ export class DigestCache {
     return null
   }
 
+  /**
+   * A digest already known (a download hashed the file as it arrived and checked it against the
+   * catalogue): cached for the file as it is now, so that it is not read again.
+   */
+  remember(path: string, sha256: string) {
+    const st = stat(path)
+    if (!st) return
+    this.entries = { ...this.entries, [path]: { size: st.size, mtime_ms: st.mtimeMs, sha256 } }
+    this.state.writeJson(CACHE_FILE, this.entries)
+  }
+
   /** Whether the file is being hashed right now. */
   hashing(path: string): boolean {
     return this.running.has(path)

@@ -1,5 +1,6 @@
+import { LaunchedEngine } from '../engines/launched'
 import { LlamaRouter } from '../engines/llama-router'
-import type { DaemonOptions } from '../options'
+import { type DaemonOptions, isLaunched } from '../options'
 import type { StateDir } from '../state'
 import { DigestCache } from './digests'
 import { ManagedRuntime } from './managed'
@@ -16,11 +17,32 @@ export function createRuntime(opts: DaemonOptions, state: StateDir, budget: () =
         ? { managed: { modelsDir: opts.models_dir, binary: opts.llama_server, extraArgs: opts.engine_args } }
         : { url: opts.runtime_url }),
     })
-    return new ManagedRuntime(engine, new DigestCache(state), { state, budget })
+    return new ManagedRuntime(engine, new DigestCache(state), { state, budget, downloads: downloadsOf(opts) })
+  }
+  if (isLaunched(opts.runtime)) {
+    const engine = new LaunchedEngine({
+      engine: opts.engine,
+      state,
+      modelsDir: opts.models_dir!,
+      command: opts.launch_command!,
+      extraArgs: opts.engine_args,
+    })
+    return new ManagedRuntime(engine, new DigestCache(state), {
+      state,
+      budget,
+      kind: 'launched',
+      downloads: downloadsOf(opts),
+    })
   }
   return opts.runtime === 'ollama'
     ? new OllamaRuntime(opts.runtime_url, opts.engine)
     : new OpenAIRuntime(opts.runtime_url, opts.engine, opts.model_files, new DigestCache(state))
 }
+
+/** docs/worker.md "Downloads": the hub a managed engine fetches catalogue entries from. */
+const downloadsOf = (opts: DaemonOptions) => ({
+  hub: { url: opts.hub_url, ...(opts.hub_token ? { token: opts.hub_token } : {}) },
+  maxDownloadGb: opts.max_download_gb,
+})
 
 export type { InventoryItem, PullProgress, PullTask, Runtime, RuntimeSnapshot } from './types'

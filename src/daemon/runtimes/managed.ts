@@ -1,10 +1,12 @@
 import { basename } from 'node:path'
+import type { DownloadFile } from '../../domain/downloads'
 import type { Timers } from '../backoff'
+import { DownloadError, type HubAccess, type ModelLayout, pullFromHub } from '../download'
 import type { ManagedEngine } from '../engines/types'
 import { ModelManager } from '../models/manager'
 import type { StateDir } from '../state'
 import type { DigestCache } from './digests'
-import type { InventoryItem, Runtime, RuntimeSnapshot } from './types'
+import type { InventoryItem, PullProgress, PullTask, Runtime, RuntimeSnapshot } from './types'
 
 // A runtime whose models the daemon loads and unloads itself (docs/worker.md "Managed engines"):
 // what the agent sees of a managed engine (engines/types.ts) and its model manager.
@@ -18,17 +20,36 @@ import type { InventoryItem, Runtime, RuntimeSnapshot } from './types'
 //   another host) is advertised by name only.
 // - `loaded` is the engine's own word; an item's `loaded` flag follows it.
 // - Jobs get their model through `manager.acquire()` (job.ts).
+// - pull (docs/api.md §7 pull_models): an engine with a models directory of this daemon's
+//   (layoutFor) downloads a catalogue entry from the hub (download.ts) into it; the files' verified
+//   digests go to the digest cache (nothing is hashed twice), the engine rescans, and the next
+//   heartbeat's inventory carries the model.
 
 export class ManagedRuntime implements Runtime {
-  readonly kind = 'llama.cpp' as const
+  readonly kind: 'llama.cpp' | 'launched'
   readonly manager: ModelManager
   private readonly listeners = new Set<() => void>()
+
+  /** Absent when the engine has no models directory of ours to download into. */
+  readonly pull?: Runtime['pull']
 
   constructor(
     readonly managed: ManagedEngine,
     private readonly digests: DigestCache,
-    o: { state: StateDir; budget: () => number | null; timers?: Timers },
+    o: {
+      state: StateDir
+      budget: () => number | null
+      timers?: Timers
+      kind?: 'launched'
+      /** Where downloads come from, and the largest allowed (--hub-url, --hub-token, --max-download-gb). */
+      downloads?: { hub: HubAccess; maxDownloadGb: number }
+    },
   ) {
+    this.kind = o.kind ?? 'llama.cpp'
+    const { layoutFor } = managed
+    const downloads = o.downloads
+    if (downloads && layoutFor)
+      this.pull = (task, onProgress, signal) => this.download(task, downloads, layoutFor, onProgress, signal)
     this.manager = new ModelManager({
       engine: managed,
       state: o.state,
@@ -98,6 +119,24 @@ export class ManagedRuntime implements Runtime {
       if (m.state === 'loaded') loaded.push(m.name)
     }
     return { status: 'online', inventory, models, loaded }
+  }
+
+  private async download(
+    task: PullTask,
+    downloads: { hub: HubAccess; maxDownloadGb: number },
+    layoutFor: (name: string, files: readonly DownloadFile[]) => ModelLayout,
+    onProgress: (p: PullProgress) => void,
+    signal?: AbortSignal,
+  ) {
+    const done = await pullFromHub(task, { ...downloads, layout: layoutFor, onProgress, signal })
+    for (const f of done.files) this.digests.remember(f.path, f.sha256)
+    // The engine rescans its directory (the router: GET /models?reload=1) and lists the model.
+    const view = await this.manager.refresh()
+    if (!view.models.some((m) => m.name === task.runtime_model_id))
+      throw new DownloadError(
+        `${task.runtime_model_id} was downloaded to ${done.dest} but the engine does not list it`,
+      )
+    for (const l of this.listeners) l()
   }
 
   serves(model: string, snapshot: RuntimeSnapshot) {

@@ -33,7 +33,8 @@ export interface PullProgress {
 }
 
 export interface Runtime {
-  readonly kind: 'openai' | 'ollama' | 'llama.cpp'
+  /** The adapter; `launched`: one engine process per loaded model (engines/launched.ts). */
+  readonly kind: 'openai' | 'ollama' | 'llama.cpp' | 'launched'
   /** Engine name reported to the server (docs/api.md §7 engine names). */
   readonly engine: Engine
   /** Base URL without /v1; job requests go to baseUrl + job.endpoint. */

@@ -12,7 +12,10 @@ import m8 from '../../../drizzle/postgres/0008_jsonb_values.sql' with { type: 't
 import m9 from '../../../drizzle/postgres/0009_assignment_slot.sql' with { type: 'text' }
 import m10 from '../../../drizzle/postgres/0010_shards.sql' with { type: 'text' }
 import m11 from '../../../drizzle/postgres/0011_fleet_engines.sql' with { type: 'text' }
-import m12 from '../../../drizzle/postgres/0012_placement.sql' with { type: 'text' }
+import m12 from '../../../drizzle/postgres/0012_waiting_queue.sql' with { type: 'text' }
+import m13 from '../../../drizzle/postgres/0013_capabilities.sql' with { type: 'text' }
+import m14 from '../../../drizzle/postgres/0014_shard_backups.sql' with { type: 'text' }
+import m15 from '../../../drizzle/postgres/0015_placement.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -30,6 +33,9 @@ export const embeddedMigrations = {
     '0009_assignment_slot': m9,
     '0010_shards': m10,
     '0011_fleet_engines': m11,
-    '0012_placement': m12,
+    '0012_waiting_queue': m12,
+    '0013_capabilities': m13,
+    '0014_shard_backups': m14,
+    '0015_placement': m15,
   } as Record<string, string>,
 }

@@ -43,6 +43,9 @@ export const batches = sqliteTable(
     completion_window: text().notNull(),
     // body.model as submitted (set by validation). A renamed catalogue id keeps the old slug here.
     model: text(),
+    // docs/api.md §6: the capabilities the batch needs of a worker's engine, set by validation: their
+    // names in a fixed order joined by commas, '' for none (src/domain/capabilities.ts needsKey).
+    needs: text().notNull().default(''),
     status: text({ enum: ['validating', 'validated', 'in_progress', 'completed', 'failed'] }).notNull(),
     attempts: integer().notNull().default(0),
     error: text(), // last failure text, at most 2000 characters
@@ -74,16 +77,18 @@ export const batches = sqliteTable(
     index('batches_user').on(t.user_id, t.seq),
     // docs/api.md §16: split batches still handing out shards are found per model without the queue.
     index('batches_split_model').on(t.model, t.seq).where(sql`split = 1 AND status = 'in_progress'`),
-    // Poll (docs/api.md §7, §14 fair share): the owners waiting for one model are a skip scan, and
-    // each owner's oldest validated batch of it one probe; how many batches each owner has in
-    // progress is one range of batches_status_user.
-    index('batches_status_model').on(t.status, t.model, t.user_id, t.seq),
+    // Poll (docs/api.md §7, §14 fair share): the owners waiting for one model with needs the worker
+    // can meet (Poll rule 7) are a skip scan, and each owner's oldest validated batch of it one
+    // probe; how many batches each owner has in progress is one range of batches_status_user.
+    index('batches_status_model').on(t.status, t.model, t.needs, t.user_id, t.seq),
     index('batches_status_user').on(t.status, t.user_id),
-    // docs/api.md §7 placement: each model's longest-waiting batch is one probe, and the waiting work
-    // per model one pass over the waiting batches alone (the index holds every column it reads).
-    index('batches_waiting')
-      .on(t.model, t.queued_at, t.request_counts_total)
+    // docs/api.md §6 `waiting` (queued): the validated batches of a model before one batch, and their
+    // requests not yet done, are one index-only range, however long the rest of the queue.
+    index('batches_validated_model')
+      .on(t.model, t.seq, t.request_counts_total, t.request_counts_completed, t.request_counts_failed)
       .where(sql`status = 'validated'`),
+    // docs/api.md §7 placement: each model's longest-waiting batch is one probe.
+    index('batches_waiting').on(t.model, t.queued_at).where(sql`status = 'validated'`),
     // GET /v1/stats/queue: the batches finished within the last hour are one range probe.
     index('batches_completed').on(t.completed_at),
     // GET /v1/usage: one user's batches finished within a range are one range probe.
@@ -173,12 +178,24 @@ export const batchShards = sqliteTable(
     // Blob keys of the shard's output and error parts, joined into the batch's files at the end.
     output_key: text(),
     error_key: text(),
+    // docs/api.md §16 backup copies: while the shard runs, a second copy of it on another worker with
+    // its own lease and live counts; once the shard is done, the copy that lost (the lease above is
+    // then the copy whose output the shard kept, and backup_won says whether that was the backup).
+    backup_worker_id: text(),
+    backup_org_id: text(),
+    backup_assignment_id: text(),
+    backup_assigned_at: integer(),
+    backup_request_counts_completed: integer().notNull().default(0),
+    backup_request_counts_failed: integer().notNull().default(0),
+    backup_won: integer({ mode: 'boolean' }).notNull().default(false),
     updated_at: integer().notNull(),
   },
   (t) => [
     uniqueIndex('batch_shards_batch').on(t.batch_id, t.shard_index),
     index('batch_shards_worker').on(t.worker_id, t.status),
     index('batch_shards_user').on(t.user_id, t.status),
+    // A worker's backup copies: max_concurrent_jobs and the heartbeat's assigned_job_ids count them.
+    index('batch_shards_backup').on(t.backup_worker_id, t.status),
     // GET /v1/orgs/{org_id}/usage: the shards an org's workers completed within a range.
     index('batch_shards_org').on(t.org_id, t.completed_at),
     index('batch_shards_status').on(t.status),

@@ -70,6 +70,9 @@ export const workerRuntimes = sqliteTable(
     engine: text().notNull(),
     base_url: text().notNull(),
     status: text({ enum: ['online', 'offline', 'error'] }).notNull(),
+    // docs/api.md §7: the capabilities the daemon reported for this engine (null: none reported,
+    // the engine's defaults apply; src/domain/capabilities.ts runtimeCapabilities).
+    capabilities: text({ mode: 'json' }).$type<Record<string, boolean>>(),
   },
   (t) => [unique('worker_runtimes_engine').on(t.worker_id, t.engine)],
 )

@@ -6,13 +6,16 @@ import { jsonBody } from '../../http/parse'
 import type { BatchEventsState } from '../../lib/batch-events'
 import type { EventStreamsState } from './events'
 import { openBatchEvents } from './events'
+import type { FollowState } from './follow'
 import { BatchModel } from './model'
 import * as batches from './service'
 
 const tags = ['batches']
 
 // No cancel route: docs/api.md §6 "No endpoint cancels a batch", so POST /v1/batches/{id}/cancel is a 404.
-export const batchRoutes = (deps: Deps & BatchEventsState & CredentialState & EventStreamsState) =>
+export const batchRoutes = (
+  deps: Deps & BatchEventsState & CredentialState & EventStreamsState & FollowState,
+) =>
   new Elysia({ name: 'routes.batches', prefix: '/v1/batches' })
     .use(authPlugin(deps))
     .post('', ({ body, principal }) => batches.createBatch(deps, principal, body), {
@@ -44,12 +47,19 @@ export const batchRoutes = (deps: Deps & BatchEventsState & CredentialState & Ev
         },
       },
     )
-    .get('/:batch_id/events', ({ params, principal }) => openBatchEvents(deps, principal, params.batch_id), {
-      user: true,
-      params: BatchModel.params,
-      detail: {
-        tags,
-        summary: 'Server-sent validation events: status, progress, error, done',
-        responses: { 200: { description: 'text/event-stream', content: { 'text/event-stream': {} } } },
+    .get(
+      '/:batch_id/events',
+      ({ params, query, principal }) =>
+        openBatchEvents(deps, principal, params.batch_id, query.follow === '1'),
+      {
+        user: true,
+        params: BatchModel.params,
+        query: BatchModel.events,
+        detail: {
+          tags,
+          summary:
+            'Server-sent validation events: status, progress, error, done; with follow=1, then status and waiting until the batch ends',
+          responses: { 200: { description: 'text/event-stream', content: { 'text/event-stream': {} } } },
+        },
       },
-    })
+    )

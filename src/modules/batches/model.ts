@@ -1,10 +1,9 @@
 import { t } from 'elysia'
 import type { BatchErrorRow, BatchRow, BatchShardRow } from '../../db/schema'
-import type { ShardTally } from '../../domain/shards'
+import { needsOf } from '../../domain/capabilities'
+import { type ShardTally, shardCounts } from '../../domain/shards'
+import type { Waiting } from '../../domain/waiting'
 import { PageQuery } from '../../lib/pagination'
-
-export const BATCH_ENDPOINTS = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings'] as const
-export type BatchEndpoint = (typeof BATCH_ENDPOINTS)[number]
 
 export const MAX_METADATA_PAIRS = 16
 
@@ -12,11 +11,13 @@ export const BatchModel = {
   create: t.Object(
     {
       input_file_id: t.String({ minLength: 1, maxLength: 128 }),
+      // docs/api.md §6: src/domain/batch-line.ts BATCH_ENDPOINTS, the first the default.
       endpoint: t.Optional(
         t.Union([
           t.Literal('/v1/chat/completions'),
           t.Literal('/v1/completions'),
           t.Literal('/v1/embeddings'),
+          t.Literal('/v1/responses'),
         ]),
       ),
       // Stored as given; no expiry is produced (docs/api.md §6). OpenAI's form: hours, e.g. "24h".
@@ -35,6 +36,11 @@ export const BatchModel = {
     { additionalProperties: false },
   ),
   params: t.Object({ batch_id: t.String({ maxLength: 128 }) }),
+  // GET /v1/batches/{id}/events (docs/api.md §6 Events): follow=1 keeps the stream open past validation.
+  events: t.Object(
+    { follow: t.Optional(t.Union([t.Literal('0'), t.Literal('1')])) },
+    { additionalProperties: false },
+  ),
   // GET /v1/batches/{id}/shards (docs/api.md §16): pages of shards in shard order.
   shards: t.Object({ ...PageQuery }, { additionalProperties: false }),
   list: t.Object(
@@ -68,6 +74,8 @@ export interface BatchObject {
   object: 'batch'
   endpoint: string
   model: string | null
+  /** (ext) docs/api.md §6: the capabilities the batch needs of a worker's engine, set by validation. */
+  needs: string[]
   input_file_id: string
   completion_window: string
   status: BatchRow['status']
@@ -85,6 +93,8 @@ export interface BatchObject {
   metadata: Record<string, string> | null
   /** (ext) docs/api.md §16: how many shards are in each state; null for a batch that runs whole. */
   shards: ShardTally | null
+  /** (ext) docs/api.md §6 `waiting`: why a validated batch is not claimed yet; null otherwise. */
+  waiting: Waiting | null
 }
 
 /** docs/api.md §16 (ext): one shard of a split batch, as GET /v1/batches/{id}/shards lists it. */
@@ -100,12 +110,24 @@ export interface ShardObject {
   worker_id: string | null
   worker_name: string | null
   assigned_at: number | null
+  /**
+   * Backup copies: while running, the worker running the shard's backup copy (null: none); once
+   * done, the copy that lost the race (the worker_* above is the copy whose output the shard kept).
+   */
+  backup_worker_id: string | null
+  backup_worker_name: string | null
+  backup_assigned_at: number | null
+  /** The shard's output is its backup copy's (it finished first). */
+  backup_won: boolean
   completed_at: number | null
   request_counts: { total: number; completed: number; failed: number }
 }
 
-export function toShardObject(s: BatchShardRow & { worker_name: string | null }): ShardObject {
+export function toShardObject(
+  s: BatchShardRow & { worker_name: string | null; backup_worker_name: string | null },
+): ShardObject {
   const held = s.status !== 'waiting'
+  const backup = held && s.backup_worker_id !== null
   return {
     id: s.id,
     object: 'batch.shard',
@@ -117,11 +139,22 @@ export function toShardObject(s: BatchShardRow & { worker_name: string | null })
     worker_id: held ? s.worker_id : null,
     worker_name: held ? s.worker_name : null,
     assigned_at: held ? s.assigned_at : null,
+    backup_worker_id: backup ? s.backup_worker_id : null,
+    backup_worker_name: backup ? s.backup_worker_name : null,
+    backup_assigned_at: backup ? s.backup_assigned_at : null,
+    backup_won: s.status === 'done' && s.backup_won,
     completed_at: s.completed_at,
+    // docs/api.md §16: a running shard's live counts are its copy furthest along.
     request_counts: {
       total: s.requests,
-      completed: s.request_counts_completed,
-      failed: s.request_counts_failed,
+      ...(s.status === 'running'
+        ? shardCounts(
+            { completed: s.request_counts_completed, failed: s.request_counts_failed },
+            backup
+              ? { completed: s.backup_request_counts_completed, failed: s.backup_request_counts_failed }
+              : null,
+          )
+        : { completed: s.request_counts_completed, failed: s.request_counts_failed }),
     },
   }
 }
@@ -131,12 +164,14 @@ export function toBatchObject(
   b: BatchRow,
   errors: Pick<BatchErrorRow, 'code' | 'line' | 'field' | 'message'>[],
   shards: ShardTally | null = null,
+  waiting: Waiting | null = null,
 ): BatchObject {
   return {
     id: b.id,
     object: 'batch',
     endpoint: b.endpoint,
     model: b.model,
+    needs: needsOf(b.needs),
     input_file_id: b.input_file_id,
     completion_window: b.completion_window,
     status: b.status,
@@ -161,5 +196,6 @@ export function toBatchObject(
     },
     metadata: b.metadata ?? null,
     shards: b.split ? (shards ?? { total: 0, waiting: 0, running: 0, done: 0 }) : null,
+    waiting: b.status === 'validated' ? waiting : null,
   }
 }

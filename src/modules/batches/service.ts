@@ -1,12 +1,15 @@
 import type { BatchRow, BatchStatus } from '../../db/schema'
 import type { Deps } from '../../deps'
+import { BATCH_ENDPOINTS } from '../../domain/batch-line'
 import type { UserPrincipal } from '../../domain/principal'
+import type { Waiting } from '../../domain/waiting'
 import type { BatchEventsState } from '../../lib/batch-events'
 import { badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
 import { type PageParams, pageInMemory, toPage } from '../../lib/pagination'
 import { type BatchCreate, type BatchObject, toBatchObject, toShardObject } from './model'
+import { readWaiting, viewerOf } from './waiting'
 
 // Batches (docs/api.md §6, docs/api.md §6). Creation only records the batch as `validating` and wakes the
 // validator (src/services/validator.ts); every later status change is an edge of the table in
@@ -27,7 +30,7 @@ export async function createBatch(
       user_id: principal.user.id,
       api_key_id: principal.keyId,
       input_file_id: input.input_file_id,
-      endpoint: input.endpoint ?? '/v1/chat/completions',
+      endpoint: input.endpoint ?? BATCH_ENDPOINTS[0],
       completion_window: input.completion_window ?? '24h',
       metadata: input.metadata ?? null,
       now,
@@ -51,13 +54,29 @@ export async function createBatch(
   return toBatchObject(row, [])
 }
 
-/** A batch row as the API shows it, with its stored errors (for other modules too). */
-export async function batchObject(deps: Deps & BatchEventsState, row: BatchRow): Promise<BatchObject> {
-  const [errors, shards] = await Promise.all([
+/** A batch row as `principal` sees it, with its stored errors and why it waits (docs/api.md §6). */
+export async function batchObject(
+  deps: Deps & BatchEventsState,
+  principal: UserPrincipal,
+  row: BatchRow,
+): Promise<BatchObject> {
+  const [errors, shards, waiting] = await Promise.all([
     deps.store.batches.errorsOf([row.id]),
     row.split ? deps.store.queue.shardTallies([row.id]) : undefined,
+    waitingFor(deps, principal, [row]),
   ])
-  return toBatchObject(row, errors.get(row.id) ?? [], shards?.get(row.id) ?? null)
+  return toBatchObject(row, errors.get(row.id) ?? [], shards?.get(row.id) ?? null, waiting(row))
+}
+
+/** docs/api.md §6 `waiting` of `rows` as `principal` reads them: the fleet and the queue read once. */
+export async function waitingFor(
+  deps: Deps,
+  principal: UserPrincipal,
+  rows: readonly BatchRow[],
+): Promise<(row: BatchRow) => Waiting | null> {
+  if (!rows.some((r) => r.status === 'validated')) return () => null
+  const [of, viewer] = await Promise.all([readWaiting(deps, rows), viewerOf(deps, principal)])
+  return (row) => of(row, viewer)
 }
 
 /** The batch if the caller may see it (owner or superadmin), else the same 404 as a missing one. */
@@ -72,7 +91,7 @@ export async function visibleBatch(
 }
 
 export const getBatch = async (deps: Deps & BatchEventsState, principal: UserPrincipal, batchId: string) =>
-  batchObject(deps, await visibleBatch(deps, principal, batchId))
+  batchObject(deps, principal, await visibleBatch(deps, principal, batchId))
 
 /** GET /v1/batches: own batches; a superadmin sees all (docs/api.md §6). */
 export async function listBatches(
@@ -84,12 +103,13 @@ export async function listBatches(
     { ownerId: isSuperadmin(principal) ? null : principal.user.id, status: query.status },
     query,
   )
-  const [errors, shards] = await Promise.all([
+  const [errors, shards, waiting] = await Promise.all([
     deps.store.batches.errorsOf(rows.filter((r) => r.errors_total > 0).map((r) => r.id)),
     deps.store.queue.shardTallies(rows.filter((r) => r.split).map((r) => r.id)),
+    waitingFor(deps, principal, rows),
   ])
   return toPage(
-    rows.map((r) => toBatchObject(r, errors.get(r.id) ?? [], shards.get(r.id) ?? null)),
+    rows.map((r) => toBatchObject(r, errors.get(r.id) ?? [], shards.get(r.id) ?? null, waiting(r))),
     has_more,
   )
 }

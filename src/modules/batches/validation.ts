@@ -1,8 +1,9 @@
 import type { CatalogEntryRow } from '../../db/schema'
-import { TOP_LEVEL } from '../../domain/batch-line'
+import { checkBody } from '../../domain/batch-body'
+import { type BatchEndpoint, TOP_LEVEL } from '../../domain/batch-line'
+import { type Capability, endpointNeeds, lineNeeds, modelCapabilities } from '../../domain/capabilities'
 import type { ValidationErrorEvent } from '../../lib/batch-events'
 import { CompactIdSet } from '../../lib/id-set'
-import type { BatchEndpoint } from './model'
 
 // The rules of a batch input line (docs/api.md §6 "Batch input line", docs/api.md §6 "Validation"), one
 // line at a time, in the table's order. Every problem of a line is recorded; the first
@@ -15,7 +16,8 @@ export const MAX_CUSTOM_ID_CHARS = 512
 const MAX_STORED_MODEL_CHARS = 256
 const MODEL_CACHE_LIMIT = 1000
 
-export type LookupModel = (id: string) => Pick<CatalogEntryRow, 'task_type'> | null
+type ModelFacts = Pick<CatalogEntryRow, 'task_type' | 'capabilities'>
+export type LookupModel = (id: string) => ModelFacts | null
 
 export interface CheckerOptions {
   endpoint: BatchEndpoint | string
@@ -35,6 +37,8 @@ export interface CheckResult {
   errorsTotal: number
   errors: ValidationErrorEvent[]
   model: string | null
+  /** docs/api.md §6: what the batch needs of a worker's engine (its lines' and its endpoint's). */
+  needs: Capability[]
 }
 
 const quote = (s: string) => JSON.stringify(s.length > 100 ? `${s.slice(0, 100)}…` : s)
@@ -54,7 +58,9 @@ export class InputChecker {
   errorsTotal = 0
   readonly errors: ValidationErrorEvent[] = []
   private firstModel: string | undefined
-  private readonly models = new Map<string, Pick<CatalogEntryRow, 'task_type'> | null>()
+  /** Each model named so far: its entry and what it can do (docs/api.md §4), or null. */
+  private readonly models = new Map<string, { id: string; entry: ModelFacts; can: Capability[] } | null>()
+  private readonly needs: Set<Capability>
   // ignoreBOM keeps a BOM inside the file as text, so such a line is invalid JSON, not silently
   // accepted; only the one at the start of the file is dropped (by the line splitter).
   private readonly decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true })
@@ -62,6 +68,7 @@ export class InputChecker {
 
   constructor(private readonly opts: CheckerOptions) {
     this.ids = new CompactIdSet((offset, length) => this.idAt(offset, length))
+    this.needs = new Set(endpointNeeds(opts.endpoint))
   }
 
   /** One non-blank physical line; `line` null = over MAX_LINE_BYTES. */
@@ -92,7 +99,13 @@ export class InputChecker {
       this.firstModel !== undefined && this.firstModel.length <= MAX_STORED_MODEL_CHARS
         ? this.firstModel
         : null
-    return { requestLines: this.requestLines, errorsTotal: this.errorsTotal, errors: this.errors, model }
+    return {
+      requestLines: this.requestLines,
+      errorsTotal: this.errorsTotal,
+      errors: this.errors,
+      model,
+      needs: [...this.needs],
+    }
   }
 
   /** A problem with the file as a whole (it could not be read). */
@@ -172,8 +185,30 @@ export class InputChecker {
       )
     }
 
-    if (typeof model !== 'string') return
-    const entry = this.lookup(model)
+    const found = typeof model === 'string' ? this.checkModel(model, lineNo) : null
+    // docs/api.md §6 "Request bodies": the endpoint's checked body fields, whatever the model.
+    if (bodyIsObject) {
+      for (const p of checkBody(this.opts.endpoint, body)) this.record(p.code, lineNo, p.field, p.message)
+      // docs/api.md §6 "Capabilities a line asks for": the model must be able to do them; the
+      // batch records all of them (the claim then needs an engine that has them, §7 Poll rule 7).
+      for (const need of lineNeeds(this.opts.endpoint, body)) {
+        this.needs.add(need.capability)
+        if (found && !found.can.includes(need.capability)) {
+          this.record(
+            'unsupported_capability',
+            lineNo,
+            need.field,
+            `Model ${quote(found.id)} does not support ${need.capability}, which ${need.field} asks for`,
+          )
+        }
+      }
+    }
+  }
+
+  /** The model checks of the table; the entry found, or null. */
+  private checkModel(model: string, lineNo: number) {
+    const found = this.lookup(model)
+    const entry = found?.entry
     if (!entry) {
       this.record('unsupported_model', lineNo, 'body.model', `Model ${quote(model)} is not in the catalogue`)
     }
@@ -186,7 +221,8 @@ export class InputChecker {
         `Every line must name the same model as the first (${quote(this.firstModel)})`,
       )
     }
-    // An embedding model only serves /v1/embeddings, and /v1/embeddings only takes embedding models.
+    // An embedding model only serves /v1/embeddings, and /v1/embeddings only takes embedding models;
+    // every other entry (chat, vision, text-generation) serves the other endpoints, /v1/responses too.
     if (entry && (entry.task_type === 'embedding') !== (this.opts.endpoint === '/v1/embeddings')) {
       this.record(
         'unsupported_endpoint',
@@ -195,14 +231,16 @@ export class InputChecker {
         `Model ${quote(model)} (${entry.task_type}) cannot serve ${this.opts.endpoint}`,
       )
     }
+    return found
   }
 
   private lookup(model: string) {
     const cached = this.models.get(model)
     if (cached !== undefined) return cached
     const entry = this.opts.lookupModel(model)
-    if (this.models.size < MODEL_CACHE_LIMIT) this.models.set(model, entry)
-    return entry
+    const found = entry && { id: model, entry, can: modelCapabilities(entry) }
+    if (this.models.size < MODEL_CACHE_LIMIT) this.models.set(model, found)
+    return found
   }
 
   /** The custom_id of the (earlier, valid) line at offset/length, read back from the file. */

@@ -14,8 +14,8 @@ import { DEFAULT_CATALOGUE_PATH } from './seed'
 export const CATALOGUE_USAGE = `usage: gridkeep catalogue <command>
 
 commands:
-  check <file>                 validate a manifest (docs/api.md §4 catalogue rules 1-3 and the entry schema);
-                               prints every violation and exits 1 if there is any
+  check <file>                 validate a manifest (docs/api.md §4 catalogue rules 1-3, the entry schema and
+                               serving-profile params); prints every violation and exits 1 if there is any
   discover [--manifest PATH]   append staged stubs (enabled: false, status: unverified) for models
                                that workers report and no catalogue entry covers (docs/api.md §4 catalogue rule 8);
                                PATH defaults to CATALOGUE_PATH, else ${DEFAULT_CATALOGUE_PATH}

@@ -8,6 +8,7 @@ import {
   STATUSES,
   TASK_TYPES,
 } from '../../domain/catalogue'
+import { paramsProblem } from '../../domain/serving-params'
 import { normalizeDigest } from '../../lib/digest'
 
 // The catalogue manifest (docs/api.md §4): a YAML document whose top-level key `models` lists the
@@ -233,6 +234,10 @@ function buildEntry(e: ManifestEntry): CatalogueEntry | string[] {
     if (runtimes.has(p.runtime))
       problems.push(`/serving_profiles/${i}/runtime: a second profile for "${p.runtime}"`)
     runtimes.add(p.runtime)
+    // docs/api.md §4: params are launch settings the runtime knows, checked where they are written
+    // so that a typo never reaches a GPU machine (src/domain/serving-params.ts).
+    const wrong = paramsProblem(p.runtime, p.params ?? {})
+    if (wrong) problems.push(`/serving_profiles/${i}/params (${p.runtime}): ${wrong}`)
   }
   const runtime = e.runtime ?? null
   const runtimeModelId = e.runtime_model_id ?? null

@@ -1,6 +1,7 @@
 import type { FileRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { UserPrincipal, WorkerPrincipal } from '../../domain/principal'
+import { shardDoneElsewhere } from '../../domain/shards'
 import { ensureFreeDisk } from '../../lib/disk'
 import { AppError, badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
@@ -140,7 +141,8 @@ export async function openContent(
 /**
  * GET /v1/files/{id}/content?shard=… (docs/api.md §16): exactly the shard's request lines, one byte
  * range found through the request-line index. Readers: a worker key whose org holds the shard
- * now, or whoever may read the whole file (the owner, a superadmin). Anything else is a 404.
+ * now or runs its backup copy, or whoever may read the whole file (the owner, a superadmin).
+ * Anything else is a 404, but for the org of a backup race's losing copy: 409 shard_done_elsewhere.
  */
 async function openShardInput(
   deps: Deps,
@@ -151,7 +153,12 @@ async function openShardInput(
   const held = await deps.store.queue.shardWithBatch(shardId)
   if (!held || held.batch.input_file_id !== fileId) throw notFoundFile()
   if (principal.kind === 'worker') {
-    if (held.shard.status !== 'running' || held.shard.org_id !== principal.orgId) throw notFoundFile()
+    // The org of either running copy: the holder's, or its backup's. Once the shard is done, the
+    // org of the copy that lost hears why (docs/api.md §16), so its daemon drops the job quietly.
+    const { status, org_id, backup_org_id } = held.shard
+    if (status === 'done' && backup_org_id === principal.orgId) throw shardDoneElsewhere()
+    if (status !== 'running' || (org_id !== principal.orgId && backup_org_id !== principal.orgId))
+      throw notFoundFile()
   } else if (!(await userFile(deps, principal, fileId))) throw notFoundFile()
   const { shard } = held
   const range = await deps.store.queue.lineRange(shard.batch_id, shard.first_request, shard.requests)

@@ -44,8 +44,9 @@ export const userRoutes = (deps: Deps & CredentialState) =>
         detail: { tags, summary: 'Rename, set expiry, or revoke' },
       },
     )
+    // docs/api.md §3 (ext): the one route a personal key may call here, on its own id (logout).
     .delete('/:key_id', ({ params, principal }) => keys.revokeKey(deps, own(principal), params.key_id), {
-      jwt: true,
+      self: true,
       params: KeyModel.params,
-      detail: { tags, summary: 'Revoke (idempotent)' },
+      detail: { tags, summary: 'Revoke (idempotent); a personal key may revoke itself' },
     })

@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import { needsOf, takeableNeeds } from '../../domain/capabilities'
 import { matchesFor, workerView } from '../../domain/matching'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { isOnline, onlineCutoff } from './liveness'
@@ -30,6 +31,8 @@ export interface Job {
   /** docs/api.md §16: the batch a shard job belongs to (a shard's job_id is its own). */
   batch_id?: string
   shard?: { index: number; first_request: number; requests: number }
+  /** docs/api.md §16: a backup copy of a shard another worker holds (its own assignment_id). */
+  backup?: true
 }
 
 export async function claimBatch(
@@ -59,14 +62,16 @@ export async function claimBatch(
   // holding none, on those loaded or being loaded (a heartbeat may lag behind its last claim).
   const loading = new Set(placement ? worker.loading_models : [])
   const held = placed?.held ?? new Set<string>()
-  // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired slug.
+  // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired
+  // slug. Poll rule 7: of each model, only the batches whose needs the worker's engine meets.
   const candidates = matches.flatMap((match) => {
     const names = [...new Set(match.entry.profiles.map((p) => p.runtime_model_id))]
+    const needs = takeableNeeds(match.capabilities)
     const slugs = catalogue.slugsOf(match.entry)
     const loaded = held.size
       ? slugs.some((m) => held.has(m))
       : match.loaded || names.some((n) => loading.has(n))
-    return slugs.map((model) => ({ model, loaded, match, names, key: match.entry.id }))
+    return slugs.map((model) => ({ model, loaded, match, names, needs, key: match.entry.id }))
   })
   const claimed = await deps.store.queue.claim({
     workerId,
@@ -86,14 +91,20 @@ export async function claimBatch(
   })
   if (!claimed) return { job: null }
   deps.metrics.claims.inc()
-  const { batch, assignmentId, shard } = claimed
-  deps.placement.claimed(workerId, batch.model!, shard ? shard.requests : batch.request_counts_total)
+  const { batch, assignmentId, shard, backup } = claimed
+  // docs/api.md §7 placement: the worker is on this model now; a backup copy takes no waiting work.
+  deps.placement.claimed(
+    workerId,
+    batch.model!,
+    backup ? 0 : shard ? shard.requests : batch.request_counts_total,
+  )
   const { entry, profile } = claimed.match
   if (shard) {
-    deps.metrics.shardClaims.inc()
-    // docs/api.md §16: the rest of the batch is for the other workers: their held polls look again.
-    if (batch.next_request < batch.request_counts_total || shard.attempts > 0)
-      batchClaimable(deps, batch.id, batch.model)
+    if (backup) deps.metrics.shardBackups.inc({ outcome: 'started' })
+    else deps.metrics.shardClaims.inc()
+    // docs/api.md §16: the rest of the batch is for the other workers — the next shards, or once all
+    // are held, backup copies of the running ones: their held polls look again.
+    batchClaimable(deps, batch.id, batch.model, needsOf(batch.needs))
   }
   return {
     job: {
@@ -117,6 +128,7 @@ export async function claimBatch(
         batch_id: batch.id,
         shard: { index: shard.shard_index, first_request: shard.first_request, requests: shard.requests },
       }),
+      ...(backup && { backup: true as const }),
     },
   }
 }

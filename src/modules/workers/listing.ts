@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import { CAPABILITIES, runtimeCapabilities } from '../../domain/capabilities'
 import { modelStates } from '../../domain/model-states'
 import { type PageParams, toPage } from '../../lib/pagination'
 import type { ListedWorker } from '../../store/fleet'
@@ -28,11 +29,16 @@ export function toWorkerRows(deps: Deps, rows: ListedWorker[]) {
       driver: g.driver,
       cuda: g.cuda,
     })),
-    runtimes: w.runtimes.map((r) => ({
-      engine: r.engine,
-      base_url: r.base_url,
-      status: r.status,
-    })),
+    runtimes: w.runtimes.map((r) => {
+      // docs/api.md §7: what the server counts this engine able to do (reported, else its default).
+      const can = runtimeCapabilities(r.engine, r.capabilities)
+      return {
+        engine: r.engine,
+        base_url: r.base_url,
+        status: r.status,
+        capabilities: Object.fromEntries(CAPABILITIES.map((c) => [c, can.includes(c)])),
+      }
+    }),
     // docs/api.md §7 "Worker row": each model held or downloading, with where it stands.
     models: modelStates(w.models, w.loading_models, w.pulls, w.model_stats),
     daemon_version: w.daemon_version,

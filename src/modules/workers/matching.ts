@@ -1,4 +1,6 @@
 import type { Deps } from '../../deps'
+import { modelCapabilities } from '../../domain/capabilities'
+import type { DownloadFile } from '../../domain/downloads'
 import {
   type Catalogue,
   type CatalogueEntry,
@@ -39,12 +41,12 @@ function buildCatalogue(rows: CatalogueRows): Catalogue {
     list.push({ runtime: p.runtime, runtime_model_id: p.runtime_model_id, params: p.params ?? {} })
     profiles.set(p.catalog_id, list)
   }
-  const artifacts = new Map<string, string[]>()
+  const artifacts = new Map<string, DownloadFile[]>()
   for (const a of rows.artifacts) {
-    const sha = digestOrNull(a.sha256)
-    if (!sha) continue
+    const sha256 = digestOrNull(a.sha256)
+    if (!sha256) continue
     const list = artifacts.get(a.catalog_id) ?? []
-    list.push(sha)
+    list.push({ path: a.path, sha256, size_bytes: a.size_bytes })
     artifacts.set(a.catalog_id, list)
   }
   const entries: CatalogueEntry[] = rows.entries.map((e) => ({
@@ -63,7 +65,13 @@ function buildCatalogue(rows: CatalogueRows): Catalogue {
       (e.runtime && e.runtime_model_id
         ? [{ runtime: e.runtime, runtime_model_id: e.runtime_model_id, params: {} }]
         : []),
-    artifact_sha256: artifacts.get(e.id) ?? [],
+    artifact_sha256: (artifacts.get(e.id) ?? []).map((f) => f.sha256),
+    capabilities: modelCapabilities(e),
+    // What a download of the entry fetches (src/domain/downloads.ts).
+    artifact_files: artifacts.get(e.id) ?? [],
+    source_type: e.source_type,
+    source_ref: e.source_ref,
+    source_revision: e.source_revision,
   }))
   const byId = new Map(entries.map((e) => [e.id, e]))
   const byOldSlug = new Map<string, CatalogueEntry>()

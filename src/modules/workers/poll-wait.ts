@@ -4,17 +4,18 @@ import type { WorkerPrincipal } from '../../domain/principal'
 import { claimBatch, type Job } from './claim'
 import { loadCatalogue, loadWorkerView } from './matching'
 import { ownWorker } from './ownership'
-import type { PollState } from './waiters'
+import type { PollState, ServableModels } from './waiters'
 
 // POST /workers/poll with `wait_seconds` (docs/api.md §7, ext): with nothing to claim, the request is
 // held until a batch may have become claimable, then the ordinary claim runs again. The signal is
 // a hint and the table is the truth (ARCHITECTURE.md rule 15): the validator and the requeue path call
 // notify(model) whenever a batch becomes `validated`; the held polls whose worker can serve that
-// model (the catalogue slugs it matches, worked out when it began to wait) re-run claimBatch(), and
-// those that still find nothing keep waiting until their deadline. So one new batch wakes only
-// its candidates, not the whole fleet. A heartbeat that changes what a worker hosts wakes that
-// worker's held poll (workerChanged), which then claims or waits with the new set. A poll without
-// wait_seconds answers at once, as before.
+// model (the catalogue slugs it matches, worked out when it began to wait) and, when the batch's
+// needs ride along, can meet them (Poll rule 7) re-run claimBatch(), and those that still find
+// nothing keep waiting until their deadline. So one new batch wakes only its candidates, not the
+// whole fleet, and a batch a worker's engine cannot run never wakes that worker's poll. A
+// heartbeat that changes what a worker hosts wakes that worker's held poll (workerChanged), which
+// then claims or waits with the new set. A poll without wait_seconds answers at once, as before.
 
 /**
  * The claim of POST /workers/poll, held up to `waitSeconds` (≤ 30, checked by the schema) while
@@ -57,13 +58,17 @@ async function poll(
   }
 }
 
-/** The batch models this worker can serve now (claimBatch's candidates). */
+/** The batch models this worker can serve now (claimBatch's candidates), with what it can do with each. */
 async function servable(
   deps: Deps & PollState,
   principal: WorkerPrincipal,
   workerId: string,
-): Promise<Set<string>> {
+): Promise<ServableModels> {
   const catalogue = await loadCatalogue(deps)
   const view = await loadWorkerView(deps, await ownWorker(deps, principal, workerId))
-  return new Set(matchesFor(view, catalogue).flatMap((m) => catalogue.slugsOf(m.entry)))
+  return new Map(
+    matchesFor(view, catalogue).flatMap((m) =>
+      catalogue.slugsOf(m.entry).map((slug) => [slug, m.capabilities] as const),
+    ),
+  )
 }

@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import { type PullSource, pullSource } from '../../domain/downloads'
 import type { HostedModel } from '../../domain/inventory'
 import { type CatalogueEntry, matchEntry, type WorkerView } from '../../domain/matching'
 import { log } from '../../lib/logger'
@@ -9,17 +10,19 @@ import { loadCatalogue, loadWorkerView, someOnlineWorkerServes } from './matchin
 // docs/api.md §7 pull_models, docs/api.md §4 catalogue rule 9 (on-the-fly downloads only materialise an existing
 // catalogue entry onto a worker that lacks it). Asked in a heartbeat response when validated
 // batches wait for an entry no online worker can serve; at most one worker at a time per entry.
+// Only what the worker's runtime can fetch is asked for (src/domain/downloads.ts pullSource).
 
-export interface PullItem {
+export interface PullItem extends PullSource {
   catalogue_id: string
   runtime: string
   runtime_model_id: string
   digest: string | null
   size_gb: number
+  vram_gb: number | null
 }
 
 /** An ask lapses when its worker is gone or offline, or silent about it for the heartbeat timeout. */
-function lapsed(deps: Deps, row: CurrentPull) {
+export function pullLapsed(deps: Deps, row: CurrentPull) {
   const alive = row.status !== null && isOnline(deps, { status: row.status, last_seen_at: row.last_seen_at! })
   return !alive || row.pull.last_progress_at <= onlineCutoff(deps)
 }
@@ -64,11 +67,21 @@ export async function pullModelsFor(deps: Deps, workerId: string): Promise<PullI
   for (const entry of catalogue.entries) {
     if (!entry.enabled || entry.size_gb === null || entry.size_gb > worker.max_download_gb) continue
     if (matchEntry(view, entry)) continue // it already has it
-    const profile = entry.profiles.find((p) => view.engines.includes(p.runtime))
-    if (!profile || !wouldServe(view, entry, profile.runtime, profile.runtime_model_id)) continue
+    // The first profile of a runtime this worker runs that can fetch the entry.
+    let profile: (typeof entry.profiles)[number] | undefined
+    let source: PullSource | null = null
+    for (const p of entry.profiles) {
+      if (!view.engines.includes(p.runtime)) continue
+      source = pullSource(p.runtime, entry)
+      if (source) {
+        profile = p
+        break
+      }
+    }
+    if (!profile || !source || !wouldServe(view, entry, profile.runtime, profile.runtime_model_id)) continue
     if (!(await fleet.hasValidatedBatch(catalogue.slugsOf(entry)))) continue
     const current = await fleet.currentPull(entry.id)
-    if (current && !lapsed(deps, current)) continue
+    if (current && !pullLapsed(deps, current)) continue
     if (await someOnlineWorkerServes(deps, entry)) continue
     const now = deps.clock.now()
     const asked = await fleet.askPull(
@@ -95,6 +108,8 @@ export async function pullModelsFor(deps: Deps, workerId: string): Promise<PullI
         runtime_model_id: profile.runtime_model_id,
         digest: entry.digest,
         size_gb: entry.size_gb,
+        vram_gb: entry.vram_gb,
+        ...source,
       },
     ]
   }

@@ -2,6 +2,7 @@ import type { BatchRow, BatchShardRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { checkShardHolder, isShardId } from '../../domain/shards'
+import { addUsage } from '../../domain/usage'
 import { checkHolder } from '../../domain/worker-rules'
 import { type BlobWriter, scratchKey } from '../../lib/blobs'
 import { StreamedReads } from '../../lib/blobs/random-reads'
@@ -13,7 +14,7 @@ import { LineSplitter } from '../../lib/lines'
 import { log } from '../../lib/logger'
 import { receiveMultipart, refuseUnread } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
-import type { ByteRange } from '../../store/queue'
+import type { ByteRange, ShardResultsRecorded } from '../../store/queue'
 import { ownWorker } from './ownership'
 import { removeParts } from './parts'
 
@@ -123,6 +124,7 @@ async function authorizeShard(
   ) {
     return { kind: 'repeat', response: shardResponseOf(found.batch, shard) }
   }
+  // Either copy of the shard may upload (docs/api.md §16 backup copies); the first complete one wins.
   const held = checkShardHolder(
     found && { ...found.shard, batch_status: found.batch.status },
     workerId,
@@ -132,7 +134,12 @@ async function authorizeShard(
   if (!range) throw new Error(`the request-line index of batch ${held.batch_id} is missing`)
   return {
     kind: 'held',
-    held: { batch: found!.batch, workerId, assignmentId: held.assignment_id, shard: { row: held, range } },
+    held: {
+      batch: found!.batch,
+      workerId,
+      assignmentId: held.copy_assignment_id,
+      shard: { row: held, range },
+    },
   }
 }
 
@@ -282,13 +289,10 @@ function succeeded(line: Record<string, unknown>): boolean {
   return isObject(response) && typeof response.status_code === 'number' && response.status_code < 400
 }
 
-function addUsage(total: Record<string, number>, line: Record<string, unknown>) {
+/** docs/api.md §7: the batch's usage sums its output lines' response.body.usage (src/domain/usage.ts). */
+function addLineUsage(total: Record<string, number>, line: Record<string, unknown>) {
   const body = isObject(line.response) ? line.response.body : undefined
-  const usage = isObject(body) ? body.usage : undefined
-  if (!isObject(usage)) return
-  for (const [k, v] of Object.entries(usage)) {
-    if (typeof v === 'number' && Number.isFinite(v)) total[k] = (total[k] ?? 0) + v
-  }
+  if (isObject(body)) addUsage(total, body.usage)
 }
 
 /** Gives up both result files (nothing of them remains). */
@@ -319,7 +323,7 @@ async function splitOutput(deps: Deps, held: Held, source: AsyncIterable<Uint8Ar
       if (answer === 'repeated') throw invalidOutput(`Output line ${n}: custom_id appears more than once`)
       if (succeeded(line)) {
         split.completed++
-        addUsage(split.usage, line)
+        addLineUsage(split.usage, line)
         await split.output.add(text)
       } else {
         split.failed++
@@ -484,7 +488,7 @@ async function commitShard(
   split: Split,
   fields: Record<string, string>,
 ): Promise<UploadResponse> {
-  let recorded: { batch: BatchRow; last: boolean }
+  let recorded: ShardResultsRecorded
   try {
     checkCounts(split, fields)
     const placed = await place(split)
@@ -504,12 +508,15 @@ async function commitShard(
     await discard(split)
     throw e
   }
+  // docs/api.md §16 backup copies: whether this upload decided a race between two copies.
+  if (recorded.backup) deps.metrics.shardBackups.inc({ outcome: recorded.backup })
   log.info('shard results stored', {
     batch_id: held.batch.id,
     shard_id: shard.id,
     worker_id: held.workerId,
     completed: split.completed,
     failed: split.failed,
+    ...(recorded.backup ? { backup: recorded.backup } : {}),
   })
   // The shard is stored whatever becomes of the join: a join that fails is retried by the sweeper.
   const joined = recorded.last
@@ -578,7 +585,7 @@ export async function joinShards(deps: Deps, batchId: string): Promise<BatchRow 
     for (const shard of shards) {
       completed += shard.request_counts_completed
       failed += shard.request_counts_failed
-      for (const [k, v] of Object.entries(shard.usage ?? {})) usage[k] = (usage[k] ?? 0) + v
+      addUsage(usage, shard.usage)
       for (const [key, file] of [
         [shard.output_key, output],
         [shard.error_key, errors],

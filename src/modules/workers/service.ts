@@ -93,7 +93,12 @@ export async function register(
       shards: body.capabilities?.shards ?? false,
       loads: body.capabilities?.loads ?? false,
     },
-    runtimes: body.runtimes.map((r) => ({ engine: r.engine, base_url: r.base_url, status: r.status })),
+    runtimes: body.runtimes.map((r) => ({
+      engine: r.engine,
+      base_url: r.base_url,
+      status: r.status,
+      capabilities: r.capabilities ?? null,
+    })),
     gpus: (body.gpus ?? []).map((g) => ({
       vendor: g.vendor,
       name: g.name,
@@ -110,7 +115,10 @@ export async function register(
   modelsChanged(deps, 'fleet')
   for (const r of requeued) {
     await removeParts(deps, r.parts)
-    deps.metrics.requeues.inc({ reason: 'worker_reregistered', outcome: r.status })
+    // docs/api.md §16: a shard copy whose other copy carries on was not requeued.
+    if (r.backup) deps.metrics.shardBackups.inc({ outcome: r.backup })
+    else deps.metrics.requeues.inc({ reason: 'worker_reregistered', outcome: r.status })
+    // A batch validated again, or a shard left with one copy (a backup may be handed out again).
     if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
   }
   log.info('worker registered', {
@@ -260,7 +268,9 @@ export async function reportFailure(
     error: body.error,
     now: deps.clock.now(),
   })
-  deps.metrics.requeues.inc({ reason: 'reported_failure', outcome: outcome.status })
+  // docs/api.md §16: a shard copy whose other copy carries on was not requeued.
+  if (outcome.backup) deps.metrics.shardBackups.inc({ outcome: outcome.backup })
+  else deps.metrics.requeues.inc({ reason: 'reported_failure', outcome: outcome.status })
   await removeParts(deps, outcome.parts)
   if (outcome.status === 'validated') batchClaimable(deps, outcome.batch_id, outcome.model)
   return {

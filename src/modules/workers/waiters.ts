@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import { covers } from '../../domain/capabilities'
 import type { PlacementState } from './placement'
 
 // The polls held on this server (docs/api.md §7 wait_seconds, see poll-wait.ts), apart from the
@@ -7,9 +8,15 @@ import type { PlacementState } from './placement'
 type Wake = (why: 'notified' | 'ended') => void
 
 /** The polls held on this server (one per server, made by src/compose.ts). */
+/**
+ * The batch models (`batches.model` slugs) a held poll's worker can serve, each with what the worker
+ * can do with it (docs/api.md §7 Poll rule 7: the entry's capabilities AND its engine's).
+ */
+export type ServableModels = ReadonlyMap<string, readonly string[]>
+
 export class PollWaiters {
-  /** Each held poll: its worker, and the batch models (`batches.model` slugs) that worker can serve. */
-  private readonly waiting = new Map<Wake, { workerId: string; models: ReadonlySet<string> }>()
+  /** Each held poll: its worker, and the models that worker can serve. */
+  private readonly waiting = new Map<Wake, { workerId: string; models: ServableModels }>()
   /** Held polls woken by notify() so far (tests observe who was woken). */
   wakes = 0
   /** The workers with a poll under way on this server (held, or being answered), and how many. */
@@ -36,10 +43,16 @@ export class PollWaiters {
     return this.polling.has(workerId)
   }
 
-  /** A batch of `model` became `validated` (validation passed, or a requeue): its candidates look again. */
-  notify(model: string | null) {
+  /**
+   * A batch of `model` became `validated` (validation passed, or a requeue): its candidates look
+   * again — with the batch's `needs` known, only those that can meet them (docs/api.md §7 Poll rule 7).
+   */
+  notify(model: string | null, needs?: readonly string[]) {
     if (model === null) return
-    for (const [wake, w] of [...this.waiting]) if (w.models.has(model)) this.wake(wake)
+    for (const [wake, w] of [...this.waiting]) {
+      const can = w.models.get(model)
+      if (can && (needs === undefined || covers(can, needs))) this.wake(wake)
+    }
   }
 
   /** The worker's hosted models changed (a heartbeat): its held polls work out what they can serve. */
@@ -64,7 +77,7 @@ export class PollWaiters {
   wait(
     ms: number,
     workerId: string,
-    models: ReadonlySet<string>,
+    models: ServableModels,
     signals: AbortSignal[],
   ): Promise<'notified' | 'ended'> {
     return new Promise((resolve) => {
@@ -91,18 +104,18 @@ export interface PollState extends PlacementState {
 
 /**
  * A batch of `model` became `validated` (validation passed, or a requeue): held polls here look
- * again, and the other instances sharing the database are told (docs/api.md §12 signals). A newly
- * validated batch's `requests` count in this server's placement view at once (docs/api.md §7
- * placement), before its next read.
+ * again, and the other instances sharing the database are told (docs/api.md §12 signals). `needs`:
+ * the batch's, when the caller knows them (else every poll that can serve the model looks).
  */
 export function batchClaimable(
   deps: Deps & PollState,
   batchId: string,
   model: string | null,
-  requests?: number,
+  needs?: readonly string[],
 ) {
   if (model === null) return
-  if (requests !== undefined) deps.placement.validated(model, requests)
-  deps.pollWaiters.notify(model)
-  deps.store.signals.publish({ kind: 'claimable', batch_id: batchId, model }).catch(() => {})
+  deps.pollWaiters.notify(model, needs)
+  deps.store.signals
+    .publish({ kind: 'claimable', batch_id: batchId, model, ...(needs && { needs: [...needs] }) })
+    .catch(() => {})
 }

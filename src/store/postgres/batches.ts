@@ -1,13 +1,34 @@
+import type { SQL } from 'bun'
 import { and, asc, eq, gt, inArray, isNull, lt, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { BatchErrorRow, BatchRow, FileRow } from '../../db/schema'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
-import { type BatchesStore, newBatchRow, packLineOffsets, validationMove } from '../batches'
+import type { Tally } from '../../domain/waiting'
+import { type BatchesStore, newBatchRow, packLineOffsets, sumQueueTallies, validationMove } from '../batches'
 import { type PgDb, pipelined } from './db'
 import { pageRows } from './page'
 import { batchRow, transitionEach } from './transition'
 
 const { batches, batchErrors, batchLineIndex } = schema
+
+/**
+ * docs/api.md §6 `waiting` (queued): for each (batch, model, seq), the validated batches of that model
+ * before it and their requests not yet done — one range of batches_validated_model each. The bound
+ * is a row comparison, which only an index led by (model, seq) can take: written `seq < t.seq`, the
+ * planner may walk the primary key over every batch created before this one instead.
+ */
+export const queueAhead = (q: SQL, pairs: { id: string; model: string; seq: number }[]) =>
+  q`SELECT t.id AS "batchId", a.batches, a.requests
+    FROM unnest(${pairs.map((p) => p.id)}::text[], ${pairs.map((p) => p.model)}::text[],
+                ${pairs.map((p) => p.seq)}::bigint[]) AS t(id, model, seq)
+    CROSS JOIN LATERAL (
+      SELECT count(*)::int AS batches,
+        coalesce(sum(request_counts_total - request_counts_completed - request_counts_failed), 0)::int
+          AS requests
+      FROM batches
+      WHERE status = 'validated' AND model = t.model AND (model, seq) < (t.model, t.seq)) a` as Promise<
+    ({ batchId: string } & Tally)[]
+  >
 
 export function postgresBatches(db: PgDb): BatchesStore {
   return {
@@ -76,6 +97,25 @@ export function postgresBatches(db: PgDb): BatchesStore {
         .where(eq(batches.status, 'validating'))
         .orderBy(asc(batches.seq))
       return rows.map((r) => r.id)
+    },
+
+    // docs/api.md §6 `waiting` (queued): per place and model, one index-only range of
+    // batches_validated_model (the batches ahead only); per model, one range of batches_status_model.
+    async queueTallies(places) {
+      if (places.length === 0) return new Map()
+      const pairs = places.flatMap((p) => p.models.map((model) => ({ id: p.batchId, model, seq: p.seq })))
+      const models = [...new Set(pairs.map((p) => p.model))]
+      const q = db.$client
+      const [ahead, running] = await Promise.all([
+        queueAhead(q, pairs),
+        q`SELECT model, count(*)::int AS batches,
+            coalesce(sum(request_counts_total - request_counts_completed - request_counts_failed), 0)::int
+              AS requests
+          FROM batches WHERE status = 'in_progress' AND model = ANY(${models}::text[])
+          GROUP BY model` as Promise<({ model: string } & Tally)[]>,
+      ])
+      const byModel = new Map(running.map((r) => [r.model, { batches: r.batches, requests: r.requests }]))
+      return sumQueueTallies(places, ahead, byModel)
     },
 
     async activeCounts() {

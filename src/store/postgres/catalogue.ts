@@ -70,6 +70,11 @@ export function postgresCatalogue(db: PgDb): CatalogueStore {
           digest: catalogEntries.digest,
           runtime: catalogEntries.runtime,
           runtime_model_id: catalogEntries.runtime_model_id,
+          task_type: catalogEntries.task_type,
+          capabilities: catalogEntries.capabilities,
+          source_type: catalogEntries.source_type,
+          source_ref: catalogEntries.source_ref,
+          source_revision: catalogEntries.source_revision,
         })
         .from(catalogEntries)
         .orderBy(asc(catalogEntries.seq)),
@@ -83,7 +88,12 @@ export function postgresCatalogue(db: PgDb): CatalogueStore {
         .from(servingProfiles)
         .orderBy(asc(servingProfiles.seq)),
       db
-        .select({ catalog_id: artifactFiles.catalog_id, sha256: artifactFiles.sha256 })
+        .select({
+          catalog_id: artifactFiles.catalog_id,
+          path: artifactFiles.path,
+          sha256: artifactFiles.sha256,
+          size_bytes: artifactFiles.size_bytes,
+        })
         .from(artifactFiles)
         .orderBy(asc(artifactFiles.seq)),
     ])

@@ -19,6 +19,7 @@ import {
   HEARTBEATS_PER_COMMIT,
   type ListedWorker,
   type NewPull,
+  namedHosts,
   type Registration,
   type WorkerHosting,
 } from '../fleet'
@@ -48,9 +49,9 @@ const online = (cutoff: number) => and(eq(workers.status, 'online'), gt(workers.
  * The heartbeat's UPDATE, written on the driver: drizzle built this statement anew at every beat,
  * which cost more than running it (bench/heartbeat.ts --postgres). Ownership is in the WHERE: no
  * row = unknown worker or another org's. A field the daemon leaves out keeps its last reported
- * value (coalesce). RETURNING carries the held batches and shards (docs/api.md §16). The steady form is the common beat, tried
- * first: the worker's fit stays as it was (BeatAnswer.fitChanged): online, heartbeated before,
- * same VRAM total or none reported.
+ * value (coalesce). RETURNING carries the held batches, shards and backup copies (docs/api.md §16).
+ * The steady form is the common beat, tried first: the worker's fit stays as it was
+ * (BeatAnswer.fitChanged): online, heartbeated before, same VRAM total or none reported.
  */
 const beatSql = (steady: string) =>
   `UPDATE workers SET status = 'online', activity = $1,
@@ -68,7 +69,9 @@ const beatSql = (steady: string) =>
        SELECT batch_id AS job, 0 AS kind, seq FROM batch_assignments
        WHERE worker_id = $10 AND completed_at IS NULL
        UNION ALL
-       SELECT id, 1, seq FROM batch_shards WHERE worker_id = $10 AND status = 'running') held) AS assigned`
+       SELECT id, 1, seq FROM batch_shards WHERE worker_id = $10 AND status = 'running'
+       UNION ALL
+       SELECT id, 2, seq FROM batch_shards WHERE backup_worker_id = $10 AND status = 'running') held) AS assigned`
 const BEAT = beatSql('')
 const STEADY_BEAT = beatSql(`AND status = 'online' AND last_seen_at > $15 AND last_heartbeat_at IS NOT NULL
      AND ($2::float8 IS NULL OR vram_total_gb = $2::float8)`)
@@ -461,9 +464,9 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       return out
     },
     async workerHosting(workerId) {
-      const [engines, models] = await Promise.all([
+      const [runtimes, models] = await Promise.all([
         db
-          .select({ engine: workerRuntimes.engine })
+          .select({ engine: workerRuntimes.engine, capabilities: workerRuntimes.capabilities })
           .from(workerRuntimes)
           .where(eq(workerRuntimes.worker_id, workerId)),
         db
@@ -479,7 +482,9 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .from(workerModels)
           .where(eq(workerModels.worker_id, workerId)),
       ])
-      return { engines: engines.map((r) => r.engine), models }
+      const reported: WorkerHosting['reported'] = {}
+      for (const r of runtimes) if (r.capabilities) reported[r.engine] = r.capabilities
+      return { engines: runtimes.map((r) => r.engine), reported, models }
     },
 
     async findWorkerWithHosting(id) {
@@ -490,12 +495,85 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           'worker', to_jsonb(w),
           'hosting', json_build_object(
             'engines', ARRAY(SELECT engine FROM worker_runtimes WHERE worker_id = w.id),
+            'reported', coalesce((SELECT json_object_agg(engine, capabilities) FROM worker_runtimes
+              WHERE worker_id = w.id AND capabilities IS NOT NULL), '{}'),
             'models', coalesce((SELECT json_agg(json_build_object('name', m.name, 'runtime', m.runtime,
                 'digest', m.digest, 'loaded', m.loaded, 'advertised', m.advertised,
                 'configured', m.configured, 'on_disk', m.on_disk))
               FROM worker_models m WHERE m.worker_id = w.id), '[]'))) AS found
         FROM workers w WHERE w.id = ${id}`) as { found: { worker: WorkerRow; hosting: WorkerHosting } }[]
       return row?.found
+    },
+
+    async hostsNamed(names) {
+      if (names.length === 0) return []
+      const heads = await db
+        .select({
+          id: workers.id,
+          org_id: workers.org_id,
+          name: workers.name,
+          status: workers.status,
+          last_seen_at: workers.last_seen_at,
+          last_heartbeat_at: workers.last_heartbeat_at,
+          vram_total_gb: workers.vram_total_gb,
+          loading_models: workers.loading_models,
+          shards: workers.shards,
+        })
+        .from(workers)
+        .where(
+          inArray(
+            workers.id,
+            db
+              .selectDistinct({ id: workerModels.worker_id })
+              .from(workerModels)
+              .where(inArray(workerModels.name, [...names])),
+          ),
+        )
+        .orderBy(asc(workers.seq))
+      const ids = heads.map((w) => w.id)
+      if (ids.length === 0) return []
+      const [engines, models] = await Promise.all([
+        db
+          .select({
+            worker_id: workerRuntimes.worker_id,
+            engine: workerRuntimes.engine,
+            capabilities: workerRuntimes.capabilities,
+          })
+          .from(workerRuntimes)
+          .where(inArray(workerRuntimes.worker_id, ids))
+          .orderBy(asc(workerRuntimes.seq)),
+        db
+          .select({
+            worker_id: workerModels.worker_id,
+            name: workerModels.name,
+            runtime: workerModels.runtime,
+            digest: workerModels.digest,
+            loaded: workerModels.loaded,
+            advertised: workerModels.advertised,
+            configured: workerModels.configured,
+            on_disk: workerModels.on_disk,
+          })
+          .from(workerModels)
+          .where(inArray(workerModels.worker_id, ids))
+          .orderBy(asc(workerModels.seq)),
+      ])
+      return namedHosts(heads, engines, models)
+    },
+    async pullsFor(catalogIds) {
+      if (catalogIds.length === 0) return []
+      return db
+        .select({
+          pull: modelPulls,
+          worker: {
+            name: workers.name,
+            org_id: workers.org_id,
+            status: workers.status,
+            last_seen_at: workers.last_seen_at,
+          },
+        })
+        .from(modelPulls)
+        .innerJoin(workers, eq(workers.id, modelPulls.worker_id))
+        .where(inArray(modelPulls.catalog_id, [...catalogIds]))
     },
 
     async pullsOfWorker(workerId) {

@@ -12,23 +12,25 @@ import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import type {
-  Claimed,
-  ClaimRequest,
-  DeliveredResults,
-  FailureReport,
-  QueueStore,
-  SweepOutcome,
+import {
+  type Claimed,
+  type ClaimRequest,
+  type DeliveredResults,
+  type FailureReport,
+  type QueueStore,
+  type SweepOutcome,
+  takesNeeds,
 } from '../queue'
 import type { PgDb, PgTx } from './db'
 import {
+  claimBackup,
   claimFromHead,
+  endShardCopyLocked,
   heldShard,
   lineRange,
   lockShard,
   openSplitHeads,
   recordShardResultsTx,
-  requeueShardLocked,
   requeueSilentShards,
   type ShardClaim,
   shardStateCounts,
@@ -65,37 +67,49 @@ export async function requeueLocked(
 // a poll is the hot path of every instance, and building its queries through drizzle cost more
 // CPU than PostgreSQL spent running them (issue 10 profile).
 
+/** One (model, needs) pair a worker may claim batches of (docs/api.md §7 Poll rule 7). */
+export interface HeadKey {
+  model: string
+  needs: string
+}
+
 /**
- * The oldest validated batch of each owner of each candidate model (docs/api.md §14): each step of the
- * recursion is the head of the next owner after the last one, one probe of batches_status_model (a
- * skip scan over the owners), so the cost follows the owners waiting, never the depth of the queue.
- * The ORDER BY names every column of that index and `status = ANY('{…}')` is no planner constant:
- * only that index gives the order without a sort (batches_status_user would walk every waiting
- * batch of every model; the primary key, every batch). Run on `db.$claims`, it is planned once per
- * connection (generic plan). `wholeOnly`: a worker that takes whole batches only never sees a split
- * one (docs/api.md §16); a bound flag, so both forms are one statement and one plan.
+ * The oldest validated batch of each owner of each candidate (model, needs) pair (docs/api.md §14,
+ * §7 Poll rule 7): each step of the recursion is the head of the next owner after the last one,
+ * one probe of batches_status_model (a skip scan over the owners), so the cost follows the owners
+ * waiting, never the depth of the queue — batches whose needs the worker cannot meet are never
+ * stepped over. The ORDER BY names every column of that index and `status = ANY('{…}')` is no
+ * planner constant: only that index gives the order without a sort (batches_status_user would
+ * walk every waiting batch of every model; the primary key, every batch). Run on `db.$claims`, it
+ * is planned once per connection (generic plan). `wholeOnly`: a worker that takes whole batches
+ * only never sees a split one (docs/api.md §16); a bound flag, so both forms are one statement and
+ * one plan.
  */
-export function claimHeads(q: SQL, models: string[], wholeOnly = false) {
+export function claimHeads(q: SQL, keys: readonly HeadKey[], wholeOnly = false) {
   const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
+  const models = keys.map((k) => k.model)
+  const needs = keys.map((k) => k.needs)
   return q`
     WITH RECURSIVE heads AS (
-      SELECT h.model, h.user_id, h.id, h.seq FROM unnest(${models}::text[]) AS m(model)
+      SELECT h.model, h.needs, h.user_id, h.id, h.seq
+      FROM unnest(${models}::text[], ${needs}::text[]) AS m(model, needs)
       CROSS JOIN LATERAL (
-        SELECT model, user_id, id, seq FROM batches
-        WHERE status = ANY(${waiting}::text[]) AND model = m.model AND NOT (split AND ${wholeOnly}::boolean)
-        ORDER BY status, model, user_id, seq LIMIT 1
+        SELECT model, needs, user_id, id, seq FROM batches
+        WHERE status = ANY(${waiting}::text[]) AND model = m.model AND needs = m.needs
+          AND NOT (split AND ${wholeOnly}::boolean)
+        ORDER BY status, model, needs, user_id, seq LIMIT 1
       ) h
       UNION ALL
-      SELECT n.model, n.user_id, n.id, n.seq FROM heads p
+      SELECT n.model, n.needs, n.user_id, n.id, n.seq FROM heads p
       CROSS JOIN LATERAL (
-        SELECT model, user_id, id, seq FROM batches
-        WHERE status = ANY(${waiting}::text[]) AND model = p.model AND user_id > p.user_id
-          AND NOT (split AND ${wholeOnly}::boolean)
-        ORDER BY status, model, user_id, seq LIMIT 1
+        SELECT model, needs, user_id, id, seq FROM batches
+        WHERE status = ANY(${waiting}::text[]) AND model = p.model AND needs = p.needs
+          AND user_id > p.user_id AND NOT (split AND ${wholeOnly}::boolean)
+        ORDER BY status, model, needs, user_id, seq LIMIT 1
       ) n
     )
-    SELECT model, user_id, id, seq::float8 AS seq FROM heads` as Promise<
-    { model: string; user_id: string; id: string; seq: number }[]
+    SELECT model, needs, user_id, id, seq::float8 AS seq FROM heads` as Promise<
+    { model: string; needs: string; user_id: string; id: string; seq: number }[]
   >
 }
 
@@ -109,14 +123,14 @@ export const oldestWaiting = (q: SQL, models: string[]) =>
 
 /**
  * docs/api.md §14: how much each of `owners` has in progress — whole batches (batches_status_user) and
- * held shards of split ones (docs/api.md §16, batch_shards_user).
+ * held shards of split ones with their backup copies (docs/api.md §16, batch_shards_user).
  */
 const runningOf = (q: SQL, owners: string[]) =>
   q`SELECT user_id, sum(n)::int AS n FROM (
       SELECT user_id, count(*) AS n FROM batches
       WHERE status = 'in_progress' AND NOT split AND user_id = ANY(${owners}::text[]) GROUP BY user_id
       UNION ALL
-      SELECT user_id, count(*) AS n FROM batch_shards
+      SELECT user_id, count(*) + count(backup_worker_id) AS n FROM batch_shards
       WHERE status = 'running' AND user_id = ANY(${owners}::text[]) GROUP BY user_id) r
     GROUP BY user_id` as Promise<{ user_id: string; n: number }[]>
 
@@ -135,9 +149,10 @@ const runningOf = (q: SQL, owners: string[]) =>
  * ever open. Two polls of one worker that chose the same slot cannot both commit: the second fails
  * (23505) as a whole, its batch untouched, and tries again with a fresh snapshot. Assignments older
  * than the slots, or copied from SQLite (whose claims take turns and leave the slot null), count
- * but hold no slot; as they only ever finish, the same holds. So do held shards (docs/api.md §16: they
- * count toward the limit): a worker without capabilities.shards holds none past its registration,
- * and the claims of a shard-capable worker take turns (shards.ts claimFromHead), never this one.
+ * but hold no slot; as they only ever finish, the same holds. So do held shards and backup copies
+ * (docs/api.md §16: they count toward the limit): a worker without capabilities.shards holds none
+ * past its registration, and the claims of a shard-capable worker take turns (shards.ts
+ * claimFromHead, claimBackup), never this one.
  * A split batch is never claimed whole.
  *
  * Registration locks the worker's row (FOR UPDATE) while it requeues what the old incarnation held;
@@ -152,7 +167,7 @@ const runningOf = (q: SQL, owners: string[]) =>
  */
 export function claimOne(
   q: SQL,
-  pick: { model: string; user_id: string; seq: number },
+  pick: { model: string; needs: string; user_id: string; seq: number },
   a: { id: string; workerId: string; orgId: string; now: number; maxConcurrent: number },
 ) {
   const { from, to } = BATCH_TRANSITIONS.claimed
@@ -161,7 +176,9 @@ export function claimOne(
       SELECT id FROM workers WHERE id = ${a.workerId} FOR KEY SHARE
     ), open AS (
       SELECT (count(*) + (SELECT count(*) FROM batch_shards
-                          WHERE worker_id = ${a.workerId} AND status = 'running'))::int AS active,
+                          WHERE worker_id = ${a.workerId} AND status = 'running')
+                       + (SELECT count(*) FROM batch_shards
+                          WHERE backup_worker_id = ${a.workerId} AND status = 'running'))::int AS active,
         coalesce(min(i) FILTER (WHERE slot <> i), count(slot))::int AS slot
       FROM (SELECT slot, (row_number() OVER (ORDER BY slot) - 1)::int AS i FROM batch_assignments
             WHERE worker_id = ${a.workerId} AND completed_at IS NULL) held
@@ -169,9 +186,9 @@ export function claimOne(
       UPDATE batches SET status = ${to}, in_progress_at = ${a.now}, updated_at = ${a.now}
       WHERE id = (
         SELECT id FROM batches
-        WHERE status = ANY(${`{${from}}`}::text[]) AND model = ${pick.model} AND user_id = ${pick.user_id}
-          AND seq >= ${pick.seq}::bigint AND NOT split
-        ORDER BY status, model, user_id, seq LIMIT 1
+        WHERE status = ANY(${`{${from}}`}::text[]) AND model = ${pick.model} AND needs = ${pick.needs}
+          AND user_id = ${pick.user_id} AND seq >= ${pick.seq}::bigint AND NOT split
+        ORDER BY status, model, needs, user_id, seq LIMIT 1
         FOR UPDATE SKIP LOCKED
       ) AND status = ${from}
         AND (SELECT active FROM open) < ${a.maxConcurrent} AND EXISTS (SELECT FROM worker)
@@ -234,11 +251,16 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       if (req.candidates.length === 0) return null
       const byModel = new Map(req.candidates.map((c) => [c.model, c]))
       const models = [...byModel.keys()]
+      const keys = req.candidates.flatMap((c) => takesNeeds(c).map((needs) => ({ model: c.model, needs })))
       // The heads are read before the claim: they only name whom to claim from, and the claim
       // re-checks everything, the worker's limit too (claimOne, claimFromHead).
-      const found = await claimHeads(db.$claims, models, !req.shards)
-      // docs/api.md §16: split batches in progress with shards left join the choice.
-      if (req.shards) found.push(...(await openSplitHeads(db.$claims, models)))
+      const found = await claimHeads(db.$claims, keys, !req.shards)
+      // docs/api.md §16: split batches in progress with shards left join the choice, those whose
+      // needs the worker meets (docs/api.md §7 Poll rule 7).
+      if (req.shards) {
+        for (const r of await openSplitHeads(db.$claims, models))
+          if (takesNeeds(byModel.get(r.model)!).includes(r.needs)) found.push(r)
+      }
       const heads = found.map((r) => {
         const c = byModel.get(r.model)!
         return {
@@ -246,6 +268,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           seq: r.seq,
           user_id: r.user_id,
           model: c.model,
+          needs: r.needs,
           rank: 0,
           running: 0,
           candidate: c,
@@ -281,7 +304,13 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
             best.candidate.names ?? [],
           )
           if (got.kind === 'claimed')
-            return { batch: got.batch, assignmentId: got.assignmentId, match, shard: got.shard }
+            return {
+              batch: got.batch,
+              assignmentId: got.assignmentId,
+              match,
+              shard: got.shard,
+              backup: false,
+            }
           if (got.kind === 'full') return null
         } else {
           const assignmentId = newId('asg_')
@@ -301,13 +330,28 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
               event: 'claimed',
               reason: `worker ${req.workerId}`,
             })
-            return { batch, assignmentId, match, shard: null }
+            return { batch, assignmentId, match, shard: null, backup: false }
           }
           if (active >= req.maxConcurrent) return null
         }
         placed.splice(placed.indexOf(best), 1)
       }
-      return null
+      // docs/api.md §16 backup copies: the lowest priority of a claim, when nothing else is.
+      if (!req.shards) return null
+      const got = await claimBackup(
+        db.$claims,
+        { workerId: req.workerId, orgId: req.orgId, now: req.now, maxConcurrent: req.maxConcurrent },
+        byModel,
+        maxAttempts,
+      )
+      if (got.kind !== 'claimed') return null
+      return {
+        batch: got.batch,
+        assignmentId: got.assignmentId,
+        match: byModel.get(got.batch.model!)!.match,
+        shard: got.shard,
+        backup: true,
+      }
     },
 
     async batchWithAssignment(batchId) {
@@ -358,8 +402,16 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       return db.transaction(async (tx) => {
         if (isShardId(r.jobId)) {
           const locked = heldShard(await lockShard(tx, r.jobId), r.workerId, r.assignmentId)
-          // Locked and seen running, its batch in_progress, by the holder rule: the requeue happens.
-          return (await requeueShardLocked(tx, maxAttempts, locked, 'reported_failure', r.error, r.now))!
+          // Locked and seen running, its batch in_progress, by the holder rule: this copy ends.
+          return (await endShardCopyLocked(
+            tx,
+            maxAttempts,
+            locked,
+            locked.copy,
+            'reported_failure',
+            r.error,
+            r.now,
+          ))!
         }
         const [row] = await tx
           .select({
@@ -470,24 +522,19 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     },
 
     async waitingWork() {
-      // docs/api.md §7 placement: validated batches (batches_waiting alone), the uncut rest of split
-      // batches in progress (batches_split_model) and their requeued shards.
-      const rows = (await db.$client`
-        SELECT model, sum(requests)::float8 AS requests, min(oldest)::float8 AS oldest_queued_at FROM (
-          SELECT model, sum(request_counts_total) AS requests, min(queued_at) AS oldest
+      // docs/api.md §7 placement: validated batches (batches_validated_model alone), the uncut rest of
+      // split batches in progress (batches_split_model) and their requeued shards.
+      return (await db.$client`
+        SELECT model, sum(requests)::float8 AS requests FROM (
+          SELECT model, sum(request_counts_total) AS requests
           FROM batches WHERE status = 'validated' GROUP BY model
           UNION ALL
-          SELECT model, sum(request_counts_total - next_request), NULL
+          SELECT model, sum(request_counts_total - next_request)
           FROM batches WHERE split AND status = 'in_progress' GROUP BY model
           UNION ALL
-          SELECT b.model, sum(s.requests), NULL FROM batch_shards s JOIN batches b ON b.id = s.batch_id
+          SELECT b.model, sum(s.requests) FROM batch_shards s JOIN batches b ON b.id = s.batch_id
           WHERE s.status = 'waiting' AND b.status = 'in_progress' GROUP BY b.model) w
-        WHERE model IS NOT NULL GROUP BY model`) as {
-        model: string
-        requests: number
-        oldest_queued_at: number | null
-      }[]
-      return rows
+        WHERE model IS NOT NULL GROUP BY model`) as { model: string; requests: number }[]
     },
 
     async tryRunEvery(name: string, now: number, intervalSeconds: number) {

@@ -1,21 +1,28 @@
 import type { SQL } from 'bun'
 import { and, asc, eq, getTableColumns, inArray, sql } from 'drizzle-orm'
+import { alias } from 'drizzle-orm/pg-core'
 import * as schema from '../../db/pg/schema'
 import type { BatchRow, BatchShardRow } from '../../db/schema'
 import { BATCH_TRANSITIONS } from '../../domain/batch-states'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import {
+  type BackupCandidate,
+  type CopyCounts,
   checkShardHolder,
+  copyEnded,
   nextShardSize,
+  pickBackup,
   type ShardBounds,
+  type ShardCopy,
   type ShardHolding,
   type ShardState,
+  shardCounts,
   splittable,
 } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import type { ByteRange, DeliveredShard } from '../queue'
+import { type ByteRange, type DeliveredShard, type ShardResultsRecorded, takesNeeds } from '../queue'
 import type { PgDb, PgTx } from './db'
 import { batchRow, transition } from './transition'
 
@@ -24,10 +31,10 @@ import { batchRow, transition } from './transition'
 // the requeue rule; this file applies it.
 //
 // Lock order: a shard's batch row first (FOR UPDATE), then the shard row. Every writer of a shard —
-// the claim that cuts or takes it, progress, results, report-failure, the sweeper, re-registration
-// — takes both in that order, so none of them deadlocks another, and a requeue that decides from
-// the batch's other shards (requeueShardLocked) sees every claim of that batch committed or not
-// begun.
+// the claim that cuts or takes it or starts its backup copy, progress, results, report-failure, the
+// sweeper, re-registration — takes both in that order, so none of them deadlocks another, and a
+// requeue that decides from the batch's other shards (requeueShardLocked) sees every claim of that
+// batch committed or not begun.
 
 const { batches, batchShards, workers } = schema
 
@@ -50,11 +57,11 @@ export function shardRow(raw: Record<string, unknown>): BatchShardRow {
  */
 export function openSplitHeads(q: SQL, models: string[]) {
   return q`
-    SELECT model, user_id, id, seq::float8 AS seq FROM batches
+    SELECT model, needs, user_id, id, seq::float8 AS seq FROM batches
     WHERE split AND status = 'in_progress' AND model = ANY(${models}::text[])
       AND (next_request < request_counts_total
         OR EXISTS (SELECT FROM batch_shards s WHERE s.batch_id = batches.id AND s.status = 'waiting'))` as Promise<
-    { model: string; user_id: string; id: string; seq: number }[]
+    { model: string; needs: string; user_id: string; id: string; seq: number }[]
   >
 }
 
@@ -62,9 +69,9 @@ export function openSplitHeads(q: SQL, models: string[]) {
 const claimKey = (workerId: string) => `gridkeep claim\n${workerId}`
 
 /**
- * docs/api.md §7 max_concurrent_jobs counting held shards (docs/api.md §16). Shards hold no slot
- * (batch_assignments_slot), so the claims of a shard-capable worker take turns on an advisory lock
- * named by the worker instead: each counts, under the lock, every assignment and shard the
+ * docs/api.md §7 max_concurrent_jobs counting held shards and backup copies (docs/api.md §16).
+ * Shards hold no slot (batch_assignments_slot), so the claims of a shard-capable worker take turns
+ * on an advisory lock named by the worker instead: each counts, under the lock, every assignment and shard the
  * worker's earlier claims committed. The worker row's KEY SHARE orders the claim with
  * re-registration, as claimOne does. Pipelined: each statement's snapshot follows the one before,
  * so the count is taken after the lock is held.
@@ -74,7 +81,8 @@ async function lockWorker(q: SQL, workerId: string) {
     q`SELECT pg_advisory_xact_lock(hashtextextended(${claimKey(workerId)}, 0))`,
     q`SELECT id FROM workers WHERE id = ${workerId} FOR KEY SHARE`,
     q`SELECT (SELECT count(*) FROM batch_assignments WHERE worker_id = ${workerId} AND completed_at IS NULL)::int
-        + (SELECT count(*) FROM batch_shards WHERE worker_id = ${workerId} AND status = 'running')::int AS n`,
+        + (SELECT count(*) FROM batch_shards WHERE worker_id = ${workerId} AND status = 'running')::int
+        + (SELECT count(*) FROM batch_shards WHERE backup_worker_id = ${workerId} AND status = 'running')::int AS n`,
   ])
   return { exists: (found as unknown[]).length === 1, active: (counted as { n: number }[])[0]!.n }
 }
@@ -89,7 +97,7 @@ export interface ShardClaimRequest {
 }
 
 export type ShardClaim =
-  | { kind: 'claimed'; batch: BatchRow; shard: BatchShardRow | null; assignmentId: string }
+  | { kind: 'claimed'; batch: BatchRow; shard: BatchShardRow | null; assignmentId: string; backup: boolean }
   /** The worker holds max_concurrent_jobs jobs (or is gone): nothing more for this poll. */
   | { kind: 'full' }
   /** This head has nothing to hand out any more (taken, finished, failed): try the next. */
@@ -124,7 +132,7 @@ export async function claimFromHead(
   if (!b.split && (b.status !== from || !splittable(b.total, req.bounds, b.indexed))) {
     const assignmentId = newId('asg_')
     const batch = await claimWholeById(q, batchId, { ...req, id: assignmentId })
-    return batch ? { kind: 'claimed', batch, shard: null, assignmentId } : { kind: 'missed' }
+    return batch ? { kind: 'claimed', batch, shard: null, assignmentId, backup: false } : { kind: 'missed' }
   }
   const assignmentId = newId('asg_')
   // A waiting (requeued) shard first, in shard order.
@@ -179,7 +187,92 @@ export async function claimFromHead(
     ;[batchRaw] = (await q`SELECT * FROM batches WHERE id = ${batchId}`) as Record<string, unknown>[]
   }
   if (!batchRaw) throw new Error(`batch ${batchId} changed under its lock`)
-  return { kind: 'claimed', batch: batchRow(batchRaw), shard, assignmentId }
+  return { kind: 'claimed', batch: batchRow(batchRaw), shard, assignmentId, backup: false }
+}
+
+/**
+ * The running shards of split batches in progress of `models` (of one batch, when `batchId` is
+ * given), with what pickBackup reads of their batches.
+ */
+async function backupCandidates(q: SQL, models: string[], batchId: string | null) {
+  const rows = (await q`
+    SELECT s.id AS shard_id, s.seq::float8 AS seq, s.worker_id, s.assigned_at::float8 AS assigned_at,
+      s.attempts, s.backup_worker_id, s.batch_id, b.model, b.needs,
+      b.next_request < b.request_counts_total AS batch_uncut,
+      EXISTS (SELECT FROM batch_shards w WHERE w.batch_id = b.id AND w.status = 'waiting') AS batch_waiting
+    FROM batches b JOIN batch_shards s ON s.batch_id = b.id AND s.status = 'running'
+    WHERE b.split AND b.status = 'in_progress' AND b.model = ANY(${models}::text[])
+      AND (${batchId}::text IS NULL OR b.id = ${batchId}::text)`) as (Omit<BackupCandidate, 'loaded'> & {
+    batch_id: string
+    model: string
+    needs: string
+  })[]
+  return rows
+}
+
+/**
+ * docs/api.md §16 backup copies, when a poll found nothing else to claim: the shard pickBackup
+ * chooses among the running shards of `models`' split batches whose needs the worker meets
+ * (docs/api.md §7 Poll rule 7) gets this worker as its backup. The choice is first made without a
+ * lock on the claims' pool `pool` (an idle poll with no backup to hand out opens no transaction);
+ * then, in one transaction, under the worker's claim lock (lockWorker counts its jobs), the chosen
+ * shard's batch is locked and the choice made again on what it holds now (a requeue or another
+ * backup may have come first), as every writer of its shards takes that lock first.
+ */
+export async function claimBackup(
+  pool: SQL,
+  req: { workerId: string; orgId: string; now: number; maxConcurrent: number },
+  models: ReadonlyMap<string, { loaded: boolean; needs?: readonly string[] }>,
+  maxAttempts: number,
+): Promise<ShardClaim> {
+  const names = [...models.keys()]
+  const withLoaded = <T extends { model: string; needs: string }>(rows: T[]) =>
+    rows
+      .filter((r) => takesNeeds(models.get(r.model)!).includes(r.needs))
+      .map((r) => ({ ...r, loaded: models.get(r.model)?.loaded ?? false }))
+  let candidates = withLoaded(await backupCandidates(pool, names, null))
+  if (!pickBackup(candidates, req.workerId, maxAttempts)) return { kind: 'missed' }
+  return pool.begin(async (tx) => {
+    const q = tx as unknown as SQL
+    const { exists, active } = await lockWorker(q, req.workerId)
+    if (!exists || active >= req.maxConcurrent) return { kind: 'full' } as const
+    for (let pick = pickBackup(candidates, req.workerId, maxAttempts); pick; ) {
+      const batchId = pick.batch_id
+      await q`SELECT id FROM batches WHERE id = ${batchId} FOR UPDATE`
+      const chosen = pickBackup(
+        withLoaded(await backupCandidates(q, names, batchId)),
+        req.workerId,
+        maxAttempts,
+      )
+      if (chosen) {
+        const assignmentId = newId('asg_')
+        const [raw] = (await q`
+          UPDATE batch_shards SET backup_worker_id = ${req.workerId}, backup_org_id = ${req.orgId},
+            backup_assignment_id = ${assignmentId}, backup_assigned_at = ${req.now},
+            backup_request_counts_completed = 0, backup_request_counts_failed = 0, backup_won = FALSE,
+            updated_at = ${req.now}
+          WHERE id = ${chosen.shard_id} AND status = 'running' AND backup_worker_id IS NULL
+            AND worker_id <> ${req.workerId}
+          RETURNING *`) as Record<string, unknown>[]
+        if (raw) {
+          const [batchRaw] = (await q`SELECT * FROM batches WHERE id = ${batchId}`) as Record<
+            string,
+            unknown
+          >[]
+          return {
+            kind: 'claimed',
+            batch: batchRow(batchRaw!),
+            shard: shardRow(raw),
+            assignmentId,
+            backup: true,
+          } as const
+        }
+      }
+      candidates = candidates.filter((c) => c.batch_id !== batchId)
+      pick = pickBackup(candidates, req.workerId, maxAttempts)
+    }
+    return { kind: 'missed' } as const
+  })
 }
 
 /**
@@ -248,24 +341,126 @@ export async function lockShard(tx: PgTx, shardId: string): Promise<LockedShard 
       status: shard.status,
       worker_id: shard.worker_id,
       assignment_id: shard.assignment_id,
+      backup_worker_id: shard.backup_worker_id,
+      backup_assignment_id: shard.backup_assignment_id,
       batch_status: batch.status,
     },
   }
 }
 
-/** The shard holder rule (docs/api.md §16) on a locked shard. */
+/** The shard holder rule (docs/api.md §16) on a locked shard; `copy` is the copy that wrote. */
 export function heldShard(locked: LockedShard | null, workerId: string, assignmentId: string | undefined) {
-  checkShardHolder(locked?.holding, workerId, assignmentId)
-  return locked!
+  const { copy } = checkShardHolder(locked?.holding, workerId, assignmentId)
+  return { ...locked!, copy }
+}
+
+/** A locked shard's copies' own counts (the backup's null without one). */
+function copiesOf(shard: BatchShardRow): { holder: CopyCounts; backup: CopyCounts | null } {
+  return {
+    holder: { completed: shard.request_counts_completed, failed: shard.request_counts_failed },
+    backup:
+      shard.backup_assignment_id === null
+        ? null
+        : { completed: shard.backup_request_counts_completed, failed: shard.backup_request_counts_failed },
+  }
+}
+
+/** The batch's live counts moved by `dc`, `df` (docs/api.md §16: the sum of its shards'). */
+async function moveBatchCounts(tx: PgTx, batchId: string, dc: number, df: number, now: number) {
+  await tx
+    .update(batches)
+    .set({
+      request_counts_completed: sql`${batches.request_counts_completed} + ${dc}`,
+      request_counts_failed: sql`${batches.request_counts_failed} + ${df}`,
+      updated_at: now,
+    })
+    .where(and(eq(batches.id, batchId), eq(batches.status, 'in_progress')))
 }
 
 /**
- * One failed attempt of a running shard, locked by the caller (the requeue rule, per shard: docs/api.md
- * §16). The shard waits again, offered before any new shard; the batch fails when the shard's
- * attempts are used up, goes back to validated when no other shard runs or is done, and otherwise
- * stays in_progress with its shards' highest attempts. Null for a stale caller.
+ * One copy of a running shard, locked by the caller, ended without results (report-failure, a
+ * silent worker, re-registration), by copyEnded (docs/api.md §16): the shard's only copy is requeued
+ * (requeueShardLocked); otherwise the other copy carries on — promoted to holder, or the holder
+ * left alone — with one attempt counted and the error stored. Null for a stale caller.
  */
-export async function requeueShardLocked(
+export async function endShardCopyLocked(
+  tx: PgTx,
+  maxAttempts: number,
+  locked: LockedShard,
+  copy: ShardCopy,
+  reason: RequeueReason,
+  errorText: string,
+  now: number,
+): Promise<RequeueOutcome | null> {
+  const { shard, batch } = locked
+  if (shard.status !== 'running' || batch.status !== 'in_progress') return null
+  const plan = copyEnded(shard, copy, errorText)
+  if (plan.kind === 'requeue') return requeueShardLocked(tx, maxAttempts, locked, reason, errorText, now)
+  const { holder, backup } = copiesOf(shard)
+  const before = shardCounts(holder, backup)
+  const after = plan.kind === 'promote' ? backup! : holder
+  const cleared = {
+    backup_worker_id: null,
+    backup_org_id: null,
+    backup_assignment_id: null,
+    backup_assigned_at: null,
+    backup_request_counts_completed: 0,
+    backup_request_counts_failed: 0,
+  }
+  const changed = await tx
+    .update(batchShards)
+    .set({
+      ...(plan.kind === 'promote'
+        ? {
+            worker_id: shard.backup_worker_id,
+            org_id: shard.backup_org_id,
+            assignment_id: shard.backup_assignment_id,
+            assigned_at: shard.backup_assigned_at,
+            request_counts_completed: backup!.completed,
+            request_counts_failed: backup!.failed,
+          }
+        : {}),
+      ...cleared,
+      attempts: plan.attempts,
+      updated_at: now,
+    })
+    .where(
+      and(
+        eq(batchShards.id, shard.id),
+        eq(batchShards.status, 'running'),
+        eq(batchShards.backup_assignment_id, shard.backup_assignment_id!),
+      ),
+    )
+    .returning({ id: batchShards.id })
+  if (changed.length === 0) return null
+  // The batch stays in_progress: its attempts are its shards' highest, its error the last one.
+  await tx
+    .update(batches)
+    .set({
+      attempts: sql`greatest(${batches.attempts}, ${plan.attempts})`,
+      error: plan.error,
+      request_counts_completed: sql`${batches.request_counts_completed} + ${after.completed - before.completed}`,
+      request_counts_failed: sql`${batches.request_counts_failed} + ${after.failed - before.failed}`,
+      updated_at: now,
+    })
+    .where(and(eq(batches.id, batch.id), eq(batches.status, 'in_progress')))
+  return {
+    status: 'validated',
+    batch_id: batch.id,
+    attempts: plan.attempts,
+    error: plan.error,
+    model: batch.model,
+    backup: plan.kind === 'promote' ? 'promoted' : 'failed',
+  }
+}
+
+/**
+ * One failed attempt of a running shard with no other copy, locked by the caller (the requeue rule,
+ * per shard: docs/api.md §16). The shard waits again, offered before any new shard; the batch fails
+ * when the shard's attempts are used up, goes back to validated when no other shard runs or is
+ * done, and otherwise stays in_progress with its shards' highest attempts. Null for a stale caller.
+ */
+async function requeueShardLocked(
   tx: PgTx,
   maxAttempts: number,
   locked: LockedShard,
@@ -288,6 +483,12 @@ export async function requeueShardLocked(
       assigned_at: null,
       request_counts_completed: 0,
       request_counts_failed: 0,
+      backup_worker_id: null,
+      backup_org_id: null,
+      backup_assignment_id: null,
+      backup_assigned_at: null,
+      backup_request_counts_completed: 0,
+      backup_request_counts_failed: 0,
       updated_at: now,
     })
     .where(
@@ -332,7 +533,7 @@ export async function requeueShardLocked(
 /**
  * docs/api.md §16: the batch failed, so its other running shards hold nothing any more: they stop
  * counting toward their workers' max_concurrent_jobs and leave assigned_job_ids. Their holder and
- * assignment stay, so a holder's later write hears 409 `batch_not_in_progress`, not 403.
+ * assignment stay (and a backup's), so a later write hears 409 `batch_not_in_progress`, not 403.
  */
 async function stopRunningShards(tx: PgTx, batchId: string, now: number) {
   await tx
@@ -359,31 +560,44 @@ export async function takeParts(tx: PgTx, batchId: string): Promise<string[]> {
   return rows.flatMap((r) => [r.output_key, r.error_key]).filter((k): k is string => k !== null)
 }
 
+/** A worker's copy of a shard: its lease when selected (the holder's or the backup's). */
+interface Lease {
+  id: string
+  batch_id: string
+  worker_id: string | null
+  assignment_id: string | null
+  error: string
+}
+
 /**
- * Requeues each of `leases` that still stands when locked (the same shard, the same assignment):
- * a shard requeued and taken again meanwhile belongs to its new holder. The batches are locked in
- * the order of their ids, so two transactions locking several (the sweeper, a re-registration)
- * never wait for each other in a circle; the outcomes come in the order of `leases` (claim order).
+ * Ends each of `leases` that still stands when locked (the same shard, the same worker on the same
+ * assignment, as holder or backup: a backup promoted meanwhile ends as the holder it now is): a
+ * shard requeued and taken again meanwhile belongs to its new holder. The batches are locked in
+ * the order of their ids (a shard's leases in the order given: the holder's first), so two
+ * transactions locking several (the sweeper, a re-registration) never wait for each other in a
+ * circle; the outcomes come in the order of `leases` (claim order).
  */
-async function requeueLeases(
-  tx: PgTx,
-  maxAttempts: number,
-  leases: { id: string; batch_id: string; assignment_id: string | null; error: string }[],
-  reason: RequeueReason,
-  now: number,
-) {
+async function endLeases(tx: PgTx, maxAttempts: number, leases: Lease[], reason: RequeueReason, now: number) {
   const out: (RequeueOutcome | null)[] = leases.map(() => null)
   const order = leases.map((_, i) => i).sort((a, b) => (leases[a]!.batch_id < leases[b]!.batch_id ? -1 : 1))
   for (const i of order) {
     const l = leases[i]!
     const locked = await lockShard(tx, l.id)
-    if (!locked || locked.shard.assignment_id !== l.assignment_id) continue
-    out[i] = await requeueShardLocked(tx, maxAttempts, locked, reason, l.error, now)
+    if (!locked) continue
+    const { shard } = locked
+    const copy: ShardCopy | null =
+      shard.worker_id === l.worker_id && shard.assignment_id === l.assignment_id
+        ? 'holder'
+        : shard.backup_worker_id === l.worker_id && shard.backup_assignment_id === l.assignment_id
+          ? 'backup'
+          : null
+    if (!copy) continue
+    out[i] = await endShardCopyLocked(tx, maxAttempts, locked, copy, reason, l.error, now)
   }
   return out.filter((o) => o !== null)
 }
 
-/** Requeues every shard `workerId` holds (re-registration, docs/api.md §7). */
+/** Ends every shard copy `workerId` runs, holder or backup (re-registration, docs/api.md §7). */
 export async function requeueHeldShards(
   tx: PgTx,
   maxAttempts: number,
@@ -392,12 +606,15 @@ export async function requeueHeldShards(
   error: string,
   now: number,
 ) {
-  const held = await tx
-    .select({ id: batchShards.id, batch_id: batchShards.batch_id, assignment_id: batchShards.assignment_id })
-    .from(batchShards)
-    .where(and(eq(batchShards.worker_id, workerId), eq(batchShards.status, 'running')))
-    .orderBy(asc(batchShards.seq))
-  return requeueLeases(
+  const held = (await tx.execute(sql`
+    SELECT id, batch_id, worker_id, assignment_id FROM (
+      SELECT id, batch_id, worker_id, assignment_id, seq FROM batch_shards
+      WHERE worker_id = ${workerId} AND status = 'running'
+      UNION ALL
+      SELECT id, batch_id, backup_worker_id, backup_assignment_id, seq FROM batch_shards
+      WHERE backup_worker_id = ${workerId} AND status = 'running') copies
+    ORDER BY seq`)) as unknown as Omit<Lease, 'error'>[]
+  return endLeases(
     tx,
     maxAttempts,
     held.map((h) => ({ ...h, error })),
@@ -406,18 +623,23 @@ export async function requeueHeldShards(
   )
 }
 
-/** The sweeper: requeues every running shard whose holder is silent, offline or gone. */
+/**
+ * The sweeper: ends every running shard copy whose worker is silent, offline or gone — a shard's
+ * holder first (its backup, if live, is promoted), then its backup.
+ */
 export async function requeueSilentShards(tx: PgTx, maxAttempts: number, cutoff: number, now: number) {
   const silent = (await tx.execute(sql`
-    SELECT s.id, s.batch_id, s.assignment_id, s.worker_id FROM batch_shards s LEFT JOIN workers w ON w.id = s.worker_id
-    WHERE s.status = 'running' AND (w.id IS NULL OR w.status = 'offline' OR w.last_seen_at <= ${cutoff})
-    ORDER BY s.seq`)) as unknown as {
-    id: string
-    batch_id: string
-    assignment_id: string | null
-    worker_id: string | null
-  }[]
-  return requeueLeases(
+    SELECT id, batch_id, worker_id, assignment_id FROM (
+      SELECT s.id, s.batch_id, s.worker_id, s.assignment_id, s.seq, 0 AS copy
+      FROM batch_shards s LEFT JOIN workers w ON w.id = s.worker_id
+      WHERE s.status = 'running' AND (w.id IS NULL OR w.status = 'offline' OR w.last_seen_at <= ${cutoff})
+      UNION ALL
+      SELECT s.id, s.batch_id, s.backup_worker_id, s.backup_assignment_id, s.seq, 1
+      FROM batch_shards s LEFT JOIN workers k ON k.id = s.backup_worker_id
+      WHERE s.status = 'running' AND s.backup_worker_id IS NOT NULL
+        AND (k.id IS NULL OR k.status = 'offline' OR k.last_seen_at <= ${cutoff})) copies
+    ORDER BY seq, copy`)) as unknown as Omit<Lease, 'error'>[]
+  return endLeases(
     tx,
     maxAttempts,
     silent.map((s) => ({ ...s, error: silentRequeue(s.worker_id).error })),
@@ -426,19 +648,11 @@ export async function requeueSilentShards(tx: PgTx, maxAttempts: number, cutoff:
   )
 }
 
-/** The shard's new counts, and the batch's moved by the difference (docs/api.md §16: their sum). */
-async function moveCounts(tx: PgTx, locked: LockedShard, completed: number, failed: number, now: number) {
-  await tx
-    .update(batches)
-    .set({
-      request_counts_completed: sql`${batches.request_counts_completed} + ${completed - locked.shard.request_counts_completed}`,
-      request_counts_failed: sql`${batches.request_counts_failed} + ${failed - locked.shard.request_counts_failed}`,
-      updated_at: now,
-    })
-    .where(and(eq(batches.id, locked.batch.id), eq(batches.status, 'in_progress')))
-}
-
-/** A shard holder's progress report (docs/api.md §7 counts, per shard), in the caller's transaction. */
+/**
+ * A progress report of one copy of a shard (docs/api.md §7 counts, per shard and copy: each copy's
+ * own counts never go down), in the caller's transaction; the batch's counts move by the change of
+ * the shard's live counts (shardCounts: its copy furthest along).
+ */
 export async function recordShardProgress(
   tx: PgTx,
   p: {
@@ -452,21 +666,41 @@ export async function recordShardProgress(
   check: (held: { total: number; completed: number; failed: number }) => void,
 ) {
   const locked = heldShard(await lockShard(tx, p.jobId), p.workerId, p.assignmentId)
-  check({
-    total: locked.shard.requests,
-    completed: locked.shard.request_counts_completed,
-    failed: locked.shard.request_counts_failed,
-  })
+  const { holder, backup } = copiesOf(locked.shard)
+  check({ total: locked.shard.requests, ...(locked.copy === 'holder' ? holder : backup!) })
+  const counts = { completed: p.completed, failed: p.failed }
+  const before = shardCounts(holder, backup)
+  const after = locked.copy === 'holder' ? shardCounts(counts, backup) : shardCounts(holder, counts)
   await tx
     .update(batchShards)
-    .set({ request_counts_completed: p.completed, request_counts_failed: p.failed, updated_at: p.now })
+    .set(
+      locked.copy === 'holder'
+        ? { request_counts_completed: p.completed, request_counts_failed: p.failed, updated_at: p.now }
+        : {
+            backup_request_counts_completed: p.completed,
+            backup_request_counts_failed: p.failed,
+            updated_at: p.now,
+          },
+    )
     .where(and(eq(batchShards.id, p.jobId), eq(batchShards.status, 'running')))
-  await moveCounts(tx, locked, p.completed, p.failed, p.now)
+  await moveBatchCounts(
+    tx,
+    locked.batch.id,
+    after.completed - before.completed,
+    after.failed - before.failed,
+    p.now,
+  )
 }
 
-/** A shard's results recorded; `last` when the batch has no work left (every request done). */
-export async function recordShardResultsTx(tx: PgTx, r: DeliveredShard) {
+/**
+ * A shard's results recorded from one of its copies — the first complete upload wins (docs/api.md
+ * §16); `last` when the batch has no work left (every request done).
+ */
+export async function recordShardResultsTx(tx: PgTx, r: DeliveredShard): Promise<ShardResultsRecorded> {
   const locked = heldShard(await lockShard(tx, r.shardId), r.workerId, r.assignmentId)
+  const { shard } = locked
+  const { holder, backup } = copiesOf(shard)
+  const before = shardCounts(holder, backup)
   await tx
     .update(batchShards)
     .set({
@@ -478,16 +712,38 @@ export async function recordShardResultsTx(tx: PgTx, r: DeliveredShard) {
       error_key: r.errorKey,
       completed_at: r.now,
       updated_at: r.now,
+      // The backup's upload came first: the two leases change places. The lease is now the copy
+      // whose output the shard kept (usage by org counts its org), the backup columns the copy
+      // that lost (its writes get 409).
+      ...(locked.copy === 'backup'
+        ? {
+            backup_won: true,
+            worker_id: shard.backup_worker_id,
+            org_id: shard.backup_org_id,
+            assignment_id: shard.backup_assignment_id,
+            assigned_at: shard.backup_assigned_at,
+            backup_worker_id: shard.worker_id,
+            backup_org_id: shard.org_id,
+            backup_assignment_id: shard.assignment_id,
+            backup_assigned_at: shard.assigned_at,
+            backup_request_counts_completed: holder.completed,
+            backup_request_counts_failed: holder.failed,
+          }
+        : {}),
     })
     .where(and(eq(batchShards.id, r.shardId), eq(batchShards.status, 'running')))
-  await moveCounts(tx, locked, r.completed, r.failed, r.now)
+  await moveBatchCounts(tx, locked.batch.id, r.completed - before.completed, r.failed - before.failed, r.now)
   const [batch] = (await tx.select().from(batches).where(eq(batches.id, locked.batch.id))) as BatchRow[]
   const [{ unfinished }] = (await tx.execute(sql`
     SELECT ${batch!.next_request < batch!.request_counts_total}::boolean
       OR EXISTS (SELECT FROM batch_shards WHERE batch_id = ${batch!.id} AND status <> 'done') AS unfinished`)) as unknown as [
     { unfinished: boolean },
   ]
-  return { batch: batch!, last: !unfinished }
+  return {
+    batch: batch!,
+    last: !unfinished,
+    backup: backup ? (locked.copy === 'backup' ? 'won' : 'lost') : null,
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -502,14 +758,22 @@ export async function shardWithBatch(db: PgDb, shardId: string) {
   return row ? { shard: row.shard as BatchShardRow, batch: row.batch as BatchRow } : null
 }
 
+/** The worker running a shard's backup copy (GET /v1/batches/{id}/shards backup_worker_name). */
+const backupWorkers = alias(workers, 'backup_workers')
+
 export async function shardsOf(db: PgDb, batchId: string) {
   const rows = await db
-    .select({ shard: batchShards, worker_name: workers.name })
+    .select({ shard: batchShards, worker_name: workers.name, backup_worker_name: backupWorkers.name })
     .from(batchShards)
     .leftJoin(workers, eq(workers.id, batchShards.worker_id))
+    .leftJoin(backupWorkers, eq(backupWorkers.id, batchShards.backup_worker_id))
     .where(eq(batchShards.batch_id, batchId))
     .orderBy(asc(batchShards.shard_index))
-  return rows.map((r) => ({ ...(r.shard as BatchShardRow), worker_name: r.worker_name }))
+  return rows.map((r) => ({
+    ...(r.shard as BatchShardRow),
+    worker_name: r.worker_name,
+    backup_worker_name: r.backup_worker_name,
+  }))
 }
 
 export async function shardStateCounts(db: PgDb, batchIds: string[]) {

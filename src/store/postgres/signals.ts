@@ -7,13 +7,13 @@ const CHANNEL = 'gridkeep_batches'
 const MAX_PAYLOAD_BYTES = 7_500
 
 /**
- * Signals of one tick that say the same thing once: a `claimable` per model (held polls look at the
- * model, not the batch), a `models_changed` per scope, the latest `progress` per batch.
+ * Signals of one tick that say the same thing once: a `claimable` per model and needs (held polls
+ * look at those, not the batch), a `models_changed` per scope, the latest `progress` per batch.
  */
 function keyOf(signal: BatchSignal): string | null {
   switch (signal.kind) {
     case 'claimable':
-      return `claimable:${signal.model}`
+      return `claimable:${signal.model}:${signal.needs?.join(',') ?? '*'}`
     case 'models_changed':
       return `models_changed:${signal.scope}`
     case 'progress':

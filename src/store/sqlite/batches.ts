@@ -11,7 +11,8 @@ import {
 } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
-import { type BatchesStore, newBatchRow, packLineOffsets, validationMove } from '../batches'
+import type { Tally } from '../../domain/waiting'
+import { type BatchesStore, newBatchRow, packLineOffsets, sumQueueTallies, validationMove } from '../batches'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
 import { transition } from './transition'
@@ -53,6 +54,19 @@ const stmts = preparedOnce((db: Db) => ({
     .from(files)
     .where(and(eq(files.id, sql.placeholder('id')), eq(files.user_id, sql.placeholder('user'))))
     .prepare(),
+  // docs/api.md §6 `waiting` (queued): index-only on batches_validated_model, the batches ahead only.
+  ahead: db.$client.prepare<Tally, { model: string; seq: number }>(
+    `SELECT count(*) AS batches,
+       coalesce(sum(request_counts_total - request_counts_completed - request_counts_failed), 0) AS requests
+     FROM batches INDEXED BY batches_validated_model
+     WHERE status = 'validated' AND model = $model AND seq < $seq`,
+  ),
+  // One range of batches_status_model: a model's batches in progress.
+  running: db.$client.prepare<Tally, { model: string }>(
+    `SELECT count(*) AS batches,
+       coalesce(sum(request_counts_total - request_counts_completed - request_counts_failed), 0) AS requests
+     FROM batches WHERE status = 'in_progress' AND model = $model`,
+  ),
   validating: db
     .select({ id: batches.id })
     .from(batches)
@@ -105,6 +119,17 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
       return stmts(deps)
         .validating.all()
         .map((r) => r.id)
+    },
+
+    async queueTallies(places) {
+      const s = stmts(deps)
+      const running = new Map<string, Tally>()
+      for (const model of new Set(places.flatMap((p) => p.models)))
+        running.set(model, s.running.get({ model })!)
+      const ahead = places.flatMap((p) =>
+        p.models.map((model) => ({ batchId: p.batchId, ...s.ahead.get({ model, seq: p.seq })! })),
+      )
+      return sumQueueTallies(places, ahead, running)
     },
 
     async activeCounts() {

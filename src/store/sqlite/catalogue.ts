@@ -24,6 +24,11 @@ const stmts = preparedOnce((db: Db) => ({
       digest: catalogEntries.digest,
       runtime: catalogEntries.runtime,
       runtime_model_id: catalogEntries.runtime_model_id,
+      task_type: catalogEntries.task_type,
+      capabilities: catalogEntries.capabilities,
+      source_type: catalogEntries.source_type,
+      source_ref: catalogEntries.source_ref,
+      source_revision: catalogEntries.source_revision,
     })
     .from(catalogEntries)
     .orderBy(asc(catalogEntries.seq))
@@ -39,8 +44,14 @@ const stmts = preparedOnce((db: Db) => ({
     .orderBy(asc(servingProfiles.seq))
     .prepare(),
   artifacts: db
-    .select({ catalog_id: artifactFiles.catalog_id, sha256: artifactFiles.sha256 })
+    .select({
+      catalog_id: artifactFiles.catalog_id,
+      path: artifactFiles.path,
+      sha256: artifactFiles.sha256,
+      size_bytes: artifactFiles.size_bytes,
+    })
     .from(artifactFiles)
+    .orderBy(asc(artifactFiles.seq))
     .prepare(),
   enabled: db
     .select()

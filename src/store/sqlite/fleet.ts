@@ -28,7 +28,9 @@ import {
   type FleetStore,
   HEARTBEATS_PER_COMMIT,
   type ListedWorker,
+  namedHosts,
   type Registration,
+  type WorkerHosting,
 } from '../fleet'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
@@ -41,8 +43,8 @@ import { recordShardProgressInTx } from './shards'
 // The hottest statement of the protocol, kept as raw SQL on the driver: drizzle's per-call
 // placeholder filling and row mapping cost a measurable share of the heartbeat (bench/heartbeat.ts).
 // Ownership is in the WHERE: no row returned = unknown worker or another org's. RETURNING carries
-// what the answer needs, the held batches included, so a heartbeat is one statement. A field the
-// daemon leaves out keeps its last reported value (coalesce).
+// what the answer needs, the held batches, shards and backup copies included, so a heartbeat is one
+// statement. A field the daemon leaves out keeps its last reported value (coalesce).
 const beatSql = (steady: string) =>
   `UPDATE workers SET status = 'online', activity = $activity,
      vram_total_gb = coalesce($vram_total_gb, vram_total_gb),
@@ -58,7 +60,8 @@ const beatSql = (steady: string) =>
    RETURNING inventory_sig, max_download_gb,
      (SELECT group_concat(job) FROM (
        SELECT batch_id AS job FROM batch_assignments WHERE worker_id = $id AND completed_at IS NULL
-       UNION ALL SELECT id FROM batch_shards WHERE worker_id = $id AND status = 'running')) AS assigned`
+       UNION ALL SELECT id FROM batch_shards WHERE worker_id = $id AND status = 'running'
+       UNION ALL SELECT id FROM batch_shards WHERE backup_worker_id = $id AND status = 'running')) AS assigned`
 
 const stmts = preparedOnce((db: Db) => {
   const id = sql.placeholder('id')
@@ -165,8 +168,8 @@ const stmts = preparedOnce((db: Db) => {
       })
       .where(and(eq(batches.id, sql.placeholder('job_id')), eq(batches.status, 'in_progress')))
       .prepare(),
-    engines: db
-      .select({ engine: workerRuntimes.engine })
+    runtimes: db
+      .select({ engine: workerRuntimes.engine, capabilities: workerRuntimes.capabilities })
       .from(workerRuntimes)
       .where(eq(workerRuntimes.worker_id, id))
       .prepare(),
@@ -252,6 +255,18 @@ const stmts = preparedOnce((db: Db) => {
       .prepare(),
   }
 })
+
+/** What the matching predicate reads of one worker besides its row (FleetStore.workerHosting). */
+function hostingOf(deps: SqliteDeps, workerId: string): WorkerHosting {
+  const s = stmts(deps)
+  const engines: string[] = []
+  const reported: WorkerHosting['reported'] = {}
+  for (const r of s.runtimes.all({ id: workerId })) {
+    engines.push(r.engine)
+    if (r.capabilities) reported[r.engine] = r.capabilities
+  }
+  return { engines, reported, models: s.models.all({ id: workerId }) }
+}
 
 function insertChildren(tx: Tx, workerId: string, r: Registration) {
   if (r.runtimes.length) {
@@ -484,19 +499,85 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       return new Map(names.map((name) => [name, s.hostsNamed.all({ name }).map((r) => r.worker_id)]))
     },
     async workerHosting(workerId) {
-      const s = stmts(deps)
-      return {
-        engines: s.engines.all({ id: workerId }).map((r) => r.engine),
-        models: s.models.all({ id: workerId }),
-      }
+      return hostingOf(deps, workerId)
     },
 
     async findWorkerWithHosting(id) {
-      const s = stmts(deps)
-      const worker = s.workerById.get({ id })
+      const worker = stmts(deps).workerById.get({ id })
       if (!worker) return undefined
-      const engines = s.engines.all({ id }).map((r) => r.engine)
-      return { worker, hosting: { engines, models: s.models.all({ id }) } }
+      return { worker, hosting: hostingOf(deps, id) }
+    },
+
+    async hostsNamed(names) {
+      if (names.length === 0) return []
+      const heads = db
+        .select({
+          id: workers.id,
+          org_id: workers.org_id,
+          name: workers.name,
+          status: workers.status,
+          last_seen_at: workers.last_seen_at,
+          last_heartbeat_at: workers.last_heartbeat_at,
+          vram_total_gb: workers.vram_total_gb,
+          loading_models: workers.loading_models,
+          shards: workers.shards,
+        })
+        .from(workers)
+        .where(
+          inArray(
+            workers.id,
+            db
+              .selectDistinct({ id: workerModels.worker_id })
+              .from(workerModels)
+              .where(inArray(workerModels.name, [...names])),
+          ),
+        )
+        .orderBy(asc(workers.seq))
+        .all()
+      const ids = heads.map((w) => w.id)
+      const engines = db
+        .select({
+          worker_id: workerRuntimes.worker_id,
+          engine: workerRuntimes.engine,
+          capabilities: workerRuntimes.capabilities,
+        })
+        .from(workerRuntimes)
+        .where(inArray(workerRuntimes.worker_id, ids))
+        .orderBy(asc(workerRuntimes.seq))
+        .all()
+      const models = db
+        .select({
+          worker_id: workerModels.worker_id,
+          name: workerModels.name,
+          runtime: workerModels.runtime,
+          digest: workerModels.digest,
+          loaded: workerModels.loaded,
+          advertised: workerModels.advertised,
+          configured: workerModels.configured,
+          on_disk: workerModels.on_disk,
+        })
+        .from(workerModels)
+        .where(inArray(workerModels.worker_id, ids))
+        .orderBy(asc(workerModels.seq))
+        .all()
+      return namedHosts(heads, engines, models)
+    },
+    async pullsFor(catalogIds) {
+      if (catalogIds.length === 0) return []
+      return db
+        .select({
+          pull: modelPulls,
+          worker: {
+            name: workers.name,
+            org_id: workers.org_id,
+            status: workers.status,
+            last_seen_at: workers.last_seen_at,
+          },
+        })
+        .from(modelPulls)
+        .innerJoin(workers, eq(workers.id, modelPulls.worker_id))
+        .where(inArray(modelPulls.catalog_id, [...catalogIds]))
+        .all()
     },
 
     async pullsOfWorker(workerId) {

@@ -10,22 +10,24 @@ import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import type {
-  Claimed,
-  ClaimRequest,
-  DeliveredResults,
-  FailureReport,
-  QueueStore,
-  SweepOutcome,
+import {
+  type Claimed,
+  type ClaimRequest,
+  type DeliveredResults,
+  type FailureReport,
+  type QueueStore,
+  type SweepOutcome,
+  takesNeeds,
 } from '../queue'
 import type { SqliteDeps } from './deps'
 import {
+  claimBackupInTx,
   claimShardInTx,
+  endShardCopyInTx,
   lineRangeOf,
   openSplitHeads,
   recordShardResultsInTx,
   requeueHeldShardsInTx,
-  requeueShardInTx,
   requeueSilentShardsInTx,
   shardStatements,
   takePartsInTx,
@@ -37,30 +39,33 @@ import { transition } from './transition'
 // database (src/ops/instance-lock.ts), so maintenance needs no shared lease.
 
 const stmts = preparedOnce((db: Db) => ({
-  // docs/api.md §7 max_concurrent_jobs, counting held shards too (docs/api.md §16).
+  // docs/api.md §7 max_concurrent_jobs, counting held shards and backup copies too (docs/api.md §16).
   activeCount: db.$client.prepare<{ n: number }, { worker_id: string }>(
     `SELECT (SELECT count(*) FROM batch_assignments WHERE worker_id = $worker_id AND completed_at IS NULL)
-       + (SELECT count(*) FROM batch_shards WHERE worker_id = $worker_id AND status = 'running') AS n`,
+       + (SELECT count(*) FROM batch_shards WHERE worker_id = $worker_id AND status = 'running')
+       + (SELECT count(*) FROM batch_shards WHERE backup_worker_id = $worker_id AND status = 'running') AS n`,
   ),
   // Poll (docs/api.md §14): the oldest validated batch of the first owner after `after` waiting for one
-  // model: one probe of the (status, model, user_id, seq) index. Stepping `after` from owner to
-  // owner walks the owners (a skip scan): the cost follows the owners waiting, never the queue.
-  // INDEXED BY: batches_status_user also matches the WHERE, and a range of it is the whole queue.
+  // model with one set of needs (docs/api.md §7 Poll rule 7): one probe of the (status, model, needs,
+  // user_id, seq) index. Stepping `after` from owner to owner walks the owners (a skip scan): the
+  // cost follows the owners waiting, never the queue — batches whose needs the worker cannot meet
+  // are never stepped over. INDEXED BY: batches_status_user also matches the WHERE, and a range of
+  // it is the whole queue.
   nextOwnerHead: db.$client.prepare<
     { id: string; seq: number; user_id: string },
-    { model: string; after: string }
+    { model: string; needs: string; after: string }
   >(
     `SELECT id, seq, user_id FROM batches INDEXED BY batches_status_model
-     WHERE status = 'validated' AND model = $model AND user_id > $after
+     WHERE status = 'validated' AND model = $model AND needs = $needs AND user_id > $after
      ORDER BY user_id, seq LIMIT 1`,
   ),
   // The same for a worker that takes whole batches only (docs/api.md §16): a split batch is not for it.
   nextOwnerHeadWhole: db.$client.prepare<
     { id: string; seq: number; user_id: string },
-    { model: string; after: string }
+    { model: string; needs: string; after: string }
   >(
     `SELECT id, seq, user_id FROM batches INDEXED BY batches_status_model
-     WHERE status = 'validated' AND model = $model AND user_id > $after AND split = 0
+     WHERE status = 'validated' AND model = $model AND needs = $needs AND user_id > $after AND split = 0
      ORDER BY user_id, seq LIMIT 1`,
   ),
   // GET /metrics: the waiting batches per owner (batches_status_user), each owner running or not.
@@ -71,14 +76,15 @@ const stmts = preparedOnce((db: Db) => ({
      GROUP BY 1`,
   ),
   // docs/api.md §14: how much each of the owners has in progress — whole batches, and held shards of
-  // split ones (docs/api.md §16) — one range of batches_status_user and of batch_shards_user per owner.
+  // split ones with their backup copies (docs/api.md §16) — one range of batches_status_user and of
+  // batch_shards_user per owner.
   running: db.$client.prepare<{ user_id: string; n: number }, { owners: string }>(
     `SELECT user_id, sum(n) AS n FROM (
        SELECT user_id, count(*) AS n FROM batches INDEXED BY batches_status_user
        WHERE status = 'in_progress' AND split = 0 AND user_id IN (SELECT value FROM json_each($owners))
        GROUP BY user_id
        UNION ALL
-       SELECT user_id, count(*) AS n FROM batch_shards
+       SELECT user_id, count(*) + count(backup_worker_id) AS n FROM batch_shards
        WHERE status = 'running' AND user_id IN (SELECT value FROM json_each($owners))
        GROUP BY user_id)
      GROUP BY user_id`,
@@ -88,17 +94,18 @@ const stmts = preparedOnce((db: Db) => ({
     `SELECT min(queued_at) AS at FROM batches INDEXED BY batches_waiting
      WHERE status = 'validated' AND model = $model`,
   ),
-  // docs/api.md §7 placement: the work waiting per model — validated batches (batches_waiting alone),
-  // the uncut rest of split batches in progress (batches_split_model) and their requeued shards.
-  waitingWork: db.$client.prepare<{ model: string; requests: number; oldest_queued_at: number | null }, []>(
-    `SELECT model, sum(requests) AS requests, min(oldest) AS oldest_queued_at FROM (
-       SELECT model, sum(request_counts_total) AS requests, min(queued_at) AS oldest
-       FROM batches INDEXED BY batches_waiting WHERE status = 'validated' GROUP BY model
+  // docs/api.md §7 placement: the work waiting per model — validated batches (index-only on
+  // batches_validated_model), the uncut rest of split batches in progress (batches_split_model) and
+  // their requeued shards.
+  waitingWork: db.$client.prepare<{ model: string; requests: number }, []>(
+    `SELECT model, sum(requests) AS requests FROM (
+       SELECT model, sum(request_counts_total) AS requests
+       FROM batches INDEXED BY batches_validated_model WHERE status = 'validated' GROUP BY model
        UNION ALL
-       SELECT model, sum(request_counts_total - next_request), NULL
+       SELECT model, sum(request_counts_total - next_request)
        FROM batches INDEXED BY batches_split_model WHERE split = 1 AND status = 'in_progress' GROUP BY model
        UNION ALL
-       SELECT b.model, sum(s.requests), NULL FROM batch_shards s JOIN batches b ON b.id = s.batch_id
+       SELECT b.model, sum(s.requests) FROM batch_shards s JOIN batches b ON b.id = s.batch_id
        WHERE s.status = 'waiting' AND b.status = 'in_progress' GROUP BY b.model)
      WHERE model IS NOT NULL GROUP BY model`,
   ),
@@ -202,12 +209,16 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
             running: 0,
             candidate: c,
           })
-          for (let b = next.get({ model: c.model, after: '' }); b; ) {
-            heads.push(head(b))
-            b = next.get({ model: c.model, after: b.user_id })
+          const takes = takesNeeds(c)
+          for (const needs of takes) {
+            for (let b = next.get({ model: c.model, needs, after: '' }); b; ) {
+              heads.push(head(b))
+              b = next.get({ model: c.model, needs, after: b.user_id })
+            }
           }
           // docs/api.md §16: split batches in progress with shards left join the choice.
-          if (req.shards) for (const b of openSplitHeads(deps, c.model)) heads.push(head(b))
+          if (req.shards)
+            for (const b of openSplitHeads(deps, c.model)) if (takes.includes(b.needs)) heads.push(head(b))
         }
         // docs/api.md §7 placement: the models ranked (each one's longest wait read here, fresh).
         const oldest = new Map<string, number | null>()
@@ -224,7 +235,15 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           for (const h of placed) h.running = running.get(h.user_id) ?? 0
         }
         const best = pickClaim(placed)
-        if (!best) return null
+        if (!best) {
+          // docs/api.md §16 backup copies: the lowest priority of a claim, when nothing else is.
+          if (!req.shards) return null
+          const byModel = new Map(req.candidates.map((c) => [c.model, c]))
+          const copy = claimBackupInTx(deps, req, byModel)
+          if (!copy) return null
+          const match = byModel.get(copy.batch.model!)!.match
+          return { ...copy, assignmentId: copy.shard.backup_assignment_id!, match, backup: true }
+        }
         const match = best.candidate.match
         if (req.shards) {
           const split = claimShardInTx(
@@ -234,7 +253,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
             best.candidate.names ?? [],
           )
           if (split === null) return null
-          if (split) return { ...split, assignmentId: split.shard.assignment_id!, match }
+          if (split) return { ...split, assignmentId: split.shard.assignment_id!, match, backup: false }
         }
         const batch = transition(
           deps,
@@ -253,7 +272,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           org_id: req.orgId,
           now: req.now,
         })
-        return { batch, assignmentId, match, shard: null }
+        return { batch, assignmentId, match, shard: null, backup: false }
       })
     },
 
@@ -283,8 +302,9 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       return writeTx(deps.db, () => {
         if (isShardId(r.jobId)) {
           const s = shardStatements(deps)
-          checkShardHolder(s.holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
-          return requeueShardInTx(deps, r.jobId, 'reported_failure', r.error, r.now)!
+          const held = checkShardHolder(s.holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
+          // Seen running, its batch in_progress, by the holder rule: this copy ends.
+          return endShardCopyInTx(deps, r.jobId, held.copy, 'reported_failure', r.error, r.now)!
         }
         checkHolder(stmts(deps).holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
         // The holder rule saw the batch in_progress inside this transaction: the requeue happens.
@@ -344,7 +364,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
     async shardsOf(batchId) {
       return shardStatements(deps)
         .shardsOf.all({ id: batchId })
-        .map((r) => ({ ...r.shard, worker_name: r.worker_name }))
+        .map((r) => ({ ...r.shard, worker_name: r.worker_name, backup_worker_name: r.backup_worker_name }))
     },
 
     async shardTallies(batchIds) {

@@ -1,18 +1,32 @@
 import { and, asc, eq, sql } from 'drizzle-orm'
+import { alias } from 'drizzle-orm/sqlite-core'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import { type BatchShardRow, batches, batchShards, workers } from '../../db/schema'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
-import { checkShardHolder, nextShardSize, type ShardBounds, splittable } from '../../domain/shards'
+import {
+  type BackupCandidate,
+  checkShardHolder,
+  copyEnded,
+  nextShardSize,
+  pickBackup,
+  type ShardBounds,
+  type ShardCopy,
+  shardCounts,
+  splittable,
+} from '../../domain/shards'
 import { silentRequeue } from '../../domain/sweep'
 import { newId } from '../../lib/ids'
-import type { ByteRange, DeliveredShard } from '../queue'
+import { type ByteRange, type DeliveredShard, type ShardResultsRecorded, takesNeeds } from '../queue'
 import type { SqliteDeps } from './deps'
 import { transition } from './transition'
 
 // Shards on SQLite (docs/api.md §16): the statements, and the verbs that run inside the queue's and the
 // fleet's transactions. What to cut and when to requeue is decided in src/domain/shards.ts and the
 // requeue rule; this file applies it.
+
+/** The worker running a shard's backup copy (GET /v1/batches/{id}/shards backup_worker_name). */
+const backupWorkers = alias(workers, 'backup_workers')
 
 const stmts = preparedOnce((db: Db) => {
   const id = sql.placeholder('id')
@@ -24,8 +38,11 @@ const stmts = preparedOnce((db: Db) => {
          AND w.shards = 1 AND w.status = 'online' AND w.last_seen_at > $cutoff`,
     ),
     // Split batches in progress with work left to hand out: a waiting shard, or requests not yet cut.
-    openSplit: db.$client.prepare<{ id: string; seq: number; user_id: string }, { model: string }>(
-      `SELECT id, seq, user_id FROM batches
+    openSplit: db.$client.prepare<
+      { id: string; seq: number; user_id: string; needs: string },
+      { model: string }
+    >(
+      `SELECT id, seq, user_id, needs FROM batches
        WHERE split = 1 AND status = 'in_progress' AND model = $model
          AND (next_request < request_counts_total
            OR EXISTS (SELECT 1 FROM batch_shards s WHERE s.batch_id = batches.id AND s.status = 'waiting'))`,
@@ -90,16 +107,24 @@ const stmts = preparedOnce((db: Db) => {
         status: 'waiting' | 'running' | 'done'
         worker_id: string | null
         assignment_id: string | null
+        backup_worker_id: string | null
+        backup_assignment_id: string | null
         batch_status: string
         batch_id: string
         requests: number
+        attempts: number
         completed: number
         failed: number
+        backup_completed: number
+        backup_failed: number
       },
       { id: string }
     >(
-      `SELECT s.status, s.worker_id, s.assignment_id, b.status AS batch_status, s.batch_id, s.requests,
-         s.request_counts_completed AS completed, s.request_counts_failed AS failed
+      `SELECT s.status, s.worker_id, s.assignment_id, s.backup_worker_id, s.backup_assignment_id,
+         b.status AS batch_status, s.batch_id, s.requests, s.attempts,
+         s.request_counts_completed AS completed, s.request_counts_failed AS failed,
+         s.backup_request_counts_completed AS backup_completed,
+         s.backup_request_counts_failed AS backup_failed
        FROM batch_shards s JOIN batches b ON b.id = s.batch_id WHERE s.id = $id`,
     ),
     // Live counts (docs/api.md §16: the batch's are the sum over its shards): the shard's new counts,
@@ -107,6 +132,11 @@ const stmts = preparedOnce((db: Db) => {
     shardCounts: db.$client.prepare<unknown, { id: string; completed: number; failed: number; now: number }>(
       `UPDATE batch_shards SET request_counts_completed = $completed, request_counts_failed = $failed,
          updated_at = $now WHERE id = $id`,
+    ),
+    // A backup copy's own live counts (docs/api.md §16).
+    backupCounts: db.$client.prepare<unknown, { id: string; completed: number; failed: number; now: number }>(
+      `UPDATE batch_shards SET backup_request_counts_completed = $completed,
+         backup_request_counts_failed = $failed, updated_at = $now WHERE id = $id`,
     ),
     moveBatchCounts: db.$client.prepare<unknown, { id: string; dc: number; df: number; now: number }>(
       `UPDATE batches SET request_counts_completed = request_counts_completed + $dc,
@@ -119,6 +149,92 @@ const stmts = preparedOnce((db: Db) => {
       `UPDATE batch_shards SET status = 'done', usage = $usage, output_key = $output_key,
          error_key = $error_key, completed_at = $now, updated_at = $now WHERE id = $id`,
     ),
+    // docs/api.md §16: the backup's upload came first. The shard is done with the backup's output,
+    // and the two leases change places: the lease is now the copy whose output the shard kept (usage
+    // by org counts its org), the backup columns the copy that lost (its writes get 409).
+    finishByBackup: db.$client.prepare<
+      unknown,
+      {
+        id: string
+        completed: number
+        failed: number
+        usage: string
+        output_key: string | null
+        error_key: string | null
+        now: number
+      }
+    >(
+      `UPDATE batch_shards SET status = 'done', backup_won = 1,
+         worker_id = backup_worker_id, org_id = backup_org_id, assignment_id = backup_assignment_id,
+         assigned_at = backup_assigned_at,
+         backup_worker_id = worker_id, backup_org_id = org_id, backup_assignment_id = assignment_id,
+         backup_assigned_at = assigned_at,
+         backup_request_counts_completed = request_counts_completed,
+         backup_request_counts_failed = request_counts_failed,
+         request_counts_completed = $completed, request_counts_failed = $failed,
+         usage = $usage, output_key = $output_key, error_key = $error_key, completed_at = $now,
+         updated_at = $now
+       WHERE id = $id AND status = 'running'`,
+    ),
+    // docs/api.md §16: a backup copy handed out (pickBackup chose the shard).
+    startBackup: db.$client.prepare<
+      BatchShardRow,
+      { id: string; worker_id: string; org_id: string; assignment_id: string; now: number }
+    >(
+      `UPDATE batch_shards SET backup_worker_id = $worker_id, backup_org_id = $org_id,
+         backup_assignment_id = $assignment_id, backup_assigned_at = $now,
+         backup_request_counts_completed = 0, backup_request_counts_failed = 0, backup_won = 0,
+         updated_at = $now
+       WHERE id = $id AND status = 'running' AND backup_worker_id IS NULL AND worker_id != $worker_id
+       RETURNING *`,
+    ),
+    // The running shards of split batches in progress of the poll's models, with what pickBackup
+    // reads of their batches (batches_split_model, then batch_shards_batch per batch).
+    backupCandidates: db.$client.prepare<
+      Omit<BackupCandidate, 'loaded' | 'batch_uncut' | 'batch_waiting'> & {
+        batch_id: string
+        model: string
+        needs: string
+        batch_uncut: number
+        batch_waiting: number
+      },
+      { models: string }
+    >(
+      `SELECT s.id AS shard_id, s.seq, s.worker_id, s.assigned_at, s.attempts, s.backup_worker_id,
+         s.batch_id, b.model, b.needs, b.next_request < b.request_counts_total AS batch_uncut,
+         EXISTS (SELECT 1 FROM batch_shards w WHERE w.batch_id = b.id AND w.status = 'waiting') AS batch_waiting
+       FROM batches b JOIN batch_shards s ON s.batch_id = b.id AND s.status = 'running'
+       WHERE b.split = 1 AND b.status = 'in_progress' AND b.model IN (SELECT value FROM json_each($models))`,
+    ),
+    // docs/api.md §16: one copy ended while the other runs on (copyEnded). `promote`: the backup
+    // becomes the holder, with its own counts; `drop`: the backup's lease and counts go.
+    promoteBackup: db.$client.prepare<unknown, { id: string; lease: string; attempts: number; now: number }>(
+      `UPDATE batch_shards SET worker_id = backup_worker_id, org_id = backup_org_id,
+         assignment_id = backup_assignment_id, assigned_at = backup_assigned_at,
+         request_counts_completed = backup_request_counts_completed,
+         request_counts_failed = backup_request_counts_failed,
+         backup_worker_id = NULL, backup_org_id = NULL, backup_assignment_id = NULL,
+         backup_assigned_at = NULL, backup_request_counts_completed = 0, backup_request_counts_failed = 0,
+         attempts = $attempts, updated_at = $now
+       WHERE id = $id AND status = 'running' AND backup_assignment_id = $lease`,
+    ),
+    dropBackup: db.$client.prepare<unknown, { id: string; lease: string; attempts: number; now: number }>(
+      `UPDATE batch_shards SET backup_worker_id = NULL, backup_org_id = NULL, backup_assignment_id = NULL,
+         backup_assigned_at = NULL, backup_request_counts_completed = 0, backup_request_counts_failed = 0,
+         attempts = $attempts, updated_at = $now
+       WHERE id = $id AND status = 'running' AND backup_assignment_id = $lease`,
+    ),
+    // The batch of a shard one of whose copies ended: attempts are its shards' highest, the error
+    // the last one, the live counts moved by the shard's difference.
+    copyEndedOnBatch: db.$client.prepare<
+      unknown,
+      { id: string; attempts: number; error: string; dc: number; df: number; now: number }
+    >(
+      `UPDATE batches SET attempts = max(attempts, $attempts), error = $error,
+         request_counts_completed = request_counts_completed + $dc,
+         request_counts_failed = request_counts_failed + $df, updated_at = $now
+       WHERE id = $id AND status = 'in_progress'`,
+    ),
     unfinished: db.$client.prepare<{ n: number }, { id: string }>(
       `SELECT (SELECT next_request < request_counts_total FROM batches WHERE id = $id)
          OR EXISTS (SELECT 1 FROM batch_shards WHERE batch_id = $id AND status != 'done') AS n`,
@@ -126,7 +242,9 @@ const stmts = preparedOnce((db: Db) => {
     release: db.$client.prepare<unknown, { id: string; attempts: number; now: number }>(
       `UPDATE batch_shards SET status = 'waiting', attempts = $attempts, worker_id = NULL, org_id = NULL,
          assignment_id = NULL, assigned_at = NULL, request_counts_completed = 0,
-         request_counts_failed = 0, updated_at = $now WHERE id = $id`,
+         request_counts_failed = 0, backup_worker_id = NULL, backup_org_id = NULL,
+         backup_assignment_id = NULL, backup_assigned_at = NULL, backup_request_counts_completed = 0,
+         backup_request_counts_failed = 0, updated_at = $now WHERE id = $id`,
     ),
     active: db.$client.prepare<{ n: number }, { id: string }>(
       `SELECT count(*) AS n FROM batch_shards WHERE batch_id = $id AND status != 'waiting'`,
@@ -144,7 +262,7 @@ const stmts = preparedOnce((db: Db) => {
     ),
     // docs/api.md §16: a failed batch's other running shards hold nothing any more: they stop
     // counting toward their workers' max_concurrent_jobs and leave assigned_job_ids. Their holder
-    // and assignment stay, so a holder's later write hears 409 batch_not_in_progress, not 403.
+    // and assignment stay (and a backup's), so a later write hears 409 batch_not_in_progress, not 403.
     stopRunning: db.$client.prepare<unknown, { id: string; now: number }>(
       `UPDATE batch_shards SET status = 'waiting', updated_at = $now WHERE batch_id = $id AND status = 'running'`,
     ),
@@ -157,12 +275,33 @@ const stmts = preparedOnce((db: Db) => {
       `UPDATE batch_shards SET output_key = NULL, error_key = NULL
        WHERE batch_id = $id AND (output_key IS NOT NULL OR error_key IS NOT NULL)`,
     ),
+    // The running shards a worker holds or backs up (batch_shards_worker, batch_shards_backup).
     heldBy: db.$client.prepare<{ id: string }, { worker_id: string }>(
-      `SELECT id FROM batch_shards WHERE worker_id = $worker_id AND status = 'running' ORDER BY seq`,
+      `SELECT id, seq FROM batch_shards WHERE worker_id = $worker_id AND status = 'running'
+       UNION SELECT id, seq FROM batch_shards WHERE backup_worker_id = $worker_id AND status = 'running'
+       ORDER BY seq`,
     ),
-    silent: db.$client.prepare<{ id: string; worker_id: string | null }, { cutoff: number }>(
-      `SELECT s.id, s.worker_id FROM batch_shards s LEFT JOIN workers w ON w.id = s.worker_id
-       WHERE s.status = 'running' AND (w.id IS NULL OR w.status = 'offline' OR w.last_seen_at <= $cutoff)`,
+    // Running shards with a copy whose worker is not live (domain/sweep.ts holderSilent): the
+    // holder, the backup, or both (each flag says which).
+    silent: db.$client.prepare<
+      {
+        id: string
+        worker_id: string | null
+        backup_worker_id: string | null
+        holder_silent: number
+        backup_silent: number
+      },
+      { cutoff: number }
+    >(
+      `SELECT * FROM (
+         SELECT s.id, s.seq, s.worker_id, s.backup_worker_id,
+           (w.id IS NULL OR w.status = 'offline' OR w.last_seen_at <= $cutoff) AS holder_silent,
+           (s.backup_worker_id IS NOT NULL
+             AND (k.id IS NULL OR k.status = 'offline' OR k.last_seen_at <= $cutoff)) AS backup_silent
+         FROM batch_shards s LEFT JOIN workers w ON w.id = s.worker_id
+           LEFT JOIN workers k ON k.id = s.backup_worker_id
+         WHERE s.status = 'running')
+       WHERE holder_silent OR backup_silent ORDER BY seq`,
     ),
     lineRange: db.$client.prepare<
       { a: Uint8Array | null; b: Uint8Array | null },
@@ -193,9 +332,10 @@ const stmts = preparedOnce((db: Db) => {
          AND NOT EXISTS (SELECT 1 FROM batch_shards s WHERE s.batch_id = batches.id AND s.status != 'done')`,
     ),
     shardsOf: db
-      .select({ shard: batchShards, worker_name: workers.name })
+      .select({ shard: batchShards, worker_name: workers.name, backup_worker_name: backupWorkers.name })
       .from(batchShards)
       .leftJoin(workers, eq(workers.id, batchShards.worker_id))
+      .leftJoin(backupWorkers, eq(backupWorkers.id, batchShards.backup_worker_id))
       .where(eq(batchShards.batch_id, id))
       .orderBy(asc(batchShards.shard_index))
       .prepare(),
@@ -260,12 +400,13 @@ export function claimShardInTx(
 }
 
 /**
- * Inside the caller's writeTx: one failed attempt of a running shard (the requeue rule, per shard:
- * docs/api.md §16). The shard waits again, offered before any new shard; the batch fails when the
- * shard's attempts are used up, goes back to validated when no other shard runs or is done, and
- * otherwise stays in_progress with its shards' highest attempts. Null for a stale caller.
+ * Inside the caller's writeTx: one failed attempt of a running shard with no other copy (the requeue
+ * rule, per shard: docs/api.md §16). The shard waits again, offered before any new shard; the batch
+ * fails when the shard's attempts are used up, goes back to validated when no other shard runs or
+ * is done, and otherwise stays in_progress with its shards' highest attempts. Null for a stale
+ * caller.
  */
-export function requeueShardInTx(
+function requeueShardInTx(
   deps: SqliteDeps,
   shardId: string,
   reason: RequeueReason,
@@ -313,7 +454,76 @@ export function takePartsInTx(deps: { db: Db }, batchId: string): string[] {
   return keys.filter((k): k is string => k !== null)
 }
 
-/** Inside the caller's writeTx: requeues every shard `workerId` holds (re-registration). */
+/** A shard's copies' own counts, as the holding statement reads them. */
+const countsOf = (h: {
+  completed: number
+  failed: number
+  backup_completed: number
+  backup_failed: number
+}) => ({
+  holder: { completed: h.completed, failed: h.failed },
+  backup: { completed: h.backup_completed, failed: h.backup_failed },
+})
+
+/**
+ * Inside the caller's writeTx: one copy of a running shard ended without results (report-failure,
+ * a silent worker, re-registration), by copyEnded (docs/api.md §16): the shard's only copy is requeued
+ * (requeueShardInTx); otherwise the other copy carries on — promoted to holder, or the holder left
+ * alone — with one attempt counted and the error stored. Null for a stale caller.
+ */
+export function endShardCopyInTx(
+  deps: SqliteDeps,
+  shardId: string,
+  copy: ShardCopy,
+  reason: RequeueReason,
+  errorText: string,
+  now: number,
+): RequeueOutcome | null {
+  const s = stmts(deps)
+  const held = s.holding.get({ id: shardId })
+  if (held?.status !== 'running' || held.batch_status !== 'in_progress') return null
+  const plan = copyEnded(held, copy, errorText)
+  if (plan.kind === 'requeue') return requeueShardInTx(deps, shardId, reason, errorText, now)
+  const { holder, backup } = countsOf(held)
+  const before = shardCounts(holder, backup)
+  const after = plan.kind === 'promote' ? backup : holder
+  const step = plan.kind === 'promote' ? s.promoteBackup : s.dropBackup
+  step.run({ id: shardId, lease: held.backup_assignment_id!, attempts: plan.attempts, now })
+  s.copyEndedOnBatch.run({
+    id: held.batch_id,
+    attempts: plan.attempts,
+    error: plan.error,
+    dc: after.completed - before.completed,
+    df: after.failed - before.failed,
+    now,
+  })
+  const batch = s.batchRow.get({ id: held.batch_id })!
+  return {
+    status: 'validated',
+    batch_id: batch.id,
+    attempts: plan.attempts,
+    error: plan.error,
+    model: batch.model,
+    backup: plan.kind === 'promote' ? 'promoted' : 'failed',
+  }
+}
+
+/** Inside the caller's writeTx: the copy of `shardId` that `workerId` runs ends (null: none any more). */
+function endWorkersCopyInTx(
+  deps: SqliteDeps,
+  shardId: string,
+  workerId: string | null,
+  reason: RequeueReason,
+  errorText: string,
+  now: number,
+) {
+  const held = stmts(deps).holding.get({ id: shardId })
+  const copy: ShardCopy | null =
+    held?.worker_id === workerId ? 'holder' : held?.backup_worker_id === workerId ? 'backup' : null
+  return copy ? endShardCopyInTx(deps, shardId, copy, reason, errorText, now) : null
+}
+
+/** Inside the caller's writeTx: ends every shard copy `workerId` runs, holder or backup (re-registration). */
 export function requeueHeldShardsInTx(
   deps: SqliteDeps,
   workerId: string,
@@ -323,24 +533,71 @@ export function requeueHeldShardsInTx(
 ): RequeueOutcome[] {
   const out: RequeueOutcome[] = []
   for (const { id } of stmts(deps).heldBy.all({ worker_id: workerId })) {
-    const outcome = requeueShardInTx(deps, id, reason, error, now)
+    const outcome = endWorkersCopyInTx(deps, id, workerId, reason, error, now)
     if (outcome) out.push(outcome)
   }
   return out
 }
 
-/** Inside the sweeper's writeTx: requeues every running shard whose holder is silent or gone. */
+/**
+ * Inside the sweeper's writeTx: ends every running shard copy whose worker is silent or gone — the
+ * holder's first (its backup, if live, is promoted), then the backup's.
+ */
 export function requeueSilentShardsInTx(deps: SqliteDeps, cutoff: number, now: number) {
   const out: RequeueOutcome[] = []
   for (const o of stmts(deps).silent.all({ cutoff })) {
-    const { reason, error } = silentRequeue(o.worker_id)
-    const outcome = requeueShardInTx(deps, o.id, reason, error, now)
-    if (outcome) out.push(outcome)
+    const ended = [
+      o.holder_silent ? o.worker_id : undefined,
+      o.backup_silent ? o.backup_worker_id : undefined,
+    ]
+    for (const workerId of ended) {
+      if (workerId === undefined) continue
+      const { reason, error } = silentRequeue(workerId)
+      const outcome = endWorkersCopyInTx(deps, o.id, workerId, reason, error, now)
+      if (outcome) out.push(outcome)
+    }
   }
   return out
 }
 
-/** Inside the caller's writeTx: a shard holder's progress report (docs/api.md §7 counts, per shard). */
+/**
+ * Inside the claim's transaction (docs/api.md §16 backup copies): when nothing else was claimable, a
+ * backup copy of the shard pickBackup chooses among the running shards of `models`' split batches
+ * whose needs the worker meets (docs/api.md §7 Poll rule 7). Null when there is none.
+ */
+export function claimBackupInTx(
+  deps: SqliteDeps,
+  req: { workerId: string; orgId: string; now: number },
+  models: ReadonlyMap<string, { loaded: boolean; needs?: readonly string[] }>,
+): { shard: BatchShardRow; batch: typeof batches.$inferSelect } | null {
+  const s = stmts(deps)
+  const candidates = s.backupCandidates
+    .all({ models: JSON.stringify([...models.keys()]) })
+    .filter((c) => takesNeeds(models.get(c.model)!).includes(c.needs))
+    .map((c) => ({
+      ...c,
+      batch_uncut: c.batch_uncut === 1,
+      batch_waiting: c.batch_waiting === 1,
+      loaded: models.get(c.model)?.loaded ?? false,
+    }))
+  const pick = pickBackup(candidates, req.workerId, deps.config.MAX_BATCH_ATTEMPTS)
+  if (!pick) return null
+  const shard = s.startBackup.get({
+    id: pick.shard_id,
+    worker_id: req.workerId,
+    org_id: req.orgId,
+    assignment_id: newId('asg_'),
+    now: req.now,
+  })
+  if (!shard) return null
+  return { shard: s.shard.get({ id: shard.id })!, batch: s.batchRow.get({ id: pick.batch_id })! }
+}
+
+/**
+ * Inside the caller's writeTx: a progress report of one copy of a shard (docs/api.md §7 counts, per
+ * shard and copy: each copy's own counts never go down); the batch's counts move by the change of
+ * the shard's live counts (shardCounts: its copy furthest along).
+ */
 export function recordShardProgressInTx(
   deps: SqliteDeps,
   p: { jobId: string; workerId: string; assignmentId?: string; now: number },
@@ -349,36 +606,57 @@ export function recordShardProgressInTx(
 ) {
   const s = stmts(deps)
   const held = checkShardHolder(s.holding.get({ id: p.jobId }), p.workerId, p.assignmentId)
-  check({ total: held.requests, completed: held.completed, failed: held.failed })
-  s.shardCounts.run({ id: p.jobId, ...counts, now: p.now })
+  const { holder, backup } = countsOf(held)
+  const hasBackup = held.backup_assignment_id !== null
+  check({ total: held.requests, ...(held.copy === 'holder' ? holder : backup) })
+  const before = shardCounts(holder, hasBackup ? backup : null)
+  const after =
+    held.copy === 'holder' ? shardCounts(counts, hasBackup ? backup : null) : shardCounts(holder, counts)
+  const update = held.copy === 'holder' ? s.shardCounts : s.backupCounts
+  update.run({ id: p.jobId, ...counts, now: p.now })
   s.moveBatchCounts.run({
     id: held.batch_id,
-    dc: counts.completed - held.completed,
-    df: counts.failed - held.failed,
+    dc: after.completed - before.completed,
+    df: after.failed - before.failed,
     now: p.now,
   })
 }
 
-/** Inside the caller's writeTx: a shard's results recorded; `last` when the batch has no work left. */
-export function recordShardResultsInTx(deps: SqliteDeps, r: DeliveredShard) {
+/**
+ * Inside the caller's writeTx: a shard's results recorded from one of its copies — the first
+ * complete upload wins (docs/api.md §16) — and `last` when the batch has no work left.
+ */
+export function recordShardResultsInTx(deps: SqliteDeps, r: DeliveredShard): ShardResultsRecorded {
   const s = stmts(deps)
   const held = checkShardHolder(s.holding.get({ id: r.shardId }), r.workerId, r.assignmentId)
-  s.shardCounts.run({ id: r.shardId, completed: r.completed, failed: r.failed, now: r.now })
-  s.finish.run({
+  const hasBackup = held.backup_assignment_id !== null
+  const { holder, backup } = countsOf(held)
+  const before = shardCounts(holder, hasBackup ? backup : null)
+  const results = {
     id: r.shardId,
     usage: JSON.stringify(r.usage),
     output_key: r.outputKey,
     error_key: r.errorKey,
     now: r.now,
-  })
+  }
+  if (held.copy === 'backup') {
+    s.finishByBackup.run({ ...results, completed: r.completed, failed: r.failed })
+  } else {
+    s.shardCounts.run({ id: r.shardId, completed: r.completed, failed: r.failed, now: r.now })
+    s.finish.run(results)
+  }
   s.moveBatchCounts.run({
     id: held.batch_id,
-    dc: r.completed - held.completed,
-    df: r.failed - held.failed,
+    dc: r.completed - before.completed,
+    df: r.failed - before.failed,
     now: r.now,
   })
   const last = !s.unfinished.get({ id: held.batch_id })!.n
-  return { batch: s.batchRow.get({ id: held.batch_id })!, last }
+  return {
+    batch: s.batchRow.get({ id: held.batch_id })!,
+    last,
+    backup: hasBackup ? (held.copy === 'backup' ? 'won' : 'lost') : null,
+  }
 }
 
 /** The byte range of request lines [first, first + count) from the batch's index. */

@@ -1,0 +1,273 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fetchEngine, tinyModel } from '../scripts/llama-server'
+import { freePort } from '../src/daemon/engines/child'
+import { downloadCase, mbps } from './download'
+import { benchServer } from './lib/fixture'
+
+// Model swaps on a daemon that runs llama.cpp itself (docs/worker.md "Managed engines"): the real
+// llama-server router (scripts/llama-server.ts) over two tiny models, alpha and beta, with a VRAM
+// budget of one model. The daemon (`gridkeep worker --runtime llama.cpp --models-dir`, its own
+// process, holding a poll) is handed one-line batches; what is timed is claim → first request (its
+// `input downloaded` log line: the input is in and the model is ready):
+//   loaded   a batch for the model already loaded;
+//   on disk  a batch for the other one: the daemon unloads the loaded model, loads this one.
+// Beside them, measured in the same run on a bare router of its own (same binary, same models):
+//   the router's own POST /models/unload → unloaded plus POST /models/load → loaded (polled every
+//   5 ms), and one chat request's own latency. Goal: within 10 % of bare plus one heartbeat
+//   interval (the server hears of a load at the next heartbeat).
+// A third case, a model the worker must download first (src/daemon/download.ts): the downloader's
+// throughput from the stand-in hub vs a plain fetch of the same file (bench/download.ts, which
+// also runs alone). Goal: ≥ 90 %.
+//
+//   bun run bench/swap.ts                  5 rounds, a 1 GB download
+//   BENCH_ROUNDS=N                         other counts
+
+const ROUNDS = Number(
+  process.env.BENCH_ROUNDS ?? (process.env.BENCH_QUICK || process.argv.includes('--quick') ? 2 : 5),
+)
+const ENTRY = { alpha: 'swap-alpha-f32', beta: 'swap-beta-f32' } as const
+type Name = keyof typeof ENTRY
+
+const fetched = fetchEngine()
+if (!fetched.ok) {
+  console.log(`not run: llama-server unavailable: ${fetched.reason}`)
+  process.exit(1)
+}
+const engine = fetched.engine
+const dir = mkdtempSync(join(tmpdir(), 'gk-bench-swap-'))
+const modelsDir = join(dir, 'models')
+mkdirSync(modelsDir)
+const digests: Record<string, string> = {}
+for (const [name, seed] of [
+  ['alpha', 21],
+  ['beta', 22],
+] as const) {
+  const bytes = tinyModel(seed)
+  writeFileSync(join(modelsDir, `${name}.gguf`), bytes)
+  digests[name] = new Bun.CryptoHasher('sha256').update(bytes).digest('hex')
+}
+const manifest = join(dir, 'models.yaml')
+writeFileSync(
+  manifest,
+  [
+    'models:',
+    ...(['alpha', 'beta'] as const).flatMap((name) => [
+      `  - id: ${ENTRY[name]}`,
+      '    task_type: chat',
+      '    quantization: F32',
+      '    vram_gb: 1',
+      `    digest: sha256:${digests[name]}`,
+      '    serving_profiles:',
+      '      - runtime: llama.cpp',
+      `        runtime_model_id: ${name}`,
+    ]),
+  ].join('\n'),
+)
+
+const server = await benchServer({ CATALOGUE_PATH: manifest, LOG_LEVEL: 'error' })
+const api = (path: string, init: RequestInit & { token?: string } = {}) =>
+  fetch(server.url + path, {
+    ...init,
+    headers: {
+      ...(init.token ? { authorization: `Bearer ${init.token}` } : {}),
+      ...(typeof init.body === 'string' ? { 'content-type': 'application/json' } : {}),
+    },
+  })
+async function json(res: Response) {
+  const b = (await res.json()) as any
+  if (!res.ok) throw new Error(`${res.status} ${JSON.stringify(b)}`)
+  return b
+}
+const chatBody = (model: string) => ({
+  model,
+  messages: [{ role: 'user', content: 'Say hello.' }],
+  max_tokens: 4,
+  temperature: 0,
+})
+
+// The daemon, its own process; its JSON log lines are read as they come.
+const daemon = Bun.spawn(
+  [
+    'bun',
+    join(import.meta.dir, '../src/cli.ts'),
+    'worker',
+    '--server',
+    server.url,
+    '--runtime',
+    'llama.cpp',
+    '--models-dir',
+    modelsDir,
+    '--llama-server',
+    engine.router,
+    '--vram-gb',
+    '1',
+    '--state-dir',
+    join(dir, 'worker'),
+    '--log-level',
+    'info',
+  ],
+  { env: { ...process.env, GRIDKEEP_WORKER_KEY: server.key }, stdout: 'pipe', stderr: 'inherit' },
+)
+const ready = new Map<string, number>()
+void (async () => {
+  const dec = new TextDecoder()
+  let buf = ''
+  for await (const chunk of daemon.stdout) {
+    buf += dec.decode(chunk)
+    for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+      const line = buf.slice(0, nl)
+      buf = buf.slice(nl + 1)
+      try {
+        const r = JSON.parse(line)
+        if (r.msg === 'input downloaded' && typeof r.ready_seconds === 'number')
+          ready.set(r.job_id, r.ready_seconds)
+      } catch {}
+    }
+  }
+})()
+
+// The bare router: the same binary over the same models, on a port of its own.
+const barePort = freePort()
+const bare = Bun.spawn(
+  [
+    engine.router,
+    '--models-dir',
+    modelsDir,
+    '--no-models-autoload',
+    '--models-max',
+    '0',
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(barePort),
+  ],
+  { stdout: 'ignore', stderr: 'ignore' },
+)
+const bareUrl = `http://127.0.0.1:${barePort}`
+
+async function bareStatus(name: string): Promise<string | undefined> {
+  const list = (await (await fetch(`${bareUrl}/models`)).json()) as any
+  return list.data.find((m: any) => m.id === name)?.status?.value
+}
+/** POST /models/<verb> until the model is `until` (polled every 5 ms): seconds. */
+async function bareSwitch(verb: 'load' | 'unload', name: string, until: string): Promise<number> {
+  const t0 = performance.now()
+  const res = await fetch(`${bareUrl}/models/${verb}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: name }),
+  })
+  await res.text()
+  while ((await bareStatus(name)) !== until) await Bun.sleep(5)
+  return (performance.now() - t0) / 1000
+}
+async function bareChat(name: string): Promise<number> {
+  const t0 = performance.now()
+  const res = await fetch(`${bareUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(chatBody(name)),
+  })
+  await res.text()
+  if (!res.ok) throw new Error(`bare router answered ${res.status}`)
+  return (performance.now() - t0) / 1000
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
+}
+const ms = (s: number) => `${Math.round(s * 1000)} ms`
+
+try {
+  const { access_token: token } = await json(
+    await api('/v1/auth/login', {
+      method: 'POST',
+      body: JSON.stringify({ email: 'bench@example.test', password: 'bench-password' }),
+    }),
+  )
+  /** A one-line batch for `name`, created once the daemon is idle and holding a poll; its claim → first request. */
+  async function daemonRun(name: Name): Promise<number> {
+    const form = new FormData()
+    form.append('purpose', 'batch')
+    form.append(
+      'file',
+      new Blob([`${JSON.stringify({ custom_id: 'q', body: chatBody(ENTRY[name]) })}\n`]),
+      'in.jsonl',
+    )
+    const file = await json(await api('/v1/files', { method: 'POST', token, body: form }))
+    while (server.deps.pollWaiters.size === 0) await Bun.sleep(5)
+    const created = await json(
+      await api('/v1/batches', { method: 'POST', token, body: JSON.stringify({ input_file_id: file.id }) }),
+    )
+    const status = server.deps.sqlite.query<{ status: string }, [string]>(
+      'select status from batches where id = ?',
+    )
+    for (;;) {
+      const row = status.get(created.id)!
+      if (row.status === 'failed') throw new Error(`batch ${created.id} failed`)
+      if (row.status === 'completed') break
+      await Bun.sleep(5)
+    }
+    while (!ready.has(created.id)) await Bun.sleep(5)
+    return ready.get(created.id)!
+  }
+
+  while ((await fetch(`${bareUrl}/models`).catch(() => null))?.ok !== true) await Bun.sleep(20)
+  // Warm both: each model loaded once on the daemon and on the bare router; alpha stays loaded.
+  await daemonRun('beta')
+  await daemonRun('alpha')
+  await bareSwitch('load', 'beta', 'loaded')
+  await bareChat('beta')
+  await bareSwitch('unload', 'beta', 'unloaded')
+  await bareSwitch('load', 'alpha', 'loaded')
+  await bareChat('alpha')
+
+  const figures = {
+    loaded: [] as number[],
+    onDisk: [] as number[],
+    chat: [] as number[],
+    swap: [] as number[],
+  }
+  let loaded: Name = 'alpha'
+  for (let r = 0; r < ROUNDS; r++) {
+    // Loaded: the model the last batch used.
+    figures.loaded.push(await daemonRun(loaded))
+    figures.chat.push(await bareChat(loaded))
+    // On disk: the other one; the loaded one makes room.
+    const other: Name = loaded === 'alpha' ? 'beta' : 'alpha'
+    figures.onDisk.push(await daemonRun(other))
+    figures.swap.push(
+      (await bareSwitch('unload', loaded, 'unloaded')) + (await bareSwitch('load', other, 'loaded')),
+    )
+    loaded = other
+  }
+
+  const heartbeat = 30
+  const line = (what: string, daemonS: number, bareWhat: string, bareS: number) => {
+    const goal = 1.1 * bareS + heartbeat
+    console.log(
+      `  ${what.padEnd(24)} daemon ${ms(daemonS).padStart(7)}   ${bareWhat.padEnd(22)} ${ms(bareS).padStart(7)}   ` +
+        `ratio ${(daemonS / bareS).toFixed(2)}  (goal ≤ 1.1 × bare + ${heartbeat} s: ${daemonS <= goal ? 'met' : 'MISSED'})`,
+    )
+  }
+  console.log(
+    `claim → first request, median of ${ROUNDS} rounds; llama-server router, two tiny models, VRAM for one`,
+  )
+  line('model already loaded', median(figures.loaded), 'bare chat request', median(figures.chat))
+  line('model on disk (swap)', median(figures.onDisk), 'bare unload + load', median(figures.swap))
+  const download = await downloadCase({ bytes: ROUNDS < 5 ? 2e8 : 1e9, rounds: ROUNDS })
+  console.log(
+    `  model to download        downloader ${mbps(median(download.rounds.map((r) => r.downloader))).padStart(9)}   plain fetch ${mbps(median(download.rounds.map((r) => r.plain))).padStart(9)}   ` +
+      `ratio ${download.ratio.toFixed(2)}  (goal ≥ 0.9: ${download.ratio >= 0.9 ? 'met' : 'MISSED'}; ${(download.bytes / 1e9).toFixed(1)} GB from the stand-in hub, sha256 alone ${mbps(download.sha256)})`,
+  )
+} finally {
+  daemon.kill('SIGTERM')
+  await daemon.exited
+  bare.kill('SIGTERM')
+  await bare.exited
+  await server.stop()
+  rmSync(dir, { recursive: true, force: true })
+}

@@ -1,2 +1,0 @@
-ALTER TABLE `batches` ADD `queued_at` integer;--> statement-breakpoint
-CREATE INDEX `batches_waiting` ON `batches` (`model`,`queued_at`,`request_counts_total`) WHERE status = 'validated';

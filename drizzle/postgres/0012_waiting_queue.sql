@@ -1,0 +1,1 @@
+CREATE INDEX "batches_validated_model" ON "batches" USING btree ("model","seq","request_counts_total","request_counts_completed","request_counts_failed") WHERE status = 'validated';

@@ -1,0 +1,142 @@
+import { closeSync, existsSync, openSync, readSync } from 'node:fs'
+import { isAbsolute, resolve } from 'node:path'
+import { paramFlags } from '../../domain/serving-params'
+
+// The launch command of a per-model engine (docs/worker.md "vLLM and other launched engines"): one
+// line with placeholders, split into words as a shell would (spaces separate, '…' and "…" quote,
+// `\` escapes) but never run by a shell, so a model's name or path is always one argument.
+//
+//   {model_path}  the model's directory, absolute (<models-dir>/<runtime_model_id>)
+//   {model}       its runtime_model_id, the name requests carry in `body.model`
+//   {port}        the free loopback port the daemon chose for it
+//   {params}      the serving profile's params as flags (`--max-model-len 8192 --enforce-eager`);
+//                 a word of its own, which expands to as many words as there are flags
+
+export const DEFAULT_LAUNCH_COMMANDS = {
+  vllm: 'vllm serve {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} {params}',
+  sglang:
+    'python3 -m sglang.launch_server --model-path {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} {params}',
+} as const
+
+const PLACEHOLDER = /\{([a-z_]*)\}/g
+const KNOWN = new Set(['model_path', 'model', 'port', 'params'])
+
+/** The words of `text`, or throws on an unclosed quote. */
+export function splitCommand(text: string): string[] {
+  const words: string[] = []
+  let word: string | null = null
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!
+    if (/\s/.test(c)) {
+      if (word !== null) words.push(word)
+      word = null
+    } else if (c === "'") {
+      const end = text.indexOf("'", i + 1)
+      if (end < 0) throw new Error("an unclosed quote (')")
+      word = (word ?? '') + text.slice(i + 1, end)
+      i = end
+    } else if (c === '"') {
+      let quoted = ''
+      let j = i + 1
+      for (; j < text.length && text[j] !== '"'; j++) {
+        if (text[j] === '\\' && (text[j + 1] === '"' || text[j + 1] === '\\')) j++
+        quoted += text[j]
+      }
+      if (j >= text.length) throw new Error('an unclosed quote (")')
+      word = (word ?? '') + quoted
+      i = j
+    } else if (c === '\\' && i + 1 < text.length) {
+      word = (word ?? '') + text[++i]
+    } else word = (word ?? '') + c
+  }
+  if (word !== null) words.push(word)
+  return words
+}
+
+/** What is wrong with a launch command, or null. */
+export function launchCommandProblem(text: string): string | null {
+  let words: string[]
+  try {
+    words = splitCommand(text)
+  } catch (e) {
+    return `the launch command has ${(e as Error).message}`
+  }
+  if (words.length === 0) return 'the launch command is empty'
+  const used = new Set<string>()
+  for (const w of words)
+    for (const [, name] of w.matchAll(PLACEHOLDER)) {
+      if (!KNOWN.has(name!))
+        return `the launch command names {${name}}; its placeholders are {model_path}, {model}, {port} and {params}`
+      used.add(name!)
+    }
+  if (!used.has('port'))
+    return 'the launch command must pass {port}: the daemon chooses the port of each model'
+  if (!used.has('model_path') && !used.has('model'))
+    return 'the launch command must name the model with {model_path} or {model}'
+  if (words.some((w) => w.includes('{params}') && w !== '{params}'))
+    return '{params} must be a word of its own in the launch command (it expands to several flags)'
+  if (words[0]!.includes('{')) return 'the launch command must begin with its program, not a placeholder'
+  return null
+}
+
+export interface LaunchValues {
+  model_path: string
+  model: string
+  port: number
+  params: Record<string, unknown>
+}
+
+/** The argv of one launch: the command's words with the placeholders filled, then `extraArgs`. */
+export function renderLaunch(
+  words: readonly string[],
+  v: LaunchValues,
+  extraArgs: readonly string[] = [],
+): string[] {
+  const out: string[] = []
+  for (const w of words) {
+    if (w === '{params}') out.push(...paramFlags(v.params))
+    else
+      out.push(
+        w.replace(PLACEHOLDER, (_, name: string) =>
+          name === 'model_path' ? v.model_path : name === 'model' ? v.model : String(v.port),
+        ),
+      )
+  }
+  return [...out, ...extraArgs]
+}
+
+/** The program's path: on PATH, or as given. */
+export function findProgram(program: string): string | null {
+  if (program.includes('/')) return existsSync(program) ? resolve(program) : null
+  return Bun.which(program)
+}
+
+/**
+ * The program as the kernel runs it: a script's `#!` interpreter (and its one argument) before the
+ * script, `/usr/bin/env NAME` resolved to NAME's path. Spawned so, the process's command line is
+ * its argv exactly, which is how a later run recognises it.
+ */
+export function withInterpreter(program: string): string[] {
+  const path = findProgram(program) ?? program
+  let head = ''
+  try {
+    const fd = openSync(path, 'r')
+    try {
+      const buf = Buffer.alloc(256)
+      head = buf.subarray(0, readSync(fd, buf, 0, 256, 0)).toString('utf8')
+    } finally {
+      closeSync(fd)
+    }
+  } catch {
+    return [path]
+  }
+  if (!head.startsWith('#!')) return [path]
+  const line = head.slice(2).split('\n')[0]!.trim()
+  const space = line.search(/\s/)
+  const interpreter = space < 0 ? line : line.slice(0, space)
+  const arg = space < 0 ? '' : line.slice(space).trim()
+  if (!interpreter || !isAbsolute(interpreter)) return [path]
+  if (interpreter.endsWith('/env') && arg && !arg.startsWith('-') && !/\s/.test(arg))
+    return [Bun.which(arg) ?? arg, path]
+  return arg ? [interpreter, arg, path] : [interpreter, path]
+}

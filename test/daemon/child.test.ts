@@ -1,0 +1,142 @@
+import { afterAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { Subprocess } from 'bun'
+import { alive, freePort, SupervisedChild } from '../../src/daemon/engines/child'
+import { StateDir } from '../../src/daemon/state'
+import { until } from '../helpers/until'
+
+// The supervised engine process (src/daemon/engines/child.ts) with a stand-in engine: a small Bun
+// HTTP server. The real router under the same supervision: test/daemon/managed-supervision.test.ts.
+
+const root = mkdtempSync(join(tmpdir(), 'gk-child-'))
+afterAll(() => rmSync(root, { recursive: true, force: true }))
+
+const SERVE =
+  "Bun.serve({ hostname: '127.0.0.1', port: Number(process.argv.at(-1)), fetch: () => new Response('ok') }); console.log('up')"
+
+function child(state: StateDir, tag = 'a') {
+  return new SupervisedChild({
+    name: 'stand-in',
+    state,
+    command: (port) => ['bun', '-e', SERVE, tag, String(port)],
+    ready: async (url) => (await fetch(url)).ok,
+  })
+}
+
+describe('a supervised engine process', () => {
+  test('started, recorded with its output in the state directory, stopped and forgotten', async () => {
+    const state = new StateDir(mkdtempSync(join(root, 's-')))
+    const c = child(state)
+    await c.start()
+    const pid = c.pid!
+    const record = JSON.parse(readFileSync(join(state.dir, 'engines', 'stand-in.json'), 'utf8'))
+    expect(record).toMatchObject({ pid, argv: ['bun', '-e', SERVE, 'a', String(record.port)] })
+    expect((await fetch(c.url)).ok).toBe(true)
+    await until('its output in the log', () => c.lastLines().includes('up'))
+    await c.stop()
+    expect(alive(pid)).toBe(false)
+    expect(() => statSync(join(state.dir, 'engines', 'stand-in.json'))).toThrow()
+  })
+
+  test('dies unasked: the listeners hear how, and it is started again', async () => {
+    const state = new StateDir(mkdtempSync(join(root, 's-')))
+    const c = child(state)
+    const heard: string[] = []
+    c.onExit((reason) => heard.push(reason))
+    await c.start()
+    const first = c.pid!
+    try {
+      process.kill(first, 'SIGKILL')
+      await until('the exit heard', () => heard.length === 1)
+      expect(heard[0]).toStartWith('the engine was killed (SIGKILL); its last lines: up')
+      await until('started again', () => c.running && c.pid !== first)
+      expect((await fetch(c.url)).ok).toBe(true)
+    } finally {
+      await c.stop()
+    }
+  })
+
+  test('left by a killed daemon: adopted when it is the same command (and stopped with its new owner), stopped when it is another', async () => {
+    const state = new StateDir(mkdtempSync(join(root, 's-')))
+    const same = child(state, 'a')
+    const other = child(state, 'b')
+    const procs: Subprocess[] = []
+    /** What a killed daemon leaves: its engine running, and the record saying so. */
+    async function leftover(tag: string) {
+      const port = freePort()
+      const argv = ['bun', '-e', SERVE, tag, String(port)]
+      const proc = Bun.spawn(argv, { stdout: 'ignore', stderr: 'ignore' })
+      procs.push(proc)
+      await until(
+        'the leftover answering',
+        async () => (await fetch(`http://127.0.0.1:${port}`).catch(() => null))?.ok,
+      )
+      state.writeJson(join('engines', 'stand-in.json'), {
+        pid: proc.pid,
+        port,
+        argv,
+        started_at_ms: Date.now(),
+      })
+      return proc
+    }
+    try {
+      const first = await leftover('a')
+      await same.start()
+      expect(same.adopted).toBe(true)
+      expect(same.pid).toBe(first.pid)
+      await same.stop()
+      await first.exited
+      expect(alive(first.pid)).toBe(false)
+
+      const second = await leftover('a')
+      await other.start()
+      expect(other.adopted).toBe(false)
+      await second.exited
+      expect(alive(second.pid)).toBe(false)
+      expect(other.pid).not.toBe(second.pid)
+    } finally {
+      await other.stop()
+      for (const p of procs) p.kill()
+    }
+  })
+
+  test('a record whose pid is now another process (pid reuse) is neither adopted nor stopped', async () => {
+    const state = new StateDir(mkdtempSync(join(root, 's-')))
+    const stranger = Bun.spawn(['sleep', '30'])
+    const c = child(state)
+    try {
+      state.writeJson(join('engines', 'stand-in.json'), {
+        pid: stranger.pid,
+        port: 1,
+        argv: ['bun', '-e', SERVE, 'a', '1'],
+        started_at_ms: 0,
+      })
+      await c.start()
+      expect(c.adopted).toBe(false)
+      expect(c.pid).not.toBe(stranger.pid)
+      expect(alive(stranger.pid)).toBe(true)
+      await c.stop()
+    } finally {
+      stranger.kill()
+    }
+  })
+
+  test('its log stays bounded: past 8 MB only the last 512 KB stay, from a line’s start', () => {
+    const state = new StateDir(mkdtempSync(join(root, 's-')))
+    const c = child(state)
+    const line = (i: number) => `[41234] 0.00.${i} I slot print_timing: a line of the engine's output\n`
+    let text = ''
+    for (let i = 0; text.length < 9 * 1024 * 1024; i++) text += line(i)
+    writeFileSync(c.logPath, text)
+    c.trimLog()
+    const kept = readFileSync(c.logPath, 'utf8')
+    expect(kept.length).toBeLessThanOrEqual(512 * 1024)
+    expect(kept.startsWith('[41234] ')).toBe(true)
+    expect(text.endsWith(kept)).toBe(true)
+    // Below the bound nothing changes.
+    c.trimLog()
+    expect(readFileSync(c.logPath, 'utf8')).toBe(kept)
+  })
+})

@@ -1,0 +1,400 @@
+import { afterEach, describe, expect, test } from 'bun:test'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import {
+  type DownloadProgress,
+  type DownloadRequest,
+  downloadModel,
+  type ModelLayout,
+  modelsDirLayout,
+  pullFromHub,
+  statfsFreeBytes,
+} from '../../src/daemon/download'
+import { LaunchedEngine } from '../../src/daemon/engines/launched'
+import { StateDir } from '../../src/daemon/state'
+import { type StandInHub, seededBytes, sha256Of, startStandInHub } from '../helpers/hub'
+import { capturedLogLines, rememberSecret } from '../helpers/secrets'
+
+// The downloader (src/daemon/download.ts) against the stand-in hub (test/helpers/hub.ts).
+
+const REPO = 'owner/tiny-GGUF'
+const cleanups: (() => void)[] = []
+afterEach(() => {
+  for (const c of cleanups.splice(0)) c()
+})
+
+function hub(o: { token?: string } = {}) {
+  const h = startStandInHub(o)
+  cleanups.push(() => h.stop())
+  return h
+}
+const modelsDir = () => mkdtempSync(join(tmpdir(), 'gk-models-'))
+/** Every name under `dir`, recursively, hidden ones included. */
+const tree = (dir: string) => readdirSync(dir, { recursive: true }).map(String).sort()
+
+function request(h: StandInHub, layout: ModelLayout, o: Partial<DownloadRequest> = {}) {
+  const progress: DownloadProgress[] = []
+  const req: DownloadRequest = {
+    hub: { url: h.url },
+    repo: REPO,
+    revision: 'main',
+    layout,
+    maxBytes: 1e9,
+    backoff: { baseMs: 1, maxMs: 5 },
+    retries: 3,
+    onProgress: (p) => progress.push(p),
+    ...o,
+  }
+  return { req, progress }
+}
+
+describe('a good download', () => {
+  test('one GGUF: verified, renamed into place as <name>.gguf, progress downloading → verifying', async () => {
+    const h = hub()
+    const bytes = seededBytes(3_000_000)
+    const file = h.put(REPO, 'quants/tiny-Q8_0.gguf', bytes)
+    const dir = modelsDir()
+    const layout = modelsDirLayout(dir, 'tiny-q8_0', [
+      { path: 'quants/tiny-Q8_0.gguf', sha256: file.sha256, size_bytes: file.size },
+    ])
+    expect(layout).toMatchObject({ kind: 'file', dest: join(dir, 'tiny-q8_0.gguf') })
+    const { req, progress } = request(h, layout)
+    expect(await downloadModel(req)).toEqual({
+      bytes: bytes.length,
+      files: [{ path: join(dir, 'tiny-q8_0.gguf'), sha256: file.sha256 }],
+    })
+    expect(tree(dir)).toEqual(['tiny-q8_0.gguf'])
+    expect(sha256Of(readFileSync(join(dir, 'tiny-q8_0.gguf')))).toBe(file.sha256)
+    // downloading…, then verifying once, at the end, with every byte in.
+    const statuses = progress.map((p) => p.status)
+    expect(statuses.indexOf('verifying')).toBe(statuses.length - 1)
+    expect(statuses.slice(0, -1).every((s) => s === 'downloading')).toBe(true)
+    expect(statuses.length).toBeGreaterThan(2)
+    const done = progress.map((p) => p.completed_bytes)
+    for (let i = 1; i < done.length; i++) expect(done[i]!).toBeGreaterThanOrEqual(done[i - 1]!)
+    expect(progress[0]).toEqual({ status: 'downloading', completed_bytes: 0, total_bytes: bytes.length })
+    expect(progress.at(-1)).toEqual({
+      status: 'verifying',
+      completed_bytes: bytes.length,
+      total_bytes: bytes.length,
+    })
+    // One plain GET: nothing asked twice.
+    expect(h.requests.map((r) => [r.method, r.range, r.status])).toEqual([['GET', null, 200]])
+  })
+
+  test('several files land together in <name>/ (flat: by file name); a size the catalogue omits comes from the hub', async () => {
+    const h = hub()
+    const weights = h.put(REPO, 'vis/vis-Q4_K_M.gguf', seededBytes(500_000, 2))
+    const proj = h.put(REPO, 'mmproj/mmproj-vis-F16.gguf', seededBytes(200_000, 3))
+    const dir = modelsDir()
+    const layout = modelsDirLayout(
+      dir,
+      'vis-q4_k_m',
+      [
+        { path: 'vis/vis-Q4_K_M.gguf', sha256: weights.sha256, size_bytes: weights.size },
+        {
+          path: 'mmproj/mmproj-vis-F16.gguf',
+          sha256: `sha256:${proj.sha256.toUpperCase()}`,
+          size_bytes: null,
+        },
+      ],
+      { flat: true },
+    )
+    const { req, progress } = request(h, layout)
+    await downloadModel(req)
+    expect(tree(dir)).toEqual(['vis-q4_k_m', 'vis-q4_k_m/mmproj-vis-F16.gguf', 'vis-q4_k_m/vis-Q4_K_M.gguf'])
+    expect(sha256Of(readFileSync(join(dir, 'vis-q4_k_m/mmproj-vis-F16.gguf')))).toBe(proj.sha256)
+    expect(progress[0]!.total_bytes).toBe(700_000)
+    expect(h.requests.map((r) => r.method)).toEqual(['HEAD', 'GET', 'GET'])
+    // Kept at their repository paths when not flat.
+    const deep = modelsDirLayout(dir, 'm', [
+      { path: 'a/config.json', sha256: weights.sha256, size_bytes: 1 },
+      { path: 'b/config.json', sha256: weights.sha256, size_bytes: 1 },
+    ])
+    expect(deep.files.map((f) => f.rel)).toEqual(['a/config.json', 'b/config.json'])
+    expect(() => modelsDirLayout(dir, 'm', deep.files, { flat: true })).toThrow(
+      'two files would land as "config.json"',
+    )
+  })
+
+  test('a launched engine’s model is always a directory, even of one GGUF (LaunchedEngine.layoutFor)', () => {
+    const models = mkdtempSync(join(tmpdir(), 'gk-launched-layout-'))
+    try {
+      const engine = new LaunchedEngine({
+        engine: 'vllm',
+        state: new StateDir(join(models, '.state')),
+        modelsDir: models,
+        command: 'vllm serve {model_path} --port {port}',
+      })
+      const one = engine.layoutFor('org/m', [{ path: 'm.gguf', sha256: 'a'.repeat(64), size_bytes: 1 }])
+      expect(one).toMatchObject({ kind: 'dir', dest: join(models, 'org/m'), files: [{ rel: 'm.gguf' }] })
+      // The llama.cpp router's rule, for contrast: one GGUF is a file named after the model.
+      expect(modelsDirLayout(models, 'm', one.files).kind).toBe('file')
+    } finally {
+      rmSync(models, { recursive: true, force: true })
+    }
+  })
+
+  test('a name or path that would leave the models directory is refused', () => {
+    const f = { path: 'm.gguf', sha256: 'a'.repeat(64), size_bytes: 1 }
+    expect(() => modelsDirLayout('/m', '../x', [f])).toThrow('cannot be a path under the models directory')
+    expect(() => modelsDirLayout('/m', 'x', [{ ...f, path: 'a/../../b.gguf' }])).toThrow(
+      'not a safe relative path',
+    )
+    expect(() => modelsDirLayout('/m', 'x', [])).toThrow('names no file')
+  })
+})
+
+describe('resuming', () => {
+  test('a connection cut mid-file continues with Range and If-Range: only the rest is fetched', async () => {
+    const h = hub()
+    const bytes = seededBytes(4_000_000, 4)
+    const file = h.put(REPO, 'm.gguf', bytes)
+    h.misbehave(REPO, 'm.gguf', { stopAt: 2_000_000, times: 'once' })
+    const dir = modelsDir()
+    const { req } = request(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+    )
+    await downloadModel(req)
+    expect(sha256Of(readFileSync(join(dir, 'm.gguf')))).toBe(file.sha256)
+    expect(h.requests).toHaveLength(2)
+    const [first, second] = h.requests
+    expect(first).toMatchObject({ range: null, status: 200 })
+    const kept = Number(/^bytes=(\d+)-$/.exec(second!.range ?? '')?.[1])
+    // What arrived before the cut is kept (the client may lose the last bytes in flight).
+    expect(kept).toBeGreaterThan(0)
+    expect(kept).toBeLessThanOrEqual(2_000_000)
+    expect(second).toMatchObject({ ifRange: `"${file.sha256}"`, status: 206 })
+    expect(tree(dir)).toEqual(['m.gguf'])
+  })
+
+  test('a file that changed on the hub since the cut (another ETag) starts over', async () => {
+    const h = hub()
+    const old = seededBytes(3_000_000, 5)
+    const oldFile = h.put(REPO, 'm.gguf', old)
+    h.misbehave(REPO, 'm.gguf', { stopAt: 1_500_000, times: 'once' })
+    const fresh = seededBytes(3_000_000, 6)
+    const dir = modelsDir()
+    const { req } = request(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', sha256: sha256Of(fresh), size_bytes: fresh.length }]),
+      {
+        // The first bytes of the old file arrive; then the hub publishes the new one.
+        onProgress: (p) => {
+          if (p.completed_bytes > 0 && h.requests.length === 1) h.put(REPO, 'm.gguf', fresh)
+        },
+      },
+    )
+    await downloadModel(req)
+    expect(readFileSync(join(dir, 'm.gguf')).equals(Buffer.from(fresh))).toBe(true)
+    // The resume named the old ETag; the hub answered the whole new file.
+    expect(h.requests[1]).toMatchObject({ ifRange: `"${oldFile.sha256}"`, status: 200 })
+  })
+
+  test('a partial left by a stopped run is resumed: its prefix hashed, its ETag kept beside it', async () => {
+    const h = hub()
+    const bytes = seededBytes(4_000_000, 7)
+    const file = h.put(REPO, 'm.gguf', bytes)
+    const dir = modelsDir()
+    const layout = modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }])
+    const stop = new AbortController()
+    const first = request(h, layout, {
+      signal: stop.signal,
+      onProgress: (p) => {
+        if (p.completed_bytes > 0) stop.abort()
+      },
+    })
+    await expect(downloadModel(first.req)).rejects.toThrow('the download was stopped')
+    // Stopped, not failed: the partial (never a .gguf) and its ETag stay.
+    expect(tree(dir)).toEqual(['.m.gguf.partial', '.m.gguf.partial.etag'])
+    const kept = statSync(join(dir, '.m.gguf.partial')).size
+    expect(kept).toBeGreaterThan(0)
+    const second = request(h, layout)
+    await downloadModel(second.req)
+    expect(sha256Of(readFileSync(join(dir, 'm.gguf')))).toBe(file.sha256)
+    expect(h.requests.at(-1)).toMatchObject({
+      range: `bytes=${kept}-`,
+      ifRange: `"${file.sha256}"`,
+      status: 206,
+    })
+    expect(second.progress[0]!.completed_bytes).toBe(kept)
+    expect(tree(dir)).toEqual(['m.gguf'])
+  })
+})
+
+describe('failures leave nothing behind', () => {
+  const failing = async (h: StandInHub, layout: ModelLayout, o: Partial<DownloadRequest> = {}) => {
+    const { req, progress } = request(h, layout, o)
+    const error = await downloadModel(req).then(
+      () => null,
+      (e: Error) => e,
+    )
+    expect(error).toBeInstanceOf(Error)
+    return { error: error!.message, progress }
+  }
+
+  test('wrong bytes: the digest reason, no file', async () => {
+    const h = hub()
+    const file = h.put(REPO, 'm.gguf', seededBytes(1_000_000, 8))
+    h.misbehave(REPO, 'm.gguf', { wrongBytes: true })
+    const dir = modelsDir()
+    const { error, progress } = await failing(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+    )
+    expect(error).toStartWith('sha256 of m.gguf is ')
+    expect(error).toContain(`the catalogue's is ${file.sha256}`)
+    expect(progress.some((p) => p.status === 'verifying')).toBe(false)
+    expect(tree(dir)).toEqual([])
+  })
+
+  test('a second file with wrong bytes takes the first, verified one with it', async () => {
+    const h = hub()
+    const a = h.put(REPO, 'a.gguf', seededBytes(100_000, 9))
+    const b = h.put(REPO, 'b.gguf', seededBytes(100_000, 10))
+    h.misbehave(REPO, 'b.gguf', { wrongBytes: true })
+    const dir = modelsDir()
+    const layout = modelsDirLayout(dir, 'two', [
+      { path: 'a.gguf', ...a, size_bytes: a.size },
+      { path: 'b.gguf', ...b, size_bytes: b.size },
+    ])
+    expect((await failing(h, layout)).error).toStartWith('sha256 of b.gguf')
+    expect(tree(dir)).toEqual([])
+  })
+
+  test('a hub that always stops halfway: failed after the retries, no partial', async () => {
+    const h = hub()
+    const file = h.put(REPO, 'm.gguf', seededBytes(2_000_000, 11))
+    h.misbehave(REPO, 'm.gguf', { stopAt: 1_000_000, times: 'always' })
+    const dir = modelsDir()
+    const { error } = await failing(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+    )
+    expect(error).toContain('3 attempts in a row brought no new byte')
+    // Every retry resumed where the last had stopped.
+    expect(h.requests.slice(1).every((r) => r.range !== null)).toBe(true)
+    expect(tree(dir)).toEqual([])
+  })
+
+  test('404 fails at once; 503 after the retries; neither leaves a file', async () => {
+    const h = hub()
+    const dir = modelsDir()
+    const missing = await failing(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'gone.gguf', sha256: 'a'.repeat(64), size_bytes: 10 }]),
+    )
+    expect(missing.error).toBe('the hub answered 404 for gone.gguf (owner/tiny-GGUF@main)')
+    expect(h.requests).toHaveLength(1)
+    const file = h.put(REPO, 'sick.gguf', seededBytes(1000))
+    h.misbehave(REPO, 'sick.gguf', { status: 503 })
+    const sick = await failing(
+      h,
+      modelsDirLayout(dir, 's', [{ path: 'sick.gguf', ...file, size_bytes: file.size }]),
+    )
+    expect(sick.error).toBe('sick.gguf: the hub answered 503 (3 attempts in a row brought no new byte)')
+    expect(tree(dir)).toEqual([])
+  })
+
+  test('a hub serving another size than the catalogue says is refused before the bytes', async () => {
+    const h = hub()
+    const file = h.put(REPO, 'm.gguf', seededBytes(1000))
+    const dir = modelsDir()
+    const { error } = await failing(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', sha256: file.sha256, size_bytes: 999 }]),
+    )
+    expect(error).toBe('the hub serves 1000 bytes of m.gguf, the catalogue says 999')
+    expect(tree(dir)).toEqual([])
+  })
+})
+
+describe('refused before anything is fetched', () => {
+  test('over --max-download-gb', async () => {
+    const h = hub()
+    const dir = modelsDir()
+    const layout = modelsDirLayout(dir, 'm', [{ path: 'm.gguf', sha256: 'a'.repeat(64), size_bytes: 3e9 }])
+    const { req } = request(h, layout, { maxBytes: 2e9 })
+    await expect(downloadModel(req)).rejects.toThrow(
+      'the download is 3.00 GB, over --max-download-gb (2.00 GB)',
+    )
+    expect(h.requests).toEqual([])
+    expect(tree(dir)).toEqual([])
+  })
+
+  test('not enough free disk where the model lands (statfs of the target)', async () => {
+    const h = hub()
+    const dir = modelsDir()
+    const layout = modelsDirLayout(dir, 'm', [{ path: 'm.gguf', sha256: 'a'.repeat(64), size_bytes: 5e8 }])
+    const asked: string[] = []
+    const { req } = request(h, layout, {
+      freeBytes: (path) => {
+        asked.push(path)
+        return 1e8
+      },
+    })
+    await expect(downloadModel(req)).rejects.toThrow(
+      `not enough free disk in ${dir}: the download needs 0.50 GB more, 0.10 GB free`,
+    )
+    expect(asked).toEqual([dir])
+    expect(h.requests).toEqual([])
+    // The default asks the filesystem itself.
+    expect(statfsFreeBytes(dir)).toBeGreaterThan(0)
+  })
+})
+
+describe('the hub token', () => {
+  test('sent as a bearer token, never logged nor in an error', async () => {
+    const token = `hf_${'T'.repeat(30)}`
+    rememberSecret(token)
+    const h = hub({ token })
+    const file = h.put(REPO, 'm.gguf', seededBytes(1000))
+    const dir = modelsDir()
+    const layout = modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: null }])
+    const { req } = request(h, layout, { hub: { url: h.url, token } })
+    await downloadModel(req)
+    expect(h.requests.map((r) => r.authorization)).toEqual([`Bearer ${token}`, `Bearer ${token}`])
+    const denied = request(h, modelsDirLayout(dir, 'n', [{ path: 'm.gguf', ...file, size_bytes: 1000 }]), {
+      hub: { url: h.url, token: `${token}x` },
+    })
+    const error = await downloadModel(denied.req).catch((e: Error) => e.message)
+    expect(error).toBe('the hub answered 401 for m.gguf (owner/tiny-GGUF@main)')
+    expect(capturedLogLines().some((l) => l.includes(token))).toBe(false)
+  })
+})
+
+describe('a pull_models ask (docs/api.md §7)', () => {
+  test('its repository, revision and files drive the download', async () => {
+    const h = hub()
+    const file = h.put(REPO, 'q/tiny-Q8_0.gguf', seededBytes(10_000), 'v1')
+    const dir = modelsDir()
+    const out = await pullFromHub(
+      {
+        catalogue_id: 'tiny-q80',
+        runtime: 'llama.cpp',
+        runtime_model_id: 'tiny-q8_0',
+        digest: file.sha256,
+        size_gb: 0.00001,
+        source_type: 'huggingface',
+        source_ref: REPO,
+        source_revision: 'v1',
+        files: [{ path: 'q/tiny-Q8_0.gguf', sha256: file.sha256, size_bytes: null }],
+      },
+      { layout: (name, files) => modelsDirLayout(dir, name, files), hub: { url: h.url }, maxDownloadGb: 1 },
+    )
+    expect(out).toEqual({
+      bytes: 10_000,
+      dest: join(dir, 'tiny-q8_0.gguf'),
+      files: [{ path: join(dir, 'tiny-q8_0.gguf'), sha256: file.sha256 }],
+    })
+    expect(existsSync(out.dest)).toBe(true)
+    await expect(
+      pullFromHub(
+        { catalogue_id: 'x', runtime: 'llama.cpp', runtime_model_id: 'x', source_type: 'ollama', files: [] },
+        { layout: (name, files) => modelsDirLayout(dir, name, files), hub: { url: h.url }, maxDownloadGb: 1 },
+      ),
+    ).rejects.toThrow('catalogue entry x names no hub download')
+  })
+})

@@ -1,0 +1,235 @@
+import { afterAll, describe, expect, test } from 'bun:test'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { manualTimers } from '../../src/daemon/backoff'
+import { type ModelLease, ModelLost, ModelManager, ModelUnavailable } from '../../src/daemon/models/manager'
+import { StateDir } from '../../src/daemon/state'
+import { type MemoryEngine, memoryEngine } from '../helpers/memory-engine'
+
+// The model manager (src/daemon/models/manager.ts) over an engine held in memory, at moments the
+// test picks: what waits, what loads and unloads, what a job hears when its model goes away, and
+// what is measured. The same manager against the real llama.cpp router: test/daemon/managed*.test.ts.
+
+const root = mkdtempSync(join(tmpdir(), 'gk-models-'))
+afterAll(() => rmSync(root, { recursive: true, force: true }))
+
+function setup(
+  names = ['a', 'b', 'c'],
+  o: { budget?: number | null; appliesParams?: boolean; state?: StateDir } = {},
+) {
+  const engine = memoryEngine(names, { appliesParams: o.appliesParams })
+  const timers = manualTimers()
+  const state = o.state ?? new StateDir(mkdtempSync(join(root, 'state-')))
+  let changes = 0
+  const manager = new ModelManager({
+    engine,
+    state,
+    budget: () => (o.budget === undefined ? 1 : o.budget),
+    timers,
+    onChange: () => changes++,
+  })
+  return { engine, manager, timers, state, changes: () => changes }
+}
+
+const need = (
+  name: string,
+  o: { job?: string; vram?: number | null; params?: Record<string, unknown> } = {},
+) => ({
+  job_id: o.job ?? `job-${name}`,
+  name,
+  vram_gb: o.vram === undefined ? 1 : o.vram,
+  params: o.params ?? {},
+})
+
+/** A stage listener, and a promise of the first stage `match` accepts. */
+function stages(match: (s: string) => boolean) {
+  const heard: (string | null)[] = []
+  let resolve = (_: string) => {}
+  const seen = new Promise<string>((r) => {
+    resolve = r
+  })
+  return {
+    heard,
+    seen,
+    listen: (s: string | null) => {
+      heard.push(s)
+      if (s && match(s)) resolve(s)
+    },
+  }
+}
+
+const open = () => new AbortController().signal
+
+describe('the model manager', () => {
+  test('a job waits while the room is held by a model another job uses, then loads once that job is done with it', async () => {
+    const { engine, manager } = setup()
+    const a = await manager.acquire(need('a'), open())
+    const waiting = stages((s) => s.startsWith('waiting'))
+    const b = manager.acquire(need('b'), open(), waiting.listen)
+    expect(await waiting.seen).toBe('waiting for b: b needs 1 GB, 0 GB free of 1 GB (a in use by 1 job)')
+    // Never unloaded under the job using it.
+    expect(engine.calls).toEqual(['load a {}'])
+    expect(engine.state('a')).toBe('loaded')
+    a.release(3)
+    const lease = await b
+    expect(lease.name).toBe('b')
+    expect(engine.calls).toEqual(['load a {}', 'unload a', 'load b {}'])
+    expect(waiting.heard.at(-1)).toBeNull()
+    expect(waiting.heard).toContain('loading b (unloading a: least recently used, no job needs it)')
+  })
+
+  test('room for two: the second model loads beside the first', async () => {
+    const { engine, manager } = setup(['a', 'b'], { budget: 2 })
+    await manager.acquire(need('a'), open())
+    await manager.acquire(need('b'), open())
+    expect(engine.calls).toEqual(['load a {}', 'load b {}'])
+  })
+
+  test('no budget (no GPU, no --vram-gb): nothing is unloaded for room', async () => {
+    const { engine, manager } = setup(['a', 'b'], { budget: null })
+    ;(await manager.acquire(need('a', { vram: 80 }), open())).release(1)
+    await manager.acquire(need('b', { vram: 80 }), open())
+    expect(engine.calls).toEqual(['load a {}', 'load b {}'])
+  })
+
+  test('two jobs for one model share its load; loading_models names it meanwhile', async () => {
+    const { engine, manager } = setup()
+    engine.holdLoads('a')
+    const first = manager.acquire(need('a', { job: 'j1' }), open())
+    const second = manager.acquire(need('a', { job: 'j2' }), open())
+    await engine.loadStarted('a')
+    expect(manager.loading()).toEqual(['a'])
+    engine.finish('a')
+    const [l1, l2] = await Promise.all([first, second])
+    expect([l1.name, l2.name]).toEqual(['a', 'a'])
+    expect(engine.calls).toEqual(['load a {}'])
+    expect(manager.loading()).toEqual([])
+  })
+
+  test('a model bigger than the whole budget: the job fails saying so, nothing is unloaded', async () => {
+    const { engine, manager } = setup()
+    await manager.acquire(need('a'), open())
+    const e = await manager.acquire(need('b', { vram: 48 }), open()).catch((x) => x)
+    expect(e).toBeInstanceOf(ModelUnavailable)
+    expect(e.message).toBe('b needs 48 GB of VRAM, this worker has 1 GB')
+    expect(engine.calls).toEqual(['load a {}'])
+  })
+
+  test('a model the engine does not have: the job fails', async () => {
+    const { manager } = setup()
+    const e = await manager.acquire(need('nope'), open()).catch((x) => x)
+    expect(e).toBeInstanceOf(ModelUnavailable)
+    expect(e.message).toBe('nope is not among the models of the engine')
+  })
+
+  test('a load that fails: the job fails with the engine’s reason; the next job for it tries again', async () => {
+    const { engine, manager } = setup()
+    engine.holdLoads('a')
+    const first = manager.acquire(need('a'), open())
+    await engine.loadStarted('a')
+    engine.fail('a', 'exit code 1: E llama_model_load: model is corrupted or incomplete')
+    const e = await first.catch((x) => x)
+    expect(e).toBeInstanceOf(ModelUnavailable)
+    expect(e.message).toBe(
+      'a failed to load: exit code 1: E llama_model_load: model is corrupted or incomplete',
+    )
+    expect(manager.loading()).toEqual([])
+    const again = manager.acquire(need('a'), open())
+    await engine.loadStarted('a')
+    engine.finish('a')
+    expect((await again).name).toBe('a')
+  })
+
+  test('loaded with other params: loaded again once no job uses it; the same params are used as loaded', async () => {
+    const { engine, manager } = setup()
+    ;(await manager.acquire(need('a', { params: { ctx_size: 1024, embedding: true } }), open())).release(1)
+    ;(await manager.acquire(need('a', { params: { embedding: true, ctx_size: 1024 } }), open())).release(1)
+    expect(engine.calls).toEqual(['load a {"ctx_size":1024,"embedding":true}'])
+    await manager.acquire(need('a', { params: { ctx_size: 2048 } }), open())
+    expect(engine.calls).toEqual([
+      'load a {"ctx_size":1024,"embedding":true}',
+      'unload a',
+      'load a {"ctx_size":2048}',
+    ])
+  })
+
+  test('an attached engine: params are not passed on, and any loaded copy serves', async () => {
+    const { engine, manager } = setup(['a'], { appliesParams: false })
+    ;(await manager.acquire(need('a', { params: { ctx_size: 1024 } }), open())).release(1)
+    await manager.acquire(need('a', { params: { ctx_size: 2048 } }), open())
+    expect(engine.calls).toEqual(['load a {}'])
+  })
+
+  test('the engine dies under a job: its lease is lost with the engine’s account, and the model is not loaded any more', async () => {
+    const { engine, manager } = setup()
+    const lease = await manager.acquire(need('a'), open())
+    engine.die('the engine was killed (SIGKILL); its last lines: bye')
+    expect(lease.lost.aborted).toBe(true)
+    expect(lease.lost.reason).toBeInstanceOf(ModelLost)
+    expect(lease.lost.reason.message).toBe('the engine was killed (SIGKILL); its last lines: bye')
+    expect(await lease.check()).toBe(lease.lost.reason)
+    lease.release(0)
+    // Loaded again for the next job.
+    await manager.acquire(need('a'), open())
+    expect(engine.calls).toEqual(['load a {}', 'load a {}'])
+  })
+
+  test('a model that went away without a word is found by the next look, and its job told with its last lines', async () => {
+    const { engine, manager } = setup()
+    const lease: ModelLease = await manager.acquire(need('a'), open())
+    expect(await lease.check()).toBeNull()
+    engine.drop('a')
+    const why = await lease.check()
+    expect(why).toBeInstanceOf(ModelLost)
+    expect(why!.message).toBe("a is no longer loaded in the engine; the engine's last lines: last words of a")
+    expect(lease.lost.aborted).toBe(true)
+  })
+
+  test('a job stopped while it waits: nothing is loaded for it', async () => {
+    const { engine, manager } = setup()
+    const a = await manager.acquire(need('a'), open())
+    const stop = new AbortController()
+    const waiting = stages((s) => s.startsWith('waiting'))
+    const b = manager.acquire(need('b'), stop.signal, waiting.listen)
+    await waiting.seen
+    stop.abort(new Error('the server no longer assigns this job'))
+    expect((await b.catch((x) => x)).message).toBe('the server no longer assigns this job')
+    a.release(1)
+    // The next job for a uses it as it is: b's wait left nothing behind.
+    await manager.acquire(need('a'), open())
+    expect(engine.calls).toEqual(['load a {}'])
+  })
+
+  test('what a load took and what a job got through are measured per model', async () => {
+    const { engine, manager, timers } = setup()
+    engine.holdLoads('a')
+    const acquiring = manager.acquire(need('a'), open())
+    await engine.loadStarted('a')
+    timers.advance(2500)
+    engine.finish('a')
+    const lease = await acquiring
+    timers.advance(4000)
+    lease.release(20)
+    expect(manager.stats()).toEqual([{ name: 'a', load_seconds: 2.5, requests_per_second: 5 }])
+  })
+
+  test('what each loaded model was loaded for is kept in the state directory for the next run', async () => {
+    const state = new StateDir(mkdtempSync(join(root, 'state-')))
+    const first = setup(['a', 'b'], { state })
+    ;(await first.manager.acquire(need('a'), open())).release(1)
+    // A daemon started again finds a loaded (an adopted engine): it knows a takes 1 GB.
+    const engine: MemoryEngine = first.engine
+    const next = new ModelManager({ engine, state, budget: () => 1, timers: manualTimers() })
+    await next.acquire(need('b'), open())
+    expect(engine.calls).toEqual(['load a {}', 'unload a', 'load b {}'])
+  })
+
+  test('an engine that cannot be reached: the job fails saying so', async () => {
+    const { engine, manager } = setup()
+    engine.offline = true
+    const e = await manager.acquire(need('a'), open()).catch((x) => x)
+    expect(e).toBeInstanceOf(ModelUnavailable)
+    expect(e.message).toBe('the engine is offline: down')
+  })
+})

@@ -1,0 +1,160 @@
+// A stand-in model hub for tests and benchmarks (never the internet): Bun.serve on loopback serving
+// files in the Hugging Face layout, `GET|HEAD /{owner}/{repo}/resolve/{revision}/{path}`, with a
+// strong `ETag` (the quoted sha256 of the bytes), `Accept-Ranges: bytes`, and `Range: bytes=N-`
+// answered 206 (or 200 with the whole file when `If-Range` names another ETag, as RFC 9110 says).
+//
+// Faults, per file (`misbehave`):
+//   wrongBytes        serve other bytes of the same length (the digest check must catch it)
+//   stopAt N, times   close the connection once the response reaches byte N of the file
+//                     ('once': only the first response; 'always': every response, so no resume
+//                     ever gets further)
+//   status            answer that status (404, 503 …) every time
+// `token`: every request must carry `Authorization: Bearer <token>` (else 401).
+
+export interface HubRequest {
+  method: string
+  path: string
+  range: string | null
+  ifRange: string | null
+  authorization: string | null
+  status: number
+}
+
+export interface Misbehaviour {
+  wrongBytes?: boolean
+  stopAt?: number
+  times?: 'once' | 'always'
+  status?: number
+}
+
+export interface StandInHub {
+  url: string
+  /** Every request, in order, with the status answered. */
+  requests: HubRequest[]
+  /** Serves `bytes` at `{repo}/resolve/{revision}/{path}`; its ETag is their sha256. */
+  put(repo: string, path: string, bytes: Uint8Array, revision?: string): { sha256: string; size: number }
+  misbehave(repo: string, path: string, m: Misbehaviour, revision?: string): void
+  stop(): void
+}
+
+const key = (repo: string, revision: string, path: string) => `/${repo}/resolve/${revision}/${path}`
+
+export const sha256Of = (bytes: Uint8Array) => new Bun.CryptoHasher('sha256').update(bytes).digest('hex')
+
+export function startStandInHub(o: { token?: string } = {}): StandInHub {
+  const files = new Map<string, { bytes: Uint8Array; etag: string }>()
+  const faults = new Map<string, Misbehaviour & { served: number }>()
+  const requests: HubRequest[] = []
+
+  const answer = (req: Request): Response => {
+    const url = new URL(req.url)
+    const path = decodeURIComponent(url.pathname)
+    const record = (status: number) =>
+      requests.push({
+        method: req.method,
+        path,
+        range: req.headers.get('range'),
+        ifRange: req.headers.get('if-range'),
+        authorization: req.headers.get('authorization'),
+        status,
+      })
+    if (o.token && req.headers.get('authorization') !== `Bearer ${o.token}`) {
+      record(401)
+      return new Response('unauthorized', { status: 401 })
+    }
+    const file = files.get(path)
+    const fault = faults.get(path)
+    if (!file || (req.method !== 'GET' && req.method !== 'HEAD')) {
+      record(404)
+      return new Response('Entry not found', { status: 404 })
+    }
+    if (fault?.status) {
+      record(fault.status)
+      return new Response('the hub is not well', { status: fault.status })
+    }
+    const size = file.bytes.length
+    let start = 0
+    const range = /^bytes=(\d+)-$/.exec(req.headers.get('range') ?? '')
+    const ifRange = req.headers.get('if-range')
+    if (range && (ifRange === null || ifRange === file.etag)) {
+      start = Number(range[1])
+      if (start >= size) {
+        record(416)
+        return new Response(null, { status: 416, headers: { 'content-range': `bytes */${size}` } })
+      }
+    }
+    const status = start > 0 ? 206 : 200
+    record(status)
+    const headers: Record<string, string> = {
+      etag: file.etag,
+      'accept-ranges': 'bytes',
+      'content-length': String(size - start),
+      'content-type': 'application/octet-stream',
+      ...(status === 206 ? { 'content-range': `bytes ${start}-${size - 1}/${size}` } : {}),
+    }
+    if (req.method === 'HEAD') return new Response(null, { status, headers })
+    let bytes = file.bytes
+    if (fault?.wrongBytes) bytes = bytes.map((b) => b ^ 0xff)
+    const served = fault ? fault.served++ : 0
+    const stopAt = fault?.stopAt
+    if (stopAt === undefined || (fault!.times === 'once' && served > 0))
+      return new Response(bytes.subarray(start), { status, headers })
+    // Up to byte `stopAt` of the file (nothing when the response starts there), then the
+    // connection is cut: what was written reaches the client, the rest never comes.
+    const prefix = bytes.subarray(start, Math.max(start, stopAt))
+    let cut = false
+    const body = new ReadableStream<Uint8Array>({
+      async pull(c) {
+        if (!cut && prefix.length) {
+          cut = true
+          return c.enqueue(prefix)
+        }
+        // The server takes the prefix off the queue before it has written it out: give the write
+        // a moment, so what the client receives is what was sent. Erroring without a reason cuts
+        // the connection quietly (no error report from Bun).
+        await Bun.sleep(10)
+        c.error()
+      },
+    })
+    return new Response(body, { status, headers })
+  }
+
+  const server = Bun.serve({ port: 0, hostname: '127.0.0.1', fetch: answer })
+  return {
+    url: `http://127.0.0.1:${server.port}`,
+    requests,
+    put(repo, path, bytes, revision = 'main') {
+      const sha256 = sha256Of(bytes)
+      files.set(key(repo, revision, path), { bytes, etag: `"${sha256}"` })
+      return { sha256, size: bytes.length }
+    },
+    misbehave(repo, path, m, revision = 'main') {
+      faults.set(key(repo, revision, path), { ...m, served: 0 })
+    },
+    stop: () => void server.stop(true),
+  }
+}
+
+/** `n` bytes from a seeded generator: the same file on every run. */
+export function seededBytes(n: number, seed = 1): Uint8Array {
+  const out = new Uint8Array(n)
+  let x = seed >>> 0 || 1
+  for (let i = 0; i < n; i++) {
+    x ^= x << 13
+    x ^= x >>> 17
+    x ^= x << 5
+    out[i] = x & 0xff
+  }
+  return out
+}
+
+// `bun test/helpers/hub.ts BYTES`: a hub in its own process (benchmarks) serving one seeded file of
+// BYTES at /bench/model-GGUF/resolve/main/model.gguf; prints its URL, the file's path in the hub,
+// its sha256 and size as one JSON line.
+if (import.meta.main) {
+  const size = Number(process.argv[2] ?? 1e8)
+  const hub = startStandInHub()
+  const path = 'model.gguf'
+  const file = hub.put('bench/model-GGUF', path, seededBytes(size))
+  console.log(JSON.stringify({ url: hub.url, repo: 'bench/model-GGUF', path, ...file }))
+}

@@ -1,0 +1,101 @@
+import type { EngineModel, EngineView, ManagedEngine } from '../../src/daemon/engines/types'
+import { LoadFailed } from '../../src/daemon/engines/types'
+
+// A managed engine held in memory (src/daemon/engines/types.ts), for tests of what sits above the
+// engine (the model manager, the agent's wiring) at moments a test picks: a load goes on until the
+// test lets it finish or fail, the engine "dies" when told. The real router's behaviour is tested
+// against llama-server itself (test/daemon/managed*.test.ts).
+
+export interface MemoryEngine extends ManagedEngine {
+  /** Every load and unload asked, in order (`load a {params}`, `unload a`). */
+  readonly calls: string[]
+  /** Holds the next loads of `name` until finish(name) or fail(name, why). */
+  holdLoads(name: string): void
+  /** Resolves once a load of `name` is under way (held). */
+  loadStarted(name: string): Promise<void>
+  finish(name: string): void
+  fail(name: string, why: string): void
+  /** The engine ends: every model gone; listeners hear `reason`. */
+  die(reason: string): void
+  /** The engine says `name` is not loaded any more (its process ended) without a word. */
+  drop(name: string): void
+  offline: boolean
+  state(name: string): EngineModel['state'] | undefined
+}
+
+export function memoryEngine(
+  names: string[],
+  o: {
+    appliesParams?: boolean
+    /** Each model's files (default /models/<name>.gguf, which does not exist). */
+    files?: Record<string, string[]>
+    /** Where requests go (a stand-in runtime serving the names); default an address that never answers. */
+    baseUrl?: string
+  } = {},
+): MemoryEngine {
+  const models = new Map<string, EngineModel>(
+    names.map((n) => [n, { name: n, state: 'unloaded', files: o.files?.[n] ?? [`/models/${n}.gguf`] }]),
+  )
+  const held = new Set<string>()
+  const pending = new Map<string, { go: () => void; no: (why: string) => void }>()
+  const started = new Map<string, () => void>()
+  const exits = new Set<(reason: string, models: string[] | null) => void>()
+  const calls: string[] = []
+  const engine: MemoryEngine = {
+    engine: 'llama.cpp',
+    baseUrl: o.baseUrl ?? 'http://memory.invalid',
+    appliesParams: o.appliesParams ?? true,
+    calls,
+    offline: false,
+    async start() {},
+    async stop() {},
+    async status(): Promise<EngineView> {
+      if (engine.offline) return { status: 'offline', error: 'down', models: [] }
+      return { status: 'online', models: [...models.values()].map((m) => ({ ...m })) }
+    },
+    async load(name, params) {
+      calls.push(`load ${name} ${JSON.stringify(params)}`)
+      const m = models.get(name)
+      if (!m) throw new LoadFailed(`${name} is unknown`)
+      m.state = 'loading'
+      if (held.has(name)) {
+        const outcome = new Promise<string | null>((resolve) =>
+          pending.set(name, { go: () => resolve(null), no: (why) => resolve(why) }),
+        )
+        started.get(name)?.()
+        const why = await outcome
+        pending.delete(name)
+        if (why !== null) {
+          m.state = 'failed'
+          throw new LoadFailed(why)
+        }
+      }
+      m.state = 'loaded'
+    },
+    async unload(name) {
+      calls.push(`unload ${name}`)
+      const m = models.get(name)
+      if (m) m.state = 'unloaded'
+    },
+    urlOf: () => engine.baseUrl,
+    lastLines: (name) => (name ? `last words of ${name}` : 'last words'),
+    onExit(listener) {
+      exits.add(listener)
+    },
+    holdLoads: (name) => held.add(name),
+    loadStarted: (name) =>
+      pending.has(name) ? Promise.resolve() : new Promise<void>((resolve) => started.set(name, resolve)),
+    finish: (name) => pending.get(name)?.go(),
+    fail: (name, why) => pending.get(name)?.no(why),
+    die(reason) {
+      for (const m of models.values()) m.state = 'unloaded'
+      for (const l of exits) l(reason, null)
+    },
+    drop(name) {
+      const m = models.get(name)
+      if (m) m.state = 'unloaded'
+    },
+    state: (name) => models.get(name)?.state,
+  }
+  return engine
+}

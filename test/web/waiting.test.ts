@@ -1,0 +1,69 @@
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import type { Browser } from 'playwright-core'
+import { startTestServer, type TestServer } from '../helpers/app'
+import { launchBrowser, openSession } from '../helpers/browser'
+import { chromium, describeWith } from '../helpers/requires'
+import {
+  heartbeat,
+  makeCatalogEntry,
+  makeFleet,
+  makeValidatedBatch,
+  poll,
+  registerWorker,
+} from '../helpers/workers'
+
+// docs/api.md §11 Batch detail: while a batch is validated, why it waits (§6 `waiting`) is shown in
+// words beside its status, and follows the fleet without a reload.
+
+// A real browser against a real server: slower than the suite's default on a shared machine.
+setDefaultTimeout(90_000)
+
+describeWith(chromium, 'why a batch waits, in a browser', () => {
+  let server: TestServer
+  let browser: Browser
+
+  beforeAll(async () => {
+    ;[server, browser] = await Promise.all([
+      startTestServer({ RATE_LIMIT_LOGIN_PER_MINUTE: '0' }),
+      launchBrowser(),
+    ])
+  })
+  afterAll(async () => {
+    await browser?.close()
+    await server?.stop()
+  })
+
+  test('the reason beside the status changes live as a worker comes, then goes once claimed', async () => {
+    const entry = await makeCatalogEntry(server.deps, { runtime_model_id: 'wait-dash:7b' })
+    const f = await makeFleet(server)
+    const batch = await makeValidatedBatch(server.deps, { userId: f.user.id, model: entry.id })
+    const s = await openSession(browser, server.url)
+    const { page } = s
+    await page.goto(server.url)
+    await page.getByLabel('Email').fill(f.user.email)
+    await page.getByLabel('Password').fill(f.user.password)
+    await page.getByRole('button', { name: 'Sign in' }).click()
+    await page.getByRole('button', { name: 'Sign out' }).waitFor()
+    await page.goto(`${server.url}/app/batches/${batch.id}`)
+
+    const status = page.getByRole('definition').filter({ hasText: 'validated' })
+    const noWorker = `No online worker hosts ${entry.id}; no worker has registered it.`
+    await status.getByText(noWorker, { exact: true }).waitFor()
+    await page.evaluate(() => Object.assign(globalThis, { sameDocument: true }))
+
+    // A worker that hosts the model comes online: the same page says the batch is next in line.
+    const wid = await registerWorker(server, f.key, { name: 'wait-box', models: ['wait-dash:7b'] })
+    expect((await heartbeat(server, f.key, wid)).status).toBe(200)
+    await status
+      .getByText(`Next in line for ${entry.id}; 1 online worker can serve it.`, { exact: true })
+      .waitFor()
+    expect(await page.getByText(noWorker).count()).toBe(0)
+
+    // Claimed: in progress, and no reason any more.
+    expect((await poll(server, f.key, wid))?.job_id).toBe(batch.id)
+    await page.getByText('in progress', { exact: true }).first().waitFor()
+    expect(await page.getByText('Next in line', { exact: false }).count()).toBe(0)
+    expect(await page.evaluate(() => (globalThis as { sameDocument?: boolean }).sameDocument)).toBe(true)
+    await s.finish()
+  })
+})

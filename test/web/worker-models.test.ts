@@ -1,0 +1,114 @@
+import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
+import type { Browser } from 'playwright-core'
+import { startTestServer, type TestServer } from '../helpers/app'
+import { launchBrowser, openSession } from '../helpers/browser'
+import { makeUser, makeWorkerKey } from '../helpers/builders'
+import { chromium, describeWith } from '../helpers/requires'
+import { heartbeat, inventoryItem, makeCatalogEntry, registerWorker } from '../helpers/workers'
+
+// A real browser against a real server: slower than the suite's default on a shared machine.
+setDefaultTimeout(90_000)
+
+describeWith(chromium, 'the models a worker holds, on the Workers page', () => {
+  // docs/api.md §11 Workers: each model a worker holds and where it stands — loaded, loading, on
+  // disk, downloading with its progress — from the worker row's models[] (docs/api.md §7), live.
+
+  let server: TestServer
+  let browser: Browser
+
+  beforeAll(async () => {
+    ;[server, browser] = await Promise.all([
+      startTestServer({ RATE_LIMIT_LOGIN_PER_MINUTE: '0' }),
+      launchBrowser(),
+    ])
+  })
+  afterAll(async () => {
+    await browser?.close()
+    await server?.stop()
+  })
+
+  test('loaded, loading, on disk and downloading with its progress; a finished load shows without a reload', async () => {
+    const user = await makeUser(server)
+    const key = (await makeWorkerKey(server, user, user.personalOrgId)).key
+    const worker = await registerWorker(server, key, { name: 'lab-gpu-1', capabilities: { loads: true } })
+    const inventory = (loaded: string[]) =>
+      ['qwen', 'llama', 'mistral'].map((n) => inventoryItem(n, { loaded: loaded.includes(n) }))
+    expect(
+      (
+        await heartbeat(server, key, worker, {
+          loaded_models: ['qwen'],
+          loading_models: ['llama'],
+          inventory: inventory(['qwen']),
+        })
+      ).status,
+    ).toBe(200)
+    // A download asked of it (docs/api.md §7 pull_models), 30 % through.
+    const entry = await makeCatalogEntry(server.deps, { runtime_model_id: 'phi', size_gb: 1 })
+    const now = server.clock.now()
+    expect(
+      await server.deps.store.fleet.askPull(
+        {
+          catalog_id: entry.id,
+          worker_id: worker,
+          runtime: 'llama.cpp',
+          runtime_model_id: 'phi',
+          asked_at: now,
+          last_progress_at: now,
+        },
+        null,
+      ),
+    ).toBe(true)
+    const progress = await server.req('POST', '/workers/model-progress', {
+      token: key,
+      body: {
+        worker_id: worker,
+        model: 'phi',
+        status: 'downloading',
+        completed_bytes: 300,
+        total_bytes: 1000,
+      },
+    })
+    expect(progress.status).toBe(200)
+
+    const s = await openSession(browser, server.url)
+    const { page } = s
+    await page.goto(server.url)
+    await page.getByLabel('Email').fill(user.email)
+    await page.getByLabel('Password').fill(user.password)
+    await page.getByRole('button', { name: 'Sign in' }).click()
+    await page.getByRole('button', { name: 'Sign out' }).waitFor()
+    await page.getByRole('link', { name: 'Workers', exact: true }).click()
+
+    await page.getByRole('columnheader', { name: 'Models' }).waitFor()
+    const models = page
+      .getByRole('row', { name: /lab-gpu-1/ })
+      .getByRole('list', { name: 'Models of lab-gpu-1' })
+    const item = (name: string) => models.getByRole('listitem').filter({ hasText: name })
+    await item('qwen').getByText('loaded', { exact: true }).waitFor()
+    await item('llama').getByText('loading', { exact: true }).waitFor()
+    await item('mistral').getByText('on disk', { exact: true }).waitFor()
+    await item('phi').getByText('downloading 30 %', { exact: true }).waitFor()
+    // What is loaded comes first, then what is on its way, then the rest.
+    expect(await models.getByRole('listitem').allTextContents()).toEqual([
+      'qwen loaded',
+      'llama loading',
+      'phi downloading 30 %',
+      'mistral on disk',
+    ])
+    await s.screenshot('worker-models')
+
+    // The load finished: the next heartbeat says so, and the page follows without a reload.
+    await page.evaluate(() => Object.assign(globalThis, { sameDocument: true }))
+    expect(
+      (
+        await heartbeat(server, key, worker, {
+          loaded_models: ['qwen', 'llama'],
+          inventory: inventory(['qwen', 'llama']),
+        })
+      ).status,
+    ).toBe(200)
+    await item('llama').getByText('loaded', { exact: true }).waitFor({ timeout: 12_000 })
+    expect(await page.evaluate(() => (globalThis as { sameDocument?: boolean }).sameDocument)).toBe(true)
+    await s.finish()
+  })
+})
