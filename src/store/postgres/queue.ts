@@ -118,7 +118,7 @@ export function claimHeads(q: SQL, keys: readonly HeadKey[], wholeOnly = false) 
  * (the literal status is what lets the planner use that partial index).
  */
 export const oldestWaiting = (q: SQL, models: string[]) =>
-  q`SELECT m.model, (SELECT min(queued_at) FROM batches WHERE status = 'validated' AND model = m.model)::float8 AS at
+  q`SELECT m.model, (SELECT min(queued_at) FROM batches WHERE status = 'validated' AND queued_at IS NOT NULL AND model = m.model)::float8 AS at
     FROM unnest(${models}::text[]) AS m(model)` as Promise<{ model: string; at: number | null }[]>
 
 /**

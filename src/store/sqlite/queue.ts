@@ -92,7 +92,7 @@ const stmts = preparedOnce((db: Db) => ({
   // docs/api.md §7 placement: a model's longest-waiting batch, one probe of batches_waiting.
   oldestWaiting: db.$client.prepare<{ at: number | null }, { model: string }>(
     `SELECT min(queued_at) AS at FROM batches INDEXED BY batches_waiting
-     WHERE status = 'validated' AND model = $model`,
+     WHERE status = 'validated' AND queued_at IS NOT NULL AND model = $model`,
   ),
   // docs/api.md §7 placement: the work waiting per model — validated batches (index-only on
   // batches_validated_model), the uncut rest of split batches in progress (batches_split_model) and
