@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, test } from 'bun:test'
 import type { Job } from '../../src/modules/workers/claim'
-import { makeTestApp, type TestApp } from '../helpers/app'
+import { buildRequest, makeTestApp, type TestApp } from '../helpers/app'
 import { makeUser } from '../helpers/builders'
 import {
   type Fleet,
@@ -80,6 +80,11 @@ async function finish(s: Setup, wid: string, job: Job) {
     `${lines}\n`,
   )
   expect(res.status).toBe(200)
+}
+
+/** Resolves once `n` polls are held on the server (the event, never a guessed time). */
+async function heldPolls(n: number) {
+  while (t.deps.pollWaiters.size !== n) await new Promise((r) => setImmediate(r))
 }
 
 /** The server's figures are read at most once a second: the next poll sees what changed. */
@@ -200,6 +205,33 @@ describe('docs/api.md §7 Placement: what a worker is on', () => {
     await batches(s, s.a, 1, 2)
     tick()
     expect((await poll(t, s.f.key, wid))?.catalogue_id).toBe(s.b)
+  })
+
+  test('an idle worker with a model loaded serves it only while its poll is under way', async () => {
+    const s = await setup()
+    const x = await loadsWorker(s, [B])
+    const y = await loadsWorker(s, [A])
+    // x waits for work (a held poll), b loaded; a tiny b batch arrives (inserted: nobody is woken).
+    const aborted = new AbortController()
+    const held = t.app.handle(
+      new Request(
+        buildRequest('http://localhost', 'POST', '/workers/poll', {
+          token: s.f.key,
+          body: { worker_id: x, wait_seconds: 30 },
+        }),
+        { signal: aborted.signal },
+      ),
+    )
+    await heldPolls(1)
+    const [small] = await batches(s, s.b, 1, 2)
+    tick()
+    // b is x's to take: two requests do not pay y a load.
+    expect(await poll(t, s.f.key, y)).toBeNull()
+    // x hangs up (its daemon is gone): b's batch is nobody's, and y takes it.
+    aborted.abort()
+    await held.catch(() => {})
+    await heldPolls(0)
+    expect((await poll(t, s.f.key, y))?.job_id).toBe(small)
   })
 })
 

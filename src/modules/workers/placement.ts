@@ -10,10 +10,11 @@ import { onlineCutoff } from './liveness'
 // worker with capabilities.loads — the work waiting per model, the workers serving each, their
 // measured rates and load times. A poll's cost must not grow with the queue or the fleet, so each
 // server reads them at most once a second (QueueStore.waitingWork, FleetStore.placementFleet) and
-// keeps the claims it made since on top: a claim takes its requests off the model's waiting work and
-// puts its worker on that model at once, so the next poll, a moment later, does not send a second
-// worker after the same work. What the engine needs fresh (the heads, each model's longest wait) it
-// reads inside the claim itself.
+// keeps what it did since on top: a batch it validated adds its requests to the model's waiting work,
+// and a claim takes its requests off and puts its worker on that model at once, so the next poll, a
+// moment later, does not send a second worker after the same work. What the engine needs fresh (the
+// heads, each model's longest wait) it reads inside the claim itself; whether an idle worker is
+// polling (so serving what it has loaded) comes from this server's polls (waiters.ts).
 
 /** What this server last read of the queue and the fleet. */
 interface Snapshot {
