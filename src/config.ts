@@ -80,6 +80,29 @@ export const ConfigSchema = T.Object({
     1_000_000,
     'Largest shard of a split batch (0 turns sharding off: every batch runs whole on one worker)',
   ),
+  PLACEMENT: T.Union([T.Literal('queue'), T.Literal('loaded_first')], {
+    default: 'queue',
+    description:
+      'Which model a polling worker takes work of: queue (workers that load models spread over the waiting work when a load pays; overdue models first) or loaded_first (the rules before placement: loaded models first)',
+  }),
+  PLACEMENT_MAX_WAIT_SECONDS: Int(
+    300,
+    1,
+    7 * 86400,
+    'A model whose longest-waiting batch waited this long goes first, even for a worker that must load it',
+  ),
+  PLACEMENT_DEFAULT_LOAD_SECONDS: Int(
+    30,
+    0,
+    86400,
+    'Load time assumed for a model no worker has measured yet (workers report it in model_stats)',
+  ),
+  PLACEMENT_DEFAULT_REQUESTS_PER_SECOND: Int(
+    1,
+    1,
+    1_000_000,
+    'Requests per second assumed of a worker on a model no worker has measured yet',
+  ),
   POOL_CACHE_SECONDS: Int(15, 0, 3600, 'Cache lifetime of GET /v1/pool/capacity'),
   MIN_WORKERS_FOR_HARDWARE: Int(
     3,

@@ -13,6 +13,7 @@ import m9 from '../../drizzle/0009_fleet_engines.sql' with { type: 'text' }
 import m10 from '../../drizzle/0010_waiting_queue.sql' with { type: 'text' }
 import m11 from '../../drizzle/0011_capabilities.sql' with { type: 'text' }
 import m12 from '../../drizzle/0012_shard_backups.sql' with { type: 'text' }
+import m13 from '../../drizzle/0013_placement.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -31,5 +32,6 @@ export const embeddedMigrations = {
     '0010_waiting_queue': m10,
     '0011_capabilities': m11,
     '0012_shard_backups': m12,
+    '0013_placement': m13,
   } as Record<string, string>,
 }

@@ -43,6 +43,8 @@ export interface RequeueDecision {
     request_counts_failed: number
     completed_at?: number
     failed_at?: number
+    /** docs/api.md §7 placement: a requeued batch waits again from now. */
+    queued_at?: number
   }
   outcome: RequeueOutcome
 }
@@ -86,7 +88,7 @@ export function requeueDecision(
     : // The next run reports its own counts from zero.
       {
         event: 'requeued',
-        changes: { attempts, error, request_counts_completed: 0, request_counts_failed: 0 },
+        changes: { attempts, error, request_counts_completed: 0, request_counts_failed: 0, queued_at: now },
         outcome,
       }
 }

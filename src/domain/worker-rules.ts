@@ -71,8 +71,11 @@ export interface ClaimHead {
   seq: number
   /** The batch's owner (batches.user_id). */
   user_id: string
-  /** docs/api.md §7 Poll rule 5: the model is already loaded on this worker. */
-  loaded: boolean
+  /**
+   * docs/api.md §7 placement: the head's model's rank for this worker, lower first (placement.ts
+   * placeHeads; under PLACEMENT=loaded_first, Poll rule 5: 0 loaded, 1 not).
+   */
+  rank: number
   /** docs/api.md §14: batches the owner has in progress now (0 when only one owner is waiting). */
   running: number
 }
@@ -87,18 +90,18 @@ export function ownersToCount(heads: readonly Pick<ClaimHead, 'user_id'>[]): str
 }
 
 /**
- * Which head a poll claims: a model already loaded first (docs/api.md §7 Poll rule 5), then the owner
- * with the fewest batches in progress (docs/api.md §14 fair share: one user's 10,000 queued batches never
- * starve another's one), then the oldest batch (docs/api.md §7).
+ * Which head a poll claims: the model ranked first by the placement (docs/api.md §7: overdue models,
+ * then loaded ones or the switch the spread calls for; placement.ts), then the owner with the fewest
+ * batches in progress (docs/api.md §14 fair share: one user's 10,000 queued batches never starve
+ * another's one), then the oldest batch (docs/api.md §7).
  */
 export function pickClaim<H extends ClaimHead>(heads: readonly H[]): H | null {
   let best: H | null = null
   for (const h of heads) {
     if (
       !best ||
-      (h.loaded && !best.loaded) ||
-      (h.loaded === best.loaded &&
-        (h.running < best.running || (h.running === best.running && h.seq < best.seq)))
+      h.rank < best.rank ||
+      (h.rank === best.rank && (h.running < best.running || (h.running === best.running && h.seq < best.seq)))
     )
       best = h
   }

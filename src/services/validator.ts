@@ -265,7 +265,11 @@ async function validateLeased(
     }
     if (!moved) return null
     // docs/api.md §7 wait_seconds: a newly validated batch wakes the held polls.
-    if (passed) batchClaimable(deps, batchId, moved.model, needsOf(moved.needs))
+    if (passed) {
+      // docs/api.md §7 placement: its requests count in this server's figures at once.
+      if (moved.model !== null) deps.placement.validated(moved.model, moved.request_counts_total)
+      batchClaimable(deps, batchId, moved.model, needsOf(moved.needs))
+    }
     log.info('batch validated', {
       batch_id: batchId,
       status: moved.status,

@@ -63,11 +63,13 @@ export function validationMove(
   return result.passed
     ? {
         event: 'validation_passed',
+        // docs/api.md §7 placement: the batch waits from now.
         changes: {
           model: result.model,
           needs: needsKey(result.needs ?? []),
           request_counts_total: result.request_lines,
           errors_total: 0,
+          queued_at: now,
         },
       }
     : {

@@ -135,6 +135,12 @@ export type WorkerHead = Pick<
   'id' | 'org_id' | 'last_heartbeat_at' | 'vram_total_gb' | 'last_seen_at'
 >
 
+/** docs/api.md §7 placement: one online worker that loads models itself, as the placement sees it. */
+export type PlacementWorker = Pick<WorkerRow, 'id' | 'loaded_models' | 'loading_models' | 'model_stats'> & {
+  /** batches.model of each batch and shard it holds now. */
+  held: string[]
+}
+
 export interface WorkerHosting {
   /** Engines of the worker's runtimes. */
   engines: string[]
@@ -249,6 +255,12 @@ export interface FleetStore {
 
   /** Workers stored online and seen after `cutoff` (liveness.ts), for the matching predicate. */
   onlineWorkers(cutoff: number): Promise<WorkerHead[]>
+  /**
+   * docs/api.md §7 placement: the online workers with capabilities.loads, with what each has loaded
+   * or is loading, its measurements, and the models (batches.model slugs) of the batches and shards
+   * it holds now (read at most once a second per server).
+   */
+  placementFleet(cutoff: number): Promise<PlacementWorker[]>
   /** Who hosts a model named each of `names` (docs/api.md §7 "hosts"): name → worker ids. */
   hostsOf(names: readonly string[]): Promise<Map<string, string[]>>
   /** What the predicate reads of one worker besides its head. */

@@ -1,5 +1,6 @@
 import type { BatchAssignmentRow, BatchRow, BatchShardRow } from '../db/schema'
 import type { BatchChanges } from '../domain/batch-states'
+import type { Placement } from '../domain/placement'
 import type { RequeueOutcome, RequeueReason } from '../domain/requeue'
 import type { ShardBounds, ShardTally } from '../domain/shards'
 import type { NewFile } from './files'
@@ -13,8 +14,10 @@ import type { NewFile } from './files'
 /** One servable model a worker may claim a batch of: a stored `batches.model` slug. */
 export interface ClaimCandidate<M> {
   model: string
-  /** docs/api.md §7 Poll rule 5: loaded on this worker. */
+  /** docs/api.md §7 Poll rule 5: loaded on this worker (under PLACEMENT=queue, or being loaded). */
   loaded: boolean
+  /** docs/api.md §7 placement: the model (catalogue entry) the slug names; slugs of one entry share it. */
+  key?: string
   /** Whatever the caller needs back with the claim (the matched entry and profile). */
   match: M
   /** The runtime model names that host it (docs/api.md §16: guided sizing counts the workers hosting one). */
@@ -42,6 +45,18 @@ export interface ClaimRequest<M> {
    * hosting the model). Absent: whole batches only, never a split one.
    */
   shards?: { bounds: ShardBounds; cutoff: number }
+  /**
+   * docs/api.md §7 placement (PLACEMENT=queue): what the engine ranks the candidates' heads by
+   * (domain/placement.ts placeHeads). Absent: PLACEMENT=loaded_first, loaded models first.
+   */
+  placement?: Placement
+}
+
+/** docs/api.md §7 placement: the work waiting for one batches.model slug. */
+export interface WaitingWork {
+  model: string
+  /** Requests of its validated batches, and the uncut and requeued shards of its split ones. */
+  requests: number
 }
 
 export interface Claimed<M> {
@@ -189,6 +204,11 @@ export interface QueueStore {
    * nothing in progress; `running`, the owner already runs something.
    */
   queuedByOwnerClass(): Promise<{ idle: number; running: number }>
+  /**
+   * docs/api.md §7 placement: the work waiting per batches.model slug (one pass over the waiting
+   * batches and split batches' shards, read at most once a second per server).
+   */
+  waitingWork(): Promise<WaitingWork[]>
   /**
    * Maintenance across instances (pg-boss `trySetTimestamp`): true for exactly one caller per
    * `intervalSeconds` among all instances sharing the database.

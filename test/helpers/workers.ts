@@ -117,6 +117,8 @@ export async function makeValidatedBatch(deps: Server, o: BatchOptions) {
       request_counts_total: ids.length,
       created_at: now,
       updated_at: now,
+      // docs/api.md §7 placement: a validated batch waits from now, as validation would stamp it.
+      queued_at: (o.status ?? 'validated') === 'validated' ? now : null,
     })
     .returning()
   if (o.indexed) {

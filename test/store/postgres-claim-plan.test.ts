@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import type { SQL } from 'bun'
 import { closePostgres, migratePostgres, openPostgres, type PgDb } from '../../src/store/postgres/db'
-import { claimHeads, claimOne } from '../../src/store/postgres/queue'
+import { claimHeads, claimOne, oldestWaiting } from '../../src/store/postgres/queue'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { describeWith, postgres } from '../helpers/requires'
 
@@ -86,6 +86,24 @@ describeWith(postgres, 'postgres claim plans', () => {
       })
     })
   }
+
+  test("postgres claim (generic plan): each model's longest wait is one probe of batches_waiting (docs/api.md §7 placement)", async () => {
+    await db.$client.begin(async (q) => {
+      await q.unsafe('SET LOCAL plan_cache_mode = force_generic_plan')
+      const probe = await plan(q, (e) => oldestWaiting(e, ['m-late', 'm-other']))
+      expect(probe).toContain('batches_waiting')
+      expect(probe).not.toContain('Seq Scan on batches')
+      expect(probe).not.toContain('batches_status_model')
+    })
+    await db.$client.unsafe(`UPDATE batches SET queued_at = 500 WHERE id = 'batch_l7';
+      UPDATE batches SET queued_at = 900 WHERE id = 'batch_l9'`)
+    expect(await oldestWaiting(db.$client, ['m-late', 'm-other', 'm-none'])).toEqual([
+      { model: 'm-late', at: 500 },
+      { model: 'm-other', at: null },
+      { model: 'm-none', at: null },
+    ])
+    await db.$client.unsafe(`UPDATE batches SET queued_at = NULL WHERE id IN ('batch_l7', 'batch_l9')`)
+  })
 
   test('postgres claim: the heads found are the oldest validated batch of each owner of each model', async () => {
     const rows = await claimHeads(db.$client, keys('m-late', 'm-other', 'm-none'))

@@ -15,6 +15,7 @@ import m11 from '../../../drizzle/postgres/0011_fleet_engines.sql' with { type: 
 import m12 from '../../../drizzle/postgres/0012_waiting_queue.sql' with { type: 'text' }
 import m13 from '../../../drizzle/postgres/0013_capabilities.sql' with { type: 'text' }
 import m14 from '../../../drizzle/postgres/0014_shard_backups.sql' with { type: 'text' }
+import m15 from '../../../drizzle/postgres/0015_placement.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -35,5 +36,6 @@ export const embeddedMigrations = {
     '0012_waiting_queue': m12,
     '0013_capabilities': m13,
     '0014_shard_backups': m14,
+    '0015_placement': m15,
   } as Record<string, string>,
 }

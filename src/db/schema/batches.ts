@@ -69,6 +69,9 @@ export const batches = sqliteTable(
     // not yet cut into a shard (guided self-scheduling cuts the rest claim by claim).
     split: integer({ mode: 'boolean' }).notNull().default(false),
     next_request: integer().notNull().default(0),
+    // docs/api.md §7 placement: when the batch last became `validated` (validation, or a requeue);
+    // how long it has waited is now − queued_at. Null for a batch that waited before this column.
+    queued_at: integer(),
   },
   (t) => [
     index('batches_user').on(t.user_id, t.seq),
@@ -84,6 +87,11 @@ export const batches = sqliteTable(
     index('batches_validated_model')
       .on(t.model, t.seq, t.request_counts_total, t.request_counts_completed, t.request_counts_failed)
       .where(sql`status = 'validated'`),
+    // docs/api.md §7 placement: each model's longest-waiting batch is one probe (only batches with a
+    // queued_at: no other read of the validated batches finds this index fitter than its own).
+    index('batches_waiting')
+      .on(t.model, t.queued_at)
+      .where(sql`status = 'validated' AND queued_at IS NOT NULL`),
     // GET /v1/stats/queue: the batches finished within the last hour are one range probe.
     index('batches_completed').on(t.completed_at),
     // GET /v1/usage: one user's batches finished within a range are one range probe.

@@ -5,6 +5,7 @@ import type { WorkerPrincipal } from '../../domain/principal'
 import { isOnline, onlineCutoff } from './liveness'
 import { loadCatalogue } from './matching'
 import { ownWorkerWithHosting } from './ownership'
+import { placementFor } from './placement'
 import type { PollState } from './waiters'
 import { batchClaimable } from './waiters'
 
@@ -47,16 +48,31 @@ export async function claimBatch(
   ])
   // A worker the sweeper would call silent gets no new work until it heartbeats again.
   if (!isOnline(deps, worker)) return { job: null }
+  const matches = matchesFor(workerView(worker, hosting), catalogue)
+  if (matches.length === 0) return { job: null }
+  const placed = await placementFor(
+    deps,
+    worker,
+    matches.map((m) => m.entry),
+    catalogue,
+    (id) => deps.pollWaiters.isPolling(id),
+  )
+  const placement = placed?.placement
+  // docs/api.md §7 placement: a worker that loads models is on the models of the work it holds;
+  // holding none, on those loaded or being loaded (a heartbeat may lag behind its last claim).
+  const loading = new Set(placement ? worker.loading_models : [])
+  const held = placed?.held ?? new Set<string>()
   // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired
   // slug. Poll rule 7: of each model, only the batches whose needs the worker's engine meets.
-  const candidates = matchesFor(workerView(worker, hosting), catalogue).flatMap((match) => {
+  const candidates = matches.flatMap((match) => {
     const names = [...new Set(match.entry.profiles.map((p) => p.runtime_model_id))]
     const needs = takeableNeeds(match.capabilities)
-    return catalogue
-      .slugsOf(match.entry)
-      .map((model) => ({ model, loaded: match.loaded, match, names, needs }))
+    const slugs = catalogue.slugsOf(match.entry)
+    const loaded = held.size
+      ? slugs.some((m) => held.has(m))
+      : match.loaded || names.some((n) => loading.has(n))
+    return slugs.map((model) => ({ model, loaded, match, names, needs, key: match.entry.id }))
   })
-  if (candidates.length === 0) return { job: null }
   const claimed = await deps.store.queue.claim({
     workerId,
     orgId: worker.org_id,
@@ -71,10 +87,17 @@ export async function claimBatch(
             cutoff: onlineCutoff(deps),
           }
         : undefined,
+    placement,
   })
   if (!claimed) return { job: null }
   deps.metrics.claims.inc()
   const { batch, assignmentId, shard, backup } = claimed
+  // docs/api.md §7 placement: the worker is on this model now; a backup copy takes no waiting work.
+  deps.placement.claimed(
+    workerId,
+    batch.model!,
+    backup ? 0 : shard ? shard.requests : batch.request_counts_total,
+  )
   const { entry, profile } = claimed.match
   if (shard) {
     if (backup) deps.metrics.shardBackups.inc({ outcome: 'started' })

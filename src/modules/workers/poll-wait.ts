@@ -29,6 +29,21 @@ export async function pollForJob(
   waitSeconds = 0,
   request?: AbortSignal,
 ): Promise<{ job: Job | null }> {
+  const end = deps.pollWaiters.begin(workerId)
+  try {
+    return await poll(deps, principal, workerId, waitSeconds, request)
+  } finally {
+    end()
+  }
+}
+
+async function poll(
+  deps: Deps & PollState,
+  principal: WorkerPrincipal,
+  workerId: string,
+  waitSeconds: number,
+  request?: AbortSignal,
+): Promise<{ job: Job | null }> {
   const first = await claimBatch(deps, principal, workerId)
   if (first.job || waitSeconds <= 0) return first
   const signals = request ? [deps.shutdown.signal, request] : [deps.shutdown.signal]

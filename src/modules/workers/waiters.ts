@@ -1,5 +1,6 @@
 import type { Deps } from '../../deps'
 import { covers } from '../../domain/capabilities'
+import type { PlacementState } from './placement'
 
 // The polls held on this server (docs/api.md §7 wait_seconds, see poll-wait.ts), apart from the
 // poll so that the claim, the service and the loops wake them without importing the poll.
@@ -18,6 +19,29 @@ export class PollWaiters {
   private readonly waiting = new Map<Wake, { workerId: string; models: ServableModels }>()
   /** Held polls woken by notify() so far (tests observe who was woken). */
   wakes = 0
+  /** The workers with a poll under way on this server (held, or being answered), and how many. */
+  private readonly polling = new Map<string, number>()
+
+  /** A poll of `workerId` begins; the returned function ends it. */
+  begin(workerId: string): () => void {
+    this.polling.set(workerId, (this.polling.get(workerId) ?? 0) + 1)
+    let ended = false
+    return () => {
+      if (ended) return
+      ended = true
+      const n = this.polling.get(workerId)! - 1
+      if (n > 0) this.polling.set(workerId, n)
+      else this.polling.delete(workerId)
+    }
+  }
+
+  /**
+   * docs/api.md §7 placement: whether `workerId` has a poll under way here — alive and asking for
+   * work, so a batch of a model it has loaded is its to take.
+   */
+  isPolling(workerId: string): boolean {
+    return this.polling.has(workerId)
+  }
 
   /**
    * A batch of `model` became `validated` (validation passed, or a requeue): its candidates look
@@ -72,8 +96,8 @@ export class PollWaiters {
   }
 }
 
-/** This server's held polls, made by src/compose.ts (ARCHITECTURE.md rule 2). */
-export interface PollState {
+/** This server's held polls and placement view, made by src/compose.ts (ARCHITECTURE.md rule 2). */
+export interface PollState extends PlacementState {
   /** Polls held by `wait_seconds`, woken when a batch becomes validated (docs/api.md §7). */
   pollWaiters: PollWaiters
 }

@@ -431,6 +431,28 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         .from(workers)
         .where(online(cutoff))
     },
+    async placementFleet(cutoff) {
+      // docs/api.md §7 placement: the workers that load models, with the models of what each holds.
+      const rows = await db
+        .select({
+          id: workers.id,
+          loaded_models: workers.loaded_models,
+          loading_models: workers.loading_models,
+          model_stats: workers.model_stats,
+          // Qualified by hand: drizzle writes a column of the one table it selects from unqualified.
+          held: sql<unknown>`coalesce((SELECT json_agg(b.model) FROM (
+              SELECT batch_id FROM batch_assignments WHERE worker_id = workers.id AND completed_at IS NULL
+              UNION ALL
+              SELECT batch_id FROM batch_shards WHERE worker_id = workers.id AND status = 'running') h
+            JOIN batches b ON b.id = h.batch_id WHERE b.model IS NOT NULL), '[]'::json)`,
+        })
+        .from(workers)
+        .where(and(eq(workers.loads, true), online(cutoff)))
+      return rows.map((r) => ({
+        ...r,
+        held: (typeof r.held === 'string' ? JSON.parse(r.held) : r.held) as string[],
+      }))
+    },
     async hostsOf(names) {
       const out = new Map<string, string[]>(names.map((n) => [n, []]))
       if (!names.length) return out

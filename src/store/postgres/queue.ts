@@ -4,6 +4,7 @@ import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
 import { BATCH_TRANSITIONS } from '../../domain/batch-states'
+import { placeHeads } from '../../domain/placement'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { isShardId, tallyShards } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
@@ -111,6 +112,14 @@ export function claimHeads(q: SQL, keys: readonly HeadKey[], wholeOnly = false) 
     { model: string; needs: string; user_id: string; id: string; seq: number }[]
   >
 }
+
+/**
+ * docs/api.md §7 placement: each model's longest-waiting batch, one probe of batches_waiting per model
+ * (the literal status is what lets the planner use that partial index).
+ */
+export const oldestWaiting = (q: SQL, models: string[]) =>
+  q`SELECT m.model, (SELECT min(queued_at) FROM batches WHERE status = 'validated' AND queued_at IS NOT NULL AND model = m.model)::float8 AS at
+    FROM unnest(${models}::text[]) AS m(model)` as Promise<{ model: string; at: number | null }[]>
 
 /**
  * docs/api.md §14: how much each of `owners` has in progress — whole batches (batches_status_user) and
@@ -260,19 +269,26 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           user_id: r.user_id,
           model: c.model,
           needs: r.needs,
-          loaded: c.loaded,
+          rank: 0,
           running: 0,
           candidate: c,
         }
       })
-      const owners = ownersToCount(heads)
+      // docs/api.md §7 placement: the models ranked (each one's longest wait read here, fresh).
+      const oldest = new Map<string, number | null>()
+      if (req.placement && heads.length) {
+        const withHeads = [...new Set(heads.map((h) => h.model))]
+        for (const r of await oldestWaiting(db.$claims, withHeads)) oldest.set(r.model, r.at)
+      }
+      const placed = placeHeads(req.placement, heads, oldest, req.now)
+      const owners = ownersToCount(placed)
       if (owners.length) {
         const running = new Map((await runningOf(db.$claims, owners)).map((r) => [r.user_id, r.n]))
-        for (const h of heads) h.running = running.get(h.user_id) ?? 0
+        for (const h of placed) h.running = running.get(h.user_id) ?? 0
       }
       // Another poll may hold or have taken the chosen owner's batches: then the next best, until
       // the worker is at its limit.
-      for (let best = pickClaim(heads); best; best = pickClaim(heads)) {
+      for (let best = pickClaim(placed); best; best = pickClaim(placed)) {
         const match = best.candidate.match
         if (req.shards) {
           const got = await claimAsShardWorker(
@@ -318,7 +334,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           }
           if (active >= req.maxConcurrent) return null
         }
-        heads.splice(heads.indexOf(best), 1)
+        placed.splice(placed.indexOf(best), 1)
       }
       // docs/api.md §16 backup copies: the lowest priority of a claim, when nothing else is.
       if (!req.shards) return null
@@ -503,6 +519,22 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       const out = { idle: 0, running: 0 }
       for (const r of rows) out[r.running ? 'running' : 'idle'] = r.n
       return out
+    },
+
+    async waitingWork() {
+      // docs/api.md §7 placement: validated batches (batches_validated_model alone), the uncut rest of
+      // split batches in progress (batches_split_model) and their requeued shards.
+      return (await db.$client`
+        SELECT model, sum(requests)::float8 AS requests FROM (
+          SELECT model, sum(request_counts_total) AS requests
+          FROM batches WHERE status = 'validated' GROUP BY model
+          UNION ALL
+          SELECT model, sum(request_counts_total - next_request)
+          FROM batches WHERE split AND status = 'in_progress' GROUP BY model
+          UNION ALL
+          SELECT b.model, sum(s.requests) FROM batch_shards s JOIN batches b ON b.id = s.batch_id
+          WHERE s.status = 'waiting' AND b.status = 'in_progress' GROUP BY b.model) w
+        WHERE model IS NOT NULL GROUP BY model`) as { model: string; requests: number }[]
     },
 
     async tryRunEvery(name: string, now: number, intervalSeconds: number) {

@@ -197,6 +197,19 @@ const stmts = preparedOnce((db: Db) => {
       .from(workers)
       .where(online)
       .prepare(),
+    // docs/api.md §7 placement: the workers that load models, with the models of what each holds.
+    placementFleet: db.$client.prepare<
+      { id: string; loaded_models: string; loading_models: string; model_stats: string; held: string },
+      { cutoff: number }
+    >(
+      `SELECT w.id, w.loaded_models, w.loading_models, w.model_stats,
+         (SELECT json_group_array(b.model) FROM (
+            SELECT batch_id FROM batch_assignments WHERE worker_id = w.id AND completed_at IS NULL
+            UNION ALL
+            SELECT batch_id FROM batch_shards WHERE worker_id = w.id AND status = 'running') h
+          JOIN batches b ON b.id = h.batch_id WHERE b.model IS NOT NULL) AS held
+       FROM workers w WHERE w.loads = 1 AND w.status = 'online' AND w.last_seen_at > $cutoff`,
+    ),
     // Index-only on worker_models_name_idx (name, worker_id).
     hostsNamed: db
       .select({ worker_id: workerModels.worker_id })
@@ -469,6 +482,17 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
 
     async onlineWorkers(cutoff) {
       return stmts(deps).onlineWorkers.all({ cutoff })
+    },
+    async placementFleet(cutoff) {
+      return stmts(deps)
+        .placementFleet.all({ cutoff })
+        .map((w) => ({
+          id: w.id,
+          loaded_models: JSON.parse(w.loaded_models),
+          loading_models: JSON.parse(w.loading_models),
+          model_stats: JSON.parse(w.model_stats),
+          held: JSON.parse(w.held),
+        }))
     },
     async hostsOf(names) {
       const s = stmts(deps)

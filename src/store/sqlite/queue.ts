@@ -3,6 +3,7 @@ import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches, files, modelPulls, workers } from '../../db/schema'
 import { writeTx } from '../../db/tx'
+import { placeHeads } from '../../domain/placement'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { checkShardHolder, isShardId, type ShardState, tallyShards } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
@@ -87,6 +88,26 @@ const stmts = preparedOnce((db: Db) => ({
        WHERE status = 'running' AND user_id IN (SELECT value FROM json_each($owners))
        GROUP BY user_id)
      GROUP BY user_id`,
+  ),
+  // docs/api.md §7 placement: a model's longest-waiting batch, one probe of batches_waiting.
+  oldestWaiting: db.$client.prepare<{ at: number | null }, { model: string }>(
+    `SELECT min(queued_at) AS at FROM batches INDEXED BY batches_waiting
+     WHERE status = 'validated' AND queued_at IS NOT NULL AND model = $model`,
+  ),
+  // docs/api.md §7 placement: the work waiting per model — validated batches (index-only on
+  // batches_validated_model), the uncut rest of split batches in progress (batches_split_model) and
+  // their requeued shards.
+  waitingWork: db.$client.prepare<{ model: string; requests: number }, []>(
+    `SELECT model, sum(requests) AS requests FROM (
+       SELECT model, sum(request_counts_total) AS requests
+       FROM batches INDEXED BY batches_validated_model WHERE status = 'validated' GROUP BY model
+       UNION ALL
+       SELECT model, sum(request_counts_total - next_request)
+       FROM batches INDEXED BY batches_split_model WHERE split = 1 AND status = 'in_progress' GROUP BY model
+       UNION ALL
+       SELECT b.model, sum(s.requests) FROM batch_shards s JOIN batches b ON b.id = s.batch_id
+       WHERE s.status = 'waiting' AND b.status = 'in_progress' GROUP BY b.model)
+     WHERE model IS NOT NULL GROUP BY model`,
   ),
   insertAssignment: db
     .insert(batchAssignments)
@@ -184,7 +205,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
             batch_id: b.id,
             seq: b.seq,
             user_id: b.user_id,
-            loaded: c.loaded,
+            rank: 0,
             running: 0,
             candidate: c,
           })
@@ -199,14 +220,21 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           if (req.shards)
             for (const b of openSplitHeads(deps, c.model)) if (takes.includes(b.needs)) heads.push(head(b))
         }
-        const owners = ownersToCount(heads)
+        // docs/api.md §7 placement: the models ranked (each one's longest wait read here, fresh).
+        const oldest = new Map<string, number | null>()
+        if (req.placement)
+          for (const h of heads)
+            if (!oldest.has(h.candidate.model))
+              oldest.set(h.candidate.model, s.oldestWaiting.get({ model: h.candidate.model })?.at ?? null)
+        const placed = placeHeads(req.placement, heads, oldest, req.now)
+        const owners = ownersToCount(placed)
         if (owners.length) {
           const running = new Map(
             s.running.all({ owners: JSON.stringify(owners) }).map((r) => [r.user_id, r.n]),
           )
-          for (const h of heads) h.running = running.get(h.user_id) ?? 0
+          for (const h of placed) h.running = running.get(h.user_id) ?? 0
         }
-        const best = pickClaim(heads)
+        const best = pickClaim(placed)
         if (!best) {
           // docs/api.md §16 backup copies: the lowest priority of a claim, when nothing else is.
           if (!req.shards) return null
@@ -380,6 +408,10 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       const out = { idle: 0, running: 0 }
       for (const r of stmts(deps).queuedByOwnerClass.all()) out[r.running ? 'running' : 'idle'] = r.n
       return out
+    },
+
+    async waitingWork() {
+      return stmts(deps).waitingWork.all()
     },
 
     async tryRunEvery(name: string, now: number, intervalSeconds: number) {

@@ -83,6 +83,9 @@ export const batches = pgTable(
     // not yet cut into a shard (guided self-scheduling cuts the rest claim by claim).
     split: boolean().notNull().default(false),
     next_request: integer().notNull().default(0),
+    // docs/api.md §7 placement: when the batch last became `validated` (validation, or a requeue);
+    // how long it has waited is now − queued_at. Null for a batch that waited before this column.
+    queued_at: bigint({ mode: 'number' }),
   },
   (t) => [
     index('batches_user').on(t.user_id, t.seq),
@@ -98,6 +101,11 @@ export const batches = pgTable(
     index('batches_validated_model')
       .on(t.model, t.seq, t.request_counts_total, t.request_counts_completed, t.request_counts_failed)
       .where(sql`status = 'validated'`),
+    // docs/api.md §7 placement: each model's longest-waiting batch is one probe (only batches with a
+    // queued_at: no other read of the validated batches finds this index fitter than its own).
+    index('batches_waiting')
+      .on(t.model, t.queued_at)
+      .where(sql`status = 'validated' AND queued_at IS NOT NULL`),
     index('batches_completed').on(t.completed_at),
     index('batches_user_completed').on(t.user_id, t.completed_at),
   ],

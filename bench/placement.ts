@@ -1,0 +1,326 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { type Bench, benchServer } from './lib/fixture'
+import { type Router, startRouter } from './lib/router'
+
+// Placement (docs/api.md §7 Placement): which worker loads what, and no batch starves. Four reference
+// daemons that load their models themselves (`gridkeep worker --runtime llama.cpp --runtime-url`),
+// each attached to its own stand-in llama.cpp router (bench/lib/router.ts: one model at a time,
+// 8 slots × 40 ms a request, LOAD_MS to load another); three models on every disk; batches of the
+// three with skewed demand (70 / 22 / 8 % of the requests): a backlog of 30 % of them waiting at the
+// start, the rest arriving over ARRIVE_S seconds (alpha all along, bravo in a burst, charlie now and
+// then). The same workload runs under today's rules (PLACEMENT=loaded_first) and the new ones
+// (PLACEMENT=queue), printed side by side:
+//   makespan ÷ its lower bound: the same requests, all of one model and all waiting at the start,
+//     on the same fleet in this run (one load, then every worker busy: total ÷ the fleet's rate as
+//     this machine runs it, + one load; the nominal figure is printed beside it)   goal ≤ 1.15
+//   loads ÷ the fewest that could serve the workload: every model loaded on as many workers as its
+//     share of the requests needs, rounded up (Σ ⌈workers × share⌉ = 3 + 1 + 1)  goal ≤ 1.5
+//   the longest any batch waited, from its creation (≥ from `validated`) to its first request at
+//     an engine                                                                    goal ≤ aging + one load
+//   (a fourth row, the straggler case, is `BENCH_ONLY=e bun run bench/fleet.ts`: backup copies)
+//
+//   bun run bench/placement.ts            10,000 requests
+//   BENCH_QUICK=1 bun run bench/placement.ts   4,000 requests
+//   BENCH_ONLY=queue|loaded_first   BENCH_LOADS=1 (each worker's loads)   BENCH_TRACE=1 (daemon logs)
+
+const QUICK = !!process.env.BENCH_QUICK || process.argv.includes('--quick')
+const REQUESTS = Number(process.env.BENCH_REQUESTS ?? (QUICK ? 4_000 : 10_000))
+const ARRIVE_S = Number(process.env.BENCH_ARRIVE_S ?? (QUICK ? 4 : 10))
+/** The share of each model's requests waiting at the start. */
+const BACKLOG = 0.3
+const WORKERS = 4
+const SLOTS = 8
+const LATENCY_MS = 40
+const LOAD_MS = 3_000
+const MAX_WAIT_S = 10
+const FLEET_RATE = (WORKERS * SLOTS * 1000) / LATENCY_MS
+const MODELS = [
+  { name: 'alpha', share: 0.7 },
+  { name: 'bravo', share: 0.22 },
+  { name: 'charlie', share: 0.08 },
+]
+const slug = (model: string) => `${model}-q4km`
+
+interface Planned {
+  k: number
+  model: string
+  requests: number
+  /** When it is created, ms after the start. */
+  atMs: number
+}
+
+/** A fixed pseudo-random sequence (mulberry32), so both runs get the same workload. */
+function random(seed: number) {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+/**
+ * Batches of 100–200 requests (never split: at most 2 × SHARD_MIN_REQUESTS). BACKLOG of each model's
+ * requests wait at the start; of the rest, alpha arrives all along, bravo in a burst, charlie now and
+ * then. `only`: every batch is of that model instead (the lower bound's run).
+ */
+function workload(only?: string): Planned[] {
+  const next = random(7)
+  const out: Planned[] = []
+  const window: Record<string, () => number> = {
+    alpha: () => next() * ARRIVE_S,
+    bravo: () => (0.4 + next() * 0.2) * ARRIVE_S,
+    charlie: () => next() * ARRIVE_S,
+  }
+  for (const m of MODELS) {
+    let left = Math.round(REQUESTS * m.share)
+    const backlog = Math.round(left * (1 - BACKLOG))
+    while (left > 0) {
+      const requests = Math.min(left, 100 + Math.floor(next() * 101))
+      const atMs = left > backlog ? 0 : Math.round(window[m.name]!() * 1000)
+      left -= requests
+      out.push({ k: 0, model: only ?? m.name, requests, atMs: only ? 0 : atMs })
+    }
+  }
+  // The backlog in no particular order of models (a queue as it stands), the rest as it arrives.
+  const order = new Map(out.map((p) => [p, next()]))
+  out.sort((a, b) => a.atMs - b.atMs || order.get(a)! - order.get(b)!)
+  out.forEach((p, k) => {
+    p.k = k
+  })
+  return out
+}
+
+async function json(res: Response) {
+  const b = (await res.json()) as any
+  if (!res.ok) throw new Error(`${res.status} ${JSON.stringify(b)}`)
+  return b
+}
+
+interface Result {
+  makespanS: number
+  loads: number
+  /** The longest wait of a batch of each model, seconds. */
+  waits: Record<string, number>
+}
+
+const longest = (r: Result) => Object.entries(r.waits).reduce((a, b) => (b[1] > a[1] ? b : a))
+
+async function run(
+  placement: 'loaded_first' | 'queue',
+  plan: Planned[],
+  label: string = placement,
+): Promise<Result> {
+  const dir = mkdtempSync(join(tmpdir(), 'gridkeep-placement-'))
+  const manifest = join(dir, 'models.yaml')
+  writeFileSync(
+    manifest,
+    `models:\n${MODELS.map(
+      (m) =>
+        `  - id: ${slug(m.name)}\n    task_type: chat\n    quantization: Q4_K_M\n    vram_gb: 8\n    serving_profiles:\n      - runtime: llama.cpp\n        runtime_model_id: ${m.name}\n`,
+    ).join('')}`,
+  )
+  // Three models on every disk (tiny files: the daemon hashes what the router names).
+  const disk = join(dir, 'models')
+  mkdirSync(disk)
+  const files = Object.fromEntries(
+    MODELS.map((m) => {
+      const path = join(disk, `${m.name}.gguf`)
+      writeFileSync(path, `GGUF stand-in ${m.name}`)
+      return [m.name, path]
+    }),
+  )
+  const firstRequest = new Map<number, number>()
+  const routers: Router[] = Array.from({ length: WORKERS }, () =>
+    startRouter({
+      models: files,
+      slots: SLOTS,
+      latencyMs: LATENCY_MS,
+      loadMs: LOAD_MS,
+      onRequest: (_model, body) => {
+        const k = Number(/^b(\d+) /.exec(String(body?.messages?.[0]?.content ?? ''))?.[1])
+        if (!firstRequest.has(k)) firstRequest.set(k, performance.now())
+      },
+    }),
+  )
+  let server: Bench | null = null
+  const daemons: ReturnType<typeof Bun.spawn>[] = []
+  try {
+    server = await benchServer({
+      CATALOGUE_PATH: manifest,
+      LOG_LEVEL: 'error',
+      PLACEMENT: placement,
+      PLACEMENT_MAX_WAIT_SECONDS: String(MAX_WAIT_S),
+    })
+    const s = server
+    const { access_token: token } = await json(
+      await fetch(`${s.url}/v1/auth/login`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ email: 'bench@example.test', password: 'bench-password' }),
+      }),
+    )
+    routers.forEach((r, i) => {
+      daemons.push(
+        Bun.spawn(
+          [
+            'bun',
+            join(import.meta.dir, '../src/cli.ts'),
+            'worker',
+            '--server',
+            s.url,
+            '--runtime',
+            'llama.cpp',
+            '--runtime-url',
+            r.url,
+            '--name',
+            `placement-${i}`,
+            // Room for one model of the three (vram_gb 8 each), as the router holds one at a time.
+            '--vram-gb',
+            '10',
+            '--state-dir',
+            join(dir, `worker-${i}`),
+            '--log-level',
+            process.env.BENCH_TRACE ? 'info' : 'warn',
+          ],
+          {
+            env: { ...process.env, GRIDKEEP_WORKER_KEY: s.key },
+            stdout: process.env.BENCH_TRACE ? 'inherit' : 'ignore',
+            stderr: 'inherit',
+          },
+        ),
+      )
+    })
+    // Every daemon registered, its models hashed and advertised, and idle: its poll held.
+    while (s.deps.pollWaiters.size < WORKERS) await Bun.sleep(20)
+
+    // The input files first: creating a batch is what the clock counts from.
+    const inputs = await Promise.all(
+      plan.map(async (p) => {
+        const lines = Array.from({ length: p.requests }, (_, i) =>
+          JSON.stringify({
+            custom_id: `r${i}`,
+            body: { model: slug(p.model), messages: [{ role: 'user', content: `b${p.k} r${i}` }] },
+          }),
+        )
+        const form = new FormData()
+        form.append('purpose', 'batch')
+        form.append('file', new Blob([`${lines.join('\n')}\n`]), `b${p.k}.jsonl`)
+        return (
+          await json(
+            await fetch(`${s.url}/v1/files`, {
+              method: 'POST',
+              headers: { authorization: `Bearer ${token}` },
+              body: form,
+            }),
+          )
+        ).id as string
+      }),
+    )
+    const created = new Map<number, number>()
+    const ids: string[] = []
+    const t0 = performance.now()
+    for (const p of plan) {
+      const wait = t0 + p.atMs - performance.now()
+      if (wait > 0) await Bun.sleep(wait)
+      created.set(p.k, performance.now())
+      const batch = await json(
+        await fetch(`${s.url}/v1/batches`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+          body: JSON.stringify({
+            input_file_id: inputs[p.k],
+            endpoint: '/v1/chat/completions',
+            completion_window: '24h',
+          }),
+        }),
+      )
+      ids.push(batch.id)
+    }
+    const open = s.deps.sqlite.query<{ n: number; failed: number }, []>(
+      `SELECT count(*) FILTER (WHERE status NOT IN ('completed', 'failed')) AS n,
+         count(*) FILTER (WHERE status = 'failed') AS failed FROM batches`,
+    )
+    for (;;) {
+      const { n, failed } = open.get()!
+      if (failed) throw new Error(`${failed} batch(es) failed`)
+      if (n === 0) break
+      await Bun.sleep(20)
+    }
+    const makespanS = (performance.now() - t0) / 1000
+    if (process.env.BENCH_LOADS)
+      for (const [i, r] of routers.entries()) {
+        const loads = r.history.map((h) => `${((h.ms - t0) / 1000).toFixed(1)} s ${h.model}`)
+        console.log(`${label} worker ${i}: ${loads.join(', ')}`)
+      }
+    const waits: Record<string, number> = {}
+    for (const p of plan) {
+      const waited = (firstRequest.get(p.k)! - created.get(p.k)!) / 1000
+      waits[p.model] = Math.max(waits[p.model] ?? 0, waited)
+    }
+    return { makespanS, loads: routers.reduce((n, r) => n + r.loads, 0), waits }
+  } finally {
+    for (const d of daemons) d.kill('SIGKILL')
+    await Promise.all(daemons.map((d) => d.exited))
+    await server?.stop()
+    for (const r of routers) await r.stop()
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+const plan = workload()
+const total = plan.reduce((n, p) => n + p.requests, 0)
+const nominal = total / FLEET_RATE + LOAD_MS / 1000
+// Every model loaded on as many workers as its share of the requests needs, rounded up: the loads
+// of a fleet that runs every model at its share at once (fewer leave a model short of workers).
+const fewestLoads = MODELS.reduce((n, m) => n + Math.ceil(WORKERS * m.share), 0)
+const modes = (['loaded_first', 'queue'] as const).filter(
+  (m) => !process.env.BENCH_ONLY || process.env.BENCH_ONLY === m,
+)
+console.log(
+  `placement: ${WORKERS} daemons (one-model engines, ${SLOTS} slots × ${LATENCY_MS} ms, ${LOAD_MS / 1000} s a load), ` +
+    `${plan.length} batches, ${total} requests (${MODELS.map((m) => `${m.name} ${Math.round(m.share * 100)} %`).join(', ')}), ` +
+    `${BACKLOG * 100} % waiting at the start, the rest arriving over ${ARRIVE_S} s; PLACEMENT_MAX_WAIT_SECONDS=${MAX_WAIT_S}`,
+)
+// The lower bound as this machine runs it: the same batches, all of alpha, all waiting at the start.
+const bound = (await run('queue', workload('alpha'), 'lower bound')).makespanS
+const results: Partial<Record<(typeof modes)[number], Result>> = {}
+for (const m of modes) results[m] = await run(m, plan)
+
+const cell = (m: (typeof modes)[number], f: (r: Result) => string) => (results[m] ? f(results[m]!) : '—')
+const rows: [string, (r: Result) => string, string][] = [
+  [
+    `makespan ÷ lower bound (${bound.toFixed(1)} s; nominal ${nominal.toFixed(1)} s)`,
+    (r) => `${(r.makespanS / bound).toFixed(2)} (${r.makespanS.toFixed(1)} s)`,
+    '≤ 1.15',
+  ],
+  [`loads ÷ fewest (${fewestLoads})`, (r) => `${(r.loads / fewestLoads).toFixed(2)} (${r.loads})`, '≤ 1.5'],
+  [
+    'longest wait, creation → first request',
+    (r) => `${longest(r)[1].toFixed(1)} s (${longest(r)[0]})`,
+    `≤ ${MAX_WAIT_S + LOAD_MS / 1000} s (aging + one load)`,
+  ],
+  [
+    '  per model: alpha / bravo / charlie',
+    (r) => MODELS.map((m) => (r.waits[m.name] ?? 0).toFixed(1)).join(' / '),
+    '',
+  ],
+  ['straggler case', () => '—', 'BENCH_ONLY=e bun run bench/fleet.ts (backup copies)'],
+]
+const widths = [48, 22, 22]
+console.log(
+  ['', 'loaded_first (today)', 'queue (new)', 'goal']
+    .map((h, i) => (i < 3 ? h.padEnd(widths[i]!) : h))
+    .join(''),
+)
+for (const [label, f, goal] of rows)
+  console.log(
+    [
+      label.padEnd(widths[0]!),
+      cell('loaded_first', f).padEnd(widths[1]!),
+      cell('queue', f).padEnd(widths[2]!),
+      goal,
+    ].join(''),
+  )

@@ -1,0 +1,2 @@
+ALTER TABLE "batches" ADD COLUMN "queued_at" bigint;--> statement-breakpoint
+CREATE INDEX "batches_waiting" ON "batches" USING btree ("model","queued_at") WHERE status = 'validated' AND queued_at IS NOT NULL;

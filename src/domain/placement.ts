@@ -1,0 +1,167 @@
+import type { ClaimHead } from './worker-rules'
+
+// docs/api.md §7 "Placement": which model a polling worker takes work of, decided here once for both
+// storage engines (ARCHITECTURE.md rule 18). The engine finds the waiting heads (docs/api.md §14) and
+// each candidate model's longest-waiting batch inside its claim; this ranks the models; fair share and
+// then the oldest batch order the heads within a rank (worker-rules.ts pickClaim).
+
+/**
+ * docs/api.md §7 placement, spread rule: a switch must lower the imbalance by this many workers beyond
+ * the one it moves, so that a worker that just switched does not switch back while the shares
+ * wobble by less than twice this.
+ */
+export const SWITCH_MARGIN = 0.5
+
+/** What the spread and pays-to-load rules know of one model (catalogue entry) for the polling worker. */
+export interface ModelDemand {
+  /** Requests waiting: validated batches, and the uncut and requeued shards of split ones. */
+  waiting: number
+  /** Other online workers with capabilities.loads serving the model now (the polling one excluded). */
+  serving: number
+  /** Requests per second of those workers, each as measured (docs/api.md §7 model_stats). */
+  rate: number
+  /** The polling worker's requests per second on the model. */
+  ownRate: number
+  /** The polling worker's load time of the model, seconds. */
+  loadSeconds: number
+}
+
+export interface Placement {
+  /** PLACEMENT_MAX_WAIT_SECONDS: a model whose longest-waiting batch waited this long is overdue. */
+  maxWaitSeconds: number
+  /**
+   * For a worker with capabilities.loads: the fleet's figures behind the spread and pays-to-load
+   * rules. Null for any other worker: after the overdue models, loaded models first (Poll rule 5).
+   */
+  spread: {
+    /** Online workers with capabilities.loads, the polling one included. */
+    workers: number
+    /** Requests waiting for every model. */
+    totalWaiting: number
+    /** By model key (catalogue entry id); a model missing here has nothing measured or waiting. */
+    demand: ReadonlyMap<string, ModelDemand>
+  } | null
+}
+
+/** A candidate model with waiting work, as it stands for the polling worker now. */
+export interface ModelNow {
+  key: string
+  /** Loaded (or being loaded) on the polling worker. */
+  current: boolean
+  /** queued_at of its longest-waiting validated batch; null when none has one. */
+  oldestQueuedAt: number | null
+}
+
+const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, loadSeconds: 0 }
+
+/**
+ * docs/api.md §7 placement: the rank of each model the worker may take now (lower first); a model
+ * left out is not taken by this poll.
+ *
+ * 1. Aging: a model that is overdue (its longest-waiting batch has waited at least maxWaitSeconds)
+ *    and that no other worker serves comes before every other, loaded or not; the longest wait
+ *    first. A model another worker serves is not starving: more workers join it by rules 3 and 4,
+ *    and its overdue batches do not each pull a worker of their own (a load each).
+ * 2. A worker without capabilities.loads (spread null): loaded models, then the others (Poll rule 5).
+ * 3. A worker with capabilities.loads that has work for a model it serves keeps to it, unless one
+ *    model is worth a switch: another worker serves its model too (the last one never leaves a
+ *    model's waiting work to nobody), loading the other pays (its waiting requests outlast a load at
+ *    the rate it is served — the others serving it, or this worker alone when none does), and either
+ *    moving this worker there lowers the imbalance by more than 1 + SWITCH_MARGIN workers or no
+ *    worker serves that model (shares round a rare model down to no worker; a queue of it that pays
+ *    a load still gets one) — the most under-served such model first.
+ * 4. Such a worker with no work for the models it serves takes the most under-served model whose
+ *    loading pays or that no other worker serves.
+ *
+ * A model's share is the workers × its waiting requests ÷ all waiting requests; its excess is the
+ * workers serving it minus its share; the imbalance a move from model c to model m lowers is
+ * excess(c) − excess(m).
+ */
+export function rankModels(p: Placement, models: readonly ModelNow[], now: number): Map<string, number> {
+  const ranks = new Map<string, number>()
+  let next = 0
+  const s = p.spread
+  const demand = (m: ModelNow) => s?.demand.get(m.key) ?? NOTHING
+  const overdue = models
+    .filter(
+      (m) =>
+        !m.current &&
+        m.oldestQueuedAt !== null &&
+        now - m.oldestQueuedAt >= p.maxWaitSeconds &&
+        demand(m).serving === 0,
+    )
+    .sort((a, b) => a.oldestQueuedAt! - b.oldestQueuedAt!)
+  for (const m of overdue) ranks.set(m.key, next++)
+  const rest = models.filter((m) => !ranks.has(m.key))
+  const current = rest.filter((m) => m.current)
+  const others = rest.filter((m) => !m.current)
+  if (!s) {
+    for (const m of current) ranks.set(m.key, next)
+    if (current.length) next++
+    for (const m of others) ranks.set(m.key, next)
+    return ranks
+  }
+  const share = (m: ModelNow) => (s.totalWaiting > 0 ? (s.workers * demand(m).waiting) / s.totalWaiting : 0)
+  const excess = (m: ModelNow) => demand(m).serving + (m.current ? 1 : 0) - share(m)
+  const pays = (m: ModelNow) => {
+    const d = demand(m)
+    return d.waiting > (d.serving > 0 ? d.rate : d.ownRate) * d.loadSeconds
+  }
+  const underServedFirst = (a: ModelNow, b: ModelNow) =>
+    excess(a) - excess(b) || (a.oldestQueuedAt ?? now) - (b.oldestQueuedAt ?? now)
+  if (current.length) {
+    const from = current.reduce((a, b) => (excess(b) > excess(a) ? b : a))
+    // The last worker serving a model with work waiting does not leave it: that work would wait
+    // for aging, and cost a load again.
+    const [target] =
+      demand(from).serving > 0
+        ? others
+            .filter(
+              (m) => pays(m) && (excess(from) - excess(m) >= 1 + SWITCH_MARGIN || demand(m).serving === 0),
+            )
+            .sort(underServedFirst)
+        : []
+    if (target) ranks.set(target.key, next++)
+    for (const m of current) ranks.set(m.key, next)
+    return ranks
+  }
+  for (const m of others.filter((m) => pays(m) || demand(m).serving === 0).sort(underServedFirst))
+    ranks.set(m.key, next++)
+  return ranks
+}
+
+/** A head as the engine found it, with the candidate model it belongs to. */
+export interface PlacedHead extends ClaimHead {
+  candidate: { model: string; key?: string; loaded: boolean }
+}
+
+/**
+ * The engine's half of the placement, the same on both: ranks its heads in place by rankModels (a
+ * model's longest wait is its slugs' longest, `oldest` by batches.model slug) and returns the heads
+ * the worker may take. Without a placement (PLACEMENT=loaded_first) the ranks are Poll rule 5's.
+ */
+export function placeHeads<H extends PlacedHead>(
+  p: Placement | undefined,
+  heads: H[],
+  oldest: ReadonlyMap<string, number | null>,
+  now: number,
+): H[] {
+  for (const h of heads) h.rank = h.candidate.loaded ? 0 : 1
+  if (!p) return heads
+  const byKey = new Map<string, ModelNow>()
+  for (const h of heads) {
+    const key = h.candidate.key ?? h.candidate.model
+    const at = oldest.get(h.candidate.model) ?? null
+    const m = byKey.get(key) ?? { key, current: false, oldestQueuedAt: null }
+    m.current ||= h.candidate.loaded
+    if (at !== null && (m.oldestQueuedAt === null || at < m.oldestQueuedAt)) m.oldestQueuedAt = at
+    byKey.set(key, m)
+  }
+  const ranks = rankModels(p, [...byKey.values()], now)
+  return heads.filter((h) => {
+    const rank = ranks.get(h.candidate.key ?? h.candidate.model)
+    if (rank === undefined) return false
+    h.rank = rank
+    return true
+  })
+}
