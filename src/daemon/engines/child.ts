@@ -341,12 +341,34 @@ export function freePort(): number {
   return port
 }
 
+/**
+ * Whether the process runs: a zombie (ended, its parent not yet told — an orphan waits for the
+ * system's init to reap it) has given its memory and port back.
+ */
 export function alive(pid: number): boolean {
   try {
     process.kill(pid, 0)
-    return true
   } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM'
+    if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat[stat.lastIndexOf(')') + 2] !== 'Z'
+  } catch {
+    // No /proc (not Linux): the signal said it is there.
+    return existsSync('/proc/self') === false
+  }
+}
+
+/** When a process started (Linux: /proc/<pid>/stat field 22, clock ticks since boot; 100 a second). */
+function startedAtMs(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const ticks = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19])
+    const boot = Number(/^btime (\d+)$/m.exec(readFileSync('/proc/stat', 'utf8'))?.[1])
+    return Number.isFinite(ticks) && Number.isFinite(boot) ? boot * 1000 + ticks * 10 : null
+  } catch {
+    return null
   }
 }
 
@@ -363,18 +385,21 @@ export function argvOf(pid: number): string[] | null {
 
 /**
  * Whether `record` is still the process it names (a pid can be reused): its arguments are the
- * recorded ones. argv[0] is left out: a script that execs the engine leaves the engine's path there.
+ * recorded ones (argv[0] left out: a script that execs the engine leaves the engine's path there),
+ * or — an engine that renames itself — it started when the record says.
  */
-function sameProcess(record: ChildRecord): boolean {
+export function sameProcess(record: ChildRecord): boolean {
   if (!alive(record.pid)) return false
   const argv = argvOf(record.pid)
-  return argv !== null && sameArgv(argv.slice(1), record.argv.slice(1))
+  if (argv !== null && sameArgv(argv.slice(1), record.argv.slice(1))) return true
+  const started = startedAtMs(record.pid)
+  return started !== null && Math.abs(started - record.started_at_ms) < 2000
 }
 
 const sameArgv = (a: string[], b: string[]) => a.length === b.length && a.every((x, i) => x === b[i])
 
 /** SIGTERM, then SIGKILL if it is still there after the grace. */
-async function stopPid(pid: number, timers: Timers) {
+export async function stopPid(pid: number, timers: Timers) {
   try {
     process.kill(pid, 'SIGTERM')
   } catch {

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
+import { existsSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import type { Engine } from '../../domain/catalogue'
 import type { DownloadFile } from '../../domain/downloads'
@@ -7,7 +7,7 @@ import { realTimers, type Timers } from '../backoff'
 import { type ModelLayout, modelsDirLayout } from '../download'
 import { runtimeJson } from '../runtimes/types'
 import type { StateDir } from '../state'
-import { argvOf, type ChildRecord, SupervisedChild, alive as signalable } from './child'
+import { alive, argvOf, type ChildRecord, SupervisedChild, sameProcess, stopPid } from './child'
 import { findProgram, renderLaunch, splitCommand, withInterpreter } from './launch-command'
 import { modelFiles, scanModels } from './models-dir'
 import { type EngineModel, type EngineView, LoadFailed, type ManagedEngine } from './types'
@@ -39,7 +39,6 @@ const LOAD_TIMEOUT_MS = 30 * 60_000
 const RESTART_MIN_MS = 1000
 const RESTART_MAX_MS = 30_000
 const STABLE_MS = 60_000
-const STOP_GRACE_MS = 10_000
 const LINES_PER_ERROR = 8
 /** Longest wait for a dead process's end to be heard (an adopted one is looked at every second). */
 const END_HEARD_MS = 3000
@@ -347,7 +346,7 @@ export class LaunchedEngine implements ManagedEngine {
           await child.stop()
         }
       }
-      if (valid && ours(record)) {
+      if (valid && sameProcess(record)) {
         log.warn('stopping an engine a previous run left (another command, or not answering)', {
           model: launch?.model,
           pid: record.pid,
@@ -384,56 +383,3 @@ export function childName(model: string): string {
 }
 
 const sameArgv = (a: string[], b: string[]) => a.length === b.length && a.every((x, i) => x === b[i])
-
-/**
- * Whether the recorded process still runs (a pid can be reused): its command line is the recorded
- * one, or — an engine that renames itself — it started when the record says.
- */
-function ours(record: ChildRecord): boolean {
-  if (!alive(record.pid)) return false
-  const live = argvOf(record.pid)
-  if (live && sameArgv(live.slice(1), record.argv.slice(1))) return true
-  const started = startedAtMs(record.pid)
-  return started !== null && Math.abs(started - record.started_at_ms) < 2000
-}
-
-/**
- * Whether the process runs: a zombie (ended, its parent not yet told — an orphan waits for the
- * system's init to reap it) has given its memory and port back.
- */
-function alive(pid: number): boolean {
-  if (!signalable(pid)) return false
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return stat[stat.lastIndexOf(')') + 2] !== 'Z'
-  } catch {
-    return false
-  }
-}
-
-/** When a process started (Linux: /proc/<pid>/stat field 22, clock ticks since boot; 100 a second). */
-function startedAtMs(pid: number): number | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    const ticks = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19])
-    const boot = Number(/^btime (\d+)$/m.exec(readFileSync('/proc/stat', 'utf8'))?.[1])
-    return Number.isFinite(ticks) && Number.isFinite(boot) ? boot * 1000 + ticks * 10 : null
-  } catch {
-    return null
-  }
-}
-
-/** SIGTERM, then SIGKILL if it is still there after the grace. */
-async function stopPid(pid: number, timers: Timers) {
-  try {
-    process.kill(pid, 'SIGTERM')
-  } catch {
-    return
-  }
-  const deadline = timers.nowMs() + STOP_GRACE_MS
-  while (alive(pid) && timers.nowMs() < deadline) await timers.sleep(50)
-  if (alive(pid))
-    try {
-      process.kill(pid, 'SIGKILL')
-    } catch {}
-}
