@@ -1,7 +1,7 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fetchEngine, tinyModel } from '../scripts/llama-server'
+import { fetchEngine, spawnRouter, tinyModel } from '../scripts/llama-server'
 import { freePort } from '../src/daemon/engines/child'
 import { downloadCase, mbps } from './download'
 import { benchServer } from './lib/fixture'
@@ -130,21 +130,7 @@ void (async () => {
 
 // The bare router: the same binary over the same models, on a port of its own.
 const barePort = freePort()
-const bare = Bun.spawn(
-  [
-    engine.router,
-    '--models-dir',
-    modelsDir,
-    '--no-models-autoload',
-    '--models-max',
-    '0',
-    '--host',
-    '127.0.0.1',
-    '--port',
-    String(barePort),
-  ],
-  { stdout: 'ignore', stderr: 'ignore' },
-)
+const bare = spawnRouter(engine, modelsDir, barePort)
 const bareUrl = `http://127.0.0.1:${barePort}`
 
 async function bareStatus(name: string): Promise<string | undefined> {

@@ -634,6 +634,28 @@ export async function startLlamaServer(o: StartOptions): Promise<LlamaServer> {
   return server
 }
 
+/**
+ * A router of our own (not the daemon's): `engine.router` over `modelsDir` on `port`, loading
+ * nothing until asked (`--no-models-autoload`, no limit on loaded models). Stop it with `kill()`.
+ */
+export function spawnRouter(engine: Engine, modelsDir: string, port: number) {
+  return spawn(
+    [
+      engine.router,
+      '--models-dir',
+      modelsDir,
+      '--no-models-autoload',
+      '--models-max',
+      '0',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(port),
+    ],
+    { stdout: 'ignore', stderr: 'ignore' },
+  )
+}
+
 if (import.meta.main) {
   const [command, arg] = process.argv.slice(2)
   if (command === 'fetch') {

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { spawnRouter } from '../../scripts/llama-server'
 import { alive, freePort } from '../../src/daemon/engines/child'
 import type { TestServer } from '../helpers/app'
 import { withRealEngine } from '../helpers/llama'
@@ -194,21 +195,7 @@ withRealEngine('the daemon supervises the engine it runs', (engine) => {
   test('attached to a router someone else runs: the daemon loads what jobs need, says once that params are not applied, and leaves the router running', async () => {
     const f = await managedFleet(server)
     const port = freePort()
-    const router = Bun.spawn(
-      [
-        engine.router,
-        '--models-dir',
-        modelsDir,
-        '--no-models-autoload',
-        '--models-max',
-        '0',
-        '--host',
-        '127.0.0.1',
-        '--port',
-        String(port),
-      ],
-      { stdout: 'ignore', stderr: 'ignore' },
-    )
+    const router = spawnRouter(engine, modelsDir, port)
     const url = `http://127.0.0.1:${port}`
     try {
       await until('the router answering', async () => (await fetch(`${url}/models`).catch(() => null))?.ok)
