@@ -5,7 +5,7 @@
 //
 // Faults, per file (`misbehave`):
 //   wrongBytes        serve other bytes of the same length (the digest check must catch it)
-//   stopAt N, times   close the connection once the response reaches byte N of the file
+//   stopAt N, times   end the response once it reaches byte N of the file, short of its length
 //                     ('once': only the first response; 'always': every response, so no resume
 //                     ever gets further)
 //   status            answer that status (404, 503 …) every time
@@ -99,21 +99,24 @@ export function startStandInHub(o: { token?: string } = {}): StandInHub {
     const stopAt = fault?.stopAt
     if (stopAt === undefined || (fault!.times === 'once' && served > 0))
       return new Response(bytes.subarray(start), { status, headers })
-    // Up to byte `stopAt` of the file (nothing when the response starts there), then the
-    // connection is cut: what was written reaches the client, the rest never comes.
+    // Up to byte `stopAt` of the file (nothing when the response starts there), then the body
+    // ends, short of the file: the client holds exactly what was sent and must see that the rest
+    // never came (it knows the size from HEAD or the catalogue). Ending the stream, rather than
+    // erroring it, is what makes this exact: an error cuts the connection whether or not the
+    // server has written the prefix out yet.
     const prefix = bytes.subarray(start, Math.max(start, stopAt))
-    let cut = false
+    // Pulled, not filled at once: a body complete from the start would be sent with its own
+    // (short) Content-Length, which is a hub lying about the file, not a cut. With nothing to send
+    // the connection is cut outright (erroring the stream; nothing written can be lost).
+    let sent = false
     const body = new ReadableStream<Uint8Array>({
       async pull(c) {
-        if (!cut && prefix.length) {
-          cut = true
+        if (!prefix.length) return c.error()
+        if (!sent) {
+          sent = true
           return c.enqueue(prefix)
         }
-        // The server takes the prefix off the queue before it has written it out: give the write
-        // a moment, so what the client receives is what was sent. Erroring without a reason cuts
-        // the connection quietly (no error report from Bun).
-        await Bun.sleep(10)
-        c.error()
+        c.close()
       },
     })
     return new Response(body, { status, headers })
