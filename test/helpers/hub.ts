@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 // A stand-in model hub for tests and benchmarks (never the internet): Bun.serve on loopback serving
 // files in the Hugging Face layout, `GET|HEAD /{owner}/{repo}/resolve/{revision}/{path}`, with a
 // strong `ETag` (the quoted sha256 of the bytes), `Accept-Ranges: bytes`, and `Range: bytes=N-`
@@ -33,6 +36,11 @@ export interface StandInHub {
   requests: HubRequest[]
   /** Serves `bytes` at `{repo}/resolve/{revision}/{path}`; its ETag is their sha256. */
   put(repo: string, path: string, bytes: Uint8Array, revision?: string): { sha256: string; size: number }
+  /**
+   * Serves the file at `disk` (its bytes never in memory; sent as a file server sends a file,
+   * sendfile), with the sha256 and size the caller knows. Faults apply to `put` files only.
+   */
+  putFile(repo: string, path: string, disk: string, sha256: string, revision?: string): void
   misbehave(repo: string, path: string, m: Misbehaviour, revision?: string): void
   stop(): void
 }
@@ -41,8 +49,8 @@ const key = (repo: string, revision: string, path: string) => `/${repo}/resolve/
 
 export const sha256Of = (bytes: Uint8Array) => new Bun.CryptoHasher('sha256').update(bytes).digest('hex')
 
-export function startStandInHub(o: { token?: string } = {}): StandInHub {
-  const files = new Map<string, { bytes: Uint8Array; etag: string }>()
+export function startStandInHub(o: { token?: string; bytesPerSecond?: number } = {}): StandInHub {
+  const files = new Map<string, { bytes: Uint8Array | null; disk?: string; size: number; etag: string }>()
   const faults = new Map<string, Misbehaviour & { served: number }>()
   const requests: HubRequest[] = []
 
@@ -72,7 +80,7 @@ export function startStandInHub(o: { token?: string } = {}): StandInHub {
       record(fault.status)
       return new Response('the hub is not well', { status: fault.status })
     }
-    const size = file.bytes.length
+    const size = file.size
     let start = 0
     const range = /^bytes=(\d+)-$/.exec(req.headers.get('range') ?? '')
     const ifRange = req.headers.get('if-range')
@@ -93,6 +101,11 @@ export function startStandInHub(o: { token?: string } = {}): StandInHub {
       ...(status === 206 ? { 'content-range': `bytes ${start}-${size - 1}/${size}` } : {}),
     }
     if (req.method === 'HEAD') return new Response(null, { status, headers })
+    if (!file.bytes)
+      return new Response(
+        o.bytesPerSecond ? paced(file.disk!, start, o.bytesPerSecond) : Bun.file(file.disk!).slice(start),
+        { status, headers },
+      )
     let bytes = file.bytes
     if (fault?.wrongBytes) bytes = bytes.map((b) => b ^ 0xff)
     const served = fault ? fault.served++ : 0
@@ -128,14 +141,40 @@ export function startStandInHub(o: { token?: string } = {}): StandInHub {
     requests,
     put(repo, path, bytes, revision = 'main') {
       const sha256 = sha256Of(bytes)
-      files.set(key(repo, revision, path), { bytes, etag: `"${sha256}"` })
+      files.set(key(repo, revision, path), { bytes, size: bytes.length, etag: `"${sha256}"` })
       return { sha256, size: bytes.length }
+    },
+    putFile(repo, path, disk, sha256, revision = 'main') {
+      files.set(key(repo, revision, path), {
+        bytes: null,
+        disk,
+        size: Bun.file(disk).size,
+        etag: `"${sha256}"`,
+      })
     },
     misbehave(repo, path, m, revision = 'main') {
       faults.set(key(repo, revision, path), { ...m, served: 0 })
     },
     stop: () => void server.stop(true),
   }
+}
+
+/** The file from `start`, sent no faster than `rate` bytes a second (a network link's speed). */
+function paced(disk: string, start: number, rate: number): ReadableStream<Uint8Array> {
+  const file = Bun.file(disk)
+  const step = 1 << 20
+  let at = start
+  const began = performance.now()
+  return new ReadableStream<Uint8Array>({
+    async pull(c) {
+      if (at >= file.size) return c.close()
+      const due = began + ((at - start) / rate) * 1000
+      if (due > performance.now()) await Bun.sleep(due - performance.now())
+      const chunk = new Uint8Array(await file.slice(at, at + step).arrayBuffer())
+      at += chunk.length
+      c.enqueue(chunk)
+    },
+  })
 }
 
 /** `n` bytes from a seeded generator: the same file on every run. */
@@ -151,13 +190,28 @@ export function seededBytes(n: number, seed = 1): Uint8Array {
   return out
 }
 
-// `bun test/helpers/hub.ts BYTES`: a hub in its own process (benchmarks) serving one seeded file of
-// BYTES at /bench/model-GGUF/resolve/main/model.gguf; prints its URL, the file's path in the hub,
-// its sha256 and size as one JSON line.
+// `bun test/helpers/hub.ts BYTES [MB_PER_SECOND]`: a hub in its own process (benchmarks) serving one
+// seeded file of BYTES at /bench/model-GGUF/resolve/main/model.gguf, at most MB_PER_SECOND when
+// given (a network link's speed); prints its URL, the file's path in the hub, its sha256 and size as
+// one JSON line.
 if (import.meta.main) {
   const size = Number(process.argv[2] ?? 1e8)
-  const hub = startStandInHub()
+  const mbps = Number(process.argv[3] ?? 0)
+  const hub = startStandInHub(mbps > 0 ? { bytesPerSecond: mbps * 1e6 } : {})
   const path = 'model.gguf'
-  const file = hub.put('bench/model-GGUF', path, seededBytes(size))
-  console.log(JSON.stringify({ url: hub.url, repo: 'bench/model-GGUF', path, ...file }))
+  // From disk, as a hub's file server sends it: serving from memory would spend this machine's
+  // CPU copying what a real hub's machine would.
+  const dir = mkdtempSync(join(tmpdir(), 'gk-hub-'))
+  const disk = join(dir, path)
+  const bytes = seededBytes(size)
+  await Bun.write(disk, bytes)
+  const sha256 = sha256Of(bytes)
+  hub.putFile('bench/model-GGUF', path, disk, sha256)
+  const clean = () => rmSync(dir, { recursive: true, force: true })
+  process.on('SIGTERM', () => {
+    clean()
+    process.exit(0)
+  })
+  process.on('exit', clean)
+  console.log(JSON.stringify({ url: hub.url, repo: 'bench/model-GGUF', path, sha256, size }))
 }
