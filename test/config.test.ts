@@ -69,7 +69,7 @@ describe('loadConfig', () => {
       /^invalid configuration: SHARD_MIN_REQUESTS: expected at most SHARD_MAX_REQUESTS \(400\)/,
     )
     expect(loadConfig({ SHARD_MIN_REQUESTS: '500', SHARD_MAX_REQUESTS: '0' }).SHARD_MAX_REQUESTS).toBe(0)
-    expect(loadConfig({})).toMatchObject({ SHARD_MIN_REQUESTS: 100, SHARD_MAX_REQUESTS: 1000 })
+    expect(loadConfig({})).toMatchObject({ SHARD_MIN_REQUESTS: 100, SHARD_MAX_REQUESTS: 250 })
   })
 
   test('a bad secret value is never echoed back', () => {
