@@ -45,6 +45,14 @@ const stmts = preparedOnce((db: Db) => ({
        + (SELECT count(*) FROM batch_shards WHERE worker_id = $worker_id AND status = 'running')
        + (SELECT count(*) FROM batch_shards WHERE backup_worker_id = $worker_id AND status = 'running') AS n`,
   ),
+  // The first needs value after `after` among one model's validated batches (docs/api.md §7 Poll
+  // rule 7): stepping it walks the needs values present, one index probe each, so a claim probes
+  // only the needs that batches really have, not every set a worker's capabilities could cover.
+  nextNeeds: db.$client.prepare<{ needs: string }, { model: string; after: string }>(
+    `SELECT needs FROM batches INDEXED BY batches_status_model
+     WHERE status = 'validated' AND model = $model AND needs > $after
+     ORDER BY needs LIMIT 1`,
+  ),
   // Poll (docs/api.md §14): the oldest validated batch of the first owner after `after` waiting for one
   // model with one set of needs (docs/api.md §7 Poll rule 7): one probe of the (status, model, needs,
   // user_id, seq) index. Stepping `after` from owner to owner walks the owners (a skip scan): the
@@ -190,6 +198,19 @@ export function requeueHeldInTx(
   return out
 }
 
+/**
+ * The needs values of `takes` that validated batches of `model` have: '' (needs nothing) always
+ * when the worker takes it (its owner walk finds out), then every other value present, stepped one
+ * index probe at a time; most queues hold one or two values, whatever a worker could take.
+ */
+function presentNeeds(s: ReturnType<typeof stmts>, model: string, takes: readonly string[]): string[] {
+  const out = takes.includes('') ? [''] : []
+  if (takes.length <= 1) return takes.length === 1 && takes[0] !== '' ? [takes[0]!] : out
+  for (let r = s.nextNeeds.get({ model, after: '' }); r; r = s.nextNeeds.get({ model, after: r.needs }))
+    if (takes.includes(r.needs)) out.push(r.needs)
+  return out
+}
+
 export function sqliteQueue(deps: SqliteDeps): QueueStore {
   const { db } = deps
   const lastRun = new Map<string, number>()
@@ -210,7 +231,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
             candidate: c,
           })
           const takes = takesNeeds(c)
-          for (const needs of takes) {
+          for (const needs of presentNeeds(s, c.model, takes)) {
             for (let b = next.get({ model: c.model, needs, after: '' }); b; ) {
               heads.push(head(b))
               b = next.get({ model: c.model, needs, after: b.user_id })
