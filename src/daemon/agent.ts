@@ -506,11 +506,13 @@ export class Agent {
       else {
         try {
           const asked = this.timers.nowMs()
-          const job = await this.cp.poll(this.workerId!, {
+          const { job, pull_models } = await this.cp.poll(this.workerId!, {
             waitSeconds: this.pollWait,
             signal: this.polling.signal,
           })
           failures = 0
+          // docs/api.md §7: with no job, a download asked of this worker now (as a heartbeat would).
+          for (const task of pull_models ?? []) this.maybePull(task)
           if (job) {
             // Even one claimed as a shutdown began: the drain runs it or reports it for a requeue.
             this.startJob(job)

@@ -3,7 +3,6 @@ import pkg from '../../package.json'
 import type {
   HeartbeatAnswer,
   HeartbeatBody,
-  Job,
   ModelProgressBody,
   PollAnswer,
   ProgressBody,
@@ -80,15 +79,14 @@ export class ControlPlane {
    * Claims a batch. With `waitSeconds` the server holds the poll until a batch is claimable or the
    * wait ends (docs/api.md §7 wait_seconds); `signal` ends a held poll early (shutdown).
    */
-  async poll(workerId: string, o: { waitSeconds?: number; signal?: AbortSignal } = {}): Promise<Job | null> {
+  async poll(workerId: string, o: { waitSeconds?: number; signal?: AbortSignal } = {}): Promise<PollAnswer> {
     const wait = o.waitSeconds ?? 0
-    const res = await this.json<PollAnswer>(
+    return this.json<PollAnswer>(
       'POST',
       '/workers/poll',
       wait > 0 ? { worker_id: workerId, wait_seconds: wait } : { worker_id: workerId },
       { signal: o.signal, timeoutMs: CALL_TIMEOUT_MS + wait * 1000 },
     )
-    return res.job ?? null
   }
 
   progress(body: ProgressBody) {

@@ -285,7 +285,8 @@ export const WorkerAnswers = {
     assigned_job_ids: t.Optional(t.Array(t.String())),
     pull_models: t.Optional(t.Array(PullModel)),
   }),
-  poll: t.Object({ job: Nullable(Job) }),
+  // (ext) With no job, the downloads this worker is asked to make now (docs/api.md §7 pull_models).
+  poll: t.Object({ job: Nullable(Job), pull_models: t.Optional(t.Array(PullModel)) }),
   progress: t.Object({ status: t.String() }),
   modelProgress: t.Object({ status: t.String() }),
   uploadResults: t.Object({

@@ -491,6 +491,27 @@ describe('model pulls (heartbeat pull_models)', () => {
     expect(rt.pulls).toEqual(['qwen2.5:0.5b'])
   })
 
+  test('a poll answer’s pull_models starts the download as a heartbeat’s would', async () => {
+    const key = `gk-${randomBase62(40)}`
+    rememberSecret(key)
+    const cp = startFakeControlPlane({ key })
+    const rt = startFakeRuntime({ ollama: { models: [], library: {} } })
+    cleanups.push(
+      () => cp.stop(),
+      () => rt.stop(),
+    )
+    cp.askToPullAtPoll([
+      { catalogue_id: 'x', runtime: 'ollama', runtime_model_id: 'from-poll:1', digest: null, size_gb: 1 },
+    ])
+    start(cp, rt, { runtime: 'ollama', engine: 'ollama', max_download_gb: 10, poll_wait: 0 })
+    // The library lacks it, so the pull fails: what matters is that the poll's ask started it.
+    await cp.waitFor(
+      () => cp.modelProgress.some((p) => p.model === 'from-poll:1'),
+      'the pull the poll asked for',
+    )
+    expect(cp.modelProgress.at(-1)).toMatchObject({ model: 'from-poll:1', status: 'failed' })
+  })
+
   test('a failed pull is reported as failed', async () => {
     const key = `gk-${randomBase62(40)}`
     rememberSecret(key)

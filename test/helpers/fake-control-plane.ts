@@ -72,6 +72,8 @@ export interface FakeControlPlane {
   forgetWorkers(): void
   /** Heartbeat answers carry these pull_models (once). */
   askToPull(models: unknown[]): void
+  /** The next poll answer without a job carries these pull_models (docs/api.md §7). */
+  askToPullAtPoll(models: unknown[]): void
   refuseProgress: boolean
   /** The next input download sends part of the file, then the connection breaks. */
   breakNextDownload: boolean
@@ -97,6 +99,7 @@ export function startFakeControlPlane(opts: {
   const workers = new Set<string>()
   const failing = new Map<string, { status: number; times: number; retryAfter?: string }>()
   let pending: unknown[] = []
+  let pendingAtPoll: unknown[] = []
   let seq = 0
   const cp: FakeControlPlane = {
     url: '',
@@ -132,6 +135,9 @@ export function startFakeControlPlane(opts: {
     },
     forgetWorkers() {
       workers.clear()
+    },
+    askToPullAtPoll(models) {
+      pendingAtPoll = models
     },
     askToPull(models) {
       pending = models
@@ -256,7 +262,11 @@ export function startFakeControlPlane(opts: {
       cp.polls++
       if (!workers.has(worker_id)) return err(404, 'worker not found')
       const job = queue.shift()
-      if (!job) return json({ job: null })
+      if (!job) {
+        const pull_models = pendingAtPoll
+        pendingAtPoll = []
+        return json(pull_models.length ? { job: null, pull_models } : { job: null })
+      }
       assigned.set(job.job_id, { worker_id, job })
       const file = `file-${job.batch_id ?? job.job_id}`
       return json({

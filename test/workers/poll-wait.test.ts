@@ -198,3 +198,53 @@ test('a heartbeat that changes what the worker hosts lets its held poll claim at
   expect(hb.status).toBe(200)
   expect(((await pending).body.job as Job).job_id).toBe(batch.id)
 })
+
+describe('POST /workers/poll: downloads asked at once (docs/api.md §7 pull_models)', () => {
+  test('a held poll of an idle worker that may download answers the ask as soon as a batch waits for a model nobody holds', async () => {
+    const app = makeTestApp()
+    try {
+      const f = await makeFleet(app)
+      const entry = await makeCatalogEntry(app.deps, { runtime_model_id: 'held-pull:1', size_gb: 5 })
+      const wid = await registerWorker(app, f.key, { max_download_gb: 10, models: [] })
+      expect((await heartbeat(app, f.key, wid)).body.pull_models).toEqual([])
+      const pending = heldPoll(app, f.key, wid, 30)
+      await heldCount(app, 1)
+      // A batch for the model nobody holds is validated: the held poll wakes and answers the ask,
+      // no heartbeat needed (a poll that did not wake would hold for its 30 s).
+      await makeBatch(app, f.user, `${inputLine('a', entry.id)}\n`, { endpoint: '/v1/chat/completions' })
+      await validateAll(app)
+      const res = await pending
+      expect(res.status).toBe(200)
+      expect(res.body.job).toBeNull()
+      expect(res.body.pull_models.map((p: { catalogue_id: string }) => p.catalogue_id)).toEqual([entry.id])
+      // The ask is the one the heartbeat would have made: one at a time, so a heartbeat now asks nothing more.
+      expect((await heartbeat(app, f.key, wid)).body.pull_models).toEqual([])
+    } finally {
+      app.close()
+    }
+  })
+
+  test('a worker that may not download is not woken by a batch it cannot serve; a plain poll carries no ask', async () => {
+    const app = makeTestApp()
+    try {
+      const f = await makeFleet(app)
+      const entry = await makeCatalogEntry(app.deps, { runtime_model_id: 'no-pull:1', size_gb: 5 })
+      const wid = await hostWorker(app, f.key, 'other-model:1')
+      const controller = new AbortController()
+      const pending = heldPoll(app, f.key, wid, 30, controller.signal)
+      await heldCount(app, 1)
+      const wakes = app.deps.pollWaiters.wakes
+      await makeBatch(app, f.user, `${inputLine('a', entry.id)}\n`, { endpoint: '/v1/chat/completions' })
+      await validateAll(app)
+      // The validation's notify has run (validateAll awaited it): nobody was woken, the poll still waits.
+      expect(app.deps.pollWaiters.wakes).toBe(wakes)
+      expect(app.deps.pollWaiters.size).toBe(1)
+      controller.abort()
+      await pending.catch(() => {})
+      const res = await app.req('POST', '/workers/poll', { token: f.key, body: { worker_id: wid } })
+      expect(res.body).toEqual({ job: null })
+    } finally {
+      app.close()
+    }
+  })
+})

@@ -4,6 +4,7 @@ import type { WorkerPrincipal } from '../../domain/principal'
 import { claimBatch, type Job } from './claim'
 import { loadCatalogue, loadWorkerView } from './matching'
 import { ownWorker } from './ownership'
+import { type PullItem, pullModelsFor } from './pulls'
 import type { PollState, ServableModels } from './waiters'
 
 // POST /workers/poll with `wait_seconds` (docs/api.md §7, ext): with nothing to claim, the request is
@@ -16,6 +17,9 @@ import type { PollState, ServableModels } from './waiters'
 // whole fleet, and a batch a worker's engine cannot run never wakes that worker's poll. A
 // heartbeat that changes what a worker hosts wakes that worker's held poll (workerChanged), which
 // then claims or waits with the new set. A poll without wait_seconds answers at once, as before.
+// With nothing to claim, a poll answers the downloads its worker is asked to make now (pull_models,
+// the heartbeat's rule), and a held poll of a worker that may download also wakes for a batch of a
+// model it cannot serve: so a model nobody holds starts downloading when its batch is validated.
 
 /**
  * The claim of POST /workers/poll, held up to `waitSeconds` (≤ 30, checked by the schema) while
@@ -28,7 +32,7 @@ export async function pollForJob(
   workerId: string,
   waitSeconds = 0,
   request?: AbortSignal,
-): Promise<{ job: Job | null }> {
+): Promise<PollAnswer> {
   const end = deps.pollWaiters.begin(workerId)
   try {
     return await poll(deps, principal, workerId, waitSeconds, request)
@@ -43,32 +47,59 @@ async function poll(
   workerId: string,
   waitSeconds: number,
   request?: AbortSignal,
-): Promise<{ job: Job | null }> {
-  const first = await claimBatch(deps, principal, workerId)
-  if (first.job || waitSeconds <= 0) return first
+): Promise<PollAnswer> {
+  const first = await claimOrPull(deps, principal, workerId)
+  if (first.job || first.pull_models || waitSeconds <= 0) return first
   const signals = request ? [deps.shutdown.signal, request] : [deps.shutdown.signal]
   const deadline = performance.now() + waitSeconds * 1000
   for (;;) {
     const left = deadline - performance.now()
     if (left <= 0) return { job: null }
-    const models = await servable(deps, principal, workerId)
-    if ((await deps.pollWaiters.wait(left, workerId, models, signals)) === 'ended') return { job: null }
-    const again = await claimBatch(deps, principal, workerId)
-    if (again.job) return again
+    const { models, mayPull } = await servable(deps, principal, workerId)
+    if ((await deps.pollWaiters.wait(left, workerId, models, signals, mayPull)) === 'ended')
+      return { job: null }
+    const again = await claimOrPull(deps, principal, workerId)
+    if (again.job || again.pull_models) return again
   }
 }
 
-/** The batch models this worker can serve now (claimBatch's candidates), with what it can do with each. */
+/**
+ * The claim; with nothing to claim, the downloads this worker is asked to make now (docs/api.md §7
+ * pull_models: the heartbeat's rule), so an idle worker holding a poll starts fetching a model as
+ * soon as a batch for it waits, not at its next heartbeat.
+ */
+async function claimOrPull(
+  deps: Deps & PollState,
+  principal: WorkerPrincipal,
+  workerId: string,
+): Promise<PollAnswer> {
+  const claimed = await claimBatch(deps, principal, workerId)
+  if (claimed.job) return claimed
+  const pull_models = await pullModelsFor(deps, workerId)
+  return pull_models.length ? { job: null, pull_models } : { job: null }
+}
+
+/**
+ * The batch models this worker can serve now (claimBatch's candidates), with what it can do with
+ * each; and whether it may be asked to download (a batch of a model it cannot serve wakes it too).
+ */
 async function servable(
   deps: Deps & PollState,
   principal: WorkerPrincipal,
   workerId: string,
-): Promise<ServableModels> {
+): Promise<{ models: ServableModels; mayPull: boolean }> {
   const catalogue = await loadCatalogue(deps)
-  const view = await loadWorkerView(deps, await ownWorker(deps, principal, workerId))
-  return new Map(
+  const worker = await ownWorker(deps, principal, workerId)
+  const view = await loadWorkerView(deps, worker)
+  const models = new Map(
     matchesFor(view, catalogue).flatMap((m) =>
       catalogue.slugsOf(m.entry).map((slug) => [slug, m.capabilities] as const),
     ),
   )
+  return { models, mayPull: worker.max_download_gb > 0 }
+}
+
+export interface PollAnswer {
+  job: Job | null
+  pull_models?: PullItem[]
 }

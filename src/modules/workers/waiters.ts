@@ -16,7 +16,7 @@ export type ServableModels = ReadonlyMap<string, readonly string[]>
 
 export class PollWaiters {
   /** Each held poll: its worker, and the models that worker can serve. */
-  private readonly waiting = new Map<Wake, { workerId: string; models: ServableModels }>()
+  private readonly waiting = new Map<Wake, { workerId: string; models: ServableModels; mayPull: boolean }>()
   /** Held polls woken by notify() so far (tests observe who was woken). */
   wakes = 0
   /** The workers with a poll under way on this server (held, or being answered), and how many. */
@@ -45,13 +45,14 @@ export class PollWaiters {
 
   /**
    * A batch of `model` became `validated` (validation passed, or a requeue): its candidates look
-   * again — with the batch's `needs` known, only those that can meet them (docs/api.md §7 Poll rule 7).
+   * again — with the batch's `needs` known, only those that can meet them (docs/api.md §7 Poll rule 7)
+   * — and so do the polls of workers that cannot serve it but may download (pull_models).
    */
   notify(model: string | null, needs?: readonly string[]) {
     if (model === null) return
     for (const [wake, w] of [...this.waiting]) {
       const can = w.models.get(model)
-      if (can && (needs === undefined || covers(can, needs))) this.wake(wake)
+      if (can ? needs === undefined || covers(can, needs) : w.mayPull) this.wake(wake)
     }
   }
 
@@ -79,6 +80,7 @@ export class PollWaiters {
     workerId: string,
     models: ServableModels,
     signals: AbortSignal[],
+    mayPull = false,
   ): Promise<'notified' | 'ended'> {
     return new Promise((resolve) => {
       const done: Wake = (why) => {
@@ -90,7 +92,7 @@ export class PollWaiters {
       const end = () => done('ended')
       const timer = setTimeout(end, ms)
       for (const s of signals) s.addEventListener('abort', end, { once: true })
-      this.waiting.set(done, { workerId, models })
+      this.waiting.set(done, { workerId, models, mayPull })
       if (signals.some((s) => s.aborted)) end()
     })
   }
