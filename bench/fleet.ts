@@ -27,9 +27,16 @@ import { type Bench, benchServer } from './lib/fixture'
 //   BENCH_ONLY=a|b|c|d|e bun run bench/fleet.ts
 //   BENCH_LINES=N (a, b, e)  BENCH_WIDE_LINES=N (c)  BENCH_ONE=1 (a: the 1-worker run only)
 //   BENCH_RUNS=N (e: N pairs of runs, and their median)  BENCH_SHARD_MAX=N (SHARD_MAX_REQUESTS)
-//   BENCH_TRACE=1 (daemon logs)
+//   BENCH_TRACE=1 (daemon logs)  BENCH_SERVER_ENV=NAME=value,… (more server settings)
 
 const LINES = Number(process.env.BENCH_LINES ?? 4_000)
+/** More server settings, `NAME=value,NAME=value` (bench/placement.ts runs (e) under today's rules). */
+const serverEnv = Object.fromEntries(
+  (process.env.BENCH_SERVER_ENV ?? '')
+    .split(',')
+    .filter((kv) => kv.includes('='))
+    .map((kv) => [kv.slice(0, kv.indexOf('=')).trim(), kv.slice(kv.indexOf('=') + 1).trim()]),
+)
 const WIDE_LINES = Number(process.env.BENCH_WIDE_LINES ?? 12_000)
 const ONLY = process.env.BENCH_ONLY
 const SLUG = 'bench-chat-model-q4km'
@@ -91,6 +98,7 @@ async function fleet(
     HEARTBEAT_TIMEOUT_SECONDS: String(heartbeatTimeout),
     SWEEP_INTERVAL_SECONDS: '1',
     ...(process.env.BENCH_SHARD_MAX ? { SHARD_MAX_REQUESTS: process.env.BENCH_SHARD_MAX } : {}),
+    ...serverEnv,
   })
   const { access_token: token } = await json(
     await fetch(`${server.url}/v1/auth/login`, {

@@ -19,7 +19,8 @@ import { type Router, startRouter } from './lib/router'
 //     share of the requests needs, rounded up (Σ ⌈workers × share⌉ = 3 + 1 + 1)  goal ≤ 1.5
 //   the longest any batch waited, from its creation (≥ from `validated`) to its first request at
 //     an engine                                                                    goal ≤ aging + one load
-//   (a fourth row, the straggler case, is `BENCH_ONLY=e bun run bench/fleet.ts`: backup copies)
+//   the fourth row, the straggler case, is bench/fleet.ts (e) run under each rule set (today's: no
+//   backup copies, SHARD_BACKUPS=false); BENCH_NO_STRAGGLER=1 leaves it out
 //
 //   bun run bench/placement.ts            10,000 requests
 //   BENCH_QUICK=1 bun run bench/placement.ts   4,000 requests
@@ -104,6 +105,8 @@ interface Result {
   loads: number
   /** The longest wait of a batch of each model, seconds. */
   waits: Record<string, number>
+  /** The straggler case's crash ÷ no crash under the same rules (bench/fleet.ts e). */
+  straggler?: string
 }
 
 const longest = (r: Result) => Object.entries(r.waits).reduce((a, b) => (b[1] > a[1] ? b : a))
@@ -288,6 +291,21 @@ console.log(
 const bound = (await run('queue', workload('alpha'), 'lower bound')).makespanS
 const results: Partial<Record<(typeof modes)[number], Result>> = {}
 for (const m of modes) results[m] = await run(m, plan)
+// The straggler case (docs/api.md §16 backup copies): bench/fleet.ts (e), in its own process, under
+// today's rules (no backup copies: the dead worker's shard waits for the sweeper) and the new ones.
+if (!process.env.BENCH_NO_STRAGGLER)
+  for (const m of modes) {
+    const env = m === 'loaded_first' ? 'PLACEMENT=loaded_first,SHARD_BACKUPS=false' : 'PLACEMENT=queue'
+    const proc = Bun.spawn(['bun', join(import.meta.dir, 'fleet.ts')], {
+      env: { ...process.env, BENCH_ONLY: 'e', BENCH_RUNS: '1', BENCH_SERVER_ENV: env },
+      stdout: 'pipe',
+      stderr: 'ignore',
+    })
+    const out = await new Response(proc.stdout).text()
+    await proc.exited
+    const ratio = /crash \/ no crash = ([\d.]+)×/.exec(out)?.[1]
+    results[m]!.straggler = ratio ? `${ratio}×` : 'not measured'
+  }
 
 const cell = (m: (typeof modes)[number], f: (r: Result) => string) => (results[m] ? f(results[m]!) : '—')
 const rows: [string, (r: Result) => string, string][] = [
@@ -307,7 +325,7 @@ const rows: [string, (r: Result) => string, string][] = [
     (r) => MODELS.map((m) => (r.waits[m.name] ?? 0).toFixed(1)).join(' / '),
     '',
   ],
-  ['straggler case', () => '—', 'BENCH_ONLY=e bun run bench/fleet.ts (backup copies)'],
+  ['straggler: crash ÷ no crash (bench/fleet.ts e)', (r) => r.straggler ?? '—', '≤ 1.5×'],
 ]
 const widths = [48, 22, 22]
 console.log(

@@ -83,6 +83,10 @@ export const ConfigSchema = T.Object({
     1_000_000,
     'Largest shard of a split batch (0 turns sharding off: every batch runs whole on one worker)',
   ),
+  SHARD_BACKUPS: Bool(
+    true,
+    'Backup copies of straggling shards on workers with nothing else to do (docs/api.md §16); false: a dead holder’s shard waits for the sweeper',
+  ),
   PLACEMENT: T.Union([T.Literal('queue'), T.Literal('loaded_first')], {
     default: 'queue',
     description:

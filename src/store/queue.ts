@@ -44,7 +44,11 @@ export interface ClaimRequest<M> {
    * shard bounds, and the online cutoff (guided sizing counts the online shard-capable workers
    * hosting the model). Absent: whole batches only, never a split one.
    */
-  shards?: { bounds: ShardBounds; cutoff: number }
+  shards?: {
+    bounds: ShardBounds
+    cutoff: number /** SHARD_BACKUPS: backup copies may be handed out. */
+    backups: boolean
+  }
   /**
    * docs/api.md §7 placement (PLACEMENT=queue): what the engine ranks the candidates' heads by
    * (domain/placement.ts placeHeads). Absent: PLACEMENT=loaded_first, loaded models first.

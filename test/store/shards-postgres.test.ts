@@ -53,7 +53,7 @@ const claim = (h: StoreHarness, workerId: string, o: Partial<ClaimRequest<string
     maxConcurrent: 1000,
     candidates: [{ model: 'm-a', loaded: false, match: 'm-a', names: ['m-a'] }],
     now: NOW,
-    shards: { bounds, cutoff: CUTOFF },
+    shards: { bounds, cutoff: CUTOFF, backups: true },
     ...o,
   })
 

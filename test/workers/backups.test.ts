@@ -190,6 +190,14 @@ describe('docs/api.md §16 backup copies: when one is handed out', () => {
     expect(listed[0]!.backup_worker_name).toBe(`spare-${n}`)
   })
 
+  test('SHARD_BACKUPS=false: never; the idle worker that would have run a copy gets nothing', async () => {
+    const s = await setup(app({ SHARD_BACKUPS: 'false' }))
+    await holderTakesAll(s)
+    // With backups on this poll would back up the holder's oldest shard (the test above).
+    expect(await poll(s.t, s.other.key, s.spare)).toBeNull()
+    expect((await shardsOf(s)).every((x) => x.backup_worker_id === null)).toBe(true)
+  })
+
   test('not while a failed copy could use up the shard’s attempts (attempts + 1 below MAX_BATCH_ATTEMPTS)', async () => {
     const s = await setup(shared(), 30)
     // 30 requests between two workers: shards of 15, 10 and 5.

@@ -85,6 +85,7 @@ export async function claimBatch(
         ? {
             bounds: { min: deps.config.SHARD_MIN_REQUESTS, max: deps.config.SHARD_MAX_REQUESTS },
             cutoff: onlineCutoff(deps),
+            backups: deps.config.SHARD_BACKUPS,
           }
         : undefined,
     placement,

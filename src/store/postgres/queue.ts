@@ -337,7 +337,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         placed.splice(placed.indexOf(best), 1)
       }
       // docs/api.md §16 backup copies: the lowest priority of a claim, when nothing else is.
-      if (!req.shards) return null
+      if (!req.shards?.backups) return null
       const got = await claimBackup(
         db.$claims,
         { workerId: req.workerId, orgId: req.orgId, now: req.now, maxConcurrent: req.maxConcurrent },

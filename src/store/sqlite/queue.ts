@@ -258,7 +258,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
         const best = pickClaim(placed)
         if (!best) {
           // docs/api.md §16 backup copies: the lowest priority of a claim, when nothing else is.
-          if (!req.shards) return null
+          if (!req.shards?.backups) return null
           const byModel = new Map(req.candidates.map((c) => [c.model, c]))
           const copy = claimBackupInTx(deps, req, byModel)
           if (!copy) return null
