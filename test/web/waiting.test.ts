@@ -5,6 +5,7 @@ import { launchBrowser, openSession } from '../helpers/browser'
 import { chromium, describeWith } from '../helpers/requires'
 import {
   heartbeat,
+  inventoryItem,
   makeCatalogEntry,
   makeFleet,
   makeValidatedBatch,
@@ -64,6 +65,70 @@ describeWith(chromium, 'why a batch waits, in a browser', () => {
     await page.getByText('in progress', { exact: true }).first().waitFor()
     expect(await page.getByText('Next in line', { exact: false }).count()).toBe(0)
     expect(await page.evaluate(() => (globalThis as { sameDocument?: boolean }).sameDocument)).toBe(true)
+    await s.finish()
+  })
+
+  test('each reason in words, live: no worker, no fit, downloading with its bytes, loading, queued behind N', async () => {
+    const entry = await makeCatalogEntry(server.deps, {
+      runtime_model_id: 'wait-all:7b',
+      vram_gb: 16,
+      size_gb: 5,
+    })
+    const f = await makeFleet(server)
+    await makeValidatedBatch(server.deps, { userId: f.user.id, model: entry.id, requests: 4 })
+    const batch = await makeValidatedBatch(server.deps, { userId: f.user.id, model: entry.id })
+    const s = await openSession(browser, server.url)
+    const { page } = s
+    await page.goto(server.url)
+    await page.getByLabel('Email').fill(f.user.email)
+    await page.getByLabel('Password').fill(f.user.password)
+    await page.getByRole('button', { name: 'Sign in' }).click()
+    await page.getByRole('button', { name: 'Sign out' }).waitFor()
+    await page.goto(`${server.url}/app/batches/${batch.id}`)
+    const status = page.getByRole('definition').filter({ hasText: 'validated' })
+    const shows = (text: string) => status.getByText(text, { exact: true }).waitFor()
+
+    await shows(`No online worker hosts ${entry.id}; no worker has registered it.`)
+    // A worker hosts it, with too little VRAM.
+    const small = await registerWorker(server, f.key, { name: 'small-box', models: ['wait-all:7b'] })
+    expect((await heartbeat(server, f.key, small, { vram_total_gb: 8 })).status).toBe(200)
+    await shows(`1 online worker hosts ${entry.id}, but none has the 16 GB of VRAM it needs.`)
+    // A worker that fits it and may download is asked to fetch it, and reports its bytes.
+    const big = await registerWorker(server, f.key, {
+      name: 'big-box',
+      models: [],
+      max_download_gb: 10,
+      capabilities: { loads: true },
+    })
+    const asked = await heartbeat(server, f.key, big, { vram_total_gb: 24 })
+    expect(asked.body.pull_models.map((p: { catalogue_id: string }) => p.catalogue_id)).toEqual([entry.id])
+    const progress = (body: Record<string, unknown>) =>
+      server.req('POST', '/workers/model-progress', {
+        token: f.key,
+        body: { worker_id: big, model: 'wait-all:7b', ...body },
+      })
+    expect(
+      (await progress({ status: 'downloading', completed_bytes: 300_000, total_bytes: 1_000_000 })).status,
+    ).toBe(200)
+    await shows(`Worker big-box is downloading ${entry.id}: 300.0 kB of 1.0 MB.`)
+    // Downloaded: on its disk, and being loaded.
+    expect((await progress({ status: 'completed' })).status).toBe(200)
+    const onDisk = { inventory: [inventoryItem('wait-all:7b')], vram_total_gb: 24, activity: 'busy' }
+    expect((await heartbeat(server, f.key, big, { ...onDisk, loading_models: ['wait-all:7b'] })).status).toBe(
+      200,
+    )
+    await shows(`Worker big-box is loading ${entry.id} now.`)
+    // Loaded: the batch waits its turn behind the older one.
+    expect(
+      (
+        await heartbeat(server, f.key, big, {
+          ...onDisk,
+          inventory: [inventoryItem('wait-all:7b', { loaded: true })],
+          loaded_models: ['wait-all:7b'],
+        })
+      ).status,
+    ).toBe(200)
+    await shows(`Queued behind 4 requests in 1 batch of ${entry.id}; 1 online worker can serve it.`)
     await s.finish()
   })
 })
