@@ -219,6 +219,21 @@ describe('POST /workers/poll: downloads asked at once (docs/api.md §7 pull_mode
       expect(res.body.pull_models.map((p: { catalogue_id: string }) => p.catalogue_id)).toEqual([entry.id])
       // The ask is the one the heartbeat would have made: one at a time, so a heartbeat now asks nothing more.
       expect((await heartbeat(app, f.key, wid)).body.pull_models).toEqual([])
+      // Downloaded: a poll that comes before the heartbeat carrying the new inventory asks nothing
+      // again (the ask stays, as verifying, until the inventory lists the model).
+      const done = await app.req('POST', '/workers/model-progress', {
+        token: f.key,
+        body: { worker_id: wid, model: 'held-pull:1', status: 'completed' },
+      })
+      expect(done.status).toBe(200)
+      expect(
+        (await app.req('POST', '/workers/poll', { token: f.key, body: { worker_id: wid } })).body,
+      ).toEqual({
+        job: null,
+      })
+      // With the model in its inventory, the worker claims the batch.
+      await heartbeat(app, f.key, wid, { inventory: [inventoryItem('held-pull:1')] })
+      expect((await poll(app, f.key, wid))?.model).toBe('held-pull:1')
     } finally {
       app.close()
     }

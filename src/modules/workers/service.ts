@@ -227,15 +227,16 @@ export async function modelProgress(
   body: ModelProgressBody,
 ) {
   const before = await ownWorker(deps, principal, body.worker_id)
-  // docs/api.md §7: model-progress counts as liveness; a finished download (either way) ends the ask.
-  const finished = body.status === 'completed' || body.status === 'failed'
+  // docs/api.md §7: model-progress counts as liveness. A failed download ends the ask; a completed
+  // one keeps it (as verifying) until the worker's inventory lists the model, so that neither its
+  // next poll nor its next heartbeat, racing the report of its new inventory, asks for it again.
   await deps.store.fleet.recordModelProgress(
     body.worker_id,
     body.model,
-    finished
+    body.status === 'failed'
       ? null
       : {
-          progress_status: body.status as 'downloading' | 'verifying',
+          progress_status: body.status === 'downloading' ? 'downloading' : 'verifying',
           completed_bytes: body.completed_bytes ?? null,
           total_bytes: body.total_bytes ?? null,
         },
