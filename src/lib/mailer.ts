@@ -1,4 +1,4 @@
-import { chmodSync, mkdirSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdirSync, renameSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import nodemailer from 'nodemailer'
 import { newId } from './ids'
@@ -36,9 +36,14 @@ export function createMailer(opts: { smtpUrl?: string; from: string; outboxDir: 
     async send(mail) {
       const info = await transport.sendMail({ from: opts.from, ...mail })
       mkdirSync(opts.outboxDir, { recursive: true, mode: 0o700 })
-      const path = join(opts.outboxDir, `${Date.now()}-${newId('req_').slice(4)}.eml`)
-      writeFileSync(path, info.message as Buffer, { mode: 0o600 })
-      chmodSync(path, 0o600)
+      const name = `${Date.now()}-${newId('req_').slice(4)}.eml`
+      const path = join(opts.outboxDir, name)
+      // Whole or not at all: a reader (a person, a script watching the outbox) never sees a mail
+      // half written. The temporary name starts with a dot and does not end in .eml.
+      const tmp = join(opts.outboxDir, `.${name}.tmp`)
+      writeFileSync(tmp, info.message as Buffer, { mode: 0o600 })
+      chmodSync(tmp, 0o600)
+      renameSync(tmp, path)
       log.info('mail written to outbox', { to: mail.to, subject: mail.subject, file: path })
     },
     close() {},

@@ -51,7 +51,9 @@ function expectNoSecrets(output: string, secrets: Set<string>) {
 
 function readMailedToken(dataDir: string): string {
   const outbox = join(dataDir, 'outbox')
-  const files = readdirSync(outbox).sort()
+  const files = readdirSync(outbox)
+    .filter((f) => f.endsWith('.eml'))
+    .sort()
   const mail = readFileSync(join(outbox, files.at(-1)!), 'utf8')
   const token = /reset-password:\r?\n([A-Za-z0-9_-]{20,})\r?\n/.exec(mail)?.[1]
   expect(token).toBeDefined()
@@ -61,7 +63,7 @@ function readMailedToken(dataDir: string): string {
 const waitForMail = async (dataDir: string, count: number) => {
   for (let i = 0; i < 500; i++) {
     try {
-      if (readdirSync(join(dataDir, 'outbox')).length >= count) return
+      if (readdirSync(join(dataDir, 'outbox')).filter((f) => f.endsWith('.eml')).length >= count) return
     } catch {}
     await Bun.sleep(10)
   }
