@@ -25,6 +25,7 @@ const RELEASED: { tag: string; sha256: string }[] = [
     tag: '0007_assignment_slot',
     sha256: 'c76814a16576a45a9d546317b8b393fbee12967bb5cef0288ad0e641d4bed337',
   },
+  { tag: '0008_shards', sha256: '3771f149235af3c04585d1173645b91c061d662d317009121d4d799bd54d99c5' },
 ]
 
 /** The PostgreSQL engine's released migrations (drizzle/postgres), pinned the same way. */
@@ -48,6 +49,7 @@ const RELEASED_POSTGRES: { tag: string; sha256: string }[] = [
     tag: '0009_assignment_slot',
     sha256: 'ae4bd022fde3ff3146c844a08598a83fb816add8d0c0aec6431d53767d082530',
   },
+  { tag: '0010_shards', sha256: '027d98a1dab5e1cd0f7ca718f13d4856492c4a3d19425bee2438900864bff74a' },
 ]
 
 /** The migration set as it was at a release: the first `count` entries of today's journal. */
@@ -141,6 +143,32 @@ describe('upgrades', () => {
         error_file_id: 'file-err',
       })
       expect(sqlite.query('PRAGMA integrity_check').get()).toEqual({ integrity_check: 'ok' })
+      sqlite.close()
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  test('batches waiting when placement arrives age from their last change (queued_at backfilled)', () => {
+    const dir = mkdtempSync('/tmp/gridkeep-upgrade-')
+    try {
+      const { db, sqlite } = openDb({ path: join(dir, 'g.db') })
+      migrate(db, releasedSet(RELEASED.length))
+      sqlite.exec(`
+        INSERT INTO users (id, email, password_hash, full_name, platform_role, is_active, must_change_password, token_version, created_at, updated_at)
+          VALUES ('user_a', 'a@x.test', 'hash-a', 'Ada', 'user', 1, 0, 0, 100, 100);
+        INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status, attempts,
+            request_counts_total, created_at, updated_at)
+          VALUES ('batch_w', 'user_a', 'file-in', '/v1/chat/completions', '24h', 'm', 'validated', 1, 2, 100, 250),
+                 ('batch_d', 'user_a', 'file-in', '/v1/chat/completions', '24h', 'm', 'completed', 0, 2, 100, 300);
+      `)
+      migrate(db)
+      // docs/api.md §7 placement: "waited" counts from when a batch last became validated; for one
+      // already waiting at the upgrade that is its last change. Only waiting batches get one.
+      expect(sqlite.query('SELECT id, queued_at FROM batches ORDER BY id').all()).toEqual([
+        { id: 'batch_d', queued_at: null },
+        { id: 'batch_w', queued_at: 250 },
+      ])
       sqlite.close()
     } finally {
       rmSync(dir, { recursive: true, force: true })
