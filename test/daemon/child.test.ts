@@ -40,6 +40,26 @@ describe('a supervised engine process', () => {
     expect(() => statSync(join(state.dir, 'engines', 'stand-in.json'))).toThrow()
   })
 
+  test('what the engine starts goes with it: stopping it ends its own children too (its process group)', async () => {
+    const state = new StateDir(mkdtempSync(join(root, 's-')))
+    const pidFile = join(state.dir, 'grandchild.pid')
+    // A stand-in engine that starts a worker of its own, as a router or vLLM does, which ignores SIGTERM.
+    const withWorker = `const w = Bun.spawn(['sh', '-c', 'trap "" TERM; sleep 300'], { stdio: ['ignore', 'ignore', 'ignore'] }); require('node:fs').writeFileSync(${JSON.stringify(pidFile)}, String(w.pid)); ${SERVE}`
+    const c = new SupervisedChild({
+      name: 'stand-in',
+      state,
+      command: (port) => ['bun', '-e', withWorker, String(port)],
+      ready: async (url) => (await fetch(url)).ok,
+    })
+    await c.start()
+    const worker = Number(
+      await until('the worker started', () => readFileSync(pidFile, 'utf8').trim() || null),
+    )
+    expect(alive(worker)).toBe(true)
+    await c.stop()
+    await until('the worker gone with its engine', () => !alive(worker))
+  })
+
   test('dies unasked: the listeners hear how, and it is started again', async () => {
     const state = new StateDir(mkdtempSync(join(root, 's-')))
     const c = child(state)

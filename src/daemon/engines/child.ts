@@ -156,16 +156,18 @@ export class SupervisedChild {
       const proc = this.proc
       this.proc = null
       if (proc.exitCode === null && proc.signalCode === null) {
-        proc.kill('SIGTERM')
+        signalGroup(proc.pid, 'SIGTERM')
         const ended = await Promise.race([
           proc.exited.then(() => true),
           this.timers.sleep(STOP_GRACE_MS).then(() => false),
         ])
         if (!ended) {
-          proc.kill('SIGKILL')
+          signalGroup(proc.pid, 'SIGKILL')
           await proc.exited
         }
       }
+      // What the engine started and left behind (a worker that ignored SIGTERM) goes with it.
+      endGroup(proc.pid)
     } else if (record) await stopPid(record.pid, this.timers)
     this.removeRecord()
     if (record) log.info('engine stopped', { engine: this.spec.name, pid: record.pid })
@@ -202,7 +204,9 @@ export class SupervisedChild {
     const fd = openSync(this.logPath, first ? 'w' : 'a', 0o600)
     let proc: Subprocess
     try {
-      proc = Bun.spawn(argv, { stdin: 'ignore', stdout: fd, stderr: fd, env: process.env })
+      // Its own process group: stopping it stops what it starts too (a router's model processes,
+      // vLLM's workers), and a Ctrl-C at the daemon's terminal reaches the daemon, which stops it.
+      proc = Bun.spawn(argv, { stdin: 'ignore', stdout: fd, stderr: fd, env: process.env, detached: true })
     } catch (e) {
       throw new Error(`could not start ${argv[0]}: ${(e as Error).message}`)
     } finally {
@@ -230,8 +234,9 @@ export class SupervisedChild {
         await this.timers.sleep(50)
       }
     } catch (e) {
-      if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL')
+      if (proc.exitCode === null && proc.signalCode === null) signalGroup(proc.pid, 'SIGKILL')
       await proc.exited
+      endGroup(proc.pid)
       if (this.record === run) {
         this.record = null
         this.proc = null
@@ -398,17 +403,35 @@ export function sameProcess(record: ChildRecord): boolean {
 
 const sameArgv = (a: string[], b: string[]) => a.length === b.length && a.every((x, i) => x === b[i])
 
-/** SIGTERM, then SIGKILL if it is still there after the grace. */
-export async function stopPid(pid: number, timers: Timers) {
+/**
+ * Signals an engine's process group (it was started as the group's leader), or the process alone
+ * when it leads none (started by a daemon from before engines had groups). False: nothing to signal.
+ */
+export function signalGroup(pid: number, signal: NodeJS.Signals): boolean {
   try {
-    process.kill(pid, 'SIGTERM')
+    process.kill(-pid, signal)
+    return true
+  } catch {}
+  try {
+    process.kill(pid, signal)
+    return true
   } catch {
-    return
+    return false
   }
+}
+
+/** SIGKILL to whatever is left of an ended engine's group (a group id is not reused while it lives). */
+function endGroup(pid: number) {
+  try {
+    process.kill(-pid, 'SIGKILL')
+  } catch {}
+}
+
+/** SIGTERM, then SIGKILL if it is still there after the grace; its group goes with it. */
+export async function stopPid(pid: number, timers: Timers) {
+  if (!signalGroup(pid, 'SIGTERM')) return
   const deadline = timers.nowMs() + STOP_GRACE_MS
   while (alive(pid) && timers.nowMs() < deadline) await timers.sleep(50)
-  if (alive(pid))
-    try {
-      process.kill(pid, 'SIGKILL')
-    } catch {}
+  if (alive(pid)) signalGroup(pid, 'SIGKILL')
+  endGroup(pid)
 }
