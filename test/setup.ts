@@ -1,6 +1,7 @@
 import { afterAll, expect, setDefaultTimeout } from 'bun:test'
 import { log, setLogSink } from '../src/lib/logger'
-import { preparePostgresDatabases, testEngine } from './helpers/postgres'
+import { stopOwnChildren } from './helpers/children'
+import { preparePostgresDatabases, stopTestPostgres, testEngine } from './helpers/postgres'
 import { capturedLogLines, captureLogLine, leakedSecrets, secretCount } from './helpers/secrets'
 
 // Tests that start real servers and subprocesses must not fail on a slow CI machine. Bun 1.4.5
@@ -20,6 +21,13 @@ setLogSink((line) => {
 
 // Proves the capture works through the real logger, so the scan below can never be vacuous.
 log.info('test suite log capture started')
+
+// Nothing a test started outlives the run: `bun test` runs no process 'exit' handler, so a test that
+// failed before its own cleanup is covered here, and so is the run's PostgreSQL cluster.
+afterAll(async () => {
+  await stopOwnChildren()
+  stopTestPostgres()
+})
 
 afterAll(() => {
   const leaks = leakedSecrets()

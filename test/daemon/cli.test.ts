@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { runWorkerCommand } from '../../src/daemon/cli'
 import { randomBase62 } from '../../src/lib/ids'
+import { ownProcess } from '../helpers/children'
 import { chatLines } from '../helpers/daemon'
 import { startFakeControlPlane } from '../helpers/fake-control-plane'
 import { startFakeRuntime } from '../helpers/fake-runtime'
@@ -28,30 +29,32 @@ describe('gridkeep worker CLI', () => {
     const cp = startFakeControlPlane({ key })
     const rt = startFakeRuntime({ models: ['m'], latencyMs: 20 })
     cp.addJob({ job_id: 'batch_cli', input: chatLines(40).join('\n'), model: 'm' })
-    const proc = Bun.spawn(
-      [
-        'bun',
-        CLI,
-        '--runtime',
-        'openai',
-        '--runtime-url',
-        rt.url,
-        '--concurrency',
-        '2',
-        '--vram-gb',
-        '8',
-        '--poll-interval',
-        '0.05',
-        '--progress-interval',
-        '0.1',
-        '--state-dir',
-        join(dir, 'state'),
-      ],
-      {
-        env: { ...process.env, GRIDKEEP_SERVER: cp.url, GRIDKEEP_WORKER_KEY: key },
-        stdout: 'pipe',
-        stderr: 'pipe',
-      },
+    const proc = ownProcess(
+      Bun.spawn(
+        [
+          'bun',
+          CLI,
+          '--runtime',
+          'openai',
+          '--runtime-url',
+          rt.url,
+          '--concurrency',
+          '2',
+          '--vram-gb',
+          '8',
+          '--poll-interval',
+          '0.05',
+          '--progress-interval',
+          '0.1',
+          '--state-dir',
+          join(dir, 'state'),
+        ],
+        {
+          env: { ...process.env, GRIDKEEP_SERVER: cp.url, GRIDKEEP_WORKER_KEY: key },
+          stdout: 'pipe',
+          stderr: 'pipe',
+        },
+      ),
     )
     try {
       await cp.waitFor(() => rt.requests > 3, 'the job running', 15_000)
@@ -80,19 +83,21 @@ describe('gridkeep worker CLI', () => {
     const key = `gk-${randomBase62(40)}`
     rememberSecret(key)
     const run = async (extra: string[]) => {
-      const proc = Bun.spawn(
-        [
-          'bun',
-          CLI,
-          '--server',
-          'http://127.0.0.1:9',
-          '--runtime',
-          'llama.cpp',
-          '--state-dir',
-          join(dir, 'state-llama'),
-          ...extra,
-        ],
-        { env: { ...process.env, GRIDKEEP_WORKER_KEY: key }, stdout: 'pipe', stderr: 'pipe' },
+      const proc = ownProcess(
+        Bun.spawn(
+          [
+            'bun',
+            CLI,
+            '--server',
+            'http://127.0.0.1:9',
+            '--runtime',
+            'llama.cpp',
+            '--state-dir',
+            join(dir, 'state-llama'),
+            ...extra,
+          ],
+          { env: { ...process.env, GRIDKEEP_WORKER_KEY: key }, stdout: 'pipe', stderr: 'pipe' },
+        ),
       )
       const code = await proc.exited
       for (const l of (await new Response(proc.stdout).text()).split('\n').filter(Boolean)) captureLogLine(l)
@@ -112,20 +117,22 @@ describe('gridkeep worker CLI', () => {
     const wrong = `gk-${randomBase62(40)}`
     rememberSecret(wrong)
     try {
-      const proc = Bun.spawn(
-        [
-          'bun',
-          CLI,
-          '--server',
-          cp.url,
-          '--runtime',
-          'openai',
-          '--runtime-url',
-          rt.url,
-          '--state-dir',
-          join(dir, 'state2'),
-        ],
-        { env: { ...process.env, GRIDKEEP_WORKER_KEY: wrong }, stdout: 'pipe', stderr: 'pipe' },
+      const proc = ownProcess(
+        Bun.spawn(
+          [
+            'bun',
+            CLI,
+            '--server',
+            cp.url,
+            '--runtime',
+            'openai',
+            '--runtime-url',
+            rt.url,
+            '--state-dir',
+            join(dir, 'state2'),
+          ],
+          { env: { ...process.env, GRIDKEEP_WORKER_KEY: wrong }, stdout: 'pipe', stderr: 'pipe' },
+        ),
       )
       expect(await proc.exited).toBe(1)
       const out = await new Response(proc.stdout).text()

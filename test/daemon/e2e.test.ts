@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { runOnce as sweep } from '../../src/services/sweeper'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { type MadeUser, makeUser, makeWorkerKey } from '../helpers/builders'
+import { ownProcess } from '../helpers/children'
 import { chatLines, daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
 import { type FakeRuntime, startFakeRuntime } from '../helpers/fake-runtime'
 import { capturedLogLines, captureLogLine } from '../helpers/secrets'
@@ -235,26 +236,28 @@ describe('daemon against the real control plane', () => {
     const rt = runtime({ latencyMs: 5 })
     const batchId = await submit(chatLines(300, SLUG))
     // A real process, killed with SIGKILL: nothing is reported, heartbeats just stop.
-    const proc = Bun.spawn(
-      [
-        'bun',
-        CLI,
-        '--server',
-        server.url,
-        '--runtime',
-        'openai',
-        '--runtime-url',
-        rt.url,
-        '--concurrency',
-        '2',
-        '--vram-gb',
-        '24',
-        '--poll-interval',
-        '0.05',
-        '--state-dir',
-        join(dir, 'crashing'),
-      ],
-      { env: { ...process.env, GRIDKEEP_WORKER_KEY: key }, stdout: 'pipe', stderr: 'pipe' },
+    const proc = ownProcess(
+      Bun.spawn(
+        [
+          'bun',
+          CLI,
+          '--server',
+          server.url,
+          '--runtime',
+          'openai',
+          '--runtime-url',
+          rt.url,
+          '--concurrency',
+          '2',
+          '--vram-gb',
+          '24',
+          '--poll-interval',
+          '0.05',
+          '--state-dir',
+          join(dir, 'crashing'),
+        ],
+        { env: { ...process.env, GRIDKEEP_WORKER_KEY: key }, stdout: 'pipe', stderr: 'pipe' },
+      ),
     )
     const second = { current: null as ReturnType<typeof runAgent> | null }
     try {
@@ -291,28 +294,30 @@ describe('daemon against the real control plane', () => {
   test('SIGTERM past the grace period: the daemon reports its job, exits 0, and the batch is requeued', async () => {
     const rt = runtime({ latencyMs: 20 })
     const batchId = await submit(chatLines(200, SLUG))
-    const proc = Bun.spawn(
-      [
-        'bun',
-        CLI,
-        '--server',
-        server.url,
-        '--runtime',
-        'openai',
-        '--runtime-url',
-        rt.url,
-        '--concurrency',
-        '1',
-        '--vram-gb',
-        '24',
-        '--poll-interval',
-        '0.05',
-        '--shutdown-grace',
-        '0.2',
-        '--state-dir',
-        join(dir, 'stopping'),
-      ],
-      { env: { ...process.env, GRIDKEEP_WORKER_KEY: key }, stdout: 'pipe', stderr: 'pipe' },
+    const proc = ownProcess(
+      Bun.spawn(
+        [
+          'bun',
+          CLI,
+          '--server',
+          server.url,
+          '--runtime',
+          'openai',
+          '--runtime-url',
+          rt.url,
+          '--concurrency',
+          '1',
+          '--vram-gb',
+          '24',
+          '--poll-interval',
+          '0.05',
+          '--shutdown-grace',
+          '0.2',
+          '--state-dir',
+          join(dir, 'stopping'),
+        ],
+        { env: { ...process.env, GRIDKEEP_WORKER_KEY: key }, stdout: 'pipe', stderr: 'pipe' },
+      ),
     )
     try {
       await until('the job running', async () => rt.requests > 3)

@@ -3,6 +3,7 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { startTestServer, type TestServer } from '../helpers/app'
+import { ownProcess } from '../helpers/children'
 import { daemonOptions, fastDeps, type RunningAgent, runAgent } from '../helpers/daemon'
 import { type FakeRuntime, startFakeRuntime } from '../helpers/fake-runtime'
 import { captureLogLine } from '../helpers/secrets'
@@ -152,33 +153,35 @@ test('a holder stalled mid-shard: backup copies on the idle daemons complete the
   // The doomed daemon is a real process with a slow engine; it claims first.
   const slow = engine(seen, { latencyMs: 40, slots: 2 })
   const dir = mkdtempSync(join(tmpdir(), 'gk-fleet-'))
-  const proc = Bun.spawn(
-    [
-      'bun',
-      CLI,
-      '--server',
-      server.url,
-      '--runtime',
-      'openai',
-      '--runtime-url',
-      slow.url,
-      '--name',
-      'doomed',
-      '--vram-gb',
-      '24',
-      '--progress-interval',
-      '0.1',
-    ],
-    {
-      env: {
-        ...process.env,
-        GRIDKEEP_WORKER_KEY: f.key,
-        GRIDKEEP_STATE_DIR: dir,
-        GRIDKEEP_POLL_INTERVAL: '0.05',
+  const proc = ownProcess(
+    Bun.spawn(
+      [
+        'bun',
+        CLI,
+        '--server',
+        server.url,
+        '--runtime',
+        'openai',
+        '--runtime-url',
+        slow.url,
+        '--name',
+        'doomed',
+        '--vram-gb',
+        '24',
+        '--progress-interval',
+        '0.1',
+      ],
+      {
+        env: {
+          ...process.env,
+          GRIDKEEP_WORKER_KEY: f.key,
+          GRIDKEEP_STATE_DIR: dir,
+          GRIDKEEP_POLL_INTERVAL: '0.05',
+        },
+        stdout: 'pipe',
+        stderr: 'pipe',
       },
-      stdout: 'pipe',
-      stderr: 'pipe',
-    },
+    ),
   )
   cleanups.push(() => proc.kill('SIGKILL'))
   // Its log, line by line, as it comes.

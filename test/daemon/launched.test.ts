@@ -5,6 +5,7 @@ import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
 import { eq } from 'drizzle-orm'
 import { startTestServer, type TestServer } from '../helpers/app'
+import { ownProcess } from '../helpers/children'
 import { daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
 import { managedFleet, stopDaemon } from '../helpers/managed'
 import { rowsOf } from '../helpers/rows'
@@ -280,39 +281,41 @@ test('a corrupt model directory: the load fails with the engine’s own words, t
 /** `gridkeep worker` as its own process, on `stateDir`, with its output in a file. */
 function spawnDaemon(workerKey: string, stateDir: string): { proc: Subprocess; output: () => string } {
   const out = join(stateDir, `..`, `daemon-${Date.now()}-${Math.random().toString(36).slice(2)}.log`)
-  const proc = Bun.spawn(
-    [
-      process.execPath,
-      join(REPO, 'src/cli.ts'),
-      'worker',
-      '--server',
-      server.url,
-      '--runtime',
-      'vllm',
-      '--models-dir',
-      modelsDir,
-      '--launch-command',
-      LAUNCH,
-      '--state-dir',
-      stateDir,
-      '--vram-gb',
-      '16',
-      '--concurrency',
-      '2',
-      '--poll-wait',
-      '0',
-      '--poll-interval',
-      '0.05',
-      '--progress-interval',
-      '0.2',
-    ],
-    {
-      cwd: REPO,
-      env: { ...process.env, GRIDKEEP_WORKER_KEY: workerKey },
-      stdin: 'ignore',
-      stdout: Bun.file(out),
-      stderr: Bun.file(out),
-    },
+  const proc = ownProcess(
+    Bun.spawn(
+      [
+        process.execPath,
+        join(REPO, 'src/cli.ts'),
+        'worker',
+        '--server',
+        server.url,
+        '--runtime',
+        'vllm',
+        '--models-dir',
+        modelsDir,
+        '--launch-command',
+        LAUNCH,
+        '--state-dir',
+        stateDir,
+        '--vram-gb',
+        '16',
+        '--concurrency',
+        '2',
+        '--poll-wait',
+        '0',
+        '--poll-interval',
+        '0.05',
+        '--progress-interval',
+        '0.2',
+      ],
+      {
+        cwd: REPO,
+        env: { ...process.env, GRIDKEEP_WORKER_KEY: workerKey },
+        stdin: 'ignore',
+        stdout: Bun.file(out),
+        stderr: Bun.file(out),
+      },
+    ),
   )
   return { proc, output: () => (existsSync(out) ? readFileSync(out, 'utf8') : '') }
 }

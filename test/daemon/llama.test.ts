@@ -6,6 +6,7 @@ import { eq } from 'drizzle-orm'
 import { type LlamaServer, startLlamaServer } from '../../scripts/llama-server'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { type MadeUser, makeUser, makeWorkerKey } from '../helpers/builders'
+import { ownChild } from '../helpers/children'
 import { daemonOptions, fastDeps, runAgent } from '../helpers/daemon'
 import { tinyModelPath, withRealEngine } from '../helpers/llama'
 import { rowsOf } from '../helpers/rows'
@@ -57,7 +58,7 @@ withRealEngine('daemon against llama-server', (engine) => {
     server = await startTestServer({ CATALOGUE_PATH: manifest, LOG_LEVEL: 'warn' })
     user = await makeUser(server)
     key = (await makeWorkerKey(server, user, user.personalOrgId)).key
-    llama = await startLlamaServer({ engine, modelPath, alias: ALIAS, slots: 4 })
+    llama = ownChild(await startLlamaServer({ engine, modelPath, alias: ALIAS, slots: 4 }))
   })
 
   afterAll(async () => {
@@ -313,13 +314,15 @@ withRealEngine('daemon against llama-server', (engine) => {
         return b.status === 'validated' && b.attempts === 1 ? b : null
       })
       expect(requeued.error).toContain('runtime unreachable')
-      llama = await startLlamaServer({
-        engine,
-        modelPath: llama.modelPath,
-        alias: ALIAS,
-        slots: 4,
-        port: llama.port,
-      })
+      llama = ownChild(
+        await startLlamaServer({
+          engine,
+          modelPath: llama.modelPath,
+          alias: ALIAS,
+          slots: 4,
+          port: llama.port,
+        }),
+      )
       const batch = await until('completion', completed(batchId), 60_000)
       expect(batch.attempts).toBe(1)
       const { out, err } = await results(batch, n)

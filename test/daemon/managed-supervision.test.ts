@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { spawnRouter } from '../../scripts/llama-server'
 import { alive, freePort } from '../../src/daemon/engines/child'
 import type { TestServer } from '../helpers/app'
+import { ownProcess } from '../helpers/children'
 import { withRealEngine } from '../helpers/llama'
 import {
   ENTRY,
@@ -107,11 +108,13 @@ withRealEngine('the daemon supervises the engine it runs', (engine) => {
     ]
     /** A daemon process, killed with SIGKILL at the first log line `at` accepts. */
     async function killedAt(at: (record: any) => boolean, extra: string[] = []) {
-      const proc = Bun.spawn(argv(extra), {
-        env: { ...process.env, GRIDKEEP_WORKER_KEY: f.key },
-        stdout: 'pipe',
-        stderr: 'pipe',
-      })
+      const proc = ownProcess(
+        Bun.spawn(argv(extra), {
+          env: { ...process.env, GRIDKEEP_WORKER_KEY: f.key },
+          stdout: 'pipe',
+          stderr: 'pipe',
+        }),
+      )
       // Never left running: a daemon that never says the line is ended too (and the test fails).
       const bound = setTimeout(() => proc.kill('SIGKILL'), 30_000)
       const dec = new TextDecoder()
@@ -195,7 +198,7 @@ withRealEngine('the daemon supervises the engine it runs', (engine) => {
   test('attached to a router someone else runs: the daemon loads what jobs need, says once that params are not applied, and leaves the router running', async () => {
     const f = await managedFleet(server)
     const port = freePort()
-    const router = spawnRouter(engine, modelsDir, port)
+    const router = ownProcess(spawnRouter(engine, modelsDir, port))
     const url = `http://127.0.0.1:${port}`
     try {
       await until('the router answering', async () => (await fetch(`${url}/models`).catch(() => null))?.ok)

@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
+import { ownProcess } from './children'
 
 // Real gridkeep processes for the operations tests (issue 6): started from source through the CLI,
 // with stdout and stderr kept whole so a test can read every line the process ever wrote.
@@ -52,7 +53,9 @@ export function baseEnv(dataDir: string, extra: Record<string, string> = {}): Re
 
 /** Runs `bun src/cli.ts <args>`; with `serve` waits for the listening line. */
 export async function spawnServer(env: Record<string, string>, args: string[] = ['serve']) {
-  const proc = Bun.spawn(['bun', CLI, ...args], { env, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' })
+  const proc = ownProcess(
+    Bun.spawn(['bun', CLI, ...args], { env, stdin: 'ignore', stdout: 'pipe', stderr: 'pipe' }),
+  )
   let text = ''
   const waiters = new Set<() => void>()
   const pump = async (stream: ReadableStream<Uint8Array>) => {

@@ -5,15 +5,26 @@ import { type PostgresCluster, startPostgres } from '../../scripts/postgres'
 // GRIDKEEP_TEST_POSTGRES_URL; each caller gets a fresh, empty database in it.
 
 let cluster: Promise<PostgresCluster> | undefined
+let started: PostgresCluster | undefined
 
 async function baseUrl(): Promise<string> {
   const given = process.env.GRIDKEEP_TEST_POSTGRES_URL
   if (given) return given
   cluster ??= startPostgres().then((c) => {
-    process.once('exit', () => c.stop())
+    started = c
     return c
   })
   return (await cluster).url
+}
+
+/**
+ * Stops this process's cluster, if it started one (test/setup.ts, after every test: `bun test` runs
+ * no process 'exit' handler). A run killed before that leaves it to the next start's reaping.
+ */
+export function stopTestPostgres() {
+  started?.stop()
+  started = undefined
+  cluster = undefined
 }
 
 export async function freshPostgresUrl(): Promise<string> {

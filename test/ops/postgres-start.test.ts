@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { SQL } from 'bun'
+import { ownProcess } from '../helpers/children'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { describeWith, postgres } from '../helpers/requires'
 
@@ -17,18 +18,20 @@ afterAll(() => {
 async function serve(databaseUrl: string) {
   const dir = mkdtempSync(join(tmpdir(), 'gridkeep-pgstart-'))
   dirs.push(dir)
-  const proc = Bun.spawn(['bun', 'src/cli.ts', 'serve'], {
-    env: {
-      ...process.env,
-      DATA_DIR: dir,
-      PORT: '0',
-      HOST: '127.0.0.1',
-      JWT_SECRET: 'j'.repeat(40),
-      DATABASE_URL: databaseUrl,
-    },
-    stdout: 'pipe',
-    stderr: 'pipe',
-  })
+  const proc = ownProcess(
+    Bun.spawn(['bun', 'src/cli.ts', 'serve'], {
+      env: {
+        ...process.env,
+        DATA_DIR: dir,
+        PORT: '0',
+        HOST: '127.0.0.1',
+        JWT_SECRET: 'j'.repeat(40),
+        DATABASE_URL: databaseUrl,
+      },
+      stdout: 'pipe',
+      stderr: 'pipe',
+    }),
+  )
   const code = await proc.exited
   return { code, stderr: await new Response(proc.stderr).text() }
 }

@@ -10,6 +10,7 @@ import { newId } from '../../src/lib/ids'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../../src/lib/keys'
 import { createUser } from '../../src/modules/users/service'
 import { cheapPasswords } from '../helpers/app'
+import { ownProcess } from '../helpers/children'
 import { makeCatalogEntry, makeValidatedBatch, registerBody } from '../helpers/workers'
 
 // A crash mid claim-storm (SIGKILL of the server process) must leave every batch either
@@ -59,7 +60,7 @@ async function seed(batchCount: number) {
 }
 
 async function spawnServer() {
-  const proc = Bun.spawn(['bun', 'run', 'src/index.ts'], { env, stdout: 'pipe', stderr: 'pipe' })
+  const proc = ownProcess(Bun.spawn(['bun', 'run', 'src/index.ts'], { env, stdout: 'pipe', stderr: 'pipe' }))
   const reader = proc.stdout.getReader()
   let text = ''
   const deadline = Date.now() + 15_000
