@@ -23,60 +23,62 @@ function query(p: Parsed, extra: string[]): string {
   return q.toString()
 }
 
-function more(ctx: Context, command: string, list: List<unknown>) {
-  if (list.has_more && list.last_id) ctx.view.print(`more: gridkeep ${command} --after ${list.last_id}`)
+/**
+ * Rows as JSON lines (a pipe, --json), or a table: `none` when there are none. Returns false when
+ * nothing more is to be printed (JSON, or no rows).
+ */
+function showRows<T>(ctx: Context, rows: T[], none: string, headers: string[], row: (x: T) => string[]) {
+  if (ctx.view.json) {
+    for (const x of rows) ctx.view.data(x)
+    return false
+  }
+  if (rows.length === 0) {
+    ctx.view.print(none)
+    return false
+  }
+  ctx.view.print(table(headers, rows.map(row)))
+  return true
+}
+
+/** A page of a §0 list, then the command that shows the next page. */
+function showPage<T>(
+  ctx: Context,
+  command: string,
+  list: List<T>,
+  headers: string[],
+  row: (x: T) => string[],
+) {
+  if (showRows(ctx, list.data, `no ${command}`, headers, row) && list.has_more && list.last_id)
+    ctx.view.print(`more: gridkeep ${command} --after ${list.last_id}`)
+  return EXIT.ok
 }
 
 export async function batches(p: Parsed, ctx: Context): Promise<number> {
   positionals(p, [])
   const list = await ctx.api.json<List<Batch>>('GET', `/v1/batches?${query(p, ['status'])}`)
-  if (ctx.view.json) {
-    for (const b of list.data) ctx.view.data(b)
-    return EXIT.ok
-  }
-  if (list.data.length === 0) {
-    ctx.view.print('no batches')
-    return EXIT.ok
-  }
-  ctx.view.print(
-    table(
-      ['BATCH', 'STATUS', 'MODEL', 'DONE', 'FAILED', 'CREATED'],
-      list.data.map((b) => {
-        const c = b.request_counts
-        return [
-          b.id,
-          b.status,
-          b.model ?? '-',
-          `${formatCount(c.completed + c.failed)}/${formatCount(c.total)}`,
-          formatCount(c.failed),
-          formatTime(b.created_at),
-        ]
-      }),
-    ),
-  )
-  more(ctx, 'batches', list)
-  return EXIT.ok
+  return showPage(ctx, 'batches', list, ['BATCH', 'STATUS', 'MODEL', 'DONE', 'FAILED', 'CREATED'], (b) => {
+    const c = b.request_counts
+    return [
+      b.id,
+      b.status,
+      b.model ?? '-',
+      `${formatCount(c.completed + c.failed)}/${formatCount(c.total)}`,
+      formatCount(c.failed),
+      formatTime(b.created_at),
+    ]
+  })
 }
 
 export async function files(p: Parsed, ctx: Context): Promise<number> {
   positionals(p, [])
   const list = await ctx.api.json<List<FileObject>>('GET', `/v1/files?${query(p, ['purpose'])}`)
-  if (ctx.view.json) {
-    for (const f of list.data) ctx.view.data(f)
-    return EXIT.ok
-  }
-  if (list.data.length === 0) {
-    ctx.view.print('no files')
-    return EXIT.ok
-  }
-  ctx.view.print(
-    table(
-      ['FILE', 'NAME', 'SIZE', 'PURPOSE', 'CREATED'],
-      list.data.map((f) => [f.id, f.filename, formatBytes(f.bytes), f.purpose, formatTime(f.created_at)]),
-    ),
-  )
-  more(ctx, 'files', list)
-  return EXIT.ok
+  return showPage(ctx, 'files', list, ['FILE', 'NAME', 'SIZE', 'PURPOSE', 'CREATED'], (f) => [
+    f.id,
+    f.filename,
+    formatBytes(f.bytes),
+    f.purpose,
+    formatTime(f.created_at),
+  ])
 }
 
 export async function models(p: Parsed, ctx: Context): Promise<number> {
@@ -85,27 +87,17 @@ export async function models(p: Parsed, ctx: Context): Promise<number> {
   const shown = list.data
     .filter((m) => !flag(p, 'available') || m.available)
     .sort((a, b) => Number(b.available) - Number(a.available) || a.id.localeCompare(b.id))
-  if (ctx.view.json) {
-    for (const m of shown) ctx.view.data(m)
-    return EXIT.ok
-  }
-  if (shown.length === 0) {
-    ctx.view.print(flag(p, 'available') ? 'no model can run now: no online worker hosts one' : 'no models')
-    return EXIT.ok
-  }
-  ctx.view.print(
-    table(
-      ['MODEL', 'AVAILABLE', 'TASK', 'SIZE', 'QUANT', 'VRAM'],
-      shown.map((m) => [
-        m.id,
-        m.available ? 'yes' : 'no',
-        m.task_type,
-        m.parameter_size ?? '-',
-        m.quantization ?? '-',
-        m.vram_gb === null ? '-' : `${m.vram_gb} GB`,
-      ]),
-    ),
-  )
+  const none = flag(p, 'available') ? 'no model can run now: no online worker hosts one' : 'no models'
+  const headers = ['MODEL', 'AVAILABLE', 'TASK', 'SIZE', 'QUANT', 'VRAM']
+  const listed = showRows(ctx, shown, none, headers, (m) => [
+    m.id,
+    m.available ? 'yes' : 'no',
+    m.task_type,
+    m.parameter_size ?? '-',
+    m.quantization ?? '-',
+    m.vram_gb === null ? '-' : `${m.vram_gb} GB`,
+  ])
+  if (!listed) return EXIT.ok
   const available = list.data.filter((m) => m.available).length
   ctx.view.print(`${available} of ${list.data.length} models can run now (a worker online hosts them)`)
   return EXIT.ok
