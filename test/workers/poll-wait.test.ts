@@ -239,6 +239,35 @@ describe('POST /workers/poll: downloads asked at once (docs/api.md §7 pull_mode
     }
   })
 
+  test('a batch of a model a held poll serves wakes that poll only, not the workers that may download', async () => {
+    const app = makeTestApp()
+    try {
+      const f = await makeFleet(app)
+      const entry = await makeCatalogEntry(app.deps, { runtime_model_id: 'served:1', size_gb: 5 })
+      const host = await hostWorker(app, f.key, 'served:1')
+      const downloader = await registerWorker(app, f.key, { max_download_gb: 10, models: [] })
+      expect((await heartbeat(app, f.key, downloader)).status).toBe(200)
+      const controller = new AbortController()
+      const idle = heldPoll(app, f.key, downloader, 30, controller.signal)
+      await heldCount(app, 1)
+      const pending = heldPoll(app, f.key, host, 30)
+      await heldCount(app, 2)
+      const wakes = app.deps.pollWaiters.wakes
+      const batch = await makeBatch(app, f.user, `${inputLine('a', entry.id)}\n`, {
+        endpoint: '/v1/chat/completions',
+      })
+      await validateAll(app)
+      expect((await pending).body.job.job_id).toBe(batch.id)
+      // One wake: the host's. The downloader's poll still waits (nothing for it to fetch).
+      expect(app.deps.pollWaiters.wakes).toBe(wakes + 1)
+      expect(app.deps.pollWaiters.size).toBe(1)
+      controller.abort()
+      await idle.catch(() => {})
+    } finally {
+      app.close()
+    }
+  })
+
   test('a worker that may not download is not woken by a batch it cannot serve; a plain poll carries no ask', async () => {
     const app = makeTestApp()
     try {

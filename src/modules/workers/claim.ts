@@ -1,3 +1,4 @@
+import type { WorkerRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { needsOf, takeableNeeds } from '../../domain/capabilities'
 import { matchesFor, workerView } from '../../domain/matching'
@@ -39,7 +40,7 @@ export async function claimBatch(
   deps: Deps & PollState,
   principal: WorkerPrincipal,
   workerId: string,
-): Promise<{ job: Job | null }> {
+): Promise<{ job: Job | null; worker: WorkerRow }> {
   // The worker's row and what it hosts are one read (one statement on PostgreSQL); the hosting
   // read is thrown away when the worker is not the key's.
   const [{ worker, hosting }, catalogue] = await Promise.all([
@@ -47,9 +48,9 @@ export async function claimBatch(
     loadCatalogue(deps),
   ])
   // A worker the sweeper would call silent gets no new work until it heartbeats again.
-  if (!isOnline(deps, worker)) return { job: null }
+  if (!isOnline(deps, worker)) return { job: null, worker }
   const matches = matchesFor(workerView(worker, hosting), catalogue)
-  if (matches.length === 0) return { job: null }
+  if (matches.length === 0) return { job: null, worker }
   const placed = await placementFor(
     deps,
     worker,
@@ -90,7 +91,7 @@ export async function claimBatch(
         : undefined,
     placement,
   })
-  if (!claimed) return { job: null }
+  if (!claimed) return { job: null, worker }
   deps.metrics.claims.inc()
   const { batch, assignmentId, shard, backup } = claimed
   // docs/api.md §7 placement: the worker is on this model now; a backup copy takes no waiting work.
@@ -131,5 +132,6 @@ export async function claimBatch(
       }),
       ...(backup && { backup: true as const }),
     },
+    worker,
   }
 }

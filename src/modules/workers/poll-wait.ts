@@ -73,8 +73,11 @@ async function claimOrPull(
   principal: WorkerPrincipal,
   workerId: string,
 ): Promise<PollAnswer> {
-  const claimed = await claimBatch(deps, principal, workerId)
-  if (claimed.job) return claimed
+  const { job, worker } = await claimBatch(deps, principal, workerId)
+  if (job) return { job }
+  // The heartbeat's gate (service.ts heartbeat), on the row the claim read: only an idle worker
+  // that may download is asked, and any other poll reads nothing more.
+  if (worker.activity !== 'idle' || worker.max_download_gb <= 0) return { job: null }
   const pull_models = await pullModelsFor(deps, workerId)
   return pull_models.length ? { job: null, pull_models } : { job: null }
 }

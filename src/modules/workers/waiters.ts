@@ -50,9 +50,12 @@ export class PollWaiters {
    */
   notify(model: string | null, needs?: readonly string[]) {
     if (model === null) return
+    // Downloads are asked only when no online worker serves the model: one held here that can
+    // means no downloader needs waking (and a popular model's batches never wake them all).
+    const served = [...this.waiting.values()].some((w) => w.models.has(model))
     for (const [wake, w] of [...this.waiting]) {
       const can = w.models.get(model)
-      if (can ? needs === undefined || covers(can, needs) : w.mayPull) this.wake(wake)
+      if (can ? needs === undefined || covers(can, needs) : w.mayPull && !served) this.wake(wake)
     }
   }
 
