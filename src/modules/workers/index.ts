@@ -29,7 +29,11 @@ export const workerRoutes = (deps: Deps & CatalogueState & CredentialState & Pol
         worker: true,
         params: WorkerBodies.params,
         ...jsonBody(WorkerBodies.heartbeat),
-        detail: { tags, summary: 'Liveness, activity, VRAM and the on-disk inventory' },
+        detail: {
+          tags,
+          summary:
+            'Liveness, activity, VRAM, the on-disk inventory, loading models and measured load times and rates',
+        },
       },
     )
     .post(
@@ -41,7 +45,8 @@ export const workerRoutes = (deps: Deps & CatalogueState & CredentialState & Pol
         ...jsonBody(WorkerBodies.poll),
         detail: {
           tags,
-          summary: 'Claim the best-matching validated batch, or {job: null}; wait_seconds holds the poll',
+          summary:
+            'Claim the best-matching validated batch, or {job: null} (with pull_models: downloads asked of an idle worker); wait_seconds holds the poll',
         },
       },
     )
@@ -53,7 +58,11 @@ export const workerRoutes = (deps: Deps & CatalogueState & CredentialState & Pol
     .post('/model-progress', ({ principal, body }) => workers.modelProgress(deps, principal, body), {
       worker: true,
       ...jsonBody(WorkerBodies.modelProgress),
-      detail: { tags, summary: 'Model download progress (logged; counts as liveness)' },
+      detail: {
+        tags,
+        summary:
+          'Model download progress: kept on the ask (the worker row shows it), logged; counts as liveness',
+      },
     })
     .post('/upload-results', ({ principal, request }) => uploadResults(deps, principal, request), {
       worker: true,
