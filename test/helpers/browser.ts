@@ -96,3 +96,11 @@ export async function openSession(browser: Browser, origin: string): Promise<Ses
     },
   }
 }
+
+/** Signs in on the page's sign-in form (docs/api.md §11) and waits for the signed-in navigation. */
+export async function signIn(page: Page, email: string, password: string) {
+  await page.getByLabel('Email').fill(email)
+  await page.getByLabel('Password').fill(password)
+  await page.getByRole('button', { name: 'Sign in' }).click()
+  await page.getByRole('button', { name: 'Sign out' }).waitFor()
+}

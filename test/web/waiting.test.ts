@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import type { Browser } from 'playwright-core'
 import { startTestServer, type TestServer } from '../helpers/app'
-import { launchBrowser, openSession } from '../helpers/browser'
+import { launchBrowser, openSession, signIn } from '../helpers/browser'
 import { chromium, describeWith } from '../helpers/requires'
 import {
   heartbeat,
@@ -41,10 +41,7 @@ describeWith(chromium, 'why a batch waits, in a browser', () => {
     const s = await openSession(browser, server.url)
     const { page } = s
     await page.goto(server.url)
-    await page.getByLabel('Email').fill(f.user.email)
-    await page.getByLabel('Password').fill(f.user.password)
-    await page.getByRole('button', { name: 'Sign in' }).click()
-    await page.getByRole('button', { name: 'Sign out' }).waitFor()
+    await signIn(page, f.user.email, f.user.password)
     await page.goto(`${server.url}/app/batches/${batch.id}`)
 
     const status = page.getByRole('definition').filter({ hasText: 'validated' })
@@ -80,10 +77,7 @@ describeWith(chromium, 'why a batch waits, in a browser', () => {
     const s = await openSession(browser, server.url)
     const { page } = s
     await page.goto(server.url)
-    await page.getByLabel('Email').fill(f.user.email)
-    await page.getByLabel('Password').fill(f.user.password)
-    await page.getByRole('button', { name: 'Sign in' }).click()
-    await page.getByRole('button', { name: 'Sign out' }).waitFor()
+    await signIn(page, f.user.email, f.user.password)
     await page.goto(`${server.url}/app/batches/${batch.id}`)
     const status = page.getByRole('definition').filter({ hasText: 'validated' })
     const shows = (text: string) => status.getByText(text, { exact: true }).waitFor()

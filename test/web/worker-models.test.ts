@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import type { Browser } from 'playwright-core'
 import { startTestServer, type TestServer } from '../helpers/app'
-import { launchBrowser, openSession } from '../helpers/browser'
+import { launchBrowser, openSession, signIn } from '../helpers/browser'
 import { makeUser, makeWorkerKey } from '../helpers/builders'
 import { chromium, describeWith } from '../helpers/requires'
 import { heartbeat, inventoryItem, makeCatalogEntry, registerWorker } from '../helpers/workers'
@@ -73,10 +73,7 @@ describeWith(chromium, 'the models a worker holds, on the Workers page', () => {
     const s = await openSession(browser, server.url)
     const { page } = s
     await page.goto(server.url)
-    await page.getByLabel('Email').fill(user.email)
-    await page.getByLabel('Password').fill(user.password)
-    await page.getByRole('button', { name: 'Sign in' }).click()
-    await page.getByRole('button', { name: 'Sign out' }).waitFor()
+    await signIn(page, user.email, user.password)
     await page.getByRole('link', { name: 'Workers', exact: true }).click()
 
     await page.getByRole('columnheader', { name: 'Models' }).waitFor()
