@@ -47,7 +47,7 @@ describe('reportCachedTokens', () => {
   test('an older llama-server’s timings.cache_n becomes usage.prompt_tokens_details.cached_tokens', () => {
     const body = olderChat(305)
     expect(reportCachedTokens(body)).toBe(true)
-    expect(body.usage).toEqual({
+    expect(body.usage as object).toEqual({
       completion_tokens: 3,
       prompt_tokens: 339,
       total_tokens: 342,
@@ -67,7 +67,7 @@ describe('reportCachedTokens', () => {
       timings: { cache_n: 4 },
     }
     expect(reportCachedTokens(body)).toBe(true)
-    expect(body.usage.prompt_tokens_details).toEqual({ audio_tokens: 0, cached_tokens: 4 })
+    expect(body.usage.prompt_tokens_details as object).toEqual({ audio_tokens: 0, cached_tokens: 4 })
   })
 
   test('a Responses answer gets usage.input_tokens_details.cached_tokens (OpenAI’s Response.usage)', () => {
@@ -77,7 +77,7 @@ describe('reportCachedTokens', () => {
       timings: { cache_n: 273 },
     }
     expect(reportCachedTokens(body)).toBe(true)
-    expect(body.usage).toEqual({
+    expect(body.usage as object).toEqual({
       input_tokens: 307,
       output_tokens: 3,
       total_tokens: 310,
