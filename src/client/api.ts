@@ -31,6 +31,12 @@ export interface Batch {
   error: string | null
   errors: { total: number; data: ValidationErrorEvent[] }
   request_counts: RequestCounts
+  /** docs/api.md §6: a completed batch's tokens (OpenAI's shape); null before; absent from an older server. */
+  usage?: {
+    input_tokens: number
+    input_tokens_details: { cached_tokens: number }
+    output_tokens: number
+  } | null
   metadata: Record<string, string> | null
   /** docs/api.md §16: null for a batch that runs whole. */
   shards: ShardTally | null

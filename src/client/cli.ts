@@ -122,8 +122,9 @@ export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
     usage: [
       'Usage: gridkeep status BATCH',
       '',
-      'Shows the batch once: status, model, endpoint, request counts, shards, attempts, the last',
-      'error, its validation errors and its files. In JSON mode: the batch object (docs/api.md §6).',
+      'Shows the batch once: status, model, endpoint, request counts, shards, tokens (of a completed',
+      'batch, with the share of prompt tokens served from cache), attempts, the last error, its',
+      'validation errors and its files. In JSON mode: the batch object (docs/api.md §6).',
       '',
       'Options:',
       JSON_NOTE,

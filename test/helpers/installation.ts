@@ -13,6 +13,14 @@ import {
   upload,
 } from './workers'
 
+/** An answered line's usage as the engines report it, with prompt tokens served from their cache. */
+export const CACHED_USAGE = {
+  prompt_tokens: 5,
+  completion_tokens: 7,
+  total_tokens: 12,
+  prompt_tokens_details: { cached_tokens: 3 },
+}
+
 /**
  * An installation with something of everything, made through the API: users, a team org with a
  * member, personal and worker keys, catalogue entries, uploaded files, a completed batch (output and
@@ -74,7 +82,7 @@ export async function populate(t: TestApp) {
     t,
     fleet.key,
     { job_id: done.id, worker_id: workerId, assignment_id: job!.assignment_id },
-    [okLine('a'), okLine('b'), errorLine('c')].join('\n'),
+    [okLine('a', CACHED_USAGE), okLine('b', CACHED_USAGE), errorLine('c')].join('\n'),
   )
   expect(res.status).toBe(200)
 
@@ -102,7 +110,7 @@ export async function populate(t: TestApp) {
     t,
     fleet.key,
     { job_id: first!.job_id, worker_id: shardWorkers[0]!, assignment_id: first!.assignment_id },
-    shardIds.map((id) => okLine(id)).join('\n'),
+    shardIds.map((id) => okLine(id, CACHED_USAGE)).join('\n'),
   )
   expect(shardUpload.status).toBe(200)
   return { fleet, other, batches: { done, failed, waiting, split }, workerId }

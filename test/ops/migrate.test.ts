@@ -72,7 +72,9 @@ describeWith(postgres, 'migrateRows', () => {
           (SELECT array_agg(DISTINCT jsonb_typeof(capabilities)) FROM catalog_entries) AS capabilities,
           (SELECT array_agg(DISTINCT jsonb_typeof(params)) FROM serving_profiles) AS params,
           (SELECT array_agg(DISTINCT jsonb_typeof(loaded_models)) FROM workers) AS loaded_models,
-          (SELECT metadata ->> 'project' FROM batches WHERE metadata IS NOT NULL LIMIT 1) AS project`
+          (SELECT metadata ->> 'project' FROM batches WHERE metadata IS NOT NULL LIMIT 1) AS project,
+          (SELECT sum((usage ->> 'cached_tokens')::int)::int FROM batches) AS batch_cached,
+          (SELECT sum((usage ->> 'cached_tokens')::int)::int FROM batch_shards) AS shard_cached`
         expect(json).toEqual({
           metadata: ['object'],
           usage: ['object'],
@@ -80,6 +82,10 @@ describeWith(postgres, 'migrateRows', () => {
           params: ['object'],
           loaded_models: ['array'],
           project: 'migrate',
+          // docs/api.md §14 cached prompt tokens: the completed batch's two answered lines, and the
+          // done shard's 125 (3 each, test/helpers/installation.ts).
+          batch_cached: 6,
+          shard_cached: 375,
         })
       } finally {
         await pg.close()
