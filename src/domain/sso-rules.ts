@@ -113,13 +113,9 @@ export function checkReturnTo(value: string | undefined): string {
  * nothing else (never a host name, which another machine could answer).
  */
 export function checkLoopbackRedirect(value: string): string {
-  let url: URL | undefined
-  try {
-    url = new URL(value)
-  } catch {}
+  const url = URL.canParse(value) ? new URL(value) : null
   if (
-    !url ||
-    url.protocol !== 'http:' ||
+    url?.protocol !== 'http:' ||
     !(url.hostname === '127.0.0.1' || url.hostname === '[::1]') ||
     url.port === '' ||
     url.username ||

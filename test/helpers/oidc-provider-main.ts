@@ -50,7 +50,7 @@ function build() {
       profile: ['name', 'given_name', 'family_name', 'preferred_username'],
       groups: ['groups'],
     },
-    async findAccount(_ctx, id) {
+    async findAccount(_ctx: unknown, id: string) {
       const claims = options.accounts[id]
       if (!claims) return undefined
       return { accountId: id, claims: async () => ({ sub: id, ...options.accounts[id] }) }

@@ -1,13 +1,6 @@
 import { and, count, eq, gt, inArray, isNull, ne, sql } from 'drizzle-orm'
 import { preparedOnce } from '../../db/prepared'
-import {
-  memberships,
-  organizations,
-  passwordResetTokens,
-  type UserRow,
-  userIdentities,
-  users,
-} from '../../db/schema'
+import { memberships, organizations, passwordResetTokens, type UserRow, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import { checkLastSuperadmin } from '../../domain/admin-rules'
 import { conflict } from '../../lib/errors'
