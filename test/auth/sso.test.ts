@@ -41,8 +41,8 @@ async function json(res: Response) {
   return { status: res.status, body: (await res.json()) as any }
 }
 
-/** The envelope of a refusal at the callback, and proof that it created no account. */
-async function refusedAtCallback(t: TestApp, res: Response, status: number, code: string) {
+/** The envelope of a refusal at the callback. */
+async function refused(res: Response, status: number, code: string) {
   expect(res.status).toBe(status)
   expect(((await res.json()) as any).error.code).toBe(code)
 }
@@ -150,8 +150,8 @@ describe('sign-in with OpenID Connect', () => {
     const email = uniqueLabEmail()
     const existing = await makeUser(t, { email })
     const login = await person({ email, email_verified: false })
-    const refused = await dance(send, APP_PUBLIC_URL, login)
-    await refusedAtCallback(t, refused.back, 403, 'email_not_verified')
+    const unverified = await dance(send, APP_PUBLIC_URL, login)
+    await refused(unverified.back, 403, 'email_not_verified')
     expect(await t.deps.store.sso.findLinkedUser(provider.issuer, login)).toBeUndefined()
 
     await provider.configure({ accounts: { [login]: { email_verified: true } } })
@@ -184,7 +184,7 @@ describe('sign-in with OpenID Connect', () => {
 
   test('a person of a domain not allowed gets a 403 and no account', async () => {
     const d = await dance(send, APP_PUBLIC_URL, 'otto')
-    await refusedAtCallback(t, d.back, 403, 'email_domain_not_allowed')
+    await refused(d.back, 403, 'email_domain_not_allowed')
     expect(await t.deps.store.accounts.findUserByEmail(PEOPLE.otto.email)).toBeUndefined()
     expect(await t.deps.store.sso.findLinkedUser(provider.issuer, 'otto')).toBeUndefined()
   })
@@ -196,7 +196,7 @@ describe('sign-in with OpenID Connect', () => {
     expect((await signIn(login)).user.id).toBe(existing.id)
     await t.deps.store.accounts.updateUser(existing.id, { is_active: false }, t.clock.now())
     const d = await dance(send, APP_PUBLIC_URL, login)
-    await refusedAtCallback(t, d.back, 403, 'account_disabled')
+    await refused(d.back, 403, 'account_disabled')
     const password = await t.req('POST', '/v1/auth/login', { body: { email, password: existing.password } })
     expect(password.status).toBe(403)
     expect(password.body.error.code).toBe('account_disabled')
@@ -222,17 +222,16 @@ describe('sign-in with OpenID Connect', () => {
         headers: { cookie: `gk_sso=${new URL(d.callback).searchParams.get('state')}` },
       }),
     )
-    await refusedAtCallback(t, again, 400, 'invalid_state')
+    await refused(again, 400, 'invalid_state')
   })
 
   test('a callback without the cookie of the browser that started it, or with another, is a 400 invalid_state', async () => {
     const start = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
     const callback = await signInAtProvider(start.headers.get('location')!, 'alice')
-    await refusedAtCallback(t, await send(new Request(callback)), 400, 'invalid_state')
+    await refused(await send(new Request(callback)), 400, 'invalid_state')
     const other = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
     const otherState = new URL(other.headers.get('location')!).searchParams.get('state')
-    await refusedAtCallback(
-      t,
+    await refused(
       await send(new Request(callback, { headers: { cookie: `gk_sso=${otherState}` } })),
       400,
       'invalid_state',
@@ -244,8 +243,7 @@ describe('sign-in with OpenID Connect', () => {
 
   test('an unknown state, and a sign-in older than 10 minutes, are a 400 invalid_state', async () => {
     const unknown = 'x'.repeat(43)
-    await refusedAtCallback(
-      t,
+    await refused(
       await send(
         new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/callback?code=abc&state=${unknown}`, {
           headers: { cookie: `gk_sso=${unknown}` },
@@ -259,8 +257,7 @@ describe('sign-in with OpenID Connect', () => {
     jar.take(APP_PUBLIC_URL, start.headers)
     const callback = await signInAtProvider(start.headers.get('location')!, 'alice')
     t.clock.advance(601)
-    await refusedAtCallback(
-      t,
+    await refused(
       await send(new Request(callback, { headers: { cookie: jar.header(APP_PUBLIC_URL) } })),
       400,
       'invalid_state',
@@ -297,8 +294,8 @@ describe('sign-in with OpenID Connect', () => {
     const state = new URL(start.headers.get('location')!).searchParams.get('state')!
     const replay = new URL(first.callback)
     replay.searchParams.set('state', state)
-    const res = await send(new Request(replay, { headers: { cookie: jar.header(APP_PUBLIC_URL) } }))
-    await refusedAtCallback(t, res, 400, 'invalid_code')
+    const res = await send(new Request(replay.href, { headers: { cookie: jar.header(APP_PUBLIC_URL) } }))
+    await refused(res, 400, 'invalid_code')
   })
 
   test('the provider refusing the sign-in (access_denied) is a 400 sso_refused', async () => {
