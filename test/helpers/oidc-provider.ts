@@ -42,6 +42,17 @@ export interface TestProvider {
   stop(): void
 }
 
+/**
+ * A port free a moment ago, for a listening server whose PUBLIC_URL (the callback the provider
+ * redirects to) must name its port before it starts.
+ */
+export function freePort(): number {
+  const probe = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+  const port = probe.port
+  probe.stop(true)
+  return port
+}
+
 /** The settings of a gridkeep server signing in at `provider` (extra settings win). */
 export const ssoEnv = (provider: { issuer: string }, extra: Record<string, string> = {}) => ({
   OIDC_ISSUER: provider.issuer,

@@ -2,19 +2,11 @@ import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import type { Browser } from 'playwright-core'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { launchBrowser, openSession } from '../helpers/browser'
-import { PEOPLE, ssoEnv, startOidcProvider, type TestProvider } from '../helpers/oidc-provider'
+import { freePort, PEOPLE, ssoEnv, startOidcProvider, type TestProvider } from '../helpers/oidc-provider'
 import { chromium, describeWith } from '../helpers/requires'
 
 // docs/api.md §2 "Single sign-on" and §11: the dashboard's "Sign in with <provider>" in a real
 // browser, through the real provider's login and consent pages, back to a signed-in dashboard.
-
-/** A port free a moment ago: the server's PUBLIC_URL (the provider's redirect) must name it up front. */
-function freePort(): number {
-  const probe = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
-  const port = probe.port
-  probe.stop(true)
-  return port
-}
 
 setDefaultTimeout(90_000)
 describeWith(chromium, 'single sign-on in a browser', () => {
