@@ -1,5 +1,6 @@
 import { join } from 'node:path'
 import { ownProcess } from './children'
+import { rememberSecret } from './secrets'
 
 // The tests' OpenID provider (docs/api.md §2 "Single sign-on"): oidc-provider in its own process
 // (test/helpers/oidc-provider-main.ts), with gridkeep's client and the people of every SSO test:
@@ -210,6 +211,16 @@ export async function dance(send: Send, base: string, login: string, query = '')
   const callback = await signInAtProvider(start.headers.get('location')!, login, jar)
   const back = await send(new Request(callback, { headers: { cookie: jar.header(base) } }))
   jar.take(base, back.headers)
+  // The state, the provider's code and the one-time code are credentials: never in a log line.
+  const answer = new URL(callback).searchParams
+  const location = back.headers.get('location') ?? ''
+  for (const secret of [
+    answer.get('state'),
+    answer.get('code'),
+    new URLSearchParams(location.slice(location.indexOf('#') + 1)).get('code'),
+    location.startsWith('http') ? new URL(location).searchParams.get('code') : null,
+  ])
+    rememberSecret(secret)
   return { jar, start, callback, back }
 }
 
