@@ -56,4 +56,30 @@ describeWith(chromium, 'single sign-on in a browser', () => {
     await page.getByText(/^gk-[0-9A-Za-z]{40}$/).waitFor()
     await s.finish()
   })
+
+  test('a stale return from the provider says why, with a way back; passwords off leaves only the button', async () => {
+    const s = await openSession(browser, server.url, { alsoAllow: [provider.issuer] })
+    s.allowStatus(400)
+    await s.page.goto(`${server.url}/app/sso#code=not-a-code&return_to=%2Fapp%2Fkeys`)
+    await s.page.getByText('This sign-in code is unknown, was used already or has expired').waitFor()
+    expect(s.page.url()).not.toContain('not-a-code')
+    await s.page.getByRole('link', { name: 'Back to sign-in' }).click()
+    await s.page.getByRole('button', { name: 'Sign in with Lab SSO', exact: true }).waitFor()
+    expect(await s.page.getByLabel('Password').count()).toBe(1)
+    await s.finish()
+
+    const ssoOnly = await startTestServer(
+      ssoEnv(provider, { PASSWORD_LOGIN: 'false', OIDC_ADMIN_GROUPS: 'gridkeep-admins' }),
+    )
+    try {
+      const only = await openSession(browser, ssoOnly.url)
+      await only.page.goto(ssoOnly.url)
+      await only.page.getByRole('button', { name: 'Sign in with Lab SSO', exact: true }).waitFor()
+      expect(await only.page.getByLabel('Password').count()).toBe(0)
+      expect(await only.page.getByRole('link', { name: 'Create account' }).count()).toBe(0)
+      await only.finish()
+    } finally {
+      await ssoOnly.stop()
+    }
+  })
 })
