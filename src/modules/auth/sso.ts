@@ -147,7 +147,8 @@ export async function finishSignIn(deps: SsoDeps, query: URLSearchParams, cookie
     const fragment = new URLSearchParams({ code, return_to: login.return_to ?? '/app/batches' })
     return `${SSO_PAGE}#${fragment}`
   } catch (error) {
-    if (login.redirect_uri && error instanceof AppError && error.status < 500)
+    // A refusal or an unreachable provider (502) is the terminal's to report; a bug (500) is not.
+    if (login.redirect_uri && error instanceof AppError && error.status !== 500)
       return loopback(login.redirect_uri, {
         error: error.errorCode ?? 'sso_failed',
         error_description: error.message,
