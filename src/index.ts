@@ -5,6 +5,7 @@ import { type Config, ConfigError, loadConfig } from './config'
 import { BlobStoreUnavailableError } from './lib/blobs'
 import { log, setLogLevel } from './lib/logger'
 import { ensureSuperadmin } from './modules/auth/service'
+import { checkSuperadminCanSignIn } from './modules/auth/sso'
 import { seedCatalogue } from './modules/catalogue/seed'
 import { acquireInstanceLock, InstanceLockedError } from './ops/instance-lock'
 import * as retention from './services/retention'
@@ -57,6 +58,7 @@ export async function startServer(config: Config, given?: Server): Promise<Runni
     collectDefaultMetrics({ register: deps.metrics.registry })
     const app = createApp(deps)
     await Promise.all([superadmin, catalogue])
+    await checkSuperadminCanSignIn(deps)
     // Background loops register their stop() in `loops`; the shutdown awaits them all.
     // The validator validates against the catalogue: it starts once the catalogue is seeded.
     loops.push(validator.start(deps))

@@ -43,6 +43,7 @@ export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
     spec: LOGIN_SPEC,
     usage: [
       'Usage: gridkeep login [--server URL] [--email EMAIL] [--password-stdin] [--name NAME]',
+      '       gridkeep login [--server URL] --sso [--name NAME]',
       '       gridkeep login [--server URL] --key gk-…',
       '',
       'Asks for the email and password (on a terminal the password is not echoed; otherwise each',
@@ -54,6 +55,9 @@ export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
       'Options:',
       '  --server URL       the server (default: GRIDKEEP_SERVER, the saved one, http://localhost:8080)',
       '  --email EMAIL      the account; asked when not given',
+      "  --sso              sign in through the browser at the server's identity provider (single",
+      '                     sign-on): the address is printed, and opened when a browser can be',
+      '                     ($BROWSER, else xdg-open/open); open it on this machine where none can',
       '  --password-stdin   read the password from the first line of stdin, without a prompt (needs',
       '                     --email); a forced password change reads the new one from the next line',
       "  --name NAME        the new key's name (default: gridkeep-cli@<hostname>)",

@@ -53,6 +53,25 @@ export async function populate(t: TestApp) {
     vram_gb: null,
   })
 
+  // docs/api.md §2 "Single sign-on": an identity linked to an account, and a sign-in under way
+  // (written through the store: no provider is needed to hold them).
+  await t.deps.store.sso.link(
+    other.id,
+    { issuer: 'https://idp.example.test/realms/lab', subject: 'other-subject', email: other.email },
+    t.clock.now(),
+  )
+  await t.deps.store.sso.startLogin({
+    state_hash: 'a'.repeat(64),
+    nonce: 'populated-nonce',
+    code_verifier: 'v'.repeat(43),
+    return_to: '/app/keys',
+    redirect_uri: null,
+    client_state: null,
+    code_challenge: null,
+    created_at: t.clock.now(),
+    expires_at: t.clock.now() + 600,
+  })
+
   // A webhook (written through the store: its loopback-free URL needs no resolver here), so the
   // batches below leave events in its outbox.
   await t.deps.store.webhooks.createWebhook({
