@@ -4,6 +4,7 @@ import { type Static, Type as T } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { CAPABILITIES, type Capability, ENGINE_CAPABILITIES } from '../domain/capabilities'
 import { ENGINES, type Engine } from '../domain/catalogue'
+import { readCaFile } from '../lib/tls-client'
 import { neverPassed } from './engines/env'
 import { DEFAULT_LAUNCH_COMMANDS, launchCommandProblem } from './engines/launch-command'
 
@@ -54,6 +55,13 @@ export const DaemonOptionsSchema = T.Object({
     description: 'Control plane base URL, e.g. http://gridkeep:8080',
   }),
   key: T.String({ pattern: '^gk-', description: 'Organization worker key (gk-…); never logged' }),
+  ca_file: T.Optional(
+    T.String({
+      minLength: 1,
+      description:
+        'PEM file of a CA that signed the server’s certificate (a lab’s private CA), trusted beside the usual ones',
+    }),
+  ),
   runtime: T.Union(
     [
       T.Literal('openai'),
@@ -197,6 +205,8 @@ export type DaemonOptions = Omit<
   | 'engine_env'
   | 'capabilities'
 > & {
+  /** --ca-file: the CA's PEM, read at start (docs/worker.md). */
+  ca?: string
   max_jobs: number
   /** The engine's base URL; empty for a managed llama.cpp (its router's port is found at start). */
   runtime_url: string
@@ -217,6 +227,7 @@ type Field = keyof typeof DaemonOptionsSchema.properties
 export const ENV_NAMES: Record<Field, string> = {
   server: 'GRIDKEEP_SERVER',
   key: 'GRIDKEEP_WORKER_KEY',
+  ca_file: 'GRIDKEEP_CA_FILE',
   runtime: 'GRIDKEEP_RUNTIME',
   runtime_url: 'GRIDKEEP_RUNTIME_URL',
   models_dir: 'GRIDKEEP_MODELS_DIR',
@@ -359,6 +370,14 @@ function finish(p: Parsed): DaemonOptions {
         ? (p.engine ?? 'openai')
         : (p.engine ?? (p.runtime as Engine))
   const listed = p.capabilities?.split(',').map((c) => c.trim())
+  let ca: string | undefined
+  if (p.ca_file !== undefined) {
+    try {
+      ca = readCaFile(p.ca_file)
+    } catch (e) {
+      throw new OptionsError(`--ca-file: ${(e as Error).message}`)
+    }
+  }
   const engineEnv = (p.engine_env ?? '')
     .split(',')
     .map((n) => n.trim())
@@ -370,6 +389,7 @@ function finish(p: Parsed): DaemonOptions {
   }
   return {
     ...p,
+    ...(ca ? { ca } : {}),
     engine_args: (p.engine_args ?? '').split(/\s+/).filter(Boolean),
     engine_env: engineEnv,
     // docs/api.md §16: a shard-capable worker holds the current shard and the next.
@@ -450,6 +470,7 @@ function describe(schema: any): string {
 const PLACEHOLDER: Partial<Record<Field, string>> = {
   server: 'URL',
   key: 'gk-…',
+  ca_file: 'FILE',
   runtime: 'openai|ollama|llama.cpp|vllm|sglang|command',
   runtime_url: 'URL',
   models_dir: 'DIR',

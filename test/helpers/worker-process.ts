@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { chmodSync, closeSync, existsSync, openSync, readFileSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import type { Subprocess } from 'bun'
 import { ownProcess } from './children'
@@ -35,15 +35,18 @@ export function spawnWorker(
   o: { outputDir: string; entry?: string },
 ): WorkerProcess {
   const out = join(o.outputDir, `worker-${Date.now()}-${Math.random().toString(36).slice(2)}.log`)
+  // One descriptor, appending, for both streams: two would each write from the file's start.
+  const fd = openSync(out, 'a')
   const proc = ownProcess(
     Bun.spawn([process.execPath, o.entry ?? WORKER_CLI, ...args], {
       cwd: REPO,
       env,
       stdin: 'ignore',
-      stdout: Bun.file(out),
-      stderr: Bun.file(out),
+      stdout: fd,
+      stderr: fd,
     }),
   )
+  closeSync(fd)
   const output = () => (existsSync(out) ? readFileSync(out, 'utf8') : '')
   return {
     proc,
