@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { ConfigError, loadConfig } from '../../src/config'
 import { HSTS } from '../../src/http/lifecycle'
+import { startServer } from '../../src/index'
 import {
   buildRequest,
   type ReqOptions,
@@ -257,8 +258,9 @@ describe('TLS settings refused at start', () => {
 
   test('an unreadable file, or a key that is not the certificate’s, stops the start naming the variable', async () => {
     const other = ca.issue('other')
+    // Nothing is opened before the check (no deps given: the server would make its own after it).
     const start = (env: Record<string, string>) =>
-      startTestServer(env).then(
+      startServer(testConfig(env)).then(
         async (s) => {
           await s.stop()
           return 'started'
