@@ -18,6 +18,18 @@ const MiB = 1024 * 1024
 export const ConfigSchema = T.Object({
   PORT: Int(8080, 0, 65535, 'TCP port the server listens on (0 = any free port)'),
   HOST: Str('Interface to bind', '0.0.0.0'),
+  TLS_CERT_FILE: T.Optional(
+    Str(
+      'PEM certificate with its chain (leaf first): with TLS_KEY_FILE the server speaks HTTPS itself and sends Strict-Transport-Security; both or neither',
+    ),
+  ),
+  TLS_KEY_FILE: T.Optional(Str('PEM private key of TLS_CERT_FILE (unencrypted)')),
+  TLS_CHECK_SECONDS: Int(
+    60,
+    1,
+    86400,
+    'How often TLS_CERT_FILE and TLS_KEY_FILE are checked for a renewed certificate, then served to new connections without a restart',
+  ),
   DATA_DIR: Str('Directory for the database, uploaded files, the JWT secret and the mail outbox', './data'),
   DATABASE_PATH: T.Optional(Str('SQLite database file (default DATA_DIR/gridkeep.db)')),
   DATABASE_URL: T.Optional(
@@ -30,7 +42,9 @@ export const ConfigSchema = T.Object({
     default: 'normal',
     description: 'SQLite synchronous mode: normal (WAL-safe, fast) or full (survives power loss)',
   }),
-  PUBLIC_URL: T.Optional(Str('Public base URL used in mailed links (default http://localhost:PORT)')),
+  PUBLIC_URL: T.Optional(
+    Str('Public base URL used in mailed links (default http://localhost:PORT, https:// with TLS_CERT_FILE)'),
+  ),
   JWT_SECRET: T.Optional(
     T.String({
       minLength: 32,
@@ -247,6 +261,14 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       'invalid configuration: SMTP_URL: expected an smtp:// or smtps:// URL with a host (got "***")',
     )
   }
+  // docs/deployment.md "TLS on the binary": a certificate without its key (or the reverse) would
+  // start a server that speaks plain HTTP while its admin believes otherwise.
+  if ((raw.TLS_CERT_FILE === undefined) !== (raw.TLS_KEY_FILE === undefined)) {
+    const [set, missing] = raw.TLS_CERT_FILE
+      ? ['TLS_CERT_FILE', 'TLS_KEY_FILE']
+      : ['TLS_KEY_FILE', 'TLS_CERT_FILE']
+    throw new ConfigError(`invalid configuration: ${missing}: required with ${set} (both or neither)`)
+  }
   if (raw.STORAGE_URL !== undefined && !parseStorageUrl(raw.STORAGE_URL)) {
     throw new ConfigError(
       'invalid configuration: STORAGE_URL: expected s3://BUCKET or s3://BUCKET/PREFIX (a lowercase bucket name)',
@@ -257,7 +279,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     ...raw,
     DATA_DIR: raw.DATA_DIR,
     DATABASE_PATH: raw.DATABASE_PATH ?? join(raw.DATA_DIR, 'gridkeep.db'),
-    PUBLIC_URL: (raw.PUBLIC_URL ?? `http://localhost:${raw.PORT}`).replace(/\/+$/, ''),
+    PUBLIC_URL: (raw.PUBLIC_URL ?? `${raw.TLS_CERT_FILE ? 'https' : 'http'}://localhost:${raw.PORT}`).replace(
+      /\/+$/,
+      '',
+    ),
   }
 }
 

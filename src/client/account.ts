@@ -1,5 +1,5 @@
 import { hostname } from 'node:os'
-import { Api, ApiFailure, type KeyRecord, type LoginAnswer } from './api'
+import { Api, ApiFailure, type KeyRecord, type LoginAnswer, type Transport } from './api'
 import { flag, type Parsed, positionals, type Spec, stringOption } from './args'
 import {
   type ClientConfig,
@@ -25,6 +25,7 @@ export interface AccountContext {
   env: Env
   view: View
   interrupt: AbortSignal
+  transport?: Transport
 }
 
 export const LOGIN_SPEC: Spec = {
@@ -57,7 +58,7 @@ export async function login(p: Parsed, ctx: AccountContext): Promise<number> {
     stringOption(p, 'server') || env.GRIDKEEP_SERVER || previous?.server || DEFAULT_SERVER,
   )
   const key = stringOption(p, 'key')
-  const api = new Api(server, null, interrupt)
+  const api = new Api(server, null, interrupt, ctx.transport)
   let saved: ClientConfig
   if (key !== undefined && flag(p, 'sso'))
     throw usageError('--sso and --key are two ways to log in: give one')
@@ -181,7 +182,7 @@ export async function logout(p: Parsed, ctx: AccountContext): Promise<number> {
   let revoked = false
   if (config.key_id) {
     // docs/api.md §3 (ext): the key revokes itself. Already refused (revoked, expired) is as good.
-    const api = new Api(config.server, config.api_key, interrupt)
+    const api = new Api(config.server, config.api_key, interrupt, ctx.transport)
     try {
       await api.send('DELETE', `/v1/users/me/api-keys/${encodeURIComponent(config.key_id)}`)
       revoked = true
