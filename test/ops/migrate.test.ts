@@ -48,6 +48,7 @@ describeWith(postgres, 'migrateRows', () => {
         // docs/api.md §16: the split batch's two shards and its request-line index.
         batch_shards: 2,
         batch_line_index: 1,
+        model_pull_failures: 1,
       })
       expect(rows.files).toBe(6) // four inputs, one output, one error file
       expect(rows.batch_errors).toBeGreaterThan(0)
@@ -55,7 +56,7 @@ describeWith(postgres, 'migrateRows', () => {
       // The webhook, and its outbox: its owner's batch was validated, then completed.
       expect(rows.webhooks).toBe(1)
       expect(rows.webhook_messages).toBe(2)
-      expect(lines.at(-1)).toMatch(/^verified 22 tables/)
+      expect(lines.at(-1)).toMatch(/^verified 23 tables/)
       const pg = new SQL({ url: to, max: 1 })
       try {
         const [u] = await pg`SELECT count(*)::int AS n, max(seq)::int AS max FROM users`
