@@ -52,6 +52,8 @@ export interface FakeRuntimeOptions {
     models: OllamaModelFixture[]
     /** Names loaded in memory (/api/ps). */
     loaded?: string[]
+    /** Awaited by /api/pull after its first progress line (a test holds a pull under way). */
+    pullHold?: () => Promise<void>
     /** Models /api/pull can fetch, with the layers it reports. */
     library?: Record<string, OllamaModelFixture & { layers: { digest: string; size: number }[] }>
   }
@@ -272,8 +274,9 @@ export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
     return new Response(
       new ReadableStream({
         async start(c) {
-          for (const l of lines) {
+          for (const [i, l] of lines.entries()) {
             c.enqueue(enc.encode(JSON.stringify(l) + '\n'))
+            if (i === 1) await opts.ollama?.pullHold?.()
             await Bun.sleep(1)
           }
           if (entry) ollamaModels.push({ tag: entry.tag, show: entry.show })
