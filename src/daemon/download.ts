@@ -158,6 +158,8 @@ export interface DownloadRequest {
   freeBytes?: (path: string) => number
   /** The sha256 of a file already at the destination (default: read it through). */
   hash?: (path: string) => Promise<string | null>
+  /** While a model already there is hashed, `verifying` is reported this often (default 5 s). */
+  hashReportMs?: number
 }
 
 /** docs/worker.md "Downloads": a lock not refreshed for this long was left by a dead holder. */
@@ -165,6 +167,8 @@ export const LOCK_STALE_MS = 10 * 60_000
 const LOCK_REFRESH_MS = 60_000
 /** docs/worker.md "Downloads": partial files nobody has written for this long are removed. */
 export const PARTIAL_RECLAIM_MS = 24 * 3600_000
+/** How often a model already at the destination says it is still being hashed (the default --progress-interval). */
+const HASH_REPORT_MS = 5000
 
 const GB = 1e9
 const gb = (bytes: number) => `${(bytes / GB).toFixed(2)} GB`
@@ -317,15 +321,23 @@ async function alreadyThere(req: DownloadRequest, dlog: typeof log): Promise<Dow
     throw new DownloadError(`${layout.dest} is already there without ${basename(missing)}${leftAlone}`)
   const total = paths.reduce((sum, p) => sum + statSync(p).size, 0)
   dlog.info('the destination is already there; hashing it', { files: paths.length, bytes: total })
-  req.onProgress?.({ status: 'verifying', completed_bytes: 0, total_bytes: total })
+  const verifying = () => req.onProgress?.({ status: 'verifying', completed_bytes: 0, total_bytes: total })
+  verifying()
+  // Hashing 100 GB takes minutes: the report goes on meanwhile, so the ask never lapses for silence.
+  const alive = setInterval(verifying, req.hashReportMs ?? HASH_REPORT_MS)
+  alive.unref()
   const hash = req.hash ?? hashFile
-  for (const [i, f] of layout.files.entries()) {
-    const got = await hash(paths[i]!)
-    const pin = digestOrNull(f.sha256)
-    if (got !== pin)
-      throw new DownloadError(
-        `${paths[i]} is already there and is not the catalogue's: its sha256 is ${got ?? 'unreadable'}, the catalogue's ${pin}${leftAlone}`,
-      )
+  try {
+    for (const [i, f] of layout.files.entries()) {
+      const got = await hash(paths[i]!)
+      const pin = digestOrNull(f.sha256)
+      if (got !== pin)
+        throw new DownloadError(
+          `${paths[i]} is already there and is not the catalogue's: its sha256 is ${got ?? 'unreadable'}, the catalogue's ${pin}${leftAlone}`,
+        )
+    }
+  } finally {
+    clearInterval(alive)
   }
   req.onProgress?.({ status: 'verifying', completed_bytes: total, total_bytes: total })
   dlog.info("the model already there is the catalogue's", { files: paths.length })

@@ -28,6 +28,7 @@ import { LaunchedEngine } from '../../src/daemon/engines/launched'
 import { StateDir } from '../../src/daemon/state'
 import { type StandInHub, seededBytes, sha256Of, startStandInHub } from '../helpers/hub'
 import { capturedLogLines, rememberSecret } from '../helpers/secrets'
+import { until } from '../helpers/until'
 
 // The downloader (src/daemon/download.ts) against the stand-in hub (test/helpers/hub.ts).
 
@@ -463,6 +464,28 @@ describe('a destination already there is hashed, never replaced', () => {
     expect(statSync(join(dir, 'm.gguf'))).toMatchObject({ ino: before.ino, mtimeMs: before.mtimeMs })
     expect(progress.map((p) => p.status)).toEqual(['verifying', 'verifying'])
     expect(tree(dir)).toEqual(['m.gguf'])
+  })
+
+  test('a long hash of what is there keeps reporting verifying, so the ask never lapses for silence', async () => {
+    const h = hub()
+    const bytes = seededBytes(1000, 49)
+    const file = h.put(REPO, 'm.gguf', bytes)
+    const dir = modelsDir()
+    writeFileSync(join(dir, 'm.gguf'), bytes)
+    const { req, progress } = request(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+      {
+        hashReportMs: 1,
+        // A hash that ends only once three reports have gone out meanwhile.
+        hash: async (path) => {
+          await until('reports while hashing', () => progress.length >= 4)
+          return sha256Of(readFileSync(path))
+        },
+      },
+    )
+    expect((await downloadModel(req)).found).toBe(true)
+    expect(progress.every((p) => p.status === 'verifying')).toBe(true)
   })
 
   test('other bytes there: the download fails saying so, and the file stays as it was', async () => {
