@@ -1,5 +1,12 @@
 import type { Deps } from '../../deps'
-import { backedOff, backOffDownload, type PullSource, pullPin, pullSource } from '../../domain/downloads'
+import {
+  backedOff,
+  backOffDownload,
+  type DownloadBackoff,
+  type PullSource,
+  pullPin,
+  pullSource,
+} from '../../domain/downloads'
 import type { HostedModel } from '../../domain/inventory'
 import { type CatalogueEntry, matchEntry, type WorkerView } from '../../domain/matching'
 import { log } from '../../lib/logger'
@@ -67,7 +74,7 @@ export async function pullModelsFor(deps: Deps, workerId: string): Promise<PullI
     else return []
   }
 
-  let backoffs: Map<string, { pin: string; failures: number; retry_at: number }> | null = null
+  let backoffs: Map<string, DownloadBackoff> | null = null
   for (const entry of catalogue.entries) {
     if (!entry.enabled || entry.size_gb === null || entry.size_gb > worker.max_download_gb) continue
     if (matchEntry(view, entry)) continue // it already has it
