@@ -3,6 +3,7 @@ import type { BatchChanges, BatchEvent } from '../domain/batch-states'
 import { type Capability, needsKey } from '../domain/capabilities'
 import type { Tally } from '../domain/waiting'
 import type { PageParams } from '../lib/pagination'
+import type { ByteRange } from './queue'
 
 // Batches and their validation (docs/api.md §6, docs/api.md §6): creation, reads, and the validator's
 // verbs. The state moves go through the state table (src/domain/batch-states.ts).
@@ -43,12 +44,58 @@ export interface ValidationResult {
    * with the batch when it passes.
    */
   line_offsets?: readonly number[] | null
+  /**
+   * docs/api.md §6 "Execution order": position → request line, and each request line's length; null
+   * (or absent) for the file order. Stored with the index when it passes.
+   */
+  line_order?: { order: Uint32Array; lengths: readonly number[] } | null
 }
 
 /** The request-line index as stored: little-endian float64s, one per request line. */
 export function packLineOffsets(offsets: readonly number[]): Buffer {
   const out = Buffer.allocUnsafe(offsets.length * 8)
   for (let i = 0; i < offsets.length; i++) out.writeDoubleLE(offsets[i]!, i * 8)
+  return out
+}
+
+/** Bytes of one entry of the execution-order spans: start (float64) and length (uint32). */
+export const SPAN_BYTES = 12
+
+/**
+ * docs/api.md §6 "Execution order" as stored (batch_line_index.spans): the request lines in execution
+ * order, each its start (little-endian float64) and its length (little-endian uint32).
+ */
+export function packLineSpans(
+  offsets: readonly number[],
+  order: { order: Uint32Array; lengths: readonly number[] },
+): Buffer {
+  const out = Buffer.allocUnsafe(order.order.length * SPAN_BYTES)
+  for (let k = 0; k < order.order.length; k++) {
+    const line = order.order[k]!
+    out.writeDoubleLE(offsets[line]!, k * SPAN_BYTES)
+    out.writeUInt32LE(order.lengths[line]!, k * SPAN_BYTES + 8)
+  }
+  return out
+}
+
+/** The batch_line_index row a validation that passed writes (both engines), or null for none. */
+export function lineIndexRow(batchId: string, result: ValidationResult) {
+  if (!result.passed || !result.line_offsets?.length) return null
+  return {
+    batch_id: batchId,
+    offsets: packLineOffsets(result.line_offsets),
+    spans: result.line_order ? packLineSpans(result.line_offsets, result.line_order) : null,
+  }
+}
+
+/** Spans read back (a slice of batch_line_index.spans): each line's [start, end) in the input. */
+export function unpackLineSpans(bytes: Uint8Array): ByteRange[] {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  const out: ByteRange[] = []
+  for (let at = 0; at + SPAN_BYTES <= bytes.byteLength; at += SPAN_BYTES) {
+    const start = view.getFloat64(at, true)
+    out.push({ start, end: start + view.getUint32(at + 8, true) })
+  }
   return out
 }
 
@@ -70,6 +117,8 @@ export function validationMove(
           request_counts_total: result.request_lines,
           errors_total: 0,
           queued_at: now,
+          // docs/api.md §6 "Execution order": the order stored with the index (lineIndexRow).
+          ordered: !!(result.line_order && result.line_offsets?.length),
         },
       }
     : {

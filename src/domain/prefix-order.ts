@@ -1,0 +1,279 @@
+// Execution order by shared prefix (docs/api.md §6 "Execution order"): at validation each request
+// line gets a fixed-size prefix key from its prompt as the engine will see it, and the batch runs in
+// the order a walk of the prompts' trie gives: lines sharing a long leading part next to each other,
+// the longest shared part first, and lines sharing nothing in file order. Engines keep the KV cache
+// of a shared prefix (llama.cpp's slots and host prompt cache, vLLM's block hashes, SGLang's radix
+// tree) only while requests sharing it come close together, so the order is what lets them reuse it.
+//
+// The key: the prompt is cut at fixed character boundaries that double (256, 512, … 16,384, then the
+// whole prompt), and each level's hash chains the one before (vLLM's block hashes, at a doubling
+// block size): two lines share a level's hash exactly when (but for a hash collision, 1 in 2^53 a
+// pair) they share the prompt up to that boundary. Eight hashes, whatever the prompt's length. A
+// doubling step keeps the key small and still finds a shared part to within half its length; a
+// collision would only misplace a line, never lose one. A prompt of at most 256 characters is not
+// keyed at all: nothing it shares is worth a cache, and a batch of a million short lines pays nothing.
+//
+// The order is computed online, as lines stream through validation, with memory per line of fixed
+// size (a parent and a depth: 5 bytes) plus one table entry per distinct prefix node — never the
+// prompts. Inserting the lines into the trie in file order, a line branches off at the deepest node an
+// earlier line made: that node's first line is its parent, the node's depth its depth. The trie's walk
+// with each node's children in order of first appearance is then this tree's walk with each line's
+// children taken deepest-shared first, then in file order (sorting the chunk-hash sequences and
+// walking them gives the same order, at eight hashes a line).
+
+/** Characters of the prompt each level of the key covers; the last level is the whole prompt. */
+export const PREFIX_LEVELS = [256, 512, 1024, 2048, 4096, 8192, 16384] as const
+/** Hashes in a key: one per boundary, and the whole prompt. */
+export const KEY_LEVELS = PREFIX_LEVELS.length + 1
+/**
+ * A prompt of at most this many characters (about 64 tokens) is not ordered: it shares nothing worth
+ * a cache, keeps its place among the lines that share nothing, and costs validation no hashing.
+ */
+export const MIN_ORDERED_CHARS = PREFIX_LEVELS[0]
+
+const SEP = '\u001e'
+
+const text = (v: unknown): string => (typeof v === 'string' ? v : (JSON.stringify(v) ?? ''))
+
+/** The parts of one prompt, reused line after line (promptOf is synchronous). */
+const parts: string[] = []
+
+function push(v: unknown) {
+  if (v !== undefined && v !== null) parts.push(text(v))
+}
+
+/** Messages or input items: each one's role (or type), its content, and its tool calls when it has any. */
+function pushItems(v: unknown) {
+  if (!Array.isArray(v)) return push(v)
+  for (const m of v) {
+    if (typeof m !== 'object' || m === null || Array.isArray(m)) {
+      push(m)
+      continue
+    }
+    push(m.role ?? m.type)
+    push(m.content)
+    push(m.tool_calls)
+  }
+}
+
+/**
+ * The prompt of a request body as the engine will see it, in order: chat — the tools (a chat template
+ * renders them first), then the messages (system, few-shot, then the rest); completions — the prompt;
+ * embeddings — the input; responses — the instructions, the tools, then the input. Text is taken as
+ * is, anything else as its JSON; only the order of the parts matters: the prompt is hashed, never
+ * sent. Null when it is not longer than `min` characters (nothing is joined then).
+ */
+export function promptOf(endpoint: string, body: Record<string, unknown>, min = 0): string | null {
+  parts.length = 0
+  switch (endpoint) {
+    case '/v1/completions':
+      push(body.prompt)
+      break
+    case '/v1/embeddings':
+      push(body.input)
+      break
+    case '/v1/responses':
+      push(body.instructions)
+      push(body.tools)
+      pushItems(body.input)
+      break
+    default:
+      push(body.tools)
+      pushItems(body.messages)
+  }
+  let length = parts.length - 1
+  for (const p of parts) length += p.length
+  const prompt = length > min ? parts.join(SEP) : null
+  parts.length = 0
+  return prompt
+}
+
+/**
+ * The prompt's key: KEY_LEVELS chained 64-bit hashes (xxHash3, kept to 53 bits so a number holds one
+ * exactly), written into `out` (a fresh array when omitted). Level i < KEY_LEVELS − 1 hashes the
+ * prompt up to PREFIX_LEVELS[i] when the prompt is longer; from the first boundary the prompt does
+ * not pass, every level holds the whole prompt's hash. Returns how many distinct levels the key has
+ * (the whole prompt's level included).
+ */
+export function prefixKey(prompt: string, out = new Float64Array(KEY_LEVELS)): number {
+  let h = 0x9e3779b97f4a7c15n
+  let from = 0
+  let level = 0
+  for (; level < PREFIX_LEVELS.length && prompt.length > PREFIX_LEVELS[level]!; level++) {
+    const to = PREFIX_LEVELS[level]!
+    h = Bun.hash.xxHash3(prompt.slice(from, to), h)
+    out[level] = Number(h >> 11n)
+    from = to
+  }
+  // The whole prompt, marked as ending here: a prompt that stops at a boundary is not the prefix of
+  // a longer one at that level.
+  h = Bun.hash.xxHash3(prompt.slice(from), h ^ 0x5bd1e995n)
+  out.fill(Number(h >> 11n), level)
+  return level + 1
+}
+
+/** No entry in the node table. */
+const NONE = 0xffffffff
+
+/**
+ * The prefix trie's nodes met so far (a node's key → the first line that reached it): an open
+ * addressing table of two typed arrays, doubled at half full.
+ */
+class NodeTable {
+  private keys = new Float64Array(1 << 12)
+  private lines = new Uint32Array(1 << 12).fill(NONE)
+  private size = 0
+
+  get(key: number): number {
+    const mask = this.keys.length - 1
+    for (let i = mix(key) & mask; ; i = (i + 1) & mask) {
+      const line = this.lines[i]!
+      if (line === NONE) return NONE
+      if (this.keys[i] === key) return line
+    }
+  }
+
+  set(key: number, line: number) {
+    if (2 * (this.size + 1) > this.keys.length) this.grow()
+    this.put(key, line)
+    this.size++
+  }
+
+  get bytes() {
+    return this.keys.byteLength + this.lines.byteLength
+  }
+
+  private put(key: number, line: number) {
+    const mask = this.keys.length - 1
+    let i = mix(key) & mask
+    while (this.lines[i] !== NONE) i = (i + 1) & mask
+    this.keys[i] = key
+    this.lines[i] = line
+  }
+
+  private grow() {
+    const { keys, lines } = this
+    this.keys = new Float64Array(keys.length * 2)
+    this.lines = new Uint32Array(keys.length * 2).fill(NONE)
+    for (let i = 0; i < keys.length; i++) if (lines[i] !== NONE) this.put(keys[i]!, lines[i]!)
+  }
+}
+
+/** A slot for a key (its low 32 bits; the keys are hashes already). */
+const mix = (k: number) => k >>> 0
+
+/**
+ * The execution order of a batch, built line by line in file order (add), decided at the end
+ * (finish). Memory: 5 bytes a line and the node table; never a prompt.
+ */
+export class PrefixOrder {
+  private parent = new Int32Array(1024)
+  private depth = new Uint8Array(1024)
+  private table: NodeTable | null = new NodeTable()
+  private readonly key = new Float64Array(KEY_LEVELS)
+  lines = 0
+
+  /**
+   * The next request line's prompt (promptOf), or null for a line without one or one too short to
+   * order (MIN_ORDERED_CHARS): it shares nothing.
+   */
+  add(prompt: string | null) {
+    const j = this.lines++
+    if (j === this.parent.length) this.grow()
+    const table = this.table!
+    if (prompt === null || prompt.length <= MIN_ORDERED_CHARS) {
+      this.parent[j] = -1
+      this.depth[j] = 0
+      return
+    }
+    const levels = prefixKey(prompt, this.key)
+    let parent = -1
+    let d = 0
+    for (; d < levels; d++) {
+      const first = table.get(this.key[d]!)
+      if (first === NONE) break
+      parent = first
+    }
+    for (let i = d; i < levels; i++) table.set(this.key[i]!, j)
+    this.parent[j] = parent
+    this.depth[j] = d
+  }
+
+  /** Bytes held now (the benchmark's figure). */
+  get bytes() {
+    return this.parent.byteLength + this.depth.byteLength + (this.table?.bytes ?? 0)
+  }
+
+  /**
+   * The execution order: position → line (0-based among the lines added), or null when it is the
+   * file order (nothing to store). Call once, after the last line.
+   */
+  finish(): Uint32Array | null {
+    this.table = null
+    return walkOrder(this.parent.subarray(0, this.lines), this.depth.subarray(0, this.lines))
+  }
+
+  private grow() {
+    const parent = new Int32Array(this.parent.length * 2)
+    parent.set(this.parent)
+    this.parent = parent
+    const depth = new Uint8Array(this.depth.length * 2)
+    depth.set(this.depth)
+    this.depth = depth
+  }
+}
+
+/**
+ * The walk of the line tree (each line's parent: the first line of the deepest prefix node it shares
+ * with an earlier line, −1 for none; its depth: how many key levels it shares with it): a line, then
+ * its children — the deepest-shared first, then in file order — each followed by its own subtree;
+ * the roots in file order. Null when that is the file order.
+ */
+export function walkOrder(parent: Int32Array, depth: Uint8Array): Uint32Array | null {
+  const n = parent.length
+  // Children of each line (the roots: of a virtual line n), deepest first, then in file order: the
+  // lines in that order (a counting sort by depth, stable), then placed under their parents.
+  const byDepth = new Uint32Array(n)
+  const perDepth = new Uint32Array(KEY_LEVELS + 2)
+  for (let j = 0; j < n; j++) perDepth[KEY_LEVELS - depth[j]!]!++
+  for (let d = 0, at = 0; d < perDepth.length; d++) {
+    const c = perDepth[d]!
+    perDepth[d] = at
+    at += c
+  }
+  for (let j = 0; j < n; j++) byDepth[perDepth[KEY_LEVELS - depth[j]!]!++] = j
+  const start = new Uint32Array(n + 2)
+  for (let j = 0; j < n; j++) start[(parent[j]! < 0 ? n : parent[j]!) + 1]!++
+  for (let i = 0; i <= n; i++) start[i + 1]! += start[i]!
+  const fill = start.slice(0, n + 1)
+  const children = new Uint32Array(n)
+  for (let k = 0; k < n; k++) {
+    const j = byDepth[k]!
+    const p = parent[j]! < 0 ? n : parent[j]!
+    children[fill[p]!++] = j
+  }
+  // Depth-first, iteratively (a stack of lines; byDepth is free now and holds it).
+  const stack = byDepth
+  const order = new Uint32Array(n)
+  let top = 0
+  let at = 0
+  const pushChildren = (p: number) => {
+    for (let c = start[p + 1]! - 1; c >= start[p]!; c--) stack[top++] = children[c]!
+  }
+  pushChildren(n)
+  let identity = true
+  while (top > 0) {
+    const j = stack[--top]!
+    if (j !== at) identity = false
+    order[at++] = j
+    pushChildren(j)
+  }
+  return identity ? null : order
+}
+
+/** The execution order of prompts given whole (tests, and callers holding every prompt). */
+export function executionOrder(prompts: readonly (string | null)[]): Uint32Array | null {
+  const o = new PrefixOrder()
+  for (const p of prompts) o.add(p)
+  return o.finish()
+}
