@@ -2,8 +2,8 @@ import type { BatchErrorRow, BatchRow, BatchStatus, FileRow } from '../db/schema
 import type { BatchChanges, BatchEvent } from '../domain/batch-states'
 import { type Capability, needsKey } from '../domain/capabilities'
 import type { Tally } from '../domain/waiting'
+import type { ByteRange, LineSpans } from '../lib/blobs/spans'
 import type { PageParams } from '../lib/pagination'
-import type { ByteRange } from './queue'
 
 // Batches and their validation (docs/api.md §6, docs/api.md §6): creation, reads, and the validator's
 // verbs. The state moves go through the state table (src/domain/batch-states.ts).
@@ -88,15 +88,31 @@ export function lineIndexRow(batchId: string, result: ValidationResult) {
   }
 }
 
-/** Spans read back (a slice of batch_line_index.spans): each line's [start, end) in the input. */
-export function unpackLineSpans(bytes: Uint8Array): ByteRange[] {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
-  const out: ByteRange[] = []
-  for (let at = 0; at + SPAN_BYTES <= bytes.byteLength; at += SPAN_BYTES) {
-    const start = view.getFloat64(at, true)
-    out.push({ start, end: start + view.getUint32(at + 8, true) })
+/**
+ * A run of request lines as both engines read it from batch_line_index (docs/api.md §16, §6
+ * "Execution order"): a slice of `spans` when the batch has an execution order (each line's
+ * [start, start + length)), else the float64 offsets of the run's first line (`a`) and of the line
+ * after it (`b`, null: to the end of the file). Null when the run is outside the index.
+ */
+export function lineSpansFrom(row: {
+  a: Uint8Array | null
+  b: Uint8Array | null
+  spans: Uint8Array | null
+}): LineSpans | null {
+  if (row.spans !== null) {
+    const bytes = row.spans
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+    const ranges: ByteRange[] = []
+    for (let at = 0; at + SPAN_BYTES <= bytes.byteLength; at += SPAN_BYTES) {
+      const start = view.getFloat64(at, true)
+      ranges.push({ start, end: start + view.getUint32(at + 8, true) })
+    }
+    return ranges.length ? { ranges, lines: true } : null
   }
-  return out
+  const at = (bytes: Uint8Array | null) =>
+    bytes?.byteLength === 8 ? new DataView(bytes.buffer, bytes.byteOffset, 8).getFloat64(0, true) : null
+  const start = at(row.a)
+  return start === null ? null : { ranges: [{ start, end: at(row.b) }], lines: false }
 }
 
 /**
