@@ -1,0 +1,151 @@
+import { describe, expect, test } from 'bun:test'
+import {
+  executionOrder,
+  KEY_LEVELS,
+  MIN_ORDERED_CHARS,
+  PrefixOrder,
+  prefixKey,
+  promptOf,
+  walkOrder,
+} from '../../src/domain/prefix-order'
+
+// docs/api.md §6 "Execution order": the rule every engine stores, decided once in
+// src/domain/prefix-order.ts — a pure function of the lines' prompts.
+
+const chat = (...messages: { role: string; content: unknown }[]) =>
+  promptOf('/v1/chat/completions', { model: 'm', messages })!
+/** Text long enough to count (over MIN_ORDERED_CHARS), distinct per `seed`. */
+const long = (seed: string, chars = 600) =>
+  `${seed}: ${'lorem ipsum dolor sit amet '.repeat(chars / 27 + 1)}`.slice(0, chars)
+
+/** The file-order indexes of `items` in execution order (null: the file order). */
+const orderOf = (prompts: (string | null)[]) => {
+  const o = executionOrder(prompts)
+  return o ? [...o] : null
+}
+
+describe('the prompt as the engine sees it', () => {
+  test('chat: the tools first, then the messages in order, roles included', () => {
+    const tools = [{ type: 'function', function: { name: 'f' } }]
+    const p = promptOf('/v1/chat/completions', {
+      messages: [
+        { role: 'system', content: 'S' },
+        { role: 'user', content: [{ type: 'text', text: 'U' }] },
+      ],
+      tools,
+    })!
+    expect(p.indexOf(JSON.stringify(tools))).toBe(0)
+    expect(p.indexOf('system')).toBeLessThan(p.indexOf('S'))
+    expect(p.indexOf('S')).toBeLessThan(p.indexOf('"U"'))
+    // The same messages under another role are another prompt.
+    expect(chat({ role: 'user', content: 'S' })).not.toBe(chat({ role: 'system', content: 'S' }))
+  })
+
+  test('completions take the prompt, embeddings the input, responses the instructions then the input', () => {
+    expect(promptOf('/v1/completions', { prompt: 'once upon' })).toBe('once upon')
+    expect(promptOf('/v1/embeddings', { input: ['a', 'b'] })).toBe('["a","b"]')
+    const r = promptOf('/v1/responses', {
+      instructions: 'Be brief.',
+      input: [{ role: 'user', content: 'hi' }],
+    })!
+    expect(r.startsWith('Be brief.')).toBe(true)
+    expect(r.endsWith('hi')).toBe(true)
+    expect(promptOf('/v1/responses', { input: 'plain' })).toBe('plain')
+  })
+
+  test('a prompt not longer than the minimum is not joined at all', () => {
+    expect(
+      promptOf('/v1/completions', { prompt: 'x'.repeat(MIN_ORDERED_CHARS) }, MIN_ORDERED_CHARS),
+    ).toBeNull()
+    expect(
+      promptOf('/v1/completions', { prompt: 'x'.repeat(MIN_ORDERED_CHARS + 1) }, MIN_ORDERED_CHARS),
+    ).toBe('x'.repeat(MIN_ORDERED_CHARS + 1))
+  })
+})
+
+describe('the key: chained hashes at doubling boundaries', () => {
+  test('two prompts share the levels up to the last boundary they share, and no further', () => {
+    const shared = 'a'.repeat(1100)
+    const k1 = new Float64Array(KEY_LEVELS)
+    const k2 = new Float64Array(KEY_LEVELS)
+    const n1 = prefixKey(`${shared}${'b'.repeat(3000)}`, k1)
+    const n2 = prefixKey(`${shared}${'c'.repeat(3000)}`, k2)
+    expect(n1).toBe(n2)
+    // Boundaries 256, 512 and 1,024 lie within the shared part; 2,048 does not.
+    expect([...k1.slice(0, 3)]).toEqual([...k2.slice(0, 3)])
+    for (let i = 3; i < KEY_LEVELS; i++) expect(k1[i]).not.toBe(k2[i])
+  })
+
+  test('a key has a fixed size: every level past the prompt holds the whole prompt', () => {
+    const k = new Float64Array(KEY_LEVELS)
+    expect(prefixKey('z'.repeat(700), k)).toBe(3)
+    expect(new Set(k.slice(2)).size).toBe(1)
+    // A prompt that stops exactly at a boundary is not the prefix of a longer one at that level.
+    const at = new Float64Array(KEY_LEVELS)
+    const longer = new Float64Array(KEY_LEVELS)
+    prefixKey('y'.repeat(512), at)
+    prefixKey('y'.repeat(900), longer)
+    expect(at[0]).toBe(longer[0])
+    expect(at[1]).not.toBe(longer[1])
+  })
+})
+
+describe('the execution order (a trie walk)', () => {
+  test('documents × questions in question-major order run document-major', () => {
+    const docs = [0, 1, 2, 3].map((d) => long(`doc ${d}`, 1500))
+    const prompts: string[] = []
+    for (const q of ['What?', 'Why?', 'Who?'])
+      for (const d of docs)
+        prompts.push(chat({ role: 'system', content: 'Answer.' }, { role: 'user', content: `${d}\n${q}` }))
+    expect(orderOf(prompts)).toEqual([0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11])
+  })
+
+  test('one shared instruction and a record per line: the file order (nothing to store)', () => {
+    const instruction = long('instructions', 6000)
+    const prompts = Array.from({ length: 50 }, (_, i) =>
+      chat({ role: 'system', content: instruction }, { role: 'user', content: `record ${i}` }),
+    )
+    expect(orderOf(prompts)).toBeNull()
+  })
+
+  test('lines that share nothing keep the file order', () => {
+    expect(orderOf(Array.from({ length: 30 }, (_, i) => long(`line ${i}`)))).toBeNull()
+    // Short prompts (at most MIN_ORDERED_CHARS) share nothing worth ordering, even when equal.
+    expect(orderOf(['hi', 'there', 'hi', 'there'])).toBeNull()
+  })
+
+  test('the longest shared part first: nested groups, each group where its first line was', () => {
+    const a = long('A', 300)
+    const ax = `${a}${long('x', 800)}`
+    const ay = `${a}${long('y', 800)}`
+    // File order: A·x·1, B, A·y·1, A·x·2, C, A·y·2, B again (an exact duplicate).
+    const b = long('B', 900)
+    const prompts = [`${ax}1`, b, `${ay}1`, `${ax}2`, long('C', 900), `${ay}2`, b]
+    // A's lines first (where A·x·1 stood): those sharing A·x (the longer part) before A·y; then B
+    // with its duplicate; then C, which shares nothing.
+    expect(orderOf(prompts)).toEqual([0, 3, 2, 5, 1, 6, 4])
+  })
+
+  test('lines without a prompt share nothing and keep their place among the groups', () => {
+    const d = long('doc', 900)
+    expect(orderOf([`${d}1`, null, long('other', 900), `${d}2`])).toEqual([0, 3, 1, 2])
+  })
+
+  test('walkOrder: a line, then its children deepest-shared first, each followed by its subtree', () => {
+    // 0 ← 2 (depth 1), 0 ← 3 (depth 2), 1 root, 1 ← 4 (depth 2), 2 ← 5 (depth 3).
+    const parent = Int32Array.from([-1, -1, 0, 0, 1, 2])
+    const depth = Uint8Array.from([0, 0, 1, 2, 2, 3])
+    expect([...walkOrder(parent, depth)!]).toEqual([0, 3, 2, 5, 1, 4])
+    expect(walkOrder(Int32Array.from([-1, -1, 1]), Uint8Array.from([0, 0, 1]))).toBeNull()
+  })
+
+  test('memory: a fixed 5 bytes a line plus one table entry per distinct prefix node, never a prompt', () => {
+    const order = new PrefixOrder()
+    const doc = long('shared', 5000)
+    for (let i = 0; i < 20_000; i++) order.add(`${doc} question ${i}`)
+    // 20,000 lines of 5,000 characters (100 MB of prompt): the 5 levels every line shares are 5
+    // nodes; each line adds its own whole-prompt node.
+    expect(order.bytes).toBeLessThan(20_000 * 5 + 4 * 20_000 * 12 + 64 * 1024)
+    expect(order.finish()).toBeNull()
+  })
+})
