@@ -24,10 +24,11 @@ export interface LineSpans {
   lines: boolean
 }
 
-/** Gap between two spans read in one window rather than two (bytes read and dropped). */
-const MAX_GAP_BYTES = 64 * 1024
+/** Gap between two spans read in one window rather than two (bytes read and dropped: on S3, 256 KiB
+ * cost less than another round trip). */
+const MAX_GAP_BYTES = 256 * 1024
 /** Largest window (one line longer than this is a window by itself). */
-const MAX_WINDOW_BYTES = 1024 * 1024
+const MAX_WINDOW_BYTES = 2 * 1024 * 1024
 /** Windows read ahead: S3 answers each after a round trip, so several are under way at once. */
 const AHEAD = { local: 2, s3: 8 } as const
 
