@@ -243,8 +243,8 @@ describe('windows of spans (src/lib/blobs/spans.ts)', () => {
       r(11, 20),
       r(30_000, 30_010),
       r(5, 8),
-      r(200_000, 200_010),
-      r(200_011, 1_300_000),
+      r(400_000, 400_010),
+      r(400_011, 2_500_000),
     ])
     expect(w.map((x) => [x.start, x.end, x.spans.length])).toEqual([
       [0, 30_010, 3],

@@ -24,8 +24,7 @@ export interface LineSpans {
   lines: boolean
 }
 
-/** Gap between two spans read in one window rather than two (bytes read and dropped: on S3, 256 KiB
- * cost less than another round trip). */
+/** The widest gap read (and dropped) to keep two spans in one window: on S3, less than a round trip. */
 const MAX_GAP_BYTES = 256 * 1024
 /** Largest window (one line longer than this is a window by itself). */
 const MAX_WINDOW_BYTES = 2 * 1024 * 1024
