@@ -14,8 +14,8 @@
 // keyed at all: nothing it shares is worth a cache, and a batch of a million short lines pays nothing.
 //
 // The order is computed online, as lines stream through validation, with memory per line of fixed
-// size (a parent and a depth: 5 bytes) plus one table entry per distinct prefix node — never the
-// prompts. Inserting the lines into the trie in file order, a line branches off at the deepest node an
+// size (for a line that shares a prefix: its parent and its depth, 9 bytes; nothing for the others)
+// plus one table entry per distinct prefix node — never the prompts. Inserting the lines into the trie in file order, a line branches off at the deepest node an
 // earlier line made: that node's first line is its parent, the node's depth its depth. The trie's walk
 // with each node's children in order of first appearance is then this tree's walk with each line's
 // children taken deepest-shared first, then in file order (sorting the chunk-hash sequences and
@@ -162,13 +162,24 @@ class NodeTable {
 /** A slot for a key (its low 32 bits; the keys are hashes already). */
 const mix = (k: number) => k >>> 0
 
+/** A growable typed array: `a`, or a copy twice as long when `need` passes its length. */
+function room<T extends Uint32Array | Uint8Array>(a: T, need: number): T {
+  if (need <= a.length) return a
+  const b = new (a.constructor as new (n: number) => T)(a.length * 2)
+  b.set(a)
+  return b
+}
+
 /**
  * The execution order of a batch, built line by line in file order (add), decided at the end
- * (finish). Memory: 5 bytes a line and the node table; never a prompt.
+ * (finish). Memory: 9 bytes for each line that shares a prefix with an earlier one (its number, its
+ * parent's, its depth), nothing for the others, and the node table; never a prompt.
  */
 export class PrefixOrder {
-  private parent = new Int32Array(1024)
-  private depth = new Uint8Array(1024)
+  private child = new Uint32Array(256)
+  private parent = new Uint32Array(256)
+  private depth = new Uint8Array(256)
+  private shared = 0
   private table: NodeTable | null = new NodeTable()
   private readonly key = new Float64Array(KEY_LEVELS)
   lines = 0
@@ -179,15 +190,10 @@ export class PrefixOrder {
    */
   add(prompt: string | null) {
     const j = this.lines++
-    if (j === this.parent.length) this.grow()
+    if (prompt === null || prompt.length <= MIN_ORDERED_CHARS) return
     const table = this.table!
-    if (prompt === null || prompt.length <= MIN_ORDERED_CHARS) {
-      this.parent[j] = -1
-      this.depth[j] = 0
-      return
-    }
     const levels = prefixKey(prompt, this.key)
-    let parent = -1
+    let parent = NONE
     let d = 0
     for (; d < levels; d++) {
       const first = table.get(this.key[d]!)
@@ -195,13 +201,19 @@ export class PrefixOrder {
       parent = first
     }
     for (let i = d; i < levels; i++) table.set(this.key[i]!, j)
-    this.parent[j] = parent
-    this.depth[j] = d
+    if (d === 0) return
+    const k = this.shared++
+    this.child = room(this.child, k + 1)
+    this.parent = room(this.parent, k + 1)
+    this.depth = room(this.depth, k + 1)
+    this.child[k] = j
+    this.parent[k] = parent
+    this.depth[k] = d
   }
 
   /** Bytes held now (the benchmark's figure). */
   get bytes() {
-    return this.parent.byteLength + this.depth.byteLength + (this.table?.bytes ?? 0)
+    return this.child.byteLength + this.parent.byteLength + this.depth.byteLength + (this.table?.bytes ?? 0)
   }
 
   /**
@@ -210,63 +222,67 @@ export class PrefixOrder {
    */
   finish(): Uint32Array | null {
     this.table = null
-    return walkOrder(this.parent.subarray(0, this.lines), this.depth.subarray(0, this.lines))
-  }
-
-  private grow() {
-    const parent = new Int32Array(this.parent.length * 2)
-    parent.set(this.parent)
-    this.parent = parent
-    const depth = new Uint8Array(this.depth.length * 2)
-    depth.set(this.depth)
-    this.depth = depth
+    const k = this.shared
+    return walkOrder(
+      this.lines,
+      this.child.subarray(0, k),
+      this.parent.subarray(0, k),
+      this.depth.subarray(0, k),
+    )
   }
 }
 
 /**
- * The walk of the line tree (each line's parent: the first line of the deepest prefix node it shares
- * with an earlier line, −1 for none; its depth: how many key levels it shares with it): a line, then
- * its children — the deepest-shared first, then in file order — each followed by its own subtree;
- * the roots in file order. Null when that is the file order.
+ * The walk of the line tree over `n` lines, given the lines that share a prefix with an earlier one
+ * (`child[i]`, in file order), each with its parent (the first line of the deepest prefix node it
+ * shares with an earlier line) and its depth (how many key levels it shares with it); every other
+ * line is a root. A line, then its children — the deepest-shared first, then in file order — each
+ * followed by its own subtree; the roots in file order. Null when that is the file order.
  */
-export function walkOrder(parent: Int32Array, depth: Uint8Array): Uint32Array | null {
-  const n = parent.length
-  // Children of each line (the roots: of a virtual line n), deepest first, then in file order: the
-  // lines in that order (a counting sort by depth, stable), then placed under their parents.
-  const byDepth = new Uint32Array(n)
+export function walkOrder(
+  n: number,
+  child: Uint32Array,
+  parent: Uint32Array,
+  depth: Uint8Array,
+): Uint32Array | null {
+  const k = child.length
+  if (k === 0) return null
+  // Each line's children, deepest first, then in file order: the shared lines in that order (a
+  // counting sort by depth, stable), then placed under their parents.
+  const byDepth = new Uint32Array(k)
   const perDepth = new Uint32Array(KEY_LEVELS + 2)
-  for (let j = 0; j < n; j++) perDepth[KEY_LEVELS - depth[j]!]!++
+  for (let i = 0; i < k; i++) perDepth[KEY_LEVELS - depth[i]!]!++
   for (let d = 0, at = 0; d < perDepth.length; d++) {
     const c = perDepth[d]!
     perDepth[d] = at
     at += c
   }
-  for (let j = 0; j < n; j++) byDepth[perDepth[KEY_LEVELS - depth[j]!]!++] = j
-  const start = new Uint32Array(n + 2)
-  for (let j = 0; j < n; j++) start[(parent[j]! < 0 ? n : parent[j]!) + 1]!++
-  for (let i = 0; i <= n; i++) start[i + 1]! += start[i]!
-  const fill = start.slice(0, n + 1)
-  const children = new Uint32Array(n)
-  for (let k = 0; k < n; k++) {
-    const j = byDepth[k]!
-    const p = parent[j]! < 0 ? n : parent[j]!
-    children[fill[p]!++] = j
+  for (let i = 0; i < k; i++) byDepth[perDepth[KEY_LEVELS - depth[i]!]!++] = i
+  const start = new Uint32Array(n + 1)
+  for (let i = 0; i < k; i++) start[parent[i]! + 1]!++
+  for (let j = 0; j < n; j++) start[j + 1]! += start[j]!
+  const fill = start.slice(0, n)
+  const children = new Uint32Array(k)
+  const isChild = new Uint8Array(n)
+  for (const i of byDepth) {
+    children[fill[parent[i]!]!++] = child[i]!
+    isChild[child[i]!] = 1
   }
-  // Depth-first, iteratively (a stack of lines; byDepth is free now and holds it).
-  const stack = byDepth
+  // Depth-first from each root in file order, iteratively (a root and at most every shared line).
+  const stack = new Uint32Array(k + 1)
   const order = new Uint32Array(n)
-  let top = 0
   let at = 0
-  const pushChildren = (p: number) => {
-    for (let c = start[p + 1]! - 1; c >= start[p]!; c--) stack[top++] = children[c]!
-  }
-  pushChildren(n)
   let identity = true
-  while (top > 0) {
-    const j = stack[--top]!
-    if (j !== at) identity = false
-    order[at++] = j
-    pushChildren(j)
+  for (let root = 0; root < n; root++) {
+    if (isChild[root]) continue
+    let top = 0
+    stack[top++] = root
+    while (top > 0) {
+      const j = stack[--top]!
+      if (j !== at) identity = false
+      order[at++] = j
+      for (let c = start[j + 1]! - 1; c >= start[j]!; c--) stack[top++] = children[c]!
+    }
   }
   return identity ? null : order
 }

@@ -106,8 +106,8 @@ export interface InputRead {
   result: CheckResult
   /** The byte offset of every request line, when the batch may be split (docs/api.md §16). */
   lineOffsets: number[] | undefined
-  /** The length of every request line, when an execution order is kept (docs/api.md §6). */
-  lineLengths: number[] | undefined
+  /** The input's size in bytes. */
+  bytes: number
   /** docs/api.md §6 "Execution order": position → request line; null for the file order. */
   order: Uint32Array | null
 }
@@ -138,10 +138,8 @@ export async function readInput(
   // docs/api.md §16: only a batch that may be split, or that runs in an order of its own, keeps its
   // request-line index.
   const lineOffsets = deps.config.SHARD_MAX_REQUESTS > 0 || prefixOrder ? ([] as number[]) : undefined
-  const lineLengths = prefixOrder ? ([] as number[]) : undefined
   const checker = new InputChecker({
     lineOffsets,
-    lineLengths,
     prefixOrder,
     endpoint: batch.endpoint,
     maxLineBytes: deps.config.MAX_LINE_BYTES,
@@ -151,6 +149,7 @@ export async function readInput(
     onStoredError: hooks.onStoredError,
   })
   const splitter = new LineSplitter(deps.config.MAX_LINE_BYTES, checker.check)
+  let bytes = 0
   try {
     const input = await deps.blobs.read(key).catch((e) => {
       log.error('batch input could not be opened', { batch_id: batchId, error: e })
@@ -170,6 +169,7 @@ export async function readInput(
           if (signal?.aborted) return null
           reads.append(chunk)
           splitter.push(chunk)
+          bytes += chunk.length
           deps.metrics.validationLines.inc(splitter.lines - counted)
           counted = splitter.lines
           const now = deps.clock.nowMs()
@@ -193,7 +193,7 @@ export async function readInput(
     const result = checker.finish()
     // The order is decided once the last line is in (docs/api.md §6), for a batch that passed.
     const order = result.errorsTotal === 0 ? (prefixOrder?.finish() ?? null) : null
-    return { result, lineOffsets, lineLengths, order }
+    return { result, lineOffsets, bytes, order }
   } finally {
     reads?.close()
   }
@@ -245,7 +245,7 @@ async function validateLeased(
       },
     })
     if (!read) return null
-    const { result, lineOffsets, lineLengths, order } = read
+    const { result, lineOffsets, bytes, order } = read
     const passed = result.errorsTotal === 0
     // docs/api.md §16: the request-line index of a batch that may be split, or (docs/api.md §6) that
     // runs in an execution order other than the file's.
@@ -263,7 +263,7 @@ async function validateLeased(
         errors_total: result.errorsTotal,
         errors: result.errors,
         line_offsets: indexed ? lineOffsets : null,
-        line_order: indexed && order && lineLengths ? { order, lengths: lineLengths } : null,
+        line_order: indexed && order ? { order, bytes } : null,
       },
     })
     const final = moved ?? (await deps.store.batches.get(batchId, null))

@@ -45,10 +45,10 @@ export interface ValidationResult {
    */
   line_offsets?: readonly number[] | null
   /**
-   * docs/api.md §6 "Execution order": position → request line, and each request line's length; null
+   * docs/api.md §6 "Execution order": position → request line, and the input's size in bytes; null
    * (or absent) for the file order. Stored with the index when it passes.
    */
-  line_order?: { order: Uint32Array; lengths: readonly number[] } | null
+  line_order?: { order: Uint32Array; bytes: number } | null
 }
 
 /** The request-line index as stored: little-endian float64s, one per request line. */
@@ -63,17 +63,20 @@ export const SPAN_BYTES = 12
 
 /**
  * docs/api.md §6 "Execution order" as stored (batch_line_index.spans): the request lines in execution
- * order, each its start (little-endian float64) and its length (little-endian uint32).
+ * order, each its start (little-endian float64) and its length in bytes up to the next request
+ * line, or the end of the input (little-endian uint32): its terminator, and any blank lines after it,
+ * included.
  */
 export function packLineSpans(
   offsets: readonly number[],
-  order: { order: Uint32Array; lengths: readonly number[] },
+  order: { order: Uint32Array; bytes: number },
 ): Buffer {
   const out = Buffer.allocUnsafe(order.order.length * SPAN_BYTES)
   for (let k = 0; k < order.order.length; k++) {
     const line = order.order[k]!
+    const end = line + 1 < offsets.length ? offsets[line + 1]! : order.bytes
     out.writeDoubleLE(offsets[line]!, k * SPAN_BYTES)
-    out.writeUInt32LE(order.lengths[line]!, k * SPAN_BYTES + 8)
+    out.writeUInt32LE(end - offsets[line]!, k * SPAN_BYTES + 8)
   }
   return out
 }
@@ -91,7 +94,7 @@ export function lineIndexRow(batchId: string, result: ValidationResult) {
 /**
  * A run of request lines as both engines read it from batch_line_index (docs/api.md §16, §6
  * "Execution order"): a slice of `spans` when the batch has an execution order (each line's
- * [start, start + length)), else the float64 offsets of the run's first line (`a`) and of the line
+ * [start, start + length), its terminator included), else the float64 offsets of the run's first line (`a`) and of the line
  * after it (`b`, null: to the end of the file). Null when the run is outside the index.
  */
 export function lineSpansFrom(row: {

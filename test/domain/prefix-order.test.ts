@@ -133,19 +133,29 @@ describe('the execution order (a trie walk)', () => {
 
   test('walkOrder: a line, then its children deepest-shared first, each followed by its subtree', () => {
     // 0 ← 2 (depth 1), 0 ← 3 (depth 2), 1 root, 1 ← 4 (depth 2), 2 ← 5 (depth 3).
-    const parent = Int32Array.from([-1, -1, 0, 0, 1, 2])
-    const depth = Uint8Array.from([0, 0, 1, 2, 2, 3])
-    expect([...walkOrder(parent, depth)!]).toEqual([0, 3, 2, 5, 1, 4])
-    expect(walkOrder(Int32Array.from([-1, -1, 1]), Uint8Array.from([0, 0, 1]))).toBeNull()
+    const o = walkOrder(
+      6,
+      Uint32Array.from([2, 3, 4, 5]),
+      Uint32Array.from([0, 0, 1, 2]),
+      Uint8Array.from([1, 2, 2, 3]),
+    )
+    expect([...o!]).toEqual([0, 3, 2, 5, 1, 4])
+    expect(walkOrder(3, Uint32Array.from([2]), Uint32Array.from([1]), Uint8Array.from([1]))).toBeNull()
+    expect(walkOrder(1_000, new Uint32Array(0), new Uint32Array(0), new Uint8Array(0))).toBeNull()
   })
 
-  test('memory: a fixed 5 bytes a line plus one table entry per distinct prefix node, never a prompt', () => {
+  test('memory: 9 bytes a line that shares a prefix, none for the others, and a table entry per distinct prefix node', () => {
     const order = new PrefixOrder()
     const doc = long('shared', 5000)
     for (let i = 0; i < 20_000; i++) order.add(`${doc} question ${i}`)
     // 20,000 lines of 5,000 characters (100 MB of prompt): the 5 levels every line shares are 5
     // nodes; each line adds its own whole-prompt node.
-    expect(order.bytes).toBeLessThan(20_000 * 5 + 4 * 20_000 * 12 + 64 * 1024)
+    expect(order.bytes).toBeLessThan(2 * 20_000 * 9 + 4 * 20_000 * 12 + 64 * 1024)
     expect(order.finish()).toBeNull()
+    // Lines too short to order cost nothing but their count.
+    const short = new PrefixOrder()
+    for (let i = 0; i < 100_000; i++) short.add(`line ${i}`)
+    expect(short.bytes).toBe(new PrefixOrder().bytes)
+    expect(short.finish()).toBeNull()
   })
 })

@@ -131,6 +131,11 @@ describe.each(engines)('blob store: %s', (_engine, make) => {
     expect(await text(await readSpans(store, key, { ranges: order.map(span), lines: true }))).toBe(
       order.map((i) => `${lines[i]}\n`).join(''),
     )
+    // A span up to the next line holds its terminator: it is sent as is.
+    const withLf = (i: number) => ({ start: starts[i]!, end: starts[i]! + lines[i]!.length + 1 })
+    expect(await text(await readSpans(store, key, { ranges: [withLf(7), withLf(3)], lines: true }))).toBe(
+      `${lines[7]}\n${lines[3]}\n`,
+    )
     // The file order: one byte range, as it is in the file (the last line to the end).
     expect(
       await text(

@@ -4,7 +4,8 @@ import type { BlobStore } from './store'
 // shards, §6 "Execution order"). In the file order the run is one byte range (one range read). In
 // an execution order of its own each line is a span somewhere in the file: the spans are read in
 // windows — consecutive spans whose gaps are small are one range read, the bytes between them
-// dropped — several windows ahead at once, and each line is sent with its terminator. Memory holds
+// dropped — several windows ahead at once, each line sent with its terminator (an LF where the
+// file's last line has none). Memory holds
 // at most the windows in flight, whatever the run; on S3 a shard of scattered lines is a few dozen
 // ranged GETs in parallel, not one a line.
 
@@ -18,8 +19,8 @@ export interface ByteRange {
 export interface LineSpans {
   ranges: ByteRange[]
   /**
-   * true: each range is one line without its terminator (an execution order of its own); false: the
-   * lines are whole lines of the file, terminators included (the file order).
+   * true: each range is one line, up to the next request line (an execution order of its own); false:
+   * the run is one stretch of the file (the file order).
    */
   lines: boolean
 }
@@ -58,7 +59,7 @@ export function windowsOf(ranges: readonly ByteRange[]): Window[] {
 
 /**
  * The bytes of `spans` of blob `key`, streamed in their order; null when there is no such blob. In
- * the file order this is the one range read; each line of an execution order is followed by LF.
+ * the file order this is the one range read; each line of an execution order ends with an LF.
  */
 export async function readSpans(
   blobs: BlobStore,
@@ -95,8 +96,9 @@ export async function readSpans(
       const bytes = await p
       const w = windows[sent++]!
       for (const s of w.spans) {
-        controller.enqueue(bytes.subarray(s.start - w.start, (s.end ?? s.start) - w.start))
-        controller.enqueue(LF)
+        const line = bytes.subarray(s.start - w.start, (s.end ?? s.start) - w.start)
+        controller.enqueue(line)
+        if (line[line.length - 1] !== 10) controller.enqueue(LF)
       }
       fill()
     },

@@ -27,8 +27,6 @@ export interface CheckerOptions {
   lookupModel: LookupModel
   /** When given, receives the byte offset of every request line (docs/api.md §16 request-line index). */
   lineOffsets?: number[]
-  /** When given, receives the length of every request line (docs/api.md §6 "Execution order"). */
-  lineLengths?: number[]
   /** When given, every request line's prompt goes into the execution order (docs/api.md §6). */
   prefixOrder?: PrefixOrder
   /** Reads `length` bytes at `offset` of the input (to confirm a suspected duplicate id). */
@@ -82,7 +80,6 @@ export class InputChecker {
     const indexed = this.requestLines <= this.opts.maxRequests
     // docs/api.md §16: where each request line starts, for the request-line index of a split batch.
     if (this.opts.lineOffsets && indexed) this.opts.lineOffsets.push(offset)
-    if (this.opts.lineLengths && indexed) this.opts.lineLengths.push(length)
     let body: Record<string, unknown> | null = null
     if (line === null) {
       this.record('line_too_long', lineNo, null, `Line is longer than ${this.opts.maxLineBytes} bytes`)
