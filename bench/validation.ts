@@ -445,12 +445,24 @@ console.log(
 )
 // A million lines of this shape are 216 MiB: the upload cap is raised with the request cap.
 const big = { MAX_REQUESTS_PER_BATCH: String(MILLION), MAX_UPLOAD_BYTES: String(256 * MiB) }
-const off = await serverMemory(million, {
-  env: { ...big, PREFIX_ORDER: 'false' },
-  label: 'PREFIX_ORDER=false',
-})
-const on = await serverMemory(million, { env: { ...big, PREFIX_ORDER: 'true' }, label: 'prefix order     ' })
+// Taking turns, twice each (the machine is shared): the better time and the lower peak of each.
+const best = {
+  off: { ms: Number.POSITIVE_INFINITY, peak: Number.POSITIVE_INFINITY },
+  on: { ms: Number.POSITIVE_INFINITY, peak: Number.POSITIVE_INFINITY },
+}
+for (let round = 0; round < 2; round++) {
+  for (const side of ['off', 'on'] as const) {
+    const r = await serverMemory(million, {
+      env: { ...big, PREFIX_ORDER: String(side === 'on') },
+      label: side === 'on' ? 'prefix order     ' : 'PREFIX_ORDER=false',
+    })
+    best[side] = {
+      ms: Math.min(best[side].ms, r.validateMs),
+      peak: Math.min(best[side].peak, r.peakAboveIdle),
+    }
+  }
+}
 console.log(
-  `   with / without: time ${fmt(on.validateMs / off.validateMs, 2)}× (target ≤ 1.3×), ` +
-    `peak RSS above idle ${fmt(on.peakAboveIdle)} vs ${fmt(off.peakAboveIdle)} MiB (target: within it)`,
+  `   with / without (best of 2 each): time ${fmt(best.on.ms)} vs ${fmt(best.off.ms)} ms = ${fmt(best.on.ms / best.off.ms, 2)}× (target ≤ 1.3×), ` +
+    `peak RSS above idle ${fmt(best.on.peak)} vs ${fmt(best.off.peak)} MiB (target: within it)`,
 )

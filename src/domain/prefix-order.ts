@@ -31,83 +31,101 @@ export const KEY_LEVELS = PREFIX_LEVELS.length + 1
  */
 export const MIN_ORDERED_CHARS = PREFIX_LEVELS[0]
 
-const SEP = '\u001e'
-
 const text = (v: unknown): string => (typeof v === 'string' ? v : (JSON.stringify(v) ?? ''))
 
-/** The parts of one prompt, reused line after line (promptOf is synchronous). */
-const parts: string[] = []
+/** Parts of one prompt, reused line after line (promptParts is synchronous). */
+const scratch: string[] = []
 
-function push(v: unknown) {
-  if (v !== undefined && v !== null) parts.push(text(v))
+function push(out: string[], v: unknown) {
+  if (v !== undefined && v !== null) out.push(text(v))
 }
 
 /** Messages or input items: each one's role (or type), its content, and its tool calls when it has any. */
-function pushItems(v: unknown) {
-  if (!Array.isArray(v)) return push(v)
+function pushItems(out: string[], v: unknown) {
+  if (!Array.isArray(v)) return push(out, v)
   for (const m of v) {
     if (typeof m !== 'object' || m === null || Array.isArray(m)) {
-      push(m)
+      push(out, m)
       continue
     }
-    push(m.role ?? m.type)
-    push(m.content)
-    push(m.tool_calls)
+    push(out, m.role ?? m.type)
+    push(out, m.content)
+    push(out, m.tool_calls)
   }
 }
 
 /**
- * The prompt of a request body as the engine will see it, in order: chat — the tools (a chat template
- * renders them first), then the messages (system, few-shot, then the rest); completions — the prompt;
- * embeddings — the input; responses — the instructions, the tools, then the input. Text is taken as
- * is, anything else as its JSON; only the order of the parts matters: the prompt is hashed, never
- * sent. Null when it is not longer than `min` characters (nothing is joined then).
+ * The prompt of a request body as the engine will see it, as its parts in order: chat — the tools
+ * (a chat template renders them first), then each message's role and content (system, few-shot, then
+ * the rest); completions — the prompt; embeddings — the input; responses — the instructions, the
+ * tools, then the input's items. Text is taken as is, anything else as its JSON: the prompt is
+ * hashed, never sent, so only its parts and their order matter. Null when the parts hold no more
+ * than `min` characters. The array is reused by the next call.
  */
-export function promptOf(endpoint: string, body: Record<string, unknown>, min = 0): string | null {
-  parts.length = 0
+export function promptParts(
+  endpoint: string,
+  body: Record<string, unknown>,
+  min = 0,
+): readonly string[] | null {
+  const out = scratch
+  out.length = 0
   switch (endpoint) {
     case '/v1/completions':
-      push(body.prompt)
+      push(out, body.prompt)
       break
     case '/v1/embeddings':
-      push(body.input)
+      push(out, body.input)
       break
     case '/v1/responses':
-      push(body.instructions)
-      push(body.tools)
-      pushItems(body.input)
+      push(out, body.instructions)
+      push(out, body.tools)
+      pushItems(out, body.input)
       break
     default:
-      push(body.tools)
-      pushItems(body.messages)
+      push(out, body.tools)
+      pushItems(out, body.messages)
   }
-  let length = parts.length - 1
-  for (const p of parts) length += p.length
-  const prompt = length > min ? parts.join(SEP) : null
-  parts.length = 0
-  return prompt
+  let length = 0
+  for (const p of out) length += p.length
+  return length > min ? out : null
 }
+
+/** How many characters a prompt's parts hold. */
+export const promptLength = (parts: readonly string[]) => parts.reduce((n, p) => n + p.length, 0)
+
+const SEED = 0x9e3779b97f4a7c15n
+/** The whole prompt's level is marked as ending there: a prompt that stops at a boundary is not the
+ * prefix of a longer one at that level. */
+const END = '\u0003'
 
 /**
  * The prompt's key: KEY_LEVELS chained 64-bit hashes (xxHash3, kept to 53 bits so a number holds one
- * exactly), written into `out` (a fresh array when omitted). Level i < KEY_LEVELS − 1 hashes the
- * prompt up to PREFIX_LEVELS[i] when the prompt is longer; from the first boundary the prompt does
- * not pass, every level holds the whole prompt's hash. Returns how many distinct levels the key has
- * (the whole prompt's level included).
+ * exactly), written into `out` (a fresh array when omitted). The parts are hashed one after another
+ * (each a link of the chain, so two prompts whose parts split differently differ), cut where a level
+ * boundary falls: level i < KEY_LEVELS − 1 is the chain up to PREFIX_LEVELS[i] characters when the
+ * prompt is longer; from the first boundary it does not pass, every level holds the whole prompt's
+ * hash. Nothing is joined or copied. Returns how many distinct levels the key has (the whole
+ * prompt's level included).
  */
-export function prefixKey(prompt: string, out = new Float64Array(KEY_LEVELS)): number {
-  let h = 0x9e3779b97f4a7c15n
-  let from = 0
+export function prefixKey(prompt: string | readonly string[], out = new Float64Array(KEY_LEVELS)): number {
+  const parts = typeof prompt === 'string' ? [prompt] : prompt
+  let h = SEED
+  let at = 0
   let level = 0
-  for (; level < PREFIX_LEVELS.length && prompt.length > PREFIX_LEVELS[level]!; level++) {
-    const to = PREFIX_LEVELS[level]!
-    h = Bun.hash.xxHash3(prompt.slice(from, to), h)
-    out[level] = Number(h >> 11n)
-    from = to
+  for (const part of parts) {
+    let from = 0
+    // A boundary inside the rest of this part, with more of the prompt after it: a level ends there.
+    while (level < PREFIX_LEVELS.length && at + part.length - from > PREFIX_LEVELS[level]!) {
+      const cut = from + PREFIX_LEVELS[level]! - at
+      h = Bun.hash.xxHash3(part.slice(from, cut), h)
+      out[level++] = Number(h >> 11n)
+      at += cut - from
+      from = cut
+    }
+    h = Bun.hash.xxHash3(from === 0 ? part : part.slice(from), h)
+    at += part.length - from
   }
-  // The whole prompt, marked as ending here: a prompt that stops at a boundary is not the prefix of
-  // a longer one at that level.
-  h = Bun.hash.xxHash3(prompt.slice(from), h ^ 0x5bd1e995n)
+  h = Bun.hash.xxHash3(END, h)
   out.fill(Number(h >> 11n), level)
   return level + 1
 }
@@ -185,12 +203,13 @@ export class PrefixOrder {
   lines = 0
 
   /**
-   * The next request line's prompt (promptOf), or null for a line without one or one too short to
-   * order (MIN_ORDERED_CHARS): it shares nothing.
+   * The next request line's prompt (promptParts, or whole), or null for a line without one; a line
+   * without one, or whose prompt is too short to order (MIN_ORDERED_CHARS), shares nothing.
    */
-  add(prompt: string | null) {
+  add(prompt: string | readonly string[] | null) {
     const j = this.lines++
-    if (prompt === null || prompt.length <= MIN_ORDERED_CHARS) return
+    if (prompt === null) return
+    if ((typeof prompt === 'string' ? prompt.length : promptLength(prompt)) <= MIN_ORDERED_CHARS) return
     const table = this.table!
     const levels = prefixKey(prompt, this.key)
     let parent = NONE
@@ -287,8 +306,8 @@ export function walkOrder(
   return identity ? null : order
 }
 
-/** The execution order of prompts given whole (tests, and callers holding every prompt). */
-export function executionOrder(prompts: readonly (string | null)[]): Uint32Array | null {
+/** The execution order of prompts given whole (callers holding every prompt). */
+export function executionOrder(prompts: readonly (string | readonly string[] | null)[]): Uint32Array | null {
   const o = new PrefixOrder()
   for (const p of prompts) o.add(p)
   return o.finish()

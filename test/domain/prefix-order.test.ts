@@ -5,61 +5,64 @@ import {
   MIN_ORDERED_CHARS,
   PrefixOrder,
   prefixKey,
-  promptOf,
+  promptParts,
   walkOrder,
 } from '../../src/domain/prefix-order'
 
 // docs/api.md §6 "Execution order": the rule every engine stores, decided once in
 // src/domain/prefix-order.ts — a pure function of the lines' prompts.
 
+/** A prompt's parts, copied (promptParts reuses its array). */
+const parts = (endpoint: string, body: Record<string, unknown>, min?: number) => {
+  const p = promptParts(endpoint, body, min)
+  return p && [...p]
+}
 const chat = (...messages: { role: string; content: unknown }[]) =>
-  promptOf('/v1/chat/completions', { model: 'm', messages })!
+  parts('/v1/chat/completions', { model: 'm', messages })!
 /** Text long enough to count (over MIN_ORDERED_CHARS), distinct per `seed`. */
 const long = (seed: string, chars = 600) =>
   `${seed}: ${'lorem ipsum dolor sit amet '.repeat(chars / 27 + 1)}`.slice(0, chars)
 
 /** The file-order indexes of `items` in execution order (null: the file order). */
-const orderOf = (prompts: (string | null)[]) => {
+const orderOf = (prompts: (string | readonly string[] | null)[]) => {
   const o = executionOrder(prompts)
   return o ? [...o] : null
 }
 
 describe('the prompt as the engine sees it', () => {
-  test('chat: the tools first, then the messages in order, roles included', () => {
+  test('chat: the tools first, then each message’s role and content, in order', () => {
     const tools = [{ type: 'function', function: { name: 'f' } }]
-    const p = promptOf('/v1/chat/completions', {
-      messages: [
-        { role: 'system', content: 'S' },
-        { role: 'user', content: [{ type: 'text', text: 'U' }] },
-      ],
-      tools,
-    })!
-    expect(p.indexOf(JSON.stringify(tools))).toBe(0)
-    expect(p.indexOf('system')).toBeLessThan(p.indexOf('S'))
-    expect(p.indexOf('S')).toBeLessThan(p.indexOf('"U"'))
-    // The same messages under another role are another prompt.
-    expect(chat({ role: 'user', content: 'S' })).not.toBe(chat({ role: 'system', content: 'S' }))
+    const content = [{ type: 'text', text: 'U' }]
+    expect(
+      parts('/v1/chat/completions', {
+        messages: [
+          { role: 'system', content: 'S' },
+          { role: 'user', content },
+        ],
+        tools,
+      }),
+    ).toEqual([JSON.stringify(tools), 'system', 'S', 'user', JSON.stringify(content)])
+    // The same text under another role is another prompt.
+    const k1 = new Float64Array(KEY_LEVELS)
+    const k2 = new Float64Array(KEY_LEVELS)
+    prefixKey(chat({ role: 'user', content: 'S' }), k1)
+    prefixKey(chat({ role: 'system', content: 'S' }), k2)
+    expect(k1[0]).not.toBe(k2[0])
   })
 
   test('completions take the prompt, embeddings the input, responses the instructions then the input', () => {
-    expect(promptOf('/v1/completions', { prompt: 'once upon' })).toBe('once upon')
-    expect(promptOf('/v1/embeddings', { input: ['a', 'b'] })).toBe('["a","b"]')
-    const r = promptOf('/v1/responses', {
-      instructions: 'Be brief.',
-      input: [{ role: 'user', content: 'hi' }],
-    })!
-    expect(r.startsWith('Be brief.')).toBe(true)
-    expect(r.endsWith('hi')).toBe(true)
-    expect(promptOf('/v1/responses', { input: 'plain' })).toBe('plain')
+    expect(parts('/v1/completions', { prompt: 'once upon' })).toEqual(['once upon'])
+    expect(parts('/v1/embeddings', { input: ['a', 'b'] })).toEqual(['["a","b"]'])
+    expect(
+      parts('/v1/responses', { instructions: 'Be brief.', input: [{ role: 'user', content: 'hi' }] }),
+    ).toEqual(['Be brief.', 'user', 'hi'])
+    expect(parts('/v1/responses', { input: 'plain' })).toEqual(['plain'])
   })
 
-  test('a prompt not longer than the minimum is not joined at all', () => {
-    expect(
-      promptOf('/v1/completions', { prompt: 'x'.repeat(MIN_ORDERED_CHARS) }, MIN_ORDERED_CHARS),
-    ).toBeNull()
-    expect(
-      promptOf('/v1/completions', { prompt: 'x'.repeat(MIN_ORDERED_CHARS + 1) }, MIN_ORDERED_CHARS),
-    ).toBe('x'.repeat(MIN_ORDERED_CHARS + 1))
+  test('a prompt not longer than the minimum is null', () => {
+    const x = 'x'.repeat(MIN_ORDERED_CHARS)
+    expect(parts('/v1/completions', { prompt: x }, MIN_ORDERED_CHARS)).toBeNull()
+    expect(parts('/v1/completions', { prompt: `${x}y` }, MIN_ORDERED_CHARS)).toEqual([`${x}y`])
   })
 })
 
@@ -74,6 +77,24 @@ describe('the key: chained hashes at doubling boundaries', () => {
     // Boundaries 256, 512 and 1,024 lie within the shared part; 2,048 does not.
     expect([...k1.slice(0, 3)]).toEqual([...k2.slice(0, 3)])
     for (let i = 3; i < KEY_LEVELS; i++) expect(k1[i]).not.toBe(k2[i])
+  })
+
+  test('parts are links of the chain: the same text split into other parts is another prompt', () => {
+    const a = new Float64Array(KEY_LEVELS)
+    const b = new Float64Array(KEY_LEVELS)
+    const c = new Float64Array(KEY_LEVELS)
+    prefixKey(['system', 'x'.repeat(1000)], a)
+    prefixKey(['system', 'x'.repeat(1000)], b)
+    prefixKey(['systemx', 'x'.repeat(999)], c)
+    expect([...a]).toEqual([...b])
+    expect(a[0]).not.toBe(c[0])
+    // A boundary that falls between two parts still ends a level.
+    const d = new Float64Array(KEY_LEVELS)
+    const e = new Float64Array(KEY_LEVELS)
+    expect(prefixKey(['y'.repeat(256), 'z'.repeat(100)], d)).toBe(2)
+    expect(prefixKey(['y'.repeat(256), 'w'.repeat(100)], e)).toBe(2)
+    expect(d[0]).toBe(e[0])
+    expect(d[1]).not.toBe(e[1])
   })
 
   test('a key has a fixed size: every level past the prompt holds the whole prompt', () => {
@@ -93,7 +114,7 @@ describe('the key: chained hashes at doubling boundaries', () => {
 describe('the execution order (a trie walk)', () => {
   test('documents × questions in question-major order run document-major', () => {
     const docs = [0, 1, 2, 3].map((d) => long(`doc ${d}`, 1500))
-    const prompts: string[] = []
+    const prompts: string[][] = []
     for (const q of ['What?', 'Why?', 'Who?'])
       for (const d of docs)
         prompts.push(chat({ role: 'system', content: 'Answer.' }, { role: 'user', content: `${d}\n${q}` }))

@@ -2,7 +2,7 @@ import type { CatalogEntryRow } from '../../db/schema'
 import { checkBody } from '../../domain/batch-body'
 import { type BatchEndpoint, TOP_LEVEL } from '../../domain/batch-line'
 import { type Capability, endpointNeeds, lineNeeds, modelCapabilities } from '../../domain/capabilities'
-import { MIN_ORDERED_CHARS, type PrefixOrder, promptOf } from '../../domain/prefix-order'
+import { MIN_ORDERED_CHARS, type PrefixOrder, promptParts } from '../../domain/prefix-order'
 import type { ValidationErrorEvent } from '../../lib/batch-events'
 import { CompactIdSet } from '../../lib/id-set'
 
@@ -88,7 +88,7 @@ export class InputChecker {
     }
     // docs/api.md §6 "Execution order": the line's prompt as the engine will see it.
     if (this.opts.prefixOrder && indexed)
-      this.opts.prefixOrder.add(body && promptOf(this.opts.endpoint, body, MIN_ORDERED_CHARS))
+      this.opts.prefixOrder.add(body && promptParts(this.opts.endpoint, body, MIN_ORDERED_CHARS))
     if (this.requestLines === this.opts.maxRequests + 1) {
       this.record(
         'too_many_requests',
