@@ -168,10 +168,10 @@ export async function claimFromHead(
           size,
         )
       : { first: b.next_request, requests: size }
-    if (!place)
-      return { kind: 'missed' }
-      // The cut: the batch's count of cut requests grows by the shard, guarded by what it was.
-    ;[raw] = (await q`
+    if (!place) return { kind: 'missed' }
+    // The cut: the batch's count of cut requests grows by the shard, guarded by what it was.
+    raw = (
+      (await q`
       WITH cut AS (
         UPDATE batches SET split = TRUE, next_request = next_request + ${place.requests}, updated_at = ${req.now}
         WHERE id = ${batchId} AND next_request = ${b.next_request}
@@ -184,6 +184,7 @@ export async function claimFromHead(
         'running', ${req.workerId}, ${req.orgId}, ${assignmentId}, ${req.now}, ${req.now}
       FROM cut
       RETURNING *`) as Record<string, unknown>[]
+    )[0]
     if (!raw) return { kind: 'missed' }
   }
   const shard = shardRow(raw)
