@@ -16,8 +16,9 @@ import m12 from '../../drizzle/0012_shard_backups.sql' with { type: 'text' }
 import m13 from '../../drizzle/0013_placement.sql' with { type: 'text' }
 import m14 from '../../drizzle/0014_sso.sql' with { type: 'text' }
 import m15 from '../../drizzle/0015_pull_failures.sql' with { type: 'text' }
+import m16 from '../../drizzle/0016_execution_order.sql' with { type: 'text' }
 
 export const embeddedMigrations = {
   journal,
-  sql: { '0000_init': m0, '0001_error_files_batch_output': m1, '0002_batches_completed': m2, '0003_usage': m3, '0004_files_expires': m4, '0005_webhooks': m5, '0006_fair_share': m6, '0007_assignment_slot': m7, '0008_shards': m8, '0009_fleet_engines': m9, '0010_waiting_queue': m10, '0011_capabilities': m11, '0012_shard_backups': m12, '0013_placement': m13, '0014_sso': m14, '0015_pull_failures': m15 } as Record<string, string>,
+  sql: { '0000_init': m0, '0001_error_files_batch_output': m1, '0002_batches_completed': m2, '0003_usage': m3, '0004_files_expires': m4, '0005_webhooks': m5, '0006_fair_share': m6, '0007_assignment_slot': m7, '0008_shards': m8, '0009_fleet_engines': m9, '0010_waiting_queue': m10, '0011_capabilities': m11, '0012_shard_backups': m12, '0013_placement': m13, '0014_sso': m14, '0015_pull_failures': m15, '0016_execution_order': m16 } as Record<string, string>,
 }

@@ -3,6 +3,7 @@ import type { BatchChanges } from '../domain/batch-states'
 import type { Placement } from '../domain/placement'
 import type { RequeueOutcome, RequeueReason } from '../domain/requeue'
 import type { ShardBounds, ShardTally } from '../domain/shards'
+import type { LineSpans } from '../lib/blobs/spans'
 import type { NewFile } from './files'
 
 // The work queue's verbs (docs/api.md §12; ARCHITECTURE.md rule 13, after Oban's engine behaviour). What to
@@ -107,11 +108,7 @@ export interface ShardResultsRecorded {
   backup: 'won' | 'lost' | null
 }
 
-/** One request-line range of a batch's input: [start, end) bytes, end null = to the end. */
-export interface ByteRange {
-  start: number
-  end: number | null
-}
+export type { ByteRange, LineSpans } from '../lib/blobs/spans'
 
 export interface FailureReport {
   workerId: string
@@ -152,10 +149,11 @@ export interface QueueStore {
   /** GET /metrics gridkeep_shards{state}. */
   shardStates(): Promise<Record<'waiting' | 'running' | 'done', number>>
   /**
-   * The bytes of request lines [first, first + count) of a batch's input, from the request-line
-   * index validation wrote (docs/api.md §16); null when the batch has none.
+   * Where request lines [first, first + count) of a batch's execution order lie in its input, from the
+   * request-line index validation wrote (docs/api.md §16, §6 "Execution order"); null when the batch
+   * has none.
    */
-  lineRange(batchId: string, first: number, count: number): Promise<ByteRange | null>
+  lineSpans(batchId: string, first: number, count: number): Promise<LineSpans | null>
   /**
    * POST /workers/upload-results for a shard: in one transaction, the shard holder rule again (either
    * copy's lease: the first complete upload wins), the shard done with its counts and parts, the

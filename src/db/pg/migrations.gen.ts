@@ -18,8 +18,9 @@ import m14 from '../../../drizzle/postgres/0014_shard_backups.sql' with { type: 
 import m15 from '../../../drizzle/postgres/0015_placement.sql' with { type: 'text' }
 import m16 from '../../../drizzle/postgres/0016_sso.sql' with { type: 'text' }
 import m17 from '../../../drizzle/postgres/0017_pull_failures.sql' with { type: 'text' }
+import m18 from '../../../drizzle/postgres/0018_execution_order.sql' with { type: 'text' }
 
 export const embeddedMigrations = {
   journal,
-  sql: { '0000_init': m0, '0001_validation_lease': m1, '0002_rate_limit_hits': m2, '0003_batches_completed': m3, '0004_usage': m4, '0005_files_expires': m5, '0006_webhooks': m6, '0007_fair_share': m7, '0008_jsonb_values': m8, '0009_assignment_slot': m9, '0010_shards': m10, '0011_fleet_engines': m11, '0012_waiting_queue': m12, '0013_capabilities': m13, '0014_shard_backups': m14, '0015_placement': m15, '0016_sso': m16, '0017_pull_failures': m17 } as Record<string, string>,
+  sql: { '0000_init': m0, '0001_validation_lease': m1, '0002_rate_limit_hits': m2, '0003_batches_completed': m3, '0004_usage': m4, '0005_files_expires': m5, '0006_webhooks': m6, '0007_fair_share': m7, '0008_jsonb_values': m8, '0009_assignment_slot': m9, '0010_shards': m10, '0011_fleet_engines': m11, '0012_waiting_queue': m12, '0013_capabilities': m13, '0014_shard_backups': m14, '0015_placement': m15, '0016_sso': m16, '0017_pull_failures': m17, '0018_execution_order': m18 } as Record<string, string>,
 }

@@ -113,10 +113,13 @@ export async function claimBatch(
       job_id: shard ? shard.id : batch.id,
       assignment_id: assignmentId,
       input_file_id: batch.input_file_id,
-      // docs/api.md §16: a shard's input path serves exactly its lines.
+      // docs/api.md §16: a shard's input path serves exactly its lines; docs/api.md §6 "Execution
+      // order": a whole batch in an order of its own is served in that order.
       input_path: shard
         ? `/v1/files/${batch.input_file_id}/content?shard=${shard.id}`
-        : `/v1/files/${batch.input_file_id}/content`,
+        : batch.ordered
+          ? `/v1/files/${batch.input_file_id}/content?batch=${batch.id}`
+          : `/v1/files/${batch.input_file_id}/content`,
       // docs/api.md §7: the matched serving profile's runtime string, not the catalogue slug.
       model: profile.runtime_model_id,
       catalogue_id: entry.id,

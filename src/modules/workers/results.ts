@@ -6,6 +6,7 @@ import { addUsage } from '../../domain/usage'
 import { checkHolder } from '../../domain/worker-rules'
 import { type BlobWriter, scratchKey } from '../../lib/blobs'
 import { StreamedReads } from '../../lib/blobs/random-reads'
+import { readSpans } from '../../lib/blobs/spans'
 import { ensureFreeDisk } from '../../lib/disk'
 import { AppError, badRequest, forbidden, tooLarge } from '../../lib/errors'
 import { CompactIdSet, fnv1a32, type HashFn } from '../../lib/id-set'
@@ -14,7 +15,7 @@ import { LineSplitter } from '../../lib/lines'
 import { log } from '../../lib/logger'
 import { receiveMultipart, refuseUnread } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
-import type { ByteRange, ShardResultsRecorded } from '../../store/queue'
+import type { LineSpans, ShardResultsRecorded } from '../../store/queue'
 import { ownWorker } from './ownership'
 import { removeParts } from './parts'
 
@@ -51,8 +52,8 @@ interface Held {
   batch: BatchRow
   workerId: string
   assignmentId: string
-  /** docs/api.md §16: the shard this upload answers, with the byte range of its lines; absent = whole. */
-  shard?: { row: BatchShardRow; range: ByteRange }
+  /** docs/api.md §16: the shard this upload answers, with where its lines are; absent = whole. */
+  shard?: { row: BatchShardRow; spans: LineSpans }
 }
 
 type Authorized = { kind: 'held'; held: Held } | { kind: 'repeat'; response: UploadResponse }
@@ -130,15 +131,15 @@ async function authorizeShard(
     workerId,
     assignmentId,
   )
-  const range = await deps.store.queue.lineRange(held.batch_id, held.first_request, held.requests)
-  if (!range) throw new Error(`the request-line index of batch ${held.batch_id} is missing`)
+  const spans = await deps.store.queue.lineSpans(held.batch_id, held.first_request, held.requests)
+  if (!spans) throw new Error(`the request-line index of batch ${held.batch_id} is missing`)
   return {
     kind: 'held',
     held: {
       batch: found!.batch,
       workerId,
       assignmentId: held.copy_assignment_id,
-      shard: { row: held, range },
+      shard: { row: held, spans },
     },
   }
 }
@@ -207,14 +208,18 @@ export async function readInputIds(
   deps: Deps,
   batch: BatchRow,
   hash: HashFn = fnv1a32,
-  range: ByteRange | null = null,
+  spans: LineSpans | null = null,
 ): Promise<InputIds> {
-  // docs/api.md §16: a shard's ids are its own lines only, one range read of the input.
-  const source = range
-    ? await deps.blobs.readRange(batch.input_file_id, range.start, range.end)
+  // docs/api.md §16: a shard's ids are its own lines only (one range read of the input in the file
+  // order; its lines' spans in an execution order of its own, §6).
+  const source = spans
+    ? await readSpans(deps.blobs, batch.input_file_id, spans)
     : await deps.blobs.read(batch.input_file_id)
   if (!source) throw new Error(`the input file of batch ${batch.id} is missing`)
-  const reads = new StreamedReads(deps.blobs.localPath(batch.input_file_id), range?.start ?? 0)
+  // Random reads go to the file itself when the stream is one stretch of it, else to a copy.
+  const reads = spans?.lines
+    ? new StreamedReads(null)
+    : new StreamedReads(deps.blobs.localPath(batch.input_file_id), spans?.ranges[0]?.start ?? 0)
   const decoder = new TextDecoder()
   const idOf = (bytes: Uint8Array | null): string | null => {
     if (!bytes) return null
@@ -306,7 +311,7 @@ function countTokens(deps: Deps, usage: Record<string, number>) {
 const discard = (split: Split) => Promise.all([split.output.writer.abort(), split.errors.writer.abort()])
 
 async function splitOutput(deps: Deps, held: Held, source: AsyncIterable<Uint8Array>): Promise<Split> {
-  const ids = await readInputIds(deps, held.batch, fnv1a32, held.shard?.range ?? null)
+  const ids = await readInputIds(deps, held.batch, fnv1a32, held.shard?.spans ?? null)
   const split: Split = {
     completed: 0,
     failed: 0,

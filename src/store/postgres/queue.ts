@@ -27,7 +27,7 @@ import {
   claimFromHead,
   endShardCopyLocked,
   heldShard,
-  lineRange,
+  lineSpans,
   lockShard,
   openSplitHeads,
   recordShardResultsTx,
@@ -492,7 +492,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     },
 
     shardStates: () => shardStates(db),
-    lineRange: (batchId, first, count) => lineRange(db, batchId, first, count),
+    lineSpans: (batchId, first, count) => lineSpans(db, batchId, first, count),
 
     async recordShardResults(r) {
       return db.transaction((tx) => recordShardResultsTx(tx, r))

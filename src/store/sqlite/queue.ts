@@ -24,7 +24,7 @@ import {
   claimBackupInTx,
   claimShardInTx,
   endShardCopyInTx,
-  lineRangeOf,
+  lineSpansOf,
   openSplitHeads,
   recordShardResultsInTx,
   requeueHeldShardsInTx,
@@ -401,8 +401,8 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       return shardStatements(deps).states.get()!
     },
 
-    async lineRange(batchId, first, count) {
-      return lineRangeOf(deps, batchId, first, count)
+    async lineSpans(batchId, first, count) {
+      return lineSpansOf(deps, batchId, first, count)
     },
 
     async recordShardResults(r) {
