@@ -215,7 +215,11 @@ export class JobRun {
       const counts = await executeJob(
         input,
         output,
-        { model: engine?.model ?? job.model, endpoint, defaults: requestDefaults(ctx.runtime.engine, endpoint) },
+        {
+          model: engine?.model ?? job.model,
+          endpoint,
+          defaults: requestDefaults(ctx.runtime.engine, endpoint),
+        },
         {
           runtimeUrl: held?.url ?? ctx.runtime.baseUrl,
           limiter: ctx.limiter,
