@@ -55,7 +55,7 @@ describeWith(postgres, 'migrateRows', () => {
       // The webhook, and its outbox: its owner's batch was validated, then completed.
       expect(rows.webhooks).toBe(1)
       expect(rows.webhook_messages).toBe(2)
-      expect(lines.at(-1)).toMatch(/^verified 22 tables/)
+      expect(lines.at(-1)).toStartWith(`verified ${TABLES.length} tables`)
       const pg = new SQL({ url: to, max: 1 })
       try {
         const [u] = await pg`SELECT count(*)::int AS n, max(seq)::int AS max FROM users`

@@ -22,6 +22,7 @@ import {
   takesNeeds,
 } from '../queue'
 import type { PgDb, PgTx } from './db'
+import { postgresJoins } from './joins'
 import {
   claimBackup,
   claimFromHead,
@@ -37,8 +38,6 @@ import {
   shardStates,
   shardsOf,
   shardWithBatch,
-  splitBatchesToJoin,
-  takeParts,
 } from './shards'
 import { batchRow, transition } from './transition'
 
@@ -498,17 +497,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       return db.transaction((tx) => recordShardResultsTx(tx, r))
     },
 
-    async completeSplit(r) {
-      return db.transaction(async (tx) => {
-        const row = await transition(tx, r.batchId, 'results_delivered', r.now, r.changes, 'shards joined')
-        if (row && r.files.length) await tx.insert(files).values(r.files)
-        // The parts are joined: the caller removes them, and nothing refers to them any more.
-        if (row) await takeParts(tx, r.batchId)
-        return row
-      })
-    },
-
-    splitBatchesToJoin: () => splitBatchesToJoin(db),
+    ...postgresJoins(db),
 
     async queuedByOwnerClass() {
       const rows = (await db.$client`

@@ -20,6 +20,7 @@ import {
   takesNeeds,
 } from '../queue'
 import type { SqliteDeps } from './deps'
+import { sqliteJoins } from './joins'
 import {
   claimBackupInTx,
   claimShardInTx,
@@ -30,7 +31,6 @@ import {
   requeueHeldShardsInTx,
   requeueSilentShardsInTx,
   shardStatements,
-  takePartsInTx,
 } from './shards'
 import { transition } from './transition'
 
@@ -409,21 +409,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       return writeTx(db, () => recordShardResultsInTx(deps, r))
     },
 
-    async completeSplit(r) {
-      return writeTx(db, (tx) => {
-        const row = transition(deps, r.batchId, 'results_delivered', r.now, r.changes, 'shards joined')
-        if (row && r.files.length) tx.insert(files).values(r.files).run()
-        // The parts are joined: the caller removes them, and nothing refers to them any more.
-        if (row) takePartsInTx(deps, r.batchId)
-        return row
-      })
-    },
-
-    async splitBatchesToJoin() {
-      return shardStatements(deps)
-        .toJoin.all()
-        .map((r) => r.id)
-    },
+    ...sqliteJoins(deps),
 
     async queuedByOwnerClass() {
       const out = { idle: 0, running: 0 }

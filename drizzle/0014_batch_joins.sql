@@ -1,0 +1,6 @@
+CREATE TABLE `batch_joins` (
+	`batch_id` text PRIMARY KEY NOT NULL,
+	`joiner` text NOT NULL,
+	`lease_until` integer NOT NULL,
+	`blobs` text NOT NULL
+);
