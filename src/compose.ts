@@ -8,6 +8,7 @@ import { BatchFollowers, type FollowState } from './modules/batches/follow'
 import { type CatalogueState, CatalogueView } from './modules/catalogue/view'
 import type { PoolState } from './modules/pool/service'
 import type { StatsState } from './modules/stats/service'
+import { MatchCache } from './modules/workers/match-cache'
 import { PlacementView } from './modules/workers/placement'
 import { type PollState, PollWaiters } from './modules/workers/waiters'
 import type { ValidatorState } from './services/validator'
@@ -42,6 +43,7 @@ export const createServerState = (): ServerState => ({
   batchFollowers: new BatchFollowers(),
   catalogueView: new CatalogueView(),
   pollWaiters: new PollWaiters(),
+  matchCache: new MatchCache(),
   placement: new PlacementView(),
   poolCache: new Map(),
   queueStatsCache: {},

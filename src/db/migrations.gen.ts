@@ -15,6 +15,7 @@ import m11 from '../../drizzle/0011_capabilities.sql' with { type: 'text' }
 import m12 from '../../drizzle/0012_shard_backups.sql' with { type: 'text' }
 import m13 from '../../drizzle/0013_placement.sql' with { type: 'text' }
 import m14 from '../../drizzle/0014_batch_joins.sql' with { type: 'text' }
+import m15 from '../../drizzle/0015_hosting_seq.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -35,5 +36,6 @@ export const embeddedMigrations = {
     '0012_shard_backups': m12,
     '0013_placement': m13,
     '0014_batch_joins': m14,
+    '0015_hosting_seq': m15,
   } as Record<string, string>,
 }

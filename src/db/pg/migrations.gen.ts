@@ -17,6 +17,7 @@ import m13 from '../../../drizzle/postgres/0013_capabilities.sql' with { type: '
 import m14 from '../../../drizzle/postgres/0014_shard_backups.sql' with { type: 'text' }
 import m15 from '../../../drizzle/postgres/0015_placement.sql' with { type: 'text' }
 import m16 from '../../../drizzle/postgres/0016_batch_joins.sql' with { type: 'text' }
+import m17 from '../../../drizzle/postgres/0017_hosting_seq.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -39,5 +40,6 @@ export const embeddedMigrations = {
     '0014_shard_backups': m14,
     '0015_placement': m15,
     '0016_batch_joins': m16,
+    '0017_hosting_seq': m17,
   } as Record<string, string>,
 }

@@ -4,7 +4,7 @@ import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
 import { BATCH_TRANSITIONS } from '../../domain/batch-states'
-import { placeHeads } from '../../domain/placement'
+import { placeHeads, slugsToAge } from '../../domain/placement'
 import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { isShardId, tallyShards } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
@@ -273,12 +273,10 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           candidate: c,
         }
       })
-      // docs/api.md §7 placement: the models ranked (each one's longest wait read here, fresh).
+      // docs/api.md §7 placement: the models ranked (the longest waits the ranking reads, read here, fresh).
       const oldest = new Map<string, number | null>()
-      if (req.placement && heads.length) {
-        const withHeads = [...new Set(heads.map((h) => h.model))]
-        for (const r of await oldestWaiting(db.$claims, withHeads)) oldest.set(r.model, r.at)
-      }
+      const aged = slugsToAge(req.placement, heads)
+      if (aged.length) for (const r of await oldestWaiting(db.$claims, aged)) oldest.set(r.model, r.at)
       const placed = placeHeads(req.placement, heads, oldest, req.now)
       const owners = ownersToCount(placed)
       if (owners.length) {

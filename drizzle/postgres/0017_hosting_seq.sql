@@ -1,0 +1,1 @@
+ALTER TABLE "workers" ADD COLUMN "hosting_seq" integer DEFAULT 0 NOT NULL;
