@@ -139,9 +139,13 @@ export interface PlacedHead extends ClaimHead {
  * docs/api.md §7 placement: the candidate models (batches.model slugs) whose longest wait the ranking
  * of `heads` reads, so the engine probes only those: a model loaded on the worker is never overdue
  * nor ordered by its wait (rankModels), and when a worker without capabilities.loads has a single
- * model to take, no rank decides anything. A poll's cost then does not grow with its checks.
+ * model to take, no rank decides anything. A poll's cost then does not grow with its checks. Given
+ * the candidates instead of the heads, a superset: the waits of models without heads go unread.
  */
-export function slugsToAge(p: Placement | undefined, heads: readonly PlacedHead[]): string[] {
+export function slugsToAge(
+  p: Placement | undefined,
+  heads: readonly Pick<PlacedHead, 'candidate'>[],
+): string[] {
   if (!p) return []
   const current = new Map<string, boolean>()
   for (const h of heads) {

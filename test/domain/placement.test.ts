@@ -310,7 +310,7 @@ describe('docs/api.md §7 Placement: slugsToAge (the longest waits an engine rea
           head(`${k}${j}`, i * 10 + j, k, random() < 0.4),
         ),
       )
-      const waits = new Map(
+      const waits = new Map<string, number | null>(
         keys.map((k) => [k, random() < 0.2 ? null : NOW - Math.floor(random() * 2 * MAX_WAIT)] as const),
       )
       const p: Placement =
@@ -325,7 +325,10 @@ describe('docs/api.md §7 Placement: slugsToAge (the longest waits an engine rea
                 ]),
               ),
             )
-      const read = new Set(slugsToAge(p, heads))
+      // Asked of the candidates (PostgreSQL asks before the heads are read): some have no head.
+      const headless = random() < 0.5 ? [{ candidate: { model: 'd', loaded: random() < 0.5 } }] : []
+      waits.set('d', NOW - MAX_WAIT)
+      const read = new Set(slugsToAge(p, [...heads, ...headless]))
       const some = new Map([...waits].filter(([k]) => read.has(k)))
       const all = placeHeads(
         p,

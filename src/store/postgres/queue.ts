@@ -251,15 +251,22 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       const byModel = new Map(req.candidates.map((c) => [c.model, c]))
       const models = [...byModel.keys()]
       const keys = req.candidates.flatMap((c) => takesNeeds(c).map((needs) => ({ model: c.model, needs })))
+      // docs/api.md §7 placement: the longest waits the ranking may read (of the candidates: the
+      // heads are not known yet), read fresh beside the heads.
+      const aged = slugsToAge(
+        req.placement,
+        req.candidates.map((candidate) => ({ candidate })),
+      )
       // The heads are read before the claim: they only name whom to claim from, and the claim
-      // re-checks everything, the worker's limit too (claimOne, claimFromHead).
-      const found = await claimHeads(db.$claims, keys, !req.shards)
-      // docs/api.md §16: split batches in progress with shards left join the choice, those whose
-      // needs the worker meets (docs/api.md §7 Poll rule 7).
-      if (req.shards) {
-        for (const r of await openSplitHeads(db.$claims, models))
-          if (takesNeeds(byModel.get(r.model)!).includes(r.needs)) found.push(r)
-      }
+      // re-checks everything, the worker's limit too (claimOne, claimFromHead). docs/api.md §16:
+      // split batches in progress with shards left join the choice, those whose needs the worker
+      // meets (docs/api.md §7 Poll rule 7). The reads go out at once: one round trip.
+      const [found, split, waits] = await Promise.all([
+        claimHeads(db.$claims, keys, !req.shards),
+        req.shards ? openSplitHeads(db.$claims, models) : [],
+        aged.length ? oldestWaiting(db.$claims, aged) : [],
+      ])
+      for (const r of split) if (takesNeeds(byModel.get(r.model)!).includes(r.needs)) found.push(r)
       const heads = found.map((r) => {
         const c = byModel.get(r.model)!
         return {
@@ -273,10 +280,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           candidate: c,
         }
       })
-      // docs/api.md §7 placement: the models ranked (the longest waits the ranking reads, read here, fresh).
-      const oldest = new Map<string, number | null>()
-      const aged = slugsToAge(req.placement, heads)
-      if (aged.length) for (const r of await oldestWaiting(db.$claims, aged)) oldest.set(r.model, r.at)
+      const oldest = new Map(waits.map((r) => [r.model, r.at]))
       const placed = placeHeads(req.placement, heads, oldest, req.now)
       const owners = ownersToCount(placed)
       if (owners.length) {
