@@ -209,16 +209,17 @@ describe('docs/api.md §7 Placement: rankModels', () => {
   })
 })
 
-describe('docs/api.md §7 Placement: placeHeads (what both engines call)', () => {
-  const head = (batch: string, seq: number, model: string, loaded: boolean, key?: string) => ({
-    batch_id: batch,
-    seq,
-    user_id: 'u',
-    rank: 0,
-    running: 0,
-    candidate: { model, loaded, ...(key ? { key } : {}) },
-  })
+/** A head as an engine finds it, of `model` (an entry's slug when `key` names the entry). */
+const head = (batch: string, seq: number, model: string, loaded: boolean, key?: string) => ({
+  batch_id: batch,
+  seq,
+  user_id: 'u',
+  rank: 0,
+  running: 0,
+  candidate: { model, loaded, ...(key ? { key } : {}) },
+})
 
+describe('docs/api.md §7 Placement: placeHeads (what both engines call)', () => {
   test('without a placement (PLACEMENT=loaded_first) the ranks are Poll rule 5: loaded first, nothing left out', () => {
     const heads = [head('old', 1, 'b', false), head('new', 2, 'a', true)]
     const placed = placeHeads(undefined, heads, new Map(), NOW)
@@ -268,15 +269,6 @@ describe('docs/api.md §7 Placement: placeHeads (what both engines call)', () =>
 })
 
 describe('docs/api.md §7 Placement: slugsToAge (the longest waits an engine reads)', () => {
-  const head = (batch: string, seq: number, model: string, loaded: boolean, key?: string) => ({
-    batch_id: batch,
-    seq,
-    user_id: 'u',
-    rank: 0,
-    running: 0,
-    candidate: { model, loaded, ...(key ? { key } : {}) },
-  })
-
   test('a worker without capabilities.loads and one model to take reads no wait; a loaded model’s wait is never read', () => {
     const p: Placement = { maxWaitSeconds: MAX_WAIT, spread: null }
     expect(slugsToAge(p, [head('x', 1, 'a', false), head('y', 2, 'a', false)])).toEqual([])
