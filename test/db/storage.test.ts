@@ -92,7 +92,13 @@ describe('writeTx', () => {
         }),
       ).toThrow('inner boom')
     })
-    expect(db.select().from(users).all().map((u) => u.id)).toEqual(['outer'])
+    expect(
+      db
+        .select()
+        .from(users)
+        .all()
+        .map((u) => u.id),
+    ).toEqual(['outer'])
     expect(sqlite.inTransaction).toBe(false)
     sqlite.close()
     rmSync(dir, { recursive: true })
