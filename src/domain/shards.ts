@@ -245,3 +245,46 @@ export function copyEnded(
     error: truncateError(errorText),
   }
 }
+
+/**
+ * docs/api.md §16: how long the join of a split batch's shards is its joiner's without a renewal.
+ * The joiner renews it every third of that while it writes, so another may take the join over only
+ * from a joiner that died or stalled that long — and that one's next renewal, or its completion,
+ * finds the lease gone and it stops.
+ */
+export const JOIN_LEASE_SECONDS = 60
+
+/** A join's lease as stored (batch_joins): its joiner, until when, and the blobs it may have left. */
+export interface JoinLease {
+  joiner: string
+  lease_until: number
+  blobs: readonly string[]
+}
+
+/** What taking a join gives its new joiner (joinTaken). */
+export interface JoinTaken {
+  /** Blobs a joiner whose lease lapsed left (its files, or parts it had yet to remove): remove them. */
+  left: string[]
+  /** Whether the batch is to be joined (else only `left` is to be removed). */
+  join: boolean
+  /** The blobs the lease row lists from now on: `left`, then the new joiner's own files. */
+  blobs: string[]
+}
+
+/**
+ * docs/api.md §16: whether a joiner may take the join of a batch now, given its lease row (null:
+ * none) and whether the batch is ready to join (in progress, every request in a done shard): when no
+ * lease runs (none, or one lapsed at `now`), and there is a batch to join or a lapsed joiner's blobs
+ * to remove. Null otherwise (another joiner holds it, or there is nothing to do).
+ */
+export function joinTaken(
+  lease: JoinLease | null,
+  ready: boolean,
+  files: readonly string[],
+  now: number,
+): JoinTaken | null {
+  if (lease && lease.lease_until > now) return null
+  const left = [...(lease?.blobs ?? [])]
+  if (!ready && left.length === 0 && !lease) return null
+  return { left, join: ready, blobs: ready ? [...left, ...files] : left }
+}

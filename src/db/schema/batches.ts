@@ -222,9 +222,22 @@ export const batchLineIndex = sqliteTable('batch_line_index', {
   spans: blob({ mode: 'buffer' }),
 })
 
+// docs/api.md §16: the join of a split batch's shards, held by one joiner at a time under a lease both
+// engines fence with, and the blobs nothing else refers to while it runs: the files it writes (until
+// they are the batch's), then the shards' parts it removes. The row goes once those are removed; a
+// joiner that died leaves it lapsing, and whoever takes it next removes what it lists first.
+export const batchJoins = sqliteTable('batch_joins', {
+  // No foreign key: blobs a join left are removed even after its batch is gone.
+  batch_id: text().primaryKey(),
+  joiner: text().notNull(),
+  lease_until: integer().notNull(),
+  blobs: text({ mode: 'json' }).$type<string[]>().notNull(),
+})
+
 export type FileRow = typeof files.$inferSelect
 export type BatchRow = typeof batches.$inferSelect
 export type BatchStatus = BatchRow['status']
 export type BatchAssignmentRow = typeof batchAssignments.$inferSelect
 export type BatchErrorRow = typeof batchErrors.$inferSelect
 export type BatchShardRow = typeof batchShards.$inferSelect
+export type BatchJoinRow = typeof batchJoins.$inferSelect

@@ -1,7 +1,7 @@
 import type { BatchRow, BatchShardRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../../domain/principal'
-import { checkShardHolder, isShardId } from '../../domain/shards'
+import { checkShardHolder, isShardId, JOIN_LEASE_SECONDS } from '../../domain/shards'
 import { addUsage } from '../../domain/usage'
 import { checkHolder } from '../../domain/worker-rules'
 import { type BlobWriter, scratchKey } from '../../lib/blobs'
@@ -17,7 +17,7 @@ import { receiveMultipart, refuseUnread } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
 import type { LineSpans, ShardResultsRecorded } from '../../store/queue'
 import { ownWorker } from './ownership'
-import { removeParts } from './parts'
+import { removeBlobs } from './parts'
 
 // POST /workers/upload-results (docs/api.md §7, docs/api.md §7). The multipart body is read by the one
 // receiver (src/lib/multipart.ts): the output is read once, line by line, and split into the
@@ -254,12 +254,14 @@ export async function readInputIds(
 
 /** One result file being written: whole lines, in pieces, into a blob not yet published. */
 export class ResultFile {
-  readonly id = newId('file-')
   readonly writer: BlobWriter
   lines = 0
   private pending: string[] = []
   private pendingChars = 0
-  constructor(deps: Deps) {
+  constructor(
+    deps: Deps,
+    readonly id: string = newId('file-'),
+  ) {
     this.writer = deps.blobs.create(this.id)
   }
   async add(line: string) {
@@ -578,26 +580,56 @@ function delivery(deps: Deps, batch: BatchRow, split: Split, placed: Placed[], n
   }
 }
 
+/** docs/api.md §16: the join's lease went to another joiner (this one stalled past it). */
+class JoinTakenOver extends Error {}
+
 /**
  * docs/api.md §16: the batch's output and error files are its shards' parts joined in shard order,
  * streamed; then in_progress → completed with the counts and usage summed. Run by the upload that
- * brought the last requests, and by the sweeper for a batch whose joiner died. Null when the batch
- * is not (or no longer) ready: another joiner won, or it failed.
+ * brought the last requests, and by the sweeper for a batch whose joiner died. One joiner at a time,
+ * on any instance: the join is taken under a lease (renewed while it streams) that names the files
+ * it will write before a byte is written, so a joiner that loses the lease stops and removes them,
+ * and whoever takes the join over from one that died removes them first; the completion is fenced
+ * by the lease, and the parts it leaves stay listed in it until they are removed. Null when the
+ * batch is not (or no longer) this joiner's to complete.
  */
 export async function joinShards(deps: Deps, batchId: string): Promise<BatchRow | null> {
+  const joiner = newId('join_')
+  const ids = { output: newId('file-'), errors: newId('file-') }
+  let renewedAt = deps.clock.now()
+  const taken = await deps.store.queue.takeJoin({
+    batchId,
+    joiner,
+    files: [ids.output, ids.errors],
+    now: renewedAt,
+    until: renewedAt + JOIN_LEASE_SECONDS,
+  })
+  if (!taken) return null
+  // What a joiner that died (or stalled past its lease) left: nothing refers to it.
+  await removeBlobs(deps, taken.left)
+  if (!taken.join) {
+    await deps.store.queue.endJoin(batchId, joiner)
+    return null
+  }
+  const renew = async () => {
+    const now = deps.clock.now()
+    if (now - renewedAt < JOIN_LEASE_SECONDS / 3) return
+    if (!(await deps.store.queue.renewJoin({ batchId, joiner, until: now + JOIN_LEASE_SECONDS })))
+      throw new JoinTakenOver()
+    renewedAt = now
+  }
   const shards = await deps.store.queue.shardsOf(batchId)
-  if (shards.length === 0 || shards.some((s) => s.status !== 'done')) return null
-  const batch = await deps.store.batches.get(batchId, null)
-  if (batch?.status !== 'in_progress') return null
-  const output = new ResultFile(deps)
-  const errors = new ResultFile(deps)
+  const batch = (await deps.store.batches.get(batchId, null))!
+  const output = new ResultFile(deps, ids.output)
+  const errors = new ResultFile(deps, ids.errors)
   const usage: Record<string, number> = {}
-  let completed = 0
-  let failed = 0
+  const split = { completed: 0, failed: 0, usage, output, errors }
+  let placed: Placed[]
   try {
     for (const shard of shards) {
-      completed += shard.request_counts_completed
-      failed += shard.request_counts_failed
+      await renew()
+      split.completed += shard.request_counts_completed
+      split.failed += shard.request_counts_failed
       addUsage(usage, shard.usage)
       for (const [key, file] of [
         [shard.output_key, output],
@@ -610,27 +642,39 @@ export async function joinShards(deps: Deps, batchId: string): Promise<BatchRow 
         file.lines++
       }
     }
-    const now = deps.clock.now()
-    const placed = await place({ completed, failed, usage, output, errors })
-    const row = await deps.store.queue.completeSplit({
-      batchId,
-      ...delivery(deps, batch, { completed, failed, usage, output, errors }, placed, now),
-      now,
-    })
-    if (!row) {
-      await Promise.all([output.writer.abort(), errors.writer.abort()])
-      return null
-    }
-    log.info('batch results joined', { batch_id: batchId, shards: shards.length, completed, failed })
-    await removeParts(
-      deps,
-      shards.flatMap((s) => [s.output_key, s.error_key]),
-    )
-    return row
+    placed = await place(split)
   } catch (e) {
     await Promise.all([output.writer.abort(), errors.writer.abort()])
+    if (e instanceof JoinTakenOver) return null
     throw e
   }
+  const now = deps.clock.now()
+  // Should this throw, whether it committed is not known: the files stay listed in the lease, and
+  // whoever takes the join next removes them if it did not.
+  const done = await deps.store.queue.completeSplit({
+    batchId,
+    joiner,
+    ...delivery(deps, batch, split, placed, now),
+    now,
+    until: now + JOIN_LEASE_SECONDS,
+  })
+  if (!done) {
+    // Another joiner holds the lease, or the batch ended: these files are nobody's.
+    await Promise.all([output.writer.abort(), errors.writer.abort()])
+    return null
+  }
+  log.info('batch results joined', {
+    batch_id: batchId,
+    shards: shards.length,
+    completed: split.completed,
+    failed: split.failed,
+  })
+  // The parts: nothing refers to them any more. The lease lists them until they are gone; a failure
+  // here leaves them to the sweeper, the batch completed all the same.
+  await removeBlobs(deps, done.parts)
+    .then(() => deps.store.queue.endJoin(batchId, joiner))
+    .catch((e) => log.warn('removing joined parts failed', { batch_id: batchId, error: e }))
+  return done.batch
 }
 
 async function commit(

@@ -823,15 +823,6 @@ export async function shardStates(db: PgDb) {
   return row!
 }
 
-/** In-progress split batches whose shards are all done, not yet joined (a joiner that died). */
-export async function splitBatchesToJoin(db: PgDb) {
-  const rows = (await db.$client`
-    SELECT id FROM batches WHERE split AND status = 'in_progress' AND next_request >= request_counts_total
-      AND NOT EXISTS (SELECT FROM batch_shards s WHERE s.batch_id = batches.id AND s.status <> 'done')
-    ORDER BY seq`) as { id: string }[]
-  return rows.map((r) => r.id)
-}
-
 /**
  * Where request lines [first, first + count) of the batch's execution order lie (lineSpansFrom): the
  * file order's byte range from the offsets (little-endian float64s, one per line: the start of line

@@ -336,11 +336,6 @@ const stmts = preparedOnce((db: Db) => {
          (SELECT count(*) FROM batch_shards s JOIN batches b ON b.id = s.batch_id
            WHERE b.split = 1 AND b.status = 'in_progress' AND s.status = 'done') AS done`,
     ),
-    toJoin: db.$client.prepare<{ id: string }, []>(
-      `SELECT id FROM batches WHERE split = 1 AND status = 'in_progress'
-         AND next_request >= request_counts_total
-         AND NOT EXISTS (SELECT 1 FROM batch_shards s WHERE s.batch_id = batches.id AND s.status != 'done')`,
-    ),
     shardsOf: db
       .select({ shard: batchShards, worker_name: workers.name, backup_worker_name: backupWorkers.name })
       .from(batchShards)

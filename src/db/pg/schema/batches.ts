@@ -228,3 +228,12 @@ export const batchLineIndex = pgTable('batch_line_index', {
   offsets: bytea().notNull(),
   spans: bytea(),
 })
+
+// docs/api.md §16: the join of a split batch's shards under its lease, and the blobs it may leave (see
+// the SQLite schema).
+export const batchJoins = pgTable('batch_joins', {
+  batch_id: text().primaryKey(),
+  joiner: text().notNull(),
+  lease_until: bigint({ mode: 'number' }).notNull(),
+  blobs: jsonb().$type<string[]>().notNull(),
+})
