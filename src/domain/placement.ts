@@ -70,8 +70,8 @@ const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, load
  *    moving this worker there lowers the imbalance by more than 1 + SWITCH_MARGIN workers, or no
  *    worker serves that model and it cannot wait: its load and its waiting requests at this
  *    worker's rate take at least as long as the fleet stays busy (shares round a rare model down to
- *    no worker; a queue of it still gets one once waiting would leave it last) — the most
- *    under-served such model first.
+ *    no worker; a queue of it still gets one once it can wait no longer) — the most under-served
+ *    such model first.
  * 4. Such a worker with no work for the models it serves takes the most under-served model whose
  *    loading pays or that no other worker serves.
  *
@@ -79,9 +79,11 @@ const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, load
  * workers serving it minus its share; the imbalance a move from model c to model m lowers is
  * excess(c) − excess(m). The fleet stays busy for the longest time the waiting requests of a model
  * that workers serve keep those workers (÷ their rates, this worker's included when it serves it).
- * A model nobody serves that can wait is not worth pulling a worker away for: started when the first
- * worker frees up (rule 4), its work ends no later — with that one load, where a worker pulled away
- * now would load it and, its own model's work outlasting it, load that again to go back.
+ * A model nobody serves that can wait is not worth pulling a worker away for now: it can start later
+ * and still end by then — on the first worker that frees up (rule 4), or on one pulled away once it
+ * can wait no longer — with the one load it needs either way, where a worker pulled away now would
+ * finish it early and, its own model's work outlasting it, load that again to go back: a load that
+ * makes nothing end sooner.
  */
 export function rankModels(p: Placement, models: readonly ModelNow[], now: number): Map<string, number> {
   const ranks = new Map<string, number>()

@@ -145,10 +145,10 @@ describe('docs/api.md §7 Placement: rankModels', () => {
     expect(order(rankModels(moved, [model('a'), model('b', true)], NOW))).toEqual(['a', 'b'])
   })
 
-  test('a queue of a model nobody serves gets a worker, though its share rounds to none, once waiting would leave it last — never by orphaning another model', () => {
+  test('a queue of a model nobody serves gets a worker, though its share rounds to none, once it cannot wait — never by orphaning another model', () => {
     // 4 workers on a, whose 2,500 waiting requests keep them busy 6.25 s (400/s); c has 350 waiting:
     // its share is 0.49 of a worker, the move would lower the imbalance by 0.98 only. But its load and
-    // work take 3 + 3.5 = 6.5 s: started when a worker frees up, c would end last. a keeps three
+    // work take 3 + 3.5 = 6.5 s, longer than the fleet stays busy: it cannot wait. a keeps three
     // other workers.
     const p = loads(4, { a: { waiting: 2_500, serving: 3, rate: 300 }, c: { waiting: 350 } })
     expect(order(rankModels(p, [model('a', true), model('c')], NOW))).toEqual(['c', 'a'])
@@ -164,7 +164,7 @@ describe('docs/api.md §7 Placement: rankModels', () => {
     expect(order(rankModels(alone, [model('a'), model('b', true), model('c')], NOW))).toEqual(['b'])
   })
 
-  test('a late batch of a model nobody serves waits for a worker freeing up when that ends no later; it pulls one when waiting would leave it last', () => {
+  test('a late batch of a model nobody serves waits for a worker freeing up while its load and work fit in the time the fleet stays busy; it pulls one once they do not', () => {
     // Four workers settled on a, 4,000 waiting: busy 10 s at 400/s. A late b of 400 requests pays a
     // load (4 s at 100/s, more than 3 s) and nobody serves it, but its load and work (7 s) fit before
     // the fleet frees up: no worker leaves a for it (to load b, and a again to come back).
@@ -173,7 +173,7 @@ describe('docs/api.md §7 Placement: rankModels', () => {
     // The first worker with no a work left takes it (rule 4).
     expect(order(rankModels(late, [model('b', false, 1)], NOW))).toEqual(['b'])
     // More of b (900: 3 + 9 = 12 s) — its share 0.73, short of what the spread moves a worker for —
-    // or less of a (2,400: 6 s): waiting would leave b last, and the worker goes now.
+    // or less of a (2,400: 6 s): b cannot wait, and the worker goes now.
     for (const [a, b] of [
       [4_000, 900],
       [2_400, 400],
