@@ -15,7 +15,7 @@ import { type Router, startRouter } from './lib/router'
 //   late   the same, but charlie's batches all arrive late (in the second half of ARRIVE_S), once
 //          the workers have settled on alpha and bravo: whether to pull a worker off its model for
 //          them is the rule's to decide
-// Each runs under today's rules (PLACEMENT=loaded_first) and the new ones (PLACEMENT=queue):
+// Each runs under the rules before placement (PLACEMENT=loaded_first) and with it (PLACEMENT=queue):
 //   makespan ÷ its lower bound: the same requests, all of one model and all waiting at the start,
 //     on the same fleet in this run (one load, then every worker busy: total ÷ the fleet's rate as
 //     this machine runs it, + one load; the nominal figure is printed beside it)   goal ≤ 1.15
@@ -26,8 +26,8 @@ import { type Router, startRouter } from './lib/router'
 //     bound is at most this run's; the plan's makespan beside it                   goal ≤ 1.25
 //   the longest any batch waited, from its creation (≥ from `validated`) to its first request at
 //     an engine                                                                    goal ≤ aging + one load
-//   then the straggler case, bench/fleet.ts (e) run under each rule set (today's: no backup copies,
-//   SHARD_BACKUPS=false); BENCH_NO_STRAGGLER=1 leaves it out
+//   then the straggler case, bench/fleet.ts (e) run under each rule set (loaded_first with no backup
+//   copies, SHARD_BACKUPS=false); BENCH_NO_STRAGGLER=1 leaves it out
 //
 //   bun run bench/placement.ts            10,000 requests
 //   BENCH_QUICK=1 bun run bench/placement.ts   4,000 requests
@@ -331,7 +331,8 @@ for (const w of workloads) {
   results.set(w, byMode)
 }
 // The straggler case (docs/api.md §16 backup copies): bench/fleet.ts (e), in its own process, under
-// today's rules (no backup copies: the dead worker's shard waits for the sweeper) and the new ones.
+// the rules before placement (no backup copies: the dead worker's shard waits for the sweeper) and
+// with it.
 const straggler: Partial<Record<Mode, string>> = {}
 if (!process.env.BENCH_NO_STRAGGLER)
   for (const m of modes) {
@@ -350,7 +351,7 @@ if (!process.env.BENCH_NO_STRAGGLER)
 const widths = [48, 24, 24]
 const line = (cells: string[]) =>
   console.log(cells.map((c, i) => (i < widths.length ? c.padEnd(widths[i]!) : c)).join(''))
-const header = (title: string) => line([title, 'loaded_first (today)', 'queue (new)', 'goal'])
+const header = (title: string) => line([title, 'loaded_first (no placement)', 'queue (placement)', 'goal'])
 for (const w of workloads) {
   const byMode = results.get(w)!
   const ratio = (r: Result) => r.makespanS / bound
