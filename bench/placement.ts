@@ -348,7 +348,7 @@ if (!process.env.BENCH_NO_STRAGGLER)
     straggler[m] = ratio ? `${ratio}×` : 'not measured'
   }
 
-const widths = [48, 24, 24]
+const widths = [48, 30, 30]
 const line = (cells: string[]) =>
   console.log(cells.map((c, i) => (i < widths.length ? c.padEnd(widths[i]!) : c)).join(''))
 const header = (title: string) => line([title, 'loaded_first (no placement)', 'queue (placement)', 'goal'])
