@@ -2,29 +2,37 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { type Bench, benchServer } from './lib/fixture'
+import { clairvoyantPlans, type Plans } from './lib/plan'
 import { type Router, startRouter } from './lib/router'
 
 // Placement (docs/api.md §7 Placement): which worker loads what, and no batch starves. Four reference
 // daemons that load their models themselves (`gridkeep worker --runtime llama.cpp --runtime-url`),
 // each attached to its own stand-in llama.cpp router (bench/lib/router.ts: one model at a time,
 // 8 slots × 40 ms a request, LOAD_MS to load another); three models on every disk; batches of the
-// three with skewed demand (70 / 22 / 8 % of the requests): a backlog of 30 % of them waiting at the
-// start, the rest arriving over ARRIVE_S seconds (alpha all along, bravo in a burst, charlie now and
-// then). The same workload runs under today's rules (PLACEMENT=loaded_first) and the new ones
-// (PLACEMENT=queue), printed side by side:
+// three with skewed demand (70 / 22 / 8 % of the requests), in two workloads:
+//   mixed  a backlog of 30 % of each model's requests waiting at the start, the rest arriving over
+//          ARRIVE_S seconds (alpha all along, bravo in a burst, charlie now and then)
+//   late   the same, but charlie's batches all arrive late (in the second half of ARRIVE_S), once
+//          the workers have settled on alpha and bravo: whether to pull a worker off its model for
+//          them is the rule's to decide
+// Each runs under the rules before placement (PLACEMENT=loaded_first) and with it (PLACEMENT=queue):
 //   makespan ÷ its lower bound: the same requests, all of one model and all waiting at the start,
 //     on the same fleet in this run (one load, then every worker busy: total ÷ the fleet's rate as
 //     this machine runs it, + one load; the nominal figure is printed beside it)   goal ≤ 1.15
 //   loads ÷ the fewest that could serve the workload: every model loaded on as many workers as its
 //     share of the requests needs, rounded up (Σ ⌈workers × share⌉ = 3 + 1 + 1)  goal ≤ 1.5
+//   loads ÷ those of the plan that knew the arrivals (bench/lib/plan.ts: an offline schedule of the
+//     same batches on an idealised fleet): the fewest loads of a plan whose makespan ÷ its own
+//     bound is at most this run's; the plan's makespan beside it                   goal ≤ 1.25
 //   the longest any batch waited, from its creation (≥ from `validated`) to its first request at
 //     an engine                                                                    goal ≤ aging + one load
-//   the fourth row, the straggler case, is bench/fleet.ts (e) run under each rule set (today's: no
-//   backup copies, SHARD_BACKUPS=false); BENCH_NO_STRAGGLER=1 leaves it out
+//   then the straggler case, bench/fleet.ts (e) run under each rule set (loaded_first with no backup
+//   copies, SHARD_BACKUPS=false); BENCH_NO_STRAGGLER=1 leaves it out
 //
 //   bun run bench/placement.ts            10,000 requests
 //   BENCH_QUICK=1 bun run bench/placement.ts   4,000 requests
-//   BENCH_ONLY=queue|loaded_first   BENCH_LOADS=1 (each worker's loads)   BENCH_TRACE=1 (daemon logs)
+//   BENCH_ONLY=queue|loaded_first   BENCH_WORKLOAD=mixed|late   BENCH_LOADS=1 (each worker's loads,
+//   and the plan's)   BENCH_TRACE=1 (daemon logs)
 
 const QUICK = !!process.env.BENCH_QUICK || process.argv.includes('--quick')
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? (QUICK ? 4_000 : 10_000))
@@ -52,7 +60,24 @@ interface Planned {
   atMs: number
 }
 
-/** A fixed pseudo-random sequence (mulberry32), so both runs get the same workload. */
+type Workload = 'mixed' | 'late'
+type Mode = 'loaded_first' | 'queue'
+
+/** When each model's batches arrive, as fractions of ARRIVE_S, and the share of them waiting at the start. */
+const ARRIVALS: Record<Workload, Record<string, { backlog: number; from: number; to: number }>> = {
+  mixed: {
+    alpha: { backlog: BACKLOG, from: 0, to: 1 },
+    bravo: { backlog: BACKLOG, from: 0.4, to: 0.6 },
+    charlie: { backlog: BACKLOG, from: 0, to: 1 },
+  },
+  late: {
+    alpha: { backlog: BACKLOG, from: 0, to: 1 },
+    bravo: { backlog: BACKLOG, from: 0.4, to: 0.6 },
+    charlie: { backlog: 0, from: 0.5, to: 1 },
+  },
+}
+
+/** A fixed pseudo-random sequence (mulberry32), so every run gets the same workload. */
 function random(seed: number) {
   return () => {
     seed = (seed + 0x6d2b79f5) | 0
@@ -63,24 +88,19 @@ function random(seed: number) {
 }
 
 /**
- * Batches of 100–200 requests (never split: at most 2 × SHARD_MIN_REQUESTS). BACKLOG of each model's
- * requests wait at the start; of the rest, alpha arrives all along, bravo in a burst, charlie now and
- * then. `only`: every batch is of that model instead (the lower bound's run).
+ * Batches of 100–200 requests (never split: at most 2 × SHARD_MIN_REQUESTS), arriving as ARRIVALS
+ * says. `only`: every batch is of that model and waits at the start instead (the lower bound's run).
  */
-function workload(only?: string): Planned[] {
+function workload(kind: Workload, only?: string): Planned[] {
   const next = random(7)
   const out: Planned[] = []
-  const window: Record<string, () => number> = {
-    alpha: () => next() * ARRIVE_S,
-    bravo: () => (0.4 + next() * 0.2) * ARRIVE_S,
-    charlie: () => next() * ARRIVE_S,
-  }
   for (const m of MODELS) {
+    const { backlog, from, to } = ARRIVALS[kind][m.name]!
     let left = Math.round(REQUESTS * m.share)
-    const backlog = Math.round(left * (1 - BACKLOG))
+    const arriving = Math.round(left * (1 - backlog))
     while (left > 0) {
       const requests = Math.min(left, 100 + Math.floor(next() * 101))
-      const atMs = left > backlog ? 0 : Math.round(window[m.name]!() * 1000)
+      const atMs = left > arriving ? 0 : Math.round((from + next() * (to - from)) * ARRIVE_S * 1000)
       left -= requests
       out.push({ k: 0, model: only ?? m.name, requests, atMs: only ? 0 : atMs })
     }
@@ -105,17 +125,11 @@ interface Result {
   loads: number
   /** The longest wait of a batch of each model, seconds. */
   waits: Record<string, number>
-  /** The straggler case's crash ÷ no crash under the same rules (bench/fleet.ts e). */
-  straggler?: string
 }
 
 const longest = (r: Result) => Object.entries(r.waits).reduce((a, b) => (b[1] > a[1] ? b : a))
 
-async function run(
-  placement: 'loaded_first' | 'queue',
-  plan: Planned[],
-  label: string = placement,
-): Promise<Result> {
+async function run(placement: Mode, plan: Planned[], label: string = placement): Promise<Result> {
   const dir = mkdtempSync(join(tmpdir(), 'gridkeep-placement-'))
   const manifest = join(dir, 'models.yaml')
   writeFileSync(
@@ -273,26 +287,53 @@ async function run(
   }
 }
 
-const plan = workload()
-const total = plan.reduce((n, p) => n + p.requests, 0)
+const workloads = (['mixed', 'late'] as const).filter(
+  (w) => !process.env.BENCH_WORKLOAD || process.env.BENCH_WORKLOAD === w,
+)
+const modes = (['loaded_first', 'queue'] as const).filter(
+  (m) => !process.env.BENCH_ONLY || process.env.BENCH_ONLY === m,
+)
+const total = workload('mixed').reduce((n, p) => n + p.requests, 0)
 const nominal = total / FLEET_RATE + LOAD_MS / 1000
 // Every model loaded on as many workers as its share of the requests needs, rounded up: the loads
 // of a fleet that runs every model at its share at once (fewer leave a model short of workers).
 const fewestLoads = MODELS.reduce((n, m) => n + Math.ceil(WORKERS * m.share), 0)
-const modes = (['loaded_first', 'queue'] as const).filter(
-  (m) => !process.env.BENCH_ONLY || process.env.BENCH_ONLY === m,
-)
 console.log(
   `placement: ${WORKERS} daemons (one-model engines, ${SLOTS} slots × ${LATENCY_MS} ms, ${LOAD_MS / 1000} s a load), ` +
-    `${plan.length} batches, ${total} requests (${MODELS.map((m) => `${m.name} ${Math.round(m.share * 100)} %`).join(', ')}), ` +
-    `${BACKLOG * 100} % waiting at the start, the rest arriving over ${ARRIVE_S} s; PLACEMENT_MAX_WAIT_SECONDS=${MAX_WAIT_S}`,
+    `${workload('mixed').length} batches, ${total} requests (${MODELS.map((m) => `${m.name} ${Math.round(m.share * 100)} %`).join(', ')}), ` +
+    `${BACKLOG * 100} % waiting at the start, the rest arriving over ${ARRIVE_S} s (late: charlie none at the start, ` +
+    `all in the second half); PLACEMENT_MAX_WAIT_SECONDS=${MAX_WAIT_S}`,
 )
+
+// The plans that knew the arrivals, on the idealised fleet, and their own lower bound (the bound's
+// workload planned the same way: every worker on alpha from the start).
+const idealFleet = { workers: WORKERS, rate: FLEET_RATE / WORKERS, loadS: LOAD_MS / 1000 }
+const planBound = Math.min(...clairvoyantPlans(workload('mixed', 'alpha'), idealFleet).byLoads)
+const plans = new Map(workloads.map((w) => [w, clairvoyantPlans(workload(w), idealFleet)]))
+
+/**
+ * The plan a live run is weighed against: the fewest loads of a plan whose makespan ÷ its bound is
+ * at most the run's makespan ÷ its bound; when no plan is that fast, the fastest plan.
+ */
+function reference(p: Plans, ratio: number) {
+  const ratios = p.byLoads.map((m) => m / planBound)
+  const loads = ratios.findIndex((r) => r <= ratio)
+  const best = loads >= 0 ? loads : ratios.indexOf(Math.min(...ratios))
+  return { loads: best, ratio: ratios[best]!, how: p.how[best]! }
+}
+
 // The lower bound as this machine runs it: the same batches, all of alpha, all waiting at the start.
-const bound = (await run('queue', workload('alpha'), 'lower bound')).makespanS
-const results: Partial<Record<(typeof modes)[number], Result>> = {}
-for (const m of modes) results[m] = await run(m, plan)
+const bound = (await run('queue', workload('mixed', 'alpha'), 'lower bound')).makespanS
+const results = new Map<Workload, Partial<Record<Mode, Result>>>()
+for (const w of workloads) {
+  const byMode: Partial<Record<Mode, Result>> = {}
+  for (const m of modes) byMode[m] = await run(m, workload(w), `${w} ${m}`)
+  results.set(w, byMode)
+}
 // The straggler case (docs/api.md §16 backup copies): bench/fleet.ts (e), in its own process, under
-// today's rules (no backup copies: the dead worker's shard waits for the sweeper) and the new ones.
+// the rules before placement (no backup copies: the dead worker's shard waits for the sweeper) and
+// with it.
+const straggler: Partial<Record<Mode, string>> = {}
 if (!process.env.BENCH_NO_STRAGGLER)
   for (const m of modes) {
     const env = m === 'loaded_first' ? 'PLACEMENT=loaded_first,SHARD_BACKUPS=false' : 'PLACEMENT=queue'
@@ -304,41 +345,57 @@ if (!process.env.BENCH_NO_STRAGGLER)
     const out = await new Response(proc.stdout).text()
     await proc.exited
     const ratio = /crash \/ no crash = ([\d.]+)×/.exec(out)?.[1]
-    results[m]!.straggler = ratio ? `${ratio}×` : 'not measured'
+    straggler[m] = ratio ? `${ratio}×` : 'not measured'
   }
 
-const cell = (m: (typeof modes)[number], f: (r: Result) => string) => (results[m] ? f(results[m]!) : '—')
-const rows: [string, (r: Result) => string, string][] = [
-  [
-    `makespan ÷ lower bound (${bound.toFixed(1)} s; nominal ${nominal.toFixed(1)} s)`,
-    (r) => `${(r.makespanS / bound).toFixed(2)} (${r.makespanS.toFixed(1)} s)`,
-    '≤ 1.15',
-  ],
-  [`loads ÷ fewest (${fewestLoads})`, (r) => `${(r.loads / fewestLoads).toFixed(2)} (${r.loads})`, '≤ 1.5'],
-  [
-    'longest wait, creation → first request',
-    (r) => `${longest(r)[1].toFixed(1)} s (${longest(r)[0]})`,
-    `≤ ${MAX_WAIT_S + LOAD_MS / 1000} s (aging + one load)`,
-  ],
-  [
-    '  per model: alpha / bravo / charlie',
-    (r) => MODELS.map((m) => (r.waits[m.name] ?? 0).toFixed(1)).join(' / '),
-    '',
-  ],
-  ['straggler: crash ÷ no crash (bench/fleet.ts e)', (r) => r.straggler ?? '—', '≤ 1.5×'],
-]
-const widths = [48, 22, 22]
-console.log(
-  ['', 'loaded_first (today)', 'queue (new)', 'goal']
-    .map((h, i) => (i < 3 ? h.padEnd(widths[i]!) : h))
-    .join(''),
-)
-for (const [label, f, goal] of rows)
-  console.log(
+const widths = [48, 30, 30]
+const line = (cells: string[]) =>
+  console.log(cells.map((c, i) => (i < widths.length ? c.padEnd(widths[i]!) : c)).join(''))
+const header = (title: string) => line([title, 'loaded_first (no placement)', 'queue (placement)', 'goal'])
+for (const w of workloads) {
+  const byMode = results.get(w)!
+  const ratio = (r: Result) => r.makespanS / bound
+  const rows: [string, (r: Result) => string, string][] = [
     [
-      label.padEnd(widths[0]!),
-      cell('loaded_first', f).padEnd(widths[1]!),
-      cell('queue', f).padEnd(widths[2]!),
-      goal,
-    ].join(''),
-  )
+      `makespan ÷ lower bound (${bound.toFixed(1)} s; nominal ${nominal.toFixed(1)} s)`,
+      (r) => `${ratio(r).toFixed(2)} (${r.makespanS.toFixed(1)} s)`,
+      '≤ 1.15',
+    ],
+    [`loads ÷ fewest (${fewestLoads})`, (r) => `${(r.loads / fewestLoads).toFixed(2)} (${r.loads})`, '≤ 1.5'],
+    [
+      "loads ÷ the plan's (its loads at its makespan)",
+      (r) => {
+        const p = reference(plans.get(w)!, ratio(r))
+        return `${(r.loads / p.loads).toFixed(2)} (${r.loads} vs ${p.loads} at ${p.ratio.toFixed(2)})`
+      },
+      '≤ 1.25',
+    ],
+    [
+      'longest wait, creation → first request',
+      (r) => `${longest(r)[1].toFixed(1)} s (${longest(r)[0]})`,
+      `≤ ${MAX_WAIT_S + LOAD_MS / 1000} s (aging + one load)`,
+    ],
+    [
+      '  per model: alpha / bravo / charlie',
+      (r) => MODELS.map((m) => (r.waits[m.name] ?? 0).toFixed(1)).join(' / '),
+      '',
+    ],
+  ]
+  header(`${w} workload`)
+  for (const [label, f, goal] of rows)
+    line([label, ...(['loaded_first', 'queue'] as const).map((m) => (byMode[m] ? f(byMode[m]!) : '—')), goal])
+  if (process.env.BENCH_LOADS)
+    for (const m of modes) {
+      const p = reference(plans.get(w)!, ratio(byMode[m]!))
+      console.log(`  the plan for ${m}'s makespan: ${p.how.map((h, i) => `worker ${i}: ${h}`).join('; ')}`)
+    }
+}
+if (!process.env.BENCH_NO_STRAGGLER) {
+  header('')
+  line([
+    'straggler: crash ÷ no crash (bench/fleet.ts e)',
+    straggler.loaded_first ?? '—',
+    straggler.queue ?? '—',
+    '≤ 1.5×',
+  ])
+}

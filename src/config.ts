@@ -154,13 +154,13 @@ export const ConfigSchema = T.Object({
     30,
     0,
     86400,
-    'Load time assumed for a model no worker has measured yet (workers report it in model_stats)',
+    'Load time assumed while no worker has measured any model (workers report it in model_stats; a model none has measured is assumed to load as the measured ones do, on average)',
   ),
   PLACEMENT_DEFAULT_REQUESTS_PER_SECOND: Int(
     1,
     1,
     1_000_000,
-    'Requests per second assumed of a worker on a model no worker has measured yet',
+    'Requests per second assumed of a worker while no worker has measured any model (a model none has measured is assumed to run as the measured ones do, on average)',
   ),
   POOL_CACHE_SECONDS: Int(15, 0, 3600, 'Cache lifetime of GET /v1/pool/capacity'),
   MIN_WORKERS_FOR_HARDWARE: Int(

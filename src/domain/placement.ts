@@ -67,15 +67,23 @@ const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, load
  *    model is worth a switch: another worker serves its model too (the last one never leaves a
  *    model's waiting work to nobody), loading the other pays (its waiting requests outlast a load at
  *    the rate it is served — the others serving it, or this worker alone when none does), and either
- *    moving this worker there lowers the imbalance by more than 1 + SWITCH_MARGIN workers or no
- *    worker serves that model (shares round a rare model down to no worker; a queue of it that pays
- *    a load still gets one) — the most under-served such model first.
+ *    moving this worker there lowers the imbalance by more than 1 + SWITCH_MARGIN workers, or no
+ *    worker serves that model and it cannot wait: its load and its waiting requests at this
+ *    worker's rate take at least as long as the fleet stays busy (shares round a rare model down to
+ *    no worker; a queue of it still gets one once it can wait no longer) — the most under-served
+ *    such model first.
  * 4. Such a worker with no work for the models it serves takes the most under-served model whose
  *    loading pays or that no other worker serves.
  *
  * A model's share is the workers × its waiting requests ÷ all waiting requests; its excess is the
  * workers serving it minus its share; the imbalance a move from model c to model m lowers is
- * excess(c) − excess(m).
+ * excess(c) − excess(m). The fleet stays busy for the longest time the waiting requests of a model
+ * that workers serve keep those workers (÷ their rates, this worker's included when it serves it).
+ * A model nobody serves that can wait is not worth pulling a worker away for now: it can start later
+ * and still end by then — on the first worker that frees up (rule 4), or on one pulled away once it
+ * can wait no longer — with the one load it needs either way, where a worker pulled away now would
+ * finish it early and, its own model's work outlasting it, load that again to go back: a load that
+ * makes nothing end sooner.
  */
 export function rankModels(p: Placement, models: readonly ModelNow[], now: number): Map<string, number> {
   const ranks = new Map<string, number>()
@@ -109,6 +117,18 @@ export function rankModels(p: Placement, models: readonly ModelNow[], now: numbe
   }
   const underServedFirst = (a: ModelNow, b: ModelNow) =>
     excess(a) - excess(b) || (a.oldestQueuedAt ?? now) - (b.oldestQueuedAt ?? now)
+  const busyFor = Math.max(
+    0,
+    ...models.map((m) => {
+      const d = demand(m)
+      const rate = d.rate + (m.current ? d.ownRate : 0)
+      return (m.current || d.serving > 0) && rate > 0 ? d.waiting / rate : 0
+    }),
+  )
+  const cannotWait = (m: ModelNow) => {
+    const d = demand(m)
+    return d.loadSeconds + d.waiting / d.ownRate >= busyFor
+  }
   if (current.length) {
     const from = current.reduce((a, b) => (excess(b) > excess(a) ? b : a))
     // The last worker serving a model with work waiting does not leave it: that work would wait
@@ -117,7 +137,9 @@ export function rankModels(p: Placement, models: readonly ModelNow[], now: numbe
       demand(from).serving > 0
         ? others
             .filter(
-              (m) => pays(m) && (excess(from) - excess(m) >= 1 + SWITCH_MARGIN || demand(m).serving === 0),
+              (m) =>
+                pays(m) &&
+                (excess(from) - excess(m) >= 1 + SWITCH_MARGIN || (demand(m).serving === 0 && cannotWait(m))),
             )
             .sort(underServedFirst)
         : []

@@ -146,14 +146,15 @@ describe('docs/api.md §7 Placement: rankModels', () => {
     expect(order(rankModels(moved, [model('a'), model('b', true)], NOW))).toEqual(['a', 'b'])
   })
 
-  test('a queue of a model nobody serves that pays a load gets a worker, though its share rounds to none — never by orphaning another model', () => {
-    // 4 workers on a (10,000 waiting), c has 700 waiting: its share is 0.26 of a worker, the move
-    // would lower the imbalance by 0.52 only. But 700 requests outlast a 3 s load at 100/s, and a
-    // keeps three other workers.
-    const p = loads(4, { a: { waiting: 10_000, serving: 3, rate: 300 }, c: { waiting: 700 } })
+  test('a queue of a model nobody serves gets a worker, though its share rounds to none, once it cannot wait — never by orphaning another model', () => {
+    // 4 workers on a, whose 2,500 waiting requests keep them busy 6.25 s (400/s); c has 350 waiting:
+    // its share is 0.49 of a worker, the move would lower the imbalance by 0.98 only. But its load and
+    // work take 3 + 3.5 = 6.5 s, longer than the fleet stays busy: it cannot wait. a keeps three
+    // other workers.
+    const p = loads(4, { a: { waiting: 2_500, serving: 3, rate: 300 }, c: { waiting: 350 } })
     expect(order(rankModels(p, [model('a', true), model('c')], NOW))).toEqual(['c', 'a'])
-    // 200 requests would not outlast the load: no switch.
-    const small = loads(4, { a: { waiting: 10_000, serving: 3, rate: 300 }, c: { waiting: 200 } })
+    // 250 requests would not outlast the load (though a frees up in 5 s): no switch.
+    const small = loads(4, { a: { waiting: 2_000, serving: 3, rate: 300 }, c: { waiting: 250 } })
     expect(order(rankModels(small, [model('a', true), model('c')], NOW))).toEqual(['a'])
     // The only worker on b does not leave b's work to nobody for c.
     const alone = loads(4, {
@@ -162,6 +163,25 @@ describe('docs/api.md §7 Placement: rankModels', () => {
       c: { waiting: 700 },
     })
     expect(order(rankModels(alone, [model('a'), model('b', true), model('c')], NOW))).toEqual(['b'])
+  })
+
+  test('a late batch of a model nobody serves waits for a worker freeing up while its load and work fit in the time the fleet stays busy; it pulls one once they do not', () => {
+    // Four workers settled on a, 4,000 waiting: busy 10 s at 400/s. A late b of 400 requests pays a
+    // load (4 s at 100/s, more than 3 s) and nobody serves it, but its load and work (7 s) fit before
+    // the fleet frees up: no worker leaves a for it (to load b, and a again to come back).
+    const late = loads(4, { a: { waiting: 4_000, serving: 3, rate: 300 }, b: { waiting: 400 } })
+    expect(order(rankModels(late, [model('a', true), model('b', false, 1)], NOW))).toEqual(['a'])
+    // The first worker with no a work left takes it (rule 4).
+    expect(order(rankModels(late, [model('b', false, 1)], NOW))).toEqual(['b'])
+    // More of b (900: 3 + 9 = 12 s) — its share 0.73, short of what the spread moves a worker for —
+    // or less of a (2,400: 6 s): b cannot wait, and the worker goes now.
+    for (const [a, b] of [
+      [4_000, 900],
+      [2_400, 400],
+    ]) {
+      const p = loads(4, { a: { waiting: a!, serving: 3, rate: 300 }, b: { waiting: b! } })
+      expect(order(rankModels(p, [model('a', true), model('b', false, 1)], NOW))).toEqual(['b', 'a'])
+    }
   })
 
   test('the last worker serving a model does not leave its waiting work, however the shares stand', () => {

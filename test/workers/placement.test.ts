@@ -161,6 +161,38 @@ describe('docs/api.md §7 Placement: when a load pays', () => {
   })
 })
 
+describe('docs/api.md §7 Placement: a late model nobody serves', () => {
+  test('a model nobody has measured is weighed at what the fleet measured of the others: its late queue waits for a worker freeing up', async () => {
+    const s = await setup()
+    // Every worker measured a (100/s, a 3 s load), none ever ran b.
+    const onlyA = (wid: string) =>
+      heartbeat(t, s.f.key, wid, {
+        inventory: [A, B].map((n) => inventoryItem(n, { loaded: n === A, runtime: 'llama.cpp' })),
+        loaded_models: [A],
+        model_stats: [STATS[0]!],
+      })
+    const settled = async () => {
+      const wid = await registerWorker(t, s.f.key, {
+        capabilities: { loads: true },
+        runtimes: [{ engine: 'llama.cpp', base_url: 'http://127.0.0.1:8081', status: 'online' }],
+      })
+      expect((await onlyA(wid)).status).toBe(200)
+      return wid
+    }
+    await batches(s, s.a, 40)
+    tick()
+    // Three workers settle on a; then 400 requests of b arrive.
+    for (let i = 0; i < 3; i++) expect((await poll(t, s.f.key, await settled()))?.catalogue_id).toBe(s.a)
+    await batches(s, s.b, 4)
+    tick()
+    // At the fleet's 100/s and 3 s, b's load and work take 7 s, and a keeps the four workers busy
+    // 9.25 s (3,700 at 400/s): the fourth stays on a. (Assumed at PLACEMENT_DEFAULT_REQUESTS_PER_SECOND
+    // and PLACEMENT_DEFAULT_LOAD_SECONDS, b would look like 430 s of work and pull it away.)
+    const fourth = await settled()
+    expect((await poll(t, s.f.key, fourth))?.catalogue_id).toBe(s.a)
+  })
+})
+
 describe('docs/api.md §7 Placement: the spread', () => {
   test('four workers on a, waiting work 3:1 → three stay on a, one moves to b; it does not swap back when the shares wobble', async () => {
     const s = await setup()

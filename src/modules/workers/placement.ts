@@ -147,6 +147,11 @@ export async function placementFor(
   const totalWaiting = [...waiting.values()].reduce((a, b) => a + b, 0)
   const others = snapshot.fleet.filter((w) => w.id !== worker.id)
   const everyone = [...others.map((w) => w.model_stats), worker.model_stats]
+  // docs/api.md §7 placement, measured costs: a model none of them has measured is assumed to run
+  // and load as the models they measured do (a default of 1 request/s would make its queue look
+  // like hours of work beside measured ones, and pull a worker away for a few batches).
+  const anyRate = mean(everyone.flatMap((s) => s.map((m) => m.requests_per_second)))
+  const anyLoad = mean(everyone.flatMap((s) => s.map((m) => m.load_seconds)))
   const demand = new Map<string, ModelDemand>()
   for (const entry of entries) {
     const names = namesOf(entry)
@@ -155,7 +160,10 @@ export async function placementFor(
     const meanRate = mean(everyone.map((s) => statOf(s, names)?.requests_per_second))
     const meanLoad = mean(everyone.map((s) => statOf(s, names)?.load_seconds))
     const rateOf = (stats: readonly ModelStat[]) =>
-      statOf(stats, names)?.requests_per_second ?? meanRate ?? config.PLACEMENT_DEFAULT_REQUESTS_PER_SECOND
+      statOf(stats, names)?.requests_per_second ??
+      meanRate ??
+      anyRate ??
+      config.PLACEMENT_DEFAULT_REQUESTS_PER_SECOND
     // A worker holding work serves the models of that work; one holding none, what it has loaded or
     // is loading while it is polling here (alive and asking for work: a batch of that model is its to
     // take; one that is gone, or polls elsewhere, does not keep the model's work from others).
@@ -171,7 +179,10 @@ export async function placementFor(
       rate: serving.reduce((sum, w) => sum + rateOf(w.model_stats), 0),
       ownRate: rateOf(worker.model_stats),
       loadSeconds:
-        statOf(worker.model_stats, names)?.load_seconds ?? meanLoad ?? config.PLACEMENT_DEFAULT_LOAD_SECONDS,
+        statOf(worker.model_stats, names)?.load_seconds ??
+        meanLoad ??
+        anyLoad ??
+        config.PLACEMENT_DEFAULT_LOAD_SECONDS,
     })
   }
   return {
