@@ -31,5 +31,6 @@ export type IdPrefix =
   | 'wh_'
   | 'msg_'
   | 'whd_'
+  | 'aud_'
 
 export const newId = (prefix: IdPrefix) => prefix + randomBase62(24)

@@ -1,4 +1,5 @@
 import { afterEach, expect, test } from 'bun:test'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // Organizations and memberships behave the same on SQLite and on PostgreSQL (docs/api.md §12); the
@@ -16,6 +17,7 @@ const newUser = (h: StoreHarness, full_name = 'U') =>
       now: 1,
     },
     `${full_name}'s Personal Org`,
+    SYSTEM_AUDIT,
   )
 
 const settled = async (ps: Promise<unknown>[]) => {
@@ -37,7 +39,7 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       const owner = await newUser(h, 'Grace')
       const stranger = await newUser(h)
-      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20)
+      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20, SYSTEM_AUDIT)
       expect(team).toMatchObject({ name: 'Lab', personal: false, created_at: 20 })
       expect(team.id).toStartWith('org_')
       expect(await h.store.orgs.findAccess(team.id, owner.id)).toEqual({ org: team, role: 'owner' })
@@ -66,14 +68,14 @@ for (const [kind, open] of storeEngines) {
       const owner = await newUser(h)
       const ann = await newUser(h, 'Ann')
       const bob = await newUser(h, 'Bob')
-      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20)
-      await h.store.orgs.addMember(team.id, bob.id, 'viewer', 30)
-      await expect(h.store.orgs.addMember(team.id, bob.id, 'admin', 31)).rejects.toMatchObject({
+      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20, SYSTEM_AUDIT)
+      await h.store.orgs.addMember(team.id, bob.id, 'viewer', 30, SYSTEM_AUDIT)
+      await expect(h.store.orgs.addMember(team.id, bob.id, 'admin', 31, SYSTEM_AUDIT)).rejects.toMatchObject({
         status: 409,
         errorCode: 'already_member',
       })
       const race = await settled(
-        Array.from({ length: 4 }, () => h.store.orgs.addMember(team.id, ann.id, 'admin', 40)),
+        Array.from({ length: 4 }, () => h.store.orgs.addMember(team.id, ann.id, 'admin', 40, SYSTEM_AUDIT)),
       )
       expect(race.ok).toBe(1)
       expect(race.errors.map((e) => e.errorCode)).toEqual(Array(3).fill('already_member'))
@@ -88,37 +90,45 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       const owner = await newUser(h)
       const admin = await newUser(h, 'Adm')
-      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20)
-      await h.store.orgs.addMember(team.id, admin.id, 'viewer', 30)
+      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20, SYSTEM_AUDIT)
+      await h.store.orgs.addMember(team.id, admin.id, 'viewer', 30, SYSTEM_AUDIT)
       await expect(
-        h.store.orgs.changeMemberRole(team.id, 'user_nope', 'admin', 'owner'),
+        h.store.orgs.changeMemberRole(team.id, 'user_nope', 'admin', 'owner', 1, SYSTEM_AUDIT),
       ).rejects.toMatchObject({
         status: 404,
         errorCode: 'member_not_found',
       })
       // Only an owner grants or removes owner.
-      await expect(h.store.orgs.changeMemberRole(team.id, admin.id, 'owner', 'admin')).rejects.toMatchObject({
+      await expect(
+        h.store.orgs.changeMemberRole(team.id, admin.id, 'owner', 'admin', 1, SYSTEM_AUDIT),
+      ).rejects.toMatchObject({
         status: 403,
         errorCode: 'insufficient_role',
       })
-      await expect(h.store.orgs.changeMemberRole(team.id, owner.id, 'viewer', 'admin')).rejects.toMatchObject(
-        {
-          status: 403,
-        },
-      )
-      await expect(h.store.orgs.changeMemberRole(team.id, owner.id, 'admin', 'owner')).rejects.toMatchObject({
+      await expect(
+        h.store.orgs.changeMemberRole(team.id, owner.id, 'viewer', 'admin', 1, SYSTEM_AUDIT),
+      ).rejects.toMatchObject({
+        status: 403,
+      })
+      await expect(
+        h.store.orgs.changeMemberRole(team.id, owner.id, 'admin', 'owner', 1, SYSTEM_AUDIT),
+      ).rejects.toMatchObject({
         status: 400,
         errorCode: 'last_owner',
       })
-      expect(await h.store.orgs.changeMemberRole(team.id, admin.id, 'admin', 'admin')).toEqual({
+      expect(
+        await h.store.orgs.changeMemberRole(team.id, admin.id, 'admin', 'admin', 1, SYSTEM_AUDIT),
+      ).toEqual({
         user_id: admin.id,
         role: 'admin',
         created_at: 30,
         email: admin.email,
         full_name: 'Adm',
       })
-      await h.store.orgs.changeMemberRole(team.id, admin.id, 'owner', 'owner')
-      expect((await h.store.orgs.changeMemberRole(team.id, owner.id, 'viewer', 'owner')).role).toBe('viewer')
+      await h.store.orgs.changeMemberRole(team.id, admin.id, 'owner', 'owner', 1, SYSTEM_AUDIT)
+      expect(
+        (await h.store.orgs.changeMemberRole(team.id, owner.id, 'viewer', 'owner', 1, SYSTEM_AUDIT)).role,
+      ).toBe('viewer')
       expect((await h.store.orgs.findAccess(team.id, owner.id))?.role).toBe('viewer')
     })
 
@@ -127,22 +137,28 @@ for (const [kind, open] of storeEngines) {
       const owner = await newUser(h)
       const admin = await newUser(h)
       const viewer = await newUser(h)
-      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20)
-      await h.store.orgs.addMember(team.id, admin.id, 'admin', 30)
-      await h.store.orgs.addMember(team.id, viewer.id, 'viewer', 30)
-      await expect(h.store.orgs.removeMember(team.id, 'user_nope', false, 'owner')).rejects.toMatchObject({
+      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20, SYSTEM_AUDIT)
+      await h.store.orgs.addMember(team.id, admin.id, 'admin', 30, SYSTEM_AUDIT)
+      await h.store.orgs.addMember(team.id, viewer.id, 'viewer', 30, SYSTEM_AUDIT)
+      await expect(
+        h.store.orgs.removeMember(team.id, 'user_nope', false, 'owner', 1, SYSTEM_AUDIT),
+      ).rejects.toMatchObject({
         status: 404,
       })
-      await expect(h.store.orgs.removeMember(team.id, owner.id, false, 'admin')).rejects.toMatchObject({
+      await expect(
+        h.store.orgs.removeMember(team.id, owner.id, false, 'admin', 1, SYSTEM_AUDIT),
+      ).rejects.toMatchObject({
         status: 403,
         errorCode: 'insufficient_role',
       })
-      await expect(h.store.orgs.removeMember(team.id, owner.id, true, 'owner')).rejects.toMatchObject({
+      await expect(
+        h.store.orgs.removeMember(team.id, owner.id, true, 'owner', 1, SYSTEM_AUDIT),
+      ).rejects.toMatchObject({
         status: 400,
         errorCode: 'last_owner',
       })
-      await h.store.orgs.removeMember(team.id, viewer.id, true, 'viewer')
-      await h.store.orgs.removeMember(team.id, admin.id, false, 'owner')
+      await h.store.orgs.removeMember(team.id, viewer.id, true, 'viewer', 1, SYSTEM_AUDIT)
+      await h.store.orgs.removeMember(team.id, admin.id, false, 'owner', 1, SYSTEM_AUDIT)
       expect((await h.store.orgs.listMembers(team.id)).map((m) => m.user_id)).toEqual([owner.id])
     })
 
@@ -151,17 +167,17 @@ for (const [kind, open] of storeEngines) {
       for (let round = 0; round < 5; round++) {
         const a = await newUser(h)
         const b = await newUser(h)
-        const team = await h.store.orgs.createTeamOrg('Lab', a.id, 20)
-        await h.store.orgs.addMember(team.id, b.id, 'owner', 30)
+        const team = await h.store.orgs.createTeamOrg('Lab', a.id, 20, SYSTEM_AUDIT)
+        await h.store.orgs.addMember(team.id, b.id, 'owner', 30, SYSTEM_AUDIT)
         const race =
           round % 2
             ? await settled([
-                h.store.orgs.removeMember(team.id, a.id, true, 'owner'),
-                h.store.orgs.removeMember(team.id, b.id, true, 'owner'),
+                h.store.orgs.removeMember(team.id, a.id, true, 'owner', 1, SYSTEM_AUDIT),
+                h.store.orgs.removeMember(team.id, b.id, true, 'owner', 1, SYSTEM_AUDIT),
               ])
             : await settled([
-                h.store.orgs.changeMemberRole(team.id, a.id, 'viewer', 'owner'),
-                h.store.orgs.removeMember(team.id, b.id, false, 'owner'),
+                h.store.orgs.changeMemberRole(team.id, a.id, 'viewer', 'owner', 1, SYSTEM_AUDIT),
+                h.store.orgs.removeMember(team.id, b.id, false, 'owner', 1, SYSTEM_AUDIT),
               ])
         expect(race.ok).toBe(1)
         expect(race.errors.map((e) => e.errorCode)).toEqual(['last_owner'])
@@ -174,8 +190,8 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       const a = await newUser(h)
       const b = await newUser(h)
-      const team = await h.store.orgs.createTeamOrg('Lab', a.id, 20)
-      await h.store.orgs.addMember(team.id, b.id, 'viewer', 30)
+      const team = await h.store.orgs.createTeamOrg('Lab', a.id, 20, SYSTEM_AUDIT)
+      await h.store.orgs.addMember(team.id, b.id, 'viewer', 30, SYSTEM_AUDIT)
       const page = await h.store.orgs.listAllOrgs({ limit: '2' })
       expect(page.rows.map((o) => [o.name, o.member_count])).toEqual([
         ['Lab', 2],

@@ -1,4 +1,13 @@
+import type { UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import {
+  type AuditContext,
+  asUser,
+  type SignInMethod,
+  SYSTEM_AUDIT,
+  signedIn,
+  signInFailed,
+} from '../../domain/audit'
 import type { UserPrincipal } from '../../domain/principal'
 import type { CredentialState } from '../../http/credential-cache'
 import { credentialsChanged } from '../../http/credential-cache'
@@ -12,6 +21,7 @@ import { checkPassword, createUser } from '../users/service'
 export async function signup(
   deps: Deps & CredentialState,
   input: { email: string; password: string; full_name: string },
+  audit: AuditContext,
 ) {
   if (!deps.config.SIGNUP_ENABLED) {
     throw forbidden(
@@ -19,26 +29,60 @@ export async function signup(
       'Signup is disabled on this server; ask an administrator for an account',
     )
   }
-  return toUserObject(await createUser(deps, input))
+  return toUserObject(await createUser(deps, input, audit))
 }
 
 export async function login(
   deps: Deps & CredentialState,
   input: { email: string; password: string },
-  ip: string,
+  audit: AuditContext,
 ) {
   const email = input.email.trim().toLowerCase()
-  await deps.store.limits.take('login', `${email} ${ip}`, deps.config.RATE_LIMIT_LOGIN_PER_MINUTE, 60)
+  // Taken first: a refused attempt writes no audit entry, so the limit also bounds those writes.
+  await deps.store.limits.take(
+    'login',
+    `${email} ${audit.ip ?? 'local'}`,
+    deps.config.RATE_LIMIT_LOGIN_PER_MINUTE,
+    60,
+  )
   const user = await deps.store.accounts.findUserByEmail(email)
-  // Unknown email and wrong password take the same time and give the same answer.
+  // Unknown email and wrong password take the same time and give the same answer; both are
+  // recorded (docs/api.md §17), in a transaction of their own: there is no change to go with.
   if (!user) {
     await deps.passwords.burn(input.password)
+    await signInRefused(deps, audit, email, undefined, 'invalid_credentials')
     throw unauthorized('invalid_credentials', 'Incorrect email or password')
   }
   if (!(await deps.passwords.verify(input.password, user.password_hash))) {
+    await signInRefused(deps, audit, email, user, 'invalid_credentials')
     throw unauthorized('invalid_credentials', 'Incorrect email or password')
   }
-  if (!user.is_active) throw forbidden('account_disabled', 'This account has been deactivated')
+  if (!user.is_active) {
+    await signInRefused(deps, audit, email, user, 'account_disabled')
+    throw forbidden('account_disabled', 'This account has been deactivated')
+  }
+  return startSession(deps, user, audit, 'password')
+}
+
+const signInRefused = (
+  deps: Deps,
+  audit: AuditContext,
+  email: string,
+  user: UserRow | undefined,
+  reason: 'invalid_credentials' | 'account_disabled',
+) => deps.store.audit.record(audit, [signInFailed(email, user, reason)], deps.clock.now())
+
+/**
+ * The session of a user who has signed in, by any method (docs/api.md §2): its `auth.signed_in`
+ * entry is written first (docs/api.md §17), so no session is issued that the audit log lacks.
+ */
+export async function startSession(
+  deps: Deps & CredentialState,
+  user: UserRow,
+  audit: AuditContext,
+  method: SignInMethod,
+) {
+  await deps.store.audit.record(asUser(audit, user.id), [signedIn(user, method)], deps.clock.now())
   const { token, expiresIn } = await deps.tokens.sign(user.id, user.token_version)
   return {
     access_token: token,
@@ -59,6 +103,7 @@ export async function changePassword(
   deps: Deps & CredentialState,
   principal: UserPrincipal,
   input: { current_password: string; new_password: string },
+  audit: AuditContext,
 ) {
   const user = principal.user
   if (!(await deps.passwords.verify(input.current_password, user.password_hash))) {
@@ -67,7 +112,7 @@ export async function changePassword(
   checkPassword(input.new_password, 'new_password')
   const hash = await deps.passwords.hash(input.new_password)
   // The token version is bumped: every JWT issued before this one stops working.
-  const fresh = (await deps.store.accounts.setPassword(user.id, hash, deps.clock.now()))!
+  const fresh = (await deps.store.accounts.setPassword(user.id, hash, deps.clock.now(), audit))!
   credentialsChanged(deps, [user.id])
   const { token, expiresIn } = await deps.tokens.sign(fresh.id, fresh.token_version)
   return { status: 'password_changed' as const, access_token: token, expires_in: expiresIn }
@@ -110,12 +155,13 @@ export async function forgotPassword(deps: Deps & CredentialState, input: { emai
 export async function resetPassword(
   deps: Deps & CredentialState,
   input: { token: string; new_password: string },
+  audit: AuditContext,
 ) {
   checkPassword(input.new_password, 'new_password')
   const hash = await deps.passwords.hash(input.new_password)
   const now = deps.clock.now()
   // Single use, unexpired, and its user still active; the password is set in the same transaction.
-  const userId = await deps.store.accounts.redeemResetToken(sha256Hex(input.token), hash, now)
+  const userId = await deps.store.accounts.redeemResetToken(sha256Hex(input.token), hash, now, audit)
   if (!userId)
     throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
   // The token version was bumped: the user's older JWTs stop working from the next request.
@@ -134,13 +180,17 @@ export async function ensureSuperadmin(
   if (await deps.store.accounts.hasSuperadmin()) return null
   const generated = deps.config.ADMIN_PASSWORD === undefined
   const password = deps.config.ADMIN_PASSWORD ?? randomBase62(20)
-  const user = await createUser(deps, {
-    email: deps.config.ADMIN_EMAIL,
-    password,
-    full_name: 'Administrator',
-    platform_role: 'superadmin',
-    must_change_password: true,
-  }).catch(async (error) => {
+  const user = await createUser(
+    deps,
+    {
+      email: deps.config.ADMIN_EMAIL,
+      password,
+      full_name: 'Administrator',
+      platform_role: 'superadmin',
+      must_change_password: true,
+    },
+    SYSTEM_AUDIT,
+  ).catch(async (error) => {
     // docs/api.md §12: instances starting together race for the first superadmin; the losers find
     // the winner's. An ordinary user holding ADMIN_EMAIL still stops the start.
     if (

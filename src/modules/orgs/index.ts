@@ -1,6 +1,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { auditContext } from '../../http/context'
 import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody, optionalJsonBody } from '../../http/parse'
 import { KeyModel } from '../keys/model'
@@ -23,7 +24,8 @@ export const orgRoutes = (deps: Deps & CredentialState) =>
     })
     .post(
       '',
-      async ({ principal, body, status }) => status(201, await orgs.createTeamOrg(deps, principal, body)),
+      async ({ principal, body, status, request, server }) =>
+        status(201, await orgs.createTeamOrg(deps, principal, body, auditContext(request, server))),
       {
         jwt: true,
         ...jsonBody(OrgModel.create),
@@ -45,9 +47,18 @@ export const orgRoutes = (deps: Deps & CredentialState) =>
     )
     .post(
       '/:org_id/api-keys',
-      async ({ principal, params, body, status }) => {
+      async ({ principal, params, body, status, request, server }) => {
         await requireOrgRole(deps, principal, params.org_id, 'admin')
-        return status(201, await keys.createKey(deps, workerKeys(params.org_id), principal, body ?? {}))
+        return status(
+          201,
+          await keys.createKey(
+            deps,
+            workerKeys(params.org_id),
+            principal,
+            body ?? {},
+            auditContext(request, server),
+          ),
+        )
       },
       {
         jwt: true,
@@ -58,9 +69,18 @@ export const orgRoutes = (deps: Deps & CredentialState) =>
     )
     .post(
       '/:org_id/api-keys/regenerate',
-      async ({ principal, params, body, status }) => {
+      async ({ principal, params, body, status, request, server }) => {
         await requireOrgRole(deps, principal, params.org_id, 'admin')
-        return status(201, await keys.regenerateKey(deps, workerKeys(params.org_id), principal, body?.key_id))
+        return status(
+          201,
+          await keys.regenerateKey(
+            deps,
+            workerKeys(params.org_id),
+            principal,
+            body?.key_id,
+            auditContext(request, server),
+          ),
+        )
       },
       {
         jwt: true,
@@ -71,9 +91,9 @@ export const orgRoutes = (deps: Deps & CredentialState) =>
     )
     .delete(
       '/:org_id/api-keys/:key_id',
-      async ({ principal, params }) => {
+      async ({ principal, params, request, server }) => {
         await requireOrgRole(deps, principal, params.org_id, 'admin')
-        return keys.revokeKey(deps, workerKeys(params.org_id), params.key_id)
+        return keys.revokeKey(deps, workerKeys(params.org_id), params.key_id, auditContext(request, server))
       },
       {
         jwt: true,
@@ -101,8 +121,11 @@ export const orgRoutes = (deps: Deps & CredentialState) =>
     })
     .post(
       '/:org_id/members',
-      async ({ principal, params, body, status }) =>
-        status(201, await orgs.addMember(deps, principal, params.org_id, body)),
+      async ({ principal, params, body, status, request, server }) =>
+        status(
+          201,
+          await orgs.addMember(deps, principal, params.org_id, body, auditContext(request, server)),
+        ),
       {
         jwt: true,
         params: OrgModel.orgParams,
@@ -112,8 +135,15 @@ export const orgRoutes = (deps: Deps & CredentialState) =>
     )
     .patch(
       '/:org_id/members/:user_id',
-      ({ principal, params, body }) =>
-        orgs.updateMember(deps, principal, params.org_id, params.user_id, body),
+      ({ principal, params, body, request, server }) =>
+        orgs.updateMember(
+          deps,
+          principal,
+          params.org_id,
+          params.user_id,
+          body,
+          auditContext(request, server),
+        ),
       {
         jwt: true,
         params: OrgModel.memberParams,
@@ -123,6 +153,7 @@ export const orgRoutes = (deps: Deps & CredentialState) =>
     )
     .delete(
       '/:org_id/members/:user_id',
-      ({ principal, params }) => orgs.removeMember(deps, principal, params.org_id, params.user_id),
+      ({ principal, params, request, server }) =>
+        orgs.removeMember(deps, principal, params.org_id, params.user_id, auditContext(request, server)),
       { jwt: true, params: OrgModel.memberParams, detail: { tags, summary: 'Remove a member, or leave' } },
     )

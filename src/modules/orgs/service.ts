@@ -1,5 +1,6 @@
 import type { OrgRole, OrgRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { AuditContext } from '../../domain/audit'
 import type { UserPrincipal } from '../../domain/principal'
 import { badRequest, forbidden, notFound } from '../../lib/errors'
 import { type PageParams, toPage } from '../../lib/pagination'
@@ -27,10 +28,15 @@ export async function listMyOrgs(deps: Deps, principal: UserPrincipal, query: Pa
   )
 }
 
-export async function createTeamOrg(deps: Deps, principal: UserPrincipal, input: { name: string }) {
+export async function createTeamOrg(
+  deps: Deps,
+  principal: UserPrincipal,
+  input: { name: string },
+  audit: AuditContext,
+) {
   const name = input.name.trim()
   if (!name) throw badRequest('invalid_value', 'name must not be blank', 'name')
-  return toOrg(await deps.store.orgs.createTeamOrg(name, principal.user.id, deps.clock.now()), 'owner')
+  return toOrg(await deps.store.orgs.createTeamOrg(name, principal.user.id, deps.clock.now(), audit), 'owner')
 }
 
 const toMember = (m: Member) => ({
@@ -53,6 +59,7 @@ export async function addMember(
   principal: UserPrincipal,
   orgId: string,
   input: { email: string; role: OrgRole },
+  audit: AuditContext,
 ) {
   const access = await requireOrgRole(deps, principal, orgId, 'admin')
   if (access.org.personal) throw badRequest('personal_org', 'A Personal Org has no other members')
@@ -61,7 +68,7 @@ export async function addMember(
   const user = await deps.store.accounts.findUserByEmail(input.email.trim().toLowerCase())
   if (!user) throw notFound('user_not_found', 'No user with this email', 'email')
   const now = deps.clock.now()
-  await deps.store.orgs.addMember(orgId, user.id, input.role, now)
+  await deps.store.orgs.addMember(orgId, user.id, input.role, now, audit)
   return toMember({
     user_id: user.id,
     role: input.role,
@@ -77,15 +84,24 @@ export async function updateMember(
   orgId: string,
   userId: string,
   input: { role: OrgRole },
+  audit: AuditContext,
 ) {
   const access = await requireOrgRole(deps, principal, orgId, 'admin')
-  return toMember(await deps.store.orgs.changeMemberRole(orgId, userId, input.role, access.role))
+  return toMember(
+    await deps.store.orgs.changeMemberRole(orgId, userId, input.role, access.role, deps.clock.now(), audit),
+  )
 }
 
 /** Owners and admins remove members; anyone may leave. The last owner can do neither. */
-export async function removeMember(deps: Deps, principal: UserPrincipal, orgId: string, userId: string) {
+export async function removeMember(
+  deps: Deps,
+  principal: UserPrincipal,
+  orgId: string,
+  userId: string,
+  audit: AuditContext,
+) {
   const self = userId === principal.user.id
   const access = await requireOrgRole(deps, principal, orgId, self ? 'viewer' : 'admin')
-  await deps.store.orgs.removeMember(orgId, userId, self, access.role)
+  await deps.store.orgs.removeMember(orgId, userId, self, access.role, deps.clock.now(), audit)
   return { id: userId, object: 'organization.member' as const, deleted: true }
 }

@@ -1,9 +1,11 @@
 import type { UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { AuditContext } from '../../domain/audit'
 import { badRequest } from '../../lib/errors'
 
 // Creating users is shared by signup, the admin's create-user and the first-start superadmin:
-// each gets a Personal Org with an owner membership in the same transaction (docs/api.md §3).
+// each gets a Personal Org with an owner membership in the same transaction (docs/api.md §3), and a
+// `user.created` audit entry whose `via` the actor tells (docs/api.md §17).
 
 const EMAIL = /^[^\s@]+@[^\s@]+$/
 
@@ -28,7 +30,7 @@ export interface NewUser {
   must_change_password?: boolean
 }
 
-export async function createUser(deps: Deps, input: NewUser): Promise<UserRow> {
+export async function createUser(deps: Deps, input: NewUser, audit: AuditContext): Promise<UserRow> {
   const email = normalizeEmail(input.email)
   checkPassword(input.password)
   const full_name = input.full_name.trim()
@@ -45,5 +47,6 @@ export async function createUser(deps: Deps, input: NewUser): Promise<UserRow> {
       now: deps.clock.now(),
     },
     `${full_name}'s Personal Org`,
+    audit,
   )
 }

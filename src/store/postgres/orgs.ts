@@ -1,10 +1,12 @@
 import { and, asc, count, desc, eq, inArray, ne } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { OrgRole, OrgRow } from '../../db/schema'
+import { memberAdded, memberRemoved, memberRoleChanged, orgCreated } from '../../domain/audit'
 import { checkRemoval, checkRoleChange } from '../../domain/org-rules'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { Member, OrgsStore } from '../orgs'
+import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 import { isUniqueViolation } from './errors'
 import { pageBy, pageRows } from './page'
@@ -87,7 +89,7 @@ export function postgresOrgs(db: PgDb): OrgsStore {
         .orderBy(organizations.seq)
     },
 
-    async createTeamOrg(name, ownerId, now) {
+    async createTeamOrg(name, ownerId, now, audit) {
       return db.transaction(async (tx) => {
         const [org] = await tx
           .insert(organizations)
@@ -96,6 +98,7 @@ export function postgresOrgs(db: PgDb): OrgsStore {
         await tx
           .insert(memberships)
           .values({ org_id: org!.id, user_id: ownerId, role: 'owner', created_at: now })
+        await appendAudit(tx, audit, [orgCreated(org!)], now)
         return org as OrgRow
       })
     },
@@ -113,9 +116,12 @@ export function postgresOrgs(db: PgDb): OrgsStore {
       )
     },
 
-    async addMember(orgId, userId, role, now) {
+    async addMember(orgId, userId, role, now, audit) {
       try {
-        await db.insert(memberships).values({ org_id: orgId, user_id: userId, role, created_at: now })
+        await db.transaction(async (tx) => {
+          await tx.insert(memberships).values({ org_id: orgId, user_id: userId, role, created_at: now })
+          await appendAudit(tx, audit, [memberAdded(orgId, userId, role)], now)
+        })
       } catch (error) {
         // The (org_id, user_id) primary key decides a race between two adds.
         if (isUniqueViolation(error))
@@ -124,7 +130,7 @@ export function postgresOrgs(db: PgDb): OrgsStore {
       }
     },
 
-    async changeMemberRole(orgId, userId, role, actorRole): Promise<Member> {
+    async changeMemberRole(orgId, userId, role, actorRole, now, audit): Promise<Member> {
       return db.transaction(async (tx) => {
         const otherOwners = await lockOrgAndCountOtherOwners(tx, orgId, userId)
         const [target] = await tx
@@ -134,16 +140,18 @@ export function postgresOrgs(db: PgDb): OrgsStore {
           .where(membership(orgId, userId))
         const member = checkRoleChange(target, role, actorRole, otherOwners)
         await tx.update(memberships).set({ role }).where(membership(orgId, userId))
+        await appendAudit(tx, audit, memberRoleChanged(orgId, userId, member.role, role), now)
         return { ...member, role }
       })
     },
 
-    async removeMember(orgId, userId, self, actorRole) {
+    async removeMember(orgId, userId, self, actorRole, now, audit) {
       await db.transaction(async (tx) => {
         const otherOwners = await lockOrgAndCountOtherOwners(tx, orgId, userId)
         const [target] = await tx.select().from(memberships).where(membership(orgId, userId))
         checkRemoval(target, self, actorRole, otherOwners)
         await tx.delete(memberships).where(membership(orgId, userId))
+        await appendAudit(tx, audit, [memberRemoved(orgId, userId, target.role, self)], now)
       })
     },
 

@@ -1,10 +1,12 @@
 import { and, count, desc, eq, inArray, ne, sql } from 'drizzle-orm'
 import { memberships, type OrgRow, organizations, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
+import { memberAdded, memberRemoved, memberRoleChanged, orgCreated } from '../../domain/audit'
 import { checkRemoval, checkRoleChange } from '../../domain/org-rules'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { OrgsStore } from '../orgs'
+import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageBy, pageRows } from './page'
 
@@ -81,7 +83,7 @@ export function sqliteOrgs(deps: SqliteDeps): OrgsStore {
         .all()
     },
 
-    async createTeamOrg(name, ownerId, now) {
+    async createTeamOrg(name, ownerId, now, audit) {
       return writeTx(db, (tx) => {
         const org = tx
           .insert(organizations)
@@ -91,6 +93,7 @@ export function sqliteOrgs(deps: SqliteDeps): OrgsStore {
         tx.insert(memberships)
           .values({ org_id: org.id, user_id: ownerId, role: 'owner', created_at: now })
           .run()
+        appendAudit(tx, audit, [orgCreated(org)], now)
         return org
       })
     },
@@ -108,15 +111,16 @@ export function sqliteOrgs(deps: SqliteDeps): OrgsStore {
       )
     },
 
-    async addMember(orgId, userId, role, now) {
+    async addMember(orgId, userId, role, now, audit) {
       writeTx(db, (tx) => {
         if (tx.select().from(memberships).where(membership(orgId, userId)).get())
           throw conflict('already_member', 'This user is already a member', 'email')
         tx.insert(memberships).values({ org_id: orgId, user_id: userId, role, created_at: now }).run()
+        appendAudit(tx, audit, [memberAdded(orgId, userId, role)], now)
       })
     },
 
-    async changeMemberRole(orgId, userId, role, actorRole) {
+    async changeMemberRole(orgId, userId, role, actorRole, now, audit) {
       return writeTx(db, (tx) => {
         const target = tx
           .select(memberColumns)
@@ -126,15 +130,17 @@ export function sqliteOrgs(deps: SqliteDeps): OrgsStore {
           .get()
         const member = checkRoleChange(target, role, actorRole, ownerCountExcept(tx, orgId, userId))
         tx.update(memberships).set({ role }).where(membership(orgId, userId)).run()
+        appendAudit(tx, audit, memberRoleChanged(orgId, userId, member.role, role), now)
         return { ...member, role }
       })
     },
 
-    async removeMember(orgId, userId, self, actorRole) {
+    async removeMember(orgId, userId, self, actorRole, now, audit) {
       writeTx(db, (tx) => {
         const target = tx.select().from(memberships).where(membership(orgId, userId)).get()
         checkRemoval(target, self, actorRole, ownerCountExcept(tx, orgId, userId))
         tx.delete(memberships).where(membership(orgId, userId)).run()
+        appendAudit(tx, audit, [memberRemoved(orgId, userId, target.role, self)], now)
       })
     },
 
