@@ -55,7 +55,9 @@ describeWith(postgres, 'migrateRows', () => {
       // The webhook, and its outbox: its owner's batch was validated, then completed.
       expect(rows.webhooks).toBe(1)
       expect(rows.webhook_messages).toBe(2)
-      expect(lines.at(-1)).toMatch(/^verified 22 tables/)
+      // docs/api.md §17: the audit log travels too (signups, sign-ins, keys, the org, the catalogue).
+      expect(rows.audit_events).toBeGreaterThan(0)
+      expect(lines.at(-1)).toMatch(/^verified 23 tables/)
       const pg = new SQL({ url: to, max: 1 })
       try {
         const [u] = await pg`SELECT count(*)::int AS n, max(seq)::int AS max FROM users`
@@ -72,6 +74,7 @@ describeWith(postgres, 'migrateRows', () => {
           (SELECT array_agg(DISTINCT jsonb_typeof(capabilities)) FROM catalog_entries) AS capabilities,
           (SELECT array_agg(DISTINCT jsonb_typeof(params)) FROM serving_profiles) AS params,
           (SELECT array_agg(DISTINCT jsonb_typeof(loaded_models)) FROM workers) AS loaded_models,
+          (SELECT array_agg(DISTINCT jsonb_typeof(details)) FROM audit_events) AS details,
           (SELECT metadata ->> 'project' FROM batches WHERE metadata IS NOT NULL LIMIT 1) AS project`
         expect(json).toEqual({
           metadata: ['object'],
@@ -79,6 +82,7 @@ describeWith(postgres, 'migrateRows', () => {
           capabilities: ['object'],
           params: ['object'],
           loaded_models: ['array'],
+          details: ['object'],
           project: 'migrate',
         })
       } finally {
