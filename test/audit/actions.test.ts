@@ -6,7 +6,6 @@ import { makeTestApp, type TestApp } from '../helpers/app'
 import { auditEntries, oneEntry } from '../helpers/audit'
 import { makeBatch, makeFile, uploadForm } from '../helpers/batches'
 import {
-  loginAs,
   type MadeUser,
   makePersonalKey,
   makeSuperadmin,

@@ -211,7 +211,7 @@ describe('pages and the export', () => {
   test('JSON lines: every matching entry across the pages, by ?format=jsonl or the Accept header', async () => {
     const all = await auditEntries(many, reader)
     for (const opts of [
-      { path: '/v1/audit-events?format=jsonl', headers: {} },
+      { path: '/v1/audit-events?format=jsonl', headers: {} as Record<string, string> },
       { path: '/v1/audit-events', headers: { accept: 'application/x-ndjson' } },
     ]) {
       const res = await many.req('GET', opts.path, { token: reader.token, headers: opts.headers })
