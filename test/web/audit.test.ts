@@ -5,6 +5,7 @@ import { startTestServer, type TestServer } from '../helpers/app'
 import { launchBrowser, openSession, signIn } from '../helpers/browser'
 import { makeSuperadmin, makeUser, makeWorkerKey } from '../helpers/builders'
 import { chromium, describeWith } from '../helpers/requires'
+import { until } from '../helpers/until'
 
 // docs/api.md §11 Audit and §17: the audit log in the dashboard, for superadmins and the owners and
 // admins of a team organization, with the API's filters and its JSON lines export.
@@ -97,8 +98,9 @@ describeWith(chromium, 'the Audit page, in a browser', () => {
     await page.getByLabel('Actor').fill(someone.id)
     await page.getByRole('button', { name: 'Apply filters' }).click()
     await row(page, `user ${someone.id}`).filter({ hasText: 'auth.signed_in' }).waitFor()
-    await page.waitForFunction(
-      () => document.querySelectorAll('table[aria-label="Audit events"] tbody tr').length === 1,
+    await until(
+      'only the filtered entry listed',
+      async () => (await page.getByRole('table', { name: 'Audit events' }).locator('tbody tr').count()) === 1,
     )
 
     const [file] = await Promise.all([
