@@ -3,7 +3,7 @@ import { badRequest } from '../lib/errors'
 import { newId } from '../lib/ids'
 import type { Principal } from './principal'
 
-// The audit log (docs/api.md §17; STYLE.md example 28): every security-relevant change writes one
+// The audit log (docs/api.md §17): every security-relevant change writes one
 // append-only entry in the change's own transaction. What an entry says is decided here, once: the
 // actions, who the actor is, the entry each change makes from the rows it touched. Each engine
 // writes the entries inside its transaction (src/store/*/audit.ts appendAudit).

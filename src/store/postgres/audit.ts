@@ -17,7 +17,7 @@ import { pageRows } from './page'
 const { auditEvents } = schema
 
 /**
- * Writes a change's entries in the caller's transaction (STYLE.md example 28): every store function
+ * Writes a change's entries in the caller's transaction (docs/api.md §17): every store function
  * that makes a security-relevant change calls this inside its transaction, so the change and its
  * entries commit or roll back together.
  */

@@ -16,7 +16,7 @@ import { pageRows } from './page'
 // The audit log on SQLite (docs/api.md §17).
 
 /**
- * Writes a change's entries in the caller's transaction (STYLE.md example 28): every store function
+ * Writes a change's entries in the caller's transaction (docs/api.md §17): every store function
  * that makes a security-relevant change calls this inside its writeTx, so the change and its
  * entries commit or roll back together.
  */
