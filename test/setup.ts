@@ -10,7 +10,7 @@ import { capturedLogLines, captureLogLine, leakedSecrets, secretCount } from './
 setDefaultTimeout(30_000)
 
 // The suite on PostgreSQL: one migrated database per test app, made before the first test.
-if (testEngine === 'postgres') await preparePostgresDatabases(190)
+if (testEngine === 'postgres') await preparePostgresDatabases(200)
 
 // Keep every log line of the whole suite (GK_TEST_LOG=1 also prints them) and fail the run if any
 // secret the tests handled shows up in them.
