@@ -133,12 +133,12 @@ export type SignInMethod = 'password'
 export const signedIn = (user: Pick<UserRow, 'id'>, method: SignInMethod) =>
   event('auth.signed_in', user.id, { method })
 
+/** Why a sign-in was refused: the error code its caller got. */
+export type SignInRefusal = 'invalid_credentials' | 'account_disabled'
+
 /** The email a sign-in named (the user's id when there is one); never the password typed. */
-export const signInFailed = (
-  email: string,
-  user: Pick<UserRow, 'id'> | undefined,
-  reason: 'invalid_credentials' | 'account_disabled',
-) => event('auth.sign_in_failed', user?.id ?? null, { email: email.slice(0, 254), reason })
+export const signInFailed = (email: string, user: Pick<UserRow, 'id'> | undefined, reason: SignInRefusal) =>
+  event('auth.sign_in_failed', user?.id ?? null, { email: email.slice(0, 254), reason })
 
 /** How a user came to be is read off the actor: nobody signed in, the server, or an admin. */
 export const userCreated = (user: Pick<UserRow, 'id' | 'email' | 'platform_role'>, actor: AuditActor) =>

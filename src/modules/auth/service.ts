@@ -4,6 +4,7 @@ import {
   type AuditContext,
   asUser,
   type SignInMethod,
+  type SignInRefusal,
   SYSTEM_AUDIT,
   signedIn,
   signInFailed,
@@ -64,12 +65,13 @@ export async function login(
   return startSession(deps, user, audit, 'password')
 }
 
-const signInRefused = (
+/** A refused sign-in, by any method, in a transaction of its own (docs/api.md §17). */
+export const signInRefused = (
   deps: Deps,
   audit: AuditContext,
   email: string,
   user: UserRow | undefined,
-  reason: 'invalid_credentials' | 'account_disabled',
+  reason: SignInRefusal,
 ) => deps.store.audit.record(audit, [signInFailed(email, user, reason)], deps.clock.now())
 
 /**
