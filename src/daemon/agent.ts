@@ -94,7 +94,7 @@ export class Agent {
   ) {
     this.state = new StateDir(opts.state_dir)
     this.runtime = deps.runtime ?? createRuntime(opts, this.state, () => this.vramBudget())
-    this.cp = new ControlPlane(opts.server, opts.key)
+    this.cp = new ControlPlane(opts.server, opts.key, opts.ca)
     this.gpu = deps.gpu ?? new GpuProbe()
     this.backoff = deps.backoff ?? { baseMs: 1000, maxMs: MAX_CALL_BACKOFF_MS }
     this.requestBackoff = deps.requestBackoff ?? { baseMs: 500, maxMs: 20_000 }

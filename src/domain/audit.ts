@@ -127,8 +127,8 @@ const event = (
 
 // ---- Accounts ---------------------------------------------------------------------------------
 
-/** How a user signed in (docs/api.md §2): each method ends in the same session (auth/service.ts startSession). */
-export type SignInMethod = 'password'
+/** How a user signed in (docs/api.md §2): each method ends in the same session (auth/service.ts issueSession). */
+export type SignInMethod = 'password' | 'sso'
 
 export const signedIn = (user: Pick<UserRow, 'id'>, method: SignInMethod) =>
   event('auth.signed_in', user.id, { method })

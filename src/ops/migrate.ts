@@ -28,6 +28,8 @@ export const TABLES: { name: string; sqlite: SQLiteTable; pg: PgTable }[] = [
   { name: 'memberships', sqlite: schema.memberships, pg: pgSchema.memberships },
   { name: 'api_keys', sqlite: schema.apiKeys, pg: pgSchema.apiKeys },
   { name: 'password_reset_tokens', sqlite: schema.passwordResetTokens, pg: pgSchema.passwordResetTokens },
+  { name: 'user_identities', sqlite: schema.userIdentities, pg: pgSchema.userIdentities },
+  { name: 'sso_logins', sqlite: schema.ssoLogins, pg: pgSchema.ssoLogins },
   { name: 'catalog_entries', sqlite: schema.catalogEntries, pg: pgSchema.catalogEntries },
   { name: 'serving_profiles', sqlite: schema.servingProfiles, pg: pgSchema.servingProfiles },
   { name: 'artifact_files', sqlite: schema.artifactFiles, pg: pgSchema.artifactFiles },

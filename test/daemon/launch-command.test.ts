@@ -57,6 +57,7 @@ describe('the launch command', () => {
       '127.0.0.1',
       '--port',
       '41234',
+      '--enable-prompt-tokens-details',
       '--max-model-len',
       '8192',
       '--enforce-eager',
@@ -83,6 +84,7 @@ describe('the launch command', () => {
       '127.0.0.1',
       '--port',
       '1',
+      '--enable-cache-report',
     ])
   })
 

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import { engineEnv } from '../../src/daemon/engines/env'
 import { childName, LaunchedEngine } from '../../src/daemon/engines/launched'
 import { LoadFailed } from '../../src/daemon/engines/types'
 import { StateDir } from '../../src/daemon/state'
@@ -39,6 +40,8 @@ const engine = (state: StateDir, o: { command?: string; extraArgs?: string[] } =
     modelsDir,
     command: o.command ?? LAUNCH,
     extraArgs: o.extraArgs,
+    // The stand-in's control knobs (engines get an allow-list of the daemon's environment).
+    env: engineEnv(process.env, { pass: ['FAKE_VLLM_*'] }),
   })
 
 /** Whether the process runs (a zombie does not). */

@@ -150,6 +150,8 @@ function daemon(serverUrl: string, workerKey: string, o: Parameters<typeof daemo
       models_dir: modelsDir,
       launch_command: LAUNCH,
       engine_args: [],
+      // The stand-in's control knobs (engines get an allow-list of the daemon's environment).
+      engine_env: ['FAKE_VLLM_*'],
       vram_gb: 16,
       concurrency: 2,
       log_level: 'info',
@@ -295,6 +297,8 @@ function spawnDaemon(workerKey: string, stateDir: string): { proc: Subprocess; o
         modelsDir,
         '--launch-command',
         LAUNCH,
+        '--engine-env',
+        'FAKE_VLLM_*',
         '--state-dir',
         stateDir,
         '--vram-gb',

@@ -57,7 +57,10 @@ describeWith(postgres, 'migrateRows', () => {
       expect(rows.webhook_messages).toBe(2)
       // docs/api.md §17: the audit log travels too (signups, sign-ins, keys, the org, the catalogue).
       expect(rows.audit_events).toBeGreaterThan(0)
-      expect(lines.at(-1)).toMatch(/^verified 23 tables/)
+      // docs/api.md §2 "Single sign-on": the linked identity travels, so it still signs in.
+      expect(rows.user_identities).toBe(1)
+      expect(rows.sso_logins).toBe(1)
+      expect(lines.at(-1)).toMatch(/^verified 25 tables/)
       const pg = new SQL({ url: to, max: 1 })
       try {
         const [u] = await pg`SELECT count(*)::int AS n, max(seq)::int AS max FROM users`
@@ -75,7 +78,9 @@ describeWith(postgres, 'migrateRows', () => {
           (SELECT array_agg(DISTINCT jsonb_typeof(params)) FROM serving_profiles) AS params,
           (SELECT array_agg(DISTINCT jsonb_typeof(loaded_models)) FROM workers) AS loaded_models,
           (SELECT array_agg(DISTINCT jsonb_typeof(details)) FROM audit_events) AS details,
-          (SELECT metadata ->> 'project' FROM batches WHERE metadata IS NOT NULL LIMIT 1) AS project`
+          (SELECT metadata ->> 'project' FROM batches WHERE metadata IS NOT NULL LIMIT 1) AS project,
+          (SELECT sum((usage ->> 'cached_tokens')::int)::int FROM batches) AS batch_cached,
+          (SELECT sum((usage ->> 'cached_tokens')::int)::int FROM batch_shards) AS shard_cached`
         expect(json).toEqual({
           metadata: ['object'],
           usage: ['object'],
@@ -84,6 +89,10 @@ describeWith(postgres, 'migrateRows', () => {
           loaded_models: ['array'],
           details: ['object'],
           project: 'migrate',
+          // docs/api.md §14 cached prompt tokens: the completed batch's two answered lines, and the
+          // done shard's 125 (3 each, test/helpers/installation.ts).
+          batch_cached: 6,
+          shard_cached: 375,
         })
       } finally {
         await pg.close()

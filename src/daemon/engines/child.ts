@@ -1,26 +1,19 @@
-import {
-  closeSync,
-  existsSync,
-  mkdirSync,
-  openSync,
-  readFileSync,
-  readSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from 'node:fs'
+import { closeSync, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { log as rootLog } from '../../lib/logger'
 import { realTimers, type Timers } from '../backoff'
 import type { StateDir } from '../state'
+import { beginLog, LOG_CHECK_MS, LOG_MAX_BYTES, lastLogLines, openLog, rotateLog } from './engine-log'
+import { engineEnv } from './env'
 
 // An engine process the daemon owns (ARCHITECTURE.md's supervisor rule, docs/worker.md "Managed
 // engines"): Erlang's supervisor and systemd's KillMode=control-group in small.
 //
 // - Recorded: `<state_dir>/engines/<name>.json` holds its pid, port, argv and start time while it
 //   runs; its output (stdout and stderr, with its own children's) goes to `<name>.log` beside it,
-//   so that what it said survives this daemon and can be quoted in errors.
+//   so that what it said survives this daemon and can be quoted in errors; that log is appended to
+//   and bounded by size (engines/engine-log.ts), checked every LOG_CHECK_MS while it runs.
 // - Stopped with the daemon: stop() sends SIGTERM, then SIGKILL after a grace, and removes the record.
 // - Restarted when it dies: the listeners hear why (its last lines), and it is started again after
 //   a backoff (1 s, doubling to 30 s; back to 1 s once a run lasted a minute). Its models are gone.
@@ -49,9 +42,13 @@ export interface ChildSpec {
   beforeSpawn?(): void
   /** Whether it answers at `url` (polled after a start until it does; decides an adoption too). */
   ready(url: string): Promise<boolean>
+  /** Its environment (engines/env.ts); default: the daemon's allow-list with no names added. */
+  env?: Record<string, string>
   /** Longest wait for ready() after a start (default 60 s). */
   readyTimeoutMs?: number
   timers?: Timers
+  /** Its log's size limit and how often it is checked (engines/engine-log.ts; tests shrink them). */
+  log?: { maxBytes: number; checkMs: number }
 }
 
 const STOP_GRACE_MS = 10_000
@@ -59,9 +56,6 @@ const RESTART_MIN_MS = 1000
 const RESTART_MAX_MS = 30_000
 const STABLE_MS = 60_000
 const WATCH_MS = 1000
-const LOG_MAX_BYTES = 8 * 1024 * 1024
-const LOG_KEEP_BYTES = 512 * 1024
-const TAIL_BYTES = 256 * 1024
 
 export class SupervisedChild {
   private record: ChildRecord | null = null
@@ -77,6 +71,9 @@ export class SupervisedChild {
   private lastPort = 0
   /** The current process has answered since it started (or was adopted). */
   private answered = false
+  private logCheck: ReturnType<typeof setInterval> | null = null
+  /** Its log was rotated since this run began: the run's first lines are in `.log.1`. */
+  private rotated = false
 
   constructor(private readonly spec: ChildSpec) {
     this.timers = spec.timers ?? realTimers
@@ -116,6 +113,7 @@ export class SupervisedChild {
   /** Adopts what a killed run left when it is what this daemon would start, else stops it; then starts. */
   async start(): Promise<void> {
     this.stopping = false
+    this.checkLog()
     const left = this.readRecord()
     if (left && sameProcess(left)) {
       const wanted = this.spec.command(left.port)
@@ -150,6 +148,8 @@ export class SupervisedChild {
     if (this.restartTimer) clearTimeout(this.restartTimer)
     this.restartTimer = null
     this.stopWatch()
+    if (this.logCheck) clearInterval(this.logCheck)
+    this.logCheck = null
     const record = this.record
     this.record = null
     if (this.proc) {
@@ -176,37 +176,30 @@ export class SupervisedChild {
   /** The last `n` lines of its output that `keep` accepts (all when not given). */
   lastLines(keep: (line: string) => boolean = () => true, n = 12): string[] {
     this.trimLog()
-    let text = ''
-    try {
-      const fd = openSync(this.logPath, 'r')
-      try {
-        const size = statSync(this.logPath).size
-        const from = Math.max(0, size - TAIL_BYTES)
-        const buf = Buffer.alloc(size - from)
-        readSync(fd, buf, 0, buf.length, from)
-        text = buf.toString('utf8')
-      } finally {
-        closeSync(fd)
-      }
-    } catch {
-      return []
-    }
-    return text
-      .split('\n')
-      .filter((l) => l.trim() && keep(l))
-      .slice(-n)
+    return lastLogLines(this.logPath, { keep, n, older: this.rotated })
   }
 
   private async spawn(port: number, first: boolean): Promise<void> {
     const argv = this.spec.command(port)
     this.spec.beforeSpawn?.()
-    // A fresh start begins a fresh log: the lines quoted in errors are this run's.
-    const fd = openSync(this.logPath, first ? 'w' : 'a', 0o600)
+    // A fresh start begins a fresh log (the last run's is kept as .log.1): the lines quoted in
+    // errors are this run's.
+    if (first) {
+      beginLog(this.logPath)
+      this.rotated = false
+    }
+    const fd = openLog(this.logPath)
     let proc: Subprocess
     try {
       // Its own process group: stopping it stops what it starts too (a router's model processes,
       // vLLM's workers), and a Ctrl-C at the daemon's terminal reaches the daemon, which stops it.
-      proc = Bun.spawn(argv, { stdin: 'ignore', stdout: fd, stderr: fd, env: process.env, detached: true })
+      proc = Bun.spawn(argv, {
+        stdin: 'ignore',
+        stdout: fd,
+        stderr: fd,
+        env: this.spec.env ?? engineEnv(process.env),
+        detached: true,
+      })
     } catch (e) {
       throw new Error(`could not start ${argv[0]}: ${(e as Error).message}`)
     } finally {
@@ -312,21 +305,21 @@ export class SupervisedChild {
     rmSync(this.recordPath, { force: true })
   }
 
-  /** Keeps the log bounded: past LOG_MAX_BYTES only its last LOG_KEEP_BYTES stay. Cheap when it is not. */
+  /** Keeps the log bounded (engines/engine-log.ts). Cheap when it is within its limit. */
   trimLog() {
     try {
-      const size = statSync(this.logPath).size
-      if (size <= LOG_MAX_BYTES) return
-      const fd = openSync(this.logPath, 'r')
-      const buf = Buffer.alloc(LOG_KEEP_BYTES)
-      try {
-        readSync(fd, buf, 0, LOG_KEEP_BYTES, size - LOG_KEEP_BYTES)
-      } finally {
-        closeSync(fd)
-      }
-      // The process appends (O_APPEND): after this it writes on at the new end.
-      writeFileSync(this.logPath, buf.subarray(buf.indexOf(10) + 1))
-    } catch {}
+      if (rotateLog(this.logPath, this.spec.log?.maxBytes ?? LOG_MAX_BYTES)) this.rotated = true
+    } catch (e) {
+      log.warn('could not rotate the engine log', { engine: this.spec.name, error: (e as Error).message })
+    }
+  }
+
+  /** At start() and on an interval until stop(): the log's size is looked at. */
+  private checkLog() {
+    this.trimLog()
+    if (this.logCheck) return
+    this.logCheck = setInterval(() => this.trimLog(), this.spec.log?.checkMs ?? LOG_CHECK_MS)
+    this.logCheck.unref?.()
   }
 }
 

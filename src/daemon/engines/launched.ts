@@ -56,6 +56,8 @@ export interface LaunchedEngineOptions {
   timers?: Timers
   /** Longest wait for a started process to answer (default 30 min: large weights load slowly). */
   loadTimeoutMs?: number
+  /** Each process's environment (engines/env.ts). */
+  env?: Record<string, string>
 }
 
 interface Launch {
@@ -82,6 +84,7 @@ export class LaunchedEngine implements ManagedEngine {
   private readonly namesModel: boolean
   private readonly timers: Timers
   private readonly loadTimeoutMs: number
+  private readonly env: Record<string, string> | undefined
   private readonly running = new Map<string, Running>()
   /** The last process of each model, kept for its output after it ended. */
   private readonly lastChild = new Map<string, SupervisedChild>()
@@ -106,6 +109,7 @@ export class LaunchedEngine implements ManagedEngine {
     this.namesModel = this.words.some((w) => w.includes('{model}'))
     this.timers = o.timers ?? realTimers
     this.loadTimeoutMs = o.loadTimeoutMs ?? LOAD_TIMEOUT_MS
+    this.env = o.env
   }
 
   async start(): Promise<void> {
@@ -216,6 +220,7 @@ export class LaunchedEngine implements ManagedEngine {
       state: this.state,
       timers: this.timers,
       readyTimeoutMs: this.loadTimeoutMs,
+      ...(this.env ? { env: this.env } : {}),
       command: (port) => this.argv(launch, dir, port),
       ready: async (url) => {
         await runtimeJson(`${url}/v1/models`, { timeoutMs: 2000 })

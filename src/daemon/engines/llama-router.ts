@@ -75,7 +75,7 @@ const LINES_PER_ERROR = 6
 export interface LlamaRouterOptions {
   state: StateDir
   /** Managed: the models directory, the llama-server binary and more router arguments. */
-  managed?: { modelsDir: string; binary: string; extraArgs: string[] }
+  managed?: { modelsDir: string; binary: string; extraArgs: string[]; env?: Record<string, string> }
   /** Attached: the router's base URL. */
   url?: string
   timers?: Timers
@@ -125,6 +125,7 @@ export class LlamaRouter implements ManagedEngine {
         name: 'llama-router',
         state: o.state,
         timers: this.timers,
+        ...(o.managed.env ? { env: o.managed.env } : {}),
         command: (port) => [
           binary,
           '--models-dir',

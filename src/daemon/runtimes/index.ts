@@ -1,3 +1,4 @@
+import { engineEnv } from '../engines/env'
 import { LaunchedEngine } from '../engines/launched'
 import { LlamaRouter } from '../engines/llama-router'
 import { type DaemonOptions, isLaunched } from '../options'
@@ -10,11 +11,20 @@ import type { Runtime } from './types'
 
 /** The runtime the options name; `budget` is the VRAM a managed engine may fill (GB; null = unlimited). */
 export function createRuntime(opts: DaemonOptions, state: StateDir, budget: () => number | null): Runtime {
+  // docs/worker.md "What an engine sees": never the key nor the hub token.
+  const env = engineEnv(process.env, { pass: opts.engine_env, secrets: [opts.key, opts.hub_token] })
   if (opts.runtime === 'llama.cpp') {
     const engine = new LlamaRouter({
       state,
       ...(opts.models_dir !== undefined
-        ? { managed: { modelsDir: opts.models_dir, binary: opts.llama_server, extraArgs: opts.engine_args } }
+        ? {
+            managed: {
+              modelsDir: opts.models_dir,
+              binary: opts.llama_server,
+              extraArgs: opts.engine_args,
+              env,
+            },
+          }
         : { url: opts.runtime_url }),
     })
     return new ManagedRuntime(engine, new DigestCache(state), { state, budget, downloads: downloadsOf(opts) })
@@ -26,6 +36,7 @@ export function createRuntime(opts: DaemonOptions, state: StateDir, budget: () =
       modelsDir: opts.models_dir!,
       command: opts.launch_command!,
       extraArgs: opts.engine_args,
+      env,
     })
     return new ManagedRuntime(engine, new DigestCache(state), {
       state,

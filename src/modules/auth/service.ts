@@ -19,11 +19,21 @@ import { log } from '../../lib/logger'
 import { toUserObject } from '../users/model'
 import { checkPassword, createUser } from '../users/service'
 
+/** docs/api.md §2: PASSWORD_LOGIN=false leaves only single sign-on; nothing takes or sets a password. */
+function checkPasswordLogin(deps: Deps) {
+  if (!deps.config.PASSWORD_LOGIN)
+    throw forbidden(
+      'password_login_disabled',
+      `Passwords are not used on this server; sign in with ${deps.config.OIDC_NAME} (GET /v1/auth/oidc/start)`,
+    )
+}
+
 export async function signup(
   deps: Deps & CredentialState,
   input: { email: string; password: string; full_name: string },
   audit: AuditContext,
 ) {
+  checkPasswordLogin(deps)
   if (!deps.config.SIGNUP_ENABLED) {
     throw forbidden(
       'signup_disabled',
@@ -38,6 +48,7 @@ export async function login(
   input: { email: string; password: string },
   audit: AuditContext,
 ) {
+  checkPasswordLogin(deps)
   const email = input.email.trim().toLowerCase()
   // Taken first: a refused attempt writes no audit entry, so the limit also bounds those writes.
   await deps.store.limits.take(
@@ -47,22 +58,19 @@ export async function login(
     60,
   )
   const user = await deps.store.accounts.findUserByEmail(email)
-  // Unknown email and wrong password take the same time and give the same answer; both are
-  // recorded (docs/api.md §17), in a transaction of their own: there is no change to go with.
-  if (!user) {
+  // Unknown email, an account without a password (made by single sign-on) and a wrong password
+  // take the same time and give the same answer; each is recorded (docs/api.md §17), in a
+  // transaction of its own: there is no change to go with.
+  if (!user || user.password_hash === '') {
     await deps.passwords.burn(input.password)
-    await signInRefused(deps, audit, email, undefined, 'invalid_credentials')
+    await signInRefused(deps, audit, email, user, 'invalid_credentials')
     throw unauthorized('invalid_credentials', 'Incorrect email or password')
   }
   if (!(await deps.passwords.verify(input.password, user.password_hash))) {
     await signInRefused(deps, audit, email, user, 'invalid_credentials')
     throw unauthorized('invalid_credentials', 'Incorrect email or password')
   }
-  if (!user.is_active) {
-    await signInRefused(deps, audit, email, user, 'account_disabled')
-    throw forbidden('account_disabled', 'This account has been deactivated')
-  }
-  return startSession(deps, user, audit, 'password')
+  return issueSession(deps, user, 'password', audit)
 }
 
 /** A refused sign-in, by any method, in a transaction of its own (docs/api.md §17). */
@@ -75,17 +83,19 @@ export const signInRefused = (
 ) => deps.store.audit.record(audit, [signInFailed(email, user, reason)], deps.clock.now())
 
 /**
- * The session of a user who has signed in, by any method (docs/api.md §2): its `auth.signed_in`
- * entry is written first (docs/api.md §17), so no session is issued that the audit log lacks.
+ * The one end of every sign-in, by password or by single sign-on (docs/api.md §2): an active account
+ * gets the login JWT and the login answer. Its `auth.signed_in` entry is written first (docs/api.md
+ * §17), so no session is issued that the audit log lacks; a deactivated account's refusal is
+ * recorded as `auth.sign_in_failed`.
  */
-export async function startSession(
-  deps: Deps & CredentialState,
-  user: UserRow,
-  audit: AuditContext,
-  method: SignInMethod,
-) {
+export async function issueSession(deps: Deps, user: UserRow, method: SignInMethod, audit: AuditContext) {
+  if (!user.is_active) {
+    await signInRefused(deps, audit, user.email, user, 'account_disabled')
+    throw forbidden('account_disabled', 'This account has been deactivated')
+  }
   await deps.store.audit.record(asUser(audit, user.id), [signedIn(user, method)], deps.clock.now())
   const { token, expiresIn } = await deps.tokens.sign(user.id, user.token_version)
+  log.info('signed in', { user_id: user.id, method })
   return {
     access_token: token,
     token_type: 'bearer' as const,
@@ -125,6 +135,7 @@ export async function changePassword(
  * stored hashed and mailed; the mail goes out after the response, so timing reveals nothing either.
  */
 export async function forgotPassword(deps: Deps & CredentialState, input: { email: string }) {
+  checkPasswordLogin(deps)
   const email = input.email.trim().toLowerCase()
   await deps.store.limits.take('forgot', email, deps.config.RATE_LIMIT_FORGOT_PER_HOUR, 3600)
   const user = await deps.store.accounts.findUserByEmail(email)
@@ -159,6 +170,7 @@ export async function resetPassword(
   input: { token: string; new_password: string },
   audit: AuditContext,
 ) {
+  checkPasswordLogin(deps)
   checkPassword(input.new_password, 'new_password')
   const hash = await deps.passwords.hash(input.new_password)
   const now = deps.clock.now()
@@ -179,7 +191,8 @@ export async function ensureSuperadmin(
   deps: Deps & CredentialState,
   print: (line: string) => void = console.error,
 ) {
-  if (await deps.store.accounts.hasSuperadmin()) return null
+  // PASSWORD_LOGIN=false: a password superadmin could never sign in (docs/api.md §2 "Single sign-on").
+  if (!deps.config.PASSWORD_LOGIN || (await deps.store.accounts.hasSuperadmin())) return null
   const generated = deps.config.ADMIN_PASSWORD === undefined
   const password = deps.config.ADMIN_PASSWORD ?? randomBase62(20)
   const user = await createUser(
