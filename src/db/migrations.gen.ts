@@ -15,7 +15,8 @@ import m11 from '../../drizzle/0011_capabilities.sql' with { type: 'text' }
 import m12 from '../../drizzle/0012_shard_backups.sql' with { type: 'text' }
 import m13 from '../../drizzle/0013_placement.sql' with { type: 'text' }
 import m14 from '../../drizzle/0014_sso.sql' with { type: 'text' }
-import m15 from '../../drizzle/0015_audit_events.sql' with { type: 'text' }
+import m15 from '../../drizzle/0015_pull_failures.sql' with { type: 'text' }
+import m16 from '../../drizzle/0016_audit_events.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -36,6 +37,7 @@ export const embeddedMigrations = {
     '0012_shard_backups': m12,
     '0013_placement': m13,
     '0014_sso': m14,
-    '0015_audit_events': m15,
+    '0015_pull_failures': m15,
+    '0016_audit_events': m16,
   } as Record<string, string>,
 }

@@ -44,6 +44,7 @@ export const TABLES: { name: string; sqlite: SQLiteTable; pg: PgTable }[] = [
   { name: 'worker_gpus', sqlite: schema.workerGpus, pg: pgSchema.workerGpus },
   { name: 'worker_models', sqlite: schema.workerModels, pg: pgSchema.workerModels },
   { name: 'model_pulls', sqlite: schema.modelPulls, pg: pgSchema.modelPulls },
+  { name: 'model_pull_failures', sqlite: schema.modelPullFailures, pg: pgSchema.modelPullFailures },
   { name: 'webhooks', sqlite: schema.webhooks, pg: pgSchema.webhooks },
   { name: 'webhook_messages', sqlite: schema.webhookMessages, pg: pgSchema.webhookMessages },
   { name: 'webhook_attempts', sqlite: schema.webhookAttempts, pg: pgSchema.webhookAttempts },

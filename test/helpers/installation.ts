@@ -95,6 +95,19 @@ export async function populate(t: TestApp) {
 
   const workerId = await registerWorker(t, fleet.key, { models: ['m:8b'] })
   expect((await heartbeat(t, fleet.key, workerId, { loaded_models: ['m:8b'] })).status).toBe(200)
+  // docs/api.md §7 model-progress `failed`: the worker backs off from a download that failed.
+  const now = t.clock.now()
+  await t.deps.store.fleet.setPullFailure({
+    catalog_id: 'other-8b-q4km',
+    worker_id: workerId,
+    runtime: 'ollama',
+    runtime_model_id: 'o:8b',
+    pin: 'f'.repeat(32),
+    failures: 2,
+    error: 'ollama pull failed: file does not exist',
+    failed_at: now,
+    retry_at: now + 1200,
+  })
   const job = await poll(t, fleet.key, workerId)
   expect(job?.job_id).toBe(done.id)
   const res = await upload(

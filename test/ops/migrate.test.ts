@@ -48,6 +48,7 @@ describeWith(postgres, 'migrateRows', () => {
         // docs/api.md §16: the split batch's two shards and its request-line index.
         batch_shards: 2,
         batch_line_index: 1,
+        model_pull_failures: 1,
       })
       expect(rows.files).toBe(6) // four inputs, one output, one error file
       expect(rows.batch_errors).toBeGreaterThan(0)
@@ -60,7 +61,7 @@ describeWith(postgres, 'migrateRows', () => {
       // docs/api.md §2 "Single sign-on": the linked identity travels, so it still signs in.
       expect(rows.user_identities).toBe(1)
       expect(rows.sso_logins).toBe(1)
-      expect(lines.at(-1)).toMatch(/^verified 25 tables/)
+      expect(lines.at(-1)).toMatch(/^verified 26 tables/)
       const pg = new SQL({ url: to, max: 1 })
       try {
         const [u] = await pg`SELECT count(*)::int AS n, max(seq)::int AS max FROM users`

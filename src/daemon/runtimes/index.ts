@@ -54,6 +54,7 @@ export function createRuntime(opts: DaemonOptions, state: StateDir, budget: () =
 const downloadsOf = (opts: DaemonOptions) => ({
   hub: { url: opts.hub_url, ...(opts.hub_token ? { token: opts.hub_token } : {}) },
   maxDownloadGb: opts.max_download_gb,
+  ...(opts.models_dir !== undefined ? { modelsDir: opts.models_dir } : {}),
 })
 
 export type { InventoryItem, PullProgress, PullTask, Runtime, RuntimeSnapshot } from './types'

@@ -17,7 +17,8 @@ import m13 from '../../../drizzle/postgres/0013_capabilities.sql' with { type: '
 import m14 from '../../../drizzle/postgres/0014_shard_backups.sql' with { type: 'text' }
 import m15 from '../../../drizzle/postgres/0015_placement.sql' with { type: 'text' }
 import m16 from '../../../drizzle/postgres/0016_sso.sql' with { type: 'text' }
-import m17 from '../../../drizzle/postgres/0017_audit_events.sql' with { type: 'text' }
+import m17 from '../../../drizzle/postgres/0017_pull_failures.sql' with { type: 'text' }
+import m18 from '../../../drizzle/postgres/0018_audit_events.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -40,6 +41,7 @@ export const embeddedMigrations = {
     '0014_shard_backups': m14,
     '0015_placement': m15,
     '0016_sso': m16,
-    '0017_audit_events': m17,
+    '0017_pull_failures': m17,
+    '0018_audit_events': m18,
   } as Record<string, string>,
 }

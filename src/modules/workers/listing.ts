@@ -40,7 +40,14 @@ export function toWorkerRows(deps: Deps, rows: ListedWorker[]) {
       }
     }),
     // docs/api.md §7 "Worker row": each model held or downloading, with where it stands.
-    models: modelStates(w.models, w.loading_models, w.pulls, w.model_stats),
+    models: modelStates(
+      w.models,
+      w.loading_models,
+      w.pulls,
+      w.model_stats,
+      w.pull_failures,
+      deps.clock.now(),
+    ),
     daemon_version: w.daemon_version,
     registered_at: w.registered_at,
     last_heartbeat_at: w.last_heartbeat_at,
