@@ -37,13 +37,22 @@ export const AUDIT_ACTIONS = {
   'auth.signed_in': { target: 'user', description: 'A user signed in and got a session' },
   'auth.sign_in_failed': {
     target: 'user',
-    description: 'A sign-in was refused: wrong email or password, or a deactivated account',
+    description:
+      'A sign-in was refused: wrong email or password, a deactivated account, or an identity the single sign-on rules turn away',
   },
   'user.created': {
     target: 'user',
-    description: 'A user was created (signup, by an admin, or at first start)',
+    description: 'A user was created (signup, by an admin, at first start, or at a first single sign-on)',
   },
-  'user.role_changed': { target: 'user', description: "A user's platform role was changed" },
+  'user.role_changed': {
+    target: 'user',
+    description: "A user's platform role was changed (by an admin, or by OIDC_ADMIN_GROUPS at a sign-in)",
+  },
+  'user.identity_linked': {
+    target: 'user',
+    description:
+      'An existing account was joined to an identity at the identity provider (its verified email)',
+  },
   'user.disabled': { target: 'user', description: 'A user was deactivated' },
   'user.enabled': { target: 'user', description: 'A user was activated again' },
   'user.password_changed': { target: 'user', description: 'A user changed their password' },
@@ -133,20 +142,87 @@ export type SignInMethod = 'password' | 'sso'
 export const signedIn = (user: Pick<UserRow, 'id'>, method: SignInMethod) =>
   event('auth.signed_in', user.id, { method })
 
-/** Why a sign-in was refused: the error code its caller got. */
-export type SignInRefusal = 'invalid_credentials' | 'account_disabled'
+/**
+ * Why a sign-in was refused: the error code its caller got. The last three are single sign-on's
+ * (docs/api.md §2): an email domain OIDC_ALLOWED_DOMAINS does not admit, an existing account's
+ * email the provider has not verified, no email where one is needed.
+ */
+export type SignInRefusal =
+  | 'invalid_credentials'
+  | 'account_disabled'
+  | 'email_domain_not_allowed'
+  | 'email_not_verified'
+  | 'email_required'
 
-/** The email a sign-in named (the user's id when there is one); never the password typed. */
-export const signInFailed = (email: string, user: Pick<UserRow, 'id'> | undefined, reason: SignInRefusal) =>
-  event('auth.sign_in_failed', user?.id ?? null, { email: email.slice(0, 254), reason })
+/** An identity at an identity provider, as an entry names it: the issuer and its subject. */
+export interface IdentityFacts {
+  issuer: string
+  subject: string
+}
 
-/** How a user came to be is read off the actor: nobody signed in, the server, or an admin. */
-export const userCreated = (user: Pick<UserRow, 'id' | 'email' | 'platform_role'>, actor: AuditActor) =>
+/**
+ * The email a sign-in named (the user's id when there is one), the method, and for single sign-on
+ * the provider; never the password typed, nor any code or token of the provider.
+ */
+export const signInFailed = (
+  email: string | null,
+  user: Pick<UserRow, 'id'> | undefined,
+  reason: SignInRefusal,
+  method: SignInMethod,
+  issuer?: string,
+) =>
+  event('auth.sign_in_failed', user?.id ?? null, {
+    email: email === null ? null : email.slice(0, 254),
+    reason,
+    method,
+    ...(issuer === undefined ? {} : { issuer }),
+  })
+
+/**
+ * How a user came to be: made at a first single sign-on (with its identity), else read off the
+ * actor: nobody signed in, the server, or an admin.
+ */
+export const userCreated = (
+  user: Pick<UserRow, 'id' | 'email' | 'platform_role'>,
+  actor: AuditActor,
+  identity?: IdentityFacts,
+) =>
   event('user.created', user.id, {
     email: user.email,
     platform_role: user.platform_role,
-    via: actor.kind === 'anonymous' ? 'signup' : actor.kind === 'system' ? 'first_start' : 'admin',
+    ...(identity
+      ? { via: 'sso', issuer: identity.issuer, subject: identity.subject }
+      : { via: actor.kind === 'anonymous' ? 'signup' : actor.kind === 'system' ? 'first_start' : 'admin' }),
   })
+
+/** An existing account joined to a provider's identity at a sign-in (docs/api.md §2). */
+export const identityLinked = (userId: string, identity: IdentityFacts & { email: string | null }) =>
+  event('user.identity_linked', userId, {
+    issuer: identity.issuer,
+    subject: identity.subject,
+    email: identity.email,
+  })
+
+/**
+ * OIDC_ADMIN_GROUPS deciding the role at a sign-in (docs/api.md §2): none when it is the role the
+ * account has.
+ */
+export const ssoRoleChanged = (
+  userId: string,
+  from: UserRow['platform_role'],
+  to: UserRow['platform_role'],
+  issuer: string,
+): AuditEvent[] => (from === to ? [] : [event('user.role_changed', userId, { from, to, via: 'sso', issuer })])
+
+/**
+ * Who an sso sign-in's changes are by (docs/api.md §17): linking the identity is the signing-in
+ * user's act (they proved the email); the role OIDC_ADMIN_GROUPS sets is the server's, applying
+ * the provider's groups, so its actor is `system`, with the sign-in's address and user agent.
+ */
+export const ssoActors = (ctx: AuditContext, userId: string) => ({
+  user: asUser(ctx, userId),
+  groups: { ...ctx, actor: SYSTEM_AUDIT.actor },
+})
 
 /** PATCH /v1/admin/users/{id}: one entry per thing that changed, none when nothing did. */
 export function userChanged(

@@ -131,7 +131,7 @@ describe('accounts', () => {
     expect(first).toMatchObject({
       actor: ANONYMOUS,
       target: { kind: 'user', id: u.id },
-      details: { email: u.email, reason: 'invalid_credentials' },
+      details: { email: u.email, reason: 'invalid_credentials', method: 'password' },
     })
     expect((await attempt()).status).toBe(401)
     const limited = await attempt()
@@ -163,7 +163,7 @@ describe('accounts', () => {
     })
     expect(refused.status).toBe(403)
     const disabled = await oneEntry(t, admin, 'auth.sign_in_failed', off.id)
-    expect(disabled.details).toEqual({ email: off.email, reason: 'account_disabled' })
+    expect(disabled.details).toEqual({ email: off.email, reason: 'account_disabled', method: 'password' })
   })
 
   test('change-password: user.password_changed by the user; a wrong current password writes none', async () => {

@@ -57,9 +57,17 @@ test('PASSWORD_LOGIN=false is fine once an active superadmin is linked at OIDC_I
       admin.id,
       { issuer: 'https://other.example', subject: 'root', email: null },
       1,
+      undefined,
+      SYSTEM_AUDIT,
     )
     await expect(checkSuperadminCanSignIn(t.deps)).rejects.toBeInstanceOf(ConfigError)
-    await t.deps.store.sso.link(admin.id, { issuer: ISSUER, subject: 'root', email: null }, 1)
+    await t.deps.store.sso.link(
+      admin.id,
+      { issuer: ISSUER, subject: 'root', email: null },
+      1,
+      undefined,
+      SYSTEM_AUDIT,
+    )
     await checkSuperadminCanSignIn(t.deps)
     // Deactivated, it cannot sign in any more.
     const other = await t.deps.store.accounts.createUser(

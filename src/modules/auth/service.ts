@@ -73,14 +73,23 @@ export async function login(
   return issueSession(deps, user, 'password', audit)
 }
 
-/** A refused sign-in, by any method, in a transaction of its own (docs/api.md §17). */
+/**
+ * A refused sign-in, by any method, in a transaction of its own (docs/api.md §17); single sign-on's
+ * names the provider.
+ */
 export const signInRefused = (
   deps: Deps,
   audit: AuditContext,
-  email: string,
+  email: string | null,
   user: UserRow | undefined,
   reason: SignInRefusal,
-) => deps.store.audit.record(audit, [signInFailed(email, user, reason)], deps.clock.now())
+  how: { method: SignInMethod; issuer?: string } = { method: 'password' },
+) =>
+  deps.store.audit.record(
+    audit,
+    [signInFailed(email, user, reason, how.method, how.issuer)],
+    deps.clock.now(),
+  )
 
 /**
  * The one end of every sign-in, by password or by single sign-on (docs/api.md §2): an active account
@@ -90,7 +99,7 @@ export const signInRefused = (
  */
 export async function issueSession(deps: Deps, user: UserRow, method: SignInMethod, audit: AuditContext) {
   if (!user.is_active) {
-    await signInRefused(deps, audit, user.email, user, 'account_disabled')
+    await signInRefused(deps, audit, user.email, user, 'account_disabled', { method })
     throw forbidden('account_disabled', 'This account has been deactivated')
   }
   await deps.store.audit.record(asUser(audit, user.id), [signedIn(user, method)], deps.clock.now())

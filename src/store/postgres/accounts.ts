@@ -72,7 +72,7 @@ export function postgresAccounts(db: PgDb): AccountsStore {
               created_at: input.now,
               last_sign_in_at: input.now,
             })
-          await appendAudit(tx, audit, [userCreated(user!, audit.actor)], input.now)
+          await appendAudit(tx, audit, [userCreated(user!, audit.actor, identity)], input.now)
           return user as UserRow
         })
       } catch (error) {

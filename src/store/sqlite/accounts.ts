@@ -71,7 +71,7 @@ export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
           .values({ org_id: org.id, user_id: user.id, role: 'owner', created_at: input.now })
           .run()
         if (identity) insertIdentity(tx, user.id, identity, input.now)
-        appendAudit(tx, audit, [userCreated(user, audit.actor)], input.now)
+        appendAudit(tx, audit, [userCreated(user, audit.actor, identity)], input.now)
         return user
       })
     },
