@@ -1,4 +1,12 @@
-import type { ApiKeyRow, CatalogEntryRow, FileRow, NewAuditEventRow, OrgRole, UserRow } from '../db/schema'
+import type {
+  ApiKeyRow,
+  CatalogEntryRow,
+  FileRow,
+  NewAuditEventRow,
+  OrgRole,
+  UserRow,
+  WorkerRow,
+} from '../db/schema'
 import { badRequest } from '../lib/errors'
 import { newId } from '../lib/ids'
 import type { Principal } from './principal'
@@ -9,7 +17,7 @@ import type { Principal } from './principal'
 // writes the entries inside its transaction (src/store/*/audit.ts appendAudit).
 
 /** What an entry is about. */
-export const AUDIT_TARGET_KINDS = ['user', 'key', 'org', 'file', 'catalogue', 'audit'] as const
+export const AUDIT_TARGET_KINDS = ['user', 'key', 'org', 'worker', 'file', 'catalogue', 'audit'] as const
 export type AuditTargetKind = (typeof AUDIT_TARGET_KINDS)[number]
 
 const KEY_VERBS = {
@@ -60,9 +68,17 @@ export const AUDIT_ACTIONS = {
   ...keyActions('personal', "A user's personal key"),
   ...keyActions('worker', "An organization's worker key"),
   'org.created': { target: 'org', description: 'A team organization was created' },
+  'org.deleted': {
+    target: 'org',
+    description: 'A team organization was deleted, its worker keys revoked and its members removed',
+  },
   'org.member.added': { target: 'user', description: 'A user was added to an organization' },
   'org.member.role_changed': { target: 'user', description: "A member's role was changed" },
   'org.member.removed': { target: 'user', description: 'A member was removed from an organization, or left' },
+  'worker.removed': {
+    target: 'worker',
+    description: 'A worker was removed from its organization, what it held given back to the queue',
+  },
   'catalogue.seeded': {
     target: 'catalogue',
     description: 'The catalogue was changed from the manifest (inserted, updated or renamed entries)',
@@ -283,6 +299,43 @@ export const memberRoleChanged = (orgId: string, userId: string, from: OrgRole, 
 
 export const memberRemoved = (orgId: string, userId: string, role: OrgRole, self: boolean) =>
   event('org.member.removed', userId, { role, left: self }, orgId)
+
+/**
+ * DELETE /v1/orgs/{org_id}: the org's name, the worker keys it revoked (by id and display prefix)
+ * and the members it removed, with their roles.
+ */
+export const orgDeleted = (
+  org: { id: string; name: string },
+  keys: Pick<ApiKeyRow, 'id' | 'name' | 'prefix'>[],
+  members: { user_id: string; role: OrgRole }[],
+) =>
+  event(
+    'org.deleted',
+    org.id,
+    {
+      name: org.name,
+      revoked_keys: keys.map((k) => ({ id: k.id, name: k.name, prefix: k.prefix })),
+      members: members.map((m) => ({ user_id: m.user_id, role: m.role })),
+    },
+    org.id,
+  )
+
+// ---- Workers ----------------------------------------------------------------------------------
+
+/**
+ * DELETE /v1/orgs/{org_id}/workers/{worker_id}: the worker as it was named, the key it registered
+ * with, and the batches it gave back to the queue.
+ */
+export const workerRemoved = (
+  worker: Pick<WorkerRow, 'id' | 'org_id' | 'name' | 'hostname' | 'key_id'>,
+  requeued: string[],
+) =>
+  event(
+    'worker.removed',
+    worker.id,
+    { name: worker.name, hostname: worker.hostname, key_id: worker.key_id, requeued },
+    worker.org_id,
+  )
 
 // ---- Catalogue, files, retention --------------------------------------------------------------
 

@@ -56,6 +56,12 @@ export interface OrgsStore {
     now: number,
     audit: AuditContext,
   ): Promise<void>
+  /**
+   * DELETE /v1/orgs/{org_id} (docs/api.md §3), under the org's lock: the 404 and 409s of
+   * src/domain/org-rules.ts checkOrgDeletion, else the org, its worker keys and its memberships
+   * deleted, with its `org.deleted` entry, in one transaction.
+   */
+  deleteOrg(orgId: string, now: number, audit: AuditContext): Promise<void>
   /** GET /v1/admin/organizations: every org with its member count, newest first. */
   listAllOrgs(page: PageParams): Promise<RowsPage<OrgRow & { member_count: number }>>
 }

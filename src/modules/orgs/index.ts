@@ -4,9 +4,12 @@ import { authPlugin } from '../../http/auth'
 import { auditContext } from '../../http/context'
 import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody, optionalJsonBody } from '../../http/parse'
+import type { CatalogueState } from '../catalogue/view'
 import { KeyModel } from '../keys/model'
 import * as keys from '../keys/service'
 import { listWorkers } from '../workers/listing'
+import { removeWorker } from '../workers/service'
+import type { PollState } from '../workers/waiters'
 import { requireOrgRole } from './access'
 import { OrgModel } from './model'
 import * as orgs from './service'
@@ -14,7 +17,7 @@ import * as orgs from './service'
 const tags = ['organizations']
 const workerKeys = (orgId: string) => ({ type: 'worker' as const, orgId })
 
-export const orgRoutes = (deps: Deps & CredentialState) =>
+export const orgRoutes = (deps: Deps & CredentialState & CatalogueState & PollState) =>
   new Elysia({ name: 'routes.orgs', prefix: '/v1/orgs' })
     .use(authPlugin(deps))
     .get('', ({ principal, query }) => orgs.listMyOrgs(deps, principal, query), {
@@ -30,6 +33,20 @@ export const orgRoutes = (deps: Deps & CredentialState) =>
         jwt: true,
         ...jsonBody(OrgModel.create),
         detail: { tags, summary: 'Create a team organization (caller becomes owner)' },
+      },
+    )
+    .delete(
+      '/:org_id',
+      ({ principal, params, request, server }) =>
+        orgs.deleteOrg(deps, principal, params.org_id, auditContext(request, server)),
+      {
+        jwt: true,
+        params: OrgModel.orgParams,
+        detail: {
+          tags,
+          summary:
+            'Delete a team organization (owner only; 409 while it has workers): its worker keys and memberships go with it',
+        },
       },
     )
     .get(
@@ -112,6 +129,22 @@ export const orgRoutes = (deps: Deps & CredentialState) =>
         params: OrgModel.orgParams,
         query: OrgModel.page,
         detail: { tags, summary: "The org's workers: status, activity, live VRAM, loaded models" },
+      },
+    )
+    .delete(
+      '/:org_id/workers/:worker_id',
+      async ({ principal, params, request, server }) => {
+        await requireOrgRole(deps, principal, params.org_id, 'admin')
+        return removeWorker(deps, params.org_id, params.worker_id, auditContext(request, server))
+      },
+      {
+        jwt: true,
+        params: OrgModel.workerParams,
+        detail: {
+          tags,
+          summary:
+            'Remove a worker (owner or admin): what it holds goes back to the queue, uncounted; a daemon still running registers anew',
+        },
       },
     )
     .get('/:org_id/members', ({ principal, params }) => orgs.listMembers(deps, principal, params.org_id), {

@@ -2,6 +2,7 @@ import type { OrgRole, OrgRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { AuditContext } from '../../domain/audit'
 import type { UserPrincipal } from '../../domain/principal'
+import { type CredentialState, credentialsChanged } from '../../http/credential-cache'
 import { badRequest, forbidden, notFound } from '../../lib/errors'
 import { type PageParams, toPage } from '../../lib/pagination'
 import type { Member } from '../../store/orgs'
@@ -37,6 +38,22 @@ export async function createTeamOrg(
   const name = input.name.trim()
   if (!name) throw badRequest('invalid_value', 'name must not be blank', 'name')
   return toOrg(await deps.store.orgs.createTeamOrg(name, principal.user.id, deps.clock.now(), audit), 'owner')
+}
+
+/**
+ * DELETE /v1/orgs/{org_id} (owner only, docs/api.md §3): a team org without workers goes, with its
+ * worker keys (unknown from the next request on, here and on every other instance) and memberships.
+ */
+export async function deleteOrg(
+  deps: Deps & CredentialState,
+  principal: UserPrincipal,
+  orgId: string,
+  audit: AuditContext,
+) {
+  await requireOrgRole(deps, principal, orgId, 'owner')
+  await deps.store.orgs.deleteOrg(orgId, deps.clock.now(), audit)
+  credentialsChanged(deps, [orgId])
+  return { id: orgId, object: 'organization' as const, deleted: true as const }
 }
 
 const toMember = (m: Member) => ({

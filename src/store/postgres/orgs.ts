@@ -1,8 +1,8 @@
-import { and, asc, count, desc, eq, inArray, ne } from 'drizzle-orm'
+import { and, asc, count, desc, eq, inArray, isNull, ne } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { OrgRole, OrgRow } from '../../db/schema'
-import { memberAdded, memberRemoved, memberRoleChanged, orgCreated } from '../../domain/audit'
-import { checkRemoval, checkRoleChange } from '../../domain/org-rules'
+import { memberAdded, memberRemoved, memberRoleChanged, orgCreated, orgDeleted } from '../../domain/audit'
+import { checkOrgDeletion, checkRemoval, checkRoleChange } from '../../domain/org-rules'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { Member, OrgsStore } from '../orgs'
@@ -16,7 +16,7 @@ import { pageBy, pageRows } from './page'
 // rule counts owners no concurrent change can alter: two owners demoting each other at once take
 // turns, and the second is refused.
 
-const { organizations, memberships, users } = schema
+const { apiKeys, organizations, memberships, users, workers } = schema
 
 const memberColumns = {
   user_id: memberships.user_id,
@@ -100,6 +100,31 @@ export function postgresOrgs(db: PgDb): OrgsStore {
           .values({ org_id: org!.id, user_id: ownerId, role: 'owner', created_at: now })
         await appendAudit(tx, audit, [orgCreated(org!)], now)
         return org as OrgRow
+      })
+    },
+
+    async deleteOrg(orgId, now, audit) {
+      await db.transaction(async (tx) => {
+        // FOR UPDATE conflicts with the KEY SHARE a registration's insert takes on the org: a worker
+        // registered meanwhile is counted below, or its registration waits and finds no org.
+        const [org] = (await tx
+          .select()
+          .from(organizations)
+          .where(eq(organizations.id, orgId))
+          .for('update')) as OrgRow[]
+        const [held] = await tx.select({ n: count() }).from(workers).where(eq(workers.org_id, orgId))
+        checkOrgDeletion(org, held!.n)
+        const keys = await tx
+          .select({ id: apiKeys.id, name: apiKeys.name, prefix: apiKeys.prefix })
+          .from(apiKeys)
+          .where(and(eq(apiKeys.org_id, orgId), isNull(apiKeys.revoked_at)))
+        const members = (await tx
+          .select({ user_id: memberships.user_id, role: memberships.role })
+          .from(memberships)
+          .where(eq(memberships.org_id, orgId))) as { user_id: string; role: OrgRole }[]
+        // Its worker keys and memberships go with it (ON DELETE CASCADE).
+        await tx.delete(organizations).where(eq(organizations.id, orgId))
+        await appendAudit(tx, audit, [orgDeleted(org!, keys, members)], now)
       })
     },
 

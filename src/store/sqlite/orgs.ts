@@ -1,8 +1,8 @@
-import { and, count, desc, eq, inArray, ne, sql } from 'drizzle-orm'
-import { memberships, type OrgRow, organizations, users } from '../../db/schema'
+import { and, count, desc, eq, inArray, isNull, ne, sql } from 'drizzle-orm'
+import { apiKeys, memberships, type OrgRow, organizations, users, workers } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
-import { memberAdded, memberRemoved, memberRoleChanged, orgCreated } from '../../domain/audit'
-import { checkRemoval, checkRoleChange } from '../../domain/org-rules'
+import { memberAdded, memberRemoved, memberRoleChanged, orgCreated, orgDeleted } from '../../domain/audit'
+import { checkOrgDeletion, checkRemoval, checkRoleChange } from '../../domain/org-rules'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { OrgsStore } from '../orgs'
@@ -95,6 +95,27 @@ export function sqliteOrgs(deps: SqliteDeps): OrgsStore {
           .run()
         appendAudit(tx, audit, [orgCreated(org)], now)
         return org
+      })
+    },
+
+    async deleteOrg(orgId, now, audit) {
+      writeTx(db, (tx) => {
+        const org = tx.select().from(organizations).where(eq(organizations.id, orgId)).get()
+        const held = tx.select({ n: count() }).from(workers).where(eq(workers.org_id, orgId)).get()!.n
+        checkOrgDeletion(org, held)
+        const keys = tx
+          .select({ id: apiKeys.id, name: apiKeys.name, prefix: apiKeys.prefix })
+          .from(apiKeys)
+          .where(and(eq(apiKeys.org_id, orgId), isNull(apiKeys.revoked_at)))
+          .all()
+        const members = tx
+          .select({ user_id: memberships.user_id, role: memberships.role })
+          .from(memberships)
+          .where(eq(memberships.org_id, orgId))
+          .all()
+        // Its worker keys and memberships go with it (ON DELETE CASCADE).
+        tx.delete(organizations).where(eq(organizations.id, orgId)).run()
+        appendAudit(tx, audit, [orgDeleted(org!, keys, members)], now)
       })
     },
 
