@@ -35,6 +35,93 @@ for (const [kind, open] of storeEngines) {
       await h?.close()
     })
 
+    test('deleteOrg (docs/api.md §3): a Personal Org and an org with workers refused; else the org, its keys and memberships go with one entry; a registration racing it is counted or finds no org', async () => {
+      h = await open()
+      const owner = await newUser(h)
+      const member = await newUser(h)
+      const personal = (await h.store.orgs.listMembershipsOf(owner.id))[0]!.org_id
+      await expect(h.store.orgs.deleteOrg(personal, 30, SYSTEM_AUDIT)).rejects.toMatchObject({
+        status: 409,
+        errorCode: 'personal_org',
+      })
+      const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 20, SYSTEM_AUDIT)
+      await h.store.orgs.addMember(team.id, member.id, 'viewer', 21, SYSTEM_AUDIT)
+      const key = await h.store.keys.createKey(
+        { type: 'worker', orgId: team.id },
+        {
+          name: 'fleet',
+          prefix: 'gk-aaaaaaaaa',
+          key_hash: `hash-${team.id}`,
+          created_by: owner.id,
+          created_at: 22,
+          expires_at: null,
+        },
+        SYSTEM_AUDIT,
+      )
+      const registration = (orgId: string) => ({
+        orgId,
+        workerId: undefined,
+        machineId: undefined,
+        fields: {
+          name: 'box',
+          hostname: null,
+          daemon_version: null,
+          key_id: key.id,
+          max_concurrent_jobs: 1,
+          max_download_gb: 0,
+        },
+        runtimes: [],
+        gpus: [],
+        models: [],
+        now: 25,
+      })
+      const r = await h.store.fleet.register(registration(team.id))
+      if ('notOwned' in r) throw new Error('unexpected')
+      await expect(h.store.orgs.deleteOrg(team.id, 30, SYSTEM_AUDIT)).rejects.toMatchObject({
+        status: 409,
+        errorCode: 'org_has_workers',
+      })
+      await h.store.fleet.removeWorker(team.id, r.worker.id, 31, SYSTEM_AUDIT)
+      await h.store.orgs.deleteOrg(team.id, 32, SYSTEM_AUDIT)
+      expect(await h.store.orgs.findAccess(team.id, owner.id)).toBeUndefined()
+      expect(await h.store.keys.findCredentialByKeyHash(`hash-${team.id}`)).toBeUndefined()
+      expect((await h.store.orgs.listMembershipsOf(member.id)).map((m) => m.personal)).toEqual([true])
+      const entries = (await h.store.audit.page({ actions: ['org.deleted'] }, {})).rows
+      expect(entries).toEqual([
+        expect.objectContaining({
+          target_id: team.id,
+          org_id: team.id,
+          created_at: 32,
+          details: {
+            name: 'Lab',
+            revoked_keys: [{ id: key.id, name: 'fleet', prefix: 'gk-aaaaaaaaa' }],
+            members: expect.arrayContaining([
+              { user_id: owner.id, role: 'owner' },
+              { user_id: member.id, role: 'viewer' },
+            ]),
+          },
+        }),
+      ])
+      await expect(h.store.orgs.deleteOrg(team.id, 33, SYSTEM_AUDIT)).rejects.toMatchObject({ status: 404 })
+
+      // A deletion and a registration into the org at once: the worker is counted (409), or its
+      // registration finds no org and is answered as an unknown key (401), never a 5xx.
+      const raced = await h.store.orgs.createTeamOrg('Raced', owner.id, 40, SYSTEM_AUDIT)
+      const [deleted, registered] = await Promise.allSettled([
+        h.store.orgs.deleteOrg(raced.id, 41, SYSTEM_AUDIT),
+        h.store.fleet.register(registration(raced.id)),
+      ])
+      if (deleted.status === 'fulfilled')
+        expect(registered).toMatchObject({
+          status: 'rejected',
+          reason: { status: 401, errorCode: 'invalid_api_key' },
+        })
+      else {
+        expect(deleted.reason).toMatchObject({ status: 409, errorCode: 'org_has_workers' })
+        expect(registered.status).toBe('fulfilled')
+      }
+    })
+
     test('createTeamOrg, findAccess, listOrgsOf and listMembershipsOf', async () => {
       h = await open()
       const owner = await newUser(h, 'Grace')

@@ -308,7 +308,13 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       const plan = inventoryPlan(inventory, loaded, sig)
       await db.transaction(async (tx) => {
         // One worker's reports replace its rows one after the other (no interleaved upserts).
-        await tx.select({ id: workers.id }).from(workers).where(eq(workers.id, workerId)).for('update')
+        const [found] = await tx
+          .select({ id: workers.id })
+          .from(workers)
+          .where(eq(workers.id, workerId))
+          .for('update')
+        // Removed since its heartbeat was answered (docs/api.md §3): nothing of it is kept.
+        if (!found) return
         for (const o of plan) {
           if (o.op === 'delete_unconfigured') {
             await tx.delete(workerModels).where(and(mine, eq(workerModels.configured, false)))

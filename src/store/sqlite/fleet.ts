@@ -400,6 +400,8 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       const id = workerId
       const plan = inventoryPlan(inventory, loaded, sig)
       writeTx(db, () => {
+        // Removed since its heartbeat was answered (docs/api.md §3): nothing of it is kept.
+        if (!s.workerById.get({ id })) return
         for (const o of plan) {
           if (o.op === 'delete_unconfigured') s.deleteUnconfigured.run({ id })
           else if (o.op === 'reset_reported') s.resetConfigured.run({ id })
