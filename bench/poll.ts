@@ -2,8 +2,10 @@
 // and double claims (must be 0) — vs a bare baseline in the same run: an Elysia route with the same
 // TypeBox body that claims with one BEGIN IMMEDIATE transaction on bun:sqlite (the oldest validated
 // batch of the model, UPDATE, INSERT the assignment) on a database of the same schema (target
-// ≥ 50 %); the pollers run in their own thread for both. (2) p50 latency of one poll with 100,000
-// batches queued vs 100 (target: within 2×, the claim is index-backed).
+// ≥ 50 %); the pollers run in their own thread for both. Beside it, the CPU time the server's thread
+// spent per claim, each side's own: on a loaded machine the throughput of both sides moves with what
+// else runs, the CPU each claim costs much less. (2) p50 latency of one poll with 100,000 batches
+// queued vs 100 (target: within 2×, the claim is index-backed).
 //
 //   bun run bench/poll.ts            (10,000 drained; 100,000 vs 100 queued)
 //   bun run bench/poll.ts --quick    (2,000 drained; 20,000 vs 100 queued)
@@ -18,13 +20,19 @@ import { batchAssignments } from '../src/db/schema'
 import { newId } from '../src/lib/ids'
 import { WorkerBodies as WorkerModel } from '../src/protocol/worker'
 import { addEntry, addValidatedBatches, benchServer, pollTimes, post } from './lib/fixture'
-import { drain, fmt, percentile, quick } from './lib/load'
+import { drain, fmt, mainThreadCpuMicros, percentile, quick } from './lib/load'
 
 const WORKERS = 64
 const DRAIN = quick ? 2_000 : 10_000
 const BIG = quick ? 20_000 : 100_000
 const SMALL = 100
 const SAMPLES = 60
+
+/** The server thread's CPU time since `from` (µs), where /proc tells it. */
+const cpuSince = (from: number | undefined) => {
+  const to = mainThreadCpuMicros()
+  return from === undefined || to === undefined ? undefined : to - from
+}
 
 const pollersFor = (key: string | null, ids: string[]) =>
   ids.map((worker_id) => ({
@@ -47,10 +55,12 @@ const gridkeep = await (async () => {
     })
     ids.push(reg.worker_id)
   }
+  const cpu = mainThreadCpuMicros()
   const { jobIds, seconds } = await drain(`${gk.url}/workers/poll`, pollersFor(gk.key, ids))
+  const cpuMicros = cpuSince(cpu)
   const assignments = await gk.deps.db.$count(batchAssignments)
   await gk.stop()
-  return { jobIds, seconds, assignments }
+  return { jobIds, seconds, assignments, cpuMicros }
 })()
 
 // ---- (1b) the bare baseline: the claim and nothing else ------------------------------------------
@@ -94,14 +104,16 @@ const bare = await (async () => {
     )
     .listen({ port: 0, hostname: '127.0.0.1' })
   const ids = Array.from({ length: WORKERS }, (_, i) => `w${i}`)
+  const cpu = mainThreadCpuMicros()
   const { jobIds, seconds } = await drain(
     `http://127.0.0.1:${app.server!.port}/workers/poll`,
     pollersFor(null, ids),
   )
+  const cpuMicros = cpuSince(cpu)
   await app.stop()
   sqlite.close()
   rmSync(dir, { recursive: true, force: true })
-  return { jobIds, seconds }
+  return { jobIds, seconds, cpuMicros }
 })()
 
 const distinct = new Set(gridkeep.jobIds).size
@@ -117,6 +129,14 @@ console.log(
   `  bare Elysia + TypeBox + one BEGIN IMMEDIATE claim: ${fmt(bareRate)} claims/s (${fmt(bare.seconds, 2)} s)`,
 )
 console.log(`  ratio: ${fmt((100 * gkRate) / bareRate)} % (target ≥ 50 %)`)
+if (gridkeep.cpuMicros !== undefined && bare.cpuMicros !== undefined) {
+  const gkCpu = gridkeep.cpuMicros / distinct
+  const bareCpu = bare.cpuMicros / bare.jobIds.length
+  console.log(
+    `  server CPU per claim: gridkeep ${fmt(gkCpu)} µs, bare ${fmt(bareCpu)} µs ` +
+      `(bare ÷ gridkeep ${fmt((100 * bareCpu) / gkCpu)} %)`,
+  )
+}
 
 // ---- (2) latency vs queue depth -----------------------------------------------------------------
 // One server per queue depth; polls are sequential HTTP requests through the whole app (auth,

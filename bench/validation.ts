@@ -2,6 +2,7 @@
 //
 //   bun run bench/validation.ts              200 MB, 50,000-line chat file
 //   BENCH_QUICK=1 bun run bench/validation.ts   20 MB, 5,000 lines (smoke run)
+//   bun run bench/validation.ts --order          section 4 alone
 //
 // 1. Throughput: the validator (validateBatch on a real database) against a bare Bun loop that
 //    streams the same file, splits lines and JSON.parses each one — both in this run, best of N.
@@ -10,6 +11,10 @@
 // 3. Memory: a real server in a subprocess; the file is uploaded (streamed, chunked) and
 //    validated while /proc/<pid>/status VmRSS is sampled every 50 ms. Target: peak < 100 MB
 //    above idle.
+// 4. Execution order by shared prefix (docs/api.md §6, PREFIX_ORDER): the validator's time with it
+//    and without (section 1's file), and a 1,000,000-line batch (MAX_REQUESTS_PER_BATCH raised) on a
+//    real server with and without it: validation time and peak RSS above idle. Targets: ≤ 1.3× the
+//    time, RSS within the figure without it.
 
 import { Database } from 'bun:sqlite'
 import { mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync } from 'node:fs'
@@ -75,10 +80,11 @@ async function bareLoop(path: string): Promise<number> {
   return lines
 }
 
-async function throughput(path: string) {
+/** validateBatch on a real database of its own, over the file at `path`; `close()` removes it. */
+function validatorOn(path: string, env: Record<string, string> = {}) {
   const bytes = statSync(path).size
   const dir = mkdtempSync(join(tmpdir(), 'gridkeep-bench-'))
-  const config = loadConfig({ DATA_DIR: dir, JWT_SECRET: 'x'.repeat(40), LOG_LEVEL: 'warn' })
+  const config = loadConfig({ DATA_DIR: dir, JWT_SECRET: 'x'.repeat(40), LOG_LEVEL: 'warn', ...env })
   // The in-process validator logs through the process-wide logger; keep the figures readable.
   setLogLevel(config.LOG_LEVEL)
   const deps = createServer(config)
@@ -134,6 +140,18 @@ async function throughput(path: string) {
       throw new Error(`unexpected outcome ${JSON.stringify(outcome)}`)
     }
   }
+  return {
+    validator,
+    close() {
+      deps.sqlite.close()
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
+
+async function throughput(path: string) {
+  const bytes = statSync(path).size
+  const { validator, close } = validatorOn(path)
   const bare = async () => {
     if ((await bareLoop(path)) !== LINES) throw new Error('bare loop miscounted')
   }
@@ -151,8 +169,7 @@ async function throughput(path: string) {
       best[name] = Math.min(best[name], performance.now() - t0)
     }
   }
-  deps.sqlite.close()
-  rmSync(dir, { recursive: true, force: true })
+  close()
   const mibs = (ms: number) => bytes / MiB / (ms / 1000)
   console.log(`\n1. throughput (${fmt(bytes / MiB, 1)} MiB, ${LINES} lines, best of ${ROUNDS})`)
   console.log(
@@ -162,6 +179,32 @@ async function throughput(path: string) {
     `   validator (validateBatch, all rules):    ${fmt(mibs(best.validator))} MiB/s (${fmt(best.validator)} ms)`,
   )
   console.log(`   ratio validator / bare: ${fmt((100 * best.bare) / best.validator)}%  (target ≥ 50%)`)
+}
+
+/**
+ * The validator with prefix order and without, taking turns (the machine is shared): best of ROUNDS,
+ * wall clock and this process's CPU time.
+ */
+async function orderCost(path: string) {
+  const runs = [validatorOn(path, { PREFIX_ORDER: 'false' }), validatorOn(path, { PREFIX_ORDER: 'true' })]
+  const wall = [Number.POSITIVE_INFINITY, Number.POSITIVE_INFINITY]
+  const cpu = [Number.POSITIVE_INFINITY, Number.POSITIVE_INFINITY]
+  for (const r of runs) await r.validator() // warm
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [i, r] of runs.entries()) {
+      const c0 = process.cpuUsage()
+      const t0 = performance.now()
+      await r.validator()
+      wall[i] = Math.min(wall[i]!, performance.now() - t0)
+      const c = process.cpuUsage(c0)
+      cpu[i] = Math.min(cpu[i]!, (c.user + c.system) / 1000)
+    }
+  }
+  for (const r of runs) r.close()
+  console.log(
+    `   validator over section 1's file, best of ${ROUNDS} taking turns: ${fmt(wall[0]!)} ms without, ${fmt(wall[1]!)} ms with ` +
+      `= ${fmt(wall[1]! / wall[0]!, 2)}×; CPU ${fmt(cpu[0]!)} vs ${fmt(cpu[1]!)} ms = ${fmt(cpu[1]! / cpu[0]!, 2)}× (target ≤ 1.3×)`,
+  )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -206,6 +249,13 @@ function idTracking() {
 // ---------------------------------------------------------------------------------------------
 // 3. Memory of a real server
 
+/** CPU seconds a process has used (/proc/<pid>/stat utime + stime, ticks of 1/100 s). */
+function cpuSeconds(pid: number): number {
+  const stat = require('node:fs').readFileSync(`/proc/${pid}/stat`, 'utf8') as string
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
+
 function rssMiB(pid: number): number {
   try {
     const status = require('node:fs').readFileSync(`/proc/${pid}/status`, 'utf8') as string
@@ -216,7 +266,10 @@ function rssMiB(pid: number): number {
   }
 }
 
-async function serverMemory(path: string) {
+async function serverMemory(
+  path: string,
+  o: { env?: Record<string, string>; label?: string; lines?: number } = {},
+): Promise<{ validateMs: number; cpuMs: number; peakAboveIdle: number }> {
   const bytes = statSync(path).size
   const dir = mkdtempSync(join(tmpdir(), 'gridkeep-bench-server-'))
   const proc = Bun.spawn(['bun', 'run', 'src/index.ts'], {
@@ -229,6 +282,7 @@ async function serverMemory(path: string) {
       JWT_SECRET: 'bench-secret-bench-secret-bench-secret-00',
       ADMIN_PASSWORD: 'bench-admin-password',
       LOG_LEVEL: 'info',
+      ...o.env,
     },
     stdout: 'pipe',
     stderr: 'inherit',
@@ -334,6 +388,7 @@ async function serverMemory(path: string) {
         await Bun.sleep(20)
       }
     })()
+    const cpu1 = cpuSeconds(proc.pid)
     const t1 = performance.now()
     const batch = await api('POST', '/v1/batches', token, { input_file_id: file.id })
     const events = await fetch(`${url}/v1/batches/${batch.id}/events`, {
@@ -341,12 +396,21 @@ async function serverMemory(path: string) {
     })
     const text = await events.text() // the server closes the stream after `done`
     const validateMs = performance.now() - t1
+    const cpuMs = (cpuSeconds(proc.pid) - cpu1) * 1000
     probing = false
     await probe
     clearInterval(sampler)
     const done = /event: done\ndata: (.*)\n/.exec(text)?.[1]
     const progress = text.split('event: progress').length - 1
 
+    if (!done?.includes('"status":"validated"')) throw new Error(`validation did not pass: ${done}`)
+    if (o.label) {
+      console.log(
+        `   ${o.label}: validation ${fmt(validateMs)} ms (server CPU ${fmt(cpuMs)} ms); RSS idle ${fmt(idle)} MiB, ` +
+          `peak above idle ${fmt(peak - idle)} MiB`,
+      )
+      return { validateMs, cpuMs, peakAboveIdle: peak - idle }
+    }
     console.log(`\n3. real server (subprocess pid ${proc.pid}), ${fmt(bytes / MiB, 1)} MiB file`)
     console.log(
       `   upload (chunked, streamed): ${fmt(uploadMs)} ms, ${fmt(bytes / MiB / (uploadMs / 1000))} MiB/s`,
@@ -365,6 +429,7 @@ async function serverMemory(path: string) {
       `   peak above idle: upload ${fmt(peaks.upload - idle)} MiB, validation ${fmt(peaks.validation - idle)} MiB, ` +
         `overall ${fmt(peak - idle)} MiB  (target < 100 MB)`,
     )
+    return { validateMs, cpuMs, peakAboveIdle: peak - idle }
   } finally {
     proc.kill()
     await proc.exited
@@ -376,6 +441,48 @@ const path = await chatInputFile(LINES, TARGET_BYTES, MODEL)
 console.log(
   `input: ${path} (${fmt(statSync(path).size / MiB, 1)} MiB, ${LINES} lines)${QUICK ? ' [quick]' : ''}`,
 )
-await throughput(path)
-idTracking()
-await serverMemory(path)
+// `--order`: section 4 alone.
+const ORDER_ONLY = process.argv.includes('--order')
+if (!ORDER_ONLY) {
+  await throughput(path)
+  idTracking()
+  await serverMemory(path)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Execution order by shared prefix (docs/api.md §6)
+
+console.log('\n4. execution order by shared prefix (PREFIX_ORDER)')
+await orderCost(path)
+const MILLION = QUICK ? 100_000 : 1_000_000
+const million = await chatInputFile(MILLION, MILLION * 200, MODEL)
+console.log(
+  `   a ${MILLION.toLocaleString('en')}-line batch (${fmt(statSync(million).size / MiB, 1)} MiB) on a real server:`,
+)
+// A million lines of this shape are 216 MiB: the upload cap is raised with the request cap.
+const big = { MAX_REQUESTS_PER_BATCH: String(MILLION), MAX_UPLOAD_BYTES: String(256 * MiB) }
+// Taking turns, three times each (the machine is shared): the median of each figure.
+const ROUNDS_1M = 3
+const runs: Record<'off' | 'on', { validateMs: number; cpuMs: number; peakAboveIdle: number }[]> = {
+  off: [],
+  on: [],
+}
+for (let round = 0; round < ROUNDS_1M; round++) {
+  // Which goes first alternates: a run's figures must not depend on the one before.
+  for (const side of round % 2 ? (['on', 'off'] as const) : (['off', 'on'] as const)) {
+    runs[side].push(
+      await serverMemory(million, {
+        env: { ...big, PREFIX_ORDER: String(side === 'on') },
+        label: side === 'on' ? 'prefix order     ' : 'PREFIX_ORDER=false',
+      }),
+    )
+  }
+}
+const median = (side: 'off' | 'on', key: 'validateMs' | 'cpuMs' | 'peakAboveIdle') =>
+  runs[side].map((r) => r[key]).sort((a, b) => a - b)[ROUNDS_1M >> 1]!
+console.log(
+  `   with / without (medians of ${ROUNDS_1M}): time ${fmt(median('on', 'validateMs'))} vs ${fmt(median('off', 'validateMs'))} ms = ` +
+    `${fmt(median('on', 'validateMs') / median('off', 'validateMs'), 2)}×, server CPU ${fmt(median('on', 'cpuMs'))} vs ${fmt(median('off', 'cpuMs'))} ms = ` +
+    `${fmt(median('on', 'cpuMs') / median('off', 'cpuMs'), 2)}× (target ≤ 1.3×); peak RSS above idle ` +
+    `${fmt(median('on', 'peakAboveIdle'))} vs ${fmt(median('off', 'peakAboveIdle'))} MiB (target: within it)`,
+)

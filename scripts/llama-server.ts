@@ -23,7 +23,8 @@
 //   script is what `gridkeep worker --llama-server` takes (docs/worker.md).
 // - Model: a llama-architecture GGUF v3 (2 layers, width 64, F32 weights from a seeded generator,
 //   ~0.5 MB), the same bytes on every run for one seed; another seed gives other weights (another
-//   sha256), so tests can hold several models. Its vocabulary holds the 256 byte tokens <0x00>…<0xFF>
+//   sha256), so tests can hold several models. Another shape makes a larger one (PREFILL: 4 layers
+//   of width 128, for a benchmark where prefill must dominate). Its vocabulary holds the 256 byte tokens <0x00>…<0xFF>
 //   (llama-server aborts on a character it cannot tokenize otherwise).
 //
 // Cache: GRIDKEEP_LLAMA_CACHE, else $XDG_CACHE_HOME/gridkeep-llama, else ~/.cache/gridkeep-llama;
@@ -312,6 +313,22 @@ const tail = (s: string) => s.split('\n').slice(-3).join(' | ')
 
 export const TINY = { layers: 2, width: 64, heads: 4, ffn: 192, context: 4096, seed: 20_261_123 } as const
 
+/** A model's shape: the tiny model's by default. */
+export interface ModelShape {
+  layers: number
+  width: number
+  heads: number
+  ffn: number
+  context: number
+}
+
+/**
+ * A model large enough that prefill dominates a request on a CPU (bench/prefix.ts: prompt caching
+ * is measured by what it saves): 4 layers of width 128, ~0.9 M F32 weights (~3.7 MB), one token a
+ * byte, as the tiny model. A cached prompt token costs it about a fifth of one computed.
+ */
+export const PREFILL: ModelShape = { layers: 4, width: 128, heads: 4, ffn: 384, context: 16_384 }
+
 /** Deterministic floats in [-1, 1) (mulberry32). */
 function random(seed: number) {
   let a = seed >>> 0
@@ -406,8 +423,8 @@ const T_ARRAY = 9
 const ALIGN = 32
 
 /** The tiny model's bytes: the same on every call with the same seed; other weights for another. */
-export function tinyModel(seed: number = TINY.seed): Uint8Array {
-  const { layers, width, heads, ffn, context } = TINY
+export function tinyModel(seed: number = TINY.seed, shape: ModelShape = TINY): Uint8Array {
+  const { layers, width, heads, ffn, context } = shape
   // SentencePiece-style vocabulary: three control tokens, then every byte.
   const tokens = ['<unk>', '<s>', '</s>']
   const types = [2, 3, 3]
@@ -497,8 +514,9 @@ const align = (n: number) => Math.ceil(n / ALIGN) * ALIGN
 export async function writeTinyModel(
   path = join(cacheDir(), 'gridkeep-tiny.gguf'),
   seed: number = TINY.seed,
+  shape: ModelShape = TINY,
 ): Promise<string> {
-  const bytes = tinyModel(seed)
+  const bytes = tinyModel(seed, shape)
   const file = Bun.file(path)
   if ((await file.exists()) && file.size === bytes.length && Buffer.compare(await file.bytes(), bytes) === 0)
     return path

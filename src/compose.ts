@@ -9,6 +9,7 @@ import { BatchFollowers, type FollowState } from './modules/batches/follow'
 import { type CatalogueState, CatalogueView } from './modules/catalogue/view'
 import type { PoolState } from './modules/pool/service'
 import type { StatsState } from './modules/stats/service'
+import { MatchCache } from './modules/workers/match-cache'
 import { PlacementView } from './modules/workers/placement'
 import { type PollState, PollWaiters } from './modules/workers/waiters'
 import type { ValidatorState } from './services/validator'
@@ -44,6 +45,7 @@ export const createServerState = (config: Config): ServerState => ({
   batchFollowers: new BatchFollowers(),
   catalogueView: new CatalogueView(),
   pollWaiters: new PollWaiters(),
+  matchCache: new MatchCache(),
   placement: new PlacementView(),
   poolCache: new Map(),
   queueStatsCache: {},

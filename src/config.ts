@@ -131,6 +131,10 @@ export const ConfigSchema = T.Object({
     1_000_000,
     'Largest shard of a split batch (0 turns sharding off: every batch runs whole on one worker)',
   ),
+  PREFIX_ORDER: Bool(
+    true,
+    'Run each batch in execution order by shared prompt prefix, decided at validation, with shards cut from that order (docs/api.md §6); false: file order',
+  ),
   SHARD_BACKUPS: Bool(
     true,
     'Backup copies of straggling shards on workers with nothing else to do (docs/api.md §16); false: a dead holder’s shard waits for the sweeper',

@@ -10,8 +10,8 @@ import { capturedLogLines, captureLogLine, leakedSecrets, secretCount } from './
 setDefaultTimeout(30_000)
 
 // The suite on PostgreSQL: one migrated database per test app, made before the first test (a run
-// of every file builds about 220: raise this when tests add apps).
-if (testEngine === 'postgres') await preparePostgresDatabases(230)
+// of every file builds about 225: raise this when tests add apps).
+if (testEngine === 'postgres') await preparePostgresDatabases(240)
 
 // Keep every log line of the whole suite (GK_TEST_LOG=1 also prints them) and fail the run if any
 // secret the tests handled shows up in them.

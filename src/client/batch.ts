@@ -1,5 +1,7 @@
-import { statSync } from 'node:fs'
-import { type Api, type Batch, type FileObject, Interrupted } from './api'
+import { mkdtempSync, rmSync, statSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { type Api, ApiFailure, type Batch, type FileObject, Interrupted } from './api'
 import {
   flag,
   listOption,
@@ -24,6 +26,7 @@ import {
   showValidationError,
   validationSummary,
 } from './follow'
+import { InputOrder, writeInInputOrder } from './reorder'
 import { multipartUpload } from './upload'
 import {
   bar,
@@ -58,7 +61,7 @@ export const SUBMIT_SPEC: Spec = {
 }
 export const WAIT_SPEC = WAIT_OPTIONS
 export const STATUS_SPEC: Spec = {}
-export const RESULTS_SPEC = RESULT_OPTIONS
+export const RESULTS_SPEC: Spec = { ...RESULT_OPTIONS, 'input-order': {} }
 
 const paths = (p: Parsed): ResultPaths => ({
   output: stringOption(p, 'output'),
@@ -290,8 +293,17 @@ export async function results(p: Parsed, ctx: Context): Promise<number> {
     )
   // Without -o the output is the command's answer, on stdout.
   const output = r.output ?? '-'
-  const bytes = await download(api, b.output_file_id, output)
-  const errorBytes = r.errors ? await download(api, b.error_file_id, r.errors) : null
+  const inputOrder = flag(p, 'input-order')
+  const reordered = inputOrder ? await inInputOrder(api, b) : null
+  const save = reordered?.save ?? download
+  let bytes: number
+  let errorBytes: number | null
+  try {
+    bytes = await save(api, b.output_file_id, output)
+    errorBytes = r.errors ? await save(api, b.error_file_id, r.errors) : null
+  } finally {
+    reordered?.close()
+  }
   if (output !== '-') {
     view.event('done', {
       batch_id: b.id,
@@ -299,12 +311,54 @@ export async function results(p: Parsed, ctx: Context): Promise<number> {
       request_counts: b.request_counts,
       output,
       errors: r.errors ?? null,
+      input_order: inputOrder,
     })
     view.say(`output written to ${output} (${formatBytes(bytes)})`)
   }
   if (r.errors && r.errors !== '-')
     view.warn(`errors written to ${r.errors} (${formatBytes(errorBytes ?? 0)})`)
   return EXIT.ok
+}
+
+/**
+ * docs/api.md §6 "Output order": `save`, a `download` that writes a result file in the input's order
+ * — the input is downloaded once (its custom_ids give the order), each result file to a scratch
+ * copy, then rewritten in that order (src/client/reorder.ts). `close()` removes the scratch files.
+ */
+async function inInputOrder(api: Api, b: Batch) {
+  const dir = mkdtempSync(join(tmpdir(), 'gridkeep-order-'))
+  const remove = () => rmSync(dir, { recursive: true, force: true })
+  let order: InputOrder
+  try {
+    const input = join(dir, 'input.jsonl')
+    try {
+      await download(api, b.input_file_id, input)
+    } catch (e) {
+      if (e instanceof ApiFailure && e.status === 404)
+        throw new ClientError(
+          EXIT.invalid,
+          `the input file ${b.input_file_id} of batch ${b.id} is gone: its order cannot be restored (the output's custom_ids still name each request)`,
+          { batch_id: b.id, input_file_id: b.input_file_id },
+        )
+      throw e
+    }
+    order = await InputOrder.read(input)
+    rmSync(input)
+  } catch (e) {
+    remove()
+    throw e
+  }
+  return {
+    async save(_api: Api, fileId: string | null, path: string) {
+      if (fileId === null) return download(api, null, path)
+      const raw = join(dir, 'result.jsonl')
+      await download(api, fileId, raw)
+      const bytes = await writeInInputOrder(order, raw, path)
+      rmSync(raw)
+      return bytes
+    },
+    close: remove,
+  }
 }
 
 function finishFailed(ctx: Context, b: Batch): Promise<number> {

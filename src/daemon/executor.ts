@@ -6,8 +6,9 @@ import { fixedLimiter, type RequestLimiter } from './concurrency'
 import { reportCachedTokens } from './runtimes/cached-tokens'
 import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 
-// Runs every line of a job's input against the runtime and writes one OpenAI batch output line per
-// request (docs/api.md §7: {id, custom_id, response:{status_code, request_id, body}|null,
+// Runs every line of a job's input against the runtime, in the input's order (a shard's lines come
+// in the batch's execution order, docs/api.md §6: consecutive requests share their prompt's prefix, so
+// the engine's cache serves them), and writes one OpenAI batch output line per request (docs/api.md §7: {id, custom_id, response:{status_code, request_id, body}|null,
 // error:{code,message}|null}). Input is read line by line and output appended to a file as each
 // request finishes, so memory holds only the requests in flight, whatever the batch size.
 //
@@ -29,6 +30,8 @@ export interface JobRequestSpec {
   model: string
   /** The batch endpoint, e.g. /v1/chat/completions; sent to the runtime at runtimeUrl + endpoint. */
   endpoint: string
+  /** Body fields every request carries unless its line sets them (requestDefaults, docs/worker.md). */
+  defaults?: Record<string, unknown>
 }
 
 export interface Counts {
@@ -138,6 +141,7 @@ export async function executeJob(
       return
     }
     body.model = job.model
+    if (job.defaults) for (const [k, v] of Object.entries(job.defaults)) if (!(k in body)) body[k] = v
     // A batch result is one response body; a streamed answer would arrive as server-sent events.
     if ('stream' in body) body.stream = false
     const outcome = await request(url, JSON.stringify(body), opts, timers, permit, stop.signal)

@@ -16,6 +16,7 @@ import { type Counts, executeJob, RuntimeUnavailableError } from './executor'
 import { classifyFailure } from './failure'
 import { type ModelLease, ModelLost, ModelUnavailable } from './models/manager'
 import type { DaemonOptions } from './options'
+import { requestDefaults } from './runtimes'
 import type { Runtime, RuntimeSnapshot } from './runtimes/types'
 import type { StateDir } from './state'
 
@@ -210,10 +211,15 @@ export class JobRun {
       })
 
       const held = lease as ModelLease | null
+      const endpoint = job.endpoint ?? '/v1/chat/completions'
       const counts = await executeJob(
         input,
         output,
-        { model: engine?.model ?? job.model, endpoint: job.endpoint ?? '/v1/chat/completions' },
+        {
+          model: engine?.model ?? job.model,
+          endpoint,
+          defaults: requestDefaults(ctx.runtime.engine, endpoint),
+        },
         {
           runtimeUrl: held?.url ?? ctx.runtime.baseUrl,
           limiter: ctx.limiter,

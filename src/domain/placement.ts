@@ -136,6 +136,28 @@ export interface PlacedHead extends ClaimHead {
 }
 
 /**
+ * docs/api.md §7 placement: the candidate models (batches.model slugs) whose longest wait the ranking
+ * of `heads` reads, so the engine probes only those: a model loaded on the worker is never overdue
+ * nor ordered by its wait (rankModels), and when a worker without capabilities.loads has a single
+ * model to take, no rank decides anything. A poll's cost then does not grow with its checks. Given
+ * the candidates instead of the heads, a superset: the waits of models without heads go unread.
+ */
+export function slugsToAge(
+  p: Placement | undefined,
+  heads: readonly Pick<PlacedHead, 'candidate'>[],
+): string[] {
+  if (!p) return []
+  const current = new Map<string, boolean>()
+  for (const h of heads) {
+    const key = h.candidate.key ?? h.candidate.model
+    current.set(key, (current.get(key) ?? false) || h.candidate.loaded)
+  }
+  if (!p.spread && current.size <= 1) return []
+  const slugs = heads.filter((h) => !current.get(h.candidate.key ?? h.candidate.model))
+  return [...new Set(slugs.map((h) => h.candidate.model))]
+}
+
+/**
  * The engine's half of the placement, the same on both: ranks its heads in place by rankModels (a
  * model's longest wait is its slugs' longest, `oldest` by batches.model slug) and returns the heads
  * the worker may take. Without a placement (PLACEMENT=loaded_first) the ranks are Poll rule 5's.

@@ -1,8 +1,8 @@
 import { conflict, forbidden } from '../lib/errors'
 import { truncateError } from './requeue'
 
-// Shards (docs/api.md §16): how a batch is cut into contiguous runs of its request lines and handed to
-// every worker that can serve it. Pure rules over plain numbers, decided here once; each storage
+// Shards (docs/api.md §16): how a batch is cut into contiguous runs of its request lines (in its
+// execution order, docs/api.md §6) and handed to every worker that can serve it. Pure rules over plain numbers, decided here once; each storage
 // engine applies them inside its claim transaction.
 
 export interface ShardBounds {
@@ -34,6 +34,52 @@ export function nextShardSize(unclaimed: number, eligibleWorkers: number, bounds
 }
 
 export type ShardState = 'waiting' | 'running' | 'done'
+
+/** A shard already cut from a batch, as the cut rule reads it. */
+export interface CutShard {
+  first_request: number
+  requests: number
+  /** Its holder (the copy whose output it kept, once done); null while it waits. */
+  worker_id: string | null
+  status: ShardState
+  /** Cut order (batch_shards.seq): a worker's latest shard is its highest. */
+  seq: number
+}
+
+/**
+ * docs/api.md §16, for a batch in an execution order of its own (§6): where the next shard of `size`
+ * requests starts, so that a prefix group stays with one worker. Positions not yet cut form gaps
+ * between the shards cut so far. A worker whose latest shard of the batch ends where a gap starts
+ * continues it (the next lines share its engine's cache). Otherwise it takes the largest gap — from
+ * its start when no running shard ends there, else from its middle, leaving the first half to the
+ * worker that continues it (work stealing: a group is split at most where a gap is halved). The
+ * shard stops at the gap's end. Null when every request is cut.
+ */
+export function placeCut(
+  cut: readonly CutShard[],
+  total: number,
+  workerId: string,
+  size: number,
+): { first: number; requests: number } | null {
+  const sorted = [...cut].sort((a, b) => a.first_request - b.first_request)
+  const gaps: { start: number; end: number }[] = []
+  let at = 0
+  for (const s of sorted) {
+    if (s.first_request > at) gaps.push({ start: at, end: s.first_request })
+    at = Math.max(at, s.first_request + s.requests)
+  }
+  if (at < total) gaps.push({ start: at, end: total })
+  if (gaps.length === 0 || size <= 0) return null
+  let mine: CutShard | null = null
+  for (const s of cut) if (s.worker_id === workerId && (!mine || s.seq > mine.seq)) mine = s
+  const own = mine && gaps.find((g) => g.start === mine.first_request + mine.requests)
+  if (own) return { first: own.start, requests: Math.min(size, own.end - own.start) }
+  let gap = gaps[0]!
+  for (const g of gaps) if (g.end - g.start > gap.end - gap.start) gap = g
+  const continued = cut.some((s) => s.status === 'running' && s.first_request + s.requests === gap.start)
+  const first = continued ? gap.start + Math.floor((gap.end - gap.start) / 2) : gap.start
+  return { first, requests: Math.min(size, gap.end - first) }
+}
 
 /** The batch object's `shards` (docs/api.md §16): how many shards are in each state. */
 export interface ShardTally {
@@ -202,4 +248,47 @@ export function copyEnded(
     attempts: shard.attempts + (counted ? 1 : 0),
     error: truncateError(errorText),
   }
+}
+
+/**
+ * docs/api.md §16: how long the join of a split batch's shards is its joiner's without a renewal.
+ * The joiner renews it every third of that while it writes, so another may take the join over only
+ * from a joiner that died or stalled that long — and that one's next renewal, or its completion,
+ * finds the lease gone and it stops.
+ */
+export const JOIN_LEASE_SECONDS = 60
+
+/** A join's lease as stored (batch_joins): its joiner, until when, and the blobs it may have left. */
+export interface JoinLease {
+  joiner: string
+  lease_until: number
+  blobs: readonly string[]
+}
+
+/** What taking a join gives its new joiner (joinTaken). */
+export interface JoinTaken {
+  /** Blobs a joiner whose lease lapsed left (its files, or parts it had yet to remove): remove them. */
+  left: string[]
+  /** Whether the batch is to be joined (else only `left` is to be removed). */
+  join: boolean
+  /** The blobs the lease row lists from now on: `left`, then the new joiner's own files. */
+  blobs: string[]
+}
+
+/**
+ * docs/api.md §16: whether a joiner may take the join of a batch now, given its lease row (null:
+ * none) and whether the batch is ready to join (in progress, every request in a done shard): when no
+ * lease runs (none, or one lapsed at `now`), and there is a batch to join or a lapsed joiner's blobs
+ * to remove. Null otherwise (another joiner holds it, or there is nothing to do).
+ */
+export function joinTaken(
+  lease: JoinLease | null,
+  ready: boolean,
+  files: readonly string[],
+  now: number,
+): JoinTaken | null {
+  if (lease && lease.lease_until > now) return null
+  const left = [...(lease?.blobs ?? [])]
+  if (!ready && left.length === 0 && !lease) return null
+  return { left, join: ready, blobs: ready ? [...left, ...files] : left }
 }

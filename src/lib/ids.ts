@@ -32,5 +32,6 @@ export type IdPrefix =
   | 'msg_'
   | 'whd_'
   | 'aud_'
+  | 'join_'
 
 export const newId = (prefix: IdPrefix) => prefix + randomBase62(24)

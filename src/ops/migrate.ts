@@ -39,6 +39,7 @@ export const TABLES: { name: string; sqlite: SQLiteTable; pg: PgTable }[] = [
   { name: 'batch_assignments', sqlite: schema.batchAssignments, pg: pgSchema.batchAssignments },
   { name: 'batch_shards', sqlite: schema.batchShards, pg: pgSchema.batchShards },
   { name: 'batch_line_index', sqlite: schema.batchLineIndex, pg: pgSchema.batchLineIndex },
+  { name: 'batch_joins', sqlite: schema.batchJoins, pg: pgSchema.batchJoins },
   { name: 'workers', sqlite: schema.workers, pg: pgSchema.workers },
   { name: 'worker_runtimes', sqlite: schema.workerRuntimes, pg: pgSchema.workerRuntimes },
   { name: 'worker_gpus', sqlite: schema.workerGpus, pg: pgSchema.workerGpus },

@@ -47,8 +47,9 @@ export async function runOnce(deps: Deps & PollState): Promise<SweepResult> {
     ;(r.status === 'validated' ? result.requeued : result.failed).push(r.batch_id)
   }
   // docs/api.md §16: a split batch whose last shard is in but whose parts were never joined (the
-  // uploader that should have joined them died) is joined here.
-  for (const batchId of await deps.store.queue.splitBatchesToJoin()) {
+  // uploader that should have joined them died) is joined here, and what a joiner that died left
+  // is removed.
+  for (const batchId of await deps.store.queue.joinsDue(now)) {
     await joinShards(deps, batchId).catch((e) =>
       log.error('joining shards failed', { batch_id: batchId, error: e }),
     )

@@ -1,6 +1,7 @@
 import type { BatchRow } from '../db/schema'
 import type { Deps } from '../deps'
 import { needsOf } from '../domain/capabilities'
+import { PrefixOrder } from '../domain/prefix-order'
 import type { BatchEventsState, ValidationErrorEvent } from '../lib/batch-events'
 import { StreamedReads } from '../lib/blobs/random-reads'
 import { grouped } from '../lib/grouped'
@@ -105,6 +106,10 @@ export interface InputRead {
   result: CheckResult
   /** The byte offset of every request line, when the batch may be split (docs/api.md §16). */
   lineOffsets: number[] | undefined
+  /** The input's size in bytes. */
+  bytes: number
+  /** docs/api.md §6 "Execution order": position → request line; null for the file order. */
+  order: Uint32Array | null
 }
 
 /**
@@ -128,10 +133,14 @@ export async function readInput(
   const batchId = batch.id
   const key = batch.input_file_id
   let reads: StreamedReads | undefined
-  // docs/api.md §16: only a batch that may be split keeps its request-line index.
-  const lineOffsets = deps.config.SHARD_MAX_REQUESTS > 0 ? ([] as number[]) : undefined
+  // docs/api.md §6 "Execution order" (PREFIX_ORDER): every request line's prompt is keyed.
+  const prefixOrder = deps.config.PREFIX_ORDER ? new PrefixOrder() : undefined
+  // docs/api.md §16: only a batch that may be split, or that runs in an order of its own, keeps its
+  // request-line index.
+  const lineOffsets = deps.config.SHARD_MAX_REQUESTS > 0 || prefixOrder ? ([] as number[]) : undefined
   const checker = new InputChecker({
     lineOffsets,
+    prefixOrder,
     endpoint: batch.endpoint,
     maxLineBytes: deps.config.MAX_LINE_BYTES,
     maxRequests: deps.config.MAX_REQUESTS_PER_BATCH,
@@ -140,6 +149,7 @@ export async function readInput(
     onStoredError: hooks.onStoredError,
   })
   const splitter = new LineSplitter(deps.config.MAX_LINE_BYTES, checker.check)
+  let bytes = 0
   try {
     const input = await deps.blobs.read(key).catch((e) => {
       log.error('batch input could not be opened', { batch_id: batchId, error: e })
@@ -159,6 +169,7 @@ export async function readInput(
           if (signal?.aborted) return null
           reads.append(chunk)
           splitter.push(chunk)
+          bytes += chunk.length
           deps.metrics.validationLines.inc(splitter.lines - counted)
           counted = splitter.lines
           const now = deps.clock.nowMs()
@@ -179,7 +190,10 @@ export async function readInput(
         checker.fileError('file_unreadable', 'The input file could not be read')
       }
     }
-    return { result: checker.finish(), lineOffsets }
+    const result = checker.finish()
+    // The order is decided once the last line is in (docs/api.md §6), for a batch that passed.
+    const order = result.errorsTotal === 0 ? (prefixOrder?.finish() ?? null) : null
+    return { result, lineOffsets, bytes, order }
   } finally {
     reads?.close()
   }
@@ -231,9 +245,14 @@ async function validateLeased(
       },
     })
     if (!read) return null
-    const { result, lineOffsets } = read
+    const { result, lineOffsets, bytes, order } = read
     const passed = result.errorsTotal === 0
-    const indexed = passed && result.requestLines > 2 * deps.config.SHARD_MIN_REQUESTS
+    // docs/api.md §16: the request-line index of a batch that may be split, or (docs/api.md §6) that
+    // runs in an execution order other than the file's.
+    const indexed =
+      passed &&
+      (order !== null ||
+        (deps.config.SHARD_MAX_REQUESTS > 0 && result.requestLines > 2 * deps.config.SHARD_MIN_REQUESTS))
     const moved = await finish({
       batchId,
       result: {
@@ -244,6 +263,7 @@ async function validateLeased(
         errors_total: result.errorsTotal,
         errors: result.errors,
         line_offsets: indexed ? lineOffsets : null,
+        line_order: indexed && order ? { order, bytes } : null,
       },
     })
     const final = moved ?? (await deps.store.batches.get(batchId, null))

@@ -2,6 +2,7 @@ import type { BatchErrorRow, BatchRow, BatchStatus, FileRow } from '../db/schema
 import type { BatchChanges, BatchEvent } from '../domain/batch-states'
 import { type Capability, needsKey } from '../domain/capabilities'
 import type { Tally } from '../domain/waiting'
+import type { ByteRange, LineSpans } from '../lib/blobs/spans'
 import type { PageParams } from '../lib/pagination'
 
 // Batches and their validation (docs/api.md §6, docs/api.md §6): creation, reads, and the validator's
@@ -43,6 +44,11 @@ export interface ValidationResult {
    * with the batch when it passes.
    */
   line_offsets?: readonly number[] | null
+  /**
+   * docs/api.md §6 "Execution order": position → request line, and the input's size in bytes; null
+   * (or absent) for the file order. Stored with the index when it passes.
+   */
+  line_order?: { order: Uint32Array; bytes: number } | null
 }
 
 /** The request-line index as stored: little-endian float64s, one per request line. */
@@ -50,6 +56,66 @@ export function packLineOffsets(offsets: readonly number[]): Buffer {
   const out = Buffer.allocUnsafe(offsets.length * 8)
   for (let i = 0; i < offsets.length; i++) out.writeDoubleLE(offsets[i]!, i * 8)
   return out
+}
+
+/** Bytes of one entry of the execution-order spans: start (float64) and length (uint32). */
+export const SPAN_BYTES = 12
+
+/**
+ * docs/api.md §6 "Execution order" as stored (batch_line_index.spans): the request lines in execution
+ * order, each its start (little-endian float64) and its length in bytes up to the next request
+ * line, or the end of the input (little-endian uint32): its terminator, and any blank lines after it,
+ * included.
+ */
+export function packLineSpans(
+  offsets: readonly number[],
+  order: { order: Uint32Array; bytes: number },
+): Buffer {
+  const out = Buffer.allocUnsafe(order.order.length * SPAN_BYTES)
+  for (let k = 0; k < order.order.length; k++) {
+    const line = order.order[k]!
+    const end = line + 1 < offsets.length ? offsets[line + 1]! : order.bytes
+    out.writeDoubleLE(offsets[line]!, k * SPAN_BYTES)
+    out.writeUInt32LE(end - offsets[line]!, k * SPAN_BYTES + 8)
+  }
+  return out
+}
+
+/** The batch_line_index row a validation that passed writes (both engines), or null for none. */
+export function lineIndexRow(batchId: string, result: ValidationResult) {
+  if (!result.passed || !result.line_offsets?.length) return null
+  return {
+    batch_id: batchId,
+    offsets: packLineOffsets(result.line_offsets),
+    spans: result.line_order ? packLineSpans(result.line_offsets, result.line_order) : null,
+  }
+}
+
+/**
+ * A run of request lines as both engines read it from batch_line_index (docs/api.md §16, §6
+ * "Execution order"): a slice of `spans` when the batch has an execution order (each line's
+ * [start, start + length), its terminator included), else the float64 offsets of the run's first line (`a`) and of the line
+ * after it (`b`, null: to the end of the file). Null when the run is outside the index.
+ */
+export function lineSpansFrom(row: {
+  a: Uint8Array | null
+  b: Uint8Array | null
+  spans: Uint8Array | null
+}): LineSpans | null {
+  if (row.spans !== null) {
+    const bytes = row.spans
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+    const ranges: ByteRange[] = []
+    for (let at = 0; at + SPAN_BYTES <= bytes.byteLength; at += SPAN_BYTES) {
+      const start = view.getFloat64(at, true)
+      ranges.push({ start, end: start + view.getUint32(at + 8, true) })
+    }
+    return ranges.length ? { ranges, lines: true } : null
+  }
+  const at = (bytes: Uint8Array | null) =>
+    bytes?.byteLength === 8 ? new DataView(bytes.buffer, bytes.byteOffset, 8).getFloat64(0, true) : null
+  const start = at(row.a)
+  return start === null ? null : { ranges: [{ start, end: at(row.b) }], lines: false }
 }
 
 /**
@@ -70,6 +136,8 @@ export function validationMove(
           request_counts_total: result.request_lines,
           errors_total: 0,
           queued_at: now,
+          // docs/api.md §6 "Execution order": the order stored with the index (lineIndexRow).
+          ordered: !!(result.line_order && result.line_offsets?.length),
         },
       }
     : {

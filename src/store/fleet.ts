@@ -290,9 +290,13 @@ export interface FleetStore {
   workerHosting(workerId: string): Promise<WorkerHosting>
   /**
    * POST /workers/poll (docs/api.md §7): the worker's row and what it hosts, read together (one
-   * statement on PostgreSQL: the poll is every instance's hot path).
+   * statement on PostgreSQL: the poll is every instance's hot path); the hosting is not read (null)
+   * when the row's hosting_seq is `knownSeq`: the caller keeps what it derived from it.
    */
-  findWorkerWithHosting(id: string): Promise<{ worker: WorkerRow; hosting: WorkerHosting } | undefined>
+  findWorkerWithHosting(
+    id: string,
+    knownSeq?: number,
+  ): Promise<{ worker: WorkerRow; hosting: WorkerHosting | null } | undefined>
 
   /**
    * docs/api.md §6 `waiting`: every worker hosting a model named any of `names` (worker_models_name_idx),

@@ -2,7 +2,8 @@ import type { BatchAssignmentRow, BatchRow, BatchShardRow } from '../db/schema'
 import type { BatchChanges } from '../domain/batch-states'
 import type { Placement } from '../domain/placement'
 import type { RequeueOutcome, RequeueReason } from '../domain/requeue'
-import type { ShardBounds, ShardTally } from '../domain/shards'
+import type { JoinTaken, ShardBounds, ShardTally } from '../domain/shards'
+import type { LineSpans } from '../lib/blobs/spans'
 import type { NewFile } from './files'
 
 // The work queue's verbs (docs/api.md §12; ARCHITECTURE.md rule 13, after Oban's engine behaviour). What to
@@ -107,11 +108,7 @@ export interface ShardResultsRecorded {
   backup: 'won' | 'lost' | null
 }
 
-/** One request-line range of a batch's input: [start, end) bytes, end null = to the end. */
-export interface ByteRange {
-  start: number
-  end: number | null
-}
+export type { ByteRange, LineSpans } from '../lib/blobs/spans'
 
 export interface FailureReport {
   workerId: string
@@ -152,10 +149,11 @@ export interface QueueStore {
   /** GET /metrics gridkeep_shards{state}. */
   shardStates(): Promise<Record<'waiting' | 'running' | 'done', number>>
   /**
-   * The bytes of request lines [first, first + count) of a batch's input, from the request-line
-   * index validation wrote (docs/api.md §16); null when the batch has none.
+   * Where request lines [first, first + count) of a batch's execution order lie in its input, from the
+   * request-line index validation wrote (docs/api.md §16, §6 "Execution order"); null when the batch
+   * has none.
    */
-  lineRange(batchId: string, first: number, count: number): Promise<ByteRange | null>
+  lineSpans(batchId: string, first: number, count: number): Promise<LineSpans | null>
   /**
    * POST /workers/upload-results for a shard: in one transaction, the shard holder rule again (either
    * copy's lease: the first complete upload wins), the shard done with its counts and parts, the
@@ -163,18 +161,43 @@ export interface QueueStore {
    */
   recordShardResults(r: DeliveredShard): Promise<ShardResultsRecorded>
   /**
-   * The last shard's results are in and the parts joined: in_progress → completed with the summed
-   * counts and usage, the joined files recorded. Null when the batch is no longer in_progress
-   * (another joiner won, or it failed): the caller removes its files.
+   * docs/api.md §16: takes the join of a split batch for `joiner` until `until` when no other
+   * joiner's lease runs and there is something to do (domain/shards.ts joinTaken), recording `files`
+   * (the blobs the joiner will write) in the lease first. Null when another joiner holds it or there
+   * is nothing to do; else what a lapsed joiner left (the caller removes it) and whether to join.
+   */
+  takeJoin(r: {
+    batchId: string
+    joiner: string
+    files: string[]
+    now: number
+    until: number
+  }): Promise<JoinTaken | null>
+  /** The joiner's lease extended to `until`; false when it is no longer the joiner's. */
+  renewJoin(r: { batchId: string; joiner: string; until: number }): Promise<boolean>
+  /**
+   * The last shard's results are in and the parts joined: while `joiner` still holds the join's
+   * lease, in_progress → completed with the summed counts and usage, the joined files recorded, and
+   * the shards' parts cleared from them into the lease (the blobs left to remove, until `until`).
+   * Null when the lease is another's, or the batch is no longer in_progress: the caller's files are
+   * its own to remove.
    */
   completeSplit(r: {
     batchId: string
+    joiner: string
     changes: BatchChanges
     files: NewFile[]
     now: number
-  }): Promise<BatchRow | null>
-  /** In-progress split batches whose shards are all done, not yet joined (a joiner that died). */
-  splitBatchesToJoin(): Promise<string[]>
+    until: number
+  }): Promise<{ batch: BatchRow; parts: string[] } | null>
+  /** Everything the joiner's lease listed is removed: the lease goes (if still the joiner's). */
+  endJoin(batchId: string, joiner: string): Promise<void>
+  /**
+   * docs/api.md §16: the split batches to join now — in progress, every shard done, no joiner's
+   * lease running (the uploader that should have joined them died) — and those whose joiner's lease
+   * lapsed at `now` with blobs left to remove.
+   */
+  joinsDue(now: number): Promise<string[]>
   /**
    * docs/api.md §7 Poll rules: atomically claims the best validated batch among the candidates' models
    * (pickClaim), records the assignment and moves the batch to in_progress; null when there is

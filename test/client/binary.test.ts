@@ -609,6 +609,56 @@ describe('gridkeep audit', () => {
   })
 })
 
+describe('gridkeep results --input-order (docs/api.md §6 "Output order")', () => {
+  test('the files come in execution order; --input-order writes them in the input’s', async () => {
+    const worker = daemon()
+    // 5 documents × 6 questions, question-major: the batch runs document-major, in shards.
+    const doc = (d: number) => `Document ${d}. ${'It is about many things at once. '.repeat(20)}`
+    const lines: string[] = []
+    for (let q = 0; q < 6; q++)
+      for (let d = 0; d < 5; d++)
+        lines.push(
+          JSON.stringify({
+            custom_id: `d${d}-q${q}`,
+            body: {
+              model: SLUG,
+              messages: [{ role: 'user', content: `${doc(d)} Question ${q}${q === 2 ? ' #400' : ''}` }],
+            },
+          }),
+        )
+    const ids = lines.map((l) => JSON.parse(l).custom_id as string)
+    const input = inputFile('question-major.jsonl', lines)
+    try {
+      const r = await runGridkeep(['submit', input, '--wait', '--interval', '0.1'], { env: keyed() })
+      expect(r.code).toBe(0)
+      const id = r.lines.find((l) => l.event === 'created').batch_id
+      const plain = join(dir, 'plain.jsonl')
+      const ordered = join(dir, 'ordered.jsonl')
+      const orderedErrors = join(dir, 'ordered-errors.jsonl')
+      expect((await runGridkeep(['results', id, '-o', plain], { env: keyed() })).code).toBe(0)
+      const res = await runGridkeep(
+        ['results', id, '-o', ordered, '--errors', orderedErrors, '--input-order'],
+        { env: keyed() },
+      )
+      expect(res.code).toBe(0)
+      expect(res.lines.at(-1)).toMatchObject({ event: 'done', output: ordered, input_order: true })
+      const succeeded = ids.filter((x) => !x.endsWith('-q2'))
+      // As the batch ran (document-major, each request as it finished), not in the input's order.
+      const ran = jsonl(plain).map((l) => l.custom_id)
+      expect(new Set(ran)).toEqual(new Set(succeeded))
+      expect(ran).not.toEqual(succeeded)
+      // Restored: the input's order, in both files.
+      expect(jsonl(ordered).map((l) => l.custom_id)).toEqual(succeeded)
+      expect(jsonl(orderedErrors).map((l) => l.custom_id)).toEqual(ids.filter((x) => x.endsWith('-q2')))
+      // To stdout as well.
+      const out = await runGridkeep(['results', id, '--input-order'], { env: keyed() })
+      expect(out.lines.map((l) => l.custom_id)).toEqual(succeeded)
+    } finally {
+      await worker.stop()
+    }
+  })
+})
+
 describe('exit codes', () => {
   test('a revoked key is exit 4 (auth), and so is a worker key', async () => {
     const k = await makePersonalKey(server, user)

@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { type ExecutorOptions, executeJob, RuntimeUnavailableError } from '../../src/daemon/executor'
+import { requestDefaults } from '../../src/daemon/runtimes'
 import { readLines } from '../../src/lib/read-lines'
 import { startFakeRuntime } from '../helpers/fake-runtime'
 
@@ -511,6 +512,48 @@ describe('executor: concurrency and streaming', () => {
       expect(err.message).toBe('lost')
       expect(read).toBeLessThanOrEqual(10 + 2)
       expect(rt.requests).toBeLessThanOrEqual(10 + 2)
+    } finally {
+      await rt.stop()
+    }
+  })
+})
+
+describe('executor: a shard’s requests in its order, for the engine’s prompt cache (docs/worker.md)', () => {
+  test('the lines reach the engine in the input’s order', async () => {
+    const seen: string[] = []
+    const rt = startFakeRuntime({ models: ['m'], onRequest: (b) => seen.push(b.messages[0].content) })
+    try {
+      const ids = Array.from({ length: 40 }, (_, i) => `line ${i}`)
+      const { input, output } = files(ids.map((c, i) => chat(`r${i}`, c)))
+      await executeJob(
+        input,
+        output,
+        { model: 'm', endpoint: '/v1/chat/completions' },
+        opts(rt.url, { concurrency: 1 }),
+      )
+      expect(seen).toEqual(ids)
+    } finally {
+      await rt.stop()
+    }
+  })
+
+  test('llama.cpp requests carry cache_prompt unless the line sets it; other engines and embeddings do not', async () => {
+    expect(requestDefaults('llama.cpp', '/v1/chat/completions')).toEqual({ cache_prompt: true })
+    expect(requestDefaults('llama.cpp', '/v1/completions')).toEqual({ cache_prompt: true })
+    expect(requestDefaults('llama.cpp', '/v1/embeddings')).toBeUndefined()
+    expect(requestDefaults('vllm', '/v1/chat/completions')).toBeUndefined()
+    const seen: any[] = []
+    const rt = startFakeRuntime({ models: ['m'], onRequest: (b) => seen.push(b) })
+    try {
+      const { input, output } = files([chat('a', 'x'), chat('b', 'y', { cache_prompt: false })])
+      const job = { model: 'm', endpoint: '/v1/chat/completions' }
+      await executeJob(
+        input,
+        output,
+        { ...job, defaults: requestDefaults('llama.cpp', job.endpoint) },
+        opts(rt.url, { concurrency: 1 }),
+      )
+      expect(seen.map((b) => b.cache_prompt)).toEqual([true, false])
     } finally {
       await rt.stop()
     }

@@ -81,6 +81,29 @@ describe('writeTx', () => {
     rmSync(dir, { recursive: true })
   })
 
+  test('nested in another writeTx it is a savepoint: its own throw undoes only its writes', () => {
+    const { db, sqlite, dir } = fresh()
+    writeTx(db, (tx) => {
+      insertUser(tx as any, 'outer')
+      expect(() =>
+        writeTx(db, (inner) => {
+          insertUser(inner as any, 'inner')
+          throw new Error('inner boom')
+        }),
+      ).toThrow('inner boom')
+    })
+    expect(
+      db
+        .select()
+        .from(users)
+        .all()
+        .map((u) => u.id),
+    ).toEqual(['outer'])
+    expect(sqlite.inTransaction).toBe(false)
+    sqlite.close()
+    rmSync(dir, { recursive: true })
+  })
+
   test('a second connection cannot write while a writeTx holds the lock', () => {
     const { db, sqlite, dir } = fresh()
     const other = openDb({ path: join(dir, 'g.db') }).sqlite

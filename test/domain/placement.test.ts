@@ -5,6 +5,7 @@ import {
   type Placement,
   placeHeads,
   rankModels,
+  slugsToAge,
 } from '../../src/domain/placement'
 import { pickClaim } from '../../src/domain/worker-rules'
 
@@ -208,16 +209,17 @@ describe('docs/api.md §7 Placement: rankModels', () => {
   })
 })
 
-describe('docs/api.md §7 Placement: placeHeads (what both engines call)', () => {
-  const head = (batch: string, seq: number, model: string, loaded: boolean, key?: string) => ({
-    batch_id: batch,
-    seq,
-    user_id: 'u',
-    rank: 0,
-    running: 0,
-    candidate: { model, loaded, ...(key ? { key } : {}) },
-  })
+/** A head as an engine finds it, of `model` (an entry's slug when `key` names the entry). */
+const head = (batch: string, seq: number, model: string, loaded: boolean, key?: string) => ({
+  batch_id: batch,
+  seq,
+  user_id: 'u',
+  rank: 0,
+  running: 0,
+  candidate: { model, loaded, ...(key ? { key } : {}) },
+})
 
+describe('docs/api.md §7 Placement: placeHeads (what both engines call)', () => {
   test('without a placement (PLACEMENT=loaded_first) the ranks are Poll rule 5: loaded first, nothing left out', () => {
     const heads = [head('old', 1, 'b', false), head('new', 2, 'a', true)]
     const placed = placeHeads(undefined, heads, new Map(), NOW)
@@ -263,5 +265,77 @@ describe('docs/api.md §7 Placement: placeHeads (what both engines call)', () =>
       ['e-old', 0],
     ])
     expect(pickClaim(placed)?.batch_id).toBe('e-old')
+  })
+})
+
+describe('docs/api.md §7 Placement: slugsToAge (the longest waits an engine reads)', () => {
+  test('a worker without capabilities.loads and one model to take reads no wait; a loaded model’s wait is never read', () => {
+    const p: Placement = { maxWaitSeconds: MAX_WAIT, spread: null }
+    expect(slugsToAge(p, [head('x', 1, 'a', false), head('y', 2, 'a', false)])).toEqual([])
+    expect(slugsToAge(undefined, [head('x', 1, 'a', false), head('y', 2, 'b', false)])).toEqual([])
+    expect(slugsToAge(p, [head('x', 1, 'a', true), head('y', 2, 'b', false)])).toEqual(['b'])
+    // An entry's two slugs are one model: both are read, or neither.
+    expect(slugsToAge(p, [head('x', 1, 'e', false, 'e'), head('y', 2, 'e-old', false, 'e')])).toEqual([])
+    expect(
+      slugsToAge(p, [
+        head('x', 1, 'e', false, 'e'),
+        head('y', 2, 'e-old', false, 'e'),
+        head('z', 3, 'a', true),
+      ]),
+    ).toEqual(['e', 'e-old'])
+    // With the spread, one model's wait decides whether it is taken at all.
+    expect(slugsToAge(loads(2, { a: { waiting: 1, serving: 1 } }), [head('x', 1, 'a', false)])).toEqual(['a'])
+  })
+
+  test('the heads placed are the same whether every wait is read or only those slugsToAge names', () => {
+    // Every small case: 1–3 models, each loaded or not, waits around the limit, with or without
+    // the spread (some served by others, some paying a load), PLACEMENT=queue.
+    let seed = 7
+    const random = () => {
+      seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31
+      return seed / 2 ** 31
+    }
+    for (let round = 0; round < 2_000; round++) {
+      const keys = ['a', 'b', 'c'].slice(0, 1 + Math.floor(random() * 3))
+      const heads = keys.flatMap((k, i) =>
+        Array.from({ length: 1 + Math.floor(random() * 2) }, (_, j) =>
+          head(`${k}${j}`, i * 10 + j, k, random() < 0.4),
+        ),
+      )
+      const waits = new Map<string, number | null>(
+        keys.map((k) => [k, random() < 0.2 ? null : NOW - Math.floor(random() * 2 * MAX_WAIT)] as const),
+      )
+      const p: Placement =
+        random() < 0.5
+          ? { maxWaitSeconds: MAX_WAIT, spread: null }
+          : loads(
+              2 + Math.floor(random() * 4),
+              Object.fromEntries(
+                keys.map((k) => [
+                  k,
+                  { waiting: Math.floor(random() * 2_000), serving: Math.floor(random() * 3), rate: 100 },
+                ]),
+              ),
+            )
+      // Asked of the candidates (PostgreSQL asks before the heads are read): some have no head.
+      const headless = random() < 0.5 ? [{ candidate: { model: 'd', loaded: random() < 0.5 } }] : []
+      waits.set('d', NOW - MAX_WAIT)
+      const read = new Set(slugsToAge(p, [...heads, ...headless]))
+      const some = new Map([...waits].filter(([k]) => read.has(k)))
+      const all = placeHeads(
+        p,
+        heads.map((h) => ({ ...h })),
+        waits,
+        NOW,
+      )
+      const fewer = placeHeads(
+        p,
+        heads.map((h) => ({ ...h })),
+        some,
+        NOW,
+      )
+      expect(fewer.map((h) => [h.batch_id, h.rank])).toEqual(all.map((h) => [h.batch_id, h.rank]))
+      expect(pickClaim(fewer)?.batch_id).toBe(pickClaim(all)?.batch_id)
+    }
   })
 })

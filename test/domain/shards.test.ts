@@ -1,9 +1,11 @@
 import { describe, expect, test } from 'bun:test'
 import {
   type BackupCandidate,
+  type CutShard,
   checkShardHolder,
   copyEnded,
   pickBackup,
+  placeCut,
   type ShardHolding,
   shardCounts,
 } from '../../src/domain/shards'
@@ -165,5 +167,56 @@ describe('checkShardHolder with two copies', () => {
       status: 409,
       code: 'batch_not_in_progress',
     })
+  })
+})
+
+describe('docs/api.md §16 placeCut: shards of a batch in an execution order of its own follow its groups', () => {
+  const shard = (
+    first_request: number,
+    requests: number,
+    worker_id: string | null,
+    seq: number,
+    status: CutShard['status'] = 'running',
+  ): CutShard => ({
+    first_request,
+    requests,
+    worker_id,
+    status,
+    seq,
+  })
+
+  test('the first cut starts at the beginning', () => {
+    expect(placeCut([], 1000, 'w1', 250)).toEqual({ first: 0, requests: 250 })
+  })
+
+  test('a worker continues where its latest shard ends, while that is not cut', () => {
+    const cut = [shard(0, 250, 'w1', 1), shard(625, 250, 'w2', 2)]
+    expect(placeCut(cut, 1000, 'w1', 250)).toEqual({ first: 250, requests: 250 })
+    // The shard stops where the next shard starts.
+    expect(placeCut(cut, 1000, 'w1', 500)).toEqual({ first: 250, requests: 375 })
+    expect(placeCut(cut, 1000, 'w2', 100)).toEqual({ first: 875, requests: 100 })
+    // Its latest shard counts, done or running, not an earlier one.
+    const later = [shard(0, 100, 'w1', 1, 'done'), shard(100, 100, 'w2', 2), shard(500, 100, 'w1', 3, 'done')]
+    expect(placeCut(later, 1000, 'w1', 50)).toEqual({ first: 600, requests: 50 })
+  })
+
+  test('a newcomer takes the middle of the largest gap another worker continues, else its start', () => {
+    // w1 runs [0, 250): the rest is its to continue; w2 starts halfway through it.
+    expect(placeCut([shard(0, 250, 'w1', 1)], 1000, 'w2', 250)).toEqual({ first: 625, requests: 250 })
+    // A gap nobody continues (its shard is done, its worker gone on) is taken from its start.
+    expect(placeCut([shard(0, 250, 'w1', 1, 'done')], 1000, 'w2', 250)).toEqual({ first: 250, requests: 250 })
+    // The largest of several gaps: [300, 700), continued by w2 — halved; once w2's shard is done,
+    // taken from its start.
+    const cut = [shard(0, 100, 'w1', 1), shard(200, 100, 'w2', 2), shard(700, 300, 'w3', 3)]
+    expect(placeCut(cut, 1000, 'w4', 100)).toEqual({ first: 500, requests: 100 })
+    cut[1] = shard(200, 100, 'w2', 2, 'done')
+    expect(placeCut(cut, 1000, 'w4', 100)).toEqual({ first: 300, requests: 100 })
+  })
+
+  test('a worker whose continuation is taken steals like a newcomer; nothing left: null', () => {
+    const cut = [shard(0, 500, 'w1', 1, 'done'), shard(500, 200, 'w2', 2), shard(900, 100, 'w1', 3)]
+    // w1's latest ends at the batch's end: it halves the gap w2 continues.
+    expect(placeCut(cut, 1000, 'w1', 300)).toEqual({ first: 800, requests: 100 })
+    expect(placeCut([shard(0, 1000, 'w1', 1)], 1000, 'w2', 100)).toBeNull()
   })
 })

@@ -6,6 +6,7 @@ import { type BlobStore, BlobStoreUnavailableError, createBlobStore, scratchKey 
 import { LocalBlobStore } from '../../src/lib/blobs/local'
 import { StreamedReads } from '../../src/lib/blobs/random-reads'
 import { parseStorageUrl } from '../../src/lib/blobs/s3'
+import { readSpans, windowsOf } from '../../src/lib/blobs/spans'
 import { newId } from '../../src/lib/ids'
 import { testConfig } from '../helpers/app'
 import { type S3Server, startS3Server } from '../helpers/s3'
@@ -104,6 +105,46 @@ describe.each(engines)('blob store: %s', (_engine, make) => {
       expect(() => store.create(bad)).toThrow('not a blob key')
   })
 
+  test('spans of lines are read in their order, each with its terminator; the file order is one range (docs/api.md §16)', async () => {
+    const store = make()
+    await store.prepare()
+    const key = newId('file-')
+    // 3,000 lines of ~200 bytes: far apart and near, in windows of several spans and of one.
+    const lines = Array.from({ length: 3000 }, (_, i) =>
+      JSON.stringify({ custom_id: `r${i}`, pad: 'x'.repeat(180) }),
+    )
+    const w = store.create(key)
+    await w.write(new TextEncoder().encode(lines.join('\n')))
+    await w.publish()
+    const starts: number[] = []
+    let at = 0
+    for (const l of lines) {
+      starts.push(at)
+      at += l.length + 1
+    }
+    const span = (i: number) => ({ start: starts[i]!, end: starts[i]! + lines[i]!.length })
+    // Every 7th line backwards, then runs of neighbours: an execution order of its own.
+    const order = [
+      ...Array.from({ length: 400 }, (_, k) => 2999 - 7 * k),
+      ...Array.from({ length: 50 }, (_, k) => 10 + k),
+    ]
+    expect(await text(await readSpans(store, key, { ranges: order.map(span), lines: true }))).toBe(
+      order.map((i) => `${lines[i]}\n`).join(''),
+    )
+    // A span up to the next line holds its terminator: it is sent as is.
+    const withLf = (i: number) => ({ start: starts[i]!, end: starts[i]! + lines[i]!.length + 1 })
+    expect(await text(await readSpans(store, key, { ranges: [withLf(7), withLf(3)], lines: true }))).toBe(
+      `${lines[7]}\n${lines[3]}\n`,
+    )
+    // The file order: one byte range, as it is in the file (the last line to the end).
+    expect(
+      await text(
+        await readSpans(store, key, { ranges: [{ start: starts[2998]!, end: null }], lines: false }),
+      ),
+    ).toBe(`${lines[2998]}\n${lines[2999]}`)
+    expect(await readSpans(store, newId('file-'), { ranges: [span(0)], lines: true })).toBeNull()
+  })
+
   test('listing a prefix past 1,000 blobs returns each exactly once; prepare() removes every scratch blob', async () => {
     const store = make()
     await store.prepare()
@@ -196,5 +237,25 @@ describe('random reads of a streamed blob', () => {
     } finally {
       reads.close()
     }
+  })
+})
+
+describe('windows of spans (src/lib/blobs/spans.ts)', () => {
+  test('spans close after one another share a window; a span before, far after, or past the size starts a new one', () => {
+    const r = (start: number, end: number) => ({ start, end })
+    const w = windowsOf([
+      r(0, 10),
+      r(11, 20),
+      r(30_000, 30_010),
+      r(5, 8),
+      r(400_000, 400_010),
+      r(400_011, 2_500_000),
+    ])
+    expect(w.map((x) => [x.start, x.end, x.spans.length])).toEqual([
+      [0, 30_010, 3],
+      [5, 8, 1],
+      [400_000, 400_010, 1],
+      [400_011, 2_500_000, 1],
+    ])
   })
 })

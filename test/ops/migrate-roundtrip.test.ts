@@ -4,11 +4,20 @@ import { loadConfig } from '../../src/config'
 import { createBlobStore } from '../../src/lib/blobs'
 import { migrateRows } from '../../src/ops/migrate'
 import { makeTestApp, type TestApp } from '../helpers/app'
+import { jsonl, makeBatch, validateAll } from '../helpers/batches'
 import { CACHED_USAGE, populate } from '../helpers/installation'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { postgres, testWith } from '../helpers/requires'
 import { type S3Server, startS3Server } from '../helpers/s3'
-import { okLine, poll, upload } from '../helpers/workers'
+import {
+  heartbeat,
+  makeCatalogEntry,
+  makeFleet,
+  okLine,
+  poll,
+  registerWorker,
+  upload,
+} from '../helpers/workers'
 
 // docs/api.md §12 `gridkeep migrate --to … --storage …`: a populated SQLite installation with its files
 // on local disk, moved to PostgreSQL and S3 (s3rver on loopback stands in for a cloud bucket),
@@ -146,6 +155,80 @@ testWith(
           .filter(Boolean)
           .map((l: string) => JSON.parse(l).custom_id),
       ).toEqual(Array.from({ length: 250 }, (_, i) => `s${i}`))
+    } finally {
+      target.close()
+      rmSync(source.config.DATA_DIR, { recursive: true, force: true })
+    }
+  },
+  120_000,
+)
+
+testWith(
+  postgres,
+  'docs/api.md §6: a batch’s execution order moves with it; its shards go on from where they stood',
+  async () => {
+    const source = makeTestApp({
+      DATABASE_URL: '',
+      STORAGE_URL: '',
+      SHARD_MIN_REQUESTS: '10',
+      SHARD_MAX_REQUESTS: '30',
+    })
+    const f = await makeFleet(source)
+    const entry = await makeCatalogEntry(source.deps, { runtime_model_id: 'moved:latest' })
+    const doc = (d: number) => `Document ${d}. ${'It says a good deal, at length. '.repeat(40)}`
+    const lines: string[] = []
+    for (let q = 0; q < 10; q++)
+      for (let d = 0; d < 6; d++)
+        lines.push(
+          JSON.stringify({
+            custom_id: `d${d}-q${q}`,
+            body: { model: entry.id, messages: [{ role: 'user', content: `${doc(d)}\nQuestion ${q}?` }] },
+          }),
+        )
+    const batch = await makeBatch(source, f.user, jsonl(lines))
+    await validateAll(source)
+    const wid = await registerWorker(source, f.key, {
+      models: ['moved:latest'],
+      max_concurrent_jobs: 2,
+      capabilities: { shards: true },
+    })
+    expect((await heartbeat(source, f.key, wid)).status).toBe(200)
+    const first = (await poll(source, f.key, wid))!
+    expect(first.shard).toMatchObject({ first_request: 0, requests: 30 })
+    const read = async (t: TestApp, path: string, token: string) =>
+      ((await t.req('GET', path, { token })).text ?? '')
+        .split('\n')
+        .filter(Boolean)
+        .map((l: string) => JSON.parse(l).custom_id)
+    const order = [0, 1, 2, 3, 4, 5].flatMap((d) => Array.from({ length: 10 }, (_, q) => `d${d}-q${q}`))
+    const wholePath = `/v1/files/${batch.input_file_id}/content?batch=${batch.id}`
+    expect(await read(source, wholePath, f.user.token)).toEqual(order)
+    expect(await read(source, first.input_path, f.key)).toEqual(order.slice(0, 30))
+    await source.deps.store.close()
+
+    const to = await freshPostgresUrl()
+    const bucket = s3.env()
+    await migrateRows({
+      databasePath: source.config.DATABASE_PATH,
+      to,
+      files: {
+        from: source.deps.blobs,
+        to: createBlobStore(loadConfig({ DATA_DIR: '/nonexistent', ...bucket })),
+      },
+      log: () => {},
+    })
+    const target = makeTestApp(
+      { DATABASE_URL: to, ...bucket, SHARD_MIN_REQUESTS: '10', SHARD_MAX_REQUESTS: '30' },
+      { clock: source.clock },
+    )
+    try {
+      expect((await target.deps.store.batches.get(batch.id, null))?.ordered).toBe(true)
+      expect(await read(target, wholePath, f.user.token)).toEqual(order)
+      expect(await read(target, first.input_path, f.key)).toEqual(order.slice(0, 30))
+      // The same worker's next shard continues its run of the order.
+      const next = (await poll(target, f.key, wid))!
+      expect(next.shard).toMatchObject({ first_request: 30, requests: 30 })
+      expect(await read(target, next.input_path, f.key)).toEqual(order.slice(30))
     } finally {
       target.close()
       rmSync(source.config.DATA_DIR, { recursive: true, force: true })

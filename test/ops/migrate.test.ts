@@ -61,7 +61,7 @@ describeWith(postgres, 'migrateRows', () => {
       // docs/api.md §2 "Single sign-on": the linked identity travels, so it still signs in.
       expect(rows.user_identities).toBe(1)
       expect(rows.sso_logins).toBe(1)
-      expect(lines.at(-1)).toMatch(/^verified 26 tables/)
+      expect(lines.at(-1)).toStartWith(`verified ${TABLES.length} tables`)
       const pg = new SQL({ url: to, max: 1 })
       try {
         const [u] = await pg`SELECT count(*)::int AS n, max(seq)::int AS max FROM users`

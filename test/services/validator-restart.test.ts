@@ -66,3 +66,51 @@ test('a batch interrupted mid-validation stays validating and is validated at th
     await server.stop()
   }
 })
+
+test('docs/api.md §6: a batch interrupted mid-validation gets its execution order from the run after the restart', async () => {
+  const first = target(depsFor())
+  const model = (await makeCatalogEntry(first, { id: 'restart-order-7b-q4km' })).id
+  const user = await makeUser(first)
+  // 40 documents × 50 questions, question-major (~2.7 MB: several chunks).
+  const doc = (d: number) => `Document ${d}. ${'It goes on and on. '.repeat(64)}`
+  const lines: string[] = []
+  for (let q = 0; q < 50; q++)
+    for (let d = 0; d < 40; d++)
+      lines.push(
+        line(`d${d}-q${q}`, model, {
+          body: { model, messages: [{ role: 'user', content: `${doc(d)}\nQuestion ${q}?` }] },
+        }),
+      )
+  const batch = await makeBatch(first, user, jsonl(lines))
+
+  const progressed = waitFor(first.deps, batch.id, 'progress')
+  const stop = validator.start(first.deps)
+  await progressed
+  await stop()
+  const row = (await first.deps.store.batches.get(batch.id, null))!
+  expect(row).toMatchObject({ status: 'validating', ordered: false })
+  // The dead run left no index behind.
+  expect(await first.deps.store.queue.lineSpans(batch.id, 0, 1)).toBeNull()
+  await first.deps.store.close()
+
+  const deps = depsFor(manualClock(manualClock().now() + validator.VALIDATION_LEASE_SECONDS + 1))
+  const done = waitFor(deps, batch.id, 'done')
+  const server = await startServer(config, deps)
+  try {
+    expect(await done).toMatchObject({ data: { status: 'validated', request_counts: { total: 2000 } } })
+    expect((await deps.store.batches.get(batch.id, null))!.ordered).toBe(true)
+    const res = await fetch(`${server.url}/v1/files/${batch.input_file_id}/content?batch=${batch.id}`, {
+      headers: { authorization: `Bearer ${user.token}` },
+    })
+    const ids = (await res.text())
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l).custom_id)
+    const documentMajor = Array.from({ length: 40 }, (_, d) =>
+      Array.from({ length: 50 }, (_, q) => `d${d}-q${q}`),
+    )
+    expect(ids).toEqual(documentMajor.flat())
+  } finally {
+    await server.stop()
+  }
+})

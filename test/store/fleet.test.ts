@@ -198,11 +198,16 @@ for (const [kind, open] of storeEngines) {
       })
       const found = await h.store.fleet.findWorkerWithHosting(got.worker.id)
       expect(found).toEqual({ worker: row!, hosting: await h.store.fleet.workerHosting(got.worker.id) })
-      expect(found!.hosting.engines.sort()).toEqual(['ollama', 'vllm'])
-      expect(found!.hosting.reported).toEqual({ ollama: { logprobs: false } })
-      expect(found!.hosting.models).toContainEqual(
+      expect(found!.hosting!.engines.sort()).toEqual(['ollama', 'vllm'])
+      expect(found!.hosting!.reported).toEqual({ ollama: { logprobs: false } })
+      expect(found!.hosting!.models).toContainEqual(
         expect.objectContaining({ name: 'disk:1', digest: 'sha256:ab', loaded: true }),
       )
+      // A caller that kept what it derived from this hosting_seq: the row alone.
+      expect(await h.store.fleet.findWorkerWithHosting(got.worker.id, row!.hosting_seq)).toEqual({
+        worker: row!,
+        hosting: null,
+      })
       // A worker with nothing hosted yet, and none at all.
       await worker(h, 'wrk_bare')
       expect(await h.store.fleet.findWorkerWithHosting('wrk_bare')).toEqual({
@@ -255,6 +260,26 @@ for (const [kind, open] of storeEngines) {
         notOwned: true,
       })
       expect((await h.store.fleet.findWorker(id))?.last_seen_at).toBe(400)
+    })
+
+    test('hosting_seq moves whenever the hosting rows change — a registration, a new inventory — and with nothing else', async () => {
+      h = await open()
+      await seed(h)
+      const first = await h.store.fleet.register(registration({ machineId: 'mach-1' }))
+      if ('notOwned' in first) throw new Error('unexpected')
+      const id = first.worker.id
+      const seqs = [first.worker.hosting_seq]
+      const now = async () => (await h.store.fleet.findWorker(id))!.hosting_seq
+      await h.store.fleet.heartbeat(beat(id))
+      seqs.push(await now())
+      await h.store.fleet.replaceInventory(id, [model('disk:2')], [], 'sig-1')
+      seqs.push(await now())
+      await h.store.fleet.heartbeat(beat(id, { vram_total_gb: 48 }))
+      seqs.push(await now())
+      const again = await h.store.fleet.register(registration({ machineId: 'mach-1', now: 300 }))
+      if ('notOwned' in again) throw new Error('unexpected')
+      seqs.push(again.worker.hosting_seq, await now())
+      expect(seqs).toEqual([0, 0, 1, 1, 2, 2])
     })
 
     test('register: first registrations of one machine at once make one worker', async () => {

@@ -332,19 +332,16 @@ describe('postgres shards (docs/api.md §16)', () => {
     )
   })
 
-  test('lineRange reads the request-line index: [first, first + count) as bytes, the last to the end', async () => {
+  test('lineSpans reads the request-line index: [first, first + count) as one byte range, the last to the end', async () => {
     h = await openPg()
     await seed(h)
-    expect(await h.store.queue.lineRange('batch_big', 0, 2)).toEqual({ start: 0, end: offsets[2]! })
-    expect(await h.store.queue.lineRange('batch_big', 250, 188)).toEqual({
-      start: offsets[250]!,
-      end: offsets[438]!,
-    })
-    expect(await h.store.queue.lineRange('batch_big', TOTAL - 10, 10)).toEqual({
-      start: offsets[TOTAL - 10]!,
-      end: null,
-    })
-    expect(await h.store.queue.lineRange('batch_none', 0, 1)).toBeNull()
+    const range = (start: number, end: number | null) => ({ ranges: [{ start, end }], lines: false })
+    expect(await h.store.queue.lineSpans('batch_big', 0, 2)).toEqual(range(0, offsets[2]!))
+    expect(await h.store.queue.lineSpans('batch_big', 250, 188)).toEqual(range(offsets[250]!, offsets[438]!))
+    expect(await h.store.queue.lineSpans('batch_big', TOTAL - 10, 10)).toEqual(
+      range(offsets[TOTAL - 10]!, null),
+    )
+    expect(await h.store.queue.lineSpans('batch_none', 0, 1)).toBeNull()
   })
 
   test('the heartbeat answers held shards among assigned_job_ids and keeps the reported concurrency', async () => {

@@ -1,3 +1,4 @@
+import type { Engine } from '../../domain/catalogue'
 import { engineEnv } from '../engines/env'
 import { LaunchedEngine } from '../engines/launched'
 import { LlamaRouter } from '../engines/llama-router'
@@ -58,3 +59,13 @@ const downloadsOf = (opts: DaemonOptions) => ({
 })
 
 export type { InventoryItem, PullProgress, PullTask, Runtime, RuntimeSnapshot } from './types'
+
+/**
+ * Body fields every request to `engine` on `endpoint` carries unless its line sets them (docs/worker.md
+ * "Prefix caching"): llama-server keeps a slot's prompt for the next request, and picks the slot whose
+ * prompt is most like a new one, only for requests with `cache_prompt` (its default in recent
+ * builds; asked for explicitly so an older build or a changed default does not lose it).
+ */
+export function requestDefaults(engine: Engine, endpoint: string): Record<string, unknown> | undefined {
+  return engine === 'llama.cpp' && endpoint !== '/v1/embeddings' ? { cache_prompt: true } : undefined
+}

@@ -18,7 +18,9 @@ import m14 from '../../../drizzle/postgres/0014_shard_backups.sql' with { type: 
 import m15 from '../../../drizzle/postgres/0015_placement.sql' with { type: 'text' }
 import m16 from '../../../drizzle/postgres/0016_sso.sql' with { type: 'text' }
 import m17 from '../../../drizzle/postgres/0017_pull_failures.sql' with { type: 'text' }
-import m18 from '../../../drizzle/postgres/0018_audit_events.sql' with { type: 'text' }
+import m18 from '../../../drizzle/postgres/0018_execution_order.sql' with { type: 'text' }
+import m19 from '../../../drizzle/postgres/0019_join_lease_hosting_seq.sql' with { type: 'text' }
+import m20 from '../../../drizzle/postgres/0020_audit_events.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -42,6 +44,8 @@ export const embeddedMigrations = {
     '0015_placement': m15,
     '0016_sso': m16,
     '0017_pull_failures': m17,
-    '0018_audit_events': m18,
+    '0018_execution_order': m18,
+    '0019_join_lease_hosting_seq': m19,
+    '0020_audit_events': m20,
   } as Record<string, string>,
 }

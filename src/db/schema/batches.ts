@@ -65,10 +65,13 @@ export const batches = sqliteTable(
     completed_at: integer(),
     failed_at: integer(),
     updated_at: integer().notNull(),
-    // docs/api.md §16: the batch runs as shards (batch_shards); next_request is the first request line
-    // not yet cut into a shard (guided self-scheduling cuts the rest claim by claim).
+    // docs/api.md §16: the batch runs as shards (batch_shards); next_request counts the request lines
+    // cut into shards so far (guided self-scheduling cuts the rest claim by claim).
     split: integer({ mode: 'boolean' }).notNull().default(false),
     next_request: integer().notNull().default(0),
+    // docs/api.md §6 "Execution order": validation found an order other than the file's (stored as
+    // batch_line_index.spans); its shards follow its prefix groups.
+    ordered: integer({ mode: 'boolean' }).notNull().default(false),
     // docs/api.md §7 placement: when the batch last became `validated` (validation, or a requeue);
     // how long it has waited is now − queued_at. Null for a batch that waited before this column.
     queued_at: integer(),
@@ -206,13 +209,29 @@ export const batchShards = sqliteTable(
 )
 
 // docs/api.md §16: where each request line of a validated batch starts in its input file, written by
-// validation (little-endian float64s, one per request line, then the end of the last one), so a
-// shard's bytes are one range read however large the file.
+// validation (little-endian float64s, one per request line), so a shard's bytes are one range read
+// however large the file. docs/api.md §6 "Execution order": `spans` is the batch's request lines in
+// execution order (12 bytes each: the line's start, a little-endian float64, and its length in bytes
+// without the terminator, a little-endian uint32), so a shard's lines are one read of the index;
+// null when the execution order is the file order.
 export const batchLineIndex = sqliteTable('batch_line_index', {
   batch_id: text()
     .primaryKey()
     .references(() => batches.id, { onDelete: 'cascade' }),
   offsets: blob({ mode: 'buffer' }).notNull(),
+  spans: blob({ mode: 'buffer' }),
+})
+
+// docs/api.md §16: the join of a split batch's shards, held by one joiner at a time under a lease both
+// engines fence with, and the blobs nothing else refers to while it runs: the files it writes (until
+// they are the batch's), then the shards' parts it removes. The row goes once those are removed; a
+// joiner that died leaves it lapsing, and whoever takes it next removes what it lists first.
+export const batchJoins = sqliteTable('batch_joins', {
+  // No foreign key: blobs a join left are removed even after its batch is gone.
+  batch_id: text().primaryKey(),
+  joiner: text().notNull(),
+  lease_until: integer().notNull(),
+  blobs: text({ mode: 'json' }).$type<string[]>().notNull(),
 })
 
 export type FileRow = typeof files.$inferSelect
@@ -221,3 +240,4 @@ export type BatchStatus = BatchRow['status']
 export type BatchAssignmentRow = typeof batchAssignments.$inferSelect
 export type BatchErrorRow = typeof batchErrors.$inferSelect
 export type BatchShardRow = typeof batchShards.$inferSelect
+export type BatchJoinRow = typeof batchJoins.$inferSelect

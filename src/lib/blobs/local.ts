@@ -99,7 +99,10 @@ export class LocalBlobStore implements BlobStore {
   }
 
   async remove(key: string) {
-    await rm(this.pathOf(key), { force: true })
+    // A writer that died mid-write left its `.part`: removing the key removes that too.
+    const path = this.pathOf(key)
+    await rm(path + PART, { force: true })
+    await rm(path, { force: true })
   }
 
   async *list(prefix: string) {

@@ -33,7 +33,7 @@ export interface BlobStore {
   body(key: string): Promise<Blob | ReadableStream<Uint8Array> | null>
   /** Size in bytes, or null when there is no such blob. */
   size(key: string): Promise<number | null>
-  /** Removes `key`; a missing blob is not an error. */
+  /** Removes `key`, and whatever a writer of it that died left; a missing blob is not an error. */
   remove(key: string): Promise<void>
   /** Every published key starting with `prefix`, in no particular order. */
   list(prefix: string): AsyncGenerator<string>

@@ -2,6 +2,7 @@ import type { CatalogEntryRow } from '../../db/schema'
 import { checkBody } from '../../domain/batch-body'
 import { type BatchEndpoint, TOP_LEVEL } from '../../domain/batch-line'
 import { type Capability, endpointNeeds, lineNeeds, modelCapabilities } from '../../domain/capabilities'
+import { MIN_ORDERED_CHARS, type PrefixOrder, promptParts } from '../../domain/prefix-order'
 import type { ValidationErrorEvent } from '../../lib/batch-events'
 import { CompactIdSet } from '../../lib/id-set'
 
@@ -26,6 +27,8 @@ export interface CheckerOptions {
   lookupModel: LookupModel
   /** When given, receives the byte offset of every request line (docs/api.md §16 request-line index). */
   lineOffsets?: number[]
+  /** When given, every request line's prompt goes into the execution order (docs/api.md §6). */
+  prefixOrder?: PrefixOrder
   /** Reads `length` bytes at `offset` of the input (to confirm a suspected duplicate id). */
   readBytes: (offset: number, length: number) => Uint8Array | null
   /** Called for each error that is stored (the first MAX_STORED_ERRORS). */
@@ -74,14 +77,18 @@ export class InputChecker {
   /** One non-blank physical line; `line` null = over MAX_LINE_BYTES. */
   readonly check = (line: Uint8Array | null, lineNo: number, offset: number, length: number) => {
     this.requestLines++
+    const indexed = this.requestLines <= this.opts.maxRequests
     // docs/api.md §16: where each request line starts, for the request-line index of a split batch.
-    if (this.opts.lineOffsets && this.requestLines <= this.opts.maxRequests)
-      this.opts.lineOffsets.push(offset)
+    if (this.opts.lineOffsets && indexed) this.opts.lineOffsets.push(offset)
+    let body: Record<string, unknown> | null = null
     if (line === null) {
       this.record('line_too_long', lineNo, null, `Line is longer than ${this.opts.maxLineBytes} bytes`)
     } else {
-      this.checkRequest(line, lineNo, offset, length)
+      body = this.checkRequest(line, lineNo, offset, length)
     }
+    // docs/api.md §6 "Execution order": the line's prompt as the engine will see it.
+    if (this.opts.prefixOrder && indexed)
+      this.opts.prefixOrder.add(body && promptParts(this.opts.endpoint, body, MIN_ORDERED_CHARS))
     if (this.requestLines === this.opts.maxRequests + 1) {
       this.record(
         'too_many_requests',
@@ -130,10 +137,22 @@ export class InputChecker {
     }
   }
 
-  private checkRequest(line: Uint8Array, lineNo: number, offset: number, length: number) {
+  /** The line's checks; returns its body when that is an object. */
+  private checkRequest(
+    line: Uint8Array,
+    lineNo: number,
+    offset: number,
+    length: number,
+  ): Record<string, unknown> | null {
     const value = this.parse(line)
-    if (value === undefined) return this.record('invalid_json', lineNo, null, 'Line is not valid JSON')
-    if (!isObject(value)) return this.record('invalid_json', lineNo, null, 'Line is not a JSON object')
+    if (value === undefined) {
+      this.record('invalid_json', lineNo, null, 'Line is not valid JSON')
+      return null
+    }
+    if (!isObject(value)) {
+      this.record('invalid_json', lineNo, null, 'Line is not a JSON object')
+      return null
+    }
 
     for (const key of Object.keys(value)) {
       if (!TOP_LEVEL.has(key)) this.record('unknown_fields', lineNo, key, `Unknown field ${quote(key)}`)
@@ -203,6 +222,7 @@ export class InputChecker {
         }
       }
     }
+    return bodyIsObject ? body : null
   }
 
   /** The model checks of the table; the entry found, or null. */

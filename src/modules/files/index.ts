@@ -56,7 +56,7 @@ export const fileRoutes = (deps: Deps & CredentialState) =>
     .get(
       '/:file_id/content',
       async ({ params, query, principal }) => {
-        const { body } = await files.openContent(deps, principal, params.file_id, query.shard)
+        const { body } = await files.openContent(deps, principal, params.file_id, query)
         return new Response(body, { headers: { 'content-type': 'application/jsonl' } })
       },
       {
@@ -66,7 +66,7 @@ export const fileRoutes = (deps: Deps & CredentialState) =>
         detail: {
           tags,
           summary:
-            "Download the raw file (owner, superadmin, or the worker holding the batch); ?shard= serves one shard's lines",
+            "Download the raw file (owner, superadmin, or the worker holding the batch); ?shard= serves one shard's lines, ?batch= a batch's lines in execution order",
         },
       },
     )

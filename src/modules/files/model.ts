@@ -7,9 +7,13 @@ export const FilePurpose = t.Union([t.Literal('batch'), t.Literal('batch_output'
 
 export const FileModel = {
   params: t.Object({ file_id: t.String({ maxLength: 128 }) }),
-  // docs/api.md §16: a shard job's input_path names its shard.
+  // docs/api.md §16: a shard job's input_path names its shard; docs/api.md §6 "Execution order": a
+  // whole batch's, its batch.
   content: t.Object(
-    { shard: t.Optional(t.String({ minLength: 1, maxLength: 64 })) },
+    {
+      shard: t.Optional(t.String({ minLength: 1, maxLength: 64 })),
+      batch: t.Optional(t.String({ minLength: 1, maxLength: 64 })),
+    },
     { additionalProperties: false },
   ),
   list: t.Object({ ...PageQuery, purpose: t.Optional(FilePurpose) }, { additionalProperties: false }),

@@ -3,6 +3,7 @@ import type { Deps } from '../../deps'
 import type { AuditContext } from '../../domain/audit'
 import type { UserPrincipal, WorkerPrincipal } from '../../domain/principal'
 import { shardDoneElsewhere } from '../../domain/shards'
+import { readSpans } from '../../lib/blobs/spans'
 import { ensureFreeDisk } from '../../lib/disk'
 import { AppError, badRequest, notFound } from '../../lib/errors'
 import { newId } from '../../lib/ids'
@@ -120,28 +121,42 @@ export async function deleteFile(deps: Deps, principal: UserPrincipal, fileId: s
 /**
  * GET /v1/files/{id}/content (docs/api.md §5 readers): the owner, a superadmin, or a worker key whose
  * org has a worker holding a current assignment of a batch whose input is this file. Anyone else
- * gets the same 404 as for a file that does not exist.
+ * gets the same 404 as for a file that does not exist. `shard`: one shard's lines (docs/api.md §16);
+ * `batch`: that batch's request lines in its execution order (docs/api.md §6), same readers.
  */
 export async function openContent(
   deps: Deps,
   principal: UserPrincipal | WorkerPrincipal,
   fileId: string,
-  shardId?: string,
+  query: { shard?: string; batch?: string } = {},
 ): Promise<{ body: Blob | ReadableStream<Uint8Array> }> {
-  if (shardId !== undefined) return openShardInput(deps, principal, fileId, shardId)
+  if (query.shard !== undefined) return openShardInput(deps, principal, fileId, query.shard)
   const file =
     principal.kind === 'worker'
       ? await deps.store.files.getForWorker(fileId, principal.orgId)
       : await userFile(deps, principal, fileId)
   if (!file) throw notFoundFile()
+  if (query.batch !== undefined) {
+    const batch = await deps.store.batches.get(query.batch, null)
+    if (batch?.input_file_id !== fileId) throw notFoundFile()
+    // A batch in the file order (or without an index) is the file itself.
+    const spans = batch.ordered
+      ? await deps.store.queue.lineSpans(batch.id, 0, batch.request_counts_total)
+      : null
+    if (spans) {
+      const body = await readSpans(deps.blobs, fileId, spans)
+      if (!body) throw notFoundFile()
+      return { body }
+    }
+  }
   const body = await deps.blobs.body(file.id)
   if (!body) throw notFoundFile()
   return { body }
 }
 
 /**
- * GET /v1/files/{id}/content?shard=… (docs/api.md §16): exactly the shard's request lines, one byte
- * range found through the request-line index. Readers: a worker key whose org holds the shard
+ * GET /v1/files/{id}/content?shard=… (docs/api.md §16): exactly the shard's request lines, in the
+ * batch's execution order, found through the request-line index (one byte range in the file order). Readers: a worker key whose org holds the shard
  * now or runs its backup copy, or whoever may read the whole file (the owner, a superadmin).
  * Anything else is a 404, but for the org of a backup race's losing copy: 409 shard_done_elsewhere.
  */
@@ -162,8 +177,8 @@ async function openShardInput(
       throw notFoundFile()
   } else if (!(await userFile(deps, principal, fileId))) throw notFoundFile()
   const { shard } = held
-  const range = await deps.store.queue.lineRange(shard.batch_id, shard.first_request, shard.requests)
-  const body = range && (await deps.blobs.readRange(fileId, range.start, range.end))
+  const spans = await deps.store.queue.lineSpans(shard.batch_id, shard.first_request, shard.requests)
+  const body = spans && (await readSpans(deps.blobs, fileId, spans))
   if (!body) throw notFoundFile()
   return { body }
 }

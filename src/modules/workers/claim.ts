@@ -1,11 +1,9 @@
 import type { WorkerRow } from '../../db/schema'
 import type { Deps } from '../../deps'
-import { needsOf, takeableNeeds } from '../../domain/capabilities'
-import { matchesFor, workerView } from '../../domain/matching'
+import { needsOf } from '../../domain/capabilities'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { isOnline, onlineCutoff } from './liveness'
-import { loadCatalogue } from './matching'
-import { ownWorkerWithHosting } from './ownership'
+import { workerMatches } from './match-cache'
 import { placementFor } from './placement'
 import type { PollState } from './waiters'
 import { batchClaimable } from './waiters'
@@ -41,15 +39,10 @@ export async function claimBatch(
   principal: WorkerPrincipal,
   workerId: string,
 ): Promise<{ job: Job | null; worker: WorkerRow }> {
-  // The worker's row and what it hosts are one read (one statement on PostgreSQL); the hosting
-  // read is thrown away when the worker is not the key's.
-  const [{ worker, hosting }, catalogue] = await Promise.all([
-    ownWorkerWithHosting(deps, principal, workerId),
-    loadCatalogue(deps),
-  ])
+  // The worker's row, and what it can serve as this server keeps it while the row says it holds.
+  const { worker, catalogue, matches, servable } = await workerMatches(deps, principal, workerId)
   // A worker the sweeper would call silent gets no new work until it heartbeats again.
   if (!isOnline(deps, worker)) return { job: null, worker }
-  const matches = matchesFor(workerView(worker, hosting), catalogue)
   if (matches.length === 0) return { job: null, worker }
   const placed = await placementFor(
     deps,
@@ -63,17 +56,16 @@ export async function claimBatch(
   // holding none, on those loaded or being loaded (a heartbeat may lag behind its last claim).
   const loading = new Set(placement ? worker.loading_models : [])
   const held = placed?.held ?? new Set<string>()
-  // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired
-  // slug. Poll rule 7: of each model, only the batches whose needs the worker's engine meets.
-  const candidates = matches.flatMap((match) => {
-    const names = [...new Set(match.entry.profiles.map((p) => p.runtime_model_id))]
-    const needs = takeableNeeds(match.capabilities)
-    const slugs = catalogue.slugsOf(match.entry)
-    const loaded = held.size
-      ? slugs.some((m) => held.has(m))
-      : match.loaded || names.some((n) => loading.has(n))
-    return slugs.map((model) => ({ model, loaded, match, names, needs, key: match.entry.id }))
-  })
+  const candidates = servable.map((s) => ({
+    model: s.model,
+    match: s.match,
+    names: s.names,
+    needs: s.needs,
+    key: s.key,
+    loaded: held.size
+      ? s.slugs.some((m) => held.has(m))
+      : s.match.loaded || s.names.some((n) => loading.has(n)),
+  }))
   const claimed = await deps.store.queue.claim({
     workerId,
     orgId: worker.org_id,
@@ -113,10 +105,13 @@ export async function claimBatch(
       job_id: shard ? shard.id : batch.id,
       assignment_id: assignmentId,
       input_file_id: batch.input_file_id,
-      // docs/api.md §16: a shard's input path serves exactly its lines.
+      // docs/api.md §16: a shard's input path serves exactly its lines; docs/api.md §6 "Execution
+      // order": a whole batch in an order of its own is served in that order.
       input_path: shard
         ? `/v1/files/${batch.input_file_id}/content?shard=${shard.id}`
-        : `/v1/files/${batch.input_file_id}/content`,
+        : batch.ordered
+          ? `/v1/files/${batch.input_file_id}/content?batch=${batch.id}`
+          : `/v1/files/${batch.input_file_id}/content`,
       // docs/api.md §7: the matched serving profile's runtime string, not the catalogue slug.
       model: profile.runtime_model_id,
       catalogue_id: entry.id,

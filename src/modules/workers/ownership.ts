@@ -15,9 +15,17 @@ export async function ownWorker(
   return checkOwner(await deps.store.fleet.findWorker(workerId), principal)
 }
 
-/** ownWorker with what the worker hosts (POST /workers/poll), read at once. */
-export async function ownWorkerWithHosting(deps: Deps, principal: WorkerPrincipal, workerId: string) {
-  const found = await deps.store.fleet.findWorkerWithHosting(workerId)
+/**
+ * ownWorker with what the worker hosts (POST /workers/poll), read at once; not read (null) when its
+ * hosting_seq is `knownSeq` (FleetStore.findWorkerWithHosting).
+ */
+export async function ownWorkerWithHosting(
+  deps: Deps,
+  principal: WorkerPrincipal,
+  workerId: string,
+  knownSeq?: number,
+) {
+  const found = await deps.store.fleet.findWorkerWithHosting(workerId, knownSeq)
   return { worker: checkOwner(found?.worker, principal), hosting: found!.hosting }
 }
 

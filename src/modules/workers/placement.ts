@@ -47,12 +47,25 @@ export class PlacementView {
 
   /** A claim this server just made: `requests` of `model` now run on `workerId`. */
   claimed(workerId: string, model: string, requests: number) {
-    this.changes.push({ seq: ++this.seq, workerId, model, requests })
+    this.record({ workerId, model, requests })
   }
 
   /** A batch this server just validated: `requests` more of `model` wait. */
   validated(model: string, requests: number) {
-    this.changes.push({ seq: ++this.seq, workerId: null, model, requests: -requests })
+    this.record({ workerId: null, model, requests: -requests })
+  }
+
+  private record(change: Omit<LocalChange, 'seq'>) {
+    this.seq++
+    // A change made before the next read begins is in that read: with no snapshot kept, or one that
+    // read replaces (a second old), there is nothing to add it to, and nothing piles up while no
+    // worker that loads models polls.
+    if (!this.reading && (!this.snapshot || performance.now() - this.snapshot.atMs >= 1000)) {
+      this.snapshot = null
+      this.changes = []
+      return
+    }
+    this.changes.push({ seq: this.seq, ...change })
   }
 
   /**

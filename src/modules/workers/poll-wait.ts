@@ -1,9 +1,7 @@
 import type { Deps } from '../../deps'
-import { matchesFor } from '../../domain/matching'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { claimBatch, type Job } from './claim'
-import { loadCatalogue, loadWorkerView } from './matching'
-import { ownWorker } from './ownership'
+import { workerMatches } from './match-cache'
 import { type PullItem, pullModelsFor } from './pulls'
 import type { PollState, ServableModels } from './waiters'
 
@@ -91,15 +89,8 @@ async function servable(
   principal: WorkerPrincipal,
   workerId: string,
 ): Promise<{ models: ServableModels; mayPull: boolean }> {
-  const catalogue = await loadCatalogue(deps)
-  const worker = await ownWorker(deps, principal, workerId)
-  const view = await loadWorkerView(deps, worker)
-  const models = new Map(
-    matchesFor(view, catalogue).flatMap((m) =>
-      catalogue.slugsOf(m.entry).map((slug) => [slug, m.capabilities] as const),
-    ),
-  )
-  return { models, mayPull: worker.max_download_gb > 0 }
+  const { worker, capabilities } = await workerMatches(deps, principal, workerId)
+  return { models: capabilities, mayPull: worker.max_download_gb > 0 }
 }
 
 export interface PollAnswer {

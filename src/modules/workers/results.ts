@@ -1,11 +1,12 @@
 import type { BatchRow, BatchShardRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../../domain/principal'
-import { checkShardHolder, isShardId } from '../../domain/shards'
+import { checkShardHolder, isShardId, JOIN_LEASE_SECONDS } from '../../domain/shards'
 import { addUsage } from '../../domain/usage'
 import { checkHolder } from '../../domain/worker-rules'
 import { type BlobWriter, scratchKey } from '../../lib/blobs'
 import { StreamedReads } from '../../lib/blobs/random-reads'
+import { readSpans } from '../../lib/blobs/spans'
 import { ensureFreeDisk } from '../../lib/disk'
 import { AppError, badRequest, forbidden, tooLarge } from '../../lib/errors'
 import { CompactIdSet, fnv1a32, type HashFn } from '../../lib/id-set'
@@ -14,9 +15,9 @@ import { LineSplitter } from '../../lib/lines'
 import { log } from '../../lib/logger'
 import { receiveMultipart, refuseUnread } from '../../lib/multipart'
 import { InvalidUtf8Error, LineTooLongError, readLines } from '../../lib/read-lines'
-import type { ByteRange, ShardResultsRecorded } from '../../store/queue'
+import type { LineSpans, ShardResultsRecorded } from '../../store/queue'
 import { ownWorker } from './ownership'
-import { removeParts } from './parts'
+import { removeBlobs } from './parts'
 
 // POST /workers/upload-results (docs/api.md §7, docs/api.md §7). The multipart body is read by the one
 // receiver (src/lib/multipart.ts): the output is read once, line by line, and split into the
@@ -51,8 +52,8 @@ interface Held {
   batch: BatchRow
   workerId: string
   assignmentId: string
-  /** docs/api.md §16: the shard this upload answers, with the byte range of its lines; absent = whole. */
-  shard?: { row: BatchShardRow; range: ByteRange }
+  /** docs/api.md §16: the shard this upload answers, with where its lines are; absent = whole. */
+  shard?: { row: BatchShardRow; spans: LineSpans }
 }
 
 type Authorized = { kind: 'held'; held: Held } | { kind: 'repeat'; response: UploadResponse }
@@ -130,15 +131,15 @@ async function authorizeShard(
     workerId,
     assignmentId,
   )
-  const range = await deps.store.queue.lineRange(held.batch_id, held.first_request, held.requests)
-  if (!range) throw new Error(`the request-line index of batch ${held.batch_id} is missing`)
+  const spans = await deps.store.queue.lineSpans(held.batch_id, held.first_request, held.requests)
+  if (!spans) throw new Error(`the request-line index of batch ${held.batch_id} is missing`)
   return {
     kind: 'held',
     held: {
       batch: found!.batch,
       workerId,
       assignmentId: held.copy_assignment_id,
-      shard: { row: held, range },
+      shard: { row: held, spans },
     },
   }
 }
@@ -207,14 +208,18 @@ export async function readInputIds(
   deps: Deps,
   batch: BatchRow,
   hash: HashFn = fnv1a32,
-  range: ByteRange | null = null,
+  spans: LineSpans | null = null,
 ): Promise<InputIds> {
-  // docs/api.md §16: a shard's ids are its own lines only, one range read of the input.
-  const source = range
-    ? await deps.blobs.readRange(batch.input_file_id, range.start, range.end)
+  // docs/api.md §16: a shard's ids are its own lines only (one range read of the input in the file
+  // order; its lines' spans in an execution order of its own, §6).
+  const source = spans
+    ? await readSpans(deps.blobs, batch.input_file_id, spans)
     : await deps.blobs.read(batch.input_file_id)
   if (!source) throw new Error(`the input file of batch ${batch.id} is missing`)
-  const reads = new StreamedReads(deps.blobs.localPath(batch.input_file_id), range?.start ?? 0)
+  // Random reads go to the file itself when the stream is one stretch of it, else to a copy.
+  const reads = spans?.lines
+    ? new StreamedReads(null)
+    : new StreamedReads(deps.blobs.localPath(batch.input_file_id), spans?.ranges[0]?.start ?? 0)
   const decoder = new TextDecoder()
   const idOf = (bytes: Uint8Array | null): string | null => {
     if (!bytes) return null
@@ -249,12 +254,14 @@ export async function readInputIds(
 
 /** One result file being written: whole lines, in pieces, into a blob not yet published. */
 export class ResultFile {
-  readonly id = newId('file-')
   readonly writer: BlobWriter
   lines = 0
   private pending: string[] = []
   private pendingChars = 0
-  constructor(deps: Deps) {
+  constructor(
+    deps: Deps,
+    readonly id: string = newId('file-'),
+  ) {
     this.writer = deps.blobs.create(this.id)
   }
   async add(line: string) {
@@ -306,7 +313,7 @@ function countTokens(deps: Deps, usage: Record<string, number>) {
 const discard = (split: Split) => Promise.all([split.output.writer.abort(), split.errors.writer.abort()])
 
 async function splitOutput(deps: Deps, held: Held, source: AsyncIterable<Uint8Array>): Promise<Split> {
-  const ids = await readInputIds(deps, held.batch, fnv1a32, held.shard?.range ?? null)
+  const ids = await readInputIds(deps, held.batch, fnv1a32, held.shard?.spans ?? null)
   const split: Split = {
     completed: 0,
     failed: 0,
@@ -573,26 +580,56 @@ function delivery(deps: Deps, batch: BatchRow, split: Split, placed: Placed[], n
   }
 }
 
+/** docs/api.md §16: the join's lease went to another joiner (this one stalled past it). */
+class JoinTakenOver extends Error {}
+
 /**
  * docs/api.md §16: the batch's output and error files are its shards' parts joined in shard order,
  * streamed; then in_progress → completed with the counts and usage summed. Run by the upload that
- * brought the last requests, and by the sweeper for a batch whose joiner died. Null when the batch
- * is not (or no longer) ready: another joiner won, or it failed.
+ * brought the last requests, and by the sweeper for a batch whose joiner died. One joiner at a time,
+ * on any instance: the join is taken under a lease (renewed while it streams) that names the files
+ * it will write before a byte is written, so a joiner that loses the lease stops and removes them,
+ * and whoever takes the join over from one that died removes them first; the completion is fenced
+ * by the lease, and the parts it leaves stay listed in it until they are removed. Null when the
+ * batch is not (or no longer) this joiner's to complete.
  */
 export async function joinShards(deps: Deps, batchId: string): Promise<BatchRow | null> {
+  const joiner = newId('join_')
+  const ids = { output: newId('file-'), errors: newId('file-') }
+  let renewedAt = deps.clock.now()
+  const taken = await deps.store.queue.takeJoin({
+    batchId,
+    joiner,
+    files: [ids.output, ids.errors],
+    now: renewedAt,
+    until: renewedAt + JOIN_LEASE_SECONDS,
+  })
+  if (!taken) return null
+  // What a joiner that died (or stalled past its lease) left: nothing refers to it.
+  await removeBlobs(deps, taken.left)
+  if (!taken.join) {
+    await deps.store.queue.endJoin(batchId, joiner)
+    return null
+  }
+  const renew = async () => {
+    const now = deps.clock.now()
+    if (now - renewedAt < JOIN_LEASE_SECONDS / 3) return
+    if (!(await deps.store.queue.renewJoin({ batchId, joiner, until: now + JOIN_LEASE_SECONDS })))
+      throw new JoinTakenOver()
+    renewedAt = now
+  }
   const shards = await deps.store.queue.shardsOf(batchId)
-  if (shards.length === 0 || shards.some((s) => s.status !== 'done')) return null
-  const batch = await deps.store.batches.get(batchId, null)
-  if (batch?.status !== 'in_progress') return null
-  const output = new ResultFile(deps)
-  const errors = new ResultFile(deps)
+  const batch = (await deps.store.batches.get(batchId, null))!
+  const output = new ResultFile(deps, ids.output)
+  const errors = new ResultFile(deps, ids.errors)
   const usage: Record<string, number> = {}
-  let completed = 0
-  let failed = 0
+  const split = { completed: 0, failed: 0, usage, output, errors }
+  let placed: Placed[]
   try {
     for (const shard of shards) {
-      completed += shard.request_counts_completed
-      failed += shard.request_counts_failed
+      await renew()
+      split.completed += shard.request_counts_completed
+      split.failed += shard.request_counts_failed
       addUsage(usage, shard.usage)
       for (const [key, file] of [
         [shard.output_key, output],
@@ -605,27 +642,39 @@ export async function joinShards(deps: Deps, batchId: string): Promise<BatchRow 
         file.lines++
       }
     }
-    const now = deps.clock.now()
-    const placed = await place({ completed, failed, usage, output, errors })
-    const row = await deps.store.queue.completeSplit({
-      batchId,
-      ...delivery(deps, batch, { completed, failed, usage, output, errors }, placed, now),
-      now,
-    })
-    if (!row) {
-      await Promise.all([output.writer.abort(), errors.writer.abort()])
-      return null
-    }
-    log.info('batch results joined', { batch_id: batchId, shards: shards.length, completed, failed })
-    await removeParts(
-      deps,
-      shards.flatMap((s) => [s.output_key, s.error_key]),
-    )
-    return row
+    placed = await place(split)
   } catch (e) {
     await Promise.all([output.writer.abort(), errors.writer.abort()])
+    if (e instanceof JoinTakenOver) return null
     throw e
   }
+  const now = deps.clock.now()
+  // Should this throw, whether it committed is not known: the files stay listed in the lease, and
+  // whoever takes the join next removes them if it did not.
+  const done = await deps.store.queue.completeSplit({
+    batchId,
+    joiner,
+    ...delivery(deps, batch, split, placed, now),
+    now,
+    until: now + JOIN_LEASE_SECONDS,
+  })
+  if (!done) {
+    // Another joiner holds the lease, or the batch ended: these files are nobody's.
+    await Promise.all([output.writer.abort(), errors.writer.abort()])
+    return null
+  }
+  log.info('batch results joined', {
+    batch_id: batchId,
+    shards: shards.length,
+    completed: split.completed,
+    failed: split.failed,
+  })
+  // The parts: nothing refers to them any more. The lease lists them until they are gone; a failure
+  // here leaves them to the sweeper, the batch completed all the same.
+  await removeBlobs(deps, done.parts)
+    .then(() => deps.store.queue.endJoin(batchId, joiner))
+    .catch((e) => log.warn('removing joined parts failed', { batch_id: batchId, error: e }))
+  return done.batch
 }
 
 async function commit(

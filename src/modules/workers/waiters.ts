@@ -1,5 +1,6 @@
 import type { Deps } from '../../deps'
 import { covers } from '../../domain/capabilities'
+import type { MatchState } from './match-cache'
 import type { PlacementState } from './placement'
 
 // The polls held on this server (docs/api.md §7 wait_seconds, see poll-wait.ts), apart from the
@@ -101,8 +102,11 @@ export class PollWaiters {
   }
 }
 
-/** This server's held polls and placement view, made by src/compose.ts (ARCHITECTURE.md rule 2). */
-export interface PollState extends PlacementState {
+/**
+ * This server's held polls, placement view and kept matches, made by src/compose.ts (ARCHITECTURE.md
+ * rule 2).
+ */
+export interface PollState extends PlacementState, MatchState {
   /** Polls held by `wait_seconds`, woken when a batch becomes validated (docs/api.md §7). */
   pollWaiters: PollWaiters
 }

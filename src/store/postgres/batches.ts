@@ -4,7 +4,7 @@ import * as schema from '../../db/pg/schema'
 import type { BatchErrorRow, BatchRow, FileRow } from '../../db/schema'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import type { Tally } from '../../domain/waiting'
-import { type BatchesStore, newBatchRow, packLineOffsets, sumQueueTallies, validationMove } from '../batches'
+import { type BatchesStore, lineIndexRow, newBatchRow, sumQueueTallies, validationMove } from '../batches'
 import { type PgDb, pipelined } from './db'
 import { pageRows } from './page'
 import { batchRow, transitionEach } from './transition'
@@ -171,11 +171,10 @@ export function postgresBatches(db: PgDb): BatchesStore {
         )
         if (errors.length > 0) await tx.insert(batchErrors).values(errors)
         // docs/api.md §16: where each request line starts, for a batch that passed (it may be split).
-        const indexes = items.flatMap(({ batchId, result }, i) =>
-          moved[i] && result.passed && result.line_offsets?.length
-            ? [{ batch_id: batchId, offsets: packLineOffsets(result.line_offsets) }]
-            : [],
-        )
+        const indexes = items.flatMap(({ batchId, result }, i) => {
+          const index = moved[i] && lineIndexRow(batchId, result)
+          return index ? [index] : []
+        })
         if (indexes.length > 0) await tx.insert(batchLineIndex).values(indexes)
         return moved
       })

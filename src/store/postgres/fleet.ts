@@ -247,7 +247,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         requeued.push(...(await requeueAllHeld(tx, maxAttempts, plan.workerId, reason, error, r.now)))
         ;[worker] = (await tx
           .update(workers)
-          .set(plan.set)
+          .set({ ...plan.set, hosting_seq: sql`${workers.hosting_seq} + 1` })
           .where(eq(workers.id, plan.workerId))
           .returning()) as WorkerRow[]
         await tx.delete(workerRuntimes).where(eq(workerRuntimes.worker_id, plan.workerId))
@@ -372,7 +372,10 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
                 ),
               )
           } else {
-            await tx.update(workers).set({ inventory_sig: o.sig }).where(eq(workers.id, workerId))
+            await tx
+              .update(workers)
+              .set({ inventory_sig: o.sig, hosting_seq: sql`${workers.hosting_seq} + 1` })
+              .where(eq(workers.id, workerId))
           }
         }
       })
@@ -547,21 +550,23 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       return { engines: runtimes.map((r) => r.engine), reported, models }
     },
 
-    async findWorkerWithHosting(id) {
+    async findWorkerWithHosting(id, knownSeq) {
       // One statement, one JSON value: to_jsonb gives bigint and double columns as numbers and
       // jsonb as it is, so the row needs no conversion (Bun's client returns bigint as strings).
       const [row] = (await db.$client`
         SELECT json_build_object(
           'worker', to_jsonb(w),
-          'hosting', json_build_object(
+          'hosting', CASE WHEN w.hosting_seq = ${knownSeq ?? -1}::int THEN NULL ELSE json_build_object(
             'engines', ARRAY(SELECT engine FROM worker_runtimes WHERE worker_id = w.id),
             'reported', coalesce((SELECT json_object_agg(engine, capabilities) FROM worker_runtimes
               WHERE worker_id = w.id AND capabilities IS NOT NULL), '{}'),
             'models', coalesce((SELECT json_agg(json_build_object('name', m.name, 'runtime', m.runtime,
                 'digest', m.digest, 'loaded', m.loaded, 'advertised', m.advertised,
                 'configured', m.configured, 'on_disk', m.on_disk))
-              FROM worker_models m WHERE m.worker_id = w.id), '[]'))) AS found
-        FROM workers w WHERE w.id = ${id}`) as { found: { worker: WorkerRow; hosting: WorkerHosting } }[]
+              FROM worker_models m WHERE m.worker_id = w.id), '[]')) END) AS found
+        FROM workers w WHERE w.id = ${id}`) as {
+        found: { worker: WorkerRow; hosting: WorkerHosting | null }
+      }[]
       return row?.found
     },
 

@@ -4,7 +4,7 @@ import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
 import { BATCH_TRANSITIONS } from '../../domain/batch-states'
-import { placeHeads } from '../../domain/placement'
+import { placeHeads, slugsToAge } from '../../domain/placement'
 import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { isShardId, tallyShards } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
@@ -22,12 +22,13 @@ import {
   takesNeeds,
 } from '../queue'
 import type { PgDb, PgTx } from './db'
+import { postgresJoins } from './joins'
 import {
   claimBackup,
   claimFromHead,
   endShardCopyLocked,
   heldShard,
-  lineRange,
+  lineSpans,
   lockShard,
   openSplitHeads,
   recordShardResultsTx,
@@ -37,8 +38,6 @@ import {
   shardStates,
   shardsOf,
   shardWithBatch,
-  splitBatchesToJoin,
-  takeParts,
 } from './shards'
 import { batchRow, transition } from './transition'
 
@@ -252,15 +251,22 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       const byModel = new Map(req.candidates.map((c) => [c.model, c]))
       const models = [...byModel.keys()]
       const keys = req.candidates.flatMap((c) => takesNeeds(c).map((needs) => ({ model: c.model, needs })))
+      // docs/api.md §7 placement: the longest waits the ranking may read (of the candidates: the
+      // heads are not known yet), read fresh beside the heads.
+      const aged = slugsToAge(
+        req.placement,
+        req.candidates.map((candidate) => ({ candidate })),
+      )
       // The heads are read before the claim: they only name whom to claim from, and the claim
-      // re-checks everything, the worker's limit too (claimOne, claimFromHead).
-      const found = await claimHeads(db.$claims, keys, !req.shards)
-      // docs/api.md §16: split batches in progress with shards left join the choice, those whose
-      // needs the worker meets (docs/api.md §7 Poll rule 7).
-      if (req.shards) {
-        for (const r of await openSplitHeads(db.$claims, models))
-          if (takesNeeds(byModel.get(r.model)!).includes(r.needs)) found.push(r)
-      }
+      // re-checks everything, the worker's limit too (claimOne, claimFromHead). docs/api.md §16:
+      // split batches in progress with shards left join the choice, those whose needs the worker
+      // meets (docs/api.md §7 Poll rule 7). The reads go out at once: one round trip.
+      const [found, split, waits] = await Promise.all([
+        claimHeads(db.$claims, keys, !req.shards),
+        req.shards ? openSplitHeads(db.$claims, models) : [],
+        aged.length ? oldestWaiting(db.$claims, aged) : [],
+      ])
+      for (const r of split) if (takesNeeds(byModel.get(r.model)!).includes(r.needs)) found.push(r)
       const heads = found.map((r) => {
         const c = byModel.get(r.model)!
         return {
@@ -274,12 +280,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           candidate: c,
         }
       })
-      // docs/api.md §7 placement: the models ranked (each one's longest wait read here, fresh).
-      const oldest = new Map<string, number | null>()
-      if (req.placement && heads.length) {
-        const withHeads = [...new Set(heads.map((h) => h.model))]
-        for (const r of await oldestWaiting(db.$claims, withHeads)) oldest.set(r.model, r.at)
-      }
+      const oldest = new Map(waits.map((r) => [r.model, r.at]))
       const placed = placeHeads(req.placement, heads, oldest, req.now)
       const owners = ownersToCount(placed)
       if (owners.length) {
@@ -492,23 +493,13 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     },
 
     shardStates: () => shardStates(db),
-    lineRange: (batchId, first, count) => lineRange(db, batchId, first, count),
+    lineSpans: (batchId, first, count) => lineSpans(db, batchId, first, count),
 
     async recordShardResults(r) {
       return db.transaction((tx) => recordShardResultsTx(tx, r))
     },
 
-    async completeSplit(r) {
-      return db.transaction(async (tx) => {
-        const row = await transition(tx, r.batchId, 'results_delivered', r.now, r.changes, 'shards joined')
-        if (row && r.files.length) await tx.insert(files).values(r.files)
-        // The parts are joined: the caller removes them, and nothing refers to them any more.
-        if (row) await takeParts(tx, r.batchId)
-        return row
-      })
-    },
-
-    splitBatchesToJoin: () => splitBatchesToJoin(db),
+    ...postgresJoins(db),
 
     async queuedByOwnerClass() {
       const rows = (await db.$client`

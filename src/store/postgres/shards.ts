@@ -8,10 +8,12 @@ import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision
 import {
   type BackupCandidate,
   type CopyCounts,
+  type CutShard,
   checkShardHolder,
   copyEnded,
   nextShardSize,
   pickBackup,
+  placeCut,
   type ShardBounds,
   type ShardCopy,
   type ShardHolding,
@@ -22,7 +24,8 @@ import {
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import { type ByteRange, type DeliveredShard, type ShardResultsRecorded, takesNeeds } from '../queue'
+import { lineSpansFrom, SPAN_BYTES } from '../batches'
+import { type DeliveredShard, type ShardResultsRecorded, takesNeeds } from '../queue'
 import type { PgDb, PgTx } from './db'
 import { batchRow, transition } from './transition'
 
@@ -118,13 +121,14 @@ export async function claimFromHead(
   if (!exists || active >= req.maxConcurrent) return { kind: 'full' }
   // The batch row, locked: claims of one batch take turns on it, and so do its requeues.
   const [b] = (await q`
-    SELECT status, split, next_request, request_counts_total AS total,
+    SELECT status, split, next_request, request_counts_total AS total, ordered,
       EXISTS (SELECT FROM batch_line_index i WHERE i.batch_id = batches.id) AS indexed
     FROM batches WHERE id = ${batchId} FOR UPDATE`) as {
     status: string
     split: boolean
     next_request: number
     total: number
+    ordered: boolean
     indexed: boolean
   }[]
   const { from, to } = BATCH_TRANSITIONS.claimed
@@ -144,28 +148,43 @@ export async function claimFromHead(
       AND status = 'waiting'
     RETURNING *`) as Record<string, unknown>[]
   if (!raw) {
-    const first = b.next_request
-    const unclaimed = b.total - first
+    const unclaimed = b.total - b.next_request
     if (unclaimed <= 0) return { kind: 'missed' }
     const [{ n }] = (await q`
       SELECT count(DISTINCT w.id)::int AS n FROM worker_models m JOIN workers w ON w.id = m.worker_id
       WHERE m.name = ANY(${[...names]}::text[])
         AND w.shards AND w.status = 'online' AND w.last_seen_at > ${req.cutoff}`) as [{ n: number }]
     const size = nextShardSize(unclaimed, n, req.bounds)
-    // The cut: the batch's next_request moves past the shard, guarded by where it stood.
-    ;[raw] = (await q`
+    // In the file order the cuts follow one another; in an execution order of its own (docs/api.md
+    // §6) each worker continues its prefix groups (placeCut). The batch row is locked: the shards
+    // read are every one cut.
+    const place = b.ordered
+      ? placeCut(
+          (await q`
+            SELECT first_request, requests, worker_id, status, seq::float8 AS seq
+            FROM batch_shards WHERE batch_id = ${batchId}`) as CutShard[],
+          b.total,
+          req.workerId,
+          size,
+        )
+      : { first: b.next_request, requests: size }
+    if (!place) return { kind: 'missed' }
+    // The cut: the batch's count of cut requests grows by the shard, guarded by what it was.
+    raw = (
+      (await q`
       WITH cut AS (
-        UPDATE batches SET split = TRUE, next_request = next_request + ${size}, updated_at = ${req.now}
-        WHERE id = ${batchId} AND next_request = ${first}
+        UPDATE batches SET split = TRUE, next_request = next_request + ${place.requests}, updated_at = ${req.now}
+        WHERE id = ${batchId} AND next_request = ${b.next_request}
         RETURNING id, user_id
       )
       INSERT INTO batch_shards (id, batch_id, user_id, shard_index, first_request, requests, status,
         worker_id, org_id, assignment_id, assigned_at, updated_at)
       SELECT ${newId('shard_')}, cut.id, cut.user_id,
-        (SELECT count(*) FROM batch_shards WHERE batch_id = ${batchId}), ${first}, ${size}, 'running',
-        ${req.workerId}, ${req.orgId}, ${assignmentId}, ${req.now}, ${req.now}
+        (SELECT count(*) FROM batch_shards WHERE batch_id = ${batchId}), ${place.first}, ${place.requests},
+        'running', ${req.workerId}, ${req.orgId}, ${assignmentId}, ${req.now}, ${req.now}
       FROM cut
       RETURNING *`) as Record<string, unknown>[]
+    )[0]
     if (!raw) return { kind: 'missed' }
   }
   const shard = shardRow(raw)
@@ -774,7 +793,7 @@ export async function shardsOf(db: PgDb, batchId: string) {
     .leftJoin(workers, eq(workers.id, batchShards.worker_id))
     .leftJoin(backupWorkers, eq(backupWorkers.id, batchShards.backup_worker_id))
     .where(eq(batchShards.batch_id, batchId))
-    .orderBy(asc(batchShards.shard_index))
+    .orderBy(asc(batchShards.first_request), asc(batchShards.shard_index))
   return rows.map((r) => ({
     ...(r.shard as BatchShardRow),
     worker_name: r.worker_name,
@@ -810,28 +829,23 @@ export async function shardStates(db: PgDb) {
   return row!
 }
 
-/** In-progress split batches whose shards are all done, not yet joined (a joiner that died). */
-export async function splitBatchesToJoin(db: PgDb) {
-  const rows = (await db.$client`
-    SELECT id FROM batches WHERE split AND status = 'in_progress' AND next_request >= request_counts_total
-      AND NOT EXISTS (SELECT FROM batch_shards s WHERE s.batch_id = batches.id AND s.status <> 'done')
-    ORDER BY seq`) as { id: string }[]
-  return rows.map((r) => r.id)
-}
-
 /**
- * The byte range of request lines [first, first + count) from the batch's request-line index
- * (little-endian float64s, one per line): the start of line `first`, and the start of the line
- * after the range (none past the last line: to the end of the file).
+ * Where request lines [first, first + count) of the batch's execution order lie (lineSpansFrom): the
+ * file order's byte range from the offsets (little-endian float64s, one per line: the start of line
+ * `first`, and that of the line after the range, none past the last line: to the end of the file),
+ * or the execution order's spans when there are any (docs/api.md §6).
  */
-export async function lineRange(db: PgDb, batchId: string, first: number, count: number) {
+export async function lineSpans(db: PgDb, batchId: string, first: number, count: number) {
   const end = first + count
   const [row] = (await db.$client`
-    SELECT substring(offsets from ${first}::int * 8 + 1 for 8) AS a,
-      CASE WHEN ${end}::int * 8 < length(offsets) THEN substring(offsets from ${end}::int * 8 + 1 for 8) END AS b
-    FROM batch_line_index WHERE batch_id = ${batchId}`) as { a: Uint8Array | null; b: Uint8Array | null }[]
-  const at = (bytes: Uint8Array | null | undefined) =>
-    bytes?.byteLength === 8 ? new DataView(bytes.buffer, bytes.byteOffset, 8).getFloat64(0, true) : null
-  const start = at(row?.a)
-  return start === null ? null : ({ start, end: at(row?.b) } satisfies ByteRange)
+    SELECT CASE WHEN spans IS NULL THEN substring(offsets from ${first}::int * 8 + 1 for 8) END AS a,
+      CASE WHEN spans IS NULL AND ${end}::int * 8 < length(offsets)
+        THEN substring(offsets from ${end}::int * 8 + 1 for 8) END AS b,
+      substring(spans from ${first}::int * ${SPAN_BYTES} + 1 for ${count}::int * ${SPAN_BYTES}) AS spans
+    FROM batch_line_index WHERE batch_id = ${batchId}`) as {
+    a: Uint8Array | null
+    b: Uint8Array | null
+    spans: Uint8Array | null
+  }[]
+  return row ? lineSpansFrom(row) : null
 }

@@ -12,7 +12,7 @@ import {
 import { writeTx } from '../../db/tx'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import type { Tally } from '../../domain/waiting'
-import { type BatchesStore, newBatchRow, packLineOffsets, sumQueueTallies, validationMove } from '../batches'
+import { type BatchesStore, lineIndexRow, newBatchRow, sumQueueTallies, validationMove } from '../batches'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
 import { transition } from './transition'
@@ -165,11 +165,8 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
               .values(result.errors.map((e) => ({ batch_id: batchId, ...e })))
               .run()
           }
-          if (row && result.passed && result.line_offsets?.length) {
-            tx.insert(batchLineIndex)
-              .values({ batch_id: batchId, offsets: packLineOffsets(result.line_offsets) })
-              .run()
-          }
+          const index = row && lineIndexRow(batchId, result)
+          if (index) tx.insert(batchLineIndex).values(index).run()
           return row
         }),
       )

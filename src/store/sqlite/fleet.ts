@@ -81,7 +81,7 @@ const stmts = preparedOnce((db: Db) => {
     workerById: db.select().from(workers).where(eq(workers.id, id)).prepare(),
     setSig: db
       .update(workers)
-      .set({ inventory_sig: sql.placeholder('sig') as never })
+      .set({ inventory_sig: sql.placeholder('sig') as never, hosting_seq: sql`${workers.hosting_seq} + 1` })
       .where(eq(workers.id, id))
       .prepare(),
     touch: db
@@ -359,7 +359,12 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
           requeued.push(
             ...requeueHeldInTx(deps, plan.workerId, plan.requeue.reason, plan.requeue.error, r.now),
           )
-          worker = tx.update(workers).set(plan.set).where(eq(workers.id, plan.workerId)).returning().get()
+          worker = tx
+            .update(workers)
+            .set({ ...plan.set, hosting_seq: sql`${workers.hosting_seq} + 1` })
+            .where(eq(workers.id, plan.workerId))
+            .returning()
+            .get()
           tx.delete(workerRuntimes).where(eq(workerRuntimes.worker_id, worker.id)).run()
           tx.delete(workerGpus).where(eq(workerGpus.worker_id, worker.id)).run()
           tx.delete(workerModels).where(eq(workerModels.worker_id, worker.id)).run()
@@ -535,10 +540,10 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       return hostingOf(deps, workerId)
     },
 
-    async findWorkerWithHosting(id) {
+    async findWorkerWithHosting(id, knownSeq) {
       const worker = stmts(deps).workerById.get({ id })
       if (!worker) return undefined
-      return { worker, hosting: hostingOf(deps, id) }
+      return { worker, hosting: worker.hosting_seq === knownSeq ? null : hostingOf(deps, id) }
     },
 
     async hostsNamed(names) {

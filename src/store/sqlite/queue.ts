@@ -3,7 +3,7 @@ import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches, files, modelPulls, workers } from '../../db/schema'
 import { writeTx } from '../../db/tx'
-import { placeHeads } from '../../domain/placement'
+import { placeHeads, slugsToAge } from '../../domain/placement'
 import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { checkShardHolder, isShardId, type ShardState, tallyShards } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
@@ -20,17 +20,17 @@ import {
   takesNeeds,
 } from '../queue'
 import type { SqliteDeps } from './deps'
+import { sqliteJoins } from './joins'
 import {
   claimBackupInTx,
   claimShardInTx,
   endShardCopyInTx,
-  lineRangeOf,
+  lineSpansOf,
   openSplitHeads,
   recordShardResultsInTx,
   requeueHeldShardsInTx,
   requeueSilentShardsInTx,
   shardStatements,
-  takePartsInTx,
 } from './shards'
 import { transition } from './transition'
 
@@ -250,12 +250,10 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           if (req.shards)
             for (const b of openSplitHeads(deps, c.model)) if (takes.includes(b.needs)) heads.push(head(b))
         }
-        // docs/api.md §7 placement: the models ranked (each one's longest wait read here, fresh).
+        // docs/api.md §7 placement: the models ranked (the longest waits the ranking reads, read here, fresh).
         const oldest = new Map<string, number | null>()
-        if (req.placement)
-          for (const h of heads)
-            if (!oldest.has(h.candidate.model))
-              oldest.set(h.candidate.model, s.oldestWaiting.get({ model: h.candidate.model })?.at ?? null)
+        for (const model of slugsToAge(req.placement, heads))
+          oldest.set(model, s.oldestWaiting.get({ model })?.at ?? null)
         const placed = placeHeads(req.placement, heads, oldest, req.now)
         const owners = ownersToCount(placed)
         if (owners.length) {
@@ -410,29 +408,15 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       return shardStatements(deps).states.get()!
     },
 
-    async lineRange(batchId, first, count) {
-      return lineRangeOf(deps, batchId, first, count)
+    async lineSpans(batchId, first, count) {
+      return lineSpansOf(deps, batchId, first, count)
     },
 
     async recordShardResults(r) {
       return writeTx(db, () => recordShardResultsInTx(deps, r))
     },
 
-    async completeSplit(r) {
-      return writeTx(db, (tx) => {
-        const row = transition(deps, r.batchId, 'results_delivered', r.now, r.changes, 'shards joined')
-        if (row && r.files.length) tx.insert(files).values(r.files).run()
-        // The parts are joined: the caller removes them, and nothing refers to them any more.
-        if (row) takePartsInTx(deps, r.batchId)
-        return row
-      })
-    },
-
-    async splitBatchesToJoin() {
-      return shardStatements(deps)
-        .toJoin.all()
-        .map((r) => r.id)
-    },
+    ...sqliteJoins(deps),
 
     async queuedByOwnerClass() {
       const out = { idle: 0, running: 0 }

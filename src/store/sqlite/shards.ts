@@ -6,10 +6,12 @@ import { type BatchShardRow, batches, batchShards, workers } from '../../db/sche
 import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import {
   type BackupCandidate,
+  type CutShard,
   checkShardHolder,
   copyEnded,
   nextShardSize,
   pickBackup,
+  placeCut,
   type ShardBounds,
   type ShardCopy,
   shardCounts,
@@ -17,7 +19,8 @@ import {
 } from '../../domain/shards'
 import { silentRequeue } from '../../domain/sweep'
 import { newId } from '../../lib/ids'
-import { type ByteRange, type DeliveredShard, type ShardResultsRecorded, takesNeeds } from '../queue'
+import { lineSpansFrom, SPAN_BYTES } from '../batches'
+import { type DeliveredShard, type LineSpans, type ShardResultsRecorded, takesNeeds } from '../queue'
 import type { SqliteDeps } from './deps'
 import { transition } from './transition'
 
@@ -55,12 +58,17 @@ const stmts = preparedOnce((db: Db) => {
         total: number
         indexed: number
         user_id: string
+        ordered: number
       },
       { id: string }
     >(
-      `SELECT status, split, next_request, request_counts_total AS total, user_id,
+      `SELECT status, split, next_request, request_counts_total AS total, user_id, ordered,
          EXISTS (SELECT 1 FROM batch_line_index i WHERE i.batch_id = batches.id) AS indexed
        FROM batches WHERE id = $id`,
+    ),
+    // docs/api.md §16 placeCut: the shards cut so far of a batch in an execution order of its own.
+    cutShards: db.$client.prepare<CutShard, { id: string }>(
+      `SELECT first_request, requests, worker_id, status, seq FROM batch_shards WHERE batch_id = $id`,
     ),
     waiting: db.$client.prepare<{ id: string }, { id: string }>(
       `SELECT id FROM batch_shards WHERE batch_id = $id AND status = 'waiting' ORDER BY shard_index LIMIT 1`,
@@ -303,12 +311,14 @@ const stmts = preparedOnce((db: Db) => {
          WHERE s.status = 'running')
        WHERE holder_silent OR backup_silent ORDER BY seq`,
     ),
-    lineRange: db.$client.prepare<
-      { a: Uint8Array | null; b: Uint8Array | null },
+    // The file order's byte range, or the execution order's spans (docs/api.md §6) when there are any.
+    lineSpans: db.$client.prepare<
+      { a: Uint8Array | null; b: Uint8Array | null; spans: Uint8Array | null },
       { id: string; first: number; end: number }
     >(
-      `SELECT substr(offsets, $first * 8 + 1, 8) AS a,
-         CASE WHEN $end * 8 < length(offsets) THEN substr(offsets, $end * 8 + 1, 8) END AS b
+      `SELECT CASE WHEN spans IS NULL THEN substr(offsets, $first * 8 + 1, 8) END AS a,
+         CASE WHEN spans IS NULL AND $end * 8 < length(offsets) THEN substr(offsets, $end * 8 + 1, 8) END AS b,
+         substr(spans, $first * ${SPAN_BYTES} + 1, ($end - $first) * ${SPAN_BYTES}) AS spans
        FROM batch_line_index WHERE batch_id = $id`,
     ),
     tallies: db.$client.prepare<
@@ -326,18 +336,13 @@ const stmts = preparedOnce((db: Db) => {
          (SELECT count(*) FROM batch_shards s JOIN batches b ON b.id = s.batch_id
            WHERE b.split = 1 AND b.status = 'in_progress' AND s.status = 'done') AS done`,
     ),
-    toJoin: db.$client.prepare<{ id: string }, []>(
-      `SELECT id FROM batches WHERE split = 1 AND status = 'in_progress'
-         AND next_request >= request_counts_total
-         AND NOT EXISTS (SELECT 1 FROM batch_shards s WHERE s.batch_id = batches.id AND s.status != 'done')`,
-    ),
     shardsOf: db
       .select({ shard: batchShards, worker_name: workers.name, backup_worker_name: backupWorkers.name })
       .from(batchShards)
       .leftJoin(workers, eq(workers.id, batchShards.worker_id))
       .leftJoin(backupWorkers, eq(backupWorkers.id, batchShards.backup_worker_id))
       .where(eq(batchShards.batch_id, id))
-      .orderBy(asc(batchShards.shard_index))
+      .orderBy(asc(batchShards.first_request), asc(batchShards.shard_index))
       .prepare(),
   }
 })
@@ -380,15 +385,21 @@ export function claimShardInTx(
     if (unclaimed <= 0) return null
     const eligible = s.eligible.get({ names: JSON.stringify(names), cutoff: req.cutoff })?.n ?? 1
     const size = nextShardSize(unclaimed, eligible, req.bounds)
+    // In the file order the cuts follow one another; in an execution order of its own (docs/api.md
+    // §6) each worker continues its prefix groups (placeCut).
+    const place = b.ordered
+      ? placeCut(s.cutShards.all({ id: batchId }), b.total, req.workerId, size)
+      : { first: b.next_request, requests: size }
+    if (!place) return null
     shard = s.cut.get({
       ...lease,
       id: newId('shard_'),
       batch_id: batchId,
       user_id: b.user_id,
-      first: b.next_request,
-      requests: size,
+      first: place.first,
+      requests: place.requests,
     })
-    s.advance.run({ id: batchId, n: size, now: req.now })
+    s.advance.run({ id: batchId, n: place.requests, now: req.now })
   }
   if (!shard) return null
   const batch =
@@ -660,16 +671,13 @@ export function recordShardResultsInTx(deps: SqliteDeps, r: DeliveredShard): Sha
   }
 }
 
-/** The byte range of request lines [first, first + count) from the batch's index. */
-export function lineRangeOf(
+/** Where request lines [first, first + count) of the batch's execution order lie, from its index. */
+export function lineSpansOf(
   deps: { db: Db },
   batchId: string,
   first: number,
   count: number,
-): ByteRange | null {
-  const row = stmts(deps).lineRange.get({ id: batchId, first, end: first + count })
-  const at = (bytes: Uint8Array | null | undefined) =>
-    bytes?.byteLength === 8 ? new DataView(bytes.buffer, bytes.byteOffset, 8).getFloat64(0, true) : null
-  const start = at(row?.a)
-  return start === null ? null : { start, end: at(row?.b) }
+): LineSpans | null {
+  const row = stmts(deps).lineSpans.get({ id: batchId, first, end: first + count })
+  return row ? lineSpansFrom(row) : null
 }

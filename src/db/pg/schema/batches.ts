@@ -79,10 +79,13 @@ export const batches = pgTable(
     // PostgreSQL only (several instances): the instance validating this batch, until when.
     validation_holder: text(),
     validation_lease_until: bigint({ mode: 'number' }),
-    // docs/api.md §16: the batch runs as shards (batch_shards); next_request is the first request line
-    // not yet cut into a shard (guided self-scheduling cuts the rest claim by claim).
+    // docs/api.md §16: the batch runs as shards (batch_shards); next_request counts the request lines
+    // cut into shards so far (guided self-scheduling cuts the rest claim by claim).
     split: boolean().notNull().default(false),
     next_request: integer().notNull().default(0),
+    // docs/api.md §6 "Execution order": validation found an order other than the file's (stored as
+    // batch_line_index.spans); its shards follow its prefix groups.
+    ordered: boolean().notNull().default(false),
     // docs/api.md §7 placement: when the batch last became `validated` (validation, or a requeue);
     // how long it has waited is now − queued_at. Null for a batch that waited before this column.
     queued_at: bigint({ mode: 'number' }),
@@ -216,11 +219,21 @@ export const batchShards = pgTable(
 
 const bytea = customType<{ data: Buffer; driverData: Buffer }>({ dataType: () => 'bytea' })
 
-// docs/api.md §16: where each request line of a validated batch starts in its input file (see the
-// SQLite schema).
+// docs/api.md §16: where each request line of a validated batch starts in its input file, and
+// (docs/api.md §6 "Execution order") its request lines in execution order (see the SQLite schema).
 export const batchLineIndex = pgTable('batch_line_index', {
   batch_id: text()
     .primaryKey()
     .references(() => batches.id, { onDelete: 'cascade' }),
   offsets: bytea().notNull(),
+  spans: bytea(),
+})
+
+// docs/api.md §16: the join of a split batch's shards under its lease, and the blobs it may leave (see
+// the SQLite schema).
+export const batchJoins = pgTable('batch_joins', {
+  batch_id: text().primaryKey(),
+  joiner: text().notNull(),
+  lease_until: bigint({ mode: 'number' }).notNull(),
+  blobs: jsonb().$type<string[]>().notNull(),
 })

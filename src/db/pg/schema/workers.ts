@@ -43,6 +43,9 @@ export const workers = pgTable(
     // Hash of the last inventory + loaded_models applied to worker_models: an unchanged report
     // (the common heartbeat) skips rewriting the child rows.
     inventory_sig: text(),
+    // Bumped whenever the worker's runtime and model rows change (registration, a new inventory): a
+    // server keeps what a poll derives from them while it holds (src/modules/workers/match-cache.ts).
+    hosting_seq: integer().notNull().default(0),
     current_job_id: text(),
     uptime_seconds: integer(),
     max_concurrent_jobs: integer().notNull().default(1),

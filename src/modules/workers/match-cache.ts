@@ -1,0 +1,108 @@
+import type { WorkerRow } from '../../db/schema'
+import type { Deps } from '../../deps'
+import { takeableNeeds } from '../../domain/capabilities'
+import { type Catalogue, type Match, matchesFor, workerView } from '../../domain/matching'
+import type { WorkerPrincipal } from '../../domain/principal'
+import type { WorkerHosting } from '../../store/fleet'
+import { loadCatalogue } from './matching'
+import { ownWorkerWithHosting } from './ownership'
+
+// What a poll derives from its worker's hosting and the catalogue (docs/api.md §7 Poll rules 1–7):
+// the entries the worker can serve and, per batch model, what its claim may take of it. That changes
+// only with a registration or a new inventory (the worker row's hosting_seq), a first heartbeat or
+// another VRAM total (the row's fit), or the catalogue; so each server keeps it per worker and the
+// row every poll reads anyway says whether it still holds — on any instance, whoever changed it (the
+// table is the truth). A poll's cost then does not grow with what it checks: the matching, the
+// capabilities a claim may take and the hosting read are paid once per change, not per poll.
+
+/** One batch model (`batches.model` slug) the worker can serve: a claim's candidate, but for `loaded`. */
+export interface Servable {
+  model: string
+  match: Match
+  /** The entry's runtime model names (docs/api.md §16: guided sizing counts the workers hosting one). */
+  names: string[]
+  /** docs/api.md §7 Poll rule 7: the stored needs the worker may take of it (takeableNeeds). */
+  needs: string[]
+  /** The catalogue entry (docs/api.md §7 placement ranks an entry's slugs together). */
+  key: string
+  /** The entry's slugs (this one among them). */
+  slugs: string[]
+}
+
+export interface WorkerMatches {
+  matches: Match[]
+  servable: Servable[]
+  /** By slug: what the worker can do with it (the held polls' ServableModels, waiters.ts). */
+  capabilities: ReadonlyMap<string, readonly string[]>
+}
+
+interface Kept {
+  seq: number
+  hosting: WorkerHosting
+  fit: string
+  catalogue: Catalogue
+  derived: WorkerMatches
+}
+
+/** What the predicate reads of the worker row besides its hosting (domain/matching.ts fitOf). */
+const fitOf = (w: WorkerRow) => `${w.org_id} ${w.last_heartbeat_at !== null} ${w.vram_total_gb}`
+
+function derive(worker: WorkerRow, hosting: WorkerHosting, catalogue: Catalogue): WorkerMatches {
+  const matches = matchesFor(workerView(worker, hosting), catalogue)
+  // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired
+  // slug. Poll rule 7: of each model, only the batches whose needs the worker's engine meets.
+  const servable = matches.flatMap((match) => {
+    const names = [...new Set(match.entry.profiles.map((p) => p.runtime_model_id))]
+    const needs = takeableNeeds(match.capabilities)
+    const slugs = catalogue.slugsOf(match.entry)
+    return slugs.map((model) => ({ model, match, names, needs, key: match.entry.id, slugs }))
+  })
+  return { matches, servable, capabilities: new Map(servable.map((s) => [s.model, s.match.capabilities])) }
+}
+
+/** The matches each worker that polled this server had, and what they were derived from (one per server). */
+export class MatchCache {
+  private readonly kept = new Map<string, Kept>()
+
+  /** The hosting_seq of what is kept for `workerId` (the poll reads its hosting only if it moved). */
+  seqOf(workerId: string): number | undefined {
+    return this.kept.get(workerId)?.seq
+  }
+
+  /**
+   * The worker's matches from its row (just read) and `hosting` (null: not read, the row's
+   * hosting_seq being the one kept). Null when the hosting is needed and not kept (another poll of
+   * the worker replaced it meanwhile): the caller reads it.
+   */
+  matches(worker: WorkerRow, hosting: WorkerHosting | null, catalogue: Catalogue): WorkerMatches | null {
+    const fit = fitOf(worker)
+    const kept = this.kept.get(worker.id)
+    const same = kept?.seq === worker.hosting_seq ? kept : undefined
+    if (same && same.fit === fit && same.catalogue === catalogue) return same.derived
+    const current = hosting ?? same?.hosting
+    if (!current) return null
+    const derived = derive(worker, current, catalogue)
+    this.kept.set(worker.id, { seq: worker.hosting_seq, hosting: current, fit, catalogue, derived })
+    return derived
+  }
+}
+
+/** This server's kept matches, made by src/compose.ts (ARCHITECTURE.md rule 2). */
+export interface MatchState {
+  matchCache: MatchCache
+}
+
+/**
+ * POST /workers/poll: the key's worker (404/403 otherwise, ownership.ts) and what it can serve now,
+ * with the catalogue they were matched against; the hosting is read only when it changed.
+ */
+export async function workerMatches(deps: Deps & MatchState, principal: WorkerPrincipal, workerId: string) {
+  const [{ worker, hosting }, catalogue] = await Promise.all([
+    ownWorkerWithHosting(deps, principal, workerId, deps.matchCache.seqOf(workerId)),
+    loadCatalogue(deps),
+  ])
+  const derived =
+    deps.matchCache.matches(worker, hosting, catalogue) ??
+    deps.matchCache.matches(worker, await deps.store.fleet.workerHosting(worker.id), catalogue)!
+  return { worker, catalogue, ...derived }
+}
