@@ -19,6 +19,7 @@
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { SYSTEM_AUDIT } from '../src/domain/audit'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../src/lib/keys'
 import { setLogSink } from '../src/lib/logger'
 import { gridkeepBinary, removeBuiltBinary } from '../test/helpers/binary'
@@ -55,6 +56,7 @@ await gk.deps.store.keys.createKey(
     created_at: gk.deps.clock.now(),
     expires_at: null,
   },
+  SYSTEM_AUDIT,
 )
 const home = mkdtempSync(join(tmpdir(), 'gridkeep-bench-client-'))
 

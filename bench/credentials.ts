@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createServer } from '../src/compose'
 import { loadConfig } from '../src/config'
+import { SYSTEM_AUDIT } from '../src/domain/audit'
 import { authenticate } from '../src/http/credentials'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../src/lib/keys'
 import { setLogSink } from '../src/lib/logger'
@@ -24,23 +25,31 @@ const ROUND_MS = quick ? 400 : 1000
 const dir = mkdtempSync(join(tmpdir(), 'gridkeep-bench-credentials-'))
 const config = loadConfig({ DATA_DIR: dir, JWT_SECRET: 'bench-secret-bench-secret-bench-secret-0123' })
 const deps = createServer(config, { passwords: createPasswords({ memoryCost: 256, timeCost: 1 }) })
-const user = await createUser(deps, {
-  email: 'bench@example.test',
-  password: 'bench-password',
-  full_name: 'B',
-})
+const user = await createUser(
+  deps,
+  {
+    email: 'bench@example.test',
+    password: 'bench-password',
+    full_name: 'B',
+  },
+  SYSTEM_AUDIT,
+)
 const [personal] = await deps.store.orgs.listMembershipsOf(user.id)
 
 async function newKey(owner: Parameters<typeof deps.store.keys.createKey>[0]) {
   const raw = generateRawKey()
-  await deps.store.keys.createKey(owner, {
-    name: 'bench',
-    prefix: keyDisplayPrefix(raw),
-    key_hash: sha256Hex(raw),
-    created_by: user.id,
-    created_at: deps.clock.now(),
-    expires_at: null,
-  })
+  await deps.store.keys.createKey(
+    owner,
+    {
+      name: 'bench',
+      prefix: keyDisplayPrefix(raw),
+      key_hash: sha256Hex(raw),
+      created_by: user.id,
+      created_at: deps.clock.now(),
+      expires_at: null,
+    },
+    SYSTEM_AUDIT,
+  )
   return raw
 }
 const workerKey = await newKey({ type: 'worker', orgId: personal!.org_id })

@@ -19,6 +19,7 @@ import { join } from 'node:path'
 import { SQL } from 'bun'
 import { createServer } from '../src/compose'
 import { loadConfig } from '../src/config'
+import { SYSTEM_AUDIT } from '../src/domain/audit'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../src/lib/keys'
 import { setLogSink } from '../src/lib/logger'
 import { createPasswords } from '../src/lib/passwords'
@@ -53,11 +54,15 @@ async function seededDatabase(models: string[]): Promise<Seeded> {
   const config = loadConfig({ DATA_DIR: dir, DATABASE_URL: url, JWT_SECRET })
   const deps = createServer(config, { passwords: createPasswords({ memoryCost: 256, timeCost: 1 }) })
   await deps.store.ready()
-  const user = await createUser(deps, {
-    email: 'bench@example.test',
-    password: 'bench-password',
-    full_name: 'Bench',
-  })
+  const user = await createUser(
+    deps,
+    {
+      email: 'bench@example.test',
+      password: 'bench-password',
+      full_name: 'Bench',
+    },
+    SYSTEM_AUDIT,
+  )
   const [personal] = await deps.store.orgs.listMembershipsOf(user.id)
   const key = generateRawKey()
   await deps.store.keys.createKey(
@@ -70,6 +75,7 @@ async function seededDatabase(models: string[]): Promise<Seeded> {
       created_at: deps.clock.now(),
       expires_at: null,
     },
+    SYSTEM_AUDIT,
   )
   await deps.store.close()
   rmSync(dir, { recursive: true, force: true })

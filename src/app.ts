@@ -7,6 +7,7 @@ import { errorHandler } from './http/errors'
 import { lifecycle } from './http/lifecycle'
 import { checkJsonBody, checkUrl } from './http/parse'
 import { adminRoutes } from './modules/admin'
+import { auditRoutes } from './modules/audit'
 import { authRoutes } from './modules/auth'
 import { batchRoutes } from './modules/batches'
 import { catalogueRoutes } from './modules/catalogue'
@@ -84,6 +85,7 @@ export function createApp(deps: Server) {
     .use(statsRoutes(deps))
     .use(usageRoutes(deps))
     .use(webhookRoutes(deps))
+    .use(auditRoutes(deps))
     .use(dashboardRoutes(deps))
   for (const r of app.routes) if (/[:*]/.test(r.path) || r.hooks.query) readsUrl.add(r.path)
   return app

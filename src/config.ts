@@ -175,6 +175,12 @@ export const ConfigSchema = T.Object({
     36500,
     'Days the output and error files of a finished batch are kept, then deleted (0 = kept until deleted)',
   ),
+  AUDIT_RETENTION_DAYS: Int(
+    365,
+    0,
+    36500,
+    'Days audit log entries are kept, then deleted by the retention pass (0 = kept forever)',
+  ),
   USER_STORAGE_QUOTA_BYTES: T.Optional(
     Int(
       undefined,

@@ -6,6 +6,7 @@ import { useResource } from './lib/hooks'
 import { navigate, onLinkClick, useLocation } from './lib/router'
 import type { Me } from './lib/types'
 import { Admin } from './pages/admin'
+import { Audit, readsAudit } from './pages/audit'
 import { ChangePassword, ForgotPassword, ResetPassword, SignIn, SignUp, SsoReturn } from './pages/auth'
 import { BatchDetail, Batches } from './pages/batches'
 import { Files, Models } from './pages/catalogue'
@@ -79,7 +80,12 @@ function SignedIn({ path, token }: { path: string; token: string }) {
     )
   if (me.data.must_change_password) return <ChangePassword onChanged={me.reload} />
   const superadmin = me.data.platform_role === 'superadmin'
-  const links = superadmin ? [...NAV, ['Admin', '/app/admin'] as const] : NAV
+  // docs/api.md §17: the audit log for superadmins and organizations' owners and admins.
+  const links = [
+    ...NAV,
+    ...(readsAudit(me.data) ? [['Audit', '/app/audit'] as const] : []),
+    ...(superadmin ? [['Admin', '/app/admin'] as const] : []),
+  ]
   return (
     <>
       <header class="top">
@@ -123,6 +129,9 @@ function Page({ path, me }: { path: string; me: Me }) {
       return id ? <OrgDetail id={id} /> : <Orgs />
     case 'usage':
       return <Usage me={me} />
+    case 'audit':
+      if (readsAudit(me)) return <Audit me={me} />
+      break
     case 'admin':
       if (superadmin) return <Admin />
       break

@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import { createServer, type Server } from '../../src/compose'
 import { type Config, loadConfig } from '../../src/config'
 import { catalogEntries } from '../../src/db/schema'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { startServer } from '../../src/index'
 import { newId } from '../../src/lib/ids'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../../src/lib/keys'
@@ -37,11 +38,15 @@ export async function benchServer(env: Record<string, string> = {}): Promise<Ben
   })
   const deps = createServer(config, { passwords: createPasswords({ memoryCost: 256, timeCost: 1 }) })
   const running = await startServer(config, deps)
-  const user = await createUser(deps, {
-    email: 'bench@example.test',
-    password: 'bench-password',
-    full_name: 'Bench',
-  })
+  const user = await createUser(
+    deps,
+    {
+      email: 'bench@example.test',
+      password: 'bench-password',
+      full_name: 'Bench',
+    },
+    SYSTEM_AUDIT,
+  )
   const [personal] = await deps.store.orgs.listMembershipsOf(user.id)
   const orgId = personal!.org_id
   const key = generateRawKey()
@@ -55,6 +60,7 @@ export async function benchServer(env: Record<string, string> = {}): Promise<Ben
       created_at: deps.clock.now(),
       expires_at: null,
     },
+    SYSTEM_AUDIT,
   )
   return {
     config,

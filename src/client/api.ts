@@ -67,6 +67,18 @@ export interface Model {
   available: boolean
 }
 
+/** docs/api.md §17: an audit log entry, the fields the client reads. */
+export interface AuditEvent {
+  id: string
+  created_at: number
+  action: string
+  actor: { kind: string; id: string | null; user_id: string | null }
+  ip: string | null
+  target: { kind: string; id: string | null }
+  org_id: string | null
+  details: Record<string, unknown>
+}
+
 /** docs/api.md §0 */
 export interface List<T> {
   data: T[]

@@ -15,11 +15,11 @@ import {
 } from './batch'
 import { type Env, resolveTarget } from './config'
 import { ClientError, EXIT } from './exit'
-import { BATCHES_SPEC, batches, FILES_SPEC, files, MODELS_SPEC, models } from './lists'
+import { AUDIT_SPEC, audit, BATCHES_SPEC, batches, FILES_SPEC, files, MODELS_SPEC, models } from './lists'
 import { View } from './view'
 
 // The terminal client's commands, dispatched by src/cli.ts beside serve, worker and the others:
-// `gridkeep <login|logout|submit|wait|status|results|batches|files|models> …`. Each returns its exit
+// `gridkeep <login|logout|submit|wait|status|results|batches|files|models|audit> …`. Each returns its exit
 // code (src/client/exit.ts); docs/guide.md "The terminal client" documents them all.
 
 interface ClientCommand {
@@ -200,6 +200,30 @@ export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
       JSON_NOTE,
     ].join('\n'),
     run: { api: models },
+  },
+  audit: {
+    summary: 'List audit log entries: who did what, when, from where',
+    spec: AUDIT_SPEC,
+    usage: [
+      'Usage: gridkeep audit [--actor ID] [--action ACTION] [--target ID] [--target-kind KIND]',
+      '                      [--org ORG] [--start TIME] [--end TIME] [--limit N] [--after ENTRY]',
+      '',
+      "A superadmin's key reads every entry; anyone else's the entries of the organizations they",
+      'own or administer (docs/api.md §17). Newest first.',
+      '',
+      'Options:',
+      '  --actor ID         a user id (their JWT and personal keys), a key id, system or anonymous',
+      "  --action ACTION    an action (key.personal.created) or a family ('key.*', 'org.member.*')",
+      '  --target ID        what the entry is about: a user, key, org, worker or file id',
+      '  --target-kind KIND user, key, org, worker, file, catalogue or audit',
+      '  --org ORG          one organization',
+      '  --start TIME       from this time on: Unix seconds, or a date (2026-05-01) or date and time',
+      '  --end TIME         before this time',
+      '  --limit N          how many (1–100, default 20)',
+      '  --after ENTRY      the page after this entry (the last one listed)',
+      JSON_NOTE,
+    ].join('\n'),
+    run: { api: audit },
   },
 }
 

@@ -352,8 +352,14 @@ export class Agent {
           log.warn('heartbeat refused: worker not owned by this key; registering again')
           this.state.saveWorkerId('', '')
         } else {
-          // The server does not know us (its database was reset): register again.
-          log.warn('heartbeat: worker unknown to the server; registering again')
+          // The server does not know us (an admin removed this worker, or its database was reset):
+          // register again; the server makes a new worker (docs/api.md §7).
+          log.warn(
+            'heartbeat: worker unknown to the server (removed, or its database reset); registering anew',
+            {
+              worker_id: this.workerId,
+            },
+          )
         }
         if (await this.register()) next = 0
       } else if (failure.do === 'fatal') {

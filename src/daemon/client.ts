@@ -47,6 +47,13 @@ export const isBatchNotInProgress = (e: unknown): e is ApiError =>
 export const isShardDoneElsewhere = (e: unknown): e is ApiError =>
   e instanceof ApiError && e.status === 409 && e.code === 'shard_done_elsewhere'
 
+/**
+ * docs/api.md §7: the server knows no worker by this id (an admin removed it, docs/api.md §3, or the
+ * database was reset); a job it held is moot.
+ */
+export const isWorkerUnknown = (e: unknown): e is ApiError =>
+  e instanceof ApiError && e.status === 404 && e.code === 'worker_not_found'
+
 /** The server could not be reached, or the answer did not arrive in time. */
 export class TransportError extends Error {}
 

@@ -1,4 +1,4 @@
-import { ApiError, isBatchNotInProgress, isShardDoneElsewhere } from './client'
+import { ApiError, isBatchNotInProgress, isShardDoneElsewhere, isWorkerUnknown } from './client'
 
 // What the daemon does when a control-plane call fails (docs/api.md §7, docs/api.md §0 status codes),
 // decided here once for register, heartbeat, poll and a job's own calls. The callers apply the
@@ -6,12 +6,14 @@ import { ApiError, isBatchNotInProgress, isShardDoneElsewhere } from './client'
 //
 // - The network, 429 and 5xx are passing (client.ts ApiError.transient): retry later.
 // - 401: the worker key is refused everywhere; nothing will change it: fatal.
-// - 403 / 404 on heartbeat or poll: the server does not know this worker as ours (its database was
-//   reset, or the id is another org's): register again; after a 403 the stored id is forgotten.
+// - 403 / 404 on heartbeat or poll: the server does not know this worker as ours (an admin removed
+//   it, docs/api.md §3; its database was reset; or the id is another org's): register again — the
+//   server then makes a new worker — and after a 403 the stored id is forgotten.
 // - Registering with a stored id that is refused (403 / 404): forget it and register afresh. Any
 //   other refusal of a registration is fatal: the same body would be refused again.
 // - A poll with wait_seconds refused with 400: an older server; poll plainly from now on.
-// - A job's call answered 403 (not the holder any more), 409 batch_not_in_progress or 409
+// - A job's call answered 403 (not the holder any more), 404 worker_not_found (the worker was
+//   removed: its batches went back to the queue), 409 batch_not_in_progress or 409
 //   shard_done_elsewhere (docs/api.md §16: the batch failed, or another copy of the shard finished
 //   first): the job is moot; stop it without reporting a failure.
 // - Anything else on heartbeat, poll or a job's call: retry later (the next beat, or with backoff).
@@ -22,7 +24,10 @@ export type FailureAction =
   | { do: 'retry' }
   | { do: 'reregister'; forgetWorkerId: boolean }
   | { do: 'poll_plainly' }
-  | { do: 'stop_job'; reason: 'not_holder' | 'batch_not_in_progress' | 'shard_done_elsewhere' }
+  | {
+      do: 'stop_job'
+      reason: 'not_holder' | 'worker_unknown' | 'batch_not_in_progress' | 'shard_done_elsewhere'
+    }
   | { do: 'fatal'; message: string }
 
 export interface CallContext {
@@ -36,6 +41,7 @@ export function classifyFailure(call: ControlPlaneCall, e: unknown, o: CallConte
   if (!(e instanceof ApiError) || e.transient) return { do: 'retry' }
   if (call === 'job') {
     if (e.status === 403) return { do: 'stop_job', reason: 'not_holder' }
+    if (isWorkerUnknown(e)) return { do: 'stop_job', reason: 'worker_unknown' }
     if (isBatchNotInProgress(e)) return { do: 'stop_job', reason: 'batch_not_in_progress' }
     if (isShardDoneElsewhere(e)) return { do: 'stop_job', reason: 'shard_done_elsewhere' }
     return { do: 'retry' }

@@ -277,6 +277,8 @@ export class JobRun {
       if (failure.do === 'stop_job') {
         if (failure.reason === 'not_holder')
           jlog.warn('job dropped: the server says it is not ours any more', { error: (e as Error).message })
+        else if (failure.reason === 'worker_unknown')
+          jlog.warn('job dropped: the server no longer knows this worker (removed, or its database reset)')
         else if (failure.reason === 'shard_done_elsewhere')
           jlog.info('job dropped: another copy of this shard finished first')
         else jlog.warn('job dropped: its batch is no longer in progress (failed elsewhere)')
@@ -375,9 +377,11 @@ export class JobRun {
           this.lose(
             failure.reason === 'not_holder'
               ? 'the server refused our progress (403)'
-              : failure.reason === 'shard_done_elsewhere'
-                ? 'another copy of this shard finished first'
-                : 'the batch is no longer in progress (failed elsewhere)',
+              : failure.reason === 'worker_unknown'
+                ? 'the server no longer knows this worker (removed, or its database reset)'
+                : failure.reason === 'shard_done_elsewhere'
+                  ? 'another copy of this shard finished first'
+                  : 'the batch is no longer in progress (failed elsewhere)',
             failure.reason === 'shard_done_elsewhere',
           )
         else {

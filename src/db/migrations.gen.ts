@@ -18,6 +18,7 @@ import m14 from '../../drizzle/0014_sso.sql' with { type: 'text' }
 import m15 from '../../drizzle/0015_pull_failures.sql' with { type: 'text' }
 import m16 from '../../drizzle/0016_execution_order.sql' with { type: 'text' }
 import m17 from '../../drizzle/0017_join_lease_hosting_seq.sql' with { type: 'text' }
+import m18 from '../../drizzle/0018_audit_events.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -41,5 +42,6 @@ export const embeddedMigrations = {
     '0015_pull_failures': m15,
     '0016_execution_order': m16,
     '0017_join_lease_hosting_seq': m17,
+    '0018_audit_events': m18,
   } as Record<string, string>,
 }

@@ -1,8 +1,9 @@
 import type { OrgRole } from '../db/schema'
-import { badRequest, forbidden, notFound } from '../lib/errors'
+import { badRequest, conflict, forbidden, notFound } from '../lib/errors'
 
 // docs/api.md §3 membership rules, decided once for both engines, inside the transaction that changes
-// the membership: only an owner grants or removes `owner`; an org always keeps an owner.
+// the membership: only an owner grants or removes `owner`; an org always keeps an owner. And when an
+// org may be deleted.
 
 export interface MemberTarget {
   role: OrgRole
@@ -35,4 +36,23 @@ export function checkRemoval(
     throw forbidden('insufficient_role', 'Only an owner may remove an owner')
   if (target.role === 'owner' && otherOwners === 0)
     throw badRequest('last_owner', 'An organization must keep at least one owner')
+}
+
+/**
+ * DELETE /v1/orgs/{org_id}, under the org's lock: a Personal Org is its owner's for as long as the
+ * account lives (409 `personal_org`); an org with workers keeps them until they are removed (409
+ * `org_has_workers`: their batches must go back to the queue first, and a running daemon told).
+ */
+export function checkOrgDeletion(org: { personal: boolean } | undefined, workers: number): void {
+  if (!org) throw notFound('org_not_found', 'No such organization')
+  if (org.personal)
+    throw conflict(
+      'personal_org',
+      'A Personal Org cannot be deleted: it lives as long as its owner’s account',
+    )
+  if (workers > 0)
+    throw conflict(
+      'org_has_workers',
+      `This organization still has ${workers} worker${workers === 1 ? '' : 's'}: remove ${workers === 1 ? 'it' : 'them'} first (DELETE /v1/orgs/{org_id}/workers/{worker_id})`,
+    )
 }

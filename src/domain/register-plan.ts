@@ -1,4 +1,5 @@
 import type { WorkerRow } from '../db/schema'
+import { unauthorized } from '../lib/errors'
 import type { RequeueReason } from './requeue'
 import { registeredState } from './worker-rules'
 
@@ -17,6 +18,12 @@ export interface RegisterAsk<F extends object> {
 }
 
 type Candidate = Pick<WorkerRow, 'id' | 'org_id' | 'machine_id'>
+
+/**
+ * The key's org was deleted between the key's check and the registration (docs/api.md §3: deleting
+ * an org deletes its worker keys): answered as the key's next request would be, an unknown key.
+ */
+export const orgGone = () => unauthorized('invalid_api_key', 'Invalid API key')
 
 /** docs/api.md §7: what a reused worker held is requeued as one failed attempt with this reason. */
 export const REREGISTERED: { reason: RequeueReason; error: string } = {

@@ -1,12 +1,31 @@
 import type { BatchEvent } from './batch-states'
 
 // The one requeue rule (docs/api.md §6, docs/api.md §7): report-failure, the sweeper and re-registration all
-// release a held batch as one failed attempt. The rule is decided here, once; each storage engine
-// (src/store) applies the decision inside its own transaction.
+// release a held batch as one failed attempt; a worker removed by an admin (docs/api.md §3) releases
+// it without counting one. The rule is decided here, once; each storage engine (src/store) applies
+// the decision inside its own transaction.
 
 export const MAX_ERROR_CHARS = 2000
 
-export type RequeueReason = 'reported_failure' | 'worker_silent' | 'worker_reregistered'
+export type RequeueReason = 'reported_failure' | 'worker_silent' | 'worker_reregistered' | 'worker_removed'
+
+/**
+ * Whether a requeue for `reason` counts an attempt of the batch (or shard). A worker an owner or
+ * admin removes (DELETE /v1/orgs/{org_id}/workers/{worker_id}, docs/api.md §3) gives its work back
+ * through no fault of the work: nothing is counted, so no batch fails for an admin's cleanup.
+ */
+export const countsAttempt = (reason: RequeueReason) => reason !== 'worker_removed'
+
+/** docs/api.md §3: how a removed worker's batches and shards are requeued, and the error they store. */
+export function removedRequeue(worker: { id: string; name: string }): {
+  reason: 'worker_removed'
+  error: string
+} {
+  return {
+    reason: 'worker_removed',
+    error: `worker ${worker.name} (${worker.id}) was removed by an organization admin; not counted as an attempt`,
+  }
+}
 
 export interface RequeueOutcome {
   status: 'validated' | 'failed'
@@ -52,18 +71,20 @@ export interface RequeueDecision {
 /**
  * Counts one failed attempt of an in_progress batch: attempts + 1 and the error stored; back to
  * `validated` while attempts stay below MAX_BATCH_ATTEMPTS, else terminal `failed` with
- * completed_at/failed_at stamped and every request counted failed. The engine also deletes the
- * assignment, in the same transaction.
+ * completed_at/failed_at stamped and every request counted failed. Not `counted` (countsAttempt):
+ * back to `validated` with its attempts as they were. The engine also deletes the assignment, in
+ * the same transaction.
  */
 export function requeueDecision(
   batch: { id: string; attempts: number; request_counts_total: number; model: string | null },
   maxAttempts: number,
   errorText: string,
   now: number,
+  counted = true,
 ): RequeueDecision {
-  const attempts = batch.attempts + 1
+  const attempts = batch.attempts + (counted ? 1 : 0)
   const error = truncateError(errorText)
-  const exhausted = attempts >= maxAttempts
+  const exhausted = counted && attempts >= maxAttempts
   const outcome: RequeueOutcome = {
     status: exhausted ? 'failed' : 'validated',
     batch_id: batch.id,

@@ -232,16 +232,20 @@ export type CopyEnd =
    */
   | { kind: 'promote' | 'drop_backup'; attempts: number; error: string }
 
-/** docs/api.md §16: what becomes of a running shard when one of its copies ends without results. */
+/**
+ * docs/api.md §16: what becomes of a running shard when one of its copies ends without results;
+ * not `counted` (src/domain/requeue.ts countsAttempt: a removed worker), its attempts stay.
+ */
 export function copyEnded(
   shard: { attempts: number; backup_assignment_id: string | null },
   copy: ShardCopy,
   errorText: string,
+  counted = true,
 ): CopyEnd {
   if (copy === 'holder' && shard.backup_assignment_id === null) return { kind: 'requeue' }
   return {
     kind: copy === 'holder' ? 'promote' : 'drop_backup',
-    attempts: shard.attempts + 1,
+    attempts: shard.attempts + (counted ? 1 : 0),
     error: truncateError(errorText),
   }
 }

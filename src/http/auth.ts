@@ -22,7 +22,8 @@ import { authenticate } from './credentials'
 //   public      no credential needed; any Authorization header is ignored (signup, login, reset)
 //   session     JWT only, even while must_change_password (me, change-password)
 //   jwt         JWT only (orgs, personal key management)
-//   user        JWT or personal key (files, batches, models, key regenerate)
+//   user        JWT or personal key (files, batches, models, key regenerate, audit events: the
+//               service gives a superadmin all, an org's owners and admins theirs: docs/api.md §17)
 //   self        JWT, or a personal key naming its own id in the path (a key revokes itself)
 //   superadmin  JWT of a superadmin (/v1/admin/**); another user's JWT is a 403
 //   worker      worker key only (/workers/**)

@@ -1,3 +1,4 @@
+import { type AuditContext, actorOf } from '../domain/audit'
 import { ANONYMOUS, type Principal } from '../domain/principal'
 
 // Per-request facts, from the request's arrival (src/http/lifecycle.ts) to its recording, keyed by
@@ -62,4 +63,26 @@ export function pathOf(url: string): string {
   if (start < 0) return '/'
   const query = url.indexOf('?', start)
   return url.slice(start, query < 0 ? undefined : query)
+}
+
+/** What a request's audit context reads of Elysia's server: the peer's address. */
+export interface PeerAddress {
+  requestIP(request: Request): { address: string } | null
+}
+
+const USER_AGENT_CHARS = 512
+
+/**
+ * Who makes a change and from where, for its audit entry (docs/api.md §17): the principal the
+ * route's auth level admitted, the socket's peer address (a reverse proxy's own address when there
+ * is one in front), and the User-Agent, cut to 512 characters. Routes that change something pass it
+ * to their service, as they pass the principal.
+ */
+export function auditContext(request: Request, server: PeerAddress | null): AuditContext {
+  const agent = request.headers.get('user-agent')
+  return {
+    actor: actorOf(facts.get(request)?.principal ?? ANONYMOUS),
+    ip: server?.requestIP(request)?.address ?? null,
+    user_agent: agent === null ? null : agent.slice(0, USER_AGENT_CHARS),
+  }
 }

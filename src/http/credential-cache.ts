@@ -8,8 +8,9 @@ import type { KeyCredential } from '../store/keys'
 // user id → the user row that a JWT or personal key resolves to. Dropped exactly, here and through
 // the signals bridge (src/services/signals.ts) on every other instance, by the writes that can
 // change an answer (credentialsChanged): a key updated, revoked or rotated, a user activated,
-// deactivated or given another platform role, a password changed or reset (token_version). There
-// is no delete of users, orgs or memberships, and memberships are not part of a credential.
+// deactivated or given another platform role, a password changed or reset (token_version), an org
+// deleted (its worker keys, forgotten by the org's id). There is no delete of users, and memberships
+// are not part of a credential.
 // Unknown keys and users are never kept: a key or user created later is found at its first use.
 
 /**

@@ -31,6 +31,7 @@ export type IdPrefix =
   | 'wh_'
   | 'msg_'
   | 'whd_'
+  | 'aud_'
   | 'join_'
 
 export const newId = (prefix: IdPrefix) => prefix + randomBase62(24)

@@ -73,7 +73,7 @@ export function createMetrics() {
       help: 'Batches claimed by workers',
       registers,
     }),
-    /** Requeues (and terminal failures) by reason: reported_failure, worker_silent, worker_reregistered. */
+    /** Requeues (and terminal failures) by reason: reported_failure, worker_silent, worker_reregistered, worker_removed. */
     requeues: new Counter({
       name: 'gridkeep_batch_requeues_total',
       help: 'Batches released from a worker, by reason and outcome (requeued or failed)',

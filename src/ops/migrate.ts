@@ -49,6 +49,7 @@ export const TABLES: { name: string; sqlite: SQLiteTable; pg: PgTable }[] = [
   { name: 'webhooks', sqlite: schema.webhooks, pg: pgSchema.webhooks },
   { name: 'webhook_messages', sqlite: schema.webhookMessages, pg: pgSchema.webhookMessages },
   { name: 'webhook_attempts', sqlite: schema.webhookAttempts, pg: pgSchema.webhookAttempts },
+  { name: 'audit_events', sqlite: schema.auditEvents, pg: pgSchema.auditEvents },
 ]
 
 const CHUNK = 500

@@ -1,4 +1,5 @@
 import type { Deps } from '../deps'
+import { SYSTEM_AUDIT } from '../domain/audit'
 import { type Every, every } from '../lib/clock'
 import { log } from '../lib/logger'
 import { startInterval } from './interval'
@@ -7,6 +8,8 @@ import { startInterval } from './interval'
 // or FILE_RETENTION_DAYS after a batch finished for its output and error files — lose their
 // record, then their bytes. A file that a batch which has not finished reads is left for the first
 // pass after that batch finishes. Batches keep naming the ids of their files, as OpenAI's do.
+// Audit entries older than AUDIT_RETENTION_DAYS go too (docs/api.md §17); each transaction that
+// deletes files or entries writes its own audit entry, with the server as the actor.
 // runOnce() is one pass (tests drive it with a manual clock); start() runs it every
 // SWEEP_INTERVAL_SECONDS, once per interval across the instances sharing a database.
 
@@ -16,13 +19,17 @@ const CHUNK = 2000
 export interface RetentionResult {
   /** The ids of the files deleted by this pass. */
   expired: string[]
+  /** How many audit entries this pass deleted. */
+  auditExpired: number
 }
+
+const DAY = 86_400
 
 export async function runOnce(deps: Deps): Promise<RetentionResult> {
   const now = deps.clock.now()
   const expired: string[] = []
   for (;;) {
-    const rows = await deps.store.files.expire(now, CHUNK)
+    const rows = await deps.store.files.expire(now, CHUNK, SYSTEM_AUDIT)
     for (const row of rows) {
       // The record is gone first: a crash here leaves bytes nobody can name, never a file whose
       // bytes are missing.
@@ -37,8 +44,22 @@ export async function runOnce(deps: Deps): Promise<RetentionResult> {
     }
     if (rows.length < CHUNK) break
   }
-  if (expired.length) log.info('retention pass', { files_expired: expired.length })
-  return { expired }
+  const auditExpired = await expireAudit(deps, now)
+  if (expired.length || auditExpired)
+    log.info('retention pass', { files_expired: expired.length, audit_expired: auditExpired })
+  return { expired, auditExpired }
+}
+
+/** docs/api.md §17: entries older than AUDIT_RETENTION_DAYS (0: none ever expire). */
+async function expireAudit(deps: Deps, now: number): Promise<number> {
+  const days = deps.config.AUDIT_RETENTION_DAYS
+  if (days === 0) return 0
+  let total = 0
+  for (;;) {
+    const n = await deps.store.audit.expire(now - days * DAY, CHUNK, now, SYSTEM_AUDIT)
+    total += n
+    if (n < CHUNK) return total
+  }
 }
 
 /** Runs runOnce every SWEEP_INTERVAL_SECONDS until stopped (or the server shuts down). */

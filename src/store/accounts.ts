@@ -1,11 +1,13 @@
 import type { UserRow } from '../db/schema'
 import type { UserChanges } from '../domain/admin-rules'
+import type { AuditContext } from '../domain/audit'
 import type { PageParams, RowsPage } from '../lib/pagination'
 import type { Identity } from './sso'
 
 // Users and password reset tokens (docs/api.md §2, docs/api.md §2 and §9). The rules — email and password
 // checks, the Personal Org's name, the last-superadmin rule (src/domain/admin-rules.ts) — live above
-// the seam; each engine carries a decision out atomically.
+// the seam; each engine carries a decision out atomically. Every change writes its audit entries
+// (docs/api.md §17) in its own transaction, with the `audit` context the service passes.
 
 export interface NewUser {
   email: string
@@ -27,11 +29,16 @@ export interface NewResetToken {
 export interface AccountsStore {
   /**
    * docs/api.md §3: the user, their Personal Org named `personalOrgName` and its owner membership, in one
-   * transaction, and with `identity` its link to a provider (docs/api.md §2 "Single sign-on"). 409
-   * `email_taken` when the email is registered (docs/api.md §2), `identity_conflict` when the
-   * identity is linked already.
+   * transaction, and with `identity` its link to a provider (docs/api.md §2 "Single sign-on"), with
+   * its `user.created` entry. 409 `email_taken` when the email is registered (docs/api.md §2),
+   * `identity_conflict` when the identity is linked already.
    */
-  createUser(user: NewUser, personalOrgName: string, identity?: Identity): Promise<UserRow>
+  createUser(
+    user: NewUser,
+    personalOrgName: string,
+    audit: AuditContext,
+    identity?: Identity,
+  ): Promise<UserRow>
   /** The credential lookup of a JWT or personal key (docs/api.md §1): runs on every user request. */
   findUserById(id: string): Promise<UserRow | undefined>
   /** Login, forgot-password and add-member look users up by their normalized email. */
@@ -42,20 +49,31 @@ export interface AccountsStore {
   listUsers(page: PageParams): Promise<RowsPage<UserRow>>
   /**
    * PATCH /v1/admin/users/{id}: undefined for an unknown user; 400 `last_superadmin` when the
-   * change would leave no active superadmin (checked race-free against concurrent changes).
+   * change would leave no active superadmin (checked race-free against concurrent changes). Writes
+   * an entry per change of role or activation.
    */
-  updateUser(id: string, changes: UserChanges, now: number): Promise<UserRow | undefined>
+  updateUser(id: string, changes: UserChanges, now: number, audit: AuditContext): Promise<UserRow | undefined>
   /**
    * change-password: the new hash, `must_change_password` cleared, `token_version` bumped so that
-   * older JWTs stop working. Returns the updated user.
+   * older JWTs stop working, and a `user.password_changed` entry. Returns the updated user.
    */
-  setPassword(userId: string, passwordHash: string, now: number): Promise<UserRow | undefined>
+  setPassword(
+    userId: string,
+    passwordHash: string,
+    now: number,
+    audit: AuditContext,
+  ): Promise<UserRow | undefined>
   /** forgot-password: stores a reset token's hash (docs/api.md §2). */
   addResetToken(token: NewResetToken): Promise<void>
   /**
    * reset-password: claims the token (single use, unexpired, its user active) and sets the password
-   * as setPassword does, in one transaction. Returns the user's id; undefined when the token is
-   * unknown, used or expired.
+   * as setPassword does, with a `user.password_reset` entry, in one transaction. Returns the user's
+   * id; undefined when the token is unknown, used or expired.
    */
-  redeemResetToken(tokenHash: string, passwordHash: string, now: number): Promise<string | undefined>
+  redeemResetToken(
+    tokenHash: string,
+    passwordHash: string,
+    now: number,
+    audit: AuditContext,
+  ): Promise<string | undefined>
 }

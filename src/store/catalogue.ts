@@ -1,4 +1,5 @@
 import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../db/schema'
+import type { AuditContext } from '../domain/audit'
 import type { CatalogueEntry as ManifestEntry } from '../domain/catalogue'
 
 // The model catalogue's verbs (docs/api.md §12): the seed upsert at start (docs/api.md §4 catalogue rules 5 and 7), what
@@ -43,8 +44,9 @@ export interface CatalogueStore {
   /**
    * docs/api.md §4 catalogue rule 7: upserts valid manifest entries with their serving profiles and artifact files,
    * all in one transaction; a one-shot rename (rule 5) moves the row and its child rows in place.
+   * A `catalogue.seeded` entry names what changed (none when nothing did).
    */
-  upsertEntries(entries: ManifestEntry[], now: number): Promise<UpsertOutcome[]>
+  upsertEntries(entries: ManifestEntry[], now: number, audit: AuditContext): Promise<UpsertOutcome[]>
   /** The stored entry `id`, whatever its visibility. */
   entry(id: string): Promise<CatalogEntryRow | undefined>
   /**

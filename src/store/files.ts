@@ -1,4 +1,5 @@
 import type { FileRow } from '../db/schema'
+import type { AuditContext } from '../domain/audit'
 import type { PageParams } from '../lib/pagination'
 
 // File records (docs/api.md §5): the bytes live in the blob store (src/lib/blobs); these are the rows.
@@ -40,11 +41,13 @@ export interface FilesStore {
   ): Promise<{ rows: FileRow[]; has_more: boolean }>
   /**
    * DELETE /v1/files/{id}: removes the owner's file record unless a batch that has not finished
-   * reads it, atomically (a POST /v1/batches cannot slip in between).
+   * reads it, atomically (a POST /v1/batches cannot slip in between), with its `file.deleted` entry.
    */
   remove(
     fileId: string,
     ownerId: string,
+    now: number,
+    audit: AuditContext,
   ): Promise<
     | { removed: true }
     | { removed: false; reason: 'not_found' }
@@ -53,8 +56,9 @@ export interface FilesStore {
   /**
    * The retention pass (docs/api.md §15): deletes up to `limit` file records whose expires_at is at or
    * before `now`, except a file that a batch which has not finished reads (its expiry waits for
-   * that batch), atomically against a POST /v1/batches naming it. Returns the deleted records;
-   * their bytes are the caller's to remove.
+   * that batch), atomically against a POST /v1/batches naming it, with one
+   * `retention.files_expired` entry naming them. Returns the deleted records; their bytes are the
+   * caller's to remove.
    */
-  expire(now: number, limit: number): Promise<FileRow[]>
+  expire(now: number, limit: number, audit: AuditContext): Promise<FileRow[]>
 }

@@ -7,6 +7,7 @@ import type {
   WorkerRow,
   WorkerRuntimeRow,
 } from '../db/schema'
+import type { AuditContext } from '../domain/audit'
 import type { CapabilityReport } from '../domain/capabilities'
 import type { HostedModel } from '../domain/inventory'
 import type { RequeueOutcome } from '../domain/requeue'
@@ -234,6 +235,19 @@ export interface FleetStore {
    * requeue rule), its row reset and child rows and pull asks replaced; else a new worker.
    */
   register(r: Registration): Promise<Registered>
+  /**
+   * DELETE /v1/orgs/{org_id}/workers/{worker_id} (docs/api.md §3), in one transaction: what the
+   * worker holds is requeued without counting an attempt (src/domain/requeue.ts removedRequeue),
+   * the row and its runtimes, GPUs, models, pull asks and back-offs deleted (its finished
+   * assignments stay, as history), and its `worker.removed` entry written. Undefined when `orgId`
+   * has no such worker.
+   */
+  removeWorker(
+    orgId: string,
+    workerId: string,
+    now: number,
+    audit: AuditContext,
+  ): Promise<{ worker: WorkerRow; requeued: RequeueOutcome[] } | undefined>
   /**
    * POST /workers/{id}/heartbeat, one statement: liveness and reported fields, returning the
    * inventory signature and the held batches. Null when the worker is unknown or another org's.

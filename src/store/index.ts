@@ -1,4 +1,5 @@
 import type { AccountsStore } from './accounts'
+import type { AuditStore } from './audit'
 import type { BatchesStore } from './batches'
 import type { CatalogueStore } from './catalogue'
 import type { FilesStore } from './files'
@@ -53,5 +54,7 @@ export interface Store {
   readonly usage: UsageStore
   /** Webhooks, their outbox and delivery attempts (webhooks.ts, docs/api.md §13). */
   readonly webhooks: WebhooksStore
+  /** The audit log's reading, expiry and the entries of no change (audit.ts, docs/api.md §17). */
+  readonly audit: AuditStore
   close(): Promise<void>
 }

@@ -1,8 +1,10 @@
 import type { ApiKeyRow } from '../db/schema'
+import type { AuditContext } from '../domain/audit'
 import type { PageParams, RowsPage } from '../lib/pagination'
 
 // API keys (docs/api.md §1–3): personal keys owned by a user, worker keys owned by an org. Raw keys
 // never reach the store: the service generates them and hands over the hash and display prefix.
+// Every change writes its audit entries (docs/api.md §17) in its own transaction.
 
 export type KeyOwner = { type: 'personal'; userId: string } | { type: 'worker'; orgId: string }
 
@@ -37,18 +39,38 @@ export interface KeysStore {
   /** Records a key's use (the caller keeps this to minute resolution). */
   recordKeyUse(keyId: string, now: number): Promise<void>
   /** POST …/api-keys: a new key of `owner`. */
-  createKey(owner: KeyOwner, key: NewKey): Promise<ApiKeyRow>
+  createKey(owner: KeyOwner, key: NewKey, audit: AuditContext): Promise<ApiKeyRow>
   /** GET …/api-keys: the owner's keys, newest first (docs/api.md §0 paging). */
   listKeys(owner: KeyOwner, page: PageParams): Promise<RowsPage<ApiKeyRow>>
   /** One key of `owner`; undefined for another owner's key or an unknown id. */
   findKey(owner: KeyOwner, keyId: string): Promise<ApiKeyRow | undefined>
-  /** PUT/DELETE …/api-keys/{id}: rename, set expiry, revoke; undefined when not the owner's. */
-  updateKey(owner: KeyOwner, keyId: string, changes: KeyChanges): Promise<ApiKeyRow | undefined>
+  /**
+   * PUT/DELETE …/api-keys/{id}: rename, set expiry, revoke; undefined when not the owner's. An
+   * entry per thing that changed (`now`: their time).
+   */
+  updateKey(
+    owner: KeyOwner,
+    keyId: string,
+    changes: KeyChanges,
+    now: number,
+    audit: AuditContext,
+  ): Promise<ApiKeyRow | undefined>
   /**
    * docs/api.md §2/§3 rotation with key_id: revokes that key and issues its replacement with the same
    * name and expiry, once even when two rotations race (404, or the rotation rule's 400s).
    */
-  rotateKey(owner: KeyOwner, keyId: string, replacement: Replacement, now: number): Promise<ApiKeyRow>
+  rotateKey(
+    owner: KeyOwner,
+    keyId: string,
+    replacement: Replacement,
+    now: number,
+    audit: AuditContext,
+  ): Promise<ApiKeyRow>
   /** Rotation without key_id: revokes every active key of the owner and issues one named `default`. */
-  rotateAllKeys(owner: KeyOwner, replacement: Replacement, now: number): Promise<ApiKeyRow>
+  rotateAllKeys(
+    owner: KeyOwner,
+    replacement: Replacement,
+    now: number,
+    audit: AuditContext,
+  ): Promise<ApiKeyRow>
 }

@@ -1,4 +1,5 @@
 import type { SsoLoginRow, UserRow } from '../db/schema'
+import type { AuditContext } from '../domain/audit'
 
 // Single sign-on (docs/api.md §2 "Single sign-on"): sign-ins under way, claimed once by their state
 // and once by their one-time code, and the provider identities linked to accounts. Which account a
@@ -40,20 +41,29 @@ export interface SsoStore {
   findLinkedUser(issuer: string, subject: string): Promise<UserRow | undefined>
   /**
    * A sign-in of a linked identity: its time recorded and, when given, the account's role set
-   * (docs/api.md §2 OIDC_ADMIN_GROUPS). Returns the account.
+   * (docs/api.md §2 OIDC_ADMIN_GROUPS) with its `user.role_changed` entry when the role changes
+   * (docs/api.md §17; the actors of src/domain/audit.ts ssoActors), in one transaction. Returns the
+   * account.
    */
   recordSignIn(
     issuer: string,
     subject: string,
     now: number,
-    role?: UserRow['platform_role'],
+    role: UserRow['platform_role'] | undefined,
+    audit: AuditContext,
   ): Promise<UserRow | undefined>
   /**
-   * Links an identity to an existing account, recording the sign-in as recordSignIn does. 409
-   * `identity_conflict` when the identity is linked already or the account has another identity
-   * at this issuer.
+   * Links an identity to an existing account, with its `user.identity_linked` entry, recording the
+   * sign-in as recordSignIn does, in one transaction. 409 `identity_conflict` when the identity is
+   * linked already or the account has another identity at this issuer.
    */
-  link(userId: string, identity: Identity, now: number, role?: UserRow['platform_role']): Promise<UserRow>
+  link(
+    userId: string,
+    identity: Identity,
+    now: number,
+    role: UserRow['platform_role'] | undefined,
+    audit: AuditContext,
+  ): Promise<UserRow>
   /** docs/api.md §2 PASSWORD_LOGIN=false: is there an active superadmin linked at this issuer? */
   hasLinkedSuperadmin(issuer: string): Promise<boolean>
 }

@@ -1,4 +1,5 @@
 import { afterAll, describe, expect, spyOn, test } from 'bun:test'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import {
   CREDENTIAL_MAX_AGE_SECONDS,
   CREDENTIALS_KEPT,
@@ -206,7 +207,7 @@ describe('every write that changes a credential holds from the very next request
     const u = await makeUser(t)
     expect((await me(u.token)).status).toBe(200)
     // The store written directly, as the CLI would: no invalidation reaches this server.
-    await t.deps.store.accounts.updateUser(u.id, { is_active: false }, t.clock.now())
+    await t.deps.store.accounts.updateUser(u.id, { is_active: false }, t.clock.now(), SYSTEM_AUDIT)
     t.clock.advance(CREDENTIAL_MAX_AGE_SECONDS)
     expect((await me(u.token)).status).toBe(401)
   })

@@ -1,5 +1,6 @@
 import { afterEach, expect, test } from 'bun:test'
 import type { Server } from '../../src/compose'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { ensureSuperadmin } from '../../src/modules/auth/service'
 import { makeTestApp } from '../helpers/app'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
@@ -46,6 +47,7 @@ for (const [kind, open] of storeEngines) {
           now: 1,
         },
         'x',
+        SYSTEM_AUDIT,
       )
       await expect(ensureSuperadmin(deps, () => {})).rejects.toMatchObject({ errorCode: 'email_taken' })
     })

@@ -1,5 +1,6 @@
 import { expect, test } from 'bun:test'
 import { ConfigError } from '../../src/config'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { checkSuperadminCanSignIn } from '../../src/modules/auth/sso'
 import { makeTestApp, startTestServer } from '../helpers/app'
 
@@ -49,15 +50,24 @@ test('PASSWORD_LOGIN=false is fine once an active superadmin is linked at OIDC_I
         now: t.clock.now(),
       },
       "Root's Personal Org",
+      SYSTEM_AUDIT,
     )
     // Linked at another issuer: still nobody.
     await t.deps.store.sso.link(
       admin.id,
       { issuer: 'https://other.example', subject: 'root', email: null },
       1,
+      undefined,
+      SYSTEM_AUDIT,
     )
     await expect(checkSuperadminCanSignIn(t.deps)).rejects.toBeInstanceOf(ConfigError)
-    await t.deps.store.sso.link(admin.id, { issuer: ISSUER, subject: 'root', email: null }, 1)
+    await t.deps.store.sso.link(
+      admin.id,
+      { issuer: ISSUER, subject: 'root', email: null },
+      1,
+      undefined,
+      SYSTEM_AUDIT,
+    )
     await checkSuperadminCanSignIn(t.deps)
     // Deactivated, it cannot sign in any more.
     const other = await t.deps.store.accounts.createUser(
@@ -70,8 +80,9 @@ test('PASSWORD_LOGIN=false is fine once an active superadmin is linked at OIDC_I
         now: 1,
       },
       'x',
+      SYSTEM_AUDIT,
     )
-    await t.deps.store.accounts.updateUser(admin.id, { is_active: false }, 2)
+    await t.deps.store.accounts.updateUser(admin.id, { is_active: false }, 2, SYSTEM_AUDIT)
     expect(other.platform_role).toBe('superadmin')
     await expect(checkSuperadminCanSignIn(t.deps)).rejects.toBeInstanceOf(ConfigError)
   } finally {

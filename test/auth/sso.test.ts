@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, setSystemTime, test } from 'bun:test'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { makeTestApp, type TestApp } from '../helpers/app'
 import { makeUser } from '../helpers/builders'
 import { type FakeOidc, startFakeOidc, type TokenFault } from '../helpers/fake-oidc'
@@ -194,7 +195,7 @@ describe('sign-in with OpenID Connect', () => {
     const existing = await makeUser(t, { email })
     const login = await person({ email })
     expect((await signIn(login)).user.id).toBe(existing.id)
-    await t.deps.store.accounts.updateUser(existing.id, { is_active: false }, t.clock.now())
+    await t.deps.store.accounts.updateUser(existing.id, { is_active: false }, t.clock.now(), SYSTEM_AUDIT)
     const d = await dance(send, APP_PUBLIC_URL, login)
     await refused(d.back, 403, 'account_disabled')
     const password = await t.req('POST', '/v1/auth/login', { body: { email, password: existing.password } })
@@ -208,7 +209,7 @@ describe('sign-in with OpenID Connect', () => {
     const d = await dance(send, APP_PUBLIC_URL, login)
     expect(d.back.status).toBe(302)
     const user = (await t.deps.store.accounts.findUserByEmail(email))!
-    await t.deps.store.accounts.updateUser(user.id, { is_active: false }, t.clock.now())
+    await t.deps.store.accounts.updateUser(user.id, { is_active: false }, t.clock.now(), SYSTEM_AUDIT)
     const res = await json(await exchange(send, APP_PUBLIC_URL, d))
     expect(res.status).toBe(403)
     expect(res.body.error.code).toBe('account_disabled')

@@ -573,6 +573,42 @@ describe('lists, status and results', () => {
   })
 })
 
+describe('gridkeep audit', () => {
+  test("the entries of the orgs the key's user owns, filtered; the next page keeps the filters; bad filters", async () => {
+    const env = keyed()
+    const second = await makeWorkerKey(server, user, user.personalOrgId)
+    const lines = await runGridkeep(['audit', '--action', 'key.worker.*'], { env })
+    expect(lines.code).toBe(0)
+    expect(lines.lines.map((e) => [e.action, e.org_id])).toContainEqual([
+      'key.worker.created',
+      user.personalOrgId,
+    ])
+    expect(lines.lines[0]).toMatchObject({
+      object: 'audit_event',
+      action: 'key.worker.created',
+      target: { kind: 'key', id: second.id },
+      actor: { kind: 'user', id: user.id },
+    })
+    expect(lines.lines.every((e) => e.action.startsWith('key.worker.'))).toBe(true)
+    const byTarget = await runGridkeep(['audit', '--target', second.id, '--start', '2000-01-01'], { env })
+    expect(byTarget.lines.map((e) => e.target.id)).toEqual([second.id])
+
+    const table = await runOnTerminal(['audit', '--action', 'key.worker.*', '--limit', '1'], { env })
+    expect(table.code).toBe(0)
+    expect(table.screen).toMatch(/TIME\s+ACTION\s+ACTOR\s+TARGET\s+ORG\s+FROM/)
+    expect(table.screen).toMatch(new RegExp(`key\\.worker\\.created\\s+${user.id}\\s+${second.id}`))
+    const more = /more: gridkeep audit --action 'key\.worker\.\*' --after (aud_\w+)/.exec(table.screen)
+    expect(more?.[1]).toBe(lines.lines[0].id)
+
+    const badTime = await runGridkeep(['audit', '--start', 'yesterday'], { env })
+    expect(badTime.code).toBe(2)
+    expect(badTime.stderr).toContain('--start')
+    const badAction = await runGridkeep(['audit', '--action', 'nope'], { env })
+    expect(badAction.code).toBe(3)
+    expect(badAction.lines.at(-1)).toMatchObject({ event: 'error', status: 400, code: 'invalid_value' })
+  })
+})
+
 describe('gridkeep results --input-order (docs/api.md §6 "Output order")', () => {
   test('the files come in execution order; --input-order writes them in the input’s', async () => {
     const worker = daemon()

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { CREDENTIAL_MAX_AGE_SECONDS } from '../../src/http/credential-cache'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { makePersonalKey, makeSuperadmin, makeUser, makeWorkerKey, newPassword } from '../helpers/builders'
@@ -125,7 +126,7 @@ describeWith(postgres, 'two instances share credentials', () => {
     const u = await makeUser(a)
     expect((await me(b, u.token)).status).toBe(200)
     // Written straight to the database: no signal is sent, as when a NOTIFY is lost.
-    await a.deps.store.accounts.updateUser(u.id, { is_active: false }, a.clock.now())
+    await a.deps.store.accounts.updateUser(u.id, { is_active: false }, a.clock.now(), SYSTEM_AUDIT)
     b.clock.advance(CREDENTIAL_MAX_AGE_SECONDS)
     expect((await me(b, u.token)).status).toBe(401)
   })

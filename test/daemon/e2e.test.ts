@@ -301,6 +301,46 @@ describe('daemon against the real control plane', () => {
     }
   })
 
+  test('the worker removed by an admin mid-job (docs/api.md §3): the batch goes back uncounted, the daemon drops its job, registers anew and finishes it', async () => {
+    const rt = runtime({ latencyMs: 10 })
+    const batchId = await submit(chatLines(300, SLUG))
+    const daemon = runAgent(daemonOptions(server.url, key, rt.url, { concurrency: 2 }), fastDeps())
+    try {
+      await until(
+        'the daemon at work',
+        async () => (await getBatch(batchId)).status === 'in_progress' && rt.requests > 20,
+      )
+      const removedId = daemon.agent.id!
+      const removed = await server.req('DELETE', `/v1/orgs/${user.personalOrgId}/workers/${removedId}`, {
+        token: user.token,
+      })
+      expect(removed.status).toBe(200)
+      expect(removed.body.requeued).toEqual([batchId])
+      // Its next call about the job is a 404 worker_not_found: the job is dropped, not reported.
+      await until('the job dropped', async () =>
+        daemon.events.find((e) => e.type === 'job_ended' && e.outcome === 'dropped'),
+      )
+      const anew = await until('registered anew', async () => {
+        const id = daemon.agent.id
+        return id && id !== removedId ? id : null
+      })
+      const done = await until('completion by the new registration', statusIs(batchId, 'completed'))
+      expect(done.attempts).toBe(0)
+      await expectEveryIdOnce(done, 300)
+      const listed = await server.req('GET', `/v1/orgs/${user.personalOrgId}/workers?limit=100`, {
+        token: user.token,
+      })
+      const ids = listed.body.data.map((w: { id: string }) => w.id)
+      expect(ids).toContain(anew)
+      expect(ids).not.toContain(removedId)
+      expect(daemon.events.some((e) => e.type === 'job_ended' && e.outcome === 'failed')).toBe(false)
+    } finally {
+      daemon.agent.shutdown(true)
+      await daemon.done
+      await rt.stop()
+    }
+  })
+
   test('SIGTERM past the grace period: the daemon reports its job, exits 0, and the batch is requeued', async () => {
     const rt = runtime({ latencyMs: 20 })
     const batchId = await submit(chatLines(200, SLUG))

@@ -58,6 +58,12 @@ describe('classifyFailure', () => {
       do: 'stop_job',
       reason: 'shard_done_elsewhere',
     })
+    // docs/api.md §3: the worker was removed (its batches went back to the queue).
+    expect(classifyFailure('job', api(404, 'worker_not_found'))).toEqual({
+      do: 'stop_job',
+      reason: 'worker_unknown',
+    })
+    expect(classifyFailure('job', api(404, 'file_not_found'))).toEqual(retry)
     expect(classifyFailure('job', api(409, 'other'))).toEqual(retry)
     expect(classifyFailure('job', api(401))).toEqual(retry)
   })

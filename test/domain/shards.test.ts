@@ -102,6 +102,18 @@ describe('copyEnded', () => {
       error: 'x'.repeat(2000),
     })
   })
+
+  test('not counted (a removed worker, src/domain/requeue.ts countsAttempt): the attempts stay', () => {
+    expect(copyEnded({ attempts: 1, backup_assignment_id: 'asg_b' }, 'holder', 'gone', false)).toEqual({
+      kind: 'promote',
+      attempts: 1,
+      error: 'gone',
+    })
+    expect(copyEnded({ attempts: 2, backup_assignment_id: 'asg_b' }, 'backup', 'gone', false)).toMatchObject({
+      kind: 'drop_backup',
+      attempts: 2,
+    })
+  })
 })
 
 describe('checkShardHolder with two copies', () => {

@@ -1,5 +1,6 @@
 import { expect } from 'bun:test'
 import type { UserChanges } from '../../src/domain/admin-rules'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { randomBase62 } from '../../src/lib/ids'
 import { createUser } from '../../src/modules/users/service'
 import type { TestApp, TestServer } from './app'
@@ -50,7 +51,11 @@ export async function makeSuperadmin(t: Target): Promise<MadeUser> {
   const email = uniqueEmail('admin')
   const password = newPassword()
   rememberSecret(password)
-  await createUser(t.deps, { email, password, full_name: 'Super Admin', platform_role: 'superadmin' })
+  await createUser(
+    t.deps,
+    { email, password, full_name: 'Super Admin', platform_role: 'superadmin' },
+    SYSTEM_AUDIT,
+  )
   return loginAs(t, email, password)
 }
 
@@ -74,5 +79,5 @@ export async function makeWorkerKey(t: Target, user: { token: string }, orgId: s
 }
 
 export async function setUserFlags(t: Target, userId: string, flags: UserChanges) {
-  await t.deps.store.accounts.updateUser(userId, flags, t.deps.clock.now())
+  await t.deps.store.accounts.updateUser(userId, flags, t.deps.clock.now(), SYSTEM_AUDIT)
 }

@@ -1,4 +1,5 @@
 import { expect } from 'bun:test'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import type { TestApp } from './app'
 import { jsonl, line, makeBatch, validateAll } from './batches'
 import { makePersonalKey, makeUser } from './builders'
@@ -59,6 +60,8 @@ export async function populate(t: TestApp) {
     other.id,
     { issuer: 'https://idp.example.test/realms/lab', subject: 'other-subject', email: other.email },
     t.clock.now(),
+    undefined,
+    SYSTEM_AUDIT,
   )
   await t.deps.store.sso.startLogin({
     state_hash: 'a'.repeat(64),

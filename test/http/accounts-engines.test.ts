@@ -2,6 +2,7 @@ import { afterEach, expect, test } from 'bun:test'
 import { rmSync } from 'node:fs'
 import { createApp } from '../../src/app'
 import { createServer, type Server } from '../../src/compose'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { manualClock } from '../../src/lib/clock'
 import { createUser } from '../../src/modules/users/service'
 import {
@@ -169,7 +170,11 @@ for (const [kind, open] of storeEngines) {
       const password = newPassword()
       rememberSecret(password)
       const adminEmail = uniqueEmail('admin')
-      await createUser(deps, { email: adminEmail, password, full_name: 'Root', platform_role: 'superadmin' })
+      await createUser(
+        deps,
+        { email: adminEmail, password, full_name: 'Root', platform_role: 'superadmin' },
+        SYSTEM_AUDIT,
+      )
       const admin = (await req('POST', '/v1/auth/login', { body: { email: adminEmail, password } })).body
       const token = admin.access_token
       expect((await req('GET', '/v1/admin/users', { token })).body.data).toHaveLength(3)

@@ -55,6 +55,8 @@ async function answers(t: TestApp, tokens: string[]) {
     await get('/v1/usage?group_by=model', token)
     const batches = await get('/v1/batches?limit=100', token)
     for (const b of batches.data) await get(`/v1/batches/${b.id}`, token)
+    // docs/api.md §17: the audit log of the orgs the caller owns or administers.
+    await get('/v1/audit-events?limit=100', token)
     const hooks = await get('/v1/webhooks', token)
     for (const h of hooks.data) await get(`/v1/webhooks/${h.id}/deliveries`, token)
     const files = await get('/v1/files?limit=100', token)
@@ -76,6 +78,10 @@ testWith(
     const tokens = [made.fleet.user.token, made.other.token]
     const before = await answers(source, tokens)
     expect(Object.keys(before).filter((k) => k.includes(' content ')).length).toBe(6)
+    const ownersAudit = before[`${made.fleet.user.token.slice(-6)} /v1/audit-events?limit=100`] as {
+      body: { data: unknown[] }
+    }
+    expect(ownersAudit.body.data.length).toBeGreaterThan(0)
     await source.deps.store.close()
 
     const to = await freshPostgresUrl()

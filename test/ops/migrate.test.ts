@@ -56,6 +56,8 @@ describeWith(postgres, 'migrateRows', () => {
       // The webhook, and its outbox: its owner's batch was validated, then completed.
       expect(rows.webhooks).toBe(1)
       expect(rows.webhook_messages).toBe(2)
+      // docs/api.md §17: the audit log travels too (signups, sign-ins, keys, the org, the catalogue).
+      expect(rows.audit_events).toBeGreaterThan(0)
       // docs/api.md §2 "Single sign-on": the linked identity travels, so it still signs in.
       expect(rows.user_identities).toBe(1)
       expect(rows.sso_logins).toBe(1)
@@ -76,6 +78,7 @@ describeWith(postgres, 'migrateRows', () => {
           (SELECT array_agg(DISTINCT jsonb_typeof(capabilities)) FROM catalog_entries) AS capabilities,
           (SELECT array_agg(DISTINCT jsonb_typeof(params)) FROM serving_profiles) AS params,
           (SELECT array_agg(DISTINCT jsonb_typeof(loaded_models)) FROM workers) AS loaded_models,
+          (SELECT array_agg(DISTINCT jsonb_typeof(details)) FROM audit_events) AS details,
           (SELECT metadata ->> 'project' FROM batches WHERE metadata IS NOT NULL LIMIT 1) AS project,
           (SELECT sum((usage ->> 'cached_tokens')::int)::int FROM batches) AS batch_cached,
           (SELECT sum((usage ->> 'cached_tokens')::int)::int FROM batch_shards) AS shard_cached`
@@ -85,6 +88,7 @@ describeWith(postgres, 'migrateRows', () => {
           capabilities: ['object'],
           params: ['object'],
           loaded_models: ['array'],
+          details: ['object'],
           project: 'migrate',
           // docs/api.md §14 cached prompt tokens: the completed batch's two answered lines, and the
           // done shard's 125 (3 each, test/helpers/installation.ts).

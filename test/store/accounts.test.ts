@@ -1,4 +1,5 @@
 import { afterEach, expect, test } from 'bun:test'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import type { Store } from '../../src/store'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
@@ -17,6 +18,7 @@ const newUser = (store: Store, over: { email?: string; superadmin?: boolean; now
       now: over.now ?? 10,
     },
     "Ada's Personal Org",
+    SYSTEM_AUDIT,
   )
 
 const settled = async <T>(ps: Promise<T>[]) => {
@@ -112,19 +114,33 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       const admin = await newUser(h.store, { superadmin: true })
       const u = await newUser(h.store)
-      expect(await h.store.accounts.updateUser('user_nope', { is_active: false }, 50)).toBeUndefined()
       expect(
-        await h.store.accounts.updateUser(u.id, { is_active: false, must_change_password: true }, 50),
+        await h.store.accounts.updateUser('user_nope', { is_active: false }, 50, SYSTEM_AUDIT),
+      ).toBeUndefined()
+      expect(
+        await h.store.accounts.updateUser(
+          u.id,
+          { is_active: false, must_change_password: true },
+          50,
+          SYSTEM_AUDIT,
+        ),
       ).toMatchObject({ id: u.id, is_active: false, must_change_password: true, updated_at: 50 })
       for (const changes of [{ platform_role: 'user' as const }, { is_active: false }]) {
-        await expect(h.store.accounts.updateUser(admin.id, changes, 60)).rejects.toMatchObject({
+        await expect(h.store.accounts.updateUser(admin.id, changes, 60, SYSTEM_AUDIT)).rejects.toMatchObject({
           status: 400,
           errorCode: 'last_superadmin',
         })
       }
       // Promoting another lets the first step down.
-      await h.store.accounts.updateUser(u.id, { platform_role: 'superadmin', is_active: true }, 70)
-      expect(await h.store.accounts.updateUser(admin.id, { platform_role: 'user' }, 80)).toMatchObject({
+      await h.store.accounts.updateUser(
+        u.id,
+        { platform_role: 'superadmin', is_active: true },
+        70,
+        SYSTEM_AUDIT,
+      )
+      expect(
+        await h.store.accounts.updateUser(admin.id, { platform_role: 'user' }, 80, SYSTEM_AUDIT),
+      ).toMatchObject({
         platform_role: 'user',
       })
     })
@@ -136,8 +152,8 @@ for (const [kind, open] of storeEngines) {
         const a = await newUser(h.store, { superadmin: true })
         const b = await newUser(h.store, { superadmin: true })
         const { ok, errors } = await settled([
-          h.store.accounts.updateUser(a.id, { platform_role: 'user' }, 90),
-          h.store.accounts.updateUser(b.id, { is_active: false }, 90),
+          h.store.accounts.updateUser(a.id, { platform_role: 'user' }, 90, SYSTEM_AUDIT),
+          h.store.accounts.updateUser(b.id, { is_active: false }, 90, SYSTEM_AUDIT),
         ])
         expect(ok.length).toBe(1)
         expect(errors.map((e) => e.errorCode)).toEqual(['last_superadmin'])
@@ -151,15 +167,15 @@ for (const [kind, open] of storeEngines) {
     test('setPassword: new hash, gate cleared, token version bumped', async () => {
       h = await open()
       const u = await newUser(h.store)
-      await h.store.accounts.updateUser(u.id, { must_change_password: true }, 20)
-      const after = await h.store.accounts.setPassword(u.id, 'hash-1', 30)
+      await h.store.accounts.updateUser(u.id, { must_change_password: true }, 20, SYSTEM_AUDIT)
+      const after = await h.store.accounts.setPassword(u.id, 'hash-1', 30, SYSTEM_AUDIT)
       expect(after).toMatchObject({
         password_hash: 'hash-1',
         must_change_password: false,
         token_version: 1,
         updated_at: 30,
       })
-      expect((await h.store.accounts.setPassword(u.id, 'hash-2', 31))?.token_version).toBe(2)
+      expect((await h.store.accounts.setPassword(u.id, 'hash-2', 31, SYSTEM_AUDIT))?.token_version).toBe(2)
     })
 
     test('reset tokens: single use, unexpired, for an active user; the password set with the claim', async () => {
@@ -169,22 +185,29 @@ for (const [kind, open] of storeEngines) {
         h.store.accounts.addResetToken({ user_id: u.id, token_hash: hash, created_at: 10, expires_at })
       await token('t-good')
       await token('t-old', 100)
-      expect(await h.store.accounts.redeemResetToken('t-unknown', 'hash-r', 200)).toBeUndefined()
-      expect(await h.store.accounts.redeemResetToken('t-old', 'hash-r', 200)).toBeUndefined()
+      expect(
+        await h.store.accounts.redeemResetToken('t-unknown', 'hash-r', 200, SYSTEM_AUDIT),
+      ).toBeUndefined()
+      expect(await h.store.accounts.redeemResetToken('t-old', 'hash-r', 200, SYSTEM_AUDIT)).toBeUndefined()
       // A deactivated user's token does nothing and stays unused.
-      await h.store.accounts.updateUser(u.id, { is_active: false }, 200)
-      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-r', 200)).toBeUndefined()
+      await h.store.accounts.updateUser(u.id, { is_active: false }, 200, SYSTEM_AUDIT)
+      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-r', 200, SYSTEM_AUDIT)).toBeUndefined()
       expect(await h.one(`SELECT used_at FROM password_reset_tokens WHERE token_hash = 't-good'`)).toEqual({
         used_at: null,
       })
-      await h.store.accounts.updateUser(u.id, { is_active: true, must_change_password: true }, 200)
-      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-r', 300)).toBe(u.id)
+      await h.store.accounts.updateUser(
+        u.id,
+        { is_active: true, must_change_password: true },
+        200,
+        SYSTEM_AUDIT,
+      )
+      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-r', 300, SYSTEM_AUDIT)).toBe(u.id)
       expect(await h.store.accounts.findUserById(u.id)).toMatchObject({
         password_hash: 'hash-r',
         must_change_password: false,
         token_version: 1,
       })
-      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-x', 301)).toBeUndefined()
+      expect(await h.store.accounts.redeemResetToken('t-good', 'hash-x', 301, SYSTEM_AUDIT)).toBeUndefined()
       expect((await h.store.accounts.findUserById(u.id))?.password_hash).toBe('hash-r')
     })
 
@@ -198,7 +221,9 @@ for (const [kind, open] of storeEngines) {
         expires_at: 1000,
       })
       const results = await Promise.all(
-        Array.from({ length: 6 }, (_, i) => h.store.accounts.redeemResetToken('t', `hash-${i}`, 5)),
+        Array.from({ length: 6 }, (_, i) =>
+          h.store.accounts.redeemResetToken('t', `hash-${i}`, 5, SYSTEM_AUDIT),
+        ),
       )
       expect(results.filter(Boolean).length).toBe(1)
       expect((await h.store.accounts.findUserById(u.id))?.token_version).toBe(1)

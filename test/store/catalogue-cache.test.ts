@@ -1,4 +1,5 @@
 import { afterEach, expect, test } from 'bun:test'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { manifestEntry } from '../helpers/catalogue'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
@@ -17,13 +18,13 @@ for (const [kind, open] of storeEngines) {
 
     test('the same rows until upsertEntries or forgetCatalogue; then the database again', async () => {
       h = await open()
-      await h.store.catalogue.upsertEntries([entry('a')], 1)
+      await h.store.catalogue.upsertEntries([entry('a')], 1, SYSTEM_AUDIT)
       const first = await h.store.catalogue.readCatalogue()
       expect(first.entries.map((e) => e.id)).toEqual(['a'])
       expect(await h.store.catalogue.readCatalogue()).toBe(first)
 
       // Through this engine: seen at once.
-      await h.store.catalogue.upsertEntries([entry('b')], 2)
+      await h.store.catalogue.upsertEntries([entry('b')], 2, SYSTEM_AUDIT)
       const second = await h.store.catalogue.readCatalogue()
       expect(second.entries.map((e) => e.id)).toEqual(['a', 'b'])
 
@@ -38,7 +39,7 @@ for (const [kind, open] of storeEngines) {
 
     test('a read that began before a change is not kept', async () => {
       h = await open()
-      await h.store.catalogue.upsertEntries([entry('a')], 1)
+      await h.store.catalogue.upsertEntries([entry('a')], 1, SYSTEM_AUDIT)
       h.store.catalogue.forgetCatalogue()
       const before = h.store.catalogue.readCatalogue()
       h.store.catalogue.forgetCatalogue()

@@ -1,4 +1,5 @@
 import { afterEach, expect, test } from 'bun:test'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { manifestEntry } from '../helpers/catalogue'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
@@ -25,7 +26,7 @@ for (const [kind, open] of storeEngines) {
     test('upsertEntries: inserted, then unchanged, then updated when a managed field or a child row changes', async () => {
       h = await open()
       const cat = h.store.catalogue
-      expect(await cat.upsertEntries([entry('a'), entry('b')], 10)).toEqual([
+      expect(await cat.upsertEntries([entry('a'), entry('b')], 10, SYSTEM_AUDIT)).toEqual([
         { result: 'inserted', renamedFrom: undefined, note: undefined },
         { result: 'inserted', renamedFrom: undefined, note: undefined },
       ])
@@ -37,10 +38,14 @@ for (const [kind, open] of storeEngines) {
         created_at: 10,
         updated_at: 10,
       })
-      expect((await cat.upsertEntries([entry('a')], 20)).map((o) => o.result)).toEqual(['unchanged'])
+      expect((await cat.upsertEntries([entry('a')], 20, SYSTEM_AUDIT)).map((o) => o.result)).toEqual([
+        'unchanged',
+      ])
       expect((await cat.entry('a'))?.updated_at).toBe(10)
       // A field dropped from the manifest is cleared; JSON key order does not count as a change.
-      expect((await cat.upsertEntries([entry('a', { quantization: null })], 30))[0]!.result).toBe('updated')
+      expect(
+        (await cat.upsertEntries([entry('a', { quantization: null })], 30, SYSTEM_AUDIT))[0]!.result,
+      ).toBe('updated')
       expect(await cat.entry('a')).toMatchObject({ quantization: null, updated_at: 30 })
       const profiles = [
         { runtime: 'vllm' as const, runtime_model_id: 'org/a', params: { b: 1, a: 2 }, derived: false },
@@ -52,7 +57,7 @@ for (const [kind, open] of storeEngines) {
         serving_profiles: profiles,
         artifact_files: files,
       })
-      expect((await cat.upsertEntries([withChildren], 40))[0]!.result).toBe('updated')
+      expect((await cat.upsertEntries([withChildren], 40, SYSTEM_AUDIT))[0]!.result).toBe('updated')
       // The ollama profile is updated in place (same row); vllm is added.
       expect(await children(h, 'serving_profiles')).toEqual(['a/ollama', 'b/ollama', 'a/vllm'])
       expect(await children(h, 'artifact_files')).toEqual(['a/a.safetensors'])
@@ -60,10 +65,10 @@ for (const [kind, open] of storeEngines) {
         ...withChildren,
         serving_profiles: [{ ...profiles[0]!, params: { a: 2, b: 1 } }, profiles[1]!],
       }
-      expect((await cat.upsertEntries([reordered], 50))[0]!.result).toBe('unchanged')
+      expect((await cat.upsertEntries([reordered], 50, SYSTEM_AUDIT))[0]!.result).toBe('unchanged')
       // Removing a profile or a file removes its row, and touches the entry.
       const fewer = entry('a', { quantization: null, serving_profiles: [profiles[0]!] })
-      expect((await cat.upsertEntries([fewer], 60))[0]!.result).toBe('updated')
+      expect((await cat.upsertEntries([fewer], 60, SYSTEM_AUDIT))[0]!.result).toBe('updated')
       expect(await children(h, 'serving_profiles')).toEqual(['b/ollama', 'a/vllm'])
       expect(await children(h, 'artifact_files')).toEqual([])
       expect((await cat.entry('a'))?.updated_at).toBe(60)
@@ -73,22 +78,26 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       const cat = h.store.catalogue
       const files = [{ path: 'w.gguf', sha256: sha('w'), size_bytes: null }]
-      await cat.upsertEntries([entry('old', { artifact_files: files }), entry('other')], 10)
+      await cat.upsertEntries([entry('old', { artifact_files: files }), entry('other')], 10, SYSTEM_AUDIT)
       const seq = (await cat.entry('old'))!.seq
       const renamed = entry('new', { renamed_from: 'old', artifact_files: files })
-      expect(await cat.upsertEntries([renamed], 20)).toEqual([
+      expect(await cat.upsertEntries([renamed], 20, SYSTEM_AUDIT)).toEqual([
         { result: 'updated', renamedFrom: 'old', note: undefined },
       ])
       expect(await cat.entry('old')).toBeUndefined()
       expect(await cat.entry('new')).toMatchObject({ seq, renamed_from: 'old', created_at: 10 })
       expect(await children(h, 'artifact_files')).toEqual(['new/w.gguf'])
       // Seeding again: the rename already happened; nothing to do.
-      expect((await cat.upsertEntries([renamed], 30))[0]).toEqual({
+      expect((await cat.upsertEntries([renamed], 30, SYSTEM_AUDIT))[0]).toEqual({
         result: 'unchanged',
         renamedFrom: undefined,
         note: undefined,
       })
-      const clash = await cat.upsertEntries([entry('other2'), entry('other2', { renamed_from: 'other' })], 40)
+      const clash = await cat.upsertEntries(
+        [entry('other2'), entry('other2', { renamed_from: 'other' })],
+        40,
+        SYSTEM_AUDIT,
+      )
       expect(clash[1]!.note).toContain('"other" was left untouched')
       expect(await cat.entry('other')).toBeDefined()
     })
@@ -109,6 +118,7 @@ for (const [kind, open] of storeEngines) {
           entry('a', { enabled: false, org_id: 'org_x', digest: sha('a') }),
         ],
         10,
+        SYSTEM_AUDIT,
       )
       const rows = await h.store.catalogue.readCatalogue()
       expect(rows.entries.map((e) => [e.id, e.enabled, e.org_id, e.digest])).toEqual([
@@ -146,6 +156,7 @@ for (const [kind, open] of storeEngines) {
           entry('a.dot'),
         ],
         10,
+        SYSTEM_AUDIT,
       )
       // Byte order on both engines.
       const rows = await h.store.catalogue.enabledEntries()

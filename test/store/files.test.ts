@@ -1,4 +1,5 @@
 import { afterEach, expect, test } from 'bun:test'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
 // The files part behaves the same on SQLite and on PostgreSQL (docs/api.md §12): expiry, the quota's
@@ -102,17 +103,17 @@ for (const [kind, open] of storeEngines) {
       await h.exec(batchOn('batch_running', 'file-read', 'in_progress'))
       await h.exec(batchOn('batch_finished', 'file-done', 'completed'))
 
-      const gone = await h.store.files.expire(200, 100)
+      const gone = await h.store.files.expire(200, 100, SYSTEM_AUDIT)
       expect(ids(gone)).toEqual(['file-done', 'file-due', 'file-out'])
       expect(gone.find((r) => r.id === 'file-out')).toMatchObject({ purpose: 'batch_output', bytes: 10 })
-      expect(await h.store.files.expire(200, 100)).toEqual([])
+      expect(await h.store.files.expire(200, 100, SYSTEM_AUDIT)).toEqual([])
       // The batch still names its input after the file is gone.
       expect((await h.store.batches.get('batch_finished', null))?.input_file_id).toBe('file-done')
 
       // Postponed until its batch finishes, then taken by the next pass.
       await h.exec(`UPDATE batches SET status = 'completed' WHERE id = 'batch_running'`)
-      expect(ids(await h.store.files.expire(200, 100))).toEqual(['file-read'])
-      expect(ids(await h.store.files.expire(10_000, 100))).toEqual(['file-not-yet'])
+      expect(ids(await h.store.files.expire(200, 100, SYSTEM_AUDIT))).toEqual(['file-read'])
+      expect(ids(await h.store.files.expire(10_000, 100, SYSTEM_AUDIT))).toEqual(['file-not-yet'])
       expect(ids((await h.store.files.page({ ownerId: 'user_a', now: 0 }, { limit: 20 })).rows)).toEqual([
         'file-forever',
       ])
@@ -127,9 +128,9 @@ for (const [kind, open] of storeEngines) {
         await h.exec(batchOn(`batch_${i}`, `file-busy-${i}`, 'validated'))
       }
       for (let i = 0; i < 5; i++) await h.store.files.insert(file(`file-${i}`, { expires_at: 110 + i }))
-      expect(ids(await h.store.files.expire(200, 2))).toEqual(['file-0', 'file-1'])
-      expect(ids(await h.store.files.expire(200, 2))).toEqual(['file-2', 'file-3'])
-      expect(ids(await h.store.files.expire(200, 2))).toEqual(['file-4'])
+      expect(ids(await h.store.files.expire(200, 2, SYSTEM_AUDIT))).toEqual(['file-0', 'file-1'])
+      expect(ids(await h.store.files.expire(200, 2, SYSTEM_AUDIT))).toEqual(['file-2', 'file-3'])
+      expect(ids(await h.store.files.expire(200, 2, SYSTEM_AUDIT))).toEqual(['file-4'])
     })
   })
 }

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, test } from 'bun:test'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { AppError } from '../../src/lib/errors'
 import type { HostedModelInput, Registration } from '../../src/store/fleet'
 import { describeWith, postgres } from '../helpers/requires'
@@ -433,6 +434,43 @@ for (const [kind, open] of storeEngines) {
         { name: 'disk:2', loaded: false, configured: false, on_disk: true, advertised: false },
       ])
       expect((await h.store.fleet.heartbeat(beat(id)))?.inventory_sig).toBe('sig-2')
+    })
+
+    test('removeWorker (docs/api.md §3): only in its org; what it held requeued uncounted, its rows gone, finished assignments kept, one entry; a late inventory is dropped', async () => {
+      h = await open()
+      await seed(h)
+      const r = await h.store.fleet.register(registration())
+      if ('notOwned' in r) throw new Error('unexpected')
+      const id = r.worker.id
+      const held = await batch(h, { status: 'in_progress', holder: id })
+      const finished = await batch(h, { status: 'completed', holder: id })
+      await h.exec(`UPDATE batch_assignments SET completed_at = 5 WHERE batch_id = ${q(finished)}`)
+      expect(await h.store.fleet.removeWorker('org_b', id, 300, SYSTEM_AUDIT)).toBeUndefined()
+      const removed = await h.store.fleet.removeWorker('org_a', id, 300, SYSTEM_AUDIT)
+      expect(removed?.worker.id).toBe(id)
+      expect(removed?.requeued).toEqual([
+        expect.objectContaining({ batch_id: held, status: 'validated', attempts: 0 }),
+      ])
+      expect(await h.store.fleet.findWorker(id)).toBeUndefined()
+      expect(await hosted(h, id)).toEqual([])
+      const n = async (sql: string) => Number((await h.one<{ n: unknown }>(sql)).n)
+      expect(await n(`SELECT count(*) AS n FROM worker_runtimes WHERE worker_id = ${q(id)}`)).toBe(0)
+      expect(await n(`SELECT count(*) AS n FROM worker_gpus WHERE worker_id = ${q(id)}`)).toBe(0)
+      // The finished assignment stays as history; the held one went with the requeue.
+      expect(await n(`SELECT count(*) AS n FROM batch_assignments WHERE worker_id = ${q(id)}`)).toBe(1)
+      const entries = (await h.store.audit.page({ actions: ['worker.removed'] }, {})).rows
+      expect(entries).toEqual([
+        expect.objectContaining({
+          target_kind: 'worker',
+          target_id: id,
+          org_id: 'org_a',
+          details: { name: 'box', hostname: 'box.lab', key_id: null, requeued: [held] },
+        }),
+      ])
+      // A heartbeat answered before the removal may still bring its inventory: it is dropped.
+      await h.store.fleet.replaceInventory(id, [model('disk:2')], [], 'sig-late')
+      expect(await hosted(h, id)).toEqual([])
+      expect(await h.store.fleet.removeWorker('org_a', id, 301, SYSTEM_AUDIT)).toBeUndefined()
     })
 
     test('recordProgress: the holder rule, then counts that never go down nor exceed the total', async () => {

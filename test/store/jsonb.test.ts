@@ -2,6 +2,7 @@ import { afterEach, expect, test } from 'bun:test'
 import { eq } from 'drizzle-orm'
 import { embeddedMigrations } from '../../src/db/pg/migrations.gen'
 import * as schema from '../../src/db/pg/schema'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import type { CatalogueEntry } from '../../src/domain/catalogue'
 import { postgresStore } from '../../src/store/postgres'
 import { migratePostgres, openPostgres, type PgDb } from '../../src/store/postgres/db'
@@ -97,7 +98,7 @@ describeWith(postgres, 'postgres jsonb columns', () => {
       column(`SELECT jsonb_typeof(e.capabilities) AS caps, e.capabilities ->> 'vision' AS vision,
           jsonb_typeof(p.params) AS params, p.params ->> 'max_model_len' AS len
         FROM catalog_entries e JOIN serving_profiles p ON p.catalog_id = e.id`)
-    await cat.upsertEntries([entry('a', { capabilities: { vision: false } })], 10)
+    await cat.upsertEntries([entry('a', { capabilities: { vision: false } })], 10, SYSTEM_AUDIT)
     expect(await stored()).toEqual({ caps: 'object', vision: 'false', params: 'object', len: '8192' })
     // The update path (UPDATE … SET) writes them the same way.
     const changed = entry('a', {
@@ -106,7 +107,7 @@ describeWith(postgres, 'postgres jsonb columns', () => {
         { runtime: 'vllm', runtime_model_id: 'org/a', params: { max_model_len: 4096 }, derived: false },
       ],
     })
-    expect((await cat.upsertEntries([changed], 20))[0]!.result).toBe('updated')
+    expect((await cat.upsertEntries([changed], 20, SYSTEM_AUDIT))[0]!.result).toBe('updated')
     expect(await stored()).toEqual({ caps: 'object', vision: 'true', params: 'object', len: '4096' })
     expect((await cat.entry('a'))?.capabilities).toEqual({ vision: true })
   })

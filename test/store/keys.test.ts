@@ -1,4 +1,5 @@
 import { afterEach, expect, test } from 'bun:test'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import type { KeyOwner, NewKey } from '../../src/store/keys'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
 
@@ -33,6 +34,7 @@ async function owners(h: StoreHarness) {
       now: 1,
     },
     'K org',
+    SYSTEM_AUDIT,
   )
   const [m] = await h.store.orgs.listMembershipsOf(u.id)
   return {
@@ -61,7 +63,11 @@ for (const [kind, open] of storeEngines) {
     test('createKey and the credential lookup by hash; recordKeyUse', async () => {
       h = await open()
       const o = await owners(h)
-      const pk = await h.store.keys.createKey(o.personal, fresh({ name: 'laptop', expires_at: 500 }))
+      const pk = await h.store.keys.createKey(
+        o.personal,
+        fresh({ name: 'laptop', expires_at: 500 }),
+        SYSTEM_AUDIT,
+      )
       expect(pk).toMatchObject({
         key_type: 'personal',
         name: 'laptop',
@@ -73,7 +79,7 @@ for (const [kind, open] of storeEngines) {
         revoked_at: null,
       })
       expect(pk.id).toStartWith('key_')
-      const wk = await h.store.keys.createKey(o.worker, fresh())
+      const wk = await h.store.keys.createKey(o.worker, fresh(), SYSTEM_AUDIT)
       expect(wk).toMatchObject({ key_type: 'worker', org_id: o.orgId, user_id: null })
       expect(await h.store.keys.findCredentialByKeyHash(pk.key_hash)).toEqual({
         id: pk.id,
@@ -98,9 +104,10 @@ for (const [kind, open] of storeEngines) {
       const a = await owners(h)
       const b = await owners(h)
       const ids = []
-      for (let i = 0; i < 3; i++) ids.push((await h.store.keys.createKey(a.personal, fresh())).id)
-      const other = await h.store.keys.createKey(b.personal, fresh())
-      const workerKey = await h.store.keys.createKey(a.worker, fresh())
+      for (let i = 0; i < 3; i++)
+        ids.push((await h.store.keys.createKey(a.personal, fresh(), SYSTEM_AUDIT)).id)
+      const other = await h.store.keys.createKey(b.personal, fresh(), SYSTEM_AUDIT)
+      const workerKey = await h.store.keys.createKey(a.worker, fresh(), SYSTEM_AUDIT)
       const page = await h.store.keys.listKeys(a.personal, { limit: '2' })
       expect(page.rows.map((k) => k.id)).toEqual([ids[2], ids[1]])
       expect(page.has_more).toBe(true)
@@ -121,19 +128,23 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       const a = await owners(h)
       const b = await owners(h)
-      const k = await h.store.keys.createKey(a.personal, fresh())
-      expect(await h.store.keys.updateKey(b.personal, k.id, { name: 'x' })).toBeUndefined()
+      const k = await h.store.keys.createKey(a.personal, fresh(), SYSTEM_AUDIT)
+      expect(await h.store.keys.updateKey(b.personal, k.id, { name: 'x' }, 1, SYSTEM_AUDIT)).toBeUndefined()
       expect(
-        await h.store.keys.updateKey(a.personal, k.id, { name: 'renamed', expires_at: 900 }),
+        await h.store.keys.updateKey(a.personal, k.id, { name: 'renamed', expires_at: 900 }, 1, SYSTEM_AUDIT),
       ).toMatchObject({
         name: 'renamed',
         expires_at: 900,
         revoked_at: null,
       })
-      expect(await h.store.keys.updateKey(a.personal, k.id, {})).toMatchObject({ name: 'renamed' })
-      expect((await h.store.keys.updateKey(a.personal, k.id, { revoked_at: 20 }))?.revoked_at).toBe(20)
+      expect(await h.store.keys.updateKey(a.personal, k.id, {}, 1, SYSTEM_AUDIT)).toMatchObject({
+        name: 'renamed',
+      })
       expect(
-        await h.store.keys.updateKey(a.personal, k.id, { revoked_at: 30, expires_at: null }),
+        (await h.store.keys.updateKey(a.personal, k.id, { revoked_at: 20 }, 1, SYSTEM_AUDIT))?.revoked_at,
+      ).toBe(20)
+      expect(
+        await h.store.keys.updateKey(a.personal, k.id, { revoked_at: 30, expires_at: null }, 1, SYSTEM_AUDIT),
       ).toMatchObject({
         revoked_at: 20,
         expires_at: null,
@@ -144,13 +155,19 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       const a = await owners(h)
       const b = await owners(h)
-      const k = await h.store.keys.createKey(a.worker, fresh({ name: 'rack', expires_at: 1000 }))
-      await expect(h.store.keys.rotateKey(b.worker, k.id, replacement(), 50)).rejects.toMatchObject({
+      const k = await h.store.keys.createKey(
+        a.worker,
+        fresh({ name: 'rack', expires_at: 1000 }),
+        SYSTEM_AUDIT,
+      )
+      await expect(
+        h.store.keys.rotateKey(b.worker, k.id, replacement(), 50, SYSTEM_AUDIT),
+      ).rejects.toMatchObject({
         status: 404,
         errorCode: 'api_key_not_found',
       })
       const r = replacement()
-      const next = await h.store.keys.rotateKey(a.worker, k.id, r, 50)
+      const next = await h.store.keys.rotateKey(a.worker, k.id, r, 50, SYSTEM_AUDIT)
       expect(next).toMatchObject({
         ...r,
         key_type: 'worker',
@@ -159,11 +176,15 @@ for (const [kind, open] of storeEngines) {
         expires_at: 1000,
       })
       expect((await h.store.keys.findKey(a.worker, k.id))?.revoked_at).toBe(50)
-      await expect(h.store.keys.rotateKey(a.worker, k.id, replacement(), 60)).rejects.toMatchObject({
+      await expect(
+        h.store.keys.rotateKey(a.worker, k.id, replacement(), 60, SYSTEM_AUDIT),
+      ).rejects.toMatchObject({
         status: 400,
         errorCode: 'api_key_revoked',
       })
-      await expect(h.store.keys.rotateKey(a.worker, next.id, replacement(), 1000)).rejects.toMatchObject({
+      await expect(
+        h.store.keys.rotateKey(a.worker, next.id, replacement(), 1000, SYSTEM_AUDIT),
+      ).rejects.toMatchObject({
         status: 400,
         errorCode: 'api_key_expired',
       })
@@ -174,12 +195,12 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       const a = await owners(h)
       const old = [
-        await h.store.keys.createKey(a.personal, fresh()),
-        await h.store.keys.createKey(a.personal, fresh()),
+        await h.store.keys.createKey(a.personal, fresh(), SYSTEM_AUDIT),
+        await h.store.keys.createKey(a.personal, fresh(), SYSTEM_AUDIT),
       ]
-      await h.store.keys.updateKey(a.personal, old[0]!.id, { revoked_at: 5 })
-      const other = await h.store.keys.createKey(a.worker, fresh())
-      const next = await h.store.keys.rotateAllKeys(a.personal, replacement(), 40)
+      await h.store.keys.updateKey(a.personal, old[0]!.id, { revoked_at: 5 }, 1, SYSTEM_AUDIT)
+      const other = await h.store.keys.createKey(a.worker, fresh(), SYSTEM_AUDIT)
+      const next = await h.store.keys.rotateAllKeys(a.personal, replacement(), 40, SYSTEM_AUDIT)
       expect(next).toMatchObject({
         name: 'default',
         expires_at: null,
@@ -194,15 +215,19 @@ for (const [kind, open] of storeEngines) {
     test('racing rotations leave exactly one live key', async () => {
       h = await open()
       const a = await owners(h)
-      const k = await h.store.keys.createKey(a.worker, fresh())
+      const k = await h.store.keys.createKey(a.worker, fresh(), SYSTEM_AUDIT)
       const one = await settled(
-        Array.from({ length: 4 }, () => h.store.keys.rotateKey(a.worker, k.id, replacement(), 50)),
+        Array.from({ length: 4 }, () =>
+          h.store.keys.rotateKey(a.worker, k.id, replacement(), 50, SYSTEM_AUDIT),
+        ),
       )
       expect(one.ok.length).toBe(1)
       expect(one.errors.map((e) => e.errorCode)).toEqual(Array(3).fill('api_key_revoked'))
       await settled([
-        ...Array.from({ length: 4 }, () => h.store.keys.rotateAllKeys(a.worker, replacement(), 60)),
-        h.store.keys.rotateKey(a.worker, one.ok[0]!.id, replacement(), 60),
+        ...Array.from({ length: 4 }, () =>
+          h.store.keys.rotateAllKeys(a.worker, replacement(), 60, SYSTEM_AUDIT),
+        ),
+        h.store.keys.rotateKey(a.worker, one.ok[0]!.id, replacement(), 60, SYSTEM_AUDIT),
       ])
       const live = (await h.store.keys.listKeys(a.worker, { limit: '100' })).rows.filter(
         (r) => r.revoked_at === null,

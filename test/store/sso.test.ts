@@ -1,4 +1,5 @@
 import { afterEach, expect, test } from 'bun:test'
+import { type AuditAction, type AuditContext, SYSTEM_AUDIT } from '../../src/domain/audit'
 import type { Store } from '../../src/store'
 import type { NewSsoLogin } from '../../src/store/sso'
 import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stores'
@@ -20,6 +21,7 @@ const newUser = (store: Store, identity?: { issuer: string; subject: string }) =
       now: 10,
     },
     "Grace's Personal Org",
+    SYSTEM_AUDIT,
     identity && { ...identity, email: null },
   )
 
@@ -103,12 +105,24 @@ for (const [kind, open] of storeEngines) {
       })
       const b = await newUser(h.store)
       await expect(
-        h.store.sso.link(b.id, { issuer: ISSUER, subject: 'alice', email: null }, 20),
+        h.store.sso.link(
+          b.id,
+          { issuer: ISSUER, subject: 'alice', email: null },
+          20,
+          undefined,
+          SYSTEM_AUDIT,
+        ),
       ).rejects.toMatchObject({
         errorCode: 'identity_conflict',
       })
       await expect(
-        h.store.sso.link(a.id, { issuer: ISSUER, subject: 'alice-2', email: null }, 20),
+        h.store.sso.link(
+          a.id,
+          { issuer: ISSUER, subject: 'alice-2', email: null },
+          20,
+          undefined,
+          SYSTEM_AUDIT,
+        ),
       ).rejects.toMatchObject({
         errorCode: 'identity_conflict',
       })
@@ -117,30 +131,104 @@ for (const [kind, open] of storeEngines) {
         a.id,
         { issuer: 'https://other.example.test', subject: 'alice', email: null },
         20,
+        undefined,
+        SYSTEM_AUDIT,
       )
       expect(linked.id).toBe(a.id)
       // Two links of one identity racing: one wins.
       const c = await newUser(h.store)
       const d = await newUser(h.store)
       const race = await settled(
-        [c, d].map((u) => h.store.sso.link(u.id, { issuer: ISSUER, subject: 'raced', email: null }, 30)),
+        [c, d].map((u) =>
+          h.store.sso.link(
+            u.id,
+            { issuer: ISSUER, subject: 'raced', email: null },
+            30,
+            undefined,
+            SYSTEM_AUDIT,
+          ),
+        ),
       )
       expect(race.ok).toHaveLength(1)
       expect(race.errors.map((e) => e.errorCode)).toEqual(['identity_conflict'])
+    })
+
+    test('audit (docs/api.md §17): a link and the role it sets commit with their entries; a refused link writes none', async () => {
+      h = await open()
+      const request: AuditContext = {
+        actor: { kind: 'anonymous', id: null, user_id: null },
+        ip: '10.0.0.7',
+        user_agent: 'browser',
+      }
+      const entries = async (action: AuditAction, target: string) =>
+        (await h.store.audit.page({ actions: [action], target_id: target }, {})).rows
+      const made = await newUser(h.store, { issuer: ISSUER, subject: 'made' })
+      expect(await entries('user.created', made.id)).toEqual([
+        expect.objectContaining({
+          actor_kind: 'system',
+          details: { email: made.email, platform_role: 'user', via: 'sso', issuer: ISSUER, subject: 'made' },
+        }),
+      ])
+
+      const a = await newUser(h.store)
+      await h.store.sso.link(
+        a.id,
+        { issuer: ISSUER, subject: 'joined', email: a.email },
+        40,
+        'superadmin',
+        request,
+      )
+      expect(await entries('user.identity_linked', a.id)).toEqual([
+        expect.objectContaining({
+          created_at: 40,
+          actor_kind: 'user',
+          actor_id: a.id,
+          ip: '10.0.0.7',
+          details: { issuer: ISSUER, subject: 'joined', email: a.email },
+        }),
+      ])
+      expect(await entries('user.role_changed', a.id)).toEqual([
+        expect.objectContaining({
+          actor_kind: 'system',
+          actor_id: null,
+          ip: '10.0.0.7',
+          user_agent: 'browser',
+          details: { from: 'user', to: 'superadmin', via: 'sso', issuer: ISSUER },
+        }),
+      ])
+      // The same role again writes nothing; the role taken away writes one more.
+      await h.store.sso.recordSignIn(ISSUER, 'joined', 50, 'superadmin', request)
+      await h.store.sso.recordSignIn(ISSUER, 'joined', 60, undefined, request)
+      expect(await entries('user.role_changed', a.id)).toHaveLength(1)
+      await h.store.sso.recordSignIn(ISSUER, 'joined', 70, 'user', request)
+      expect((await entries('user.role_changed', a.id)).map((r) => r.details)).toEqual([
+        { from: 'superadmin', to: 'user', via: 'sso', issuer: ISSUER },
+        { from: 'user', to: 'superadmin', via: 'sso', issuer: ISSUER },
+      ])
+
+      // A link refused (the identity is taken) changes nothing and writes nothing.
+      const b = await newUser(h.store)
+      await expect(
+        h.store.sso.link(b.id, { issuer: ISSUER, subject: 'joined', email: null }, 80, 'superadmin', request),
+      ).rejects.toMatchObject({ errorCode: 'identity_conflict' })
+      expect(await entries('user.identity_linked', b.id)).toEqual([])
+      expect(await entries('user.role_changed', b.id)).toEqual([])
     })
 
     test('recordSignIn sets the role the groups decide; hasLinkedSuperadmin sees an active linked superadmin', async () => {
       h = await open()
       const a = await newUser(h.store, { issuer: ISSUER, subject: 'ada' })
       expect(await h.store.sso.hasLinkedSuperadmin(ISSUER)).toBe(false)
-      const promoted = await h.store.sso.recordSignIn(ISSUER, 'ada', 50, 'superadmin')
+      const promoted = await h.store.sso.recordSignIn(ISSUER, 'ada', 50, 'superadmin', SYSTEM_AUDIT)
       expect(promoted).toMatchObject({ id: a.id, platform_role: 'superadmin' })
       expect(await h.store.sso.hasLinkedSuperadmin(ISSUER)).toBe(true)
       expect(await h.store.sso.hasLinkedSuperadmin('https://other.example.test')).toBe(false)
-      expect((await h.store.sso.recordSignIn(ISSUER, 'ada', 60))?.platform_role).toBe('superadmin')
-      await h.store.accounts.updateUser(a.id, { is_active: false }, 70).catch(() => {})
-      expect(await h.store.sso.recordSignIn(ISSUER, 'nobody', 60)).toBeUndefined()
-      const demoted = await h.store.sso.recordSignIn(ISSUER, 'ada', 80, 'user')
+      expect(
+        (await h.store.sso.recordSignIn(ISSUER, 'ada', 60, undefined, SYSTEM_AUDIT))?.platform_role,
+      ).toBe('superadmin')
+      await h.store.accounts.updateUser(a.id, { is_active: false }, 70, SYSTEM_AUDIT).catch(() => {})
+      expect(await h.store.sso.recordSignIn(ISSUER, 'nobody', 60, 'user', SYSTEM_AUDIT)).toBeUndefined()
+      const demoted = await h.store.sso.recordSignIn(ISSUER, 'ada', 80, 'user', SYSTEM_AUDIT)
       expect(demoted?.platform_role).toBe('user')
       expect(await h.store.sso.hasLinkedSuperadmin(ISSUER)).toBe(false)
     })

@@ -603,3 +603,58 @@ describe('docs/api.md §16 backup copies: one copy ending while the other runs',
     expect((await send(s, s.f.key, s.holder, a!)).status).toBe(200)
   })
 })
+
+describe('docs/api.md §3 a removed worker’s shards: given back, no attempt counted', () => {
+  const remove = (s: Setup, fleet: Fleet, wid: string) =>
+    s.t.req('DELETE', `/v1/orgs/${fleet.orgId}/workers/${wid}`, { token: fleet.user.token })
+
+  test('the only worker holding the shards: each waits again, and the batch is validated, attempts untouched', async () => {
+    const s = await setup(shared())
+    await holderTakesAll(s)
+    const res = await remove(s, s.f, s.holder)
+    expect(res.status).toBe(200)
+    expect(res.body.requeued).toEqual([s.batch.id])
+    expect((await shardsOf(s)).map((x) => [x.status, x.attempts, x.worker_id])).toEqual([
+      ['waiting', 0, null],
+      ['waiting', 0, null],
+      ['waiting', 0, null],
+      ['waiting', 0, null],
+    ])
+    expect(await batchRow(s.t.deps, s.batch.id)).toMatchObject({ status: 'validated', attempts: 0 })
+  })
+
+  test('the holder removed: its live backup holds the shard now; the backup removed: the holder carries on', async () => {
+    const s = await setup(shared())
+    const [a] = await holderTakesAll(s)
+    const copy = (await poll(s.t, s.other.key, s.spare))!
+    expect(copy.job_id).toBe(a!.job_id)
+    expect((await remove(s, s.f, s.holder)).status).toBe(200)
+    const [first, ...rest] = await shardsOf(s)
+    expect(first).toMatchObject({
+      status: 'running',
+      attempts: 0,
+      worker_id: s.spare,
+      backup_worker_id: null,
+    })
+    expect(rest.map((x) => [x.status, x.attempts])).toEqual([
+      ['waiting', 0],
+      ['waiting', 0],
+      ['waiting', 0],
+    ])
+    expect(await batchRow(s.t.deps, s.batch.id)).toMatchObject({ status: 'in_progress', attempts: 0 })
+    // The promoted copy finishes the shard.
+    expect((await send(s, s.other.key, s.spare, copy)).status).toBe(200)
+
+    const t = await setup(shared())
+    const [b] = await holderTakesAll(t)
+    expect((await poll(t.t, t.other.key, t.spare))?.job_id).toBe(b!.job_id)
+    expect((await remove(t, t.other, t.spare)).status).toBe(200)
+    expect((await shardsOf(t))[0]).toMatchObject({
+      status: 'running',
+      attempts: 0,
+      worker_id: t.holder,
+      backup_worker_id: null,
+    })
+    expect((await send(t, t.f.key, t.holder, b!)).status).toBe(200)
+  })
+})

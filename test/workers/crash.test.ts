@@ -6,6 +6,7 @@ import { join } from 'node:path'
 import { createServer } from '../../src/compose'
 import { loadConfig } from '../../src/config'
 import { apiKeys } from '../../src/db/schema'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { newId } from '../../src/lib/ids'
 import { generateRawKey, keyDisplayPrefix, sha256Hex } from '../../src/lib/keys'
 import { createUser } from '../../src/modules/users/service'
@@ -31,11 +32,15 @@ const env = {
 
 async function seed(batchCount: number) {
   const deps = createServer(loadConfig(env), { passwords: cheapPasswords() })
-  const user = await createUser(deps, {
-    email: 'crash@example.test',
-    password: 'pw-crash-test-1',
-    full_name: 'Crash',
-  })
+  const user = await createUser(
+    deps,
+    {
+      email: 'crash@example.test',
+      password: 'pw-crash-test-1',
+      full_name: 'Crash',
+    },
+    SYSTEM_AUDIT,
+  )
   const orgId = deps.sqlite
     .query<{ org_id: string }, [string]>('select org_id from memberships where user_id = ?')
     .get(user.id)!.org_id

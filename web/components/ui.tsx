@@ -1,5 +1,5 @@
 import type { ComponentChildren, InputHTMLAttributes } from 'preact'
-import { useId } from 'preact/hooks'
+import { useId, useState } from 'preact/hooks'
 import { messageOf } from '../lib/api'
 import type { Paged } from '../lib/hooks'
 
@@ -90,5 +90,70 @@ export function Section({
       </header>
       {children}
     </section>
+  )
+}
+
+/**
+ * A destructive action asked twice (docs/api.md §11): the button named `name`, then `question` with
+ * `confirm` and "Cancel"; a refusal's error is shown beside the control, the question closed.
+ */
+export function ConfirmAction({
+  label,
+  name,
+  question,
+  confirm,
+  run,
+}: {
+  /** The button's words ("Remove"). */
+  label: string
+  /** Its accessible name, naming what it acts on ("Remove worker gpu-1"). */
+  name: string
+  question: string
+  /** The confirming button's words ("Confirm removal"). */
+  confirm: string
+  /** The action; it resolves once done (the caller reloads or moves on). */
+  run: () => Promise<unknown>
+}) {
+  const [asking, setAsking] = useState(false)
+  const [busy, setBusy] = useState(false)
+  const [error, setError] = useState<unknown>(null)
+  const go = async () => {
+    setBusy(true)
+    try {
+      await run()
+      setAsking(false)
+    } catch (err) {
+      setError(err)
+      setAsking(false)
+    } finally {
+      setBusy(false)
+    }
+  }
+  return (
+    <div class="confirm-action">
+      {asking ? (
+        <fieldset aria-label={name} class="confirm">
+          <span>{question}</span>{' '}
+          <button type="button" class="danger" disabled={busy} onClick={go}>
+            {confirm}
+          </button>{' '}
+          <button type="button" disabled={busy} onClick={() => setAsking(false)}>
+            Cancel
+          </button>
+        </fieldset>
+      ) : (
+        <button
+          type="button"
+          aria-label={name}
+          onClick={() => {
+            setError(null)
+            setAsking(true)
+          }}
+        >
+          {label}
+        </button>
+      )}
+      <ErrorNote error={error} />
+    </div>
   )
 }

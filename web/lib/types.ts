@@ -2,6 +2,7 @@
 // copied by hand. Type-only imports: nothing of the server reaches the bundle. What a call answers
 // comes from its route (`client` in api.ts); these name the shapes components take as props.
 import type { Page } from '../../src/lib/pagination'
+import type { AuditEventObject } from '../../src/modules/audit/model'
 import type { me } from '../../src/modules/auth/service'
 import type { BatchObject, ShardObject } from '../../src/modules/batches/model'
 import type { FileObject } from '../../src/modules/files/model'
@@ -24,6 +25,7 @@ export type {
   UserObject,
 }
 export type UsageRow = UsageBucket
+export type AuditEvent = AuditEventObject
 /** GET /v1/batches/{id}/shards (docs/api.md §16): every shard at once, not paged. */
 export type Worker = Awaited<ReturnType<typeof toWorkerRows>>[number]
 export type Org = Awaited<ReturnType<typeof listMyOrgs>>['data'][number]

@@ -1,8 +1,9 @@
 import { useState } from 'preact/hooks'
-import { ErrorNote, Field, ListState, Section } from '../components/ui'
+import { ConfirmAction, ErrorNote, Field, ListState, Section } from '../components/ui'
 import { ApiError, client, ok } from '../lib/api'
 import { formatTime } from '../lib/format'
 import { usePaged, useResource } from '../lib/hooks'
+import { navigate } from '../lib/router'
 import type { Org } from '../lib/types'
 import { KeyManager } from './keys'
 import { WorkerTable } from './workers'
@@ -84,8 +85,23 @@ export function OrgDetail({ id }: { id: string }) {
       <Members org={org} manages={manages} />
       {manages ? <KeyManager org={org.id} createLabel="Create worker key" title="Worker keys" /> : null}
       <Section title="Workers">
-        <WorkerTable org={org.id} label={`Workers of ${org.name}`} />
+        <WorkerTable org={org.id} label={`Workers of ${org.name}`} manages={manages} />
       </Section>
+      {org.role === 'owner' && !org.personal ? (
+        <Section title="Delete organization">
+          <p class="muted">Its worker keys stop working and its members lose it. Remove its workers first.</p>
+          <ConfirmAction
+            label="Delete organization"
+            name={`Delete organization ${org.name}`}
+            question={`Delete ${org.name}? This cannot be undone.`}
+            confirm="Confirm deletion"
+            run={async () => {
+              await ok(client.v1.orgs({ org_id: org.id }).delete())
+              navigate('/app/orgs')
+            }}
+          />
+        </Section>
+      ) : null}
     </>
   )
 }

@@ -1,5 +1,5 @@
 import { QueueChart } from '../components/queue-chart'
-import { ErrorNote, ListState, Pager, Section, Status } from '../components/ui'
+import { ConfirmAction, ErrorNote, ListState, Pager, Section, Status } from '../components/ui'
 import { client, ok, poolCapacity } from '../lib/api'
 import { formatAgo, formatCount, formatModelState, formatTime, formatVram, vramShare } from '../lib/format'
 import { usePaged, useResource } from '../lib/hooks'
@@ -18,7 +18,11 @@ export function Workers() {
       {orgs.error ? <ErrorNote error={orgs.error} /> : null}
       {orgs.data?.data.map((o) => (
         <Section key={o.id} title={`Workers of ${o.name}`}>
-          <WorkerTable org={o.id} label={`Workers of ${o.name}`} />
+          <WorkerTable
+            org={o.id}
+            label={`Workers of ${o.name}`}
+            manages={o.role === 'owner' || o.role === 'admin'}
+          />
         </Section>
       ))}
     </>
@@ -65,11 +69,14 @@ export function WorkerTable({
   org,
   label,
   showOrg = false,
+  manages = false,
 }: {
   /** The organization's workers; every worker (superadmin) when not given. */
   org?: string
   label: string
   showOrg?: boolean
+  /** The caller owns or administers `org`: each row has "Remove" (docs/api.md §3). */
+  manages?: boolean
 }) {
   const list = usePaged(
     (query, signal) =>
@@ -101,6 +108,11 @@ export function WorkerTable({
               <th>Models</th>
               <th>Current batch</th>
               <th>Last heartbeat</th>
+              {org && manages ? (
+                <th>
+                  <span class="sr-only">Actions</span>
+                </th>
+              ) : null}
             </tr>
           </thead>
           <tbody>
@@ -138,6 +150,20 @@ export function WorkerTable({
                   )}
                 </td>
                 <td>{formatAgo(w.last_heartbeat_at, now)}</td>
+                {org && manages ? (
+                  <td>
+                    <ConfirmAction
+                      label="Remove"
+                      name={`Remove worker ${w.name}`}
+                      question={`Remove ${w.name}? What it holds goes back to the queue; a daemon still running registers again (revoke its key to keep it out).`}
+                      confirm="Confirm removal"
+                      run={async () => {
+                        await ok(client.v1.orgs({ org_id: org }).workers({ worker_id: w.id }).delete())
+                        list.reload()
+                      }}
+                    />
+                  </td>
+                ) : null}
               </tr>
             ))}
           </tbody>

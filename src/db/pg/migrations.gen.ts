@@ -20,6 +20,7 @@ import m16 from '../../../drizzle/postgres/0016_sso.sql' with { type: 'text' }
 import m17 from '../../../drizzle/postgres/0017_pull_failures.sql' with { type: 'text' }
 import m18 from '../../../drizzle/postgres/0018_execution_order.sql' with { type: 'text' }
 import m19 from '../../../drizzle/postgres/0019_join_lease_hosting_seq.sql' with { type: 'text' }
+import m20 from '../../../drizzle/postgres/0020_audit_events.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -45,5 +46,6 @@ export const embeddedMigrations = {
     '0017_pull_failures': m17,
     '0018_execution_order': m18,
     '0019_join_lease_hosting_seq': m19,
+    '0020_audit_events': m20,
   } as Record<string, string>,
 }

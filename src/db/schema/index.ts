@@ -1,4 +1,5 @@
 export * from './accounts'
+export * from './audit'
 export * from './batches'
 export * from './catalogue'
 export * from './sso'

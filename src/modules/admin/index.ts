@@ -1,6 +1,7 @@
 import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { auditContext } from '../../http/context'
 import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody } from '../../http/parse'
 import { PageQuery } from '../../lib/pagination'
@@ -21,8 +22,8 @@ export const adminRoutes = (deps: Deps & CredentialState) =>
     })
     .post(
       '/users',
-      async ({ body, principal, status }) =>
-        status(201, await admin.createUserAsAdmin(deps, principal, body)),
+      async ({ body, principal, status, request, server }) =>
+        status(201, await admin.createUserAsAdmin(deps, principal, body, auditContext(request, server))),
       {
         superadmin: true,
         ...jsonBody(AdminModel.createUser),
@@ -31,7 +32,8 @@ export const adminRoutes = (deps: Deps & CredentialState) =>
     )
     .patch(
       '/users/:user_id',
-      ({ body, params, principal }) => admin.updateUser(deps, principal, params.user_id, body),
+      ({ body, params, principal, request, server }) =>
+        admin.updateUser(deps, principal, params.user_id, body, auditContext(request, server)),
       {
         superadmin: true,
         params: t.Object({ user_id: t.String({ maxLength: 64 }) }),

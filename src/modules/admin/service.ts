@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import type { AuditContext } from '../../domain/audit'
 import type { UserPrincipal } from '../../domain/principal'
 import type { CredentialState } from '../../http/credential-cache'
 import { credentialsChanged } from '../../http/credential-cache'
@@ -20,8 +21,9 @@ export async function createUserAsAdmin(
   deps: Deps & CredentialState,
   by: UserPrincipal,
   input: { email: string; full_name: string; password: string },
+  audit: AuditContext,
 ) {
-  const user = await createUser(deps, { ...input, must_change_password: true })
+  const user = await createUser(deps, { ...input, must_change_password: true }, audit)
   log.info('user created by admin', { user_id: user.id, by: by.user.id })
   return toUserObject(user)
 }
@@ -32,8 +34,9 @@ export async function updateUser(
   by: UserPrincipal,
   userId: string,
   input: { is_active?: boolean; platform_role?: 'user' | 'superadmin' },
+  audit: AuditContext,
 ) {
-  const row = await deps.store.accounts.updateUser(userId, input, deps.clock.now())
+  const row = await deps.store.accounts.updateUser(userId, input, deps.clock.now(), audit)
   if (!row) throw notFound('user_not_found', 'No such user', 'user_id')
   // A deactivation or a new platform role holds from the user's next request, on every instance.
   credentialsChanged(deps, [userId])

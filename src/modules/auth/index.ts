@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { auditContext } from '../../http/context'
 import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody, optionalJsonBody } from '../../http/parse'
 import { AppError, envelope } from '../../lib/errors'
@@ -16,29 +17,30 @@ const tags = ['auth']
 export const authRoutes = (deps: Deps & CredentialState & OidcState) =>
   new Elysia({ name: 'routes.auth', prefix: '/v1/auth' })
     .use(authPlugin(deps))
-    .post('/signup', ({ body }) => auth.signup(deps, body), {
+    .post('/signup', ({ body, request, server }) => auth.signup(deps, body, auditContext(request, server)), {
       public: true,
       ...jsonBody(AuthModel.signup),
       detail: { tags, summary: 'Register; creates the user and their Personal Org' },
     })
-    .post(
-      '/login',
-      ({ body, request, server }) => auth.login(deps, body, server?.requestIP(request)?.address ?? 'local'),
-      {
-        public: true,
-        ...jsonBody(AuthModel.login),
-        detail: { tags, summary: 'Log in; returns a JWT' },
-      },
-    )
+    .post('/login', ({ body, request, server }) => auth.login(deps, body, auditContext(request, server)), {
+      public: true,
+      ...jsonBody(AuthModel.login),
+      detail: { tags, summary: 'Log in; returns a JWT' },
+    })
     .get('/me', ({ principal }) => auth.me(deps, principal), {
       session: true,
       detail: { tags, summary: 'Current profile and org memberships' },
     })
-    .post('/change-password', ({ body, principal }) => auth.changePassword(deps, principal, body), {
-      session: true,
-      ...jsonBody(AuthModel.changePassword),
-      detail: { tags, summary: 'Change the password; returns a fresh JWT' },
-    })
+    .post(
+      '/change-password',
+      ({ body, principal, request, server }) =>
+        auth.changePassword(deps, principal, body, auditContext(request, server)),
+      {
+        session: true,
+        ...jsonBody(AuthModel.changePassword),
+        detail: { tags, summary: 'Change the password; returns a fresh JWT' },
+      },
+    )
     .post(
       '/forgot-password',
       async ({ body, status }) => status(202, await auth.forgotPassword(deps, body)),
@@ -48,17 +50,27 @@ export const authRoutes = (deps: Deps & CredentialState & OidcState) =>
         detail: { tags, summary: 'Mail a password reset token (always 202)' },
       },
     )
-    .post('/reset-password', ({ body }) => auth.resetPassword(deps, body), {
-      public: true,
-      ...jsonBody(AuthModel.resetPassword),
-      detail: { tags, summary: 'Redeem a reset token' },
-    })
+    .post(
+      '/reset-password',
+      ({ body, request, server }) => auth.resetPassword(deps, body, auditContext(request, server)),
+      {
+        public: true,
+        ...jsonBody(AuthModel.resetPassword),
+        detail: { tags, summary: 'Redeem a reset token' },
+      },
+    )
     .post(
       '/api-keys/regenerate',
-      async ({ body, principal, status }) =>
+      async ({ body, principal, status, request, server }) =>
         status(
           201,
-          await regenerateKey(deps, { type: 'personal', userId: principal.user.id }, principal, body?.key_id),
+          await regenerateKey(
+            deps,
+            { type: 'personal', userId: principal.user.id },
+            principal,
+            body?.key_id,
+            auditContext(request, server),
+          ),
         ),
       {
         user: true,
@@ -89,9 +101,16 @@ export const authRoutes = (deps: Deps & CredentialState & OidcState) =>
     )
     .get(
       '/oidc/callback',
-      ({ request }) =>
+      ({ request, server }) =>
         inBrowser(request, async () =>
-          redirect(await sso.finishSignIn(deps, new URL(request.url).searchParams, readSsoCookie(request))),
+          redirect(
+            await sso.finishSignIn(
+              deps,
+              new URL(request.url).searchParams,
+              readSsoCookie(request),
+              auditContext(request, server),
+            ),
+          ),
         ),
       {
         public: true,
@@ -105,8 +124,8 @@ export const authRoutes = (deps: Deps & CredentialState & OidcState) =>
     )
     .post(
       '/oidc/token',
-      async ({ body, request, set }) => {
-        const answer = await sso.redeemCode(deps, body, readSsoCookie(request))
+      async ({ body, request, server, set }) => {
+        const answer = await sso.redeemCode(deps, body, readSsoCookie(request), auditContext(request, server))
         set.headers['set-cookie'] = ssoCookie(deps, '', 0)
         return answer
       },

@@ -1,5 +1,14 @@
 import type { UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import {
+  type AuditContext,
+  asUser,
+  type SignInMethod,
+  type SignInRefusal,
+  SYSTEM_AUDIT,
+  signedIn,
+  signInFailed,
+} from '../../domain/audit'
 import type { UserPrincipal } from '../../domain/principal'
 import type { CredentialState } from '../../http/credential-cache'
 import { credentialsChanged } from '../../http/credential-cache'
@@ -22,6 +31,7 @@ function checkPasswordLogin(deps: Deps) {
 export async function signup(
   deps: Deps & CredentialState,
   input: { email: string; password: string; full_name: string },
+  audit: AuditContext,
 ) {
   checkPasswordLogin(deps)
   if (!deps.config.SIGNUP_ENABLED) {
@@ -30,36 +40,69 @@ export async function signup(
       'Signup is disabled on this server; ask an administrator for an account',
     )
   }
-  return toUserObject(await createUser(deps, input))
+  return toUserObject(await createUser(deps, input, audit))
 }
 
 export async function login(
   deps: Deps & CredentialState,
   input: { email: string; password: string },
-  ip: string,
+  audit: AuditContext,
 ) {
   checkPasswordLogin(deps)
   const email = input.email.trim().toLowerCase()
-  await deps.store.limits.take('login', `${email} ${ip}`, deps.config.RATE_LIMIT_LOGIN_PER_MINUTE, 60)
+  // Taken first: a refused attempt writes no audit entry, so the limit also bounds those writes.
+  await deps.store.limits.take(
+    'login',
+    `${email} ${audit.ip ?? 'local'}`,
+    deps.config.RATE_LIMIT_LOGIN_PER_MINUTE,
+    60,
+  )
   const user = await deps.store.accounts.findUserByEmail(email)
   // Unknown email, an account without a password (made by single sign-on) and a wrong password
-  // take the same time and give the same answer.
+  // take the same time and give the same answer; each is recorded (docs/api.md §17), in a
+  // transaction of its own: there is no change to go with.
   if (!user || user.password_hash === '') {
     await deps.passwords.burn(input.password)
+    await signInRefused(deps, audit, email, user, 'invalid_credentials')
     throw unauthorized('invalid_credentials', 'Incorrect email or password')
   }
   if (!(await deps.passwords.verify(input.password, user.password_hash))) {
+    await signInRefused(deps, audit, email, user, 'invalid_credentials')
     throw unauthorized('invalid_credentials', 'Incorrect email or password')
   }
-  return issueSession(deps, user, 'password')
+  return issueSession(deps, user, 'password', audit)
 }
 
 /**
- * The one end of every sign-in, by password or by single sign-on (docs/api.md §2): an active account
- * gets the login JWT and the login answer.
+ * A refused sign-in, by any method, in a transaction of its own (docs/api.md §17); single sign-on's
+ * names the provider.
  */
-export async function issueSession(deps: Deps, user: UserRow, method: 'password' | 'sso') {
-  if (!user.is_active) throw forbidden('account_disabled', 'This account has been deactivated')
+export const signInRefused = (
+  deps: Deps,
+  audit: AuditContext,
+  email: string | null,
+  user: UserRow | undefined,
+  reason: SignInRefusal,
+  how: { method: SignInMethod; issuer?: string } = { method: 'password' },
+) =>
+  deps.store.audit.record(
+    audit,
+    [signInFailed(email, user, reason, how.method, how.issuer)],
+    deps.clock.now(),
+  )
+
+/**
+ * The one end of every sign-in, by password or by single sign-on (docs/api.md §2): an active account
+ * gets the login JWT and the login answer. Its `auth.signed_in` entry is written first (docs/api.md
+ * §17), so no session is issued that the audit log lacks; a deactivated account's refusal is
+ * recorded as `auth.sign_in_failed`.
+ */
+export async function issueSession(deps: Deps, user: UserRow, method: SignInMethod, audit: AuditContext) {
+  if (!user.is_active) {
+    await signInRefused(deps, audit, user.email, user, 'account_disabled', { method })
+    throw forbidden('account_disabled', 'This account has been deactivated')
+  }
+  await deps.store.audit.record(asUser(audit, user.id), [signedIn(user, method)], deps.clock.now())
   const { token, expiresIn } = await deps.tokens.sign(user.id, user.token_version)
   log.info('signed in', { user_id: user.id, method })
   return {
@@ -81,6 +124,7 @@ export async function changePassword(
   deps: Deps & CredentialState,
   principal: UserPrincipal,
   input: { current_password: string; new_password: string },
+  audit: AuditContext,
 ) {
   const user = principal.user
   if (!(await deps.passwords.verify(input.current_password, user.password_hash))) {
@@ -89,7 +133,7 @@ export async function changePassword(
   checkPassword(input.new_password, 'new_password')
   const hash = await deps.passwords.hash(input.new_password)
   // The token version is bumped: every JWT issued before this one stops working.
-  const fresh = (await deps.store.accounts.setPassword(user.id, hash, deps.clock.now()))!
+  const fresh = (await deps.store.accounts.setPassword(user.id, hash, deps.clock.now(), audit))!
   credentialsChanged(deps, [user.id])
   const { token, expiresIn } = await deps.tokens.sign(fresh.id, fresh.token_version)
   return { status: 'password_changed' as const, access_token: token, expires_in: expiresIn }
@@ -133,13 +177,14 @@ export async function forgotPassword(deps: Deps & CredentialState, input: { emai
 export async function resetPassword(
   deps: Deps & CredentialState,
   input: { token: string; new_password: string },
+  audit: AuditContext,
 ) {
   checkPasswordLogin(deps)
   checkPassword(input.new_password, 'new_password')
   const hash = await deps.passwords.hash(input.new_password)
   const now = deps.clock.now()
   // Single use, unexpired, and its user still active; the password is set in the same transaction.
-  const userId = await deps.store.accounts.redeemResetToken(sha256Hex(input.token), hash, now)
+  const userId = await deps.store.accounts.redeemResetToken(sha256Hex(input.token), hash, now, audit)
   if (!userId)
     throw badRequest('invalid_reset_token', 'This reset token is unknown, used or expired', 'token')
   // The token version was bumped: the user's older JWTs stop working from the next request.
@@ -159,13 +204,17 @@ export async function ensureSuperadmin(
   if (!deps.config.PASSWORD_LOGIN || (await deps.store.accounts.hasSuperadmin())) return null
   const generated = deps.config.ADMIN_PASSWORD === undefined
   const password = deps.config.ADMIN_PASSWORD ?? randomBase62(20)
-  const user = await createUser(deps, {
-    email: deps.config.ADMIN_EMAIL,
-    password,
-    full_name: 'Administrator',
-    platform_role: 'superadmin',
-    must_change_password: true,
-  }).catch(async (error) => {
+  const user = await createUser(
+    deps,
+    {
+      email: deps.config.ADMIN_EMAIL,
+      password,
+      full_name: 'Administrator',
+      platform_role: 'superadmin',
+      must_change_password: true,
+    },
+    SYSTEM_AUDIT,
+  ).catch(async (error) => {
     // docs/api.md §12: instances starting together race for the first superadmin; the losers find
     // the winner's. An ordinary user holding ADMIN_EMAIL still stops the start.
     if (

@@ -2,6 +2,7 @@ import * as oidc from 'openid-client'
 import { ConfigError, listSetting } from '../../config'
 import type { UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { AuditContext, SignInRefusal } from '../../domain/audit'
 import {
   checkCodeChallenge,
   checkLoopbackRedirect,
@@ -15,7 +16,7 @@ import { log } from '../../lib/logger'
 import type { Identity } from '../../store/sso'
 import { createUser } from '../users/service'
 import type { IdentityProvider, OidcState } from './oidc'
-import { issueSession } from './service'
+import { issueSession, signInRefused } from './service'
 
 // Single sign-on (docs/api.md §2 "Single sign-on"): the authorization code flow with PKCE, state and
 // nonce, from the dashboard or from `gridkeep login --sso` (RFC 8252: a loopback redirect with
@@ -121,7 +122,12 @@ const invalidState = (why: string) => badRequest('invalid_state', `${why}; start
  * Once the sign-in is known to be a terminal's, a refusal goes to the loopback too (RFC 6749
  * §4.1.2.1), so that the terminal can say why.
  */
-export async function finishSignIn(deps: SsoDeps, query: URLSearchParams, cookie: string | undefined) {
+export async function finishSignIn(
+  deps: SsoDeps,
+  query: URLSearchParams,
+  cookie: string | undefined,
+  audit: AuditContext,
+) {
   const provider = providerOf(deps)
   const state = query.get('state')
   if (!state) throw invalidState('The answer carries no state')
@@ -135,7 +141,7 @@ export async function finishSignIn(deps: SsoDeps, query: URLSearchParams, cookie
       nonce: login.nonce,
       codeVerifier: login.code_verifier,
     })
-    const user = await admitIdentity(deps, provider.issuer, claims)
+    const user = await admitIdentity(deps, provider.issuer, claims, audit)
     const code = generateResetToken()
     await deps.store.sso.grantCode(
       login.state_hash,
@@ -164,11 +170,24 @@ function loopback(redirectUri: string, params: Record<string, string | null>): s
   return url.href
 }
 
+/** The refusals of src/domain/sso-rules.ts that the audit log records (docs/api.md §17). */
+const REFUSALS = new Set<SignInRefusal>([
+  'account_disabled',
+  'email_domain_not_allowed',
+  'email_not_verified',
+  'email_required',
+])
+
 /**
  * The account a sign-in reaches (src/domain/sso-rules.ts decides; this applies it): the linked one,
  * one linked now through its verified email, or a new one with its Personal Org.
  */
-async function admitIdentity(deps: SsoDeps, issuer: string, claims: SsoClaims): Promise<UserRow> {
+async function admitIdentity(
+  deps: SsoDeps,
+  issuer: string,
+  claims: SsoClaims,
+  audit: AuditContext,
+): Promise<UserRow> {
   const policy = {
     allowedDomains: listSetting(deps.config.OIDC_ALLOWED_DOMAINS).map((d) => d.toLowerCase()),
     adminGroups: listSetting(deps.config.OIDC_ADMIN_GROUPS),
@@ -176,26 +195,37 @@ async function admitIdentity(deps: SsoDeps, issuer: string, claims: SsoClaims): 
   const linked = await deps.store.sso.findLinkedUser(issuer, claims.subject)
   const email = claims.email?.trim().toLowerCase()
   const byEmail = linked || !email ? undefined : await deps.store.accounts.findUserByEmail(email)
-  const plan = planSsoSignIn(claims, policy, linked, byEmail)
+  let plan: ReturnType<typeof planSsoSignIn>
+  try {
+    plan = planSsoSignIn(claims, policy, linked, byEmail)
+  } catch (error) {
+    // docs/api.md §17: the rules' refusals are recorded, naming the account they kept the identity
+    // out of (a deactivated one, or the one whose email the provider has not verified).
+    if (error instanceof AppError && REFUSALS.has(error.errorCode as SignInRefusal))
+      await signInRefused(deps, audit, email ?? null, linked ?? byEmail, error.errorCode as SignInRefusal, {
+        method: 'sso',
+        issuer,
+      })
+    throw error
+  }
   const now = deps.clock.now()
   const identity: Identity = { issuer, subject: claims.subject, email: email ?? null }
   switch (plan.kind) {
     case 'sign_in': {
-      const user = await deps.store.sso.recordSignIn(issuer, claims.subject, now, plan.role)
+      const user = await deps.store.sso.recordSignIn(issuer, claims.subject, now, plan.role, audit)
       // Unlinked between the two reads (the account was deleted): as if it had never been.
       if (!user) throw invalidState('This account changed during the sign-in')
       return user
     }
     case 'link':
       log.info('linked identity', { user_id: plan.user.id, issuer })
-      return deps.store.sso.link(plan.user.id, identity, now, plan.role)
+      return deps.store.sso.link(plan.user.id, identity, now, plan.role, audit)
     case 'create':
-      return createUser(deps, {
-        email: plan.email,
-        full_name: plan.full_name,
-        platform_role: plan.role,
-        identity,
-      })
+      return createUser(
+        deps,
+        { email: plan.email, full_name: plan.full_name, platform_role: plan.role, identity },
+        audit,
+      )
   }
 }
 
@@ -207,6 +237,7 @@ export async function redeemCode(
   deps: SsoDeps,
   input: { code: string; code_verifier?: string },
   cookie: string | undefined,
+  audit: AuditContext,
 ) {
   providerOf(deps)
   const invalid = (why: string) => badRequest('invalid_code', `${why}; sign in again`, 'code')
@@ -224,7 +255,7 @@ export async function redeemCode(
   }
   const user = await deps.store.accounts.findUserById(login.user_id)
   if (!user) throw invalid('This account no longer exists')
-  return issueSession(deps, user, 'sso')
+  return issueSession(deps, user, 'sso', audit)
 }
 
 /**

@@ -2,6 +2,7 @@
 import embeddedManifest from '../../../catalogue/models.yaml' with { type: 'text' }
 import type { Config } from '../../config'
 import type { Deps } from '../../deps'
+import { SYSTEM_AUDIT } from '../../domain/audit'
 import type { CatalogueEntry } from '../../domain/catalogue'
 import { log } from '../../lib/logger'
 import { checkManifest, type Notice, type Violation } from './manifest'
@@ -116,11 +117,12 @@ export async function applyManifest(
 }
 
 /**
- * docs/api.md §4 catalogue rule 7's upsert of valid entries; what GET /v1/models and the validator keep is then read
+ * docs/api.md §4 catalogue rule 7's upsert of valid entries, by the server itself (its audit entry's
+ * actor is `system`, docs/api.md §17); what GET /v1/models and the validator keep is then read
  * afresh, here and on the other instances (catalogue/view.ts).
  */
 export async function upsertCatalogue(deps: Deps & CatalogueState, entries: CatalogueEntry[], now: number) {
-  const outcomes = await deps.store.catalogue.upsertEntries(entries, now)
+  const outcomes = await deps.store.catalogue.upsertEntries(entries, now, SYSTEM_AUDIT)
   modelsChanged(deps, 'catalogue')
   return outcomes
 }

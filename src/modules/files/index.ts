@@ -1,6 +1,7 @@
 import { Elysia } from 'elysia'
 import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
+import { auditContext } from '../../http/context'
 import type { CredentialState } from '../../http/credential-cache'
 import { FileModel } from './model'
 import * as files from './service'
@@ -42,11 +43,16 @@ export const fileRoutes = (deps: Deps & CredentialState) =>
       params: FileModel.params,
       detail: { tags, summary: 'File metadata (owner or superadmin)' },
     })
-    .delete('/:file_id', ({ params, principal }) => files.deleteFile(deps, principal, params.file_id), {
-      user: true,
-      params: FileModel.params,
-      detail: { tags, summary: 'Delete an own file and its bytes (not while an unfinished batch uses it)' },
-    })
+    .delete(
+      '/:file_id',
+      ({ params, principal, request, server }) =>
+        files.deleteFile(deps, principal, params.file_id, auditContext(request, server)),
+      {
+        user: true,
+        params: FileModel.params,
+        detail: { tags, summary: 'Delete an own file and its bytes (not while an unfinished batch uses it)' },
+      },
+    )
     .get(
       '/:file_id/content',
       async ({ params, query, principal }) => {

@@ -1,5 +1,6 @@
 import type { FileRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { AuditContext } from '../../domain/audit'
 import type { UserPrincipal, WorkerPrincipal } from '../../domain/principal'
 import { shardDoneElsewhere } from '../../domain/shards'
 import { readSpans } from '../../lib/blobs/spans'
@@ -102,8 +103,8 @@ export const getFile = async (deps: Deps, principal: UserPrincipal, fileId: stri
   toFileObject(await userFile(deps, principal, fileId))
 
 /** DELETE /v1/files/{id}: refused while a batch that has not finished reads it (docs/api.md §5). */
-export async function deleteFile(deps: Deps, principal: UserPrincipal, fileId: string) {
-  const outcome = await deps.store.files.remove(fileId, principal.user.id)
+export async function deleteFile(deps: Deps, principal: UserPrincipal, fileId: string, audit: AuditContext) {
+  const outcome = await deps.store.files.remove(fileId, principal.user.id, deps.clock.now(), audit)
   if (!outcome.removed) {
     if (outcome.reason === 'not_found') throw notFoundFile()
     throw badRequest(

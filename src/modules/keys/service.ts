@@ -1,4 +1,5 @@
 import type { Deps } from '../../deps'
+import type { AuditContext } from '../../domain/audit'
 import type { UserPrincipal } from '../../domain/principal'
 import type { CredentialState } from '../../http/credential-cache'
 import { credentialsChanged } from '../../http/credential-cache'
@@ -44,15 +45,16 @@ export async function createKey(
   owner: KeyOwner,
   by: UserPrincipal,
   input: { name?: string; expires_at?: number | null },
+  audit: AuditContext,
 ): Promise<KeyRecord> {
   await rateLimit(deps, by)
   checkExpiry(deps, input.expires_at)
   const { raw, replacement } = newRawKey(deps, by)
-  const row = await deps.store.keys.createKey(owner, {
-    ...replacement,
-    name: input.name ?? 'default',
-    expires_at: input.expires_at ?? null,
-  })
+  const row = await deps.store.keys.createKey(
+    owner,
+    { ...replacement, name: input.name ?? 'default', expires_at: input.expires_at ?? null },
+    audit,
+  )
   log.info('api key created', { key_id: row.id, key_type: owner.type, prefix: row.prefix, by: by.user.id })
   return toKeyRecord(row, raw)
 }
@@ -78,15 +80,19 @@ export async function updateKey(
   owner: KeyOwner,
   keyId: string,
   input: { name?: string; expires_at?: number | null; revoked?: true },
+  audit: AuditContext,
 ): Promise<KeyRecord> {
   // Another owner's key is a 404 before any of the body is judged.
   if (!(await deps.store.keys.findKey(owner, keyId))) throw keyNotFound()
   checkExpiry(deps, input.expires_at)
-  const row = await deps.store.keys.updateKey(owner, keyId, {
-    name: input.name,
-    expires_at: input.expires_at,
-    ...(input.revoked ? { revoked_at: deps.clock.now() } : {}),
-  })
+  const now = deps.clock.now()
+  const row = await deps.store.keys.updateKey(
+    owner,
+    keyId,
+    { name: input.name, expires_at: input.expires_at, ...(input.revoked ? { revoked_at: now } : {}) },
+    now,
+    audit,
+  )
   if (!row) throw keyNotFound()
   // A new expiry or a revocation holds from the next request, on every instance.
   credentialsChanged(deps, [keyId])
@@ -95,8 +101,13 @@ export async function updateKey(
 }
 
 /** Idempotent: revoking a revoked key returns it unchanged. */
-export function revokeKey(deps: Deps & CredentialState, owner: KeyOwner, keyId: string): Promise<KeyRecord> {
-  return updateKey(deps, owner, keyId, { revoked: true })
+export function revokeKey(
+  deps: Deps & CredentialState,
+  owner: KeyOwner,
+  keyId: string,
+  audit: AuditContext,
+): Promise<KeyRecord> {
+  return updateKey(deps, owner, keyId, { revoked: true }, audit)
 }
 
 /**
@@ -107,14 +118,15 @@ export async function regenerateKey(
   deps: Deps & CredentialState,
   owner: KeyOwner,
   by: UserPrincipal,
-  keyId?: string,
+  keyId: string | undefined,
+  audit: AuditContext,
 ): Promise<KeyRecord> {
   await rateLimit(deps, by)
   const now = deps.clock.now()
   const { raw, replacement } = newRawKey(deps, by)
   const row = keyId
-    ? await deps.store.keys.rotateKey(owner, keyId, replacement, now)
-    : await deps.store.keys.rotateAllKeys(owner, replacement, now)
+    ? await deps.store.keys.rotateKey(owner, keyId, replacement, now, audit)
+    : await deps.store.keys.rotateAllKeys(owner, replacement, now, audit)
   // The replaced key, or every key of the owner, is revoked from the next request on.
   credentialsChanged(deps, [keyId ?? (owner.type === 'personal' ? owner.userId : owner.orgId)])
   log.info('api key regenerated', { key_id: row.id, replaced: keyId ?? 'all', key_type: owner.type })

@@ -8,6 +8,7 @@ export const OrgModel = {
   orgParams: t.Object({ org_id: t.String({ maxLength: 64 }) }),
   keyParams: t.Object({ org_id: t.String({ maxLength: 64 }), key_id: t.String({ maxLength: 64 }) }),
   memberParams: t.Object({ org_id: t.String({ maxLength: 64 }), user_id: t.String({ maxLength: 64 }) }),
+  workerParams: t.Object({ org_id: t.String({ maxLength: 64 }), worker_id: t.String({ maxLength: 64 }) }),
   addMember: t.Object({ email: t.String({ maxLength: 320 }), role: Role }, { additionalProperties: false }),
   updateMember: t.Object({ role: Role }, { additionalProperties: false }),
   page: t.Object(PageQuery, { additionalProperties: false }),

@@ -1,6 +1,8 @@
 import type { OrgRole, OrgRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { AuditContext } from '../../domain/audit'
 import type { UserPrincipal } from '../../domain/principal'
+import { type CredentialState, credentialsChanged } from '../../http/credential-cache'
 import { badRequest, forbidden, notFound } from '../../lib/errors'
 import { type PageParams, toPage } from '../../lib/pagination'
 import type { Member } from '../../store/orgs'
@@ -27,10 +29,31 @@ export async function listMyOrgs(deps: Deps, principal: UserPrincipal, query: Pa
   )
 }
 
-export async function createTeamOrg(deps: Deps, principal: UserPrincipal, input: { name: string }) {
+export async function createTeamOrg(
+  deps: Deps,
+  principal: UserPrincipal,
+  input: { name: string },
+  audit: AuditContext,
+) {
   const name = input.name.trim()
   if (!name) throw badRequest('invalid_value', 'name must not be blank', 'name')
-  return toOrg(await deps.store.orgs.createTeamOrg(name, principal.user.id, deps.clock.now()), 'owner')
+  return toOrg(await deps.store.orgs.createTeamOrg(name, principal.user.id, deps.clock.now(), audit), 'owner')
+}
+
+/**
+ * DELETE /v1/orgs/{org_id} (owner only, docs/api.md §3): a team org without workers goes, with its
+ * worker keys (unknown from the next request on, here and on every other instance) and memberships.
+ */
+export async function deleteOrg(
+  deps: Deps & CredentialState,
+  principal: UserPrincipal,
+  orgId: string,
+  audit: AuditContext,
+) {
+  await requireOrgRole(deps, principal, orgId, 'owner')
+  await deps.store.orgs.deleteOrg(orgId, deps.clock.now(), audit)
+  credentialsChanged(deps, [orgId])
+  return { id: orgId, object: 'organization' as const, deleted: true as const }
 }
 
 const toMember = (m: Member) => ({
@@ -53,6 +76,7 @@ export async function addMember(
   principal: UserPrincipal,
   orgId: string,
   input: { email: string; role: OrgRole },
+  audit: AuditContext,
 ) {
   const access = await requireOrgRole(deps, principal, orgId, 'admin')
   if (access.org.personal) throw badRequest('personal_org', 'A Personal Org has no other members')
@@ -61,7 +85,7 @@ export async function addMember(
   const user = await deps.store.accounts.findUserByEmail(input.email.trim().toLowerCase())
   if (!user) throw notFound('user_not_found', 'No user with this email', 'email')
   const now = deps.clock.now()
-  await deps.store.orgs.addMember(orgId, user.id, input.role, now)
+  await deps.store.orgs.addMember(orgId, user.id, input.role, now, audit)
   return toMember({
     user_id: user.id,
     role: input.role,
@@ -77,15 +101,24 @@ export async function updateMember(
   orgId: string,
   userId: string,
   input: { role: OrgRole },
+  audit: AuditContext,
 ) {
   const access = await requireOrgRole(deps, principal, orgId, 'admin')
-  return toMember(await deps.store.orgs.changeMemberRole(orgId, userId, input.role, access.role))
+  return toMember(
+    await deps.store.orgs.changeMemberRole(orgId, userId, input.role, access.role, deps.clock.now(), audit),
+  )
 }
 
 /** Owners and admins remove members; anyone may leave. The last owner can do neither. */
-export async function removeMember(deps: Deps, principal: UserPrincipal, orgId: string, userId: string) {
+export async function removeMember(
+  deps: Deps,
+  principal: UserPrincipal,
+  orgId: string,
+  userId: string,
+  audit: AuditContext,
+) {
   const self = userId === principal.user.id
   const access = await requireOrgRole(deps, principal, orgId, self ? 'viewer' : 'admin')
-  await deps.store.orgs.removeMember(orgId, userId, self, access.role)
+  await deps.store.orgs.removeMember(orgId, userId, self, access.role, deps.clock.now(), audit)
   return { id: userId, object: 'organization.member' as const, deleted: true }
 }

@@ -2,6 +2,7 @@ import { Elysia, t } from 'elysia'
 import type { Deps } from '../../deps'
 import type { UserPrincipal } from '../../domain/principal'
 import { authPlugin } from '../../http/auth'
+import { auditContext } from '../../http/context'
 import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody, optionalJsonBody } from '../../http/parse'
 import { PageQuery } from '../../lib/pagination'
@@ -16,8 +17,11 @@ export const userRoutes = (deps: Deps & CredentialState) =>
     .use(authPlugin(deps))
     .post(
       '',
-      async ({ body, principal, status }) =>
-        status(201, await keys.createKey(deps, own(principal), principal, body ?? {})),
+      async ({ body, principal, status, request, server }) =>
+        status(
+          201,
+          await keys.createKey(deps, own(principal), principal, body ?? {}, auditContext(request, server)),
+        ),
       {
         jwt: true,
         ...optionalJsonBody(t.Optional(KeyModel.create)),
@@ -36,7 +40,8 @@ export const userRoutes = (deps: Deps & CredentialState) =>
     })
     .put(
       '/:key_id',
-      ({ params, body, principal }) => keys.updateKey(deps, own(principal), params.key_id, body),
+      ({ params, body, principal, request, server }) =>
+        keys.updateKey(deps, own(principal), params.key_id, body, auditContext(request, server)),
       {
         jwt: true,
         params: KeyModel.params,
@@ -45,8 +50,13 @@ export const userRoutes = (deps: Deps & CredentialState) =>
       },
     )
     // docs/api.md §3 (ext): the one route a personal key may call here, on its own id (logout).
-    .delete('/:key_id', ({ params, principal }) => keys.revokeKey(deps, own(principal), params.key_id), {
-      self: true,
-      params: KeyModel.params,
-      detail: { tags, summary: 'Revoke (idempotent); a personal key may revoke itself' },
-    })
+    .delete(
+      '/:key_id',
+      ({ params, principal, request, server }) =>
+        keys.revokeKey(deps, own(principal), params.key_id, auditContext(request, server)),
+      {
+        self: true,
+        params: KeyModel.params,
+        detail: { tags, summary: 'Revoke (idempotent); a personal key may revoke itself' },
+      },
+    )

@@ -1,11 +1,13 @@
 import type { UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
+import type { AuditContext } from '../../domain/audit'
 import { badRequest } from '../../lib/errors'
 import type { Identity } from '../../store/sso'
 
 // Creating users is shared by signup, the admin's create-user, the first-start superadmin and the
 // first sign-in by single sign-on: each gets a Personal Org with an owner membership in the same
-// transaction (docs/api.md §3), the last also its link to the provider's identity.
+// transaction (docs/api.md §3), the last also its link to the provider's identity, and each a
+// `user.created` audit entry whose `via` the actor (and the identity) tells (docs/api.md §17).
 
 const EMAIL = /^[^\s@]+@[^\s@]+$/
 
@@ -34,7 +36,7 @@ export type NewUser = {
 )
 
 /** The one place an account is made: the user, their Personal Org and its owner membership. */
-export async function createUser(deps: Deps, input: NewUser): Promise<UserRow> {
+export async function createUser(deps: Deps, input: NewUser, audit: AuditContext): Promise<UserRow> {
   const email = normalizeEmail(input.email)
   if (input.password !== undefined) checkPassword(input.password)
   const full_name = input.full_name.trim()
@@ -51,6 +53,7 @@ export async function createUser(deps: Deps, input: NewUser): Promise<UserRow> {
       now: deps.clock.now(),
     },
     `${full_name}'s Personal Org`,
+    audit,
     input.identity,
   )
 }

@@ -1,5 +1,7 @@
 import type { Deps } from '../../deps'
+import type { AuditContext } from '../../domain/audit'
 import type { WorkerPrincipal } from '../../domain/principal'
+import type { RequeueOutcome, RequeueReason } from '../../domain/requeue'
 import { digestOrNull } from '../../lib/digest'
 import { badRequest, notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
@@ -113,14 +115,7 @@ export async function register(
   const { worker, requeued, reused } = registered
   // What the worker hosts and whether it is online may differ now (docs/api.md §4 `available`).
   modelsChanged(deps, 'fleet')
-  for (const r of requeued) {
-    await removeParts(deps, r.parts)
-    // docs/api.md §16: a shard copy whose other copy carries on was not requeued.
-    if (r.backup) deps.metrics.shardBackups.inc({ outcome: r.backup })
-    else deps.metrics.requeues.inc({ reason: 'worker_reregistered', outcome: r.status })
-    // A batch validated again, or a shard left with one copy (a backup may be handed out again).
-    if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
-  }
+  await afterRequeues(deps, requeued, 'worker_reregistered')
   log.info('worker registered', {
     worker_id: worker.id,
     org_id: worker.org_id,
@@ -133,6 +128,40 @@ export async function register(
     heartbeat_interval_seconds: heartbeatInterval(deps.config),
     heartbeat_timeout_seconds: deps.config.HEARTBEAT_TIMEOUT_SECONDS,
   }
+}
+
+/** After the commit of requeues (re-registration, removal): parts, metrics, waiting polls. */
+async function afterRequeues(deps: Deps & PollState, requeued: RequeueOutcome[], reason: RequeueReason) {
+  for (const r of requeued) {
+    await removeParts(deps, r.parts)
+    // docs/api.md §16: a shard copy whose other copy carries on was not requeued.
+    if (r.backup) deps.metrics.shardBackups.inc({ outcome: r.backup })
+    else deps.metrics.requeues.inc({ reason, outcome: r.status })
+    // A batch validated again, or a shard left with one copy (a backup may be handed out again).
+    if (r.status === 'validated') batchClaimable(deps, r.batch_id, r.model)
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// DELETE /v1/orgs/{org_id}/workers/{worker_id} (the caller's role is checked by the route)
+
+/**
+ * docs/api.md §3: the worker's row goes, what it holds is requeued without counting an attempt, and
+ * a daemon still running with its id is answered 404 and registers anew (docs/api.md §7).
+ */
+export async function removeWorker(
+  deps: Deps & CatalogueState & PollState,
+  orgId: string,
+  workerId: string,
+  audit: AuditContext,
+) {
+  const removed = await deps.store.fleet.removeWorker(orgId, workerId, deps.clock.now(), audit)
+  if (!removed) throw notFound('worker_not_found', 'No such worker in this organization', 'worker_id')
+  modelsChanged(deps, 'fleet')
+  await afterRequeues(deps, removed.requeued, 'worker_removed')
+  const requeued = [...new Set(removed.requeued.map((r) => r.batch_id))]
+  log.info('worker removed', { worker_id: workerId, org_id: orgId, requeued })
+  return { id: workerId, object: 'worker' as const, deleted: true as const, requeued }
 }
 
 // ---------------------------------------------------------------------------------------------

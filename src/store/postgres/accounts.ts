@@ -2,10 +2,12 @@ import { and, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { UserRow } from '../../db/schema'
 import { checkLastSuperadmin } from '../../domain/admin-rules'
+import { passwordChanged, passwordReset, userChanged, userCreated } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { AccountsStore, NewUser } from '../accounts'
 import type { Identity } from '../sso'
+import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 import { isUniqueViolation, uniqueOn } from './errors'
 import { pageRows } from './page'
@@ -18,7 +20,7 @@ import { identityConflict } from './sso'
 
 const { users, organizations, memberships, passwordResetTokens, userIdentities } = schema
 
-async function storePassword(tx: PgTx | PgDb, now: number, userId: string, hash: string) {
+async function storePassword(tx: PgTx, now: number, userId: string, hash: string) {
   const [row] = await tx
     .update(users)
     .set({
@@ -40,7 +42,7 @@ export function postgresAccounts(db: PgDb): AccountsStore {
     .where(eq(users.id, sql.placeholder('id')))
     .prepare('gk_user_by_id')
   return {
-    async createUser(input: NewUser, personalOrgName: string, identity?: Identity) {
+    async createUser(input: NewUser, personalOrgName: string, audit, identity?: Identity) {
       try {
         return await db.transaction(async (tx) => {
           const [user] = await tx
@@ -70,6 +72,7 @@ export function postgresAccounts(db: PgDb): AccountsStore {
               created_at: input.now,
               last_sign_in_at: input.now,
             })
+          await appendAudit(tx, audit, [userCreated(user!, audit.actor, identity)], input.now)
           return user as UserRow
         })
       } catch (error) {
@@ -104,7 +107,7 @@ export function postgresAccounts(db: PgDb): AccountsStore {
       return pageRows<UserRow>(db, users, undefined, page)
     },
 
-    async updateUser(id, changes, now) {
+    async updateUser(id, changes, now, audit) {
       return db.transaction(async (tx) => {
         // Lock every active superadmin (and the target) before counting: two admins demoting each
         // other at once take turns, and the second sees the first's change.
@@ -125,19 +128,24 @@ export function postgresAccounts(db: PgDb): AccountsStore {
           .set({ ...changes, updated_at: now })
           .where(eq(users.id, id))
           .returning()
+        await appendAudit(tx, audit, userChanged(target, row!), now)
         return row as UserRow
       })
     },
 
-    async setPassword(userId, passwordHash, now) {
-      return storePassword(db, now, userId, passwordHash)
+    async setPassword(userId, passwordHash, now, audit) {
+      return db.transaction(async (tx) => {
+        const user = await storePassword(tx, now, userId, passwordHash)
+        if (user) await appendAudit(tx, audit, [passwordChanged(userId)], now)
+        return user
+      })
     },
 
     async addResetToken(token) {
       await db.insert(passwordResetTokens).values(token)
     },
 
-    async redeemResetToken(tokenHash, passwordHash, now) {
+    async redeemResetToken(tokenHash, passwordHash, now, audit) {
       return db.transaction(async (tx) => {
         // Single use: one conditional UPDATE claims the token; the password is set in the same
         // transaction.
@@ -158,6 +166,7 @@ export function postgresAccounts(db: PgDb): AccountsStore {
           .returning({ user_id: passwordResetTokens.user_id })
         if (!claimed) return undefined
         await storePassword(tx, now, claimed.user_id, passwordHash)
+        await appendAudit(tx, audit, [passwordReset(claimed.user_id)], now)
         return claimed.user_id
       })
     },

@@ -1,9 +1,11 @@
 import { asc, eq, inArray, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { ArtifactFileRow, CatalogEntryRow, ServingProfileRow } from '../../db/schema'
+import { catalogueSeeded } from '../../domain/audit'
 import type { CatalogueEntry as ManifestEntry } from '../../domain/catalogue'
 import { childrenPlan, entryRowPlan } from '../../domain/catalogue-upsert'
 import { CatalogueCache, type CatalogueStore, type UpsertOutcome } from '../catalogue'
+import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 
 // The catalogue on PostgreSQL. Instances starting together seed one after the other: the seed
@@ -100,12 +102,13 @@ export function postgresCatalogue(db: PgDb): CatalogueStore {
     return { entries, profiles, artifacts }
   })
   return {
-    async upsertEntries(entries, now) {
+    async upsertEntries(entries, now, audit) {
       try {
         return await db.transaction(async (tx) => {
           await tx.execute(sql`SELECT pg_advisory_xact_lock(${SEED_LOCK})`)
           const out: UpsertOutcome[] = []
           for (const e of entries) out.push(await upsertEntry(tx, e, now))
+          await appendAudit(tx, audit, catalogueSeeded(entries, out), now)
           return out
         })
       } finally {

@@ -9,6 +9,15 @@ export function isUniqueViolation(error: unknown): boolean {
   return false
 }
 
+/** PostgreSQL's foreign_key_violation (SQLSTATE 23503): a row named by the write is gone. */
+export function isForeignKeyViolation(error: unknown): boolean {
+  for (let e = error as { errno?: unknown; code?: unknown; cause?: unknown } | undefined; e; ) {
+    if (e.errno === '23503' || e.code === '23503') return true
+    e = e.cause as typeof e
+  }
+  return false
+}
+
 /** Whether a unique_violation was raised on `table` (which of a transaction's inserts collided). */
 export function uniqueOn(error: unknown, table: string): boolean {
   for (

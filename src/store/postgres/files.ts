@@ -1,8 +1,10 @@
 import { and, asc, eq, gt, inArray, isNull, lte, notInArray, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { FileRow } from '../../db/schema'
+import { fileDeleted, filesExpired } from '../../domain/audit'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import type { FilesStore } from '../files'
+import { appendAudit } from './audit'
 import type { PgDb } from './db'
 import { pageRows } from './page'
 
@@ -87,11 +89,11 @@ export function postgresFiles(db: PgDb): FilesStore {
       return pageRows<FileRow>(db, files, where, query)
     },
 
-    async remove(fileId, ownerId) {
+    async remove(fileId, ownerId, now, audit) {
       return db.transaction(async (tx) => {
         // Locked: a POST /v1/batches naming this file (which share-locks it) waits or is seen.
         const [row] = await tx
-          .select({ id: files.id })
+          .select({ id: files.id, filename: files.filename, purpose: files.purpose, bytes: files.bytes })
           .from(files)
           .where(and(eq(files.id, fileId), eq(files.user_id, ownerId)))
           .for('update')
@@ -103,11 +105,12 @@ export function postgresFiles(db: PgDb): FilesStore {
           .limit(1)
         if (user) return { removed: false as const, reason: 'in_use' as const, batchId: user.id }
         await tx.delete(files).where(eq(files.id, fileId))
+        await appendAudit(tx, audit, [fileDeleted(row)], now)
         return { removed: true as const }
       })
     },
 
-    async expire(now, limit) {
+    async expire(now, limit, audit) {
       return db.transaction(async (tx) => {
         // Locked, skipping a file a POST /v1/batches is naming right now (it share-locks it).
         const locked = await tx
@@ -125,6 +128,7 @@ export function postgresFiles(db: PgDb): FilesStore {
           .delete(files)
           .where(and(inArray(files.id, ids), notInArray(files.id, inputsInUse(tx))))
           .returning()
+        await appendAudit(tx, audit, filesExpired(deleted as FileRow[]), now)
         return deleted as FileRow[]
       })
     },

@@ -3,9 +3,10 @@ import { and, asc, count, desc, eq, gt, inArray, isNull, or, sql } from 'drizzle
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { WorkerRow } from '../../db/schema'
+import { workerRemoved } from '../../domain/audit'
 import { inventoryPlan } from '../../domain/inventory-plan'
-import { machineLookup, registerPlan } from '../../domain/register-plan'
-import type { RequeueOutcome } from '../../domain/requeue'
+import { machineLookup, orgGone, registerPlan } from '../../domain/register-plan'
+import { type RequeueOutcome, type RequeueReason, removedRequeue } from '../../domain/requeue'
 import { isShardId } from '../../domain/shards'
 import { checkHolder, checkProgress } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
@@ -20,10 +21,13 @@ import {
   type ListedWorker,
   type NewPull,
   namedHosts,
+  type Registered,
   type Registration,
   type WorkerHosting,
 } from '../fleet'
+import { appendAudit } from './audit'
 import { type PgDb, type PgTx, pipelined } from './db'
+import { isForeignKeyViolation } from './errors'
 import { pageRows } from './page'
 import { requeueLocked } from './queue'
 import { recordShardProgress, requeueHeldShards } from './shards'
@@ -162,9 +166,103 @@ async function insertChildren(tx: PgTx, workerId: string, r: Registration) {
   for (let i = 0; i < rows.length; i += 1000) await tx.insert(workerModels).values(rows.slice(i, i + 1000))
 }
 
+/**
+ * Requeues every batch and shard copy `workerId` holds, its row locked by the caller
+ * (re-registration, removal): the batches locked in claim order, then each shard (requeueHeldShards).
+ */
+async function requeueAllHeld(
+  tx: PgTx,
+  maxAttempts: number,
+  workerId: string,
+  reason: RequeueReason,
+  error: string,
+  now: number,
+): Promise<RequeueOutcome[]> {
+  const requeued: RequeueOutcome[] = []
+  const held = await tx
+    .select({
+      id: batches.id,
+      attempts: batches.attempts,
+      request_counts_total: batches.request_counts_total,
+      model: batches.model,
+    })
+    .from(batchAssignments)
+    .innerJoin(batches, eq(batches.id, batchAssignments.batch_id))
+    .where(
+      and(
+        eq(batchAssignments.worker_id, workerId),
+        isNull(batchAssignments.completed_at),
+        eq(batches.status, 'in_progress'),
+      ),
+    )
+    .orderBy(asc(batchAssignments.seq))
+    .for('update', { of: batches })
+  for (const b of held) {
+    const outcome = await requeueLocked(tx, maxAttempts, b, reason, error, now)
+    if (outcome) requeued.push(outcome)
+  }
+  // docs/api.md §16: and each shard it held, as that shard's attempt.
+  requeued.push(...(await requeueHeldShards(tx, maxAttempts, workerId, reason, error, now)))
+  return requeued
+}
+
 export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS'>): FleetStore {
   const maxAttempts = config.MAX_BATCH_ATTEMPTS
   const beats = grouped((items: Beat[]) => beatGroup(db, items), HEARTBEATS_PER_COMMIT)
+  const registerTx = (r: Registration) =>
+    db.transaction(async (tx): Promise<Registered> => {
+      // The worker row is locked first, as a claim locks it: a poll of the old incarnation
+      // either finished before (its batch is requeued below) or waits and sees the new one.
+      let byId: WorkerRow | undefined
+      if (r.workerId) {
+        ;[byId] = (await tx
+          .select()
+          .from(workers)
+          .where(eq(workers.id, r.workerId))
+          .for('update')) as WorkerRow[]
+      }
+      const machine = machineLookup(r, byId)
+      let byMachine: WorkerRow | undefined
+      if (machine) {
+        // Two first registrations of one machine at once (two instances) must make one worker,
+        // as SQLite's single writer does: they take turns on a lock named by org and machine.
+        await tx.execute(
+          sql`SELECT pg_advisory_xact_lock(hashtextextended(${`${machine.orgId}\n${machine.machineId}`}, 0))`,
+        )
+        ;[byMachine] = (await tx
+          .select()
+          .from(workers)
+          .where(and(eq(workers.org_id, machine.orgId), eq(workers.machine_id, machine.machineId)))
+          .orderBy(desc(workers.seq))
+          .limit(1)
+          .for('update')) as WorkerRow[]
+      }
+      const plan = registerPlan(r, byId, byMachine)
+      if (plan.kind === 'not_owned') return { notOwned: true as const }
+      const requeued: RequeueOutcome[] = []
+      let worker: WorkerRow
+      if (plan.kind === 'reuse') {
+        const { reason, error } = plan.requeue
+        // docs/api.md §7: whatever the old incarnation held is requeued as a failed attempt.
+        requeued.push(...(await requeueAllHeld(tx, maxAttempts, plan.workerId, reason, error, r.now)))
+        ;[worker] = (await tx
+          .update(workers)
+          .set({ ...plan.set, hosting_seq: sql`${workers.hosting_seq} + 1` })
+          .where(eq(workers.id, plan.workerId))
+          .returning()) as WorkerRow[]
+        await tx.delete(workerRuntimes).where(eq(workerRuntimes.worker_id, plan.workerId))
+        await tx.delete(workerGpus).where(eq(workerGpus.worker_id, plan.workerId))
+        await tx.delete(workerModels).where(eq(workerModels.worker_id, plan.workerId))
+        await tx.delete(modelPulls).where(eq(modelPulls.worker_id, plan.workerId))
+      } else {
+        ;[worker] = (await tx
+          .insert(workers)
+          .values({ ...plan.values, id: newId('wrk_') })
+          .returning()) as WorkerRow[]
+      }
+      await insertChildren(tx, worker!.id, r)
+      return { worker: worker!, requeued, reused: plan.kind === 'reuse' }
+    })
   return {
     async findWorker(id) {
       const [w] = await db.select().from(workers).where(eq(workers.id, id))
@@ -172,81 +270,34 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     },
 
     async register(r) {
+      return registerTx(r).catch((error) => {
+        // The org was deleted meanwhile (its FOR UPDATE held the insert until it committed).
+        if (isForeignKeyViolation(error)) throw orgGone()
+        throw error
+      })
+    },
+
+    async removeWorker(orgId, workerId, now, audit) {
       return db.transaction(async (tx) => {
-        // The worker row is locked first, as a claim locks it: a poll of the old incarnation
-        // either finished before (its batch is requeued below) or waits and sees the new one.
-        let byId: WorkerRow | undefined
-        if (r.workerId) {
-          ;[byId] = (await tx
-            .select()
-            .from(workers)
-            .where(eq(workers.id, r.workerId))
-            .for('update')) as WorkerRow[]
-        }
-        const machine = machineLookup(r, byId)
-        let byMachine: WorkerRow | undefined
-        if (machine) {
-          // Two first registrations of one machine at once (two instances) must make one worker,
-          // as SQLite's single writer does: they take turns on a lock named by org and machine.
-          await tx.execute(
-            sql`SELECT pg_advisory_xact_lock(hashtextextended(${`${machine.orgId}\n${machine.machineId}`}, 0))`,
-          )
-          ;[byMachine] = (await tx
-            .select()
-            .from(workers)
-            .where(and(eq(workers.org_id, machine.orgId), eq(workers.machine_id, machine.machineId)))
-            .orderBy(desc(workers.seq))
-            .limit(1)
-            .for('update')) as WorkerRow[]
-        }
-        const plan = registerPlan(r, byId, byMachine)
-        if (plan.kind === 'not_owned') return { notOwned: true as const }
-        const requeued: RequeueOutcome[] = []
-        let worker: WorkerRow
-        if (plan.kind === 'reuse') {
-          const { reason, error } = plan.requeue
-          // docs/api.md §7: whatever the old incarnation held is requeued as a failed attempt.
-          const held = await tx
-            .select({
-              id: batches.id,
-              attempts: batches.attempts,
-              request_counts_total: batches.request_counts_total,
-              model: batches.model,
-            })
-            .from(batchAssignments)
-            .innerJoin(batches, eq(batches.id, batchAssignments.batch_id))
-            .where(
-              and(
-                eq(batchAssignments.worker_id, plan.workerId),
-                isNull(batchAssignments.completed_at),
-                eq(batches.status, 'in_progress'),
-              ),
-            )
-            .orderBy(asc(batchAssignments.seq))
-            .for('update', { of: batches })
-          for (const b of held) {
-            const outcome = await requeueLocked(tx, maxAttempts, b, reason, error, r.now)
-            if (outcome) requeued.push(outcome)
-          }
-          // docs/api.md §16: and each shard it held, as that shard's failed attempt.
-          requeued.push(...(await requeueHeldShards(tx, maxAttempts, plan.workerId, reason, error, r.now)))
-          ;[worker] = (await tx
-            .update(workers)
-            .set({ ...plan.set, hosting_seq: sql`${workers.hosting_seq} + 1` })
-            .where(eq(workers.id, plan.workerId))
-            .returning()) as WorkerRow[]
-          await tx.delete(workerRuntimes).where(eq(workerRuntimes.worker_id, plan.workerId))
-          await tx.delete(workerGpus).where(eq(workerGpus.worker_id, plan.workerId))
-          await tx.delete(workerModels).where(eq(workerModels.worker_id, plan.workerId))
-          await tx.delete(modelPulls).where(eq(modelPulls.worker_id, plan.workerId))
-        } else {
-          ;[worker] = (await tx
-            .insert(workers)
-            .values({ ...plan.values, id: newId('wrk_') })
-            .returning()) as WorkerRow[]
-        }
-        await insertChildren(tx, worker!.id, r)
-        return { worker: worker!, requeued, reused: plan.kind === 'reuse' }
+        // Locked first, as a claim locks it (FOR KEY SHARE): a claim either committed before (its
+        // batch is requeued below) or waits and finds no worker.
+        const [worker] = (await tx
+          .select()
+          .from(workers)
+          .where(and(eq(workers.id, workerId), eq(workers.org_id, orgId)))
+          .for('update')) as WorkerRow[]
+        if (!worker) return undefined
+        const { reason, error } = removedRequeue(worker)
+        const requeued = await requeueAllHeld(tx, maxAttempts, worker.id, reason, error, now)
+        // Its runtimes, GPUs, models, pull asks and back-offs go with it (ON DELETE CASCADE).
+        await tx.delete(workers).where(eq(workers.id, worker.id))
+        await appendAudit(
+          tx,
+          audit,
+          [workerRemoved(worker, [...new Set(requeued.map((r) => r.batch_id))])],
+          now,
+        )
+        return { worker, requeued }
       })
     },
 
@@ -257,7 +308,13 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       const plan = inventoryPlan(inventory, loaded, sig)
       await db.transaction(async (tx) => {
         // One worker's reports replace its rows one after the other (no interleaved upserts).
-        await tx.select({ id: workers.id }).from(workers).where(eq(workers.id, workerId)).for('update')
+        const [found] = await tx
+          .select({ id: workers.id })
+          .from(workers)
+          .where(eq(workers.id, workerId))
+          .for('update')
+        // Removed since its heartbeat was answered (docs/api.md §3): nothing of it is kept.
+        if (!found) return
         for (const o of plan) {
           if (o.op === 'delete_unconfigured') {
             await tx.delete(workerModels).where(and(mine, eq(workerModels.configured, false)))

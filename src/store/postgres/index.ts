@@ -2,6 +2,7 @@ import type { Config } from '../../config'
 import type { Clock } from '../../lib/clock'
 import type { Store } from '../index'
 import { postgresAccounts } from './accounts'
+import { postgresAudit } from './audit'
 import { postgresBatches } from './batches'
 import { postgresCatalogue } from './catalogue'
 import { closePostgres, migratePostgres, type PgDb } from './db'
@@ -43,6 +44,7 @@ export function postgresStore(
     catalogue: postgresCatalogue(db),
     usage: postgresUsage(db),
     webhooks: postgresWebhooks(db),
+    audit: postgresAudit(db),
     close: () => closePostgres(db),
   }
 }

@@ -1,14 +1,17 @@
 import { and, eq, isNull, type SQL, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { ApiKeyRow } from '../../db/schema'
+import { keyChanged, keyCreated, keyRegenerated } from '../../domain/audit'
 import { checkRotatable } from '../../domain/key-rules'
 import { newId } from '../../lib/ids'
 import type { KeyOwner, KeysStore, NewKey } from '../keys'
+import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 import { pageRows } from './page'
 
-// API keys on PostgreSQL. Revocation is one conditional UPDATE (the first revocation time wins);
-// rotations lock their owner's row, so two racing rotations issue one live replacement.
+// API keys on PostgreSQL. A change locks the key's row, so the first revocation time wins and its
+// entry is written once; rotations lock their owner's row, so two racing rotations issue one live
+// replacement.
 
 const { apiKeys, users, organizations } = schema
 
@@ -32,7 +35,7 @@ const ownedBy = (owner: KeyOwner): SQL =>
     ? and(eq(apiKeys.key_type, 'personal'), eq(apiKeys.user_id, owner.userId))!
     : and(eq(apiKeys.key_type, 'worker'), eq(apiKeys.org_id, owner.orgId))!
 
-async function insertKey(tx: PgTx | PgDb, owner: KeyOwner, key: NewKey): Promise<ApiKeyRow> {
+async function insertKey(tx: PgTx, owner: KeyOwner, key: NewKey): Promise<ApiKeyRow> {
   const [row] = await tx
     .insert(apiKeys)
     .values({
@@ -78,8 +81,12 @@ export function postgresKeys(db: PgDb): KeysStore {
       await db.update(apiKeys).set({ last_used_at: now }).where(eq(apiKeys.id, keyId))
     },
 
-    async createKey(owner, key) {
-      return insertKey(db, owner, key)
+    async createKey(owner, key, audit) {
+      return db.transaction(async (tx) => {
+        const row = await insertKey(tx, owner, key)
+        await appendAudit(tx, audit, [keyCreated(row)], key.created_at)
+        return row
+      })
     },
 
     async listKeys(owner, page) {
@@ -88,21 +95,29 @@ export function postgresKeys(db: PgDb): KeysStore {
 
     findKey,
 
-    async updateKey(owner, keyId, input) {
-      const where = and(ownedBy(owner), eq(apiKeys.id, keyId))
-      const changes = {
-        ...(input.name !== undefined ? { name: input.name } : {}),
-        ...(input.expires_at !== undefined ? { expires_at: input.expires_at } : {}),
-        ...(input.revoked_at !== undefined
-          ? { revoked_at: sql`coalesce(${apiKeys.revoked_at}, ${input.revoked_at}::bigint)` }
-          : {}),
-      }
-      if (Object.keys(changes).length === 0) return findKey(owner, keyId)
-      const [row] = await db.update(apiKeys).set(changes).where(where).returning()
-      return row as ApiKeyRow | undefined
+    async updateKey(owner, keyId, input, now, audit) {
+      return db.transaction(async (tx) => {
+        const [current] = await tx
+          .select()
+          .from(apiKeys)
+          .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
+          .for('no key update')
+        if (!current) return undefined
+        const changes = {
+          ...(input.name !== undefined ? { name: input.name } : {}),
+          ...(input.expires_at !== undefined ? { expires_at: input.expires_at } : {}),
+          ...(input.revoked_at !== undefined && current.revoked_at === null
+            ? { revoked_at: input.revoked_at }
+            : {}),
+        }
+        if (Object.keys(changes).length === 0) return current as ApiKeyRow
+        const [row] = await tx.update(apiKeys).set(changes).where(eq(apiKeys.id, keyId)).returning()
+        await appendAudit(tx, audit, keyChanged(current as ApiKeyRow, row as ApiKeyRow), now)
+        return row as ApiKeyRow
+      })
     },
 
-    async rotateKey(owner, keyId, replacement, now) {
+    async rotateKey(owner, keyId, replacement, now, audit) {
       return db.transaction(async (tx) => {
         await lockOwner(tx, owner)
         const [old] = await tx
@@ -111,18 +126,33 @@ export function postgresKeys(db: PgDb): KeysStore {
           .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
         checkRotatable(old, now)
         await tx.update(apiKeys).set({ revoked_at: now }).where(eq(apiKeys.id, keyId))
-        return insertKey(tx, owner, { ...replacement, name: old.name, expires_at: old.expires_at })
+        const row = await insertKey(tx, owner, { ...replacement, name: old.name, expires_at: old.expires_at })
+        await appendAudit(tx, audit, [keyRegenerated(row, [keyId])], now)
+        return row
       })
     },
 
-    async rotateAllKeys(owner, replacement, now) {
+    async rotateAllKeys(owner, replacement, now, audit) {
       return db.transaction(async (tx) => {
         await lockOwner(tx, owner)
-        await tx
+        const replaced = await tx
           .update(apiKeys)
           .set({ revoked_at: now })
           .where(and(ownedBy(owner), isNull(apiKeys.revoked_at)))
-        return insertKey(tx, owner, { ...replacement, name: 'default', expires_at: null })
+          .returning({ id: apiKeys.id })
+        const row = await insertKey(tx, owner, { ...replacement, name: 'default', expires_at: null })
+        await appendAudit(
+          tx,
+          audit,
+          [
+            keyRegenerated(
+              row,
+              replaced.map((r) => r.id),
+            ),
+          ],
+          now,
+        )
+        return row
       })
     },
   }

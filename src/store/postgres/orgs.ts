@@ -1,10 +1,12 @@
-import { and, asc, count, desc, eq, inArray, ne } from 'drizzle-orm'
+import { and, asc, count, desc, eq, inArray, isNull, ne } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { OrgRole, OrgRow } from '../../db/schema'
-import { checkRemoval, checkRoleChange } from '../../domain/org-rules'
+import { memberAdded, memberRemoved, memberRoleChanged, orgCreated, orgDeleted } from '../../domain/audit'
+import { checkOrgDeletion, checkRemoval, checkRoleChange } from '../../domain/org-rules'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { Member, OrgsStore } from '../orgs'
+import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 import { isUniqueViolation } from './errors'
 import { pageBy, pageRows } from './page'
@@ -14,7 +16,7 @@ import { pageBy, pageRows } from './page'
 // rule counts owners no concurrent change can alter: two owners demoting each other at once take
 // turns, and the second is refused.
 
-const { organizations, memberships, users } = schema
+const { apiKeys, organizations, memberships, users, workers } = schema
 
 const memberColumns = {
   user_id: memberships.user_id,
@@ -87,7 +89,7 @@ export function postgresOrgs(db: PgDb): OrgsStore {
         .orderBy(organizations.seq)
     },
 
-    async createTeamOrg(name, ownerId, now) {
+    async createTeamOrg(name, ownerId, now, audit) {
       return db.transaction(async (tx) => {
         const [org] = await tx
           .insert(organizations)
@@ -96,7 +98,33 @@ export function postgresOrgs(db: PgDb): OrgsStore {
         await tx
           .insert(memberships)
           .values({ org_id: org!.id, user_id: ownerId, role: 'owner', created_at: now })
+        await appendAudit(tx, audit, [orgCreated(org!)], now)
         return org as OrgRow
+      })
+    },
+
+    async deleteOrg(orgId, now, audit) {
+      await db.transaction(async (tx) => {
+        // FOR UPDATE conflicts with the KEY SHARE a registration's insert takes on the org: a worker
+        // registered meanwhile is counted below, or its registration waits and finds no org.
+        const [org] = (await tx
+          .select()
+          .from(organizations)
+          .where(eq(organizations.id, orgId))
+          .for('update')) as OrgRow[]
+        const [held] = await tx.select({ n: count() }).from(workers).where(eq(workers.org_id, orgId))
+        checkOrgDeletion(org, held!.n)
+        const keys = await tx
+          .select({ id: apiKeys.id, name: apiKeys.name, prefix: apiKeys.prefix })
+          .from(apiKeys)
+          .where(and(eq(apiKeys.org_id, orgId), isNull(apiKeys.revoked_at)))
+        const members = (await tx
+          .select({ user_id: memberships.user_id, role: memberships.role })
+          .from(memberships)
+          .where(eq(memberships.org_id, orgId))) as { user_id: string; role: OrgRole }[]
+        // Its worker keys and memberships go with it (ON DELETE CASCADE).
+        await tx.delete(organizations).where(eq(organizations.id, orgId))
+        await appendAudit(tx, audit, [orgDeleted(org!, keys, members)], now)
       })
     },
 
@@ -113,9 +141,12 @@ export function postgresOrgs(db: PgDb): OrgsStore {
       )
     },
 
-    async addMember(orgId, userId, role, now) {
+    async addMember(orgId, userId, role, now, audit) {
       try {
-        await db.insert(memberships).values({ org_id: orgId, user_id: userId, role, created_at: now })
+        await db.transaction(async (tx) => {
+          await tx.insert(memberships).values({ org_id: orgId, user_id: userId, role, created_at: now })
+          await appendAudit(tx, audit, [memberAdded(orgId, userId, role)], now)
+        })
       } catch (error) {
         // The (org_id, user_id) primary key decides a race between two adds.
         if (isUniqueViolation(error))
@@ -124,7 +155,7 @@ export function postgresOrgs(db: PgDb): OrgsStore {
       }
     },
 
-    async changeMemberRole(orgId, userId, role, actorRole): Promise<Member> {
+    async changeMemberRole(orgId, userId, role, actorRole, now, audit): Promise<Member> {
       return db.transaction(async (tx) => {
         const otherOwners = await lockOrgAndCountOtherOwners(tx, orgId, userId)
         const [target] = await tx
@@ -134,16 +165,18 @@ export function postgresOrgs(db: PgDb): OrgsStore {
           .where(membership(orgId, userId))
         const member = checkRoleChange(target, role, actorRole, otherOwners)
         await tx.update(memberships).set({ role }).where(membership(orgId, userId))
+        await appendAudit(tx, audit, memberRoleChanged(orgId, userId, member.role, role), now)
         return { ...member, role }
       })
     },
 
-    async removeMember(orgId, userId, self, actorRole) {
+    async removeMember(orgId, userId, self, actorRole, now, audit) {
       await db.transaction(async (tx) => {
         const otherOwners = await lockOrgAndCountOtherOwners(tx, orgId, userId)
         const [target] = await tx.select().from(memberships).where(membership(orgId, userId))
         checkRemoval(target, self, actorRole, otherOwners)
         await tx.delete(memberships).where(membership(orgId, userId))
+        await appendAudit(tx, audit, [memberRemoved(orgId, userId, target.role, self)], now)
       })
     },
 

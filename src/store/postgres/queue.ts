@@ -5,7 +5,7 @@ import * as schema from '../../db/pg/schema'
 import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
 import { BATCH_TRANSITIONS } from '../../domain/batch-states'
 import { placeHeads, slugsToAge } from '../../domain/placement'
-import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
+import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { isShardId, tallyShards } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
@@ -47,7 +47,7 @@ import { batchRow, transition } from './transition'
 
 const { batches, batchAssignments, files, workers, modelPulls, maintenanceRuns } = schema
 
-/** One failed attempt of a batch the caller has locked and seen in_progress (requeue rule). */
+/** One failed attempt (or, for a removed worker, none) of a batch the caller has locked and seen in_progress (requeue rule). */
 export async function requeueLocked(
   tx: PgTx,
   maxAttempts: number,
@@ -56,7 +56,7 @@ export async function requeueLocked(
   errorText: string,
   now: number,
 ): Promise<RequeueOutcome | null> {
-  const decision = requeueDecision(batch, maxAttempts, errorText, now)
+  const decision = requeueDecision(batch, maxAttempts, errorText, now, countsAttempt(reason))
   await tx.delete(batchAssignments).where(eq(batchAssignments.batch_id, batch.id))
   if (!(await transition(tx, batch.id, decision.event, now, decision.changes, reason))) return null
   return decision.outcome

@@ -4,7 +4,7 @@ import { alias } from 'drizzle-orm/pg-core'
 import * as schema from '../../db/pg/schema'
 import type { BatchRow, BatchShardRow } from '../../db/schema'
 import { BATCH_TRANSITIONS } from '../../domain/batch-states'
-import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
+import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import {
   type BackupCandidate,
   type CopyCounts,
@@ -413,7 +413,7 @@ export async function endShardCopyLocked(
 ): Promise<RequeueOutcome | null> {
   const { shard, batch } = locked
   if (shard.status !== 'running' || batch.status !== 'in_progress') return null
-  const plan = copyEnded(shard, copy, errorText)
+  const plan = copyEnded(shard, copy, errorText, countsAttempt(reason))
   if (plan.kind === 'requeue') return requeueShardLocked(tx, maxAttempts, locked, reason, errorText, now)
   const { holder, backup } = copiesOf(shard)
   const before = shardCounts(holder, backup)
@@ -489,7 +489,13 @@ async function requeueShardLocked(
 ): Promise<RequeueOutcome | null> {
   const { shard, batch } = locked
   if (shard.status !== 'running' || batch.status !== 'in_progress') return null
-  const decision = requeueDecision({ ...batch, attempts: shard.attempts }, maxAttempts, errorText, now)
+  const decision = requeueDecision(
+    { ...batch, attempts: shard.attempts },
+    maxAttempts,
+    errorText,
+    now,
+    countsAttempt(reason),
+  )
   const attempts = Math.max(batch.attempts, decision.changes.attempts)
   const released = await tx
     .update(batchShards)

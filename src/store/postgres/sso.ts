@@ -1,8 +1,10 @@
 import { and, eq, gt, isNull, lt, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { SsoLoginRow, UserRow } from '../../db/schema'
+import { type AuditContext, identityLinked, ssoActors, ssoRoleChanged } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { SSO_LOGIN_KEPT_SECONDS, type SsoStore } from '../sso'
+import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 import { isUniqueViolation } from './errors'
 
@@ -18,12 +20,35 @@ export const identityConflict = () =>
     'This account is already linked to another identity at this provider, or this identity to another account',
   )
 
-async function setRole(tx: PgTx, userId: string, role: UserRow['platform_role'] | undefined, now: number) {
+/**
+ * The role OIDC_ADMIN_GROUPS decides, and its entry when it changes (docs/api.md §17): the row is
+ * locked first, so two sign-ins at once record the change once.
+ */
+async function setRole(
+  tx: PgTx,
+  userId: string,
+  role: UserRow['platform_role'] | undefined,
+  now: number,
+  issuer: string,
+  audit: AuditContext,
+) {
   if (role === undefined) return
+  const [before] = await tx
+    .select({ role: users.platform_role })
+    .from(users)
+    .where(eq(users.id, userId))
+    .for('update')
+  if (!before || before.role === role) return
   await tx
     .update(users)
     .set({ platform_role: role, updated_at: now })
     .where(and(eq(users.id, userId), sql`${users.platform_role} <> ${role}`))
+  await appendAudit(
+    tx,
+    ssoActors(audit, userId).groups,
+    ssoRoleChanged(userId, before.role as UserRow['platform_role'], role, issuer),
+    now,
+  )
 }
 
 export function postgresSso(db: PgDb): SsoStore {
@@ -79,7 +104,7 @@ export function postgresSso(db: PgDb): SsoStore {
       return row?.user as UserRow | undefined
     },
 
-    async recordSignIn(issuer, subject, now, role) {
+    async recordSignIn(issuer, subject, now, role, audit) {
       return db.transaction(async (tx) => {
         const [linked] = await tx
           .update(userIdentities)
@@ -87,20 +112,21 @@ export function postgresSso(db: PgDb): SsoStore {
           .where(and(eq(userIdentities.issuer, issuer), eq(userIdentities.subject, subject)))
           .returning({ user_id: userIdentities.user_id })
         if (!linked) return undefined
-        await setRole(tx, linked.user_id, role, now)
+        await setRole(tx, linked.user_id, role, now, issuer, audit)
         const [user] = await tx.select().from(users).where(eq(users.id, linked.user_id))
         return user as UserRow | undefined
       })
     },
 
-    async link(userId, identity, now, role) {
+    async link(userId, identity, now, role, audit) {
       try {
         return await db.transaction(async (tx) => {
           // The primary key (issuer, subject) and the unique (user_id, issuer) refuse a second link.
           await tx
             .insert(userIdentities)
             .values({ ...identity, user_id: userId, created_at: now, last_sign_in_at: now })
-          await setRole(tx, userId, role, now)
+          await appendAudit(tx, ssoActors(audit, userId).user, [identityLinked(userId, identity)], now)
+          await setRole(tx, userId, role, now, identity.issuer, audit)
           const [user] = await tx.select().from(users).where(eq(users.id, userId))
           return user as UserRow
         })

@@ -3,10 +3,12 @@ import { preparedOnce } from '../../db/prepared'
 import { memberships, organizations, passwordResetTokens, type UserRow, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import { checkLastSuperadmin } from '../../domain/admin-rules'
+import { passwordChanged, passwordReset, userChanged, userCreated } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { AccountsStore, NewUser } from '../accounts'
 import type { Identity } from '../sso'
+import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
 import { identityConflict, insertIdentity, linkedAlready } from './sso'
@@ -40,7 +42,7 @@ function storePassword(tx: Tx, now: number, userId: string, hash: string) {
 export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
   const { db } = deps
   return {
-    async createUser(input: NewUser, personalOrgName: string, identity?: Identity) {
+    async createUser(input: NewUser, personalOrgName: string, audit, identity?: Identity) {
       return writeTx(db, (tx) => {
         if (tx.select({ id: users.id }).from(users).where(eq(users.email, input.email)).get()) {
           throw conflict('email_taken', 'This email is already registered', 'email')
@@ -69,6 +71,7 @@ export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
           .values({ org_id: org.id, user_id: user.id, role: 'owner', created_at: input.now })
           .run()
         if (identity) insertIdentity(tx, user.id, identity, input.now)
+        appendAudit(tx, audit, [userCreated(user, audit.actor, identity)], input.now)
         return user
       })
     },
@@ -89,7 +92,7 @@ export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
       return pageRows<UserRow>(db, users, undefined, page)
     },
 
-    async updateUser(id, changes, now) {
+    async updateUser(id, changes, now, audit) {
       return writeTx(db, (tx) => {
         const target = tx.select().from(users).where(eq(users.id, id)).get()
         if (!target) return undefined
@@ -99,24 +102,30 @@ export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
           .where(and(eq(users.platform_role, 'superadmin'), eq(users.is_active, true), ne(users.id, id)))
           .get()!.n
         checkLastSuperadmin(target, changes, others)
-        return tx
+        const updated = tx
           .update(users)
           .set({ ...changes, updated_at: now })
           .where(eq(users.id, id))
           .returning()
           .get()
+        appendAudit(tx, audit, userChanged(target, updated), now)
+        return updated
       })
     },
 
-    async setPassword(userId, passwordHash, now) {
-      return writeTx(db, (tx) => storePassword(tx, now, userId, passwordHash))
+    async setPassword(userId, passwordHash, now, audit) {
+      return writeTx(db, (tx) => {
+        const user = storePassword(tx, now, userId, passwordHash)
+        if (user) appendAudit(tx, audit, [passwordChanged(userId)], now)
+        return user
+      })
     },
 
     async addResetToken(token) {
       db.insert(passwordResetTokens).values(token).run()
     },
 
-    async redeemResetToken(tokenHash, passwordHash, now) {
+    async redeemResetToken(tokenHash, passwordHash, now, audit) {
       return writeTx(db, (tx) => {
         // Single use: claiming the token and setting the password happen in one transaction.
         const claimed = tx
@@ -137,6 +146,7 @@ export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
           .get()
         if (!claimed) return undefined
         storePassword(tx, now, claimed.user_id, passwordHash)
+        appendAudit(tx, audit, [passwordReset(claimed.user_id)], now)
         return claimed.user_id
       })
     },

@@ -3,9 +3,11 @@ import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import { artifactFiles, catalogEntries, servingProfiles } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
+import { catalogueSeeded } from '../../domain/audit'
 import type { CatalogueEntry as ManifestEntry } from '../../domain/catalogue'
 import { childrenPlan, entryRowPlan } from '../../domain/catalogue-upsert'
 import { CatalogueCache, type CatalogueStore, type UpsertOutcome } from '../catalogue'
+import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 
 // The catalogue on SQLite. Poll and heartbeat read it through the prepared statements below.
@@ -99,9 +101,13 @@ export function sqliteCatalogue(deps: SqliteDeps): CatalogueStore {
     return { entries: s.entries.all(), profiles: s.profiles.all(), artifacts: s.artifacts.all() }
   })
   return {
-    async upsertEntries(entries, now) {
+    async upsertEntries(entries, now, audit) {
       try {
-        return writeTx(db, (tx) => entries.map((e) => upsertEntry(tx, e, now)))
+        return writeTx(db, (tx) => {
+          const outcomes = entries.map((e) => upsertEntry(tx, e, now))
+          appendAudit(tx, audit, catalogueSeeded(entries, outcomes), now)
+          return outcomes
+        })
       } finally {
         cache.forget()
       }

@@ -1,8 +1,10 @@
 import { and, asc, eq, gt, inArray, isNull, lte, notInArray, or, sql } from 'drizzle-orm'
 import { batchAssignments, batches, type FileRow, files } from '../../db/schema'
 import { writeTx } from '../../db/tx'
+import { fileDeleted, filesExpired } from '../../domain/audit'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import type { FilesStore } from '../files'
+import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
 
@@ -75,10 +77,10 @@ export function sqliteFiles(deps: SqliteDeps): FilesStore {
       return pageRows<FileRow>(db, files, where, query)
     },
 
-    async remove(fileId, ownerId) {
+    async remove(fileId, ownerId, now, audit) {
       return writeTx(db, (tx) => {
         const row = tx
-          .select({ id: files.id })
+          .select({ id: files.id, filename: files.filename, purpose: files.purpose, bytes: files.bytes })
           .from(files)
           .where(and(eq(files.id, fileId), eq(files.user_id, ownerId)))
           .get()
@@ -90,11 +92,12 @@ export function sqliteFiles(deps: SqliteDeps): FilesStore {
           .get()
         if (user) return { removed: false as const, reason: 'in_use' as const, batchId: user.id }
         tx.delete(files).where(eq(files.id, fileId)).run()
+        appendAudit(tx, audit, [fileDeleted(row)], now)
         return { removed: true as const }
       })
     },
 
-    async expire(now, limit) {
+    async expire(now, limit, audit) {
       return writeTx(db, (tx) => {
         const due = tx
           .select({ id: files.id })
@@ -105,7 +108,9 @@ export function sqliteFiles(deps: SqliteDeps): FilesStore {
           .all()
           .map((r) => r.id)
         if (due.length === 0) return []
-        return tx.delete(files).where(inArray(files.id, due)).returning().all()
+        const deleted = tx.delete(files).where(inArray(files.id, due)).returning().all()
+        appendAudit(tx, audit, filesExpired(deleted), now)
+        return deleted
       })
     },
   }

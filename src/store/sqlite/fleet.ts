@@ -7,6 +7,7 @@ import {
   memberships,
   modelPullFailures,
   modelPulls,
+  organizations,
   type WorkerRow,
   workerGpus,
   workerModels,
@@ -14,9 +15,10 @@ import {
   workers,
 } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
+import { workerRemoved } from '../../domain/audit'
 import { inventoryPlan } from '../../domain/inventory-plan'
-import { machineLookup, registerPlan } from '../../domain/register-plan'
-import type { RequeueOutcome } from '../../domain/requeue'
+import { machineLookup, orgGone, registerPlan } from '../../domain/register-plan'
+import { type RequeueOutcome, removedRequeue } from '../../domain/requeue'
 import { isShardId } from '../../domain/shards'
 import { checkHolder, checkProgress } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
@@ -33,6 +35,7 @@ import {
   type Registration,
   type WorkerHosting,
 } from '../fleet'
+import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
 import { requeueHeldInTx } from './queue'
@@ -331,6 +334,10 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
 
     async register(r) {
       return writeTx(db, (tx) => {
+        if (
+          !tx.select({ id: organizations.id }).from(organizations).where(eq(organizations.id, r.orgId)).get()
+        )
+          throw orgGone()
         const byId = r.workerId
           ? tx.select().from(workers).where(eq(workers.id, r.workerId)).get()
           : undefined
@@ -374,6 +381,23 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       })
     },
 
+    async removeWorker(orgId, workerId, now, audit) {
+      return writeTx(db, (tx) => {
+        const worker = tx
+          .select()
+          .from(workers)
+          .where(and(eq(workers.id, workerId), eq(workers.org_id, orgId)))
+          .get()
+        if (!worker) return undefined
+        const { reason, error } = removedRequeue(worker)
+        const requeued = requeueHeldInTx(deps, worker.id, reason, error, now)
+        // Its runtimes, GPUs, models, pull asks and back-offs go with it (ON DELETE CASCADE).
+        tx.delete(workers).where(eq(workers.id, worker.id)).run()
+        appendAudit(tx, audit, [workerRemoved(worker, [...new Set(requeued.map((r) => r.batch_id))])], now)
+        return { worker, requeued }
+      })
+    },
+
     heartbeat: beats,
 
     async replaceInventory(workerId, inventory, loaded, sig) {
@@ -381,6 +405,8 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       const id = workerId
       const plan = inventoryPlan(inventory, loaded, sig)
       writeTx(db, () => {
+        // Removed since its heartbeat was answered (docs/api.md §3): nothing of it is kept.
+        if (!s.workerById.get({ id })) return
         for (const o of plan) {
           if (o.op === 'delete_unconfigured') s.deleteUnconfigured.run({ id })
           else if (o.op === 'reset_reported') s.resetConfigured.run({ id })

@@ -5,6 +5,7 @@ import type { Clock } from '../../lib/clock'
 import { RateLimiter } from '../../lib/rate-limit'
 import type { Store } from '../index'
 import { sqliteAccounts } from './accounts'
+import { sqliteAudit } from './audit'
 import { sqliteBatches } from './batches'
 import { sqliteCatalogue } from './catalogue'
 import { sqliteFiles } from './files'
@@ -45,6 +46,7 @@ export function sqliteStore(deps: {
     catalogue: sqliteCatalogue(deps),
     usage: sqliteUsage(deps),
     webhooks: sqliteWebhooks(deps),
+    audit: sqliteAudit(deps),
     async close() {
       deps.sqlite.close()
     },

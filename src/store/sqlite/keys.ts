@@ -2,9 +2,11 @@ import { and, eq, isNull, type SQL, sql } from 'drizzle-orm'
 import { preparedOnce } from '../../db/prepared'
 import { type ApiKeyRow, apiKeys } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
+import { keyChanged, keyCreated, keyRegenerated } from '../../domain/audit'
 import { checkRotatable } from '../../domain/key-rules'
 import { newId } from '../../lib/ids'
 import type { KeyCredential, KeyOwner, KeysStore, NewKey } from '../keys'
+import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
 
@@ -54,8 +56,12 @@ export function sqliteKeys(deps: SqliteDeps): KeysStore {
       stmts(deps).touchKey.run({ now, id: keyId })
     },
 
-    async createKey(owner, key) {
-      return writeTx(db, (tx) => insertKey(tx, owner, key))
+    async createKey(owner, key, audit) {
+      return writeTx(db, (tx) => {
+        const row = insertKey(tx, owner, key)
+        appendAudit(tx, audit, [keyCreated(row)], key.created_at)
+        return row
+      })
     },
 
     async listKeys(owner, page) {
@@ -70,7 +76,7 @@ export function sqliteKeys(deps: SqliteDeps): KeysStore {
         .get()
     },
 
-    async updateKey(owner, keyId, input) {
+    async updateKey(owner, keyId, input, now, audit) {
       return writeTx(db, (tx) => {
         const current = tx
           .select()
@@ -86,11 +92,13 @@ export function sqliteKeys(deps: SqliteDeps): KeysStore {
             : {}),
         }
         if (Object.keys(changes).length === 0) return current
-        return tx.update(apiKeys).set(changes).where(eq(apiKeys.id, keyId)).returning().get()
+        const updated = tx.update(apiKeys).set(changes).where(eq(apiKeys.id, keyId)).returning().get()
+        appendAudit(tx, audit, keyChanged(current, updated), now)
+        return updated
       })
     },
 
-    async rotateKey(owner, keyId, replacement, now) {
+    async rotateKey(owner, keyId, replacement, now, audit) {
       return writeTx(db, (tx) => {
         const old = tx
           .select()
@@ -99,17 +107,33 @@ export function sqliteKeys(deps: SqliteDeps): KeysStore {
           .get()
         checkRotatable(old, now)
         tx.update(apiKeys).set({ revoked_at: now }).where(eq(apiKeys.id, keyId)).run()
-        return insertKey(tx, owner, { ...replacement, name: old.name, expires_at: old.expires_at })
+        const row = insertKey(tx, owner, { ...replacement, name: old.name, expires_at: old.expires_at })
+        appendAudit(tx, audit, [keyRegenerated(row, [keyId])], now)
+        return row
       })
     },
 
-    async rotateAllKeys(owner, replacement, now) {
+    async rotateAllKeys(owner, replacement, now, audit) {
       return writeTx(db, (tx) => {
-        tx.update(apiKeys)
+        const replaced = tx
+          .update(apiKeys)
           .set({ revoked_at: now })
           .where(and(ownedBy(owner), isNull(apiKeys.revoked_at)))
-          .run()
-        return insertKey(tx, owner, { ...replacement, name: 'default', expires_at: null })
+          .returning({ id: apiKeys.id })
+          .all()
+        const row = insertKey(tx, owner, { ...replacement, name: 'default', expires_at: null })
+        appendAudit(
+          tx,
+          audit,
+          [
+            keyRegenerated(
+              row,
+              replaced.map((r) => r.id),
+            ),
+          ],
+          now,
+        )
+        return row
       })
     },
   }

@@ -1,10 +1,12 @@
-import { and, count, desc, eq, inArray, ne, sql } from 'drizzle-orm'
-import { memberships, type OrgRow, organizations, users } from '../../db/schema'
+import { and, count, desc, eq, inArray, isNull, ne, sql } from 'drizzle-orm'
+import { apiKeys, memberships, type OrgRow, organizations, users, workers } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
-import { checkRemoval, checkRoleChange } from '../../domain/org-rules'
+import { memberAdded, memberRemoved, memberRoleChanged, orgCreated, orgDeleted } from '../../domain/audit'
+import { checkOrgDeletion, checkRemoval, checkRoleChange } from '../../domain/org-rules'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { OrgsStore } from '../orgs'
+import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageBy, pageRows } from './page'
 
@@ -81,7 +83,7 @@ export function sqliteOrgs(deps: SqliteDeps): OrgsStore {
         .all()
     },
 
-    async createTeamOrg(name, ownerId, now) {
+    async createTeamOrg(name, ownerId, now, audit) {
       return writeTx(db, (tx) => {
         const org = tx
           .insert(organizations)
@@ -91,7 +93,29 @@ export function sqliteOrgs(deps: SqliteDeps): OrgsStore {
         tx.insert(memberships)
           .values({ org_id: org.id, user_id: ownerId, role: 'owner', created_at: now })
           .run()
+        appendAudit(tx, audit, [orgCreated(org)], now)
         return org
+      })
+    },
+
+    async deleteOrg(orgId, now, audit) {
+      writeTx(db, (tx) => {
+        const org = tx.select().from(organizations).where(eq(organizations.id, orgId)).get()
+        const held = tx.select({ n: count() }).from(workers).where(eq(workers.org_id, orgId)).get()!.n
+        checkOrgDeletion(org, held)
+        const keys = tx
+          .select({ id: apiKeys.id, name: apiKeys.name, prefix: apiKeys.prefix })
+          .from(apiKeys)
+          .where(and(eq(apiKeys.org_id, orgId), isNull(apiKeys.revoked_at)))
+          .all()
+        const members = tx
+          .select({ user_id: memberships.user_id, role: memberships.role })
+          .from(memberships)
+          .where(eq(memberships.org_id, orgId))
+          .all()
+        // Its worker keys and memberships go with it (ON DELETE CASCADE).
+        tx.delete(organizations).where(eq(organizations.id, orgId)).run()
+        appendAudit(tx, audit, [orgDeleted(org!, keys, members)], now)
       })
     },
 
@@ -108,15 +132,16 @@ export function sqliteOrgs(deps: SqliteDeps): OrgsStore {
       )
     },
 
-    async addMember(orgId, userId, role, now) {
+    async addMember(orgId, userId, role, now, audit) {
       writeTx(db, (tx) => {
         if (tx.select().from(memberships).where(membership(orgId, userId)).get())
           throw conflict('already_member', 'This user is already a member', 'email')
         tx.insert(memberships).values({ org_id: orgId, user_id: userId, role, created_at: now }).run()
+        appendAudit(tx, audit, [memberAdded(orgId, userId, role)], now)
       })
     },
 
-    async changeMemberRole(orgId, userId, role, actorRole) {
+    async changeMemberRole(orgId, userId, role, actorRole, now, audit) {
       return writeTx(db, (tx) => {
         const target = tx
           .select(memberColumns)
@@ -126,15 +151,17 @@ export function sqliteOrgs(deps: SqliteDeps): OrgsStore {
           .get()
         const member = checkRoleChange(target, role, actorRole, ownerCountExcept(tx, orgId, userId))
         tx.update(memberships).set({ role }).where(membership(orgId, userId)).run()
+        appendAudit(tx, audit, memberRoleChanged(orgId, userId, member.role, role), now)
         return { ...member, role }
       })
     },
 
-    async removeMember(orgId, userId, self, actorRole) {
+    async removeMember(orgId, userId, self, actorRole, now, audit) {
       writeTx(db, (tx) => {
         const target = tx.select().from(memberships).where(membership(orgId, userId)).get()
         checkRemoval(target, self, actorRole, ownerCountExcept(tx, orgId, userId))
         tx.delete(memberships).where(membership(orgId, userId)).run()
+        appendAudit(tx, audit, [memberRemoved(orgId, userId, target.role, self)], now)
       })
     },
 

@@ -4,7 +4,7 @@ import { preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches, files, modelPulls, workers } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { placeHeads, slugsToAge } from '../../domain/placement'
-import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
+import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import { checkShardHolder, isShardId, type ShardState, tallyShards } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
@@ -40,10 +40,13 @@ import { transition } from './transition'
 
 const stmts = preparedOnce((db: Db) => ({
   // docs/api.md §7 max_concurrent_jobs, counting held shards and backup copies too (docs/api.md §16).
+  // A worker removed since its poll began (docs/api.md §3) claims nothing: it counts as full.
   activeCount: db.$client.prepare<{ n: number }, { worker_id: string }>(
-    `SELECT (SELECT count(*) FROM batch_assignments WHERE worker_id = $worker_id AND completed_at IS NULL)
+    `SELECT CASE WHEN EXISTS (SELECT 1 FROM workers WHERE id = $worker_id) THEN
+         (SELECT count(*) FROM batch_assignments WHERE worker_id = $worker_id AND completed_at IS NULL)
        + (SELECT count(*) FROM batch_shards WHERE worker_id = $worker_id AND status = 'running')
-       + (SELECT count(*) FROM batch_shards WHERE backup_worker_id = $worker_id AND status = 'running') AS n`,
+       + (SELECT count(*) FROM batch_shards WHERE backup_worker_id = $worker_id AND status = 'running')
+       ELSE 1e9 END AS n`,
   ),
   // The first needs value after `after` among one model's validated batches (docs/api.md §7 Poll
   // rule 7): stepping it walks the needs values present, one index probe each, so a claim probes
@@ -162,8 +165,8 @@ const stmts = preparedOnce((db: Db) => ({
 }))
 
 /**
- * Inside the caller's writeTx: one failed attempt of an in_progress batch (the requeue rule),
- * its assignment deleted. Null when the batch is not in_progress (a stale caller changes nothing).
+ * Inside the caller's writeTx: one failed attempt of an in_progress batch (the requeue rule; none
+ * for a removed worker), its assignment deleted. Null when the batch is not in_progress (a stale caller changes nothing).
  */
 export function requeueInTx(
   deps: SqliteDeps,
@@ -175,13 +178,19 @@ export function requeueInTx(
   const s = stmts(deps)
   const batch = s.batch.get({ id: batchId })
   if (batch?.status !== 'in_progress') return null
-  const decision = requeueDecision(batch, deps.config.MAX_BATCH_ATTEMPTS, errorText, now)
+  const decision = requeueDecision(
+    batch,
+    deps.config.MAX_BATCH_ATTEMPTS,
+    errorText,
+    now,
+    countsAttempt(reason),
+  )
   s.dropAssignment.run({ id: batchId })
   if (!transition(deps, batchId, decision.event, now, decision.changes, reason)) return null
   return decision.outcome
 }
 
-/** Inside the caller's writeTx: requeues every batch `workerId` still holds (re-registration). */
+/** Inside the caller's writeTx: requeues every batch `workerId` still holds (re-registration, removal). */
 export function requeueHeldInTx(
   deps: SqliteDeps,
   workerId: string,

@@ -3,7 +3,7 @@ import { alias } from 'drizzle-orm/sqlite-core'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import { type BatchShardRow, batches, batchShards, workers } from '../../db/schema'
-import { type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
+import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
 import {
   type BackupCandidate,
   type CutShard,
@@ -434,6 +434,7 @@ function requeueShardInTx(
     deps.config.MAX_BATCH_ATTEMPTS,
     errorText,
     now,
+    countsAttempt(reason),
   )
   const attempts = Math.max(batch.attempts, decision.changes.attempts)
   s.release.run({ id: shardId, attempts: decision.changes.attempts, now })
@@ -493,7 +494,7 @@ export function endShardCopyInTx(
   const s = stmts(deps)
   const held = s.holding.get({ id: shardId })
   if (held?.status !== 'running' || held.batch_status !== 'in_progress') return null
-  const plan = copyEnded(held, copy, errorText)
+  const plan = copyEnded(held, copy, errorText, countsAttempt(reason))
   if (plan.kind === 'requeue') return requeueShardInTx(deps, shardId, reason, errorText, now)
   const { holder, backup } = countsOf(held)
   const before = shardCounts(holder, backup)

@@ -1,8 +1,10 @@
 import { and, eq, gt, isNull, lt, sql } from 'drizzle-orm'
 import { ssoLogins, type UserRow, userIdentities, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
+import { type AuditContext, identityLinked, ssoActors, ssoRoleChanged } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { type Identity, SSO_LOGIN_KEPT_SECONDS, type SsoStore } from '../sso'
+import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 
 // Single sign-on on SQLite: each claim is one guarded UPDATE (ARCHITECTURE.md rule 7), so a state
@@ -36,12 +38,23 @@ export function insertIdentity(tx: Tx, userId: string, identity: Identity, now: 
     .run()
 }
 
-function setRole(tx: Tx, userId: string, role: UserRow['platform_role'] | undefined, now: number) {
+/** The role OIDC_ADMIN_GROUPS decides, and its entry when it changes (docs/api.md §17). */
+function setRole(
+  tx: Tx,
+  userId: string,
+  role: UserRow['platform_role'] | undefined,
+  now: number,
+  issuer: string,
+  audit: AuditContext,
+) {
   if (role === undefined) return
+  const before = tx.select({ role: users.platform_role }).from(users).where(eq(users.id, userId)).get()
+  if (!before || before.role === role) return
   tx.update(users)
     .set({ platform_role: role, updated_at: now })
     .where(and(eq(users.id, userId), sql`${users.platform_role} <> ${role}`))
     .run()
+  appendAudit(tx, ssoActors(audit, userId).groups, ssoRoleChanged(userId, before.role, role, issuer), now)
 }
 
 export function sqliteSso({ db }: SqliteDeps): SsoStore {
@@ -102,7 +115,7 @@ export function sqliteSso({ db }: SqliteDeps): SsoStore {
       return row?.user
     },
 
-    async recordSignIn(issuer, subject, now, role) {
+    async recordSignIn(issuer, subject, now, role, audit) {
       return writeTx(db, (tx) => {
         const linked = tx
           .update(userIdentities)
@@ -111,16 +124,17 @@ export function sqliteSso({ db }: SqliteDeps): SsoStore {
           .returning({ user_id: userIdentities.user_id })
           .get()
         if (!linked) return undefined
-        setRole(tx, linked.user_id, role, now)
+        setRole(tx, linked.user_id, role, now, issuer, audit)
         return tx.select().from(users).where(eq(users.id, linked.user_id)).get()
       })
     },
 
-    async link(userId, identity, now, role) {
+    async link(userId, identity, now, role, audit) {
       return writeTx(db, (tx) => {
         if (linkedAlready(tx, identity, userId)) throw identityConflict()
         insertIdentity(tx, userId, identity, now)
-        setRole(tx, userId, role, now)
+        appendAudit(tx, ssoActors(audit, userId).user, [identityLinked(userId, identity)], now)
+        setRole(tx, userId, role, now, identity.issuer, audit)
         return tx.select().from(users).where(eq(users.id, userId)).get()!
       })
     },

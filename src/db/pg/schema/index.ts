@@ -3,6 +3,7 @@
 // SQLite schema; a test checks that both schemas name the same columns.
 
 export * from './accounts'
+export * from './audit'
 export * from './batches'
 export * from './catalogue'
 export * from './maintenance'
