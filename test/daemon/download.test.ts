@@ -25,8 +25,12 @@ import {
   statfsFreeBytes,
 } from '../../src/daemon/download'
 import { LaunchedEngine } from '../../src/daemon/engines/launched'
+import { DigestCache } from '../../src/daemon/runtimes/digests'
+import { ManagedRuntime } from '../../src/daemon/runtimes/managed'
+import type { PullProgress } from '../../src/daemon/runtimes/types'
 import { StateDir } from '../../src/daemon/state'
 import { type StandInHub, seededBytes, sha256Of, startStandInHub } from '../helpers/hub'
+import { memoryEngine } from '../helpers/memory-engine'
 import { capturedLogLines, rememberSecret } from '../helpers/secrets'
 import { until } from '../helpers/until'
 
@@ -410,6 +414,47 @@ describe('a pull_models ask (docs/api.md §7)', () => {
         { layout: (name, files) => modelsDirLayout(dir, name, files), hub: { url: h.url }, maxDownloadGb: 1 },
       ),
     ).rejects.toThrow('catalogue entry x names no hub download')
+  })
+})
+
+describe('a managed runtime’s pull (src/daemon/runtimes/managed.ts)', () => {
+  test('the engine lists the model placed, even while a look at it begun before (a heartbeat’s) is under way', async () => {
+    const h = hub()
+    const file = h.put(REPO, 'tiny-Q8_0.gguf', seededBytes(10_000))
+    const dir = modelsDir()
+    const engine = memoryEngine([], { modelsDir: dir })
+    const state = new StateDir(mkdtempSync(join(tmpdir(), 'gk-state-')))
+    cleanups.push(() => rmSync(state.dir, { recursive: true, force: true }))
+    const runtime = new ManagedRuntime(engine, new DigestCache(state), {
+      state,
+      budget: () => null,
+      downloads: { hub: { url: h.url }, maxDownloadGb: 1, modelsDir: dir },
+    })
+    // A heartbeat's snapshot reads the engine before the file lands, and answers after.
+    const held = engine.holdStatus()
+    const heartbeat = runtime.snapshot()
+    await held.started
+    const progress: PullProgress[] = []
+    const pulled = runtime.pull!(
+      {
+        catalogue_id: 'tiny-q80',
+        runtime: 'llama.cpp',
+        runtime_model_id: 'tiny',
+        digest: file.sha256,
+        source_type: 'huggingface',
+        source_ref: REPO,
+        files: [{ path: 'tiny-Q8_0.gguf', sha256: file.sha256, size_bytes: file.size }],
+      },
+      (p) => progress.push(p),
+    )
+    // Placed: the pull asks the engine at once (nothing is awaited between the two but promises).
+    await until('the model placed', () => existsSync(join(dir, 'tiny.gguf')))
+    held.release()
+    // That look did not see it; the pull's own look, begun after, does.
+    expect((await heartbeat).models).toEqual([])
+    await pulled
+    expect(progress.at(-1)?.status).toBe('verifying')
+    expect((await runtime.snapshot()).models).toEqual(['tiny'])
   })
 })
 

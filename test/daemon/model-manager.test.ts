@@ -1,8 +1,9 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { manualTimers } from '../../src/daemon/backoff'
+import type { EngineView } from '../../src/daemon/engines/types'
 import { type ModelLease, ModelLost, ModelManager, ModelUnavailable } from '../../src/daemon/models/manager'
 import { StateDir } from '../../src/daemon/state'
 import { type MemoryEngine, memoryEngine } from '../helpers/memory-engine'
@@ -16,9 +17,9 @@ afterAll(() => rmSync(root, { recursive: true, force: true }))
 
 function setup(
   names = ['a', 'b', 'c'],
-  o: { budget?: number | null; appliesParams?: boolean; state?: StateDir } = {},
+  o: { budget?: number | null; appliesParams?: boolean; state?: StateDir; modelsDir?: string } = {},
 ) {
-  const engine = memoryEngine(names, { appliesParams: o.appliesParams })
+  const engine = memoryEngine(names, { appliesParams: o.appliesParams, modelsDir: o.modelsDir })
   const timers = manualTimers()
   const state = o.state ?? new StateDir(mkdtempSync(join(root, 'state-')))
   let changes = 0
@@ -223,6 +224,23 @@ describe('the model manager', () => {
     const next = new ModelManager({ engine, state, budget: () => 1, timers: manualTimers() })
     await next.acquire(need('b'), open())
     expect(engine.calls).toEqual(['load a {}', 'unload a', 'load b {}'])
+  })
+
+  test('looks at the engine are shared, but a fresh one (after a model was placed) is never a look begun before it', async () => {
+    const dir = mkdtempSync(join(root, 'models-'))
+    const { engine, manager } = setup(['a'], { modelsDir: dir })
+    const held = engine.holdStatus()
+    const begunBefore = manager.refresh()
+    await held.started
+    // A download places c while that look (a heartbeat's) is under way.
+    writeFileSync(join(dir, 'c.gguf'), 'weights of c')
+    const shared = manager.refresh()
+    const fresh = manager.refresh({ fresh: true })
+    held.release()
+    const names = async (view: Promise<EngineView>) => (await view).models.map((m) => m.name)
+    expect(await names(begunBefore)).toEqual(['a'])
+    expect(await names(shared)).toEqual(['a'])
+    expect(await names(fresh)).toEqual(['a', 'c'])
   })
 
   test('an engine that cannot be reached: the job fails saying so', async () => {

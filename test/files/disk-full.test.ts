@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { mkdirSync } from 'node:fs'
+import { mkdirSync, readdirSync, readFileSync, readlinkSync } from 'node:fs'
 import { join } from 'node:path'
 import { makeTestApp } from '../helpers/app'
 import { jsonl, uploadForm } from '../helpers/batches'
@@ -32,9 +32,41 @@ const mount =
     : null
 const mounted = mount?.exitCode === 0
 afterAll(() => {
-  if (mounted) sh('umount', filesDir)
+  const umount = mounted ? sh('umount', filesDir) : null
+  if (umount && umount.exitCode !== 0) {
+    const holders = holdersOf(filesDir)
+    // Detached lazily, so that DATA_DIR goes and no mount outlives the run; the run still fails.
+    sh('umount', '-l', filesDir)
+    t.close()
+    throw new Error(
+      `umount ${filesDir} failed (${umount.stderr.toString().trim()}); what holds it: ${holders.join('; ') || 'nothing found in /proc'}`,
+    )
+  }
   t.close()
 })
+
+/** Every process's open file or working directory under `dir` (/proc), as `pid <n> (<name>): <path>`. */
+function holdersOf(dir: string): string[] {
+  const found: string[] = []
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    let links: string[] = []
+    try {
+      links = ['cwd', ...readdirSync(`/proc/${pid}/fd`).map((fd) => `fd/${fd}`)]
+    } catch {}
+    for (const l of links) {
+      try {
+        const target = readlinkSync(`/proc/${pid}/${l}`)
+        if (target === dir || target.startsWith(`${dir}/`)) {
+          const name = readFileSync(`/proc/${pid}/comm`, 'utf8').trim()
+          found.push(
+            `pid ${pid} (${name}${pid === String(process.pid) ? ', this test' : ''}) ${l}: ${target}`,
+          )
+        }
+      } catch {}
+    }
+  }
+  return found
+}
 
 /** A streamed body (no Content-Length, as the openai SDK sends streams): the size is not known up front. */
 async function streamed(form: FormData) {

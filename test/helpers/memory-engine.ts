@@ -1,3 +1,6 @@
+import { readdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { modelsDirLayout } from '../../src/daemon/download'
 import type { EngineModel, EngineView, ManagedEngine } from '../../src/daemon/engines/types'
 import { LoadFailed } from '../../src/daemon/engines/types'
 
@@ -21,6 +24,11 @@ export interface MemoryEngine extends ManagedEngine {
   drop(name: string): void
   offline: boolean
   state(name: string): EngineModel['state'] | undefined
+  /**
+   * The next status() reads what it lists (the models directory scanned, as the router's rescan
+   * does) and answers only once released: a read begun before a change, answered after it.
+   */
+  holdStatus(): { started: Promise<void>; release(): void }
 }
 
 export function memoryEngine(
@@ -31,6 +39,11 @@ export function memoryEngine(
     files?: Record<string, string[]>
     /** Where requests go (a stand-in runtime serving the names); default an address that never answers. */
     baseUrl?: string
+    /**
+     * A models directory of the daemon's: downloads land in it (layoutFor, as the router's), and
+     * every `<name>.gguf` in it is listed, unloaded, besides `names`.
+     */
+    modelsDir?: string
   } = {},
 ): MemoryEngine {
   const models = new Map<string, EngineModel>(
@@ -41,6 +54,18 @@ export function memoryEngine(
   const started = new Map<string, () => void>()
   const exits = new Set<(reason: string, models: string[] | null) => void>()
   const calls: string[] = []
+  let statusHold: { started: () => void; released: Promise<void> } | null = null
+  const onDisk = (): EngineModel[] =>
+    o.modelsDir
+      ? readdirSync(o.modelsDir)
+          .filter((f) => f.endsWith('.gguf') && !models.has(f.slice(0, -'.gguf'.length)))
+          .sort()
+          .map((f) => ({
+            name: f.slice(0, -'.gguf'.length),
+            state: 'unloaded',
+            files: [join(o.modelsDir!, f)],
+          }))
+      : []
   const engine: MemoryEngine = {
     engine: 'llama.cpp',
     baseUrl: o.baseUrl ?? 'http://memory.invalid',
@@ -49,9 +74,20 @@ export function memoryEngine(
     offline: false,
     async start() {},
     async stop() {},
+    layoutFor: o.modelsDir ? (name, files) => modelsDirLayout(o.modelsDir!, name, files) : null,
     async status(): Promise<EngineView> {
       if (engine.offline) return { status: 'offline', error: 'down', models: [] }
-      return { status: 'online', models: [...models.values()].map((m) => ({ ...m })) }
+      const view: EngineView = {
+        status: 'online',
+        models: [...[...models.values()].map((m) => ({ ...m })), ...onDisk()],
+      }
+      const hold = statusHold
+      statusHold = null
+      if (hold) {
+        hold.started()
+        await hold.released
+      }
+      return view
     },
     async load(name, params) {
       calls.push(`load ${name} ${JSON.stringify(params)}`)
@@ -96,6 +132,20 @@ export function memoryEngine(
       if (m) m.state = 'unloaded'
     },
     state: (name) => models.get(name)?.state,
+    holdStatus() {
+      let started = () => {}
+      let release = () => {}
+      const hold = {
+        started: new Promise<void>((r) => {
+          started = r
+        }),
+        released: new Promise<void>((r) => {
+          release = r
+        }),
+      }
+      statusHold = { started, released: hold.released }
+      return { started: hold.started, release }
+    },
   }
   return engine
 }

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readdirSync, readlinkSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { type BlobStore, BlobStoreUnavailableError, createBlobStore, scratchKey } from '../../src/lib/blobs'
@@ -181,6 +181,43 @@ describe('local engine', () => {
     writeFileSync(join(dir, `${newId('file-')}.part`), 'half')
     expect(await store.prepare()).toBe(1)
     expect(readdirSync(dir).sort()).toEqual([kept, 'tmp'])
+  })
+
+  test('no descriptor outlives what used it: a publish, a read to its end, a range, a cancelled read', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gridkeep-blobs-'))
+    dirs.push(dir)
+    const store = new LocalBlobStore(dir)
+    // This process's open files under `dir` (Linux /proc): none may be left when the call resolves
+    // (a descriptor closed in the background keeps a filesystem busy: it cannot be unmounted).
+    const open = () =>
+      readdirSync('/proc/self/fd').filter((fd) => {
+        try {
+          return readlinkSync(`/proc/self/fd/${fd}`).startsWith(dir)
+        } catch {
+          return false
+        }
+      })
+    const bytes = new Uint8Array(300_000).fill(7)
+    // The background close is a race: many turns of each, so that one left open shows.
+    for (let i = 0; i < 100; i++) {
+      const key = newId('file-')
+      const w = store.create(key)
+      await w.write(bytes)
+      expect(await w.publish()).toBe(bytes.length)
+      expect(open()).toEqual([])
+      expect((await new Response(await store.read(key)).arrayBuffer()).byteLength).toBe(bytes.length)
+      expect(open()).toEqual([])
+      expect(await text(await store.readRange(key, 299_990, null))).toBe('\x07'.repeat(10))
+      expect(open()).toEqual([])
+      expect((await new Response(await store.readRange(key, 5, 262_200)).arrayBuffer()).byteLength).toBe(
+        262_195,
+      )
+      expect(open()).toEqual([])
+      const reader = (await store.read(key))!.getReader()
+      await reader.read()
+      await reader.cancel()
+      expect(open()).toEqual([])
+    }
   })
 })
 

@@ -119,8 +119,19 @@ export class ModelManager {
     this.engine.onExit((reason, models) => this.lose(reason, models))
   }
 
-  /** The engine's view now, with the table brought up to date from it. Concurrent calls share one. */
-  refresh(): Promise<EngineView> {
+  /**
+   * The engine's view now, with the table brought up to date from it. Concurrent calls share one.
+   * `fresh`: the caller changed what the engine lists (a model placed in its models directory), so
+   * a read already under way, begun before the change, is waited out and not taken: the view comes
+   * from a read that starts after this call.
+   */
+  refresh(o: { fresh?: boolean } = {}): Promise<EngineView> {
+    const under = this.refreshing
+    if (o.fresh && under)
+      return under.then(
+        () => this.refresh(),
+        () => this.refresh(),
+      )
     this.refreshing ??= this.readEngine().finally(() => {
       this.refreshing = null
     })

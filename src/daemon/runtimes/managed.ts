@@ -153,8 +153,9 @@ export class ManagedRuntime implements Runtime {
       this.reclaim()
     }
     for (const f of done.files) this.digests.remember(f.path, f.sha256)
-    // The engine rescans its directory (the router: GET /models?reload=1) and lists the model.
-    const view = await this.manager.refresh()
+    // The engine rescans its directory (the router: GET /models?reload=1) and lists the model: a
+    // read begun before the model was placed (a heartbeat's) would not list it.
+    const view = await this.manager.refresh({ fresh: true })
     if (!view.models.some((m) => m.name === task.runtime_model_id))
       throw new DownloadError(
         `${task.runtime_model_id} was downloaded to ${done.dest} but the engine does not list it`,

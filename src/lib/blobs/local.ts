@@ -1,5 +1,5 @@
 import { createWriteStream, mkdirSync, type WriteStream } from 'node:fs'
-import { readdir, rename, rm, stat } from 'node:fs/promises'
+import { type FileHandle, open, readdir, rename, rm, stat } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { insufficientStorage, isNoSpace } from '../disk'
 import { type BlobStore, type BlobWriter, checkKey, SCRATCH_PREFIX } from './store'
@@ -7,8 +7,14 @@ import { type BlobStore, type BlobWriter, checkKey, SCRATCH_PREFIX } from './sto
 // The default engine: DATA_DIR/files/<key>, as before the seam. A blob is written to
 // `<key>.part` and renamed into place on publish, so a reader never sees a partial file. A disk
 // that fills during a write (ENOSPC) is the 507 of docs/api.md §15; abort() then removes the `.part`.
+// Every descriptor is closed before the operation that used it resolves: publish() renames a closed
+// file (a reader on another NFS client is only sure of the bytes after the writer's close), and a
+// read stream closes its file before it ends. A descriptor closed later, in the background, keeps
+// the filesystem busy (it cannot be unmounted) and an unlinked file's space taken meanwhile.
 
 const PART = '.part'
+/** The size of a read stream's chunks. */
+const READ_CHUNK_BYTES = 256 * 1024
 
 export class LocalBlobStore implements BlobStore {
   readonly engine = 'local' as const
@@ -52,10 +58,12 @@ export class LocalBlobStore implements BlobStore {
         }
       },
       async publish() {
+        // 'close', not 'finish': the descriptor is closed after the last write, in the background.
         await new Promise<void>((resolve, reject) => {
           if (failure) return reject(noSpaceAsAppError(failure))
           out.once('error', (e) => reject(noSpaceAsAppError(e)))
-          out.end(resolve)
+          out.once('close', () => (failure ? reject(noSpaceAsAppError(failure)) : resolve()))
+          out.end()
         })
         await rename(part, path)
         published = true
@@ -76,13 +84,11 @@ export class LocalBlobStore implements BlobStore {
   }
 
   async read(key: string) {
-    const file = Bun.file(this.pathOf(key))
-    return (await file.exists()) ? file.stream() : null
+    return fileStream(this.pathOf(key), 0, null)
   }
 
   async readRange(key: string, start: number, end: number | null) {
-    const file = Bun.file(this.pathOf(key))
-    return (await file.exists()) ? file.slice(start, end ?? undefined).stream() : null
+    return fileStream(this.pathOf(key), start, end)
   }
 
   async body(key: string) {
@@ -136,3 +142,38 @@ export class LocalBlobStore implements BlobStore {
 }
 
 const noSpaceAsAppError = (e: Error) => (isNoSpace(e) ? insufficientStorage() : e)
+
+/**
+ * The bytes of `path` from `start` to `end` (exclusive; null: its end), or null when there is no
+ * such file. The file is closed before the stream ends (Bun.file().stream() closes it afterwards,
+ * in the background), when the stream is cancelled, and when a read fails.
+ */
+async function fileStream(path: string, start: number, end: number | null) {
+  let file: FileHandle
+  try {
+    file = await open(path, 'r')
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return null
+    throw e
+  }
+  let at = start
+  return new ReadableStream<Uint8Array>({
+    async pull(c) {
+      try {
+        const want = end === null ? READ_CHUNK_BYTES : Math.min(READ_CHUNK_BYTES, end - at)
+        const got = want > 0 ? await file.read(new Uint8Array(want), 0, want, at) : null
+        if (!got || got.bytesRead === 0) {
+          await file.close()
+          c.close()
+          return
+        }
+        at += got.bytesRead
+        c.enqueue(got.bytesRead === want ? got.buffer : got.buffer.subarray(0, got.bytesRead))
+      } catch (e) {
+        await file.close().catch(() => {})
+        throw e
+      }
+    },
+    cancel: () => file.close(),
+  })
+}
