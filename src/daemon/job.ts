@@ -56,8 +56,11 @@ export interface JobContext {
   /** Retry policy of inference requests. */
   requestBackoff: Backoff
   workerId: string
-  /** The daemon's requests in flight, shared by all its jobs. */
-  limiter: RequestLimiter
+  /**
+   * The requests in flight the job's requests share: the daemon's, or with a managed engine its
+   * model's (for the lease the job holds, loaded with `params`).
+   */
+  limiterFor(lease: ModelLease | null, params: Record<string, unknown>): RequestLimiter
   /** The runtime's view now. */
   snapshot(): Promise<RuntimeSnapshot>
   /** Every request of this job has started (the agent may claim the next job). */
@@ -207,7 +210,7 @@ export class JobRun {
         { model: job.model, endpoint: job.endpoint ?? '/v1/chat/completions' },
         {
           runtimeUrl: held?.url ?? ctx.runtime.baseUrl,
-          limiter: ctx.limiter,
+          limiter: ctx.limiterFor(held, job.params ?? {}),
           tries: ctx.opts.retries,
           requestTimeoutMs: ctx.opts.request_timeout * 1000,
           backoff: ctx.requestBackoff,

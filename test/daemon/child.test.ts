@@ -22,6 +22,7 @@ function child(state: StateDir, tag = 'a') {
     state,
     command: (port) => ['bun', '-e', SERVE, tag, String(port)],
     ready: async (url) => (await fetch(url)).ok,
+    restart: 'always',
   })
 }
 
@@ -50,6 +51,7 @@ describe('a supervised engine process', () => {
       state,
       command: (port) => ['bun', '-e', withWorker, String(port)],
       ready: async (url) => (await fetch(url)).ok,
+      restart: 'always',
     })
     await c.start()
     const worker = Number(

@@ -65,6 +65,8 @@ function running(): number[] {
   return out
 }
 
+const NO_GPUS = { gpus: null }
+
 const record = (state: StateDir) =>
   state.readJson<{ pid: number; port: number }>(join('engines', `${childName('alpha')}.json`))
 
@@ -78,7 +80,7 @@ test('a command that names the model another way: the load fails saying what the
     command: LAUNCH.replace('--served-model-name {model}', '--served-model-name served-{model}'),
   })
   await e.start()
-  const err = await e.load('alpha', {}).catch((x) => x)
+  const err = await e.load('alpha', {}, NO_GPUS).catch((x) => x)
   expect(err).toBeInstanceOf(LoadFailed)
   expect(err.message).toBe(
     'the engine serves served-alpha, not alpha: does the launch command pass {model} as its served model name?',
@@ -98,7 +100,7 @@ test('what a killed daemon left running with another command is stopped at the n
   const state = new StateDir(mkdtempSync(join(dir, 'state-')))
   const first = engine(state)
   await first.start()
-  await first.load('alpha', { max_model_len: 1024 })
+  await first.load('alpha', { max_model_len: 1024 }, NO_GPUS)
   const left = record(state)!
   expect(alive(left.pid)).toBe(true)
   // The daemon is gone without stopping it (as after SIGKILL); the next runs with more arguments.
@@ -114,7 +116,7 @@ test('a record whose pid now belongs to another process: that process is left al
   const state = new StateDir(mkdtempSync(join(dir, 'state-')))
   const first = engine(state)
   await first.start()
-  await first.load('alpha', {})
+  await first.load('alpha', {}, NO_GPUS)
   const left = record(state)!
   await first.stop()
   // The record of a run whose pid was taken since by an unrelated program.
@@ -139,7 +141,7 @@ test('a process that ends unasked is reported with its last lines, the model unl
   const ended: [string, string[] | null][] = []
   e.onExit((reason, models) => ended.push([reason, models]))
   await e.start()
-  await e.load('alpha', {})
+  await e.load('alpha', {}, NO_GPUS)
   const { pid } = record(state)!
   const logFrom = capturedLogLines().length
   process.kill(pid, 'SIGKILL')
@@ -153,7 +155,7 @@ test('a process that ends unasked is reported with its last lines, the model unl
   // restart would wait). Had anything restarted it meanwhile, the load would have found that
   // process (adopting or stopping it, and saying so) or run beside it.
   expect(running()).toEqual([])
-  await e.load('alpha', {})
+  await e.load('alpha', {}, NO_GPUS)
   expect(running()).toEqual([record(state)!.pid])
   const said = capturedLogLines().slice(logFrom)
   expect(said.filter((l) => /engine started/.test(l))).toHaveLength(1)
@@ -166,7 +168,7 @@ test('an adopted engine that dies: the next look at the engine waits to hear its
   const state = new StateDir(mkdtempSync(join(dir, 'state-')))
   const first = engine(state)
   await first.start()
-  await first.load('alpha', {})
+  await first.load('alpha', {}, NO_GPUS)
   // A second daemon on the same state directory, as after a SIGKILL: it adopts the process.
   const next = engine(state)
   const ended: string[] = []

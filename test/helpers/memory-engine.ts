@@ -31,6 +31,8 @@ export function memoryEngine(
     files?: Record<string, string[]>
     /** Where requests go (a stand-in runtime serving the names); default an address that never answers. */
     baseUrl?: string
+    /** The engine it says it is (default llama.cpp). */
+    engine?: 'llama.cpp' | 'vllm'
   } = {},
 ): MemoryEngine {
   const models = new Map<string, EngineModel>(
@@ -42,7 +44,7 @@ export function memoryEngine(
   const exits = new Set<(reason: string, models: string[] | null) => void>()
   const calls: string[] = []
   const engine: MemoryEngine = {
-    engine: 'llama.cpp',
+    engine: o.engine ?? 'llama.cpp',
     baseUrl: o.baseUrl ?? 'http://memory.invalid',
     appliesParams: o.appliesParams ?? true,
     calls,
@@ -53,8 +55,8 @@ export function memoryEngine(
       if (engine.offline) return { status: 'offline', error: 'down', models: [] }
       return { status: 'online', models: [...models.values()].map((m) => ({ ...m })) }
     },
-    async load(name, params) {
-      calls.push(`load ${name} ${JSON.stringify(params)}`)
+    async load(name, params, placement) {
+      calls.push(`load ${name} ${JSON.stringify(params)}${placement.gpus ? ` on ${placement.gpus.join(',')}` : ''}`)
       const m = models.get(name)
       if (!m) throw new LoadFailed(`${name} is unknown`)
       m.state = 'loading'

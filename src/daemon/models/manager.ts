@@ -3,27 +3,33 @@ import type { HeartbeatBody } from '../../protocol/worker'
 import { realTimers, type Timers } from '../backoff'
 import type { EngineModelState, EngineView, ManagedEngine } from '../engines/types'
 import type { StateDir } from '../state'
-import { paramsKey, planLoad, type TableModel } from './plan'
+import { type LoadPlan, paramsKey, planLoad, planSelf, type Room, type TableModel, wants } from './plan'
 
 // The model manager (docs/worker.md "Managed engines"): the supervisor's table of the models a
 // managed engine holds, engine-agnostic (engines/types.ts). It is the only caller of the engine's
 // load() and unload().
 //
 // - The table: one row per model the engine can serve — where it stands (unloaded, loading,
-//   loaded, unloading, failed), what it was loaded for (vram_gb, params), the jobs using it now
-//   (leases) and when one last did (LRU). Where a model stands comes from the engine itself
-//   (refresh()), except while this manager is loading or unloading it.
-// - acquire(): a job asks for its model before its requests start. The VRAM rule (plan.ts) decides
-//   whether to use it, load it (after unloading what it names), wait (a job using the room must be
-//   done with its model first), or fail the job (the model can never fit, is not on disk, or will
-//   not load: the engine's reason). One load or unload runs at a time. The job holds a lease until
-//   its last request is answered; a leased model is never unloaded.
+//   loaded, unloading, failed), what it was loaded for (vram_gb, params), the GPUs it sits on and
+//   its share of each, the jobs using it now (leases) and when one last did (LRU). Where a model
+//   stands comes from the engine itself (refresh()), except while this manager is loading or
+//   unloading it.
+// - acquire(): a job asks for its model before its requests start. The placement rule (plan.ts),
+//   over the table and the GPU ledger the daemon reads now (room()), decides whether to use it, load
+//   it on which GPUs (after unloading what it names), wait (a job using the room must be done with
+//   its model first), or fail the job (the model can never fit, is not on disk, or will not load:
+//   the engine's reason). One load or unload runs at a time. The job holds a lease until its last
+//   request is answered; a leased model is never unloaded.
+// - A model that failed to load here is not tried again here for a while (FAILED_LOAD_MS, doubling
+//   at each further failure up to FAILED_LOAD_MAX_MS; a load that works starts the count over): a
+//   job for it meanwhile fails at once with the load's reason, so its batch goes to another worker
+//   or uses up its attempts with that reason, instead of this worker loading it again and again.
 // - A model that goes away under a job (the engine died, its process ended) aborts the lease's
 //   `lost` signal with the engine's last lines: the job stops and is reported failed (requeued).
 // - It measures each load's duration and each model's requests per second while a job used it
 //   (heartbeat `model_stats`), and names the models being loaded (heartbeat `loading_models`).
-// - It remembers in the state directory what each loaded model was loaded for (models.json), so
-//   that a daemon adopting the engine a killed run left budgets its models right.
+// - It remembers in the state directory what each loaded model was loaded for and where
+//   (models.json), so that a daemon adopting the engine a killed run left places its models right.
 
 const log = rootLog.child({ component: 'models' })
 
@@ -47,6 +53,8 @@ export interface ModelLease {
   readonly url: string
   /** Aborted, with a ModelLost, when the model goes away under the job. */
   readonly lost: AbortSignal
+  /** Which load of the model this is (a new one after each load): its slots may differ. */
+  readonly load: number
   /** After a failed request: why the job cannot go on (the model is gone), or null. */
   check(): Promise<Error | null>
   /** The job is done with the model; `answered` requests were answered while it held it. */
@@ -58,8 +66,12 @@ export type ModelStat = NonNullable<HeartbeatBody['model_stats']>[number]
 export interface ModelManagerOptions {
   engine: ManagedEngine
   state: StateDir
-  /** The VRAM budget in GB now (--vram-gb, else what the GPUs report); null = unlimited. */
-  budget: () => number | null
+  /**
+   * The room models are placed in, read now (docs/worker.md "GPUs"): the daemon's GPUs with what
+   * the driver reports free, or one budget (--vram-gb; null = no limit). `fresh`: something was
+   * loaded or unloaded since the last read (a cached driver figure would be stale).
+   */
+  room: (fresh: boolean) => Promise<Room>
   timers?: Timers
   /** Something heartbeats report changed (a load began or ended, a model was unloaded or lost). */
   onChange?: () => void
@@ -81,12 +93,19 @@ interface Row {
   params_key: string | null
   leases: Set<Lease>
   last_used_ms: number
+  /** The GPUs it sits on and its share of each (null: none known). */
+  gpus: number[] | null
+  claim_gb: number | null
+  /** Bumped at each load (ModelLease.load). */
+  loads: number
   error?: string
 }
 
 interface Remembered {
   vram_gb: number | null
   params_key: string | null
+  gpus?: number[] | null
+  claim_gb?: number | null
 }
 
 const MODELS_FILE = 'models.json'
@@ -94,11 +113,14 @@ const MODELS_FILE = 'models.json'
 const WAIT_POLL_MS = 1000
 /** How long a failed request waits to hear that the engine process ended. */
 const EXIT_NEWS_MS = 2000
+/** How long a model that failed to load is not tried again here, after its first failure in a row. */
+export const FAILED_LOAD_MS = 60_000
+export const FAILED_LOAD_MAX_MS = 60 * 60_000
 
 export class ModelManager {
   readonly engine: ManagedEngine
   private readonly state: StateDir
-  private readonly budget: () => number | null
+  private readonly room: (fresh: boolean) => Promise<Room>
   private readonly timers: Timers
   private readonly onChange: () => void
   private readonly rows = new Map<string, Row>()
@@ -109,11 +131,17 @@ export class ModelManager {
   /** The load (with its unloads) under way, and what it is. */
   private op: { done: Promise<void>; what: string } | null = null
   private saidParams = false
+  /** Loaded, unloaded or lost since the room was last read. */
+  private roomStale = true
+  /** The last room read (which GPUs have no model in use: idleGpu()). */
+  private lastRoom: Room | null = null
+  /** Models that failed to load here: how many times in a row, when last, and why. */
+  private readonly failedLoads = new Map<string, { count: number; atMs: number; why: string }>()
 
   constructor(o: ModelManagerOptions) {
     this.engine = o.engine
     this.state = o.state
-    this.budget = o.budget
+    this.room = o.room
     this.timers = o.timers ?? realTimers
     this.onChange = o.onChange ?? (() => {})
     this.engine.onExit((reason, models) => this.lose(reason, models))
@@ -137,14 +165,18 @@ export class ModelManager {
       seen.add(m.name)
       let row = this.rows.get(m.name)
       if (!row) {
+        const r = remembered[m.name]
         row = {
           name: m.name,
           state: m.state,
           gen: 0,
-          vram_gb: remembered[m.name]?.vram_gb ?? null,
-          params_key: remembered[m.name]?.params_key ?? null,
+          vram_gb: r?.vram_gb ?? null,
+          params_key: r?.params_key ?? null,
+          gpus: Array.isArray(r?.gpus) ? r.gpus : null,
+          claim_gb: typeof r?.claim_gb === 'number' ? r.claim_gb : null,
           leases: new Set(),
           last_used_ms: 0,
+          loads: 0,
         }
         this.rows.set(m.name, row)
       }
@@ -192,13 +224,23 @@ export class ModelManager {
           throw new ModelUnavailable(`the engine is ${view.status}${view.error ? `: ${view.error}` : ''}`)
         const row = this.rows.get(need.name)
         if (!row) throw new ModelUnavailable(`${need.name} is not among the models of the engine`)
-        const plan = planLoad(
-          this.table(),
-          { name: need.name, vram_gb: need.vram_gb, params_key: key },
-          this.budget(),
-          this.engine.appliesParams,
-        )
+        // Rules that need no room first: a model loaded as wanted is used without reading the GPUs.
+        const plan =
+          planSelf(this.table(), { name: need.name, params_key: key }, this.engine.appliesParams) ??
+          planLoad(
+            this.table(),
+            {
+              name: need.name,
+              vram_gb: need.vram_gb,
+              params_key: key,
+              ...wants(this.engine.engine, need.params, this.engine.appliesParams),
+            },
+            await this.readRoom(),
+            this.engine.appliesParams,
+          )
+        signal.throwIfAborted()
         if (plan.do === 'use') return this.lease(row, need)
+        if (plan.do === 'load') this.checkCooldown(need.name)
         if (plan.do === 'fail') throw new ModelUnavailable(plan.why)
         if (plan.do === 'wait' || this.op) {
           const why = plan.do === 'wait' ? plan.why : `${this.op!.what} first`
@@ -216,14 +258,16 @@ export class ModelManager {
           : plan.unload.length
             ? ' (again, with other params)'
             : ''
-        jlog.info(`loading ${need.name} for job ${need.job_id}${why}`, {
+        const where = plan.gpus ? ` ${plan.why}` : ''
+        jlog.info(`loading ${need.name} for job ${need.job_id}${where}${why}`, {
           vram_gb: need.vram_gb,
-          budget_gb: this.budget(),
+          ...(plan.gpus ? { gpus: plan.gpus, gb_per_gpu: plan.claim_gb } : { budget: plan.why }),
+          ...(Object.keys(plan.extra_params).length ? { derived_params: plan.extra_params } : {}),
           ...(unloading.length ? { unloading: unloading.map((u) => u.name) } : {}),
         })
-        stage(`loading ${need.name}${why}`)
+        stage(`loading ${need.name}${plan.gpus ? ` on GPU ${plan.gpus.join(', ')}` : ''}${why}`)
         said = ''
-        const done = this.apply(need, key, plan.unload).finally(() => {
+        const done = this.apply(need, key, plan).finally(() => {
           this.op = null
           this.notify()
         })
@@ -235,6 +279,27 @@ export class ModelManager {
     } finally {
       stage(null)
     }
+  }
+
+  /** The GPUs each loaded model sits on (heartbeat `model_gpus`, docs/api.md §7). */
+  placements(): { name: string; gpus: number[] }[] {
+    return [...this.rows.values()]
+      .filter((r) => (r.state === 'loaded' || r.state === 'loading') && r.gpus)
+      .map((r) => ({ name: r.name, gpus: r.gpus! }))
+  }
+
+  /**
+   * Whether a GPU of the daemon holds no model a job is using or that is being loaded: a job for
+   * another model could run there now (the agent claims one more). False without GPUs.
+   */
+  idleGpu(): boolean {
+    const room = this.lastRoom
+    if (!room || !('gpus' in room)) return false
+    const busy = new Set<number>()
+    for (const r of this.rows.values())
+      if (r.leases.size > 0 || r.state === 'loading' || r.state === 'unloading')
+        for (const g of r.gpus ?? room.gpus.map((x) => x.index)) busy.add(g)
+    return room.gpus.some((g) => !busy.has(g.index))
   }
 
   /** Models being loaded now (heartbeat `loading_models`). */
@@ -259,14 +324,41 @@ export class ModelManager {
         in_use: r.leases.size,
         last_used_ms: r.last_used_ms,
         params_key: r.params_key,
+        gpus: r.gpus,
+        claim_gb: r.claim_gb,
       })
     }
     return out
   }
 
-  /** Unloads what the plan names (unless a job took it meanwhile), then loads the job's model. */
-  private async apply(need: ModelNeed, key: string, unload: { name: string; why: string }[]) {
-    for (const u of unload) {
+  private async readRoom(): Promise<Room> {
+    const stale = this.roomStale
+    this.roomStale = false
+    try {
+      this.lastRoom = await this.room(stale)
+    } catch (e) {
+      this.roomStale = true
+      throw e
+    }
+    return this.lastRoom
+  }
+
+  /** A model that failed to load here a moment ago is not loaded again yet: the job fails with why. */
+  private checkCooldown(name: string) {
+    const f = this.failedLoads.get(name)
+    if (!f) return
+    const waitMs = Math.min(FAILED_LOAD_MAX_MS, FAILED_LOAD_MS * 2 ** (f.count - 1))
+    const left = f.atMs + waitMs - this.timers.nowMs()
+    if (left <= 0) return
+    throw new ModelUnavailable(
+      `${name} failed to load on this worker ${Math.round((this.timers.nowMs() - f.atMs) / 1000)} s ago ` +
+        `(not tried again here for ${Math.ceil(left / 1000)} s): ${f.why}`,
+    )
+  }
+
+  /** Unloads what the plan names (unless a job took it meanwhile), then loads the job's model where it says. */
+  private async apply(need: ModelNeed, key: string, plan: Extract<LoadPlan, { do: 'load' }>) {
+    for (const u of plan.unload) {
       const row = this.rows.get(u.name)
       if (row?.state !== 'loaded') continue
       // A job took it since the plan was made: plan again.
@@ -286,25 +378,35 @@ export class ModelManager {
     if (!row) throw new ModelUnavailable(`${need.name} is not among the models of the engine`)
     row.vram_gb = need.vram_gb
     row.params_key = this.engine.appliesParams ? key : null
+    row.gpus = plan.gpus
+    row.claim_gb = plan.claim_gb
     this.set(row, 'loading')
-    // Known before the load ends: a daemon killed meanwhile that adopts the engine budgets it.
+    // Known before the load ends: a daemon killed meanwhile that adopts the engine places it.
     this.remember()
     const started = this.timers.nowMs()
     try {
-      await this.engine.load(need.name, this.engine.appliesParams ? need.params : {})
+      await this.engine.load(
+        need.name,
+        this.engine.appliesParams ? { ...need.params, ...plan.extra_params } : {},
+        { gpus: plan.gpus },
+      )
     } catch (e) {
       row.error = (e as Error).message
       this.set(row, 'failed')
       this.forgetLoad(row)
-      log.warn(`${need.name} failed to load`, { model: need.name, error: row.error })
+      const before = this.failedLoads.get(need.name)
+      this.failedLoads.set(need.name, { count: (before?.count ?? 0) + 1, atMs: this.timers.nowMs(), why: row.error })
+      log.warn(`${need.name} failed to load`, { model: need.name, error: row.error, ...(plan.gpus ? { gpus: plan.gpus } : {}) })
       throw new ModelUnavailable(`${need.name} failed to load: ${row.error}`)
     }
+    this.failedLoads.delete(need.name)
     const seconds = Math.round(this.timers.nowMs() - started) / 1000
     this.measure(need.name, { load_seconds: seconds })
     row.last_used_ms = this.timers.nowMs()
+    row.loads++
     this.set(row, 'loaded')
     this.remember()
-    log.info(`${need.name} loaded`, { model: need.name, load_seconds: seconds })
+    log.info(`${need.name} loaded`, { model: need.name, load_seconds: seconds, ...(plan.gpus ? { gpus: plan.gpus } : {}) })
   }
 
   private lease(row: Row, need: ModelNeed): ModelLease {
@@ -317,6 +419,7 @@ export class ModelManager {
       name: row.name,
       url: this.engine.urlOf(row.name),
       lost: lease.lost.signal,
+      load: row.loads,
       check: () => this.check(row.name, lease.lost.signal),
       release: (answered) => {
         if (released) return
@@ -370,6 +473,7 @@ export class ModelManager {
   private set(row: Row, state: RowState) {
     row.gen = ++this.gen
     if (row.state === state) return
+    this.roomStale = true
     row.state = state
     this.onChange()
   }
@@ -378,6 +482,9 @@ export class ModelManager {
   private forgetLoad(row: Row) {
     row.vram_gb = null
     row.params_key = null
+    row.gpus = null
+    row.claim_gb = null
+    this.roomStale = true
     this.remember()
   }
 
@@ -385,7 +492,7 @@ export class ModelManager {
     const out: Record<string, Remembered> = {}
     for (const r of this.rows.values())
       if (r.state === 'loaded' || r.state === 'loading')
-        out[r.name] = { vram_gb: r.vram_gb, params_key: r.params_key }
+        out[r.name] = { vram_gb: r.vram_gb, params_key: r.params_key, gpus: r.gpus, claim_gb: r.claim_gb }
     this.state.writeJson(MODELS_FILE, out)
   }
 

@@ -4,6 +4,7 @@ import type { Timers } from '../backoff'
 import { DownloadError, type HubAccess, type ModelLayout, pullFromHub } from '../download'
 import type { ManagedEngine } from '../engines/types'
 import { ModelManager } from '../models/manager'
+import type { Room } from '../models/plan'
 import type { StateDir } from '../state'
 import type { DigestCache } from './digests'
 import type { InventoryItem, PullProgress, PullTask, Runtime, RuntimeSnapshot } from './types'
@@ -38,7 +39,7 @@ export class ManagedRuntime implements Runtime {
     private readonly digests: DigestCache,
     o: {
       state: StateDir
-      budget: () => number | null
+      room: (fresh: boolean) => Promise<Room>
       timers?: Timers
       kind?: 'launched'
       /** Where downloads come from, and the largest allowed (--hub-url, --hub-token, --max-download-gb). */
@@ -53,7 +54,7 @@ export class ManagedRuntime implements Runtime {
     this.manager = new ModelManager({
       engine: managed,
       state: o.state,
-      budget: o.budget,
+      room: o.room,
       timers: o.timers,
       onChange: () => {
         for (const l of this.listeners) l()
@@ -143,12 +144,14 @@ export class ManagedRuntime implements Runtime {
     return snapshot.models.includes(model)
   }
 
-  /** The slots of a loaded model (llama.cpp /props?model=); throws until one is loaded. */
-  async slots(): Promise<number | null> {
-    if (!this.managed.slots) return null
-    const view = await this.manager.refresh()
-    const first = view.models.find((m) => m.state === 'loaded')
-    if (!first) throw new Error('no model loaded yet')
-    return this.managed.slots(first.name)
+  /**
+   * The slots of a loaded model (llama.cpp /props?model=, a launched engine's max_num_seqs), else
+   * the profile's `parallel`; null when neither says.
+   */
+  async slots(model?: string, params: Record<string, unknown> = {}): Promise<number | null> {
+    const asked = model && this.managed.slots ? await this.managed.slots(model).catch(() => null) : null
+    if (asked) return asked
+    const parallel = params.parallel ?? params.max_num_seqs ?? params.max_running_requests
+    return typeof parallel === 'number' && Number.isInteger(parallel) && parallel >= 1 ? parallel : null
   }
 }

@@ -49,8 +49,9 @@ export interface Runtime {
   /**
    * How many requests the engine serves in parallel, when it says (llama.cpp GET /props
    * total_slots); null when it answers without that figure; throws when it cannot be reached.
+   * A managed engine answers per loaded model (`model`, loaded with `params`).
    */
-  slots?(): Promise<number | null>
+  slots?(model?: string, params?: Record<string, unknown>): Promise<number | null>
   /** Materialises a catalogued model the engine lacks; absent when the engine cannot pull. */
   pull?(task: PullTask, onProgress: (p: PullProgress) => void, signal?: AbortSignal): Promise<void>
   /**
