@@ -240,7 +240,7 @@ export class SupervisedChild {
         })
         return true
       }
-      log.warn('stopping the engine a previous run left (another command, or not answering)', {
+      log.warn('stopping an engine a previous run left (another command, or not answering)', {
         engine: this.spec.name,
         pid: left.pid,
         argv: left.argv.join(' '),
