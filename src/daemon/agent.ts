@@ -343,7 +343,7 @@ export class Agent {
               ),
             },
           ],
-          gpus: gpu?.gpus ?? [],
+          gpus: (gpu?.gpus ?? []).map((g, i) => ({ ...g, index: gpu!.devices[i]!.index })),
         })
         this.workerId = res.worker_id
         this.heartbeatMs = (res.heartbeat_interval_seconds || 30) * 1000

@@ -146,7 +146,7 @@ export const DaemonOptionsSchema = T.Object({
     T.String({
       pattern: '^\\s*\\d{1,3}(\\s*,\\s*\\d{1,3})*\\s*$',
       description:
-        "The GPUs this daemon uses, by nvidia-smi index (0,2): its engines run on those alone, so two daemons can share a machine [default: every GPU nvidia-smi lists]",
+        'The GPUs this daemon uses, by nvidia-smi index (0,2): its engines run on those alone, so two daemons can share a machine [default: every GPU nvidia-smi lists]',
     }),
   ),
   load_timeout: Num(

@@ -14,6 +14,7 @@ import m10 from '../../drizzle/0010_waiting_queue.sql' with { type: 'text' }
 import m11 from '../../drizzle/0011_capabilities.sql' with { type: 'text' }
 import m12 from '../../drizzle/0012_shard_backups.sql' with { type: 'text' }
 import m13 from '../../drizzle/0013_placement.sql' with { type: 'text' }
+import m14 from '../../drizzle/0014_gpu_placement.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -33,5 +34,6 @@ export const embeddedMigrations = {
     '0011_capabilities': m11,
     '0012_shard_backups': m12,
     '0013_placement': m13,
+    '0014_gpu_placement': m14,
   } as Record<string, string>,
 }

@@ -1,4 +1,4 @@
-import type { ModelPullRow, ModelStat, WorkerModelRow } from '../db/schema'
+import type { ModelGpus, ModelPullRow, ModelStat, WorkerModelRow } from '../db/schema'
 
 // docs/api.md §7 "Worker row" `models`: what a worker holds and where each model stands, from its
 // model rows, the names its last heartbeat said were loading, the downloads asked of it and the
@@ -18,6 +18,8 @@ export interface ModelStateRow {
   progress: { completed_bytes: number | null; total_bytes: number | null } | null
   load_seconds: number | null
   requests_per_second: number | null
+  /** The GPUs a loaded (or loading) model sits on, by index, as the last heartbeat said; null otherwise. */
+  gpus: number[] | null
 }
 
 type Row = Pick<
@@ -34,8 +36,10 @@ export function modelStates(
   loading: readonly string[],
   pulls: readonly Pull[],
   stats: readonly ModelStat[],
+  placed: readonly ModelGpus[] = [],
 ): ModelStateRow[] {
   const loadingSet = new Set(loading)
+  const gpusOf = new Map(placed.map((p) => [p.name, p.gpus]))
   const stat = new Map(stats.map((s) => [s.name, s]))
   const measured = (name: string) => ({
     load_seconds: stat.get(name)?.load_seconds ?? null,
@@ -51,6 +55,7 @@ export function modelStates(
     state: m.loaded ? 'loaded' : loadingSet.has(m.name) ? 'loading' : m.on_disk ? 'on_disk' : 'advertised',
     progress: null,
     ...measured(m.name),
+    gpus: m.loaded || loadingSet.has(m.name) ? (gpusOf.get(m.name) ?? null) : null,
   }))
   // A download under way is a model the worker does not hold yet: its own row, until the model is
   // in the inventory (verified) and the ask ends.
@@ -67,6 +72,7 @@ export function modelStates(
       state: p.progress_status ?? 'downloading',
       progress: { completed_bytes: p.completed_bytes, total_bytes: p.total_bytes },
       ...measured(p.runtime_model_id),
+      gpus: null,
     })
   }
   return out

@@ -25,6 +25,7 @@ const Count = t.Integer({ minimum: 0, maximum: 2 ** 31 - 1 })
 const Gb = t.Number({ minimum: 0, maximum: 1_000_000 })
 // A multipart text field (src/lib/multipart.ts bounds each to 1 KiB).
 const Field = t.String({ minLength: 1, maxLength: 1024 })
+const GpuIndex = t.Integer({ minimum: 0, maximum: 1023 })
 const Nullable = <S extends Parameters<typeof t.Union>[0][number]>(s: S) => t.Union([s, t.Null()])
 
 export const InventoryItem = t.Object(
@@ -96,6 +97,8 @@ export const WorkerBodies = {
               vram_gb: Gb,
               driver: t.Optional(Nullable(t.String({ maxLength: 100 }))),
               cuda: t.Optional(Nullable(t.String({ maxLength: 100 }))),
+              // (ext) nvidia-smi's index: what the heartbeat's gpus and model_gpus name it by.
+              index: t.Optional(GpuIndex),
             },
             { additionalProperties: false },
           ),
@@ -141,6 +144,31 @@ export const WorkerBodies = {
               load_seconds: t.Optional(t.Number({ minimum: 0, maximum: 86_400 * 7 })),
               requests_per_second: t.Optional(t.Number({ minimum: 0, maximum: 1_000_000 })),
             },
+            { additionalProperties: false },
+          ),
+          { maxItems: 1024 },
+        ),
+      ),
+      // docs/api.md §7 (ext): each GPU's memory now (omitted keeps the last), and the GPUs each
+      // loaded model sits on (omitted means none known).
+      gpus: t.Optional(
+        t.Array(
+          t.Object(
+            {
+              index: GpuIndex,
+              memory_used_gb: Gb,
+              memory_total_gb: Gb,
+              utilization: t.Optional(t.Number({ minimum: 0, maximum: 100 })),
+            },
+            { additionalProperties: false },
+          ),
+          { maxItems: 64 },
+        ),
+      ),
+      model_gpus: t.Optional(
+        t.Array(
+          t.Object(
+            { name: ModelName, gpus: t.Array(GpuIndex, { maxItems: 64 }) },
             { additionalProperties: false },
           ),
           { maxItems: 1024 },

@@ -1,4 +1,6 @@
 import type {
+  GpuMemory,
+  ModelGpus,
   ModelPullRow,
   ModelStat,
   WorkerGpuRow,
@@ -75,6 +77,10 @@ export interface Beat {
   loading_models?: string[]
   /** docs/api.md §7 (ext): per-model measurements; null keeps the last reported ones. */
   model_stats?: ModelStat[] | null
+  /** docs/api.md §7 (ext): each GPU's memory; null keeps the last reported. */
+  gpu_memory?: GpuMemory[] | null
+  /** docs/api.md §7 (ext): the GPUs of each loaded model (omitted: none known). */
+  model_gpus?: ModelGpus[]
   now: number
   /** Seen at or before this instant = silent (workers/liveness.ts onlineCutoff). */
   cutoff: number

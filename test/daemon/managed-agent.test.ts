@@ -67,7 +67,10 @@ async function setup(o: { vram: number; hold?: (body: any) => Promise<void> | un
     vram_gb: o.vram,
   })
   const state = new StateDir(opts.state_dir)
-  const runtime = new ManagedRuntime(engine, new DigestCache(state), { state, room: async () => ({ budget_gb: o.vram ?? null }) })
+  const runtime = new ManagedRuntime(engine, new DigestCache(state), {
+    state,
+    room: async () => ({ budget_gb: o.vram ?? null }),
+  })
   const d: RunningAgent = runAgent(opts, fastDeps({ runtime }))
   cleanups.push(
     async () => {
@@ -218,7 +221,10 @@ describe('the inventory of a managed engine', () => {
     const state = new StateDir(dir)
     const engine = memoryEngine(['a'])
     engine.offline = true
-    const runtime = new ManagedRuntime(engine, new DigestCache(state), { state, room: async () => ({ budget_gb: null }) })
+    const runtime = new ManagedRuntime(engine, new DigestCache(state), {
+      state,
+      room: async () => ({ budget_gb: null }),
+    })
     expect(await runtime.snapshot()).toEqual({
       status: 'offline',
       inventory: [],

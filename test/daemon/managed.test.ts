@@ -188,7 +188,9 @@ withRealEngine('a daemon that runs llama.cpp itself', (engine) => {
       })
       expect(failed.attempts).toBe(3)
       // The later attempts were not loaded again: they carry the first load's reason.
-      expect(failed.error).toMatch(/^broken failed to load on this worker \d+ s ago \(not tried again here for \d+ s\): exit code 1/)
+      expect(failed.error).toMatch(
+        /^broken failed to load on this worker \d+ s ago \(not tried again here for \d+ s\): exit code 1/,
+      )
       expect(failed.error).toContain('model is corrupted or incomplete')
       const loads = capturedLogLines()
         .slice(from)

@@ -150,7 +150,9 @@ describe('the model manager', () => {
     timers.advance(30_000)
     const soon = await manager.acquire(need('a', { job: 'j2' }), open()).catch((x) => x)
     expect(soon).toBeInstanceOf(ModelUnavailable)
-    expect(soon.message).toBe(`a failed to load on this worker 30 s ago (not tried again here for 30 s): ${reason}`)
+    expect(soon.message).toBe(
+      `a failed to load on this worker 30 s ago (not tried again here for 30 s): ${reason}`,
+    )
     expect(engine.calls).toEqual(['load a {}'])
     // Another model loads meanwhile.
     ;(await manager.acquire(need('b'), open())).release(1)
@@ -252,7 +254,12 @@ describe('the model manager', () => {
     ;(await first.manager.acquire(need('a'), open())).release(1)
     // A daemon started again finds a loaded (an adopted engine): it knows a takes 1 GB.
     const engine: MemoryEngine = first.engine
-    const next = new ModelManager({ engine, state, room: async () => ({ budget_gb: 1 }), timers: manualTimers() })
+    const next = new ModelManager({
+      engine,
+      state,
+      room: async () => ({ budget_gb: 1 }),
+      timers: manualTimers(),
+    })
     await next.acquire(need('b'), open())
     expect(engine.calls).toEqual(['load a {}', 'unload a', 'load b {}'])
   })

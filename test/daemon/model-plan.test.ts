@@ -47,7 +47,11 @@ describe('planLoad with one budget (no GPU, --vram-gb)', () => {
       why: 'big needs 80 GB of VRAM, this worker has 24 GB',
     })
     // Exactly the budget fits.
-    expect(planLoad([], want('big', 24), budget(24), true)).toMatchObject({ do: 'load', unload: [], gpus: null })
+    expect(planLoad([], want('big', 24), budget(24), true)).toMatchObject({
+      do: 'load',
+      unload: [],
+      gpus: null,
+    })
   })
 
   test('loaded with the same params: used as it is; params compare whatever their key order', () => {
@@ -62,7 +66,9 @@ describe('planLoad with one budget (no GPU, --vram-gb)', () => {
       do: 'wait',
       why: 'a is being loaded',
     })
-    expect(planLoad([loaded('a', 10, { state: 'unloading' })], want('a', 10), budget(24), true)).toMatchObject({
+    expect(
+      planLoad([loaded('a', 10, { state: 'unloading' })], want('a', 10), budget(24), true),
+    ).toMatchObject({
       do: 'wait',
       why: 'a is being unloaded',
     })
@@ -79,9 +85,11 @@ describe('planLoad with one budget (no GPU, --vram-gb)', () => {
       why: 'a is loaded with other params and in use by 2 jobs',
       blockers: ['a'],
     })
-    expect(planLoad([{ ...other, in_use: 2 }], want('a', 10, { ctx_size: 1024 }), budget(24), false)).toEqual({
-      do: 'use',
-    })
+    expect(planLoad([{ ...other, in_use: 2 }], want('a', 10, { ctx_size: 1024 }), budget(24), false)).toEqual(
+      {
+        do: 'use',
+      },
+    )
     // Loaded before this daemon knew with what: used.
     expect(
       planLoad([{ ...other, params_key: null }], want('a', 10, { ctx_size: 1 }), budget(24), true),
@@ -192,11 +200,15 @@ describe('planLoad over a ledger of GPUs', () => {
   test('tensor parallel over two: both GPUs, each holding half', () => {
     const plan = planLoad([], want('big', 40, { tensor_parallel_size: 2 }, 'vllm'), box(gpu(0), gpu(1)), true)
     expect(plan).toMatchObject({ do: 'load', gpus: [0, 1], extra_params: { gpu_memory_utilization: 0.87 } })
-    expect(planLoad([], want('big', 40, { tensor_parallel_size: 4 }, 'vllm'), box(gpu(0), gpu(1)), true)).toEqual({
+    expect(
+      planLoad([], want('big', 40, { tensor_parallel_size: 4 }, 'vllm'), box(gpu(0), gpu(1)), true),
+    ).toEqual({
       do: 'fail',
       why: 'big needs 4 GPUs, this worker has 2 GPUs',
     })
-    expect(planLoad([], want('big', 60, { tensor_parallel_size: 2 }, 'vllm'), box(gpu(0), gpu(1)), true)).toEqual({
+    expect(
+      planLoad([], want('big', 60, { tensor_parallel_size: 2 }, 'vllm'), box(gpu(0), gpu(1)), true),
+    ).toEqual({
       do: 'fail',
       why: 'big needs 30 GB on each of 2 GPUs, the largest GPU of this worker holds 24 GB',
     })
@@ -206,7 +218,12 @@ describe('planLoad over a ledger of GPUs', () => {
     const a = loaded('a', 8, on([0], 8 + 0.72))
     const big = loaded('big', 22, on([1], 22.5))
     const plan = planLoad([a, big], want('b', 8, {}, 'vllm'), box(gpu(0, 24, 15), gpu(1, 24, 1.5)), true)
-    expect(plan).toMatchObject({ do: 'load', gpus: [0], unload: [], extra_params: { gpu_memory_utilization: 0.37 } })
+    expect(plan).toMatchObject({
+      do: 'load',
+      gpus: [0],
+      unload: [],
+      extra_params: { gpu_memory_utilization: 0.37 },
+    })
   })
 
   test('free is the smaller of the driver’s figure and the total less what the daemon placed', () => {
@@ -216,7 +233,9 @@ describe('planLoad over a ledger of GPUs', () => {
     })
     // A model still loading is not in the driver's figure yet: its share counts.
     const loading = loaded('a', 20, { state: 'loading', ...on([1], 21) })
-    expect(planLoad([loading], want('b', 10, {}, 'vllm'), box(gpu(0, 24, 4), gpu(1, 24, 24)), true)).toMatchObject({
+    expect(
+      planLoad([loading], want('b', 10, {}, 'vllm'), box(gpu(0, 24, 4), gpu(1, 24, 24)), true),
+    ).toMatchObject({
       do: 'wait',
       blockers: ['a'],
     })
@@ -258,7 +277,12 @@ describe('planLoad over a ledger of GPUs', () => {
   test('tensor parallel needing both GPUs unloads what sits on each', () => {
     const models = [loaded('a', 10, on([0], 11)), loaded('b', 10, { ...on([1], 11), last_used_ms: 5 })]
     expect(
-      planLoad(models, want('big', 40, { tensor_parallel_size: 2 }, 'vllm'), box(gpu(0, 24, 13), gpu(1, 24, 13)), true),
+      planLoad(
+        models,
+        want('big', 40, { tensor_parallel_size: 2 }, 'vllm'),
+        box(gpu(0, 24, 13), gpu(1, 24, 13)),
+        true,
+      ),
     ).toMatchObject({
       do: 'load',
       gpus: [0, 1],
@@ -290,20 +314,31 @@ describe('planLoad over a ledger of GPUs', () => {
       loaded('a', 10, { ...on([0], 11), last_used_ms: 0 }),
       loaded('u', null, { gpus: [1], claim_gb: null, last_used_ms: 99 }),
     ]
-    expect(planLoad(models, want('c', 20, {}, 'vllm'), box(gpu(0, 24, 13), gpu(1, 24, 2)), true)).toMatchObject({
+    expect(
+      planLoad(models, want('c', 20, {}, 'vllm'), box(gpu(0, 24, 13), gpu(1, 24, 2)), true),
+    ).toMatchObject({
       gpus: [1],
       unload: [{ name: 'u', why: UNSIZED_WHY }],
     })
   })
 
   test('llama.cpp takes as few GPUs as the model fits on, split when one is not enough; unsized: every GPU', () => {
-    expect(planLoad([], want('small', 10), box(gpu(0), gpu(1)), true)).toMatchObject({ gpus: [0], claim_gb: 10 })
-    expect(planLoad([], want('large', 40), box(gpu(0), gpu(1)), true)).toMatchObject({ gpus: [0, 1], claim_gb: 20 })
+    expect(planLoad([], want('small', 10), box(gpu(0), gpu(1)), true)).toMatchObject({
+      gpus: [0],
+      claim_gb: 10,
+    })
+    expect(planLoad([], want('large', 40), box(gpu(0), gpu(1)), true)).toMatchObject({
+      gpus: [0, 1],
+      claim_gb: 20,
+    })
     expect(planLoad([], want('huge', 50), box(gpu(0), gpu(1)), true)).toEqual({
       do: 'fail',
       why: "huge needs 50 GB of VRAM, this worker's 2 GPUs hold 48 GB",
     })
-    expect(planLoad([], want('u', null), box(gpu(0), gpu(1)), true)).toMatchObject({ gpus: [0, 1], claim_gb: 24 })
+    expect(planLoad([], want('u', null), box(gpu(0), gpu(1)), true)).toMatchObject({
+      gpus: [0, 1],
+      claim_gb: 24,
+    })
   })
 
   test('restricted to some GPUs (--gpus), only those are placed on', () => {

@@ -56,7 +56,9 @@ export function memoryEngine(
       return { status: 'online', models: [...models.values()].map((m) => ({ ...m })) }
     },
     async load(name, params, placement) {
-      calls.push(`load ${name} ${JSON.stringify(params)}${placement.gpus ? ` on ${placement.gpus.join(',')}` : ''}`)
+      calls.push(
+        `load ${name} ${JSON.stringify(params)}${placement.gpus ? ` on ${placement.gpus.join(',')}` : ''}`,
+      )
       const m = models.get(name)
       if (!m) throw new LoadFailed(`${name} is unknown`)
       m.state = 'loading'

@@ -80,7 +80,8 @@ export function launchCommandProblem(text: string): string | null {
     return `the launch command has ${(e as Error).message}`
   }
   const { env, words } = splitEnv(all)
-  if (all.length > 0 && words.length === 0) return 'the launch command sets variables with env but runs nothing'
+  if (all.length > 0 && words.length === 0)
+    return 'the launch command sets variables with env but runs nothing'
   if (words[0]?.startsWith('-'))
     return `the launch command's env takes NAME=VALUE words only (got ${words[0]}); put the variables first`
   if (Object.values(env).some((v) => v.includes('{')))

@@ -202,7 +202,9 @@ export class LaunchedEngine implements ManagedEngine {
         e instanceof StartTimeout
           ? `gave up loading ${name} after ${Math.round((this.timers.nowMs() - began) / 1000)} s ` +
             `(no output for ${e.silentSeconds} s, --load-timeout ${this.loadTimeoutMs / 1000})` +
-            (e.lastLines.length ? `; the engine's last lines: ${e.lastLines.slice(-LINES_PER_ERROR).join(' | ')}` : '')
+            (e.lastLines.length
+              ? `; the engine's last lines: ${e.lastLines.slice(-LINES_PER_ERROR).join(' | ')}`
+              : '')
           : (e as Error).message
       this.failed.set(name, why)
       throw new LoadFailed(why)
@@ -312,12 +314,15 @@ export class LaunchedEngine implements ManagedEngine {
       files = readdirSync(enginesDir)
     } catch {}
     const names = new Set(
-      files.filter((f) => f.startsWith(PREFIX) && f.endsWith('.json')).map((f) => f.replace(/(\.launch)?\.json$/, '')),
+      files
+        .filter((f) => f.startsWith(PREFIX) && f.endsWith('.json'))
+        .map((f) => f.replace(/(\.launch)?\.json$/, '')),
     )
     const onDisk = names.size ? scanModels(this.modelsDir) : new Map<string, string>()
     for (const name of names) {
       const launch = this.state.readJson<Launch>(launchFile(name))
-      const model = launch && typeof launch.model === 'string' && childName(launch.model) === name ? launch.model : null
+      const model =
+        launch && typeof launch.model === 'string' && childName(launch.model) === name ? launch.model : null
       const dir = model ? onDisk.get(model) : undefined
       const child =
         model && dir

@@ -395,8 +395,16 @@ export class ModelManager {
       this.set(row, 'failed')
       this.forgetLoad(row)
       const before = this.failedLoads.get(need.name)
-      this.failedLoads.set(need.name, { count: (before?.count ?? 0) + 1, atMs: this.timers.nowMs(), why: row.error })
-      log.warn(`${need.name} failed to load`, { model: need.name, error: row.error, ...(plan.gpus ? { gpus: plan.gpus } : {}) })
+      this.failedLoads.set(need.name, {
+        count: (before?.count ?? 0) + 1,
+        atMs: this.timers.nowMs(),
+        why: row.error,
+      })
+      log.warn(`${need.name} failed to load`, {
+        model: need.name,
+        error: row.error,
+        ...(plan.gpus ? { gpus: plan.gpus } : {}),
+      })
       throw new ModelUnavailable(`${need.name} failed to load: ${row.error}`)
     }
     this.failedLoads.delete(need.name)
@@ -406,7 +414,11 @@ export class ModelManager {
     row.loads++
     this.set(row, 'loaded')
     this.remember()
-    log.info(`${need.name} loaded`, { model: need.name, load_seconds: seconds, ...(plan.gpus ? { gpus: plan.gpus } : {}) })
+    log.info(`${need.name} loaded`, {
+      model: need.name,
+      load_seconds: seconds,
+      ...(plan.gpus ? { gpus: plan.gpus } : {}),
+    })
   }
 
   private lease(row: Row, need: ModelNeed): ModelLease {

@@ -139,7 +139,11 @@ export function wants(
   }
   if (engine === 'sglang') {
     const key = 'mem_fraction_static'
-    return { gpu_count: int('tp_size') * int('pp_size'), fraction: frac(key), fraction_key: derives ? key : null }
+    return {
+      gpu_count: int('tp_size') * int('pp_size'),
+      fraction: frac(key),
+      fraction_key: derives ? key : null,
+    }
   }
   return { gpu_count: int('tensor_parallel_size'), fraction: null, fraction_key: null }
 }
@@ -172,12 +176,14 @@ export function planLoad(
       if (self) unload.push({ name: want.name, why: 'loaded with other params' })
       return { do: 'load', unload, gpus: null, claim_gb: null, extra_params: {}, why: 'no VRAM limit' }
     }
-    return placeIn(models, { ...want, gpu_count: 1, fraction: null, fraction_key: null }, slotsOf(models, [
-      { index: 0, total_gb: room.budget_gb, free_gb: null },
-    ], true), true)
+    return placeIn(
+      models,
+      { ...want, gpu_count: 1, fraction: null, fraction_key: null },
+      slotsOf(models, [{ index: 0, total_gb: room.budget_gb, free_gb: null }], true),
+      true,
+    )
   }
-  if (room.gpus.length === 0)
-    return { do: 'fail', why: `${want.name} needs a GPU, this worker has none` }
+  if (room.gpus.length === 0) return { do: 'fail', why: `${want.name} needs a GPU, this worker has none` }
   return placeIn(models, want, slotsOf(models, room.gpus, false), false)
 }
 
@@ -210,7 +216,12 @@ export function planSelf(
 
 /** The ledger: each GPU with the shares placed on it (a model of unknown GPUs on every one). */
 function slotsOf(models: readonly TableModel[], gpus: readonly GpuRoom[], budget: boolean): Slot[] {
-  const slots = gpus.map((g) => ({ index: g.index, total: g.total_gb, driverFree: g.free_gb, held: [] as Slot['held'] }))
+  const slots = gpus.map((g) => ({
+    index: g.index,
+    total: g.total_gb,
+    driverFree: g.free_gb,
+    held: [] as Slot['held'],
+  }))
   for (const m of models) {
     const on = budget || m.gpus === null ? slots : slots.filter((s) => m.gpus!.includes(s.index))
     for (const s of on) {
@@ -285,7 +296,13 @@ interface Choice {
  * first those where it fits now, most free first; else the fewest unloads (unsized, then LRU, per
  * GPU). Null when no set can be made to fit by unloading idle models.
  */
-function choose(want: ModelWant, slots: Slot[], n: number, base: Set<string>, budget: boolean): Choice | null {
+function choose(
+  want: ModelWant,
+  slots: Slot[],
+  n: number,
+  base: Set<string>,
+  budget: boolean,
+): Choice | null {
   if (n > slots.length) return null
   // Each GPU on its own: what it would take to fit there (unloads), and what would be left.
   const ranked = slots
@@ -293,7 +310,11 @@ function choose(want: ModelWant, slots: Slot[], n: number, base: Set<string>, bu
       const gone = new Set(base)
       // Its share there as if the set were all of its size (the smallest GPU decides a fraction:
       // checked again below with the set chosen).
-      const share = shareOn(want, Array.from({ length: n }, () => s), budget)
+      const share = shareOn(
+        want,
+        Array.from({ length: n }, () => s),
+        budget,
+      )
       const need = share?.per.get(s.index) ?? Number.POSITIVE_INFINITY
       const idle = idleOn(s, want.name)
       const dropped: TableModel[] = []
@@ -383,7 +404,11 @@ function placeIn(models: readonly TableModel[], want: ModelWant, slots: Slot[], 
   const held = blockers
     .map((m) => (m.state === 'loaded' ? `${m.name} in use by ${jobs(m.in_use)}` : `${m.name} ${m.state}`))
     .join(', ')
-  return { do: 'wait', why: waitWhy(want, slots, counts, budget, held), blockers: blockers.map((m) => m.name) }
+  return {
+    do: 'wait',
+    why: waitWhy(want, slots, counts, budget, held),
+    blockers: blockers.map((m) => m.name),
+  }
 }
 
 function chosenWhy(c: Choice, unloading: boolean): string {
