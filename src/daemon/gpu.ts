@@ -80,7 +80,7 @@ export function parseNvidiaSmi(csv: string, cuda = '', only?: readonly number[])
     gpus.push({ vendor: 'nvidia', name: name!, vram_gb: gib(totalMib), driver: driver!, cuda })
     devices.push({
       index: i,
-      uuid: uuid && uuid.startsWith('GPU-') ? uuid : null,
+      uuid: uuid?.startsWith('GPU-') ? uuid : null,
       name: name!,
       total_gb: gib(totalMib),
       used_gb: gib(usedMib),
