@@ -122,7 +122,8 @@ export type RunCommand = (cmd: string[]) => Promise<string | null>
 /** Runs a command with a time limit; null when it is missing, fails or hangs. */
 export const runCommand: RunCommand = async (cmd) => {
   try {
-    const proc = Bun.spawn(cmd, { stdout: 'pipe', stderr: 'ignore', timeout: 10_000 })
+    // Found on the daemon's PATH as it is now.
+    const proc = Bun.spawn(cmd, { stdout: 'pipe', stderr: 'ignore', timeout: 10_000, env: process.env })
     const [out, code] = await Promise.all([new Response(proc.stdout).text(), proc.exited])
     return code === 0 ? out : null
   } catch {

@@ -293,7 +293,10 @@ export class SupervisedChild {
     if (run?.ending) await run.ending
     if (!run || this.current !== 'ready') return false
     if (alive(run.record.pid)) return true
-    await this.ended(run, 'ended')
+    // Our child's own account of its end, when it is ours (an adopted one just ended).
+    const proc = run.proc
+    if (proc) await proc.exited
+    await this.ended(run, proc ? describeExit(proc.exitCode, proc.signalCode) : 'ended')
     return false
   }
 

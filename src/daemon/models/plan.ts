@@ -103,6 +103,8 @@ export const UNSIZED_WHY = 'no declared size (it holds whole GPUs), no job needs
  * (its CUDA context, buffers of its collective operations), and for a vram_gb that is an estimate.
  */
 export const FRACTION_MARGIN = 0.03
+/** What an engine given a whole GPU takes of it by default (vLLM's gpu_memory_utilization default). */
+export const WHOLE_GPU_SHARE = 0.9
 const EPSILON = 1e-9
 
 const gb = (n: number) => `${Math.round(n * 100) / 100} GB`
@@ -232,16 +234,33 @@ function slotsOf(models: readonly TableModel[], gpus: readonly GpuRoom[], budget
   return slots
 }
 
-/** What is free on a slot once `gone` are unloaded. */
-function freeOn(s: Slot, gone: ReadonlySet<string> = new Set()): number {
+/** A slot's room once `gone` are unloaded: by the daemon's own shares, and by the driver's figure. */
+function roomOn(s: Slot, gone: ReadonlySet<string>): { byShares: number; byDriver: number | null } {
   let held = 0
   let freed = 0
   for (const h of s.held) {
     if (gone.has(h.model.name)) freed += h.gb
     else held += h.gb
   }
-  const byClaims = s.total - held
-  return Math.max(0, s.driverFree === null ? byClaims : Math.min(s.driverFree + freed, byClaims))
+  return { byShares: s.total - held, byDriver: s.driverFree === null ? null : s.driverFree + freed }
+}
+
+/** What is free on a slot once `gone` are unloaded: the smaller of the two figures. */
+function freeOn(s: Slot, gone: ReadonlySet<string> = new Set()): number {
+  const r = roomOn(s, gone)
+  return Math.max(0, r.byDriver === null ? r.byShares : Math.min(r.byDriver, r.byShares))
+}
+
+/**
+ * Whether `need` fits on a slot once `gone` are unloaded. A model of no declared size holds the
+ * whole GPU: none of the daemon's shares may be there, and the driver must report what such an
+ * engine takes by default (WHOLE_GPU_SHARE of it; the driver always keeps a little for itself).
+ */
+function fitsOn(s: Slot, gone: ReadonlySet<string>, need: number, whole: boolean): boolean {
+  const r = roomOn(s, gone)
+  if (r.byShares + EPSILON < need) return false
+  const driverNeed = whole ? WHOLE_GPU_SHARE * s.total : need
+  return r.byDriver === null || r.byDriver + EPSILON >= driverNeed
 }
 
 /** What `want` holds on each GPU of `set` (GB), and the fraction the daemon derives for it. */
@@ -304,6 +323,7 @@ function choose(
   budget: boolean,
 ): Choice | null {
   if (n > slots.length) return null
+  const whole = want.vram_gb === null && want.fraction === null
   // Each GPU on its own: what it would take to fit there (unloads), and what would be left.
   const ranked = slots
     .map((s) => {
@@ -318,7 +338,7 @@ function choose(
       const need = share?.per.get(s.index) ?? Number.POSITIVE_INFINITY
       const idle = idleOn(s, want.name)
       const dropped: TableModel[] = []
-      while (freeOn(s, gone) + EPSILON < need && idle.length) {
+      while (!fitsOn(s, gone, need, whole) && idle.length) {
         const m = idle.shift()!
         gone.add(m.name)
         dropped.push(m)
@@ -326,7 +346,7 @@ function choose(
       return {
         s,
         gone,
-        fits: freeOn(s, gone) + EPSILON >= need,
+        fits: fitsOn(s, gone, need, whole),
         after: freeOn(s, gone) - need,
         // What its unloads cost: sized models lost, and how recently the newest of them was used.
         sized: dropped.filter((m) => m.vram_gb !== null).length,
@@ -351,7 +371,7 @@ function choose(
   if (!share) return null
   // A model unloaded for one GPU frees its share on its others too; with the set's own share
   // (its smallest GPU's), every GPU of the set must still fit.
-  for (const s of set) if (freeOn(s, gone) + EPSILON < share.per.get(s.index)!) return null
+  for (const s of set) if (!fitsOn(s, gone, share.per.get(s.index)!, whole)) return null
   return { set, gone, per: share.per, extra: share.extra }
 }
 
