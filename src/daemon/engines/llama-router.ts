@@ -351,7 +351,7 @@ export class LlamaRouter implements ManagedEngine {
       : () => true
     const lines = this.child.lastLines(keep, 40).map(compact)
     // A failure is best told by its error lines.
-    const errors = lines.filter((l) => /^E /.test(l))
+    const errors = lines.filter((l) => /^E |\berror\b/i.test(l))
     return (errors.length ? errors : lines).slice(-LINES_PER_ERROR).join(' | ')
   }
 
