@@ -93,7 +93,9 @@ export class Agent {
   /** The requests in flight at the engine, shared by every job (--concurrency). */
   readonly limiter: RequestLimiter
   /** A managed engine's: one limiter per loaded model, tuned to it (and asked its slots) at each load. */
-  private readonly modelLimiters = new Map<string, { load: number; limiter: RequestLimiter }>()
+  private readonly modelLimiters = new Map<string, { load: number; limiter: Promise<RequestLimiter> }>()
+  /** Each model's limit now (heartbeat `concurrency`). */
+  private readonly modelLimits = new Map<string, number>()
   private slotsAsked: Promise<void> | null = null
 
   constructor(
@@ -159,15 +161,17 @@ export class Agent {
 
   /** A limiter of its own (--concurrency); `model`: the loaded model it serves (named in its log lines). */
   private newLimiter(model: string | null): RequestLimiter {
-    return new RequestLimiter(
-      new ConcurrencyController({
-        setting: this.opts.concurrency,
-        max: this.opts.max_concurrency,
-        nowMs: () => this.timers.nowMs(),
-        onChange: (concurrency, was, reason) =>
-          log.info('concurrency changed', { ...(model ? { model } : {}), concurrency, was, reason }),
-      }),
-    )
+    const controller = new ConcurrencyController({
+      setting: this.opts.concurrency,
+      max: this.opts.max_concurrency,
+      nowMs: () => this.timers.nowMs(),
+      onChange: (concurrency, was, reason) => {
+        if (model) this.modelLimits.set(model, concurrency)
+        log.info('concurrency changed', { ...(model ? { model } : {}), concurrency, was, reason })
+      },
+    })
+    if (model) this.modelLimits.set(model, controller.limit)
+    return new RequestLimiter(controller)
   }
 
   /**
@@ -175,28 +179,31 @@ export class Agent {
    * load of it and started from that model's slots as the engine reports them (or its profile's
    * `parallel`); another engine's jobs share one.
    */
-  limiterFor(lease: ModelLease | null, params: Record<string, unknown> = {}): RequestLimiter {
+  async limiterFor(lease: ModelLease | null, params: Record<string, unknown> = {}): Promise<RequestLimiter> {
     if (!lease) return this.limiter
     const known = this.modelLimiters.get(lease.name)
     if (known && known.load === lease.load) return known.limiter
     const limiter = this.newLimiter(lease.name)
-    this.modelLimiters.set(lease.name, { load: lease.load, limiter })
-    if (this.opts.concurrency === 'auto' && this.runtime.slots)
-      void this.runtime
-        .slots(lease.name, params)
-        .then((slots) => {
-          if (slots) limiter.controller.engineReports(slots)
-          limiter.pump()
-        })
-        .catch(() => {})
-    return limiter
+    const slots =
+      this.opts.concurrency === 'auto' && this.runtime.slots
+        ? this.runtime.slots(lease.name, params).catch(() => null)
+        : Promise.resolve(null)
+    const made = {
+      load: lease.load,
+      limiter: slots.then((n) => {
+        if (n) limiter.controller.engineReports(n)
+        return limiter
+      }),
+    }
+    this.modelLimiters.set(lease.name, made)
+    return made.limiter
   }
 
   /** The requests in flight the daemon settled on: the sum over the models its jobs run now. */
   private concurrencyNow(): number {
     const models = new Set([...this.jobs.values()].map((r) => r.job.model))
     let sum = 0
-    for (const m of models) sum += this.modelLimiters.get(m)?.limiter.controller.limit ?? 0
+    for (const m of models) sum += this.modelLimits.get(m) ?? 0
     return sum || this.limiter.controller.limit
   }
 

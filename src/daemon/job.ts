@@ -60,7 +60,7 @@ export interface JobContext {
    * The requests in flight the job's requests share: the daemon's, or with a managed engine its
    * model's (for the lease the job holds, loaded with `params`).
    */
-  limiterFor(lease: ModelLease | null, params: Record<string, unknown>): RequestLimiter
+  limiterFor(lease: ModelLease | null, params: Record<string, unknown>): Promise<RequestLimiter>
   /** The runtime's view now. */
   snapshot(): Promise<RuntimeSnapshot>
   /** Every request of this job has started (the agent may claim the next job). */
@@ -204,13 +204,15 @@ export class JobRun {
       })
 
       const held = lease as ModelLease | null
+      // The model's own limiter, started from its slots (asked once per load of it).
+      const limiter = await ctx.limiterFor(held, job.params ?? {})
       const counts = await executeJob(
         input,
         output,
         { model: job.model, endpoint: job.endpoint ?? '/v1/chat/completions' },
         {
           runtimeUrl: held?.url ?? ctx.runtime.baseUrl,
-          limiter: ctx.limiterFor(held, job.params ?? {}),
+          limiter,
           tries: ctx.opts.retries,
           requestTimeoutMs: ctx.opts.request_timeout * 1000,
           backoff: ctx.requestBackoff,

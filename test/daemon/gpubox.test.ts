@@ -30,6 +30,8 @@ const ENTRY = {
   small2: 'box-small-2-bf16',
   unsized: 'box-unsized-bf16',
   hang: 'box-hang-bf16',
+  wide: 'box-wide-bf16',
+  narrow: 'box-narrow-bf16',
 } as const
 type Name = keyof typeof ENTRY
 
@@ -66,6 +68,8 @@ beforeAll(async () => {
   model('small2', 6, 8)
   model('unsized', 7, null)
   model('hang', 8, 8)
+  model('wide', 9, 8, { max_num_seqs: 8 })
+  model('narrow', 10, 8, { max_num_seqs: 1 })
   const manifest = join(dir, 'models.yaml')
   writeFileSync(manifest, JSON.stringify({ models: entries }))
   server = await startTestServer({ CATALOGUE_PATH: manifest, LOG_LEVEL: 'info' })
@@ -86,13 +90,13 @@ function box(): GpuBox {
   return b
 }
 
-function daemon(b: GpuBox, key: string, o: Partial<DaemonOptions> = {}): RunningAgent {
+function daemon(b: GpuBox, key: string, o: Partial<DaemonOptions> = {}, requestMs = 0): RunningAgent {
   return runAgent(
     daemonOptions(server.url, key, '', {
       runtime: 'vllm',
       engine: 'vllm',
       models_dir: modelsDir,
-      launch_command: b.launchCommand({ control }),
+      launch_command: b.launchCommand({ control, requestMs }),
       engine_args: [],
       vram_gb: undefined,
       concurrency: 2,
@@ -358,6 +362,30 @@ test('a model without vram_gb holds a whole GPU (vLLM’s own fraction), and is 
       ),
     ).toBe(true)
     expect(b.refused()).toEqual([])
+  } finally {
+    await stopDaemon(d)
+  }
+})
+
+test('slots and concurrency per model: each model’s requests in flight start from its own slots, asked at its load', async () => {
+  const b = box()
+  const f = await managedFleet(server)
+  const d = daemon(b, f.key, { concurrency: 'auto', max_concurrency: 64 }, 20)
+  const peak = (m: Name) => Number(readFileSync(join(control, `${m}.peak`), 'utf8'))
+  const from = capturedLogLines().length
+  try {
+    await f.completed(await f.submit(ENTRY.wide, 24))
+    // A model of one slot after one of eight: one request at a time, not eight.
+    await f.completed(await f.submit(ENTRY.narrow, 12))
+    expect(peak('wide')).toBeGreaterThan(1)
+    expect(peak('narrow')).toBe(1)
+    const said = capturedLogLines()
+      .slice(from)
+      .filter((l) => l.includes('"msg":"concurrency changed"'))
+      .map((l) => JSON.parse(l))
+    expect(said).toContainEqual(
+      expect.objectContaining({ model: 'narrow', concurrency: 1, reason: 'the engine reports its slots' }),
+    )
   } finally {
     await stopDaemon(d)
   }

@@ -17,6 +17,7 @@
 //     <key>.crash         holding N: the request after the Nth answered one makes it print an
 //                         engine error and exit 1 (the file is removed first: it crashes once)
 //     <key>.stall         while it exists, requests are not answered (a job held at its model)
+//     <key>.peak          it writes the most requests it has had in flight at once
 // - FAKE_VLLM_REQUEST_MS (default 0): how long each request takes; at most --max-num-seqs (default
 //   256) are served at once, the rest wait (an engine's batch slots).
 // - SIGTERM: it says so and exits 0.
@@ -113,6 +114,9 @@ while (hold && existsSync(hold)) await Bun.sleep(20)
 let answered = 0
 const crash = controlFile('crash')
 const stall = controlFile('stall')
+const peakFile = controlFile('peak')
+let inFlight = 0
+let peak = 0
 const requestMs = Number(process.env.FAKE_VLLM_REQUEST_MS ?? 0)
 const seqs = Number(flag('--max-num-seqs') ?? flag('--max-running-requests') ?? 256)
 let busy = 0
@@ -165,8 +169,17 @@ const server = Bun.serve({
         },
         404,
       )
-    while (stall && existsSync(stall)) await Bun.sleep(20)
-    if (requestMs > 0) await slot(() => Bun.sleep(requestMs))
+    inFlight++
+    if (inFlight > peak && peakFile) {
+      peak = inFlight
+      writeFileSync(peakFile, String(peak))
+    }
+    try {
+      while (stall && existsSync(stall)) await Bun.sleep(20)
+      if (requestMs > 0) await slot(() => Bun.sleep(requestMs))
+    } finally {
+      inFlight--
+    }
     const prompt =
       path === '/v1/chat/completions'
         ? String(body.messages?.at(-1)?.content ?? '')
