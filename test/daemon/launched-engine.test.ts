@@ -185,3 +185,47 @@ test('an adopted engine that dies: the next look at the engine waits to hear its
   expect(ended).toEqual([after.error!])
   await first.stop()
 })
+
+test('a launch command beginning with env: its variables set through the spawn, the engine itself recorded; the GPU set beside them', async () => {
+  const state = new StateDir(mkdtempSync(join(dir, 'state-')))
+  const e = engine(state, { command: `env FAKE_VLLM_LOAD_MS=5 EXTRA=a=b ${LAUNCH}` })
+  await e.start()
+  await e.load('alpha', {}, { gpus: [1, 3] })
+  const rec = state.readJson<{ pid: number; argv: string[]; env: Record<string, string> }>(
+    join('engines', `${childName('alpha')}.json`),
+  )!
+  // What runs is the engine, not `env`: its command line is the recorded one.
+  expect(rec.argv[0]).toBe(process.execPath)
+  expect(readFileSync(`/proc/${rec.pid}/cmdline`, 'utf8').split('\0').slice(0, -1)).toEqual(rec.argv)
+  expect(rec.env).toEqual({
+    FAKE_VLLM_LOAD_MS: '5',
+    EXTRA: 'a=b',
+    CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
+    CUDA_VISIBLE_DEVICES: '1,3',
+  })
+  const environ = readFileSync(`/proc/${rec.pid}/environ`, 'utf8').split('\0')
+  expect(environ).toContain('EXTRA=a=b')
+  expect(environ).toContain('CUDA_VISIBLE_DEVICES=1,3')
+  await e.stop()
+})
+
+test('what a killed daemon left on a GPU set is adopted with that set; one recorded with other variables is stopped', async () => {
+  const state = new StateDir(mkdtempSync(join(dir, 'state-')))
+  const first = engine(state)
+  await first.start()
+  await first.load('alpha', {}, { gpus: [1] })
+  const left = record(state)!
+  // A daemon started again on the same state directory (as after SIGKILL) adopts it: same command, same GPUs.
+  const next = engine(state)
+  await next.start()
+  expect((await next.status()).models[0]).toMatchObject({ name: 'alpha', state: 'loaded' })
+  expect(alive(left.pid)).toBe(true)
+  // The same process recorded with another GPU set (a record from before --gpus changed): stopped.
+  const path = join(state.dir, 'engines', `${childName('alpha')}.json`)
+  const rec = JSON.parse(readFileSync(path, 'utf8'))
+  writeFileSync(path, JSON.stringify({ ...rec, env: { ...rec.env, CUDA_VISIBLE_DEVICES: '0' } }))
+  const third = engine(state)
+  await third.start()
+  expect(alive(left.pid)).toBe(false)
+  expect((await third.status()).models[0]).toMatchObject({ name: 'alpha', state: 'unloaded' })
+})
