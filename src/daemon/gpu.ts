@@ -105,7 +105,7 @@ export function parseNvidiaSmi(csv: string, cuda = '', only?: readonly number[])
 /**
  * The variables that give an engine process its GPU set (docs/worker.md "GPUs"): nvidia-smi's
  * indices, in nvidia-smi's order (CUDA's own default order is fastest first, which is not
- * nvidia-smi's: STYLE.md example 25). Nothing when the daemon knows no GPUs.
+ * nvidia-smi's: docs/worker.md "GPUs"). Nothing when the daemon knows no GPUs.
  */
 export function gpuEnv(gpus: readonly number[] | null): Record<string, string> {
   if (!gpus) return {}

@@ -1,6 +1,6 @@
 // Where to load a job's model and what to unload first (docs/worker.md "GPUs"), decided once here as
 // a pure rule over the model manager's table and the daemon's GPU ledger (models/manager.ts applies
-// it). A resource is a ledger of units, not a sum (STYLE.md example 25; Ollama's server/sched.go):
+// it). A resource is a ledger of units, not a sum (Ollama's server/sched.go, GPUStack's policies):
 // one row per GPU, and each loaded model holds its share on the GPUs it was placed on.
 //
 // What a model asks of the GPUs (wants()):
