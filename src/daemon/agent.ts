@@ -123,7 +123,12 @@ export class Agent {
     this.limiter = this.newLimiter(null)
     // A digest found after registration (a file hashed, a model swapped in the engine) is reported
     // at once: until then that model is not advertised (runtimes/openai.ts).
-    this.runtime.onInventoryChange?.(() => this.heartbeatSoon())
+    // A managed engine's change (a load ended, a job took or left its model) may free a GPU: the
+    // poll loop looks again (docs/worker.md "GPUs").
+    this.runtime.onInventoryChange?.(() => {
+      this.heartbeatSoon()
+      this.pollWake.kick()
+    })
   }
 
   get id() {
@@ -615,6 +620,10 @@ export class Agent {
           const { job, pull_models } = await this.cp.poll(this.workerId!, {
             waitSeconds: this.pollWait,
             signal: this.polling.signal,
+            // docs/api.md §7 placement: with a job running and a GPU idle, another model is welcome.
+            spareGpu: this.jobs.size > 0 && this.runtime.manager?.idleGpu() === true,
+            loadedModels: this.runtime.manager?.loadedNames(),
+            modelsInUse: this.runtime.manager?.inUseNames(),
           })
           failures = 0
           // docs/api.md §7: with no job, a download asked of this worker now (as a heartbeat would).

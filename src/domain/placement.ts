@@ -41,6 +41,11 @@ export interface Placement {
     /** By model key (catalogue entry id); a model missing here has nothing measured or waiting. */
     demand: ReadonlyMap<string, ModelDemand>
   } | null
+  /**
+   * The polling worker has a GPU holding no model in use (poll spare_gpu): it can load another
+   * model beside the ones it serves, without leaving them.
+   */
+  spare?: boolean
 }
 
 /** A candidate model with waiting work, as it stands for the polling worker now. */
@@ -48,6 +53,8 @@ export interface ModelNow {
   key: string
   /** Loaded (or being loaded) on the polling worker. */
   current: boolean
+  /** The polling worker holds work of it now (a model loaded and idle there is not busy). */
+  busy?: boolean
   /** queued_at of its longest-waiting validated batch; null when none has one. */
   oldestQueuedAt: number | null
 }
@@ -72,6 +79,10 @@ const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, load
  *    a load still gets one) — the most under-served such model first.
  * 4. Such a worker with no work for the models it serves takes the most under-served model whose
  *    loading pays or that no other worker serves.
+ * 5. Such a worker with a spare GPU (the poll's spare_gpu) takes first the models loaded there and
+ *    idle (no load at all), then the most under-served other model whose loading pays or that no
+ *    other worker serves (loading it leaves nothing, and the GPU would idle otherwise), then the
+ *    models it is busy with.
  *
  * A model's share is the workers × its waiting requests ÷ all waiting requests; its excess is the
  * workers serving it minus its share; the imbalance a move from model c to model m lowers is
@@ -109,6 +120,15 @@ export function rankModels(p: Placement, models: readonly ModelNow[], now: numbe
   }
   const underServedFirst = (a: ModelNow, b: ModelNow) =>
     excess(a) - excess(b) || (a.oldestQueuedAt ?? now) - (b.oldestQueuedAt ?? now)
+  if (current.length && p.spare) {
+    const idle = current.filter((m) => !m.busy)
+    for (const m of idle) ranks.set(m.key, next)
+    if (idle.length) next++
+    for (const m of others.filter((m) => pays(m) || demand(m).serving === 0).sort(underServedFirst))
+      ranks.set(m.key, next++)
+    for (const m of current.filter((m) => m.busy)) ranks.set(m.key, next)
+    return ranks
+  }
   if (current.length) {
     const from = current.reduce((a, b) => (excess(b) > excess(a) ? b : a))
     // The last worker serving a model with work waiting does not leave it: that work would wait
@@ -132,7 +152,7 @@ export function rankModels(p: Placement, models: readonly ModelNow[], now: numbe
 
 /** A head as the engine found it, with the candidate model it belongs to. */
 export interface PlacedHead extends ClaimHead {
-  candidate: { model: string; key?: string; loaded: boolean }
+  candidate: { model: string; key?: string; loaded: boolean; busy?: boolean }
 }
 
 /**
@@ -154,6 +174,7 @@ export function placeHeads<H extends PlacedHead>(
     const at = oldest.get(h.candidate.model) ?? null
     const m = byKey.get(key) ?? { key, current: false, oldestQueuedAt: null }
     m.current ||= h.candidate.loaded
+    m.busy ||= h.candidate.busy === true
     if (at !== null && (m.oldestQueuedAt === null || at < m.oldestQueuedAt)) m.oldestQueuedAt = at
     byKey.set(key, m)
   }

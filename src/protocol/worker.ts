@@ -183,6 +183,14 @@ export const WorkerBodies = {
       worker_id: Id,
       // docs/api.md §7 (ext): hold the poll up to this long while nothing is claimable.
       wait_seconds: t.Optional(t.Number({ minimum: 0, maximum: 30 })),
+      // docs/api.md §7 placement (ext): a GPU of the worker holds no model in use, so it can load
+      // another model beside the ones it serves.
+      spare_gpu: t.Optional(t.Boolean()),
+      // docs/api.md §7 placement (ext): the models loaded (or being loaded) on the worker now, as it
+      // polls: the placement counts them as its current models (a heartbeat's list may lag).
+      loaded_models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
+      // …and of them, those a job is using now (the others sit idle on their GPUs).
+      models_in_use: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
     },
     { additionalProperties: false },
   ),

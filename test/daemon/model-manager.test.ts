@@ -306,4 +306,38 @@ describe('the model manager', () => {
     expect(engine.calls.slice(2)).toEqual(['unload b', 'load c {"gpu_memory_utilization":0.87} on 1'])
     a.release(1)
   })
+
+  test('loads on two GPUs run at once; with one budget, one at a time', async () => {
+    const room = (): Room => ({
+      gpus: [0, 1].map((index) => ({ index, total_gb: 24, free_gb: 24 })),
+    })
+    const gpus = setup(['a', 'b'], { gpus: room, engineName: 'vllm' })
+    gpus.engine.holdLoads('a')
+    gpus.engine.holdLoads('b')
+    const a = gpus.manager.acquire(need('a', { vram: 20 }), open())
+    await gpus.engine.loadStarted('a')
+    const b = gpus.manager.acquire(need('b', { vram: 20 }), open())
+    // b's load begins while a's goes on: another GPU.
+    await gpus.engine.loadStarted('b')
+    expect(gpus.manager.loading().sort()).toEqual(['a', 'b'])
+    gpus.engine.finish('b')
+    gpus.engine.finish('a')
+    expect([(await a).name, (await b).name]).toEqual(['a', 'b'])
+    expect(gpus.engine.calls).toEqual([
+      'load a {"gpu_memory_utilization":0.87} on 0',
+      'load b {"gpu_memory_utilization":0.87} on 1',
+    ])
+
+    const one = setup(['a', 'b'], { budget: 48 })
+    one.engine.holdLoads('a')
+    const first = one.manager.acquire(need('a', { vram: 20 }), open())
+    await one.engine.loadStarted('a')
+    const waiting = stages((x) => x.startsWith('waiting'))
+    const second = one.manager.acquire(need('b', { vram: 20 }), open(), waiting.listen)
+    expect(await waiting.seen).toBe('waiting for b: loading a first')
+    expect(one.engine.calls).toEqual(['load a {}'])
+    one.engine.finish('a')
+    await first
+    expect((await second).name).toBe('b')
+  })
 })

@@ -265,3 +265,16 @@ describe('docs/api.md §7 Placement: placeHeads (what both engines call)', () =>
     expect(pickClaim(placed)?.batch_id).toBe('e-old')
   })
 })
+
+describe('docs/api.md §7 Placement: a spare GPU (rule 5)', () => {
+  const busy = (key: string): ModelNow => ({ ...model(key, true), busy: true })
+  test('the models loaded there and idle first, then the most under-served other model whose loading pays, then the busy ones', () => {
+    const p = { ...loads(1, { a: { waiting: 500 }, b: { waiting: 500 }, c: { waiting: 900 } }), spare: true }
+    // a is busy on one GPU, b loaded and idle on the other: b's work first (no load), then c, then a.
+    expect(order(rankModels(p, [busy('a'), model('b', true), model('c')], NOW))).toEqual(['b', 'c', 'a'])
+    // Nothing idle loaded: another model before the busy one — the GPU would idle otherwise.
+    expect(order(rankModels(p, [busy('a'), model('c')], NOW))).toEqual(['c', 'a'])
+    // Without a spare GPU, the worker keeps to what it serves (rule 3).
+    expect(order(rankModels({ ...p, spare: false }, [busy('a'), model('c')], NOW))).toEqual(['a'])
+  })
+})

@@ -116,6 +116,8 @@ export class LlamaRouter implements ManagedEngine {
   /** What the models directory held at the last rescan (managed). */
   private scanned = ''
   private lastReloadMs = 0
+  /** The preset file's writes, one at a time. */
+  private presetWrites: Promise<void> = Promise.resolve()
   private readonly binary: string | null = null
   /**
    * Managed: downloads land in the models directory, a single GGUF as `<name>.gguf` (the router
@@ -457,7 +459,14 @@ export class LlamaRouter implements ManagedEngine {
    * The model's preset section, with the job's params; the router reads it again now. A section the
    * router refuses is taken back (the load fails with the router's reason).
    */
-  private async writeSection(name: string, params: Record<string, unknown>) {
+  private writeSection(name: string, params: Record<string, unknown>): Promise<void> {
+    // Loads on other GPUs run at once: their sections are written one after the other.
+    const next = this.presetWrites.then(() => this.writeSectionNow(name, params))
+    this.presetWrites = next.catch(() => {})
+    return next
+  }
+
+  private async writeSectionNow(name: string, params: Record<string, unknown>) {
     if (/[\]\r\n]/.test(name))
       throw new LoadFailed(`a model named ${JSON.stringify(name)} cannot have a preset section`)
     const dir = this.dirs.get(name) ?? this.modelsDir!

@@ -18,8 +18,10 @@ import { type LoadPlan, paramsKey, planLoad, planSelf, type Room, type TableMode
 //   over the table and the GPU ledger the daemon reads now (room()), decides whether to use it, load
 //   it on which GPUs (after unloading what it names), wait (a job using the room must be done with
 //   its model first), or fail the job (the model can never fit, is not on disk, or will not load:
-//   the engine's reason). One load or unload runs at a time. The job holds a lease until its last
-//   request is answered; a leased model is never unloaded.
+//   the engine's reason). Loads run one at a time, except on disjoint GPU sets: two models loading
+//   on two GPUs load at once (what each takes, and what it unloads, is reserved in the table as its
+//   plan is made, so the next plan sees it). The job holds a lease until its last request is
+//   answered; a leased model is never unloaded.
 // - A model that failed to load here is not tried again here for a while (FAILED_LOAD_MS, doubling
 //   at each further failure up to FAILED_LOAD_MAX_MS; a load that works starts the count over): a
 //   job for it meanwhile fails at once with the load's reason, so its batch goes to another worker
@@ -108,6 +110,16 @@ interface Remembered {
   claim_gb?: number | null
 }
 
+/** A load under way (with the unloads it makes room with). */
+interface Op {
+  what: string
+  /** Its GPU set; null: placed in no GPU set (one budget), which shares everything. */
+  gpus: number[] | null
+  /** The models it loads and unloads. */
+  names: Set<string>
+  done: Promise<void>
+}
+
 const MODELS_FILE = 'models.json'
 /** How often a waiting job looks again when nothing it waits on says so (an engine-side load). */
 const WAIT_POLL_MS = 1000
@@ -128,9 +140,11 @@ export class ModelManager {
   private readonly waiters = new Set<() => void>()
   private gen = 0
   private refreshing: Promise<EngineView> | null = null
-  /** The load (with its unloads) under way, and what it is. */
-  private op: { done: Promise<void>; what: string } | null = null
+  /** The loads (with their unloads) under way: what each is, its GPUs and the models it touches. */
+  private readonly ops = new Set<Op>()
   private saidParams = false
+  /** Jobs in acquire() that hold no lease yet (being placed, loading, or waiting). */
+  private placing = 0
   /** Loaded, unloaded or lost since the room was last read. */
   private roomStale = true
   /** The last room read (which GPUs have no model in use: idleGpu()). */
@@ -181,7 +195,8 @@ export class ModelManager {
         this.rows.set(m.name, row)
       }
       // This manager's own loads and unloads, and anything it changed since this read began, stand.
-      if (row.gen > since || row.state === 'unloading' || (row.state === 'loading' && this.op)) continue
+      if (row.gen > since || row.state === 'unloading' || (row.state === 'loading' && this.touched(row.name)))
+        continue
       if (row.state === m.state) continue
       const was = row.state
       row.state = m.state
@@ -215,6 +230,7 @@ export class ModelManager {
       })
     }
     let said = ''
+    this.placing++
     try {
       for (;;) {
         signal.throwIfAborted()
@@ -242,8 +258,9 @@ export class ModelManager {
         if (plan.do === 'use') return this.lease(row, need)
         if (plan.do === 'load') this.checkCooldown(need.name)
         if (plan.do === 'fail') throw new ModelUnavailable(plan.why)
-        if (plan.do === 'wait' || this.op) {
-          const why = plan.do === 'wait' ? plan.why : `${this.op!.what} first`
+        const before = plan.do === 'load' ? this.conflict(plan, need.name) : null
+        if (plan.do === 'wait' || before) {
+          const why = plan.do === 'wait' ? plan.why : `${before!.what} first`
           if (why !== said) {
             said = why
             jlog.info(`job ${need.job_id} waits for ${need.name}: ${why}`)
@@ -267,17 +284,29 @@ export class ModelManager {
         })
         stage(`loading ${need.name}${plan.gpus ? ` on GPU ${plan.gpus.join(', ')}` : ''}${why}`)
         said = ''
-        const done = this.apply(need, key, plan).finally(() => {
-          this.op = null
+        const op: Op = {
+          what: `loading ${need.name}`,
+          gpus: plan.gpus,
+          names: new Set([need.name, ...plan.unload.map((u) => u.name)]),
+          done: Promise.resolve(),
+        }
+        const reserved = this.reserve(need, key, plan)
+        // A job took a model the plan would unload: plan again.
+        if (!reserved) continue
+        this.ops.add(op)
+        op.done = this.apply(need, plan, reserved).finally(() => {
+          this.ops.delete(op)
           this.notify()
         })
         // Nobody may be left to hear how it ended (the job was stopped meanwhile).
-        done.catch(() => {})
-        this.op = { done, what: `loading ${need.name}` }
-        await untilAborted(done, signal)
+        op.done.catch(() => {})
+        await untilAborted(op.done, signal)
       }
     } finally {
+      this.placing--
       stage(null)
+      // The job holds its model now, or left: whether a GPU is idle may have changed.
+      this.onChange()
     }
   }
 
@@ -294,12 +323,27 @@ export class ModelManager {
    */
   idleGpu(): boolean {
     const room = this.lastRoom
-    if (!room || !('gpus' in room)) return false
+    // A job still being placed (or waiting for room) may take the GPU that looks idle.
+    if (!room || !('gpus' in room) || this.placing > 0) return false
     const busy = new Set<number>()
     for (const r of this.rows.values())
       if (r.leases.size > 0 || r.state === 'loading' || r.state === 'unloading')
         for (const g of r.gpus ?? room.gpus.map((x) => x.index)) busy.add(g)
     return room.gpus.some((g) => !busy.has(g.index))
+  }
+
+  /** The models loaded or being loaded now (the poll's `loaded_models`, docs/api.md §7 placement). */
+  loadedNames(): string[] {
+    return [...this.rows.values()]
+      .filter((r) => r.state === 'loaded' || r.state === 'loading')
+      .map((r) => r.name)
+  }
+
+  /** The models a job uses now, or being loaded for one (the poll's `models_in_use`). */
+  inUseNames(): string[] {
+    return [...this.rows.values()]
+      .filter((r) => r.leases.size > 0 || r.state === 'loading')
+      .map((r) => r.name)
   }
 
   /** Models being loaded now (heartbeat `loading_models`). */
@@ -356,26 +400,40 @@ export class ModelManager {
     )
   }
 
-  /** Unloads what the plan names (unless a job took it meanwhile), then loads the job's model where it says. */
-  private async apply(need: ModelNeed, key: string, plan: Extract<LoadPlan, { do: 'load' }>) {
-    for (const u of plan.unload) {
-      const row = this.rows.get(u.name)
-      if (row?.state !== 'loaded') continue
-      // A job took it since the plan was made: plan again.
-      if (row.leases.size > 0) return
-      this.set(row, 'unloading')
-      log.info(`unloading ${u.name}: ${u.why}`, { model: u.name, why: u.why })
-      try {
-        await this.engine.unload(u.name)
-      } catch (e) {
-        this.set(row, 'loaded')
-        throw new ModelUnavailable(`could not unload ${u.name} to make room: ${(e as Error).message}`)
-      }
-      this.set(row, 'unloaded')
-      this.forgetLoad(row)
+  /** The load under way that `plan` must wait for: one on GPUs it shares, or touching the same models. */
+  private conflict(plan: Extract<LoadPlan, { do: 'load' }>, name: string): Op | null {
+    const names = new Set([name, ...plan.unload.map((u) => u.name)])
+    for (const op of this.ops) {
+      // Without GPUs (one budget), or reloading a model with other params: one at a time.
+      if (!op.gpus || !plan.gpus || plan.unload.some((u) => u.name === name)) return op
+      if (op.gpus.some((g) => plan.gpus!.includes(g))) return op
+      if ([...op.names].some((n) => names.has(n))) return op
     }
+    return null
+  }
+
+  /** Whether a load under way touches `name` (its own state stands over the engine's meanwhile). */
+  private touched(name: string): boolean {
+    return [...this.ops].some((op) => op.names.has(name))
+  }
+
+  /**
+   * Reserves what `plan` takes, at once (before any await): the models it unloads are `unloading`,
+   * the job's model `loading` on its GPUs, so that the next plan sees the room taken. Null when a
+   * job took a model the plan would unload since the plan was made.
+   */
+  private reserve(need: ModelNeed, key: string, plan: Extract<LoadPlan, { do: 'load' }>): Row[] | null {
+    const unloading = plan.unload
+      .map((u) => this.rows.get(u.name))
+      .filter((r): r is Row => r?.state === 'loaded')
+    if (unloading.some((r) => r.leases.size > 0)) return null
+    for (const r of unloading) this.set(r, 'unloading')
     const row = this.rows.get(need.name)
-    if (!row) throw new ModelUnavailable(`${need.name} is not among the models of the engine`)
+    if (row && !unloading.includes(row)) this.claim(row, need, key, plan)
+    return unloading
+  }
+
+  private claim(row: Row, need: ModelNeed, key: string, plan: Extract<LoadPlan, { do: 'load' }>) {
     row.vram_gb = need.vram_gb
     row.params_key = this.engine.appliesParams ? key : null
     row.gpus = plan.gpus
@@ -383,6 +441,32 @@ export class ModelManager {
     this.set(row, 'loading')
     // Known before the load ends: a daemon killed meanwhile that adopts the engine places it.
     this.remember()
+  }
+
+  /** Unloads what was reserved for it, then loads the job's model where the plan says. */
+  private async apply(need: ModelNeed, plan: Extract<LoadPlan, { do: 'load' }>, unloading: Row[]) {
+    const key = paramsKey(need.params)
+    for (const row of unloading) {
+      const u = plan.unload.find((x) => x.name === row.name)!
+      log.info(`unloading ${u.name}: ${u.why}`, { model: u.name, why: u.why })
+      try {
+        await this.engine.unload(u.name)
+      } catch (e) {
+        this.set(row, 'loaded')
+        const own = this.rows.get(need.name)
+        if (own?.state === 'loading') {
+          this.set(own, 'unloaded')
+          this.forgetLoad(own)
+        }
+        throw new ModelUnavailable(`could not unload ${u.name} to make room: ${(e as Error).message}`)
+      }
+      this.set(row, 'unloaded')
+      this.forgetLoad(row)
+    }
+    const row = this.rows.get(need.name)
+    if (!row) throw new ModelUnavailable(`${need.name} is not among the models of the engine`)
+    // Reloaded with other params: claimed once its old copy is gone.
+    if (row.state !== 'loading') this.claim(row, need, key, plan)
     const started = this.timers.nowMs()
     try {
       await this.engine.load(

@@ -36,10 +36,24 @@ export interface Job {
   backup?: true
 }
 
+/**
+ * docs/api.md §7 placement (ext): what a poll says of its worker now — a GPU holding no model in use
+ * (`spare_gpu`), the models loaded on it (`loaded_models`) and those a job uses (`models_in_use`);
+ * null: not said.
+ */
+export interface PollHints {
+  spare: boolean
+  loaded: readonly string[] | null
+  inUse: readonly string[] | null
+}
+
+export const NO_HINTS: PollHints = { spare: false, loaded: null, inUse: null }
+
 export async function claimBatch(
   deps: Deps & PollState,
   principal: WorkerPrincipal,
   workerId: string,
+  hints: PollHints = NO_HINTS,
 ): Promise<{ job: Job | null; worker: WorkerRow }> {
   // The worker's row and what it hosts are one read (one statement on PostgreSQL); the hosting
   // read is thrown away when the worker is not the key's.
@@ -58,21 +72,28 @@ export async function claimBatch(
     catalogue,
     (id) => deps.pollWaiters.isPolling(id),
   )
-  const placement = placed?.placement
+  const placement = placed && hints.spare ? { ...placed.placement, spare: true } : placed?.placement
   // docs/api.md §7 placement: a worker that loads models is on the models of the work it holds;
   // holding none, on those loaded or being loaded (a heartbeat may lag behind its last claim).
   const loading = new Set(placement ? worker.loading_models : [])
   const held = placed?.held ?? new Set<string>()
+  // What the poll says is loaded now, and in use (it cannot lag a claim as a heartbeat's list may;
+  // a job uploading its results holds work but no GPU).
+  const fresh = placement && hints.loaded ? new Set(hints.loaded) : null
+  const inUse = placement && hints.inUse ? new Set(hints.inUse) : null
   // docs/api.md §7 Poll rule 1 (and §4 catalogue rule 5): stored batches may carry an entry's retired
   // slug. Poll rule 7: of each model, only the batches whose needs the worker's engine meets.
   const candidates = matches.flatMap((match) => {
     const names = [...new Set(match.entry.profiles.map((p) => p.runtime_model_id))]
     const needs = takeableNeeds(match.capabilities)
     const slugs = catalogue.slugsOf(match.entry)
-    const loaded = held.size
-      ? slugs.some((m) => held.has(m))
-      : match.loaded || names.some((n) => loading.has(n))
-    return slugs.map((model) => ({ model, loaded, match, names, needs, key: match.entry.id }))
+    const loaded = fresh
+      ? slugs.some((m) => held.has(m)) || names.some((n) => fresh.has(n))
+      : held.size
+        ? slugs.some((m) => held.has(m))
+        : match.loaded || names.some((n) => loading.has(n))
+    const busy = inUse ? names.some((n) => inUse.has(n)) : slugs.some((m) => held.has(m))
+    return slugs.map((model) => ({ model, loaded, busy, match, names, needs, key: match.entry.id }))
   })
   const claimed = await deps.store.queue.claim({
     workerId,
