@@ -112,7 +112,9 @@ async function run(mode: 'gpus' | 'one budget'): Promise<Outcome> {
         PATH: mode === 'gpus' ? box.path : (process.env.PATH ?? ''),
       },
       // BENCH_LOG=DIR keeps each run's daemon log there.
-      stdout: process.env.BENCH_LOG ? Bun.file(join(process.env.BENCH_LOG, `daemon-${mode.replace(' ', '-')}.log`)) : 'ignore',
+      stdout: process.env.BENCH_LOG
+        ? Bun.file(join(process.env.BENCH_LOG, `daemon-${mode.replace(' ', '-')}.log`))
+        : 'ignore',
       stderr: 'ignore',
     },
   )
@@ -140,9 +142,12 @@ async function run(mode: 'gpus' | 'one budget'): Promise<Outcome> {
     const ids: string[] = []
     for (const f of files)
       ids.push(
-        (await api('/v1/batches', { method: 'POST', token, body: JSON.stringify({ input_file_id: f.id }) })).id,
+        (await api('/v1/batches', { method: 'POST', token, body: JSON.stringify({ input_file_id: f.id }) }))
+          .id,
       )
-    const status = server.deps.sqlite.query<{ status: string }, [string]>('select status from batches where id = ?')
+    const status = server.deps.sqlite.query<{ status: string }, [string]>(
+      'select status from batches where id = ?',
+    )
     const done = new Set<string>()
     let last = t0
     const deadline = t0 + 600_000

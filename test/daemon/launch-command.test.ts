@@ -38,8 +38,12 @@ describe('the launch command', () => {
     })
     expect(splitEnv(['/usr/bin/env', 'A=1', 'vllm'])).toEqual({ env: { A: '1' }, words: ['vllm'] })
     expect(splitEnv(['vllm', 'A=1'])).toEqual({ env: {}, words: ['vllm', 'A=1'] })
-    expect(launchCommandProblem('env CUDA_VISIBLE_DEVICES=1 vllm serve {model_path} --port {port}')).toBeNull()
-    expect(launchCommandProblem('env A=1')).toBe('the launch command sets variables with env but runs nothing')
+    expect(
+      launchCommandProblem('env CUDA_VISIBLE_DEVICES=1 vllm serve {model_path} --port {port}'),
+    ).toBeNull()
+    expect(launchCommandProblem('env A=1')).toBe(
+      'the launch command sets variables with env but runs nothing',
+    )
     expect(launchCommandProblem('env -i vllm serve {model_path} --port {port}')).toBe(
       "the launch command's env takes NAME=VALUE words only (got -i); put the variables first",
     )

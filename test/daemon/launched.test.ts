@@ -268,7 +268,9 @@ test('a corrupt model directory: the load fails with the engine’s own words, t
       return b.attempts >= 1 ? b : null
     })
     // The first attempt's reason, or a later one's (the model is not loaded here again for a while).
-    expect(requeued.error).toMatch(/^broken failed to load( on this worker \d+ s ago \(not tried again here for \d+ s\))?: /)
+    expect(requeued.error).toMatch(
+      /^broken failed to load( on this worker \d+ s ago \(not tried again here for \d+ s\))?: /,
+    )
     expect(requeued.error).toContain('exited with code 1 before answering')
     expect(requeued.error).toContain('ValueError: Invalid repository ID or local directory specified')
     const ok = await f.finished(await f.submit(ENTRY.beta, 2))
