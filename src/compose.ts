@@ -3,6 +3,7 @@ import { createDeps, type Deps, type DepsOverrides } from './deps'
 import { CredentialCache, type CredentialState } from './http/credential-cache'
 import type { RequestCount } from './http/lifecycle'
 import { BatchEventBus, type BatchEventsState } from './lib/batch-events'
+import { IdentityProvider, type OidcState } from './modules/auth/oidc'
 import type { EventStreamsState } from './modules/batches/events'
 import { BatchFollowers, type FollowState } from './modules/batches/follow'
 import { type CatalogueState, CatalogueView } from './modules/catalogue/view'
@@ -28,13 +29,14 @@ export type ServerState = CredentialState &
   PoolState &
   StatsState &
   ValidatorState &
-  DeliveryState
+  DeliveryState &
+  OidcState
 
 /** One server: its infrastructure and its state, the one object the app, the loops and the CLI get. */
 export type Server = Deps & ServerState
 
 /** A fresh state for one server. */
-export const createServerState = (): ServerState => ({
+export const createServerState = (config: Config): ServerState => ({
   credentials: new CredentialCache(),
   requestsOpen: 0,
   batchEvents: new BatchEventBus(),
@@ -47,9 +49,10 @@ export const createServerState = (): ServerState => ({
   queueStatsCache: {},
   validating: new Set(),
   webhooksInFlight: new Set(),
+  identityProvider: config.OIDC_ISSUER ? new IdentityProvider(config) : null,
 })
 
 /** Opens the database, builds the infrastructure and this server's state. */
 export function createServer(config: Config, overrides: DepsOverrides = {}): Server {
-  return Object.assign(createDeps(config, overrides), createServerState())
+  return Object.assign(createDeps(config, overrides), createServerState(config))
 }

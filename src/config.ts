@@ -18,6 +18,18 @@ const MiB = 1024 * 1024
 export const ConfigSchema = T.Object({
   PORT: Int(8080, 0, 65535, 'TCP port the server listens on (0 = any free port)'),
   HOST: Str('Interface to bind', '0.0.0.0'),
+  TLS_CERT_FILE: T.Optional(
+    Str(
+      'PEM certificate with its chain (leaf first): with TLS_KEY_FILE the server speaks HTTPS itself and sends Strict-Transport-Security; both or neither',
+    ),
+  ),
+  TLS_KEY_FILE: T.Optional(Str('PEM private key of TLS_CERT_FILE (unencrypted)')),
+  TLS_CHECK_SECONDS: Int(
+    60,
+    1,
+    86400,
+    'How often TLS_CERT_FILE and TLS_KEY_FILE are checked for a renewed certificate, then served to new connections without a restart',
+  ),
   DATA_DIR: Str('Directory for the database, uploaded files, the JWT secret and the mail outbox', './data'),
   DATABASE_PATH: T.Optional(Str('SQLite database file (default DATA_DIR/gridkeep.db)')),
   DATABASE_URL: T.Optional(
@@ -30,7 +42,9 @@ export const ConfigSchema = T.Object({
     default: 'normal',
     description: 'SQLite synchronous mode: normal (WAL-safe, fast) or full (survives power loss)',
   }),
-  PUBLIC_URL: T.Optional(Str('Public base URL used in mailed links (default http://localhost:PORT)')),
+  PUBLIC_URL: T.Optional(
+    Str('Public base URL used in mailed links (default http://localhost:PORT, https:// with TLS_CERT_FILE)'),
+  ),
   JWT_SECRET: T.Optional(
     T.String({
       minLength: 32,
@@ -46,6 +60,40 @@ export const ConfigSchema = T.Object({
     }),
   ),
   SIGNUP_ENABLED: Bool(true, 'false makes POST /v1/auth/signup answer 403 signup_disabled'),
+  PASSWORD_LOGIN: Bool(
+    true,
+    'false leaves only single sign-on (OIDC_ISSUER): login, signup and password resets answer 403 password_login_disabled; the start is refused unless a superadmin can sign in by SSO',
+  ),
+  OIDC_ISSUER: T.Optional(
+    Str(
+      'OpenID Connect provider for single sign-on, e.g. https://keycloak.lab.example/realms/lab (discovered from its /.well-known/openid-configuration); unset = no SSO',
+    ),
+  ),
+  OIDC_CLIENT_ID: T.Optional(Str("gridkeep's client id at the provider (required with OIDC_ISSUER)")),
+  OIDC_CLIENT_SECRET: T.Optional(
+    Str("gridkeep's client secret at the provider (unset: a public client, PKCE only)"),
+  ),
+  OIDC_NAME: Str('The provider\'s name on the sign-in button: "Sign in with <OIDC_NAME>"', 'SSO'),
+  OIDC_SCOPES: Str(
+    'Scopes asked of the provider, space-separated (must include openid)',
+    'openid email profile',
+  ),
+  OIDC_ALLOWED_DOMAINS: T.Optional(
+    Str(
+      'Comma-separated email domains whose people may sign in by SSO, e.g. lab.example,uni.example (unset = any)',
+    ),
+  ),
+  OIDC_ADMIN_GROUPS: T.Optional(
+    Str(
+      'Comma-separated values of the groups claim that make a superadmin; set, every SSO sign-in makes the role follow the groups (unset = SSO never changes a role)',
+    ),
+  ),
+  OIDC_TIMEOUT_SECONDS: Int(
+    10,
+    1,
+    300,
+    'Time the identity provider has to answer one request (discovery, token, keys, userinfo)',
+  ),
   SMTP_URL: T.Optional(
     Str('SMTP server for mail, e.g. smtp://user:pass@host:587 (unset: mails go to DATA_DIR/outbox/*.eml)'),
   ),
@@ -213,17 +261,78 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       'invalid configuration: SMTP_URL: expected an smtp:// or smtps:// URL with a host (got "***")',
     )
   }
+  // docs/deployment.md "TLS on the binary": a certificate without its key (or the reverse) would
+  // start a server that speaks plain HTTP while its admin believes otherwise.
+  if ((raw.TLS_CERT_FILE === undefined) !== (raw.TLS_KEY_FILE === undefined)) {
+    const [set, missing] = raw.TLS_CERT_FILE
+      ? ['TLS_CERT_FILE', 'TLS_KEY_FILE']
+      : ['TLS_KEY_FILE', 'TLS_CERT_FILE']
+    throw new ConfigError(`invalid configuration: ${missing}: required with ${set} (both or neither)`)
+  }
   if (raw.STORAGE_URL !== undefined && !parseStorageUrl(raw.STORAGE_URL)) {
     throw new ConfigError(
       'invalid configuration: STORAGE_URL: expected s3://BUCKET or s3://BUCKET/PREFIX (a lowercase bucket name)',
     )
   }
+  checkSignIn(raw)
   return {
     ...raw,
     DATA_DIR: raw.DATA_DIR,
     DATABASE_PATH: raw.DATABASE_PATH ?? join(raw.DATA_DIR, 'gridkeep.db'),
-    PUBLIC_URL: (raw.PUBLIC_URL ?? `http://localhost:${raw.PORT}`).replace(/\/+$/, ''),
+    PUBLIC_URL: (raw.PUBLIC_URL ?? `${raw.TLS_CERT_FILE ? 'https' : 'http'}://localhost:${raw.PORT}`).replace(
+      /\/+$/,
+      '',
+    ),
   }
+}
+
+/** A comma-separated setting as its trimmed, non-empty items (OIDC_ALLOWED_DOMAINS, OIDC_ADMIN_GROUPS). */
+export const listSetting = (value: string | undefined): string[] =>
+  (value ?? '')
+    .split(',')
+    .map((item) => item.trim())
+    .filter(Boolean)
+
+const DOMAIN =
+  /^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$/
+
+// docs/api.md §2 "Single sign-on": settings that break each other stop the start with one line.
+function checkSignIn(raw: Raw) {
+  const fail = (line: string) => {
+    throw new ConfigError(`invalid configuration: ${line}`)
+  }
+  if (raw.OIDC_ISSUER === undefined) {
+    for (const name of [
+      'OIDC_CLIENT_ID',
+      'OIDC_CLIENT_SECRET',
+      'OIDC_ALLOWED_DOMAINS',
+      'OIDC_ADMIN_GROUPS',
+    ] as const)
+      if (raw[name] !== undefined) fail(`${name}: needs OIDC_ISSUER (single sign-on is off without it)`)
+    if (!raw.PASSWORD_LOGIN) fail('PASSWORD_LOGIN: false needs OIDC_ISSUER (nobody could sign in at all)')
+    return
+  }
+  let issuer: URL | undefined
+  try {
+    issuer = new URL(raw.OIDC_ISSUER)
+  } catch {}
+  if (
+    !issuer ||
+    (issuer.protocol !== 'https:' && issuer.protocol !== 'http:') ||
+    issuer.search ||
+    issuer.hash
+  )
+    fail("OIDC_ISSUER: expected the provider's issuer, an http:// or https:// URL without query or fragment")
+  if (raw.OIDC_CLIENT_ID === undefined) fail('OIDC_CLIENT_ID: required with OIDC_ISSUER')
+  if (!raw.OIDC_SCOPES.split(/\s+/).includes('openid'))
+    fail(`OIDC_SCOPES: must include openid (got ${JSON.stringify(raw.OIDC_SCOPES)})`)
+  for (const domain of listSetting(raw.OIDC_ALLOWED_DOMAINS))
+    if (!DOMAIN.test(domain.toLowerCase()))
+      fail(`OIDC_ALLOWED_DOMAINS: expected domains separated by commas (got ${JSON.stringify(domain)})`)
+  if (raw.OIDC_ALLOWED_DOMAINS !== undefined && listSetting(raw.OIDC_ALLOWED_DOMAINS).length === 0)
+    fail('OIDC_ALLOWED_DOMAINS: expected at least one domain')
+  if (raw.OIDC_ADMIN_GROUPS !== undefined && listSetting(raw.OIDC_ADMIN_GROUPS).length === 0)
+    fail('OIDC_ADMIN_GROUPS: expected at least one group')
 }
 
 function isPostgresUrl(value: string): boolean {

@@ -4,7 +4,9 @@ import { createServer, type Server } from './compose'
 import { type Config, ConfigError, loadConfig } from './config'
 import { BlobStoreUnavailableError } from './lib/blobs'
 import { log, setLogLevel } from './lib/logger'
+import { readTlsPair, TlsFilesError, type TlsPair, watchTlsFiles } from './lib/tls-files'
 import { ensureSuperadmin } from './modules/auth/service'
+import { checkSuperadminCanSignIn } from './modules/auth/sso'
 import { seedCatalogue } from './modules/catalogue/seed'
 import { acquireInstanceLock, InstanceLockedError } from './ops/instance-lock'
 import * as retention from './services/retention'
@@ -44,7 +46,11 @@ export async function startServer(config: Config, given?: Server): Promise<Runni
   let deps: Server | undefined = given
   const loops: StopLoop[] = []
   let server: ReturnType<typeof Bun.serve>
+  /** Listeners a certificate renewal replaced, finishing the requests they were answering. */
+  const retired: { server: ReturnType<typeof Bun.serve>; drained: Promise<void> }[] = []
   try {
+    // docs/deployment.md "TLS on the binary": an unreadable or mismatched pair stops the start.
+    const tls = config.TLS_CERT_FILE ? tlsPairOrConfigError(config) : null
     deps ??= createServer(config)
     await readyStore(config, deps)
     // docs/api.md §12: an unusable STORAGE_URL stops the start; what a crash left half-written goes.
@@ -57,27 +63,79 @@ export async function startServer(config: Config, given?: Server): Promise<Runni
     collectDefaultMetrics({ register: deps.metrics.registry })
     const app = createApp(deps)
     await Promise.all([superadmin, catalogue])
+    await checkSuperadminCanSignIn(deps)
     // Background loops register their stop() in `loops`; the shutdown awaits them all.
     // The validator validates against the catalogue: it starts once the catalogue is seeded.
     loops.push(validator.start(deps))
     loops.push(signals.start(deps))
     // Elysia's listen() hands its compiled routes to Bun's native router (a plain fetch handler
     // measured about 2× slower on the heartbeat) and gives handlers the server, e.g. for client IPs.
-    app.listen({
-      port: config.PORT,
-      hostname: config.HOST,
-      // Uploads are streamed and capped by the files module itself (413 in the envelope); Bun's own
-      // limit is only a backstop. It counts bytes as the socket receives them, ahead of what the
-      // handler has parsed, so it sits well above the cap: 1 MiB above lost that race under load.
-      maxRequestBodySize: config.MAX_UPLOAD_BYTES + 64 * 1024 * 1024,
-      idleTimeout: 0,
-      // Elysia defaults to SO_REUSEPORT, with which a second server (another DATA_DIR) would share
-      // the port silently and get half the traffic: a busy port must stop the start instead.
-      reusePort: false,
-      // Elysia's default follows NODE_ENV; never serve Bun's development error pages.
-      development: false,
-    })
-    server = app.server!
+    const listen = (port: number, pair: TlsPair | null, again = false) => {
+      const hooks = new Set(process.listeners('beforeExit'))
+      app.listen({
+        port,
+        hostname: config.HOST,
+        // Uploads are streamed and capped by the files module itself (413 in the envelope); Bun's own
+        // limit is only a backstop. It counts bytes as the socket receives them, ahead of what the
+        // handler has parsed, so it sits well above the cap: 1 MiB above lost that race under load.
+        maxRequestBodySize: config.MAX_UPLOAD_BYTES + 64 * 1024 * 1024,
+        idleTimeout: 0,
+        // Elysia defaults to SO_REUSEPORT, with which a second server (another DATA_DIR) would share
+        // the port silently and get half the traffic: a busy port must stop the start instead.
+        reusePort: false,
+        // Elysia's default follows NODE_ENV; never serve Bun's development error pages.
+        development: false,
+        ...(pair ? { tls: { cert: pair.cert, key: pair.key } } : {}),
+      })
+      // Elysia adds a beforeExit hook (stop app.server) at each listen(): one is all the app needs.
+      if (again)
+        for (const hook of process.listeners('beforeExit'))
+          if (!hooks.has(hook)) process.off('beforeExit', hook)
+      return app.server!
+    }
+    server = listen(config.PORT, tls)
+    if (tls) {
+      log.info('serving HTTPS', { subject: tls.subject, not_after: tls.notAfter })
+      const watch = watchTlsFiles({
+        certFile: config.TLS_CERT_FILE!,
+        keyFile: config.TLS_KEY_FILE!,
+        everyMs: config.TLS_CHECK_SECONDS * 1000,
+        // Bun cannot change a listening server's certificate (reload() ignores tls): the listener is
+        // replaced on the same port, at once, while the one it replaces finishes what it answers.
+        // A connection arriving in the instant between the two is refused (clients retry).
+        renewed: (pair) => {
+          const old = server
+          // Read before the stop: a stopped server no longer says its port.
+          const port = old.port!
+          const entry = { server: old, drained: old.stop(false) }
+          retired.push(entry)
+          void entry.drained.then(() => {
+            const at = retired.indexOf(entry)
+            if (at >= 0) retired.splice(at, 1)
+          })
+          const again = () => {
+            try {
+              server = listen(port, pair, true)
+            } catch (error) {
+              // The port was taken in that instant: keep trying, loudly.
+              log.error('cannot listen again after the certificate renewal; retrying in 1 s', { error })
+              setTimeout(again, 1000)
+              return
+            }
+            log.info('TLS certificate renewed: serving it to new connections', {
+              subject: pair.subject,
+              not_after: pair.notAfter,
+            })
+          }
+          again()
+        },
+        refused: (why) =>
+          log.warn('TLS files changed but cannot be served yet; still serving the previous certificate', {
+            why,
+          }),
+      })
+      loops.push(() => watch.stop())
+    }
     loops.push(sweeper.start(deps))
     loops.push(retention.start(deps))
     loops.push(webhooks.start(deps))
@@ -87,7 +145,8 @@ export async function startServer(config: Config, given?: Server): Promise<Runni
     lock.release()
     throw error
   }
-  const url = `http://${config.HOST === '0.0.0.0' ? 'localhost' : config.HOST}:${server.port}`
+  const scheme = config.TLS_CERT_FILE ? 'https' : 'http'
+  const url = `${scheme}://${config.HOST === '0.0.0.0' ? 'localhost' : config.HOST}:${server.port}`
   // The URL may carry a password: only its engine is logged.
   const database = config.DATABASE_URL ? 'postgresql' : config.DATABASE_PATH
   log.info('gridkeep listening', { url, database, pid: process.pid })
@@ -102,12 +161,19 @@ export async function startServer(config: Config, given?: Server): Promise<Runni
     // server.stop() refuses new connections, closes idle keep-alive ones at once and resolves
     // when the last in-flight response is complete.
     const drained = await settlesWithin(
-      Promise.all([server.stop(false), ...loops.map(async (stopLoop) => stopLoop())]),
+      Promise.all([
+        server.stop(false),
+        ...retired.map((r) => r.drained),
+        ...loops.map(async (stopLoop) => stopLoop()),
+      ]),
       config.SHUTDOWN_TIMEOUT_SECONDS * 1000,
     )
     if (!drained) {
       log.warn('shutdown timeout: cutting the remaining connections')
-      await settlesWithin(server.stop(true), 2000)
+      await settlesWithin(
+        Promise.all([server, ...retired.map((r) => r.server)].map((s) => s.stop(true))),
+        2000,
+      )
     }
     // Connections are closed; let requests still being answered finish, so that they are logged.
     for (let waited = 0; running.requestsOpen > 0 && waited < 1000; waited += 5) await Bun.sleep(5)
@@ -145,6 +211,15 @@ async function readyStore(config: Config, deps: Server) {
       .join(': ')
     if (password) reason = reason.replaceAll(password, '***').replaceAll(decodeURIComponent(password), '***')
     throw new ConfigError(`DATABASE_URL: cannot use the database: ${reason.split('\n')[0]}`)
+  }
+}
+
+function tlsPairOrConfigError(config: Config): TlsPair {
+  try {
+    return readTlsPair(config.TLS_CERT_FILE!, config.TLS_KEY_FILE!)
+  } catch (error) {
+    if (error instanceof TlsFilesError) throw new ConfigError(error.message)
+    throw error
   }
 }
 

@@ -72,6 +72,62 @@ describe('loadConfig', () => {
     expect(loadConfig({})).toMatchObject({ SHARD_MIN_REQUESTS: 100, SHARD_MAX_REQUESTS: 250 })
   })
 
+  test('single sign-on settings that break each other stop the start with one line', () => {
+    const sso = { OIDC_ISSUER: 'https://idp.lab.example/realms/lab', OIDC_CLIENT_ID: 'gridkeep' }
+    const cases: [Record<string, string>, RegExp][] = [
+      [{ OIDC_CLIENT_ID: 'gridkeep' }, /^invalid configuration: OIDC_CLIENT_ID: needs OIDC_ISSUER/],
+      [{ OIDC_ADMIN_GROUPS: 'admins' }, /^invalid configuration: OIDC_ADMIN_GROUPS: needs OIDC_ISSUER/],
+      [
+        { OIDC_ALLOWED_DOMAINS: 'lab.example' },
+        /^invalid configuration: OIDC_ALLOWED_DOMAINS: needs OIDC_ISSUER/,
+      ],
+      [{ PASSWORD_LOGIN: 'false' }, /^invalid configuration: PASSWORD_LOGIN: false needs OIDC_ISSUER/],
+      [
+        { OIDC_ISSUER: 'https://idp.lab.example' },
+        /^invalid configuration: OIDC_CLIENT_ID: required with OIDC_ISSUER/,
+      ],
+      [{ ...sso, OIDC_ISSUER: 'ftp://idp.lab.example' }, /^invalid configuration: OIDC_ISSUER: expected/],
+      [
+        { ...sso, OIDC_ISSUER: 'https://idp.lab.example/?realm=x' },
+        /^invalid configuration: OIDC_ISSUER: expected/,
+      ],
+      [{ ...sso, OIDC_SCOPES: 'email profile' }, /^invalid configuration: OIDC_SCOPES: must include openid/],
+      [
+        { ...sso, OIDC_ALLOWED_DOMAINS: 'lab.example, not a domain' },
+        /^invalid configuration: OIDC_ALLOWED_DOMAINS: /,
+      ],
+      [
+        { ...sso, OIDC_ALLOWED_DOMAINS: ' , ' },
+        /^invalid configuration: OIDC_ALLOWED_DOMAINS: expected at least one/,
+      ],
+      [
+        { ...sso, OIDC_ADMIN_GROUPS: ',' },
+        /^invalid configuration: OIDC_ADMIN_GROUPS: expected at least one/,
+      ],
+    ]
+    for (const [env, message] of cases) {
+      let error: unknown
+      try {
+        loadConfig(env)
+      } catch (e) {
+        error = e
+      }
+      expect(error).toBeInstanceOf(ConfigError)
+      expect((error as Error).message).toMatch(message)
+      expect((error as Error).message.split('\n')).toHaveLength(1)
+    }
+    expect(() => loadConfig({ ...sso, OIDC_CLIENT_SECRET: 's3cret-value', OIDC_SCOPES: 'email' })).toThrow(
+      /OIDC_SCOPES/,
+    )
+    const ok = loadConfig({
+      ...sso,
+      PASSWORD_LOGIN: 'false',
+      OIDC_ALLOWED_DOMAINS: 'lab.example,uni.example',
+    })
+    expect(ok).toMatchObject({ PASSWORD_LOGIN: false, OIDC_NAME: 'SSO', OIDC_SCOPES: 'openid email profile' })
+    expect(loadConfig({})).toMatchObject({ PASSWORD_LOGIN: true, OIDC_TIMEOUT_SECONDS: 10 })
+  })
+
   test('a bad secret value is never echoed back', () => {
     expect(() => loadConfig({ JWT_SECRET: 'tiny-secret' })).toThrow(/\*\*\*/)
     try {

@@ -6,7 +6,7 @@ import { useResource } from './lib/hooks'
 import { navigate, onLinkClick, useLocation } from './lib/router'
 import type { Me } from './lib/types'
 import { Admin } from './pages/admin'
-import { ChangePassword, ForgotPassword, ResetPassword, SignIn, SignUp } from './pages/auth'
+import { ChangePassword, ForgotPassword, ResetPassword, SignIn, SignUp, SsoReturn } from './pages/auth'
 import { BatchDetail, Batches } from './pages/batches'
 import { Files, Models } from './pages/catalogue'
 import { Keys } from './pages/keys'
@@ -27,6 +27,8 @@ function App() {
   const token = useSession()
   const path = url.pathname
   if (path === '/reset-password') return <ResetPassword token={url.searchParams.get('token') ?? ''} />
+  // docs/api.md §2 "Single sign-on": signed in or not, a return from the provider is exchanged first.
+  if (path === '/app/sso') return <SsoReturn />
   if (!token) {
     if (path === '/app/signup') return <SignUp />
     if (path === '/app/forgot-password') return <ForgotPassword />

@@ -1,5 +1,5 @@
 import { hostname } from 'node:os'
-import { Api, ApiFailure, type KeyRecord, type LoginAnswer } from './api'
+import { Api, ApiFailure, type KeyRecord, type LoginAnswer, type Transport } from './api'
 import { flag, type Parsed, positionals, type Spec, stringOption } from './args'
 import {
   type ClientConfig,
@@ -13,20 +13,24 @@ import {
 } from './config'
 import { ClientError, EXIT, usageError } from './exit'
 import { type Prompter, stdinPrompter } from './prompt'
+import { signInWithBrowser } from './sso'
 import type { View } from './view'
 
 // `gridkeep login` and `gridkeep logout`: the first login of docs/api.md §2 (with its forced
-// password change), a personal key made for this machine (§3), kept in the config file; and that
-// key revoked by itself at logout (docs/api.md §3, ext).
+// password change) or a sign-in through the browser (--sso, src/client/sso.ts), a personal key made
+// for this machine (§3), kept in the config file; and that key revoked by itself at logout
+// (docs/api.md §3, ext).
 
 export interface AccountContext {
   env: Env
   view: View
   interrupt: AbortSignal
+  transport?: Transport
 }
 
 export const LOGIN_SPEC: Spec = {
   server: { value: true },
+  sso: {},
   email: { value: true },
   'password-stdin': {},
   key: { value: true },
@@ -54,8 +58,10 @@ export async function login(p: Parsed, ctx: AccountContext): Promise<number> {
     stringOption(p, 'server') || env.GRIDKEEP_SERVER || previous?.server || DEFAULT_SERVER,
   )
   const key = stringOption(p, 'key')
-  const api = new Api(server, null, interrupt)
+  const api = new Api(server, null, interrupt, ctx.transport)
   let saved: ClientConfig
+  if (key !== undefined && flag(p, 'sso'))
+    throw usageError('--sso and --key are two ways to log in: give one')
   if (key !== undefined) {
     if (!key.startsWith('gk-')) throw usageError('--key takes a personal key (gk-…)')
     // Any call a personal key may make tells whether the server takes it.
@@ -68,21 +74,40 @@ export async function login(p: Parsed, ctx: AccountContext): Promise<number> {
   } else {
     const email = stringOption(p, 'email')
     const passwordStdin = flag(p, 'password-stdin')
+    const sso = flag(p, 'sso')
+    if (sso && (email !== undefined || passwordStdin))
+      throw usageError('--sso signs in through the browser: it takes no --email or --password-stdin')
     if (passwordStdin && !email) throw usageError('--password-stdin needs --email')
-    const write = (text: string) => void process.stderr.write(text)
-    const prompter = stdinPrompter(write, interrupt, { lines: passwordStdin })
-    const who = email ?? (await prompter.ask('Email: ')).trim()
-    if (!who) throw usageError('no email given')
-    const password = await prompter.ask('Password: ', { secret: true })
-    const answer = await api
-      .json<LoginAnswer>('POST', '/v1/auth/login', { body: { email: who, password } })
-      .catch((e) => {
-        throw e instanceof ApiFailure && e.status === 401
-          ? new ClientError(EXIT.auth, `wrong email or password for ${server}`, { status: 401, code: e.code })
-          : e
-      })
-    let token = answer.access_token
-    if (answer.must_change_password) token = await changePassword(api, view, prompter, token, password)
+    let answer: LoginAnswer
+    let token: string
+    if (sso) {
+      answer = await signInWithBrowser(api, env, view)
+      token = answer.access_token
+      // docs/api.md §1: that password is changed with the current one, which a browser sign-in never asked.
+      if (answer.must_change_password)
+        throw new ClientError(
+          EXIT.auth,
+          'this account must change its password first: sign in on the dashboard, or run gridkeep login without --sso',
+        )
+    } else {
+      const write = (text: string) => void process.stderr.write(text)
+      const prompter = stdinPrompter(write, interrupt, { lines: passwordStdin })
+      const who = email ?? (await prompter.ask('Email: ')).trim()
+      if (!who) throw usageError('no email given')
+      const password = await prompter.ask('Password: ', { secret: true })
+      answer = await api
+        .json<LoginAnswer>('POST', '/v1/auth/login', { body: { email: who, password } })
+        .catch((e) => {
+          throw e instanceof ApiFailure && e.status === 401
+            ? new ClientError(EXIT.auth, `wrong email or password for ${server}`, {
+                status: 401,
+                code: e.code,
+              })
+            : e
+        })
+      token = answer.access_token
+      if (answer.must_change_password) token = await changePassword(api, view, prompter, token, password)
+    }
     const name = stringOption(p, 'name') ?? defaultKeyName()
     const made = await api.json<KeyRecord>('POST', '/v1/users/me/api-keys', { token, body: { name } })
     // The key this machine had from an earlier login is not left behind, still valid.
@@ -157,7 +182,7 @@ export async function logout(p: Parsed, ctx: AccountContext): Promise<number> {
   let revoked = false
   if (config.key_id) {
     // docs/api.md §3 (ext): the key revokes itself. Already refused (revoked, expired) is as good.
-    const api = new Api(config.server, config.api_key, interrupt)
+    const api = new Api(config.server, config.api_key, interrupt, ctx.transport)
     try {
       await api.send('DELETE', `/v1/users/me/api-keys/${encodeURIComponent(config.key_id)}`)
       revoked = true

@@ -2,6 +2,7 @@ import pkg from '../../package.json'
 import type { BATCH_STATUSES } from '../domain/batch-states'
 import type { ShardTally } from '../domain/shards'
 import type { RequestCounts, ValidationErrorEvent } from '../lib/batch-events'
+import { cleartextWarning, sendsInClear, trusting } from '../lib/tls-client'
 import { ClientError, EXIT, exitCodeOfStatus } from './exit'
 
 // The client's side of the public API (docs/api.md §0–§6): every call carries the personal key (or,
@@ -31,6 +32,12 @@ export interface Batch {
   error: string | null
   errors: { total: number; data: ValidationErrorEvent[] }
   request_counts: RequestCounts
+  /** docs/api.md §6: a completed batch's tokens (OpenAI's shape); null before; absent from an older server. */
+  usage?: {
+    input_tokens: number
+    input_tokens_details: { cached_tokens: number }
+    output_tokens: number
+  } | null
   metadata: Record<string, string> | null
   /** docs/api.md §16: null for a batch that runs whole. */
   shards: ShardTally | null
@@ -113,13 +120,26 @@ export interface CallOptions {
   token?: string
 }
 
+/** How the client reaches the server (docs/guide.md "The terminal client", --ca-file). */
+export interface Transport {
+  /** --ca-file / GRIDKEEP_CA_FILE: a CA's PEM trusted beside Bun's own. */
+  ca?: string
+  /** Said once per command when a credential would go out in clear text. */
+  warn?: (text: string) => void
+}
+
 export class Api {
+  private readonly tls: ReturnType<typeof trusting>
+
   constructor(
     readonly server: string,
     private readonly token: string | null,
     /** Aborted by Ctrl-C. */
     readonly interrupt: AbortSignal,
-  ) {}
+    private readonly transport: Transport = {},
+  ) {
+    this.tls = trusting(transport.ca)
+  }
 
   /** A 2xx response (its body unread), or a ClientError. */
   async send(method: string, path: string, o: CallOptions = {}): Promise<Response> {
@@ -137,9 +157,19 @@ export class Api {
     const signal = o.untimed
       ? this.interrupt
       : AbortSignal.any([this.interrupt, AbortSignal.timeout(CALL_TIMEOUT_MS)])
+    // docs/deployment.md "TLS on the binary": every call carries a key, a token or (login) a password.
+    if (sendsInClear(this.server))
+      this.transport.warn?.(cleartextWarning('your key or password', this.server))
     let res: Response
     try {
-      res = await fetch(this.server + path, { method, headers, body, signal, duplex: 'half' } as RequestInit)
+      res = await fetch(this.server + path, {
+        method,
+        headers,
+        body,
+        signal,
+        duplex: 'half',
+        ...this.tls,
+      } as RequestInit)
     } catch (e) {
       throw this.transportFailure(e)
     }

@@ -245,6 +245,7 @@ export async function status(p: Parsed, ctx: Context): Promise<number> {
       `${b.shards.total}: ${b.shards.waiting} waiting, ${b.shards.running} running, ${b.shards.done} done`,
     ])
   if (b.waiting) rows.push(['waiting', b.waiting.message])
+  if (b.usage) rows.push(['tokens', tokensLine(b.usage)])
   rows.push(['attempts', String(b.attempts)])
   if (b.error) rows.push(['error', b.error])
   rows.push(['input file', b.input_file_id])
@@ -261,6 +262,14 @@ export async function status(p: Parsed, ctx: Context): Promise<number> {
   }
   if (!['completed', 'failed'].includes(b.status)) view.print(progressLine(b, null, null))
   return EXIT.ok
+}
+
+/** "1,500 prompt (76 % from cache), 30 completion": a completed batch's tokens (docs/api.md §6 `usage`). */
+export function tokensLine(u: NonNullable<Batch['usage']>): string {
+  const prompt = u.input_tokens
+  const cached = u.input_tokens_details.cached_tokens
+  const share = prompt > 0 ? ` (${Math.floor((cached * 100) / prompt)} % from cache)` : ''
+  return `${formatCount(prompt)} prompt${share}, ${formatCount(u.output_tokens)} completion`
 }
 
 export async function results(p: Parsed, ctx: Context): Promise<number> {

@@ -1,6 +1,7 @@
+import { readCaFile } from '../lib/tls-client'
 import { type AccountContext, LOGIN_SPEC, LOGOUT_SPEC, login, logout } from './account'
-import { Api, Interrupted } from './api'
-import { flag, type Parsed, parseArgs, type Spec } from './args'
+import { Api, Interrupted, type Transport } from './api'
+import { flag, type Parsed, parseArgs, type Spec, stringOption } from './args'
 import {
   type Context,
   RESULTS_SPEC,
@@ -31,7 +32,11 @@ interface ClientCommand {
     | { api: (p: Parsed, ctx: Context) => Promise<number> }
 }
 
-const JSON_NOTE = '  --json             one JSON object per line (the default when stdout is not a terminal)'
+// The options every command takes.
+const JSON_NOTE = [
+  '  --json             one JSON object per line (the default when stdout is not a terminal)',
+  "  --ca-file FILE     trust this CA's PEM certificate too (a lab's private CA; env GRIDKEEP_CA_FILE)",
+].join('\n')
 const RESULT_NOTES = [
   '  -o, --output OUT   write the output file (OpenAI batch output lines) to OUT',
   '  --errors ERR       write the error file (failed requests) to ERR',
@@ -43,6 +48,7 @@ export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
     spec: LOGIN_SPEC,
     usage: [
       'Usage: gridkeep login [--server URL] [--email EMAIL] [--password-stdin] [--name NAME]',
+      '       gridkeep login [--server URL] --sso [--name NAME]',
       '       gridkeep login [--server URL] --key gk-…',
       '',
       'Asks for the email and password (on a terminal the password is not echoed; otherwise each',
@@ -54,6 +60,9 @@ export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
       'Options:',
       '  --server URL       the server (default: GRIDKEEP_SERVER, the saved one, http://localhost:8080)',
       '  --email EMAIL      the account; asked when not given',
+      "  --sso              sign in through the browser at the server's identity provider (single",
+      '                     sign-on): the address is printed, and opened when a browser can be',
+      '                     ($BROWSER, else xdg-open/open); open it on this machine where none can',
       '  --password-stdin   read the password from the first line of stdin, without a prompt (needs',
       '                     --email); a forced password change reads the new one from the next line',
       "  --name NAME        the new key's name (default: gridkeep-cli@<hostname>)",
@@ -122,8 +131,9 @@ export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
     usage: [
       'Usage: gridkeep status BATCH',
       '',
-      'Shows the batch once: status, model, endpoint, request counts, shards, attempts, the last',
-      'error, its validation errors and its files. In JSON mode: the batch object (docs/api.md §6).',
+      'Shows the batch once: status, model, endpoint, request counts, shards, tokens (of a completed',
+      'batch, with the share of prompt tokens served from cache), attempts, the last error, its',
+      'validation errors and its files. In JSON mode: the batch object (docs/api.md §6).',
       '',
       'Options:',
       JSON_NOTE,
@@ -190,7 +200,27 @@ export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
   },
 }
 
-const COMMON: Spec = { json: {}, help: { short: 'h' } }
+const COMMON: Spec = { json: {}, help: { short: 'h' }, 'ca-file': { value: true } }
+
+/** --ca-file (or GRIDKEEP_CA_FILE), and the clear-text warning said once per command. */
+function transportOf(parsed: Parsed, env: Env, view: View): Transport {
+  const caFile = stringOption(parsed, 'ca-file') ?? (env.GRIDKEEP_CA_FILE || undefined)
+  let ca: string | undefined
+  if (caFile !== undefined) {
+    try {
+      ca = readCaFile(caFile)
+    } catch (e) {
+      throw new ClientError(EXIT.usage, `--ca-file: ${(e as Error).message}`)
+    }
+  }
+  let warned = false
+  const warn = (text: string) => {
+    if (warned) return
+    warned = true
+    view.warn(`warning: ${text}`)
+  }
+  return { ...(ca ? { ca } : {}), warn }
+}
 
 /** Runs one client command; the exit code is the command's (src/client/exit.ts). */
 export async function runClientCommand(name: string, argv: string[], env: Env): Promise<number> {
@@ -221,10 +251,11 @@ export async function runClientCommand(name: string, argv: string[], env: Env): 
   }
   process.on('SIGINT', onSignal)
   try {
+    const transport = transportOf(parsed, env, view)
     if ('account' in command.run)
-      return await command.run.account(parsed, { env, view, interrupt: interrupt.signal })
+      return await command.run.account(parsed, { env, view, interrupt: interrupt.signal, transport })
     const target = resolveTarget(env)
-    const api = new Api(target.server, target.key, interrupt.signal)
+    const api = new Api(target.server, target.key, interrupt.signal, transport)
     return await command.run.api(parsed, { api, view })
   } catch (e) {
     if (e instanceof Interrupted) {

@@ -1,5 +1,6 @@
 import { hostname } from 'node:os'
 import { CAPABILITIES } from '../domain/capabilities'
+import { backedOff, backOffDownload, type DownloadBackoff, pullPin } from '../domain/downloads'
 import { log as rootLog } from '../lib/logger'
 import type { HeartbeatAnswer, HeartbeatBody, Job, PullModel } from '../protocol/worker'
 import { type Backoff, realTimers, retryDelay, type Timers, Wakeup } from './backoff'
@@ -84,6 +85,11 @@ export class Agent {
   private pollWait: number
   private readonly jobs = new Map<string, JobRun>()
   private pulling: PullModel | null = null
+  /**
+   * docs/worker.md "Downloads": this daemon's own back-off after a failed download, by catalogue
+   * id (src/domain/downloads.ts, the server's rule): never fetched again while it runs, even if asked.
+   */
+  private readonly pullBackoffs = new Map<string, DownloadBackoff & { error: string }>()
   private lastSnapshot: RuntimeSnapshot | null = null
   private runtimeOnline: boolean | null = null
   private registering: Promise<boolean> | null = null
@@ -109,7 +115,7 @@ export class Agent {
         room: (fresh) => this.room(fresh),
         indices: () => this.lastGpu?.devices.map((d) => d.index) ?? null,
       })
-    this.cp = new ControlPlane(opts.server, opts.key)
+    this.cp = new ControlPlane(opts.server, opts.key, opts.ca)
     this.gpu = deps.gpu ?? new GpuProbe(runCommand, opts.gpus)
     this.backoff = deps.backoff ?? { baseMs: 1000, maxMs: MAX_CALL_BACKOFF_MS }
     this.requestBackoff = deps.requestBackoff ?? { baseMs: 500, maxMs: 20_000 }
@@ -552,21 +558,42 @@ export class Agent {
     const pull = this.runtime.pull?.bind(this.runtime)
     if (!pull || this.pulling || this.lifecycle !== 'running') return
     if (task.runtime !== this.runtime.engine && task.runtime !== this.runtime.kind) return
-    this.pulling = task
     const plog = log.child({ model: task.runtime_model_id, catalogue_id: task.catalogue_id })
-    plog.info('pulling model for the catalogue', { size_gb: task.size_gb })
     const base = {
       worker_id: this.workerId!,
       model: task.runtime_model_id,
       ...(task.digest ? { digest: task.digest } : {}),
     }
+    const pin = pullPin(task)
+    const nowSeconds = () => this.timers.nowMs() / 1000
+    const held = this.pullBackoffs.get(task.catalogue_id)
+    if (backedOff(held, pin, nowSeconds())) {
+      // Asked while this daemon backs off (a server that lost its own back-off): refused, saying so.
+      const until = new Date(held!.retry_at * 1000).toISOString()
+      plog.warn('model pull refused: a download of it failed here and is not retried yet', {
+        retry_at: until,
+        error: held!.error,
+      })
+      void this.cp
+        .modelProgress({
+          ...base,
+          status: 'failed',
+          cause: 'backed_off',
+          error: `not fetched again before ${until}: ${held!.error}`.slice(0, 2000),
+        })
+        .catch((e) => plog.warn('model-progress failed', { error: e.message }))
+      return
+    }
+    this.pulling = task
+    plog.info('pulling model for the catalogue', { size_gb: task.size_gb })
     let lastSent = Number.NEGATIVE_INFINITY
     // One report at a time, in order: a late `downloading` must never land after `verifying` or
     // `completed` (the server keeps the last step on the ask, docs/api.md §7 model-progress).
-    const send = serially((p: PullProgress | { status: 'failed'; error: string }) =>
-      this.cp
-        .modelProgress({ ...base, ...p })
-        .catch((e) => plog.warn('model-progress failed', { error: e.message })),
+    const send = serially(
+      (p: PullProgress | { status: 'failed'; error: string; cause?: 'stopped' | 'backed_off' }) =>
+        this.cp
+          .modelProgress({ ...base, ...p })
+          .catch((e) => plog.warn('model-progress failed', { error: e.message })),
     )
     const onProgress = (p: PullProgress) => {
       const now = this.timers.nowMs()
@@ -578,13 +605,29 @@ export class Agent {
     void pull(task, onProgress, this.ending.signal)
       .then(async () => {
         plog.info('model pulled')
+        this.pullBackoffs.delete(task.catalogue_id)
         await send({ status: 'completed' })
       })
       .catch(async (e) => {
         const error = (e as Error).message
-        plog.warn('model pull failed', { error })
+        // A stop (the daemon shutting down) is no failure of the download: its partials stay.
+        const stopped = this.ending.signal.aborted
+        if (stopped) plog.info('model pull stopped', { error })
+        else {
+          const next = backOffDownload(this.pullBackoffs.get(task.catalogue_id), pin, nowSeconds())
+          this.pullBackoffs.set(task.catalogue_id, { ...next, error })
+          plog.warn('model pull failed; not fetched again here until retry_at', {
+            error,
+            failures: next.failures,
+            retry_at: new Date(next.retry_at * 1000).toISOString(),
+          })
+        }
         // docs/api.md §7 model-progress: the reason travels with the failure (at most 2000 characters).
-        await send({ status: 'failed', error: error.slice(0, 2000) })
+        await send({
+          status: 'failed',
+          error: error.slice(0, 2000),
+          ...(stopped ? { cause: 'stopped' as const } : {}),
+        })
       })
       .finally(() => {
         this.pulling = null

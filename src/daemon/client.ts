@@ -1,5 +1,7 @@
 import { writeFileSync } from 'node:fs'
 import pkg from '../../package.json'
+import { log } from '../lib/logger'
+import { cleartextWarning, sendsInClear, trusting } from '../lib/tls-client'
 import type {
   HeartbeatAnswer,
   HeartbeatBody,
@@ -59,12 +61,18 @@ const CALL_TIMEOUT_MS = 30_000
 
 export class ControlPlane {
   private readonly headers: Record<string, string>
+  private readonly tls: ReturnType<typeof trusting>
 
   constructor(
     readonly baseUrl: string,
     key: string,
+    /** --ca-file's PEM (docs/worker.md). */
+    ca?: string,
   ) {
     this.headers = { authorization: `Bearer ${key}`, 'user-agent': `gridkeep-worker/${DAEMON_VERSION}` }
+    this.tls = trusting(ca)
+    // Every call carries the key: said once, here (docs/deployment.md "TLS on the binary").
+    if (sendsInClear(baseUrl)) log.warn(cleartextWarning('the worker key', baseUrl))
   }
 
   register(body: RegisterBody) {
@@ -201,6 +209,7 @@ export class ControlPlane {
         headers,
         body,
         signal: signals.length > 1 ? AbortSignal.any(signals) : signals[0],
+        ...this.tls,
       })
     } catch (e) {
       if (signal?.aborted) throw e

@@ -1,22 +1,31 @@
 import {
   closeSync,
+  type Dirent,
   existsSync,
   ftruncateSync,
+  linkSync,
+  lstatSync,
   mkdirSync,
   openSync,
+  readdirSync,
   readFileSync,
   renameSync,
   rmSync,
   statfsSync,
   statSync,
+  unlinkSync,
+  utimesSync,
   writeFileSync,
+  writeSync,
 } from 'node:fs'
+import { hostname } from 'node:os'
 import { basename, dirname, join } from 'node:path'
 import { DEFAULT_REVISION, type DownloadFile, HUB_SOURCE_TYPE, isSafeRelativePath } from '../domain/downloads'
 import { digestOrNull } from '../lib/digest'
 import { log as rootLog } from '../lib/logger'
 import type { PullModel } from '../protocol/worker'
 import { type Backoff, realTimers, retryAfterMs, retryDelay, type Timers } from './backoff'
+import { hashFile } from './runtimes/digests'
 
 // The daemon's model downloader (docs/worker.md "Downloads"; docs/api.md §7 pull_models): fetches
 // the files of a catalogue entry from a model hub laid out like Hugging Face,
@@ -37,6 +46,21 @@ import { type Backoff, realTimers, retryAfterMs, retryDelay, type Timers } from 
 // - A digest mismatch, a hub answering 404 (or 5xx, or cutting the connection, `retries` times in a
 //   row without a new byte), or a file larger than the catalogue says fails the download and
 //   leaves nothing behind. A stop (the daemon shutting down) keeps the partials for the next time.
+// - The daemon never deletes or overwrites a path it did not make: a destination already there (a
+//   model someone copied in, still being hashed for the inventory) is hashed, and is the download
+//   when every file matches the catalogue; else the download fails saying so and leaves it as it
+//   is. A destination that appears while the files arrive is judged the same way at the end: the
+//   model moves into place only where nothing is (link(2) for a file, which never replaces one).
+// - The partial files are locked while written (`.<name>.partial.lock`, created with O_EXCL and
+//   holding the writer's pid, host and start, its mtime refreshed every minute), so two daemons
+//   sharing a models directory over NFS never write one file. O_EXCL rather than flock(2): Linux
+//   emulates flock over NFS with byte-range locks that a `nolock` or `local_lock` mount keeps on
+//   one host without a word, and O_EXCL creation is atomic on NFSv3 and later. A lock is a dead
+//   holder's when its pid is gone on this host, or it has not been refreshed for LOCK_STALE_MS.
+// - Partial files nobody has written for PARTIAL_RECLAIM_MS (an ask that never came back), and no
+//   live lock holds, are removed (reclaimPartials, at the daemon's start and after each download).
+// - Every request says `Accept-Encoding: identity` (as huggingface_hub does): a hub or proxy that
+//   compressed a file would make its Content-Length the compressed size, and the size check fail.
 // - The hub token is sent as `Authorization: Bearer …` and appears in no log line or error.
 
 const log = rootLog.child({ component: 'download' })
@@ -132,7 +156,19 @@ export interface DownloadRequest {
   stallMs?: number
   /** Free bytes on the filesystem holding `path` (default: statfs). */
   freeBytes?: (path: string) => number
+  /** The sha256 of a file already at the destination (default: read it through). */
+  hash?: (path: string) => Promise<string | null>
+  /** While a model already there is hashed, `verifying` is reported this often (default 5 s). */
+  hashReportMs?: number
 }
+
+/** docs/worker.md "Downloads": a lock not refreshed for this long was left by a dead holder. */
+export const LOCK_STALE_MS = 10 * 60_000
+const LOCK_REFRESH_MS = 60_000
+/** docs/worker.md "Downloads": partial files nobody has written for this long are removed. */
+export const PARTIAL_RECLAIM_MS = 24 * 3600_000
+/** How often a model already at the destination says it is still being hashed (the default --progress-interval). */
+const HASH_REPORT_MS = 5000
 
 const GB = 1e9
 const gb = (bytes: number) => `${(bytes / GB).toFixed(2)} GB`
@@ -155,6 +191,8 @@ interface FileState extends LayoutFile {
 export interface Downloaded {
   bytes: number
   files: { path: string; sha256: string }[]
+  /** The model was already at the destination, every file the catalogue's: nothing was fetched. */
+  found?: boolean
 }
 
 /** Fetches, verifies and moves into place every file of `req.layout`. Throws DownloadError on failure. */
@@ -163,13 +201,29 @@ export async function downloadModel(req: DownloadRequest): Promise<Downloaded> {
   const parent = dirname(layout.dest)
   mkdirSync(parent, { recursive: true })
   const staging = join(parent, `.${basename(layout.dest)}.partial`)
+  for (const f of layout.files)
+    if (!digestOrNull(f.sha256))
+      throw new DownloadError(`the catalogue's sha256 of "${f.path}" is not a digest`)
+  const dlog = log.child({ repo: req.repo, revision: req.revision, dest: layout.dest })
+
+  const there = await alreadyThere(req, dlog)
+  if (there) return there
+  const lock = lockPartial(staging, dlog)
+  try {
+    return await fetchAndPlace(req, staging, dlog)
+  } finally {
+    lock.release()
+  }
+}
+
+async function fetchAndPlace(req: DownloadRequest, staging: string, dlog: typeof log): Promise<Downloaded> {
+  const { layout } = req
+  const parent = dirname(layout.dest)
   const files: FileState[] = layout.files.map((f) => {
     const partial = layout.kind === 'file' ? staging : join(staging, `${f.rel}.partial`)
-    const sha256 = digestOrNull(f.sha256)
-    if (!sha256) throw new DownloadError(`the catalogue's sha256 of "${f.path}" is not a digest`)
     return {
       ...f,
-      sha256,
+      sha256: digestOrNull(f.sha256)!,
       url: fileUrl(req.hub.url, req.repo, req.revision, f.path),
       partial,
       size: f.size_bytes,
@@ -177,8 +231,11 @@ export async function downloadModel(req: DownloadRequest): Promise<Downloaded> {
     }
   })
   const signal = req.signal ?? new AbortController().signal
-  const headers: Record<string, string> = req.hub.token ? { authorization: `Bearer ${req.hub.token}` } : {}
-  const dlog = log.child({ repo: req.repo, revision: req.revision, dest: layout.dest })
+  // docs/worker.md "Downloads": the bytes as stored, never a compressed encoding of them.
+  const headers: Record<string, string> = {
+    'accept-encoding': 'identity',
+    ...(req.hub.token ? { authorization: `Bearer ${req.hub.token}` } : {}),
+  }
 
   // What is needed before anything is fetched: the sizes the catalogue does not give, from the hub.
   for (const f of files) if (f.size === null) f.size = await headSize(f.url, headers, signal)
@@ -211,7 +268,14 @@ export async function downloadModel(req: DownloadRequest): Promise<Downloaded> {
     throw e
   }
   report('verifying')
-  place(layout, staging, files)
+  if (!place(layout, staging, files)) {
+    // Someone put a model there while the files arrived: theirs stays, judged as at the start.
+    dlog.info('the destination appeared during the download; it is kept', { dest: layout.dest })
+    discard(layout, staging, files)
+    const there = await alreadyThere(req, dlog)
+    if (there) return there
+    throw new DownloadError(`${layout.dest} appeared during the download; it is left as it is`)
+  }
   dlog.info('model downloaded and verified', { bytes: progress.completed })
   return {
     bytes: progress.completed,
@@ -220,6 +284,230 @@ export async function downloadModel(req: DownloadRequest): Promise<Downloaded> {
       sha256: f.sha256,
     })),
   }
+}
+
+/** Something at `path`, even a dangling symbolic link. */
+function exists(path: string): boolean {
+  try {
+    lstatSync(path)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * docs/worker.md "Downloads": a destination already there is hashed, never replaced. Null when
+ * nothing is there; the download when every file is there with the catalogue's sha256; else a
+ * DownloadError saying what differs.
+ */
+async function alreadyThere(req: DownloadRequest, dlog: typeof log): Promise<Downloaded | null> {
+  const { layout } = req
+  if (!exists(layout.dest)) return null
+  const leftAlone = '; it is left as it is'
+  const want = layout.kind === 'file' ? 'file' : 'directory'
+  const isKind = (p: string, dir: boolean) => {
+    try {
+      return dir ? statSync(p).isDirectory() : statSync(p).isFile()
+    } catch {
+      return false
+    }
+  }
+  if (!isKind(layout.dest, layout.kind === 'dir'))
+    throw new DownloadError(`${layout.dest} is already there and is not a ${want}${leftAlone}`)
+  const paths = layout.files.map((f) => (layout.kind === 'file' ? layout.dest : join(layout.dest, f.rel)))
+  const missing = paths.find((p) => !isKind(p, false))
+  if (missing)
+    throw new DownloadError(`${layout.dest} is already there without ${basename(missing)}${leftAlone}`)
+  const total = paths.reduce((sum, p) => sum + statSync(p).size, 0)
+  dlog.info('the destination is already there; hashing it', { files: paths.length, bytes: total })
+  const verifying = () => req.onProgress?.({ status: 'verifying', completed_bytes: 0, total_bytes: total })
+  verifying()
+  // Hashing 100 GB takes minutes: the report goes on meanwhile, so the ask never lapses for silence.
+  const alive = setInterval(verifying, req.hashReportMs ?? HASH_REPORT_MS)
+  alive.unref()
+  const hash = req.hash ?? hashFile
+  try {
+    for (const [i, f] of layout.files.entries()) {
+      const got = await hash(paths[i]!)
+      const pin = digestOrNull(f.sha256)
+      if (got !== pin)
+        throw new DownloadError(
+          `${paths[i]} is already there and is not the catalogue's: its sha256 is ${got ?? 'unreadable'}, the catalogue's ${pin}${leftAlone}`,
+        )
+    }
+  } finally {
+    clearInterval(alive)
+  }
+  req.onProgress?.({ status: 'verifying', completed_bytes: total, total_bytes: total })
+  dlog.info("the model already there is the catalogue's", { files: paths.length })
+  return {
+    bytes: 0,
+    files: layout.files.map((f, i) => ({ path: paths[i]!, sha256: digestOrNull(f.sha256)! })),
+    found: true,
+  }
+}
+
+// ── the lock of a partial download (see the top) ────────────────────────────────────────────────
+
+interface LockHolder {
+  text: string
+  pid: number | null
+  host: string | null
+  started_at: string | null
+  mtimeMs: number
+}
+
+function readLock(path: string): LockHolder | null {
+  try {
+    const text = readFileSync(path, 'utf8')
+    const mtimeMs = statSync(path).mtimeMs
+    let body: { pid?: unknown; host?: unknown; started_at?: unknown } = {}
+    try {
+      body = JSON.parse(text)
+    } catch {}
+    return {
+      text,
+      pid: typeof body.pid === 'number' ? body.pid : null,
+      host: typeof body.host === 'string' ? body.host : null,
+      started_at: typeof body.started_at === 'string' ? body.started_at : null,
+      mtimeMs,
+    }
+  } catch {
+    return null
+  }
+}
+
+const processAlive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM'
+  }
+}
+
+/** Why the lock is a dead holder's, or null while its holder may be alive. */
+function staleness(held: LockHolder, nowMs = Date.now()): string | null {
+  if (held.host === hostname() && held.pid !== null && !processAlive(held.pid))
+    return `its process ${held.pid} is gone`
+  const idle = nowMs - held.mtimeMs
+  return idle > LOCK_STALE_MS ? `not refreshed for ${Math.round(idle / 60_000)} min` : null
+}
+
+/** Takes the lock of `staging`'s partial files, or throws DownloadError naming its live holder. */
+function lockPartial(staging: string, dlog: typeof log): { release(): void } {
+  const path = `${staging}.lock`
+  const mine = JSON.stringify({ pid: process.pid, host: hostname(), started_at: new Date().toISOString() })
+  for (let attempt = 0; attempt < 3; attempt++) {
+    try {
+      const fd = openSync(path, 'wx')
+      try {
+        writeSync(fd, mine)
+      } finally {
+        closeSync(fd)
+      }
+      const refresh = setInterval(() => {
+        try {
+          const now = new Date()
+          utimesSync(path, now, now)
+        } catch {}
+      }, LOCK_REFRESH_MS)
+      refresh.unref()
+      return {
+        release() {
+          clearInterval(refresh)
+          if (readLock(path)?.text === mine) rmSync(path, { force: true })
+        },
+      }
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e
+    }
+    const held = readLock(path)
+    if (!held) continue // released meanwhile
+    const stale = staleness(held)
+    if (!stale) {
+      const who =
+        held.pid === null ? 'another daemon' : `pid ${held.pid} on ${held.host ?? 'an unknown host'}`
+      throw new DownloadError(
+        `another daemon is downloading into ${staging} (${who}, since ${held.started_at ?? 'an unknown time'}); it is not fetched twice`,
+      )
+    }
+    // Moved aside, then checked: what was moved must be the lock judged stale, not one a third
+    // daemon took meanwhile (that one goes back, and this download waits for the next ask).
+    const aside = `${path}.${process.pid}.stale`
+    try {
+      renameSync(path, aside)
+    } catch {
+      continue
+    }
+    if (readLock(aside)?.text !== held.text) {
+      try {
+        linkSync(aside, path)
+      } catch {}
+      rmSync(aside, { force: true })
+      throw new DownloadError(`another daemon took the lock of ${staging} just now; it is not fetched twice`)
+    }
+    rmSync(aside, { force: true })
+    dlog.info('took over the lock of a partial download', { lock: path, holder: held.text, why: stale })
+  }
+  throw new DownloadError(`could not lock ${staging}`)
+}
+
+const PARTIAL_NAME = /^(\..+\.partial)(\.lock|\.etag)?$/
+
+/** The newest mtime under `path` (a file, or a directory's files). */
+function newestWrite(path: string): number {
+  try {
+    const st = lstatSync(path)
+    if (!st.isDirectory()) return st.mtimeMs
+    let newest = st.mtimeMs
+    for (const name of readdirSync(path)) newest = Math.max(newest, newestWrite(join(path, name)))
+    return newest
+  } catch {
+    return 0
+  }
+}
+
+/**
+ * docs/worker.md "Downloads": removes the partial downloads under `modelsDir` (four levels deep, as
+ * models nest) that nobody has written for `maxAgeMs` and no live lock holds: what an ask that
+ * never came back left. Only names of the downloader's own making are touched. Returns their paths.
+ */
+export function reclaimPartials(modelsDir: string, o: { maxAgeMs?: number; nowMs?: number } = {}): string[] {
+  const maxAge = o.maxAgeMs ?? PARTIAL_RECLAIM_MS
+  const now = o.nowMs ?? Date.now()
+  const removed: string[] = []
+  const walk = (dir: string, depth: number) => {
+    let names: Dirent[]
+    try {
+      names = readdirSync(dir, { withFileTypes: true })
+    } catch {
+      return
+    }
+    const partials = new Set<string>()
+    for (const d of names) {
+      const m = PARTIAL_NAME.exec(d.name)
+      if (m) partials.add(m[1]!)
+      else if (!d.name.startsWith('.') && d.isDirectory() && depth < 4) walk(join(dir, d.name), depth + 1)
+    }
+    for (const name of partials) {
+      const partial = join(dir, name)
+      const held = readLock(`${partial}.lock`)
+      if (held && !staleness(held, now)) continue
+      const last = Math.max(newestWrite(partial), newestWrite(`${partial}.etag`), held?.mtimeMs ?? 0)
+      if (now - last < maxAge) continue
+      for (const p of [partial, `${partial}.etag`, `${partial}.lock`])
+        rmSync(p, { recursive: true, force: true })
+      log.info('removed a partial download nobody finished', {
+        path: partial,
+        last_written: new Date(last).toISOString(),
+      })
+      removed.push(partial)
+    }
+  }
+  walk(modelsDir, 0)
+  return removed
 }
 
 /** A pull_models ask from a hub (docs/api.md §7), downloaded where the runtime's `layout` says. */
@@ -232,7 +520,7 @@ export async function pullFromHub(
     maxDownloadGb: number
     onProgress?: (p: DownloadProgress) => void
     signal?: AbortSignal
-  } & Pick<DownloadRequest, 'timers' | 'backoff' | 'retries' | 'stallMs' | 'freeBytes'>,
+  } & Pick<DownloadRequest, 'timers' | 'backoff' | 'retries' | 'stallMs' | 'freeBytes' | 'hash'>,
 ): Promise<Downloaded & { dest: string }> {
   if (task.source_type !== HUB_SOURCE_TYPE || !task.source_ref || !task.files?.length)
     throw new DownloadError(
@@ -471,22 +759,32 @@ function discard(layout: ModelLayout, staging: string, files: FileState[]) {
   else for (const f of files) truncate(f.partial)
 }
 
-/** Every file matched: the model appears in one rename (of its file, or of its directory). */
-function place(layout: ModelLayout, staging: string, files: FileState[]) {
+/**
+ * Every file matched: the model appears in one step (of its file, or of its directory), only where
+ * nothing is. False, with nothing moved, when the destination is taken.
+ */
+function place(layout: ModelLayout, staging: string, files: FileState[]): boolean {
   if (layout.kind === 'file') {
     rmSync(`${staging}.etag`, { force: true })
-    renameSync(staging, layout.dest)
-    return
+    // link(2) fails on an existing name where rename(2) would replace it.
+    try {
+      linkSync(staging, layout.dest)
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code
+      if (code === 'EEXIST') return false
+      // A filesystem without hard links: look, then rename (the window is the two calls).
+      if (exists(layout.dest)) return false
+      renameSync(staging, layout.dest)
+      return true
+    }
+    unlinkSync(staging)
+    return true
   }
   for (const f of files) {
     rmSync(`${f.partial}.etag`, { force: true })
     renameSync(f.partial, join(staging, f.rel))
   }
-  // A model at the destination that the catalogue does not match (else nobody would have asked
-  // for this download) is replaced.
-  const old = `${staging}.old`
-  rmSync(old, { recursive: true, force: true })
-  if (existsSync(layout.dest)) renameSync(layout.dest, old)
+  if (exists(layout.dest)) return false
   renameSync(staging, layout.dest)
-  rmSync(old, { recursive: true, force: true })
+  return true
 }

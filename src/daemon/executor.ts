@@ -3,6 +3,7 @@ import { randomBase62 } from '../lib/ids'
 import { readLines } from '../lib/read-lines'
 import { type Backoff, realTimers, retryAfterMs, retryDelay, type Timers } from './backoff'
 import { fixedLimiter, type RequestLimiter } from './concurrency'
+import { reportCachedTokens } from './runtimes/cached-tokens'
 import { MAX_INPUT_LINE_BYTES } from './runtimes/types'
 
 // Runs every line of a job's input against the runtime and writes one OpenAI batch output line per
@@ -294,8 +295,10 @@ function outputLine(id: string, customId: string, o: Outcome, requestIds: () => 
   let body: string
   try {
     const value = JSON.parse(text)
-    // Reuse the runtime's bytes unless they span lines (JSONL needs one line per record).
-    body = text.includes('\n') || text.includes('\r') || text.length === 0 ? JSON.stringify(value) : text
+    // Reuse the runtime's bytes unless they span lines (JSONL needs one line per record) or the
+    // usage gains the cached prompt tokens an older llama-server reports only in its timings.
+    const rewrite = text.includes('\n') || text.includes('\r') || text.length === 0
+    body = reportCachedTokens(value) || rewrite ? JSON.stringify(value) : text
   } catch {
     if ((o.status ?? 0) < 400)
       return errorLine(id, customId, 'invalid_response', 'runtime answered with invalid JSON')

@@ -154,9 +154,18 @@ export class JobRun {
       if (!ctx.runtime.serves(job.model, snapshot))
         throw new JobFailure(`runtime ${ctx.runtime.engine} does not serve model ${job.model}`)
       const manager = ctx.runtime.manager
-      if (!manager && job.params && Object.keys(job.params).length)
+      const params = job.params ?? {}
+      // An engine that takes settings per job (Ollama's options) is readied for this one.
+      const engine =
+        ctx.runtime.prepareJob && Object.keys(params).length > 0
+          ? await ctx.runtime.prepareJob({ model: job.model, params }, this.abort.signal).catch((e) => {
+              // The engine's refusal of the settings, in its words (docs/worker.md "Ollama").
+              throw new JobFailure((e as Error).message)
+            })
+          : null
+      if (!manager && !engine && Object.keys(params).length)
         jlog.debug('serving profile params are launch settings of the runtime; not applied per request', {
-          params: job.params,
+          params,
         })
 
       const signal = this.abort.signal
@@ -209,7 +218,7 @@ export class JobRun {
       const counts = await executeJob(
         input,
         output,
-        { model: job.model, endpoint: job.endpoint ?? '/v1/chat/completions' },
+        { model: engine?.model ?? job.model, endpoint: job.endpoint ?? '/v1/chat/completions' },
         {
           runtimeUrl: held?.url ?? ctx.runtime.baseUrl,
           limiter,
@@ -227,6 +236,7 @@ export class JobRun {
       )
       // Every request is answered: the model is free for another job (the upload does not need it).
       held?.release(counts.completed + counts.failed)
+      await engine?.finish?.()
       this.counts = counts
       this.markAllStarted()
       if (this.stop?.kind === 'lost') throw new Error(this.stop.reason)

@@ -4,6 +4,8 @@ import { type Static, Type as T } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { CAPABILITIES, type Capability, ENGINE_CAPABILITIES } from '../domain/capabilities'
 import { ENGINES, type Engine } from '../domain/catalogue'
+import { readCaFile } from '../lib/tls-client'
+import { neverPassed } from './engines/env'
 import { DEFAULT_LAUNCH_COMMANDS, launchCommandProblem } from './engines/launch-command'
 
 // The daemon's options, parsed in this one place. The daemon is a separate program from the server
@@ -21,6 +23,14 @@ const Capabilities = T.String({
   description:
     `What the engine can do, reported at registration (docs/api.md §7): a list of ${CAPABILITIES.join(', ')}, ` +
     'or none [default: the engine’s defaults, docs/api.md §7]',
+})
+
+const ENV_NAME = '[A-Za-z_][A-Za-z0-9_]*\\*?'
+const EngineEnvNames = T.String({
+  pattern: `^\\s*(?:${ENV_NAME}(?:\\s*,\\s*${ENV_NAME})*)?\\s*$`,
+  description:
+    'A variable of the daemon’s environment that engines also get (NAME, or PREFIX* for a family; ' +
+    'repeatable; env form a comma list): engines get only an allow-list, never GRIDKEEP_* nor the hub token (docs/worker.md)',
 })
 
 const ModelFiles = T.Record(
@@ -45,6 +55,13 @@ export const DaemonOptionsSchema = T.Object({
     description: 'Control plane base URL, e.g. http://gridkeep:8080',
   }),
   key: T.String({ pattern: '^gk-', description: 'Organization worker key (gk-…); never logged' }),
+  ca_file: T.Optional(
+    T.String({
+      minLength: 1,
+      description:
+        'PEM file of a CA that signed the server’s certificate (a lab’s private CA), trusted beside the usual ones',
+    }),
+  ),
   runtime: T.Union(
     [
       T.Literal('openai'),
@@ -100,6 +117,7 @@ export const DaemonOptionsSchema = T.Object({
         'every launch; split on spaces',
     }),
   ),
+  engine_env: T.Optional(EngineEnvNames),
   engine: T.Optional(
     T.Union(
       ENGINES.map((e) => T.Literal(e)),
@@ -202,9 +220,12 @@ export type DaemonOptions = Omit<
   | 'model_files'
   | 'max_jobs'
   | 'engine_args'
+  | 'engine_env'
   | 'capabilities'
   | 'gpus'
 > & {
+  /** --ca-file: the CA's PEM, read at start (docs/worker.md). */
+  ca?: string
   max_jobs: number
   /** --max-jobs was not given: a managed engine on several GPUs may hold one job more per GPU. */
   max_jobs_default?: boolean
@@ -213,6 +234,8 @@ export type DaemonOptions = Omit<
   /** The engine's base URL; empty for a managed llama.cpp (its router's port is found at start). */
   runtime_url: string
   engine_args: string[]
+  /** --engine-env: names (or PREFIX*) engines get besides the allow-list (engines/env.ts). */
+  engine_env: string[]
   engine: Engine
   /** What the engine can do, as the daemon reports it at registration (docs/api.md §7). */
   capabilities: Capability[]
@@ -227,12 +250,14 @@ type Field = keyof typeof DaemonOptionsSchema.properties
 export const ENV_NAMES: Record<Field, string> = {
   server: 'GRIDKEEP_SERVER',
   key: 'GRIDKEEP_WORKER_KEY',
+  ca_file: 'GRIDKEEP_CA_FILE',
   runtime: 'GRIDKEEP_RUNTIME',
   runtime_url: 'GRIDKEEP_RUNTIME_URL',
   models_dir: 'GRIDKEEP_MODELS_DIR',
   llama_server: 'GRIDKEEP_LLAMA_SERVER',
   launch_command: 'GRIDKEEP_LAUNCH_COMMAND',
   engine_args: 'GRIDKEEP_ENGINE_ARGS',
+  engine_env: 'GRIDKEEP_ENGINE_ENV',
   engine: 'GRIDKEEP_ENGINE',
   name: 'GRIDKEEP_WORKER_NAME',
   state_dir: 'GRIDKEEP_STATE_DIR',
@@ -295,6 +320,9 @@ export async function parseDaemonOptions(
     if (flag === '--config') configPath = value
     else if (field === 'model_files') {
       flags.model_files = { ...(flags.model_files as object), ...parseModelFiles(value, flag) }
+    } else if (field === 'engine_env' && flags.engine_env !== undefined) {
+      // Repeatable: each --engine-env adds its names.
+      flags.engine_env = `${flags.engine_env},${value}`
     } else flags[field!] = value
   }
 
@@ -368,11 +396,30 @@ function finish(p: Parsed): DaemonOptions {
         : (p.engine ?? (p.runtime as Engine))
   const listed = p.capabilities?.split(',').map((c) => c.trim())
   const gpus = p.gpus === undefined ? undefined : [...new Set(p.gpus.split(',').map((g) => Number(g.trim())))]
+  let ca: string | undefined
+  if (p.ca_file !== undefined) {
+    try {
+      ca = readCaFile(p.ca_file)
+    } catch (e) {
+      throw new OptionsError(`--ca-file: ${(e as Error).message}`)
+    }
+  }
+  const engineEnv = (p.engine_env ?? '')
+    .split(',')
+    .map((n) => n.trim())
+    .filter(Boolean)
+  for (const name of engineEnv) {
+    // docs/worker.md "What an engine sees": some names never reach an engine, whoever lists them.
+    const why = neverPassed(name.replace(/\*$/, ''))
+    if (why) throw new OptionsError(`--engine-env ${name}: never passed to engines (${why})`)
+  }
   return {
     ...p,
     gpus,
     ...(p.max_jobs === undefined ? { max_jobs_default: true } : {}),
+    ...(ca ? { ca } : {}),
     engine_args: (p.engine_args ?? '').split(/\s+/).filter(Boolean),
+    engine_env: engineEnv,
     // docs/api.md §16: a shard-capable worker holds the current shard and the next.
     max_jobs: p.shards ? Math.max(2, p.max_jobs ?? 2) : (p.max_jobs ?? 1),
     server: p.server.replace(/\/+$/, ''),
@@ -435,6 +482,8 @@ async function readConfigFile(path: string): Promise<Record<string, unknown>> {
 
 function describe(schema: any): string {
   if (schema.pattern === Capabilities.pattern) return `expected a list of ${CAPABILITIES.join(', ')}, or none`
+  if (schema.pattern === EngineEnvNames.pattern)
+    return 'expected variable names (NAME or PREFIX*), comma-separated'
   if (schema.anyOf?.every((s: any) => s.const !== undefined))
     return `expected one of ${schema.anyOf.map((s: any) => s.const).join(', ')}`
   if (schema.anyOf)
@@ -449,12 +498,14 @@ function describe(schema: any): string {
 const PLACEHOLDER: Partial<Record<Field, string>> = {
   server: 'URL',
   key: 'gk-…',
+  ca_file: 'FILE',
   runtime: 'openai|ollama|llama.cpp|vllm|sglang|command',
   runtime_url: 'URL',
   models_dir: 'DIR',
   llama_server: 'PATH',
   launch_command: '"CMD"',
   engine_args: '"ARGS"',
+  engine_env: 'NAME',
   engine: 'NAME',
   name: 'NAME',
   state_dir: 'DIR',

@@ -1,12 +1,14 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { holdLock, LockHeld } from './flock'
 
 // The daemon's state directory: who this worker is (machine_id generated once, worker_id assigned by
 // the server), a digest cache for model files, and scratch space for job input and output files.
 //
 //   <state_dir>/worker.json   {machine_id, worker_id?, server?}  (0600)
 //   <state_dir>/digests.json  sha256 cache keyed by path, valid while size and mtime match
-//   <state_dir>/daemon.pid    one daemon per state directory
+//   <state_dir>/daemon.lock   one daemon per state directory: flock(2)ed for the daemon's life,
+//                             holding its pid and start time (flock.ts)
 //   <state_dir>/jobs/<id>/    input.jsonl, output.jsonl of a running job (removed afterwards)
 //   <state_dir>/engines/      a managed engine's record (<name>.json: pid, port, argv, start time),
 //                             its output (<name>.log) and llama.cpp's preset (engines/child.ts,
@@ -55,22 +57,32 @@ export class StateDir {
   }
 
   /**
-   * Claims the directory for this process. Two daemons sharing one state directory would share a
-   * machine_id and re-register each other's worker (which requeues its batches), so the second refuses.
+   * Claims the directory for this process (docs/worker.md "One daemon per state directory"). Two
+   * daemons sharing one state directory would share a machine_id and re-register each other's
+   * worker (which requeues its batches), so the second refuses, naming the first. The lock is the
+   * kernel's: it ends with the process that held it, so a crash or a reboot leaves nothing to clear.
    */
   lock(): () => void {
-    const path = join(this.dir, 'daemon.pid')
-    if (existsSync(path)) {
-      const pid = Number(readFileSync(path, 'utf8').trim())
-      if (pid && pid !== process.pid && alive(pid))
-        throw new Error(`another daemon (pid ${pid}) uses the state directory ${this.dir}`)
+    let release: () => void
+    try {
+      release = holdLock(join(this.dir, 'daemon.lock'), {
+        pid: process.pid,
+        started_at: new Date().toISOString(),
+      })
+    } catch (e) {
+      if (!(e instanceof LockHeld)) throw e
+      const { pid, started_at } = e.holder ?? {}
+      const who =
+        typeof pid === 'number'
+          ? ` (pid ${pid}${typeof started_at === 'string' ? `, started ${started_at}` : ''})`
+          : ''
+      throw new Error(
+        `another daemon${who} uses the state directory ${this.dir}: stop it, or give this one its own --state-dir`,
+      )
     }
-    writeFileSync(path, String(process.pid))
-    return () => {
-      try {
-        if (readFileSync(path, 'utf8').trim() === String(process.pid)) rmSync(path, { force: true })
-      } catch {}
-    }
+    // The pid file of daemons before the lock: a pid there may be anyone's now.
+    rmSync(join(this.dir, 'daemon.pid'), { force: true })
+    return release
   }
 
   readJson<T>(name: string): T | undefined {
@@ -88,14 +100,5 @@ export class StateDir {
     writeFileSync(tmp, JSON.stringify(value, null, 2), { mode: 0o600 })
     chmodSync(tmp, 0o600)
     renameSync(tmp, path)
-  }
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM'
   }
 }

@@ -14,7 +14,9 @@ import m10 from '../../drizzle/0010_waiting_queue.sql' with { type: 'text' }
 import m11 from '../../drizzle/0011_capabilities.sql' with { type: 'text' }
 import m12 from '../../drizzle/0012_shard_backups.sql' with { type: 'text' }
 import m13 from '../../drizzle/0013_placement.sql' with { type: 'text' }
-import m14 from '../../drizzle/0014_gpu_placement.sql' with { type: 'text' }
+import m14 from '../../drizzle/0014_sso.sql' with { type: 'text' }
+import m15 from '../../drizzle/0015_pull_failures.sql' with { type: 'text' }
+import m16 from '../../drizzle/0016_gpu_placement.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -34,6 +36,8 @@ export const embeddedMigrations = {
     '0011_capabilities': m11,
     '0012_shard_backups': m12,
     '0013_placement': m13,
-    '0014_gpu_placement': m14,
+    '0014_sso': m14,
+    '0015_pull_failures': m15,
+    '0016_gpu_placement': m16,
   } as Record<string, string>,
 }

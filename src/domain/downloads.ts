@@ -88,3 +88,70 @@ export function pullSource(runtime: string, entry: DownloadableEntry): PullSourc
     }
   return hubSource(entry)
 }
+
+// docs/api.md §7 model-progress `failed`, docs/worker.md "Downloads": a download that failed is
+// not fetched again by the same worker for a while, so no worker fetches the same bad bytes twice
+// in a row (the next poll would otherwise ask it again at once). The back-off is per (entry,
+// worker): 10 minutes after the first failure, doubling with each failure in a row to 24 hours; a
+// success ends it, and so does a change of what the entry downloads (its `pin`: the catalogue
+// fixed the source or a digest). The server keeps it with the ask's history and asks no backed-off
+// worker; the daemon keeps its own, so it never fetches while backed off even when asked.
+
+export const DOWNLOAD_BACKOFF_FIRST_SECONDS = 10 * 60
+export const DOWNLOAD_BACKOFF_MAX_SECONDS = 24 * 3600
+
+/** The wait after the `failures`-th failure in a row, in seconds. */
+export function downloadBackoffSeconds(failures: number): number {
+  return Math.min(
+    DOWNLOAD_BACKOFF_MAX_SECONDS,
+    DOWNLOAD_BACKOFF_FIRST_SECONDS * 2 ** Math.max(0, failures - 1),
+  )
+}
+
+/** What the entry downloads, in one string: a change of it lifts the back-off. */
+export function pullPin(ask: {
+  runtime_model_id: string
+  digest?: string | null
+  source_type?: string | null
+  source_ref?: string | null
+  source_revision?: string | null
+  files?: readonly { path: string; sha256: string; size_bytes?: number | null }[]
+}): string {
+  const canonical = JSON.stringify([
+    ask.runtime_model_id,
+    ask.digest ?? null,
+    ask.source_type ?? null,
+    ask.source_ref ?? null,
+    ask.source_revision ?? null,
+    (ask.files ?? []).map((f) => [f.path, f.sha256, f.size_bytes ?? null]),
+  ])
+  return new Bun.CryptoHasher('sha256').update(canonical).digest('hex').slice(0, 32)
+}
+
+/** One worker's back-off for one entry. */
+export interface DownloadBackoff {
+  pin: string
+  failures: number
+  /** Unix seconds. */
+  retry_at: number
+}
+
+/**
+ * The back-off after a failure of the download `pin`. `grow`: a new failure (one more in a row);
+ * false: a worker that refused the ask because of its own back-off, which keeps the count.
+ */
+export function backOffDownload(
+  prev: DownloadBackoff | null | undefined,
+  pin: string,
+  now: number,
+  grow = true,
+): DownloadBackoff {
+  const same = prev?.pin === pin ? prev.failures : 0
+  const failures = grow ? same + 1 : Math.max(1, same)
+  return { pin, failures, retry_at: now + downloadBackoffSeconds(failures) }
+}
+
+/** Whether the worker must not fetch the download `pin` at `now` (unix seconds). */
+export function backedOff(b: DownloadBackoff | null | undefined, pin: string, now: number): boolean {
+  return !!b && b.pin === pin && now < b.retry_at
+}

@@ -1,10 +1,18 @@
-import type { ModelGpus, ModelPullRow, ModelStat, WorkerModelRow } from '../db/schema'
+import type { ModelGpus, ModelPullFailureRow, ModelPullRow, ModelStat, WorkerModelRow } from '../db/schema'
 
 // docs/api.md §7 "Worker row" `models`: what a worker holds and where each model stands, from its
-// model rows, the names its last heartbeat said were loading, the downloads asked of it and the
-// measurements it reported. One rule for the org listing, the admin listing and the dashboard.
+// model rows, the names its last heartbeat said were loading, the downloads asked of it, the
+// downloads that failed and still back off, and the measurements it reported. One rule for the org
+// listing, the admin listing and the dashboard.
 
-export type ModelState = 'advertised' | 'on_disk' | 'loading' | 'loaded' | 'downloading' | 'verifying'
+export type ModelState =
+  | 'advertised'
+  | 'on_disk'
+  | 'loading'
+  | 'loaded'
+  | 'downloading'
+  | 'verifying'
+  | 'download_failed'
 
 export interface ModelStateRow {
   name: string
@@ -16,6 +24,8 @@ export interface ModelStateRow {
   state: ModelState
   /** Bytes of a download under way; null otherwise. */
   progress: { completed_bytes: number | null; total_bytes: number | null } | null
+  /** A failed download this worker backs off from (docs/api.md §7 model-progress); null otherwise. */
+  failure: { error: string; failures: number; retry_at: number } | null
   load_seconds: number | null
   requests_per_second: number | null
   /** The GPUs a loaded (or loading) model sits on, by index, as the last heartbeat said; null otherwise. */
@@ -31,11 +41,16 @@ type Pull = Pick<
   'runtime' | 'runtime_model_id' | 'progress_status' | 'completed_bytes' | 'total_bytes'
 >
 
+type Failure = Pick<ModelPullFailureRow, 'runtime' | 'runtime_model_id' | 'error' | 'failures' | 'retry_at'>
+
 export function modelStates(
   rows: readonly Row[],
   loading: readonly string[],
   pulls: readonly Pull[],
   stats: readonly ModelStat[],
+  failures: readonly Failure[],
+  /** Unix seconds: a back-off that ended is not shown. */
+  now: number,
   placed: readonly ModelGpus[] = [],
 ): ModelStateRow[] {
   const loadingSet = new Set(loading)
@@ -54,6 +69,7 @@ export function modelStates(
     loaded: m.loaded,
     state: m.loaded ? 'loaded' : loadingSet.has(m.name) ? 'loading' : m.on_disk ? 'on_disk' : 'advertised',
     progress: null,
+    failure: null,
     ...measured(m.name),
     gpus: m.loaded || loadingSet.has(m.name) ? (gpusOf.get(m.name) ?? null) : null,
   }))
@@ -71,7 +87,26 @@ export function modelStates(
       loaded: false,
       state: p.progress_status ?? 'downloading',
       progress: { completed_bytes: p.completed_bytes, total_bytes: p.total_bytes },
+      failure: null,
       ...measured(p.runtime_model_id),
+      gpus: null,
+    })
+  }
+  // A download that failed, while the worker backs off from it: neither held nor asked again yet.
+  const asked = new Set(pulls.map((p) => p.runtime_model_id))
+  for (const f of failures) {
+    if (f.retry_at <= now || held.has(f.runtime_model_id) || asked.has(f.runtime_model_id)) continue
+    out.push({
+      name: f.runtime_model_id,
+      runtime: f.runtime,
+      runtime_model_id: f.runtime_model_id,
+      digest: null,
+      status: 'download_failed',
+      loaded: false,
+      state: 'download_failed',
+      progress: null,
+      failure: { error: f.error, failures: f.failures, retry_at: f.retry_at },
+      ...measured(f.runtime_model_id),
       gpus: null,
     })
   }

@@ -12,6 +12,7 @@ export type WaitingReason =
   | 'no_capability'
   | 'no_shard_worker'
   | 'downloading'
+  | 'download_failed'
   | 'loading'
   | 'queued'
 
@@ -40,6 +41,16 @@ export type Waiting =
         status: 'downloading' | 'verifying'
         completed_bytes: number | null
         total_bytes: number | null
+      }
+    >
+  | Of<
+      'download_failed',
+      {
+        catalogue_id: string
+        worker_name: string | null
+        error: string | null
+        failures: number
+        retry_at: number
       }
     >
   | Of<'loading', { worker_name: string | null; workers: number }>
@@ -74,6 +85,16 @@ export interface WaitingPull {
   total_bytes: number | null
 }
 
+/** The entry's last failed download still backed off (docs/api.md §7 model-progress `failed`). */
+export interface WaitingFailure {
+  worker_name: string
+  org_id: string
+  error: string
+  failures: number
+  /** Unix seconds: that worker is not asked for the entry again before. */
+  retry_at: number
+}
+
 /** Who reads the batch: a worker's name is theirs to see only in their own orgs (docs/api.md §6). */
 export interface Viewer {
   superadmin: boolean
@@ -87,6 +108,7 @@ export interface WaitingFacts {
   entry: CatalogueEntry | undefined
   hosts: readonly WaitingHost[]
   pull: WaitingPull | null
+  failure: WaitingFailure | null
   /** The validated batches of the entry created before this one (docs/api.md §6 `queued`). */
   ahead: Tally
   /** The entry's batches in progress. */
@@ -153,6 +175,25 @@ export function waitingReason(f: WaitingFacts): Waiting {
           status,
           completed_bytes: pull.completed_bytes,
           total_bytes: pull.total_bytes,
+        },
+      }
+    }
+    // docs/api.md §7 model-progress `failed`: the download failed and its worker backs off.
+    const failed = f.failure
+    if (failed) {
+      const mine = sees(viewer, failed.org_id)
+      const when = `${new Date(failed.retry_at * 1000).toISOString().slice(0, 16).replace('T', ' ')} UTC`
+      return {
+        reason: 'download_failed',
+        message: mine
+          ? `Worker ${failed.worker_name} could not download ${model}: ${failed.error}. It is not asked for it again before ${when}.`
+          : `A worker could not download ${model}; it is not asked for it again before ${when}.`,
+        details: {
+          catalogue_id: entry.id,
+          worker_name: mine ? failed.worker_name : null,
+          error: mine ? failed.error : null,
+          failures: failed.failures,
+          retry_at: failed.retry_at,
         },
       }
     }

@@ -14,12 +14,16 @@ import { checkBodyHeaders } from './parse'
 //      where a route reads it: src/app.ts);
 //   3. its credential (src/http/auth.ts readCredential), awaited here if it must be looked up, so
 //      that no route awaits it;
-//   4. with the response in hand: its X-Request-Id, its log line and its metrics.
+//   4. with the response in hand: its X-Request-Id (and Strict-Transport-Security when the server
+//      speaks HTTPS itself, docs/deployment.md "TLS on the binary"), its log line and its metrics.
 // Elysia's own request and after-response hooks would do the same at a higher price: an
 // after-response hook makes every route compile into an async handler, and a promise handed to
 // Bun costs a served request more than the rest of a cached answer does.
 
 type Handle = (request: Request) => Response | Promise<Response>
+
+/** docs/deployment.md "TLS on the binary": browsers keep to https:// for a year. */
+export const HSTS = 'max-age=31536000'
 
 /**
  * Requests begun and not yet answered on this server, logged and counted; the shutdown waits for
@@ -86,6 +90,7 @@ function recorded(
 ): Response {
   deps.requestsOpen--
   if (!facts.idSent) response.headers.set('x-request-id', facts.id)
+  if (deps.config.TLS_CERT_FILE) response.headers.set('strict-transport-security', HSTS)
   const seconds = (deps.clock.monotonicMs() - facts.startedMs) / 1000
   const status = response.status
   deps.metrics.http.record(request.method, facts.route ?? 'unmatched', status, seconds)

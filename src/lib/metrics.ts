@@ -80,6 +80,22 @@ export function createMetrics() {
       labelNames: ['reason', 'outcome'] as const,
       registers,
     }),
+    /**
+     * docs/api.md §7 upload-results: the prompt tokens of the results the server accepted (a whole
+     * batch's, or a shard's as it arrives; a repeat upload counts nothing), the `prompt_tokens` of
+     * their usage; the cached ones beside them, so that a rate of one over the other is the share
+     * of prompt tokens the engines served from their cache.
+     */
+    promptTokens: new Counter({
+      name: 'gridkeep_prompt_tokens_total',
+      help: 'Prompt tokens of the results accepted by upload-results',
+      registers,
+    }),
+    cachedPromptTokens: new Counter({
+      name: 'gridkeep_cached_prompt_tokens_total',
+      help: 'Of the prompt tokens of the results accepted by upload-results, those the engines served from their cache',
+      registers,
+    }),
     /** Input lines read by the validator. */
     validationLines: new Counter({
       name: 'gridkeep_validation_lines_total',

@@ -222,6 +222,9 @@ export const WorkerBodies = {
       total_bytes: t.Optional(t.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER })),
       // (ext) Why a download failed (a digest mismatch, the hub's answer, no disk space).
       error: t.Optional(t.String({ maxLength: 2000 })),
+      // (ext) With `failed`: `stopped`, the daemon stopped it (shutting down; no back-off);
+      // `backed_off`, the daemon refused the ask while its own back-off runs (docs/api.md §7).
+      cause: t.Optional(t.Union([t.Literal('stopped'), t.Literal('backed_off')])),
     },
     { additionalProperties: false },
   ),

@@ -1,6 +1,7 @@
 import type { UserRow } from '../db/schema'
 import type { UserChanges } from '../domain/admin-rules'
 import type { PageParams, RowsPage } from '../lib/pagination'
+import type { Identity } from './sso'
 
 // Users and password reset tokens (docs/api.md §2, docs/api.md §2 and §9). The rules — email and password
 // checks, the Personal Org's name, the last-superadmin rule (src/domain/admin-rules.ts) — live above
@@ -8,6 +9,7 @@ import type { PageParams, RowsPage } from '../lib/pagination'
 
 export interface NewUser {
   email: string
+  /** '' for an account made by single sign-on: no password verifies against it. */
   password_hash: string
   full_name: string
   platform_role: UserRow['platform_role']
@@ -25,9 +27,11 @@ export interface NewResetToken {
 export interface AccountsStore {
   /**
    * docs/api.md §3: the user, their Personal Org named `personalOrgName` and its owner membership, in one
-   * transaction. 409 `email_taken` when the email is registered (docs/api.md §2).
+   * transaction, and with `identity` its link to a provider (docs/api.md §2 "Single sign-on"). 409
+   * `email_taken` when the email is registered (docs/api.md §2), `identity_conflict` when the
+   * identity is linked already.
    */
-  createUser(user: NewUser, personalOrgName: string): Promise<UserRow>
+  createUser(user: NewUser, personalOrgName: string, identity?: Identity): Promise<UserRow>
   /** The credential lookup of a JWT or personal key (docs/api.md §1): runs on every user request. */
   findUserById(id: string): Promise<UserRow | undefined>
   /** Login, forgot-password and add-member look users up by their normalized email. */

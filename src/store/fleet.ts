@@ -1,6 +1,7 @@
 import type {
   GpuMemory,
   ModelGpus,
+  ModelPullFailureRow,
   ModelPullRow,
   ModelStat,
   WorkerGpuRow,
@@ -133,6 +134,8 @@ export interface ListedWorker extends WorkerRow {
   models: WorkerModelRow[]
   /** docs/api.md §7 pull_models asks outstanding with this worker (its downloads). */
   pulls: ModelPullRow[]
+  /** docs/api.md §7 model-progress `failed`: this worker's download back-offs. */
+  pull_failures: ModelPullFailureRow[]
 }
 
 /** The predicate's head of a worker: enough to rule it out before reading its models. */
@@ -198,6 +201,12 @@ export function namedHosts(
 export interface PullWithWorker {
   pull: ModelPullRow
   worker: Pick<WorkerRow, 'name' | 'org_id' | 'status' | 'last_seen_at'>
+}
+
+/** docs/api.md §6 `download_failed`: a worker's back-off for an entry, with its name and org. */
+export interface PullFailureWithWorker {
+  failure: ModelPullFailureRow
+  worker: Pick<WorkerRow, 'name' | 'org_id'>
 }
 
 export interface CurrentPull {
@@ -299,6 +308,14 @@ export interface FleetStore {
    * first: at most one worker per entry, across instances.
    */
   askPull(ask: NewPull, replacing: number | null): Promise<boolean>
+  /** docs/api.md §7 model-progress `failed`: the download back-offs of `workerId`. */
+  pullFailuresOfWorker(workerId: string): Promise<ModelPullFailureRow[]>
+  /** docs/api.md §6 `download_failed`: the back-offs for `catalogIds`, with their workers. */
+  pullFailuresFor(catalogIds: readonly string[]): Promise<PullFailureWithWorker[]>
+  /** Writes the back-off of (catalog_id, worker_id), replacing the one there was (src/domain/downloads.ts). */
+  setPullFailure(failure: ModelPullFailureRow): Promise<void>
+  /** Ends the back-off of `workerId` for `catalogId`: its download succeeded. */
+  clearPullFailure(catalogId: string, workerId: string): Promise<void>
 
   /** docs/api.md §8 Pool rules: counts over workers online after `cutoff`. */
   capacityCounts(cutoff: number): Promise<CapacityCounts>

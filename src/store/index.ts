@@ -8,6 +8,7 @@ import type { LimitsStore } from './limits'
 import type { OrgsStore } from './orgs'
 import type { QueueStore } from './queue'
 import type { SignalsStore } from './signals'
+import type { SsoStore } from './sso'
 import type { UsageStore } from './usage'
 import type { WebhooksStore } from './webhooks'
 
@@ -38,6 +39,8 @@ export interface Store {
   ping(): Promise<void>
   /** Users, password changes and reset tokens (accounts.ts). */
   readonly accounts: AccountsStore
+  /** Single sign-on: sign-ins under way and linked provider identities (sso.ts). */
+  readonly sso: SsoStore
   /** Personal and worker API keys, and the credential lookup of every keyed request (keys.ts). */
   readonly keys: KeysStore
   /** Organizations, memberships and the last-owner rule's transactions (orgs.ts). */

@@ -92,6 +92,7 @@ export function usageQuery(
       count(DISTINCT ${b.id}) AS batches,
       coalesce(sum(${requests}), 0) AS requests,
       ${dialect.tokenSum(usage, 'prompt_tokens')} AS prompt_tokens,
+      ${dialect.tokenSum(usage, 'cached_tokens')} AS cached_tokens,
       ${dialect.tokenSum(usage, 'completion_tokens')} AS completion_tokens,
       ${dialect.tokenSum(usage, 'total_tokens')} AS total_tokens
     FROM ${from} ${join}
@@ -115,6 +116,7 @@ export function toSums(r: UsageRaw, groupBy: UsageGroup): UsageSums {
     batches: Number(r.batches),
     requests: Number(r.requests),
     prompt_tokens: Number(r.prompt_tokens),
+    cached_tokens: Number(r.cached_tokens),
     completion_tokens: Number(r.completion_tokens),
     total_tokens: Number(r.total_tokens),
   }

@@ -16,8 +16,11 @@ export type UsageGroup = 'day' | 'model' | 'key' | 'user'
 /** A UTC day in Unix seconds (Unix time counts no leap seconds): day buckets start at multiples. */
 export const DAY = 86_400
 
-/** The token counts usage reports (docs/api.md §7 upload-results `usage`: the output lines' sums). */
-export const USAGE_TOKENS = ['prompt_tokens', 'completion_tokens', 'total_tokens'] as const
+/**
+ * The token counts usage reports (docs/api.md §7 upload-results `usage`: the output lines' sums;
+ * `cached_tokens` the prompt tokens the engines served from their cache, src/domain/usage.ts).
+ */
+export const USAGE_TOKENS = ['prompt_tokens', 'cached_tokens', 'completion_tokens', 'total_tokens'] as const
 
 /** One group's sums. */
 export interface UsageSums {
@@ -32,6 +35,8 @@ export interface UsageSums {
   /** Completed requests (request_counts.completed). */
   requests: number
   prompt_tokens: number
+  /** Of the prompt tokens, those served from the engine's cache (0 where none was reported). */
+  cached_tokens: number
   completion_tokens: number
   total_tokens: number
 }

@@ -47,6 +47,7 @@ describe('POST /v1/batches', () => {
         'request_counts',
         'shards',
         'status',
+        'usage',
         'waiting',
       ].sort(),
     )
@@ -70,6 +71,7 @@ describe('POST /v1/batches', () => {
       error: null,
       errors: { object: 'list', total: 0, data: [] },
       request_counts: { total: 0, completed: 0, failed: 0 },
+      usage: null,
       metadata: { project: 'demo' },
       shards: null,
       waiting: null,

@@ -66,7 +66,7 @@ describe('catalogue check', () => {
     expect(r.out[4]).toBe(`${path}: 4 violation(s) in 4 of 5 entries`)
   })
 
-  test('a serving profile with params its runtime does not know: one line with the entry, the key and the runtime', async () => {
+  test('params: a wrong type is an error (exit 1, the param left out), an unknown key of an open-ended engine a warning naming the closest', async () => {
     const path = write(
       [
         'models:',
@@ -74,14 +74,34 @@ describe('catalogue check', () => {
         '    task_type: chat',
         '    serving_profiles:',
         '      - { runtime: llama.cpp, runtime_model_id: tiny, params: { ctx_size: 4096, n_gpu_layer: 99 } }',
+        '  - id: small-q80',
+        '    task_type: chat',
+        '    serving_profiles:',
+        '      - { runtime: ollama, runtime_model_id: small, params: { num_ctx: "8k" } }',
       ].join('\n'),
     )
     const r = await run(['check', path])
     expect(r.code).toBe(1)
     expect(r.out).toEqual([
-      `${path}: models[0] "tiny-q80": schema: /serving_profiles/0/params (llama.cpp): param "n_gpu_layer" is not a setting llama.cpp knows`,
-      `${path}: 1 violation(s) in 1 of 1 entries`,
+      `${path}: models[0] "tiny-q80": warning: /serving_profiles/0/params (llama.cpp): param "n_gpu_layer" is not a llama.cpp setting gridkeep knows (did you mean "n_gpu_layers"?); it is passed to the engine as written`,
+      `${path}: models[1] "small-q80": error: /serving_profiles/0/params (ollama): param "num_ctx" must be an integer (got "8k"); left out`,
+      `${path}: 2 entries, 0 violations, 1 param error(s), left out of their entries, 1 warning(s)`,
     ])
+  })
+
+  test('warnings alone pass: exit 0', async () => {
+    const path = write(
+      [
+        'models:',
+        '  - id: tiny-q80',
+        '    task_type: chat',
+        '    serving_profiles:',
+        '      - { runtime: vllm, runtime_model_id: org/tiny, params: { max_model_length: 8192 } }',
+      ].join('\n'),
+    )
+    const r = await run(['check', path])
+    expect(r.code).toBe(0)
+    expect(r.out.at(-1)).toBe(`${path}: OK, 1 entries, 0 violations, 1 warning(s)`)
   })
 
   test('a file that is not a manifest exits 1; a missing file or bad usage exits 2', async () => {

@@ -198,7 +198,13 @@ describe('entry schema', () => {
     expect(checkManifest('- a\n- b\n').ok).toBe(false)
     expect(checkManifest('entries: []\n').ok).toBe(false)
     expect(checkManifest('models: 3\n').ok).toBe(false)
-    expect(checkManifest('models:\n')).toEqual({ ok: true, total: 0, entries: [], violations: [] })
+    expect(checkManifest('models:\n')).toEqual({
+      ok: true,
+      total: 0,
+      entries: [],
+      violations: [],
+      notices: [],
+    })
   })
 })
 
@@ -237,36 +243,45 @@ describe('serving profiles (docs/api.md §4)', () => {
     expect(r.violations[0]!.message).toContain('a second profile for "ollama"')
   })
 
-  test('params the runtime does not know, or of the wrong type, are refused with the key and the runtime', () => {
-    const r = violationsOf(
-      yaml(
-        '  - id: typo\n    task_type: chat\n    serving_profiles:\n' +
-          '      - { runtime: ollama, runtime_model_id: t }\n' +
-          '      - { runtime: llama.cpp, runtime_model_id: t, params: { ctx_sise: 8192 } }',
-        '  - id: typed\n    task_type: chat\n    serving_profiles:\n' +
-          '      - { runtime: vllm, runtime_model_id: org/t, params: { max_model_len: "16k" } }',
-        '  - id: none\n    task_type: chat\n    serving_profiles:\n' +
-          '      - { runtime: ollama, runtime_model_id: n, params: { num_ctx: 8192 } }',
-        '  - id: fine\n    task_type: chat\n    serving_profiles:\n' +
-          '      - { runtime: llama.cpp, runtime_model_id: f, params: { ctx_size: 8192, embedding: false } }',
-      ),
+  test("an entry is never dropped for its params: a wrong type is an error and left out, an open-ended engine's unknown key a warning and kept", () => {
+    const text = yaml(
+      '  - id: typo\n    task_type: chat\n    serving_profiles:\n' +
+        '      - { runtime: ollama, runtime_model_id: t }\n' +
+        '      - { runtime: llama.cpp, runtime_model_id: t, params: { ctx_sise: 8192, threads: 2 } }',
+      '  - id: typed\n    task_type: chat\n    serving_profiles:\n' +
+        '      - { runtime: vllm, runtime_model_id: org/t, params: { max_model_len: "16k", dtype: half } }',
+      '  - id: qwen-ctx\n    task_type: chat\n    serving_profiles:\n' +
+        '      - { runtime: ollama, runtime_model_id: n, params: { num_ctx: 8192, num_ctxx: 1, keep_alive: 10m } }',
+      '  - id: fine\n    task_type: chat\n    serving_profiles:\n' +
+        '      - { runtime: llama.cpp, runtime_model_id: f, params: { ctx_size: 8192, embedding: false } }',
     )
-    expect(r.entries.map((e) => e.id)).toEqual(['fine'])
-    expect(r.violations.map((v) => [v.id, v.rule, v.message])).toEqual([
+    const r = checkManifest(text)
+    if (!r.ok) throw new Error(r.error)
+    expect(r.violations).toEqual([])
+    expect(r.entries.map((e) => [e.id, e.serving_profiles.map((p) => p.params)])).toEqual([
+      ['typo', [{}, { ctx_sise: 8192, threads: 2 }]],
+      ['typed', [{ dtype: 'half' }]],
+      ['qwen-ctx', [{ num_ctx: 8192, keep_alive: '10m' }]],
+      ['fine', [{ ctx_size: 8192, embedding: false }]],
+    ])
+    expect(r.notices.map((n) => [n.index, n.id, n.level, n.message])).toEqual([
       [
+        0,
         'typo',
-        'schema',
-        '/serving_profiles/1/params (llama.cpp): param "ctx_sise" is not a setting llama.cpp knows',
+        'warning',
+        '/serving_profiles/1/params (llama.cpp): param "ctx_sise" is not a llama.cpp setting gridkeep knows (did you mean "ctx_size"?); it is passed to the engine as written',
       ],
       [
+        1,
         'typed',
-        'schema',
-        '/serving_profiles/0/params (vllm): param "max_model_len" must be an integer (got "16k")',
+        'error',
+        '/serving_profiles/0/params (vllm): param "max_model_len" must be an integer (got "16k"); left out',
       ],
       [
-        'none',
-        'schema',
-        '/serving_profiles/0/params (ollama): param "num_ctx" is not a setting ollama knows',
+        2,
+        'qwen-ctx',
+        'error',
+        '/serving_profiles/0/params (ollama): param "num_ctxx" is not an option ollama knows (did you mean "num_ctx"?); left out',
       ],
     ])
   })

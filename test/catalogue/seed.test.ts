@@ -94,27 +94,41 @@ describe('rules 1–3 at seed time: logged with the rule, skipped, seeding conti
     ).toBe(true)
   })
 
-  test('a serving profile whose params the runtime does not know is logged and skipped', async () => {
+  test('an entry is never skipped for its params: an Ollama entry with num_ctx is seeded; a param in error is logged and left out', async () => {
     const t = fresh()
     const report = await applyManifest(
       t.deps,
       manifest(
-        entry('good'),
+        '  - id: qwen-ctx\n    task_type: chat\n    serving_profiles:\n' +
+          '      - { runtime: ollama, runtime_model_id: "qwen2.5:7b", params: { num_ctx: 8192, keep_alive: 1h } }',
         '  - id: bad-params\n    task_type: chat\n    serving_profiles:\n' +
-          '      - { runtime: vllm, runtime_model_id: org/m, params: { max_model_length: 8192 } }',
+          '      - { runtime: vllm, runtime_model_id: org/m, params: { max_model_length: 8192, max_num_seqs: "many" } }',
       ),
       'test-params',
     )
-    expect(report.inserted).toEqual(['good'])
-    expect(await ids(t)).toEqual(['good'])
-    expect(logRecords('catalogue entry skipped').filter((r) => r.source === 'test-params')).toEqual([
-      expect.objectContaining({
-        level: 'warn',
-        id: 'bad-params',
-        index: 1,
-        rule: 'schema',
-        message: '/serving_profiles/0/params (vllm): param "max_model_length" is not a setting vllm knows',
-      }),
+    expect(report.inserted).toEqual(['qwen-ctx', 'bad-params'])
+    expect(report.skipped).toEqual([])
+    expect(await ids(t)).toEqual(['bad-params', 'qwen-ctx'])
+    expect((await profiles(t, 'qwen-ctx')).map((p) => p.params)).toEqual([
+      { num_ctx: 8192, keep_alive: '1h' },
+    ])
+    expect((await profiles(t, 'bad-params')).map((p) => p.params)).toEqual([{ max_model_length: 8192 }])
+    const said = capturedLogLines()
+      .map((l) => JSON.parse(l))
+      .filter((r) => r.source === 'test-params' && r.msg.startsWith('catalogue param'))
+    expect(said.map((r) => [r.level, r.msg, r.id, r.message])).toEqual([
+      [
+        'warn',
+        'catalogue param kept though unknown',
+        'bad-params',
+        '/serving_profiles/0/params (vllm): param "max_model_length" is not a vllm setting gridkeep knows (did you mean "max_model_len"?); it is passed to the engine as written',
+      ],
+      [
+        'error',
+        'catalogue param left out',
+        'bad-params',
+        '/serving_profiles/0/params (vllm): param "max_num_seqs" must be an integer (got "many"); left out',
+      ],
     ])
   })
 

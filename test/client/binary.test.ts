@@ -561,6 +561,15 @@ describe('lists, status and results', () => {
     const shown = await runOnTerminal(['status', id], { env })
     expect(shown.screen).toMatch(/status\s+completed/)
     expect(shown.screen).toMatch(/shards\s+\d+: 0 waiting, 0 running, \d+ done/)
+    // docs/api.md §6 `usage`: the tokens, and the share of prompt tokens the engine served from cache.
+    const u = completedBatch.usage
+    expect(u.input_tokens).toBeGreaterThan(0)
+    const share = Math.floor((u.input_tokens_details.cached_tokens * 100) / u.input_tokens)
+    expect(shown.screen).toMatch(
+      new RegExp(
+        `tokens\\s+${u.input_tokens} prompt \\(${share} % from cache\\), ${u.output_tokens} completion`,
+      ),
+    )
   })
 })
 

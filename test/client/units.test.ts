@@ -3,6 +3,7 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } fr
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { metadataPairs, numberOption, parseArgs, positionals } from '../../src/client/args'
+import { tokensLine } from '../../src/client/batch'
 import {
   configPath,
   normalizeServer,
@@ -241,4 +242,15 @@ test('rate, time left and sizes as a person reads them', () => {
   expect(timeLeft(5, null)).toBeNull()
   expect([42, 125, 7260].map(formatDuration)).toEqual(['42 s', '2 min 5 s', '2 h 1 min'])
   expect([999, 1500, 200_000_000].map(formatBytes)).toEqual(['999 B', '1.5 KB', '200.0 MB'])
+})
+
+test('status’s tokens line: prompt tokens with the share served from cache, rounded down (docs/api.md §6 usage)', () => {
+  const usage = (input: number, cached: number, output: number) => ({
+    input_tokens: input,
+    input_tokens_details: { cached_tokens: cached },
+    output_tokens: output,
+  })
+  expect(tokensLine(usage(1_500, 1_140, 30))).toBe('1,500 prompt (76 % from cache), 30 completion')
+  expect(tokensLine(usage(1_000, 999, 0))).toBe('1,000 prompt (99 % from cache), 0 completion')
+  expect(tokensLine(usage(0, 0, 0))).toBe('0 prompt, 0 completion')
 })

@@ -535,6 +535,54 @@ describe('model pulls (heartbeat pull_models)', () => {
       status: 'failed',
       error: 'ollama pull failed: pull model manifest: file does not exist',
     })
+    // docs/worker.md "Downloads": asked again at once (a server that lost its back-off), the daemon
+    // keeps its own: nothing fetched, the refusal reported with the reason.
+    cp.askToPull([
+      { catalogue_id: 'x', runtime: 'ollama', runtime_model_id: 'missing:1', digest: null, size_gb: 1 },
+    ])
+    await cp.waitFor(() => cp.modelProgress.some((p) => p.cause === 'backed_off'), 'the refusal')
+    expect(cp.modelProgress.at(-1)).toEqual({
+      worker_id: expect.any(String),
+      model: 'missing:1',
+      status: 'failed',
+      cause: 'backed_off',
+      error: expect.stringMatching(
+        /^not fetched again before \d{4}-\d\d-\d\dT.*Z: ollama pull failed: pull model manifest: file does not exist$/,
+      ),
+    })
+    expect(rt.pulls).toEqual(['missing:1'])
+  })
+
+  test('a pull stopped by the daemon shutting down is reported stopped, not failed for good', async () => {
+    const key = `gk-${randomBase62(40)}`
+    rememberSecret(key)
+    const cp = startFakeControlPlane({ key })
+    let release = () => {}
+    const held = new Promise<void>((r) => {
+      release = r
+    })
+    const slow = {
+      tag: { name: 'slow:1', size: 10, digest: 'e'.repeat(64) },
+      show: { modelfile: `FROM /b/sha256-${'1'.repeat(64)}` },
+      layers: [{ digest: `sha256:${'1'.repeat(64)}`, size: 10 }],
+    }
+    const rt = startFakeRuntime({ ollama: { models: [], library: { 'slow:1': slow }, pullHold: () => held } })
+    cleanups.push(
+      () => cp.stop(),
+      async () => {
+        release()
+        await rt.stop()
+      },
+    )
+    const running = start(cp, rt, { runtime: 'ollama', engine: 'ollama', max_download_gb: 10 })
+    await cp.waitFor(() => cp.heartbeats.length > 0, 'a heartbeat')
+    cp.askToPull([
+      { catalogue_id: 'x', runtime: 'ollama', runtime_model_id: 'slow:1', digest: null, size_gb: 1 },
+    ])
+    await cp.waitFor(() => rt.pulls.length === 1, 'the pull under way')
+    running.agent.shutdown(false)
+    await cp.waitFor(() => cp.modelProgress.some((p) => p.status === 'failed'), 'the report')
+    expect(cp.modelProgress.at(-1)).toMatchObject({ model: 'slow:1', status: 'failed', cause: 'stopped' })
   })
 
   test('model-progress reports go one at a time, in order: a slow answer never lets a later step overtake', async () => {

@@ -1,20 +1,34 @@
 import { afterEach, describe, expect, test } from 'bun:test'
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs'
+import { hostname, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
   type DownloadProgress,
   type DownloadRequest,
   downloadModel,
+  LOCK_STALE_MS,
   type ModelLayout,
   modelsDirLayout,
+  PARTIAL_RECLAIM_MS,
   pullFromHub,
+  reclaimPartials,
   statfsFreeBytes,
 } from '../../src/daemon/download'
 import { LaunchedEngine } from '../../src/daemon/engines/launched'
 import { StateDir } from '../../src/daemon/state'
 import { type StandInHub, seededBytes, sha256Of, startStandInHub } from '../helpers/hub'
 import { capturedLogLines, rememberSecret } from '../helpers/secrets'
+import { until } from '../helpers/until'
 
 // The downloader (src/daemon/download.ts) against the stand-in hub (test/helpers/hub.ts).
 
@@ -24,7 +38,7 @@ afterEach(() => {
   for (const c of cleanups.splice(0)) c()
 })
 
-function hub(o: { token?: string } = {}) {
+function hub(o: Parameters<typeof startStandInHub>[0] = {}) {
   const h = startStandInHub(o)
   cleanups.push(() => h.stop())
   return h
@@ -396,5 +410,274 @@ describe('a pull_models ask (docs/api.md §7)', () => {
         { layout: (name, files) => modelsDirLayout(dir, name, files), hub: { url: h.url }, maxDownloadGb: 1 },
       ),
     ).rejects.toThrow('catalogue entry x names no hub download')
+  })
+})
+
+describe('Accept-Encoding: identity (docs/worker.md "Downloads")', () => {
+  test('a hub that compresses when allowed sends the bytes as stored: the size check holds', async () => {
+    const h = hub({ compress: true })
+    // Text compresses well: gzipped, its Content-Length would be far below the catalogue's size.
+    const config = new TextEncoder().encode(JSON.stringify({ architectures: ['X'], pad: 'a'.repeat(50_000) }))
+    const file = h.put(REPO, 'config.json', config)
+    const weights = h.put(REPO, 'model.safetensors', seededBytes(10_000, 40))
+    const dir = modelsDir()
+    const layout = modelsDirLayout(dir, 'org/m', [
+      { path: 'config.json', sha256: file.sha256, size_bytes: file.size },
+      { path: 'model.safetensors', sha256: weights.sha256, size_bytes: null },
+    ])
+    await downloadModel(request(h, layout).req)
+    expect(readFileSync(join(dir, 'org/m/config.json')).equals(Buffer.from(config))).toBe(true)
+    expect(h.requests.map((r) => [r.method, r.acceptEncoding, r.status])).toEqual([
+      ['HEAD', 'identity', 200],
+      ['GET', 'identity', 200],
+      ['GET', 'identity', 200],
+    ])
+  })
+})
+
+describe('a destination already there is hashed, never replaced', () => {
+  test("one file with the catalogue's bytes is the download: nothing fetched, the file untouched", async () => {
+    const h = hub()
+    const bytes = seededBytes(300_000, 41)
+    const file = h.put(REPO, 'm.gguf', bytes)
+    const dir = modelsDir()
+    writeFileSync(join(dir, 'm.gguf'), bytes)
+    const before = statSync(join(dir, 'm.gguf'))
+    const hashed: string[] = []
+    const { req, progress } = request(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+      {
+        hash: async (path) => {
+          hashed.push(path)
+          return sha256Of(readFileSync(path))
+        },
+      },
+    )
+    expect(await downloadModel(req)).toEqual({
+      bytes: 0,
+      files: [{ path: join(dir, 'm.gguf'), sha256: file.sha256 }],
+      found: true,
+    })
+    expect(hashed).toEqual([join(dir, 'm.gguf')])
+    expect(h.requests).toEqual([])
+    expect(statSync(join(dir, 'm.gguf'))).toMatchObject({ ino: before.ino, mtimeMs: before.mtimeMs })
+    expect(progress.map((p) => p.status)).toEqual(['verifying', 'verifying'])
+    expect(tree(dir)).toEqual(['m.gguf'])
+  })
+
+  test('a long hash of what is there keeps reporting verifying, so the ask never lapses for silence', async () => {
+    const h = hub()
+    const bytes = seededBytes(1000, 49)
+    const file = h.put(REPO, 'm.gguf', bytes)
+    const dir = modelsDir()
+    writeFileSync(join(dir, 'm.gguf'), bytes)
+    const { req, progress } = request(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+      {
+        hashReportMs: 1,
+        // A hash that ends only once three reports have gone out meanwhile.
+        hash: async (path) => {
+          await until('reports while hashing', () => progress.length >= 4)
+          return sha256Of(readFileSync(path))
+        },
+      },
+    )
+    expect((await downloadModel(req)).found).toBe(true)
+    expect(progress.every((p) => p.status === 'verifying')).toBe(true)
+  })
+
+  test('other bytes there: the download fails saying so, and the file stays as it was', async () => {
+    const h = hub()
+    const file = h.put(REPO, 'm.gguf', seededBytes(300_000, 42))
+    const dir = modelsDir()
+    const theirs = seededBytes(1000, 43)
+    writeFileSync(join(dir, 'm.gguf'), theirs)
+    const { req } = request(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+    )
+    await expect(downloadModel(req)).rejects.toThrow(
+      `${join(dir, 'm.gguf')} is already there and is not the catalogue's: its sha256 is ${sha256Of(theirs)}, the catalogue's ${file.sha256}; it is left as it is`,
+    )
+    expect(h.requests).toEqual([])
+    expect(readFileSync(join(dir, 'm.gguf')).equals(Buffer.from(theirs))).toBe(true)
+    expect(tree(dir)).toEqual(['m.gguf'])
+  })
+
+  test('a directory: every file matching is the download (what else is in it stays); a file missing fails and touches nothing', async () => {
+    const h = hub()
+    const a = h.put(REPO, 'a.safetensors', seededBytes(5000, 44))
+    const b = h.put(REPO, 'config.json', seededBytes(100, 45))
+    const dir = modelsDir()
+    const files = [
+      { path: 'a.safetensors', ...a, size_bytes: a.size },
+      { path: 'config.json', ...b, size_bytes: b.size },
+    ]
+    mkdirSync(join(dir, 'org/m'), { recursive: true })
+    writeFileSync(join(dir, 'org/m/a.safetensors'), seededBytes(5000, 44))
+    writeFileSync(join(dir, 'org/m/notes.txt'), 'mine')
+    const missing = request(h, modelsDirLayout(dir, 'org/m', files))
+    await expect(downloadModel(missing.req)).rejects.toThrow(
+      `${join(dir, 'org/m')} is already there without config.json; it is left as it is`,
+    )
+    expect(tree(dir)).toEqual(['org', 'org/m', 'org/m/a.safetensors', 'org/m/notes.txt'])
+    writeFileSync(join(dir, 'org/m/config.json'), seededBytes(100, 45))
+    const whole = request(h, modelsDirLayout(dir, 'org/m', files))
+    expect((await downloadModel(whole.req)).found).toBe(true)
+    expect(readFileSync(join(dir, 'org/m/notes.txt'), 'utf8')).toBe('mine')
+    expect(h.requests).toEqual([])
+  })
+
+  test('a model that appears while the files arrive is kept; ours is dropped', async () => {
+    const dir = modelsDir()
+    const bytes = seededBytes(400_000, 46)
+    let ino: number | null = null
+    // Someone copies the model in as the daemon starts fetching it.
+    const h = hub({
+      onRequest: () => {
+        if (ino !== null) return
+        writeFileSync(join(dir, 'm.gguf'), bytes)
+        ino = statSync(join(dir, 'm.gguf')).ino
+      },
+    })
+    const file = h.put(REPO, 'm.gguf', bytes)
+    const { req } = request(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+    )
+    const out = await downloadModel(req)
+    expect(out.found).toBe(true)
+    expect(h.requests).toHaveLength(1)
+    expect(tree(dir)).toEqual(['m.gguf'])
+    // Theirs, not ours renamed over it: the file the copy wrote.
+    expect(statSync(join(dir, 'm.gguf')).ino).toBe(ino!)
+  })
+
+  test('one that appears with other bytes stays, and the download fails saying so', async () => {
+    const dir = modelsDir()
+    const other = seededBytes(10, 48)
+    const h = hub({ onRequest: () => writeFileSync(join(dir, 'm.gguf'), other, { flag: 'wx' }) })
+    const file = h.put(REPO, 'm.gguf', seededBytes(100_000, 47))
+    const { req } = request(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+    )
+    await expect(downloadModel(req)).rejects.toThrow("is already there and is not the catalogue's")
+    expect(readFileSync(join(dir, 'm.gguf')).equals(Buffer.from(other))).toBe(true)
+    expect(tree(dir)).toEqual(['m.gguf'])
+  })
+})
+
+describe('the lock of a partial download (two daemons on one models directory)', () => {
+  const lockOf = (dir: string, name: string) => join(dir, `.${name}.partial.lock`)
+  const deadPid = () => Bun.spawnSync(['true']).pid
+
+  test('held while the files are written (pid, host, start), released after', async () => {
+    const h = hub()
+    const file = h.put(REPO, 'm.gguf', seededBytes(2_000_000, 50))
+    const dir = modelsDir()
+    let seen: any = null
+    const { req } = request(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+      {
+        onProgress: (p) => {
+          if (p.status === 'downloading' && !seen)
+            seen = JSON.parse(readFileSync(lockOf(dir, 'm.gguf'), 'utf8'))
+        },
+      },
+    )
+    await downloadModel(req)
+    expect(seen).toEqual({ pid: process.pid, host: hostname(), started_at: expect.any(String) })
+    expect(tree(dir)).toEqual(['m.gguf'])
+  })
+
+  test("a live holder's lock: nothing fetched, its partial and lock untouched, the holder named", async () => {
+    const h = hub()
+    const file = h.put(REPO, 'm.gguf', seededBytes(1000, 51))
+    const dir = modelsDir()
+    const partial = join(dir, '.m.gguf.partial')
+    writeFileSync(partial, 'half')
+    // Another host's daemon, refreshed just now.
+    const lock = JSON.stringify({ pid: 4242, host: 'gpu-b', started_at: '2026-01-01T00:00:00.000Z' })
+    writeFileSync(lockOf(dir, 'm.gguf'), lock)
+    const { req } = request(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+    )
+    await expect(downloadModel(req)).rejects.toThrow(
+      `another daemon is downloading into ${partial} (pid 4242 on gpu-b, since 2026-01-01T00:00:00.000Z); it is not fetched twice`,
+    )
+    expect(h.requests).toEqual([])
+    expect(readFileSync(partial, 'utf8')).toBe('half')
+    expect(readFileSync(lockOf(dir, 'm.gguf'), 'utf8')).toBe(lock)
+  })
+
+  test("a dead holder's lock is taken over: its process gone on this host, or not refreshed for LOCK_STALE_MS", async () => {
+    const h = hub()
+    const file = h.put(REPO, 'm.gguf', seededBytes(1000, 52))
+    const dir = modelsDir()
+    const layout = modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }])
+    writeFileSync(
+      lockOf(dir, 'm.gguf'),
+      JSON.stringify({ pid: deadPid(), host: hostname(), started_at: 'x' }),
+    )
+    await downloadModel(request(h, layout).req)
+    expect(tree(dir)).toEqual(['m.gguf'])
+
+    const other = modelsDirLayout(dir, 'n', [{ path: 'm.gguf', ...file, size_bytes: file.size }])
+    writeFileSync(lockOf(dir, 'n.gguf'), JSON.stringify({ pid: 1, host: 'gpu-b', started_at: 'x' }))
+    const old = new Date(Date.now() - LOCK_STALE_MS - 60_000)
+    utimesSync(lockOf(dir, 'n.gguf'), old, old)
+    await downloadModel(request(h, other).req)
+    expect(tree(dir)).toEqual(['m.gguf', 'n.gguf'])
+  })
+})
+
+describe('reclaiming partial downloads nobody finished', () => {
+  test('after PARTIAL_RECLAIM_MS unwritten and unlocked; never a live one, nor a name the downloader did not make', () => {
+    const dir = modelsDir()
+    const now = Date.now()
+    const age = (p: string, ms: number) => {
+      const t = new Date(now - ms)
+      utimesSync(p, t, t)
+    }
+    const old = PARTIAL_RECLAIM_MS + 60_000
+    // An old single-file partial with its ETag: reclaimed.
+    writeFileSync(join(dir, '.a.gguf.partial'), 'x')
+    writeFileSync(join(dir, '.a.gguf.partial.etag'), '"e"')
+    age(join(dir, '.a.gguf.partial'), old)
+    age(join(dir, '.a.gguf.partial.etag'), old)
+    // An old directory partial, nested as a repo id nests, one of its files old too: reclaimed.
+    mkdirSync(join(dir, 'org/.m.partial'), { recursive: true })
+    writeFileSync(join(dir, 'org/.m.partial/w.safetensors.partial'), 'x')
+    age(join(dir, 'org/.m.partial/w.safetensors.partial'), old)
+    age(join(dir, 'org/.m.partial'), old)
+    // Written to recently: kept.
+    writeFileSync(join(dir, '.b.gguf.partial'), 'x')
+    // Old, but a live daemon holds its lock: kept.
+    writeFileSync(join(dir, '.c.gguf.partial'), 'x')
+    age(join(dir, '.c.gguf.partial'), old)
+    writeFileSync(join(dir, '.c.gguf.partial.lock'), JSON.stringify({ pid: process.pid, host: hostname() }))
+    // Not of the downloader's making: never touched, however old.
+    writeFileSync(join(dir, '.cache'), 'x')
+    writeFileSync(join(dir, 'notes.partial'), 'x')
+    age(join(dir, '.cache'), old)
+    age(join(dir, 'notes.partial'), old)
+
+    expect(reclaimPartials(dir, { nowMs: now }).sort()).toEqual([
+      join(dir, '.a.gguf.partial'),
+      join(dir, 'org/.m.partial'),
+    ])
+    expect(tree(dir)).toEqual([
+      '.b.gguf.partial',
+      '.c.gguf.partial',
+      '.c.gguf.partial.lock',
+      '.cache',
+      'notes.partial',
+      'org',
+    ])
   })
 })

@@ -23,6 +23,9 @@ const RUNTIME_MODEL = 'e2e/runtime-model-q4'
 const PULLED_SLUG = 'e2e-pulled-model-q4km'
 const PULLED_TAG = 'e2e-pull:0.5b'
 const PULLED_WEIGHTS = 'a1'.repeat(32)
+// An Ollama entry whose profile sets Ollama's options (docs/worker.md "Ollama").
+const CTX_SLUG = 'e2e-ctx-model-q4km'
+const CTX_TAG = 'e2e-ctx:1b'
 const CLI = join(import.meta.dir, '../../src/daemon/cli.ts')
 
 let server: TestServer
@@ -55,6 +58,13 @@ beforeAll(async () => {
       '    serving_profiles:',
       '      - runtime: ollama',
       `        runtime_model_id: "${PULLED_TAG}"`,
+      `  - id: ${CTX_SLUG}`,
+      '    task_type: chat',
+      '    quantization: Q4_K_M',
+      '    serving_profiles:',
+      '      - runtime: ollama',
+      `        runtime_model_id: "${CTX_TAG}"`,
+      '        params: { num_ctx: 8192, temperature: 0.3, keep_alive: 1h }',
     ].join('\n'),
   )
   server = await startTestServer({ CATALOGUE_PATH: manifest, LOG_LEVEL: 'info' })
@@ -332,6 +342,52 @@ describe('daemon against the real control plane', () => {
       })
     } finally {
       proc.kill('SIGKILL')
+      await rt.stop()
+    }
+  })
+
+  test('an Ollama entry with num_ctx is seeded, and its options reach Ollama (a model made with them) for the batch', async () => {
+    const listed = await server.req('GET', '/v1/models', { token: user.token })
+    expect(listed.body.data.map((m: any) => m.id)).toContain(CTX_SLUG)
+    const weights = 'c7'.repeat(32)
+    const rt = startFakeRuntime({
+      ollama: {
+        models: [
+          {
+            tag: { name: CTX_TAG, model: CTX_TAG, size: 1000, digest: 'e'.repeat(64) },
+            show: { modelfile: `FROM /root/.ollama/models/blobs/sha256-${weights}\n` },
+          },
+        ],
+      },
+    })
+    const batchId = await submit(chatLines(4, CTX_SLUG))
+    const daemon = runAgent(
+      daemonOptions(server.url, key, rt.url, { runtime: 'ollama', engine: 'ollama' }),
+      fastDeps(),
+    )
+    try {
+      const done = await until('completion', statusIs(batchId, 'completed'))
+      expect(done.request_counts).toEqual({ total: 4, completed: 4, failed: 0 })
+      const create = rt.ollamaCalls.find((c) => c.path === '/api/create')!
+      expect(create.body).toEqual({
+        model: expect.stringMatching(/^gridkeep\/e2e-ctx:[0-9a-f]{12}$/),
+        from: CTX_TAG,
+        parameters: { num_ctx: 8192, temperature: 0.3 },
+        stream: false,
+      })
+      // Every request named the model made with the options; after the last, keep_alive.
+      expect([...rt.models]).toEqual([create.body.model])
+      await until('keep_alive sent', () => rt.ollamaCalls.some((c) => c.path === '/api/generate'))
+      expect(rt.ollamaCalls.filter((c) => c.path === '/api/generate')).toEqual([
+        { path: '/api/generate', body: { model: create.body.model, keep_alive: '1h', stream: false } },
+      ])
+      // The made model is not one of the worker's models.
+      const workers = await server.req('GET', `/v1/orgs/${user.personalOrgId}/workers`, { token: user.token })
+      const row = workers.body.data.find((w: any) => w.id === daemon.agent.id)
+      expect(row.models.map((m: any) => m.name)).toEqual([CTX_TAG])
+    } finally {
+      daemon.agent.shutdown(true)
+      await daemon.done
       await rt.stop()
     }
   })

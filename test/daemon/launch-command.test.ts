@@ -79,6 +79,7 @@ describe('the launch command', () => {
       '127.0.0.1',
       '--port',
       '41234',
+      '--enable-prompt-tokens-details',
       '--max-model-len',
       '8192',
       '--enforce-eager',
@@ -105,6 +106,7 @@ describe('the launch command', () => {
       '127.0.0.1',
       '--port',
       '1',
+      '--enable-cache-report',
     ])
   })
 

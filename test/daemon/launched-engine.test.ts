@@ -2,6 +2,7 @@ import { afterAll, beforeAll, expect, test } from 'bun:test'
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import { engineEnv } from '../../src/daemon/engines/env'
 import { childName, LaunchedEngine } from '../../src/daemon/engines/launched'
 import { LoadFailed } from '../../src/daemon/engines/types'
 import { StateDir } from '../../src/daemon/state'
@@ -39,6 +40,8 @@ const engine = (state: StateDir, o: { command?: string; extraArgs?: string[] } =
     modelsDir,
     command: o.command ?? LAUNCH,
     extraArgs: o.extraArgs,
+    // The stand-in's control knobs (engines get an allow-list of the daemon's environment).
+    env: engineEnv(process.env, { pass: ['FAKE_VLLM_*'] }),
   })
 
 /** Whether the process runs (a zombie does not). */
@@ -186,11 +189,18 @@ test('an adopted engine that dies: the next look at the engine waits to hear its
   await first.stop()
 })
 
-test('a launch command beginning with env: its variables set through the spawn, the engine itself recorded; the GPU set beside them', async () => {
+test('a launch command beginning with env: its variables and the GPU set go on top of the allow-list, the engine itself recorded', async () => {
   const state = new StateDir(mkdtempSync(join(dir, 'state-')))
+  // A variable of the daemon's that no allow-list names (engines/env.ts), set while the engine starts:
+  // never the engine's.
+  process.env.GK_TEST_UNLISTED = 'daemon-only'
   const e = engine(state, { command: `env FAKE_VLLM_LOAD_MS=5 EXTRA=a=b ${LAUNCH}` })
-  await e.start()
-  await e.load('alpha', {}, { gpus: [1, 3] })
+  try {
+    await e.start()
+    await e.load('alpha', {}, { gpus: [1, 3] })
+  } finally {
+    delete process.env.GK_TEST_UNLISTED
+  }
   const rec = state.readJson<{ pid: number; argv: string[]; env: Record<string, string> }>(
     join('engines', `${childName('alpha')}.json`),
   )!
@@ -206,6 +216,8 @@ test('a launch command beginning with env: its variables set through the spawn, 
   const environ = readFileSync(`/proc/${rec.pid}/environ`, 'utf8').split('\0')
   expect(environ).toContain('EXTRA=a=b')
   expect(environ).toContain('CUDA_VISIBLE_DEVICES=1,3')
+  expect(environ).toContain(`PATH=${process.env.PATH}`)
+  expect(environ.filter((v) => v.startsWith('GK_TEST_UNLISTED='))).toEqual([])
   await e.stop()
 })
 

@@ -21,7 +21,9 @@ import { until } from '../helpers/until'
 
 const REPO = resolve(import.meta.dir, '../..')
 const FAKE = join(REPO, 'test/helpers/fake-vllm.ts')
-const LAUNCH = `${process.execPath} ${FAKE} serve {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} {params}`
+// With the flag the daemon's default vLLM command passes (docs/worker.md "vLLM and other launched
+// engines"): the stand-in, as vLLM, then reports the prompt tokens it served from its cache.
+const LAUNCH = `${process.execPath} ${FAKE} serve {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} --enable-prompt-tokens-details {params}`
 const ALPHA = 'org/alpha'
 const ENTRY = { alpha: 'fake-alpha-bf16', beta: 'fake-beta-bf16', broken: 'fake-broken-bf16' }
 
@@ -150,6 +152,8 @@ function daemon(serverUrl: string, workerKey: string, o: Parameters<typeof daemo
       models_dir: modelsDir,
       launch_command: LAUNCH,
       engine_args: [],
+      // The stand-in's control knobs (engines get an allow-list of the daemon's environment).
+      engine_env: ['FAKE_VLLM_*'],
       vram_gb: 16,
       concurrency: 2,
       log_level: 'info',
@@ -193,6 +197,11 @@ test('A then B on one daemon: each model its own process with its profile’s pa
     expect(flagAfter(alphaRun!.argv, '--max-model-len')).toBe('4096')
     expect(alphaRun!.argv).toContain('--enforce-eager')
     expect(alive(alphaRun!.pid)).toBe(true)
+    // Each prompt is `Say <i>`: every one after the first answered shares its 4-token start with an
+    // earlier one, and the batch's usage sums what the engine reported.
+    const cached = a.lines.map((l) => l.response.body.usage.prompt_tokens_details.cached_tokens as number)
+    expect(cached.toSorted((x, y) => x - y)).toEqual([0, 4, 4, 4, 4, 4])
+    expect(a.batch.usage.input_tokens_details.cached_tokens).toBe(20)
     await until(
       'A loaded in the worker row',
       async () => (await f.models(d.agent.id))[ALPHA]?.state === 'loaded',
@@ -298,6 +307,8 @@ function spawnDaemon(workerKey: string, stateDir: string): { proc: Subprocess; o
         modelsDir,
         '--launch-command',
         LAUNCH,
+        '--engine-env',
+        'FAKE_VLLM_*',
         '--state-dir',
         stateDir,
         '--vram-gb',

@@ -105,7 +105,8 @@ withRealEngine('daemon against llama-server', (engine) => {
 
   /**
    * Output and error lines; every custom_id exactly once, and the batch usage is their sum (with
-   * `responses`, the Responses usage also as prompt and completion tokens: docs/api.md §7).
+   * `responses`, the Responses usage also as prompt and completion tokens; the engine's cached
+   * prompt tokens as cached_tokens: docs/api.md §7), which the batch object carries (§6).
    */
   async function results(batch: any, n: number, responses = false) {
     const out = await fileLines(batch.output_file_id)
@@ -116,12 +117,19 @@ withRealEngine('daemon against llama-server', (engine) => {
     expect(batch.request_counts).toEqual({ total: n, completed: out.length, failed: err.length })
     const row = (await server.deps.store.batches.get(batch.id, null))!
     const sum: Record<string, number> = {}
-    for (const l of out)
-      for (const [k, v] of Object.entries(l.response.body.usage ?? {}))
-        if (typeof v === 'number') sum[k] = (sum[k] ?? 0) + v
+    for (const l of out) {
+      const usage = l.response.body.usage ?? {}
+      for (const [k, v] of Object.entries(usage)) if (typeof v === 'number') sum[k] = (sum[k] ?? 0) + v
+      const cached = (usage.prompt_tokens_details ?? usage.input_tokens_details)?.cached_tokens
+      if (typeof cached === 'number') sum.cached_tokens = (sum.cached_tokens ?? 0) + cached
+    }
     if (responses)
       Object.assign(sum, { prompt_tokens: sum.input_tokens, completion_tokens: sum.output_tokens })
     expect(row.usage).toEqual(sum)
+    expect(batch.usage).toMatchObject({
+      input_tokens: sum.prompt_tokens,
+      input_tokens_details: { cached_tokens: sum.cached_tokens ?? 0 },
+    })
     return { out, err, usage: sum }
   }
 
@@ -155,6 +163,8 @@ withRealEngine('daemon against llama-server', (engine) => {
       const batch = await until('completion', completed(batchId))
       const { out, err, usage } = await results(batch, 20)
       expect(err).toEqual([])
+      // 20 requests on 4 slots: a slot's later requests find the chat template's start in its cache.
+      expect(usage.cached_tokens).toBeGreaterThan(0)
       for (const l of out) {
         expect(l.response.status_code).toBe(200)
         expect(l.response.body.object).toBe('chat.completion')

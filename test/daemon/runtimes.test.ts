@@ -4,7 +4,12 @@ import { mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { DigestCache } from '../../src/daemon/runtimes/digests'
-import { OllamaRuntime, ollamaName, parseModelfileBlobs } from '../../src/daemon/runtimes/ollama'
+import {
+  derivedModelName,
+  OllamaRuntime,
+  ollamaName,
+  parseModelfileBlobs,
+} from '../../src/daemon/runtimes/ollama'
 import { OpenAIRuntime } from '../../src/daemon/runtimes/openai'
 import type { PullProgress } from '../../src/daemon/runtimes/types'
 import { StateDir } from '../../src/daemon/state'
@@ -127,6 +132,69 @@ describe('ollama: which digest is which', () => {
     await rt.stop()
     const snap = await new OllamaRuntime(rt.url, 'ollama').snapshot()
     expect(snap).toMatchObject({ status: 'offline', inventory: [], models: [], loaded: [] })
+  })
+
+  test("a profile's options become a derived model (POST /api/create), hidden from the inventory; keep_alive follows the job", async () => {
+    const rt = startFakeRuntime({ ollama: { models: fixtureModels(), loaded: [] } })
+    try {
+      const runtime = new OllamaRuntime(rt.url, 'ollama')
+      const params = { num_ctx: 8192, num_gpu: 99, temperature: 0.2, stop: ['</s>'], keep_alive: '1h' }
+      const engine = await runtime.prepareJob({ model: 'llama3.2', params }, new AbortController().signal)
+      const options = { num_ctx: 8192, num_gpu: 99, temperature: 0.2, stop: ['</s>'] }
+      expect(engine.model).toBe(derivedModelName('llama3.2', options))
+      expect(engine.model).toMatch(/^gridkeep\/llama3\.2:[0-9a-f]{12}$/)
+      // One name per base and options, whatever their order; another option, another name.
+      expect(
+        derivedModelName('llama3.2:latest', { stop: ['</s>'], temperature: 0.2, num_gpu: 99, num_ctx: 8192 }),
+      ).toBe(engine.model)
+      expect(derivedModelName('llama3.2', { ...options, num_ctx: 4096 })).not.toBe(engine.model)
+      expect(rt.ollamaCalls).toEqual([
+        {
+          path: '/api/create',
+          body: { model: engine.model, from: 'llama3.2', parameters: options, stream: false },
+        },
+      ])
+      // The derived model is Ollama's, not the catalogue's: never in the inventory; loaded, it
+      // counts its base (same weights) as loaded.
+      rt.opts.ollama!.loaded = [engine.model]
+      const snap = await runtime.snapshot()
+      expect(snap.models).toEqual(['llama3.2:latest', 'llava:7b', 'nomic-embed-text:latest'])
+      expect(snap.loaded).toEqual(['llama3.2:latest'])
+      expect(snap.inventory.find((i) => i.local_name === 'llama3.2:latest')?.loaded).toBe(true)
+      // After the job: a load request carrying keep_alive (no prompt).
+      await engine.finish!()
+      expect(rt.ollamaCalls.at(-1)).toEqual({
+        path: '/api/generate',
+        body: { model: engine.model, keep_alive: '1h', stream: false },
+      })
+      // keep_alive alone needs no model of its own; nothing at all, nothing sent.
+      const calls = rt.ollamaCalls.length
+      expect(
+        (
+          await runtime.prepareJob(
+            { model: 'llava:7b', params: { keep_alive: -1 } },
+            new AbortController().signal,
+          )
+        ).model,
+      ).toBe('llava:7b')
+      expect(rt.ollamaCalls).toHaveLength(calls)
+    } finally {
+      await rt.stop()
+    }
+  })
+
+  test('Ollama refusing the options fails with its words', async () => {
+    const rt = startFakeRuntime({ ollama: { models: fixtureModels() } })
+    try {
+      const runtime = new OllamaRuntime(rt.url, 'ollama')
+      await expect(
+        runtime.prepareJob({ model: 'absent:1', params: { num_ctx: 8192 } }, new AbortController().signal),
+      ).rejects.toThrow(
+        /ollama refused the serving profile's options for absent:1: .*404.*model 'absent:1' not found/,
+      )
+    } finally {
+      await rt.stop()
+    }
   })
 
   test('pull streams progress, then the model is in the inventory with the pinned digest', async () => {

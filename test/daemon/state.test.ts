@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { StateDir } from '../../src/daemon/state'
@@ -34,20 +34,29 @@ describe('daemon state directory', () => {
     expect(new StateDir(dir).identity().machine_id).toMatch(/^[0-9a-f]{32}$/)
   })
 
-  test('one daemon per state directory: a live pid holds the lock, a dead one does not', () => {
+  test('one daemon per state directory: the lock is held while its holder runs and names it; what a pid file says never blocks', () => {
     const dir = join(root, 'locked')
     const state = new StateDir(dir)
     const unlock = state.lock()
-    // Our own pid re-locking is fine (same process).
-    expect(() => state.lock()).not.toThrow()
-    // pid 1 is alive on every Unix.
-    writeFileSync(join(dir, 'daemon.pid'), '1')
-    expect(() => new StateDir(dir).lock()).toThrow(/another daemon \(pid 1\)/)
-    // A pid that cannot exist is stale.
-    writeFileSync(join(dir, 'daemon.pid'), '99999999')
-    const relock = new StateDir(dir).lock()
-    relock()
+    const { pid, started_at } = JSON.parse(readFileSync(join(dir, 'daemon.lock'), 'utf8'))
+    expect(pid).toBe(process.pid)
+    // flock(2) is per open file: a second claim fails even from this process.
+    expect(() => new StateDir(dir).lock()).toThrow(
+      `another daemon (pid ${process.pid}, started ${started_at}) uses the state directory ${dir}: stop it, or give this one its own --state-dir`,
+    )
     unlock()
+    // What a crashed run (or a daemon from before the lock) left names a pid that is alive now,
+    // taken by another process (pid 1 is alive on every Unix): it blocks nothing, and the old pid
+    // file goes.
+    writeFileSync(
+      join(dir, 'daemon.lock'),
+      JSON.stringify({ pid: 1, started_at: '2020-01-01T00:00:00.000Z' }),
+    )
+    writeFileSync(join(dir, 'daemon.pid'), '1')
+    const relock = new StateDir(dir).lock()
+    expect(existsSync(join(dir, 'daemon.pid'))).toBe(false)
+    expect(JSON.parse(readFileSync(join(dir, 'daemon.lock'), 'utf8')).pid).toBe(process.pid)
+    relock()
   })
 
   test('job directories are fresh per job and cleared at start', () => {

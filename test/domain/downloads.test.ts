@@ -1,5 +1,16 @@
 import { describe, expect, test } from 'bun:test'
-import { type DownloadableEntry, hubSource, isSafeRelativePath, pullSource } from '../../src/domain/downloads'
+import {
+  backedOff,
+  backOffDownload,
+  DOWNLOAD_BACKOFF_FIRST_SECONDS,
+  DOWNLOAD_BACKOFF_MAX_SECONDS,
+  type DownloadableEntry,
+  downloadBackoffSeconds,
+  hubSource,
+  isSafeRelativePath,
+  pullPin,
+  pullSource,
+} from '../../src/domain/downloads'
 
 // docs/api.md §7 pull_models: what a worker fetches for an entry, by runtime.
 
@@ -68,5 +79,58 @@ describe('hub downloads', () => {
     })
     expect(pullSource('llama.cpp', ollamaOnly)).toBeNull()
     expect(pullSource('vllm', entry({ source_ref: 'o/r/m.gguf', digest: D }))?.source_ref).toBe('o/r')
+  })
+})
+
+describe('the back-off after a failed download (docs/api.md §7 model-progress)', () => {
+  test('10 minutes, doubling with each failure in a row, to 24 hours', () => {
+    expect(DOWNLOAD_BACKOFF_FIRST_SECONDS).toBe(600)
+    expect([1, 2, 3, 4, 8, 9, 50].map(downloadBackoffSeconds)).toEqual([
+      600,
+      1200,
+      2400,
+      4800,
+      76_800,
+      DOWNLOAD_BACKOFF_MAX_SECONDS,
+      DOWNLOAD_BACKOFF_MAX_SECONDS,
+    ])
+  })
+
+  test('counted per pin: a failure of the same download grows it, of another starts over; a refusal keeps the count', () => {
+    const first = backOffDownload(null, 'p1', 1000)
+    expect(first).toEqual({ pin: 'p1', failures: 1, retry_at: 1600 })
+    const second = backOffDownload(first, 'p1', 2000)
+    expect(second).toEqual({ pin: 'p1', failures: 2, retry_at: 3200 })
+    expect(backOffDownload(second, 'p2', 2000)).toEqual({ pin: 'p2', failures: 1, retry_at: 2600 })
+    expect(backOffDownload(second, 'p1', 2000, false)).toEqual({ pin: 'p1', failures: 2, retry_at: 3200 })
+    expect(backOffDownload(null, 'p1', 2000, false)).toEqual({ pin: 'p1', failures: 1, retry_at: 2600 })
+  })
+
+  test('backed off only from the same pin, until retry_at', () => {
+    const b = { pin: 'p1', failures: 1, retry_at: 1600 }
+    expect(backedOff(b, 'p1', 1599)).toBe(true)
+    expect(backedOff(b, 'p1', 1600)).toBe(false)
+    expect(backedOff(b, 'p2', 1000)).toBe(false)
+    expect(backedOff(null, 'p1', 1000)).toBe(false)
+  })
+
+  test('the pin changes with anything the download fetches or checks, and only then', () => {
+    const ask = {
+      runtime_model_id: 'm',
+      digest: 'a'.repeat(64),
+      source_type: 'huggingface',
+      source_ref: 'o/r',
+      source_revision: 'main',
+      files: [{ path: 'm.gguf', sha256: 'a'.repeat(64), size_bytes: 10 }],
+    }
+    const pin = pullPin(ask)
+    expect(pullPin({ ...ask })).toBe(pin)
+    for (const changed of [
+      { ...ask, digest: 'b'.repeat(64) },
+      { ...ask, source_revision: 'v2' },
+      { ...ask, files: [{ ...ask.files[0]!, sha256: 'b'.repeat(64) }] },
+      { ...ask, runtime_model_id: 'n' },
+    ])
+      expect(pullPin(changed)).not.toBe(pin)
   })
 })

@@ -3,6 +3,7 @@ import type { CatalogueEntry } from '../../src/domain/matching'
 import {
   formatBytes,
   type WaitingFacts,
+  type WaitingFailure,
   type WaitingHost,
   type WaitingPull,
   waitingReason,
@@ -69,6 +70,14 @@ const PULL: WaitingPull = {
   total_bytes: 2_000_000_000,
 }
 
+const FAILED: WaitingFailure = {
+  worker_name: 'box-dl',
+  org_id: 'org_lab',
+  error: `sha256 of llama.gguf is ${'b'.repeat(64)}, the catalogue's is ${'a'.repeat(64)}; the file was deleted`,
+  failures: 1,
+  retry_at: Date.UTC(2026, 4, 1, 12, 40) / 1000,
+}
+
 const none = { batches: 0, requests: 0 }
 
 function facts(o: Partial<WaitingFacts> = {}): WaitingFacts {
@@ -77,6 +86,7 @@ function facts(o: Partial<WaitingFacts> = {}): WaitingFacts {
     entry: ENTRY,
     hosts: [],
     pull: null,
+    failure: null,
     ahead: none,
     running: none,
     viewer: { superadmin: false, orgIds: new Set(['org_lab']) },
@@ -98,6 +108,33 @@ describe('the order of the reasons', () => {
     expect(reason({ pull: { ...PULL, live: false } })).toBe('no_worker')
     // Once a worker serves it, the ask is beside the point.
     expect(reason({ pull: PULL, hosts: [host()] })).toBe('queued')
+  })
+
+  test('download_failed: no download under way, nobody serving it, and its last download failed', () => {
+    expect(waitingReason(facts({ failure: FAILED }))).toEqual({
+      reason: 'download_failed',
+      message: `Worker box-dl could not download ${ENTRY.id}: ${FAILED.error}. It is not asked for it again before 2026-05-01 12:40 UTC.`,
+      details: {
+        catalogue_id: ENTRY.id,
+        worker_name: 'box-dl',
+        error: FAILED.error,
+        failures: 1,
+        retry_at: FAILED.retry_at,
+      },
+    })
+    // It outranks the reasons a download would have ended; a download under way, or a worker
+    // serving the entry, outranks it.
+    expect(reason({ failure: FAILED, hosts: [host({ vram: 4 })] })).toBe('download_failed')
+    expect(reason({ failure: FAILED, pull: PULL })).toBe('downloading')
+    expect(reason({ failure: FAILED, hosts: [host()] })).toBe('queued')
+    // Another org's worker: neither its name nor its words (a path on its disk).
+    const outsider = waitingReason(
+      facts({ failure: FAILED, viewer: { superadmin: false, orgIds: new Set() } }),
+    )
+    expect(outsider.message).toBe(
+      `A worker could not download ${ENTRY.id}; it is not asked for it again before 2026-05-01 12:40 UTC.`,
+    )
+    expect(outsider.details).toMatchObject({ worker_name: null, error: null })
   })
 
   test('no_shard_worker: the rest of a split batch needs a shard-capable worker', () => {

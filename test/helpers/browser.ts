@@ -45,24 +45,32 @@ export interface Session {
   finish(): Promise<void>
 }
 
-export async function openSession(browser: Browser, origin: string): Promise<Session> {
+/** `alsoAllow`: other origins the test sends the browser to on purpose (an identity provider). */
+export async function openSession(
+  browser: Browser,
+  origin: string,
+  o: { alsoAllow?: string[] } = {},
+): Promise<Session> {
   const context = await browser.newContext({
     acceptDownloads: true,
     viewport: { width: 1280, height: 860 },
   })
   const problems: string[] = []
+  const onOurPage = (url: string) => !o.alsoAllow?.some((other) => url.startsWith(`${other}/`))
   const allowed = new Set<number>()
   let offline = false
   await context.route('**/*', (route) => {
     const url = route.request().url()
-    if (url.startsWith('blob:') || url.startsWith('data:') || new URL(url).origin === origin)
-      return route.continue()
+    const to = url.startsWith('blob:') || url.startsWith('data:') ? origin : new URL(url).origin
+    if (to === origin || o.alsoAllow?.includes(to)) return route.continue()
+    // Another site's page (the provider's) is not ours to judge: what it asks elsewhere is only refused.
+    if (!onOurPage(route.request().frame().url())) return route.abort('blockedbyclient')
     problems.push(`request to another origin: ${url}`)
     return route.abort('blockedbyclient')
   })
   const page = await context.newPage()
   page.on('console', (m) => {
-    if (m.type() !== 'error') return
+    if (m.type() !== 'error' || !onOurPage(page.url())) return
     const text = m.text()
     const status = /status of (\d{3})/.exec(text)?.[1]
     if (status && allowed.has(Number(status))) return

@@ -38,6 +38,7 @@ export function daemonOptions(
     model_files: {},
     llama_server: 'llama-server',
     engine_args: [],
+    engine_env: [],
     log_level: 'debug',
     ...o,
   }

@@ -16,7 +16,9 @@
 // answers llama-server's shape with `total_slots`.
 //
 // Ollama-native mode (`ollama`): GET /api/tags, GET /api/ps, POST /api/show, POST /api/pull
-// (streamed NDJSON progress; a pulled model then appears in /api/tags), beside the /v1 routes.
+// (streamed NDJSON progress; a pulled model then appears in /api/tags), POST /api/create (`from` and
+// `parameters`: a model of the same weights, listed in /api/tags) and POST /api/generate (a load,
+// no prompt), beside the /v1 routes. Every native POST body is kept in `ollamaCalls`.
 
 export type Behaviour =
   | 'ok'
@@ -50,6 +52,8 @@ export interface FakeRuntimeOptions {
     models: OllamaModelFixture[]
     /** Names loaded in memory (/api/ps). */
     loaded?: string[]
+    /** Awaited by /api/pull after its first progress line (a test holds a pull under way). */
+    pullHold?: () => Promise<void>
     /** Models /api/pull can fetch, with the layers it reports. */
     library?: Record<string, OllamaModelFixture & { layers: { digest: string; size: number }[] }>
   }
@@ -69,12 +73,16 @@ export interface FakeRuntime {
   /** body.model of every inference request. */
   models: Set<string>
   pulls: string[]
+  /** Ollama-native POSTs (/api/create, /api/generate, /api/pull, /api/show), in order, with their bodies. */
+  ollamaCalls: { path: string; body: any }[]
   opts: FakeRuntimeOptions
   /** Closes the listener and every open connection (a crashed runtime). */
   stop(): Promise<void>
   /** Listens again on the same port. */
   restart(): void
 }
+
+const sha256Hex = (text: string) => new Bun.CryptoHasher('sha256').update(text).digest('hex')
 
 const MARKER = /#(500|503|429|400|drop|hang)(?:x(\d+))?/
 
@@ -108,6 +116,7 @@ export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
     refused: 0,
     models: new Set(),
     pulls: [],
+    ollamaCalls: [],
     opts,
     stop: async () => {},
     restart: () => {},
@@ -265,8 +274,9 @@ export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
     return new Response(
       new ReadableStream({
         async start(c) {
-          for (const l of lines) {
+          for (const [i, l] of lines.entries()) {
             c.enqueue(enc.encode(JSON.stringify(l) + '\n'))
+            if (i === 1) await opts.ollama?.pullHold?.()
             await Bun.sleep(1)
           }
           if (entry) ollamaModels.push({ tag: entry.tag, show: entry.show })
@@ -299,12 +309,45 @@ export function startFakeRuntime(opts: FakeRuntimeOptions = {}): FakeRuntime {
         const loaded = opts.ollama.loaded ?? []
         return json({ models: ollamaModels.filter((m) => loaded.includes(m.tag.name)).map((m) => m.tag) })
       }
-      if (path === '/api/show' && req.method === 'POST') {
-        const { model, name } = (await req.json()) as { model?: string; name?: string }
-        const found = ollamaModels.find((m) => m.tag.name === (model ?? name))
-        return found?.show ? json(found.show) : json({ error: `model '${model ?? name}' not found` }, 404)
+      if (req.method === 'POST' && path.startsWith('/api/')) {
+        const body = (await req.clone().json()) as any
+        rt.ollamaCalls.push({ path, body })
+        // Ollama reads `name` as `name:latest`.
+        const full = (name: string) => (name?.includes(':') ? name : `${name}:latest`)
+        const named = (name: string) => ollamaModels.find((m) => full(m.tag.name) === full(name))
+        if (path === '/api/show') {
+          const found = named(body.model ?? body.name)
+          return found?.show
+            ? json(found.show)
+            : json({ error: `model '${body.model ?? body.name}' not found` }, 404)
+        }
+        if (path === '/api/pull') return pull(req)
+        if (path === '/api/create') {
+          // Ollama 0.5.5+: a new manifest over the same blobs, its params layer replaced.
+          const from = named(body.from)
+          if (!from) return json({ error: `model '${body.from}' not found` }, 404)
+          const params = Object.entries(body.parameters ?? {})
+            .map(([k, v]) => `PARAMETER ${k} ${JSON.stringify(v)}`)
+            .join('\n')
+          const made = {
+            tag: {
+              ...from.tag,
+              name: body.model,
+              model: body.model,
+              digest: sha256Hex(JSON.stringify(body)),
+            },
+            show: { ...from.show, modelfile: `${from.show.modelfile}\n${params}` },
+          }
+          const at = ollamaModels.findIndex((m) => m.tag.name === body.model)
+          if (at >= 0) ollamaModels[at] = made
+          else ollamaModels.push(made)
+          return json({ status: 'success' })
+        }
+        if (path === '/api/generate') {
+          if (!named(body.model)) return json({ error: `model '${body.model}' not found` }, 404)
+          return json({ model: body.model, response: '', done: true, done_reason: 'load' })
+        }
       }
-      if (path === '/api/pull' && req.method === 'POST') return pull(req)
     }
     return new Response('not found', { status: 404 })
   }

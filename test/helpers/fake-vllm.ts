@@ -20,6 +20,10 @@
 //     <key>.peak          it writes the most requests it has had in flight at once
 // - FAKE_VLLM_REQUEST_MS (default 0): how long each request takes; at most --max-num-seqs (default
 //   256) are served at once, the rest wait (an engine's batch slots).
+// - --enable-prompt-tokens-details (vLLM; SGLang's --enable-cache-report), as the daemon's default
+//   launch commands pass: usage carries prompt_tokens_details.cached_tokens, the prompt tokens (one
+//   per character here) a previous request of this process began with — its prefix cache, in small.
+//   Without it, usage has no details, as vLLM's has not.
 // - SIGTERM: it says so and exits 0.
 //
 // On a simulated GPU box (GPUBOX_DIR set: test/helpers/gpubox.ts) it applies vLLM's own rules:
@@ -112,6 +116,20 @@ await Bun.sleep(loadMs)
 while (hold && existsSync(hold)) await Bun.sleep(20)
 
 let answered = 0
+const reportsCached =
+  args.includes('--enable-prompt-tokens-details') || args.includes('--enable-cache-report')
+const seen: string[] = []
+/** The longest start of `prompt` an earlier prompt shares: what a prefix cache holds of it. */
+function cachedOf(prompt: string): number {
+  let best = 0
+  for (const p of seen) {
+    let i = 0
+    while (i < p.length && i < prompt.length && p[i] === prompt[i]) i++
+    best = Math.max(best, i)
+  }
+  if (seen.length < 64) seen.push(prompt)
+  return best
+}
 const crash = controlFile('crash')
 const stall = controlFile('stall')
 const peakFile = controlFile('peak')
@@ -186,7 +204,12 @@ const server = Bun.serve({
         : String(body.prompt ?? '')
     const text = `${served} (pid ${process.pid}) says: ${prompt}`
     answered++
-    const usage = { prompt_tokens: prompt.length, completion_tokens: 4, total_tokens: prompt.length + 4 }
+    const usage = {
+      prompt_tokens: prompt.length,
+      completion_tokens: 4,
+      total_tokens: prompt.length + 4,
+      ...(reportsCached ? { prompt_tokens_details: { cached_tokens: cachedOf(prompt) } } : {}),
+    }
     return json(
       path === '/v1/chat/completions'
         ? {

@@ -88,7 +88,7 @@ export function makeGpuBox(dir: string, gpus: number[]): GpuBox {
         `FAKE_VLLM_REQUEST_MS=${o.requestMs ?? 0}`,
         process.execPath,
         FAKE_VLLM,
-        'serve {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} {params}',
+        'serve {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} --enable-prompt-tokens-details {params}',
       ].join(' '),
   }
 }

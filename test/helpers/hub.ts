@@ -13,6 +13,9 @@ import { join } from 'node:path'
 //                     ever gets further)
 //   status            answer that status (404, 503 …) every time
 // `token`: every request must carry `Authorization: Bearer <token>` (else 401).
+// `compress`: like a proxy that compresses, a whole-file answer to a request whose Accept-Encoding
+// allows gzip is sent gzipped (`Content-Encoding: gzip`, the compressed length as Content-Length).
+// `onRequest`: called with each request as it arrives, before it is answered.
 
 export interface HubRequest {
   method: string
@@ -20,6 +23,7 @@ export interface HubRequest {
   range: string | null
   ifRange: string | null
   authorization: string | null
+  acceptEncoding: string | null
   status: number
 }
 
@@ -49,7 +53,14 @@ const key = (repo: string, revision: string, path: string) => `/${repo}/resolve/
 
 export const sha256Of = (bytes: Uint8Array) => new Bun.CryptoHasher('sha256').update(bytes).digest('hex')
 
-export function startStandInHub(o: { token?: string; bytesPerSecond?: number } = {}): StandInHub {
+export function startStandInHub(
+  o: {
+    token?: string
+    bytesPerSecond?: number
+    compress?: boolean
+    onRequest?: (r: { method: string; path: string }) => void
+  } = {},
+): StandInHub {
   const files = new Map<string, { bytes: Uint8Array | null; disk?: string; size: number; etag: string }>()
   const faults = new Map<string, Misbehaviour & { served: number }>()
   const requests: HubRequest[] = []
@@ -57,6 +68,7 @@ export function startStandInHub(o: { token?: string; bytesPerSecond?: number } =
   const answer = (req: Request): Response => {
     const url = new URL(req.url)
     const path = decodeURIComponent(url.pathname)
+    o.onRequest?.({ method: req.method, path })
     const record = (status: number) =>
       requests.push({
         method: req.method,
@@ -64,6 +76,7 @@ export function startStandInHub(o: { token?: string; bytesPerSecond?: number } =
         range: req.headers.get('range'),
         ifRange: req.headers.get('if-range'),
         authorization: req.headers.get('authorization'),
+        acceptEncoding: req.headers.get('accept-encoding'),
         status,
       })
     if (o.token && req.headers.get('authorization') !== `Bearer ${o.token}`) {
@@ -99,6 +112,14 @@ export function startStandInHub(o: { token?: string; bytesPerSecond?: number } =
       'content-length': String(size - start),
       'content-type': 'application/octet-stream',
       ...(status === 206 ? { 'content-range': `bytes ${start}-${size - 1}/${size}` } : {}),
+    }
+    const gzip =
+      o.compress && status === 200 && file.bytes && /\bgzip\b/.test(req.headers.get('accept-encoding') ?? '')
+    if (gzip) {
+      const packed = Bun.gzipSync(file.bytes as Uint8Array<ArrayBuffer>)
+      headers['content-encoding'] = 'gzip'
+      headers['content-length'] = String(packed.length)
+      return new Response(req.method === 'HEAD' ? null : packed, { status, headers })
     }
     if (req.method === 'HEAD') return new Response(null, { status, headers })
     if (!file.bytes)

@@ -13,6 +13,14 @@ import {
   upload,
 } from './workers'
 
+/** An answered line's usage as the engines report it, with prompt tokens served from their cache. */
+export const CACHED_USAGE = {
+  prompt_tokens: 5,
+  completion_tokens: 7,
+  total_tokens: 12,
+  prompt_tokens_details: { cached_tokens: 3 },
+}
+
 /**
  * An installation with something of everything, made through the API: users, a team org with a
  * member, personal and worker keys, catalogue entries, uploaded files, a completed batch (output and
@@ -45,6 +53,25 @@ export async function populate(t: TestApp) {
     vram_gb: null,
   })
 
+  // docs/api.md §2 "Single sign-on": an identity linked to an account, and a sign-in under way
+  // (written through the store: no provider is needed to hold them).
+  await t.deps.store.sso.link(
+    other.id,
+    { issuer: 'https://idp.example.test/realms/lab', subject: 'other-subject', email: other.email },
+    t.clock.now(),
+  )
+  await t.deps.store.sso.startLogin({
+    state_hash: 'a'.repeat(64),
+    nonce: 'populated-nonce',
+    code_verifier: 'v'.repeat(43),
+    return_to: '/app/keys',
+    redirect_uri: null,
+    client_state: null,
+    code_challenge: null,
+    created_at: t.clock.now(),
+    expires_at: t.clock.now() + 600,
+  })
+
   // A webhook (written through the store: its loopback-free URL needs no resolver here), so the
   // batches below leave events in its outbox.
   await t.deps.store.webhooks.createWebhook({
@@ -68,13 +95,26 @@ export async function populate(t: TestApp) {
 
   const workerId = await registerWorker(t, fleet.key, { models: ['m:8b'] })
   expect((await heartbeat(t, fleet.key, workerId, { loaded_models: ['m:8b'] })).status).toBe(200)
+  // docs/api.md §7 model-progress `failed`: the worker backs off from a download that failed.
+  const now = t.clock.now()
+  await t.deps.store.fleet.setPullFailure({
+    catalog_id: 'other-8b-q4km',
+    worker_id: workerId,
+    runtime: 'ollama',
+    runtime_model_id: 'o:8b',
+    pin: 'f'.repeat(32),
+    failures: 2,
+    error: 'ollama pull failed: file does not exist',
+    failed_at: now,
+    retry_at: now + 1200,
+  })
   const job = await poll(t, fleet.key, workerId)
   expect(job?.job_id).toBe(done.id)
   const res = await upload(
     t,
     fleet.key,
     { job_id: done.id, worker_id: workerId, assignment_id: job!.assignment_id },
-    [okLine('a'), okLine('b'), errorLine('c')].join('\n'),
+    [okLine('a', CACHED_USAGE), okLine('b', CACHED_USAGE), errorLine('c')].join('\n'),
   )
   expect(res.status).toBe(200)
 
@@ -102,7 +142,7 @@ export async function populate(t: TestApp) {
     t,
     fleet.key,
     { job_id: first!.job_id, worker_id: shardWorkers[0]!, assignment_id: first!.assignment_id },
-    shardIds.map((id) => okLine(id)).join('\n'),
+    shardIds.map((id) => okLine(id, CACHED_USAGE)).join('\n'),
   )
   expect(shardUpload.status).toBe(200)
   return { fleet, other, batches: { done, failed, waiting, split }, workerId }

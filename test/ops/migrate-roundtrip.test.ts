@@ -4,7 +4,7 @@ import { loadConfig } from '../../src/config'
 import { createBlobStore } from '../../src/lib/blobs'
 import { migrateRows } from '../../src/ops/migrate'
 import { makeTestApp, type TestApp } from '../helpers/app'
-import { populate } from '../helpers/installation'
+import { CACHED_USAGE, populate } from '../helpers/installation'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { postgres, testWith } from '../helpers/requires'
 import { type S3Server, startS3Server } from '../helpers/s3'
@@ -42,6 +42,8 @@ async function answers(t: TestApp, tokens: string[]) {
       await get(`/v1/orgs/${org.id}/api-keys`, token)
       await get(`/v1/orgs/${org.id}/workers`, token)
     }
+    // docs/api.md §14, cached prompt tokens included.
+    await get('/v1/usage?group_by=model', token)
     const batches = await get('/v1/batches?limit=100', token)
     for (const b of batches.data) await get(`/v1/batches/${b.id}`, token)
     const hooks = await get('/v1/webhooks', token)
@@ -100,7 +102,8 @@ testWith(
       const run = async (job: { id: string; assignment: string; first: number; requests: number }) => {
         const ids = Array.from({ length: job.requests }, (_, i) => `s${job.first + i}`)
         const fields = { job_id: job.id, worker_id: worker.id, assignment_id: job.assignment }
-        const res = await upload(target, made.fleet.key, fields, ids.map((id) => okLine(id)).join('\n'))
+        const lines = ids.map((id) => okLine(id, CACHED_USAGE)).join('\n')
+        const res = await upload(target, made.fleet.key, fields, lines)
         expect(res.status).toBe(200)
       }
       await run({
@@ -125,6 +128,8 @@ testWith(
       expect(done).toMatchObject({
         status: 'completed',
         request_counts: { total: 250, completed: 250, failed: 0 },
+        // The shard done before the move counts its cached tokens as the ones done after it.
+        usage: { input_tokens: 250 * 5, input_tokens_details: { cached_tokens: 250 * 3 } },
       })
       const output = await target.req('GET', `/v1/files/${done.output_file_id}/content`, {
         token: made.other.token,

@@ -48,6 +48,7 @@ describeWith(postgres, 'migrateRows', () => {
         // docs/api.md §16: the split batch's two shards and its request-line index.
         batch_shards: 2,
         batch_line_index: 1,
+        model_pull_failures: 1,
       })
       expect(rows.files).toBe(6) // four inputs, one output, one error file
       expect(rows.batch_errors).toBeGreaterThan(0)
@@ -55,7 +56,10 @@ describeWith(postgres, 'migrateRows', () => {
       // The webhook, and its outbox: its owner's batch was validated, then completed.
       expect(rows.webhooks).toBe(1)
       expect(rows.webhook_messages).toBe(2)
-      expect(lines.at(-1)).toMatch(/^verified 22 tables/)
+      // docs/api.md §2 "Single sign-on": the linked identity travels, so it still signs in.
+      expect(rows.user_identities).toBe(1)
+      expect(rows.sso_logins).toBe(1)
+      expect(lines.at(-1)).toMatch(/^verified 25 tables/)
       const pg = new SQL({ url: to, max: 1 })
       try {
         const [u] = await pg`SELECT count(*)::int AS n, max(seq)::int AS max FROM users`
@@ -72,7 +76,9 @@ describeWith(postgres, 'migrateRows', () => {
           (SELECT array_agg(DISTINCT jsonb_typeof(capabilities)) FROM catalog_entries) AS capabilities,
           (SELECT array_agg(DISTINCT jsonb_typeof(params)) FROM serving_profiles) AS params,
           (SELECT array_agg(DISTINCT jsonb_typeof(loaded_models)) FROM workers) AS loaded_models,
-          (SELECT metadata ->> 'project' FROM batches WHERE metadata IS NOT NULL LIMIT 1) AS project`
+          (SELECT metadata ->> 'project' FROM batches WHERE metadata IS NOT NULL LIMIT 1) AS project,
+          (SELECT sum((usage ->> 'cached_tokens')::int)::int FROM batches) AS batch_cached,
+          (SELECT sum((usage ->> 'cached_tokens')::int)::int FROM batch_shards) AS shard_cached`
         expect(json).toEqual({
           metadata: ['object'],
           usage: ['object'],
@@ -80,6 +86,10 @@ describeWith(postgres, 'migrateRows', () => {
           params: ['object'],
           loaded_models: ['array'],
           project: 'migrate',
+          // docs/api.md §14 cached prompt tokens: the completed batch's two answered lines, and the
+          // done shard's 125 (3 each, test/helpers/installation.ts).
+          batch_cached: 6,
+          shard_cached: 375,
         })
       } finally {
         await pg.close()

@@ -57,8 +57,14 @@ async function seed(h: StoreHarness) {
       VALUES ('user_a', 'a@x.test', 'h', 'A', 1, 1), ('user_b', 'b@x.test', 'h', 'B', 1, 1);
     INSERT INTO api_keys (id, key_type, name, prefix, key_hash, user_id, created_at, revoked_at)
       VALUES ('key_1', 'personal', 'laptop', 'gk-AAAAAAAAA', 'h1', 'user_a', 1, 5);`)
-  const tokens = (p: number, c: number) => ({ prompt_tokens: p, completion_tokens: c, total_tokens: p + c })
-  await batch(h, { key: 'key_1', completedAt: D0 + 100, requests: 3, usage: tokens(10, 20), org: 'org_x' })
+  // A batch's usage as upload-results keeps it (src/domain/usage.ts): cached_tokens where a line had them.
+  const tokens = (p: number, c: number, cached?: number) => ({
+    prompt_tokens: p,
+    completion_tokens: c,
+    total_tokens: p + c,
+    ...(cached === undefined ? {} : { cached_tokens: cached }),
+  })
+  await batch(h, { key: 'key_1', completedAt: D0 + 100, requests: 3, usage: tokens(10, 20, 6), org: 'org_x' })
   await batch(h, { model: 'm2', completedAt: D0 + DAY + 5, requests: 2, usage: tokens(1, 2), org: 'org_y' })
   // An embedding batch: no completion tokens.
   await batch(h, {
@@ -71,13 +77,13 @@ async function seed(h: StoreHarness) {
     user: 'user_b',
     completedAt: D0 + 300,
     requests: 5,
-    usage: tokens(100, 100),
+    usage: tokens(100, 100, 90),
     org: 'org_x',
   })
   // Not counted: failed (validation stamps completed_at too), still running, outside [start, end).
   await batch(h, { status: 'failed', completedAt: D0 + 200, usage: null })
   await batch(h, { status: 'in_progress', completedAt: null, usage: null, org: 'org_x' })
-  await batch(h, { completedAt: D0 - 1, usage: tokens(1000, 0), org: 'org_x' })
+  await batch(h, { completedAt: D0 - 1, usage: tokens(1000, 0, 999), org: 'org_x' })
   await batch(h, { completedAt: D0 + 2 * DAY, usage: tokens(1000, 0), org: 'org_x' })
 }
 
@@ -85,9 +91,10 @@ const counted = (
   n: number,
   requests: number,
   prompt_tokens: number,
+  cached_tokens: number,
   completion_tokens: number,
   total_tokens: number,
-) => ({ batches: n, requests, prompt_tokens, completion_tokens, total_tokens })
+) => ({ batches: n, requests, prompt_tokens, cached_tokens, completion_tokens, total_tokens })
 const noLabel = { prefix: null, name: null, email: null }
 const byGroup = (rows: UsageSums[]) => rows.toSorted((x, y) => String(x.group).localeCompare(String(y.group)))
 
@@ -105,22 +112,22 @@ for (const [kind, open] of storeEngines) {
       await seed(h)
       const me: UsageScope = { kind: 'user', userId: 'user_a' }
       expect(await run(me, 'day')).toEqual([
-        { group: D0, label: noLabel, ...counted(1, 3, 10, 20, 30) },
-        { group: D0 + DAY, label: noLabel, ...counted(2, 3, 5, 2, 7) },
+        { group: D0, label: noLabel, ...counted(1, 3, 10, 6, 20, 30) },
+        { group: D0 + DAY, label: noLabel, ...counted(2, 3, 5, 0, 2, 7) },
       ])
       expect(await run(me, 'model')).toEqual([
-        { group: 'm1', label: noLabel, ...counted(2, 4, 14, 20, 34) },
-        { group: 'm2', label: noLabel, ...counted(1, 2, 1, 2, 3) },
+        { group: 'm1', label: noLabel, ...counted(2, 4, 14, 6, 20, 34) },
+        { group: 'm2', label: noLabel, ...counted(1, 2, 1, 0, 2, 3) },
       ])
       // The revoked key keeps its row, so its prefix; a key id with no row has no label.
       expect(await run(me, 'key')).toEqual([
         {
           group: 'key_1',
           label: { prefix: 'gk-AAAAAAAAA', name: 'laptop', email: null },
-          ...counted(1, 3, 10, 20, 30),
+          ...counted(1, 3, 10, 6, 20, 30),
         },
-        { group: 'key_gone', label: noLabel, ...counted(1, 1, 4, 0, 4) },
-        { group: null, label: noLabel, ...counted(1, 2, 1, 2, 3) },
+        { group: 'key_gone', label: noLabel, ...counted(1, 1, 4, 0, 0, 4) },
+        { group: null, label: noLabel, ...counted(1, 2, 1, 0, 2, 3) },
       ])
       expect(await run({ kind: 'user', userId: 'user_nobody' }, 'day')).toEqual([])
     })
@@ -129,11 +136,11 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       await seed(h)
       expect(await run({ kind: 'org', orgId: 'org_x' }, 'day')).toEqual([
-        { group: D0, label: noLabel, ...counted(2, 8, 110, 120, 230) },
-        { group: D0 + DAY, label: noLabel, ...counted(1, 1, 4, 0, 4) },
+        { group: D0, label: noLabel, ...counted(2, 8, 110, 96, 120, 230) },
+        { group: D0 + DAY, label: noLabel, ...counted(1, 1, 4, 0, 0, 4) },
       ])
       expect(await run({ kind: 'org', orgId: 'org_y' }, 'model')).toEqual([
-        { group: 'm2', label: noLabel, ...counted(1, 2, 1, 2, 3) },
+        { group: 'm2', label: noLabel, ...counted(1, 2, 1, 0, 2, 3) },
       ])
     })
 
@@ -144,17 +151,17 @@ for (const [kind, open] of storeEngines) {
         {
           group: 'user_a',
           label: { prefix: null, name: null, email: 'a@x.test' },
-          ...counted(3, 6, 15, 22, 37),
+          ...counted(3, 6, 15, 6, 22, 37),
         },
         {
           group: 'user_b',
           label: { prefix: null, name: null, email: 'b@x.test' },
-          ...counted(1, 5, 100, 100, 200),
+          ...counted(1, 5, 100, 90, 100, 200),
         },
       ])
       expect(await run({ kind: 'all' }, 'model')).toEqual([
-        { group: 'm1', label: noLabel, ...counted(3, 9, 114, 120, 234) },
-        { group: 'm2', label: noLabel, ...counted(1, 2, 1, 2, 3) },
+        { group: 'm1', label: noLabel, ...counted(3, 9, 114, 96, 120, 234) },
+        { group: 'm2', label: noLabel, ...counted(1, 2, 1, 0, 2, 3) },
       ])
     })
   })
@@ -188,7 +195,7 @@ testWith(
           id: 'b1',
           status: 'completed',
           request_counts_completed: 2,
-          usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 },
+          usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7, cached_tokens: 2 },
           created_at: 1,
           completed_at: D0,
           updated_at: 1,
@@ -206,7 +213,7 @@ testWith(
       ])
       await db.execute(sql`INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status,
       request_counts_completed, usage, created_at, completed_at, updated_at)
-      VALUES ('b3', 'u', 'f', 'e', '24h', 'm', 'completed', 1, '{"prompt_tokens": 10, "total_tokens": 10}'::jsonb, 1, ${D0}, 1)`)
+      VALUES ('b3', 'u', 'f', 'e', '24h', 'm', 'completed', 1, '{"prompt_tokens": 10, "total_tokens": 10, "cached_tokens": 5}'::jsonb, 1, ${D0}, 1)`)
       const stored = await db.execute(
         sql`SELECT jsonb_typeof(usage) AS t, usage ->> 'total_tokens' AS total FROM batches WHERE id = 'b1'`,
       )
@@ -214,7 +221,7 @@ testWith(
         { t: 'object', total: '7' },
       ])
       const sums = await postgresUsage(db).sums({ kind: 'user', userId: 'u' }, range, 'model')
-      expect(sums).toEqual([{ group: 'm', label: noLabel, ...counted(3, 4, 13, 4, 17) }])
+      expect(sums).toEqual([{ group: 'm', label: noLabel, ...counted(3, 4, 13, 7, 4, 17) }])
     } finally {
       await db.$client.close()
     }

@@ -14,13 +14,14 @@ import {
 
 // A /v1/responses batch's usage (docs/api.md §7 upload-results `usage`, §14): the engines' Responses
 // usage (input_tokens, output_tokens) is summed under its own names and as prompt and completion
-// tokens, which the usage views report — through the real flow, on the suite's storage engine.
+// tokens, its input_tokens_details.cached_tokens as cached_tokens, which the usage views report —
+// through the real flow, on the suite's storage engine.
 
 const t = makeTestApp()
 afterAll(() => t.close())
 
 /** An output line as a daemon writes it for a /v1/responses request (llama-server's usage shape). */
-const responseLine = (customId: string, input: number, output: number) => {
+const responseLine = (customId: string, input: number, output: number, cached: number) => {
   const line = JSON.parse(okLine(customId))
   line.response.body = {
     id: `resp_${customId}`,
@@ -37,7 +38,7 @@ const responseLine = (customId: string, input: number, output: number) => {
     ],
     usage: {
       input_tokens: input,
-      input_tokens_details: { cached_tokens: 0 },
+      input_tokens_details: { cached_tokens: cached },
       output_tokens: output,
       total_tokens: input + output,
     },
@@ -69,7 +70,7 @@ test('a /v1/responses batch: its usage carries both names, and the usage views c
     t,
     key,
     { worker_id: workerId, job_id: batch.id, assignment_id: job.assignment_id, completed: 3, failed: 0 },
-    jsonl([responseLine('a', 75, 6), responseLine('b', 96, 4), responseLine('c', 56, 5)]),
+    jsonl([responseLine('a', 75, 6, 0), responseLine('b', 96, 4, 64), responseLine('c', 56, 5, 48)]),
   )
   expect(res.status).toBe(200)
   const usage = {
@@ -78,11 +79,27 @@ test('a /v1/responses batch: its usage carries both names, and the usage views c
     total_tokens: 242,
     prompt_tokens: 227,
     completion_tokens: 15,
+    cached_tokens: 112,
   }
   expect(res.body.usage).toEqual(usage)
   expect((await batchRow(t.deps, batch.id)).usage).toEqual(usage)
 
-  const tokens = { batches: 1, requests: 3, prompt_tokens: 227, completion_tokens: 15, total_tokens: 242 }
+  // docs/api.md §6: the batch object's usage, OpenAI's shape (input tokens, of them cached ones).
+  expect((await getBatch(t, user, batch.id)).usage).toEqual({
+    input_tokens: 227,
+    input_tokens_details: { cached_tokens: 112 },
+    output_tokens: 15,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: 242,
+  })
+  const tokens = {
+    batches: 1,
+    requests: 3,
+    prompt_tokens: 227,
+    cached_tokens: 112,
+    completion_tokens: 15,
+    total_tokens: 242,
+  }
   const mine = await t.req('GET', '/v1/usage?group_by=model', { token: user.token })
   expect(mine.status).toBe(200)
   expect(mine.body.data).toEqual([expect.objectContaining({ model: entry.id, ...tokens })])

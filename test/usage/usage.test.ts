@@ -70,7 +70,7 @@ async function run(
   keyPrefix: string,
   on: Fleet & { orgId: string },
   model: string,
-  results: (Record<string, number> | null)[],
+  results: (Record<string, unknown> | null)[],
 ) {
   const ids = results.map((_, i) => `r${i + 1}`)
   const batch = await makeBatch(t, { token: credential }, jsonl(ids.map((id) => line(id, model))))
@@ -105,7 +105,13 @@ async function run(
   })
 }
 
-const usage = (p: number, c: number) => ({ prompt_tokens: p, completion_tokens: c, total_tokens: p + c })
+/** A chat line's usage; `cached` as the engines report it (none: an engine that says nothing of its cache). */
+const usage = (p: number, c: number, cached?: number) => ({
+  prompt_tokens: p,
+  completion_tokens: c,
+  total_tokens: p + c,
+  ...(cached === undefined ? {} : { prompt_tokens_details: { cached_tokens: cached } }),
+})
 
 beforeAll(async () => {
   ;[alice, bob, carol, ops, admin] = await Promise.all([
@@ -138,14 +144,14 @@ beforeAll(async () => {
 
   t.clock.set(DAY1 + 10 * 3600)
   await run(alice, aliceKey.key, aliceKey.prefix, inLab, modelA, [
-    usage(10, 20),
+    usage(10, 20, 8),
     usage(3, 4),
     null,
-    usage(7, 0),
+    usage(7, 0, 0),
   ])
-  await run(alice, alice.token, 'dashboard', inLab, modelB, [usage(100, 50), usage(1, 1)])
+  await run(alice, alice.token, 'dashboard', inLab, modelB, [usage(100, 50, 96), usage(1, 1)])
   t.clock.set(DAY2 + 9 * 3600)
-  await run(alice, aliceKey.key, aliceKey.prefix, atBob, modelA, [usage(5, 5), usage(6, 6)])
+  await run(alice, aliceKey.key, aliceKey.prefix, atBob, modelA, [usage(5, 5, 4), usage(6, 6, 5)])
   // An embedding-like answer: prompt and total only.
   await run(bob, bob.token, 'dashboard', inLab, modelA, [{ prompt_tokens: 40, total_tokens: 40 }])
   // Neither counts: a batch that failed validation, one still running.
@@ -166,6 +172,7 @@ type Sums = {
   batches: number
   requests: number
   prompt_tokens: number
+  cached_tokens: number
   completion_tokens: number
   total_tokens: number
 }
@@ -173,6 +180,7 @@ const zero = (): Sums => ({
   batches: 0,
   requests: 0,
   prompt_tokens: 0,
+  cached_tokens: 0,
   completion_tokens: 0,
   total_tokens: 0,
 })
@@ -186,11 +194,20 @@ async function fromOutput(b: Done): Promise<Sums> {
   const sums = zero()
   sums.batches = 1
   for (const text of content.text.trim().split('\n')) {
-    const u = JSON.parse(text).response.body.usage as Record<string, number>
+    const u = JSON.parse(text).response.body.usage
     sums.requests++
     for (const k of ['prompt_tokens', 'completion_tokens', 'total_tokens'] as const) sums[k] += u[k] ?? 0
+    sums.cached_tokens += u.prompt_tokens_details?.cached_tokens ?? 0
   }
   expect(sums.requests).toBe(b.requests)
+  // docs/api.md §6: the batch object carries the same sums, in OpenAI's shape.
+  expect(batch.usage).toEqual({
+    input_tokens: sums.prompt_tokens,
+    input_tokens_details: { cached_tokens: sums.cached_tokens },
+    output_tokens: sums.completion_tokens,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: sums.total_tokens,
+  })
   return sums
 }
 

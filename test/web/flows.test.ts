@@ -350,15 +350,15 @@ describeWith(chromium, 'dashboard flows in a browser', () => {
       await nav(page, 'Usage')
       const table = page.getByRole('table', { name: 'Usage' })
       const today = new Date(server.clock.now() * 1000).toISOString().slice(0, 10)
-      await table.getByRole('row', { name: `${today} 1 2 10 14 24`, exact: true }).waitFor()
+      await table.getByRole('row', { name: `${today} 1 2 10 0 14 24`, exact: true }).waitFor()
       await page.getByRole('img', { name: 'Tokens per day' }).waitFor()
       expect(await page.getByLabel('To', { exact: true }).inputValue()).toBe(today)
       await s.screenshot('usage')
       await page.getByLabel('Group by').selectOption('model')
-      await table.getByRole('row', { name: `${model} 1 2 10 14 24`, exact: true }).waitFor()
+      await table.getByRole('row', { name: `${model} 1 2 10 0 14 24`, exact: true }).waitFor()
       // Created from the dashboard (a JWT), so the key is "dashboard".
       await page.getByLabel('Group by').selectOption('key')
-      await table.getByRole('row', { name: 'dashboard 1 2 10 14 24', exact: true }).waitFor()
+      await table.getByRole('row', { name: 'dashboard 1 2 10 0 14 24', exact: true }).waitFor()
       const [csv] = await Promise.all([
         page.waitForEvent('download'),
         page.getByRole('button', { name: 'Download CSV' }).click(),
@@ -366,13 +366,15 @@ describeWith(chromium, 'dashboard flows in a browser', () => {
       const csvLines = readFileSync((await csv.path())!, 'utf8')
         .trim()
         .split('\n')
-      expect(csvLines[0]).toBe('start,end,key,batches,requests,prompt_tokens,completion_tokens,total_tokens')
+      expect(csvLines[0]).toBe(
+        'start,end,key,batches,requests,prompt_tokens,cached_tokens,completion_tokens,total_tokens',
+      )
       expect(csvLines.slice(1).map((l) => l.split(',').slice(2).join(','))).toEqual([
-        'dashboard,1,2,10,14,24',
+        'dashboard,1,2,10,0,14,24',
       ])
       await page.getByLabel('View').selectOption({ label: "Organization: Test User's Personal Org" })
       // An organization's view offers day and model only; the key grouping falls back to days.
-      await table.getByRole('row', { name: `${today} 1 2 10 14 24`, exact: true }).waitFor()
+      await table.getByRole('row', { name: `${today} 1 2 10 0 14 24`, exact: true }).waitFor()
       expect(await page.getByLabel('Group by').locator('option').allTextContents()).toEqual(['Day', 'Model'])
       // A reversed range: the API's words next to the control that caused it.
       s.allowStatus(400)
@@ -381,7 +383,7 @@ describeWith(chromium, 'dashboard flows in a browser', () => {
       await page.getByText("'start' must be before 'end'").waitFor()
       expect(await page.getByLabel('From', { exact: true }).getAttribute('aria-invalid')).toBe('true')
       await page.getByLabel('From', { exact: true }).fill(today)
-      await table.getByRole('row', { name: `${today} 1 2 10 14 24`, exact: true }).waitFor()
+      await table.getByRole('row', { name: `${today} 1 2 10 0 14 24`, exact: true }).waitFor()
       expect(await page.getByRole('alert').count()).toBe(0)
       await finishAll()
     })

@@ -4,6 +4,7 @@ import {
   formatBytes,
   formatCount,
   formatModelState,
+  formatShare,
   formatTime,
   formatVram,
   toCsv,
@@ -72,4 +73,13 @@ test('formatModelState', () => {
   expect(
     formatModelState({ state: 'downloading', progress: { completed_bytes: null, total_bytes: null } }),
   ).toBe('downloading')
+})
+
+test('formatShare', () => {
+  expect(formatShare(128, 167)).toBe('76 % (128 of 167)')
+  expect(formatShare(0, 4_000)).toBe('0 % (0 of 4,000)')
+  expect(formatShare(1_200, 1_200)).toBe('100 % (1,200 of 1,200)')
+  // Rounded down: 100 % only when every token was.
+  expect(formatShare(999, 1_000)).toBe('99 % (999 of 1,000)')
+  expect(formatShare(0, 0)).toBe('—')
 })

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import type { Browser } from 'playwright-core'
+import { DOWNLOAD_BACKOFF_FIRST_SECONDS } from '../../src/domain/downloads'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { launchBrowser, openSession, signIn } from '../helpers/browser'
 import { chromium, describeWith } from '../helpers/requires'
@@ -123,6 +124,39 @@ describeWith(chromium, 'why a batch waits, in a browser', () => {
       ).status,
     ).toBe(200)
     await shows(`Queued behind 4 requests in 1 batch of ${entry.id}; 1 online worker can serve it.`)
+    await s.finish()
+  })
+
+  test('a download that failed: the batch says which worker, and why', async () => {
+    const entry = await makeCatalogEntry(server.deps, { runtime_model_id: 'wait-bad:7b', size_gb: 5 })
+    const f = await makeFleet(server)
+    const batch = await makeValidatedBatch(server.deps, { userId: f.user.id, model: entry.id })
+    const s = await openSession(browser, server.url)
+    const { page } = s
+    await page.goto(server.url)
+    await signIn(page, f.user.email, f.user.password)
+    await page.goto(`${server.url}/app/batches/${batch.id}`)
+    const status = page.getByRole('definition').filter({ hasText: 'validated' })
+    await status.getByText(`No online worker hosts ${entry.id}; no worker has registered it.`).waitFor()
+
+    const dl = await registerWorker(server, f.key, { name: 'dl-box', models: [], max_download_gb: 10 })
+    const asked = await heartbeat(server, f.key, dl)
+    expect(asked.body.pull_models.map((p: { catalogue_id: string }) => p.catalogue_id)).toEqual([entry.id])
+    const error = 'the hub answered 404 for wait-bad.gguf (owner/repo@main)'
+    const failed = await server.req('POST', '/workers/model-progress', {
+      token: f.key,
+      body: { worker_id: dl, model: 'wait-bad:7b', status: 'failed', error },
+    })
+    expect(failed.status).toBe(200)
+    // Live, in words: the worker, the error, and when it is tried again.
+    const retry = new Date((server.clock.now() + DOWNLOAD_BACKOFF_FIRST_SECONDS) * 1000)
+    const when = `${retry.toISOString().slice(0, 16).replace('T', ' ')} UTC`
+    await status
+      .getByText(
+        `Worker dl-box could not download ${entry.id}: ${error}. It is not asked for it again before ${when}.`,
+        { exact: true },
+      )
+      .waitFor()
     await s.finish()
   })
 })

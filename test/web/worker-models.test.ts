@@ -190,4 +190,47 @@ describeWith(chromium, 'the models a worker holds, on the Workers page', () => {
     await models.getByRole('listitem').filter({ hasText: 'big' }).getByText('on GPU 0, 1').waitFor()
     await s.finish()
   })
+
+  test('a download that failed: its state, why, and until when the worker is not asked for it again', async () => {
+    const user = await makeUser(server)
+    const key = (await makeWorkerKey(server, user, user.personalOrgId)).key
+    const worker = await registerWorker(server, key, { name: 'lab-gpu-2', max_download_gb: 10, models: [] })
+    expect((await heartbeat(server, key, worker)).status).toBe(200)
+    const entry = await makeCatalogEntry(server.deps, { runtime_model_id: 'gemma', size_gb: 1 })
+    const now = server.clock.now()
+    expect(
+      await server.deps.store.fleet.askPull(
+        {
+          catalog_id: entry.id,
+          worker_id: worker,
+          runtime: 'ollama',
+          runtime_model_id: 'gemma',
+          asked_at: now,
+          last_progress_at: now,
+        },
+        null,
+      ),
+    ).toBe(true)
+    const error = `sha256 of gemma.gguf is ${'b'.repeat(64)}, the catalogue's is ${'a'.repeat(64)}; the file was deleted`
+    const failed = await server.req('POST', '/workers/model-progress', {
+      token: key,
+      body: { worker_id: worker, model: 'gemma', status: 'failed', error },
+    })
+    expect(failed.status).toBe(200)
+
+    const s = await openSession(browser, server.url)
+    const { page } = s
+    await page.goto(server.url)
+    await signIn(page, user.email, user.password)
+    await page.getByRole('link', { name: 'Workers', exact: true }).click()
+    const item = page
+      .getByRole('row', { name: /lab-gpu-2/ })
+      .getByRole('list', { name: 'Models of lab-gpu-2' })
+      .getByRole('listitem')
+      .filter({ hasText: 'gemma' })
+    await item.getByText('download failed', { exact: true }).waitFor()
+    await item.getByText(error, { exact: false }).waitFor()
+    await item.getByText('not asked again before', { exact: false }).waitFor()
+    await s.finish()
+  })
 })

@@ -87,6 +87,7 @@ describe('GET /v1/orgs/{org_id}/workers', () => {
         loaded: false,
         state: 'advertised',
         progress: null,
+        failure: null,
         load_seconds: null,
         requests_per_second: null,
         gpus: null,
@@ -100,6 +101,7 @@ describe('GET /v1/orgs/{org_id}/workers', () => {
         loaded: true,
         state: 'loaded',
         progress: null,
+        failure: null,
         load_seconds: null,
         requests_per_second: null,
         gpus: null,
@@ -164,13 +166,20 @@ describe('GET /v1/orgs/{org_id}/workers', () => {
       'c:1': ['on_disk', null],
       'dl:1': ['verifying', null],
     })
-    // A finished download ends the ask: the model is whatever the inventory says.
+    // A failed download ends the ask; while its worker backs off, the model says it failed and why.
     await t.req('POST', '/workers/model-progress', {
       token: f.key,
       body: { worker_id: wid, model: 'dl:1', status: 'failed', error: 'sha256 mismatch' },
     })
     const done = (await t.req('GET', `/v1/orgs/${f.orgId}/workers`, { token: f.user.token })).body.data[0]
-    expect(done.models.map((m: any) => m.name).sort()).toEqual(['a:1', 'b:1', 'c:1'])
+    expect(
+      done.models.map((m: any) => [m.name, m.state, m.progress, m.failure?.error ?? null]).sort(),
+    ).toEqual([
+      ['a:1', 'loaded', null, null],
+      ['b:1', 'loaded', null, null],
+      ['c:1', 'on_disk', null, null],
+      ['dl:1', 'download_failed', null, 'sha256 mismatch'],
+    ])
   })
 
   test('each GPU by its index with its memory, and the GPUs each loaded model sits on (docs/api.md §7)', async () => {

@@ -3,7 +3,10 @@ import uPlot from 'uplot'
 import 'uplot/dist/uPlot.min.css'
 import type { UsageRow } from '../lib/types'
 
-/** Tokens per UTC day (GET /v1/usage?group_by=day): the total, and prompt and completion beside it. */
+/**
+ * Tokens per UTC day (GET /v1/usage?group_by=day): the total, and prompt (with the cached ones among
+ * them) and completion beside it.
+ */
 export function UsageChart({ days }: { days: UsageRow[] }) {
   const host = useRef<HTMLDivElement>(null)
   const plot = useRef<uPlot | null>(null)
@@ -11,6 +14,7 @@ export function UsageChart({ days }: { days: UsageRow[] }) {
     days.map((d) => d.start),
     days.map((d) => d.total_tokens),
     days.map((d) => d.prompt_tokens),
+    days.map((d) => d.cached_tokens),
     days.map((d) => d.completion_tokens),
   ]
 
@@ -26,6 +30,7 @@ export function UsageChart({ days }: { days: UsageRow[] }) {
           {},
           { label: 'Total tokens', stroke: '#2563eb', width: 2 },
           { label: 'Prompt tokens', stroke: '#16a34a', width: 1 },
+          { label: 'Cached prompt tokens', stroke: '#16a34a', width: 1, dash: [4, 4] },
           { label: 'Completion tokens', stroke: '#d97706', width: 1 },
         ],
         axes: [{}, { label: 'tokens', size: 70 }],

@@ -65,6 +65,12 @@ export function formatModelState(m: {
 /** "1,234" with thousands separators, whatever the viewer's locale. */
 export const formatCount = (n: number): string => String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ',')
 
+/** "76 % (128 of 167)": the share `part` is of `whole`, rounded down; "—" when the whole is 0. */
+export function formatShare(part: number, whole: number): string {
+  if (!(whole > 0)) return '—'
+  return `${Math.floor((part * 100) / whole)} % (${formatCount(part)} of ${formatCount(whole)})`
+}
+
 /** Rows as CSV (RFC 4180): a cell holding a comma, a quote or a line break is quoted, quotes doubled. */
 export function toCsv(rows: (string | number)[][]): string {
   const cell = (v: string | number) => {

@@ -1,12 +1,13 @@
-import { useState } from 'preact/hooks'
+import { useEffect, useRef, useState } from 'preact/hooks'
 import { ErrorNote, Field } from '../components/ui'
 import { ApiError, anonymousClient, client, ok, poolCapacity, session } from '../lib/api'
 import { formatCount } from '../lib/format'
 import { useResource } from '../lib/hooks'
 import { navigate } from '../lib/router'
 
-// The signed-out pages of docs/api.md §11: sign in (with the pool's capacity), create account, forgot
-// and reset password, and the forced first-login change.
+// The signed-out pages of docs/api.md §11: sign in (with the pool's capacity and, when configured,
+// "Sign in with <provider>"), the return from single sign-on, create account, forgot and reset
+// password, and the forced first-login change.
 
 /** Splits an API error: the one naming a control goes next to it, the rest at the top. */
 function useErrors() {
@@ -66,7 +67,19 @@ function PoolSummary() {
   )
 }
 
+/** docs/api.md §2 "Single sign-on": the start is a navigation to the server, then the provider. */
+function startSso(startUrl: string) {
+  location.assign(`${startUrl}?${new URLSearchParams({ return_to: '/app/batches' })}`)
+}
+
 export function SignIn() {
+  const methods = useResource(
+    (signal) => ok(anonymousClient.v1.auth.methods.get({ fetch: { signal } })),
+    'auth-methods',
+  )
+  const sso = methods.data?.sso ?? null
+  // Until the server has said, the password form shows (the default, and a server without SSO).
+  const passwordLogin = methods.data?.password ?? true
   const [email, setEmail] = useState('')
   const [password, setPassword] = useState('')
   const [busy, setBusy] = useState(false)
@@ -92,33 +105,91 @@ export function SignIn() {
           <h2>Sign in</h2>
           {ended && !topError ? <p class="notice">{ended}</p> : null}
           <ErrorNote error={topError} />
-          <Field
-            label="Email"
-            type="email"
-            autocomplete="username"
-            required
-            value={email}
-            error={paramError('email')}
-            onInput={(e) => setEmail(e.currentTarget.value)}
-          />
-          <Field
-            label="Password"
-            type="password"
-            autocomplete="current-password"
-            required
-            value={password}
-            error={paramError('password')}
-            onInput={(e) => setPassword(e.currentTarget.value)}
-          />
-          <button type="submit" disabled={busy}>
-            Sign in
-          </button>
-          <p>
-            <a href="/app/signup">Create account</a> · <a href="/app/forgot-password">Forgot password?</a>
-          </p>
+          {sso ? (
+            <p>
+              <button type="button" class="sso" onClick={() => startSso(sso.start_url)}>
+                Sign in with {sso.name}
+              </button>
+            </p>
+          ) : null}
+          {passwordLogin ? (
+            <>
+              <Field
+                label="Email"
+                type="email"
+                autocomplete="username"
+                required
+                value={email}
+                error={paramError('email')}
+                onInput={(e) => setEmail(e.currentTarget.value)}
+              />
+              <Field
+                label="Password"
+                type="password"
+                autocomplete="current-password"
+                required
+                value={password}
+                error={paramError('password')}
+                onInput={(e) => setPassword(e.currentTarget.value)}
+              />
+              <button type="submit" disabled={busy}>
+                Sign in
+              </button>
+              <p>
+                <a href="/app/signup">Create account</a> · <a href="/app/forgot-password">Forgot password?</a>
+              </p>
+            </>
+          ) : null}
         </form>
         <PoolSummary />
       </div>
+    </main>
+  )
+}
+
+/**
+ * `/app/sso#code=…&return_to=…`, where the server's callback sends the browser: the one-time code
+ * is exchanged for the session (the browser's cookie proves it started the sign-in), then the page
+ * asked for opens. The code leaves the address bar at once.
+ */
+export function SsoReturn() {
+  const [error, setError] = useState<unknown>(null)
+  const started = useRef(false)
+  useEffect(() => {
+    if (started.current) return
+    started.current = true
+    const params = new URLSearchParams(location.hash.slice(1))
+    history.replaceState(null, '', location.pathname)
+    const code = params.get('code')
+    const back = params.get('return_to') ?? ''
+    // Only a path of this server (docs/api.md §2): never another host.
+    const to =
+      back.startsWith('/') && !back.startsWith('//') && !back.startsWith('/\\') ? back : '/app/batches'
+    if (!code) {
+      setError(new Error('This page needs the sign-in code from the identity provider. Sign in again.'))
+      return
+    }
+    ok(anonymousClient.v1.auth.oidc.token.post({ code }))
+      .then((answer) => {
+        session.signIn(answer.access_token)
+        navigate(to, true)
+      })
+      .catch(setError)
+  }, [])
+  return (
+    <main class="signed-out">
+      <h1>gridkeep</h1>
+      <section aria-label="Single sign-on">
+        <h2>Signing in…</h2>
+        <ErrorNote error={error} />
+        {error ? (
+          <p>
+            <a href="/">Back to sign-in</a>
+          </p>
+        ) : (
+          <p class="muted">Finishing the sign-in with your identity provider.</p>
+        )}
+      </section>
     </main>
   )
 }

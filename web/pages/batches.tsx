@@ -4,7 +4,7 @@ import { useEffect, useId, useRef, useState } from 'preact/hooks'
 import { BATCH_ENDPOINTS, type BatchEndpoint } from '../../src/domain/batch-line'
 import { ErrorNote, ListState, Pager, Section, Status } from '../components/ui'
 import { ApiError, client, download, messageOf, ok, send } from '../lib/api'
-import { formatCount, formatTime } from '../lib/format'
+import { formatCount, formatShare, formatTime } from '../lib/format'
 import { usePaged, useResource } from '../lib/hooks'
 import { checkFile, type FileCheck } from '../lib/jsonl-check'
 import {
@@ -321,6 +321,19 @@ export function BatchDetail({ id }: { id: string }) {
             </Figure>
           </>
         )}
+        {/* docs/api.md §6 `usage`: a completed batch's tokens, and how many of its prompt tokens the
+            engines served from their cache. */}
+        {b.usage ? (
+          <>
+            <dt>Tokens</dt>
+            <dd>
+              {formatCount(b.usage.input_tokens)} prompt, {formatCount(b.usage.output_tokens)} completion
+            </dd>
+            <Figure label="Prompt tokens from cache">
+              {formatShare(b.usage.input_tokens_details.cached_tokens, b.usage.input_tokens)}
+            </Figure>
+          </>
+        ) : null}
         {b.shards ? (
           <>
             <dt>Shards</dt>

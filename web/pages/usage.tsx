@@ -29,8 +29,23 @@ interface UsageQuery {
 
 const DAY = 86_400
 const GROUP_NAMES: Record<Group, string> = { day: 'Day', model: 'Model', key: 'Key', user: 'User' }
-const COUNTS = ['batches', 'requests', 'prompt_tokens', 'completion_tokens', 'total_tokens'] as const
-const COUNT_NAMES = ['Batches', 'Requests', 'Prompt tokens', 'Completion tokens', 'Total tokens']
+const COUNTS = [
+  'batches',
+  'requests',
+  'prompt_tokens',
+  'cached_tokens',
+  'completion_tokens',
+  'total_tokens',
+] as const
+const COUNT_NAMES = [
+  'Batches',
+  'Requests',
+  'Prompt tokens',
+  // docs/api.md §14: of the prompt tokens, those the engines served from their cache.
+  'Cached prompt tokens',
+  'Completion tokens',
+  'Total tokens',
+]
 
 function viewsOf(me: Me): View[] {
   const superadmin = me.platform_role === 'superadmin'

@@ -1,7 +1,7 @@
 import { QueueChart } from '../components/queue-chart'
 import { ErrorNote, ListState, Pager, Section, Status } from '../components/ui'
 import { client, ok, poolCapacity } from '../lib/api'
-import { formatAgo, formatCount, formatModelState, formatVram, vramShare } from '../lib/format'
+import { formatAgo, formatCount, formatModelState, formatTime, formatVram, vramShare } from '../lib/format'
 import { usePaged, useResource } from '../lib/hooks'
 
 /** docs/api.md §11 "refreshed without reload at least every 5 s". */
@@ -154,6 +154,7 @@ type WorkerModel = {
   name: string
   state: string
   progress: { completed_bytes: number | null; total_bytes: number | null } | null
+  failure?: { error: string; failures: number; retry_at: number } | null
   gpus: number[] | null
 }
 
@@ -203,13 +204,20 @@ function WorkerGpus({ name, gpus, models }: { name: string; gpus: WorkerGpu[]; m
 
 /**
  * docs/api.md §11: each model the worker holds and where it stands (docs/api.md §7 "Worker row"
- * `models[].state`): loaded, loading, on disk, or downloading with its progress.
+ * `models[].state`): loaded, loading, on disk, downloading with its progress, or a download that
+ * failed, with why and until when the worker is not asked for it again.
  */
 function WorkerModels({ name, models }: { name: string; models: WorkerModel[] }) {
   if (!models.length) return <>—</>
-  const order: Record<string, number> = { loaded: 0, loading: 1, downloading: 2, verifying: 3 }
+  const order: Record<string, number> = {
+    loaded: 0,
+    loading: 1,
+    downloading: 2,
+    verifying: 3,
+    download_failed: 4,
+  }
   const sorted = [...models].sort(
-    (a, b) => (order[a.state] ?? 4) - (order[b.state] ?? 4) || a.name.localeCompare(b.name),
+    (a, b) => (order[a.state] ?? 5) - (order[b.state] ?? 5) || a.name.localeCompare(b.name),
   )
   return (
     <ul class="models" aria-label={`Models of ${name}`}>
@@ -217,6 +225,12 @@ function WorkerModels({ name, models }: { name: string; models: WorkerModel[] })
         <li key={m.name}>
           <code>{m.name}</code> <span class={`status status-${m.state}`}>{formatModelState(m)}</span>
           {m.gpus?.length ? <small class="muted"> on GPU {m.gpus.join(', ')}</small> : null}
+          {m.failure ? (
+            <span class="muted download-failure">
+              {' '}
+              {m.failure.error} (not asked again before {formatTime(m.failure.retry_at)})
+            </span>
+          ) : null}
         </li>
       ))}
     </ul>

@@ -1,20 +1,11 @@
-import {
-  closeSync,
-  existsSync,
-  mkdirSync,
-  openSync,
-  readdirSync,
-  readFileSync,
-  readSync,
-  rmSync,
-  statSync,
-  writeFileSync,
-} from 'node:fs'
+import { closeSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { log as rootLog } from '../../lib/logger'
 import { RestartBackoff, realTimers, type Timers } from '../backoff'
 import type { StateDir } from '../state'
+import { beginLog, LOG_CHECK_MS, LOG_MAX_BYTES, lastLogLines, openLog, rotateLog } from './engine-log'
+import { engineEnv } from './env'
 
 // An engine process the daemon owns, for both engine kinds (ARCHITECTURE.md's supervisor rule,
 // docs/worker.md "Managed engines"): Erlang's supervisor and systemd's KillMode=control-group in
@@ -26,7 +17,12 @@ import type { StateDir } from '../state'
 //   The process owns its moves: callers ask start() or stop(), never look first.
 // - Recorded: `<state_dir>/engines/<name>.json` holds its pid, port, argv, the variables set for it
 //   and its start time while it runs; its output (stdout and stderr, with its own children's) goes
-//   to `<name>.log` beside it, so that what it said survives this daemon and can be quoted in errors.
+//   to `<name>.log` beside it, so that what it said survives this daemon and can be quoted in errors;
+//   that log is appended to and bounded by size (engines/engine-log.ts), checked every LOG_CHECK_MS
+//   while a run lasts. A fresh start keeps the last run's output as `.log.1`.
+// - Its environment: the daemon's allow-list (engines/env.ts, given as `env`), with the variables
+//   `vars()` names (its GPU set, a launch command's `env K=V`) set on top; never the daemon's whole
+//   environment.
 // - Ended as a group: it is started as the leader of its own process group, and every way it ends —
 //   stopped (SIGTERM, SIGKILL after a grace), dead (its API process crashed: vLLM's EngineCore and
 //   tensor-parallel workers, a router's model processes live on), a start that failed or went
@@ -84,8 +80,10 @@ export interface ChildSpec {
   state: StateDir
   /** The argv (binary first) of a start listening on `port`. */
   command(port: number): string[]
-  /** Variables set for it on top of the daemon's environment (the GPU set; `env K=V` of a command). */
-  env?(): Record<string, string>
+  /** Its environment (engines/env.ts); default: the daemon's allow-list with no names added. */
+  env?: Record<string, string>
+  /** Variables set for it on top of `env` (the GPU set; `env K=V` of a command); recorded with it. */
+  vars?(): Record<string, string>
   /** Called before each spawn (not before an adoption). */
   beforeSpawn?(): void
   /** Whether it answers at `url` (polled after a start until it does). */
@@ -94,9 +92,11 @@ export interface ChildSpec {
   adoptable?(url: string): Promise<boolean>
   /** Longest silence (no new output) while it starts, before it is given up (default 60 s). */
   silenceMs?: number
-  /** After an unasked end: started again after the back-off ('always'), or at the next start(). */
-  restart: 'always' | 'never'
+  /** After an unasked end: started again after the back-off ('always', the default), or at the next start(). */
+  restart?: 'always' | 'never'
   timers?: Timers
+  /** Its log's size limit and how often it is checked (engines/engine-log.ts; tests shrink them). */
+  log?: { maxBytes: number; checkMs: number }
 }
 
 /** A start given up: the process went silent for longer than its limit before it answered. */
@@ -114,16 +114,13 @@ const STOP_GRACE_MS = 10_000
 /** How long an ended group's processes may take to be gone (SIGKILL is not caught; a process in the kernel finishes its call first). */
 const GROUP_GONE_MS = 30_000
 const WATCH_MS = 1000
-const LOG_MAX_BYTES = 8 * 1024 * 1024
-const LOG_KEEP_BYTES = 512 * 1024
-const TAIL_BYTES = 256 * 1024
 
 /** One run: a process started (or adopted) and what ends it. */
 interface Run {
   record: ChildRecord
   /** The process, when this daemon started it (an adopted one is not our child). */
   proc: Subprocess | null
-  /** Aborted when the run ends: its watchers stop. */
+  /** Aborted when the run ends: its watchers and its log check stop. */
   over: AbortController
   /** The end under way (unasked), so that whoever looks meanwhile waits for the same one. */
   ending: Promise<void> | null
@@ -141,6 +138,8 @@ export class SupervisedChild {
   /** Whether the running process was found, not started, by this daemon. */
   adopted = false
   private lastPort = 0
+  /** Its log was rotated since this run began: the run's first lines are in `.log.1`. */
+  private rotated = false
 
   constructor(private readonly spec: ChildSpec) {
     this.timers = spec.timers ?? realTimers
@@ -223,7 +222,7 @@ export class SupervisedChild {
     if (!left) return false
     if (sameProcess(left)) {
       const wanted = this.spec.command(left.port)
-      const sameEnv = sameVars(left.env ?? {}, this.spec.env?.() ?? {})
+      const sameEnv = sameVars(left.env ?? {}, this.spec.vars?.() ?? {})
       const probe = this.spec.adoptable ?? this.spec.ready
       if (sameArgv(wanted, left.argv) && sameEnv && (await probe(urlOf(left.port)).catch(() => false))) {
         this.move('ready')
@@ -231,6 +230,7 @@ export class SupervisedChild {
         this.lastPort = left.port
         const run: Run = { record: left, proc: null, over: new AbortController(), ending: null }
         this.run = run
+        this.checkLog(run)
         void this.watchAdopted(run)
         log.info('adopted the engine a previous run left', {
           engine: this.spec.name,
@@ -303,28 +303,10 @@ export class SupervisedChild {
   /** The last `n` lines of its output that `keep` accepts (all when not given). */
   lastLines(keep: (line: string) => boolean = () => true, n = 12): string[] {
     this.trimLog()
-    let text = ''
-    try {
-      const fd = openSync(this.logPath, 'r')
-      try {
-        const size = statSync(this.logPath).size
-        const from = Math.max(0, size - TAIL_BYTES)
-        const buf = Buffer.alloc(size - from)
-        readSync(fd, buf, 0, buf.length, from)
-        text = buf.toString('utf8')
-      } finally {
-        closeSync(fd)
-      }
-    } catch {
-      return []
-    }
-    return text
-      .split('\n')
-      .filter((l) => l.trim() && keep(l))
-      .slice(-n)
+    return lastLogLines(this.logPath, { keep, n, older: this.rotated })
   }
 
-  /** The size of its output so far: what grows while it makes progress. */
+  /** The size of its output so far: what changes while it makes progress (a rotation included). */
   outputSize(): number {
     try {
       return statSync(this.logPath).size
@@ -340,20 +322,25 @@ export class SupervisedChild {
 
   private async spawn(port: number): Promise<void> {
     const argv = this.spec.command(port)
-    const extra = this.spec.env?.() ?? {}
+    const extra = this.spec.vars?.() ?? {}
     this.spec.beforeSpawn?.()
-    // A fresh start begins a fresh log: the lines quoted in errors are this run's.
-    const fd = openSync(this.logPath, this.backoff.count === 0 ? 'w' : 'a', 0o600)
+    // A fresh start (not a restart after an end) begins a fresh log, the last run's kept as .log.1:
+    // the lines quoted in errors are this run's.
+    if (this.backoff.count === 0) {
+      beginLog(this.logPath)
+      this.rotated = false
+    }
+    const fd = openLog(this.logPath)
     let proc: Subprocess
     try {
       // Its own process group: ending it ends what it starts too (a router's model processes,
       // vLLM's EngineCore and workers), and a Ctrl-C at the daemon's terminal reaches the daemon,
-      // which stops it. Its environment: the daemon's, with `extra` (the GPU set) set on top.
+      // which stops it. Its environment: the allow-list, with `extra` (the GPU set) set on top.
       proc = Bun.spawn(argv, {
         stdin: 'ignore',
         stdout: fd,
         stderr: fd,
-        env: { ...process.env, ...extra },
+        env: { ...(this.spec.env ?? engineEnv(process.env)), ...extra },
         detached: true,
       })
     } catch (e) {
@@ -373,6 +360,7 @@ export class SupervisedChild {
     const run: Run = { record, proc, over: new AbortController(), ending: null }
     this.run = run
     this.lastPort = port
+    this.checkLog(run)
     this.spec.state.writeJson(join('engines', `${this.spec.name}.json`), record)
     try {
       await this.waitReady(run, argv[0]!)
@@ -438,7 +426,7 @@ export class SupervisedChild {
       this.finish(run)
       this.backoff.ended(run.record.started_at_ms, this.timers.nowMs())
       const reason = `the engine ${how}${tailText(this.lastLines())}`
-      const again = this.spec.restart === 'always' && !this.stopAsked.signal.aborted
+      const again = (this.spec.restart ?? 'always') === 'always' && !this.stopAsked.signal.aborted
       log.error(again ? 'engine ended unexpectedly; restarting it' : 'engine ended unexpectedly', {
         engine: this.spec.name,
         pid: run.record.pid,
@@ -493,21 +481,21 @@ export class SupervisedChild {
     rmSync(this.recordPath, { force: true })
   }
 
-  /** Keeps the log bounded: past LOG_MAX_BYTES only its last LOG_KEEP_BYTES stay. Cheap when it is not. */
+  /** Keeps the log bounded (engines/engine-log.ts). Cheap when it is within its limit. */
   trimLog() {
     try {
-      const size = statSync(this.logPath).size
-      if (size <= LOG_MAX_BYTES) return
-      const fd = openSync(this.logPath, 'r')
-      const buf = Buffer.alloc(LOG_KEEP_BYTES)
-      try {
-        readSync(fd, buf, 0, LOG_KEEP_BYTES, size - LOG_KEEP_BYTES)
-      } finally {
-        closeSync(fd)
-      }
-      // The process appends (O_APPEND): after this it writes on at the new end.
-      writeFileSync(this.logPath, buf.subarray(buf.indexOf(10) + 1))
-    } catch {}
+      if (rotateLog(this.logPath, this.spec.log?.maxBytes ?? LOG_MAX_BYTES)) this.rotated = true
+    } catch (e) {
+      log.warn('could not rotate the engine log', { engine: this.spec.name, error: (e as Error).message })
+    }
+  }
+
+  /** While a run lasts its log's size is looked at on an interval (the run's end stops it). */
+  private checkLog(run: Run) {
+    this.trimLog()
+    const check = setInterval(() => this.trimLog(), this.spec.log?.checkMs ?? LOG_CHECK_MS)
+    check.unref?.()
+    run.over.signal.addEventListener('abort', () => clearInterval(check), { once: true })
   }
 }
 

@@ -16,10 +16,12 @@ import { paramFlags } from '../../domain/serving-params'
 // spawn's environment instead of running `env`: the process started, recorded and adopted is the
 // engine itself (engines/child.ts).
 
+// Each asks its engine to report the prompt tokens it served from its cache in every answer's usage
+// (docs/worker.md "Cached prompt tokens"): vLLM and SGLang leave it out unless told.
 export const DEFAULT_LAUNCH_COMMANDS = {
-  vllm: 'vllm serve {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} {params}',
+  vllm: 'vllm serve {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} --enable-prompt-tokens-details {params}',
   sglang:
-    'python3 -m sglang.launch_server --model-path {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} {params}',
+    'python3 -m sglang.launch_server --model-path {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} --enable-cache-report {params}',
 } as const
 
 const PLACEHOLDER = /\{([a-z_]*)\}/g

@@ -61,6 +61,8 @@ export interface LaunchedEngineOptions {
   timers?: Timers
   /** Longest a starting process may stay silent before its load is given up (--load-timeout). */
   loadTimeoutMs?: number
+  /** Each process's environment (engines/env.ts). */
+  env?: Record<string, string>
 }
 
 interface Launch {
@@ -92,6 +94,7 @@ export class LaunchedEngine implements ManagedEngine {
   private readonly namesModel: boolean
   private readonly timers: Timers
   private readonly loadTimeoutMs: number
+  private readonly env: Record<string, string> | undefined
   /** Every model's process, kept after it ends (its output, its back-off). */
   private readonly procs = new Map<string, Proc>()
   private readonly failed = new Map<string, string>()
@@ -116,6 +119,7 @@ export class LaunchedEngine implements ManagedEngine {
     this.namesModel = this.words.some((w) => w.includes('{model}'))
     this.timers = o.timers ?? realTimers
     this.loadTimeoutMs = o.loadTimeoutMs ?? DEFAULT_LOAD_TIMEOUT_MS
+    this.env = o.env
   }
 
   async start(): Promise<void> {
@@ -249,10 +253,11 @@ export class LaunchedEngine implements ManagedEngine {
         state: this.state,
         timers: this.timers,
         silenceMs: this.loadTimeoutMs,
+        ...(this.env ? { env: this.env } : {}),
         // Its end unasked is a lost model, not a restart: the model manager decides when it runs again.
         restart: 'never',
         command: (port) => this.argv(p.launch, p.dir, port),
-        env: () => ({ ...this.commandEnv, ...gpuEnv(p.launch.gpus ?? null) }),
+        vars: () => ({ ...this.commandEnv, ...gpuEnv(p.launch.gpus ?? null) }),
         ready: async (url) => {
           await runtimeJson(`${url}/v1/models`, { timeoutMs: 2000 })
           return true

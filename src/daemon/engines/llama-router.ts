@@ -90,7 +90,7 @@ export interface LlamaRouterOptions {
   /** Longest a model's load may stay silent (--load-timeout; default 15 min). */
   loadTimeoutMs?: number
   /** Managed: the models directory, the llama-server binary and more router arguments. */
-  managed?: { modelsDir: string; binary: string; extraArgs: string[] }
+  managed?: { modelsDir: string; binary: string; extraArgs: string[]; env?: Record<string, string> }
   /** Attached: the router's base URL. */
   url?: string
   timers?: Timers
@@ -147,7 +147,8 @@ export class LlamaRouter implements ManagedEngine {
         state: o.state,
         timers: this.timers,
         restart: 'always',
-        env: () => gpuEnv(this.gpus()),
+        ...(o.managed.env ? { env: o.managed.env } : {}),
+        vars: () => gpuEnv(this.gpus()),
         command: (port) => [
           binary,
           '--models-dir',

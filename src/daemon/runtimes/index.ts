@@ -1,3 +1,4 @@
+import { engineEnv } from '../engines/env'
 import { LaunchedEngine } from '../engines/launched'
 import { LlamaRouter } from '../engines/llama-router'
 import type { Room } from '../models/plan'
@@ -20,13 +21,22 @@ export function createRuntime(
 ): Runtime {
   const room = gpus.room
   const loadTimeoutMs = opts.load_timeout * 1000
+  // docs/worker.md "What an engine sees": never the key nor the hub token.
+  const env = engineEnv(process.env, { pass: opts.engine_env, secrets: [opts.key, opts.hub_token] })
   if (opts.runtime === 'llama.cpp') {
     const engine = new LlamaRouter({
       state,
       gpus: gpus.indices,
       loadTimeoutMs,
       ...(opts.models_dir !== undefined
-        ? { managed: { modelsDir: opts.models_dir, binary: opts.llama_server, extraArgs: opts.engine_args } }
+        ? {
+            managed: {
+              modelsDir: opts.models_dir,
+              binary: opts.llama_server,
+              extraArgs: opts.engine_args,
+              env,
+            },
+          }
         : { url: opts.runtime_url }),
     })
     return new ManagedRuntime(engine, new DigestCache(state), { state, room, downloads: downloadsOf(opts) })
@@ -39,6 +49,7 @@ export function createRuntime(
       command: opts.launch_command!,
       extraArgs: opts.engine_args,
       loadTimeoutMs,
+      env,
     })
     return new ManagedRuntime(engine, new DigestCache(state), {
       state,
@@ -56,6 +67,7 @@ export function createRuntime(
 const downloadsOf = (opts: DaemonOptions) => ({
   hub: { url: opts.hub_url, ...(opts.hub_token ? { token: opts.hub_token } : {}) },
   maxDownloadGb: opts.max_download_gb,
+  ...(opts.models_dir !== undefined ? { modelsDir: opts.models_dir } : {}),
 })
 
 export type { InventoryItem, PullProgress, PullTask, Runtime, RuntimeSnapshot } from './types'

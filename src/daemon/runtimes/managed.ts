@@ -1,7 +1,7 @@
 import { basename } from 'node:path'
 import type { DownloadFile } from '../../domain/downloads'
 import type { Timers } from '../backoff'
-import { DownloadError, type HubAccess, type ModelLayout, pullFromHub } from '../download'
+import { DownloadError, type HubAccess, type ModelLayout, pullFromHub, reclaimPartials } from '../download'
 import type { ManagedEngine } from '../engines/types'
 import { ModelManager } from '../models/manager'
 import type { Room } from '../models/plan'
@@ -24,7 +24,9 @@ import type { InventoryItem, PullProgress, PullTask, Runtime, RuntimeSnapshot } 
 // - pull (docs/api.md §7 pull_models): an engine with a models directory of this daemon's
 //   (layoutFor) downloads a catalogue entry from the hub (download.ts) into it; the files' verified
 //   digests go to the digest cache (nothing is hashed twice), the engine rescans, and the next
-//   heartbeat's inventory carries the model.
+//   heartbeat's inventory carries the model. A model already at the destination is hashed through
+//   the same cache (joining a background hash of it under way). Partial downloads nobody finished
+//   are reclaimed at the start and after each download (download.ts reclaimPartials).
 
 export class ManagedRuntime implements Runtime {
   readonly kind: 'llama.cpp' | 'launched'
@@ -33,6 +35,7 @@ export class ManagedRuntime implements Runtime {
 
   /** Absent when the engine has no models directory of ours to download into. */
   readonly pull?: Runtime['pull']
+  private readonly modelsDir: string | null
 
   constructor(
     readonly managed: ManagedEngine,
@@ -42,13 +45,17 @@ export class ManagedRuntime implements Runtime {
       room: (fresh: boolean) => Promise<Room>
       timers?: Timers
       kind?: 'launched'
-      /** Where downloads come from, and the largest allowed (--hub-url, --hub-token, --max-download-gb). */
-      downloads?: { hub: HubAccess; maxDownloadGb: number }
+      /**
+       * Where downloads come from, the largest allowed and where they land (--hub-url, --hub-token,
+       * --max-download-gb, --models-dir).
+       */
+      downloads?: { hub: HubAccess; maxDownloadGb: number; modelsDir?: string }
     },
   ) {
     this.kind = o.kind ?? 'llama.cpp'
     const { layoutFor } = managed
     const downloads = o.downloads
+    this.modelsDir = downloads?.modelsDir ?? null
     if (downloads && layoutFor)
       this.pull = (task, onProgress, signal) => this.download(task, downloads, layoutFor, onProgress, signal)
     this.manager = new ModelManager({
@@ -77,7 +84,12 @@ export class ManagedRuntime implements Runtime {
 
   /** Starts the engine (or adopts the one a killed run left); files are hashed in the background. */
   async prepare() {
+    this.reclaim()
     await this.managed.start()
+  }
+
+  private reclaim() {
+    if (this.pull && this.modelsDir) reclaimPartials(this.modelsDir)
   }
 
   async close() {
@@ -129,7 +141,18 @@ export class ManagedRuntime implements Runtime {
     onProgress: (p: PullProgress) => void,
     signal?: AbortSignal,
   ) {
-    const done = await pullFromHub(task, { ...downloads, layout: layoutFor, onProgress, signal })
+    let done: Awaited<ReturnType<typeof pullFromHub>>
+    try {
+      done = await pullFromHub(task, {
+        ...downloads,
+        layout: layoutFor,
+        onProgress,
+        signal,
+        hash: async (path) => (await this.digests.digest(path))?.sha256 ?? null,
+      })
+    } finally {
+      this.reclaim()
+    }
     for (const f of done.files) this.digests.remember(f.path, f.sha256)
     // The engine rescans its directory (the router: GET /models?reload=1) and lists the model.
     const view = await this.manager.refresh()

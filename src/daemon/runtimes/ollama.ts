@@ -1,10 +1,12 @@
 import { statSync } from 'node:fs'
 import type { Engine } from '../../domain/catalogue'
+import { OLLAMA_KEEP_ALIVE } from '../../domain/serving-params'
 import { digestOrNull } from '../../lib/digest'
 import { log } from '../../lib/logger'
 import { readLines } from '../../lib/read-lines'
 import {
   type InventoryItem,
+  type JobEngine,
   MAX_INPUT_LINE_BYTES,
   type PullProgress,
   type PullTask,
@@ -36,6 +38,19 @@ import {
 //   {status:"writing manifest"}, {status:"success"}; or {error:"…"}.
 //
 // /api/show answers depend only on the manifest, so they are cached by manifest digest.
+//
+// Serving-profile params (docs/worker.md "Ollama"; src/domain/serving-params.ts) are Ollama's
+// options and `keep_alive`. Batch lines go to Ollama's OpenAI-compatible endpoints, which read
+// neither `options` nor `keep_alive` (Ollama's openai/openai.go builds its own options from the
+// OpenAI fields), so:
+// - the options become the PARAMETERs of a model derived from the profile's with
+//   `POST /api/create {model, from, parameters}` (Ollama 0.5.5 or later): a new manifest over the
+//   same blobs, nothing copied, named `gridkeep/<name>:<hash of base and options>`; the job's
+//   requests name it, so Ollama loads the model with the load-time options (num_ctx, num_gpu, …)
+//   and takes the sampling ones as the model's defaults, which a line's own fields override. The
+//   derived models are hidden from the inventory; one loaded counts its base as loaded.
+// - `keep_alive` is sent, after the job's last request, with a load request
+//   (`POST /api/generate {model, keep_alive}`, no prompt), which keeps the model loaded that long.
 
 interface TagsResponse {
   models?: { name?: string; model?: string; size?: number; digest?: string }[]
@@ -73,6 +88,30 @@ export function parseModelfileBlobs(modelfile: string): OllamaBlobs {
 /** Ollama treats `name` and `name:latest` as one model. */
 export const ollamaName = (name: string) => (name.includes(':') ? name : `${name}:latest`)
 
+/** Where the models made from a profile's options live (never advertised). */
+export const DERIVED_NAMESPACE = 'gridkeep/'
+
+/** The model derived from `base` with `options`: one name per base and set of options. */
+export function derivedModelName(base: string, options: Record<string, unknown>): string {
+  const canonical = JSON.stringify(
+    Object.keys(options)
+      .sort()
+      .map((k) => [k, options[k]]),
+  )
+  const full = ollamaName(base)
+  const hash = new Bun.CryptoHasher('sha256').update(`${full}\n${canonical}`).digest('hex').slice(0, 12)
+  // Ollama's model part: letters, digits, `_`, `-`, `.`, at most 80.
+  const stem = full
+    .slice(0, full.lastIndexOf(':'))
+    .split('/')
+    .pop()!
+    .replace(/[^A-Za-z0-9_.-]/g, '-')
+    .slice(0, 64)
+  return `${DERIVED_NAMESPACE}${stem || 'model'}:${hash}`
+}
+
+const isDerived = (name: string) => name.startsWith(DERIVED_NAMESPACE)
+
 export class OllamaRuntime implements Runtime {
   readonly kind = 'ollama' as const
   private readonly shown = new Map<string, OllamaBlobs>()
@@ -95,17 +134,30 @@ export class OllamaRuntime implements Runtime {
     } catch (e) {
       return { status: statusOf(e), inventory: [], models: [], loaded: [], error: (e as Error).message }
     }
-    const loaded = (ps.models ?? []).map((m) => m.name ?? m.model).filter((n): n is string => !!n)
-    const loadedSet = new Set(loaded.map(ollamaName))
+    const running = (ps.models ?? []).map((m) => m.name ?? m.model).filter((n): n is string => !!n)
+    const runningSet = new Set(running.map(ollamaName))
+    // A loaded model derived from a profile's options (prepareJob) holds its base's weights.
+    const derivedWeights = new Set<string>()
+    for (const m of tags.models ?? []) {
+      const name = m.name ?? m.model
+      if (!name || !isDerived(name) || !runningSet.has(ollamaName(name))) continue
+      const weights = (await this.blobs(name, m.digest ?? ''))?.weights
+      if (weights) derivedWeights.add(weights)
+    }
+    const loaded = running.filter((n) => !isDerived(n))
     const models: string[] = []
     const inventory: InventoryItem[] = []
     for (const m of tags.models ?? []) {
       const name = m.name ?? m.model
-      if (!name) continue
+      if (!name || isDerived(name)) continue
       models.push(name)
       const blobs = await this.blobs(name, m.digest ?? '')
       if (!blobs?.weights) continue
-      const isLoaded = loadedSet.has(ollamaName(name))
+      let isLoaded = runningSet.has(ollamaName(name))
+      if (!isLoaded && derivedWeights.has(blobs.weights)) {
+        isLoaded = true
+        loaded.push(name)
+      }
       const item = (local_name: string, sha256: string, size: number) =>
         inventory.push({ local_name, sha256, size_bytes: size, loaded: isLoaded, runtime: this.engine })
       // /api/tags `size` is the model's whole size on disk (all its layers).
@@ -137,6 +189,48 @@ export class OllamaRuntime implements Runtime {
   serves(model: string, snapshot: RuntimeSnapshot) {
     const wanted = ollamaName(model)
     return snapshot.models.some((m) => ollamaName(m) === wanted)
+  }
+
+  /** The profile's options as a derived model's PARAMETERs, keep_alive after the job (see the top). */
+  async prepareJob(
+    job: { model: string; params: Record<string, unknown> },
+    signal: AbortSignal,
+  ): Promise<JobEngine> {
+    const { [OLLAMA_KEEP_ALIVE]: keepAlive, ...options } = job.params
+    let model = job.model
+    if (Object.keys(options).length > 0) {
+      model = derivedModelName(job.model, options)
+      try {
+        await runtimeJson(`${this.baseUrl}/api/create`, {
+          body: { model, from: job.model, parameters: options, stream: false },
+          timeoutMs: 120_000,
+          signal,
+        })
+      } catch (e) {
+        throw new Error(
+          `ollama refused the serving profile's options for ${job.model}: ${(e as Error).message}`,
+        )
+      }
+      log.info('ollama model made with the serving profile options', { model: job.model, as: model, options })
+    }
+    if (keepAlive === undefined) return { model }
+    return {
+      model,
+      finish: async () => {
+        try {
+          await runtimeJson(`${this.baseUrl}/api/generate`, {
+            body: { model, keep_alive: keepAlive, stream: false },
+            timeoutMs: 120_000,
+          })
+        } catch (e) {
+          log.warn('ollama keep_alive not applied', {
+            model,
+            keep_alive: keepAlive,
+            error: (e as Error).message,
+          })
+        }
+      },
+    }
   }
 
   /** Pulls a catalogued model, then checks the weights digest against the catalogue's pin. */

@@ -52,6 +52,16 @@ export interface Runtime {
    * A managed engine answers per loaded model (`model`, loaded with `params`).
    */
   slots?(model?: string, params?: Record<string, unknown>): Promise<number | null>
+  /**
+   * Readies the engine for a job whose serving profile carries `params` (an Ollama's options,
+   * docs/worker.md "Ollama"): the name the job's requests must carry, and what to do once its last
+   * request is answered. Absent: requests carry the job's model as it is (a managed engine applies
+   * params when it loads the model; any other engine is configured by whoever runs it).
+   */
+  prepareJob?(
+    job: { model: string; params: Record<string, unknown> },
+    signal: AbortSignal,
+  ): Promise<JobEngine>
   /** Materialises a catalogued model the engine lacks; absent when the engine cannot pull. */
   pull?(task: PullTask, onProgress: (p: PullProgress) => void, signal?: AbortSignal): Promise<void>
   /**
@@ -61,6 +71,13 @@ export interface Runtime {
   readonly manager?: ModelManager
   /** Ends what prepare() started (a managed engine's process); called when the daemon stops. */
   close?(): Promise<void>
+}
+
+/** What prepareJob readied: the model name to send, and the step after the job's last request. */
+export interface JobEngine {
+  model: string
+  /** Never throws: what it cannot do is logged. */
+  finish?: () => Promise<void>
 }
 
 export class RuntimeHttpError extends Error {

@@ -16,7 +16,9 @@ import m12 from '../../../drizzle/postgres/0012_waiting_queue.sql' with { type: 
 import m13 from '../../../drizzle/postgres/0013_capabilities.sql' with { type: 'text' }
 import m14 from '../../../drizzle/postgres/0014_shard_backups.sql' with { type: 'text' }
 import m15 from '../../../drizzle/postgres/0015_placement.sql' with { type: 'text' }
-import m16 from '../../../drizzle/postgres/0016_gpu_placement.sql' with { type: 'text' }
+import m16 from '../../../drizzle/postgres/0016_sso.sql' with { type: 'text' }
+import m17 from '../../../drizzle/postgres/0017_pull_failures.sql' with { type: 'text' }
+import m18 from '../../../drizzle/postgres/0018_gpu_placement.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -38,6 +40,8 @@ export const embeddedMigrations = {
     '0013_capabilities': m13,
     '0014_shard_backups': m14,
     '0015_placement': m15,
-    '0016_gpu_placement': m16,
+    '0016_sso': m16,
+    '0017_pull_failures': m17,
+    '0018_gpu_placement': m18,
   } as Record<string, string>,
 }

@@ -1,5 +1,6 @@
 export * from './accounts'
 export * from './batches'
 export * from './catalogue'
+export * from './sso'
 export * from './webhooks'
 export * from './workers'

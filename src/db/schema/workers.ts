@@ -1,4 +1,4 @@
-import { index, integer, real, sqliteTable, text, unique } from 'drizzle-orm/sqlite-core'
+import { index, integer, primaryKey, real, sqliteTable, text, unique } from 'drizzle-orm/sqlite-core'
 import { organizations } from './accounts'
 import { catalogEntries } from './catalogue'
 
@@ -163,8 +163,33 @@ export const modelPulls = sqliteTable('model_pulls', {
   total_bytes: integer(),
 })
 
+// docs/api.md §7 model-progress `failed`: the back-off of one worker for one entry after its
+// download failed (src/domain/downloads.ts backOffDownload): not asked again before retry_at unless
+// the catalogue changed what the entry downloads (`pin`); `failures` in a row, reset by a success.
+export const modelPullFailures = sqliteTable(
+  'model_pull_failures',
+  {
+    catalog_id: text()
+      .notNull()
+      .references(() => catalogEntries.id, { onDelete: 'cascade', onUpdate: 'cascade' }),
+    worker_id: text()
+      .notNull()
+      .references(() => workers.id, { onDelete: 'cascade' }),
+    // The ask that failed: the profile it was made through (the worker row shows the name).
+    runtime: text().notNull(),
+    runtime_model_id: text().notNull(),
+    pin: text().notNull(),
+    failures: integer().notNull(),
+    error: text().notNull(),
+    failed_at: integer().notNull(),
+    retry_at: integer().notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.catalog_id, t.worker_id] })],
+)
+
 export type WorkerRow = typeof workers.$inferSelect
 export type WorkerModelRow = typeof workerModels.$inferSelect
 export type WorkerRuntimeRow = typeof workerRuntimes.$inferSelect
 export type WorkerGpuRow = typeof workerGpus.$inferSelect
 export type ModelPullRow = typeof modelPulls.$inferSelect
+export type ModelPullFailureRow = typeof modelPullFailures.$inferSelect

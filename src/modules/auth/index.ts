@@ -3,14 +3,17 @@ import type { Deps } from '../../deps'
 import { authPlugin } from '../../http/auth'
 import type { CredentialState } from '../../http/credential-cache'
 import { jsonBody, optionalJsonBody } from '../../http/parse'
+import { AppError, envelope } from '../../lib/errors'
 import { KeyModel } from '../keys/model'
 import { regenerateKey } from '../keys/service'
-import { AuthModel } from './model'
+import { AuthModel, SsoModel } from './model'
+import type { OidcState } from './oidc'
 import * as auth from './service'
+import * as sso from './sso'
 
 const tags = ['auth']
 
-export const authRoutes = (deps: Deps & CredentialState) =>
+export const authRoutes = (deps: Deps & CredentialState & OidcState) =>
   new Elysia({ name: 'routes.auth', prefix: '/v1/auth' })
     .use(authPlugin(deps))
     .post('/signup', ({ body }) => auth.signup(deps, body), {
@@ -63,3 +66,116 @@ export const authRoutes = (deps: Deps & CredentialState) =>
         detail: { tags, summary: "Regenerate the caller's personal key" },
       },
     )
+    .get('/methods', () => sso.signInMethods(deps), {
+      public: true,
+      response: SsoModel.methods,
+      detail: { tags, summary: 'How one signs in here: password, single sign-on (and its name)' },
+    })
+    .get(
+      '/oidc/start',
+      ({ query, request }) =>
+        inBrowser(request, async () => {
+          const { location, state } = await sso.startSignIn(deps, query)
+          return redirect(location, ssoCookie(deps, state, sso.SSO_LOGIN_TTL_SECONDS))
+        }),
+      {
+        public: true,
+        query: SsoModel.start,
+        detail: {
+          tags,
+          summary: 'Start a sign-in at the identity provider (a browser navigation; 302 to the provider)',
+        },
+      },
+    )
+    .get(
+      '/oidc/callback',
+      ({ request }) =>
+        inBrowser(request, async () =>
+          redirect(await sso.finishSignIn(deps, new URL(request.url).searchParams, readSsoCookie(request))),
+        ),
+      {
+        public: true,
+        query: SsoModel.callback,
+        detail: {
+          tags,
+          summary:
+            "The identity provider's answer (the redirect URI to register); 302 to the dashboard or the terminal's loopback with a one-time code",
+        },
+      },
+    )
+    .post(
+      '/oidc/token',
+      async ({ body, request, set }) => {
+        const answer = await sso.redeemCode(deps, body, readSsoCookie(request))
+        set.headers['set-cookie'] = ssoCookie(deps, '', 0)
+        return answer
+      },
+      {
+        public: true,
+        ...jsonBody(SsoModel.token),
+        detail: { tags, summary: 'Exchange the one-time code of a sign-in for the login JWT' },
+      },
+    )
+
+const redirect = (location: string, cookie?: string) =>
+  new Response(null, {
+    status: 302,
+    headers: { location, 'cache-control': 'no-store', ...(cookie ? { 'set-cookie': cookie } : {}) },
+  })
+
+/**
+ * docs/api.md §2: the cookie that ties a sign-in to the browser that started it. SameSite=Lax: the
+ * provider's redirect back is a top-level navigation from another site, which Lax lets through.
+ */
+function ssoCookie(deps: Deps, value: string, maxAge: number): string {
+  const secure = deps.config.PUBLIC_URL.startsWith('https:') ? '; Secure' : ''
+  return `${sso.SSO_COOKIE}=${value}; Path=/v1/auth/oidc; Max-Age=${maxAge}; HttpOnly; SameSite=Lax${secure}`
+}
+
+function readSsoCookie(request: Request): string | undefined {
+  for (const part of (request.headers.get('cookie') ?? '').split(';')) {
+    const [name, ...value] = part.trim().split('=')
+    if (name === sso.SSO_COOKIE) return value.join('=') || undefined
+  }
+  return undefined
+}
+
+/**
+ * The start and the callback are where a browser goes, not a script: a refusal is a page in words
+ * for a browser (it asks for text/html), the envelope for anyone else.
+ */
+async function inBrowser(request: Request, answer: () => Promise<Response>): Promise<Response> {
+  try {
+    return await answer()
+  } catch (error) {
+    if (!(error instanceof AppError) || !(request.headers.get('accept') ?? '').includes('text/html'))
+      throw error
+    return new Response(errorPage(error), {
+      status: error.status,
+      headers: {
+        'content-type': 'text/html; charset=utf-8',
+        'content-security-policy': "default-src 'none'; frame-ancestors 'none'",
+        'cache-control': 'no-store',
+        'x-content-type-options': 'nosniff',
+        'referrer-policy': 'no-referrer',
+        'set-cookie': `${sso.SSO_COOKIE}=; Path=/v1/auth/oidc; Max-Age=0; HttpOnly; SameSite=Lax`,
+      },
+    })
+  }
+}
+
+const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`)
+
+function errorPage(error: AppError): string {
+  const { message, code } = envelope(error).error
+  return [
+    '<!doctype html>',
+    '<html lang="en"><head><meta charset="utf-8"><title>Sign-in failed · gridkeep</title></head>',
+    '<body><main>',
+    '<h1>Sign-in failed</h1>',
+    `<p>${escapeHtml(message)}</p>`,
+    `<p><small>${error.status} ${escapeHtml(code ?? '')}</small></p>`,
+    '<p><a href="/">Back to sign-in</a></p>',
+    '</main></body></html>',
+  ].join('\n')
+}

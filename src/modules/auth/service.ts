@@ -1,3 +1,4 @@
+import type { UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { UserPrincipal } from '../../domain/principal'
 import type { CredentialState } from '../../http/credential-cache'
@@ -9,10 +10,20 @@ import { log } from '../../lib/logger'
 import { toUserObject } from '../users/model'
 import { checkPassword, createUser } from '../users/service'
 
+/** docs/api.md §2: PASSWORD_LOGIN=false leaves only single sign-on; nothing takes or sets a password. */
+function checkPasswordLogin(deps: Deps) {
+  if (!deps.config.PASSWORD_LOGIN)
+    throw forbidden(
+      'password_login_disabled',
+      `Passwords are not used on this server; sign in with ${deps.config.OIDC_NAME} (GET /v1/auth/oidc/start)`,
+    )
+}
+
 export async function signup(
   deps: Deps & CredentialState,
   input: { email: string; password: string; full_name: string },
 ) {
+  checkPasswordLogin(deps)
   if (!deps.config.SIGNUP_ENABLED) {
     throw forbidden(
       'signup_disabled',
@@ -27,19 +38,30 @@ export async function login(
   input: { email: string; password: string },
   ip: string,
 ) {
+  checkPasswordLogin(deps)
   const email = input.email.trim().toLowerCase()
   await deps.store.limits.take('login', `${email} ${ip}`, deps.config.RATE_LIMIT_LOGIN_PER_MINUTE, 60)
   const user = await deps.store.accounts.findUserByEmail(email)
-  // Unknown email and wrong password take the same time and give the same answer.
-  if (!user) {
+  // Unknown email, an account without a password (made by single sign-on) and a wrong password
+  // take the same time and give the same answer.
+  if (!user || user.password_hash === '') {
     await deps.passwords.burn(input.password)
     throw unauthorized('invalid_credentials', 'Incorrect email or password')
   }
   if (!(await deps.passwords.verify(input.password, user.password_hash))) {
     throw unauthorized('invalid_credentials', 'Incorrect email or password')
   }
+  return issueSession(deps, user, 'password')
+}
+
+/**
+ * The one end of every sign-in, by password or by single sign-on (docs/api.md §2): an active account
+ * gets the login JWT and the login answer.
+ */
+export async function issueSession(deps: Deps, user: UserRow, method: 'password' | 'sso') {
   if (!user.is_active) throw forbidden('account_disabled', 'This account has been deactivated')
   const { token, expiresIn } = await deps.tokens.sign(user.id, user.token_version)
+  log.info('signed in', { user_id: user.id, method })
   return {
     access_token: token,
     token_type: 'bearer' as const,
@@ -78,6 +100,7 @@ export async function changePassword(
  * stored hashed and mailed; the mail goes out after the response, so timing reveals nothing either.
  */
 export async function forgotPassword(deps: Deps & CredentialState, input: { email: string }) {
+  checkPasswordLogin(deps)
   const email = input.email.trim().toLowerCase()
   await deps.store.limits.take('forgot', email, deps.config.RATE_LIMIT_FORGOT_PER_HOUR, 3600)
   const user = await deps.store.accounts.findUserByEmail(email)
@@ -111,6 +134,7 @@ export async function resetPassword(
   deps: Deps & CredentialState,
   input: { token: string; new_password: string },
 ) {
+  checkPasswordLogin(deps)
   checkPassword(input.new_password, 'new_password')
   const hash = await deps.passwords.hash(input.new_password)
   const now = deps.clock.now()
@@ -131,7 +155,8 @@ export async function ensureSuperadmin(
   deps: Deps & CredentialState,
   print: (line: string) => void = console.error,
 ) {
-  if (await deps.store.accounts.hasSuperadmin()) return null
+  // PASSWORD_LOGIN=false: a password superadmin could never sign in (docs/api.md §2 "Single sign-on").
+  if (!deps.config.PASSWORD_LOGIN || (await deps.store.accounts.hasSuperadmin())) return null
   const generated = deps.config.ADMIN_PASSWORD === undefined
   const password = deps.config.ADMIN_PASSWORD ?? randomBase62(20)
   const user = await createUser(deps, {

@@ -2,6 +2,7 @@ import { t } from 'elysia'
 import type { BatchErrorRow, BatchRow, BatchShardRow } from '../../db/schema'
 import { needsOf } from '../../domain/capabilities'
 import { type ShardTally, shardCounts } from '../../domain/shards'
+import { type BatchUsage, batchUsage } from '../../domain/usage'
 import type { Waiting } from '../../domain/waiting'
 import { PageQuery } from '../../lib/pagination'
 
@@ -90,6 +91,11 @@ export interface BatchObject {
   error: string | null
   errors: { object: 'list'; total: number; data: BatchErrorObject[] }
   request_counts: { total: number; completed: number; failed: number }
+  /**
+   * docs/api.md §6: its output lines' tokens, in OpenAI's shape, once completed; null before (and
+   * for a batch completed before usage was kept).
+   */
+  usage: BatchUsage | null
   metadata: Record<string, string> | null
   /** (ext) docs/api.md §16: how many shards are in each state; null for a batch that runs whole. */
   shards: ShardTally | null
@@ -194,6 +200,7 @@ export function toBatchObject(
       completed: b.request_counts_completed,
       failed: b.request_counts_failed,
     },
+    usage: b.status === 'completed' && b.usage ? batchUsage(b.usage) : null,
     metadata: b.metadata ?? null,
     shards: b.split ? (shards ?? { total: 0, waiting: 0, running: 0, done: 0 }) : null,
     waiting: b.status === 'validated' ? waiting : null,

@@ -15,7 +15,9 @@ export const CATALOGUE_USAGE = `usage: gridkeep catalogue <command>
 
 commands:
   check <file>                 validate a manifest (docs/api.md §4 catalogue rules 1-3, the entry schema and
-                               serving-profile params); prints every violation and exits 1 if there is any
+                               serving-profile params); prints every violation (the entry is skipped),
+                               param error (the param is left out) and warning (a param kept that
+                               gridkeep does not know), and exits 1 if there is a violation or an error
   discover [--manifest PATH]   append staged stubs (enabled: false, status: unverified) for models
                                that workers report and no catalogue entry covers (docs/api.md §4 catalogue rule 8);
                                PATH defaults to CATALOGUE_PATH, else ${DEFAULT_CATALOGUE_PATH}
@@ -82,18 +84,27 @@ async function check(path: string, io: CliIo): Promise<number> {
     io.err(`${path}: ${result.error}`)
     return 1
   }
-  for (const v of result.violations) {
-    const who = v.id === null ? '' : ` "${v.id}"`
-    const rule = v.rule === 'schema' ? 'schema' : `rule ${v.rule}`
-    io.out(`${path}: models[${v.index}]${who}: ${rule}: ${v.message}`)
-  }
+  const lines = [
+    ...result.violations.map((v) => ({ ...v, what: v.rule === 'schema' ? 'schema' : `rule ${v.rule}` })),
+    ...result.notices.map((n) => ({ ...n, what: n.level })),
+  ].sort((a, b) => a.index - b.index)
+  for (const l of lines)
+    io.out(`${path}: models[${l.index}]${l.id === null ? '' : ` "${l.id}"`}: ${l.what}: ${l.message}`)
+  const errors = result.notices.filter((n) => n.level === 'error').length
+  const warnings = result.notices.length - errors
+  const said = [
+    ...(errors ? [`${errors} param error(s), left out of their entries`] : []),
+    ...(warnings ? [`${warnings} warning(s)`] : []),
+  ]
   if (result.violations.length > 0) {
     const entries = new Set(result.violations.map((v) => v.index)).size
-    io.out(`${path}: ${result.violations.length} violation(s) in ${entries} of ${result.total} entries`)
+    io.out(
+      `${path}: ${[`${result.violations.length} violation(s) in ${entries} of ${result.total} entries`, ...said].join(', ')}`,
+    )
     return 1
   }
-  io.out(`${path}: OK, ${result.total} entries, 0 violations`)
-  return 0
+  io.out(`${path}: ${errors ? '' : 'OK, '}${[`${result.total} entries, 0 violations`, ...said].join(', ')}`)
+  return errors ? 1 : 0
 }
 
 function parseDiscoverArgs(args: string[]): { manifest?: string } | { error: string } {

@@ -8,7 +8,7 @@ import {
   STATUSES,
   TASK_TYPES,
 } from '../../domain/catalogue'
-import { paramsProblem } from '../../domain/serving-params'
+import { checkParams } from '../../domain/serving-params'
 import { normalizeDigest } from '../../lib/digest'
 
 // The catalogue manifest (docs/api.md §4): a YAML document whose top-level key `models` lists the
@@ -100,8 +100,19 @@ export interface Violation {
   message: string
 }
 
+/**
+ * A finding that does not drop its entry (docs/api.md §4 params): an `error` is a param left out of
+ * the entry, a `warning` a param kept that the table of its runtime does not know.
+ */
+export interface Notice {
+  index: number
+  id: string | null
+  level: 'error' | 'warning'
+  message: string
+}
+
 export type ManifestCheck =
-  | { ok: true; total: number; entries: CatalogueEntry[]; violations: Violation[] }
+  | { ok: true; total: number; entries: CatalogueEntry[]; violations: Violation[]; notices: Notice[] }
   | { ok: false; error: string }
 
 /** The quant slug of docs/api.md §4 catalogue rule 2: the label lowercased, separators removed ("Q4_K_M" → "q4km"). */
@@ -157,13 +168,15 @@ export function checkManifestDocument(doc: unknown): ManifestCheck {
 
   const entries: CatalogueEntry[] = []
   const violations: Violation[] = []
+  const notices: Notice[] = []
   const seenIds = new Map<string, number>()
   const renameSources = new Map<string, number>()
   const checked = models.map((raw, index) => ({ index, ...checkEntry(raw, index) }))
   const allIds = new Set(checked.flatMap((c) => (c.entry ? [c.entry.id] : [])))
 
-  for (const { index, entry, violations: own } of checked) {
+  for (const { index, entry, violations: own, notices: said } of checked) {
     violations.push(...own)
+    notices.push(...said)
     if (!entry) continue
     const cross: string[] = []
     const first = seenIds.get(entry.id)
@@ -186,12 +199,18 @@ export function checkManifestDocument(doc: unknown): ManifestCheck {
     if (entry.renamed_from !== null) renameSources.set(entry.renamed_from, index)
     entries.push(entry)
   }
-  return { ok: true, total: models.length, entries, violations }
+  return { ok: true, total: models.length, entries, violations, notices }
 }
 
-function checkEntry(raw: unknown, index: number): { entry?: CatalogueEntry; violations: Violation[] } {
+function checkEntry(
+  raw: unknown,
+  index: number,
+): { entry?: CatalogueEntry; violations: Violation[]; notices: Notice[] } {
   if (!isMapping(raw)) {
-    return { violations: [{ index, id: null, rule: 'schema', message: 'an entry must be a mapping' }] }
+    return {
+      violations: [{ index, id: null, rule: 'schema', message: 'an entry must be a mapping' }],
+      notices: [],
+    }
   }
   const id = typeof raw.id === 'string' ? raw.id : null
   const found: { rule: Rule; message: string }[] = []
@@ -200,17 +219,26 @@ function checkEntry(raw: unknown, index: number): { entry?: CatalogueEntry; viol
     found.push(...idViolations(id, quantization))
   }
   for (const message of explain(ManifestEntrySchema, raw)) found.push({ rule: 'schema', message })
+  let notices: Notice[] = []
   if (found.length === 0) {
     const built = buildEntry(raw as ManifestEntry)
-    if (typeof built !== 'string' && !Array.isArray(built)) return { entry: built, violations: [] }
-    for (const message of [built].flat()) found.push({ rule: 'schema', message })
+    notices = built.notes.map((n) => ({ index, id, ...n }))
+    if ('entry' in built) return { entry: built.entry, violations: [], notices }
+    for (const message of built.problems) found.push({ rule: 'schema', message })
   }
-  return { violations: found.map((f) => ({ index, id, ...f })) }
+  return { violations: found.map((f) => ({ index, id, ...f })), notices }
 }
 
-/** Applies defaults and the checks a schema cannot express. Returns the problems when there are any. */
-function buildEntry(e: ManifestEntry): CatalogueEntry | string[] {
+type Built = { notes: Omit<Notice, 'index' | 'id'>[] } & ({ entry: CatalogueEntry } | { problems: string[] })
+
+/**
+ * Applies defaults and the checks a schema cannot express: the entry, or the problems that drop
+ * it; and the notes about its params, which never drop it.
+ */
+function buildEntry(e: ManifestEntry): Built {
   const problems: string[] = []
+  const notes: Omit<Notice, 'index' | 'id'>[] = []
+  const kept: Record<string, unknown>[] = []
   let digest: string | null = null
   if (e.digest != null) {
     digest = normalizeDigest(e.digest)
@@ -234,10 +262,15 @@ function buildEntry(e: ManifestEntry): CatalogueEntry | string[] {
     if (runtimes.has(p.runtime))
       problems.push(`/serving_profiles/${i}/runtime: a second profile for "${p.runtime}"`)
     runtimes.add(p.runtime)
-    // docs/api.md §4: params are launch settings the runtime knows, checked where they are written
-    // so that a typo never reaches a GPU machine (src/domain/serving-params.ts).
-    const wrong = paramsProblem(p.runtime, p.params ?? {})
-    if (wrong) problems.push(`/serving_profiles/${i}/params (${p.runtime}): ${wrong}`)
+    // docs/api.md §4 params: checked where they are written (src/domain/serving-params.ts); a param
+    // in error is left out and said, a key only an open-ended engine may know is kept and said.
+    const checked = checkParams(p.runtime, p.params ?? {})
+    kept.push(checked.params)
+    for (const n of checked.notes)
+      notes.push({
+        level: n.level,
+        message: `/serving_profiles/${i}/params (${p.runtime}): ${n.message}${n.level === 'error' ? '; left out' : ''}`,
+      })
   }
   const runtime = e.runtime ?? null
   const runtimeModelId = e.runtime_model_id ?? null
@@ -246,10 +279,10 @@ function buildEntry(e: ManifestEntry): CatalogueEntry | string[] {
   }
   let serving_profiles: ServingProfile[]
   if (explicit.length > 0) {
-    serving_profiles = explicit.map((p) => ({
+    serving_profiles = explicit.map((p, i) => ({
       runtime: p.runtime,
       runtime_model_id: p.runtime_model_id,
-      params: p.params ?? {},
+      params: kept[i]!,
       derived: false,
     }))
     if (
@@ -273,11 +306,11 @@ function buildEntry(e: ManifestEntry): CatalogueEntry | string[] {
   // docs/api.md §4 catalogue rule 8: stubs may leave task_type open, but only a reviewed entry becomes selectable.
   if (enabled && e.task_type == null) problems.push('/task_type: required when the entry is enabled')
   if (e.renamed_from != null && e.renamed_from === e.id) problems.push('/renamed_from: equals the id')
-  if (problems.length) return problems
+  if (problems.length) return { problems, notes }
 
   // The deprecated columns stay written (docs/api.md §0): from the entry, else from its first profile.
   const primary = serving_profiles[0]!
-  return {
+  const entry: CatalogueEntry = {
     id: e.id,
     display_name: e.display_name ?? e.id,
     runtime: runtime ?? primary.runtime,
@@ -302,6 +335,7 @@ function buildEntry(e: ManifestEntry): CatalogueEntry | string[] {
     serving_profiles,
     artifact_files,
   }
+  return { entry, notes }
 }
 
 const stripUndefined = (o: Record<string, boolean | undefined>): Record<string, boolean> =>

@@ -4,14 +4,16 @@ import type { Config } from '../../config'
 import type { Deps } from '../../deps'
 import type { CatalogueEntry } from '../../domain/catalogue'
 import { log } from '../../lib/logger'
-import { checkManifest, type Violation } from './manifest'
+import { checkManifest, type Notice, type Violation } from './manifest'
 import type { CatalogueState } from './view'
 import { modelsChanged } from './view'
 
 // docs/api.md §4 catalogue rule 7: at every start the catalogue is upserted from the version-controlled manifest.
 // New ids are inserted, managed fields of existing ids updated, entries absent from the manifest
 // left untouched. An entry breaking rules 1–3 (or malformed) is logged and skipped; startup never
-// fails because of the manifest (rule 4). Editing the file changes nothing until the next seed.
+// fails because of the manifest (rule 4). An entry is never skipped for its params (docs/api.md §4
+// params): a param in error is logged and left out, an unknown one an open-ended engine may know is
+// logged and kept. Editing the file changes nothing until the next seed.
 
 export const DEFAULT_CATALOGUE_PATH = 'catalogue/models.yaml'
 
@@ -26,6 +28,8 @@ export interface SeedReport {
   unchanged: string[]
   renamed: { from: string; to: string }[]
   skipped: Violation[]
+  /** What was said of kept entries' params: errors (left out) and warnings (kept). */
+  params: Notice[]
   /** Renames that could not happen, with the reason (the entry itself was still upserted). */
   notes: { id: string; message: string }[]
 }
@@ -81,6 +85,13 @@ export async function applyManifest(
     })
   }
   report.skipped = checked.violations
+  const skipped = new Set(checked.violations.map((v) => v.index))
+  report.params = checked.notices.filter((n) => !skipped.has(n.index))
+  for (const n of report.params) {
+    const fields = { source, index: n.index, id: n.id, message: n.message }
+    if (n.level === 'error') log.error('catalogue param left out', fields)
+    else log.warn('catalogue param kept though unknown', fields)
+  }
   const now = deps.clock.now()
   const outcomes = await upsertCatalogue(deps, checked.entries, now)
   checked.entries.forEach((entry, i) => {
@@ -122,5 +133,6 @@ const emptyReport = (source: string): SeedReport => ({
   unchanged: [],
   renamed: [],
   skipped: [],
+  params: [],
   notes: [],
 })

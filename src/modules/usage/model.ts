@@ -35,6 +35,9 @@ const bucket = t.Object({
   batches: count('Completed batches'),
   requests: count('Completed requests of those batches'),
   prompt_tokens: tokens('Sum of the output lines’ usage.prompt_tokens'),
+  cached_tokens: tokens(
+    'Of those, the prompt tokens served from the engine’s cache: the sum of usage.prompt_tokens_details.cached_tokens (0 where the engine reports none)',
+  ),
   completion_tokens: tokens('Sum of the output lines’ usage.completion_tokens'),
   total_tokens: tokens('Sum of the output lines’ usage.total_tokens'),
 })

@@ -75,13 +75,21 @@ export function usageRange(query: UsageQuery, now: number, groups: readonly Usag
   return { start, end, groupBy }
 }
 
-const ZERO = { batches: 0, requests: 0, prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 }
-const counts = ({ batches, requests, prompt_tokens, completion_tokens, total_tokens }: UsageSums) => ({
-  batches,
-  requests,
-  prompt_tokens,
-  completion_tokens,
-  total_tokens,
+const ZERO = {
+  batches: 0,
+  requests: 0,
+  prompt_tokens: 0,
+  cached_tokens: 0,
+  completion_tokens: 0,
+  total_tokens: 0,
+}
+const counts = (s: UsageSums) => ({
+  batches: s.batches,
+  requests: s.requests,
+  prompt_tokens: s.prompt_tokens,
+  cached_tokens: s.cached_tokens,
+  completion_tokens: s.completion_tokens,
+  total_tokens: s.total_tokens,
 })
 
 function groupFields(s: UsageSums, groupBy: Exclude<UsageGroup, 'day'>): Partial<UsageBucket> {

@@ -1,9 +1,11 @@
 import type { UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { badRequest } from '../../lib/errors'
+import type { Identity } from '../../store/sso'
 
-// Creating users is shared by signup, the admin's create-user and the first-start superadmin:
-// each gets a Personal Org with an owner membership in the same transaction (docs/api.md §3).
+// Creating users is shared by signup, the admin's create-user, the first-start superadmin and the
+// first sign-in by single sign-on: each gets a Personal Org with an owner membership in the same
+// transaction (docs/api.md §3), the last also its link to the provider's identity.
 
 const EMAIL = /^[^\s@]+@[^\s@]+$/
 
@@ -20,21 +22,25 @@ export function checkPassword(password: string, param = 'password'): void {
   }
 }
 
-export interface NewUser {
+export type NewUser = {
   email: string
-  password: string
   full_name: string
   platform_role?: 'user' | 'superadmin'
   must_change_password?: boolean
-}
+} & (
+  | { password: string; identity?: undefined }
+  /** An account made by single sign-on has no password until its owner sets one. */
+  | { password?: undefined; identity: Identity }
+)
 
+/** The one place an account is made: the user, their Personal Org and its owner membership. */
 export async function createUser(deps: Deps, input: NewUser): Promise<UserRow> {
   const email = normalizeEmail(input.email)
-  checkPassword(input.password)
+  if (input.password !== undefined) checkPassword(input.password)
   const full_name = input.full_name.trim()
   if (!full_name) throw badRequest('invalid_value', 'full_name must not be blank', 'full_name')
   // Hash before taking the write lock: argon2 is slow and must never run inside a transaction.
-  const password_hash = await deps.passwords.hash(input.password)
+  const password_hash = input.password === undefined ? '' : await deps.passwords.hash(input.password)
   return deps.store.accounts.createUser(
     {
       email,
@@ -45,5 +51,6 @@ export async function createUser(deps: Deps, input: NewUser): Promise<UserRow> {
       now: deps.clock.now(),
     },
     `${full_name}'s Personal Org`,
+    input.identity,
   )
 }

@@ -48,7 +48,15 @@ export function toWorkerRows(deps: Deps, rows: ListedWorker[]) {
       }
     }),
     // docs/api.md §7 "Worker row": each model held or downloading, with where it stands.
-    models: modelStates(w.models, w.loading_models, w.pulls, w.model_stats, w.model_gpus),
+    models: modelStates(
+      w.models,
+      w.loading_models,
+      w.pulls,
+      w.model_stats,
+      w.pull_failures,
+      deps.clock.now(),
+      w.model_gpus,
+    ),
     daemon_version: w.daemon_version,
     registered_at: w.registered_at,
     last_heartbeat_at: w.last_heartbeat_at,

@@ -1,8 +1,16 @@
 import type { Deps } from '../../deps'
-import { type PullSource, pullSource } from '../../domain/downloads'
+import {
+  backedOff,
+  backOffDownload,
+  type DownloadBackoff,
+  type PullSource,
+  pullPin,
+  pullSource,
+} from '../../domain/downloads'
 import type { HostedModel } from '../../domain/inventory'
 import { type CatalogueEntry, matchEntry, type WorkerView } from '../../domain/matching'
 import { log } from '../../lib/logger'
+import type { ModelProgressBody } from '../../protocol/worker'
 import type { CurrentPull } from '../../store/fleet'
 import { isOnline, onlineCutoff } from './liveness'
 import { loadCatalogue, loadWorkerView, someOnlineWorkerServes } from './matching'
@@ -10,7 +18,9 @@ import { loadCatalogue, loadWorkerView, someOnlineWorkerServes } from './matchin
 // docs/api.md §7 pull_models, docs/api.md §4 catalogue rule 9 (on-the-fly downloads only materialise an existing
 // catalogue entry onto a worker that lacks it). Asked in a heartbeat response when validated
 // batches wait for an entry no online worker can serve; at most one worker at a time per entry.
-// Only what the worker's runtime can fetch is asked for (src/domain/downloads.ts pullSource).
+// Only what the worker's runtime can fetch is asked for (src/domain/downloads.ts pullSource), and
+// never of a worker backed off from the entry after a failed download (src/domain/downloads.ts
+// backOffDownload, kept by settlePull).
 
 export interface PullItem extends PullSource {
   catalogue_id: string
@@ -64,6 +74,7 @@ export async function pullModelsFor(deps: Deps, workerId: string): Promise<PullI
     else return []
   }
 
+  let backoffs: Map<string, DownloadBackoff> | null = null
   for (const entry of catalogue.entries) {
     if (!entry.enabled || entry.size_gb === null || entry.size_gb > worker.max_download_gb) continue
     if (matchEntry(view, entry)) continue // it already has it
@@ -79,6 +90,10 @@ export async function pullModelsFor(deps: Deps, workerId: string): Promise<PullI
       }
     }
     if (!profile || !source || !wouldServe(view, entry, profile.runtime, profile.runtime_model_id)) continue
+    // docs/api.md §7 model-progress `failed`: a worker backed off from this download is not asked.
+    backoffs ??= new Map((await fleet.pullFailuresOfWorker(workerId)).map((f) => [f.catalog_id, f]))
+    const pin = pullPin({ runtime_model_id: profile.runtime_model_id, digest: entry.digest, ...source })
+    if (backedOff(backoffs.get(entry.id), pin, deps.clock.now())) continue
     if (!(await fleet.hasValidatedBatch(catalogue.slugsOf(entry)))) continue
     const current = await fleet.currentPull(entry.id)
     if (current && !pullLapsed(deps, current)) continue
@@ -114,4 +129,52 @@ export async function pullModelsFor(deps: Deps, workerId: string): Promise<PullI
     ]
   }
   return []
+}
+
+/**
+ * docs/api.md §7 model-progress: what a finished download of `workerId` means for its back-off from
+ * the entry it was asked for (src/domain/downloads.ts). `completed` ends the back-off; `failed`
+ * grows it (a daemon refusing the ask while backed off keeps its count; a stopped one sets none).
+ * Called before the ask itself ends, so that no poll in between finds the worker free to ask again.
+ */
+export async function settlePull(
+  deps: Deps,
+  workerId: string,
+  body: Pick<ModelProgressBody, 'model' | 'status' | 'error' | 'cause'>,
+) {
+  if (body.status !== 'completed' && body.status !== 'failed') return
+  const fleet = deps.store.fleet
+  const ask = (await fleet.pullsOfWorker(workerId)).find(
+    (p) => p.runtime_model_id === body.model || p.catalog_id === body.model,
+  )
+  if (!ask) return
+  if (body.status === 'completed') return fleet.clearPullFailure(ask.catalog_id, workerId)
+  if (body.cause === 'stopped') return
+  const entry = (await loadCatalogue(deps)).byId.get(ask.catalog_id)
+  if (!entry) return
+  const pin = pullPin({
+    runtime_model_id: ask.runtime_model_id,
+    digest: entry.digest,
+    ...(pullSource(ask.runtime, entry) ?? {}),
+  })
+  const now = deps.clock.now()
+  const prev = (await fleet.pullFailuresOfWorker(workerId)).find((f) => f.catalog_id === ask.catalog_id)
+  const next = backOffDownload(prev, pin, now, body.cause !== 'backed_off')
+  await fleet.setPullFailure({
+    catalog_id: ask.catalog_id,
+    worker_id: workerId,
+    runtime: ask.runtime,
+    runtime_model_id: ask.runtime_model_id,
+    pin,
+    failures: next.failures,
+    error: body.error || 'the download failed',
+    failed_at: now,
+    retry_at: next.retry_at,
+  })
+  log.warn('model download failed; the worker is not asked for it again until retry_at', {
+    worker_id: workerId,
+    catalogue_id: ask.catalog_id,
+    failures: next.failures,
+    retry_at: new Date(next.retry_at * 1000).toISOString(),
+  })
 }

@@ -295,6 +295,13 @@ function addLineUsage(total: Record<string, number>, line: Record<string, unknow
   if (isObject(body)) addUsage(total, body.usage)
 }
 
+/** docs/api.md §10: the prompt tokens of results the server accepted, and of those the cached ones. */
+function countTokens(deps: Deps, usage: Record<string, number>) {
+  const { prompt_tokens: prompt, cached_tokens: cached } = usage
+  if (prompt !== undefined && prompt > 0) deps.metrics.promptTokens.inc(prompt)
+  if (cached !== undefined && cached > 0) deps.metrics.cachedPromptTokens.inc(cached)
+}
+
 /** Gives up both result files (nothing of them remains). */
 const discard = (split: Split) => Promise.all([split.output.writer.abort(), split.errors.writer.abort()])
 
@@ -508,6 +515,7 @@ async function commitShard(
     await discard(split)
     throw e
   }
+  countTokens(deps, split.usage)
   // docs/api.md §16 backup copies: whether this upload decided a race between two copies.
   if (recorded.backup) deps.metrics.shardBackups.inc({ outcome: recorded.backup })
   log.info('shard results stored', {
@@ -638,6 +646,7 @@ async function commit(
       ...delivery(deps, batch, split, placed, now),
       now,
     })
+    countTokens(deps, split.usage)
     log.info('batch results stored', {
       batch_id: batch.id,
       worker_id: held.workerId,

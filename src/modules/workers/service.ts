@@ -17,7 +17,7 @@ import { modelsChanged } from '../catalogue/view'
 import { isOnline, onlineCutoff } from './liveness'
 import { notOwned, ownWorker } from './ownership'
 import { removeParts } from './parts'
-import { type PullItem, pullModelsFor } from './pulls'
+import { type PullItem, pullModelsFor, settlePull } from './pulls'
 import type { PollState } from './waiters'
 import { batchClaimable } from './waiters'
 
@@ -230,6 +230,8 @@ export async function modelProgress(
   body: ModelProgressBody,
 ) {
   const before = await ownWorker(deps, principal, body.worker_id)
+  // docs/api.md §7 model-progress: the back-off of a finished download, before its ask ends.
+  await settlePull(deps, body.worker_id, body)
   // docs/api.md §7: model-progress counts as liveness. A failed download ends the ask; a completed
   // one keeps it (as verifying) until the worker's inventory lists the model, so that neither its
   // next poll nor its next heartbeat, racing the report of its new inventory, asks for it again.
@@ -255,6 +257,7 @@ export async function modelProgress(
     completed_bytes: body.completed_bytes,
     total_bytes: body.total_bytes,
     ...(body.error ? { error: body.error } : {}),
+    ...(body.cause ? { cause: body.cause } : {}),
   })
   return { status: 'ok' as const }
 }

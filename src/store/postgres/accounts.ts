@@ -5,16 +5,18 @@ import { checkLastSuperadmin } from '../../domain/admin-rules'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { AccountsStore, NewUser } from '../accounts'
+import type { Identity } from '../sso'
 import type { PgDb, PgTx } from './db'
-import { isUniqueViolation } from './errors'
+import { isUniqueViolation, uniqueOn } from './errors'
 import { pageRows } from './page'
+import { identityConflict } from './sso'
 
 // Users and reset tokens on PostgreSQL, where several instances write at once: the email's UNIQUE
 // constraint decides a signup race (23505 → 409 email_taken), the superadmins' rows are locked
 // before the last-superadmin rule counts them, and a reset token is claimed by one conditional
 // UPDATE.
 
-const { users, organizations, memberships, passwordResetTokens } = schema
+const { users, organizations, memberships, passwordResetTokens, userIdentities } = schema
 
 async function storePassword(tx: PgTx | PgDb, now: number, userId: string, hash: string) {
   const [row] = await tx
@@ -38,7 +40,7 @@ export function postgresAccounts(db: PgDb): AccountsStore {
     .where(eq(users.id, sql.placeholder('id')))
     .prepare('gk_user_by_id')
   return {
-    async createUser(input: NewUser, personalOrgName: string) {
+    async createUser(input: NewUser, personalOrgName: string, identity?: Identity) {
       try {
         return await db.transaction(async (tx) => {
           const [user] = await tx
@@ -61,11 +63,20 @@ export function postgresAccounts(db: PgDb): AccountsStore {
           await tx
             .insert(memberships)
             .values({ org_id: org!.id, user_id: user!.id, role: 'owner', created_at: input.now })
+          if (identity)
+            await tx.insert(userIdentities).values({
+              ...identity,
+              user_id: user!.id,
+              created_at: input.now,
+              last_sign_in_at: input.now,
+            })
           return user as UserRow
         })
       } catch (error) {
         if (isUniqueViolation(error))
-          throw conflict('email_taken', 'This email is already registered', 'email')
+          throw uniqueOn(error, 'user_identities')
+            ? identityConflict()
+            : conflict('email_taken', 'This email is already registered', 'email')
         throw error
       }
     },

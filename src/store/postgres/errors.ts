@@ -8,3 +8,18 @@ export function isUniqueViolation(error: unknown): boolean {
   }
   return false
 }
+
+/** Whether a unique_violation was raised on `table` (which of a transaction's inserts collided). */
+export function uniqueOn(error: unknown, table: string): boolean {
+  for (
+    let e = error as
+      | { table?: unknown; table_name?: unknown; detail?: unknown; message?: unknown; cause?: unknown }
+      | undefined;
+    e;
+  ) {
+    if (e.table === table || e.table_name === table) return true
+    if (typeof e.message === 'string' && e.message.includes(`"${table}`)) return true
+    e = e.cause as typeof e
+  }
+  return false
+}

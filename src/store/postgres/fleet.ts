@@ -36,6 +36,7 @@ const {
   batches,
   batchAssignments,
   memberships,
+  modelPullFailures,
   modelPulls,
   workerGpus,
   workerModels,
@@ -369,7 +370,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       const scope = orgId === null ? undefined : eq(workers.org_id, orgId)
       const { rows, has_more } = await pageRows<WorkerRow>(db, workers, scope, page)
       const ids = rows.map((w) => w.id)
-      const [gpus, runtimes, models, pulls] = ids.length
+      const [gpus, runtimes, models, pulls, failures] = ids.length
         ? await Promise.all([
             db
               .select()
@@ -387,8 +388,9 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
               .where(inArray(workerModels.worker_id, ids))
               .orderBy(asc(workerModels.seq)),
             db.select().from(modelPulls).where(inArray(modelPulls.worker_id, ids)),
+            db.select().from(modelPullFailures).where(inArray(modelPullFailures.worker_id, ids)),
           ])
-        : [[], [], [], []]
+        : [[], [], [], [], []]
       const of = <T extends { worker_id: string }>(list: T[], id: string) =>
         list.filter((r) => r.worker_id === id)
       const listed: ListedWorker[] = rows.map((w) => ({
@@ -397,6 +399,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         runtimes: of(runtimes, w.id),
         models: of(models, w.id),
         pulls: of(pulls, w.id),
+        pull_failures: of(failures, w.id),
       }))
       return { rows: listed, has_more }
     },
@@ -620,6 +623,32 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .returning({ catalog_id: modelPulls.catalog_id })
         return won.length === 1
       })
+    },
+    async pullFailuresOfWorker(workerId) {
+      return db.select().from(modelPullFailures).where(eq(modelPullFailures.worker_id, workerId))
+    },
+    async pullFailuresFor(catalogIds) {
+      if (catalogIds.length === 0) return []
+      return db
+        .select({ failure: modelPullFailures, worker: { name: workers.name, org_id: workers.org_id } })
+        .from(modelPullFailures)
+        .innerJoin(workers, eq(workers.id, modelPullFailures.worker_id))
+        .where(inArray(modelPullFailures.catalog_id, [...catalogIds]))
+    },
+    async setPullFailure(failure) {
+      const { catalog_id, worker_id, ...rest } = failure
+      await db
+        .insert(modelPullFailures)
+        .values(failure)
+        .onConflictDoUpdate({
+          target: [modelPullFailures.catalog_id, modelPullFailures.worker_id],
+          set: rest,
+        })
+    },
+    async clearPullFailure(catalogId, workerId) {
+      await db
+        .delete(modelPullFailures)
+        .where(and(eq(modelPullFailures.catalog_id, catalogId), eq(modelPullFailures.worker_id, workerId)))
     },
 
     async capacityCounts(cutoff) {

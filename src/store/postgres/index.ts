@@ -12,6 +12,7 @@ import { postgresLimits } from './limits'
 import { postgresOrgs } from './orgs'
 import { postgresQueue } from './queue'
 import { postgresSignals } from './signals'
+import { postgresSso } from './sso'
 import { postgresUsage } from './usage'
 import { postgresWebhooks } from './webhooks'
 
@@ -35,6 +36,7 @@ export function postgresStore(
       await db.$client`SELECT 1`
     },
     accounts: postgresAccounts(db),
+    sso: postgresSso(db),
     keys: postgresKeys(db),
     orgs: postgresOrgs(db),
     fleet: postgresFleet(db, config),

@@ -6,8 +6,10 @@ import { checkLastSuperadmin } from '../../domain/admin-rules'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import type { AccountsStore, NewUser } from '../accounts'
+import type { Identity } from '../sso'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
+import { identityConflict, insertIdentity, linkedAlready } from './sso'
 
 // Users and reset tokens on SQLite: synchronous BEGIN IMMEDIATE bodies (ARCHITECTURE.md rule 8).
 
@@ -38,11 +40,12 @@ function storePassword(tx: Tx, now: number, userId: string, hash: string) {
 export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
   const { db } = deps
   return {
-    async createUser(input: NewUser, personalOrgName: string) {
+    async createUser(input: NewUser, personalOrgName: string, identity?: Identity) {
       return writeTx(db, (tx) => {
         if (tx.select({ id: users.id }).from(users).where(eq(users.email, input.email)).get()) {
           throw conflict('email_taken', 'This email is already registered', 'email')
         }
+        if (identity && linkedAlready(tx, identity)) throw identityConflict()
         const user = tx
           .insert(users)
           .values({
@@ -65,6 +68,7 @@ export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
         tx.insert(memberships)
           .values({ org_id: org.id, user_id: user.id, role: 'owner', created_at: input.now })
           .run()
+        if (identity) insertIdentity(tx, user.id, identity, input.now)
         return user
       })
     },

@@ -5,6 +5,7 @@ import {
   batchAssignments,
   batches,
   memberships,
+  modelPullFailures,
   modelPulls,
   type WorkerRow,
   workerGpus,
@@ -451,12 +452,18 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
       const pulls = group(
         ids.length ? db.select().from(modelPulls).where(inArray(modelPulls.worker_id, ids)).all() : [],
       )
+      const failures = group(
+        ids.length
+          ? db.select().from(modelPullFailures).where(inArray(modelPullFailures.worker_id, ids)).all()
+          : [],
+      )
       const listed: ListedWorker[] = rows.map((w) => ({
         ...w,
         gpus: gpus.get(w.id) ?? [],
         runtimes: runtimes.get(w.id) ?? [],
         models: models.get(w.id) ?? [],
         pulls: pulls.get(w.id) ?? [],
+        pull_failures: failures.get(w.id) ?? [],
       }))
       return { rows: listed, has_more }
     },
@@ -592,6 +599,33 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
     async dropPull(catalogId, workerId) {
       db.delete(modelPulls)
         .where(and(eq(modelPulls.catalog_id, catalogId), eq(modelPulls.worker_id, workerId)))
+        .run()
+    },
+    async pullFailuresOfWorker(workerId) {
+      return db.select().from(modelPullFailures).where(eq(modelPullFailures.worker_id, workerId)).all()
+    },
+    async pullFailuresFor(catalogIds) {
+      if (catalogIds.length === 0) return []
+      return db
+        .select({ failure: modelPullFailures, worker: { name: workers.name, org_id: workers.org_id } })
+        .from(modelPullFailures)
+        .innerJoin(workers, eq(workers.id, modelPullFailures.worker_id))
+        .where(inArray(modelPullFailures.catalog_id, [...catalogIds]))
+        .all()
+    },
+    async setPullFailure(failure) {
+      const { catalog_id, worker_id, ...rest } = failure
+      db.insert(modelPullFailures)
+        .values(failure)
+        .onConflictDoUpdate({
+          target: [modelPullFailures.catalog_id, modelPullFailures.worker_id],
+          set: rest,
+        })
+        .run()
+    },
+    async clearPullFailure(catalogId, workerId) {
+      db.delete(modelPullFailures)
+        .where(and(eq(modelPullFailures.catalog_id, catalogId), eq(modelPullFailures.worker_id, workerId)))
         .run()
     },
     async hasValidatedBatch(models) {

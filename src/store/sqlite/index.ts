@@ -14,6 +14,7 @@ import { sqliteLimits } from './limits'
 import { sqliteOrgs } from './orgs'
 import { sqliteQueue } from './queue'
 import { sqliteSignals } from './signals'
+import { sqliteSso } from './sso'
 import { sqliteUsage } from './usage'
 import { sqliteWebhooks } from './webhooks'
 
@@ -37,6 +38,7 @@ export function sqliteStore(deps: {
       deps.sqlite.query('SELECT 1').get()
     },
     accounts: sqliteAccounts(deps),
+    sso: sqliteSso(deps),
     keys: sqliteKeys(deps),
     orgs: sqliteOrgs(deps),
     fleet: sqliteFleet(deps),

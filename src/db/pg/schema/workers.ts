@@ -6,6 +6,7 @@ import {
   index,
   integer,
   pgTable,
+  primaryKey,
   text,
   unique,
 } from 'drizzle-orm/pg-core'
@@ -153,3 +154,27 @@ export const modelPulls = pgTable('model_pulls', {
   completed_bytes: bigint({ mode: 'number' }),
   total_bytes: bigint({ mode: 'number' }),
 })
+
+// docs/api.md §7 model-progress `failed`: the back-off of one worker for one entry after its
+// download failed (src/domain/downloads.ts backOffDownload): not asked again before retry_at unless
+// the catalogue changed what the entry downloads (`pin`); `failures` in a row, reset by a success.
+export const modelPullFailures = pgTable(
+  'model_pull_failures',
+  {
+    catalog_id: text()
+      .notNull()
+      .references(() => catalogEntries.id, { onDelete: 'cascade', onUpdate: 'cascade' }),
+    worker_id: text()
+      .notNull()
+      .references(() => workers.id, { onDelete: 'cascade' }),
+    // The ask that failed: the profile it was made through (the worker row shows the name).
+    runtime: text().notNull(),
+    runtime_model_id: text().notNull(),
+    pin: text().notNull(),
+    failures: integer().notNull(),
+    error: text().notNull(),
+    failed_at: bigint({ mode: 'number' }).notNull(),
+    retry_at: bigint({ mode: 'number' }).notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.catalog_id, t.worker_id] })],
+)

@@ -1,0 +1,241 @@
+import * as oidc from 'openid-client'
+import { ConfigError, listSetting } from '../../config'
+import type { UserRow } from '../../db/schema'
+import type { Deps } from '../../deps'
+import {
+  checkCodeChallenge,
+  checkLoopbackRedirect,
+  checkReturnTo,
+  planSsoSignIn,
+  type SsoClaims,
+} from '../../domain/sso-rules'
+import { AppError, badRequest, notFound } from '../../lib/errors'
+import { constantTimeEqual, generateResetToken, sha256Hex } from '../../lib/keys'
+import { log } from '../../lib/logger'
+import type { Identity } from '../../store/sso'
+import { createUser } from '../users/service'
+import type { IdentityProvider, OidcState } from './oidc'
+import { issueSession } from './service'
+
+// Single sign-on (docs/api.md §2 "Single sign-on"): the authorization code flow with PKCE, state and
+// nonce, from the dashboard or from `gridkeep login --sso` (RFC 8252: a loopback redirect with
+// PKCE). The sign-in's state lives in the store, claimed once (any instance may serve the
+// callback), and is tied to the browser that started it by an HttpOnly cookie. The callback ends in
+// a one-time code that the dashboard (holding that cookie) or the terminal (holding its PKCE
+// verifier) exchanges for the login JWT, through the same issueSession as a password login.
+
+/** How long a person has at the provider (typing a password, a second factor). */
+export const SSO_LOGIN_TTL_SECONDS = 600
+/** How long the one-time code lives between the callback's redirect and its exchange. */
+export const SSO_CODE_TTL_SECONDS = 60
+/** The cookie tying a sign-in to the browser that started it (its value: the state). */
+export const SSO_COOKIE = 'gk_sso'
+/** The dashboard's page that exchanges the one-time code (docs/api.md §11). */
+export const SSO_PAGE = '/app/sso'
+
+type SsoDeps = Deps & OidcState
+
+export const callbackUrl = (deps: Deps) => `${deps.config.PUBLIC_URL}/v1/auth/oidc/callback`
+
+function providerOf(deps: SsoDeps): IdentityProvider {
+  if (!deps.identityProvider)
+    throw notFound('sso_not_configured', 'Single sign-on is not configured on this server (OIDC_ISSUER)')
+  return deps.identityProvider
+}
+
+/** GET /v1/auth/methods: how one may sign in here (the dashboard's sign-in page reads it). */
+export function signInMethods(deps: SsoDeps) {
+  return {
+    object: 'auth.methods' as const,
+    password: deps.config.PASSWORD_LOGIN,
+    signup: deps.config.PASSWORD_LOGIN && deps.config.SIGNUP_ENABLED,
+    sso: deps.identityProvider ? { name: deps.config.OIDC_NAME, start_url: '/v1/auth/oidc/start' } : null,
+  }
+}
+
+export interface StartQuery {
+  return_to?: string
+  redirect_uri?: string
+  code_challenge?: string
+  code_challenge_method?: string
+  state?: string
+}
+
+/**
+ * GET /v1/auth/oidc/start: a new sign-in, stored; answers where to send the browser (the provider)
+ * and the state for the browser's cookie.
+ */
+export async function startSignIn(
+  deps: SsoDeps,
+  query: StartQuery,
+): Promise<{ location: string; state: string }> {
+  const provider = providerOf(deps)
+  const terminal = query.redirect_uri !== undefined
+  if (terminal && query.return_to !== undefined)
+    throw badRequest(
+      'invalid_value',
+      'return_to is for the dashboard; a terminal gives redirect_uri',
+      'return_to',
+    )
+  const redirectUri = terminal ? checkLoopbackRedirect(query.redirect_uri!) : null
+  const codeChallenge = terminal
+    ? checkCodeChallenge(query.code_challenge, query.code_challenge_method)
+    : null
+  if (!terminal && (query.code_challenge !== undefined || query.state !== undefined))
+    throw badRequest(
+      'invalid_value',
+      'code_challenge and state come with a terminal’s redirect_uri',
+      query.code_challenge !== undefined ? 'code_challenge' : 'state',
+    )
+  const returnTo = terminal ? null : checkReturnTo(query.return_to)
+  const state = oidc.randomState()
+  const nonce = oidc.randomNonce()
+  const codeVerifier = oidc.randomPKCECodeVerifier()
+  const location = await provider.authorizationUrl({
+    redirectUri: callbackUrl(deps),
+    state,
+    nonce,
+    codeChallenge: await oidc.calculatePKCECodeChallenge(codeVerifier),
+  })
+  const now = deps.clock.now()
+  await deps.store.sso.startLogin({
+    state_hash: sha256Hex(state),
+    nonce,
+    code_verifier: codeVerifier,
+    return_to: returnTo,
+    redirect_uri: redirectUri,
+    client_state: terminal ? (query.state ?? null) : null,
+    code_challenge: codeChallenge,
+    created_at: now,
+    expires_at: now + SSO_LOGIN_TTL_SECONDS,
+  })
+  return { location, state }
+}
+
+const invalidState = (why: string) => badRequest('invalid_state', `${why}; start the sign-in again`, 'state')
+
+/**
+ * GET /v1/auth/oidc/callback: the provider's answer. The sign-in is claimed by its state (once),
+ * the code redeemed and the ID token checked, the account found, linked or created; answers where
+ * the browser goes next, with a one-time code: the dashboard's page, or the terminal's loopback.
+ * Once the sign-in is known to be a terminal's, a refusal goes to the loopback too (RFC 6749
+ * §4.1.2.1), so that the terminal can say why.
+ */
+export async function finishSignIn(deps: SsoDeps, query: URLSearchParams, cookie: string | undefined) {
+  const provider = providerOf(deps)
+  const state = query.get('state')
+  if (!state) throw invalidState('The answer carries no state')
+  if (!cookie || !constantTimeEqual(cookie, state))
+    throw invalidState('This sign-in was not started in this browser, or its cookie has expired')
+  const login = await deps.store.sso.takeLogin(sha256Hex(state), deps.clock.now())
+  if (!login) throw invalidState('This sign-in is unknown, was used already or has expired')
+  try {
+    const claims = await provider.redeem(new URL(`${callbackUrl(deps)}?${query}`), {
+      state,
+      nonce: login.nonce,
+      codeVerifier: login.code_verifier,
+    })
+    const user = await admitIdentity(deps, provider.issuer, claims)
+    const code = generateResetToken()
+    await deps.store.sso.grantCode(
+      login.state_hash,
+      sha256Hex(code),
+      user.id,
+      deps.clock.now() + SSO_CODE_TTL_SECONDS,
+    )
+    if (login.redirect_uri) return loopback(login.redirect_uri, { code, state: login.client_state })
+    const fragment = new URLSearchParams({ code, return_to: login.return_to ?? '/app/batches' })
+    return `${SSO_PAGE}#${fragment}`
+  } catch (error) {
+    // A refusal or an unreachable provider (502) is the terminal's to report; a bug (500) is not.
+    if (login.redirect_uri && error instanceof AppError && error.status !== 500)
+      return loopback(login.redirect_uri, {
+        error: error.errorCode ?? 'sso_failed',
+        error_description: error.message,
+        state: login.client_state,
+      })
+    throw error
+  }
+}
+
+function loopback(redirectUri: string, params: Record<string, string | null>): string {
+  const url = new URL(redirectUri)
+  for (const [k, v] of Object.entries(params)) if (v !== null) url.searchParams.set(k, v)
+  return url.href
+}
+
+/**
+ * The account a sign-in reaches (src/domain/sso-rules.ts decides; this applies it): the linked one,
+ * one linked now through its verified email, or a new one with its Personal Org.
+ */
+async function admitIdentity(deps: SsoDeps, issuer: string, claims: SsoClaims): Promise<UserRow> {
+  const policy = {
+    allowedDomains: listSetting(deps.config.OIDC_ALLOWED_DOMAINS).map((d) => d.toLowerCase()),
+    adminGroups: listSetting(deps.config.OIDC_ADMIN_GROUPS),
+  }
+  const linked = await deps.store.sso.findLinkedUser(issuer, claims.subject)
+  const email = claims.email?.trim().toLowerCase()
+  const byEmail = linked || !email ? undefined : await deps.store.accounts.findUserByEmail(email)
+  const plan = planSsoSignIn(claims, policy, linked, byEmail)
+  const now = deps.clock.now()
+  const identity: Identity = { issuer, subject: claims.subject, email: email ?? null }
+  switch (plan.kind) {
+    case 'sign_in': {
+      const user = await deps.store.sso.recordSignIn(issuer, claims.subject, now, plan.role)
+      // Unlinked between the two reads (the account was deleted): as if it had never been.
+      if (!user) throw invalidState('This account changed during the sign-in')
+      return user
+    }
+    case 'link':
+      log.info('linked identity', { user_id: plan.user.id, issuer })
+      return deps.store.sso.link(plan.user.id, identity, now, plan.role)
+    case 'create':
+      return createUser(deps, {
+        email: plan.email,
+        full_name: plan.full_name,
+        platform_role: plan.role,
+        identity,
+      })
+  }
+}
+
+/**
+ * POST /v1/auth/oidc/token: the one-time code for the login answer, once. A terminal's code needs
+ * its PKCE verifier; the dashboard's, the cookie of the browser that started the sign-in.
+ */
+export async function redeemCode(
+  deps: SsoDeps,
+  input: { code: string; code_verifier?: string },
+  cookie: string | undefined,
+) {
+  providerOf(deps)
+  const invalid = (why: string) => badRequest('invalid_code', `${why}; sign in again`, 'code')
+  const login = await deps.store.sso.redeemCode(sha256Hex(input.code), deps.clock.now())
+  if (!login?.user_id) throw invalid('This sign-in code is unknown, was used already or has expired')
+  if (login.code_challenge) {
+    const verifier = input.code_verifier
+    if (
+      !verifier ||
+      !constantTimeEqual(await oidc.calculatePKCECodeChallenge(verifier), login.code_challenge)
+    )
+      throw invalid('code_verifier does not match the sign-in’s code_challenge')
+  } else if (!cookie || !constantTimeEqual(sha256Hex(cookie), login.state_hash)) {
+    throw invalid('This sign-in code belongs to another browser')
+  }
+  const user = await deps.store.accounts.findUserById(login.user_id)
+  if (!user) throw invalid('This account no longer exists')
+  return issueSession(deps, user, 'sso')
+}
+
+/**
+ * docs/api.md §2: with PASSWORD_LOGIN=false the start is refused unless a superadmin can sign in by
+ * single sign-on: OIDC_ADMIN_GROUPS makes one at sign-in, or a superadmin is linked already.
+ */
+export async function checkSuperadminCanSignIn(deps: Deps) {
+  const { PASSWORD_LOGIN, OIDC_ISSUER, OIDC_ADMIN_GROUPS } = deps.config
+  if (PASSWORD_LOGIN || !OIDC_ISSUER || listSetting(OIDC_ADMIN_GROUPS).length > 0) return
+  if (await deps.store.sso.hasLinkedSuperadmin(OIDC_ISSUER)) return
+  throw new ConfigError(
+    'invalid configuration: PASSWORD_LOGIN: false, but no superadmin could sign in: none is linked to OIDC_ISSUER and OIDC_ADMIN_GROUPS is unset (set OIDC_ADMIN_GROUPS, or have a superadmin sign in once by SSO first)',
+  )
+}

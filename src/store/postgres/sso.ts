@@ -1,0 +1,129 @@
+import { and, eq, gt, isNull, lt, sql } from 'drizzle-orm'
+import * as schema from '../../db/pg/schema'
+import type { SsoLoginRow, UserRow } from '../../db/schema'
+import { conflict } from '../../lib/errors'
+import { SSO_LOGIN_KEPT_SECONDS, type SsoStore } from '../sso'
+import type { PgDb, PgTx } from './db'
+import { isUniqueViolation } from './errors'
+
+// Single sign-on on PostgreSQL, where several instances serve one sign-in (the callback may reach
+// another instance than /start did): each claim is one conditional UPDATE, so a state or a
+// one-time code works once across instances, and the identities' unique keys decide a race to link.
+
+const { ssoLogins, userIdentities, users } = schema
+
+export const identityConflict = () =>
+  conflict(
+    'identity_conflict',
+    'This account is already linked to another identity at this provider, or this identity to another account',
+  )
+
+async function setRole(tx: PgTx, userId: string, role: UserRow['platform_role'] | undefined, now: number) {
+  if (role === undefined) return
+  await tx
+    .update(users)
+    .set({ platform_role: role, updated_at: now })
+    .where(and(eq(users.id, userId), sql`${users.platform_role} <> ${role}`))
+}
+
+export function postgresSso(db: PgDb): SsoStore {
+  return {
+    async startLogin(login) {
+      await db.delete(ssoLogins).where(lt(ssoLogins.expires_at, login.created_at - SSO_LOGIN_KEPT_SECONDS))
+      await db.insert(ssoLogins).values(login)
+    },
+
+    async takeLogin(stateHash, now) {
+      const [row] = await db
+        .update(ssoLogins)
+        .set({ state_used_at: now })
+        .where(
+          and(
+            eq(ssoLogins.state_hash, stateHash),
+            isNull(ssoLogins.state_used_at),
+            gt(ssoLogins.expires_at, now),
+          ),
+        )
+        .returning()
+      return row as SsoLoginRow | undefined
+    },
+
+    async grantCode(stateHash, codeHash, userId, expiresAt) {
+      await db
+        .update(ssoLogins)
+        .set({ code_hash: codeHash, user_id: userId, code_expires_at: expiresAt })
+        .where(and(eq(ssoLogins.state_hash, stateHash), isNull(ssoLogins.code_hash)))
+    },
+
+    async redeemCode(codeHash, now) {
+      const [row] = await db
+        .update(ssoLogins)
+        .set({ code_used_at: now })
+        .where(
+          and(
+            eq(ssoLogins.code_hash, codeHash),
+            isNull(ssoLogins.code_used_at),
+            gt(ssoLogins.code_expires_at, now),
+          ),
+        )
+        .returning()
+      return row as SsoLoginRow | undefined
+    },
+
+    async findLinkedUser(issuer, subject) {
+      const [row] = await db
+        .select({ user: users })
+        .from(userIdentities)
+        .innerJoin(users, eq(users.id, userIdentities.user_id))
+        .where(and(eq(userIdentities.issuer, issuer), eq(userIdentities.subject, subject)))
+      return row?.user as UserRow | undefined
+    },
+
+    async recordSignIn(issuer, subject, now, role) {
+      return db.transaction(async (tx) => {
+        const [linked] = await tx
+          .update(userIdentities)
+          .set({ last_sign_in_at: now })
+          .where(and(eq(userIdentities.issuer, issuer), eq(userIdentities.subject, subject)))
+          .returning({ user_id: userIdentities.user_id })
+        if (!linked) return undefined
+        await setRole(tx, linked.user_id, role, now)
+        const [user] = await tx.select().from(users).where(eq(users.id, linked.user_id))
+        return user as UserRow | undefined
+      })
+    },
+
+    async link(userId, identity, now, role) {
+      try {
+        return await db.transaction(async (tx) => {
+          // The primary key (issuer, subject) and the unique (user_id, issuer) refuse a second link.
+          await tx
+            .insert(userIdentities)
+            .values({ ...identity, user_id: userId, created_at: now, last_sign_in_at: now })
+          await setRole(tx, userId, role, now)
+          const [user] = await tx.select().from(users).where(eq(users.id, userId))
+          return user as UserRow
+        })
+      } catch (error) {
+        if (isUniqueViolation(error)) throw identityConflict()
+        throw error
+      }
+    },
+
+    async hasLinkedSuperadmin(issuer) {
+      const [row] = await db
+        .select({ id: users.id })
+        .from(userIdentities)
+        .innerJoin(users, eq(users.id, userIdentities.user_id))
+        .where(
+          and(
+            eq(userIdentities.issuer, issuer),
+            eq(users.platform_role, 'superadmin'),
+            eq(users.is_active, true),
+          ),
+        )
+        .limit(1)
+      return !!row
+    },
+  }
+}

@@ -1,0 +1,592 @@
+import { afterAll, beforeAll, describe, expect, setSystemTime, test } from 'bun:test'
+import { makeTestApp, type TestApp } from '../helpers/app'
+import { makeUser } from '../helpers/builders'
+import { type FakeOidc, startFakeOidc, type TokenFault } from '../helpers/fake-oidc'
+import {
+  ADMIN_GROUP,
+  APP_PUBLIC_URL,
+  CLIENT_ID,
+  CookieJar,
+  dance,
+  exchange,
+  PEOPLE,
+  signInAtProvider,
+  ssoEnv,
+  startOidcProvider,
+  type TestProvider,
+} from '../helpers/oidc-provider'
+
+// docs/api.md §2 "Single sign-on": the authorization code flow against a real OpenID provider
+// (oidc-provider in its own process, its login and consent pages walked over HTTP), and every way
+// it can go wrong answered with a clear 4xx (or a 502 for a provider that is away) and no account.
+
+let provider: TestProvider
+beforeAll(async () => {
+  provider = await startOidcProvider()
+})
+afterAll(() => provider.stop())
+
+let people = 0
+/** A new person at the provider (tests that change a person's claims use their own). */
+async function person(claims: Partial<(typeof PEOPLE)['alice']> & { email: string }) {
+  const id = `person-${++people}-${crypto.randomUUID().slice(0, 8)}`
+  await provider.configure({
+    accounts: { [id]: { email_verified: true, name: `Person ${people}`, groups: [], ...claims } },
+  })
+  return id
+}
+const uniqueLabEmail = () => `p-${crypto.randomUUID().slice(0, 12)}@lab.example`
+
+async function json(res: Response) {
+  return { status: res.status, body: (await res.json()) as any }
+}
+
+/** The envelope of a refusal at the callback. */
+async function refused(res: Response, status: number, code: string) {
+  expect(res.status).toBe(status)
+  expect(((await res.json()) as any).error.code).toBe(code)
+}
+
+describe('sign-in with OpenID Connect', () => {
+  let t: TestApp
+  const send = (r: Request) => t.app.handle(r)
+  beforeAll(() => {
+    t = makeTestApp(ssoEnv(provider, { OIDC_ADMIN_GROUPS: ADMIN_GROUP, OIDC_ALLOWED_DOMAINS: 'lab.example' }))
+  })
+  afterAll(() => t.close())
+
+  async function signIn(login: string, query = '') {
+    const d = await dance(send, APP_PUBLIC_URL, login, query)
+    expect(d.back.status).toBe(302)
+    const answer = await json(await exchange(send, APP_PUBLIC_URL, d))
+    expect(answer.status).toBe(200)
+    return { ...answer.body, location: d.back.headers.get('location') as string }
+  }
+
+  test('GET /v1/auth/methods names the provider for the sign-in button', async () => {
+    const methods = await t.req('GET', '/v1/auth/methods')
+    expect(methods.status).toBe(200)
+    expect(methods.body).toEqual({
+      object: 'auth.methods',
+      password: true,
+      signup: true,
+      sso: { name: 'Lab SSO', start_url: '/v1/auth/oidc/start' },
+    })
+  })
+
+  test('start sends the browser to the provider with PKCE, state and nonce, and ties the sign-in to the browser', async () => {
+    const start = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
+    expect(start.status).toBe(302)
+    const to = new URL(start.headers.get('location')!)
+    expect(to.origin).toBe(provider.issuer)
+    expect(to.searchParams.get('client_id')).toBe(CLIENT_ID)
+    expect(to.searchParams.get('redirect_uri')).toBe(`${APP_PUBLIC_URL}/v1/auth/oidc/callback`)
+    expect(to.searchParams.get('code_challenge_method')).toBe('S256')
+    expect(to.searchParams.get('code_challenge')).toMatch(/^[\w-]{43}$/)
+    expect(to.searchParams.get('nonce')).toBeTruthy()
+    expect(to.searchParams.get('scope')).toBe('openid email profile groups')
+    const state = to.searchParams.get('state')!
+    const cookie = start.headers.get('set-cookie')!
+    expect(cookie).toStartWith(`gk_sso=${state};`)
+    expect(cookie).toContain('HttpOnly')
+    expect(cookie).toContain('SameSite=Lax')
+    expect(cookie).toContain('Path=/v1/auth/oidc')
+  })
+
+  test('the first sign-in creates the account and its Personal Org; the session is the login JWT', async () => {
+    const email = uniqueLabEmail()
+    const login = await person({ email, name: 'Grace Hopper' })
+    expect(await t.deps.store.accounts.findUserByEmail(email)).toBeUndefined()
+    const first = await signIn(login, '?return_to=%2Fapp%2Fkeys')
+    expect(first.location).toStartWith('/app/sso#code=')
+    expect(new URLSearchParams(first.location.split('#')[1]).get('return_to')).toBe('/app/keys')
+    expect(first).toMatchObject({
+      token_type: 'bearer',
+      platform_role: 'user',
+      must_change_password: false,
+      user: { email, full_name: 'Grace Hopper', platform_role: 'user', is_active: true },
+    })
+    const me = await t.req('GET', '/v1/auth/me', { token: first.access_token })
+    expect(me.status).toBe(200)
+    expect(me.body.memberships).toEqual([
+      expect.objectContaining({ org_name: "Grace Hopper's Personal Org", role: 'owner', personal: true }),
+    ])
+    // An SSO user makes personal keys with the session, as anyone does (the Keys page, the terminal).
+    const key = await t.req('POST', '/v1/users/me/api-keys', {
+      token: first.access_token,
+      body: { name: 'laptop' },
+    })
+    expect(key.status).toBe(201)
+    expect((await t.req('GET', '/v1/batches', { token: key.body.key })).status).toBe(200)
+
+    // Again: the same account, no second org.
+    const second = await signIn(login)
+    expect(second.user.id).toBe(first.user.id)
+    expect(second.location).toBe(
+      `/app/sso#${new URLSearchParams({ code: new URLSearchParams(second.location.split('#')[1]).get('code')!, return_to: '/app/batches' })}`,
+    )
+    expect(await t.deps.store.orgs.listMembershipsOf(first.user.id)).toHaveLength(1)
+    // No password was set: the password login refuses, as for a wrong password.
+    const empty = await t.req('POST', '/v1/auth/login', { body: { email, password: '' } })
+    expect(empty.status).toBe(401)
+    const guessed = await t.req('POST', '/v1/auth/login', {
+      body: { email, password: 'any-password-at-all' },
+    })
+    expect(guessed.status).toBe(401)
+    expect(guessed.body.error.code).toBe('invalid_credentials')
+  })
+
+  test('an email changed at the provider still signs into the same account (issuer + subject)', async () => {
+    const email = uniqueLabEmail()
+    const login = await person({ email })
+    const before = await signIn(login)
+    await provider.configure({ accounts: { [login]: { email: uniqueLabEmail() } } })
+    const after = await signIn(login)
+    expect(after.user.id).toBe(before.user.id)
+    expect(after.user.email).toBe(email)
+  })
+
+  test('an existing account is linked only when the provider says email_verified', async () => {
+    const email = uniqueLabEmail()
+    const existing = await makeUser(t, { email })
+    const login = await person({ email, email_verified: false })
+    const unverified = await dance(send, APP_PUBLIC_URL, login)
+    await refused(unverified.back, 403, 'email_not_verified')
+    expect(await t.deps.store.sso.findLinkedUser(provider.issuer, login)).toBeUndefined()
+
+    await provider.configure({ accounts: { [login]: { email_verified: true } } })
+    const linked = await signIn(login)
+    expect(linked.user.id).toBe(existing.id)
+    expect((await t.deps.store.sso.findLinkedUser(provider.issuer, login))?.id).toBe(existing.id)
+    // The password still works beside SSO.
+    expect(
+      (await t.req('POST', '/v1/auth/login', { body: { email, password: existing.password } })).status,
+    ).toBe(200)
+  })
+
+  test('an unverified email with no account behind it gets a new account', async () => {
+    const signedIn = await signIn('victor')
+    expect(signedIn.user.email).toBe(PEOPLE.victor.email)
+  })
+
+  test('the admin group makes a superadmin; out of the group, the next sign-in takes the role away', async () => {
+    const ada = await signIn('ada')
+    expect(ada.platform_role).toBe('superadmin')
+    expect((await t.req('GET', '/v1/admin/users', { token: ada.access_token })).status).toBe(200)
+
+    const login = await person({ email: uniqueLabEmail(), groups: [ADMIN_GROUP, 'physics'] })
+    expect((await signIn(login)).platform_role).toBe('superadmin')
+    await provider.configure({ accounts: { [login]: { groups: ['physics'] } } })
+    const demoted = await signIn(login)
+    expect(demoted.platform_role).toBe('user')
+    expect((await t.req('GET', '/v1/admin/users', { token: demoted.access_token })).status).toBe(403)
+  })
+
+  test('a person of a domain not allowed gets a 403 and no account', async () => {
+    const d = await dance(send, APP_PUBLIC_URL, 'otto')
+    await refused(d.back, 403, 'email_domain_not_allowed')
+    expect(await t.deps.store.accounts.findUserByEmail(PEOPLE.otto.email)).toBeUndefined()
+    expect(await t.deps.store.sso.findLinkedUser(provider.issuer, 'otto')).toBeUndefined()
+  })
+
+  test('a disabled account cannot sign in by SSO, nor by password', async () => {
+    const email = uniqueLabEmail()
+    const existing = await makeUser(t, { email })
+    const login = await person({ email })
+    expect((await signIn(login)).user.id).toBe(existing.id)
+    await t.deps.store.accounts.updateUser(existing.id, { is_active: false }, t.clock.now())
+    const d = await dance(send, APP_PUBLIC_URL, login)
+    await refused(d.back, 403, 'account_disabled')
+    const password = await t.req('POST', '/v1/auth/login', { body: { email, password: existing.password } })
+    expect(password.status).toBe(403)
+    expect(password.body.error.code).toBe('account_disabled')
+  })
+
+  test('an account disabled between the callback and the exchange gets no session', async () => {
+    const email = uniqueLabEmail()
+    const login = await person({ email })
+    const d = await dance(send, APP_PUBLIC_URL, login)
+    expect(d.back.status).toBe(302)
+    const user = (await t.deps.store.accounts.findUserByEmail(email))!
+    await t.deps.store.accounts.updateUser(user.id, { is_active: false }, t.clock.now())
+    const res = await json(await exchange(send, APP_PUBLIC_URL, d))
+    expect(res.status).toBe(403)
+    expect(res.body.error.code).toBe('account_disabled')
+  })
+
+  test('a replayed callback (the same state again) is a 400 invalid_state', async () => {
+    const d = await dance(send, APP_PUBLIC_URL, 'alice')
+    expect(d.back.status).toBe(302)
+    const again = await send(
+      new Request(d.callback, {
+        headers: { cookie: `gk_sso=${new URL(d.callback).searchParams.get('state')}` },
+      }),
+    )
+    await refused(again, 400, 'invalid_state')
+  })
+
+  test('a callback without the cookie of the browser that started it, or with another, is a 400 invalid_state', async () => {
+    const start = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
+    const callback = await signInAtProvider(start.headers.get('location')!, 'alice')
+    await refused(await send(new Request(callback)), 400, 'invalid_state')
+    const other = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
+    const otherState = new URL(other.headers.get('location')!).searchParams.get('state')
+    await refused(
+      await send(new Request(callback, { headers: { cookie: `gk_sso=${otherState}` } })),
+      400,
+      'invalid_state',
+    )
+    // Neither refusal spent the sign-in: with its own cookie it still completes.
+    const state = new URL(callback).searchParams.get('state')
+    expect((await send(new Request(callback, { headers: { cookie: `gk_sso=${state}` } }))).status).toBe(302)
+  })
+
+  test('an unknown state, and a sign-in older than 10 minutes, are a 400 invalid_state', async () => {
+    const unknown = 'x'.repeat(43)
+    await refused(
+      await send(
+        new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/callback?code=abc&state=${unknown}`, {
+          headers: { cookie: `gk_sso=${unknown}` },
+        }),
+      ),
+      400,
+      'invalid_state',
+    )
+    const jar = new CookieJar()
+    const start = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
+    jar.take(APP_PUBLIC_URL, start.headers)
+    const callback = await signInAtProvider(start.headers.get('location')!, 'alice')
+    t.clock.advance(601)
+    await refused(
+      await send(new Request(callback, { headers: { cookie: jar.header(APP_PUBLIC_URL) } })),
+      400,
+      'invalid_state',
+    )
+  })
+
+  test('the one-time code works once, for a minute, in the browser that started the sign-in', async () => {
+    const d = await dance(send, APP_PUBLIC_URL, 'alice')
+    const first = await exchange(send, APP_PUBLIC_URL, d)
+    expect(first.status).toBe(200)
+    expect(first.headers.get('set-cookie')).toContain('Max-Age=0')
+    const reused = await json(await exchange(send, APP_PUBLIC_URL, d))
+    expect(reused.status).toBe(400)
+    expect(reused.body.error.code).toBe('invalid_code')
+
+    const elsewhere = await dance(send, APP_PUBLIC_URL, 'alice')
+    const noCookie = await json(await exchange(send, APP_PUBLIC_URL, { ...elsewhere, jar: new CookieJar() }))
+    expect(noCookie.status).toBe(400)
+    expect(noCookie.body.error.code).toBe('invalid_code')
+
+    const late = await dance(send, APP_PUBLIC_URL, 'alice')
+    t.clock.advance(61)
+    const expired = await json(await exchange(send, APP_PUBLIC_URL, late))
+    expect(expired.status).toBe(400)
+    expect(expired.body.error.code).toBe('invalid_code')
+  })
+
+  test("a provider's code used again, under a fresh state, is refused by the provider: 400 invalid_code", async () => {
+    const first = await dance(send, APP_PUBLIC_URL, 'alice')
+    expect(first.back.status).toBe(302)
+    const jar = new CookieJar()
+    const start = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
+    jar.take(APP_PUBLIC_URL, start.headers)
+    const state = new URL(start.headers.get('location')!).searchParams.get('state')!
+    const replay = new URL(first.callback)
+    replay.searchParams.set('state', state)
+    const res = await send(new Request(replay.href, { headers: { cookie: jar.header(APP_PUBLIC_URL) } }))
+    await refused(res, 400, 'invalid_code')
+  })
+
+  test('the provider refusing the sign-in (access_denied) is a 400 sso_refused', async () => {
+    const start = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
+    const state = new URL(start.headers.get('location')!).searchParams.get('state')!
+    const res = await send(
+      new Request(
+        `${APP_PUBLIC_URL}/v1/auth/oidc/callback?error=access_denied&error_description=End-User+aborted&state=${state}&iss=${encodeURIComponent(provider.issuer)}`,
+        { headers: { cookie: `gk_sso=${state}` } },
+      ),
+    )
+    expect(res.status).toBe(400)
+    const body = (await res.json()) as any
+    expect(body.error.code).toBe('sso_refused')
+    expect(body.error.message).toContain('access_denied')
+  })
+
+  test('a browser gets a refusal as a page in words, its cookie cleared', async () => {
+    const res = await send(
+      new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/callback?code=abc&state=nope`, {
+        headers: { accept: 'text/html,application/xhtml+xml', cookie: 'gk_sso=nope' },
+      }),
+    )
+    expect(res.status).toBe(400)
+    expect(res.headers.get('content-type')).toStartWith('text/html')
+    expect(res.headers.get('set-cookie')).toContain('Max-Age=0')
+    const page = await res.text()
+    expect(page).toContain('Sign-in failed')
+    expect(page).toContain('This sign-in is unknown, was used already or has expired')
+    expect(page).toContain('href="/"')
+  })
+
+  test('return_to is a path of this server; anything else is a 400', async () => {
+    for (const bad of ['//evil.example/x', 'https://evil.example/', '/\\evil.example', 'app/keys']) {
+      const res = await t.req('GET', `/v1/auth/oidc/start?return_to=${encodeURIComponent(bad)}`)
+      expect(res.status).toBe(400)
+      expect(res.body.error.code).toBe('invalid_return_to')
+    }
+    expect((await t.req('GET', '/v1/auth/oidc/start?unknown=1')).status).toBe(400)
+  })
+
+  test('key rotation at the provider: a sign-in after the provider changed its signing key still works', async () => {
+    const before = await signIn('alice')
+    const oldKid = provider.kid
+    await provider.configure({ rotate: true })
+    expect(provider.kid).not.toBe(oldKid)
+    // openid-client refetches the JWKS for a key id it has not seen, at most once a minute
+    // (a token naming unknown keys cannot make it hammer the provider): a minute later…
+    setSystemTime(new Date(Date.now() + 61_000))
+    try {
+      const after = await signIn('alice')
+      expect(after.user.id).toBe(before.user.id)
+    } finally {
+      setSystemTime()
+    }
+  })
+})
+
+describe('a terminal signs in (RFC 8252 loopback redirect with PKCE)', () => {
+  let t: TestApp
+  const send = (r: Request) => t.app.handle(r)
+  beforeAll(() => {
+    t = makeTestApp(ssoEnv(provider, { OIDC_ALLOWED_DOMAINS: 'lab.example' }))
+  })
+  afterAll(() => t.close())
+
+  const verifier = 'v'.repeat(20) + crypto.randomUUID() + 'w'.repeat(10)
+  const challenge = () => new Bun.CryptoHasher('sha256').update(verifier).digest('base64url')
+  const loopback = 'http://127.0.0.1:53121/callback'
+  const terminalQuery = (extra: Record<string, string> = {}) =>
+    `?${new URLSearchParams({ redirect_uri: loopback, code_challenge: challenge(), code_challenge_method: 'S256', state: 'terminal-state', ...extra })}`
+
+  async function redeem(code: string, code_verifier?: string) {
+    const body = JSON.stringify({ code, ...(code_verifier ? { code_verifier } : {}) })
+    return json(
+      await send(
+        new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/token`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'content-length': String(body.length) },
+          body,
+        }),
+      ),
+    )
+  }
+
+  test('the callback sends the browser to the loopback with a one-time code, exchanged with the verifier', async () => {
+    const d = await dance(send, APP_PUBLIC_URL, 'alice', terminalQuery())
+    expect(d.back.status).toBe(302)
+    const to = new URL(d.back.headers.get('location')!)
+    expect(`${to.origin}${to.pathname}`).toBe(loopback)
+    expect(to.searchParams.get('state')).toBe('terminal-state')
+    const code = to.searchParams.get('code')!
+    // Without the verifier, or with another, the code is refused (and spent).
+    const wrong = await redeem(code, 'x'.repeat(43))
+    expect(wrong.status).toBe(400)
+    expect(wrong.body.error.code).toBe('invalid_code')
+    expect((await redeem(code, verifier)).status).toBe(400)
+
+    const again = await dance(send, APP_PUBLIC_URL, 'alice', terminalQuery())
+    const code2 = new URL(again.back.headers.get('location')!).searchParams.get('code')!
+    const missing = await redeem(code2)
+    expect(missing.status).toBe(400)
+    const third = await dance(send, APP_PUBLIC_URL, 'alice', terminalQuery())
+    const code3 = new URL(third.back.headers.get('location')!).searchParams.get('code')!
+    const ok = await redeem(code3, verifier)
+    expect(ok.status).toBe(200)
+    expect(ok.body.user.email).toBe(PEOPLE.alice.email)
+  })
+
+  test("a refusal at the callback goes to the terminal's loopback with the error", async () => {
+    const d = await dance(send, APP_PUBLIC_URL, 'otto', terminalQuery())
+    expect(d.back.status).toBe(302)
+    const to = new URL(d.back.headers.get('location')!)
+    expect(`${to.origin}${to.pathname}`).toBe(loopback)
+    expect(to.searchParams.get('error')).toBe('email_domain_not_allowed')
+    expect(to.searchParams.get('error_description')).toContain('elsewhere.example')
+    expect(to.searchParams.get('state')).toBe('terminal-state')
+    expect(to.searchParams.get('code')).toBeNull()
+  })
+
+  test('only a loopback IP address with a port is a redirect target', async () => {
+    for (const bad of [
+      'http://example.com:8080/cb',
+      'http://localhost:8080/cb',
+      'https://127.0.0.1:8080/cb',
+      'http://127.0.0.1/cb',
+      'http://127.0.0.1:8080/cb?x=1',
+      'http://user@127.0.0.1:8080/cb',
+      'http://10.0.0.1:8080/cb',
+    ]) {
+      const res = await t.req('GET', `/v1/auth/oidc/start${terminalQuery({ redirect_uri: bad })}`)
+      expect(res.status).toBe(400)
+      expect(res.body.error.code).toBe('invalid_redirect_uri')
+    }
+    expect(
+      (await t.req('GET', `/v1/auth/oidc/start${terminalQuery({ redirect_uri: 'http://[::1]:8080/cb' })}`))
+        .status,
+    ).toBe(302)
+    const plain = await t.req(
+      'GET',
+      `/v1/auth/oidc/start${terminalQuery({ code_challenge_method: 'plain' })}`,
+    )
+    expect(plain.body.error.code).toBe('invalid_code_challenge')
+    const short = await t.req('GET', `/v1/auth/oidc/start${terminalQuery({ code_challenge: 'abc' })}`)
+    expect(short.body.error.code).toBe('invalid_code_challenge')
+  })
+})
+
+describe('ID tokens that must be refused (a hand-rolled provider)', () => {
+  let fake: FakeOidc
+  let t: TestApp
+  const send = (r: Request) => t.app.handle(r)
+  beforeAll(async () => {
+    fake = await startFakeOidc(CLIENT_ID)
+    t = makeTestApp(ssoEnv(fake))
+  })
+  afterAll(() => {
+    t.close()
+    fake.stop()
+  })
+
+  test('the hand-rolled provider signs a good token in (the cases below differ in one thing)', async () => {
+    fake.fault = 'none'
+    fake.claims = { email: 'fake-good@lab.example', email_verified: true }
+    const d = await dance(send, APP_PUBLIC_URL, 'any')
+    expect(d.back.status).toBe(302)
+    expect((await exchange(send, APP_PUBLIC_URL, d)).status).toBe(200)
+  })
+
+  const faults: [TokenFault, RegExp][] = [
+    ['wrong_issuer', /iss/],
+    ['wrong_audience', /aud/],
+    ['expired', /exp|timestamp/],
+    ['unsigned', /alg|unsupported|sign/i],
+    ['bad_signature', /signature/i],
+    ['wrong_nonce', /nonce/],
+  ]
+  for (const [fault, words] of faults)
+    test(`an ID token ${fault.replace('_', ' ')}: 401 invalid_id_token, no account`, async () => {
+      fake.fault = fault
+      const email = `fake-${fault}@lab.example`
+      fake.claims = { email, email_verified: true, sub: `subject-${fault}` }
+      const d = await dance(send, APP_PUBLIC_URL, 'any')
+      expect(d.back.status).toBe(401)
+      const body = (await d.back.json()) as any
+      expect(body.error.code).toBe('invalid_id_token')
+      expect(body.error.message).toMatch(words)
+      expect(await t.deps.store.accounts.findUserByEmail(email)).toBeUndefined()
+    })
+
+  test('a token endpoint answering 500 is a 502 sso_provider_unavailable', async () => {
+    fake.fault = 'token_endpoint_error'
+    const d = await dance(send, APP_PUBLIC_URL, 'any')
+    expect(d.back.status).toBe(502)
+    expect(((await d.back.json()) as any).error.code).toBe('sso_provider_unavailable')
+  })
+})
+
+describe('a provider that is away', () => {
+  test('unreachable: start answers 502 sso_provider_unavailable at once, as a page for a browser', async () => {
+    const closed = Bun.serve({ hostname: '127.0.0.1', port: 0, fetch: () => new Response() })
+    const issuer = `http://127.0.0.1:${closed.port}`
+    closed.stop(true)
+    const t = makeTestApp(ssoEnv({ issuer }))
+    try {
+      const res = await t.req('GET', '/v1/auth/oidc/start')
+      expect(res.status).toBe(502)
+      expect(res.body.error.code).toBe('sso_provider_unavailable')
+      expect(res.body.error.message).toContain('cannot be reached')
+      const page = await t.app.handle(
+        new Request('http://gridkeep.test/v1/auth/oidc/start', { headers: { accept: 'text/html' } }),
+      )
+      expect(page.status).toBe(502)
+      expect(await page.text()).toContain('The identity provider cannot be reached')
+    } finally {
+      t.close()
+    }
+  })
+
+  test('silent: the request times out after OIDC_TIMEOUT_SECONDS, a 502, not a hang', async () => {
+    const silent = Bun.listen({ hostname: '127.0.0.1', port: 0, socket: { data() {} } })
+    const t = makeTestApp(
+      ssoEnv({ issuer: `http://127.0.0.1:${silent.port}` }, { OIDC_TIMEOUT_SECONDS: '1' }),
+    )
+    try {
+      const res = await t.req('GET', '/v1/auth/oidc/start')
+      expect(res.status).toBe(502)
+      expect(res.body.error.message).toContain('did not answer within 1 s')
+    } finally {
+      t.close()
+      silent.stop(true)
+    }
+  })
+
+  test('gone between the start and the callback: the callback answers 502', async () => {
+    const fake = await startFakeOidc(CLIENT_ID)
+    const t = makeTestApp(ssoEnv(fake))
+    try {
+      const jar = new CookieJar()
+      const start = await t.app.handle(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
+      jar.take(APP_PUBLIC_URL, start.headers)
+      const callback = await signInAtProvider(start.headers.get('location')!, 'any')
+      fake.stop()
+      const back = await t.app.handle(
+        new Request(callback, { headers: { cookie: jar.header(APP_PUBLIC_URL) } }),
+      )
+      expect(back.status).toBe(502)
+      expect(((await back.json()) as any).error.code).toBe('sso_provider_unavailable')
+    } finally {
+      t.close()
+    }
+  })
+})
+
+describe('without single sign-on, and with passwords off', () => {
+  test('without OIDC_ISSUER the SSO endpoints are a 404 sso_not_configured', async () => {
+    const t = makeTestApp()
+    try {
+      expect((await t.req('GET', '/v1/auth/methods')).body.sso).toBeNull()
+      for (const [method, path, body] of [
+        ['GET', '/v1/auth/oidc/start', undefined],
+        ['GET', '/v1/auth/oidc/callback?code=a&state=b', undefined],
+        ['POST', '/v1/auth/oidc/token', { code: 'abc' }],
+      ] as const) {
+        const res = await t.req(method, path, { body })
+        expect(res.status).toBe(404)
+        expect(res.body.error.code).toBe('sso_not_configured')
+      }
+    } finally {
+      t.close()
+    }
+  })
+
+  test('PASSWORD_LOGIN=false: login, signup and password resets are a 403; SSO signs in', async () => {
+    const t = makeTestApp(ssoEnv(provider, { PASSWORD_LOGIN: 'false' }))
+    try {
+      expect((await t.req('GET', '/v1/auth/methods')).body).toMatchObject({ password: false, signup: false })
+      for (const [path, body] of [
+        ['/v1/auth/login', { email: 'admin@localhost', password: 'admin-password-1' }],
+        ['/v1/auth/signup', { email: 'new@lab.example', password: 'a-long-password', full_name: 'New' }],
+        ['/v1/auth/forgot-password', { email: 'new@lab.example' }],
+        ['/v1/auth/reset-password', { token: 'abc', new_password: 'a-long-password' }],
+      ] as const) {
+        const res = await t.req('POST', path, { body })
+        expect(res.status).toBe(403)
+        expect(res.body.error.code).toBe('password_login_disabled')
+      }
+      const d = await dance((r) => t.app.handle(r), APP_PUBLIC_URL, 'alice')
+      expect((await exchange((r) => t.app.handle(r), APP_PUBLIC_URL, d)).status).toBe(200)
+    } finally {
+      t.close()
+    }
+  })
+})
