@@ -98,10 +98,13 @@ export class Agent {
   private lastGpuAtMs = Number.NEGATIVE_INFINITY
   /** The requests in flight at the engine, shared by every job (--concurrency). */
   readonly limiter: RequestLimiter
-  /** A managed engine's: one limiter per loaded model, tuned to it (and asked its slots) at each load. */
+  /**
+   * A managed engine's: one limiter per loaded model (per copy of it: ModelLease.instance), tuned to
+   * it (and asked its slots) at each load.
+   */
   private readonly modelLimiters = new Map<string, { load: number; limiter: Promise<RequestLimiter> }>()
-  /** Each model's limit now (heartbeat `concurrency`). */
-  private readonly modelLimits = new Map<string, number>()
+  /** Each loaded copy's limit now, with its model (heartbeat `concurrency`). */
+  private readonly modelLimits = new Map<string, { model: string; limit: number }>()
   private slotsAsked: Promise<void> | null = null
 
   constructor(
@@ -170,18 +173,22 @@ export class Agent {
       : this.opts.max_jobs
   }
 
-  /** A limiter of its own (--concurrency); `model`: the loaded model it serves (named in its log lines). */
-  private newLimiter(model: string | null): RequestLimiter {
+  /**
+   * A limiter of its own (--concurrency); `lease`: the loaded model (the copy of it) it serves, named
+   * in its log lines.
+   */
+  private newLimiter(lease: Pick<ModelLease, 'name' | 'instance'> | null): RequestLimiter {
+    const named = lease ? { model: lease.instance } : {}
     const controller = new ConcurrencyController({
       setting: this.opts.concurrency,
       max: this.opts.max_concurrency,
       nowMs: () => this.timers.nowMs(),
       onChange: (concurrency, was, reason) => {
-        if (model) this.modelLimits.set(model, concurrency)
-        log.info('concurrency changed', { ...(model ? { model } : {}), concurrency, was, reason })
+        if (lease) this.modelLimits.set(lease.instance, { model: lease.name, limit: concurrency })
+        log.info('concurrency changed', { ...named, concurrency, was, reason })
       },
     })
-    if (model) this.modelLimits.set(model, controller.limit)
+    if (lease) this.modelLimits.set(lease.instance, { model: lease.name, limit: controller.limit })
     return new RequestLimiter(controller)
   }
 
@@ -192,12 +199,12 @@ export class Agent {
    */
   async limiterFor(lease: ModelLease | null, params: Record<string, unknown> = {}): Promise<RequestLimiter> {
     if (!lease) return this.limiter
-    const known = this.modelLimiters.get(lease.name)
+    const known = this.modelLimiters.get(lease.instance)
     if (known && known.load === lease.load) return known.limiter
-    const limiter = this.newLimiter(lease.name)
+    const limiter = this.newLimiter(lease)
     const slots =
       this.opts.concurrency === 'auto' && this.runtime.slots
-        ? this.runtime.slots(lease.name, params).catch(() => null)
+        ? this.runtime.slots(lease.instance, params).catch(() => null)
         : Promise.resolve(null)
     const made = {
       load: lease.load,
@@ -206,16 +213,32 @@ export class Agent {
         return limiter
       }),
     }
-    this.modelLimiters.set(lease.name, made)
+    this.modelLimiters.set(lease.instance, made)
     return made.limiter
   }
 
-  /** The requests in flight the daemon settled on: the sum over the models its jobs run now. */
+  /** The requests in flight the daemon settled on: the sum over the models (each copy) its jobs run now. */
   private concurrencyNow(): number {
     const models = new Set([...this.jobs.values()].map((r) => r.job.model))
     let sum = 0
-    for (const m of models) sum += this.modelLimits.get(m) ?? 0
+    for (const { model, limit } of this.modelLimits.values()) if (models.has(model)) sum += limit
     return sum || this.limiter.controller.limit
+  }
+
+  /**
+   * Whether the running jobs keep a managed engine busy without another: each copy of a model a job
+   * uses has a job still starting requests (a job loading its model counts alone), or a job is being
+   * placed. One job's requests starting keep its copy's slots full, not another's (docs/worker.md
+   * "Jobs").
+   */
+  private requestsLeftToStart(): boolean {
+    if (this.runtime.manager?.placingJobs) return true
+    const started = new Map<string, boolean>()
+    for (const [key, run] of this.jobs) {
+      const on = run.instance ?? `job ${key}`
+      started.set(on, (started.get(on) ?? true) && run.allStarted)
+    }
+    return started.size > 0 && [...started.values()].every((all) => !all)
   }
 
   get status(): AgentState {
@@ -649,7 +672,9 @@ export class Agent {
           : // A job still starting requests keeps the engine busy; a second would only hoard a
             // batch or shard another worker could run now — unless a GPU holds no model in use,
             // where a job for another model would run beside it (docs/worker.md "GPUs").
-            [...this.jobs.values()].some((run) => !run.allStarted) && !this.runtime.manager?.idleGpu()
+            (this.runtime.manager
+                ? this.requestsLeftToStart()
+                : [...this.jobs.values()].some((r) => !r.allStarted)) && !this.runtime.manager?.idleGpu()
             ? 'requests left to start'
             : // Claiming a batch we cannot run would only burn one of its attempts.
               (await this.freshSnapshot()).status !== 'online'
@@ -660,11 +685,12 @@ export class Agent {
       else {
         try {
           const asked = this.timers.nowMs()
+          // docs/api.md §7 placement: with a job running and a GPU idle, another model is welcome.
+          const spareGpu = this.jobs.size > 0 && this.runtime.manager?.idleGpu() === true
           const { job, pull_models } = await this.cp.poll(this.workerId!, {
             waitSeconds: this.pollWait,
             signal: this.polling.signal,
-            // docs/api.md §7 placement: with a job running and a GPU idle, another model is welcome.
-            spareGpu: this.jobs.size > 0 && this.runtime.manager?.idleGpu() === true,
+            spareGpu,
             loadedModels: this.runtime.manager?.loadedNames(),
             modelsInUse: this.runtime.manager?.inUseNames(),
           })
@@ -728,6 +754,7 @@ export class Agent {
       job_id: job.job_id,
       ...(job.shard ? { batch_id: job.batch_id, shard: job.shard.index } : {}),
       ...(job.backup ? { backup: true } : {}),
+      ...(job.copy ? { copy: true } : {}),
       assignment_id: job.assignment_id,
       model: job.model,
       catalogue_id: job.catalogue_id,

@@ -83,6 +83,8 @@ export class JobRun {
   private sentProgress = ''
   private started = false
   private stage: string | null = null
+  /** The copy of its model it holds (a managed engine's), once it holds one. */
+  private held: string | null = null
 
   constructor(
     readonly job: Job,
@@ -95,6 +97,11 @@ export class JobRun {
   /** Every request has started (or the job is past running them): only in-flight ones remain. */
   get allStarted() {
     return this.started
+  }
+
+  /** The copy of its model it holds now (models/manager.ts ModelLease.instance); null before. */
+  get instance(): string | null {
+    return this.held
   }
 
   view(): JobView {
@@ -175,7 +182,14 @@ export class JobRun {
       acquiring = manager
         ? manager
             .acquire(
-              { job_id: job.job_id, name: job.model, vram_gb: job.vram_gb ?? null, params: job.params ?? {} },
+              {
+                job_id: job.job_id,
+                name: job.model,
+                vram_gb: job.vram_gb ?? null,
+                params: job.params ?? {},
+                // docs/api.md §7 placement rule 5: claimed for a spare GPU, where a copy of its model pays.
+                spare: job.copy === true,
+              },
               prepSignal,
               (stage) => {
                 this.stage = stage
@@ -183,6 +197,7 @@ export class JobRun {
             )
             .then((l) => {
               lease = l
+              this.held = l.instance
               return l
             })
         : null

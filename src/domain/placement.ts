@@ -82,7 +82,8 @@ const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, load
  * 5. Such a worker with a spare GPU (the poll's spare_gpu) takes first the models loaded there and
  *    idle (no load at all), then the most under-served other model whose loading pays or that no
  *    other worker serves (loading it leaves nothing, and the GPU would idle otherwise), then the
- *    models it is busy with.
+ *    models it is busy with: first those a copy of which pays on the spare GPU (copyPays), then the
+ *    others.
  *
  * A model's share is the workers × its waiting requests ÷ all waiting requests; its excess is the
  * workers serving it minus its share; the imbalance a move from model c to model m lowers is
@@ -126,7 +127,11 @@ export function rankModels(p: Placement, models: readonly ModelNow[], now: numbe
     if (idle.length) next++
     for (const m of others.filter((m) => pays(m) || demand(m).serving === 0).sort(underServedFirst))
       ranks.set(m.key, next++)
-    for (const m of current.filter((m) => m.busy)) ranks.set(m.key, next)
+    const busy = current.filter((m) => m.busy)
+    const copies = busy.filter((m) => copyPays(p, m.key))
+    for (const m of copies) ranks.set(m.key, next)
+    if (copies.length) next++
+    for (const m of busy.filter((m) => !copies.includes(m))) ranks.set(m.key, next)
     return ranks
   }
   if (current.length) {
@@ -148,6 +153,18 @@ export function rankModels(p: Placement, models: readonly ModelNow[], now: numbe
   for (const m of others.filter((m) => pays(m) || demand(m).serving === 0).sort(underServedFirst))
     ranks.set(m.key, next++)
   return ranks
+}
+
+/**
+ * docs/api.md §7 placement rule 5: whether one more copy of model `key`, which the polling worker
+ * is busy with, pays on its spare GPU — the model's waiting requests outlast a load at the rate it
+ * is served now (the other workers serving it, and the polling worker's own rate). The claim says
+ * so to the worker (the job's `copy`), which may then run the model there too.
+ */
+export function copyPays(p: Placement, key: string): boolean {
+  const d = p.spread?.demand.get(key)
+  if (!p.spare || !d) return false
+  return d.waiting > (d.rate + d.ownRate) * d.loadSeconds
 }
 
 /** A head as the engine found it, with the candidate model it belongs to. */

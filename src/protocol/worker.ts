@@ -304,6 +304,11 @@ export const Job = t.Object({
   shard: t.Optional(t.Object({ index: t.Integer(), first_request: t.Integer(), requests: t.Integer() })),
   /** docs/api.md §16: a backup copy of a shard another worker holds (its own assignment_id). */
   backup: t.Optional(t.Boolean()),
+  /**
+   * (ext) docs/api.md §7 placement rule 5: claimed for a spare GPU, of a model the worker is busy
+   * with whose waiting work pays for one more copy of it there.
+   */
+  copy: t.Optional(t.Boolean()),
 })
 export type Job = Static<typeof Job>
 

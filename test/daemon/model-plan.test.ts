@@ -58,6 +58,7 @@ describe('planLoad with one budget (no GPU, --vram-gb)', () => {
     const m = loaded('a', 10, { params_key: paramsKey({ ctx_size: 1024, embedding: true }) })
     expect(planLoad([m], want('a', 10, { embedding: true, ctx_size: 1024 }), budget(24), true)).toEqual({
       do: 'use',
+      instance: 'a',
     })
   })
 
@@ -88,12 +89,13 @@ describe('planLoad with one budget (no GPU, --vram-gb)', () => {
     expect(planLoad([{ ...other, in_use: 2 }], want('a', 10, { ctx_size: 1024 }), budget(24), false)).toEqual(
       {
         do: 'use',
+        instance: 'a',
       },
     )
     // Loaded before this daemon knew with what: used.
     expect(
       planLoad([{ ...other, params_key: null }], want('a', 10, { ctx_size: 1 }), budget(24), true),
-    ).toEqual({ do: 'use' })
+    ).toEqual({ do: 'use', instance: 'a' })
   })
 
   test('fits beside what is loaded: nothing is unloaded', () => {

@@ -39,7 +39,10 @@ import {
 // - start() settles what a killed run left, by the supervisor's one rule: a recorded process still
 //   running the model's launch command as this daemon would run it now, on the same GPUs, and
 //   answering, is adopted; any other process of a record is stopped. Never two processes for one
-//   model, nor one the daemon does not know of.
+//   model's copy, nor one the daemon does not know of.
+// - Copies (docs/worker.md "GPUs"): a model may run in more than one process at once, each on its
+//   own GPUs and port, with the same served name; the model manager names the further ones
+//   copyName(model, n) and each is a process, a record and a log of its own.
 // - The program's `#!` interpreter is resolved before the start (a pip-installed `vllm` is a Python
 //   script), and a leading `env NAME=VALUE` is applied through the spawn's environment, so that the
 //   process's command line is exactly the one recorded.
@@ -67,6 +70,8 @@ export interface LaunchedEngineOptions {
 
 interface Launch {
   model: string
+  /** The copy's name (engines/types.ts copyName) when it is a further copy; absent for the model's own. */
+  instance?: string
   params: Record<string, unknown>
   /** Its GPU set (nvidia-smi indices); null: none given. */
   gpus?: number[] | null
@@ -85,6 +90,7 @@ export class LaunchedEngine implements ManagedEngine {
   readonly baseUrl = 'http://127.0.0.1'
   /** Params reach the engine only through {params} in the command. */
   readonly appliesParams: boolean
+  readonly copies = true
   private readonly state: StateDir
   private readonly modelsDir: string
   private readonly words: string[]
@@ -95,7 +101,7 @@ export class LaunchedEngine implements ManagedEngine {
   private readonly timers: Timers
   private readonly loadTimeoutMs: number
   private readonly env: Record<string, string> | undefined
-  /** Every model's process, kept after it ends (its output, its back-off). */
+  /** Every model's (and copy's) process by its name, kept after it ends (its output, its back-off). */
   private readonly procs = new Map<string, Proc>()
   private readonly failed = new Map<string, string>()
   private readonly exitListeners = new Set<(reason: string, models: string[] | null) => void>()
@@ -167,10 +173,13 @@ export class LaunchedEngine implements ManagedEngine {
         ...(!state && error ? { error } : {}),
       })
     }
-    // A running model whose directory went away still holds its memory: it stays in the table.
-    for (const name of this.procs.keys()) {
+    // A running model whose directory went away still holds its memory: it stays in the table; so
+    // does each further copy that runs.
+    for (const [name, p] of this.procs) {
       const state = this.stateOf(name)
-      if (state && !onDisk.has(name)) models.push({ name, state, files: [] })
+      if (!state) continue
+      if (p.launch.instance) models.push({ name, copy_of: p.launch.model, state, files: [] })
+      else if (!onDisk.has(name)) models.push({ name, state, files: [] })
     }
     return { status: 'online', models }
   }
@@ -190,16 +199,22 @@ export class LaunchedEngine implements ManagedEngine {
     const now = this.procs.get(name)?.child.state
     if (now === 'ready') return
     if (now === 'starting') throw new LoadFailed(`${name} is being loaded already`)
-    const dir = scanModels(this.modelsDir).get(name)
-    if (!dir) throw new LoadFailed(`${name} is not in ${this.modelsDir}`)
-    const launch: Launch = { model: name, params, gpus: placement.gpus }
+    const model = placement.copy_of ?? name
+    const dir = scanModels(this.modelsDir).get(model)
+    if (!dir) throw new LoadFailed(`${model} is not in ${this.modelsDir}`)
+    const launch: Launch = {
+      model,
+      ...(placement.copy_of ? { instance: name } : {}),
+      params,
+      gpus: placement.gpus,
+    }
     const p = this.procFor(launch, dir)
     this.failed.delete(name)
     this.state.writeJson(launchFile(childName(name)), launch)
     const began = this.timers.nowMs()
     try {
       await p.child.start(signal)
-      await this.checkServes(name, p.child.url)
+      await this.checkServes(model, p.child.url)
     } catch (e) {
       await this.end(p)
       const why =
@@ -236,15 +251,16 @@ export class LaunchedEngine implements ManagedEngine {
     return typeof n === 'number' && Number.isInteger(n) && n >= 1 ? n : null
   }
 
-  /** The model's process (one per model, kept across its loads), set to run `launch`. */
+  /** The model's (or copy's) process (one each, kept across its loads), set to run `launch`. */
   private procFor(launch: Launch, dir: string): Proc {
-    const known = this.procs.get(launch.model)
+    const key = launch.instance ?? launch.model
+    const known = this.procs.get(key)
     if (known) {
       known.launch = launch
       known.dir = dir
       return known
     }
-    const name = childName(launch.model)
+    const name = childName(key)
     const p: Proc = {
       launch,
       dir,
@@ -271,11 +287,11 @@ export class LaunchedEngine implements ManagedEngine {
     }
     p.child.onExit((reason) => {
       this.forget(name)
-      const why = `${launch.model}: ${reason}`
-      this.failed.set(launch.model, why)
-      for (const l of this.exitListeners) l(why, [launch.model])
+      const why = `${key}: ${reason}`
+      this.failed.set(key, why)
+      for (const l of this.exitListeners) l(why, [key])
     })
-    this.procs.set(launch.model, p)
+    this.procs.set(key, p)
     return p
   }
 
@@ -301,7 +317,7 @@ export class LaunchedEngine implements ManagedEngine {
 
   private async end(p: Proc) {
     await p.child.stop()
-    this.forget(childName(p.launch.model))
+    this.forget(childName(p.launch.instance ?? p.launch.model))
   }
 
   private forget(name: string) {
@@ -326,14 +342,18 @@ export class LaunchedEngine implements ManagedEngine {
     const onDisk = names.size ? scanModels(this.modelsDir) : new Map<string, string>()
     for (const name of names) {
       const launch = this.state.readJson<Launch>(launchFile(name))
+      const instance = typeof launch?.instance === 'string' ? launch.instance : undefined
       const model =
-        launch && typeof launch.model === 'string' && childName(launch.model) === name ? launch.model : null
+        launch && typeof launch.model === 'string' && childName(instance ?? launch.model) === name
+          ? launch.model
+          : null
       const dir = model ? onDisk.get(model) : undefined
       const child =
         model && dir
           ? this.procFor(
               {
                 model,
+                ...(instance ? { instance } : {}),
                 params: launch!.params && typeof launch!.params === 'object' ? launch!.params : {},
                 gpus: Array.isArray(launch!.gpus) ? launch!.gpus : null,
               },

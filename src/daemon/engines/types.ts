@@ -25,10 +25,18 @@ import type { ModelLayout } from '../download'
 /** Where a model stands in the engine. */
 export type EngineModelState = 'unloaded' | 'loading' | 'loaded' | 'failed'
 
-/** One model the engine can serve (a file, or a directory of files, in its models directory). */
+/**
+ * One model the engine can serve (a file, or a directory of files, in its models directory), or a
+ * further copy of one running on other GPUs (`copy_of`: docs/worker.md "GPUs", copies).
+ */
 export interface EngineModel {
-  /** What requests carry in `body.model`: the catalogue's runtime_model_id. */
+  /**
+   * What requests carry in `body.model`: the catalogue's runtime_model_id; for a copy, the name the
+   * daemon knows it by (copyName()), its requests carrying `copy_of`.
+   */
   name: string
+  /** The model this is a further copy of; absent for a model itself. */
+  copy_of?: string
   state: EngineModelState
   /** Its files, the weights first (hashed for the inventory); empty when they are not readable here. */
   files: string[]
@@ -58,7 +66,12 @@ export class LoadFailed extends Error {}
  */
 export interface LoadPlacement {
   gpus: number[] | null
+  /** The model `name` is a further copy of (only for an engine with `copies`). */
+  copy_of?: string
 }
+
+/** The name the daemon knows the `n`th copy of `model` by (n ≥ 2); the first is the model's own name. */
+export const copyName = (model: string, n: number) => `${model}#${n}`
 
 export interface ManagedEngine {
   /** The engine name reported to the server (docs/api.md §7 runtimes[].engine). */
@@ -70,6 +83,11 @@ export interface ManagedEngine {
    * attached to and does not configure.
    */
   readonly appliesParams: boolean
+  /**
+   * Whether it can run further copies of a model, each its own process on other GPUs (a launched
+   * engine can; llama.cpp's router serves a model once).
+   */
+  readonly copies?: boolean
   /** Starts the engine (or adopts what a killed run of this daemon left), or checks an attached one. */
   start(): Promise<void>
   /** Stops what start() started; an attached engine is left running. */

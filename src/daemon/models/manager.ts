@@ -1,9 +1,19 @@
 import { log as rootLog } from '../../lib/logger'
 import type { HeartbeatBody } from '../../protocol/worker'
 import { realTimers, type Timers } from '../backoff'
-import type { EngineModelState, EngineView, ManagedEngine } from '../engines/types'
+import { copyName, type EngineModelState, type EngineView, type ManagedEngine } from '../engines/types'
 import type { StateDir } from '../state'
-import { type LoadPlan, paramsKey, planLoad, planSelf, type Room, type TableModel, wants } from './plan'
+import {
+  type LoadPlan,
+  modelOf,
+  paramsKey,
+  planCopy,
+  planLoad,
+  planSelf,
+  type Room,
+  type TableModel,
+  wants,
+} from './plan'
 
 // The model manager (docs/worker.md "Managed engines"): the supervisor's table of the models a
 // managed engine holds, engine-agnostic (engines/types.ts). It is the only caller of the engine's
@@ -22,6 +32,10 @@ import { type LoadPlan, paramsKey, planLoad, planSelf, type Room, type TableMode
 //   on two GPUs load at once (what each takes, and what it unloads, is reserved in the table as its
 //   plan is made, so the next plan sees it). The job holds a lease until its last request is
 //   answered; a leased model is never unloaded.
+// - Copies (docs/worker.md "GPUs"): with an engine that runs them (a launched engine), a job
+//   claimed for a spare GPU whose model is in use on every copy gets one more copy of it on other
+//   GPUs (plan.ts rule 2a); each copy is a row of its own (named copyName(model, n)), and a job
+//   uses the copy of its model fewest jobs use. What heartbeats say is per model.
 // - A model that failed to load here is not tried again here for a while (FAILED_LOAD_MS, doubling
 //   at each further failure up to FAILED_LOAD_MAX_MS; a load that works starts the count over): a
 //   job for it meanwhile fails at once with the load's reason, so its batch goes to another worker
@@ -46,11 +60,15 @@ export interface ModelNeed {
   name: string
   vram_gb: number | null
   params: Record<string, unknown>
+  /** Claimed for a spare GPU (the poll's spare_gpu): one more copy of its model may be made for it. */
+  spare?: boolean
 }
 
 /** A job's hold on a loaded model, from acquire() until its last request is answered. */
 export interface ModelLease {
   readonly name: string
+  /** The copy it holds: the model's own name, or a further copy's (engines/types.ts copyName). */
+  readonly instance: string
   /** Where the job's requests go (the job's endpoint is appended). */
   readonly url: string
   /** Aborted, with a ModelLost, when the model goes away under the job. */
@@ -87,7 +105,10 @@ interface Lease {
 }
 
 interface Row {
+  /** The model's name, or a further copy's. */
   name: string
+  /** The model it serves (its own name for the model's row). */
+  model: string
   state: RowState
   /** Bumped at every change this manager makes; a refresh older than it does not override it. */
   gen: number
@@ -143,7 +164,7 @@ export class ModelManager {
   /** The loads (with their unloads) under way: what each is, its GPUs and the models it touches. */
   private readonly ops = new Set<Op>()
   private saidParams = false
-  /** Jobs in acquire() that hold no lease yet (being placed, loading, or waiting). */
+  /** Jobs in acquire() not placed yet (being planned, or waiting for room); not those whose load runs. */
   private placing = 0
   /** Loaded, unloaded or lost since the room was last read. */
   private roomStale = true
@@ -182,6 +203,7 @@ export class ModelManager {
         const r = remembered[m.name]
         row = {
           name: m.name,
+          model: m.copy_of ?? m.name,
           state: m.state,
           gen: 0,
           vram_gb: r?.vram_gb ?? null,
@@ -238,27 +260,30 @@ export class ModelManager {
         signal.throwIfAborted()
         if (view.status !== 'online')
           throw new ModelUnavailable(`the engine is ${view.status}${view.error ? `: ${view.error}` : ''}`)
-        const row = this.rows.get(need.name)
-        if (!row) throw new ModelUnavailable(`${need.name} is not among the models of the engine`)
-        // Rules that need no room first: a model loaded as wanted is used without reading the GPUs.
+        if (!this.rows.has(need.name))
+          throw new ModelUnavailable(`${need.name} is not among the models of the engine`)
+        const want = {
+          name: need.name,
+          vram_gb: need.vram_gb,
+          params_key: key,
+          ...wants(this.engine.engine, need.params, this.engine.appliesParams),
+        }
+        // Rules that need no room first: a model loaded as wanted is used without reading the GPUs —
+        // unless the job came for a spare GPU and a copy of it is worth making there (rule 2a).
+        const self = planSelf(this.table(), want, this.engine.appliesParams)
+        const copy =
+          need.spare && this.engine.copies && (self?.do === 'use' || self?.do === 'wait')
+            ? this.nextCopy(need.name)
+            : null
+        const copyPlan = copy ? planCopy(this.table(), want, await this.readRoom(), copy) : null
+        const target = copyPlan ? copy! : need.name
         const plan =
-          planSelf(this.table(), { name: need.name, params_key: key }, this.engine.appliesParams) ??
-          planLoad(
-            this.table(),
-            {
-              name: need.name,
-              vram_gb: need.vram_gb,
-              params_key: key,
-              ...wants(this.engine.engine, need.params, this.engine.appliesParams),
-            },
-            await this.readRoom(),
-            this.engine.appliesParams,
-          )
+          copyPlan ?? self ?? planLoad(this.table(), want, await this.readRoom(), this.engine.appliesParams)
         signal.throwIfAborted()
-        if (plan.do === 'use') return this.lease(row, need)
+        if (plan.do === 'use') return this.lease(this.rows.get(plan.instance)!, need)
         if (plan.do === 'load') this.checkCooldown(need.name)
         if (plan.do === 'fail') throw new ModelUnavailable(plan.why)
-        const before = plan.do === 'load' ? this.conflict(plan, need.name) : null
+        const before = plan.do === 'load' ? this.conflict(plan, target) : null
         if (plan.do === 'wait' || before) {
           const why = plan.do === 'wait' ? plan.why : `${before!.what} first`
           if (why !== said) {
@@ -269,38 +294,47 @@ export class ModelManager {
           await this.changed(WAIT_POLL_MS, signal)
           continue
         }
-        const unloading = plan.unload.filter((u) => u.name !== need.name)
+        const unloading = plan.unload.filter((u) => u.name !== target)
         const why = unloading.length
           ? ` (unloading ${unloading.map((u) => u.name).join(', ')}: ${[...new Set(unloading.map((u) => u.why))].join('; ')})`
           : plan.unload.length
             ? ' (again, with other params)'
             : ''
         const where = plan.gpus ? ` ${plan.why}` : ''
-        jlog.info(`loading ${need.name} for job ${need.job_id}${where}${why}`, {
+        const what = target === need.name ? need.name : `${target}, another copy of ${need.name},`
+        jlog.info(`loading ${what} for job ${need.job_id}${where}${why}`, {
           vram_gb: need.vram_gb,
           ...(plan.gpus ? { gpus: plan.gpus, gb_per_gpu: plan.claim_gb } : { budget: plan.why }),
           ...(Object.keys(plan.extra_params).length ? { derived_params: plan.extra_params } : {}),
           ...(unloading.length ? { unloading: unloading.map((u) => u.name) } : {}),
         })
-        stage(`loading ${need.name}${plan.gpus ? ` on GPU ${plan.gpus.join(', ')}` : ''}${why}`)
+        stage(`loading ${target}${plan.gpus ? ` on GPU ${plan.gpus.join(', ')}` : ''}${why}`)
         said = ''
         const op: Op = {
-          what: `loading ${need.name}`,
+          what: `loading ${target}`,
           gpus: plan.gpus,
-          names: new Set([need.name, ...plan.unload.map((u) => u.name)]),
+          names: new Set([target, ...plan.unload.map((u) => u.name)]),
           done: Promise.resolve(),
         }
-        const reserved = this.reserve(need, key, plan)
+        const reserved = this.reserve(need, target, key, plan)
         // A job took a model the plan would unload: plan again.
         if (!reserved) continue
         this.ops.add(op)
-        op.done = this.apply(need, plan, reserved).finally(() => {
+        op.done = this.apply(need, target, plan, reserved).finally(() => {
           this.ops.delete(op)
           this.notify()
         })
         // Nobody may be left to hear how it ended (the job was stopped meanwhile).
         op.done.catch(() => {})
-        await untilAborted(op.done, signal)
+        // Its GPUs are reserved (the row is loading there): while it loads, the job is placed, and
+        // another GPU that holds nothing in use is idle for the next job (docs/worker.md "Jobs").
+        this.placing--
+        this.onChange()
+        try {
+          await untilAborted(op.done, signal)
+        } finally {
+          this.placing++
+        }
       }
     } finally {
       this.placing--
@@ -310,11 +344,29 @@ export class ModelManager {
     }
   }
 
-  /** The GPUs each loaded model sits on (heartbeat `model_gpus`, docs/api.md §7). */
+  /** The name for one more copy of `model`: the first copyName() no row holds. */
+  private nextCopy(model: string): string {
+    for (let n = 2; ; n++) {
+      const row = this.rows.get(copyName(model, n))
+      if (!row || row.state === 'unloaded' || row.state === 'failed') return copyName(model, n)
+    }
+  }
+
+  /** The GPUs each loaded model sits on, its copies' together (heartbeat `model_gpus`, docs/api.md §7). */
   placements(): { name: string; gpus: number[] }[] {
-    return [...this.rows.values()]
-      .filter((r) => (r.state === 'loaded' || r.state === 'loading') && r.gpus)
-      .map((r) => ({ name: r.name, gpus: r.gpus! }))
+    const out = new Map<string, Set<number>>()
+    for (const r of this.rows.values()) {
+      if ((r.state !== 'loaded' && r.state !== 'loading') || !r.gpus) continue
+      const set = out.get(r.model) ?? new Set<number>()
+      for (const g of r.gpus) set.add(g)
+      out.set(r.model, set)
+    }
+    return [...out].map(([name, gpus]) => ({ name, gpus: [...gpus].sort((a, b) => a - b) }))
+  }
+
+  /** Whether a job is being placed (planned, or waiting for room): where it goes is not known yet. */
+  get placingJobs(): boolean {
+    return this.placing > 0
   }
 
   /**
@@ -334,21 +386,23 @@ export class ModelManager {
 
   /** The models loaded or being loaded now (the poll's `loaded_models`, docs/api.md §7 placement). */
   loadedNames(): string[] {
-    return [...this.rows.values()]
-      .filter((r) => r.state === 'loaded' || r.state === 'loading')
-      .map((r) => r.name)
+    return unique(
+      [...this.rows.values()]
+        .filter((r) => r.state === 'loaded' || r.state === 'loading')
+        .map((r) => r.model),
+    )
   }
 
   /** The models a job uses now, or being loaded for one (the poll's `models_in_use`). */
   inUseNames(): string[] {
-    return [...this.rows.values()]
-      .filter((r) => r.leases.size > 0 || r.state === 'loading')
-      .map((r) => r.name)
+    return unique(
+      [...this.rows.values()].filter((r) => r.leases.size > 0 || r.state === 'loading').map((r) => r.model),
+    )
   }
 
   /** Models being loaded now (heartbeat `loading_models`). */
   loading(): string[] {
-    return [...this.rows.values()].filter((r) => r.state === 'loading').map((r) => r.name)
+    return unique([...this.rows.values()].filter((r) => r.state === 'loading').map((r) => r.model))
   }
 
   /** What was measured per model (heartbeat `model_stats`). */
@@ -363,6 +417,7 @@ export class ModelManager {
       if (r.state !== 'loaded' && r.state !== 'loading' && r.state !== 'unloading') continue
       out.push({
         name: r.name,
+        ...(r.model !== r.name ? { model: r.model } : {}),
         state: r.state,
         vram_gb: r.vram_gb,
         in_use: r.leases.size,
@@ -422,15 +477,39 @@ export class ModelManager {
    * the job's model `loading` on its GPUs, so that the next plan sees the room taken. Null when a
    * job took a model the plan would unload since the plan was made.
    */
-  private reserve(need: ModelNeed, key: string, plan: Extract<LoadPlan, { do: 'load' }>): Row[] | null {
+  private reserve(
+    need: ModelNeed,
+    target: string,
+    key: string,
+    plan: Extract<LoadPlan, { do: 'load' }>,
+  ): Row[] | null {
     const unloading = plan.unload
       .map((u) => this.rows.get(u.name))
       .filter((r): r is Row => r?.state === 'loaded')
     if (unloading.some((r) => r.leases.size > 0)) return null
     for (const r of unloading) this.set(r, 'unloading')
-    const row = this.rows.get(need.name)
-    if (row && !unloading.includes(row)) this.claim(row, need, key, plan)
+    const row = this.rows.get(target) ?? this.copyRow(target, need.name)
+    if (!unloading.includes(row)) this.claim(row, need, key, plan)
     return unloading
+  }
+
+  /** A row for a further copy of `model`, before its first load. */
+  private copyRow(name: string, model: string): Row {
+    const row: Row = {
+      name,
+      model,
+      state: 'unloaded',
+      gen: 0,
+      vram_gb: null,
+      params_key: null,
+      leases: new Set(),
+      last_used_ms: 0,
+      gpus: null,
+      claim_gb: null,
+      loads: 0,
+    }
+    this.rows.set(name, row)
+    return row
   }
 
   private claim(row: Row, need: ModelNeed, key: string, plan: Extract<LoadPlan, { do: 'load' }>) {
@@ -443,8 +522,13 @@ export class ModelManager {
     this.remember()
   }
 
-  /** Unloads what was reserved for it, then loads the job's model where the plan says. */
-  private async apply(need: ModelNeed, plan: Extract<LoadPlan, { do: 'load' }>, unloading: Row[]) {
+  /** Unloads what was reserved for it, then loads the job's model (as `target`) where the plan says. */
+  private async apply(
+    need: ModelNeed,
+    target: string,
+    plan: Extract<LoadPlan, { do: 'load' }>,
+    unloading: Row[],
+  ) {
     const key = paramsKey(need.params)
     for (const row of unloading) {
       const u = plan.unload.find((x) => x.name === row.name)!
@@ -453,7 +537,7 @@ export class ModelManager {
         await this.engine.unload(u.name)
       } catch (e) {
         this.set(row, 'loaded')
-        const own = this.rows.get(need.name)
+        const own = this.rows.get(target)
         if (own?.state === 'loading') {
           this.set(own, 'unloaded')
           this.forgetLoad(own)
@@ -463,16 +547,16 @@ export class ModelManager {
       this.set(row, 'unloaded')
       this.forgetLoad(row)
     }
-    const row = this.rows.get(need.name)
+    const row = this.rows.get(target)
     if (!row) throw new ModelUnavailable(`${need.name} is not among the models of the engine`)
     // Reloaded with other params: claimed once its old copy is gone.
     if (row.state !== 'loading') this.claim(row, need, key, plan)
     const started = this.timers.nowMs()
     try {
       await this.engine.load(
-        need.name,
+        target,
         this.engine.appliesParams ? { ...need.params, ...plan.extra_params } : {},
-        { gpus: plan.gpus },
+        { gpus: plan.gpus, ...(target !== need.name ? { copy_of: need.name } : {}) },
       )
     } catch (e) {
       row.error = (e as Error).message
@@ -484,7 +568,7 @@ export class ModelManager {
         atMs: this.timers.nowMs(),
         why: row.error,
       })
-      log.warn(`${need.name} failed to load`, {
+      log.warn(`${target} failed to load`, {
         model: need.name,
         error: row.error,
         ...(plan.gpus ? { gpus: plan.gpus } : {}),
@@ -498,7 +582,7 @@ export class ModelManager {
     row.loads++
     this.set(row, 'loaded')
     this.remember()
-    log.info(`${need.name} loaded`, {
+    log.info(`${target} loaded`, {
       model: need.name,
       load_seconds: seconds,
       ...(plan.gpus ? { gpus: plan.gpus } : {}),
@@ -512,7 +596,8 @@ export class ModelManager {
     row.last_used_ms = started
     let released = false
     return {
-      name: row.name,
+      name: row.model,
+      instance: row.name,
       url: this.engine.urlOf(row.name),
       lost: lease.lost.signal,
       load: row.loads,
@@ -525,7 +610,7 @@ export class ModelManager {
         row.last_used_ms = now
         const seconds = (now - started) / 1000
         if (answered > 0 && seconds > 0)
-          this.measure(row.name, { requests_per_second: Math.round((answered / seconds) * 100) / 100 })
+          this.measure(row.model, { requests_per_second: Math.round((answered / seconds) * 100) / 100 })
         this.notify()
       },
     }
@@ -618,6 +703,8 @@ export class ModelManager {
     }
   }
 }
+
+const unique = (names: string[]) => [...new Set(names)]
 
 /** `p`, or `signal`'s reason as soon as it aborts (what `p` does goes on). */
 async function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {

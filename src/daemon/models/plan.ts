@@ -20,7 +20,11 @@
 // The rule:
 // 1. A model whose share can never fit (more GPUs than the worker has, or more per GPU than the
 //    largest holds) fails: the job fails with both figures and its batch is requeued.
-// 2. Loaded with the job's params (or params the daemon cannot know or apply): use it.
+// 2. Loaded with the job's params (or params the daemon cannot know or apply): use it — of its
+//    copies, the one fewest jobs use.
+// 2a. Copies (planCopy): a job claimed for a spare GPU (docs/api.md §7 placement rule 5) whose model
+//    is in use on every copy it has: one more copy, on GPUs none of its copies uses, where it fits by
+//    rules 5 and 6; else rule 2.
 // 3. Being loaded or unloaded: wait for that to end.
 // 4. Loaded with other params: it is unloaded and loaded again — once no job uses it.
 // 5. GPUs where it fits beside what is loaded: load it there, on those with the most free first
@@ -33,7 +37,10 @@
 // nothing is unloaded for room.
 
 export interface TableModel {
+  /** The model's name, or a further copy's (engines/types.ts copyName). */
   name: string
+  /** The model a further copy serves; absent for the model's own row. */
+  model?: string
   /** Only models that take room: loaded, or being loaded or unloaded. */
   state: 'loaded' | 'loading' | 'unloading'
   /** What it was loaded for (the job's vram_gb); null when unknown or not declared. */
@@ -80,7 +87,8 @@ export interface Unload {
 }
 
 export type LoadPlan =
-  | { do: 'use' }
+  /** `instance`: the copy the job uses (the model's own name for its first). */
+  | { do: 'use'; instance: string }
   | {
       do: 'load'
       unload: Unload[]
@@ -106,6 +114,9 @@ export const FRACTION_MARGIN = 0.03
 /** What an engine given a whole GPU takes of it by default (vLLM's gpu_memory_utilization default). */
 export const WHOLE_GPU_SHARE = 0.9
 const EPSILON = 1e-9
+
+/** The model a row serves. */
+export const modelOf = (m: Pick<TableModel, 'name' | 'model'>) => m.model ?? m.name
 
 const gb = (n: number) => `${Math.round(n * 100) / 100} GB`
 const jobs = (n: number) => (n === 1 ? '1 job' : `${n} jobs`)
@@ -190,23 +201,31 @@ export function planLoad(
 }
 
 /**
- * Rules 2–4 alone, which need no room: the plan when the model is loaded, being loaded or unloaded,
- * or in use with other params; null when it must be placed (planLoad).
+ * Rules 2–4 alone, which need no room: the plan when the model is loaded (on one copy or more),
+ * being loaded or unloaded, or in use with other params; null when it must be placed (planLoad).
  */
 export function planSelf(
   models: readonly TableModel[],
   want: Pick<ModelWant, 'name' | 'params_key'>,
   appliesParams: boolean,
 ): LoadPlan | null {
-  const self = models.find((m) => m.name === want.name)
-  if (!self) return null
-  if (self.state !== 'loaded')
+  const copies = models.filter((m) => modelOf(m) === want.name)
+  const usable = copies
+    .filter(
+      (m) =>
+        m.state === 'loaded' && (!appliesParams || m.params_key === null || m.params_key === want.params_key),
+    )
+    .sort((a, b) => a.in_use - b.in_use || Number(a.name !== want.name) - Number(b.name !== want.name))
+  if (usable[0]) return { do: 'use', instance: usable[0].name }
+  const changing = copies.find((m) => m.state !== 'loaded')
+  if (changing)
     return {
       do: 'wait',
-      why: `${want.name} is being ${self.state === 'loading' ? 'loaded' : 'unloaded'}`,
+      why: `${want.name} is being ${changing.state === 'loading' ? 'loaded' : 'unloaded'}`,
       blockers: [],
     }
-  if (!appliesParams || self.params_key === null || self.params_key === want.params_key) return { do: 'use' }
+  const self = copies.find((m) => m.name === want.name)
+  if (!self) return null
   if (self.in_use > 0)
     return {
       do: 'wait',
@@ -214,6 +233,34 @@ export function planSelf(
       blockers: [want.name],
     }
   return null
+}
+
+/**
+ * Rule 2a: one more copy of a model every copy of which is in use (or being loaded), for a job
+ * claimed for a spare GPU (docs/worker.md "GPUs", copies): named `name`, placed by rules 5 and 6 on
+ * GPUs none of its copies uses. Null when there is no such copy to make now: a copy is idle, one is
+ * being unloaded, its copies' GPUs are not known, or it fits nowhere without waiting (the job then
+ * uses a copy it has).
+ */
+export function planCopy(
+  models: readonly TableModel[],
+  want: ModelWant,
+  room: Room,
+  name: string,
+): LoadPlan | null {
+  if (!('gpus' in room)) return null
+  const copies = models.filter((m) => modelOf(m) === want.name)
+  if (
+    copies.length === 0 ||
+    copies.some((m) => m.state === 'unloading' || m.gpus === null || (m.state === 'loaded' && m.in_use === 0))
+  )
+    return null
+  const taken = new Set(copies.flatMap((m) => m.gpus!))
+  const gpus = room.gpus.filter((g) => !taken.has(g.index))
+  if (gpus.length === 0) return null
+  const others = models.filter((m) => modelOf(m) !== want.name)
+  const plan = placeIn(others, { ...want, name }, slotsOf(others, gpus, false), false)
+  return plan.do === 'load' ? plan : null
 }
 
 /** The ledger: each GPU with the shares placed on it (a model of unknown GPUs on every one). */

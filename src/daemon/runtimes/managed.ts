@@ -109,7 +109,14 @@ export class ManagedRuntime implements Runtime {
     const inventory: InventoryItem[] = []
     const models: string[] = []
     const loaded: string[] = []
+    // A further copy of a model (docs/worker.md "GPUs") is not another model: its model is listed,
+    // loaded while any copy of it is.
+    const copyLoaded = new Set(
+      view.models.filter((m) => m.copy_of && m.state === 'loaded').map((m) => m.copy_of!),
+    )
     for (const m of view.models) {
+      if (m.copy_of) continue
+      const isLoaded = m.state === 'loaded' || copyLoaded.has(m.name)
       const items: InventoryItem[] = []
       let hashed = true
       m.files.forEach((path, i) => {
@@ -122,14 +129,14 @@ export class ManagedRuntime implements Runtime {
           local_name: i === 0 ? m.name : `${m.name}+${basename(path)}`,
           sha256: entry.sha256,
           size_bytes: entry.size,
-          loaded: m.state === 'loaded',
+          loaded: isLoaded,
           runtime: this.managed.engine,
         })
       })
       if (!hashed) continue
       models.push(m.name)
       inventory.push(...items)
-      if (m.state === 'loaded') loaded.push(m.name)
+      if (isLoaded) loaded.push(m.name)
     }
     return { status: 'online', inventory, models, loaded }
   }

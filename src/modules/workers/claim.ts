@@ -2,6 +2,7 @@ import type { WorkerRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { needsOf, takeableNeeds } from '../../domain/capabilities'
 import { matchesFor, workerView } from '../../domain/matching'
+import { copyPays } from '../../domain/placement'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { isOnline, onlineCutoff } from './liveness'
 import { loadCatalogue } from './matching'
@@ -34,6 +35,11 @@ export interface Job {
   shard?: { index: number; first_request: number; requests: number }
   /** docs/api.md §16: a backup copy of a shard another worker holds (its own assignment_id). */
   backup?: true
+  /**
+   * docs/api.md §7 placement rule 5: claimed for a spare GPU, of a model the worker is busy with
+   * whose waiting work pays for one more copy of it there.
+   */
+  copy?: true
 }
 
 /**
@@ -122,6 +128,10 @@ export async function claimBatch(
     backup ? 0 : shard ? shard.requests : batch.request_counts_total,
   )
   const { entry, profile } = claimed.match
+  const copy =
+    placement?.spare === true &&
+    candidates.some((c) => c.key === entry.id && c.busy) &&
+    copyPays(placement, entry.id)
   if (shard) {
     if (backup) deps.metrics.shardBackups.inc({ outcome: 'started' })
     else deps.metrics.shardClaims.inc()
@@ -152,6 +162,7 @@ export async function claimBatch(
         shard: { index: shard.shard_index, first_request: shard.first_request, requests: shard.requests },
       }),
       ...(backup && { backup: true as const }),
+      ...(copy && { copy: true as const }),
     },
     worker,
   }
