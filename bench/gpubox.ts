@@ -13,13 +13,22 @@ import { benchServer } from './lib/fixture'
 // vllm`, its own process). Each engine serves --max-num-seqs requests at a time, each taking
 // REQUEST_MS, and takes LOAD_MS to load.
 //
-// Printed: the makespan (the first batch created → the last completed) over its lower bound with
-// both GPUs busy the whole time, loading or serving: every model loaded once and every request
-// served, split evenly over the two ((3 × LOAD_MS + requests × REQUEST_MS ÷ slots) ÷ 2), and the
-// engine starts refused for memory.
-// Goals: ≤ 1.2×, 0 refused. Beside it, the same batches on the same box for a daemon that knows no
-// GPUs (no nvidia-smi, `--vram-gb 48`: one budget, as before GPUs were placed one by one): its
-// refused starts, and how many batches failed.
+// Printed: the makespan (the first batch created → the last completed) over its lower bound, and
+// the engine starts refused for memory. The bound: each GPU holds one model at a time (two need 40
+// GB of 24), an engine serves at most `slots` requests of REQUEST_MS at once, and every model is
+// loaded (LOAD_MS) at least once. With one load per model (3), some GPU serves two models whole:
+// ≥ 2 × (LOAD_MS + a model's work). With more loads (a model served on both GPUs, as two copies or
+// one after the other), the two GPUs share ≥ 4 loads and all the work: ≥ (4 × LOAD_MS + all the
+// work) ÷ 2. The bound is the smaller of the two (8 s with the figures below; the 7.5 s of all the
+// work and 3 loads ÷ 2 is not reachable: it would serve a model on both GPUs without loading it
+// twice).
+// Goals: ≤ 1.2×, 0 refused. Then the same bound from figures measured on this machine now: the
+// same box and daemon serving two of the models alone (their batches only, one model per GPU: a
+// schedule with nothing to decide) — its makespan is a load and a model's work as this machine
+// runs them, its loads as the daemon measured them (model_stats load_seconds); the makespan over
+// that bound is what placement costs beyond the machine's own speed. Beside it, the same batches on
+// the same box for a daemon that knows no GPUs (no nvidia-smi, `--vram-gb 48`: one budget, as
+// before GPUs were placed one by one): its refused starts, and how many batches failed.
 //
 //   bun run bench/gpubox.ts            12 batches of 400 lines (4 per model)
 //   BENCH_QUICK=1                      6 batches of 200 lines; BENCH_BATCHES=N, BENCH_LINES=N
@@ -63,10 +72,15 @@ interface Outcome {
   completed: number
   failed: number
   refused: number
+  /** The daemon's measured loads (model_stats load_seconds), the mean over its models. */
+  loadS: number
 }
 
-/** One run: a fresh server, box and daemon; every batch created at once; until all are done. */
-async function run(mode: 'gpus' | 'one budget'): Promise<Outcome> {
+/**
+ * One run: a fresh server, box and daemon; every batch created at once; until all are done.
+ * `models`: the models whose batches are made (a batch per model in turn).
+ */
+async function run(mode: 'gpus' | 'one budget', models: readonly string[] = MODELS): Promise<Outcome> {
   const server = await benchServer({ CATALOGUE_PATH: manifest, LOG_LEVEL: 'error' })
   const box = makeGpuBox(join(dir, `box-${mode.replace(' ', '-')}`), [24, 24])
   const api = async (path: string, init: RequestInit & { token?: string } = {}) => {
@@ -121,8 +135,9 @@ async function run(mode: 'gpus' | 'one budget'): Promise<Outcome> {
   try {
     // The files first, then the batches all at once: the clock starts at the first batch.
     const files: { model: string; id: string }[] = []
-    for (let b = 0; b < BATCHES; b++) {
-      const model = MODELS[b % MODELS.length]!
+    const batches = (BATCHES / MODELS.length) * models.length
+    for (let b = 0; b < batches; b++) {
+      const model = models[b % models.length]!
       const lines = Array.from({ length: LINES }, (_, i) =>
         JSON.stringify({
           custom_id: `r-${i}`,
@@ -163,11 +178,18 @@ async function run(mode: 'gpus' | 'one budget'): Promise<Outcome> {
       await Bun.sleep(10)
     }
     const count = (s: string) => ids.filter((id) => status.get(id)!.status === s).length
+    const stats = server.deps.sqlite
+      .query<{ model_stats: string }, []>('select model_stats from workers')
+      .all()
+      .flatMap((w) => JSON.parse(w.model_stats) as { load_seconds?: number }[])
+      .map((m) => m.load_seconds)
+      .filter((x): x is number => typeof x === 'number')
     return {
       makespanS: (last - t0) / 1000,
       completed: count('completed'),
       failed: count('failed'),
       refused: box.refused().length,
+      loadS: stats.length ? stats.reduce((a, b) => a + b, 0) / stats.length : Number.NaN,
     }
   } finally {
     daemon.kill('SIGTERM')
@@ -176,8 +198,14 @@ async function run(mode: 'gpus' | 'one budget'): Promise<Outcome> {
   }
 }
 
-const boundS = ((MODELS.length * LOAD_MS) / 1000 + (BATCHES * LINES * REQUEST_MS) / 1000 / SLOTS) / 2
+const GPUS = 2
+/** The bound for `models` equal models of `workS` each, loaded in `loadS`, over GPUS GPUs (above). */
+const boundOf = (models: number, loadS: number, workS: number) =>
+  Math.min(Math.ceil(models / GPUS) * (loadS + workS), ((models + 1) * loadS + models * workS) / GPUS)
+const modelWorkS = ((BATCHES / MODELS.length) * LINES * REQUEST_MS) / 1000 / SLOTS
+const boundS = boundOf(MODELS.length, LOAD_MS / 1000, modelWorkS)
 const placed = await run('gpus')
+const alone = await run('gpus', MODELS.slice(0, GPUS))
 const budget = await run('one budget')
 rmSync(dir, { recursive: true, force: true })
 
@@ -190,6 +218,14 @@ console.log(
   `GPUs placed one by one: makespan ${s(placed.makespanS)} vs bound ${s(boundS)} ` +
     `(${(placed.makespanS / boundS).toFixed(2)}×; goal ≤ 1.2×); ${placed.completed} completed, ` +
     `${placed.failed} failed; engine starts refused for memory: ${placed.refused} (goal 0)`,
+)
+// This machine now: a load as the daemon measured it, and a model's work as the lone-models run took it.
+const workHereS = alone.makespanS - alone.loadS
+const hereS = boundOf(MODELS.length, alone.loadS, workHereS)
+console.log(
+  `measured here: ${GPUS} models alone on the ${GPUS} GPUs take ${s(alone.makespanS)} (a load ${s(alone.loadS)}, ` +
+    `a model's work ${s(workHereS)} vs ${s(modelWorkS)} at the engines' rate): bound ${s(hereS)}, ` +
+    `makespan ${(placed.makespanS / hereS).toFixed(2)}× it (loads here: ${s(placed.loadS)})`,
 )
 console.log(
   `one budget (--vram-gb 48, no nvidia-smi): ${budget.completed} completed, ${budget.failed} failed` +

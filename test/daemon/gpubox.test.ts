@@ -204,6 +204,69 @@ test('two models on two GPUs at once: the second loads on the other GPU while th
   expect(b.holders()).toEqual([])
 })
 
+test('a busy model’s batch claimed for the spare GPU, where a copy pays: a second copy of it runs there, and the model is listed once', async () => {
+  const b = box()
+  const f = await managedFleet(server)
+  const d = daemon(b, f.key)
+  const stall = join(control, 'gamma.stall')
+  const before = starts('gamma').length
+  const from = capturedLogLines().length
+  try {
+    writeFileSync(stall, '')
+    const first = await f.submit(ENTRY.gamma, 4)
+    await until('gamma loaded on GPU 0, its job held at the engine', async () => {
+      const m = await f.models(d.agent.id)
+      return m.gamma?.state === 'loaded'
+    })
+    // GPU 1 holds nothing in use: the poll says spare_gpu, gamma is the only model with work, and
+    // its 40 waiting requests outlast a load (placement rule 5): the job says copy.
+    const second = await f.submit(ENTRY.gamma, 40)
+    await until('a second copy of gamma loaded on GPU 1 while the first job holds the first', () =>
+      capturedLogLines()
+        .slice(from)
+        .some((l) => l.includes('"msg":"gamma#2 loaded"')),
+    )
+    const row = await until('the worker row with gamma on both GPUs', async () => {
+      const r = await f.row(d.agent.id)
+      const g = r.models.find((x: any) => x.name === 'gamma')
+      return g?.gpus?.length === 2 ? r : null
+    })
+    // The worker row lists the model once, on both GPUs; the inventory too.
+    expect(row.models.filter((x: any) => x.name === 'gamma')).toHaveLength(1)
+    expect(row.models.find((x: any) => x.name === 'gamma')).toMatchObject({ state: 'loaded', gpus: [0, 1] })
+    rmSync(stall)
+    const [one, two] = starts('gamma').slice(before)
+    expect(one!.env).toEqual({ CUDA_VISIBLE_DEVICES: '0', CUDA_DEVICE_ORDER: 'PCI_BUS_ID' })
+    expect(two!.env).toEqual({ CUDA_VISIBLE_DEVICES: '1', CUDA_DEVICE_ORDER: 'PCI_BUS_ID' })
+    expect(flagAfter(two!.argv, '--served-model-name')).toBe('gamma')
+    const lines = await f.outputLines(await f.completed(second))
+    expect(lines).toHaveLength(40)
+    for (const l of lines)
+      expect(l.response.body.choices[0].message.content).toStartWith(`gamma (pid ${two!.pid}) says:`)
+    expect((await f.completed(first)).request_counts.completed).toBe(4)
+    expect(b.holders().map((h) => [h.model, h.gpus])).toEqual(
+      expect.arrayContaining([
+        ['gamma', [0]],
+        ['gamma', [1]],
+      ]),
+    )
+    expect(b.refused()).toEqual([])
+    expect(
+      capturedLogLines()
+        .slice(from)
+        .some(
+          (l) =>
+            l.includes('"msg":"loading gamma#2, another copy of gamma, for job') && l.includes('on GPU 1'),
+        ),
+    ).toBe(true)
+  } finally {
+    rmSync(stall, { force: true })
+    await stopDaemon(d)
+  }
+  expect(enginesRunning()).toEqual([])
+  expect(b.holders()).toEqual([])
+})
+
 test('tensor parallel over two: the engine gets both GPUs and holds its share of each', async () => {
   const b = box()
   const f = await managedFleet(server)

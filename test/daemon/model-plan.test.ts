@@ -5,7 +5,9 @@ import {
   LRU_WHY,
   type ModelWant,
   paramsKey,
+  planCopy,
   planLoad,
+  planSelf,
   type TableModel,
   UNSIZED_WHY,
   wants,
@@ -348,6 +350,81 @@ describe('planLoad over a ledger of GPUs', () => {
     expect(planLoad([], want('a', 10, {}, 'vllm'), box(), true)).toEqual({
       do: 'fail',
       why: 'a needs a GPU, this worker has none',
+    })
+  })
+})
+
+describe('copies of a model (rule 2a: docs/worker.md "GPUs")', () => {
+  const f = Math.ceil((20 / 24 + FRACTION_MARGIN) * 100) / 100
+  const on = (gpus: number[]) => ({ gpus, claim_gb: f * 24 })
+  const gamma = want('gamma', 20, {}, 'vllm')
+
+  test('every copy in use: one more on a GPU none of its copies uses, unloading an idle model there', () => {
+    const models = [
+      loaded('gamma', 20, { ...on([0]), in_use: 1 }),
+      loaded('beta', 20, { ...on([1]), last_used_ms: 5 }),
+    ]
+    expect(planCopy(models, gamma, box(gpu(0, 24, 3), gpu(1, 24, 3)), 'gamma#2')).toMatchObject({
+      do: 'load',
+      gpus: [1],
+      unload: [{ name: 'beta', why: LRU_WHY }],
+      extra_params: { gpu_memory_utilization: f },
+    })
+    // Still being loaded for a job counts as in use.
+    expect(
+      planCopy(
+        [loaded('gamma', 20, { ...on([0]), state: 'loading' })],
+        gamma,
+        box(gpu(0, 24, 3), gpu(1)),
+        'gamma#2',
+      ),
+    ).toMatchObject({ do: 'load', gpus: [1], unload: [] })
+  })
+
+  test('no copy to make: one is idle, the other GPUs are held by models in use, its copies cover every GPU, or no GPUs', () => {
+    const busy = loaded('gamma', 20, { ...on([0]), in_use: 1 })
+    expect(
+      planCopy(
+        [busy, loaded('gamma#2', 20, { model: 'gamma', ...on([1]) })],
+        gamma,
+        box(gpu(0), gpu(1)),
+        'gamma#3',
+      ),
+    ).toBeNull()
+    expect(
+      planCopy(
+        [busy, loaded('beta', 20, { ...on([1]), in_use: 2 })],
+        gamma,
+        box(gpu(0, 24, 3), gpu(1, 24, 3)),
+        'gamma#2',
+      ),
+    ).toBeNull()
+    // Small enough to fit twice on one GPU: a copy there would serve nothing more.
+    expect(
+      planCopy(
+        [loaded('small', 8, { gpus: [0], claim_gb: 9, in_use: 1 })],
+        want('small', 8, {}, 'vllm'),
+        box(gpu(0)),
+        'small#2',
+      ),
+    ).toBeNull()
+    expect(planCopy([busy], gamma, budget(48), 'gamma#2')).toBeNull()
+    // Not loaded at all: the model itself is placed (planLoad), not a copy.
+    expect(planCopy([], gamma, box(gpu(0), gpu(1)), 'gamma#2')).toBeNull()
+  })
+
+  test('a job uses the copy fewest jobs use (the model’s own on a tie); any loaded copy before waiting on one loading', () => {
+    const own = loaded('gamma', 20, { ...on([0]), in_use: 2 })
+    const copy = loaded('gamma#2', 20, { model: 'gamma', ...on([1]), in_use: 1 })
+    expect(planSelf([own, copy], gamma, true)).toEqual({ do: 'use', instance: 'gamma#2' })
+    expect(planSelf([{ ...own, in_use: 1 }, copy], gamma, true)).toEqual({ do: 'use', instance: 'gamma' })
+    expect(planSelf([{ ...own, state: 'loading' }, copy], gamma, true)).toEqual({
+      do: 'use',
+      instance: 'gamma#2',
+    })
+    expect(planSelf([{ ...own, state: 'loading' }], gamma, true)).toMatchObject({
+      do: 'wait',
+      why: 'gamma is being loaded',
     })
   })
 })

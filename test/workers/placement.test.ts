@@ -285,6 +285,34 @@ describe('docs/api.md §7 Placement: a worker of several GPUs (the poll says how
     const kept = await pollSaying(s, wid, { loaded_models: [A, B], models_in_use: [A, B] })
     expect([s.a, s.b]).toContain(kept!.catalogue_id)
   })
+
+  test('a spare GPU takes the busy model’s work, saying copy while its waiting work outlasts a load there', async () => {
+    const s = await setup()
+    const wid = await registerWorker(t, s.f.key, {
+      max_concurrent_jobs: 8,
+      capabilities: { loads: true },
+      runtimes: [{ engine: 'llama.cpp', base_url: 'http://127.0.0.1:8081', status: 'online' }],
+    })
+    expect((await beat(s, wid, [A])).status).toBe(200)
+    await batches(s, s.a, 6)
+    tick()
+    // No spare GPU: no copy.
+    const first = (await pollSaying(s, wid, { loaded_models: [A], models_in_use: [] }))!
+    expect(first.catalogue_id).toBe(s.a)
+    expect(first.copy).toBeUndefined()
+    // 500 requests wait, 400 once this is claimed: both outlast a load at this worker's rate (3 s × 100/s).
+    const said = { spare_gpu: true, loaded_models: [A], models_in_use: [A] }
+    for (const waiting of [500, 400]) {
+      tick()
+      const job = (await pollSaying(s, wid, said))!
+      expect([job.catalogue_id, job.copy, waiting]).toEqual([s.a, true, waiting])
+    }
+    // 300 do not: the batch is still the spare GPU's to take, as work for the copies it has.
+    tick()
+    const last = (await pollSaying(s, wid, said))!
+    expect(last.catalogue_id).toBe(s.a)
+    expect(last.copy).toBeUndefined()
+  })
 })
 
 describe('docs/api.md §7 Placement: fair share within a model', () => {

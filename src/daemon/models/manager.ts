@@ -5,7 +5,6 @@ import { copyName, type EngineModelState, type EngineView, type ManagedEngine } 
 import type { StateDir } from '../state'
 import {
   type LoadPlan,
-  modelOf,
   paramsKey,
   planCopy,
   planLoad,
