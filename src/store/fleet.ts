@@ -141,7 +141,7 @@ export interface ListedWorker extends WorkerRow {
 /** The predicate's head of a worker: enough to rule it out before reading its models. */
 export type WorkerHead = Pick<
   WorkerRow,
-  'id' | 'org_id' | 'last_heartbeat_at' | 'vram_total_gb' | 'last_seen_at'
+  'id' | 'org_id' | 'last_heartbeat_at' | 'vram_total_gb' | 'gpu_memory' | 'last_seen_at'
 >
 
 /** docs/api.md §7 placement: one online worker that loads models itself, as the placement sees it. */
@@ -169,6 +169,7 @@ export interface NamedHost {
     | 'last_seen_at'
     | 'last_heartbeat_at'
     | 'vram_total_gb'
+    | 'gpu_memory'
     | 'loading_models'
     | 'shards'
   >

@@ -1,12 +1,15 @@
+import { profileGpuCount } from '../../domain/gpu-fit'
+
 // Where to load a job's model and what to unload first (docs/worker.md "GPUs"), decided once here as
 // a pure rule over the model manager's table and the daemon's GPU ledger (models/manager.ts applies
 // it). A resource is a ledger of units, not a sum (Ollama's server/sched.go, GPUStack's policies):
 // one row per GPU, and each loaded model holds its share on the GPUs it was placed on.
 //
 // What a model asks of the GPUs (wants()):
-// - Its GPU count: its tensor-parallel size times its pipeline-parallel size (`tensor_parallel_size`
-//   × `pipeline_parallel_size` for vLLM, `tp_size` × `pp_size` for SGLang), else 1; llama.cpp
-//   splits a model over its device list, so it takes as few GPUs as it fits on.
+// - Its GPU count (src/domain/gpu-fit.ts, the server's rule too): its tensor-parallel size times its
+//   pipeline-parallel size (`tensor_parallel_size` × `pipeline_parallel_size` for vLLM, `tp_size` ×
+//   `pp_size` for SGLang), else 1; llama.cpp splits a model over its device list, so it takes as
+//   few GPUs as it fits on.
 // - Its share of each: `vram_gb ÷ GPUs`. vLLM takes `gpu_memory_utilization` × the whole GPU
 //   whatever the model needs (SGLang `mem_fraction_static` likewise), so when the profile does not
 //   set it the daemon passes `vram_gb ÷ GPUs ÷ the GPU's total + FRACTION_MARGIN` (rounded up to a
@@ -133,32 +136,16 @@ export function wants(
   params: Record<string, unknown>,
   derives: boolean,
 ): Pick<ModelWant, 'gpu_count' | 'fraction' | 'fraction_key'> {
-  const int = (k: string) => {
-    const v = params[k]
-    return typeof v === 'number' && Number.isInteger(v) && v >= 1 ? v : 1
-  }
   const frac = (k: string) => {
     const v = params[k]
     return typeof v === 'number' && v > 0 && v <= 1 ? v : null
   }
-  if (engine === 'llama.cpp') return { gpu_count: null, fraction: null, fraction_key: null }
-  if (engine === 'vllm') {
-    const key = 'gpu_memory_utilization'
-    return {
-      gpu_count: int('tensor_parallel_size') * int('pipeline_parallel_size'),
-      fraction: frac(key),
-      fraction_key: derives ? key : null,
-    }
-  }
-  if (engine === 'sglang') {
-    const key = 'mem_fraction_static'
-    return {
-      gpu_count: int('tp_size') * int('pp_size'),
-      fraction: frac(key),
-      fraction_key: derives ? key : null,
-    }
-  }
-  return { gpu_count: int('tensor_parallel_size'), fraction: null, fraction_key: null }
+  // The GPU count is the server's rule too (docs/api.md §7 Poll rule 2): one place decides it.
+  const gpu_count = profileGpuCount(engine, params)
+  const key =
+    engine === 'vllm' ? 'gpu_memory_utilization' : engine === 'sglang' ? 'mem_fraction_static' : null
+  if (!key) return { gpu_count, fraction: null, fraction_key: null }
+  return { gpu_count, fraction: frac(key), fraction_key: derives ? key : null }
 }
 
 /** One GPU as the rule sees it. */

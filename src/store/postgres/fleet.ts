@@ -432,6 +432,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           org_id: workers.org_id,
           last_heartbeat_at: workers.last_heartbeat_at,
           vram_total_gb: workers.vram_total_gb,
+          gpu_memory: workers.gpu_memory,
           last_seen_at: workers.last_seen_at,
         })
         .from(workers)
@@ -522,6 +523,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           last_seen_at: workers.last_seen_at,
           last_heartbeat_at: workers.last_heartbeat_at,
           vram_total_gb: workers.vram_total_gb,
+          gpu_memory: workers.gpu_memory,
           loading_models: workers.loading_models,
           shards: workers.shards,
         })

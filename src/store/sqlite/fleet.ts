@@ -194,6 +194,7 @@ const stmts = preparedOnce((db: Db) => {
         org_id: workers.org_id,
         last_heartbeat_at: workers.last_heartbeat_at,
         vram_total_gb: workers.vram_total_gb,
+        gpu_memory: workers.gpu_memory,
         last_seen_at: workers.last_seen_at,
       })
       .from(workers)
@@ -529,6 +530,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
           last_seen_at: workers.last_seen_at,
           last_heartbeat_at: workers.last_heartbeat_at,
           vram_total_gb: workers.vram_total_gb,
+          gpu_memory: workers.gpu_memory,
           loading_models: workers.loading_models,
           shards: workers.shards,
         })
