@@ -26,7 +26,9 @@ import { benchServer } from './lib/fixture'
 // same box and daemon serving two of the models alone (their batches only, one model per GPU: a
 // schedule with nothing to decide) — its makespan is a load and a model's work as this machine
 // runs them, its loads as the daemon measured them (model_stats load_seconds); the makespan over
-// that bound is what placement costs beyond the machine's own speed. Beside it, the same batches on
+// that bound is what placement costs beyond the machine's own speed (an estimate: both runs are
+// measured, and on a shared machine whose load moves between them it can come out below 1). Beside
+// it, the same batches on
 // the same box for a daemon that knows no GPUs (no nvidia-smi, `--vram-gb 48`: one budget, as
 // before GPUs were placed one by one): its refused starts, and how many batches failed.
 //
@@ -81,8 +83,10 @@ interface Outcome {
  * `models`: the models whose batches are made (a batch per model in turn).
  */
 async function run(mode: 'gpus' | 'one budget', models: readonly string[] = MODELS): Promise<Outcome> {
+  // Each run its own box, state directory and log.
+  const name = `${mode.replace(' ', '-')}-${models.length}`
   const server = await benchServer({ CATALOGUE_PATH: manifest, LOG_LEVEL: 'error' })
-  const box = makeGpuBox(join(dir, `box-${mode.replace(' ', '-')}`), [24, 24])
+  const box = makeGpuBox(join(dir, `box-${name}`), [24, 24])
   const api = async (path: string, init: RequestInit & { token?: string } = {}) => {
     const res = await fetch(server.url + path, {
       ...init,
@@ -113,7 +117,7 @@ async function run(mode: 'gpus' | 'one budget', models: readonly string[] = MODE
       '--launch-command',
       box.launchCommand({ loadMs: LOAD_MS, requestMs: REQUEST_MS }),
       '--state-dir',
-      join(dir, `worker-${mode.replace(' ', '-')}`),
+      join(dir, `worker-${name}`),
       '--log-level',
       process.env.BENCH_LOG ? 'info' : 'warn',
       ...(mode === 'one budget' ? ['--vram-gb', '48'] : []),
@@ -126,9 +130,7 @@ async function run(mode: 'gpus' | 'one budget', models: readonly string[] = MODE
         PATH: mode === 'gpus' ? box.path : (process.env.PATH ?? ''),
       },
       // BENCH_LOG=DIR keeps each run's daemon log there.
-      stdout: process.env.BENCH_LOG
-        ? Bun.file(join(process.env.BENCH_LOG, `daemon-${mode.replace(' ', '-')}.log`))
-        : 'ignore',
+      stdout: process.env.BENCH_LOG ? Bun.file(join(process.env.BENCH_LOG, `daemon-${name}.log`)) : 'ignore',
       stderr: 'ignore',
     },
   )
