@@ -28,9 +28,9 @@ import { benchServer } from './lib/fixture'
 // runs them, its loads as the daemon measured them (model_stats load_seconds); the makespan over
 // that bound is what placement costs beyond the machine's own speed (an estimate: both runs are
 // measured, and on a shared machine whose load moves between them it can come out below 1). Beside
-// it, the same batches on
-// the same box for a daemon that knows no GPUs (no nvidia-smi, `--vram-gb 48`: one budget, as
-// before GPUs were placed one by one): its refused starts, and how many batches failed.
+// it, the same batches on the same box for a daemon that knows no GPUs (no nvidia-smi, `--vram-gb
+// 48`: one budget, as before GPUs were placed one by one): its refused starts, and how many batches
+// failed.
 //
 //   bun run bench/gpubox.ts            12 batches of 400 lines (4 per model)
 //   BENCH_QUICK=1                      6 batches of 200 lines; BENCH_BATCHES=N, BENCH_LINES=N
