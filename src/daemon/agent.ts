@@ -7,9 +7,11 @@ import { type Backoff, realTimers, retryDelay, type Timers, Wakeup } from './bac
 import { type ApiError, ControlPlane, DAEMON_VERSION } from './client'
 import { ConcurrencyController, RequestLimiter } from './concurrency'
 import { classifyFailure } from './failure'
-import { GpuProbe, type GpuSample } from './gpu'
+import { GpuProbe, type GpuSample, runCommand } from './gpu'
 import { type JobOutcome, JobRun, type JobView } from './job'
 import { type AgentState, checkMove } from './lifecycle'
+import type { ModelLease } from './models/manager'
+import type { Room } from './models/plan'
 import type { DaemonOptions } from './options'
 import { createRuntime } from './runtimes'
 import type { PullProgress, Runtime, RuntimeSnapshot } from './runtimes/types'
@@ -17,10 +19,11 @@ import { StateDir } from './state'
 
 // The worker agent (docs/api.md §0 and §7 Workers; docs/api.md §7): registers, heartbeats on its own loop, polls
 // while it has free capacity (held polls: wait_seconds) and runs each claimed batch or shard
-// (docs/api.md §16) as a JobRun (job.ts). Every job's requests share one limiter (concurrency.ts), and
-// the next job is claimed as soon as the running ones have no request left to start, so the engine
-// is kept busy across job boundaries: the next job's requests take the slots the last requests of
-// the previous one free while its results upload. It stops a job the server no longer assigns to it, rides out control-plane restarts,
+// (docs/api.md §16) as a JobRun (job.ts). Every job's requests share one limiter (concurrency.ts) —
+// with a managed engine, one per loaded model, each tuned to its model — and the next job is claimed
+// as soon as the running ones have no request left to start (or, on a machine of several GPUs, while
+// a GPU holds no model in use), so the engine is kept busy across job boundaries: the next job's
+// requests take the slots the last requests of the previous one free while its results upload. It stops a job the server no longer assigns to it, rides out control-plane restarts,
 // and on SIGTERM finishes or reports its jobs. Its life cycle is the table of lifecycle.ts; time comes
 // from the injected Timers, and every wait is a Wakeup that the event it waits for cuts short.
 
@@ -48,6 +51,8 @@ export interface AgentDeps {
 }
 
 const SNAPSHOT_BUDGET_MS = 5_000
+/** How old a GPU sample may be for a placement nothing changed since (docs/worker.md "GPUs"). */
+const ROOM_SAMPLE_MS = 2_000
 const FAILED_HEARTBEAT_RETRY_MS = 5_000
 const MAX_CALL_BACKOFF_MS = 30_000
 
@@ -88,10 +93,18 @@ export class Agent {
   private lastSnapshot: RuntimeSnapshot | null = null
   private runtimeOnline: boolean | null = null
   private registering: Promise<boolean> | null = null
-  /** The last GPU sample (registration, heartbeats): a managed engine's VRAM budget. */
+  /** The last GPU sample (registration, heartbeats, placements): a managed engine's GPU ledger. */
   private lastGpu: GpuSample | null = null
+  private lastGpuAtMs = Number.NEGATIVE_INFINITY
   /** The requests in flight at the engine, shared by every job (--concurrency). */
   readonly limiter: RequestLimiter
+  /**
+   * A managed engine's: one limiter per loaded model (per copy of it: ModelLease.instance), tuned to
+   * it (and asked its slots) at each load.
+   */
+  private readonly modelLimiters = new Map<string, { load: number; limiter: Promise<RequestLimiter> }>()
+  /** Each loaded copy's limit now, with its model (heartbeat `concurrency`). */
+  private readonly modelLimits = new Map<string, { model: string; limit: number }>()
   private slotsAsked: Promise<void> | null = null
 
   constructor(
@@ -99,9 +112,14 @@ export class Agent {
     deps: AgentDeps = {},
   ) {
     this.state = new StateDir(opts.state_dir)
-    this.runtime = deps.runtime ?? createRuntime(opts, this.state, () => this.vramBudget())
+    this.runtime =
+      deps.runtime ??
+      createRuntime(opts, this.state, {
+        room: (fresh) => this.room(fresh),
+        indices: () => this.lastGpu?.devices.map((d) => d.index) ?? null,
+      })
     this.cp = new ControlPlane(opts.server, opts.key, opts.ca)
-    this.gpu = deps.gpu ?? new GpuProbe()
+    this.gpu = deps.gpu ?? new GpuProbe(runCommand, opts.gpus)
     this.backoff = deps.backoff ?? { baseMs: 1000, maxMs: MAX_CALL_BACKOFF_MS }
     this.requestBackoff = deps.requestBackoff ?? { baseMs: 500, maxMs: 20_000 }
     this.timers = deps.timers ?? realTimers
@@ -111,17 +129,15 @@ export class Agent {
     this.pollWake = new Wakeup(this.timers)
     this.jobsWake = new Wakeup(this.timers)
     this.pollWait = opts.poll_wait
-    this.limiter = new RequestLimiter(
-      new ConcurrencyController({
-        setting: opts.concurrency,
-        max: opts.max_concurrency,
-        nowMs: () => this.timers.nowMs(),
-        onChange: (concurrency, was, reason) => log.info('concurrency changed', { concurrency, was, reason }),
-      }),
-    )
+    this.limiter = this.newLimiter(null)
     // A digest found after registration (a file hashed, a model swapped in the engine) is reported
     // at once: until then that model is not advertised (runtimes/openai.ts).
-    this.runtime.onInventoryChange?.(() => this.heartbeatSoon())
+    // A managed engine's change (a load ended, a job took or left its model) may free a GPU: the
+    // poll loop looks again (docs/worker.md "GPUs").
+    this.runtime.onInventoryChange?.(() => {
+      this.heartbeatSoon()
+      this.pollWake.kick()
+    })
   }
 
   get id() {
@@ -129,11 +145,100 @@ export class Agent {
   }
 
   /**
-   * The VRAM a managed engine may fill (docs/worker.md "VRAM budget"): --vram-gb, else what the GPUs
+   * The VRAM a managed engine may fill (docs/worker.md "GPUs"): --vram-gb, else what the GPUs
    * report; null (unlimited) with neither.
    */
   vramBudget(): number | null {
     return this.opts.vram_gb ?? this.lastGpu?.memory_total_gb ?? null
+  }
+
+  /**
+   * Where a managed engine places models (models/plan.ts): the daemon's GPUs as the driver reports
+   * them (sampled again when `fresh`, or when the last sample is older than ROOM_SAMPLE_MS), else
+   * one budget of --vram-gb (null: no limit).
+   */
+  private async room(fresh: boolean): Promise<Room> {
+    if (fresh || this.timers.nowMs() - this.lastGpuAtMs > ROOM_SAMPLE_MS) await this.sampleGpu()
+    const devices = this.lastGpu?.devices ?? []
+    if (devices.length)
+      return { gpus: devices.map((d) => ({ index: d.index, total_gb: d.total_gb, free_gb: d.free_gb })) }
+    return { budget_gb: this.opts.vram_gb ?? null }
+  }
+
+  /** Jobs held at once: --max-jobs, or by default one more per GPU beyond the first with a managed engine. */
+  private get maxJobs(): number {
+    const gpus = this.lastGpu?.devices.length ?? 0
+    return this.runtime.manager && this.opts.max_jobs_default && gpus > 1
+      ? Math.max(this.opts.max_jobs, gpus + 1)
+      : this.opts.max_jobs
+  }
+
+  /**
+   * A limiter of its own (--concurrency); `lease`: the loaded model (the copy of it) it serves, named
+   * in its log lines.
+   */
+  private newLimiter(lease: Pick<ModelLease, 'name' | 'instance'> | null): RequestLimiter {
+    const named = lease ? { model: lease.instance } : {}
+    const controller = new ConcurrencyController({
+      setting: this.opts.concurrency,
+      max: this.opts.max_concurrency,
+      nowMs: () => this.timers.nowMs(),
+      onChange: (concurrency, was, reason) => {
+        if (lease) this.modelLimits.set(lease.instance, { model: lease.name, limit: concurrency })
+        log.info('concurrency changed', { ...named, concurrency, was, reason })
+      },
+    })
+    if (lease) this.modelLimits.set(lease.instance, { model: lease.name, limit: controller.limit })
+    return new RequestLimiter(controller)
+  }
+
+  /**
+   * The limiter a job's requests take: a managed engine's model has its own, made afresh at each
+   * load of it and started from that model's slots as the engine reports them (or its profile's
+   * `parallel`); another engine's jobs share one.
+   */
+  async limiterFor(lease: ModelLease | null, params: Record<string, unknown> = {}): Promise<RequestLimiter> {
+    if (!lease) return this.limiter
+    const known = this.modelLimiters.get(lease.instance)
+    if (known && known.load === lease.load) return known.limiter
+    const limiter = this.newLimiter(lease)
+    const slots =
+      this.opts.concurrency === 'auto' && this.runtime.slots
+        ? this.runtime.slots(lease.instance, params).catch(() => null)
+        : Promise.resolve(null)
+    const made = {
+      load: lease.load,
+      limiter: slots.then((n) => {
+        if (n) limiter.controller.engineReports(n)
+        return limiter
+      }),
+    }
+    this.modelLimiters.set(lease.instance, made)
+    return made.limiter
+  }
+
+  /** The requests in flight the daemon settled on: the sum over the models (each copy) its jobs run now. */
+  private concurrencyNow(): number {
+    const models = new Set([...this.jobs.values()].map((r) => r.job.model))
+    let sum = 0
+    for (const { model, limit } of this.modelLimits.values()) if (models.has(model)) sum += limit
+    return sum || this.limiter.controller.limit
+  }
+
+  /**
+   * Whether the running jobs keep a managed engine busy without another: each copy of a model a job
+   * uses has a job still starting requests (a job loading its model counts alone), or a job is being
+   * placed. One job's requests starting keep its copy's slots full, not another's (docs/worker.md
+   * "Jobs").
+   */
+  private requestsLeftToStart(): boolean {
+    if (this.runtime.manager?.placingJobs) return true
+    const started = new Map<string, boolean>()
+    for (const [key, run] of this.jobs) {
+      const on = run.instance ?? `job ${key}`
+      started.set(on, (started.get(on) ?? true) && run.allStarted)
+    }
+    return started.size > 0 && [...started.values()].every((all) => !all)
   }
 
   get status(): AgentState {
@@ -152,6 +257,12 @@ export class Agent {
     let heartbeats: Promise<void> | null = null
     try {
       this.state.clearJobs()
+      // The GPUs are known before the engine starts: the router runs on them (docs/worker.md "GPUs").
+      const gpu = await this.sampleGpu()
+      if (gpu && this.runtime.manager && this.opts.vram_gb !== undefined)
+        log.warn('--vram-gb is only reported: with GPUs, each model is placed by the memory of its GPUs', {
+          gpus: gpu.devices.map((d) => d.index),
+        })
       await this.runtime.prepare()
       if (await this.register()) {
         if (this.lifecycle === 'starting') this.enter('running')
@@ -248,7 +359,7 @@ export class Agent {
           machine_id: identity.machine_id,
           ...(reuse ? { worker_id: reuse } : {}),
           daemon_version: DAEMON_VERSION,
-          max_concurrent_jobs: this.opts.max_jobs,
+          max_concurrent_jobs: this.maxJobs,
           // docs/api.md §7 pull_models: a runtime that cannot download is never asked to.
           max_download_gb: this.runtime.pull ? this.opts.max_download_gb : 0,
           ...(this.opts.shards || this.runtime.manager
@@ -273,7 +384,7 @@ export class Agent {
               ),
             },
           ],
-          gpus: gpu?.gpus ?? [],
+          gpus: (gpu?.gpus ?? []).map((g, i) => ({ ...g, index: gpu!.devices[i]!.index })),
         })
         this.workerId = res.worker_id
         this.heartbeatMs = (res.heartbeat_interval_seconds || 30) * 1000
@@ -284,11 +395,18 @@ export class Agent {
           runtime: this.runtime.engine,
           runtime_url: this.runtime.baseUrl,
           runtime_status: snapshot.status,
-          ...(this.runtime.manager ? { loads: true, vram_budget_gb: this.vramBudget() } : {}),
+          ...(this.runtime.manager
+            ? {
+                loads: true,
+                ...(gpu?.devices.length
+                  ? { gpus: gpu.devices.map((d) => `${d.index}: ${d.name} ${d.total_gb} GB`) }
+                  : { vram_budget_gb: this.vramBudget() }),
+              }
+            : {}),
           models: snapshot.models.length,
           gpus: gpu?.gpus.length ?? 0,
           shards: this.opts.shards,
-          max_jobs: this.opts.max_jobs,
+          max_jobs: this.maxJobs,
           concurrency:
             this.opts.concurrency === 'auto'
               ? `auto (${this.limiter.controller.limit})`
@@ -391,17 +509,32 @@ export class Agent {
       loaded_models: snapshot.loaded,
       inventory: snapshot.inventory,
       uptime_seconds: Math.floor((this.timers.nowMs() - this.startedAtMs) / 1000),
-      concurrency: this.limiter.controller.limit,
+      concurrency: this.concurrencyNow(),
       // docs/api.md §7 (ext): what a managed engine is loading, and what was measured per model.
       ...(manager ? { loading_models: manager.loading() } : {}),
       ...(stats.length ? { model_stats: stats } : {}),
+      // docs/api.md §7 (ext): each GPU's memory now, and the GPUs each loaded model sits on.
+      ...(gpu
+        ? {
+            gpus: gpu.devices.map((d) => ({
+              index: d.index,
+              memory_used_gb: d.used_gb,
+              memory_total_gb: d.total_gb,
+              ...(d.utilization !== null ? { utilization: d.utilization } : {}),
+            })),
+          }
+        : {}),
+      ...(manager && gpu ? { model_gpus: manager.placements() } : {}),
     }
   }
 
   private async sampleGpu(): Promise<GpuSample | null> {
     const gpu = await this.gpu.sample()
     // A probe that failed once does not make the budget unlimited.
-    if (gpu) this.lastGpu = gpu
+    if (gpu) {
+      this.lastGpu = gpu
+      this.lastGpuAtMs = this.timers.nowMs()
+    }
     return gpu
   }
 
@@ -540,11 +673,14 @@ export class Agent {
       let wait = this.opts.poll_interval * 1000
       const skip = !this.workerId
         ? 'not registered'
-        : this.jobs.size >= this.opts.max_jobs
+        : this.jobs.size >= this.maxJobs
           ? 'at capacity'
           : // A job still starting requests keeps the engine busy; a second would only hoard a
-            // batch or shard another worker could run now.
-            [...this.jobs.values()].some((run) => !run.allStarted)
+            // batch or shard another worker could run now — unless a GPU holds no model in use,
+            // where a job for another model would run beside it (docs/worker.md "GPUs").
+            (this.runtime.manager
+                ? this.requestsLeftToStart()
+                : [...this.jobs.values()].some((r) => !r.allStarted)) && !this.runtime.manager?.idleGpu()
             ? 'requests left to start'
             : // Claiming a batch we cannot run would only burn one of its attempts.
               (await this.freshSnapshot()).status !== 'online'
@@ -555,9 +691,14 @@ export class Agent {
       else {
         try {
           const asked = this.timers.nowMs()
+          // docs/api.md §7 placement: with a job running and a GPU idle, another model is welcome.
+          const spareGpu = this.jobs.size > 0 && this.runtime.manager?.idleGpu() === true
           const { job, pull_models } = await this.cp.poll(this.workerId!, {
             waitSeconds: this.pollWait,
             signal: this.polling.signal,
+            spareGpu,
+            loadedModels: this.runtime.manager?.loadedNames(),
+            modelsInUse: this.runtime.manager?.inUseNames(),
           })
           failures = 0
           // docs/api.md §7: with no job, a download asked of this worker now (as a heartbeat would).
@@ -604,7 +745,7 @@ export class Agent {
       backoff: this.backoff,
       requestBackoff: this.requestBackoff,
       workerId: this.workerId!,
-      limiter: this.limiter,
+      limiterFor: (lease, params) => this.limiterFor(lease, params),
       snapshot: () => this.freshSnapshot(),
       // Nothing left to start: claim the next job now, so its requests are ready for the slots.
       allStarted: () => this.pollWake.kick(),
@@ -614,11 +755,12 @@ export class Agent {
     // one hears it is stale (docs/api.md §16).
     const runKey = job.assignment_id ?? job.job_id
     this.jobs.set(runKey, run)
-    this.askEngineSlots()
+    if (!this.runtime.manager) this.askEngineSlots()
     log.info('job claimed', {
       job_id: job.job_id,
       ...(job.shard ? { batch_id: job.batch_id, shard: job.shard.index } : {}),
       ...(job.backup ? { backup: true } : {}),
+      ...(job.copy ? { copy: true } : {}),
       assignment_id: job.assignment_id,
       model: job.model,
       catalogue_id: job.catalogue_id,

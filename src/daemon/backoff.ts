@@ -127,3 +127,38 @@ export class Wakeup {
     else this.kicked = true
   }
 }
+
+/**
+ * The restart back-off of the daemon's engine processes (engines/child.ts), both kinds: after an
+ * end nobody asked for, the next start waits 1 s, doubling at each further end up to 30 s; a run
+ * that lasted a minute starts the count over. Decided here, once.
+ */
+export class RestartBackoff {
+  static readonly MIN_MS = 1000
+  static readonly MAX_MS = 30_000
+  static readonly STABLE_MS = 60_000
+  /** Ends in a row, each after a run shorter than STABLE_MS. */
+  private ends = 0
+  private endedAtMs = Number.NEGATIVE_INFINITY
+
+  /** A run that began at `startedMs` ended unasked at `nowMs`. */
+  ended(startedMs: number, nowMs: number) {
+    this.ends = nowMs - startedMs >= RestartBackoff.STABLE_MS ? 1 : this.ends + 1
+    this.endedAtMs = nowMs
+  }
+
+  /** How many ends in a row the next wait counts. */
+  get count() {
+    return this.ends
+  }
+
+  /** The wait after the last end (0 before any). */
+  get delayMs() {
+    return this.ends === 0 ? 0 : Math.min(RestartBackoff.MAX_MS, RestartBackoff.MIN_MS * 2 ** (this.ends - 1))
+  }
+
+  /** What is left of that wait at `nowMs`. */
+  leftMs(nowMs: number) {
+    return Math.max(0, this.endedAtMs + this.delayMs - nowMs)
+  }
+}

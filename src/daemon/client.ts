@@ -94,12 +94,27 @@ export class ControlPlane {
    * Claims a batch. With `waitSeconds` the server holds the poll until a batch is claimable or the
    * wait ends (docs/api.md §7 wait_seconds); `signal` ends a held poll early (shutdown).
    */
-  async poll(workerId: string, o: { waitSeconds?: number; signal?: AbortSignal } = {}): Promise<PollAnswer> {
+  async poll(
+    workerId: string,
+    o: {
+      waitSeconds?: number
+      signal?: AbortSignal
+      spareGpu?: boolean
+      loadedModels?: string[]
+      modelsInUse?: string[]
+    } = {},
+  ): Promise<PollAnswer> {
     const wait = o.waitSeconds ?? 0
     return this.json<PollAnswer>(
       'POST',
       '/workers/poll',
-      wait > 0 ? { worker_id: workerId, wait_seconds: wait } : { worker_id: workerId },
+      {
+        worker_id: workerId,
+        ...(wait > 0 ? { wait_seconds: wait } : {}),
+        ...(o.spareGpu ? { spare_gpu: true } : {}),
+        ...(o.loadedModels ? { loaded_models: o.loadedModels } : {}),
+        ...(o.modelsInUse ? { models_in_use: o.modelsInUse } : {}),
+      },
       { signal: o.signal, timeoutMs: CALL_TIMEOUT_MS + wait * 1000 },
     )
   }

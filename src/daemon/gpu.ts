@@ -1,5 +1,7 @@
 // GPU discovery through nvidia-smi (docs/api.md §7 Worker → GPU: vendor, name, vram_gb, driver, cuda; the
-// heartbeat's utilisation and memory). No nvidia-smi, or no GPU, means none is reported and VRAM
+// heartbeat's utilisation and memory, per GPU), and the GPUs of the daemon's ledger (docs/worker.md
+// "GPUs"): each by its index, with its total and free memory as the driver reports them. `--gpus`
+// restricts the daemon to some of them. No nvidia-smi, or no GPU, means none is reported and VRAM
 // comes from --vram-gb.
 
 export interface Gpu {
@@ -10,8 +12,22 @@ export interface Gpu {
   cuda: string
 }
 
+/** One GPU as the driver reports it now (nvidia-smi's index: what CUDA_VISIBLE_DEVICES names). */
+export interface GpuDevice {
+  index: number
+  uuid: string | null
+  name: string
+  total_gb: number
+  used_gb: number
+  /** What the driver says is free (total less what every process holds, less what it reserves). */
+  free_gb: number
+  utilization: number | null
+}
+
 export interface GpuSample {
   gpus: Gpu[]
+  /** The same GPUs with their memory now, in the same order. */
+  devices: GpuDevice[]
   /** Mean utilisation over the GPUs, percent; null when the driver does not report it. */
   utilization: number | null
   memory_used_gb: number
@@ -21,9 +37,11 @@ export interface GpuSample {
 /** Fields asked of nvidia-smi, in this order. CUDA is not a --query-gpu field; see parseCudaVersion. */
 export const GPU_QUERY_FIELDS = [
   'index',
+  'uuid',
   'name',
   'memory.total',
   'memory.used',
+  'memory.free',
   'utilization.gpu',
   'driver_version',
 ]
@@ -38,9 +56,13 @@ const num = (s: string | undefined): number | null => {
   return s.trim() === '' || Number.isNaN(n) ? null : n
 }
 
-/** Parses `nvidia-smi --query-gpu=<GPU_QUERY_FIELDS> --format=csv,noheader,nounits`. */
-export function parseNvidiaSmi(csv: string, cuda = ''): GpuSample {
+/**
+ * Parses `nvidia-smi --query-gpu=<GPU_QUERY_FIELDS> --format=csv,noheader,nounits`; with `only`,
+ * the GPUs of those indices alone (--gpus).
+ */
+export function parseNvidiaSmi(csv: string, cuda = '', only?: readonly number[]): GpuSample {
   const gpus: Gpu[] = []
+  const devices: GpuDevice[] = []
   let used = 0
   let total = 0
   const utils: number[] = []
@@ -49,22 +71,45 @@ export function parseNvidiaSmi(csv: string, cuda = ''): GpuSample {
     if (!line) continue
     const cols = line.split(',').map((c) => c.trim())
     if (cols.length < GPU_QUERY_FIELDS.length) continue
-    const [, name, memTotal, memUsed, util, driver] = cols
+    const [index, uuid, name, memTotal, memUsed, memFree, util, driver] = cols
+    const i = num(index)
+    if (i === null || (only && !only.includes(i))) continue
     const totalMib = num(memTotal) ?? 0
-    gpus.push({ vendor: 'nvidia', name: name!, vram_gb: gib(totalMib), driver: driver!, cuda })
-    total += totalMib
-    used += num(memUsed) ?? 0
+    const usedMib = num(memUsed) ?? 0
     const u = num(util)
+    gpus.push({ vendor: 'nvidia', name: name!, vram_gb: gib(totalMib), driver: driver!, cuda })
+    devices.push({
+      index: i,
+      uuid: uuid?.startsWith('GPU-') ? uuid : null,
+      name: name!,
+      total_gb: gib(totalMib),
+      used_gb: gib(usedMib),
+      free_gb: gib(num(memFree) ?? Math.max(0, totalMib - usedMib)),
+      utilization: u,
+    })
+    total += totalMib
+    used += usedMib
     if (u !== null) utils.push(u)
   }
   return {
     gpus,
+    devices,
     utilization: utils.length
       ? Math.round((utils.reduce((a, b) => a + b, 0) / utils.length) * 10) / 10
       : null,
     memory_used_gb: gib(used),
     memory_total_gb: gib(total),
   }
+}
+
+/**
+ * The variables that give an engine process its GPU set (docs/worker.md "GPUs"): nvidia-smi's
+ * indices, in nvidia-smi's order (CUDA's own default order is fastest first, which is not
+ * nvidia-smi's: docs/worker.md "GPUs"). Nothing when the daemon knows no GPUs.
+ */
+export function gpuEnv(gpus: readonly number[] | null): Record<string, string> {
+  if (!gpus) return {}
+  return { CUDA_DEVICE_ORDER: 'PCI_BUS_ID', CUDA_VISIBLE_DEVICES: gpus.join(',') }
 }
 
 /** The "CUDA Version: 12.4" of nvidia-smi's banner: the highest CUDA the driver supports. */
@@ -77,7 +122,8 @@ export type RunCommand = (cmd: string[]) => Promise<string | null>
 /** Runs a command with a time limit; null when it is missing, fails or hangs. */
 export const runCommand: RunCommand = async (cmd) => {
   try {
-    const proc = Bun.spawn(cmd, { stdout: 'pipe', stderr: 'ignore', timeout: 10_000 })
+    // Found on the daemon's PATH as it is now.
+    const proc = Bun.spawn(cmd, { stdout: 'pipe', stderr: 'ignore', timeout: 10_000, env: process.env })
     const [out, code] = await Promise.all([new Response(proc.stdout).text(), proc.exited])
     return code === 0 ? out : null
   } catch {
@@ -85,10 +131,16 @@ export const runCommand: RunCommand = async (cmd) => {
   }
 }
 
-/** Probes nvidia-smi. The CUDA version is read once (it cannot change without a driver reload). */
+/**
+ * Probes nvidia-smi, keeping the GPUs of `only` (--gpus) when given. The CUDA version is read once
+ * (it cannot change without a driver reload).
+ */
 export class GpuProbe {
   private cuda: string | undefined
-  constructor(private readonly run: RunCommand = runCommand) {}
+  constructor(
+    private readonly run: RunCommand = runCommand,
+    private readonly only?: readonly number[],
+  ) {}
 
   async sample(): Promise<GpuSample | null> {
     const csv = await this.run([
@@ -98,7 +150,7 @@ export class GpuProbe {
     ])
     if (csv === null) return null
     if (this.cuda === undefined) this.cuda = parseCudaVersion((await this.run(['nvidia-smi'])) ?? '')
-    const sample = parseNvidiaSmi(csv, this.cuda)
+    const sample = parseNvidiaSmi(csv, this.cuda, this.only)
     return sample.gpus.length ? sample : null
   }
 }

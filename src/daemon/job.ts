@@ -57,8 +57,11 @@ export interface JobContext {
   /** Retry policy of inference requests. */
   requestBackoff: Backoff
   workerId: string
-  /** The daemon's requests in flight, shared by all its jobs. */
-  limiter: RequestLimiter
+  /**
+   * The requests in flight the job's requests share: the daemon's, or with a managed engine its
+   * model's (for the lease the job holds, loaded with `params`).
+   */
+  limiterFor(lease: ModelLease | null, params: Record<string, unknown>): Promise<RequestLimiter>
   /** The runtime's view now. */
   snapshot(): Promise<RuntimeSnapshot>
   /** Every request of this job has started (the agent may claim the next job). */
@@ -81,6 +84,8 @@ export class JobRun {
   private sentProgress = ''
   private started = false
   private stage: string | null = null
+  /** The copy of its model it holds (a managed engine's), once it holds one. */
+  private held: string | null = null
 
   constructor(
     readonly job: Job,
@@ -93,6 +98,11 @@ export class JobRun {
   /** Every request has started (or the job is past running them): only in-flight ones remain. */
   get allStarted() {
     return this.started
+  }
+
+  /** The copy of its model it holds now (models/manager.ts ModelLease.instance); null before. */
+  get instance(): string | null {
+    return this.held
   }
 
   view(): JobView {
@@ -173,7 +183,14 @@ export class JobRun {
       acquiring = manager
         ? manager
             .acquire(
-              { job_id: job.job_id, name: job.model, vram_gb: job.vram_gb ?? null, params: job.params ?? {} },
+              {
+                job_id: job.job_id,
+                name: job.model,
+                vram_gb: job.vram_gb ?? null,
+                params: job.params ?? {},
+                // docs/api.md §7 placement rule 5: claimed for a spare GPU, where a copy of its model pays.
+                spare: job.copy === true,
+              },
               prepSignal,
               (stage) => {
                 this.stage = stage
@@ -181,6 +198,7 @@ export class JobRun {
             )
             .then((l) => {
               lease = l
+              this.held = l.instance
               return l
             })
         : null
@@ -212,6 +230,8 @@ export class JobRun {
 
       const held = lease as ModelLease | null
       const endpoint = job.endpoint ?? '/v1/chat/completions'
+      // The model's own limiter, started from its slots (asked once per load of it).
+      const limiter = await ctx.limiterFor(held, job.params ?? {})
       const counts = await executeJob(
         input,
         output,
@@ -222,7 +242,7 @@ export class JobRun {
         },
         {
           runtimeUrl: held?.url ?? ctx.runtime.baseUrl,
-          limiter: ctx.limiter,
+          limiter,
           tries: ctx.opts.retries,
           requestTimeoutMs: ctx.opts.request_timeout * 1000,
           backoff: ctx.requestBackoff,

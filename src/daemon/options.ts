@@ -153,7 +153,25 @@ export const DaemonOptionsSchema = T.Object({
     }),
   ),
   vram_gb: T.Optional(
-    Num(undefined, 0, 1_000_000, 'VRAM in GB when no GPU can be probed (or to override it)'),
+    Num(
+      undefined,
+      0,
+      1_000_000,
+      'VRAM in GB when no GPU can be probed: one budget for a managed engine (with GPUs, each GPU is placed by its own memory and this is only what is reported)',
+    ),
+  ),
+  gpus: T.Optional(
+    T.String({
+      pattern: '^\\s*\\d{1,3}(\\s*,\\s*\\d{1,3})*\\s*$',
+      description:
+        'The GPUs this daemon uses, by nvidia-smi index (0,2): its engines run on those alone, so two daemons can share a machine [default: every GPU nvidia-smi lists]',
+    }),
+  ),
+  load_timeout: Num(
+    900,
+    1,
+    7 * 86400,
+    'Seconds a model load may go without a line of output (or, attached, without finishing) before it is given up and its engine stopped',
   ),
   max_download_gb: Num(0, 0, 1_000_000, 'Largest model the server may ask this worker to pull (0 = never)'),
   capabilities: T.Optional(Capabilities),
@@ -204,10 +222,15 @@ export type DaemonOptions = Omit<
   | 'engine_args'
   | 'engine_env'
   | 'capabilities'
+  | 'gpus'
 > & {
   /** --ca-file: the CA's PEM, read at start (docs/worker.md). */
   ca?: string
   max_jobs: number
+  /** --max-jobs was not given: a managed engine on several GPUs may hold one job more per GPU. */
+  max_jobs_default?: boolean
+  /** --gpus: nvidia-smi indices; absent: every GPU. */
+  gpus?: number[]
   /** The engine's base URL; empty for a managed llama.cpp (its router's port is found at start). */
   runtime_url: string
   engine_args: string[]
@@ -243,6 +266,8 @@ export const ENV_NAMES: Record<Field, string> = {
   shards: 'GRIDKEEP_SHARDS',
   max_jobs: 'GRIDKEEP_MAX_JOBS',
   vram_gb: 'GRIDKEEP_VRAM_GB',
+  gpus: 'GRIDKEEP_GPUS',
+  load_timeout: 'GRIDKEEP_LOAD_TIMEOUT',
   max_download_gb: 'GRIDKEEP_MAX_DOWNLOAD_GB',
   capabilities: 'GRIDKEEP_CAPABILITIES',
   hub_url: 'GRIDKEEP_HUB_URL',
@@ -370,6 +395,7 @@ function finish(p: Parsed): DaemonOptions {
         ? (p.engine ?? 'openai')
         : (p.engine ?? (p.runtime as Engine))
   const listed = p.capabilities?.split(',').map((c) => c.trim())
+  const gpus = p.gpus === undefined ? undefined : [...new Set(p.gpus.split(',').map((g) => Number(g.trim())))]
   let ca: string | undefined
   if (p.ca_file !== undefined) {
     try {
@@ -389,6 +415,8 @@ function finish(p: Parsed): DaemonOptions {
   }
   return {
     ...p,
+    gpus,
+    ...(p.max_jobs === undefined ? { max_jobs_default: true } : {}),
     ...(ca ? { ca } : {}),
     engine_args: (p.engine_args ?? '').split(/\s+/).filter(Boolean),
     engine_env: engineEnv,
@@ -486,6 +514,8 @@ const PLACEHOLDER: Partial<Record<Field, string>> = {
   shards: 'true|false',
   max_jobs: 'N',
   vram_gb: 'GB',
+  gpus: 'LIST',
+  load_timeout: 'S',
   max_download_gb: 'GB',
   capabilities: 'LIST|none',
   hub_url: 'URL',

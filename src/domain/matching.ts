@@ -6,6 +6,7 @@ import {
   runtimeCapabilities,
 } from './capabilities'
 import type { DownloadableEntry } from './downloads'
+import { fitsGpus, profileGpuCount } from './gpu-fit'
 import type { HostedModel } from './inventory'
 
 // THE matching predicate (docs/api.md §7 Poll rules 1–7, docs/api.md §7 "hosts", serving profiles, artifact
@@ -44,6 +45,8 @@ export interface WorkerFit {
   org_id: string
   heartbeated: boolean
   vram_total_gb: number | null
+  /** Each GPU's memory (GB) as the last heartbeat's `gpus` reported it; empty when none did. */
+  gpus_gb: readonly number[]
 }
 
 export interface WorkerView extends WorkerFit {
@@ -80,22 +83,39 @@ export function engineCapabilities(worker: Pick<WorkerView, 'engines' | 'reporte
   )
 }
 
-/** The part of matchEntry that needs no models: a worker failing it is ruled out unread. */
-export function fitsWorker(worker: WorkerFit, entry: CatalogueEntry): boolean {
+/**
+ * The part of matchEntry that needs no models: a worker failing it is ruled out unread. Its fit is
+ * that of `profile` (the one the worker would run it with), else of the entry's best profile.
+ */
+export function fitsWorker(worker: WorkerFit, entry: CatalogueEntry, profile?: Profile): boolean {
   if (!entry.enabled) return false
   // Org-private entries (docs/api.md §4 catalogue rule 10) are never run on another org's machines.
   if (entry.org_id !== null && entry.org_id !== worker.org_id) return false
-  // docs/api.md §7 Poll rule 2: VRAM fit is judged only once the worker has reported it by heartbeat;
-  // a null vram_gb disables the filter.
-  if (worker.heartbeated && entry.vram_gb !== null) {
-    if (worker.vram_total_gb === null || worker.vram_total_gb < entry.vram_gb) return false
+  return fitsVram(worker, entry, profile)
+}
+
+/**
+ * docs/api.md §7 Poll rule 2: judged only once the worker has reported its VRAM by heartbeat; a null
+ * vram_gb disables the filter. With each GPU reported (heartbeat `gpus`), the model's GPU count
+ * (gpu-fit.ts profileGpuCount, of `profile`, else of any of its profiles) of them must each hold
+ * vram_gb ÷ that count; else the total must hold vram_gb.
+ */
+function fitsVram(worker: WorkerFit, entry: CatalogueEntry, profile?: Profile): boolean {
+  const need = entry.vram_gb
+  if (!worker.heartbeated || need === null) return true
+  if (worker.gpus_gb.length > 0) {
+    const profiles = profile ? [profile] : entry.profiles
+    if (profiles.length === 0) return fitsGpus(worker.gpus_gb, need, 1)
+    return profiles.some((p) => fitsGpus(worker.gpus_gb, need, profileGpuCount(p.runtime, p.params)))
   }
-  return true
+  return worker.vram_total_gb !== null && worker.vram_total_gb >= need
 }
 
 /** Whether `worker` can serve `entry` now, and with which serving profile. */
 export function matchEntry(worker: WorkerView, entry: CatalogueEntry): Match | null {
-  return fitsWorker(worker, entry) ? hostingMatch(worker, entry) : null
+  if (!fitsWorker(worker, entry)) return null
+  const match = hostingMatch(worker, entry)
+  return match && fitsVram(worker, entry, match.profile) ? match : null
 }
 
 /**
@@ -160,12 +180,13 @@ export interface Catalogue {
 }
 
 /** What the predicate reads of a worker's stored row (the fleet store's WorkerHead has it). */
-export type WorkerFacts = Pick<WorkerRow, 'org_id' | 'last_heartbeat_at' | 'vram_total_gb'>
+export type WorkerFacts = Pick<WorkerRow, 'org_id' | 'last_heartbeat_at' | 'vram_total_gb' | 'gpu_memory'>
 
 export const fitOf = (w: WorkerFacts): WorkerFit => ({
   org_id: w.org_id,
   heartbeated: w.last_heartbeat_at !== null,
   vram_total_gb: w.vram_total_gb,
+  gpus_gb: (w.gpu_memory ?? []).map((g) => g.memory_total_gb),
 })
 
 /** The same view from rows already read (a poll reads the row and the child rows together). */

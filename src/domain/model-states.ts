@@ -1,4 +1,4 @@
-import type { ModelPullFailureRow, ModelPullRow, ModelStat, WorkerModelRow } from '../db/schema'
+import type { ModelGpus, ModelPullFailureRow, ModelPullRow, ModelStat, WorkerModelRow } from '../db/schema'
 
 // docs/api.md §7 "Worker row" `models`: what a worker holds and where each model stands, from its
 // model rows, the names its last heartbeat said were loading, the downloads asked of it, the
@@ -28,6 +28,8 @@ export interface ModelStateRow {
   failure: { error: string; failures: number; retry_at: number } | null
   load_seconds: number | null
   requests_per_second: number | null
+  /** The GPUs a loaded (or loading) model sits on, by index, as the last heartbeat said; null otherwise. */
+  gpus: number[] | null
 }
 
 type Row = Pick<
@@ -49,8 +51,10 @@ export function modelStates(
   failures: readonly Failure[],
   /** Unix seconds: a back-off that ended is not shown. */
   now: number,
+  placed: readonly ModelGpus[] = [],
 ): ModelStateRow[] {
   const loadingSet = new Set(loading)
+  const gpusOf = new Map(placed.map((p) => [p.name, p.gpus]))
   const stat = new Map(stats.map((s) => [s.name, s]))
   const measured = (name: string) => ({
     load_seconds: stat.get(name)?.load_seconds ?? null,
@@ -67,6 +71,7 @@ export function modelStates(
     progress: null,
     failure: null,
     ...measured(m.name),
+    gpus: m.loaded || loadingSet.has(m.name) ? (gpusOf.get(m.name) ?? null) : null,
   }))
   // A download under way is a model the worker does not hold yet: its own row, until the model is
   // in the inventory (verified) and the ask ends.
@@ -84,6 +89,7 @@ export function modelStates(
       progress: { completed_bytes: p.completed_bytes, total_bytes: p.total_bytes },
       failure: null,
       ...measured(p.runtime_model_id),
+      gpus: null,
     })
   }
   // A download that failed, while the worker backs off from it: neither held nor asked again yet.
@@ -101,6 +107,7 @@ export function modelStates(
       progress: null,
       failure: { error: f.error, failures: f.failures, retry_at: f.retry_at },
       ...measured(f.runtime_model_id),
+      gpus: null,
     })
   }
   return out

@@ -41,6 +41,11 @@ export interface Placement {
     /** By model key (catalogue entry id); a model missing here has nothing measured or waiting. */
     demand: ReadonlyMap<string, ModelDemand>
   } | null
+  /**
+   * The polling worker has a GPU holding no model in use (poll spare_gpu): it can load another
+   * model beside the ones it serves, without leaving them.
+   */
+  spare?: boolean
 }
 
 /** A candidate model with waiting work, as it stands for the polling worker now. */
@@ -48,6 +53,8 @@ export interface ModelNow {
   key: string
   /** Loaded (or being loaded) on the polling worker. */
   current: boolean
+  /** The polling worker holds work of it now (a model loaded and idle there is not busy). */
+  busy?: boolean
   /** queued_at of its longest-waiting validated batch; null when none has one. */
   oldestQueuedAt: number | null
 }
@@ -74,6 +81,11 @@ const NOTHING: ModelDemand = { waiting: 0, serving: 0, rate: 0, ownRate: 0, load
  *    such model first.
  * 4. Such a worker with no work for the models it serves takes the most under-served model whose
  *    loading pays or that no other worker serves.
+ * 5. Such a worker with a spare GPU (the poll's spare_gpu) takes first the models loaded there and
+ *    idle (no load at all), then the most under-served other model whose loading pays or that no
+ *    other worker serves (loading it leaves nothing, and the GPU would idle otherwise), then the
+ *    models it is busy with: first those a copy of which pays on the spare GPU (copyPays), then the
+ *    others.
  *
  * A model's share is the workers × its waiting requests ÷ all waiting requests; its excess is the
  * workers serving it minus its share; the imbalance a move from model c to model m lowers is
@@ -129,6 +141,19 @@ export function rankModels(p: Placement, models: readonly ModelNow[], now: numbe
     const d = demand(m)
     return d.loadSeconds + d.waiting / d.ownRate >= busyFor
   }
+  if (current.length && p.spare) {
+    const idle = current.filter((m) => !m.busy)
+    for (const m of idle) ranks.set(m.key, next)
+    if (idle.length) next++
+    for (const m of others.filter((m) => pays(m) || demand(m).serving === 0).sort(underServedFirst))
+      ranks.set(m.key, next++)
+    const busy = current.filter((m) => m.busy)
+    const copies = busy.filter((m) => copyPays(p, m.key))
+    for (const m of copies) ranks.set(m.key, next)
+    if (copies.length) next++
+    for (const m of busy.filter((m) => !copies.includes(m))) ranks.set(m.key, next)
+    return ranks
+  }
   if (current.length) {
     const from = current.reduce((a, b) => (excess(b) > excess(a) ? b : a))
     // The last worker serving a model with work waiting does not leave it: that work would wait
@@ -152,9 +177,21 @@ export function rankModels(p: Placement, models: readonly ModelNow[], now: numbe
   return ranks
 }
 
+/**
+ * docs/api.md §7 placement rule 5: whether one more copy of model `key`, which the polling worker
+ * is busy with, pays on its spare GPU — the model's waiting requests outlast a load at the rate it
+ * is served now (the other workers serving it, and the polling worker's own rate). The claim says
+ * so to the worker (the job's `copy`), which may then run the model there too.
+ */
+export function copyPays(p: Placement, key: string): boolean {
+  const d = p.spread?.demand.get(key)
+  if (!p.spare || !d) return false
+  return d.waiting > (d.rate + d.ownRate) * d.loadSeconds
+}
+
 /** A head as the engine found it, with the candidate model it belongs to. */
 export interface PlacedHead extends ClaimHead {
-  candidate: { model: string; key?: string; loaded: boolean }
+  candidate: { model: string; key?: string; loaded: boolean; busy?: boolean }
 }
 
 /**
@@ -198,6 +235,7 @@ export function placeHeads<H extends PlacedHead>(
     const at = oldest.get(h.candidate.model) ?? null
     const m = byKey.get(key) ?? { key, current: false, oldestQueuedAt: null }
     m.current ||= h.candidate.loaded
+    m.busy ||= h.candidate.busy === true
     if (at !== null && (m.oldestQueuedAt === null || at < m.oldestQueuedAt)) m.oldestQueuedAt = at
     byKey.set(key, m)
   }

@@ -147,7 +147,8 @@ export function waitingReason(f: WaitingFacts): Waiting {
     (h) => (entry.org_id === null || entry.org_id === h.view.org_id) && hostingMatch(h.view, entry),
   )
   const online = hosts.filter((h) => h.online)
-  const fitting = online.filter((h) => fitsWorker(h.view, entry))
+  // docs/api.md §7 Poll rule 2: the fit of the profile the worker would run it with.
+  const fitting = online.filter((h) => fitsWorker(h.view, entry, hostingMatch(h.view, entry)!.profile))
   const capable = fitting.filter((h) => h.lacks.length === 0)
   // docs/api.md §16: the rest of a split batch goes to shard-capable workers only.
   const serving = f.batch.split ? capable.filter((h) => h.shards) : capable
@@ -215,7 +216,8 @@ export function waitingReason(f: WaitingFacts): Waiting {
     if (online.length > 0) {
       return {
         reason: 'no_fit',
-        message: `${plural(online.length, 'online worker')} ${online.length === 1 ? 'hosts' : 'host'} ${model}, but none has the ${entry.vram_gb} GB of VRAM it needs.`,
+        // docs/api.md §7 Poll rule 2: with GPUs reported one by one, it is theirs that do not hold it.
+        message: `${plural(online.length, 'online worker')} ${online.length === 1 ? 'hosts' : 'host'} ${model}, but none has ${online.some((h) => h.view.gpus_gb.length > 0) ? 'GPUs that hold the' : 'the'} ${entry.vram_gb} GB of VRAM it needs.`,
         details: { vram_gb: entry.vram_gb, workers: online.length },
       }
     }

@@ -25,6 +25,7 @@ const Count = t.Integer({ minimum: 0, maximum: 2 ** 31 - 1 })
 const Gb = t.Number({ minimum: 0, maximum: 1_000_000 })
 // A multipart text field (src/lib/multipart.ts bounds each to 1 KiB).
 const Field = t.String({ minLength: 1, maxLength: 1024 })
+const GpuIndex = t.Integer({ minimum: 0, maximum: 1023 })
 const Nullable = <S extends Parameters<typeof t.Union>[0][number]>(s: S) => t.Union([s, t.Null()])
 
 export const InventoryItem = t.Object(
@@ -96,6 +97,8 @@ export const WorkerBodies = {
               vram_gb: Gb,
               driver: t.Optional(Nullable(t.String({ maxLength: 100 }))),
               cuda: t.Optional(Nullable(t.String({ maxLength: 100 }))),
+              // (ext) nvidia-smi's index: what the heartbeat's gpus and model_gpus name it by.
+              index: t.Optional(GpuIndex),
             },
             { additionalProperties: false },
           ),
@@ -146,6 +149,31 @@ export const WorkerBodies = {
           { maxItems: 1024 },
         ),
       ),
+      // docs/api.md §7 (ext): each GPU's memory now (omitted keeps the last), and the GPUs each
+      // loaded model sits on (omitted means none known).
+      gpus: t.Optional(
+        t.Array(
+          t.Object(
+            {
+              index: GpuIndex,
+              memory_used_gb: Gb,
+              memory_total_gb: Gb,
+              utilization: t.Optional(t.Number({ minimum: 0, maximum: 100 })),
+            },
+            { additionalProperties: false },
+          ),
+          { maxItems: 64 },
+        ),
+      ),
+      model_gpus: t.Optional(
+        t.Array(
+          t.Object(
+            { name: ModelName, gpus: t.Array(GpuIndex, { maxItems: 64 }) },
+            { additionalProperties: false },
+          ),
+          { maxItems: 1024 },
+        ),
+      ),
     },
     { additionalProperties: false },
   ),
@@ -155,6 +183,14 @@ export const WorkerBodies = {
       worker_id: Id,
       // docs/api.md §7 (ext): hold the poll up to this long while nothing is claimable.
       wait_seconds: t.Optional(t.Number({ minimum: 0, maximum: 30 })),
+      // docs/api.md §7 placement (ext): a GPU of the worker holds no model in use, so it can load
+      // another model beside the ones it serves.
+      spare_gpu: t.Optional(t.Boolean()),
+      // docs/api.md §7 placement (ext): the models loaded (or being loaded) on the worker now, as it
+      // polls: the placement counts them as its current models (a heartbeat's list may lag).
+      loaded_models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
+      // …and of them, those a job is using now (the others sit idle on their GPUs).
+      models_in_use: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
     },
     { additionalProperties: false },
   ),
@@ -268,6 +304,11 @@ export const Job = t.Object({
   shard: t.Optional(t.Object({ index: t.Integer(), first_request: t.Integer(), requests: t.Integer() })),
   /** docs/api.md §16: a backup copy of a shard another worker holds (its own assignment_id). */
   backup: t.Optional(t.Boolean()),
+  /**
+   * (ext) docs/api.md §7 placement rule 5: claimed for a spare GPU, of a model the worker is busy
+   * with whose waiting work pays for one more copy of it there.
+   */
+  copy: t.Optional(t.Boolean()),
 })
 export type Job = Static<typeof Job>
 

@@ -1,4 +1,6 @@
 import type {
+  GpuMemory,
+  ModelGpus,
   ModelPullFailureRow,
   ModelPullRow,
   ModelStat,
@@ -77,6 +79,10 @@ export interface Beat {
   loading_models?: string[]
   /** docs/api.md §7 (ext): per-model measurements; null keeps the last reported ones. */
   model_stats?: ModelStat[] | null
+  /** docs/api.md §7 (ext): each GPU's memory; null keeps the last reported. */
+  gpu_memory?: GpuMemory[] | null
+  /** docs/api.md §7 (ext): the GPUs of each loaded model (omitted: none known). */
+  model_gpus?: ModelGpus[]
   now: number
   /** Seen at or before this instant = silent (workers/liveness.ts onlineCutoff). */
   cutoff: number
@@ -136,7 +142,7 @@ export interface ListedWorker extends WorkerRow {
 /** The predicate's head of a worker: enough to rule it out before reading its models. */
 export type WorkerHead = Pick<
   WorkerRow,
-  'id' | 'org_id' | 'last_heartbeat_at' | 'vram_total_gb' | 'last_seen_at'
+  'id' | 'org_id' | 'last_heartbeat_at' | 'vram_total_gb' | 'gpu_memory' | 'last_seen_at'
 >
 
 /** docs/api.md §7 placement: one online worker that loads models itself, as the placement sees it. */
@@ -164,6 +170,7 @@ export interface NamedHost {
     | 'last_seen_at'
     | 'last_heartbeat_at'
     | 'vram_total_gb'
+    | 'gpu_memory'
     | 'loading_models'
     | 'shards'
   >

@@ -17,6 +17,8 @@ export interface ClaimCandidate<M> {
   model: string
   /** docs/api.md §7 Poll rule 5: loaded on this worker (under PLACEMENT=queue, or being loaded). */
   loaded: boolean
+  /** docs/api.md §7 placement: the worker holds work of this model now (a spare GPU goes elsewhere). */
+  busy?: boolean
   /** docs/api.md §7 placement: the model (catalogue entry) the slug names; slugs of one entry share it. */
   key?: string
   /** Whatever the caller needs back with the claim (the matched entry and profile). */

@@ -68,6 +68,27 @@ describe('no worker can serve it', () => {
     expect((await waitingOf(f.user.token, batch.id)).reason).toBe('queued')
   })
 
+  test('no_fit per GPU: a host of 2 × 24 GB does not fit 30 GB on one GPU, though 48 GB in all', async () => {
+    const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'fit:30b-one-gpu', vram_gb: 30 })
+    const f = await makeFleet(t)
+    const batch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: entry.id })
+    const wid = await registerWorker(t, f.key, { models: ['fit:30b-one-gpu'] })
+    const gpu = (index: number, total: number) => ({ index, memory_used_gb: 0, memory_total_gb: total })
+    expect(
+      (await heartbeat(t, f.key, wid, { vram_total_gb: 48, gpus: [gpu(0, 24), gpu(1, 24)] })).status,
+    ).toBe(200)
+    expect(await waitingOf(f.user.token, batch.id)).toEqual({
+      reason: 'no_fit',
+      message: `1 online worker hosts ${entry.id}, but none has GPUs that hold the 30 GB of VRAM it needs.`,
+      details: { vram_gb: 30, workers: 1 },
+    })
+    // One GPU of 40 GB holds it.
+    expect(
+      (await heartbeat(t, f.key, wid, { vram_total_gb: 64, gpus: [gpu(0, 24), gpu(1, 40)] })).status,
+    ).toBe(200)
+    expect((await waitingOf(f.user.token, batch.id)).reason).toBe('queued')
+  })
+
   test('not_in_catalogue: the entry was disabled after validation', async () => {
     const entry = await makeCatalogEntry(t.deps, { runtime_model_id: 'gone:1' })
     const f = await makeFleet(t)

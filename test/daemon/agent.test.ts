@@ -90,7 +90,9 @@ describe('registration', () => {
     expect(reg.machine_id).toMatch(/^[0-9a-f]{32}$/)
     expect(reg.worker_id).toBeUndefined()
     expect(reg.gpus).toHaveLength(2)
+    // With its nvidia-smi index (docs/api.md §7).
     expect(reg.gpus[0]).toEqual({
+      index: 0,
       vendor: 'nvidia',
       name: 'NVIDIA GeForce RTX 4090',
       vram_gb: 24,

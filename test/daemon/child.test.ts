@@ -3,7 +3,17 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
-import { alive, freePort, SupervisedChild } from '../../src/daemon/engines/child'
+import { manualTimers, RestartBackoff, type Timers } from '../../src/daemon/backoff'
+import {
+  alive,
+  checkProcessMove,
+  freePort,
+  groupMembers,
+  IllegalProcessMove,
+  PROCESS_MOVES,
+  StartTimeout,
+  SupervisedChild,
+} from '../../src/daemon/engines/child'
 import { StateDir } from '../../src/daemon/state'
 import { until } from '../helpers/until'
 
@@ -22,6 +32,7 @@ function child(state: StateDir, tag = 'a') {
     state,
     command: (port) => ['bun', '-e', SERVE, tag, String(port)],
     ready: async (url) => (await fetch(url)).ok,
+    restart: 'always',
   })
 }
 
@@ -50,6 +61,7 @@ describe('a supervised engine process', () => {
       state,
       command: (port) => ['bun', '-e', withWorker, String(port)],
       ready: async (url) => (await fetch(url)).ok,
+      restart: 'always',
     })
     await c.start()
     const worker = Number(
@@ -140,6 +152,165 @@ describe('a supervised engine process', () => {
       await c.stop()
     } finally {
       stranger.kill()
+    }
+  })
+})
+
+describe('one supervisor: its states, its back-off, its group ended on every end', () => {
+  test('the process states move only along the table', () => {
+    expect(PROCESS_MOVES).toEqual({
+      stopped: ['starting', 'ready'],
+      starting: ['ready', 'stopping'],
+      ready: ['stopping'],
+      stopping: ['stopped'],
+    })
+    expect(() => checkProcessMove('stopped', 'stopping')).toThrow(
+      'illegal engine process state change stopped → stopping',
+    )
+    expect(() => checkProcessMove('ready', 'starting')).toThrow(IllegalProcessMove)
+  })
+
+  test('the restart back-off: 1 s, doubling to 30 s; a run that lasted a minute starts over', () => {
+    const b = new RestartBackoff()
+    expect(b.delayMs).toBe(0)
+    const waits: number[] = []
+    for (let i = 0; i < 7; i++) {
+      b.ended(1000 * i, 1000 * i + 10)
+      waits.push(b.delayMs)
+    }
+    expect(waits).toEqual([1000, 2000, 4000, 8000, 16_000, 30_000, 30_000])
+    b.ended(0, 60_000)
+    expect(b.delayMs).toBe(1000)
+    expect(b.leftMs(60_400)).toBe(600)
+  })
+
+  /** A stand-in engine that starts a worker of its own (vLLM's EngineCore) which ignores SIGTERM. */
+  function withWorker(
+    state: StateDir,
+    o: { timers?: Timers; restart?: 'always' | 'never'; silenceMs?: number } = {},
+  ) {
+    const pidFile = join(state.dir, 'worker.pid')
+    const code = `const w = Bun.spawn(['sh', '-c', 'trap "" TERM; sleep 300'], { stdio: ['ignore', 'ignore', 'ignore'] }); require('node:fs').writeFileSync(${JSON.stringify(pidFile)}, String(w.pid)); console.log('up'); ${SERVE}`
+    const c = new SupervisedChild({
+      name: 'stand-in',
+      state,
+      command: (port) => ['bun', '-e', code, String(port)],
+      ready: async (url) => (await fetch(url)).ok,
+      restart: o.restart ?? 'never',
+      ...(o.timers ? { timers: o.timers } : {}),
+      ...(o.silenceMs ? { silenceMs: o.silenceMs } : {}),
+    })
+    const worker = () => Number(readFileSync(pidFile, 'utf8').trim())
+    return { c, worker }
+  }
+
+  test('its API process dies: the rest of its group is ended before the listeners hear, and the state is stopped', async () => {
+    const state = new StateDir(mkdtempSync(join(root, 's-')))
+    const { c, worker } = withWorker(state)
+    const heard: { reason: string; workerAlive: boolean; state: string }[] = []
+    c.onExit((reason) => heard.push({ reason, workerAlive: alive(worker()), state: c.state }))
+    await c.start()
+    const w = await until('its worker', () => worker() || null)
+    expect(c.state).toBe('ready')
+    process.kill(c.pid!, 'SIGKILL')
+    await until('the end heard', () => heard.length === 1)
+    expect(heard[0]).toEqual({
+      reason: expect.stringMatching(/^the engine was killed \(SIGKILL\)/),
+      workerAlive: false,
+      state: 'stopped',
+    })
+    expect(alive(w)).toBe(false)
+  })
+
+  test('a start that goes silent past its limit is given up, its group ended; one that keeps talking is not', async () => {
+    const state = new StateDir(mkdtempSync(join(root, 's-')))
+    const pidFile = join(state.dir, 'worker.pid')
+    // Never answers; a worker of its own holds on. Said once, then silence.
+    const silent = `Bun.spawn(['sh', '-c', 'trap "" TERM; sleep 300'], { stdio: ['ignore', 'ignore', 'ignore'] }); require('node:fs').writeFileSync(${JSON.stringify(pidFile)}, String(process.pid)); console.log('loading'); setInterval(() => {}, 1000)`
+    const c = new SupervisedChild({
+      name: 'silent',
+      state,
+      command: () => ['bun', '-e', silent],
+      ready: async () => false,
+      restart: 'never',
+      silenceMs: 300,
+    })
+    const e = await c.start().catch((x) => x)
+    expect(e).toBeInstanceOf(StartTimeout)
+    expect(e.lastLines).toEqual(['loading'])
+    expect(c.state).toBe('stopped')
+    const leader = Number(readFileSync(pidFile, 'utf8'))
+    expect(groupMembers(leader)).toEqual([])
+    // Talking all along (a line every 100 ms), it is waited for past the limit until it answers.
+    let answer = false
+    const talker = new SupervisedChild({
+      name: 'talker',
+      state,
+      command: () => ['bun', '-e', "setInterval(() => console.log('shard loaded'), 100)"],
+      ready: async () => answer,
+      restart: 'never',
+      silenceMs: 300,
+    })
+    const started = talker.start()
+    await until('talking past the limit', () => talker.lastLines().length >= 6)
+    answer = true
+    await started
+    expect(talker.state).toBe('ready')
+    await talker.stop()
+    expect(talker.state).toBe('stopped')
+  })
+
+  test('restart waits on the injected clock: the back-off is asked of it, and nothing starts before it passes', async () => {
+    const state = new StateDir(mkdtempSync(join(root, 's-')))
+    const timers = manualTimers(Date.now())
+    const { c } = withWorker(state, { timers, restart: 'always' })
+    // The clock moves only when told: a ticker moves it while the test waits for the process.
+    let ticking = true
+    const ticker = (async () => {
+      while (ticking) {
+        timers.advance(50)
+        await Bun.sleep(5)
+      }
+    })()
+    const pause = async () => {
+      ticking = false
+      await ticker
+    }
+    try {
+      await c.start()
+      const first = c.pid!
+      await pause()
+      const heard: string[] = []
+      c.onExit((r) => heard.push(r))
+      process.kill(first, 'SIGKILL')
+      // The end is heard (its group ended: waits on the clock too, so move it a little).
+      while (heard.length === 0) {
+        timers.advance(10)
+        await Bun.sleep(5)
+      }
+      // The restart asks the clock for its second of back-off.
+      await until('the back-off asked', () => timers.asked.includes(1000))
+      // Not started again until the clock passes the second: its wait resolves only then.
+      timers.advance(900)
+      await Promise.resolve()
+      expect(c.state).toBe('stopped')
+      timers.advance(100)
+      await until('started again', async () => {
+        timers.advance(50)
+        return c.state === 'ready' && c.pid !== first
+      })
+    } finally {
+      // Stopping waits on the clock too (the grace, the group's end): it moves meanwhile.
+      ticking = true
+      const moving = (async () => {
+        while (ticking) {
+          timers.advance(50)
+          await Bun.sleep(5)
+        }
+      })()
+      await c.stop().catch(() => {})
+      ticking = false
+      await moving
     }
   })
 })

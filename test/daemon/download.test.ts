@@ -427,7 +427,7 @@ describe('a managed runtime’s pull (src/daemon/runtimes/managed.ts)', () => {
     cleanups.push(() => rmSync(state.dir, { recursive: true, force: true }))
     const runtime = new ManagedRuntime(engine, new DigestCache(state), {
       state,
-      budget: () => null,
+      room: async () => ({ budget_gb: null }),
       downloads: { hub: { url: h.url }, maxDownloadGb: 1, modelsDir: dir },
     })
     // A heartbeat's snapshot reads the engine before the file lands, and answers after.

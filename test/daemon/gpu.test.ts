@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'bun:test'
 import { join } from 'node:path'
-import { GPU_QUERY_FIELDS, GpuProbe, parseCudaVersion, parseNvidiaSmi } from '../../src/daemon/gpu'
+import { GPU_QUERY_FIELDS, GpuProbe, gpuEnv, parseCudaVersion, parseNvidiaSmi } from '../../src/daemon/gpu'
 
 const fixture = (name: string) => Bun.file(join(import.meta.dir, '../fixtures/nvidia-smi', name)).text()
 
@@ -20,6 +20,45 @@ describe('GPU discovery from recorded nvidia-smi output', () => {
     const s = parseNvidiaSmi(await fixture('a100-mig.csv'), '12.2')
     expect(s.gpus[0]).toMatchObject({ name: 'NVIDIA A100-SXM4-80GB', vram_gb: 80, driver: '535.161.08' })
     expect(s.utilization).toBeNull()
+  })
+
+  test('each GPU by its index with its memory as the driver reports it; --gpus keeps those indices', async () => {
+    const csv = await fixture('two-rtx4090.csv')
+    const s = parseNvidiaSmi(csv, '12.4')
+    expect(s.devices).toEqual([
+      {
+        index: 0,
+        uuid: 'GPU-5b1e2f3a-8c4d-4e6f-9a0b-1c2d3e4f5a6b',
+        name: 'NVIDIA GeForce RTX 4090',
+        total_gb: 24,
+        used_gb: 17.8,
+        // What the driver says is free (it keeps some for itself): less than total − used.
+        free_gb: 5.8,
+        utilization: 97,
+      },
+      {
+        index: 1,
+        uuid: 'GPU-7d8e9f0a-1b2c-4d3e-8f5a-6b7c8d9e0f1a',
+        name: 'NVIDIA GeForce RTX 4090',
+        total_gb: 24,
+        used_gb: 0,
+        free_gb: 23.6,
+        utilization: 0,
+      },
+    ])
+    const second = parseNvidiaSmi(csv, '12.4', [1])
+    expect(second.devices.map((d) => d.index)).toEqual([1])
+    expect(second.gpus).toHaveLength(1)
+    expect(second.memory_total_gb).toBe(24)
+    expect(second.utilization).toBe(0)
+    const probe = new GpuProbe(async (cmd) => (cmd.length === 1 ? '' : csv), [1])
+    expect((await probe.sample())?.devices.map((d) => d.index)).toEqual([1])
+    expect(await new GpuProbe(async (cmd) => (cmd.length === 1 ? '' : csv), [5]).sample()).toBeNull()
+  })
+
+  test('the variables that give an engine its GPU set: nvidia-smi’s numbering, in its order', () => {
+    expect(gpuEnv([1, 3])).toEqual({ CUDA_DEVICE_ORDER: 'PCI_BUS_ID', CUDA_VISIBLE_DEVICES: '1,3' })
+    expect(gpuEnv(null)).toEqual({})
   })
 
   test('the CUDA version comes from the banner', async () => {

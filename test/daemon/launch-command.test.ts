@@ -7,6 +7,7 @@ import {
   launchCommandProblem,
   renderLaunch,
   splitCommand,
+  splitEnv,
   withInterpreter,
 } from '../../src/daemon/engines/launch-command'
 import { modelFiles, scanModels } from '../../src/daemon/engines/models-dir'
@@ -28,6 +29,27 @@ describe('the launch command', () => {
       'ij k',
     ])
     expect(() => splitCommand(`a 'b`)).toThrow('unclosed quote')
+  })
+
+  test('a leading env NAME=VALUE: variables for the spawn, the command after them', () => {
+    expect(splitEnv(splitCommand('env A=1 B="x y" vllm serve {model_path} --port {port}'))).toEqual({
+      env: { A: '1', B: 'x y' },
+      words: ['vllm', 'serve', '{model_path}', '--port', '{port}'],
+    })
+    expect(splitEnv(['/usr/bin/env', 'A=1', 'vllm'])).toEqual({ env: { A: '1' }, words: ['vllm'] })
+    expect(splitEnv(['vllm', 'A=1'])).toEqual({ env: {}, words: ['vllm', 'A=1'] })
+    expect(
+      launchCommandProblem('env CUDA_VISIBLE_DEVICES=1 vllm serve {model_path} --port {port}'),
+    ).toBeNull()
+    expect(launchCommandProblem('env A=1')).toBe(
+      'the launch command sets variables with env but runs nothing',
+    )
+    expect(launchCommandProblem('env -i vllm serve {model_path} --port {port}')).toBe(
+      "the launch command's env takes NAME=VALUE words only (got -i); put the variables first",
+    )
+    expect(launchCommandProblem('env P={port} vllm serve {model_path} --port {port}')).toBe(
+      'the variables of the launch command take no placeholders',
+    )
   })
 
   test('the defaults for vLLM and SGLang are valid and fill every placeholder', () => {

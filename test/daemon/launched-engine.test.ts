@@ -68,6 +68,8 @@ function running(): number[] {
   return out
 }
 
+const NO_GPUS = { gpus: null }
+
 const record = (state: StateDir) =>
   state.readJson<{ pid: number; port: number }>(join('engines', `${childName('alpha')}.json`))
 
@@ -81,7 +83,7 @@ test('a command that names the model another way: the load fails saying what the
     command: LAUNCH.replace('--served-model-name {model}', '--served-model-name served-{model}'),
   })
   await e.start()
-  const err = await e.load('alpha', {}).catch((x) => x)
+  const err = await e.load('alpha', {}, NO_GPUS).catch((x) => x)
   expect(err).toBeInstanceOf(LoadFailed)
   expect(err.message).toBe(
     'the engine serves served-alpha, not alpha: does the launch command pass {model} as its served model name?',
@@ -101,7 +103,7 @@ test('what a killed daemon left running with another command is stopped at the n
   const state = new StateDir(mkdtempSync(join(dir, 'state-')))
   const first = engine(state)
   await first.start()
-  await first.load('alpha', { max_model_len: 1024 })
+  await first.load('alpha', { max_model_len: 1024 }, NO_GPUS)
   const left = record(state)!
   expect(alive(left.pid)).toBe(true)
   // The daemon is gone without stopping it (as after SIGKILL); the next runs with more arguments.
@@ -117,7 +119,7 @@ test('a record whose pid now belongs to another process: that process is left al
   const state = new StateDir(mkdtempSync(join(dir, 'state-')))
   const first = engine(state)
   await first.start()
-  await first.load('alpha', {})
+  await first.load('alpha', {}, NO_GPUS)
   const left = record(state)!
   await first.stop()
   // The record of a run whose pid was taken since by an unrelated program.
@@ -142,7 +144,7 @@ test('a process that ends unasked is reported with its last lines, the model unl
   const ended: [string, string[] | null][] = []
   e.onExit((reason, models) => ended.push([reason, models]))
   await e.start()
-  await e.load('alpha', {})
+  await e.load('alpha', {}, NO_GPUS)
   const { pid } = record(state)!
   const logFrom = capturedLogLines().length
   process.kill(pid, 'SIGKILL')
@@ -156,7 +158,7 @@ test('a process that ends unasked is reported with its last lines, the model unl
   // restart would wait). Had anything restarted it meanwhile, the load would have found that
   // process (adopting or stopping it, and saying so) or run beside it.
   expect(running()).toEqual([])
-  await e.load('alpha', {})
+  await e.load('alpha', {}, NO_GPUS)
   expect(running()).toEqual([record(state)!.pid])
   const said = capturedLogLines().slice(logFrom)
   expect(said.filter((l) => /engine started/.test(l))).toHaveLength(1)
@@ -169,7 +171,7 @@ test('an adopted engine that dies: the next look at the engine waits to hear its
   const state = new StateDir(mkdtempSync(join(dir, 'state-')))
   const first = engine(state)
   await first.start()
-  await first.load('alpha', {})
+  await first.load('alpha', {}, NO_GPUS)
   // A second daemon on the same state directory, as after a SIGKILL: it adopts the process.
   const next = engine(state)
   const ended: string[] = []
@@ -185,4 +187,57 @@ test('an adopted engine that dies: the next look at the engine waits to hear its
   expect(after.error).toStartWith('alpha: the engine ended; its last lines: ')
   expect(ended).toEqual([after.error!])
   await first.stop()
+})
+
+test('a launch command beginning with env: its variables and the GPU set go on top of the allow-list, the engine itself recorded', async () => {
+  const state = new StateDir(mkdtempSync(join(dir, 'state-')))
+  // A variable of the daemon's that no allow-list names (engines/env.ts), set while the engine starts:
+  // never the engine's.
+  process.env.GK_TEST_UNLISTED = 'daemon-only'
+  const e = engine(state, { command: `env FAKE_VLLM_LOAD_MS=5 EXTRA=a=b ${LAUNCH}` })
+  try {
+    await e.start()
+    await e.load('alpha', {}, { gpus: [1, 3] })
+  } finally {
+    delete process.env.GK_TEST_UNLISTED
+  }
+  const rec = state.readJson<{ pid: number; argv: string[]; env: Record<string, string> }>(
+    join('engines', `${childName('alpha')}.json`),
+  )!
+  // What runs is the engine, not `env`: its command line is the recorded one.
+  expect(rec.argv[0]).toBe(process.execPath)
+  expect(readFileSync(`/proc/${rec.pid}/cmdline`, 'utf8').split('\0').slice(0, -1)).toEqual(rec.argv)
+  expect(rec.env).toEqual({
+    FAKE_VLLM_LOAD_MS: '5',
+    EXTRA: 'a=b',
+    CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
+    CUDA_VISIBLE_DEVICES: '1,3',
+  })
+  const environ = readFileSync(`/proc/${rec.pid}/environ`, 'utf8').split('\0')
+  expect(environ).toContain('EXTRA=a=b')
+  expect(environ).toContain('CUDA_VISIBLE_DEVICES=1,3')
+  expect(environ).toContain(`PATH=${process.env.PATH}`)
+  expect(environ.filter((v) => v.startsWith('GK_TEST_UNLISTED='))).toEqual([])
+  await e.stop()
+})
+
+test('what a killed daemon left on a GPU set is adopted with that set; one recorded with other variables is stopped', async () => {
+  const state = new StateDir(mkdtempSync(join(dir, 'state-')))
+  const first = engine(state)
+  await first.start()
+  await first.load('alpha', {}, { gpus: [1] })
+  const left = record(state)!
+  // A daemon started again on the same state directory (as after SIGKILL) adopts it: same command, same GPUs.
+  const next = engine(state)
+  await next.start()
+  expect((await next.status()).models[0]).toMatchObject({ name: 'alpha', state: 'loaded' })
+  expect(alive(left.pid)).toBe(true)
+  // The same process recorded with another GPU set (a record from before --gpus changed): stopped.
+  const path = join(state.dir, 'engines', `${childName('alpha')}.json`)
+  const rec = JSON.parse(readFileSync(path, 'utf8'))
+  writeFileSync(path, JSON.stringify({ ...rec, env: { ...rec.env, CUDA_VISIBLE_DEVICES: '0' } }))
+  const third = engine(state)
+  await third.start()
+  expect(alive(left.pid)).toBe(false)
+  expect((await third.status()).models[0]).toMatchObject({ name: 'alpha', state: 'unloaded' })
 })

@@ -67,7 +67,10 @@ async function setup(o: { vram: number; hold?: (body: any) => Promise<void> | un
     vram_gb: o.vram,
   })
   const state = new StateDir(opts.state_dir)
-  const runtime = new ManagedRuntime(engine, new DigestCache(state), { state, budget: () => o.vram })
+  const runtime = new ManagedRuntime(engine, new DigestCache(state), {
+    state,
+    room: async () => ({ budget_gb: o.vram ?? null }),
+  })
   const d: RunningAgent = runAgent(opts, fastDeps({ runtime }))
   cleanups.push(
     async () => {
@@ -182,7 +185,7 @@ describe('the inventory of a managed engine', () => {
     const state = new StateDir(join(dir, 'state'))
     const digests = new DigestCache(state)
     const engine = memoryEngine(['vis'], { files: { vis: [weights, projector] } })
-    const runtime = new ManagedRuntime(engine, digests, { state, budget: () => null })
+    const runtime = new ManagedRuntime(engine, digests, { state, room: async () => ({ budget_gb: null }) })
     // Nothing hashed yet: hashing starts, nothing is advertised (by name alone it could match an
     // entry pinned to other weights).
     const first = await runtime.snapshot()
@@ -207,7 +210,7 @@ describe('the inventory of a managed engine', () => {
       },
     ])
     // Loaded is the engine's word.
-    await engine.load('vis', {})
+    await engine.load('vis', {}, { gpus: null })
     const third = await runtime.snapshot()
     expect(third.loaded).toEqual(['vis'])
     expect(third.inventory.every((i) => i.loaded)).toBe(true)
@@ -218,7 +221,10 @@ describe('the inventory of a managed engine', () => {
     const state = new StateDir(dir)
     const engine = memoryEngine(['a'])
     engine.offline = true
-    const runtime = new ManagedRuntime(engine, new DigestCache(state), { state, budget: () => null })
+    const runtime = new ManagedRuntime(engine, new DigestCache(state), {
+      state,
+      room: async () => ({ budget_gb: null }),
+    })
     expect(await runtime.snapshot()).toEqual({
       status: 'offline',
       inventory: [],

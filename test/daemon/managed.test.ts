@@ -170,19 +170,34 @@ withRealEngine('a daemon that runs llama.cpp itself', (engine) => {
     }
   })
 
-  test('a corrupt GGUF: each attempt fails with the engine’s reason and the batch is requeued, while a batch for another model runs', async () => {
+  test('a corrupt GGUF: each attempt fails with the engine’s reason — loaded once, then not again here for a while — and the batch is requeued, while a batch for another model runs', async () => {
     const f = await fleet()
     const d = daemon(server.url, f.key)
+    const from = capturedLogLines().length
     try {
       const broken = await f.submit(ENTRY.broken, 2)
       // Three attempts, each reported with why the engine would not load it.
+      const first = await until('the first attempt reported', async () => {
+        const b = await f.batch(broken)
+        return b.attempts >= 1 ? b : null
+      })
+      expect(first.error).toMatch(
+        /^broken failed to load( on this worker \d+ s ago \(not tried again here for \d+ s\))?: exit code 1/,
+      )
       const failed = await until('the corrupt model’s batch failed for good', async () => {
         const b = await f.batch(broken)
         return b.status === 'failed' ? b : null
       })
       expect(failed.attempts).toBe(3)
-      expect(failed.error).toContain('broken failed to load: exit code 1')
+      // The later attempts were not loaded again: they carry the first load's reason.
+      expect(failed.error).toMatch(
+        /^broken failed to load on this worker \d+ s ago \(not tried again here for \d+ s\): exit code 1/,
+      )
       expect(failed.error).toContain('model is corrupted or incomplete')
+      const loads = capturedLogLines()
+        .slice(from)
+        .filter((l) => l.includes('"msg":"loading broken for job'))
+      expect(loads).toHaveLength(1)
       const ok = await f.completed(await f.submit(ENTRY.alpha, 3))
       expect(ok.request_counts.completed).toBe(3)
       expect((await routerModels(d)).broken!.value).toBe('unloaded')

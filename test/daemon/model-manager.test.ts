@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { manualTimers } from '../../src/daemon/backoff'
 import type { EngineView } from '../../src/daemon/engines/types'
 import { type ModelLease, ModelLost, ModelManager, ModelUnavailable } from '../../src/daemon/models/manager'
+import type { Room } from '../../src/daemon/models/plan'
 import { StateDir } from '../../src/daemon/state'
 import { type MemoryEngine, memoryEngine } from '../helpers/memory-engine'
 
@@ -17,20 +18,36 @@ afterAll(() => rmSync(root, { recursive: true, force: true }))
 
 function setup(
   names = ['a', 'b', 'c'],
-  o: { budget?: number | null; appliesParams?: boolean; state?: StateDir; modelsDir?: string } = {},
+  o: {
+    budget?: number | null
+    appliesParams?: boolean
+    state?: StateDir
+    modelsDir?: string
+    /** A GPU ledger instead of the budget; `fresh` reads are counted. */
+    gpus?: () => Room
+    engineName?: 'llama.cpp' | 'vllm'
+  } = {},
 ) {
-  const engine = memoryEngine(names, { appliesParams: o.appliesParams, modelsDir: o.modelsDir })
+  const engine = memoryEngine(names, {
+    appliesParams: o.appliesParams,
+    modelsDir: o.modelsDir,
+    engine: o.engineName,
+  })
+  const reads: boolean[] = []
   const timers = manualTimers()
   const state = o.state ?? new StateDir(mkdtempSync(join(root, 'state-')))
   let changes = 0
   const manager = new ModelManager({
     engine,
     state,
-    budget: () => (o.budget === undefined ? 1 : o.budget),
+    room: async (fresh) => {
+      reads.push(fresh)
+      return o.gpus ? o.gpus() : { budget_gb: o.budget === undefined ? 1 : o.budget }
+    },
     timers,
     onChange: () => changes++,
   })
-  return { engine, manager, timers, state, changes: () => changes }
+  return { engine, manager, timers, state, changes: () => changes, reads }
 }
 
 const need = (
@@ -124,22 +141,44 @@ describe('the model manager', () => {
     expect(e.message).toBe('nope is not among the models of the engine')
   })
 
-  test('a load that fails: the job fails with the engine’s reason; the next job for it tries again', async () => {
-    const { engine, manager } = setup()
+  test('a load that fails: the job fails with the engine’s reason; the model is not loaded here again for a while, each failure longer', async () => {
+    const { engine, manager, timers } = setup()
+    const reason = 'exit code 1: E llama_model_load: model is corrupted or incomplete'
     engine.holdLoads('a')
     const first = manager.acquire(need('a'), open())
     await engine.loadStarted('a')
-    engine.fail('a', 'exit code 1: E llama_model_load: model is corrupted or incomplete')
+    engine.fail('a', reason)
     const e = await first.catch((x) => x)
     expect(e).toBeInstanceOf(ModelUnavailable)
-    expect(e.message).toBe(
-      'a failed to load: exit code 1: E llama_model_load: model is corrupted or incomplete',
-    )
+    expect(e.message).toBe(`a failed to load: ${reason}`)
     expect(manager.loading()).toEqual([])
-    const again = manager.acquire(need('a'), open())
+    // The next job for it within a minute fails at once with that reason: no load is tried.
+    timers.advance(30_000)
+    const soon = await manager.acquire(need('a', { job: 'j2' }), open()).catch((x) => x)
+    expect(soon).toBeInstanceOf(ModelUnavailable)
+    expect(soon.message).toBe(
+      `a failed to load on this worker 30 s ago (not tried again here for 30 s): ${reason}`,
+    )
+    expect(engine.calls).toEqual(['load a {}'])
+    // Another model loads meanwhile.
+    ;(await manager.acquire(need('b'), open())).release(1)
+    // After the minute it is tried again; failing again, it waits two minutes.
+    timers.advance(30_000)
+    const again = manager.acquire(need('a', { job: 'j3' }), open())
+    await engine.loadStarted('a')
+    engine.fail('a', reason)
+    await again.catch(() => {})
+    timers.advance(90_000)
+    expect((await manager.acquire(need('a', { job: 'j4' }), open()).catch((x) => x)).message).toStartWith(
+      'a failed to load on this worker 90 s ago (not tried again here for 30 s)',
+    )
+    // A load that works starts the count over.
+    timers.advance(30_000)
+    const third = manager.acquire(need('a', { job: 'j5' }), open())
     await engine.loadStarted('a')
     engine.finish('a')
-    expect((await again).name).toBe('a')
+    expect((await third).name).toBe('a')
+    expect(engine.calls.filter((c) => c.startsWith('load a'))).toHaveLength(3)
   })
 
   test('loaded with other params: loaded again once no job uses it; the same params are used as loaded', async () => {
@@ -221,7 +260,12 @@ describe('the model manager', () => {
     ;(await first.manager.acquire(need('a'), open())).release(1)
     // A daemon started again finds a loaded (an adopted engine): it knows a takes 1 GB.
     const engine: MemoryEngine = first.engine
-    const next = new ModelManager({ engine, state, budget: () => 1, timers: manualTimers() })
+    const next = new ModelManager({
+      engine,
+      state,
+      room: async () => ({ budget_gb: 1 }),
+      timers: manualTimers(),
+    })
     await next.acquire(need('b'), open())
     expect(engine.calls).toEqual(['load a {}', 'unload a', 'load b {}'])
   })
@@ -249,5 +293,74 @@ describe('the model manager', () => {
     const e = await manager.acquire(need('a'), open()).catch((x) => x)
     expect(e).toBeInstanceOf(ModelUnavailable)
     expect(e.message).toBe('the engine is offline: down')
+  })
+
+  test('GPUs: each load is placed on its GPU set, the driver read afresh after a change; the set is remembered and reported', async () => {
+    const used = new Map<number, number>()
+    const room = (): Room => ({
+      gpus: [0, 1].map((index) => ({ index, total_gb: 24, free_gb: 24 - (used.get(index) ?? 0) })),
+    })
+    const state = new StateDir(mkdtempSync(join(root, 'state-')))
+    const { engine, manager, reads } = setup(['a', 'b', 'c'], { gpus: room, engineName: 'vllm', state })
+    const a = await manager.acquire(need('a', { vram: 20 }), open())
+    used.set(0, 21)
+    const b = await manager.acquire(need('b', { vram: 20 }), open())
+    expect(engine.calls).toEqual([
+      'load a {"gpu_memory_utilization":0.87} on 0',
+      'load b {"gpu_memory_utilization":0.87} on 1',
+    ])
+    // Each placement read the driver afresh: the first, and b’s after a was loaded (a “use” reads nothing).
+    expect(reads).toEqual([true, true])
+    expect(manager.placements()).toEqual([
+      { name: 'a', gpus: [0] },
+      { name: 'b', gpus: [1] },
+    ])
+    // Both GPUs hold a model in use: none idle. Once b's job is done, GPU 1 is.
+    expect(manager.idleGpu()).toBe(false)
+    b.release(1)
+    expect(manager.idleGpu()).toBe(true)
+    expect(state.readJson<Record<string, { gpus: number[] }>>('models.json')).toMatchObject({
+      a: { gpus: [0] },
+      b: { gpus: [1] },
+    })
+    // c needs a GPU: b (idle) goes, a (in use) stays.
+    used.set(1, 21)
+    await manager.acquire(need('c', { vram: 20 }), open())
+    expect(engine.calls.slice(2)).toEqual(['unload b', 'load c {"gpu_memory_utilization":0.87} on 1'])
+    a.release(1)
+  })
+
+  test('loads on two GPUs run at once; with one budget, one at a time', async () => {
+    const room = (): Room => ({
+      gpus: [0, 1].map((index) => ({ index, total_gb: 24, free_gb: 24 })),
+    })
+    const gpus = setup(['a', 'b'], { gpus: room, engineName: 'vllm' })
+    gpus.engine.holdLoads('a')
+    gpus.engine.holdLoads('b')
+    const a = gpus.manager.acquire(need('a', { vram: 20 }), open())
+    await gpus.engine.loadStarted('a')
+    const b = gpus.manager.acquire(need('b', { vram: 20 }), open())
+    // b's load begins while a's goes on: another GPU.
+    await gpus.engine.loadStarted('b')
+    expect(gpus.manager.loading().sort()).toEqual(['a', 'b'])
+    gpus.engine.finish('b')
+    gpus.engine.finish('a')
+    expect([(await a).name, (await b).name]).toEqual(['a', 'b'])
+    expect(gpus.engine.calls).toEqual([
+      'load a {"gpu_memory_utilization":0.87} on 0',
+      'load b {"gpu_memory_utilization":0.87} on 1',
+    ])
+
+    const one = setup(['a', 'b'], { budget: 48 })
+    one.engine.holdLoads('a')
+    const first = one.manager.acquire(need('a', { vram: 20 }), open())
+    await one.engine.loadStarted('a')
+    const waiting = stages((x) => x.startsWith('waiting'))
+    const second = one.manager.acquire(need('b', { vram: 20 }), open(), waiting.listen)
+    expect(await waiting.seen).toBe('waiting for b: loading a first')
+    expect(one.engine.calls).toEqual(['load a {}'])
+    one.engine.finish('a')
+    await first
+    expect((await second).name).toBe('b')
   })
 })

@@ -1,8 +1,20 @@
 import { describe, expect, test } from 'bun:test'
-import { LRU_WHY, paramsKey, planLoad, type TableModel } from '../../src/daemon/models/plan'
+import {
+  FRACTION_MARGIN,
+  type GpuRoom,
+  LRU_WHY,
+  type ModelWant,
+  paramsKey,
+  planCopy,
+  planLoad,
+  planSelf,
+  type TableModel,
+  UNSIZED_WHY,
+  wants,
+} from '../../src/daemon/models/plan'
 
-// The VRAM rule of a daemon that loads its models (docs/worker.md "VRAM budget"): what is unloaded,
-// what waits and what fails, as a pure function of the manager's table.
+// Where a daemon that loads its models places each one, and what it unloads first (docs/worker.md
+// "GPUs"): a pure function of the manager's table and the GPU ledger — or, without GPUs, one budget.
 
 const P = paramsKey({})
 const loaded = (name: string, vram_gb: number | null, o: Partial<TableModel> = {}): TableModel => ({
@@ -12,35 +24,54 @@ const loaded = (name: string, vram_gb: number | null, o: Partial<TableModel> = {
   in_use: 0,
   last_used_ms: 0,
   params_key: P,
+  gpus: null,
+  claim_gb: null,
   ...o,
 })
-const want = (name: string, vram_gb: number | null, params: Record<string, unknown> = {}) => ({
-  name,
-  vram_gb,
-  params_key: paramsKey(params),
+const want = (
+  name: string,
+  vram_gb: number | null,
+  params: Record<string, unknown> = {},
+  engine = 'llama.cpp',
+): ModelWant => ({ name, vram_gb, params_key: paramsKey(params), ...wants(engine, params, true) })
+const budget = (budget_gb: number | null) => ({ budget_gb })
+const gpu = (index: number, total_gb = 24, free_gb: number | null = total_gb): GpuRoom => ({
+  index,
+  total_gb,
+  free_gb,
 })
+const box = (...g: GpuRoom[]) => ({ gpus: g })
 
-describe('planLoad', () => {
+describe('planLoad with one budget (no GPU, --vram-gb)', () => {
   test('a model needing more than the whole budget fails, naming both figures', () => {
-    expect(planLoad([], want('big', 80), 24, true)).toEqual({
+    expect(planLoad([], want('big', 80), budget(24), true)).toEqual({
       do: 'fail',
       why: 'big needs 80 GB of VRAM, this worker has 24 GB',
     })
     // Exactly the budget fits.
-    expect(planLoad([], want('big', 24), 24, true)).toEqual({ do: 'load', unload: [] })
+    expect(planLoad([], want('big', 24), budget(24), true)).toMatchObject({
+      do: 'load',
+      unload: [],
+      gpus: null,
+    })
   })
 
   test('loaded with the same params: used as it is; params compare whatever their key order', () => {
     const m = loaded('a', 10, { params_key: paramsKey({ ctx_size: 1024, embedding: true }) })
-    expect(planLoad([m], want('a', 10, { embedding: true, ctx_size: 1024 }), 24, true)).toEqual({ do: 'use' })
+    expect(planLoad([m], want('a', 10, { embedding: true, ctx_size: 1024 }), budget(24), true)).toEqual({
+      do: 'use',
+      instance: 'a',
+    })
   })
 
   test('being loaded or unloaded: wait', () => {
-    expect(planLoad([loaded('a', 10, { state: 'loading' })], want('a', 10), 24, true)).toMatchObject({
+    expect(planLoad([loaded('a', 10, { state: 'loading' })], want('a', 10), budget(24), true)).toMatchObject({
       do: 'wait',
       why: 'a is being loaded',
     })
-    expect(planLoad([loaded('a', 10, { state: 'unloading' })], want('a', 10), 24, true)).toMatchObject({
+    expect(
+      planLoad([loaded('a', 10, { state: 'unloading' })], want('a', 10), budget(24), true),
+    ).toMatchObject({
       do: 'wait',
       why: 'a is being unloaded',
     })
@@ -48,34 +79,41 @@ describe('planLoad', () => {
 
   test('loaded with other params: reloaded when idle, waited for when in use; an attached engine uses any copy', () => {
     const other = loaded('a', 10, { params_key: paramsKey({ ctx_size: 512 }) })
-    expect(planLoad([other], want('a', 10, { ctx_size: 1024 }), 24, true)).toEqual({
+    expect(planLoad([other], want('a', 10, { ctx_size: 1024 }), budget(24), true)).toMatchObject({
       do: 'load',
       unload: [{ name: 'a', why: 'loaded with other params' }],
     })
-    expect(planLoad([{ ...other, in_use: 2 }], want('a', 10, { ctx_size: 1024 }), 24, true)).toEqual({
+    expect(planLoad([{ ...other, in_use: 2 }], want('a', 10, { ctx_size: 1024 }), budget(24), true)).toEqual({
       do: 'wait',
       why: 'a is loaded with other params and in use by 2 jobs',
       blockers: ['a'],
     })
-    expect(planLoad([{ ...other, in_use: 2 }], want('a', 10, { ctx_size: 1024 }), 24, false)).toEqual({
-      do: 'use',
-    })
+    expect(planLoad([{ ...other, in_use: 2 }], want('a', 10, { ctx_size: 1024 }), budget(24), false)).toEqual(
+      {
+        do: 'use',
+        instance: 'a',
+      },
+    )
     // Loaded before this daemon knew with what: used.
-    expect(planLoad([{ ...other, params_key: null }], want('a', 10, { ctx_size: 1 }), 24, true)).toEqual({
-      do: 'use',
-    })
+    expect(
+      planLoad([{ ...other, params_key: null }], want('a', 10, { ctx_size: 1 }), budget(24), true),
+    ).toEqual({ do: 'use', instance: 'a' })
   })
 
-  test('fits beside what is loaded: nothing is unloaded; a null vram_gb counts nothing', () => {
-    expect(planLoad([loaded('a', 10)], want('b', 14), 24, true)).toEqual({ do: 'load', unload: [] })
-    expect(planLoad([loaded('a', null), loaded('c', 24)], want('b', null), 24, true)).toEqual({
+  test('fits beside what is loaded: nothing is unloaded', () => {
+    expect(planLoad([loaded('a', 10)], want('b', 14), budget(24), true)).toMatchObject({
       do: 'load',
       unload: [],
+      claim_gb: 14,
     })
   })
 
   test('no budget: unlimited, nothing is unloaded', () => {
-    expect(planLoad([loaded('a', 500)], want('b', 500), null, true)).toEqual({ do: 'load', unload: [] })
+    expect(planLoad([loaded('a', 500)], want('b', 500), budget(null), true)).toMatchObject({
+      do: 'load',
+      unload: [],
+      gpus: null,
+    })
   })
 
   test('no room: the least recently used models no job needs are unloaded, only as many as needed', () => {
@@ -86,7 +124,7 @@ describe('planLoad', () => {
       loaded('recent', 4, { last_used_ms: 900 }),
     ]
     // 24 used of 24; b needs 10: older (4) then old (8) free 12.
-    expect(planLoad(models, want('b', 10), 24, true)).toEqual({
+    expect(planLoad(models, want('b', 10), budget(24), true)).toMatchObject({
       do: 'load',
       unload: [
         { name: 'older', why: LRU_WHY },
@@ -95,26 +133,298 @@ describe('planLoad', () => {
     })
   })
 
-  test('a model of unknown size is never unloaded for room (it frees nothing the budget counts)', () => {
-    const models = [loaded('unknown', null, { last_used_ms: 0 }), loaded('a', 20, { last_used_ms: 5 })]
-    expect(planLoad(models, want('b', 10), 24, true)).toEqual({
+  test('a model of no declared size holds the whole budget, and is the first unloaded for room', () => {
+    const models = [loaded('a', 4, { last_used_ms: 0 }), loaded('unsized', null, { last_used_ms: 5 })]
+    expect(planLoad(models, want('b', 4), budget(24), true)).toMatchObject({
+      do: 'load',
+      unload: [{ name: 'unsized', why: UNSIZED_WHY }],
+    })
+    // Loading one of no declared size takes the whole budget: everything idle goes.
+    expect(planLoad([loaded('a', 4)], want('u', null), budget(24), true)).toMatchObject({
       do: 'load',
       unload: [{ name: 'a', why: LRU_WHY }],
+      claim_gb: 24,
     })
   })
 
   test('the room is held by models in use: wait for them, naming them; never unload under a job', () => {
     const models = [loaded('a', 16, { in_use: 1 }), loaded('idle', 4)]
-    expect(planLoad(models, want('b', 10), 24, true)).toEqual({
+    expect(planLoad(models, want('b', 10), budget(24), true)).toEqual({
       do: 'wait',
       why: 'b needs 10 GB, 4 GB free of 24 GB (a in use by 1 job)',
       blockers: ['a'],
     })
     // A model another load is bringing in holds its room too.
-    expect(planLoad([loaded('a', 20, { state: 'loading' })], want('b', 10), 24, true)).toEqual({
+    expect(planLoad([loaded('a', 20, { state: 'loading' })], want('b', 10), budget(24), true)).toEqual({
       do: 'wait',
       why: 'b needs 10 GB, 4 GB free of 24 GB (a loading)',
       blockers: ['a'],
+    })
+  })
+})
+
+describe('planLoad over a ledger of GPUs', () => {
+  const on = (gpus: number[], claim_gb: number) => ({ gpus, claim_gb })
+
+  test('what a model asks: its tensor-parallel size of GPUs, the fraction its profile sets', () => {
+    expect(wants('vllm', { tensor_parallel_size: 2 }, true)).toEqual({
+      gpu_count: 2,
+      fraction: null,
+      fraction_key: 'gpu_memory_utilization',
+    })
+    expect(wants('vllm', { tensor_parallel_size: 2, pipeline_parallel_size: 2 }, true).gpu_count).toBe(4)
+    expect(wants('sglang', { tp_size: 2, mem_fraction_static: 0.8 }, true)).toEqual({
+      gpu_count: 2,
+      fraction: 0.8,
+      fraction_key: 'mem_fraction_static',
+    })
+    // A command without {params} cannot be given a fraction; llama.cpp takes as few GPUs as it fits on.
+    expect(wants('vllm', {}, false).fraction_key).toBeNull()
+    expect(wants('llama.cpp', { tensor_parallel_size: 2 }, true).gpu_count).toBeNull()
+    expect(wants('tgi', {}, true)).toEqual({ gpu_count: 1, fraction: null, fraction_key: null })
+  })
+
+  test('two models that each need most of a GPU go on two GPUs, the one with the most free first', () => {
+    const first = planLoad([], want('a', 20, {}, 'vllm'), box(gpu(0), gpu(1, 24, 23)), true)
+    expect(first).toMatchObject({ do: 'load', gpus: [0], unload: [] })
+    // vLLM takes its fraction of the whole GPU: the daemon derives it from vram_gb, with the margin.
+    const f = Math.ceil((20 / 24 + FRACTION_MARGIN) * 100) / 100
+    expect(first).toMatchObject({ extra_params: { gpu_memory_utilization: f } })
+    expect((first as any).claim_gb).toBeCloseTo(f * 24)
+    const second = planLoad(
+      [loaded('a', 20, on([0], f * 24))],
+      want('b', 20, {}, 'vllm'),
+      box(gpu(0, 24, 3), gpu(1)),
+      true,
+    )
+    expect(second).toMatchObject({ do: 'load', gpus: [1], unload: [] })
+    expect((second as any).why).toStartWith('on GPU 1 (GPU 1: ')
+  })
+
+  test('tensor parallel over two: both GPUs, each holding half', () => {
+    const plan = planLoad([], want('big', 40, { tensor_parallel_size: 2 }, 'vllm'), box(gpu(0), gpu(1)), true)
+    expect(plan).toMatchObject({ do: 'load', gpus: [0, 1], extra_params: { gpu_memory_utilization: 0.87 } })
+    expect(
+      planLoad([], want('big', 40, { tensor_parallel_size: 4 }, 'vllm'), box(gpu(0), gpu(1)), true),
+    ).toEqual({
+      do: 'fail',
+      why: 'big needs 4 GPUs, this worker has 2 GPUs',
+    })
+    expect(
+      planLoad([], want('big', 60, { tensor_parallel_size: 2 }, 'vllm'), box(gpu(0), gpu(1)), true),
+    ).toEqual({
+      do: 'fail',
+      why: 'big needs 30 GB on each of 2 GPUs, the largest GPU of this worker holds 24 GB',
+    })
+  })
+
+  test('two small models share one GPU when the other is taken', () => {
+    const a = loaded('a', 8, on([0], 8 + 0.72))
+    const big = loaded('big', 22, on([1], 22.5))
+    const plan = planLoad([a, big], want('b', 8, {}, 'vllm'), box(gpu(0, 24, 15), gpu(1, 24, 1.5)), true)
+    expect(plan).toMatchObject({
+      do: 'load',
+      gpus: [0],
+      unload: [],
+      extra_params: { gpu_memory_utilization: 0.37 },
+    })
+  })
+
+  test('free is the smaller of the driver’s figure and the total less what the daemon placed', () => {
+    // The driver sees another process holding 20 GB of GPU 0: b goes to GPU 1 though nothing of ours is on 0.
+    expect(planLoad([], want('b', 10, {}, 'vllm'), box(gpu(0, 24, 4), gpu(1, 24, 20)), true)).toMatchObject({
+      gpus: [1],
+    })
+    // A model still loading is not in the driver's figure yet: its share counts.
+    const loading = loaded('a', 20, { state: 'loading', ...on([1], 21) })
+    expect(
+      planLoad([loading], want('b', 10, {}, 'vllm'), box(gpu(0, 24, 4), gpu(1, 24, 24)), true),
+    ).toMatchObject({
+      do: 'wait',
+      blockers: ['a'],
+    })
+  })
+
+  test('a model that needs a GPU others hold: per GPU, the least recently used idle model is unloaded', () => {
+    const models = [
+      loaded('a', 20, { ...on([0], 21), last_used_ms: 100 }),
+      loaded('b', 20, { ...on([1], 21), last_used_ms: 50 }),
+    ]
+    const plan = planLoad(models, want('c', 20, {}, 'vllm'), box(gpu(0, 24, 3), gpu(1, 24, 3)), true)
+    expect(plan).toMatchObject({ do: 'load', gpus: [1], unload: [{ name: 'b', why: LRU_WHY }] })
+    // b is in use: a goes instead, though b is older.
+    const busy = planLoad(
+      [models[0]!, { ...models[1]!, in_use: 1 }],
+      want('c', 20, {}, 'vllm'),
+      box(gpu(0, 24, 3), gpu(1, 24, 3)),
+      true,
+    )
+    expect(busy).toMatchObject({ do: 'load', gpus: [0], unload: [{ name: 'a', why: LRU_WHY }] })
+    // Both in use: wait, saying what each GPU has free.
+    expect(
+      planLoad(
+        [
+          { ...models[0]!, in_use: 1 },
+          { ...models[1]!, in_use: 2 },
+        ],
+        want('c', 20, {}, 'vllm'),
+        box(gpu(0, 24, 3), gpu(1, 24, 3)),
+        true,
+      ),
+    ).toEqual({
+      do: 'wait',
+      why: 'c needs 1 GPU with 20.88 GB free each; GPU 0 3 GB free, GPU 1 3 GB free (a in use by 1 job, b in use by 2 jobs)',
+      blockers: ['a', 'b'],
+    })
+  })
+
+  test('tensor parallel needing both GPUs unloads what sits on each', () => {
+    const models = [loaded('a', 10, on([0], 11)), loaded('b', 10, { ...on([1], 11), last_used_ms: 5 })]
+    expect(
+      planLoad(
+        models,
+        want('big', 40, { tensor_parallel_size: 2 }, 'vllm'),
+        box(gpu(0, 24, 13), gpu(1, 24, 13)),
+        true,
+      ),
+    ).toMatchObject({
+      do: 'load',
+      gpus: [0, 1],
+      unload: [
+        { name: 'a', why: LRU_WHY },
+        { name: 'b', why: LRU_WHY },
+      ],
+    })
+  })
+
+  test('a profile that sets its fraction is given GPUs with that much free; the daemon adds none', () => {
+    const plan = planLoad(
+      [loaded('a', 8, on([0], 12))],
+      want('b', 8, { gpu_memory_utilization: 0.6 }, 'vllm'),
+      box(gpu(0, 24, 12), gpu(1, 24, 24)),
+      true,
+    )
+    expect(plan).toMatchObject({ do: 'load', gpus: [1], extra_params: {} })
+    expect((plan as any).claim_gb).toBeCloseTo(14.4)
+  })
+
+  test('a launched model of no declared size holds a whole GPU, and is unloaded first', () => {
+    expect(planLoad([], want('u', null, {}, 'vllm'), box(gpu(0), gpu(1)), true)).toMatchObject({
+      gpus: [0],
+      claim_gb: 24,
+      extra_params: {},
+    })
+    const models = [
+      loaded('a', 10, { ...on([0], 11), last_used_ms: 0 }),
+      loaded('u', null, { gpus: [1], claim_gb: null, last_used_ms: 99 }),
+    ]
+    expect(
+      planLoad(models, want('c', 20, {}, 'vllm'), box(gpu(0, 24, 13), gpu(1, 24, 2)), true),
+    ).toMatchObject({
+      gpus: [1],
+      unload: [{ name: 'u', why: UNSIZED_WHY }],
+    })
+  })
+
+  test('llama.cpp takes as few GPUs as the model fits on, split when one is not enough; unsized: every GPU', () => {
+    expect(planLoad([], want('small', 10), box(gpu(0), gpu(1)), true)).toMatchObject({
+      gpus: [0],
+      claim_gb: 10,
+    })
+    expect(planLoad([], want('large', 40), box(gpu(0), gpu(1)), true)).toMatchObject({
+      gpus: [0, 1],
+      claim_gb: 20,
+    })
+    expect(planLoad([], want('huge', 50), box(gpu(0), gpu(1)), true)).toEqual({
+      do: 'fail',
+      why: "huge needs 50 GB of VRAM, this worker's 2 GPUs hold 48 GB",
+    })
+    expect(planLoad([], want('u', null), box(gpu(0), gpu(1)), true)).toMatchObject({
+      gpus: [0, 1],
+      claim_gb: 24,
+    })
+  })
+
+  test('restricted to some GPUs (--gpus), only those are placed on', () => {
+    expect(planLoad([], want('a', 10, {}, 'vllm'), box(gpu(2), gpu(5)), true)).toMatchObject({ gpus: [2] })
+    expect(planLoad([], want('a', 10, {}, 'vllm'), box(), true)).toEqual({
+      do: 'fail',
+      why: 'a needs a GPU, this worker has none',
+    })
+  })
+})
+
+describe('copies of a model (rule 2a: docs/worker.md "GPUs")', () => {
+  const f = Math.ceil((20 / 24 + FRACTION_MARGIN) * 100) / 100
+  const on = (gpus: number[]) => ({ gpus, claim_gb: f * 24 })
+  const gamma = want('gamma', 20, {}, 'vllm')
+
+  test('every copy in use: one more on a GPU none of its copies uses, unloading an idle model there', () => {
+    const models = [
+      loaded('gamma', 20, { ...on([0]), in_use: 1 }),
+      loaded('beta', 20, { ...on([1]), last_used_ms: 5 }),
+    ]
+    expect(planCopy(models, gamma, box(gpu(0, 24, 3), gpu(1, 24, 3)), 'gamma#2')).toMatchObject({
+      do: 'load',
+      gpus: [1],
+      unload: [{ name: 'beta', why: LRU_WHY }],
+      extra_params: { gpu_memory_utilization: f },
+    })
+    // Still being loaded for a job counts as in use.
+    expect(
+      planCopy(
+        [loaded('gamma', 20, { ...on([0]), state: 'loading' })],
+        gamma,
+        box(gpu(0, 24, 3), gpu(1)),
+        'gamma#2',
+      ),
+    ).toMatchObject({ do: 'load', gpus: [1], unload: [] })
+  })
+
+  test('no copy to make: one is idle, the other GPUs are held by models in use, its copies cover every GPU, or no GPUs', () => {
+    const busy = loaded('gamma', 20, { ...on([0]), in_use: 1 })
+    expect(
+      planCopy(
+        [busy, loaded('gamma#2', 20, { model: 'gamma', ...on([1]) })],
+        gamma,
+        box(gpu(0), gpu(1)),
+        'gamma#3',
+      ),
+    ).toBeNull()
+    expect(
+      planCopy(
+        [busy, loaded('beta', 20, { ...on([1]), in_use: 2 })],
+        gamma,
+        box(gpu(0, 24, 3), gpu(1, 24, 3)),
+        'gamma#2',
+      ),
+    ).toBeNull()
+    // Small enough to fit twice on one GPU: a copy there would serve nothing more.
+    expect(
+      planCopy(
+        [loaded('small', 8, { gpus: [0], claim_gb: 9, in_use: 1 })],
+        want('small', 8, {}, 'vllm'),
+        box(gpu(0)),
+        'small#2',
+      ),
+    ).toBeNull()
+    expect(planCopy([busy], gamma, budget(48), 'gamma#2')).toBeNull()
+    // Not loaded at all: the model itself is placed (planLoad), not a copy.
+    expect(planCopy([], gamma, box(gpu(0), gpu(1)), 'gamma#2')).toBeNull()
+  })
+
+  test('a job uses the copy fewest jobs use (the model’s own on a tie); any loaded copy before waiting on one loading', () => {
+    const own = loaded('gamma', 20, { ...on([0]), in_use: 2 })
+    const copy = loaded('gamma#2', 20, { model: 'gamma', ...on([1]), in_use: 1 })
+    expect(planSelf([own, copy], gamma, true)).toEqual({ do: 'use', instance: 'gamma#2' })
+    expect(planSelf([{ ...own, in_use: 1 }, copy], gamma, true)).toEqual({ do: 'use', instance: 'gamma' })
+    expect(planSelf([{ ...own, state: 'loading' }, copy], gamma, true)).toEqual({
+      do: 'use',
+      instance: 'gamma#2',
+    })
+    expect(planSelf([{ ...own, state: 'loading' }], gamma, true)).toMatchObject({
+      do: 'wait',
+      why: 'gamma is being loaded',
     })
   })
 })

@@ -41,6 +41,26 @@ describe('daemon options', () => {
     expect(ollama.engine).toBe('ollama')
   })
 
+  test('GPUs and loads: --gpus restricts the daemon to those indices; --load-timeout 900 s of silence by default', async () => {
+    const o = await parse(base)
+    expect(o.gpus).toBeUndefined()
+    expect(o.load_timeout).toBe(900)
+    // --max-jobs not given: a managed engine on several GPUs may hold more (docs/worker.md "GPUs").
+    expect(o.max_jobs_default).toBe(true)
+    expect((await parse([...base, '--max-jobs', '3'])).max_jobs_default).toBeUndefined()
+    const two = await parse([...base, '--gpus', ' 0, 2 ', '--load-timeout', '120'])
+    expect(two.gpus).toEqual([0, 2])
+    expect(two.load_timeout).toBe(120)
+    expect((await parse(base, { GRIDKEEP_GPUS: '1', GRIDKEEP_LOAD_TIMEOUT: '30' })).gpus).toEqual([1])
+    for (const bad of ['0,', 'a', '-1', '0;1'])
+      await expect(parse([...base, '--gpus', bad])).rejects.toThrow(
+        '--gpus / GRIDKEEP_GPUS: expected a value matching',
+      )
+    await expect(parse([...base, '--load-timeout', '0'])).rejects.toThrow(
+      '--load-timeout / GRIDKEEP_LOAD_TIMEOUT: expected a number from 1 to 604800',
+    )
+  })
+
   test('llama.cpp: --models-dir runs the router (no URL yet), --runtime-url attaches; one of the two, and only for llama.cpp', async () => {
     const llama = ['--server', 'http://cp', '--key', KEY, '--runtime', 'llama.cpp']
     const managed = await parse([

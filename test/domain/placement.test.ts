@@ -1,5 +1,6 @@
 import { describe, expect, test } from 'bun:test'
 import {
+  copyPays,
   type ModelDemand,
   type ModelNow,
   type Placement,
@@ -357,5 +358,34 @@ describe('docs/api.md §7 Placement: slugsToAge (the longest waits an engine rea
       expect(fewer.map((h) => [h.batch_id, h.rank])).toEqual(all.map((h) => [h.batch_id, h.rank]))
       expect(pickClaim(fewer)?.batch_id).toBe(pickClaim(all)?.batch_id)
     }
+  })
+})
+
+describe('docs/api.md §7 Placement: a spare GPU (rule 5)', () => {
+  const busy = (key: string): ModelNow => ({ ...model(key, true), busy: true })
+  test('the models loaded there and idle first, then the most under-served other model whose loading pays, then the busy ones', () => {
+    const p = { ...loads(1, { a: { waiting: 500 }, b: { waiting: 500 }, c: { waiting: 900 } }), spare: true }
+    // a is busy on one GPU, b loaded and idle on the other: b's work first (no load), then c, then a.
+    expect(order(rankModels(p, [busy('a'), model('b', true), model('c')], NOW))).toEqual(['b', 'c', 'a'])
+    // Nothing idle loaded: another model before the busy one — the GPU would idle otherwise.
+    expect(order(rankModels(p, [busy('a'), model('c')], NOW))).toEqual(['c', 'a'])
+    // Without a spare GPU, the worker keeps to what it serves (rule 3).
+    expect(order(rankModels({ ...p, spare: false }, [busy('a'), model('c')], NOW))).toEqual(['a'])
+  })
+
+  test('of the models it is busy with, first those a copy of which pays on the spare GPU (the job says copy), then the rest', () => {
+    // a's 500 waiting requests outlast a load at the rate it is served here (100/s × 3 s); d's 200 do not.
+    const p = { ...loads(1, { a: { waiting: 500 }, d: { waiting: 200 } }), spare: true }
+    expect(copyPays(p, 'a')).toBe(true)
+    expect(copyPays(p, 'd')).toBe(false)
+    const ranks = rankModels(p, [busy('d'), busy('a')], NOW)
+    expect(order(ranks)).toEqual(['a', 'd'])
+    expect(ranks.get('a')).toBeLessThan(ranks.get('d')!)
+    // Served by another worker too: the waiting work must outlast a load at both rates ((200 + 100) × 3).
+    expect(copyPays({ ...loads(2, { a: { waiting: 500, serving: 1, rate: 200 } }), spare: true }, 'a')).toBe(
+      false,
+    )
+    // Never without a spare GPU.
+    expect(copyPays({ ...p, spare: false }, 'a')).toBe(false)
   })
 })

@@ -38,6 +38,7 @@ function host(o: Partial<WaitingHost> & { vram?: number | null; org?: string; mo
       org_id: org,
       heartbeated: true,
       vram_total_gb: vram,
+      gpus_gb: [],
       engines: ['ollama'],
       reported: {},
       models: [

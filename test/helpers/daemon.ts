@@ -26,6 +26,7 @@ export function daemonOptions(
     shards: true,
     max_jobs: 2,
     vram_gb: 24,
+    load_timeout: 900,
     max_download_gb: 0,
     hub_url: 'http://127.0.0.1:9',
     progress_interval: 0.05,

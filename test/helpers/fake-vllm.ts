@@ -16,10 +16,42 @@
 //     <key>.hold          while it exists, the load does not end (a test holds a model loading)
 //     <key>.crash         holding N: the request after the Nth answered one makes it print an
 //                         engine error and exit 1 (the file is removed first: it crashes once)
+//     <key>.stall         while it exists, requests are not answered (a job held at its model)
+//     <key>.peak          it writes the most requests it has had in flight at once
+// - FAKE_VLLM_REQUEST_MS (default 0): how long each request takes; at most --max-num-seqs (default
+//   256) are served at once, the rest wait (an engine's batch slots).
+// - --enable-prompt-tokens-details (vLLM; SGLang's --enable-cache-report), as the daemon's default
+//   launch commands pass: usage carries prompt_tokens_details.cached_tokens, the prompt tokens (one
+//   per character here) a previous request of this process began with — its prefix cache, in small.
+//   Without it, usage has no details, as vLLM's has not.
 // - SIGTERM: it says so and exits 0.
+//
+// On a simulated GPU box (GPUBOX_DIR set: test/helpers/gpubox.ts) it applies vLLM's own rules:
+// - It runs on the first tensor_parallel_size × pipeline_parallel_size GPUs of CUDA_VISIBLE_DEVICES
+//   (SGLang: --tp-size, --pp-size), every GPU of the box when that is unset; fewer visible than that
+//   is vLLM's error.
+// - Its engine core is a child process (vLLM's EngineCore, in the same process group) that takes
+//   gpu_memory_utilization (default 0.9; SGLang: --mem-fraction-static) × each of its GPUs' total,
+//   and refuses to start — "Free memory on device … is less than desired GPU memory utilization",
+//   the API process then exiting 1 — unless each has that much free. The memory is held in the
+//   box's ledger (held/<core pid>.json) for as long as the core process runs: a core whose API
+//   process died holds it until someone ends it. Each refusal is appended to the box's
+//   refused.jsonl (benchmarks count them).
 
-import { appendFileSync, existsSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import {
+  appendFileSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs'
 import { join } from 'node:path'
+import { gpuState } from './fake-nvidia-smi'
+
+if (process.argv[2] === '--engine-core') await engineCore(JSON.parse(process.argv[3]!))
 
 const args = process.argv.slice(2)
 if (args[0] === 'serve') args.shift()
@@ -46,7 +78,18 @@ const fail = (lines: string[]): never => {
 }
 
 const starts = controlFile('starts.jsonl')
-if (starts) appendFileSync(starts, `${JSON.stringify({ pid: process.pid, argv: process.argv.slice(2) })}\n`)
+if (starts)
+  appendFileSync(
+    starts,
+    `${JSON.stringify({
+      pid: process.pid,
+      argv: process.argv.slice(2),
+      env: {
+        CUDA_VISIBLE_DEVICES: process.env.CUDA_VISIBLE_DEVICES ?? null,
+        CUDA_DEVICE_ORDER: process.env.CUDA_DEVICE_ORDER ?? null,
+      },
+    })}\n`,
+  )
 
 info(`vLLM API server version 0.0.0-fake; args: ${args.join(' ')}`)
 if (!modelDir) fail(['error: the following arguments are required: model_tag'])
@@ -68,11 +111,44 @@ info(`loading weights from ${modelDir}`)
 
 const hold = controlFile('hold')
 const loadMs = Number(process.env.FAKE_VLLM_LOAD_MS ?? 100)
+if (process.env.GPUBOX_DIR) await startEngineCore(process.env.GPUBOX_DIR)
 await Bun.sleep(loadMs)
 while (hold && existsSync(hold)) await Bun.sleep(20)
 
 let answered = 0
+const reportsCached =
+  args.includes('--enable-prompt-tokens-details') || args.includes('--enable-cache-report')
+const seen: string[] = []
+/** The longest start of `prompt` an earlier prompt shares: what a prefix cache holds of it. */
+function cachedOf(prompt: string): number {
+  let best = 0
+  for (const p of seen) {
+    let i = 0
+    while (i < p.length && i < prompt.length && p[i] === prompt[i]) i++
+    best = Math.max(best, i)
+  }
+  if (seen.length < 64) seen.push(prompt)
+  return best
+}
 const crash = controlFile('crash')
+const stall = controlFile('stall')
+const peakFile = controlFile('peak')
+let inFlight = 0
+let peak = 0
+const requestMs = Number(process.env.FAKE_VLLM_REQUEST_MS ?? 0)
+const seqs = Number(flag('--max-num-seqs') ?? flag('--max-running-requests') ?? 256)
+let busy = 0
+const queue: (() => void)[] = []
+async function slot<T>(fn: () => Promise<T>): Promise<T> {
+  if (busy >= seqs) await new Promise<void>((go) => queue.push(go))
+  busy++
+  try {
+    return await fn()
+  } finally {
+    busy--
+    queue.shift()?.()
+  }
+}
 
 function crashNow(): never {
   console.error('ERROR fake-vllm EngineCore encountered a fatal error.')
@@ -111,13 +187,29 @@ const server = Bun.serve({
         },
         404,
       )
+    inFlight++
+    if (inFlight > peak && peakFile) {
+      peak = inFlight
+      writeFileSync(peakFile, String(peak))
+    }
+    try {
+      while (stall && existsSync(stall)) await Bun.sleep(20)
+      if (requestMs > 0) await slot(() => Bun.sleep(requestMs))
+    } finally {
+      inFlight--
+    }
     const prompt =
       path === '/v1/chat/completions'
         ? String(body.messages?.at(-1)?.content ?? '')
         : String(body.prompt ?? '')
     const text = `${served} (pid ${process.pid}) says: ${prompt}`
     answered++
-    const usage = { prompt_tokens: prompt.length, completion_tokens: 4, total_tokens: prompt.length + 4 }
+    const usage = {
+      prompt_tokens: prompt.length,
+      completion_tokens: 4,
+      total_tokens: prompt.length + 4,
+      ...(reportsCached ? { prompt_tokens_details: { cached_tokens: cachedOf(prompt) } } : {}),
+    }
     return json(
       path === '/v1/chat/completions'
         ? {
@@ -144,3 +236,84 @@ process.on('SIGTERM', () => {
   server.stop(true)
   process.exit(0)
 })
+
+// ── the simulated GPU box ─────────────────────────────────────────────────────────────────────
+
+/** Starts the engine core on this process's GPUs; exits 1 (as vLLM does) when it will not start. */
+async function startEngineCore(box: string) {
+  const n =
+    Number(flag('--tensor-parallel-size') ?? flag('--tp-size') ?? 1) *
+    Number(flag('--pipeline-parallel-size') ?? flag('--pp-size') ?? 1)
+  const util = Number(flag('--gpu-memory-utilization') ?? flag('--mem-fraction-static') ?? 0.9)
+  const visible = process.env.CUDA_VISIBLE_DEVICES
+    ? process.env.CUDA_VISIBLE_DEVICES.split(',').map(Number)
+    : gpuState(box).map((g) => g.index)
+  if (visible.length < n)
+    fail([
+      `ValueError: The number of required GPUs (${n}) exceeds the total number of available GPUs (${visible.length}).`,
+    ])
+  const gpus = visible.slice(0, n)
+  info(`starting the engine core on GPUs ${gpus.join(',')} with gpu_memory_utilization ${util}`)
+  let ready = false
+  const core = Bun.spawn(
+    [process.execPath, import.meta.path, '--engine-core', JSON.stringify({ box, gpus, util, model: served })],
+    {
+      stdio: ['ignore', 'inherit', 'inherit'],
+      ipc(message) {
+        if (message === 'ready') ready = true
+      },
+    },
+  )
+  while (!ready && core.exitCode === null) await Bun.sleep(10)
+  if (!ready) fail(['RuntimeError: Engine core initialization failed. See root cause above.'])
+}
+
+/** The engine core: takes its memory of the box's GPUs, or refuses; then holds it until it ends. */
+async function engineCore(o: { box: string; gpus: number[]; util: number; model: string }) {
+  const lock = join(o.box, 'lock')
+  while (true) {
+    try {
+      mkdirSync(lock)
+      break
+    } catch {
+      await Bun.sleep(5)
+    }
+  }
+  let refused: string | null = null
+  try {
+    for (const g of gpuState(o.box).filter((x) => o.gpus.includes(x.index))) {
+      const want = o.util * g.total_mib
+      if (g.free_mib < want) {
+        refused =
+          `ValueError: Free memory on device cuda:${o.gpus.indexOf(g.index)} (${(g.free_mib / 1024).toFixed(2)}/${(g.total_mib / 1024).toFixed(2)} GiB) ` +
+          `on startup is less than desired GPU memory utilization (${o.util}, ${(want / 1024).toFixed(2)} GiB). ` +
+          'Decrease GPU memory utilization or reduce GPU memory used by other processes.'
+        break
+      }
+    }
+    if (!refused) {
+      const mib = Math.round(o.util * gpuState(o.box).find((g) => g.index === o.gpus[0])!.total_mib)
+      mkdirSync(join(o.box, 'held'), { recursive: true })
+      writeFileSync(
+        join(o.box, 'held', `${process.pid}.json`),
+        JSON.stringify({ pid: process.pid, gpus: o.gpus, mib, model: o.model, at_ms: Date.now() }),
+      )
+    }
+  } finally {
+    rmdirSync(lock)
+  }
+  if (refused) {
+    appendFileSync(
+      join(o.box, 'refused.jsonl'),
+      `${JSON.stringify({ model: o.model, gpus: o.gpus, error: refused })}\n`,
+    )
+    console.error(`ERROR EngineCore ${refused}`)
+    process.exit(1)
+  }
+  console.log(`INFO EngineCore (pid ${process.pid}) holds ${o.util} of GPU ${o.gpus.join(', ')}`)
+  process.send?.('ready')
+  process.on('SIGTERM', () => process.exit(0))
+  // Held until this process ends (killed with its group, or on its own).
+  setInterval(() => {}, 1 << 30)
+  await new Promise(() => {})
+}

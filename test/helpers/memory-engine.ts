@@ -44,6 +44,8 @@ export function memoryEngine(
      * every `<name>.gguf` in it is listed, unloaded, besides `names`.
      */
     modelsDir?: string
+    /** The engine it says it is (default llama.cpp). */
+    engine?: 'llama.cpp' | 'vllm'
   } = {},
 ): MemoryEngine {
   const models = new Map<string, EngineModel>(
@@ -67,7 +69,7 @@ export function memoryEngine(
           }))
       : []
   const engine: MemoryEngine = {
-    engine: 'llama.cpp',
+    engine: o.engine ?? 'llama.cpp',
     baseUrl: o.baseUrl ?? 'http://memory.invalid',
     appliesParams: o.appliesParams ?? true,
     calls,
@@ -89,8 +91,10 @@ export function memoryEngine(
       }
       return view
     },
-    async load(name, params) {
-      calls.push(`load ${name} ${JSON.stringify(params)}`)
+    async load(name, params, placement) {
+      calls.push(
+        `load ${name} ${JSON.stringify(params)}${placement.gpus ? ` on ${placement.gpus.join(',')}` : ''}`,
+      )
       const m = models.get(name)
       if (!m) throw new LoadFailed(`${name} is unknown`)
       m.state = 'loading'

@@ -570,7 +570,14 @@ for (const [kind, open] of storeEngines) {
         `INSERT INTO worker_models (worker_id, name) VALUES ('wrk_1', 'x:1'), ('wrk_2', 'x:1'), ('wrk_3', 'y:1')`,
       )
       expect(await h.store.fleet.onlineWorkers(60)).toEqual([
-        { id: 'wrk_1', org_id: 'org_a', last_heartbeat_at: null, vram_total_gb: 24, last_seen_at: 100 },
+        {
+          id: 'wrk_1',
+          org_id: 'org_a',
+          last_heartbeat_at: null,
+          vram_total_gb: 24,
+          gpu_memory: [],
+          last_seen_at: 100,
+        },
       ])
       expect((await h.store.fleet.onlineWorkers(40)).map((w) => w.id).sort()).toEqual(['wrk_1', 'wrk_2'])
       const hosts = await h.store.fleet.hostsOf(['x:1', 'z:1', 'y:1'])

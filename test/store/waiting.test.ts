@@ -76,6 +76,8 @@ for (const [kind, open] of storeEngines) {
           VALUES ('wrk_1', 'org_a', 'box-1', 'online', 'idle', 24, '[]', '["x:1"]', TRUE, 1, 5, 100),
                  ('wrk_2', 'org_a', 'box-2', 'offline', 'idle', NULL, '[]', '[]', FALSE, 1, NULL, 50),
                  ('wrk_3', 'org_a', 'box-3', 'online', 'idle', 24, '[]', '[]', FALSE, 1, 5, 100);
+        -- docs/api.md §7 Poll rule 2 reads each GPU's memory (heartbeat gpus).
+        UPDATE workers SET gpu_memory = '[{"index":0,"memory_used_gb":2,"memory_total_gb":24}]' WHERE id = 'wrk_1';
         INSERT INTO worker_runtimes (worker_id, engine, base_url, status, capabilities)
           VALUES ('wrk_1', 'ollama', 'http://a', 'online', NULL),
                  ('wrk_1', 'vllm', 'http://b', 'online', '{"logprobs":false}');
@@ -95,6 +97,7 @@ for (const [kind, open] of storeEngines) {
             last_seen_at: 100,
             last_heartbeat_at: 5,
             vram_total_gb: 24,
+            gpu_memory: [{ index: 0, memory_used_gb: 2, memory_total_gb: 24 }],
             loading_models: ['x:1'],
             shards: true,
           },
@@ -134,6 +137,7 @@ for (const [kind, open] of storeEngines) {
             last_seen_at: 50,
             last_heartbeat_at: null,
             vram_total_gb: null,
+            gpu_memory: [],
             loading_models: [],
             shards: false,
           },

@@ -109,6 +109,88 @@ describeWith(chromium, 'the models a worker holds, on the Workers page', () => {
     await s.finish()
   })
 
+  test('which model sits on which GPU, with each GPU’s memory; a model moved to another GPU shows there without a reload', async () => {
+    const user = await makeUser(server)
+    const key = (await makeWorkerKey(server, user, user.personalOrgId)).key
+    const gpu = (index: number) => ({
+      vendor: 'nvidia',
+      name: 'NVIDIA L4',
+      vram_gb: 24,
+      driver: '550.54',
+      cuda: '12.4',
+      index,
+    })
+    const worker = await registerWorker(server, key, {
+      name: 'lab-gpu-2',
+      capabilities: { loads: true },
+      gpus: [gpu(0), gpu(1)],
+    })
+    const inventory = (loaded: string[]) =>
+      ['qwen', 'llama', 'big'].map((n) => inventoryItem(n, { loaded: loaded.includes(n) }))
+    const beat = (o: Record<string, unknown>) => heartbeat(server, key, worker, o)
+    expect(
+      (
+        await beat({
+          loaded_models: ['qwen', 'llama'],
+          inventory: inventory(['qwen', 'llama']),
+          gpus: [
+            { index: 0, memory_used_gb: 10.9, memory_total_gb: 24 },
+            { index: 1, memory_used_gb: 21.5, memory_total_gb: 24 },
+          ],
+          model_gpus: [
+            { name: 'qwen', gpus: [0] },
+            { name: 'llama', gpus: [1] },
+          ],
+        })
+      ).status,
+    ).toBe(200)
+
+    const s = await openSession(browser, server.url)
+    const { page } = s
+    await page.goto(server.url)
+    await signIn(page, user.email, user.password)
+    await page.getByRole('link', { name: 'Workers', exact: true }).click()
+    const row = page.getByRole('row', { name: /lab-gpu-2/ })
+    const gpus = row.getByRole('list', { name: 'GPUs of lab-gpu-2' })
+    await gpus.getByRole('listitem').first().waitFor()
+    expect(await gpus.getByRole('listitem').allTextContents()).toEqual([
+      'GPU 0 NVIDIA L4 10.9 / 24 GB · qwen',
+      'GPU 1 NVIDIA L4 21.5 / 24 GB · llama',
+    ])
+    expect(await gpus.getByRole('meter', { name: 'Memory of GPU 1' }).getAttribute('value')).toBe(
+      String(21.5 / 24),
+    )
+    const models = row.getByRole('list', { name: 'Models of lab-gpu-2' })
+    await models.getByRole('listitem').filter({ hasText: 'qwen' }).getByText('on GPU 0').waitFor()
+    await s.screenshot('worker-gpus')
+
+    // Both unloaded, and a model across both GPUs (tensor parallel) loaded: the page follows.
+    expect(
+      (
+        await beat({
+          loaded_models: ['big'],
+          inventory: inventory(['big']),
+          gpus: [
+            { index: 0, memory_used_gb: 21, memory_total_gb: 24 },
+            { index: 1, memory_used_gb: 21, memory_total_gb: 24 },
+          ],
+          model_gpus: [{ name: 'big', gpus: [0, 1] }],
+        })
+      ).status,
+    ).toBe(200)
+    await gpus
+      .getByRole('listitem')
+      .filter({ hasText: 'GPU 1' })
+      .getByText('big')
+      .waitFor({ timeout: 12_000 })
+    expect(await gpus.getByRole('listitem').allTextContents()).toEqual([
+      'GPU 0 NVIDIA L4 21 / 24 GB · big',
+      'GPU 1 NVIDIA L4 21 / 24 GB · big',
+    ])
+    await models.getByRole('listitem').filter({ hasText: 'big' }).getByText('on GPU 0, 1').waitFor()
+    await s.finish()
+  })
+
   test('a download that failed: its state, why, and until when the worker is not asked for it again', async () => {
     const user = await makeUser(server)
     const key = (await makeWorkerKey(server, user, user.personalOrgId)).key

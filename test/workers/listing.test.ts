@@ -61,7 +61,19 @@ describe('GET /v1/orgs/{org_id}/workers', () => {
       vram_total_gb: 24,
       vram_available_gb: 10.5,
       loaded_models: ['inv:1'],
-      gpus: [{ vendor: 'nvidia', name: 'RTX 4090', vram_gb: 24, driver: '550.1', cuda: '12.4' }],
+      // No index registered: its place in the list; no per-GPU memory heartbeated: null.
+      gpus: [
+        {
+          vendor: 'nvidia',
+          name: 'RTX 4090',
+          vram_gb: 24,
+          driver: '550.1',
+          cuda: '12.4',
+          index: 0,
+          memory_used_gb: null,
+          memory_total_gb: null,
+        },
+      ],
       runtimes: [{ engine: 'ollama', base_url: 'http://127.0.0.1:11434', status: 'online' }],
       last_heartbeat_at: t.clock.now(),
     })
@@ -78,6 +90,7 @@ describe('GET /v1/orgs/{org_id}/workers', () => {
         failure: null,
         load_seconds: null,
         requests_per_second: null,
+        gpus: null,
       },
       {
         name: 'inv:1',
@@ -91,6 +104,7 @@ describe('GET /v1/orgs/{org_id}/workers', () => {
         failure: null,
         load_seconds: null,
         requests_per_second: null,
+        gpus: null,
       },
     ])
     expect(row.capabilities).toEqual({ shards: false, loads: false })
@@ -166,6 +180,55 @@ describe('GET /v1/orgs/{org_id}/workers', () => {
       ['c:1', 'on_disk', null, null],
       ['dl:1', 'download_failed', null, 'sha256 mismatch'],
     ])
+  })
+
+  test('each GPU by its index with its memory, and the GPUs each loaded model sits on (docs/api.md §7)', async () => {
+    const f = await makeFleet(t)
+    const gpu = (index: number) => ({
+      vendor: 'nvidia',
+      name: 'L4',
+      vram_gb: 24,
+      driver: '550',
+      cuda: '12.4',
+      index,
+    })
+    // --gpus 1,3: the daemon reports those two, by their nvidia-smi index.
+    const wid = await registerWorker(t, f.key, { capabilities: { loads: true }, gpus: [gpu(1), gpu(3)] })
+    const inventory = (loaded: string[]) =>
+      ['a:1', 'b:1', 'c:1'].map((n) => inventoryItem(n, { loaded: loaded.includes(n) }))
+    await heartbeat(t, f.key, wid, {
+      loaded_models: ['a:1'],
+      loading_models: ['b:1'],
+      inventory: inventory(['a:1']),
+      gpus: [
+        { index: 1, memory_used_gb: 20.5, memory_total_gb: 24, utilization: 97 },
+        { index: 3, memory_used_gb: 11, memory_total_gb: 24 },
+      ],
+      model_gpus: [
+        { name: 'a:1', gpus: [1] },
+        { name: 'b:1', gpus: [3] },
+      ],
+    })
+    const read = async () =>
+      (await t.req('GET', `/v1/orgs/${f.orgId}/workers`, { token: f.user.token })).body.data[0]
+    const row = await read()
+    expect(row.gpus.map((g: any) => [g.index, g.memory_used_gb, g.memory_total_gb])).toEqual([
+      [1, 20.5, 24],
+      [3, 11, 24],
+    ])
+    expect(Object.fromEntries(row.models.map((m: any) => [m.name, [m.state, m.gpus]]))).toEqual({
+      'a:1': ['loaded', [1]],
+      'b:1': ['loading', [3]],
+      'c:1': ['on_disk', null],
+    })
+    // A heartbeat without per-GPU memory keeps the last figures; model_gpus is restated (none now).
+    await heartbeat(t, f.key, wid, { loaded_models: [], inventory: inventory([]) })
+    const after = await read()
+    expect(after.gpus.map((g: any) => g.memory_used_gb)).toEqual([20.5, 11])
+    expect(after.models.every((m: any) => m.gpus === null)).toBe(true)
+    // A GPU index outside the protocol's bounds is a 400.
+    const bad = await heartbeat(t, f.key, wid, { model_gpus: [{ name: 'a:1', gpus: [-1] }] })
+    expect(bad.status).toBe(400)
   })
 
   test('paginates newest first', async () => {

@@ -267,6 +267,86 @@ describe('docs/api.md §7 Placement: what a worker is on', () => {
   })
 })
 
+describe('docs/api.md §7 Placement: a worker of several GPUs (the poll says how it stands)', () => {
+  /** A poll with what the daemon says of its GPUs and models now. */
+  const pollSaying = async (s: Setup, wid: string, said: Record<string, unknown>) => {
+    const res = await t.req('POST', '/workers/poll', { token: s.f.key, body: { worker_id: wid, ...said } })
+    expect(res.status).toBe(200)
+    return res.body.job as Job | null
+  }
+
+  test('its loaded models count as the ones it serves; a spare GPU takes the idle loaded model’s work, then another model’s', async () => {
+    const s = await setup()
+    const C = 'charlie.gguf'
+    const c = (
+      await makeCatalogEntry(t.deps, { id: 'charlie-q4km', runtime: 'llama.cpp', runtime_model_id: C })
+    ).id
+    const wid = await registerWorker(t, s.f.key, {
+      max_concurrent_jobs: 4,
+      capabilities: { loads: true },
+      runtimes: [{ engine: 'llama.cpp', base_url: 'http://127.0.0.1:8081', status: 'online' }],
+    })
+    expect(
+      (
+        await heartbeat(t, s.f.key, wid, {
+          inventory: [A, B, C].map((n) => inventoryItem(n, { loaded: n === A, runtime: 'llama.cpp' })),
+          loaded_models: [A],
+          model_stats: STATS,
+        })
+      ).status,
+    ).toBe(200)
+    await batches(s, s.a, 3)
+    await batches(s, s.b, 3)
+    await batches(s, c, 3)
+    tick()
+    const first = (await pollSaying(s, wid, { loaded_models: [A], models_in_use: [] }))!
+    expect(first.catalogue_id).toBe(s.a)
+    // a's job runs on one GPU, the other is idle: another model's work (no spare: a again).
+    expect(
+      (await pollSaying(s, wid, { spare_gpu: true, loaded_models: [A], models_in_use: [A] }))?.catalogue_id,
+    ).not.toBe(s.a)
+    // b is loaded on the other GPU now, idle (its job uploads), a busy: b's work first, though
+    // the server still counts a b batch held; the heartbeat has not said b is loaded.
+    tick()
+    expect(
+      (await pollSaying(s, wid, { spare_gpu: true, loaded_models: [A, B], models_in_use: [A] }))
+        ?.catalogue_id,
+    ).toBe(s.b)
+    // No spare GPU: it keeps to the models loaded there (a or b), never c.
+    tick()
+    const kept = await pollSaying(s, wid, { loaded_models: [A, B], models_in_use: [A, B] })
+    expect([s.a, s.b]).toContain(kept!.catalogue_id)
+  })
+
+  test('a spare GPU takes the busy model’s work, saying copy while its waiting work outlasts a load there', async () => {
+    const s = await setup()
+    const wid = await registerWorker(t, s.f.key, {
+      max_concurrent_jobs: 8,
+      capabilities: { loads: true },
+      runtimes: [{ engine: 'llama.cpp', base_url: 'http://127.0.0.1:8081', status: 'online' }],
+    })
+    expect((await beat(s, wid, [A])).status).toBe(200)
+    await batches(s, s.a, 6)
+    tick()
+    // No spare GPU: no copy.
+    const first = (await pollSaying(s, wid, { loaded_models: [A], models_in_use: [] }))!
+    expect(first.catalogue_id).toBe(s.a)
+    expect(first.copy).toBeUndefined()
+    // 500 requests wait, 400 once this is claimed: both outlast a load at this worker's rate (3 s × 100/s).
+    const said = { spare_gpu: true, loaded_models: [A], models_in_use: [A] }
+    for (const waiting of [500, 400]) {
+      tick()
+      const job = (await pollSaying(s, wid, said))!
+      expect([job.catalogue_id, job.copy, waiting]).toEqual([s.a, true, waiting])
+    }
+    // 300 do not: the batch is still the spare GPU's to take, as work for the copies it has.
+    tick()
+    const last = (await pollSaying(s, wid, said))!
+    expect(last.catalogue_id).toBe(s.a)
+    expect(last.copy).toBeUndefined()
+  })
+})
+
 describe('docs/api.md §7 Placement: fair share within a model', () => {
   test("one user's 20 queued batches do not starve another's one on a worker that loads models", async () => {
     const s = await setup()

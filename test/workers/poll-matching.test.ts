@@ -136,6 +136,37 @@ describe('docs/api.md §7 Poll rules rules', () => {
     expect((await poll(t, f.key, big))?.catalogue_id).toBe(heavy.id)
   })
 
+  test('rule 2 per GPU: each of the GPUs its profile runs on must hold its share; the total does not do', async () => {
+    const f = await makeFleet(t)
+    const vllm = (name: string, params: Record<string, unknown>) =>
+      makeCatalogEntry(t.deps, {
+        runtime_model_id: name,
+        vram_gb: 30,
+        profiles: [{ runtime: 'vllm', runtime_model_id: name, params }],
+      })
+    const one = await vllm('pergpu:one', {})
+    const two = await vllm('pergpu:two', { tensor_parallel_size: 2 })
+    const oneBatch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: one.id })
+    const twoBatch = await makeValidatedBatch(t.deps, { userId: f.user.id, model: two.id })
+    const gpus = [0, 1].map((index) => ({ index, memory_used_gb: 1, memory_total_gb: 24 }))
+    const wid = await registerWorker(t, f.key, {
+      runtimes: [{ engine: 'vllm', base_url: 'http://127.0.0.1:8000', status: 'online' }],
+    })
+    const hb = await heartbeat(t, f.key, wid, {
+      vram_total_gb: 48,
+      gpus,
+      inventory: ['pergpu:one', 'pergpu:two'].map((n) => inventoryItem(n, { runtime: 'vllm' })),
+    })
+    expect(hb.status).toBe(200)
+    // 30 GB over two GPUs (15 each) fits 2 × 24 GB; on one GPU it does not, though 48 GB in all.
+    expect((await poll(t, f.key, wid))?.job_id).toBe(twoBatch.id)
+    expect(await poll(t, f.key, wid)).toBeNull()
+    expect(await servableCatalogIds(t.deps)).toContain(two.id)
+    expect(await servableCatalogIds(t.deps)).not.toContain(one.id)
+    const waiting = await t.req('GET', `/v1/batches/${oneBatch.id}`, { token: f.user.token })
+    expect(waiting.body.waiting.reason).toBe('no_fit')
+  })
+
   test('rule 2: before its first heartbeat the VRAM filter is not applied', async () => {
     const f = await makeFleet(t)
     const heavy = await makeCatalogEntry(t.deps, { runtime_model_id: 'r2b:heavy', vram_gb: 500 })
@@ -326,6 +357,7 @@ describe('the predicate itself', () => {
     org_id: 'org_x',
     heartbeated: true,
     vram_total_gb: 24,
+    gpus_gb: [],
     engines: ['ollama'],
     reported: {},
     models: [
@@ -350,6 +382,44 @@ describe('the predicate itself', () => {
   test('rule 2: a heartbeated worker that never reported VRAM does not fit a VRAM requirement', () => {
     expect(matchEntry(view({ vram_total_gb: null }), entry())).toBeNull()
     expect(matchEntry(view({ vram_total_gb: null }), entry({ vram_gb: null }))).not.toBeNull()
+  })
+
+  test('rule 2 per GPU: its GPU count from the profile it would run; llama.cpp splits over as many as it needs', () => {
+    const on = (runtime: string, params: Record<string, unknown> = {}) =>
+      entry({ vram_gb: 30, profiles: [{ runtime, runtime_model_id: 'e:1', params }] })
+    const host = (runtime: string, gpus_gb: number[]) =>
+      view({
+        engines: [runtime],
+        gpus_gb,
+        vram_total_gb: gpus_gb.reduce((a, b) => a + b, 0),
+        models: [{ ...view().models[0]!, runtime }],
+      })
+    const two24 = (runtime: string) => host(runtime, [24, 24])
+    expect(matchEntry(two24('vllm'), on('vllm'))).toBeNull()
+    expect(matchEntry(two24('vllm'), on('vllm', { tensor_parallel_size: 2 }))).not.toBeNull()
+    expect(matchEntry(two24('vllm'), on('vllm', { pipeline_parallel_size: 2 }))).not.toBeNull()
+    expect(matchEntry(two24('vllm'), on('vllm', { tensor_parallel_size: 4 }))).toBeNull()
+    expect(matchEntry(two24('sglang'), on('sglang'))).toBeNull()
+    expect(matchEntry(two24('sglang'), on('sglang', { tp_size: 2 }))).not.toBeNull()
+    expect(matchEntry(two24('ollama'), on('ollama'))).toBeNull()
+    expect(matchEntry(two24('llama.cpp'), on('llama.cpp'))).not.toBeNull()
+    // Three of 12 GB: llama.cpp splits over all three (10 each); two of them (15 each) would not do.
+    expect(matchEntry(host('llama.cpp', [12, 12, 12]), on('llama.cpp'))).not.toBeNull()
+    expect(matchEntry(host('vllm', [12, 12, 12]), on('vllm', { tensor_parallel_size: 2 }))).toBeNull()
+    // One GPU large enough: fits on its own.
+    expect(matchEntry(host('vllm', [80]), on('vllm'))).not.toBeNull()
+    // No GPU reported one by one: the total decides, as before.
+    expect(
+      matchEntry(
+        view({
+          gpus_gb: [],
+          vram_total_gb: 48,
+          engines: ['vllm'],
+          models: [{ ...view().models[0]!, runtime: 'vllm' }],
+        }),
+        on('vllm'),
+      ),
+    ).not.toBeNull()
   })
 
   test('rule 7: what a worker can do with an entry is the model’s capabilities AND its hosting engine’s', () => {

@@ -401,6 +401,24 @@ describe('pull_models (on-the-fly downloads)', () => {
     ])
   })
 
+  test('a worker is asked only for what fits its GPUs one by one (docs/api.md §7 Poll rule 2)', async () => {
+    const t = fresh()
+    const f = await makeFleet(t)
+    // 30 GB on one GPU (Ollama runs a model on one) fits no GPU of 2 × 24 GB, though 48 GB in all.
+    const big = await makeCatalogEntry(t.deps, { runtime_model_id: 'pergpu:30', size_gb: 20, vram_gb: 30 })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: big.id })
+    const w = await downloader(t, f)
+    const gpus = [0, 1].map((index) => ({ index, memory_used_gb: 1, memory_total_gb: 24 }))
+    expect((await heartbeat(t, f.key, w, { vram_total_gb: 48, gpus })).body.pull_models).toEqual([])
+    const fits = await makeCatalogEntry(t.deps, { runtime_model_id: 'pergpu:20', size_gb: 20, vram_gb: 20 })
+    await makeValidatedBatch(t.deps, { userId: f.user.id, model: fits.id })
+    expect(
+      (await heartbeat(t, f.key, w, { vram_total_gb: 48, gpus })).body.pull_models.map(
+        (p: { catalogue_id: string }) => p.catalogue_id,
+      ),
+    ).toEqual([fits.id])
+  })
+
   test('an ask the worker stays silent about lapses after the heartbeat timeout', async () => {
     const t = fresh()
     const f = await makeFleet(t)

@@ -138,7 +138,9 @@ export function WorkerTable({
                 <td>
                   <VramBar total={w.vram_total_gb} available={w.vram_available_gb} />
                 </td>
-                <td>{w.gpus.length ? w.gpus.map((g) => `${g.name} (${g.vram_gb} GB)`).join(', ') : '—'}</td>
+                <td>
+                  <WorkerGpus name={w.name} gpus={w.gpus} models={w.models} />
+                </td>
                 <td>
                   <WorkerModels name={w.name} models={w.models} />
                 </td>
@@ -179,6 +181,51 @@ type WorkerModel = {
   state: string
   progress: { completed_bytes: number | null; total_bytes: number | null } | null
   failure?: { error: string; failures: number; retry_at: number } | null
+  gpus: number[] | null
+}
+
+type WorkerGpu = {
+  name: string | null
+  vram_gb: number | null
+  index: number
+  memory_used_gb: number | null
+  memory_total_gb: number | null
+}
+
+/**
+ * docs/api.md §7 "Worker row" `gpus`: each GPU with its memory as the last heartbeat reported it,
+ * and the models sitting on it (`models[].gpus`).
+ */
+function WorkerGpus({ name, gpus, models }: { name: string; gpus: WorkerGpu[]; models: WorkerModel[] }) {
+  if (!gpus.length) return <>—</>
+  return (
+    <ul class="gpus" aria-label={`GPUs of ${name}`}>
+      {gpus.map((g) => {
+        const on = models.filter((m) => m.gpus?.includes(g.index)).map((m) => m.name)
+        const total = g.memory_total_gb ?? g.vram_gb
+        return (
+          <li key={g.index}>
+            GPU {g.index} <small class="muted">{g.name}</small>{' '}
+            {g.memory_used_gb !== null && total ? (
+              <meter
+                min={0}
+                max={1}
+                value={g.memory_used_gb / total}
+                aria-label={`Memory of GPU ${g.index}`}
+              />
+            ) : null}
+            <span>{g.memory_used_gb !== null ? `${g.memory_used_gb} / ${total} GB` : `${total} GB`}</span>
+            {on.length ? (
+              <>
+                {' · '}
+                {on.join(', ')}
+              </>
+            ) : null}
+          </li>
+        )
+      })}
+    </ul>
+  )
 }
 
 /**
@@ -203,6 +250,7 @@ function WorkerModels({ name, models }: { name: string; models: WorkerModel[] })
       {sorted.map((m) => (
         <li key={m.name}>
           <code>{m.name}</code> <span class={`status status-${m.state}`}>{formatModelState(m)}</span>
+          {m.gpus?.length ? <small class="muted"> on GPU {m.gpus.join(', ')}</small> : null}
           {m.failure ? (
             <span class="muted download-failure">
               {' '}

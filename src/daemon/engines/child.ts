@@ -1,34 +1,76 @@
-import { closeSync, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
+import { closeSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { log as rootLog } from '../../lib/logger'
-import { realTimers, type Timers } from '../backoff'
+import { RestartBackoff, realTimers, type Timers } from '../backoff'
 import type { StateDir } from '../state'
 import { beginLog, LOG_CHECK_MS, LOG_MAX_BYTES, lastLogLines, openLog, rotateLog } from './engine-log'
 import { engineEnv } from './env'
 
-// An engine process the daemon owns (ARCHITECTURE.md's supervisor rule, docs/worker.md "Managed
-// engines"): Erlang's supervisor and systemd's KillMode=control-group in small.
+// An engine process the daemon owns, for both engine kinds (ARCHITECTURE.md's supervisor rule,
+// docs/worker.md "Managed engines"): Erlang's supervisor and systemd's KillMode=control-group in
+// small. llama.cpp's router is one (restarted when it dies); each model of a launched engine is one
+// (started again when a job needs it). What both decide is decided here, once:
 //
-// - Recorded: `<state_dir>/engines/<name>.json` holds its pid, port, argv and start time while it
-//   runs; its output (stdout and stderr, with its own children's) goes to `<name>.log` beside it,
-//   so that what it said survives this daemon and can be quoted in errors; that log is appended to
-//   and bounded by size (engines/engine-log.ts), checked every LOG_CHECK_MS while it runs.
-// - Stopped with the daemon: stop() sends SIGTERM, then SIGKILL after a grace, and removes the record.
-// - Restarted when it dies: the listeners hear why (its last lines), and it is started again after
-//   a backoff (1 s, doubling to 30 s; back to 1 s once a run lasted a minute). Its models are gone.
-// - Adopted or stopped at the next start: a daemon that was killed leaves its child running. The
-//   next start finds the record; a live process whose command line is the recorded one is this
-//   state directory's engine: adopted when it is the command this daemon would run (same binary,
-//   same arguments) and answers, else stopped. Never two engines for one state directory.
+// - Its state is one of PROCESS_STATES and moves only along PROCESS_MOVES (llama-swap's
+//   process.go): stopped → starting → ready → stopping → stopped; an adoption is stopped → ready.
+//   The process owns its moves: callers ask start() or stop(), never look first.
+// - Recorded: `<state_dir>/engines/<name>.json` holds its pid, port, argv, the variables set for it
+//   and its start time while it runs; its output (stdout and stderr, with its own children's) goes
+//   to `<name>.log` beside it, so that what it said survives this daemon and can be quoted in errors;
+//   that log is appended to and bounded by size (engines/engine-log.ts), checked every LOG_CHECK_MS
+//   while a run lasts. A fresh start keeps the last run's output as `.log.1`.
+// - Its environment: the daemon's allow-list (engines/env.ts, given as `env`), with the variables
+//   `vars()` names (its GPU set, a launch command's `env K=V`) set on top; never the daemon's whole
+//   environment.
+// - Ended as a group: it is started as the leader of its own process group, and every way it ends —
+//   stopped (SIGTERM, SIGKILL after a grace), dead (its API process crashed: vLLM's EngineCore and
+//   tensor-parallel workers, a router's model processes live on), a start that failed or went
+//   silent — ends the whole group, and the state is `stopped` only once no process of the group is
+//   left: until then the memory its processes hold is not free.
+// - A start waits for ready() while the process keeps talking: `silenceMs` without a new line of
+//   output (docs/worker.md --load-timeout; Ollama's rule: a slow disk that progresses never times
+//   out, a hang is caught) ends it.
+// - Dead unasked: the listeners hear why (its last lines), once its group is gone. `restart:
+//   'always'` starts it again after the back-off (backoff.ts RestartBackoff); `'never'` leaves that
+//   to the next start(), which waits out the same back-off.
+// - Adopted or stopped at the next start (adopt(), the one rule): a daemon that was killed leaves
+//   its child running. A recorded process that is still the one recorded (its command line, or its
+//   start time), runs the command and variables this daemon would use now, and answers, is
+//   adopted; any other still running is stopped; a pid now held by another process is left alone.
+//   Never two engines for one record.
 
 const log = rootLog.child({ component: 'engine' })
+
+export const PROCESS_STATES = ['stopped', 'starting', 'ready', 'stopping'] as const
+export type ProcessState = (typeof PROCESS_STATES)[number]
+
+/** Who makes each move. */
+export const PROCESS_MOVES: Record<ProcessState, readonly ProcessState[]> = {
+  // start() spawns it; adopt() takes over what a killed run left, already answering.
+  stopped: ['starting', 'ready'],
+  // It answered; or it died first, went silent past its limit, or stop() was asked meanwhile.
+  starting: ['ready', 'stopping'],
+  // stop() was asked, or it died unasked (the rest of its group is ended).
+  ready: ['stopping'],
+  // No process of its group is left.
+  stopping: ['stopped'],
+}
+
+export class IllegalProcessMove extends Error {}
+
+export function checkProcessMove(from: ProcessState, to: ProcessState) {
+  if (!PROCESS_MOVES[from].includes(to))
+    throw new IllegalProcessMove(`illegal engine process state change ${from} → ${to}`)
+}
 
 export interface ChildRecord {
   pid: number
   port: number
   /** The argv it was started with, binary first. */
   argv: string[]
+  /** The variables set for it on top of the daemon's (its GPU set, a launch command's `env K=V`). */
+  env?: Record<string, string>
   started_at_ms: number
 }
 
@@ -38,40 +80,64 @@ export interface ChildSpec {
   state: StateDir
   /** The argv (binary first) of a start listening on `port`. */
   command(port: number): string[]
-  /** Called before each spawn (not before an adoption). */
-  beforeSpawn?(): void
-  /** Whether it answers at `url` (polled after a start until it does; decides an adoption too). */
-  ready(url: string): Promise<boolean>
   /** Its environment (engines/env.ts); default: the daemon's allow-list with no names added. */
   env?: Record<string, string>
-  /** Longest wait for ready() after a start (default 60 s). */
-  readyTimeoutMs?: number
+  /** Variables set for it on top of `env` (the GPU set; `env K=V` of a command); recorded with it. */
+  vars?(): Record<string, string>
+  /** Called before each spawn (not before an adoption). */
+  beforeSpawn?(): void
+  /** Whether it answers at `url` (polled after a start until it does). */
+  ready(url: string): Promise<boolean>
+  /** Whether what a killed run left at `url` serves what this daemon wants (default: ready()). */
+  adoptable?(url: string): Promise<boolean>
+  /** Longest silence (no new output) while it starts, before it is given up (default 60 s). */
+  silenceMs?: number
+  /** After an unasked end: started again after the back-off ('always', the default), or at the next start(). */
+  restart?: 'always' | 'never'
   timers?: Timers
   /** Its log's size limit and how often it is checked (engines/engine-log.ts; tests shrink them). */
   log?: { maxBytes: number; checkMs: number }
 }
 
+/** A start given up: the process went silent for longer than its limit before it answered. */
+export class StartTimeout extends Error {
+  constructor(
+    readonly totalSeconds: number,
+    readonly silentSeconds: number,
+    readonly lastLines: string[],
+  ) {
+    super(`no output for ${silentSeconds} s`)
+  }
+}
+
 const STOP_GRACE_MS = 10_000
-const RESTART_MIN_MS = 1000
-const RESTART_MAX_MS = 30_000
-const STABLE_MS = 60_000
+/** How long an ended group's processes may take to be gone (SIGKILL is not caught; a process in the kernel finishes its call first). */
+const GROUP_GONE_MS = 30_000
 const WATCH_MS = 1000
 
+/** One run: a process started (or adopted) and what ends it. */
+interface Run {
+  record: ChildRecord
+  /** The process, when this daemon started it (an adopted one is not our child). */
+  proc: Subprocess | null
+  /** Aborted when the run ends: its watchers and its log check stop. */
+  over: AbortController
+  /** The end under way (unasked), so that whoever looks meanwhile waits for the same one. */
+  ending: Promise<void> | null
+}
+
 export class SupervisedChild {
-  private record: ChildRecord | null = null
-  private proc: Subprocess | null = null
-  private watch: ReturnType<typeof setInterval> | null = null
-  private stopping = false
-  private restarts = 0
-  private restartTimer: ReturnType<typeof setTimeout> | null = null
+  private current: ProcessState = 'stopped'
+  private run: Run | null = null
+  private starting: Promise<void> | null = null
+  /** Aborted by stop(): a start under way gives up, a restart waiting is dropped. */
+  private stopAsked = new AbortController()
   private readonly listeners = new Set<(reason: string) => void>()
   private readonly timers: Timers
+  private readonly backoff = new RestartBackoff()
   /** Whether the running process was found, not started, by this daemon. */
   adopted = false
   private lastPort = 0
-  /** The current process has answered since it started (or was adopted). */
-  private answered = false
-  private logCheck: ReturnType<typeof setInterval> | null = null
   /** Its log was rotated since this run began: the run's first lines are in `.log.1`. */
   private rotated = false
 
@@ -91,86 +157,147 @@ export class SupervisedChild {
     return join(this.dir, `${this.spec.name}.log`)
   }
 
+  get state(): ProcessState {
+    return this.current
+  }
+
   /** Where it listens (while it restarts: where it listened last). */
   get url(): string {
-    return urlOf(this.record?.port ?? this.lastPort)
+    return urlOf(this.run?.record.port ?? this.lastPort)
   }
 
   get pid(): number | null {
-    return this.record?.pid ?? null
+    return this.run?.record.pid ?? null
   }
 
-  /** Whether it runs and has answered (not starting, restarting or stopped). */
+  /** Whether it runs and has answered. */
   get running(): boolean {
-    return this.record !== null && this.answered
+    return this.current === 'ready'
   }
 
-  /** Called when it dies unasked, with why (its last lines). */
+  /** Called when it dies unasked, with why (its last lines), once its group is gone. */
   onExit(listener: (reason: string) => void) {
     this.listeners.add(listener)
   }
 
-  /** Adopts what a killed run left when it is what this daemon would start, else stops it; then starts. */
-  async start(): Promise<void> {
-    this.stopping = false
-    this.checkLog()
+  /**
+   * Makes it ready: nothing when it is; joins a start under way; else adopts what a killed run left
+   * (when adopt() says so) or starts it, after what is left of the back-off.
+   */
+  start(signal?: AbortSignal): Promise<void> {
+    if (this.current === 'ready') return Promise.resolve()
+    this.starting ??= this.startOnce(signal).finally(() => {
+      this.starting = null
+    })
+    return this.starting
+  }
+
+  private async startOnce(signal?: AbortSignal) {
+    if (this.stopAsked.signal.aborted) this.stopAsked = new AbortController()
+    // An unasked end under way finishes first (its group is being ended).
+    await this.run?.ending
+    if (await this.adopt()) return
+    const left = this.backoff.leftMs(this.timers.nowMs())
+    if (left > 0) {
+      log.info(
+        `${this.spec.name} ended ${this.backoff.count === 1 ? 'once' : `${this.backoff.count} times`}; starting it again in ${left} ms`,
+        { engine: this.spec.name, restart_in_ms: left },
+      )
+      await this.timers.sleep(left, AbortSignal.any([this.stopAsked.signal, ...(signal ? [signal] : [])]))
+      signal?.throwIfAborted()
+      if (this.stopAsked.signal.aborted) throw new Error(`${this.spec.name} was stopped before it started`)
+    }
+    await this.spawn(this.lastPort || freePort())
+  }
+
+  /**
+   * What a killed run left (the record in the state directory), settled by the one rule: adopted
+   * when it is still the recorded process, runs the command and variables this daemon would use now
+   * and answers (true); stopped when it is still the recorded process but not that; left alone when
+   * its pid is now another process's. The record is dropped unless adopted.
+   */
+  async adopt(): Promise<boolean> {
+    if (this.current !== 'stopped') return this.current === 'ready'
     const left = this.readRecord()
-    if (left && sameProcess(left)) {
+    if (!left) return false
+    if (sameProcess(left)) {
       const wanted = this.spec.command(left.port)
-      if (sameArgv(wanted, left.argv) && (await this.spec.ready(urlOf(left.port)).catch(() => false))) {
-        this.record = left
-        this.lastPort = left.port
+      const sameEnv = sameVars(left.env ?? {}, this.spec.vars?.() ?? {})
+      const probe = this.spec.adoptable ?? this.spec.ready
+      if (sameArgv(wanted, left.argv) && sameEnv && (await probe(urlOf(left.port)).catch(() => false))) {
+        this.move('ready')
         this.adopted = true
-        this.answered = true
-        this.watchAdopted()
+        this.lastPort = left.port
+        const run: Run = { record: left, proc: null, over: new AbortController(), ending: null }
+        this.run = run
+        this.checkLog(run)
+        void this.watchAdopted(run)
         log.info('adopted the engine a previous run left', {
           engine: this.spec.name,
           pid: left.pid,
           port: left.port,
           since: new Date(left.started_at_ms).toISOString(),
         })
-        return
+        return true
       }
-      log.warn('stopping the engine a previous run left (another command, or not answering)', {
+      log.warn('stopping an engine a previous run left (another command, or not answering)', {
         engine: this.spec.name,
         pid: left.pid,
         argv: left.argv.join(' '),
       })
       await stopPid(left.pid, this.timers)
     }
+    this.lastPort = left.port
     this.removeRecord()
-    await this.spawn(left?.port ?? freePort(), true)
+    return false
   }
 
-  /** Stops it (SIGTERM, then SIGKILL after a grace) and forgets it. */
+  /** Stops it (SIGTERM, then SIGKILL after a grace), ends its group and forgets it. */
   async stop(): Promise<void> {
-    this.stopping = true
-    if (this.restartTimer) clearTimeout(this.restartTimer)
-    this.restartTimer = null
-    this.stopWatch()
-    if (this.logCheck) clearInterval(this.logCheck)
-    this.logCheck = null
-    const record = this.record
-    this.record = null
-    if (this.proc) {
-      const proc = this.proc
-      this.proc = null
+    this.stopAsked.abort()
+    await this.starting?.catch(() => {})
+    const run = this.run
+    if (!run) return
+    if (run.ending) return run.ending
+    if (this.current !== 'ready') return
+    this.move('stopping')
+    run.over.abort()
+    const pid = run.record.pid
+    if (run.proc) {
+      const proc = run.proc
       if (proc.exitCode === null && proc.signalCode === null) {
-        signalGroup(proc.pid, 'SIGTERM')
+        signalGroup(pid, 'SIGTERM')
         const ended = await Promise.race([
           proc.exited.then(() => true),
           this.timers.sleep(STOP_GRACE_MS).then(() => false),
         ])
         if (!ended) {
-          signalGroup(proc.pid, 'SIGKILL')
+          signalGroup(pid, 'SIGKILL')
           await proc.exited
         }
       }
       // What the engine started and left behind (a worker that ignored SIGTERM) goes with it.
-      endGroup(proc.pid)
-    } else if (record) await stopPid(record.pid, this.timers)
-    this.removeRecord()
-    if (record) log.info('engine stopped', { engine: this.spec.name, pid: record.pid })
+      await endGroup(pid, this.timers)
+    } else await stopPid(pid, this.timers)
+    this.finish(run)
+    log.info('engine stopped', { engine: this.spec.name, pid })
+  }
+
+  /**
+   * Whether it is ready and its process is alive. A process found dead that was not heard of yet
+   * (a child's exit is handled on a later turn; an adopted one's at the next look) is ended now, so
+   * that whoever asks — a job whose requests just failed — learns why, and never that it runs.
+   */
+  async confirmRunning(): Promise<boolean> {
+    const run = this.run
+    if (run?.ending) await run.ending
+    if (!run || this.current !== 'ready') return false
+    if (alive(run.record.pid)) return true
+    // Our child's own account of its end, when it is ours (an adopted one just ended).
+    const proc = run.proc
+    if (proc) await proc.exited
+    await this.ended(run, proc ? describeExit(proc.exitCode, proc.signalCode) : 'ended')
+    return false
   }
 
   /** The last `n` lines of its output that `keep` accepts (all when not given). */
@@ -179,25 +306,41 @@ export class SupervisedChild {
     return lastLogLines(this.logPath, { keep, n, older: this.rotated })
   }
 
-  private async spawn(port: number, first: boolean): Promise<void> {
+  /** The size of its output so far: what changes while it makes progress (a rotation included). */
+  outputSize(): number {
+    try {
+      return statSync(this.logPath).size
+    } catch {
+      return 0
+    }
+  }
+
+  private move(next: ProcessState) {
+    checkProcessMove(this.current, next)
+    this.current = next
+  }
+
+  private async spawn(port: number): Promise<void> {
     const argv = this.spec.command(port)
+    const extra = this.spec.vars?.() ?? {}
     this.spec.beforeSpawn?.()
-    // A fresh start begins a fresh log (the last run's is kept as .log.1): the lines quoted in
-    // errors are this run's.
-    if (first) {
+    // A fresh start (not a restart after an end) begins a fresh log, the last run's kept as .log.1:
+    // the lines quoted in errors are this run's.
+    if (this.backoff.count === 0) {
       beginLog(this.logPath)
       this.rotated = false
     }
     const fd = openLog(this.logPath)
     let proc: Subprocess
     try {
-      // Its own process group: stopping it stops what it starts too (a router's model processes,
-      // vLLM's workers), and a Ctrl-C at the daemon's terminal reaches the daemon, which stops it.
+      // Its own process group: ending it ends what it starts too (a router's model processes,
+      // vLLM's EngineCore and workers), and a Ctrl-C at the daemon's terminal reaches the daemon,
+      // which stops it. Its environment: the allow-list, with `extra` (the GPU set) set on top.
       proc = Bun.spawn(argv, {
         stdin: 'ignore',
         stdout: fd,
         stderr: fd,
-        env: this.spec.env ?? engineEnv(process.env),
+        env: { ...(this.spec.env ?? engineEnv(process.env)), ...extra },
         detached: true,
       })
     } catch (e) {
@@ -205,95 +348,128 @@ export class SupervisedChild {
     } finally {
       closeSync(fd)
     }
-    this.proc = proc
+    this.move('starting')
     this.adopted = false
-    const run: ChildRecord = { pid: proc.pid, port, argv, started_at_ms: this.timers.nowMs() }
-    this.answered = false
-    this.record = run
+    const record: ChildRecord = {
+      pid: proc.pid,
+      port,
+      argv,
+      ...(Object.keys(extra).length ? { env: extra } : {}),
+      started_at_ms: this.timers.nowMs(),
+    }
+    const run: Run = { record, proc, over: new AbortController(), ending: null }
+    this.run = run
     this.lastPort = port
-    this.spec.state.writeJson(join('engines', `${this.spec.name}.json`), run)
+    this.checkLog(run)
+    this.spec.state.writeJson(join('engines', `${this.spec.name}.json`), record)
     try {
-      const timeoutMs = this.spec.readyTimeoutMs ?? 60_000
-      const deadline = this.timers.nowMs() + timeoutMs
-      for (;;) {
-        if (proc.exitCode !== null || proc.signalCode !== null)
-          throw new Error(
-            `${argv[0]} ${describeExit(proc.exitCode, proc.signalCode)} before answering${tailText(this.lastLines())}`,
-          )
-        if (this.proc !== proc) throw new Error(`${argv[0]} was stopped before it answered`)
-        if (await this.spec.ready(urlOf(port)).catch(() => false)) break
-        if (this.timers.nowMs() > deadline)
-          throw new Error(`${argv[0]} did not answer within ${timeoutMs / 1000} s`)
-        await this.timers.sleep(50)
-      }
+      await this.waitReady(run, argv[0]!)
     } catch (e) {
+      this.move('stopping')
+      run.over.abort()
       if (proc.exitCode === null && proc.signalCode === null) signalGroup(proc.pid, 'SIGKILL')
       await proc.exited
-      endGroup(proc.pid)
-      if (this.record === run) {
-        this.record = null
-        this.proc = null
-        this.removeRecord()
-      }
+      await endGroup(proc.pid, this.timers)
+      this.finish(run)
       throw e
     }
-    this.answered = true
-    // From here on its end is unasked (stop() forgets it first).
+    this.move('ready')
+    // From here on its end is unasked unless stop() began it.
     void proc.exited.then(() => {
-      if (this.proc === proc) this.exited(run, describeExit(proc.exitCode, proc.signalCode))
+      if (this.run === run && this.current === 'ready')
+        void this.ended(run, describeExit(proc.exitCode, proc.signalCode))
     })
-    log.info('engine started', { engine: this.spec.name, pid: proc.pid, port, argv: argv.join(' ') })
-  }
-
-  /** It died unasked: say why, forget it, start it again after the backoff. */
-  private exited(run: ChildRecord, how: string) {
-    if (this.stopping || this.record !== run) return
-    this.record = null
-    this.proc = null
-    this.stopWatch()
-    this.removeRecord()
-    if (this.timers.nowMs() - run.started_at_ms >= STABLE_MS) this.restarts = 0
-    const reason = `the engine ${how}${tailText(this.lastLines())}`
-    log.error('engine ended unexpectedly; restarting it', {
+    log.info('engine started', {
       engine: this.spec.name,
-      pid: run.pid,
-      how,
-      restart_in_ms: this.restartDelay(),
+      pid: proc.pid,
+      port,
+      argv: argv.join(' '),
+      ...(Object.keys(extra).length ? { env: extra } : {}),
     })
-    for (const l of this.listeners) l(reason)
-    this.scheduleRestart(run.port)
   }
 
-  private restartDelay() {
-    return Math.min(RESTART_MAX_MS, RESTART_MIN_MS * 2 ** this.restarts)
+  /** Polls ready() while the process runs and talks; throws when it ends, is stopped or goes silent. */
+  private async waitReady(run: Run, program: string) {
+    const proc = run.proc!
+    const silenceMs = this.spec.silenceMs ?? 60_000
+    const began = this.timers.nowMs()
+    let heardMs = began
+    let size = this.outputSize()
+    for (;;) {
+      if (proc.exitCode !== null || proc.signalCode !== null)
+        throw new Error(
+          `${program} ${describeExit(proc.exitCode, proc.signalCode)} before answering${tailText(this.lastLines())}`,
+        )
+      if (this.stopAsked.signal.aborted) throw new Error(`${program} was stopped before it answered`)
+      if (await this.spec.ready(urlOf(run.record.port)).catch(() => false)) return
+      const now = this.timers.nowMs()
+      const grown = this.outputSize()
+      if (grown !== size) {
+        size = grown
+        heardMs = now
+      } else if (now - heardMs > silenceMs)
+        throw new StartTimeout(
+          Math.round((now - began) / 1000),
+          Math.round((now - heardMs) / 1000),
+          this.lastLines(),
+        )
+      await this.timers.sleep(50, this.stopAsked.signal)
+    }
   }
 
-  private scheduleRestart(port: number) {
-    const delay = this.restartDelay()
-    this.restarts++
-    this.restartTimer = setTimeout(() => {
-      this.restartTimer = null
-      if (this.stopping) return
-      this.spawn(port, false).catch((e) => {
+  /** It died unasked: end its group, forget it, tell the listeners; restart it when that is its policy. */
+  private ended(run: Run, how: string): Promise<void> {
+    run.ending ??= (async () => {
+      this.move('stopping')
+      run.over.abort()
+      await endGroup(run.record.pid, this.timers)
+      this.finish(run)
+      this.backoff.ended(run.record.started_at_ms, this.timers.nowMs())
+      const reason = `the engine ${how}${tailText(this.lastLines())}`
+      const again = (this.spec.restart ?? 'always') === 'always' && !this.stopAsked.signal.aborted
+      log.error(again ? 'engine ended unexpectedly; restarting it' : 'engine ended unexpectedly', {
+        engine: this.spec.name,
+        pid: run.record.pid,
+        how,
+        ...(again ? { restart_in_ms: this.backoff.delayMs } : {}),
+      })
+      for (const l of this.listeners) l(reason)
+      if (again) void this.restartLoop()
+    })()
+    return run.ending
+  }
+
+  /** Starts it again until it runs or stop() is asked (each try after the back-off). */
+  private async restartLoop() {
+    const stopped = this.stopAsked.signal
+    while (!stopped.aborted && this.current === 'stopped') {
+      try {
+        await this.start()
+      } catch (e) {
+        if (stopped.aborted) return
         log.error('engine restart failed', { engine: this.spec.name, error: (e as Error).message })
         // The port may be taken now: the next try takes another.
-        if (!this.stopping) this.scheduleRestart(freePort())
-      })
-    }, delay)
+        this.lastPort = 0
+        this.backoff.ended(this.timers.nowMs(), this.timers.nowMs())
+      }
+    }
+  }
+
+  private finish(run: Run) {
+    if (this.run === run) {
+      this.run = null
+      this.removeRecord()
+    }
+    this.move('stopped')
   }
 
   /** An adopted process is not our child: its end is seen by looking. */
-  private watchAdopted() {
-    const run = this.record!
-    this.watch = setInterval(() => {
-      if (!alive(run.pid)) this.exited(run, 'ended')
-    }, WATCH_MS)
-    this.watch.unref?.()
-  }
-
-  private stopWatch() {
-    if (this.watch) clearInterval(this.watch)
-    this.watch = null
+  private async watchAdopted(run: Run) {
+    while (!run.over.signal.aborted) {
+      await this.timers.sleep(WATCH_MS, run.over.signal)
+      if (run.over.signal.aborted || this.run !== run) return
+      if (!alive(run.record.pid)) return void this.ended(run, 'ended')
+    }
   }
 
   private readRecord(): ChildRecord | null {
@@ -314,12 +490,12 @@ export class SupervisedChild {
     }
   }
 
-  /** At start() and on an interval until stop(): the log's size is looked at. */
-  private checkLog() {
+  /** While a run lasts its log's size is looked at on an interval (the run's end stops it). */
+  private checkLog(run: Run) {
     this.trimLog()
-    if (this.logCheck) return
-    this.logCheck = setInterval(() => this.trimLog(), this.spec.log?.checkMs ?? LOG_CHECK_MS)
-    this.logCheck.unref?.()
+    const check = setInterval(() => this.trimLog(), this.spec.log?.checkMs ?? LOG_CHECK_MS)
+    check.unref?.()
+    run.over.signal.addEventListener('abort', () => clearInterval(check), { once: true })
   }
 }
 
@@ -395,6 +571,8 @@ export function sameProcess(record: ChildRecord): boolean {
 }
 
 const sameArgv = (a: string[], b: string[]) => a.length === b.length && a.every((x, i) => x === b[i])
+const sameVars = (a: Record<string, string>, b: Record<string, string>) =>
+  Object.keys(a).length === Object.keys(b).length && Object.entries(a).every(([k, v]) => b[k] === v)
 
 /**
  * Signals an engine's process group (it was started as the group's leader), or the process alone
@@ -413,11 +591,68 @@ export function signalGroup(pid: number, signal: NodeJS.Signals): boolean {
   }
 }
 
-/** SIGKILL to whatever is left of an ended engine's group (a group id is not reused while it lives). */
-function endGroup(pid: number) {
+/**
+ * The live processes of process group `pgid` (Linux: /proc/<pid>/stat's pgrp; zombies, which hold
+ * nothing, left out). Elsewhere: the group itself when a signal can reach it.
+ */
+export function groupMembers(pgid: number): number[] {
+  let pids: string[]
   try {
-    process.kill(-pid, 'SIGKILL')
-  } catch {}
+    pids = readdirSync('/proc').filter((p) => /^\d+$/.test(p))
+  } catch {
+    try {
+      process.kill(-pgid, 0)
+      return [pgid]
+    } catch {
+      return []
+    }
+  }
+  const out: number[] = []
+  for (const p of pids) {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8')
+      const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      if (Number(pgrp) === pgid && state !== 'Z') out.push(Number(p))
+    } catch {}
+  }
+  return out
+}
+
+/**
+ * Ends whatever is left of an ended engine's group (SIGKILL; a group id is not reused while one of
+ * its processes lives) and waits until none is left. A process the kernel holds (uninterruptible:
+ * a driver call) may take a moment; one that outlives GROUP_GONE_MS is logged, and its memory is
+ * still seen by the driver's own figures (models/plan.ts takes the smaller).
+ */
+export async function endGroup(pgid: number, timers: Timers): Promise<void> {
+  const deadline = timers.nowMs() + GROUP_GONE_MS
+  for (let wait = 5; ; wait = Math.min(200, wait * 2)) {
+    try {
+      process.kill(-pgid, 'SIGKILL')
+    } catch {}
+    const left = groupMembers(pgid)
+    if (left.length === 0) return
+    if (timers.nowMs() > deadline) {
+      log.error('processes of an ended engine did not end', { pgid, pids: left })
+      return
+    }
+    await timers.sleep(wait)
+  }
+}
+
+/** SIGKILL to one process (a router's model process: a member of the router's group), until it is gone. */
+export async function endProcess(pid: number, timers: Timers): Promise<void> {
+  const deadline = timers.nowMs() + GROUP_GONE_MS
+  for (let wait = 5; alive(pid); wait = Math.min(200, wait * 2)) {
+    try {
+      process.kill(pid, 'SIGKILL')
+    } catch {}
+    if (timers.nowMs() > deadline) {
+      log.error('a process of the engine did not end', { pid })
+      return
+    }
+    await timers.sleep(wait)
+  }
 }
 
 /** SIGTERM, then SIGKILL if it is still there after the grace; its group goes with it. */
@@ -426,5 +661,5 @@ export async function stopPid(pid: number, timers: Timers) {
   const deadline = timers.nowMs() + STOP_GRACE_MS
   while (alive(pid) && timers.nowMs() < deadline) await timers.sleep(50)
   if (alive(pid)) signalGroup(pid, 'SIGKILL')
-  endGroup(pid)
+  await endGroup(pid, timers)
 }

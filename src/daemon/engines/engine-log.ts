@@ -17,8 +17,9 @@ import {
 // - Bounded by size, as logrotate's copytruncate does (the engine keeps its descriptor, and an
 //   engine the daemon adopted after a restart writes through one the daemon never held): past
 //   `maxBytes`, its last `maxBytes` (from a line's start) are copied to `.log.1`, and the file is
-//   truncated; the engine writes on from its start. Both files stay under about `maxBytes` each. A
-//   line written in the instant between the copy and the truncation is lost.
+//   truncated; the engine writes on from its start. `.log.1` never holds more than `maxBytes`; the
+//   log itself is back under it at the next check. A line written in the instant between the copy
+//   and the truncation is lost.
 // - A fresh start keeps the previous run's output as `.log.1`, so the lines a failure quotes are the
 //   run's own, and the last run's survive a restart for whoever looks.
 
@@ -55,16 +56,20 @@ export function rotateLog(path: string, maxBytes = LOG_MAX_BYTES): boolean {
   const tmp = `${olderLog(path)}.tmp`
   const fd = openSync(path, 'r')
   try {
-    const tail = readRange(fd, size - maxBytes, size)
-    writeFileSync(tmp, tail.subarray(tail.indexOf(10) + 1), { mode: 0o600 })
+    const parts = [readRange(fd, size - maxBytes, size)]
     // What the engine wrote meanwhile goes along, up to the truncation.
     for (let i = 0; i < 3; i++) {
       const now = fstatSize(path)
       if (now <= size) break
-      writeFileSync(tmp, readRange(fd, size, now), { flag: 'a' })
+      parts.push(readRange(fd, size, now))
       size = now
     }
     truncateSync(path, 0)
+    // The last maxBytes of it, from a line's start: .log.1 never holds more, however fast the
+    // engine wrote meanwhile.
+    const kept = Buffer.concat(parts)
+    const last = kept.subarray(Math.max(0, kept.length - maxBytes))
+    writeFileSync(tmp, last.subarray(last.indexOf(10) + 1), { mode: 0o600 })
   } finally {
     closeSync(fd)
   }

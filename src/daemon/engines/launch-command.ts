@@ -11,6 +11,10 @@ import { paramFlags } from '../../domain/serving-params'
 //   {port}        the free loopback port the daemon chose for it
 //   {params}      the serving profile's params as flags (`--max-model-len 8192 --enforce-eager`);
 //                 a word of its own, which expands to as many words as there are flags
+//
+// A command beginning with `env NAME=VALUE …` sets those variables for the engine through the
+// spawn's environment instead of running `env`: the process started, recorded and adopted is the
+// engine itself (engines/child.ts).
 
 // Each asks its engine to report the prompt tokens it served from its cache in every answer's usage
 // (docs/worker.md "Cached prompt tokens"): vLLM and SGLang leave it out unless told.
@@ -55,14 +59,35 @@ export function splitCommand(text: string): string[] {
   return words
 }
 
+const ENV_WORD = /^[A-Za-z_][A-Za-z0-9_]*=/
+
+/** The leading `env NAME=VALUE …` of a command's words, as variables, and the words after them. */
+export function splitEnv(words: readonly string[]): { env: Record<string, string>; words: string[] } {
+  if (words[0] !== 'env' && !words[0]?.endsWith('/env')) return { env: {}, words: [...words] }
+  const env: Record<string, string> = {}
+  let i = 1
+  for (; i < words.length && ENV_WORD.test(words[i]!); i++) {
+    const eq = words[i]!.indexOf('=')
+    env[words[i]!.slice(0, eq)] = words[i]!.slice(eq + 1)
+  }
+  return { env, words: words.slice(i) }
+}
+
 /** What is wrong with a launch command, or null. */
 export function launchCommandProblem(text: string): string | null {
-  let words: string[]
+  let all: string[]
   try {
-    words = splitCommand(text)
+    all = splitCommand(text)
   } catch (e) {
     return `the launch command has ${(e as Error).message}`
   }
+  const { env, words } = splitEnv(all)
+  if (all.length > 0 && words.length === 0)
+    return 'the launch command sets variables with env but runs nothing'
+  if (words[0]?.startsWith('-'))
+    return `the launch command's env takes NAME=VALUE words only (got ${words[0]}); put the variables first`
+  if (Object.values(env).some((v) => v.includes('{')))
+    return 'the variables of the launch command take no placeholders'
   if (words.length === 0) return 'the launch command is empty'
   const used = new Set<string>()
   for (const w of words)

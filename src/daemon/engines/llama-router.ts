@@ -13,14 +13,17 @@ import { flagName } from '../../domain/serving-params'
 import { log as rootLog } from '../../lib/logger'
 import { realTimers, type Timers } from '../backoff'
 import { type ModelLayout, modelsDirLayout } from '../download'
+import { gpuEnv } from '../gpu'
 import { RuntimeHttpError, runtimeJson, statusOf } from '../runtimes/types'
 import type { StateDir } from '../state'
-import { SupervisedChild } from './child'
+import { argvOf, endProcess, groupMembers, SupervisedChild } from './child'
+import { DEFAULT_LOAD_TIMEOUT_MS } from './launched'
 import {
   type EngineModel,
   type EngineModelState,
   type EngineView,
   LoadFailed,
+  type LoadPlacement,
   type ManagedEngine,
 } from './types'
 
@@ -48,6 +51,14 @@ import {
 //   `mmproj` and `chat_template_file` are the model's directory's.
 // - Its children's output comes through its own, each line prefixed `[<port>] `: a model's last
 //   lines are those of its port (`status.args`), quoted when its load fails.
+// - GPUs (docs/worker.md "GPUs"): the router runs with the daemon's GPUs as CUDA_VISIBLE_DEVICES
+//   (nvidia-smi's order), and each model's section names the GPUs the model manager placed it on as
+//   llama.cpp devices, numbered in that list: `device = CUDA0,CUDA1`. The model's process loads on
+//   those alone, split over them when there are several.
+// - A load that stays silent for the load timeout (no new line of the model's output; attached: no
+//   news since the load was asked) is given up: the router is asked to unload it (it kills a model
+//   still loading), the model's process is confirmed gone, and the load fails with
+//   `gave up loading <name> after N s` and its last lines.
 
 const log = rootLog.child({ component: 'engine' })
 
@@ -74,6 +85,10 @@ const LINES_PER_ERROR = 6
 
 export interface LlamaRouterOptions {
   state: StateDir
+  /** The daemon's GPUs (nvidia-smi indices; --gpus): the router's CUDA_VISIBLE_DEVICES; null: none known. */
+  gpus?: () => number[] | null
+  /** Longest a model's load may stay silent (--load-timeout; default 15 min). */
+  loadTimeoutMs?: number
   /** Managed: the models directory, the llama-server binary and more router arguments. */
   managed?: { modelsDir: string; binary: string; extraArgs: string[]; env?: Record<string, string> }
   /** Attached: the router's base URL. */
@@ -90,6 +105,8 @@ export class LlamaRouter implements ManagedEngine {
   private readonly modelsDir: string | null = null
   private readonly presetPath: string
   private readonly timers: Timers
+  private readonly gpus: () => number[] | null
+  private readonly loadTimeoutMs: number
   private readonly exitListeners = new Set<(reason: string, models: string[] | null) => void>()
   /** Each model's child port (status.args), for its lines of the router's output. */
   private readonly ports = new Map<string, string>()
@@ -99,6 +116,8 @@ export class LlamaRouter implements ManagedEngine {
   /** What the models directory held at the last rescan (managed). */
   private scanned = ''
   private lastReloadMs = 0
+  /** The preset file's writes, one at a time. */
+  private presetWrites: Promise<void> = Promise.resolve()
   private readonly binary: string | null = null
   /**
    * Managed: downloads land in the models directory, a single GGUF as `<name>.gguf` (the router
@@ -110,6 +129,8 @@ export class LlamaRouter implements ManagedEngine {
 
   constructor(o: LlamaRouterOptions) {
     this.timers = o.timers ?? realTimers
+    this.gpus = o.gpus ?? (() => null)
+    this.loadTimeoutMs = o.loadTimeoutMs ?? DEFAULT_LOAD_TIMEOUT_MS
     this.presetPath = join(o.state.dir, 'engines', 'llama-router.ini')
     this.appliesParams = !!o.managed
     this.attachedUrl = (o.url ?? '').replace(/\/+$/, '')
@@ -125,7 +146,9 @@ export class LlamaRouter implements ManagedEngine {
         name: 'llama-router',
         state: o.state,
         timers: this.timers,
+        restart: 'always',
         ...(o.managed.env ? { env: o.managed.env } : {}),
+        vars: () => gpuEnv(this.gpus()),
         command: (port) => [
           binary,
           '--models-dir',
@@ -221,14 +244,23 @@ export class LlamaRouter implements ManagedEngine {
     return { status: 'online', models }
   }
 
-  async load(name: string, params: Record<string, unknown>, signal?: AbortSignal): Promise<void> {
-    if (this.appliesParams) await this.writeSection(name, params)
+  async load(
+    name: string,
+    params: Record<string, unknown>,
+    placement: LoadPlacement,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    if (this.appliesParams) await this.writeSection(name, { ...params, ...this.devices(placement) })
     try {
       await runtimeJson(`${this.baseUrl}/models/load`, { body: { model: name } })
     } catch (e) {
       throw new LoadFailed(`the engine refused to load ${name}: ${engineMessage(e)}`)
     }
     const askedAt = this.timers.nowMs()
+    // Progress is the model's output growing (the router's log, its port's lines).
+    let heardAt = askedAt
+    let size = this.child?.outputSize() ?? 0
+    let last = ''
     for (let seen = false, n = 0; ; n++) {
       if (signal?.aborted) throw signal.reason
       let m: RouterModel | undefined
@@ -240,13 +272,59 @@ export class LlamaRouter implements ManagedEngine {
       if (m) this.learn(m)
       const value = m?.status?.value
       if (value === 'loaded') return
-      if (value === 'loading') seen = true
-      else if (m?.status?.failed === true || seen || !m)
+      const now = this.timers.nowMs()
+      if (value === 'loading') {
+        seen = true
+        const grown = this.child?.outputSize() ?? 0
+        if (grown !== size) {
+          size = grown
+          const line = this.lastLines(name)
+          if (line !== last) {
+            last = line
+            heardAt = now
+          }
+        }
+        if (now - heardAt > this.loadTimeoutMs) await this.giveUp(name, askedAt, heardAt)
+      } else if (m?.status?.failed === true || seen || !m)
         throw new LoadFailed(m ? this.failure(name, m.status?.exit_code) : `${name} is gone from the engine`)
-      else if (this.timers.nowMs() - askedAt > LOAD_START_MS)
+      else if (now - askedAt > LOAD_START_MS)
         throw new LoadFailed(`the engine accepted the load of ${name} but did not start it`)
       await this.timers.sleep(pollWait(n), signal)
     }
+  }
+
+  /** The section's `device` list for the GPUs the model was placed on, numbered as the router sees them. */
+  private devices(placement: LoadPlacement): Record<string, string> {
+    const visible = this.gpus()
+    if (!placement.gpus || !visible) return {}
+    return { device: placement.gpus.map((g) => `CUDA${visible.indexOf(g)}`).join(',') }
+  }
+
+  /**
+   * A load silent past the load timeout: the router unloads it (it kills a model still loading),
+   * its process is confirmed gone, and the load fails saying so with the model's last lines.
+   */
+  private async giveUp(name: string, askedAt: number, heardAt: number): Promise<never> {
+    const now = this.timers.nowMs()
+    const lines = this.lastLines(name)
+    const port = this.ports.get(name)
+    await runtimeJson(`${this.baseUrl}/models/unload`, { body: { model: name } }).catch(() => {})
+    for (let n = 0; this.timers.nowMs() - now < UNLOAD_MS; n++) {
+      const m = (await this.list(false).catch(() => [] as RouterModel[])).find((x) => x.id === name)
+      if (m?.status?.value !== 'loading' && m?.status?.value !== 'loaded') break
+      await this.timers.sleep(pollWait(n))
+    }
+    // The router says it is gone; the process table must say so too before its memory counts as free.
+    const router = this.child?.pid
+    if (router && port)
+      for (const pid of groupMembers(router))
+        if (pid !== router && (argvOf(pid) ?? []).join(' ').includes(`--port ${port}`))
+          await endProcess(pid, this.timers)
+    throw new LoadFailed(
+      `gave up loading ${name} after ${Math.round((now - askedAt) / 1000)} s ` +
+        `(no output for ${Math.round((now - heardAt) / 1000)} s, --load-timeout ${this.loadTimeoutMs / 1000})` +
+        (lines ? `; the engine's last lines: ${lines}` : ''),
+    )
   }
 
   async unload(name: string): Promise<void> {
@@ -276,7 +354,7 @@ export class LlamaRouter implements ManagedEngine {
       : () => true
     const lines = this.child.lastLines(keep, 40).map(compact)
     // A failure is best told by its error lines.
-    const errors = lines.filter((l) => /^E /.test(l))
+    const errors = lines.filter((l) => /^E |\berror\b/i.test(l))
     return (errors.length ? errors : lines).slice(-LINES_PER_ERROR).join(' | ')
   }
 
@@ -382,7 +460,14 @@ export class LlamaRouter implements ManagedEngine {
    * The model's preset section, with the job's params; the router reads it again now. A section the
    * router refuses is taken back (the load fails with the router's reason).
    */
-  private async writeSection(name: string, params: Record<string, unknown>) {
+  private writeSection(name: string, params: Record<string, unknown>): Promise<void> {
+    // Loads on other GPUs run at once: their sections are written one after the other.
+    const next = this.presetWrites.then(() => this.writeSectionNow(name, params))
+    this.presetWrites = next.catch(() => {})
+    return next
+  }
+
+  private async writeSectionNow(name: string, params: Record<string, unknown>) {
     if (/[\]\r\n]/.test(name))
       throw new LoadFailed(`a model named ${JSON.stringify(name)} cannot have a preset section`)
     const dir = this.dirs.get(name) ?? this.modelsDir!

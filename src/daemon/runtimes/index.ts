@@ -2,6 +2,7 @@ import type { Engine } from '../../domain/catalogue'
 import { engineEnv } from '../engines/env'
 import { LaunchedEngine } from '../engines/launched'
 import { LlamaRouter } from '../engines/llama-router'
+import type { Room } from '../models/plan'
 import { type DaemonOptions, isLaunched } from '../options'
 import type { StateDir } from '../state'
 import { DigestCache } from './digests'
@@ -10,13 +11,24 @@ import { OllamaRuntime } from './ollama'
 import { OpenAIRuntime } from './openai'
 import type { Runtime } from './types'
 
-/** The runtime the options name; `budget` is the VRAM a managed engine may fill (GB; null = unlimited). */
-export function createRuntime(opts: DaemonOptions, state: StateDir, budget: () => number | null): Runtime {
+/**
+ * The runtime the options name. A managed engine places its models in `gpus.room()` (the GPU ledger,
+ * or one budget: models/plan.ts); `gpus.indices()` are the daemon's GPUs (the router's devices).
+ */
+export function createRuntime(
+  opts: DaemonOptions,
+  state: StateDir,
+  gpus: { room: (fresh: boolean) => Promise<Room>; indices: () => number[] | null },
+): Runtime {
+  const room = gpus.room
+  const loadTimeoutMs = opts.load_timeout * 1000
   // docs/worker.md "What an engine sees": never the key nor the hub token.
   const env = engineEnv(process.env, { pass: opts.engine_env, secrets: [opts.key, opts.hub_token] })
   if (opts.runtime === 'llama.cpp') {
     const engine = new LlamaRouter({
       state,
+      gpus: gpus.indices,
+      loadTimeoutMs,
       ...(opts.models_dir !== undefined
         ? {
             managed: {
@@ -28,7 +40,7 @@ export function createRuntime(opts: DaemonOptions, state: StateDir, budget: () =
           }
         : { url: opts.runtime_url }),
     })
-    return new ManagedRuntime(engine, new DigestCache(state), { state, budget, downloads: downloadsOf(opts) })
+    return new ManagedRuntime(engine, new DigestCache(state), { state, room, downloads: downloadsOf(opts) })
   }
   if (isLaunched(opts.runtime)) {
     const engine = new LaunchedEngine({
@@ -37,11 +49,12 @@ export function createRuntime(opts: DaemonOptions, state: StateDir, budget: () =
       modelsDir: opts.models_dir!,
       command: opts.launch_command!,
       extraArgs: opts.engine_args,
+      loadTimeoutMs,
       env,
     })
     return new ManagedRuntime(engine, new DigestCache(state), {
       state,
-      budget,
+      room,
       kind: 'launched',
       downloads: downloadsOf(opts),
     })

@@ -4,6 +4,7 @@ import type { Timers } from '../backoff'
 import { DownloadError, type HubAccess, type ModelLayout, pullFromHub, reclaimPartials } from '../download'
 import type { ManagedEngine } from '../engines/types'
 import { ModelManager } from '../models/manager'
+import type { Room } from '../models/plan'
 import type { StateDir } from '../state'
 import type { DigestCache } from './digests'
 import type { InventoryItem, PullProgress, PullTask, Runtime, RuntimeSnapshot } from './types'
@@ -41,7 +42,7 @@ export class ManagedRuntime implements Runtime {
     private readonly digests: DigestCache,
     o: {
       state: StateDir
-      budget: () => number | null
+      room: (fresh: boolean) => Promise<Room>
       timers?: Timers
       kind?: 'launched'
       /**
@@ -60,7 +61,7 @@ export class ManagedRuntime implements Runtime {
     this.manager = new ModelManager({
       engine: managed,
       state: o.state,
-      budget: o.budget,
+      room: o.room,
       timers: o.timers,
       onChange: () => {
         for (const l of this.listeners) l()
@@ -108,7 +109,14 @@ export class ManagedRuntime implements Runtime {
     const inventory: InventoryItem[] = []
     const models: string[] = []
     const loaded: string[] = []
+    // A further copy of a model (docs/worker.md "GPUs") is not another model: its model is listed,
+    // loaded while any copy of it is.
+    const copyLoaded = new Set(
+      view.models.filter((m) => m.copy_of && m.state === 'loaded').map((m) => m.copy_of!),
+    )
     for (const m of view.models) {
+      if (m.copy_of) continue
+      const isLoaded = m.state === 'loaded' || copyLoaded.has(m.name)
       const items: InventoryItem[] = []
       let hashed = true
       m.files.forEach((path, i) => {
@@ -121,14 +129,14 @@ export class ManagedRuntime implements Runtime {
           local_name: i === 0 ? m.name : `${m.name}+${basename(path)}`,
           sha256: entry.sha256,
           size_bytes: entry.size,
-          loaded: m.state === 'loaded',
+          loaded: isLoaded,
           runtime: this.managed.engine,
         })
       })
       if (!hashed) continue
       models.push(m.name)
       inventory.push(...items)
-      if (m.state === 'loaded') loaded.push(m.name)
+      if (isLoaded) loaded.push(m.name)
     }
     return { status: 'online', inventory, models, loaded }
   }
@@ -167,12 +175,14 @@ export class ManagedRuntime implements Runtime {
     return snapshot.models.includes(model)
   }
 
-  /** The slots of a loaded model (llama.cpp /props?model=); throws until one is loaded. */
-  async slots(): Promise<number | null> {
-    if (!this.managed.slots) return null
-    const view = await this.manager.refresh()
-    const first = view.models.find((m) => m.state === 'loaded')
-    if (!first) throw new Error('no model loaded yet')
-    return this.managed.slots(first.name)
+  /**
+   * The slots of a loaded model (llama.cpp /props?model=, a launched engine's max_num_seqs), else
+   * the profile's `parallel`; null when neither says.
+   */
+  async slots(model?: string, params: Record<string, unknown> = {}): Promise<number | null> {
+    const asked = model && this.managed.slots ? await this.managed.slots(model).catch(() => null) : null
+    if (asked) return asked
+    const parallel = params.parallel ?? params.max_num_seqs ?? params.max_running_requests
+    return typeof parallel === 'number' && Number.isInteger(parallel) && parallel >= 1 ? parallel : null
   }
 }

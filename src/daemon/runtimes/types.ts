@@ -49,8 +49,9 @@ export interface Runtime {
   /**
    * How many requests the engine serves in parallel, when it says (llama.cpp GET /props
    * total_slots); null when it answers without that figure; throws when it cannot be reached.
+   * A managed engine answers per loaded model (`model`, loaded with `params`).
    */
-  slots?(): Promise<number | null>
+  slots?(model?: string, params?: Record<string, unknown>): Promise<number | null>
   /**
    * Readies the engine for a job whose serving profile carries `params` (an Ollama's options,
    * docs/worker.md "Ollama"): the name the job's requests must carry, and what to do once its last

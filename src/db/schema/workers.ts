@@ -2,6 +2,20 @@ import { index, integer, primaryKey, real, sqliteTable, text, unique } from 'dri
 import { organizations } from './accounts'
 import { catalogEntries } from './catalogue'
 
+/** docs/api.md §7 heartbeat `gpus` (ext): one GPU's memory as the daemon last reported it. */
+export interface GpuMemory {
+  index: number
+  memory_used_gb: number
+  memory_total_gb: number
+  utilization?: number
+}
+
+/** docs/api.md §7 heartbeat `model_gpus` (ext): the GPUs a loaded model sits on. */
+export interface ModelGpus {
+  name: string
+  gpus: number[]
+}
+
 /** docs/api.md §7 heartbeat `model_stats`: what a daemon measured of one model. */
 export interface ModelStat {
   name: string
@@ -53,6 +67,9 @@ export const workers = sqliteTable(
     // docs/api.md §7 heartbeat loading_models and model_stats, as last reported.
     loading_models: text({ mode: 'json' }).$type<string[]>().notNull().default([]),
     model_stats: text({ mode: 'json' }).$type<ModelStat[]>().notNull().default([]),
+    // docs/api.md §7 heartbeat gpus and model_gpus (ext): each GPU's memory, the GPUs of each loaded model.
+    gpu_memory: text({ mode: 'json' }).$type<GpuMemory[]>().notNull().default([]),
+    model_gpus: text({ mode: 'json' }).$type<ModelGpus[]>().notNull().default([]),
     registered_at: integer().notNull(),
     last_heartbeat_at: integer(), // null = never heartbeated (docs/api.md §7 Poll rule 6)
     last_seen_at: integer().notNull(), // liveness: register, heartbeat, model-progress
@@ -123,6 +140,8 @@ export const workerGpus = sqliteTable(
     vram_gb: real(),
     driver: text(),
     cuda: text(),
+    // nvidia-smi's index (docs/api.md §7 registration gpus[].index, ext); null when not reported.
+    gpu_index: integer(),
   },
   (t) => [index('worker_gpus_worker').on(t.worker_id)],
 )

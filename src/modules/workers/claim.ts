@@ -1,6 +1,7 @@
 import type { WorkerRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { needsOf } from '../../domain/capabilities'
+import { copyPays } from '../../domain/placement'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { isOnline, onlineCutoff } from './liveness'
 import { workerMatches } from './match-cache'
@@ -32,12 +33,31 @@ export interface Job {
   shard?: { index: number; first_request: number; requests: number }
   /** docs/api.md §16: a backup copy of a shard another worker holds (its own assignment_id). */
   backup?: true
+  /**
+   * docs/api.md §7 placement rule 5: claimed for a spare GPU, of a model the worker is busy with
+   * whose waiting work pays for one more copy of it there.
+   */
+  copy?: true
 }
+
+/**
+ * docs/api.md §7 placement (ext): what a poll says of its worker now — a GPU holding no model in use
+ * (`spare_gpu`), the models loaded on it (`loaded_models`) and those a job uses (`models_in_use`);
+ * null: not said.
+ */
+export interface PollHints {
+  spare: boolean
+  loaded: readonly string[] | null
+  inUse: readonly string[] | null
+}
+
+export const NO_HINTS: PollHints = { spare: false, loaded: null, inUse: null }
 
 export async function claimBatch(
   deps: Deps & PollState,
   principal: WorkerPrincipal,
   workerId: string,
+  hints: PollHints = NO_HINTS,
 ): Promise<{ job: Job | null; worker: WorkerRow }> {
   // The worker's row, and what it can serve as this server keeps it while the row says it holds.
   const { worker, catalogue, matches, servable } = await workerMatches(deps, principal, workerId)
@@ -51,20 +71,27 @@ export async function claimBatch(
     catalogue,
     (id) => deps.pollWaiters.isPolling(id),
   )
-  const placement = placed?.placement
+  const placement = placed && hints.spare ? { ...placed.placement, spare: true } : placed?.placement
   // docs/api.md §7 placement: a worker that loads models is on the models of the work it holds;
   // holding none, on those loaded or being loaded (a heartbeat may lag behind its last claim).
   const loading = new Set(placement ? worker.loading_models : [])
   const held = placed?.held ?? new Set<string>()
+  // What the poll says is loaded now, and in use (it cannot lag a claim as a heartbeat's list may;
+  // a job uploading its results holds work but no GPU).
+  const fresh = placement && hints.loaded ? new Set(hints.loaded) : null
+  const inUse = placement && hints.inUse ? new Set(hints.inUse) : null
   const candidates = servable.map((s) => ({
     model: s.model,
     match: s.match,
     names: s.names,
     needs: s.needs,
     key: s.key,
-    loaded: held.size
-      ? s.slugs.some((m) => held.has(m))
-      : s.match.loaded || s.names.some((n) => loading.has(n)),
+    loaded: fresh
+      ? s.slugs.some((m) => held.has(m)) || s.names.some((n) => fresh.has(n))
+      : held.size
+        ? s.slugs.some((m) => held.has(m))
+        : s.match.loaded || s.names.some((n) => loading.has(n)),
+    busy: inUse ? s.names.some((n) => inUse.has(n)) : s.slugs.some((m) => held.has(m)),
   }))
   const claimed = await deps.store.queue.claim({
     workerId,
@@ -93,6 +120,10 @@ export async function claimBatch(
     backup ? 0 : shard ? shard.requests : batch.request_counts_total,
   )
   const { entry, profile } = claimed.match
+  const copy =
+    placement?.spare === true &&
+    candidates.some((c) => c.key === entry.id && c.busy) &&
+    copyPays(placement, entry.id)
   if (shard) {
     if (backup) deps.metrics.shardBackups.inc({ outcome: 'started' })
     else deps.metrics.shardClaims.inc()
@@ -126,6 +157,7 @@ export async function claimBatch(
         shard: { index: shard.shard_index, first_request: shard.first_request, requests: shard.requests },
       }),
       ...(backup && { backup: true as const }),
+      ...(copy && { copy: true as const }),
     },
     worker,
   }

@@ -39,7 +39,11 @@ export const workerRoutes = (deps: Deps & CatalogueState & CredentialState & Pol
     .post(
       '/poll',
       ({ principal, body, request }) =>
-        pollForJob(deps, principal, body.worker_id, body.wait_seconds, request.signal),
+        pollForJob(deps, principal, body.worker_id, body.wait_seconds, request.signal, {
+          spare: body.spare_gpu === true,
+          loaded: body.loaded_models ?? null,
+          inUse: body.models_in_use ?? null,
+        }),
       {
         worker: true,
         ...jsonBody(WorkerBodies.poll),

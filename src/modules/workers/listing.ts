@@ -22,13 +22,21 @@ export function toWorkerRows(deps: Deps, rows: ListedWorker[]) {
     gpu_utilization: w.gpu_utilization,
     loaded_models: w.loaded_models,
     current_job_id: w.current_job_id,
-    gpus: w.gpus.map((g) => ({
-      vendor: g.vendor,
-      name: g.name,
-      vram_gb: g.vram_gb,
-      driver: g.driver,
-      cuda: g.cuda,
-    })),
+    gpus: w.gpus.map((g, i) => {
+      // docs/api.md §7 (ext): the GPU's index and its memory as the last heartbeat reported it.
+      const index = g.gpu_index ?? i
+      const now = w.gpu_memory.find((m) => m.index === index)
+      return {
+        vendor: g.vendor,
+        name: g.name,
+        vram_gb: g.vram_gb,
+        driver: g.driver,
+        cuda: g.cuda,
+        index,
+        memory_used_gb: now?.memory_used_gb ?? null,
+        memory_total_gb: now?.memory_total_gb ?? null,
+      }
+    }),
     runtimes: w.runtimes.map((r) => {
       // docs/api.md §7: what the server counts this engine able to do (reported, else its default).
       const can = runtimeCapabilities(r.engine, r.capabilities)
@@ -47,6 +55,7 @@ export function toWorkerRows(deps: Deps, rows: ListedWorker[]) {
       w.model_stats,
       w.pull_failures,
       deps.clock.now(),
+      w.model_gpus,
     ),
     daemon_version: w.daemon_version,
     registered_at: w.registered_at,

@@ -1,7 +1,7 @@
 import type { WorkerRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import { takeableNeeds } from '../../domain/capabilities'
-import { type Catalogue, type Match, matchesFor, workerView } from '../../domain/matching'
+import { type Catalogue, fitOf, type Match, matchesFor, workerView } from '../../domain/matching'
 import type { WorkerPrincipal } from '../../domain/principal'
 import type { WorkerHosting } from '../../store/fleet'
 import { loadCatalogue } from './matching'
@@ -44,8 +44,8 @@ interface Kept {
   derived: WorkerMatches
 }
 
-/** What the predicate reads of the worker row besides its hosting (domain/matching.ts fitOf). */
-const fitOf = (w: WorkerRow) => `${w.org_id} ${w.last_heartbeat_at !== null} ${w.vram_total_gb}`
+/** What the predicate reads of the worker row besides its hosting: domain/matching.ts fitOf, as a key. */
+const fitKey = (w: WorkerRow) => JSON.stringify(fitOf(w))
 
 function derive(worker: WorkerRow, hosting: WorkerHosting, catalogue: Catalogue): WorkerMatches {
   const matches = matchesFor(workerView(worker, hosting), catalogue)
@@ -75,7 +75,7 @@ export class MatchCache {
    * the worker replaced it meanwhile): the caller reads it.
    */
   matches(worker: WorkerRow, hosting: WorkerHosting | null, catalogue: Catalogue): WorkerMatches | null {
-    const fit = fitOf(worker)
+    const fit = fitKey(worker)
     const kept = this.kept.get(worker.id)
     const same = kept?.seq === worker.hosting_seq ? kept : undefined
     if (same && same.fit === fit && same.catalogue === catalogue) return same.derived

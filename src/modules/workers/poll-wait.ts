@@ -1,6 +1,6 @@
 import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../../domain/principal'
-import { claimBatch, type Job } from './claim'
+import { claimBatch, type Job, NO_HINTS, type PollHints } from './claim'
 import { workerMatches } from './match-cache'
 import { type PullItem, pullModelsFor } from './pulls'
 import type { PollState, ServableModels } from './waiters'
@@ -30,10 +30,12 @@ export async function pollForJob(
   workerId: string,
   waitSeconds = 0,
   request?: AbortSignal,
+  /** docs/api.md §7 placement: what the poll says of the worker's models and GPUs now. */
+  hints: PollHints = NO_HINTS,
 ): Promise<PollAnswer> {
   const end = deps.pollWaiters.begin(workerId)
   try {
-    return await poll(deps, principal, workerId, waitSeconds, request)
+    return await poll(deps, principal, workerId, waitSeconds, request, hints)
   } finally {
     end()
   }
@@ -44,9 +46,10 @@ async function poll(
   principal: WorkerPrincipal,
   workerId: string,
   waitSeconds: number,
-  request?: AbortSignal,
+  request: AbortSignal | undefined,
+  hints: PollHints,
 ): Promise<PollAnswer> {
-  const first = await claimOrPull(deps, principal, workerId)
+  const first = await claimOrPull(deps, principal, workerId, hints)
   if (first.job || first.pull_models || waitSeconds <= 0) return first
   const signals = request ? [deps.shutdown.signal, request] : [deps.shutdown.signal]
   const deadline = performance.now() + waitSeconds * 1000
@@ -56,7 +59,7 @@ async function poll(
     const { models, mayPull } = await servable(deps, principal, workerId)
     if ((await deps.pollWaiters.wait(left, workerId, models, signals, mayPull)) === 'ended')
       return { job: null }
-    const again = await claimOrPull(deps, principal, workerId)
+    const again = await claimOrPull(deps, principal, workerId, hints)
     if (again.job || again.pull_models) return again
   }
 }
@@ -70,8 +73,9 @@ async function claimOrPull(
   deps: Deps & PollState,
   principal: WorkerPrincipal,
   workerId: string,
+  hints: PollHints,
 ): Promise<PollAnswer> {
-  const { job, worker } = await claimBatch(deps, principal, workerId)
+  const { job, worker } = await claimBatch(deps, principal, workerId, hints)
   if (job) return { job }
   // The heartbeat's gate (service.ts heartbeat), on the row the claim read: only an idle worker
   // that may download is asked, and any other poll reads nothing more.

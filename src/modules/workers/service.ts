@@ -107,6 +107,7 @@ export async function register(
       vram_gb: g.vram_gb,
       driver: g.driver ?? null,
       cuda: g.cuda ?? null,
+      gpu_index: g.index ?? null,
     })),
     models: [...models.values()],
     now: deps.clock.now(),
@@ -193,6 +194,8 @@ export async function heartbeat(
     concurrency: body.concurrency ?? null,
     loading_models: body.loading_models ?? [],
     model_stats: body.model_stats ?? null,
+    gpu_memory: body.gpus ?? null,
+    model_gpus: body.model_gpus ?? [],
     now: deps.clock.now(),
     cutoff: onlineCutoff(deps),
   })

@@ -58,6 +58,7 @@ const beatSql = (steady: string) =>
      uptime_seconds = coalesce($uptime_seconds, uptime_seconds),
      concurrency = coalesce($concurrency, concurrency),
      model_stats = coalesce($model_stats, model_stats), loading_models = $loading_models,
+     gpu_memory = coalesce($gpu_memory, gpu_memory), model_gpus = $model_gpus,
      loaded_models = $loaded_models, current_job_id = $current_job_id,
      last_heartbeat_at = $now, last_seen_at = $now
    WHERE id = $id AND org_id = $org_id ${steady}
@@ -196,6 +197,7 @@ const stmts = preparedOnce((db: Db) => {
         org_id: workers.org_id,
         last_heartbeat_at: workers.last_heartbeat_at,
         vram_total_gb: workers.vram_total_gb,
+        gpu_memory: workers.gpu_memory,
         last_seen_at: workers.last_seen_at,
       })
       .from(workers)
@@ -310,6 +312,8 @@ function beat(s: ReturnType<typeof stmts>, b: Beat): BeatAnswer | null {
     concurrency: b.concurrency ?? null,
     model_stats: b.model_stats ? JSON.stringify(b.model_stats) : null,
     loading_models: JSON.stringify(b.loading_models ?? []),
+    gpu_memory: b.gpu_memory ? JSON.stringify(b.gpu_memory) : null,
+    model_gpus: JSON.stringify(b.model_gpus ?? []),
     loaded_models: JSON.stringify(b.loaded_models),
     current_job_id: b.current_job_id,
     now: b.now,
@@ -557,6 +561,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
           last_seen_at: workers.last_seen_at,
           last_heartbeat_at: workers.last_heartbeat_at,
           vram_total_gb: workers.vram_total_gb,
+          gpu_memory: workers.gpu_memory,
           loading_models: workers.loading_models,
           shards: workers.shards,
         })

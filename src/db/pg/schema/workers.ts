@@ -10,7 +10,7 @@ import {
   text,
   unique,
 } from 'drizzle-orm/pg-core'
-import type { ModelStat } from '../../schema/workers'
+import type { GpuMemory, ModelGpus, ModelStat } from '../../schema/workers'
 import { jsonb } from '../jsonb'
 import { organizations } from './accounts'
 import { catalogEntries } from './catalogue'
@@ -59,6 +59,9 @@ export const workers = pgTable(
     // docs/api.md §7 heartbeat loading_models and model_stats, as last reported.
     loading_models: jsonb().$type<string[]>().notNull().default([]),
     model_stats: jsonb().$type<ModelStat[]>().notNull().default([]),
+    // docs/api.md §7 heartbeat gpus and model_gpus (ext): each GPU's memory, the GPUs of each loaded model.
+    gpu_memory: jsonb().$type<GpuMemory[]>().notNull().default([]),
+    model_gpus: jsonb().$type<ModelGpus[]>().notNull().default([]),
     registered_at: bigint({ mode: 'number' }).notNull(),
     last_heartbeat_at: bigint({ mode: 'number' }), // null = never heartbeated (docs/api.md §7 Poll rule 6)
     last_seen_at: bigint({ mode: 'number' }).notNull(), // liveness: register, heartbeat, model-progress
@@ -129,6 +132,8 @@ export const workerGpus = pgTable(
     vram_gb: doublePrecision(),
     driver: text(),
     cuda: text(),
+    // nvidia-smi's index (docs/api.md §7 registration gpus[].index, ext); null when not reported.
+    gpu_index: integer(),
   },
   (t) => [index('worker_gpus_worker').on(t.worker_id)],
 )
