@@ -101,8 +101,8 @@ const test = ['bun', 'test', '--timeout', '30000']
 // The PostgreSQL tier runs the suite with every test app on PostgreSQL, less what the SQLite tier
 // already runs on PostgreSQL or what touches no storage: test/store and test/cluster pick their
 // engines themselves, the browser tests, the daemon's own tests (all but its end-to-end run
-// against the server) and the terminal client's exercise the page, the daemon and the client, not
-// the engine. `bun run test:postgres`
+// against the server), the terminal client's and the libraries' (test/lib: blobs, the limiter on
+// its own SQLite) exercise the page, the daemon, the client and the libraries, not the engine. `bun run test:postgres`
 // still runs all of it.
 const SAME_ON_BOTH = [
   'test/store/',
@@ -111,6 +111,7 @@ const SAME_ON_BOTH = [
   'test/scripts/',
   'test/daemon/',
   'test/client/',
+  'test/lib/',
 ]
 // The terminal client's end-to-end tests run the compiled binary: in the tier that builds it.
 const BINARY_TESTS = 'test/client/binary.test.ts'
