@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, spyOn, test } from 'bun:test'
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -238,6 +238,93 @@ describe('HTTPS on the binary', () => {
       },
     )
     expect(ran.code).toBe(0)
+  })
+})
+
+describe('a renewal that cannot listen again', () => {
+  // Bun cannot swap a listener's certificate, so a renewal stops the listener and listens again on
+  // its port; if something took the port in that instant, the server retries at growing intervals,
+  // gives up after the last, and never listens again once it is stopped. Bun.serve is made to
+  // refuse as a taken port would, from the renewal on.
+  const refuseToListen = () =>
+    spyOn(Bun, 'serve').mockImplementation(() => {
+      throw Object.assign(new Error('Failed to start server. Is port in use?'), { code: 'EADDRINUSE' })
+    })
+
+  /** A TLS server of its own on `name`'s files, and the renewal of those files. */
+  async function renewing(name: string, relistenDelaysMs: number[]) {
+    const files = { cert: join(dir, `${name}-fullchain.pem`), key: join(dir, `${name}-privkey.pem`) }
+    const before = ca.issue(`${name}-before`)
+    copyFileSync(before.certFile, files.cert)
+    copyFileSync(before.keyFile, files.key)
+    const s = await startTestServer(
+      { TLS_CERT_FILE: files.cert, TLS_KEY_FILE: files.key, TLS_CHECK_SECONDS: '1', LOG_LEVEL: 'info' },
+      { relistenDelaysMs },
+    )
+    const renew = () => {
+      const after = ca.issue(`${name}-after`)
+      copyFileSync(after.keyFile, files.key)
+      copyFileSync(after.certFile, files.cert)
+    }
+    return { s, renew }
+  }
+
+  /** The server's "not listening" lines for `port`, in order. */
+  const notListening = (port: number) =>
+    capturedLogLines()
+      .filter((l) => l.includes('not listening: cannot listen again after the certificate renewal'))
+      .map((l) => JSON.parse(l))
+      .filter((r) => r.port === port)
+
+  test('the shutdown cancels the waiting retry: nothing listens after stop()', async () => {
+    const { s, renew } = await renewing('cancel', [300, 600])
+    const serve = refuseToListen()
+    try {
+      renew()
+      // Back-off: the first attempt failed at once and the next waits, growing.
+      await until('a retry waiting', () => notListening(s.port).length >= 1)
+      expect(notListening(s.port)[0]).toMatchObject({
+        level: 'error',
+        attempt: 1,
+        attempts: 3,
+        retry_in_ms: 300,
+      })
+      // The port is closed meanwhile: the log says so, and so does a connection.
+      expect(await fetch(`${s.url}/healthz`, { tls: { ca: rootPem } }).catch((e) => e.code)).toBe(
+        'ECONNREFUSED',
+      )
+      const waiting = notListening(s.port).at(-1)
+      const attempts = serve.mock.calls.length
+      expect((await s.stop()).drained).toBe(true)
+      // A timer set now, as long as the retry's wait, fires after it would have (timers of equal
+      // delay fire in the order they were set): by then, no attempt was made and nothing listens.
+      await new Promise((resolve) => setTimeout(resolve, waiting.retry_in_ms))
+      expect(serve.mock.calls.length).toBe(attempts)
+      expect(notListening(s.port)).toHaveLength(attempts)
+    } finally {
+      serve.mockRestore()
+      await s.stop()
+    }
+  })
+
+  test('the retries are bounded: after the last the server says it gave up and asks to be stopped', async () => {
+    const { s, renew } = await renewing('give-up', [20, 40])
+    const serve = refuseToListen()
+    try {
+      renew()
+      expect(await s.failed).toBe(`cannot listen on port ${s.port} again after the certificate renewal`)
+      expect(serve.mock.calls.length).toBe(3)
+      expect(
+        notListening(s.port).map((r) => [r.msg.split('; ')[1], r.attempt, r.retry_in_ms ?? null]),
+      ).toEqual([
+        ['retrying', 1, 20],
+        ['retrying', 2, 40],
+        ['giving up, stopping', 3, null],
+      ])
+    } finally {
+      serve.mockRestore()
+      await s.stop()
+    }
   })
 })
 
