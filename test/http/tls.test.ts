@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, spyOn, test } from 'bun:test'
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import { connect } from 'node:tls'
 import { ConfigError, loadConfig } from '../../src/config'
 import { HSTS } from '../../src/http/lifecycle'
 import { startServer } from '../../src/index'
@@ -207,8 +208,20 @@ describe('HTTPS on the binary', () => {
     expect(daemon.output()).not.toContain('clear text')
   })
 
-  test('a renewed certificate is served to the next connection; a pair that does not match yet is not', async () => {
+  test('a renewed certificate is served to the next connection, while an upload begun before finishes on the old one; a pair that does not match yet is not', async () => {
     expect(await servedFingerprint(server.port, rootPem)).toBe(first.fingerprint)
+    // An upload under way across the swap: its connection made on the first certificate, its
+    // handler running (it has asked the blob store for the file), half of its body sent.
+    const began = Promise.withResolvers<void>()
+    const create = spyOn(server.deps.blobs, 'create')
+    create.mockImplementation((id) => {
+      began.resolve()
+      create.mockRestore()
+      return server.deps.blobs.create(id)
+    })
+    const upload = heldUpload(server.port, chatLines(3, MODEL).join('\n') + '\n')
+    expect(await upload.fingerprint).toBe(first.fingerprint)
+    await began.promise
     const renewed = ca.issue('renewed')
     // Half a renewal: the new certificate, the old key. Refused, and the old pair stays served.
     const refusedBefore = refusals().length
@@ -224,6 +237,18 @@ describe('HTTPS on the binary', () => {
       'the new certificate served',
       async () => (await servedFingerprint(server.port, rootPem)) === renewed.fingerprint,
     )
+    // The upload's connection outlived its listener: the rest of the body goes, and the answer is
+    // the file, stored whole.
+    const answer = await upload.finish()
+    expect(answer.status).toBe(200)
+    expect(answer.body).toMatchObject({
+      object: 'file',
+      filename: 'across-the-swap.jsonl',
+      bytes: answer.sent,
+    })
+    const stored = await target().req('GET', `/v1/files/${answer.body.id}/content`, { token: apiKey })
+    expect(stored.status).toBe(200)
+    expect(stored.text).toBe(chatLines(3, MODEL).join('\n') + '\n')
     const res = await fetch(`${server.url}/healthz`, { tls: { ca: rootPem } })
     expect(res.status).toBe(200)
     // Everyone carries on: a batch runs end to end after the swap.
@@ -327,6 +352,63 @@ describe('a renewal that cannot listen again', () => {
     }
   })
 })
+
+/**
+ * POST /v1/files over a connection of its own, by hand: the head and the first half of the body
+ * are sent at once, the rest when finish() is called. `fingerprint` is the certificate that
+ * connection was served.
+ */
+function heldUpload(port: number, content: string) {
+  const boundary = 'gk-held-upload'
+  const form = [
+    `--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n`,
+    `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="across-the-swap.jsonl"\r\n`,
+    `Content-Type: application/jsonl\r\n\r\n${content}\r\n--${boundary}--\r\n`,
+  ].join('')
+  const body = Buffer.from(form)
+  const half = body.length >> 1
+  const socket = connect({ host: '127.0.0.1', port, servername: 'localhost', ca: rootPem })
+  const received: Buffer[] = []
+  socket.on('data', (chunk: Buffer) => received.push(chunk))
+  const ended = new Promise<void>((resolve, reject) => {
+    socket.on('end', resolve)
+    socket.on('close', () => resolve())
+    socket.on('error', reject)
+  })
+  const fingerprint = new Promise<string>((resolve, reject) => {
+    socket.once('secureConnect', () => {
+      socket.write(
+        [
+          'POST /v1/files HTTP/1.1',
+          'Host: localhost',
+          `Authorization: Bearer ${apiKey}`,
+          `Content-Type: multipart/form-data; boundary=${boundary}`,
+          `Content-Length: ${body.length}`,
+          'Connection: close',
+          '',
+          '',
+        ].join('\r\n'),
+      )
+      socket.write(body.subarray(0, half))
+      resolve(socket.getPeerCertificate().fingerprint256)
+    })
+    socket.once('error', reject)
+  })
+  return {
+    fingerprint,
+    async finish() {
+      socket.write(body.subarray(half))
+      await ended
+      const text = Buffer.concat(received).toString('utf8')
+      const [head = '', payload = ''] = text.split('\r\n\r\n')
+      return {
+        status: Number(head.split(' ')[1]),
+        body: JSON.parse(payload),
+        sent: Buffer.byteLength(content),
+      }
+    },
+  }
+}
 
 const refusals = () =>
   capturedLogLines()
