@@ -136,7 +136,8 @@ export async function startServer(
         everyMs: config.TLS_CHECK_SECONDS * 1000,
         // Bun cannot change a listening server's certificate (reload() ignores tls): the listener is
         // replaced on the same port, at once, while the one it replaces finishes what it answers.
-        // A connection arriving in the instant between the two is refused (clients retry).
+        // A connection arriving in the instant between the two is refused (clients try again:
+        // docs/deployment.md "TLS on the binary").
         renewed: (pair) => {
           if (closing) return
           // A renewal while an earlier one still waits to listen: this pair is the one to serve.
