@@ -81,12 +81,11 @@ for (const [kind, open] of storeEngines) {
       const owner = await newUser(h)
       const member = await newUser(h)
       const outsider = await newUser(h)
-      await h.store.accounts.createUser(
-        { ...newAccount(), password_hash: '' },
-        'Linked org',
-        SYSTEM_AUDIT,
-        { issuer: ISSUER, subject: 'linked', email: null },
-      )
+      await h.store.accounts.createUser({ ...newAccount(), password_hash: '' }, 'Linked org', SYSTEM_AUDIT, {
+        issuer: ISSUER,
+        subject: 'linked',
+        email: null,
+      })
       const team = await h.store.orgs.createTeamOrg('Lab', owner.id, 2, SYSTEM_AUDIT)
       const doomed = await h.store.orgs.createTeamOrg('Doomed', owner.id, 2, SYSTEM_AUDIT)
       for (const org of [team, doomed])
