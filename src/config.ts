@@ -2,6 +2,7 @@ import { join } from 'node:path'
 import { type Static, Type as T } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { parseStorageUrl } from './lib/blobs/s3'
+import { TrustedProxies } from './lib/client-address'
 
 // The one reader of process.env (ARCHITECTURE.md: config is parsed once, up front). Every variable of
 // docs/api.md §10 and the issues lives here with its default; a bad value stops the start with one
@@ -29,6 +30,11 @@ export const ConfigSchema = T.Object({
     1,
     86400,
     'How often TLS_CERT_FILE and TLS_KEY_FILE are checked for a renewed certificate, then served to new connections without a restart',
+  ),
+  TRUSTED_PROXIES: T.Optional(
+    Str(
+      "Comma-separated addresses and CIDR ranges of reverse proxies in front of the server, e.g. 127.0.0.1,10.0.0.0/8: a request from one of them is taken to come from the rightmost X-Forwarded-For address that is not one of them (audit entries, the login rate limit); unset = trust none, the connection's peer is the client",
+    ),
   ),
   DATA_DIR: Str('Directory for the database, uploaded files, the JWT secret and the mail outbox', './data'),
   DATABASE_PATH: T.Optional(Str('SQLite database file (default DATA_DIR/gridkeep.db)')),
@@ -99,7 +105,12 @@ export const ConfigSchema = T.Object({
   ),
   MAIL_FROM: Str('Sender address of mails', 'gridkeep <noreply@localhost>'),
   RESET_TOKEN_TTL_SECONDS: Int(3600, 60, 7 * 86400, 'Validity of a password reset token'),
-  RATE_LIMIT_LOGIN_PER_MINUTE: Int(10, 0, 1_000_000, 'Logins per email+IP per minute (0 = off)'),
+  RATE_LIMIT_LOGIN_PER_MINUTE: Int(
+    10,
+    0,
+    1_000_000,
+    'Logins per email and client address (see TRUSTED_PROXIES) per minute (0 = off)',
+  ),
   RATE_LIMIT_FORGOT_PER_HOUR: Int(5, 0, 1_000_000, 'Forgot-password requests per email per hour (0 = off)'),
   RATE_LIMIT_KEYS_PER_MINUTE: Int(10, 0, 1_000_000, 'API key creations per caller per minute (0 = off)'),
   MAX_UPLOAD_BYTES: Int(200 * MiB, 1, 64 * 1024 * MiB, 'Largest accepted file upload'),
@@ -283,6 +294,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(
       'invalid configuration: STORAGE_URL: expected s3://BUCKET or s3://BUCKET/PREFIX (a lowercase bucket name)',
     )
+  }
+  try {
+    TrustedProxies.parse(raw.TRUSTED_PROXIES)
+  } catch (error) {
+    throw new ConfigError(`invalid configuration: TRUSTED_PROXIES: ${(error as Error).message}`)
   }
   checkSignIn(raw)
   return {

@@ -25,7 +25,22 @@ export interface RunningServer {
   url: string
   /** Graceful stop; idempotent (every call returns the same promise). */
   stop(): Promise<StopOutcome>
+  /**
+   * Settles with why, if the server can no longer serve on its own (it could not listen again after
+   * a certificate renewal: RELISTEN_DELAYS_MS); the owner stops it. Never settles otherwise.
+   */
+  failed: Promise<string>
 }
+
+/**
+ * docs/deployment.md "TLS on the binary": the waits before each new attempt to listen when the port
+ * was taken in the instant a certificate renewal replaced the listener. Doubling, so a port held
+ * for a while is not hammered; about two minutes in all, then the server gives up and stops (a
+ * supervisor such as systemd's Restart=on-failure starts it again).
+ */
+export const RELISTEN_DELAYS_MS: readonly number[] = [
+  250, 500, 1000, 2000, 4000, 8000, 16_000, 30_000, 30_000, 30_000,
+]
 
 export interface StopOutcome {
   /** false when SHUTDOWN_TIMEOUT_SECONDS ran out and open connections were cut. */
@@ -38,7 +53,17 @@ export interface StopOutcome {
  */
 type StopLoop = () => unknown
 
-export async function startServer(config: Config, given?: Server): Promise<RunningServer> {
+export interface StartOptions {
+  /** The waits between attempts to listen again after a renewal (tests shorten them). */
+  relistenDelaysMs?: readonly number[]
+}
+
+export async function startServer(
+  config: Config,
+  given?: Server,
+  opts: StartOptions = {},
+): Promise<RunningServer> {
+  const relistenDelaysMs = opts.relistenDelaysMs ?? RELISTEN_DELAYS_MS
   setLogLevel(config.LOG_LEVEL)
   // Before the database is opened or migrated: a second server must not touch it at all.
   // PostgreSQL is shared by design (docs/api.md §12): several instances, no lock.
@@ -48,6 +73,14 @@ export async function startServer(config: Config, given?: Server): Promise<Runni
   let server: ReturnType<typeof Bun.serve>
   /** Listeners a certificate renewal replaced, finishing the requests they were answering. */
   const retired: { server: ReturnType<typeof Bun.serve>; drained: Promise<void> }[] = []
+  /** The next attempt to listen after a renewal found the port taken; cleared by the shutdown. */
+  let relisten: ReturnType<typeof setTimeout> | undefined
+  /** Set when the shutdown begins: nothing listens again after it. */
+  let closing = false
+  let fail!: (why: string) => void
+  const failed = new Promise<string>((resolve) => {
+    fail = resolve
+  })
   try {
     // docs/deployment.md "TLS on the binary": an unreadable or mismatched pair stops the start.
     const tls = config.TLS_CERT_FILE ? tlsPairOrConfigError(config) : null
@@ -94,6 +127,7 @@ export async function startServer(config: Config, given?: Server): Promise<Runni
       return app.server!
     }
     server = listen(config.PORT, tls)
+    const boundPort = server.port!
     if (tls) {
       log.info('serving HTTPS', { subject: tls.subject, not_after: tls.notAfter })
       const watch = watchTlsFiles({
@@ -102,24 +136,45 @@ export async function startServer(config: Config, given?: Server): Promise<Runni
         everyMs: config.TLS_CHECK_SECONDS * 1000,
         // Bun cannot change a listening server's certificate (reload() ignores tls): the listener is
         // replaced on the same port, at once, while the one it replaces finishes what it answers.
-        // A connection arriving in the instant between the two is refused (clients retry).
+        // A connection arriving in the instant between the two is refused (clients try again:
+        // docs/deployment.md "TLS on the binary").
         renewed: (pair) => {
+          if (closing) return
+          // A renewal while an earlier one still waits to listen: this pair is the one to serve.
+          clearTimeout(relisten)
+          relisten = undefined
           const old = server
-          // Read before the stop: a stopped server no longer says its port.
-          const port = old.port!
+          // The port first bound (config.PORT may be 0): a stopped listener no longer says it.
+          const port = boundPort
           const entry = { server: old, drained: old.stop(false) }
           retired.push(entry)
           void entry.drained.then(() => {
             const at = retired.indexOf(entry)
             if (at >= 0) retired.splice(at, 1)
           })
-          const again = () => {
+          const again = (attempt: number) => {
+            relisten = undefined
+            if (closing) return
             try {
               server = listen(port, pair, true)
             } catch (error) {
-              // The port was taken in that instant: keep trying, loudly.
-              log.error('cannot listen again after the certificate renewal; retrying in 1 s', { error })
-              setTimeout(again, 1000)
+              // The port was taken in that instant. Until it is free the server listens nowhere:
+              // each attempt says so, at growing intervals, and the last one gives up.
+              const wait = relistenDelaysMs[attempt]
+              const fields = { port, attempt: attempt + 1, attempts: relistenDelaysMs.length + 1, error }
+              if (wait === undefined) {
+                log.error(
+                  'not listening: cannot listen again after the certificate renewal; giving up, stopping',
+                  fields,
+                )
+                fail(`cannot listen on port ${port} again after the certificate renewal`)
+                return
+              }
+              log.error('not listening: cannot listen again after the certificate renewal; retrying', {
+                ...fields,
+                retry_in_ms: wait,
+              })
+              relisten = setTimeout(() => again(attempt + 1), wait)
               return
             }
             log.info('TLS certificate renewed: serving it to new connections', {
@@ -127,7 +182,7 @@ export async function startServer(config: Config, given?: Server): Promise<Runni
               not_after: pair.notAfter,
             })
           }
-          again()
+          again(0)
         },
         refused: (why) =>
           log.warn('TLS files changed but cannot be served yet; still serving the previous certificate', {
@@ -155,6 +210,10 @@ export async function startServer(config: Config, given?: Server): Promise<Runni
   let stopping: Promise<StopOutcome> | undefined
   const shutdown = async (): Promise<StopOutcome> => {
     const started = performance.now()
+    // A renewal waiting to listen again never does: the server is going away.
+    closing = true
+    clearTimeout(relisten)
+    relisten = undefined
     log.info('shutting down: draining requests', { timeout_seconds: config.SHUTDOWN_TIMEOUT_SECONDS })
     // Event streams watch this signal and end, so their connections can drain like any other.
     running.shutdown.abort()
@@ -191,6 +250,7 @@ export async function startServer(config: Config, given?: Server): Promise<Runni
       stopping ??= shutdown()
       return stopping
     },
+    failed,
   }
 }
 
@@ -291,6 +351,7 @@ export async function serve(env: Record<string, string | undefined> = process.en
     throw error
   }
   if (pending) stopAndExit(pending.reason, pending.code)
+  void running.failed.then((why) => stopAndExit(why, 1))
   return running
 }
 

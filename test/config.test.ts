@@ -128,6 +128,21 @@ describe('loadConfig', () => {
     expect(loadConfig({})).toMatchObject({ PASSWORD_LOGIN: true, OIDC_TIMEOUT_SECONDS: 10 })
   })
 
+  test('TRUSTED_PROXIES: unset trusts none; a list of addresses and CIDR ranges; anything else stops the start', () => {
+    expect(loadConfig({}).TRUSTED_PROXIES).toBeUndefined()
+    expect(loadConfig({ TRUSTED_PROXIES: '127.0.0.1, 10.0.0.0/8,fd00::/8' }).TRUSTED_PROXIES).toBe(
+      '127.0.0.1, 10.0.0.0/8,fd00::/8',
+    )
+    expect(() => loadConfig({ TRUSTED_PROXIES: '127.0.0.1,nginx.lab' })).toThrow(
+      new ConfigError(
+        'invalid configuration: TRUSTED_PROXIES: expected IP addresses or CIDR ranges separated by commas (got "nginx.lab")',
+      ),
+    )
+    expect(() => loadConfig({ TRUSTED_PROXIES: '10.0.0.0/40' })).toThrow(
+      /TRUSTED_PROXIES: .*"10\.0\.0\.0\/40"/,
+    )
+  })
+
   test('a bad secret value is never echoed back', () => {
     expect(() => loadConfig({ JWT_SECRET: 'tiny-secret' })).toThrow(/\*\*\*/)
     try {

@@ -80,7 +80,7 @@ function SignedIn({ path, token }: { path: string; token: string }) {
     )
   if (me.data.must_change_password) return <ChangePassword onChanged={me.reload} />
   const superadmin = me.data.platform_role === 'superadmin'
-  // docs/api.md §17: the audit log for superadmins and organizations' owners and admins.
+  // docs/api.md §11, §17: the audit log for everyone who may read an entry.
   const links = [
     ...NAV,
     ...(readsAudit(me.data) ? [['Audit', '/app/audit'] as const] : []),

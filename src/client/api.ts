@@ -103,6 +103,19 @@ export interface KeyRecord {
 
 const CALL_TIMEOUT_MS = 30_000
 
+/**
+ * docs/guide.md "The terminal client": a refused connection is tried once more after this long.
+ * The server refuses one for an instant when a renewed certificate replaces its listener
+ * (docs/deployment.md "TLS on the binary"); a server that is down is reported 0.25 s later.
+ */
+export const REFUSED_RETRY_MS = 250
+
+/** Whether fetch failed because nothing accepted the connection: the request reached no server. */
+const refused = (e: unknown) => {
+  const code = (e as { code?: string } | null)?.code
+  return code === 'ECONNREFUSED' || code === 'ConnectionRefused'
+}
+
 /** The answer was not 2xx: its status and the §0 envelope's code and message. */
 export class ApiFailure extends ClientError {
   constructor(
@@ -138,6 +151,8 @@ export interface Transport {
   ca?: string
   /** Said once per command when a credential would go out in clear text. */
   warn?: (text: string) => void
+  /** Hears a refused connection about to be tried again (tests; the command itself says nothing). */
+  retrying?: (method: string, path: string) => void
 }
 
 export class Api {
@@ -173,17 +188,24 @@ export class Api {
     if (sendsInClear(this.server))
       this.transport.warn?.(cleartextWarning('your key or password', this.server))
     let res: Response
-    try {
-      res = await fetch(this.server + path, {
-        method,
-        headers,
-        body,
-        signal,
-        duplex: 'half',
-        ...this.tls,
-      } as RequestInit)
-    } catch (e) {
-      throw this.transportFailure(e)
+    for (let attempt = 0; ; attempt++) {
+      try {
+        res = await fetch(this.server + path, {
+          method,
+          headers,
+          body,
+          signal,
+          duplex: 'half',
+          ...this.tls,
+        } as RequestInit)
+        break
+      } catch (e) {
+        // A refused connection delivered nothing, so sending the request again cannot make it
+        // happen twice, whatever its method; a streamed body (an upload) cannot be read twice.
+        if (attempt > 0 || !refused(e) || o.raw || signal.aborted) throw this.transportFailure(e)
+        this.transport.retrying?.(method, path)
+        await pause(REFUSED_RETRY_MS, this.interrupt)
+      }
     }
     if (res.ok) return res
     const text = await res.text().catch(() => '')

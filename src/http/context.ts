@@ -1,5 +1,6 @@
 import { type AuditContext, actorOf } from '../domain/audit'
 import { ANONYMOUS, type Principal } from '../domain/principal'
+import { TrustedProxies } from '../lib/client-address'
 
 // Per-request facts, from the request's arrival (src/http/lifecycle.ts) to its recording, keyed by
 // the Request so nothing leaks between requests and nothing needs cleaning up.
@@ -15,6 +16,10 @@ export interface RequestFacts {
   principal?: Principal
   /** The response was built carrying X-Request-Id (withRequestId); the lifecycle adds it to others. */
   idSent?: true
+  /** The server's TRUSTED_PROXIES, which decide what clientAddress reads. */
+  proxies: TrustedProxies
+  /** clientAddress's answer, once asked. */
+  client?: string | null
 }
 const facts = new WeakMap<Request, RequestFacts>()
 
@@ -26,12 +31,13 @@ const ID_PREFIX = `req_${crypto.randomUUID().replaceAll('-', '').slice(0, 16)}`
 let made = 0
 
 /** Echoes a well-formed client X-Request-Id, else makes one. */
-export function beginRequest(request: Request, startedMs: number): RequestFacts {
+export function beginRequest(request: Request, startedMs: number, proxies: TrustedProxies): RequestFacts {
   const given = request.headers.get('x-request-id')
   const f: RequestFacts = {
     id: given && CLIENT_ID.test(given) ? given : ID_PREFIX + (made++).toString(36),
     startedMs,
     credential: ANONYMOUS,
+    proxies,
   }
   facts.set(request, f)
   return f
@@ -65,24 +71,40 @@ export function pathOf(url: string): string {
   return url.slice(start, query < 0 ? undefined : query)
 }
 
-/** What a request's audit context reads of Elysia's server: the peer's address. */
+/** What a request's client address reads of Elysia's server: the peer's address. */
 export interface PeerAddress {
   requestIP(request: Request): { address: string } | null
+}
+
+/**
+ * The one answer to "which address is this request from" (docs/deployment.md "The client's address
+ * behind a proxy"), for the audit entry, the login rate limit and anything else that names the
+ * client: the connection's peer, or, when the peer is one of TRUSTED_PROXIES, the rightmost
+ * X-Forwarded-For address that is not (src/lib/client-address.ts). Null without a socket
+ * (app.handle in tests).
+ */
+export function clientAddress(request: Request, server: PeerAddress | null): string | null {
+  const f = facts.get(request)
+  if (f?.client !== undefined) return f.client
+  const peer = server?.requestIP(request)?.address ?? null
+  const proxies = f?.proxies ?? TrustedProxies.none
+  const client = proxies.clientAddress(peer, request.headers.get('x-forwarded-for'))
+  if (f) f.client = client
+  return client
 }
 
 const USER_AGENT_CHARS = 512
 
 /**
  * Who makes a change and from where, for its audit entry (docs/api.md §17): the principal the
- * route's auth level admitted, the socket's peer address (a reverse proxy's own address when there
- * is one in front), and the User-Agent, cut to 512 characters. Routes that change something pass it
- * to their service, as they pass the principal.
+ * route's auth level admitted, the client's address (clientAddress), and the User-Agent, cut to
+ * 512 characters. Routes that change something pass it to their service, as they pass the principal.
  */
 export function auditContext(request: Request, server: PeerAddress | null): AuditContext {
   const agent = request.headers.get('user-agent')
   return {
     actor: actorOf(facts.get(request)?.principal ?? ANONYMOUS),
-    ip: server?.requestIP(request)?.address ?? null,
+    ip: clientAddress(request, server),
     user_agent: agent === null ? null : agent.slice(0, USER_AGENT_CHARS),
   }
 }

@@ -1,5 +1,6 @@
 import type { HigherOrderFunction } from 'elysia/types'
 import type { Deps } from '../deps'
+import { TrustedProxies } from '../lib/client-address'
 import { log, logEnabled } from '../lib/logger'
 import { readCredential } from './auth'
 import { beginRequest, pathOf, type RequestFacts } from './context'
@@ -34,11 +35,13 @@ export interface RequestCount {
 }
 
 export function lifecycle(deps: Deps & RequestCount & CredentialState): HigherOrderFunction {
+  // Checked by loadConfig already; parsed once per app, not per request.
+  const proxies = TrustedProxies.parse(deps.config.TRUSTED_PROXIES)
   // Elysia calls this with its handler for every request, and calls what it returns.
   return (fn) => {
     const next = fn as unknown as Handle
     return (request: Request) => {
-      const facts = beginRequest(request, deps.clock.monotonicMs())
+      const facts = beginRequest(request, deps.clock.monotonicMs(), proxies)
       deps.requestsOpen++
       try {
         checkBodyHeaders(request)

@@ -1,14 +1,13 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, spyOn, test } from 'bun:test'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { networkInterfaces, tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { randomBase62 } from '../../src/lib/ids'
 import { startTestServer, type TestServer } from '../helpers/app'
-import { makePersonalKey, makeUser } from '../helpers/builders'
+import { type MadeUser, makePersonalKey, makeUser, makeWorkerKey } from '../helpers/builders'
 import { ownProcess } from '../helpers/children'
 import { chatLines } from '../helpers/daemon'
 import { startFakeRuntime } from '../helpers/fake-runtime'
-import { rememberSecret } from '../helpers/secrets'
+import { until } from '../helpers/until'
 import { spawnWorker } from '../helpers/worker-process'
 
 // The warning the terminal client and the worker daemon give, once, when a key would go to another
@@ -21,6 +20,7 @@ let server: TestServer
 let lan: string
 let loopback: string
 let apiKey: string
+let user: MadeUser
 
 /** This machine's first non-loopback IPv4 address. */
 function lanAddress(): string {
@@ -33,7 +33,7 @@ beforeAll(async () => {
   server = await startTestServer({ HOST: '0.0.0.0' })
   lan = `http://${lanAddress()}:${server.port}`
   loopback = `http://127.0.0.1:${server.port}`
-  const user = await makeUser(server)
+  user = await makeUser(server)
   apiKey = (await makePersonalKey(server, user)).key
 })
 
@@ -83,15 +83,25 @@ describe('a key in clear text', () => {
     expect(warnings(local.stderr)).toEqual([])
   })
 
-  test('the worker daemon says so once, at its start; not to this machine', async () => {
-    const key = `gk-${randomBase62(40)}`
-    rememberSecret(key)
+  test('the worker daemon says so once, at its start, however many calls it makes; not to this machine', async () => {
+    const key = (await makeWorkerKey(server, user, user.personalOrgId)).key
     const rt = startFakeRuntime({ models: ['m'] })
+    // The polls each worker makes, as the server sees them (its store is asked for the worker).
+    const polls = new Map<string, number>()
+    const fleet = server.deps.store.fleet
+    const original = fleet.findWorkerWithHosting.bind(fleet)
+    const seen = spyOn(fleet, 'findWorkerWithHosting')
+    seen.mockImplementation((id, ...rest) => {
+      polls.set(id, (polls.get(id) ?? 0) + 1)
+      return original(id, ...rest)
+    })
     const start = (serverUrl: string, name: string) =>
       spawnWorker(
         [
           '--server',
           serverUrl,
+          '--name',
+          name,
           '--runtime',
           'openai',
           '--runtime-url',
@@ -100,17 +110,25 @@ describe('a key in clear text', () => {
           join(dir, name),
           '--poll-interval',
           '0.05',
+          '--poll-wait',
+          '0',
         ],
         { PATH: process.env.PATH ?? '/usr/bin:/bin', HOME: dir, GRIDKEEP_WORKER_KEY: key },
         { outputDir: dir },
       )
-    const overLan = start(lan, 'lan')
-    const local = start(loopback, 'local')
+    const overLan = start(lan, 'cleartext-lan')
+    const local = start(loopback, 'cleartext-local')
     try {
-      // The key is not the server's: each daemon is refused at its first call, which it did send.
+      // Each daemon registers, heartbeats and polls again and again, every call carrying the key.
+      for (const name of ['cleartext-lan', 'cleartext-local'])
+        await until(`${name} registered, heartbeating and polling`, async () => {
+          const { rows } = await server.deps.store.fleet.listWorkers(user.personalOrgId, { limit: 100 })
+          const worker = rows.find((w) => w.name === name)
+          return worker && worker.last_heartbeat_at !== null && (polls.get(worker.id) ?? 0) >= 5
+        })
       for (const d of [overLan, local]) {
-        expect(await d.exited()).toBe(1)
-        expect(d.output()).toContain('rejected the worker key')
+        d.proc.kill('SIGTERM')
+        expect(await d.exited()).toBe(0)
       }
       const lines = warnings(overLan.output()).map((l) => JSON.parse(l))
       expect(lines).toHaveLength(1)
@@ -118,6 +136,9 @@ describe('a key in clear text', () => {
       expect(lines[0].msg).toStartWith(`sending the worker key to ${lan} in clear text`)
       expect(warnings(local.output())).toEqual([])
     } finally {
+      seen.mockRestore()
+      overLan.proc.kill('SIGKILL')
+      local.proc.kill('SIGKILL')
       await rt.stop()
     }
   })

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { createApp } from '../../src/app'
 import { createServer, type Server } from '../../src/compose'
 import { type Config, loadConfig } from '../../src/config'
-import { type RunningServer, startServer } from '../../src/index'
+import { type RunningServer, type StartOptions, startServer } from '../../src/index'
 import { type ManualClock, manualClock } from '../../src/lib/clock'
 import type { Mail, Mailer } from '../../src/lib/mailer'
 import { createPasswords } from '../../src/lib/passwords'
@@ -130,7 +130,7 @@ export interface TestServer extends RunningServer {
 /** A real listening server on 127.0.0.1 and a free port. */
 export async function startTestServer(
   env: Record<string, string> = {},
-  opts: { clock?: ManualClock; mailer?: Mailer } = {},
+  opts: { clock?: ManualClock; mailer?: Mailer } & StartOptions = {},
 ): Promise<TestServer> {
   const config = testConfig(env)
   const clock = opts.clock ?? manualClock()
@@ -138,7 +138,7 @@ export async function startTestServer(
   // With SMTP_URL set, the server's real nodemailer transport is used.
   const mailer = opts.mailer ?? (env.SMTP_URL ? undefined : mail)
   const deps = createServer(config, { clock, mailer, passwords: cheapPasswords() })
-  const running = await startServer(config, deps)
+  const running = await startServer(config, deps, opts)
   return {
     ...running,
     clock,

@@ -1,7 +1,8 @@
-import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
+import { afterAll, beforeAll, describe, expect, spyOn, test } from 'bun:test'
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import { connect } from 'node:tls'
 import { ConfigError, loadConfig } from '../../src/config'
 import { HSTS } from '../../src/http/lifecycle'
 import { startServer } from '../../src/index'
@@ -207,8 +208,20 @@ describe('HTTPS on the binary', () => {
     expect(daemon.output()).not.toContain('clear text')
   })
 
-  test('a renewed certificate is served to the next connection; a pair that does not match yet is not', async () => {
+  test('a renewed certificate is served to the next connection, while an upload begun before finishes on the old one; a pair that does not match yet is not', async () => {
     expect(await servedFingerprint(server.port, rootPem)).toBe(first.fingerprint)
+    // An upload under way across the swap: its connection made on the first certificate, its
+    // handler running (it has asked the blob store for the file), half of its body sent.
+    const began = Promise.withResolvers<void>()
+    const create = spyOn(server.deps.blobs, 'create')
+    create.mockImplementation((id) => {
+      began.resolve()
+      create.mockRestore()
+      return server.deps.blobs.create(id)
+    })
+    const upload = heldUpload(server.port, chatLines(3, MODEL).join('\n') + '\n')
+    expect(await upload.fingerprint).toBe(first.fingerprint)
+    await began.promise
     const renewed = ca.issue('renewed')
     // Half a renewal: the new certificate, the old key. Refused, and the old pair stays served.
     const refusedBefore = refusals().length
@@ -224,6 +237,18 @@ describe('HTTPS on the binary', () => {
       'the new certificate served',
       async () => (await servedFingerprint(server.port, rootPem)) === renewed.fingerprint,
     )
+    // The upload's connection outlived its listener: the rest of the body goes, and the answer is
+    // the file, stored whole.
+    const answer = await upload.finish()
+    expect(answer.status).toBe(200)
+    expect(answer.body).toMatchObject({
+      object: 'file',
+      filename: 'across-the-swap.jsonl',
+      bytes: answer.sent,
+    })
+    const stored = await target().req('GET', `/v1/files/${answer.body.id}/content`, { token: apiKey })
+    expect(stored.status).toBe(200)
+    expect(stored.text).toBe(chatLines(3, MODEL).join('\n') + '\n')
     const res = await fetch(`${server.url}/healthz`, { tls: { ca: rootPem } })
     expect(res.status).toBe(200)
     // Everyone carries on: a batch runs end to end after the swap.
@@ -240,6 +265,150 @@ describe('HTTPS on the binary', () => {
     expect(ran.code).toBe(0)
   })
 })
+
+describe('a renewal that cannot listen again', () => {
+  // Bun cannot swap a listener's certificate, so a renewal stops the listener and listens again on
+  // its port; if something took the port in that instant, the server retries at growing intervals,
+  // gives up after the last, and never listens again once it is stopped. Bun.serve is made to
+  // refuse as a taken port would, from the renewal on.
+  const refuseToListen = () =>
+    spyOn(Bun, 'serve').mockImplementation(() => {
+      throw Object.assign(new Error('Failed to start server. Is port in use?'), { code: 'EADDRINUSE' })
+    })
+
+  /** A TLS server of its own on `name`'s files, and the renewal of those files. */
+  async function renewing(name: string, relistenDelaysMs: number[]) {
+    const files = { cert: join(dir, `${name}-fullchain.pem`), key: join(dir, `${name}-privkey.pem`) }
+    const before = ca.issue(`${name}-before`)
+    copyFileSync(before.certFile, files.cert)
+    copyFileSync(before.keyFile, files.key)
+    const s = await startTestServer(
+      { TLS_CERT_FILE: files.cert, TLS_KEY_FILE: files.key, TLS_CHECK_SECONDS: '1', LOG_LEVEL: 'info' },
+      { relistenDelaysMs },
+    )
+    const renew = () => {
+      const after = ca.issue(`${name}-after`)
+      copyFileSync(after.keyFile, files.key)
+      copyFileSync(after.certFile, files.cert)
+    }
+    return { s, renew }
+  }
+
+  /** The server's "not listening" lines for `port`, in order. */
+  const notListening = (port: number) =>
+    capturedLogLines()
+      .filter((l) => l.includes('not listening: cannot listen again after the certificate renewal'))
+      .map((l) => JSON.parse(l))
+      .filter((r) => r.port === port)
+
+  test('the shutdown cancels the waiting retry: nothing listens after stop()', async () => {
+    const { s, renew } = await renewing('cancel', [300, 600])
+    const serve = refuseToListen()
+    try {
+      renew()
+      // Back-off: the first attempt failed at once and the next waits, growing.
+      await until('a retry waiting', () => notListening(s.port).length >= 1)
+      expect(notListening(s.port)[0]).toMatchObject({
+        level: 'error',
+        attempt: 1,
+        attempts: 3,
+        retry_in_ms: 300,
+      })
+      // The port is closed meanwhile: the log says so, and so does a connection.
+      expect(await fetch(`${s.url}/healthz`, { tls: { ca: rootPem } }).catch((e) => e.code)).toBe(
+        'ECONNREFUSED',
+      )
+      const waiting = notListening(s.port).at(-1)
+      const attempts = serve.mock.calls.length
+      expect((await s.stop()).drained).toBe(true)
+      // A timer set now, as long as the retry's wait, fires after it would have (timers of equal
+      // delay fire in the order they were set): by then, no attempt was made and nothing listens.
+      await new Promise((resolve) => setTimeout(resolve, waiting.retry_in_ms))
+      expect(serve.mock.calls.length).toBe(attempts)
+      expect(notListening(s.port)).toHaveLength(attempts)
+    } finally {
+      serve.mockRestore()
+      await s.stop()
+    }
+  })
+
+  test('the retries are bounded: after the last the server says it gave up and asks to be stopped', async () => {
+    const { s, renew } = await renewing('give-up', [20, 40])
+    const serve = refuseToListen()
+    try {
+      renew()
+      expect(await s.failed).toBe(`cannot listen on port ${s.port} again after the certificate renewal`)
+      expect(serve.mock.calls.length).toBe(3)
+      expect(
+        notListening(s.port).map((r) => [r.msg.split('; ')[1], r.attempt, r.retry_in_ms ?? null]),
+      ).toEqual([
+        ['retrying', 1, 20],
+        ['retrying', 2, 40],
+        ['giving up, stopping', 3, null],
+      ])
+    } finally {
+      serve.mockRestore()
+      await s.stop()
+    }
+  })
+})
+
+/**
+ * POST /v1/files over a connection of its own, by hand: the head and the first half of the body
+ * are sent at once, the rest when finish() is called. `fingerprint` is the certificate that
+ * connection was served.
+ */
+function heldUpload(port: number, content: string) {
+  const boundary = 'gk-held-upload'
+  const form = [
+    `--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n`,
+    `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="across-the-swap.jsonl"\r\n`,
+    `Content-Type: application/jsonl\r\n\r\n${content}\r\n--${boundary}--\r\n`,
+  ].join('')
+  const body = Buffer.from(form)
+  const half = body.length >> 1
+  const socket = connect({ host: '127.0.0.1', port, servername: 'localhost', ca: rootPem })
+  const received: Buffer[] = []
+  socket.on('data', (chunk: Buffer) => received.push(chunk))
+  const ended = new Promise<void>((resolve, reject) => {
+    socket.on('end', resolve)
+    socket.on('close', () => resolve())
+    socket.on('error', reject)
+  })
+  const fingerprint = new Promise<string>((resolve, reject) => {
+    socket.once('secureConnect', () => {
+      socket.write(
+        [
+          'POST /v1/files HTTP/1.1',
+          'Host: localhost',
+          `Authorization: Bearer ${apiKey}`,
+          `Content-Type: multipart/form-data; boundary=${boundary}`,
+          `Content-Length: ${body.length}`,
+          'Connection: close',
+          '',
+          '',
+        ].join('\r\n'),
+      )
+      socket.write(body.subarray(0, half))
+      resolve(socket.getPeerCertificate().fingerprint256)
+    })
+    socket.once('error', reject)
+  })
+  return {
+    fingerprint,
+    async finish() {
+      socket.write(body.subarray(half))
+      await ended
+      const text = Buffer.concat(received).toString('utf8')
+      const [head = '', payload = ''] = text.split('\r\n\r\n')
+      return {
+        status: Number(head.split(' ')[1]),
+        body: JSON.parse(payload),
+        sent: Buffer.byteLength(content),
+      }
+    },
+  }
+}
 
 const refusals = () =>
   capturedLogLines()

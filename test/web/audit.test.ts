@@ -5,10 +5,11 @@ import { startTestServer, type TestServer } from '../helpers/app'
 import { launchBrowser, openSession, signIn } from '../helpers/browser'
 import { makeSuperadmin, makeUser, makeWorkerKey } from '../helpers/builders'
 import { chromium, describeWith } from '../helpers/requires'
-import { until } from '../helpers/until'
+import { eventually, until } from '../helpers/until'
 
-// docs/api.md §11 Audit and §17: the audit log in the dashboard, for superadmins and the owners and
-// admins of a team organization, with the API's filters and its JSON lines export.
+// docs/api.md §11 Audit and §17: the audit log in the dashboard, for everyone who may read an entry
+// (superadmins; the owners and admins of any organization, a Personal Org included), with the API's
+// filters and its JSON lines export.
 
 // A real browser against a real server: slower than the suite's default on a shared machine.
 setDefaultTimeout(90_000)
@@ -32,7 +33,7 @@ describeWith(chromium, 'the Audit page, in a browser', () => {
     await server?.stop()
   })
 
-  test("an org owner reads the org's entries, filters them, and sees a bad filter's error beside it; a viewer has no Audit", async () => {
+  test("an org owner reads the org's entries, filters them, and sees a bad filter's error beside it; a viewer reads only their own Personal Org's", async () => {
     const owner = await makeUser(server, { full_name: 'Olga Owner' })
     const viewer = await makeUser(server)
     const org = (await server.req('POST', '/v1/orgs', { token: owner.token, body: { name: 'Audit Lab' } }))
@@ -49,13 +50,22 @@ describeWith(chromium, 'the Audit page, in a browser', () => {
     expect(
       (await server.req('DELETE', `/v1/orgs/${org}/api-keys/${key.id}`, { token: owner.token })).status,
     ).toBe(200)
+    // The viewer's own worker key, in their Personal Org.
+    const own = await makeWorkerKey(server, viewer, viewer.personalOrgId)
 
     const s = await openSession(browser, server.url)
     const { page } = s
     await page.goto(server.url)
+    // A viewer of the team owns their Personal Org: its entries are theirs, the team's are not.
     await signIn(page, viewer.email, viewer.password)
-    await nav(page).getByRole('link', { name: 'Usage' }).waitFor()
-    expect(await nav(page).getByRole('link', { name: 'Audit' }).count()).toBe(0)
+    await nav(page).getByRole('link', { name: 'Audit' }).click()
+    await page.getByText('in the organizations you own or administer (your Personal Org included)').waitFor()
+    await row(page, own.id).filter({ hasText: 'key.worker.created' }).waitFor()
+    expect(await page.getByRole('table', { name: 'Audit events' }).locator('tbody tr').count()).toBe(1)
+    expect(await page.getByLabel('Organization').locator('option').allTextContents()).toEqual([
+      'Any of mine',
+      "Test User's Personal Org",
+    ])
     await page.getByRole('button', { name: 'Sign out' }).click()
 
     await signIn(page, owner.email, owner.password)
@@ -69,13 +79,18 @@ describeWith(chromium, 'the Audit page, in a browser', () => {
 
     await page.getByLabel('Action').selectOption('key.worker.*')
     await page.getByRole('button', { name: 'Apply filters' }).click()
-    await row(page, 'key.worker.revoked').waitFor()
-    await row(page, 'org.created').waitFor({ state: 'detached' })
-    const actions = await page
-      .getByRole('table', { name: 'Audit events' })
-      .locator('tbody tr td:nth-child(2)')
-      .allTextContents()
-    expect(actions.sort()).toEqual(['key.worker.created', 'key.worker.revoked'])
+    // The table leaves while the filtered page loads (the old rows gone before the new ones come):
+    // the filtered rows are waited for, not the old ones' leaving.
+    await eventually(async () =>
+      expect(
+        (
+          await page
+            .getByRole('table', { name: 'Audit events' })
+            .locator('tbody tr td:nth-child(2)')
+            .allTextContents()
+        ).sort(),
+      ).toEqual(['key.worker.created', 'key.worker.revoked']),
+    )
 
     s.allowStatus(400)
     await page.getByLabel('Actor').fill('bob')

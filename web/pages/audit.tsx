@@ -51,12 +51,11 @@ export const auditOrgs = (me: Me) =>
   me.memberships.filter((m) => me.platform_role === 'superadmin' || m.role === 'owner' || m.role === 'admin')
 
 /**
- * Whether the navigation offers the page (docs/api.md §11): to superadmins and to the owners and
- * admins of a team organization. Everyone owns a Personal Org, whose few entries (its worker keys)
- * the page also shows to whoever opens it for a team.
+ * Whether the navigation offers the page (docs/api.md §11): to everyone who may read an entry
+ * (§17), superadmins and the owners and admins of any organization. Everyone owns their Personal
+ * Org, whose worker keys and workers are theirs to audit, so every user gets it.
  */
-export const readsAudit = (me: Me) =>
-  me.platform_role === 'superadmin' || auditOrgs(me).some((m) => !m.personal)
+export const readsAudit = (me: Me) => me.platform_role === 'superadmin' || auditOrgs(me).length > 0
 
 const errorFor = (error: unknown, param: string) =>
   error instanceof ApiError && error.param === param ? error.message : null
@@ -99,10 +98,18 @@ export function Audit({ me }: { me: Me }) {
         </button>
       }
     >
-      <p class="muted">
-        Who did what, when and from where: sign-ins, passwords, keys, members, users, the catalogue, deleted
-        files. Entries are never changed; they are kept for the server's AUDIT_RETENTION_DAYS.
-      </p>
+      {me.platform_role === 'superadmin' ? (
+        <p class="muted">
+          Who did what, when and from where: sign-ins, passwords, keys, members, users, the catalogue, deleted
+          files. Entries are never changed; they are kept for the server's AUDIT_RETENTION_DAYS.
+        </p>
+      ) : (
+        <p class="muted">
+          Who did what, when and from where, in the organizations you own or administer (your Personal Org
+          included): their worker keys, members and workers. Sign-ins, accounts, personal keys, the catalogue
+          and files are read by superadmins. Entries are never changed.
+        </p>
+      )}
       <form
         class="inline-form"
         aria-label="Audit filters"
