@@ -60,7 +60,12 @@ const documentMajor = (docs: number, questions: number) =>
 
 let n = 0
 /** A user's batch of `lines`, validated, and `workers` shard-capable workers of its model. */
-async function setup(t: TestApp, content: (model: string) => string[], workers = 1) {
+async function setup(
+  t: TestApp,
+  content: (model: string) => string[],
+  workers = 1,
+  capabilities: { shards?: boolean } = { shards: true },
+) {
   const f: Fleet = await makeFleet(t)
   const runtimeId = `prefix-model:${++n}`
   const entry = await makeCatalogEntry(t.deps, { runtime_model_id: runtimeId })
@@ -72,7 +77,7 @@ async function setup(t: TestApp, content: (model: string) => string[], workers =
       name: `gpu-${i}`,
       models: [runtimeId],
       max_concurrent_jobs: 4,
-      capabilities: { shards: true },
+      capabilities,
     })
     expect((await heartbeat(t, f.key, wid)).status).toBe(200)
     wids.push(wid)
@@ -107,6 +112,27 @@ describe('docs/api.md §6 the execution order is decided at validation and store
     // The file itself is unchanged.
     const file = await inputIds(s.t, s.f.key, `/v1/files/${s.batch.input_file_id}/content`)
     expect(file.slice(0, 4)).toEqual(['d0-q0', 'd1-q0', 'd2-q0', 'd3-q0'])
+  })
+
+  test('docs/api.md §7 input_path: a worker that did not declare shards gets SPEC §4’s plain path and runs the file order', async () => {
+    const s = await setup(app(), (m) => questionMajor(m, 4, 3), 1, {})
+    expect((await batchRow(s.t.deps, s.batch.id)).ordered).toBe(true)
+    const job = (await poll(s.t, s.f.key, s.workers[0]!))!
+    expect(job.job_id).toBe(s.batch.id)
+    expect(job.input_path).toBe(`/v1/files/${s.batch.input_file_id}/content`)
+    const ids = await inputIds(s.t, s.f.key, job.input_path)
+    expect(ids.slice(0, 4)).toEqual(['d0-q0', 'd1-q0', 'd2-q0', 'd3-q0'])
+    // Its results in the file order complete the batch: the output comes in the order it ran.
+    const res = await upload(
+      s.t,
+      s.f.key,
+      { job_id: job.job_id, worker_id: s.workers[0]!, assignment_id: job.assignment_id },
+      ids.map((id) => okLine(id)).join('\n'),
+    )
+    expect(res.status).toBe(200)
+    const batch = (await s.t.req('GET', `/v1/batches/${s.batch.id}`, { token: s.f.user.token })).body
+    expect(batch).toMatchObject({ status: 'completed', request_counts: { total: 12, completed: 12 } })
+    expect(await inputIds(s.t, s.f.user.token, `/v1/files/${batch.output_file_id}/content`)).toEqual(ids)
   })
 
   test('a batch whose order is the file’s stores none: the plain input_path', async () => {
