@@ -219,6 +219,44 @@ describe('docs/api.md §16 shards are runs of the execution order', () => {
     expect(output).toEqual(order)
   })
 
+  test('PREFIX_ORDER=false: a question-major batch split in several shards runs contiguous runs of the file order', async () => {
+    // 10 documents × 12 questions, question-major: the file order is not the trie walk's.
+    const s = await setup(app({ PREFIX_ORDER: 'false' }), (m) => questionMajor(m, 10, 12), 2)
+    expect((await batchRow(s.t.deps, s.batch.id)).ordered).toBe(false)
+    const file = await inputIds(s.t, s.f.user.token, `/v1/files/${s.batch.input_file_id}/content`)
+    const [w1, w2] = s.workers as [string, string]
+    const jobs: { worker: string; job: Job; ids: string[] }[] = []
+    for (let turn = 0; ; turn++) {
+      const worker = turn % 2 ? w2 : w1
+      const job = await poll(s.t, s.f.key, worker)
+      if (!job?.shard || job.backup) break
+      jobs.push({ worker, job, ids: await inputIds(s.t, s.f.key, job.input_path) })
+    }
+    expect(jobs.length).toBeGreaterThan(2)
+    // Each shard is the file's lines [first_request, first_request + requests), cut one after another.
+    let next = 0
+    for (const { job, ids } of jobs) {
+      expect(job.input_path).toBe(`/v1/files/${s.batch.input_file_id}/content?shard=${job.job_id}`)
+      expect(job.shard!.first_request).toBe(next)
+      expect(ids).toEqual(file.slice(next, next + job.shard!.requests))
+      next += job.shard!.requests
+    }
+    expect(next).toBe(120)
+    // Results uploaded in any order: the output file is the file order.
+    for (const { worker, job, ids } of [...jobs].reverse()) {
+      const res = await upload(
+        s.t,
+        s.f.key,
+        { job_id: job.job_id, worker_id: worker, assignment_id: job.assignment_id },
+        ids.map((id) => okLine(id)).join('\n'),
+      )
+      expect(res.status).toBe(200)
+    }
+    const batch = (await s.t.req('GET', `/v1/batches/${s.batch.id}`, { token: s.f.user.token })).body
+    expect(batch.status).toBe('completed')
+    expect(await inputIds(s.t, s.f.user.token, `/v1/files/${batch.output_file_id}/content`)).toEqual(file)
+  })
+
   test('a shard upload checks its custom_ids against its own lines of the order', async () => {
     const s = await setup(app(), (m) => questionMajor(m, 10, 12))
     const job = (await poll(s.t, s.f.key, s.workers[0]!))!
