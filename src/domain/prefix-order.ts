@@ -14,9 +14,9 @@
 // keyed at all: nothing it shares is worth a cache, and a batch of a million short lines pays nothing.
 //
 // The order is decided in two steps, with memory per line of fixed size and never the prompts. While
-// lines stream through validation, each keyed line's key is stored (its line number, where its key
-// starts, and 8 bytes a distinct level: 32 bytes for a 600-character prompt, at most 72); a line too
-// short to key stores nothing. At the end (finish) each line's parent and depth are found level by
+// lines stream through validation, each keyed line's key is stored (its line number, 4 bytes; how
+// many distinct levels its key has, 1 byte; and 8 bytes a distinct level: 29 bytes for a
+// 600-character prompt, at most 69); a line too short to key stores nothing. At the end (finish) each line's parent and depth are found level by
 // level over the stored keys: inserting the lines into the trie in file order, a line branches off
 // at the deepest node an earlier line made — that node's first line is its parent, the node's depth
 // its depth. A table entry is made only for a key a bit-array count says may occur twice, so the

@@ -355,6 +355,7 @@ describe('gridkeep submit', () => {
         error_file_id: expect.stringMatching(/^file-/),
         output,
         errors,
+        input_order: false,
       })
       const out = jsonl(output)
       const err = jsonl(errors)

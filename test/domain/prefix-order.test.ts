@@ -230,14 +230,14 @@ describe('the execution order (a trie walk)', () => {
     }
   })
 
-  test('memory: per keyed line its number, its key’s start and 8 bytes a distinct level; no table entry for a key that occurs once', () => {
+  test('memory: per keyed line its number, its key’s level count and 8 bytes a distinct level; no table entry for a key that occurs once', () => {
     const chunk = 2 ** 14 * 8
     // While lines stream in: 20,000 lines of 5,000 characters (100 MB of prompt) sharing their first
     // 5,000: 6 distinct levels a line (256 … 4,096 and the whole prompt).
     const order = new PrefixOrder()
     const doc = long('shared', 5000)
     for (let i = 0; i < 20_000; i++) order.add(`${doc} question ${i}`)
-    expect(order.bytes).toBeLessThanOrEqual(20_000 * (8 + 6 * 8) + 3 * chunk)
+    expect(order.bytes).toBeLessThanOrEqual(20_000 * (5 + 6 * 8) + 3 * chunk)
     expect(order.finish()).toBeNull()
     // 20,000 lines sharing nothing: at the end, 6 bytes a line (parent, depth, reach), the two bit
     // arrays (16 bits each a line, rounded up to a power of two) and a table for the few keys they let
@@ -245,7 +245,7 @@ describe('the execution order (a trie walk)', () => {
     const distinct = new PrefixOrder()
     for (let i = 0; i < 20_000; i++) distinct.add(long(`line ${i}`, 600))
     const streamed = distinct.bytes
-    expect(streamed).toBeLessThanOrEqual(20_000 * (8 + 3 * 8) + 3 * chunk)
+    expect(streamed).toBeLessThanOrEqual(20_000 * (5 + 3 * 8) + 3 * chunk)
     expect(distinct.finish()).toBeNull()
     const bits = 2 ** Math.ceil(Math.log2(16 * 20_000)) / 8
     expect(distinct.peakBytes - streamed).toBeLessThanOrEqual(20_000 * 6 + 2 * bits + 32_768)
