@@ -390,6 +390,20 @@ for (const w of workloads) {
       console.log(`  the plan for ${m}'s makespan: ${p.how.map((h, i) => `worker ${i}: ${h}`).join('; ')}`)
     }
 }
+// The late arrivals' goal (docs/api.md §7 Placement): loads within 1.25× of the plan that knew the
+// arrivals, without raising the makespan (÷ its lower bound, ≤ 1.15; and ÷ the plan's own at those
+// loads, printed beside it).
+const late = results.get('late')?.queue
+if (late) {
+  const ratio = late.makespanS / bound
+  const p = reference(plans.get('late')!, ratio)
+  const loads = late.loads / p.loads
+  const verdict = (ok: boolean) => (ok ? 'met' : 'NOT met')
+  console.log(
+    `late arrivals, placement: loads ÷ the plan that knew them ${loads.toFixed(2)}× (${late.loads} vs ${p.loads}; goal ≤ 1.25×: ${verdict(loads <= 1.25)}); ` +
+      `makespan ÷ lower bound ${ratio.toFixed(2)} (goal ≤ 1.15: ${verdict(ratio <= 1.15)}), ÷ the plan's at its loads ${(ratio / p.ratio).toFixed(2)}×`,
+  )
+}
 if (!process.env.BENCH_NO_STRAGGLER) {
   header('')
   line([

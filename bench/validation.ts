@@ -12,9 +12,11 @@
 //    validated while /proc/<pid>/status VmRSS is sampled every 50 ms. Target: peak < 100 MB
 //    above idle.
 // 4. Execution order by shared prefix (docs/api.md §6, PREFIX_ORDER): the validator's time with it
-//    and without (section 1's file), and a 1,000,000-line batch (MAX_REQUESTS_PER_BATCH raised) on a
-//    real server with and without it: validation time and peak RSS above idle. Targets: ≤ 1.3× the
-//    time, RSS within the figure without it.
+//    and without (section 1's file); PrefixOrder alone over a million keyed prompts (~600
+//    characters: sharing nothing, and documents × questions); and 1,000,000-line batches
+//    (MAX_REQUESTS_PER_BATCH and MAX_UPLOAD_BYTES raised) on a real server with and without it —
+//    ~200-byte lines (nothing keyed) and both keyed files: validation time and peak RSS above idle.
+//    Targets: ≤ 1.3× the time, RSS within the figure without it.
 
 import { Database } from 'bun:sqlite'
 import { mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync } from 'node:fs'
@@ -23,11 +25,13 @@ import { join, resolve } from 'node:path'
 import { createServer } from '../src/compose'
 import { loadConfig } from '../src/config'
 import { batches, catalogEntries, files, users } from '../src/db/schema'
+import { MIN_ORDERED_CHARS, PrefixOrder, promptParts } from '../src/domain/prefix-order'
 import { CompactIdSet } from '../src/lib/id-set'
 import { newId } from '../src/lib/ids'
 import { setLogLevel } from '../src/lib/logger'
+import { readLines } from '../src/lib/read-lines'
 import { validateBatch } from '../src/services/validator'
-import { chatInputFile } from './lib/input'
+import { chatInputFile, keyedInputFile } from './lib/input'
 
 const QUICK = process.env.BENCH_QUICK === '1'
 const LINES = QUICK ? 5_000 : 50_000
@@ -441,8 +445,10 @@ const path = await chatInputFile(LINES, TARGET_BYTES, MODEL)
 console.log(
   `input: ${path} (${fmt(statSync(path).size / MiB, 1)} MiB, ${LINES} lines)${QUICK ? ' [quick]' : ''}`,
 )
-// `--order`: section 4 alone.
-const ORDER_ONLY = process.argv.includes('--order')
+// `--order`: section 4 alone; `--keyed`: only its keyed workloads (PrefixOrder alone and the real
+// server's million keyed lines).
+const KEYED_ONLY = process.argv.includes('--keyed')
+const ORDER_ONLY = KEYED_ONLY || process.argv.includes('--order')
 if (!ORDER_ONLY) {
   await throughput(path)
   idTracking()
@@ -453,36 +459,106 @@ if (!ORDER_ONLY) {
 // 4. Execution order by shared prefix (docs/api.md §6)
 
 console.log('\n4. execution order by shared prefix (PREFIX_ORDER)')
-await orderCost(path)
+if (!KEYED_ONLY) await orderCost(path)
 const MILLION = QUICK ? 100_000 : 1_000_000
-const million = await chatInputFile(MILLION, MILLION * 200, MODEL)
-console.log(
-  `   a ${MILLION.toLocaleString('en')}-line batch (${fmt(statSync(million).size / MiB, 1)} MiB) on a real server:`,
-)
-// A million lines of this shape are 216 MiB: the upload cap is raised with the request cap.
-const big = { MAX_REQUESTS_PER_BATCH: String(MILLION), MAX_UPLOAD_BYTES: String(256 * MiB) }
 // Taking turns, three times each (the machine is shared): the median of each figure.
 const ROUNDS_1M = 3
-const runs: Record<'off' | 'on', { validateMs: number; cpuMs: number; peakAboveIdle: number }[]> = {
-  off: [],
-  on: [],
-}
-for (let round = 0; round < ROUNDS_1M; round++) {
-  // Which goes first alternates: a run's figures must not depend on the one before.
-  for (const side of round % 2 ? (['on', 'off'] as const) : (['off', 'on'] as const)) {
-    runs[side].push(
-      await serverMemory(million, {
-        env: { ...big, PREFIX_ORDER: String(side === 'on') },
-        label: side === 'on' ? 'prefix order     ' : 'PREFIX_ORDER=false',
-      }),
-    )
+/** The peak RSS above idle of validating a million-line batch before prefix order (MiB). */
+const PEAK_BEFORE_MIB = 224
+
+/**
+ * A batch of MILLION lines on a real server with prefix order and without, ROUNDS_1M runs each, which
+ * goes first alternating; the upload cap is raised with the request cap (`maxBytes`).
+ */
+async function million(path: string, what: string, maxBytes: number) {
+  console.log(
+    `   ${MILLION.toLocaleString('en')} lines, ${what} (${fmt(statSync(path).size / MiB, 1)} MiB), on a real server:`,
+  )
+  const big = { MAX_REQUESTS_PER_BATCH: String(MILLION), MAX_UPLOAD_BYTES: String(maxBytes) }
+  const runs: Record<'off' | 'on', { validateMs: number; cpuMs: number; peakAboveIdle: number }[]> = {
+    off: [],
+    on: [],
   }
+  for (let round = 0; round < ROUNDS_1M; round++) {
+    // A run's figures must not depend on the one before.
+    for (const side of round % 2 ? (['on', 'off'] as const) : (['off', 'on'] as const)) {
+      runs[side].push(
+        await serverMemory(path, {
+          env: { ...big, PREFIX_ORDER: String(side === 'on') },
+          label: side === 'on' ? 'prefix order     ' : 'PREFIX_ORDER=false',
+        }),
+      )
+    }
+  }
+  const median = (side: 'off' | 'on', key: 'validateMs' | 'cpuMs' | 'peakAboveIdle') =>
+    runs[side].map((r) => r[key]).sort((a, b) => a - b)[ROUNDS_1M >> 1]!
+  console.log(
+    `   with / without (medians of ${ROUNDS_1M}): time ${fmt(median('on', 'validateMs'))} vs ${fmt(median('off', 'validateMs'))} ms = ` +
+      `${fmt(median('on', 'validateMs') / median('off', 'validateMs'), 2)}×, server CPU ${fmt(median('on', 'cpuMs'))} vs ${fmt(median('off', 'cpuMs'))} ms = ` +
+      `${fmt(median('on', 'cpuMs') / median('off', 'cpuMs'), 2)}× (target ≤ 1.3×); peak RSS above idle ` +
+      `${fmt(median('on', 'peakAboveIdle'))} vs ${fmt(median('off', 'peakAboveIdle'))} MiB = ` +
+      `${fmt(median('on', 'peakAboveIdle') / median('off', 'peakAboveIdle'), 2)}× (target: within the figure without it, ` +
+      `and within the +${PEAK_BEFORE_MIB} MiB measured on a million lines before prefix order)`,
+  )
+  const time = median('on', 'cpuMs') / median('off', 'cpuMs')
+  const rss = median('on', 'peakAboveIdle')
+  console.log(
+    `   goals: time ≤ 1.3× ${time <= 1.3 ? 'met' : 'NOT met'} (server CPU); peak RSS ≤ +${PEAK_BEFORE_MIB} MiB ${rss <= PEAK_BEFORE_MIB ? 'met' : 'NOT met'}`,
+  )
 }
-const median = (side: 'off' | 'on', key: 'validateMs' | 'cpuMs' | 'peakAboveIdle') =>
-  runs[side].map((r) => r[key]).sort((a, b) => a - b)[ROUNDS_1M >> 1]!
-console.log(
-  `   with / without (medians of ${ROUNDS_1M}): time ${fmt(median('on', 'validateMs'))} vs ${fmt(median('off', 'validateMs'))} ms = ` +
-    `${fmt(median('on', 'validateMs') / median('off', 'validateMs'), 2)}×, server CPU ${fmt(median('on', 'cpuMs'))} vs ${fmt(median('off', 'cpuMs'))} ms = ` +
-    `${fmt(median('on', 'cpuMs') / median('off', 'cpuMs'), 2)}× (target ≤ 1.3×); peak RSS above idle ` +
-    `${fmt(median('on', 'peakAboveIdle'))} vs ${fmt(median('off', 'peakAboveIdle'))} MiB (target: within it)`,
-)
+
+// The footprint per line (docs/api.md §6 "Execution order": a fixed-size key a line, never the
+// prompt). While lines stream in, PrefixOrder holds 4 + 1 + 8 × levels bytes a keyed line — 29 for
+// these ~600-character prompts (levels 256, 512 and whole) — and nothing for a line of at most 256
+// characters; finish() adds 6 bytes a keyed line (parent, depth, reach) and two bit arrays of 16
+// bits a keyed line (rounded up to a power of two), then the walk's 8 bytes a line: measured 41
+// bytes a line at the most over these million lines (39.1 MiB). The order stored with the batch is
+// 12 bytes a line (docs/api.md §16 "The request-line index": a line's start, float64, and length,
+// uint32).
+
+/**
+ * PrefixOrder alone over a file's prompts: the time its add() calls take (each line parsed outside
+ * the timed part, none kept: a heap holding a million prompts would time the garbage collector) and
+ * its finish(), and the most bytes its arrays held (PrefixOrder.peakBytes).
+ */
+async function orderAlone(path: string, what: string) {
+  const order = new PrefixOrder()
+  let addMs = 0
+  let lines = 0
+  for await (const [, line] of readLines(Bun.file(path).stream(), MiB)) {
+    const parts = promptParts('/v1/chat/completions', JSON.parse(line).body, MIN_ORDERED_CHARS)
+    const t0 = performance.now()
+    order.add(parts)
+    addMs += performance.now() - t0
+    lines++
+  }
+  const t1 = performance.now()
+  const positions = order.finish()
+  const finishMs = performance.now() - t1
+  console.log(
+    `   PrefixOrder alone, ${what}: add ${fmt(addMs)} ms, finish ${fmt(finishMs)} ms; its arrays ${fmt(order.peakBytes / MiB, 1)} MiB at most ` +
+      `(${fmt(order.peakBytes / lines, 1)} bytes a line); ${positions ? 'an order of its own' : 'the file order'}`,
+  )
+}
+
+// The bench's chat file scaled to a million lines: ~200-byte lines, prompts under the 256 characters
+// that are keyed (docs/api.md §6), so nothing is keyed — a million short lines pay nothing.
+if (!KEYED_ONLY) {
+  const short = await chatInputFile(MILLION, MILLION * 200, MODEL)
+  await million(short, 'short prompts, none keyed', 256 * MiB)
+}
+// Keyed prompts of ~600 characters: none sharing anything, and documents × questions.
+for (const shape of ['distinct', 'shared'] as const) {
+  const keyed = await keyedInputFile(MILLION, shape, MODEL)
+  await orderAlone(keyed, shape === 'distinct' ? 'distinct prompts' : 'documents × questions')
+}
+for (const shape of ['distinct', 'shared'] as const) {
+  const keyed = await keyedInputFile(MILLION, shape, MODEL)
+  await million(
+    keyed,
+    shape === 'distinct'
+      ? '~600-character prompts sharing nothing'
+      : '~600-character prompts, documents × questions (20,000 × 50) question-major',
+    1024 * MiB,
+  )
+}

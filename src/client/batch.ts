@@ -1,7 +1,5 @@
-import { mkdtempSync, rmSync, statSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { type Api, ApiFailure, type Batch, type FileObject, Interrupted } from './api'
+import { statSync } from 'node:fs'
+import { type Api, type Batch, type FileObject, Interrupted } from './api'
 import {
   flag,
   listOption,
@@ -12,11 +10,10 @@ import {
   type Spec,
   stringOption,
 } from './args'
-import { ClientError, EXIT } from './exit'
+import { ClientError, EXIT, usageError } from './exit'
 import {
   batchEvent,
   checkWritable,
-  download,
   finish,
   followRun,
   followValidation,
@@ -26,7 +23,7 @@ import {
   showValidationError,
   validationSummary,
 } from './follow'
-import { InputOrder, writeInInputOrder } from './reorder'
+import { resultWriter } from './reorder'
 import { multipartUpload } from './upload'
 import {
   bar,
@@ -50,6 +47,7 @@ export interface Context {
 const RESULT_OPTIONS: Spec = {
   output: { value: true, short: 'o' },
   errors: { value: true },
+  'input-order': {},
 }
 const WAIT_OPTIONS: Spec = { ...RESULT_OPTIONS, interval: { value: true } }
 
@@ -61,12 +59,23 @@ export const SUBMIT_SPEC: Spec = {
 }
 export const WAIT_SPEC = WAIT_OPTIONS
 export const STATUS_SPEC: Spec = {}
-export const RESULTS_SPEC: Spec = { ...RESULT_OPTIONS, 'input-order': {} }
+export const RESULTS_SPEC: Spec = RESULT_OPTIONS
 
 const paths = (p: Parsed): ResultPaths => ({
   output: stringOption(p, 'output'),
   errors: stringOption(p, 'errors'),
+  inputOrder: flag(p, 'input-order'),
 })
+/**
+ * The result paths of `submit` and `wait`, which write files only when asked: --input-order orders
+ * the files -o and --errors write, so alone it is bad usage.
+ */
+function followedPaths(p: Parsed): ResultPaths {
+  const r = paths(p)
+  if (r.inputOrder && !r.output && !r.errors)
+    throw usageError('--input-order orders the files -o and --errors write: give one of them')
+  return r
+}
 const intervalMs = (p: Parsed) => numberOption(p, 'interval', 2, 0.1, 3600) * 1000
 
 /** How to pick the batch up again after Ctrl-C, with the same result paths. */
@@ -77,6 +86,7 @@ function resumeCommand(batchId: string, r: ResultPaths): string {
     batchId,
     ...(r.output ? ['-o', quote(r.output)] : []),
     ...(r.errors ? ['--errors', quote(r.errors)] : []),
+    ...(r.inputOrder ? ['--input-order'] : []),
   ].join(' ')
 }
 
@@ -140,7 +150,7 @@ async function upload(ctx: Context, path: string): Promise<FileObject> {
 export async function submit(p: Parsed, ctx: Context): Promise<number> {
   const { api, view } = ctx
   const [path] = positionals(p, ['FILE'])
-  const r = paths(p)
+  const r = followedPaths(p)
   const wait = flag(p, 'wait') || !!r.output || !!r.errors
   checkWritable(r)
   const interval = intervalMs(p)
@@ -207,7 +217,7 @@ export async function submit(p: Parsed, ctx: Context): Promise<number> {
 export async function wait(p: Parsed, ctx: Context): Promise<number> {
   const { api, view } = ctx
   const [batchId] = positionals(p, ['BATCH'])
-  const r = paths(p)
+  const r = followedPaths(p)
   checkWritable(r)
   const started = performance.now()
   try {
@@ -293,16 +303,15 @@ export async function results(p: Parsed, ctx: Context): Promise<number> {
     )
   // Without -o the output is the command's answer, on stdout.
   const output = r.output ?? '-'
-  const inputOrder = flag(p, 'input-order')
-  const reordered = inputOrder ? await inInputOrder(api, b) : null
-  const save = reordered?.save ?? download
+  const inputOrder = !!r.inputOrder
+  const writer = await resultWriter(api, b, inputOrder)
   let bytes: number
   let errorBytes: number | null
   try {
-    bytes = await save(api, b.output_file_id, output)
-    errorBytes = r.errors ? await save(api, b.error_file_id, r.errors) : null
+    bytes = await writer.save(b.output_file_id, output)
+    errorBytes = r.errors ? await writer.save(b.error_file_id, r.errors) : null
   } finally {
-    reordered?.close()
+    writer.close()
   }
   if (output !== '-') {
     view.event('done', {
@@ -318,47 +327,6 @@ export async function results(p: Parsed, ctx: Context): Promise<number> {
   if (r.errors && r.errors !== '-')
     view.warn(`errors written to ${r.errors} (${formatBytes(errorBytes ?? 0)})`)
   return EXIT.ok
-}
-
-/**
- * docs/api.md §6 "Output order": `save`, a `download` that writes a result file in the input's order
- * — the input is downloaded once (its custom_ids give the order), each result file to a scratch
- * copy, then rewritten in that order (src/client/reorder.ts). `close()` removes the scratch files.
- */
-async function inInputOrder(api: Api, b: Batch) {
-  const dir = mkdtempSync(join(tmpdir(), 'gridkeep-order-'))
-  const remove = () => rmSync(dir, { recursive: true, force: true })
-  let order: InputOrder
-  try {
-    const input = join(dir, 'input.jsonl')
-    try {
-      await download(api, b.input_file_id, input)
-    } catch (e) {
-      if (e instanceof ApiFailure && e.status === 404)
-        throw new ClientError(
-          EXIT.invalid,
-          `the input file ${b.input_file_id} of batch ${b.id} is gone: its order cannot be restored (the output's custom_ids still name each request)`,
-          { batch_id: b.id, input_file_id: b.input_file_id },
-        )
-      throw e
-    }
-    order = await InputOrder.read(input)
-    rmSync(input)
-  } catch (e) {
-    remove()
-    throw e
-  }
-  return {
-    async save(_api: Api, fileId: string | null, path: string) {
-      if (fileId === null) return download(api, null, path)
-      const raw = join(dir, 'result.jsonl')
-      await download(api, fileId, raw)
-      const bytes = await writeInInputOrder(order, raw, path)
-      rmSync(raw)
-      return bytes
-    },
-    close: remove,
-  }
 }
 
 function finishFailed(ctx: Context, b: Batch): Promise<number> {

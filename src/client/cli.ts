@@ -40,6 +40,8 @@ const JSON_NOTE = [
 const RESULT_NOTES = [
   '  -o, --output OUT   write the output file (OpenAI batch output lines) to OUT',
   '  --errors ERR       write the error file (failed requests) to ERR',
+  "  --input-order      write the lines in the input file's order, not the order the batch ran",
+  '                     (downloads the input too: it must still exist)',
 ]
 
 export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
@@ -90,7 +92,7 @@ export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
     summary: 'Upload a JSONL file, create a batch, follow it (--wait) to its results',
     spec: SUBMIT_SPEC,
     usage: [
-      'Usage: gridkeep submit FILE [--endpoint PATH] [--metadata KEY=VALUE]… [--wait] [-o OUT] [--errors ERR]',
+      'Usage: gridkeep submit FILE [--endpoint PATH] [--metadata KEY=VALUE]… [--wait] [-o OUT] [--errors ERR] [--input-order]',
       '',
       'Uploads FILE (streamed, with a progress bar), creates a batch from it and follows its',
       'validation: every error is printed with its line and field, and the true total. Without',
@@ -113,7 +115,7 @@ export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
     summary: 'Follow a batch until it is completed or failed',
     spec: WAIT_SPEC,
     usage: [
-      'Usage: gridkeep wait BATCH [-o OUT] [--errors ERR] [--interval SECONDS]',
+      'Usage: gridkeep wait BATCH [-o OUT] [--errors ERR] [--input-order] [--interval SECONDS]',
       '',
       'Follows the batch (validation, then the run) until it is completed or failed, then writes',
       'its files where asked. Ctrl-C stops following; the batch keeps running.',
@@ -153,7 +155,6 @@ export const CLIENT_COMMANDS: Record<string, ClientCommand> = {
       '',
       'Options:',
       ...RESULT_NOTES,
-      "  --input-order      write the lines in the input file's order (downloads the input too)",
       JSON_NOTE,
     ].join('\n'),
     run: { api: results },

@@ -1,9 +1,11 @@
-import { accessSync, constants, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { accessSync, constants } from 'node:fs'
 import { dirname, resolve } from 'node:path'
 import type { ValidationErrorEvent } from '../lib/batch-events'
 import { SseParser } from '../lib/sse'
 import { type Api, type Batch, pause } from './api'
+import { readBody } from './download'
 import { ClientError, EXIT } from './exit'
+import { resultWriter } from './reorder'
 import { formatCount, formatDuration, formatRate, RateMeter, timeLeft, type View } from './view'
 
 // Following a batch: its validation through the event stream (docs/api.md §6 Events), then its run
@@ -78,15 +80,6 @@ export async function followValidation(api: Api, view: View, batchId: string): P
   // batch holds the stored ones, in the order the stream sends them.
   for (const e of batch.errors.data.slice(shown)) showValidationError(view, batchId, e)
   return batch
-}
-
-/** A response body's chunks; a connection that breaks is a transport failure (or Ctrl-C). */
-async function* readBody(api: Api, res: Response): AsyncGenerator<Uint8Array> {
-  try {
-    for await (const chunk of res.body ?? []) yield chunk
-  } catch (e) {
-    throw api.transportFailure(e)
-  }
 }
 
 function parseEvent(data: string): any {
@@ -188,58 +181,11 @@ export async function followRun(api: Api, view: View, first: Batch, intervalMs: 
   }
 }
 
-/** Streams a file's content to `path` (through `path.part`, renamed when whole), or to stdout for `-`. */
-export async function download(api: Api, fileId: string | null, path: string): Promise<number> {
-  if (fileId === null) {
-    if (path !== '-') await Bun.write(path, '')
-    return 0
-  }
-  const res = await api.send('GET', `/v1/files/${encodeURIComponent(fileId)}/content`, { untimed: true })
-  const partial = `${path}.part`
-  let bytes = 0
-  if (path === '-') {
-    for await (const chunk of readBody(api, res)) {
-      bytes += chunk.byteLength
-      process.stdout.write(chunk)
-    }
-    return bytes
-  }
-  const cannotWrite = (e: unknown) =>
-    new ClientError(EXIT.invalid, `cannot write ${path}: ${(e as Error).message}`, { file: path })
-  let sink: ReturnType<ReturnType<typeof Bun.file>['writer']>
-  try {
-    // A FileSink writes over an existing file without truncating it: start from an empty one.
-    writeFileSync(partial, '')
-    sink = Bun.file(partial).writer({ highWaterMark: 1 << 20 })
-  } catch (e) {
-    throw cannotWrite(e)
-  }
-  try {
-    for await (const chunk of readBody(api, res)) {
-      bytes += chunk.byteLength
-      try {
-        sink.write(chunk)
-      } catch (e) {
-        throw cannotWrite(e)
-      }
-    }
-    try {
-      await sink.end()
-      renameSync(partial, path)
-    } catch (e) {
-      throw cannotWrite(e)
-    }
-  } catch (e) {
-    await Promise.resolve(sink.end()).catch(() => {})
-    rmSync(partial, { force: true })
-    throw e
-  }
-  return bytes
-}
-
 export interface ResultPaths {
   output?: string
   errors?: string
+  /** --input-order: the files written in the input's order (docs/api.md §6 "Output order"). */
+  inputOrder?: boolean
 }
 
 /** Checked before anything is uploaded or waited for: finding out after an hour's wait is too late. */
@@ -267,8 +213,15 @@ export async function finish(
 ): Promise<number> {
   const c = batch.request_counts
   if (batch.status === 'completed') {
-    if (paths.output) await download(api, batch.output_file_id, paths.output)
-    if (paths.errors) await download(api, batch.error_file_id, paths.errors)
+    if (paths.output || paths.errors) {
+      const writer = await resultWriter(api, batch, !!paths.inputOrder)
+      try {
+        if (paths.output) await writer.save(batch.output_file_id, paths.output)
+        if (paths.errors) await writer.save(batch.error_file_id, paths.errors)
+      } finally {
+        writer.close()
+      }
+    }
     view.event('done', {
       batch_id: batch.id,
       status: batch.status,
@@ -277,6 +230,7 @@ export async function finish(
       error_file_id: batch.error_file_id,
       output: paths.output ?? null,
       errors: paths.errors ?? null,
+      input_order: !!paths.inputOrder,
     })
     const took = formatDuration((performance.now() - startedMs) / 1000)
     view.say(

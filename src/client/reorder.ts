@@ -1,7 +1,12 @@
-import { closeSync, openSync, readSync, renameSync, rmSync, writeSync } from 'node:fs'
+import { closeSync, mkdtempSync, openSync, readSync, renameSync, rmSync, writeSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { LineSplitter } from '../lib/lines'
+import { type Api, ApiFailure, type Batch } from './api'
+import { download } from './download'
+import { ClientError, EXIT } from './exit'
 
-// `gridkeep results --input-order` (docs/api.md §6 "Output order"): a batch's output and error files
+// `--input-order` of `gridkeep results`, `wait` and `submit --wait` (docs/api.md §6 "Output order"): a batch's output and error files
 // come in its execution order, not its input's (OpenAI promises no order either; custom_id is the
 // key). This puts a downloaded result file back into the input's order: each input line's custom_id
 // is hashed (xxHash3, 53 bits) beside its position, sorted once; each result line is keyed by the
@@ -9,6 +14,8 @@ import { LineSplitter } from '../lib/lines'
 // read back one by one from the downloaded file. Memory: about 40 bytes a line, never a line's
 // text. A result line whose custom_id is not in the input (none, from the server) keeps its place
 // after the rest; two ids sharing a hash (about 1 in 10^4 for a million ids) could only swap places.
+// A line over MAX_LINE_BYTES (in the input or a result file) stops it with a clear message: left
+// out, its line would silently be missing or out of place.
 
 const MAX_LINE_BYTES = 64 * 1024 * 1024
 const decoder = new TextDecoder()
@@ -24,10 +31,29 @@ function customIdOf(bytes: Uint8Array): string | null {
 
 const hashOf = (id: string) => Number(Bun.hash.xxHash3(id) >> 11n)
 
-/** Every line of the file at `path`: its offset and length, as the splitter finds them. */
-async function eachLine(path: string, onLine: (line: Uint8Array, offset: number, length: number) => void) {
-  const splitter = new LineSplitter(MAX_LINE_BYTES, (line, _n, offset, length) => {
-    if (line) onLine(line, offset, length)
+/** A line the reordering cannot read whole (over MAX_LINE_BYTES): exit 3 (docs/guide.md "Exit codes"). */
+export class LineTooLong extends ClientError {
+  constructor(what: string, line: number) {
+    super(
+      EXIT.invalid,
+      `cannot restore the input's order: line ${line} of ${what} is longer than ${MAX_LINE_BYTES / 1024 / 1024} MiB; download it without --input-order (each line's custom_id names its request)`,
+      { line },
+    )
+  }
+}
+
+/**
+ * Every line of the file at `path` (`what` names it in an error): its offset and length, as the
+ * splitter finds them.
+ */
+async function eachLine(
+  path: string,
+  what: string,
+  onLine: (line: Uint8Array, offset: number, length: number) => void,
+) {
+  const splitter = new LineSplitter(MAX_LINE_BYTES, (line, n, offset, length) => {
+    if (line === null) throw new LineTooLong(what, n)
+    onLine(line, offset, length)
   })
   for await (const chunk of Bun.file(path).stream()) splitter.push(chunk)
   splitter.end()
@@ -48,10 +74,10 @@ export class InputOrder {
     private readonly positions: Uint32Array,
   ) {}
 
-  static async read(inputPath: string): Promise<InputOrder> {
+  static async read(inputPath: string, what = inputPath): Promise<InputOrder> {
     let hashes = new Float64Array(1024)
     let n = 0
-    await eachLine(inputPath, (line) => {
+    await eachLine(inputPath, what, (line) => {
       const id = customIdOf(line)
       if (id === null) return
       hashes = grown(hashes, n + 1)
@@ -82,14 +108,19 @@ export class InputOrder {
 
 /**
  * Writes the lines of the result file `from` to `to` (a path, or '-' for stdout) in the input's
- * order; returns the bytes written.
+ * order; returns the bytes written. `what` names `from` in an error.
  */
-export async function writeInInputOrder(order: InputOrder, from: string, to: string): Promise<number> {
+export async function writeInInputOrder(
+  order: InputOrder,
+  from: string,
+  to: string,
+  what = from,
+): Promise<number> {
   let n = 0
   let keys = new Float64Array(1024)
   let starts = new Float64Array(1024)
   let lengths = new Uint32Array(1024)
-  await eachLine(from, (line, offset, length) => {
+  await eachLine(from, what, (line, offset, length) => {
     keys = grown(keys, n + 1)
     starts = grown(starts, n + 1)
     lengths = grown(lengths, n + 1)
@@ -134,4 +165,54 @@ export async function writeInInputOrder(order: InputOrder, from: string, to: str
   }
   if (out !== 1) renameSync(partial, to)
   return written
+}
+
+/** How a completed batch's result files are written: `save(fileId, path)`; `close()` when done. */
+export interface ResultWriter {
+  save(fileId: string | null, path: string): Promise<number>
+  close(): void
+}
+
+/**
+ * The result files of batch `b` as the server serves them (in execution order), or with
+ * `inputOrder` in the input's (docs/api.md §6 "Output order"): the input is downloaded once (its
+ * custom_ids give the order; a batch's input file may have been deleted since, by its owner or by
+ * retention: exit 3, saying so), each result file to a scratch copy, then rewritten in that order.
+ * `close()` removes the scratch files.
+ */
+export async function resultWriter(api: Api, b: Batch, inputOrder: boolean): Promise<ResultWriter> {
+  if (!inputOrder) return { save: (fileId, path) => download(api, fileId, path), close() {} }
+  const dir = mkdtempSync(join(tmpdir(), 'gridkeep-order-'))
+  const remove = () => rmSync(dir, { recursive: true, force: true })
+  let order: InputOrder
+  try {
+    const input = join(dir, 'input.jsonl')
+    try {
+      await download(api, b.input_file_id, input)
+    } catch (e) {
+      if (e instanceof ApiFailure && e.status === 404)
+        throw new ClientError(
+          EXIT.invalid,
+          `the input file ${b.input_file_id} of batch ${b.id} is gone: its order cannot be restored (the output's custom_ids still name each request)`,
+          { batch_id: b.id, input_file_id: b.input_file_id },
+        )
+      throw e
+    }
+    order = await InputOrder.read(input, `the input file ${b.input_file_id}`)
+    rmSync(input)
+  } catch (e) {
+    remove()
+    throw e
+  }
+  return {
+    async save(fileId, path) {
+      if (fileId === null) return download(api, null, path)
+      const raw = join(dir, 'result.jsonl')
+      await download(api, fileId, raw)
+      const bytes = await writeInInputOrder(order, raw, path, `the result file ${fileId}`)
+      rmSync(raw)
+      return bytes
+    },
+    close: remove,
+  }
 }

@@ -13,13 +13,17 @@
 // collision would only misplace a line, never lose one. A prompt of at most 256 characters is not
 // keyed at all: nothing it shares is worth a cache, and a batch of a million short lines pays nothing.
 //
-// The order is computed online, as lines stream through validation, with memory per line of fixed
-// size (for a line that shares a prefix: its parent and its depth, 9 bytes; nothing for the others)
-// plus one table entry per distinct prefix node — never the prompts. Inserting the lines into the trie in file order, a line branches off at the deepest node an
-// earlier line made: that node's first line is its parent, the node's depth its depth. The trie's walk
-// with each node's children in order of first appearance is then this tree's walk with each line's
-// children taken deepest-shared first, then in file order (sorting the chunk-hash sequences and
-// walking them gives the same order, at eight hashes a line).
+// The order is decided in two steps, with memory per line of fixed size and never the prompts. While
+// lines stream through validation, each keyed line's key is stored (its line number, 4 bytes; how
+// many distinct levels its key has, 1 byte; and 8 bytes a distinct level: 29 bytes for a
+// 600-character prompt, at most 69); a line too short to key stores nothing. At the end (finish) each line's parent and depth are found level by
+// level over the stored keys: inserting the lines into the trie in file order, a line branches off
+// at the deepest node an earlier line made — that node's first line is its parent, the node's depth
+// its depth. A table entry is made only for a key a bit-array count says may occur twice, so the
+// nodes only one line reaches (most of them: every line's whole prompt, and every level of a line
+// that shares nothing) cost no entry. The trie's walk with each node's children in order of first
+// appearance is then this tree's walk with each line's children taken deepest-shared first, then in
+// file order (sorting the chunk-hash sequences and walking them gives the same order).
 
 /** Characters of the prompt each level of the key covers; the last level is the whole prompt. */
 export const PREFIX_LEVELS = [256, 512, 1024, 2048, 4096, 8192, 16384] as const
@@ -130,77 +134,141 @@ export function prefixKey(prompt: string | readonly string[], out = new Float64A
   return level + 1
 }
 
-/** No entry in the node table. */
-const NONE = 0xffffffff
+/** Elements a column chunk holds (a power of two). */
+const CHUNK_BITS = 14
+const CHUNK = 1 << CHUNK_BITS
+const IN_CHUNK = CHUNK - 1
 
 /**
- * The prefix trie's nodes met so far (a node's key → the first line that reached it): an open
- * addressing table of two typed arrays, doubled at half full.
+ * A column of numbers kept in chunks of CHUNK elements: appending never copies what it holds (a
+ * doubling array would hold the old and the new copy at once, 1.5× its size, at its last growth).
+ * The hot loops of finish() read `chunks` directly; one class per element type keeps each access
+ * of one kind.
  */
-class NodeTable {
-  private keys = new Float64Array(1 << 12)
-  private lines = new Uint32Array(1 << 12).fill(NONE)
-  private size = 0
+class Float64Column {
+  readonly chunks: Float64Array[] = []
+  length = 0
 
-  get(key: number): number {
-    const mask = this.keys.length - 1
-    for (let i = mix(key) & mask; ; i = (i + 1) & mask) {
-      const line = this.lines[i]!
-      if (line === NONE) return NONE
-      if (this.keys[i] === key) return line
-    }
-  }
-
-  set(key: number, line: number) {
-    if (2 * (this.size + 1) > this.keys.length) this.grow()
-    this.put(key, line)
-    this.size++
+  push(v: number) {
+    const c = this.length >>> CHUNK_BITS
+    if (c === this.chunks.length) this.chunks.push(new Float64Array(CHUNK))
+    this.chunks[c]![this.length++ & IN_CHUNK] = v
   }
 
   get bytes() {
-    return this.keys.byteLength + this.lines.byteLength
-  }
-
-  private put(key: number, line: number) {
-    const mask = this.keys.length - 1
-    let i = mix(key) & mask
-    while (this.lines[i] !== NONE) i = (i + 1) & mask
-    this.keys[i] = key
-    this.lines[i] = line
-  }
-
-  private grow() {
-    const { keys, lines } = this
-    this.keys = new Float64Array(keys.length * 2)
-    this.lines = new Uint32Array(keys.length * 2).fill(NONE)
-    for (let i = 0; i < keys.length; i++) if (lines[i] !== NONE) this.put(keys[i]!, lines[i]!)
+    return this.chunks.length * CHUNK * 8
   }
 }
 
-/** A slot for a key (its low 32 bits; the keys are hashes already). */
-const mix = (k: number) => k >>> 0
+class Uint32Column {
+  readonly chunks: Uint32Array[] = []
+  length = 0
 
-/** A growable typed array: `a`, or a copy twice as long when `need` passes its length. */
-function room<T extends Uint32Array | Uint8Array>(a: T, need: number): T {
-  if (need <= a.length) return a
-  const b = new (a.constructor as new (n: number) => T)(a.length * 2)
-  b.set(a)
-  return b
+  push(v: number) {
+    const c = this.length >>> CHUNK_BITS
+    if (c === this.chunks.length) this.chunks.push(new Uint32Array(CHUNK))
+    this.chunks[c]![this.length++ & IN_CHUNK] = v
+  }
+
+  at(i: number): number {
+    return this.chunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!
+  }
+
+  get bytes() {
+    return this.chunks.length * CHUNK * 4
+  }
+}
+
+class Uint8Column {
+  readonly chunks: Uint8Array[] = []
+  length = 0
+
+  push(v: number) {
+    const c = this.length >>> CHUNK_BITS
+    if (c === this.chunks.length) this.chunks.push(new Uint8Array(CHUNK))
+    this.chunks[c]![this.length++ & IN_CHUNK] = v
+  }
+
+  get bytes() {
+    return this.chunks.length * CHUNK
+  }
+}
+
+/** The smallest power of two that is at least `n` (and at least 1,024). */
+const pow2 = (n: number) => 2 ** Math.max(10, Math.ceil(Math.log2(Math.max(1, n))))
+
+/** A key's cell in the bit arrays: its high 32 bits (the table's slot takes its low ones). */
+const cellOf = (key: number) => (key / 2097152) >>> 0
+
+/**
+ * One level's prefix nodes met so far: key → the ordinal of its first line (open addressing, grown
+ * at half full). It holds only the keys the bit arrays let by, so it stays small unless many lines
+ * share many nodes.
+ */
+class LevelTable {
+  private keys = new Float64Array(1024)
+  private firsts = new Uint32Array(1024)
+  private size = 0
+
+  /** Empty again, keeping its arrays (a level has no more lines than the one before). */
+  clear() {
+    this.firsts.fill(0)
+    this.size = 0
+  }
+
+  /** The first line of `key`'s node, or -1 when this is the first (then `o` is stored as that). */
+  firstOr(key: number, o: number): number {
+    const mask = this.keys.length - 1
+    for (let s = key & mask; ; s = (s + 1) & mask) {
+      const entry = this.firsts[s]!
+      if (entry === 0) break
+      if (this.keys[s] === key) return entry - 1
+    }
+    if (2 * (this.size + 1) > this.keys.length) this.grow()
+    this.put(key, o + 1)
+    this.size++
+    return -1
+  }
+
+  get bytes() {
+    return this.keys.byteLength + this.firsts.byteLength
+  }
+
+  private put(key: number, entry: number) {
+    const mask = this.keys.length - 1
+    let s = key & mask
+    while (this.firsts[s] !== 0) s = (s + 1) & mask
+    this.keys[s] = key
+    this.firsts[s] = entry
+  }
+
+  private grow() {
+    const { keys, firsts } = this
+    this.keys = new Float64Array(keys.length * 2)
+    this.firsts = new Uint32Array(keys.length * 2)
+    for (let s = 0; s < keys.length; s++) if (firsts[s] !== 0) this.put(keys[s]!, firsts[s]!)
+  }
 }
 
 /**
  * The execution order of a batch, built line by line in file order (add), decided at the end
- * (finish). Memory: 9 bytes for each line that shares a prefix with an earlier one (its number, its
- * parent's, its depth), nothing for the others, and the node table; never a prompt.
+ * (finish). While lines stream in it holds, for each line whose prompt is keyed (over
+ * MIN_ORDERED_CHARS): its line number (4 bytes), how many distinct levels its key has (1 byte) and
+ * those levels (8 bytes each: 3 for a 600-character prompt, at most KEY_LEVELS); nothing for the
+ * other lines. It never holds a prompt, and there is no table of the prefix nodes while lines stream
+ * in.
  */
 export class PrefixOrder {
-  private child = new Uint32Array(256)
-  private parent = new Uint32Array(256)
-  private depth = new Uint8Array(256)
-  private shared = 0
-  private table: NodeTable | null = new NodeTable()
+  /** The keyed lines' key levels, one line after another. */
+  private keys: Float64Column | null = new Float64Column()
+  /** Keyed line (its ordinal among them) → how many levels its key has. */
+  private levels: Uint8Column | null = new Uint8Column()
+  /** Keyed line → its line number. */
+  private line: Uint32Column | null = new Uint32Column()
   private readonly key = new Float64Array(KEY_LEVELS)
   lines = 0
+  /** The most bytes its arrays held at once, finish() included (the benchmark prints it). */
+  peakBytes = 0
 
   /**
    * The next request line's prompt (promptParts, or whole), or null for a line without one; a line
@@ -210,105 +278,190 @@ export class PrefixOrder {
     const j = this.lines++
     if (prompt === null) return
     if ((typeof prompt === 'string' ? prompt.length : promptLength(prompt)) <= MIN_ORDERED_CHARS) return
-    const table = this.table!
     const levels = prefixKey(prompt, this.key)
-    let parent = NONE
-    let d = 0
-    for (; d < levels; d++) {
-      const first = table.get(this.key[d]!)
-      if (first === NONE) break
-      parent = first
-    }
-    for (let i = d; i < levels; i++) table.set(this.key[i]!, j)
-    if (d === 0) return
-    const k = this.shared++
-    this.child = room(this.child, k + 1)
-    this.parent = room(this.parent, k + 1)
-    this.depth = room(this.depth, k + 1)
-    this.child[k] = j
-    this.parent[k] = parent
-    this.depth[k] = d
+    const keys = this.keys!
+    this.line!.push(j)
+    this.levels!.push(levels)
+    for (let i = 0; i < levels; i++) keys.push(this.key[i]!)
   }
 
-  /** Bytes held now (the benchmark's figure). */
+  /** Bytes its arrays hold now (while lines stream in: the columns above). */
   get bytes() {
-    return this.child.byteLength + this.parent.byteLength + this.depth.byteLength + (this.table?.bytes ?? 0)
+    return (this.keys?.bytes ?? 0) + (this.levels?.bytes ?? 0) + (this.line?.bytes ?? 0)
   }
 
   /**
    * The execution order: position → line (0-based among the lines added), or null when it is the
    * file order (nothing to store). Call once, after the last line.
+   *
+   * A line's parent is the first line of the deepest prefix node it shares with an earlier line, its
+   * depth how many levels that node has: found level by level over the stored keys (a line shares
+   * level i with an earlier one only if it shares level i − 1, so each level looks only at the lines
+   * whose node one level up holds two lines or more). At each level a table of the level's nodes
+   * finds each line's first line; only the lines whose key a count of two in a bit array says may
+   * repeat go into it (one bit array marks the keys seen once, another those seen twice, 16 bits of
+   * each a line: about 6 % of keys that occur once pass by chance), so a batch whose prompts share
+   * nothing builds an almost empty table. The bit arrays and the table are made once and reused by
+   * every level (a level has no more lines than the one before).
    */
   finish(): Uint32Array | null {
-    this.table = null
-    const k = this.shared
-    return walkOrder(
-      this.lines,
-      this.child.subarray(0, k),
-      this.parent.subarray(0, k),
-      this.depth.subarray(0, k),
-    )
+    const line = this.line!
+    const { parent, depth } = this.parents()
+    // The keys are done with: the walk does not hold them.
+    this.keys = this.levels = null
+    const k = line.length
+    let shared = 0
+    for (let o = 0; o < k; o++) if (depth[o]) shared++
+    // The walk's arrays (walkOrder) beside the line numbers, parents and depths.
+    const walk = shared ? 4 * (k + 1) + 4 * shared + 4 * this.lines : 0
+    this.peakBytes = Math.max(this.peakBytes, line.bytes + 5 * k + walk)
+    const order = walkOrder(this.lines, line, parent, depth)
+    this.line = null
+    return order
   }
+
+  /**
+   * Each keyed line's parent (the ordinal of its parent among the keyed lines) and depth (0: it
+   * shares nothing with an earlier line).
+   */
+  private parents(): { parent: Uint32Array; depth: Uint8Array } {
+    const keyChunks = this.keys!.chunks
+    const levelChunks = this.levels!.chunks
+    const k = this.line!.length
+    this.peakBytes = Math.max(this.peakBytes, this.bytes)
+    const parent = new Uint32Array(k)
+    const depth = new Uint8Array(k)
+    // The levels in which each keyed line takes part so far: level i looks at the lines whose reach
+    // is i and whose key has more than i levels.
+    const reach = new Uint8Array(k)
+    const once = new Uint32Array(pow2(16 * k) >>> 5)
+    const twice = new Uint32Array(once.length)
+    const table = new LevelTable()
+    let members = k
+    for (let level = 0; level < KEY_LEVELS && members > 1; level++) {
+      // A cell of each bit array per key, of a width that follows the level's lines.
+      const mask = pow2(16 * members) - 1
+      once.fill(0, 0, (mask + 1) >>> 5)
+      twice.fill(0, 0, (mask + 1) >>> 5)
+      // The keys seen once, and twice or more: each line's key of this level, read in file order
+      // (`at`: where the line's key starts).
+      for (let o = 0, at = 0; o < k; o++) {
+        const levels = levelChunks[o >>> CHUNK_BITS]![o & IN_CHUNK]!
+        const i = at + level
+        at += levels
+        if (reach[o] !== level || levels <= level) continue
+        const c = cellOf(keyChunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!) & mask
+        const bit = 1 << (c & 31)
+        if (once[c >>> 5]! & bit) twice[c >>> 5]! |= bit
+        else once[c >>> 5]! |= bit
+      }
+      table.clear()
+      let next = 0
+      for (let o = 0, at = 0; o < k; o++) {
+        const levels = levelChunks[o >>> CHUNK_BITS]![o & IN_CHUNK]!
+        const i = at + level
+        at += levels
+        if (reach[o] !== level || levels <= level) continue
+        const key = keyChunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!
+        const c = cellOf(key) & mask
+        if (!(twice[c >>> 5]! & (1 << (c & 31)))) continue
+        const first = table.firstOr(key, o)
+        if (first < 0) continue
+        parent[o] = first
+        depth[o] = level + 1
+        reach[o] = level + 1
+        next++
+        if (reach[first] === level) {
+          reach[first] = level + 1
+          next++
+        }
+      }
+      this.peakBytes = Math.max(
+        this.peakBytes,
+        this.bytes + 6 * k + once.byteLength + twice.byteLength + table.bytes,
+      )
+      members = next
+    }
+    return { parent, depth }
+  }
+}
+
+/** What walkOrder reads of the keyed lines' numbers: a typed array, or a PrefixOrder column. */
+interface Lines {
+  readonly length: number
+  at(i: number): number | undefined
 }
 
 /**
- * The walk of the line tree over `n` lines, given the lines that share a prefix with an earlier one
- * (`child[i]`, in file order), each with its parent (the first line of the deepest prefix node it
- * shares with an earlier line) and its depth (how many key levels it shares with it); every other
- * line is a root. A line, then its children — the deepest-shared first, then in file order — each
- * followed by its own subtree; the roots in file order. Null when that is the file order.
+ * The walk of the line tree over `n` lines. `line[o]` is the number of the o-th keyed line (in file
+ * order), `depth[o]` how many key levels it shares with its parent `parent[o]` (an ordinal: the
+ * first line of the deepest prefix node it shares with an earlier line), 0 when it shares nothing;
+ * every line that is not a keyed line's child is a root. A line, then its children — the
+ * deepest-shared first, then in file order — each followed by its own subtree; the roots in file
+ * order. Null when that is the file order.
+ *
+ * A child shares more levels with its own children than with its parent (its parent first reached
+ * only the nodes below those), so the tree is at most KEY_LEVELS deep: the walk's stack is fixed.
+ * Memory: 4 bytes a keyed line for the children lists and their bounds, 4 bytes a line for the
+ * order, a bit a keyed line.
  */
 export function walkOrder(
   n: number,
-  child: Uint32Array,
+  line: Lines,
   parent: Uint32Array,
   depth: Uint8Array,
 ): Uint32Array | null {
-  const k = child.length
-  if (k === 0) return null
-  // Each line's children, deepest first, then in file order: the shared lines in that order (a
-  // counting sort by depth, stable), then placed under their parents.
-  const byDepth = new Uint32Array(k)
-  const perDepth = new Uint32Array(KEY_LEVELS + 2)
-  for (let i = 0; i < k; i++) perDepth[KEY_LEVELS - depth[i]!]!++
-  for (let d = 0, at = 0; d < perDepth.length; d++) {
-    const c = perDepth[d]!
-    perDepth[d] = at
-    at += c
+  const k = line.length
+  let shared = 0
+  for (let o = 0; o < k; o++) if (depth[o]) shared++
+  if (shared === 0) return null
+  // Each keyed line's children, deepest first, then in file order: the children counted under their
+  // parents, then placed from the back (by depth from the shallowest, in reverse file order), so
+  // that `bound[o]` ends as the start of o's children and `bound[o + 1]` as their end.
+  const bound = new Uint32Array(k + 1)
+  for (let o = 0; o < k; o++) if (depth[o]) bound[parent[o]!]!++
+  for (let o = 0, sum = 0; o <= k; o++) {
+    sum += bound[o]!
+    bound[o] = sum
   }
-  for (let i = 0; i < k; i++) byDepth[perDepth[KEY_LEVELS - depth[i]!]!++] = i
-  const start = new Uint32Array(n + 1)
-  for (let i = 0; i < k; i++) start[parent[i]! + 1]!++
-  for (let j = 0; j < n; j++) start[j + 1]! += start[j]!
-  const fill = start.slice(0, n)
-  const children = new Uint32Array(k)
-  const isChild = new Uint8Array(n)
-  for (const i of byDepth) {
-    children[fill[parent[i]!]!++] = child[i]!
-    isChild[child[i]!] = 1
-  }
-  // Depth-first from each root in file order, iteratively (a root and at most every shared line).
-  const stack = new Uint32Array(k + 1)
+  const children = new Uint32Array(shared)
+  for (let d = 1; d <= KEY_LEVELS; d++)
+    for (let o = k - 1; o >= 0; o--) if (depth[o] === d) children[--bound[parent[o]!]!] = o
+  // Depth-first from each root in file order: the lines that are no keyed line's child, keyed or not.
   const order = new Uint32Array(n)
+  const stack = new Uint32Array(KEY_LEVELS + 1)
+  const cursor = new Uint32Array(KEY_LEVELS + 1)
   let at = 0
   let identity = true
-  for (let root = 0; root < n; root++) {
-    if (isChild[root]) continue
+  let o = 0
+  const put = (j: number) => {
+    if (j !== at) identity = false
+    order[at++] = j
+  }
+  for (let j = 0; j < n; j++) {
+    const keyed = o < k && line.at(o) === j
+    if (!keyed) {
+      put(j)
+      continue
+    }
+    const root = o++
+    if (depth[root]) continue
+    put(j)
     let top = 0
-    stack[top++] = root
-    while (top > 0) {
-      const j = stack[--top]!
-      if (j !== at) identity = false
-      order[at++] = j
-      for (let c = start[j + 1]! - 1; c >= start[j]!; c--) stack[top++] = children[c]!
+    stack[0] = root
+    cursor[0] = bound[root]!
+    while (top >= 0) {
+      const c = cursor[top]!
+      if (c === bound[stack[top]! + 1]) {
+        top--
+        continue
+      }
+      cursor[top] = c + 1
+      const child = children[c]!
+      put(line.at(child)!)
+      stack[++top] = child
+      cursor[top] = bound[child]!
     }
   }
   return identity ? null : order
-}
-
-/** The execution order of prompts given whole (callers holding every prompt). */
-export function executionOrder(prompts: readonly (string | readonly string[] | null)[]): Uint32Array | null {
-  const o = new PrefixOrder()
-  for (const p of prompts) o.add(p)
-  return o.finish()
 }

@@ -355,6 +355,7 @@ describe('gridkeep submit', () => {
         error_file_id: expect.stringMatching(/^file-/),
         output,
         errors,
+        input_order: false,
       })
       const out = jsonl(output)
       const err = jsonl(errors)
@@ -609,11 +610,13 @@ describe('gridkeep audit', () => {
   })
 })
 
-describe('gridkeep results --input-order (docs/api.md §6 "Output order")', () => {
-  test('the files come in execution order; --input-order writes them in the input’s', async () => {
+describe('--input-order (docs/api.md §6 "Output order")', () => {
+  test('the files come in execution order; results, wait -o and submit --wait -o with --input-order write them in the input’s', async () => {
     const worker = daemon()
-    // 5 documents × 6 questions, question-major: the batch runs document-major, in shards.
+    // 5 documents × 6 questions, question-major: the batch runs document-major, in shards. Two
+    // requests fail, d1-q0 and d0-q3: the input has d1-q0 first, the execution order d0-q3.
     const doc = (d: number) => `Document ${d}. ${'It is about many things at once. '.repeat(20)}`
+    const failing = new Set(['d1-q0', 'd0-q3'])
     const lines: string[] = []
     for (let q = 0; q < 6; q++)
       for (let d = 0; d < 5; d++)
@@ -622,37 +625,100 @@ describe('gridkeep results --input-order (docs/api.md §6 "Output order")', () =
             custom_id: `d${d}-q${q}`,
             body: {
               model: SLUG,
-              messages: [{ role: 'user', content: `${doc(d)} Question ${q}${q === 2 ? ' #400' : ''}` }],
+              messages: [
+                {
+                  role: 'user',
+                  content: `${doc(d)} Question ${q}${failing.has(`d${d}-q${q}`) ? ' #400' : ''}`,
+                },
+              ],
             },
           }),
         )
     const ids = lines.map((l) => JSON.parse(l).custom_id as string)
+    const succeeded = ids.filter((x) => !failing.has(x))
     const input = inputFile('question-major.jsonl', lines)
+    const submitted = join(dir, 'submitted.jsonl')
+    const submittedErrors = join(dir, 'submitted-errors.jsonl')
     try {
-      const r = await runGridkeep(['submit', input, '--wait', '--interval', '0.1'], { env: keyed() })
+      const r = await runGridkeep(
+        [
+          'submit',
+          input,
+          '--wait',
+          '--interval',
+          '0.1',
+          '-o',
+          submitted,
+          '--errors',
+          submittedErrors,
+          '--input-order',
+        ],
+        { env: keyed() },
+      )
       expect(r.code).toBe(0)
+      expect(r.lines.at(-1)).toMatchObject({ event: 'done', output: submitted, input_order: true })
       const id = r.lines.find((l) => l.event === 'created').batch_id
       const plain = join(dir, 'plain.jsonl')
+      const plainErrors = join(dir, 'plain-errors.jsonl')
       const ordered = join(dir, 'ordered.jsonl')
       const orderedErrors = join(dir, 'ordered-errors.jsonl')
-      expect((await runGridkeep(['results', id, '-o', plain], { env: keyed() })).code).toBe(0)
+      expect(
+        (await runGridkeep(['results', id, '-o', plain, '--errors', plainErrors], { env: keyed() })).code,
+      ).toBe(0)
       const res = await runGridkeep(
         ['results', id, '-o', ordered, '--errors', orderedErrors, '--input-order'],
         { env: keyed() },
       )
       expect(res.code).toBe(0)
       expect(res.lines.at(-1)).toMatchObject({ event: 'done', output: ordered, input_order: true })
-      const succeeded = ids.filter((x) => !x.endsWith('-q2'))
-      // As the batch ran (document-major, each request as it finished), not in the input's order.
+      // As the batch ran (document-major, each request as it finished), not in the input's order:
+      // both files.
       const ran = jsonl(plain).map((l) => l.custom_id)
       expect(new Set(ran)).toEqual(new Set(succeeded))
       expect(ran).not.toEqual(succeeded)
-      // Restored: the input's order, in both files.
+      expect(jsonl(plainErrors).map((l) => l.custom_id)).toEqual(['d0-q3', 'd1-q0'])
+      // Restored: the input's order, in both files, by each command.
       expect(jsonl(ordered).map((l) => l.custom_id)).toEqual(succeeded)
-      expect(jsonl(orderedErrors).map((l) => l.custom_id)).toEqual(ids.filter((x) => x.endsWith('-q2')))
+      expect(jsonl(orderedErrors).map((l) => l.custom_id)).toEqual(['d1-q0', 'd0-q3'])
+      expect(readFileSync(submitted, 'utf8')).toBe(readFileSync(ordered, 'utf8'))
+      expect(readFileSync(submittedErrors, 'utf8')).toBe(readFileSync(orderedErrors, 'utf8'))
+      const waited = join(dir, 'waited.jsonl')
+      const w = await runGridkeep(['wait', id, '-o', waited, '--input-order'], { env: keyed() })
+      expect(w.code).toBe(0)
+      expect(readFileSync(waited, 'utf8')).toBe(readFileSync(ordered, 'utf8'))
       // To stdout as well.
       const out = await runGridkeep(['results', id, '--input-order'], { env: keyed() })
       expect(out.lines.map((l) => l.custom_id)).toEqual(succeeded)
+      // --input-order orders the files -o and --errors write: alone, wait has nothing to order.
+      const alone = await runGridkeep(['wait', id, '--input-order'], { env: keyed() })
+      expect(alone.code).toBe(2)
+      expect(alone.stderr).toContain('--input-order orders the files -o and --errors write')
+
+      // The input file deleted (its owner may, once the batch is finished): the order cannot be
+      // restored — exit 3 (invalid), saying which file is gone; nothing is written.
+      const batch = await getBatch(id)
+      const del = await server.req('DELETE', `/v1/files/${batch.input_file_id}`, { token: user.token })
+      expect(del.status).toBe(200)
+      const gone = join(dir, 'gone.jsonl')
+      for (const args of [
+        ['results', id, '-o', gone, '--input-order'],
+        ['wait', id, '-o', gone, '--input-order'],
+      ]) {
+        const g = await runGridkeep(args, { env: keyed() })
+        expect([args, g.code]).toEqual([args, 3])
+        expect(g.stderr).toContain(
+          `the input file ${batch.input_file_id} of batch ${id} is gone: its order cannot be restored`,
+        )
+        expect(g.lines.at(-1)).toMatchObject({
+          event: 'error',
+          exit_code: 3,
+          input_file_id: batch.input_file_id,
+        })
+        expect(existsSync(gone)).toBe(false)
+      }
+      // Without --input-order the results are still there, in execution order.
+      expect((await runGridkeep(['results', id, '-o', gone], { env: keyed() })).code).toBe(0)
+      expect(jsonl(gone).map((l) => l.custom_id)).toEqual(ran)
     } finally {
       await worker.stop()
     }

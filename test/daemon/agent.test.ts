@@ -279,6 +279,43 @@ describe('jobs', () => {
     expect(rt.maxInFlight).toBe(2)
   })
 
+  test('--engine llama.cpp: each request carries cache_prompt: true unless its line sets it; embeddings and other engines do not (docs/worker.md)', async () => {
+    const bodies: any[] = []
+    const { cp, rt } = setup({ llama: true, onRequest: (b) => bodies.push(b) })
+    const chat = (id: string, extra: object = {}) =>
+      JSON.stringify({
+        custom_id: id,
+        body: { model: 'catalogue-slug', messages: [{ role: 'user', content: id }], ...extra },
+      })
+    cp.addJob({
+      job_id: 'batch_chat',
+      input: [chat('a'), chat('b', { cache_prompt: false }), chat('c')].join('\n'),
+      model: MODEL,
+    })
+    cp.addJob({
+      job_id: 'batch_embed',
+      input: JSON.stringify({ custom_id: 'e', body: { model: 'catalogue-slug', input: 'embed me' } }),
+      model: MODEL,
+      endpoint: '/v1/embeddings',
+    })
+    const r = start(cp, rt, { engine: 'llama.cpp' })
+    await cp.waitFor(() => cp.uploads.length === 2, 'both uploads')
+    const byId = new Map(bodies.map((b) => [b.messages?.[0].content ?? 'e', b]))
+    expect(byId.get('a')).toMatchObject({ cache_prompt: true })
+    expect(byId.get('b')).toMatchObject({ cache_prompt: false })
+    expect(byId.get('c')).toMatchObject({ cache_prompt: true })
+    expect(byId.get('e')).toEqual({ model: MODEL, input: 'embed me' })
+    await stopAgent(r)
+
+    // The same lines on another engine go as written.
+    bodies.length = 0
+    cp.addJob({ job_id: 'batch_vllm', input: [chat('a'), chat('c')].join('\n'), model: MODEL })
+    start(cp, rt, { engine: 'vllm' })
+    await cp.waitFor(() => cp.uploads.length === 3, 'the upload')
+    expect(bodies).toHaveLength(2)
+    for (const b of bodies) expect(b).not.toHaveProperty('cache_prompt')
+  })
+
   test('a job for a model the runtime does not serve is reported as a failure', async () => {
     const { cp, rt } = setup()
     const job = cp.addJob({ job_id: 'batch_wrong', input: chatLines(3).join('\n'), model: 'not-served' })

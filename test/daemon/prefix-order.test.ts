@@ -130,3 +130,84 @@ test('a SIGKILLed daemon holding a shard of a prefix group: the rerun gets that 
   // Documents 0, 1 and 2, each group whole and together.
   expect(ids).toEqual([0, 1, 2].flatMap((d) => Array.from({ length: 10 }, (_, q) => `d${d}-q${q}`)))
 }, 60_000)
+
+test('--engine llama.cpp: the engine receives each shard’s requests in execution order, each with cache_prompt: true (docs/worker.md)', async () => {
+  const server = await startTestServer({ SHARD_MIN_REQUESTS: '10', SHARD_MAX_REQUESTS: '30' })
+  cleanups.push(() => server.stop())
+  const f = await makeFleet(server)
+  const entry = await makeCatalogEntry(server.deps, { runtime: 'openai', runtime_model_id: MODEL })
+  // 6 documents × 10 questions, question-major: two shards of 30, documents 0–2 and 3–5.
+  const lines: string[] = []
+  for (let q = 0; q < 10; q++)
+    for (let d = 0; d < 6; d++)
+      lines.push(
+        JSON.stringify({
+          custom_id: `d${d}-q${q}`,
+          body: { model: entry.id, messages: [{ role: 'user', content: `${doc(d)}\nQuestion ${q}?` }] },
+        }),
+      )
+  const batch = await makeBatch(server, f.user, jsonl(lines))
+  const token = f.user.token
+  // The request bodies as the engine received them, in order of arrival.
+  const received: { id: string; cache_prompt: unknown }[] = []
+  const rt = startFakeRuntime({
+    models: [MODEL],
+    llama: true,
+    slots: 1,
+    onRequest: (body) => {
+      const content: string = body.messages[0].content
+      const [, d] = /^Document (\d+)\./.exec(content)!
+      const [, q] = /Question (\d+)\?$/.exec(content)!
+      received.push({ id: `d${d}-q${q}`, cache_prompt: body.cache_prompt })
+    },
+  })
+  cleanups.push(() => rt.stop())
+  const proc = ownProcess(
+    Bun.spawn(
+      [
+        'bun',
+        CLI,
+        '--server',
+        server.url,
+        '--runtime',
+        'openai',
+        '--engine',
+        'llama.cpp',
+        '--runtime-url',
+        rt.url,
+      ],
+      {
+        env: {
+          ...process.env,
+          GRIDKEEP_WORKER_KEY: f.key,
+          GRIDKEEP_STATE_DIR: mkdtempSync(join(tmpdir(), 'gk-prefix-')),
+          GRIDKEEP_POLL_INTERVAL: '0.05',
+          GRIDKEEP_CONCURRENCY: '1',
+          GRIDKEEP_WORKER_NAME: 'llama',
+          GRIDKEEP_VRAM_GB: '24',
+        },
+        stdout: 'ignore',
+        stderr: 'ignore',
+      },
+    ),
+  )
+  cleanups.push(() => proc.kill('SIGKILL'))
+  await until(
+    'completed',
+    async () => (await server.req('GET', `/v1/batches/${batch.id}`, { token })).body.status === 'completed',
+  )
+  const shards = (await server.req('GET', `/v1/batches/${batch.id}/shards`, { token })).body.data
+  expect(
+    shards.map((s: { first_request: number; requests: number }) => [s.first_request, s.requests]),
+  ).toEqual([
+    [0, 30],
+    [30, 30],
+  ])
+  expect(received.map((r) => r.cache_prompt)).toEqual(lines.map(() => true))
+  // Each shard's requests (its worker may run both at once, interleaved) in its run of the
+  // execution order: its documents' groups whole, each in question order — not the file's order.
+  const group = (docs: number[]) => docs.flatMap((d) => Array.from({ length: 10 }, (_, q) => `d${d}-q${q}`))
+  const ofDocs = (docs: number[]) => received.map((r) => r.id).filter((id) => docs.includes(Number(id[1])))
+  expect(ofDocs([0, 1, 2])).toEqual(group([0, 1, 2]))
+  expect(ofDocs([3, 4, 5])).toEqual(group([3, 4, 5]))
+}, 60_000)

@@ -1,6 +1,5 @@
 import { describe, expect, test } from 'bun:test'
 import {
-  executionOrder,
   KEY_LEVELS,
   MIN_ORDERED_CHARS,
   PrefixOrder,
@@ -23,9 +22,43 @@ const chat = (...messages: { role: string; content: unknown }[]) =>
 const long = (seed: string, chars = 600) =>
   `${seed}: ${'lorem ipsum dolor sit amet '.repeat(chars / 27 + 1)}`.slice(0, chars)
 
-/** The file-order indexes of `items` in execution order (null: the file order). */
+/** The file-order indexes of `prompts` in execution order (null: the file order), as validation builds it. */
 const orderOf = (prompts: (string | readonly string[] | null)[]) => {
-  const o = executionOrder(prompts)
+  const order = new PrefixOrder()
+  for (const p of prompts) order.add(p)
+  const o = order.finish()
+  return o ? [...o] : null
+}
+
+/**
+ * The rule done the plain way, holding every key: the lines inserted into the trie of their keys in
+ * file order, each branching off at the deepest node an earlier line made (its first line the
+ * parent, its depth the depth), then walked.
+ */
+const reference = (prompts: (string | null)[]) => {
+  // Each node's first line, as its ordinal among the keyed lines.
+  const first = new Map<number, number>()
+  const line: number[] = []
+  const parent: number[] = []
+  const depth: number[] = []
+  prompts.forEach((p, j) => {
+    if (p === null || p.length <= MIN_ORDERED_CHARS) return
+    const o = line.length
+    const key = new Float64Array(KEY_LEVELS)
+    const levels = prefixKey(p, key)
+    let d = 0
+    while (d < levels && first.has(key[d]!)) d++
+    for (let i = d; i < levels; i++) first.set(key[i]!, o)
+    line.push(j)
+    parent.push(d ? first.get(key[d - 1]!)! : 0)
+    depth.push(d)
+  })
+  const o = walkOrder(
+    prompts.length,
+    Uint32Array.from(line),
+    Uint32Array.from(parent),
+    Uint8Array.from(depth),
+  )
   return o ? [...o] : null
 }
 
@@ -153,30 +186,74 @@ describe('the execution order (a trie walk)', () => {
   })
 
   test('walkOrder: a line, then its children deepest-shared first, each followed by its subtree', () => {
-    // 0 ← 2 (depth 1), 0 ← 3 (depth 2), 1 root, 1 ← 4 (depth 2), 2 ← 5 (depth 3).
-    const o = walkOrder(
-      6,
-      Uint32Array.from([2, 3, 4, 5]),
-      Uint32Array.from([0, 0, 1, 2]),
-      Uint8Array.from([1, 2, 2, 3]),
-    )
+    // Every line keyed: 0 ← 2 (depth 1), 0 ← 3 (depth 2), 1 root, 1 ← 4 (depth 2), 2 ← 5 (depth 3).
+    const all = Uint32Array.from([0, 1, 2, 3, 4, 5])
+    const o = walkOrder(6, all, Uint32Array.from([0, 0, 0, 0, 1, 2]), Uint8Array.from([0, 0, 1, 2, 2, 3]))
     expect([...o!]).toEqual([0, 3, 2, 5, 1, 4])
-    expect(walkOrder(3, Uint32Array.from([2]), Uint32Array.from([1]), Uint8Array.from([1]))).toBeNull()
+    // Lines 1, 4 and 6 not keyed (roots in place); keyed lines 0, 2, 3, 5, 7 (ordinals 0–4):
+    // 3 ← 5 (depth 1), 0 ← 7 (depth 2).
+    const some = walkOrder(
+      8,
+      Uint32Array.from([0, 2, 3, 5, 7]),
+      Uint32Array.from([0, 0, 0, 2, 0]),
+      Uint8Array.from([0, 0, 0, 1, 2]),
+    )
+    expect([...some!]).toEqual([0, 7, 1, 2, 3, 5, 4, 6])
+    expect(
+      walkOrder(3, Uint32Array.from([1, 2]), Uint32Array.from([0, 0]), Uint8Array.from([0, 1])),
+    ).toBeNull()
     expect(walkOrder(1_000, new Uint32Array(0), new Uint32Array(0), new Uint8Array(0))).toBeNull()
   })
 
-  test('memory: 9 bytes a line that shares a prefix, none for the others, and a table entry per distinct prefix node', () => {
+  test('the same order as the trie built line by line, on random nested groups', () => {
+    // A deterministic generator: prompts built of shared pieces of several lengths, so lines share
+    // 0 to several levels, with exact duplicates, short lines and lines without a prompt.
+    let seed = 7
+    const rand = (n: number) => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31
+      return seed % n
+    }
+    const pieces = Array.from({ length: 6 }, (_, i) =>
+      long(`piece ${i}`, [200, 300, 700, 1500, 90, 2600][i]!),
+    )
+    for (let round = 0; round < 20; round++) {
+      const prompts = Array.from({ length: 300 }, () => {
+        if (rand(20) === 0) return null
+        if (rand(20) === 0) return `short ${rand(5)}`
+        let p = ''
+        for (let parts = 1 + rand(4); parts > 0; parts--) p += pieces[rand(pieces.length)]
+        return rand(3) === 0 ? p : `${p} tail ${rand(50)}`
+      })
+      const order = orderOf(prompts)
+      expect(order).not.toBeNull()
+      expect(order).toEqual(reference(prompts))
+    }
+  })
+
+  test('memory: per keyed line its number, its key’s level count and 8 bytes a distinct level; no table entry for a key that occurs once', () => {
+    const chunk = 2 ** 14 * 8
+    // While lines stream in: 20,000 lines of 5,000 characters (100 MB of prompt) sharing their first
+    // 5,000: 6 distinct levels a line (256 … 4,096 and the whole prompt).
     const order = new PrefixOrder()
     const doc = long('shared', 5000)
     for (let i = 0; i < 20_000; i++) order.add(`${doc} question ${i}`)
-    // 20,000 lines of 5,000 characters (100 MB of prompt): the 5 levels every line shares are 5
-    // nodes; each line adds its own whole-prompt node.
-    expect(order.bytes).toBeLessThan(2 * 20_000 * 9 + 4 * 20_000 * 12 + 64 * 1024)
+    expect(order.bytes).toBeLessThanOrEqual(20_000 * (5 + 6 * 8) + 3 * chunk)
     expect(order.finish()).toBeNull()
+    // 20,000 lines sharing nothing: at the end, 6 bytes a line (parent, depth, reach), the two bit
+    // arrays (16 bits each a line, rounded up to a power of two) and a table for the few keys they let
+    // by — a table for every key would be 262,144 bytes.
+    const distinct = new PrefixOrder()
+    for (let i = 0; i < 20_000; i++) distinct.add(long(`line ${i}`, 600))
+    const streamed = distinct.bytes
+    expect(streamed).toBeLessThanOrEqual(20_000 * (5 + 3 * 8) + 3 * chunk)
+    expect(distinct.finish()).toBeNull()
+    const bits = 2 ** Math.ceil(Math.log2(16 * 20_000)) / 8
+    expect(distinct.peakBytes - streamed).toBeLessThanOrEqual(20_000 * 6 + 2 * bits + 32_768)
     // Lines too short to order cost nothing but their count.
     const short = new PrefixOrder()
     for (let i = 0; i < 100_000; i++) short.add(`line ${i}`)
-    expect(short.bytes).toBe(new PrefixOrder().bytes)
+    expect(short.bytes).toBe(0)
     expect(short.finish()).toBeNull()
+    expect(short.peakBytes).toBe(0)
   })
 })

@@ -155,4 +155,104 @@ describe('docs/api.md §16 a joiner that dies or stalls leaves nothing behind', 
     expect(renewals).toEqual([false])
     await joinedOnce(s)
   })
+
+  test('a long copy renews its lease as it goes: past several leases mid-part, the join is never due to another', async () => {
+    const s = await splitBatch(app())
+    const { queue } = s.t.deps.store
+    let joining = false
+    const take = queue.takeJoin
+    queue.takeJoin = (r) => {
+      joining = true
+      return take(r)
+    }
+    // The join reads each part in pieces of 16 bytes (a part of many chunks).
+    const read = s.t.deps.blobs.read.bind(s.t.deps.blobs)
+    s.t.deps.blobs.read = async (key) => {
+      const part = await read(key)
+      if (!part || !joining) return part
+      const pieces = (async function* () {
+        for await (const chunk of part)
+          for (let i = 0; i < chunk.length; i += 16) yield chunk.subarray(i, i + 16)
+      })()
+      return new ReadableStream<Uint8Array>({
+        async pull(c) {
+          const next = await pieces.next()
+          if (next.done) c.close()
+          else c.enqueue(next.value)
+        },
+      })
+    }
+    // Each piece the join writes takes half a lease; after each, whether another could take the join.
+    const due: string[][] = []
+    let writes = 0
+    const create = s.t.deps.blobs.create.bind(s.t.deps.blobs)
+    s.t.deps.blobs.create = (key) => {
+      const writer = create(key)
+      if (!joining) return writer
+      return {
+        ...writer,
+        write: async (chunk) => {
+          await writer.write(chunk)
+          writes++
+          s.t.clock.advance(JOIN_LEASE_SECONDS / 2)
+          due.push(await queue.joinsDue(s.t.clock.now()))
+        },
+      }
+    }
+    const started = s.t.clock.now()
+    expect((await s.uploadLast()).status).toBe(200)
+    // The first part alone took several leases' time; the lease never lapsed.
+    expect(writes).toBeGreaterThan(3 * 6)
+    expect(s.t.clock.now() - started).toBeGreaterThan(3 * JOIN_LEASE_SECONDS)
+    expect(due.filter((d) => d.length > 0)).toEqual([])
+    await joinedOnce(s)
+  })
+})
+
+describe('docs/api.md §16 a join whose completion fails leaves no half state', () => {
+  test('completeSplit throws before it commits: the shard is stored, the join is taken again once the lease lapses, the output is there once', async () => {
+    const s = await splitBatch(app())
+    const { queue } = s.t.deps.store
+    const complete = queue.completeSplit
+    let calls = 0
+    queue.completeSplit = async (r) => {
+      if (++calls === 1) throw new Error('storage error: the connection broke')
+      return complete(r)
+    }
+    expect((await s.uploadLast()).status).toBe(200)
+    expect(calls).toBe(1)
+    expect((await batchRow(s.t.deps, s.batchId)).status).toBe('in_progress')
+    // Its files are written and nothing refers to them: the lease lists them (the parts stay too).
+    expect((await strayBlobs(s.t.deps)).length).toBe(4)
+    // Until its lease lapses the join is no one else's: the sweeper's pass leaves it.
+    expect(await queue.joinsDue(s.t.clock.now())).toEqual([])
+    s.t.clock.advance(JOIN_LEASE_SECONDS)
+    expect(await queue.joinsDue(s.t.clock.now())).toEqual([s.batchId])
+    await sweep(s.t.deps)
+    expect(calls).toBe(2)
+    await joinedOnce(s)
+  })
+
+  test('completeSplit commits, then throws (the answer lost): the batch is completed once; the sweeper removes only the parts', async () => {
+    const s = await splitBatch(app())
+    const { queue } = s.t.deps.store
+    const complete = queue.completeSplit
+    let calls = 0
+    queue.completeSplit = async (r) => {
+      const done = await complete(r)
+      if (++calls === 1) throw new Error('storage error: the answer was lost')
+      return done
+    }
+    expect((await s.uploadLast()).status).toBe(200)
+    const completed = await batchRow(s.t.deps, s.batchId)
+    expect(completed.status).toBe('completed')
+    // The three parts are left, listed in the lease for whoever takes it next.
+    expect((await strayBlobs(s.t.deps)).length).toBe(3)
+    s.t.clock.advance(JOIN_LEASE_SECONDS)
+    await sweep(s.t.deps)
+    // Nothing joined again: the same files, and no second completion.
+    expect(calls).toBe(1)
+    expect((await batchRow(s.t.deps, s.batchId)).output_file_id).toBe(completed.output_file_id)
+    await joinedOnce(s)
+  })
 })

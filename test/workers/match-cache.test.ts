@@ -1,4 +1,6 @@
 import { afterAll, describe, expect, test } from 'bun:test'
+import { MATCH_CACHE_WORKERS, MatchCache } from '../../src/modules/workers/match-cache'
+import { loadCatalogue } from '../../src/modules/workers/matching'
 import { makeTestApp } from '../helpers/app'
 import {
   heartbeat,
@@ -94,5 +96,64 @@ describe('docs/api.md §7 a poll keeps what it derived from its worker', () => {
     expect(await poll(t, f.key, wid)).toBeNull()
     expect((await heartbeat(t, f.key, wid, { inventory: [inventoryItem('fourth:1')] })).status).toBe(200)
     expect((await poll(t, f.key, wid))?.job_id).toBe(big.id)
+  })
+})
+
+describe('the kept matches are bounded: the least recently polled worker goes first', () => {
+  test('many distinct workers: never more kept than the capacity; the last used stay, the others are derived again', async () => {
+    const f = await makeFleet(t)
+    await makeCatalogEntry(t.deps, { runtime_model_id: 'bounded:1' })
+    const wid = await registerWorker(t, f.key, { models: ['bounded:1'] })
+    expect((await heartbeat(t, f.key, wid)).status).toBe(200)
+    const { worker, hosting } = (await t.deps.store.fleet.findWorkerWithHosting(wid))!
+    const catalogue = await loadCatalogue(t.deps)
+    const cache = new MatchCache(8)
+    const as = (id: string) => ({ ...worker, id })
+    // 1,000 worker ids, each polling once; `steady` polls between every two of them.
+    for (let i = 0; i < 1_000; i++) {
+      expect(cache.matches(as(`w-${i}`), hosting!, catalogue)).not.toBeNull()
+      expect(cache.matches(as('steady'), i === 0 ? hosting! : null, catalogue)).not.toBeNull()
+      expect(cache.size).toBeLessThanOrEqual(8)
+    }
+    expect(cache.size).toBe(8)
+    // Kept: `steady` (used last) and the last 7 ids; the first ones went.
+    expect(cache.seqOf('steady')).toBe(worker.hosting_seq)
+    for (let i = 993; i < 1_000; i++) expect(cache.seqOf(`w-${i}`)).toBe(worker.hosting_seq)
+    expect(cache.seqOf('w-992')).toBeUndefined()
+    expect(cache.seqOf('w-0')).toBeUndefined()
+    // A worker that went, asked without its hosting: null, so the poll reads it (workerMatches).
+    expect(cache.matches(as('w-0'), null, catalogue)).toBeNull()
+    const servable = cache.matches(as('steady'), null, catalogue)!.servable.map((s) => s.model)
+    expect(servable.length).toBeGreaterThan(0)
+    expect(cache.matches(as('w-0'), hosting!, catalogue)?.servable.map((s) => s.model)).toEqual(servable)
+    expect(new MatchCache().size).toBe(0)
+    expect(MATCH_CACHE_WORKERS).toBeGreaterThan(8)
+  })
+
+  test('a server keeping one worker: two workers polling in turn each read their hosting again, and each gets its own batch', async () => {
+    const f = await makeFleet(t)
+    const a = await makeCatalogEntry(t.deps, { runtime_model_id: 'turn-a:1' })
+    const b = await makeCatalogEntry(t.deps, { runtime_model_id: 'turn-b:1' })
+    const wa = await registerWorker(t, f.key, { models: ['turn-a:1'] })
+    const wb = await registerWorker(t, f.key, { models: ['turn-b:1'] })
+    for (const w of [wa, wb]) expect((await heartbeat(t, f.key, w)).status).toBe(200)
+    const kept = t.deps.matchCache
+    t.deps.matchCache = new MatchCache(1)
+    try {
+      const reads = hostingReads()
+      expect(await poll(t, f.key, wa)).toBeNull()
+      expect(await poll(t, f.key, wb)).toBeNull()
+      const forA = await makeValidatedBatch(t.deps, { userId: f.user.id, model: a.id })
+      const forB = await makeValidatedBatch(t.deps, { userId: f.user.id, model: b.id })
+      expect((await poll(t, f.key, wa))?.job_id).toBe(forA.id)
+      expect((await poll(t, f.key, wb))?.job_id).toBe(forB.id)
+      expect(reads).toEqual([true, true, true, true])
+      expect(t.deps.matchCache.size).toBe(1)
+      // The same worker again: kept, its hosting not read.
+      expect(await poll(t, f.key, wb)).toBeNull()
+      expect(reads).toEqual([true, true, true, true, false])
+    } finally {
+      t.deps.matchCache = kept
+    }
   })
 })

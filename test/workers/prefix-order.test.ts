@@ -54,13 +54,22 @@ function questionMajor(model: string, docs: number, questions: number) {
   return lines
 }
 
+/** The ids of questionMajor's lines, in the file's order. */
+const fileOrder = (docs: number, questions: number) =>
+  Array.from({ length: questions }, (_, q) => Array.from({ length: docs }, (_, d) => `d${d}-q${q}`)).flat()
+
 /** The same ids in document-major order: the order a trie walk of the prompts gives. */
 const documentMajor = (docs: number, questions: number) =>
   Array.from({ length: docs }, (_, d) => Array.from({ length: questions }, (_, q) => `d${d}-q${q}`)).flat()
 
 let n = 0
 /** A user's batch of `lines`, validated, and `workers` shard-capable workers of its model. */
-async function setup(t: TestApp, content: (model: string) => string[], workers = 1) {
+async function setup(
+  t: TestApp,
+  content: (model: string) => string[],
+  workers = 1,
+  capabilities: { shards?: boolean } = { shards: true },
+) {
   const f: Fleet = await makeFleet(t)
   const runtimeId = `prefix-model:${++n}`
   const entry = await makeCatalogEntry(t.deps, { runtime_model_id: runtimeId })
@@ -72,7 +81,7 @@ async function setup(t: TestApp, content: (model: string) => string[], workers =
       name: `gpu-${i}`,
       models: [runtimeId],
       max_concurrent_jobs: 4,
-      capabilities: { shards: true },
+      capabilities,
     })
     expect((await heartbeat(t, f.key, wid)).status).toBe(200)
     wids.push(wid)
@@ -105,8 +114,30 @@ describe('docs/api.md §6 the execution order is decided at validation and store
     const stranger = await makeUser(s.t)
     expect((await s.t.req('GET', job.input_path, { token: stranger.token })).status).toBe(404)
     // The file itself is unchanged.
-    const file = await inputIds(s.t, s.f.key, `/v1/files/${s.batch.input_file_id}/content`)
-    expect(file.slice(0, 4)).toEqual(['d0-q0', 'd1-q0', 'd2-q0', 'd3-q0'])
+    expect(await inputIds(s.t, s.f.key, `/v1/files/${s.batch.input_file_id}/content`)).toEqual(
+      fileOrder(4, 3),
+    )
+  })
+
+  test('docs/api.md §7 input_path: a worker that did not declare shards gets SPEC §4’s plain path and runs the file order', async () => {
+    const s = await setup(app(), (m) => questionMajor(m, 4, 3), 1, {})
+    expect((await batchRow(s.t.deps, s.batch.id)).ordered).toBe(true)
+    const job = (await poll(s.t, s.f.key, s.workers[0]!))!
+    expect(job.job_id).toBe(s.batch.id)
+    expect(job.input_path).toBe(`/v1/files/${s.batch.input_file_id}/content`)
+    const ids = await inputIds(s.t, s.f.key, job.input_path)
+    expect(ids).toEqual(fileOrder(4, 3))
+    // Its results in the file order complete the batch: the output comes in the order it ran.
+    const res = await upload(
+      s.t,
+      s.f.key,
+      { job_id: job.job_id, worker_id: s.workers[0]!, assignment_id: job.assignment_id },
+      ids.map((id) => okLine(id)).join('\n'),
+    )
+    expect(res.status).toBe(200)
+    const batch = (await s.t.req('GET', `/v1/batches/${s.batch.id}`, { token: s.f.user.token })).body
+    expect(batch).toMatchObject({ status: 'completed', request_counts: { total: 12, completed: 12 } })
+    expect(await inputIds(s.t, s.f.user.token, `/v1/files/${batch.output_file_id}/content`)).toEqual(ids)
   })
 
   test('a batch whose order is the file’s stores none: the plain input_path', async () => {
@@ -114,6 +145,10 @@ describe('docs/api.md §6 the execution order is decided at validation and store
     expect((await batchRow(s.t.deps, s.batch.id)).ordered).toBe(false)
     const job = (await poll(s.t, s.f.key, s.workers[0]!))!
     expect(job.input_path).toBe(`/v1/files/${s.batch.input_file_id}/content`)
+    // The trie walk of one document's lines is the file order itself.
+    expect(
+      await inputIds(s.t, s.f.key, `/v1/files/${s.batch.input_file_id}/content?batch=${s.batch.id}`),
+    ).toEqual(documentMajor(1, 12))
   })
 
   test('PREFIX_ORDER=false runs the file order', async () => {
@@ -121,12 +156,7 @@ describe('docs/api.md §6 the execution order is decided at validation and store
     expect((await batchRow(s.t.deps, s.batch.id)).ordered).toBe(false)
     const job = (await poll(s.t, s.f.key, s.workers[0]!))!
     expect(job.input_path).toBe(`/v1/files/${s.batch.input_file_id}/content`)
-    expect((await inputIds(s.t, s.f.key, job.input_path)).slice(0, 4)).toEqual([
-      'd0-q0',
-      'd1-q0',
-      'd2-q0',
-      'd3-q0',
-    ])
+    expect(await inputIds(s.t, s.f.key, job.input_path)).toEqual(fileOrder(4, 3))
   })
 })
 
@@ -191,6 +221,45 @@ describe('docs/api.md §16 shards are runs of the execution order', () => {
     })
     const output = await inputIds(s.t, s.f.user.token, `/v1/files/${batch.output_file_id}/content`)
     expect(output).toEqual(order)
+  })
+
+  test('PREFIX_ORDER=false: a question-major batch split in several shards runs contiguous runs of the file order', async () => {
+    // 10 documents × 12 questions, question-major: the file order is not the trie walk's.
+    const s = await setup(app({ PREFIX_ORDER: 'false' }), (m) => questionMajor(m, 10, 12), 2)
+    expect((await batchRow(s.t.deps, s.batch.id)).ordered).toBe(false)
+    const file = await inputIds(s.t, s.f.user.token, `/v1/files/${s.batch.input_file_id}/content`)
+    expect(file).toEqual(fileOrder(10, 12))
+    const [w1, w2] = s.workers as [string, string]
+    const jobs: { worker: string; job: Job; ids: string[] }[] = []
+    for (let turn = 0; ; turn++) {
+      const worker = turn % 2 ? w2 : w1
+      const job = await poll(s.t, s.f.key, worker)
+      if (!job?.shard || job.backup) break
+      jobs.push({ worker, job, ids: await inputIds(s.t, s.f.key, job.input_path) })
+    }
+    expect(jobs.length).toBeGreaterThan(2)
+    // Each shard is the file's lines [first_request, first_request + requests), cut one after another.
+    let next = 0
+    for (const { job, ids } of jobs) {
+      expect(job.input_path).toBe(`/v1/files/${s.batch.input_file_id}/content?shard=${job.job_id}`)
+      expect(job.shard!.first_request).toBe(next)
+      expect(ids).toEqual(file.slice(next, next + job.shard!.requests))
+      next += job.shard!.requests
+    }
+    expect(next).toBe(120)
+    // Results uploaded in any order: the output file is the file order.
+    for (const { worker, job, ids } of [...jobs].reverse()) {
+      const res = await upload(
+        s.t,
+        s.f.key,
+        { job_id: job.job_id, worker_id: worker, assignment_id: job.assignment_id },
+        ids.map((id) => okLine(id)).join('\n'),
+      )
+      expect(res.status).toBe(200)
+    }
+    const batch = (await s.t.req('GET', `/v1/batches/${s.batch.id}`, { token: s.f.user.token })).body
+    expect(batch.status).toBe('completed')
+    expect(await inputIds(s.t, s.f.user.token, `/v1/files/${batch.output_file_id}/content`)).toEqual(file)
   })
 
   test('a shard upload checks its custom_ids against its own lines of the order', async () => {

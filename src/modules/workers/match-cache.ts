@@ -60,9 +60,24 @@ function derive(worker: WorkerRow, hosting: WorkerHosting, catalogue: Catalogue)
   return { matches, servable, capabilities: new Map(servable.map((s) => [s.model, s.match.capabilities])) }
 }
 
+/**
+ * Workers whose matches a server keeps: the ones that polled it last. A worker past them (one that
+ * has not polled for a while, or a fleet this large) is derived again at its next poll, as after a
+ * change — what is kept never outgrows this, however many worker ids have polled since the start.
+ */
+export const MATCH_CACHE_WORKERS = 4096
+
 /** The matches each worker that polled this server had, and what they were derived from (one per server). */
 export class MatchCache {
+  /** In order of last use (a Map iterates in insertion order): the first is the next to go. */
   private readonly kept = new Map<string, Kept>()
+
+  constructor(private readonly capacity = MATCH_CACHE_WORKERS) {}
+
+  /** Workers kept now (at most the capacity). */
+  get size() {
+    return this.kept.size
+  }
 
   /** The hosting_seq of what is kept for `workerId` (the poll reads its hosting only if it moved). */
   seqOf(workerId: string): number | undefined {
@@ -78,12 +93,22 @@ export class MatchCache {
     const fit = fitKey(worker)
     const kept = this.kept.get(worker.id)
     const same = kept?.seq === worker.hosting_seq ? kept : undefined
-    if (same && same.fit === fit && same.catalogue === catalogue) return same.derived
+    if (same && same.fit === fit && same.catalogue === catalogue) {
+      this.keep(worker.id, same)
+      return same.derived
+    }
     const current = hosting ?? same?.hosting
     if (!current) return null
     const derived = derive(worker, current, catalogue)
-    this.kept.set(worker.id, { seq: worker.hosting_seq, hosting: current, fit, catalogue, derived })
+    this.keep(worker.id, { seq: worker.hosting_seq, hosting: current, fit, catalogue, derived })
     return derived
+  }
+
+  /** `entry` as the last used; the least recently used goes when there are more than the capacity. */
+  private keep(workerId: string, entry: Kept) {
+    this.kept.delete(workerId)
+    this.kept.set(workerId, entry)
+    if (this.kept.size > this.capacity) this.kept.delete(this.kept.keys().next().value!)
   }
 }
 

@@ -638,7 +638,11 @@ export async function joinShards(deps: Deps, batchId: string): Promise<BatchRow 
         if (!key) continue
         const part = await deps.blobs.read(key)
         if (!part) throw new Error(`the ${key} part of shard ${shard.id} is missing`)
-        for await (const chunk of part) await file.writer.write(chunk)
+        // A big part takes long to copy: the lease is renewed as it goes, not only between parts.
+        for await (const chunk of part) {
+          await renew()
+          await file.writer.write(chunk)
+        }
         file.lines++
       }
     }
