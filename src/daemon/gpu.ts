@@ -46,8 +46,13 @@ export const GPU_QUERY_FIELDS = [
   'driver_version',
 ]
 
-// GiB, rounded to 0.1: a "24 GB" card reports 24564 MiB and must still fit a vram_gb: 24 entry.
+// GiB to 0.1. A card's total is rounded to the nearest (a "24 GB" card reports 24564 MiB and must
+// still fit a vram_gb: 24 entry); what is free is rounded down and what is used up, so that the
+// ledger never counts memory the driver did not report free (models/plan.ts places by it).
+// The 1e-9 keeps a figure that is exact in tenths (24.5) from moving by a floating-point error.
 const gib = (mib: number) => Math.round((mib / 1024) * 10) / 10
+const gibDown = (mib: number) => Math.floor((mib / 1024) * 10 + 1e-9) / 10
+const gibUp = (mib: number) => Math.ceil((mib / 1024) * 10 - 1e-9) / 10
 
 const num = (s: string | undefined): number | null => {
   if (s === undefined) return null
@@ -83,8 +88,8 @@ export function parseNvidiaSmi(csv: string, cuda = '', only?: readonly number[])
       uuid: uuid?.startsWith('GPU-') ? uuid : null,
       name: name!,
       total_gb: gib(totalMib),
-      used_gb: gib(usedMib),
-      free_gb: gib(num(memFree) ?? Math.max(0, totalMib - usedMib)),
+      used_gb: gibUp(usedMib),
+      free_gb: gibDown(num(memFree) ?? Math.max(0, totalMib - usedMib)),
       utilization: u,
     })
     total += totalMib
@@ -97,7 +102,7 @@ export function parseNvidiaSmi(csv: string, cuda = '', only?: readonly number[])
     utilization: utils.length
       ? Math.round((utils.reduce((a, b) => a + b, 0) / utils.length) * 10) / 10
       : null,
-    memory_used_gb: gib(used),
+    memory_used_gb: gibUp(used),
     memory_total_gb: gib(total),
   }
 }

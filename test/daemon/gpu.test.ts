@@ -32,8 +32,9 @@ describe('GPU discovery from recorded nvidia-smi output', () => {
         name: 'NVIDIA GeForce RTX 4090',
         total_gb: 24,
         used_gb: 17.8,
-        // What the driver says is free (it keeps some for itself): less than total − used.
-        free_gb: 5.8,
+        // What the driver says is free (it keeps some for itself): less than total − used;
+        // 5934 MiB is 5.795 GiB, rounded down.
+        free_gb: 5.7,
         utilization: 97,
       },
       {
@@ -41,8 +42,9 @@ describe('GPU discovery from recorded nvidia-smi output', () => {
         uuid: 'GPU-7d8e9f0a-1b2c-4d3e-8f5a-6b7c8d9e0f1a',
         name: 'NVIDIA GeForce RTX 4090',
         total_gb: 24,
-        used_gb: 0,
-        free_gb: 23.6,
+        // 1 MiB used is reported, rounded up; 24144 MiB free (23.578 GiB) rounded down.
+        used_gb: 0.1,
+        free_gb: 23.5,
         utilization: 0,
       },
     ])
@@ -54,6 +56,21 @@ describe('GPU discovery from recorded nvidia-smi output', () => {
     const probe = new GpuProbe(async (cmd) => (cmd.length === 1 ? '' : csv), [1])
     expect((await probe.sample())?.devices.map((d) => d.index)).toEqual([1])
     expect(await new GpuProbe(async (cmd) => (cmd.length === 1 ? '' : csv), [5]).sample()).toBeNull()
+  })
+
+  test('free memory is rounded down and used memory up, never over-reporting what is free; a total to the nearest', () => {
+    // 6140 MiB is 5.996 GiB: to the nearest that would be 6.0 free, more than the driver has.
+    const line = (total: number, used: number, free: number) =>
+      `0, GPU-1, NVIDIA Test, ${total}, ${used}, ${free}, 0, 550.54.14`
+    const [a] = parseNvidiaSmi(line(24564, 5940, 6140)).devices
+    expect(a).toMatchObject({ total_gb: 24, used_gb: 5.9, free_gb: 5.9 })
+    // Exact tenths stay as they are.
+    const [b] = parseNvidiaSmi(line(25088, 2048, 23040)).devices
+    expect(b).toMatchObject({ total_gb: 24.5, used_gb: 2, free_gb: 22.5 })
+    // Without memory.free, total − used, rounded down.
+    const [c] = parseNvidiaSmi(line(24576, 5940, Number.NaN).replace('NaN', '[N/A]')).devices
+    expect(c!.free_gb).toBe(18.1)
+    expect(parseNvidiaSmi(line(24564, 5940, 6140)).memory_used_gb).toBe(5.9)
   })
 
   test('the variables that give an engine its GPU set: nvidia-smi’s numbering, in its order', () => {
