@@ -246,7 +246,7 @@ export type DaemonOptions = Omit<
 
 type Field = keyof typeof DaemonOptionsSchema.properties
 
-/** Environment variable of each option (GRIDKEEP_<NAME>, with the two the issue names). */
+/** Environment variable of each option (docs/worker.md's options table): GRIDKEEP_<NAME>, but GRIDKEEP_WORKER_KEY and HF_TOKEN. */
 export const ENV_NAMES: Record<Field, string> = {
   server: 'GRIDKEEP_SERVER',
   key: 'GRIDKEEP_WORKER_KEY',

@@ -102,7 +102,6 @@ export interface ChildSpec {
 /** A start given up: the process went silent for longer than its limit before it answered. */
 export class StartTimeout extends Error {
   constructor(
-    readonly totalSeconds: number,
     readonly silentSeconds: number,
     readonly lastLines: string[],
   ) {
@@ -392,8 +391,7 @@ export class SupervisedChild {
   private async waitReady(run: Run, program: string) {
     const proc = run.proc!
     const silenceMs = this.spec.silenceMs ?? 60_000
-    const began = this.timers.nowMs()
-    let heardMs = began
+    let heardMs = this.timers.nowMs()
     let size = this.outputSize()
     for (;;) {
       if (proc.exitCode !== null || proc.signalCode !== null)
@@ -408,11 +406,7 @@ export class SupervisedChild {
         size = grown
         heardMs = now
       } else if (now - heardMs > silenceMs)
-        throw new StartTimeout(
-          Math.round((now - began) / 1000),
-          Math.round((now - heardMs) / 1000),
-          this.lastLines(),
-        )
+        throw new StartTimeout(Math.round((now - heardMs) / 1000), this.lastLines())
       await this.timers.sleep(50, this.stopAsked.signal)
     }
   }
