@@ -162,3 +162,20 @@ export class RestartBackoff {
     return Math.max(0, this.endedAtMs + this.delayMs - nowMs)
   }
 }
+
+/**
+ * Calls `fn` every `ms` on the clock of `timers` until stop() (or `signal`): an interval tests move
+ * with a manual clock instead of waiting it out.
+ */
+export function every(timers: Timers, ms: number, fn: () => void, signal?: AbortSignal): { stop(): void } {
+  const ac = new AbortController()
+  const over = signal ? AbortSignal.any([signal, ac.signal]) : ac.signal
+  void (async () => {
+    for (;;) {
+      await timers.sleep(ms, over)
+      if (over.aborted) return
+      fn()
+    }
+  })()
+  return { stop: () => ac.abort() }
+}

@@ -24,7 +24,7 @@ import { DEFAULT_REVISION, type DownloadFile, HUB_SOURCE_TYPE, isSafeRelativePat
 import { digestOrNull } from '../lib/digest'
 import { log as rootLog } from '../lib/logger'
 import type { PullModel } from '../protocol/worker'
-import { type Backoff, realTimers, retryAfterMs, retryDelay, type Timers } from './backoff'
+import { type Backoff, every, realTimers, retryAfterMs, retryDelay, type Timers } from './backoff'
 import { hashFile } from './runtimes/digests'
 
 // The daemon's model downloader (docs/worker.md "Downloads"; docs/api.md §7 pull_models): fetches
@@ -158,8 +158,6 @@ export interface DownloadRequest {
   freeBytes?: (path: string) => number
   /** The sha256 of a file already at the destination (default: read it through). */
   hash?: (path: string) => Promise<string | null>
-  /** While a model already there is hashed, `verifying` is reported this often (default 5 s). */
-  hashReportMs?: number
 }
 
 /** docs/worker.md "Downloads": a lock not refreshed for this long was left by a dead holder. */
@@ -208,7 +206,7 @@ export async function downloadModel(req: DownloadRequest): Promise<Downloaded> {
 
   const there = await alreadyThere(req, dlog)
   if (there) return there
-  const lock = lockPartial(staging, dlog)
+  const lock = lockPartial(staging, req.timers ?? realTimers, dlog)
   try {
     return await fetchAndPlace(req, staging, dlog)
   } finally {
@@ -324,8 +322,7 @@ async function alreadyThere(req: DownloadRequest, dlog: typeof log): Promise<Dow
   const verifying = () => req.onProgress?.({ status: 'verifying', completed_bytes: 0, total_bytes: total })
   verifying()
   // Hashing 100 GB takes minutes: the report goes on meanwhile, so the ask never lapses for silence.
-  const alive = setInterval(verifying, req.hashReportMs ?? HASH_REPORT_MS)
-  alive.unref()
+  const alive = every(req.timers ?? realTimers, HASH_REPORT_MS, verifying)
   const hash = req.hash ?? hashFile
   try {
     for (const [i, f] of layout.files.entries()) {
@@ -337,7 +334,7 @@ async function alreadyThere(req: DownloadRequest, dlog: typeof log): Promise<Dow
         )
     }
   } finally {
-    clearInterval(alive)
+    alive.stop()
   }
   req.onProgress?.({ status: 'verifying', completed_bytes: total, total_bytes: total })
   dlog.info("the model already there is the catalogue's", { files: paths.length })
@@ -396,7 +393,7 @@ function staleness(held: LockHolder, nowMs = Date.now()): string | null {
 }
 
 /** Takes the lock of `staging`'s partial files, or throws DownloadError naming its live holder. */
-function lockPartial(staging: string, dlog: typeof log): { release(): void } {
+function lockPartial(staging: string, timers: Timers, dlog: typeof log): { release(): void } {
   const path = `${staging}.lock`
   const mine = JSON.stringify({ pid: process.pid, host: hostname(), started_at: new Date().toISOString() })
   for (let attempt = 0; attempt < 3; attempt++) {
@@ -407,16 +404,15 @@ function lockPartial(staging: string, dlog: typeof log): { release(): void } {
       } finally {
         closeSync(fd)
       }
-      const refresh = setInterval(() => {
+      const refresh = every(timers, LOCK_REFRESH_MS, () => {
         try {
           const now = new Date()
           utimesSync(path, now, now)
         } catch {}
-      }, LOCK_REFRESH_MS)
-      refresh.unref()
+      })
       return {
         release() {
-          clearInterval(refresh)
+          refresh.stop()
           if (readLock(path)?.text === mine) rmSync(path, { force: true })
         },
       }
@@ -670,12 +666,16 @@ async function fetchFile(
     const stall = new AbortController()
     let last = timers.nowMs()
     const stallMs = req.stallMs ?? 60_000
-    const watchdog = setInterval(
-      () => {
-        if (timers.nowMs() - last > stallMs) stall.abort()
-      },
-      Math.min(stallMs, 1000),
-    )
+    // Asleep until `stallMs` after the last byte; a byte meanwhile moves the wake-up on.
+    const watchdog = new AbortController()
+    void (async () => {
+      for (;;) {
+        const idle = timers.nowMs() - last
+        if (idle >= stallMs) return stall.abort()
+        await timers.sleep(stallMs - idle, watchdog.signal)
+        if (watchdog.signal.aborted) return
+      }
+    })()
     try {
       let res: Response
       try {
@@ -748,7 +748,7 @@ async function fetchFile(
       if (f.size !== null && f.kept < f.size) throw new Transient('the connection ended early')
       return true
     } finally {
-      clearInterval(watchdog)
+      watchdog.abort()
     }
   }
 }

@@ -2,7 +2,7 @@ import { closeSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, st
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { log as rootLog } from '../../lib/logger'
-import { RestartBackoff, realTimers, type Timers } from '../backoff'
+import { every, RestartBackoff, realTimers, type Timers } from '../backoff'
 import type { StateDir } from '../state'
 import { beginLog, LOG_CHECK_MS, LOG_MAX_BYTES, lastLogLines, openLog, rotateLog } from './engine-log'
 import { engineEnv } from './env'
@@ -487,9 +487,7 @@ export class SupervisedChild {
   /** While a run lasts its log's size is looked at on an interval (the run's end stops it). */
   private checkLog(run: Run) {
     this.trimLog()
-    const check = setInterval(() => this.trimLog(), this.spec.log?.checkMs ?? LOG_CHECK_MS)
-    check.unref?.()
-    run.over.signal.addEventListener('abort', () => clearInterval(check), { once: true })
+    every(this.timers, this.spec.log?.checkMs ?? LOG_CHECK_MS, () => this.trimLog(), run.over.signal)
   }
 }
 
