@@ -1,6 +1,7 @@
 import { log, setLogLevel } from '../lib/logger'
 import { Agent } from './agent'
 import { DAEMON_VERSION } from './client'
+import { forbidDumps } from './dumpable'
 import { helpText, OptionsError, parseDaemonOptions } from './options'
 import { startStatusView } from './status'
 
@@ -34,6 +35,10 @@ export async function runWorkerCommand(
   }
   const opts = parsed.options
   setLogLevel(opts.log_level)
+  // docs/worker.md "What an engine sees": no process of the same user (an engine) reads the key
+  // out of this one's memory or /proc/<pid>/environ.
+  if (!forbidDumps() && process.platform === 'linux')
+    log.warn('could not make the daemon non-dumpable (prctl); processes of its user can read its memory')
 
   let agent: Agent
   try {

@@ -5,7 +5,7 @@ import { log as rootLog } from '../../lib/logger'
 import { every, RestartBackoff, realTimers, type Timers } from '../backoff'
 import type { StateDir } from '../state'
 import { beginLog, LOG_CHECK_MS, LOG_MAX_BYTES, lastLogLines, openLog, rotateLog } from './engine-log'
-import { engineEnv } from './env'
+import { engineEnv, redactArgv } from './env'
 
 // An engine process the daemon owns, for both engine kinds (ARCHITECTURE.md's supervisor rule,
 // docs/worker.md "Managed engines"): Erlang's supervisor and systemd's KillMode=control-group in
@@ -104,8 +104,17 @@ export class StartTimeout extends Error {
   constructor(
     readonly silentSeconds: number,
     readonly lastLines: string[],
+    /** Its argv, credentials redacted (engines/env.ts). */
+    readonly argv: string[] = [],
   ) {
     super(`no output for ${silentSeconds} s`)
+  }
+
+  /** What the engine said last (its last `n` lines), or, when it wrote nothing, how it was started: never empty. */
+  said(n: number): string {
+    return this.lastLines.length
+      ? `the engine's last lines: ${this.lastLines.slice(-n).join(' | ')}`
+      : `the engine wrote nothing; its command: ${this.argv.join(' ')}`
   }
 }
 
@@ -242,7 +251,7 @@ export class SupervisedChild {
       log.warn('stopping an engine a previous run left (another command, or not answering)', {
         engine: this.spec.name,
         pid: left.pid,
-        argv: left.argv.join(' '),
+        argv: redactArgv(left.argv).join(' '),
       })
       await stopPid(left.pid, this.timers)
     }
@@ -382,8 +391,9 @@ export class SupervisedChild {
       engine: this.spec.name,
       pid: proc.pid,
       port,
-      argv: argv.join(' '),
-      ...(Object.keys(extra).length ? { env: extra } : {}),
+      argv: redactArgv(argv).join(' '),
+      // Variables by name only: a value (an `env K=V` of the launch command) may be a credential.
+      ...(Object.keys(extra).length ? { env: Object.keys(extra) } : {}),
     })
   }
 
@@ -406,7 +416,11 @@ export class SupervisedChild {
         size = grown
         heardMs = now
       } else if (now - heardMs > silenceMs)
-        throw new StartTimeout(Math.round((now - heardMs) / 1000), this.lastLines())
+        throw new StartTimeout(
+          Math.round((now - heardMs) / 1000),
+          this.lastLines(),
+          redactArgv(run.record.argv),
+        )
       await this.timers.sleep(50, this.stopAsked.signal)
     }
   }
