@@ -165,6 +165,8 @@ export const LOCK_STALE_MS = 10 * 60_000
 const LOCK_REFRESH_MS = 60_000
 /** docs/worker.md "Downloads": partial files nobody has written for this long are removed. */
 export const PARTIAL_RECLAIM_MS = 24 * 3600_000
+/** docs/worker.md "Downloads": a file interrupted `retries` × this many times in all fails the download. */
+export const INTERRUPTIONS_PER_RETRY = 20
 /** How often a model already at the destination says it is still being hashed (the default --progress-interval). */
 const HASH_REPORT_MS = 5000
 
@@ -468,7 +470,9 @@ function newestWrite(path: string): number {
 /**
  * docs/worker.md "Downloads": removes the partial downloads under `modelsDir` (four levels deep, as
  * models nest) that nobody has written for `maxAgeMs` and no live lock holds: what an ask that
- * never came back left. Only names of the downloader's own making are touched. Returns their paths.
+ * never came back left. Each is removed holding its lock (taken over from a dead holder as a
+ * download would), so never while another daemon writes it. Only names of the downloader's own
+ * making are touched. Returns their paths.
  */
 export function reclaimPartials(modelsDir: string, o: { maxAgeMs?: number; nowMs?: number } = {}): string[] {
   const maxAge = o.maxAgeMs ?? PARTIAL_RECLAIM_MS
@@ -493,8 +497,20 @@ export function reclaimPartials(modelsDir: string, o: { maxAgeMs?: number; nowMs
       if (held && !staleness(held, now)) continue
       const last = Math.max(newestWrite(partial), newestWrite(`${partial}.etag`), held?.mtimeMs ?? 0)
       if (now - last < maxAge) continue
-      for (const p of [partial, `${partial}.etag`, `${partial}.lock`])
-        rmSync(p, { recursive: true, force: true })
+      // Removed only under its lock, taken as a download takes it: a daemon that took it meanwhile
+      // (resuming that partial on a shared disk) keeps it, and none can take it while it goes.
+      let lock: { release(): void }
+      try {
+        lock = lockPartial(partial, realTimers, log)
+      } catch {
+        continue
+      }
+      try {
+        if (now - Math.max(newestWrite(partial), newestWrite(`${partial}.etag`)) < maxAge) continue
+        for (const p of [partial, `${partial}.etag`]) rmSync(p, { recursive: true, force: true })
+      } finally {
+        lock.release()
+      }
       log.info('removed a partial download nobody finished', {
         path: partial,
         last_written: new Date(last).toISOString(),
@@ -617,6 +633,7 @@ async function fetchFile(
   }
   try {
     let fruitless = 0
+    let interrupted = 0
     for (;;) {
       if (f.size !== null && f.kept === f.size) break
       const before = f.kept
@@ -627,9 +644,15 @@ async function fetchFile(
         if (signal.aborted) throw new DownloadError('the download was stopped')
         if (!(e instanceof Transient)) throw e
         fruitless = f.kept > before ? 0 : fruitless + 1
+        interrupted++
         if (fruitless >= retries)
           throw new DownloadError(
             `${f.path}: ${e.message} (${retries} attempts in a row brought no new byte)`,
+          )
+        // A hub that sends a little each time and cuts again never ends a run of fruitless attempts.
+        if (interrupted >= retries * INTERRUPTIONS_PER_RETRY)
+          throw new DownloadError(
+            `${f.path}: ${e.message} (interrupted ${interrupted} times; ${f.kept} of ${f.size ?? 'its'} bytes had arrived)`,
           )
         const wait = retryDelay(fruitless, backoff, e.retryAfterMs)
         log.warn('download interrupted; resuming', {

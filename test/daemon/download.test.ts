@@ -17,6 +17,7 @@ import {
   type DownloadProgress,
   type DownloadRequest,
   downloadModel,
+  INTERRUPTIONS_PER_RETRY,
   LOCK_STALE_MS,
   type ModelLayout,
   modelsDirLayout,
@@ -280,6 +281,31 @@ describe('failures leave nothing behind', () => {
       { path: 'b.gguf', ...b, size_bytes: b.size },
     ])
     expect((await failing(h, layout)).error).toStartWith('sha256 of b.gguf')
+    expect(tree(dir)).toEqual([])
+  })
+
+  test('a hub that sends a little each time and cuts again: failed after retries × INTERRUPTIONS_PER_RETRY, each retry logged with its reason and wait', async () => {
+    const h = hub()
+    const file = h.put(REPO, 'm.gguf', seededBytes(100_000, 12))
+    // Each response brings 1000 new bytes: no run of fruitless attempts ever reaches the retries.
+    h.misbehave(REPO, 'm.gguf', { trickle: 1000, times: 'always' })
+    const dir = modelsDir()
+    const logFrom = capturedLogLines().length
+    const { error } = await failing(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+    )
+    const attempts = 3 * INTERRUPTIONS_PER_RETRY
+    expect(error).toBe(
+      `m.gguf: the connection ended early (interrupted ${attempts} times; ${attempts * 1000} of 100000 bytes had arrived)`,
+    )
+    expect(h.requests.filter((r) => r.method !== 'HEAD')).toHaveLength(attempts)
+    const retried = capturedLogLines()
+      .slice(logFrom)
+      .map((l) => JSON.parse(l))
+      .filter((r) => r.msg === 'download interrupted; resuming')
+    expect(retried).toHaveLength(attempts - 1)
+    expect(retried.every((r) => r.error === 'the connection ended early' && r.retry_in_ms >= 0)).toBe(true)
     expect(tree(dir)).toEqual([])
   })
 
@@ -746,6 +772,15 @@ describe('reclaiming partial downloads nobody finished', () => {
     writeFileSync(join(dir, '.c.gguf.partial'), 'x')
     age(join(dir, '.c.gguf.partial'), old)
     writeFileSync(join(dir, '.c.gguf.partial.lock'), JSON.stringify({ pid: process.pid, host: hostname() }))
+    // Old, locked by a daemon on another host that refreshes its lock (a shared disk): kept.
+    writeFileSync(join(dir, '.d.gguf.partial'), 'x')
+    age(join(dir, '.d.gguf.partial'), old)
+    writeFileSync(join(dir, '.d.gguf.partial.lock'), JSON.stringify({ pid: 1, host: 'gpu-07.lab' }))
+    // Old, its lock from another host not refreshed since (a holder gone): reclaimed, lock and all.
+    writeFileSync(join(dir, '.e.gguf.partial'), 'x')
+    age(join(dir, '.e.gguf.partial'), old)
+    writeFileSync(join(dir, '.e.gguf.partial.lock'), JSON.stringify({ pid: 1, host: 'gpu-08.lab' }))
+    age(join(dir, '.e.gguf.partial.lock'), old)
     // Not of the downloader's making: never touched, however old.
     writeFileSync(join(dir, '.cache'), 'x')
     writeFileSync(join(dir, 'notes.partial'), 'x')
@@ -754,6 +789,7 @@ describe('reclaiming partial downloads nobody finished', () => {
 
     expect(reclaimPartials(dir, { nowMs: now }).sort()).toEqual([
       join(dir, '.a.gguf.partial'),
+      join(dir, '.e.gguf.partial'),
       join(dir, 'org/.m.partial'),
     ])
     expect(tree(dir)).toEqual([
@@ -761,6 +797,8 @@ describe('reclaiming partial downloads nobody finished', () => {
       '.c.gguf.partial',
       '.c.gguf.partial.lock',
       '.cache',
+      '.d.gguf.partial',
+      '.d.gguf.partial.lock',
       'notes.partial',
       'org',
     ])

@@ -12,6 +12,8 @@ import { join } from 'node:path'
 //                     ('once': only the first response; 'always': every response, so no resume
 //                     ever gets further)
 //   status            answer that status (404, 503 …) every time
+//   trickle N         every response sends N bytes from where it starts, then ends short (a hub
+//                     that keeps cutting the connection, each resume a little further)
 //   stallAt N, times  send the file up to byte N, then nothing more, the response left open (a
 //                     hub that stalls: only the client's own watchdog ends it); 'once' or 'always'
 // `token`: every request must carry `Authorization: Bearer <token>` (else 401).
@@ -35,6 +37,7 @@ export interface Misbehaviour {
   times?: 'once' | 'always'
   status?: number
   stallAt?: number
+  trickle?: number
 }
 
 export interface StandInHub {
@@ -146,7 +149,7 @@ export function startStandInHub(
       })
       return new Response(held, { status, headers })
     }
-    const stopAt = fault?.stopAt
+    const stopAt = fault?.trickle !== undefined ? start + fault.trickle : fault?.stopAt
     if (stopAt === undefined || (fault!.times === 'once' && served > 0))
       return new Response(bytes.subarray(start), { status, headers })
     // Up to byte `stopAt` of the file (nothing when the response starts there), then the body
