@@ -434,7 +434,10 @@ export class SupervisedChild {
       this.finish(run)
       this.backoff.ended(run.record.started_at_ms, this.timers.nowMs())
       const reason = `the engine ${how}${tailText(this.lastLines())}`
-      const again = (this.spec.restart ?? 'always') === 'always' && !this.stopAsked.signal.aborted
+      const again =
+        (this.spec.restart ?? 'always') === 'always' &&
+        !this.stopAsked.signal.aborted &&
+        !this.backoff.exhausted
       log.error(again ? 'engine ended unexpectedly; restarting it' : 'engine ended unexpectedly', {
         engine: this.spec.name,
         pid: run.record.pid,
@@ -447,7 +450,11 @@ export class SupervisedChild {
     return run.ending
   }
 
-  /** Starts it again until it runs or stop() is asked (each try after the back-off). */
+  /**
+   * Starts it again until it runs, stop() is asked, or the back-off gives up (each try after the
+   * back-off; RestartBackoff.GIVE_UP_AFTER ends in a row): a router that dies at every start is not
+   * started forever, and the log says why it was left stopped.
+   */
   private async restartLoop() {
     const stopped = this.stopAsked.signal
     while (!stopped.aborted && this.current === 'stopped') {
@@ -455,10 +462,23 @@ export class SupervisedChild {
         await this.start()
       } catch (e) {
         if (stopped.aborted) return
-        log.error('engine restart failed', { engine: this.spec.name, error: (e as Error).message })
+        const error = (e as Error).message
         // The port may be taken now: the next try takes another.
         this.lastPort = 0
         this.backoff.ended(this.timers.nowMs(), this.timers.nowMs())
+        if (this.backoff.exhausted) {
+          log.error('engine restart given up; it starts again when next needed', {
+            engine: this.spec.name,
+            ends_in_a_row: this.backoff.count,
+            error,
+          })
+          return
+        }
+        log.error('engine restart failed', {
+          engine: this.spec.name,
+          error,
+          restart_in_ms: this.backoff.delayMs,
+        })
       }
     }
   }
