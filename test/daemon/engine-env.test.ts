@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { alive } from '../../src/daemon/engines/child'
 import { engineEnv, redactArgv } from '../../src/daemon/engines/env'
 import { OptionsError, parseDaemonOptions } from '../../src/daemon/options'
 import { randomBase62 } from '../../src/lib/ids'
@@ -9,7 +10,14 @@ import { chatLines } from '../helpers/daemon'
 import { startFakeControlPlane } from '../helpers/fake-control-plane'
 import { rememberSecret } from '../helpers/secrets'
 import { until } from '../helpers/until'
-import { ENV_ENGINE, readDump, spawnWorker, standInRouter, UNPRIVILEGED_UID } from '../helpers/worker-process'
+import {
+  ENV_ENGINE,
+  type EngineDump,
+  readDump,
+  spawnWorker,
+  standInRouter,
+  UNPRIVILEGED_UID,
+} from '../helpers/worker-process'
 
 // What an engine sees of the daemon's environment (src/daemon/engines/env.ts, docs/worker.md "What
 // an engine sees"): an allow-list, the names --engine-env adds, never the worker key or the hub
@@ -170,6 +178,12 @@ describe('the environment an engine process sees', () => {
   }
   const passed = ['--engine-env', 'LAB_SETTING', '--engine-env', 'TOOLS_*,KEY_COPY']
 
+  /** Once the daemon has exited, the engine and the worker it started in its group are gone. */
+  function expectGone(dump: EngineDump | null) {
+    expect(dump).not.toBeNull()
+    expect([dump!.pid, dump!.worker].filter(alive)).toEqual([])
+  }
+
   function expectScrubbed(env: Record<string, string>) {
     expect(env).toMatchObject({
       PATH: daemonEnv.PATH,
@@ -209,14 +223,16 @@ describe('the environment an engine process sees', () => {
       daemonEnv,
       { outputDir: work },
     )
+    let dump: EngineDump | null = null
     try {
-      const dump = await until('the router started', () => readDump(join(work, 'router.json')))
+      dump = await until('the router started', () => readDump(join(work, 'router.json')))
       expectScrubbed(dump.env)
     } finally {
       worker.proc.kill('SIGTERM')
       expect(await worker.exited()).toBe(0)
       await cp.stop()
     }
+    expectGone(dump)
   })
 
   test('a launched engine, started for a job’s model', async () => {
@@ -247,16 +263,18 @@ describe('the environment an engine process sees', () => {
       daemonEnv,
       { outputDir: work },
     )
+    let dump: EngineDump | null = null
     try {
       await cp.waitFor(() => cp.uploads.length === 1, 'the job done', 20_000)
       expect(cp.uploads[0]!.completed).toBe(2)
-      const dump = await until('the engine started', () => readDump(join(work, 'alpha.json')))
+      dump = await until('the engine started', () => readDump(join(work, 'alpha.json')))
       expectScrubbed(dump.env)
     } finally {
       worker.proc.kill('SIGTERM')
       expect(await worker.exited()).toBe(0)
       await cp.stop()
     }
+    expectGone(dump)
   })
 
   test('the daemon is not dumpable: its engine cannot read its /proc/<pid>/environ, while a process of the same user that did nothing is read', async () => {
