@@ -1,4 +1,4 @@
-// Smoke test of the compiled binary (issue 6, run by .ci/run after `bun run build`):
+// Smoke test of the compiled binary (docs/deployment.md "The single binary"; run by `bun run test:all` after it builds one):
 //   bun scripts/smoke.ts [dist/gridkeep]
 // Copies the binary alone into an empty directory, starts it there on a free port, drives a real
 // flow over HTTP, stops it with SIGTERM (exit code 0), restarts it and checks the data survived.

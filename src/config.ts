@@ -5,7 +5,7 @@ import { parseStorageUrl } from './lib/blobs/s3'
 import { TrustedProxies } from './lib/client-address'
 
 // The one reader of process.env (ARCHITECTURE.md: config is parsed once, up front). Every variable of
-// docs/api.md §10 and the issues lives here with its default; a bad value stops the start with one
+// docs/configuration.md lives here with its default; a bad value stops the start with one
 // line naming the variable. The same schema prints `gridkeep serve --help` and the table of docs/configuration.md.
 
 const Int = (def: number | undefined, min: number, max: number, description: string) =>

@@ -16,7 +16,7 @@ import * as validator from './services/validator'
 import * as webhooks from './services/webhooks'
 
 // Composition root: lock → loadConfig → openDb → migrate → seed → services → listen, and the one
-// shutdown sequence (issue 6): stop accepting, drain in-flight requests, end event streams, stop
+// shutdown sequence (docs/deployment.md "The single binary"): stop accepting, drain in-flight requests, end event streams, stop
 // the background loops, close the database, release the lock.
 
 export interface RunningServer {

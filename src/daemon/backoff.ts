@@ -131,12 +131,15 @@ export class Wakeup {
 /**
  * The restart back-off of the daemon's engine processes (engines/child.ts), both kinds: after an
  * end nobody asked for, the next start waits 1 s, doubling at each further end up to 30 s; a run
- * that lasted a minute starts the count over. Decided here, once.
+ * that lasted a minute starts the count over. After GIVE_UP_AFTER ends in a row (about 2 minutes
+ * of failing starts) the engine is not restarted on its own any more: the next start is asked for
+ * (a load). Decided here, once.
  */
 export class RestartBackoff {
   static readonly MIN_MS = 1000
   static readonly MAX_MS = 30_000
   static readonly STABLE_MS = 60_000
+  static readonly GIVE_UP_AFTER = 8
   /** Ends in a row, each after a run shorter than STABLE_MS. */
   private ends = 0
   private endedAtMs = Number.NEGATIVE_INFINITY
@@ -152,6 +155,11 @@ export class RestartBackoff {
     return this.ends
   }
 
+  /** Whether restarting on its own is over: GIVE_UP_AFTER ends in a row. */
+  get exhausted() {
+    return this.ends >= RestartBackoff.GIVE_UP_AFTER
+  }
+
   /** The wait after the last end (0 before any). */
   get delayMs() {
     return this.ends === 0 ? 0 : Math.min(RestartBackoff.MAX_MS, RestartBackoff.MIN_MS * 2 ** (this.ends - 1))
@@ -161,4 +169,21 @@ export class RestartBackoff {
   leftMs(nowMs: number) {
     return Math.max(0, this.endedAtMs + this.delayMs - nowMs)
   }
+}
+
+/**
+ * Calls `fn` every `ms` on the clock of `timers` until stop() (or `signal`): an interval tests move
+ * with a manual clock instead of waiting it out.
+ */
+export function every(timers: Timers, ms: number, fn: () => void, signal?: AbortSignal): { stop(): void } {
+  const ac = new AbortController()
+  const over = signal ? AbortSignal.any([signal, ac.signal]) : ac.signal
+  void (async () => {
+    for (;;) {
+      await timers.sleep(ms, over)
+      if (over.aborted) return
+      fn()
+    }
+  })()
+  return { stop: () => ac.abort() }
 }

@@ -1,6 +1,8 @@
 import { log, setLogLevel } from '../lib/logger'
 import { Agent } from './agent'
 import { DAEMON_VERSION } from './client'
+import { forbidDumps } from './dumpable'
+import { GpuProbe, runCommand } from './gpu'
 import { helpText, OptionsError, parseDaemonOptions } from './options'
 import { startStatusView } from './status'
 
@@ -9,7 +11,7 @@ import { startStatusView } from './status'
 //
 // Exit codes: 0 after a clean stop (SIGTERM, SIGINT, SIGHUP), 1 when the server refuses the worker
 // for good (key revoked or rejected), another daemon holds the state directory, or an error nothing
-// caught stopped it; 2 for bad options.
+// caught stopped it; 2 for bad options (--gpus naming a GPU nvidia-smi does not list among them).
 
 /** After an error nothing caught, the longest wait for the stop before the engines are stopped anyway. */
 const CRASH_STOP_MS = 30_000
@@ -34,6 +36,16 @@ export async function runWorkerCommand(
   }
   const opts = parsed.options
   setLogLevel(opts.log_level)
+  // docs/worker.md "What an engine sees": no process of the same user (an engine) reads the key
+  // out of this one's memory or /proc/<pid>/environ.
+  if (!forbidDumps() && process.platform === 'linux')
+    log.warn('could not make the daemon non-dumpable (prctl); processes of its user can read its memory')
+  // docs/worker.md "GPUs": --gpus names GPUs nvidia-smi lists, or the daemon does not start.
+  const gpuProblem = await new GpuProbe(runCommand, opts.gpus).checkSelected()
+  if (gpuProblem) {
+    console.error(`gridkeep worker: ${gpuProblem}`)
+    return 2
+  }
 
   let agent: Agent
   try {

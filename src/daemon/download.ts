@@ -24,7 +24,7 @@ import { DEFAULT_REVISION, type DownloadFile, HUB_SOURCE_TYPE, isSafeRelativePat
 import { digestOrNull } from '../lib/digest'
 import { log as rootLog } from '../lib/logger'
 import type { PullModel } from '../protocol/worker'
-import { type Backoff, realTimers, retryAfterMs, retryDelay, type Timers } from './backoff'
+import { type Backoff, every, realTimers, retryAfterMs, retryDelay, type Timers } from './backoff'
 import { hashFile } from './runtimes/digests'
 
 // The daemon's model downloader (docs/worker.md "Downloads"; docs/api.md §7 pull_models): fetches
@@ -158,8 +158,6 @@ export interface DownloadRequest {
   freeBytes?: (path: string) => number
   /** The sha256 of a file already at the destination (default: read it through). */
   hash?: (path: string) => Promise<string | null>
-  /** While a model already there is hashed, `verifying` is reported this often (default 5 s). */
-  hashReportMs?: number
 }
 
 /** docs/worker.md "Downloads": a lock not refreshed for this long was left by a dead holder. */
@@ -167,6 +165,8 @@ export const LOCK_STALE_MS = 10 * 60_000
 const LOCK_REFRESH_MS = 60_000
 /** docs/worker.md "Downloads": partial files nobody has written for this long are removed. */
 export const PARTIAL_RECLAIM_MS = 24 * 3600_000
+/** docs/worker.md "Downloads": a file interrupted `retries` × this many times in all fails the download. */
+export const INTERRUPTIONS_PER_RETRY = 20
 /** How often a model already at the destination says it is still being hashed (the default --progress-interval). */
 const HASH_REPORT_MS = 5000
 
@@ -208,7 +208,7 @@ export async function downloadModel(req: DownloadRequest): Promise<Downloaded> {
 
   const there = await alreadyThere(req, dlog)
   if (there) return there
-  const lock = lockPartial(staging, dlog)
+  const lock = lockPartial(staging, req.timers ?? realTimers, dlog)
   try {
     return await fetchAndPlace(req, staging, dlog)
   } finally {
@@ -324,8 +324,7 @@ async function alreadyThere(req: DownloadRequest, dlog: typeof log): Promise<Dow
   const verifying = () => req.onProgress?.({ status: 'verifying', completed_bytes: 0, total_bytes: total })
   verifying()
   // Hashing 100 GB takes minutes: the report goes on meanwhile, so the ask never lapses for silence.
-  const alive = setInterval(verifying, req.hashReportMs ?? HASH_REPORT_MS)
-  alive.unref()
+  const alive = every(req.timers ?? realTimers, HASH_REPORT_MS, verifying)
   const hash = req.hash ?? hashFile
   try {
     for (const [i, f] of layout.files.entries()) {
@@ -337,7 +336,7 @@ async function alreadyThere(req: DownloadRequest, dlog: typeof log): Promise<Dow
         )
     }
   } finally {
-    clearInterval(alive)
+    alive.stop()
   }
   req.onProgress?.({ status: 'verifying', completed_bytes: total, total_bytes: total })
   dlog.info("the model already there is the catalogue's", { files: paths.length })
@@ -396,7 +395,7 @@ function staleness(held: LockHolder, nowMs = Date.now()): string | null {
 }
 
 /** Takes the lock of `staging`'s partial files, or throws DownloadError naming its live holder. */
-function lockPartial(staging: string, dlog: typeof log): { release(): void } {
+function lockPartial(staging: string, timers: Timers, dlog: typeof log): { release(): void } {
   const path = `${staging}.lock`
   const mine = JSON.stringify({ pid: process.pid, host: hostname(), started_at: new Date().toISOString() })
   for (let attempt = 0; attempt < 3; attempt++) {
@@ -407,16 +406,15 @@ function lockPartial(staging: string, dlog: typeof log): { release(): void } {
       } finally {
         closeSync(fd)
       }
-      const refresh = setInterval(() => {
+      const refresh = every(timers, LOCK_REFRESH_MS, () => {
         try {
           const now = new Date()
           utimesSync(path, now, now)
         } catch {}
-      }, LOCK_REFRESH_MS)
-      refresh.unref()
+      })
       return {
         release() {
-          clearInterval(refresh)
+          refresh.stop()
           if (readLock(path)?.text === mine) rmSync(path, { force: true })
         },
       }
@@ -472,7 +470,9 @@ function newestWrite(path: string): number {
 /**
  * docs/worker.md "Downloads": removes the partial downloads under `modelsDir` (four levels deep, as
  * models nest) that nobody has written for `maxAgeMs` and no live lock holds: what an ask that
- * never came back left. Only names of the downloader's own making are touched. Returns their paths.
+ * never came back left. Each is removed holding its lock (taken over from a dead holder as a
+ * download would), so never while another daemon writes it. Only names of the downloader's own
+ * making are touched. Returns their paths.
  */
 export function reclaimPartials(modelsDir: string, o: { maxAgeMs?: number; nowMs?: number } = {}): string[] {
   const maxAge = o.maxAgeMs ?? PARTIAL_RECLAIM_MS
@@ -497,8 +497,20 @@ export function reclaimPartials(modelsDir: string, o: { maxAgeMs?: number; nowMs
       if (held && !staleness(held, now)) continue
       const last = Math.max(newestWrite(partial), newestWrite(`${partial}.etag`), held?.mtimeMs ?? 0)
       if (now - last < maxAge) continue
-      for (const p of [partial, `${partial}.etag`, `${partial}.lock`])
-        rmSync(p, { recursive: true, force: true })
+      // Removed only under its lock, taken as a download takes it: a daemon that took it meanwhile
+      // (resuming that partial on a shared disk) keeps it, and none can take it while it goes.
+      let lock: { release(): void }
+      try {
+        lock = lockPartial(partial, realTimers, log)
+      } catch {
+        continue
+      }
+      try {
+        if (now - Math.max(newestWrite(partial), newestWrite(`${partial}.etag`)) < maxAge) continue
+        for (const p of [partial, `${partial}.etag`]) rmSync(p, { recursive: true, force: true })
+      } finally {
+        lock.release()
+      }
       log.info('removed a partial download nobody finished', {
         path: partial,
         last_written: new Date(last).toISOString(),
@@ -621,6 +633,7 @@ async function fetchFile(
   }
   try {
     let fruitless = 0
+    let interrupted = 0
     for (;;) {
       if (f.size !== null && f.kept === f.size) break
       const before = f.kept
@@ -631,9 +644,15 @@ async function fetchFile(
         if (signal.aborted) throw new DownloadError('the download was stopped')
         if (!(e instanceof Transient)) throw e
         fruitless = f.kept > before ? 0 : fruitless + 1
+        interrupted++
         if (fruitless >= retries)
           throw new DownloadError(
             `${f.path}: ${e.message} (${retries} attempts in a row brought no new byte)`,
+          )
+        // A hub that sends a little each time and cuts again never ends a run of fruitless attempts.
+        if (interrupted >= retries * INTERRUPTIONS_PER_RETRY)
+          throw new DownloadError(
+            `${f.path}: ${e.message} (interrupted ${interrupted} times; ${f.kept} of ${f.size ?? 'its'} bytes had arrived)`,
           )
         const wait = retryDelay(fruitless, backoff, e.retryAfterMs)
         log.warn('download interrupted; resuming', {
@@ -670,12 +689,16 @@ async function fetchFile(
     const stall = new AbortController()
     let last = timers.nowMs()
     const stallMs = req.stallMs ?? 60_000
-    const watchdog = setInterval(
-      () => {
-        if (timers.nowMs() - last > stallMs) stall.abort()
-      },
-      Math.min(stallMs, 1000),
-    )
+    // Asleep until `stallMs` after the last byte; a byte meanwhile moves the wake-up on.
+    const watchdog = new AbortController()
+    void (async () => {
+      for (;;) {
+        const idle = timers.nowMs() - last
+        if (idle >= stallMs) return stall.abort()
+        await timers.sleep(stallMs - idle, watchdog.signal)
+        if (watchdog.signal.aborted) return
+      }
+    })()
     try {
       let res: Response
       try {
@@ -748,7 +771,7 @@ async function fetchFile(
       if (f.size !== null && f.kept < f.size) throw new Transient('the connection ended early')
       return true
     } finally {
-      clearInterval(watchdog)
+      watchdog.abort()
     }
   }
 }

@@ -13,7 +13,7 @@ const LOCK_EX = 2
 const LOCK_NB = 4
 
 /** Where libc is on Linux (glibc, musl) and macOS, and how each names errno's address. */
-const LIBCS = [
+export const LIBCS = [
   { path: 'libc.so.6', errno: '__errno_location' },
   { path: 'libc.musl-x86_64.so.1', errno: '__errno_location' },
   { path: 'libc.musl-aarch64.so.1', errno: '__errno_location' },

@@ -4,6 +4,12 @@
 // restricts the daemon to some of them. No nvidia-smi, or no GPU, means none is reported and VRAM
 // comes from --vram-gb.
 
+import type { Subprocess } from 'bun'
+import { log as rootLog } from '../lib/logger'
+import { realTimers, type Timers } from './backoff'
+
+const log = rootLog.child({ component: 'gpu' })
+
 export interface Gpu {
   vendor: string
   name: string
@@ -46,8 +52,13 @@ export const GPU_QUERY_FIELDS = [
   'driver_version',
 ]
 
-// GiB, rounded to 0.1: a "24 GB" card reports 24564 MiB and must still fit a vram_gb: 24 entry.
+// GiB to 0.1. A card's total is rounded to the nearest (a "24 GB" card reports 24564 MiB and must
+// still fit a vram_gb: 24 entry); what is free is rounded down and what is used up, so that the
+// ledger never counts memory the driver did not report free (models/plan.ts places by it).
+// The 1e-9 keeps a figure that is exact in tenths (24.5) from moving by a floating-point error.
 const gib = (mib: number) => Math.round((mib / 1024) * 10) / 10
+const gibDown = (mib: number) => Math.floor((mib / 1024) * 10 + 1e-9) / 10
+const gibUp = (mib: number) => Math.ceil((mib / 1024) * 10 - 1e-9) / 10
 
 const num = (s: string | undefined): number | null => {
   if (s === undefined) return null
@@ -83,8 +94,8 @@ export function parseNvidiaSmi(csv: string, cuda = '', only?: readonly number[])
       uuid: uuid?.startsWith('GPU-') ? uuid : null,
       name: name!,
       total_gb: gib(totalMib),
-      used_gb: gib(usedMib),
-      free_gb: gib(num(memFree) ?? Math.max(0, totalMib - usedMib)),
+      used_gb: gibUp(usedMib),
+      free_gb: gibDown(num(memFree) ?? Math.max(0, totalMib - usedMib)),
       utilization: u,
     })
     total += totalMib
@@ -97,7 +108,7 @@ export function parseNvidiaSmi(csv: string, cuda = '', only?: readonly number[])
     utilization: utils.length
       ? Math.round((utils.reduce((a, b) => a + b, 0) / utils.length) * 10) / 10
       : null,
-    memory_used_gb: gib(used),
+    memory_used_gb: gibUp(used),
     memory_total_gb: gib(total),
   }
 }
@@ -117,40 +128,123 @@ export function parseCudaVersion(banner: string): string {
   return /CUDA Version:\s*([0-9.]+)/.exec(banner)?.[1] ?? ''
 }
 
-export type RunCommand = (cmd: string[]) => Promise<string | null>
+/** A command's output, or why there is none (`missing`: the program is not installed). */
+export type CommandResult = string | { failed: string; missing?: boolean }
 
-/** Runs a command with a time limit; null when it is missing, fails or hangs. */
-export const runCommand: RunCommand = async (cmd) => {
+/** Runs a command with a time limit; null is taken as "not there" (a stand-in's shorthand). */
+export type RunCommand = (cmd: string[], timeoutMs: number) => Promise<CommandResult | null>
+
+/**
+ * Runs a command with a time limit. A command past it is killed and not waited for: nvidia-smi on a
+ * hung driver can sit in the kernel, where no signal ends it until the call returns.
+ */
+export const runCommand: RunCommand = async (cmd, timeoutMs) => {
+  let proc: Subprocess<'ignore', 'pipe', 'pipe'>
   try {
     // Found on the daemon's PATH as it is now.
-    const proc = Bun.spawn(cmd, { stdout: 'pipe', stderr: 'ignore', timeout: 10_000, env: process.env })
-    const [out, code] = await Promise.all([new Response(proc.stdout).text(), proc.exited])
-    return code === 0 ? out : null
-  } catch {
-    return null
+    proc = Bun.spawn(cmd, { stdin: 'ignore', stdout: 'pipe', stderr: 'pipe', env: process.env })
+  } catch (e) {
+    return { failed: `${cmd[0]} could not be run: ${(e as Error).message}`, missing: true }
   }
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const late = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), timeoutMs)
+  })
+  const done = await Promise.race([
+    Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]),
+    late,
+  ])
+  clearTimeout(timer)
+  if (!done) {
+    proc.kill('SIGKILL')
+    return { failed: `${cmd[0]} did not answer within ${timeoutMs / 1000} s` }
+  }
+  const [out, err, code] = done
+  if (code === 0) return out
+  const said = err.trim().split('\n').at(-1)
+  return { failed: `${cmd[0]} exited with code ${code}${said ? `: ${said}` : ''}` }
 }
+
+/** How nvidia-smi is asked (docs/worker.md "GPUs"): each call's time limit, and the start's tries. */
+export interface ProbeLimits {
+  /** One call's time limit (default 10 s). */
+  timeoutMs?: number
+  /** Calls at the daemon's start before it gives up (default 3), the waits between them doubling from `backoffMs`. */
+  tries?: number
+  backoffMs?: number
+  timers?: Timers
+}
+
+const reasonOf = (r: CommandResult | null): string | null =>
+  r === null ? 'nvidia-smi is not there' : typeof r === 'string' ? null : r.failed
 
 /**
  * Probes nvidia-smi, keeping the GPUs of `only` (--gpus) when given. The CUDA version is read once
- * (it cannot change without a driver reload).
+ * (it cannot change without a driver reload). Every call has a time limit; a failure is logged with
+ * its reason when that reason changes (a heartbeat's sample is not retried: the next one is).
  */
 export class GpuProbe {
   private cuda: string | undefined
+  private lastProblem: string | null = null
+  private readonly limits: Required<ProbeLimits>
   constructor(
     private readonly run: RunCommand = runCommand,
     private readonly only?: readonly number[],
-  ) {}
+    limits: ProbeLimits = {},
+  ) {
+    this.limits = { timeoutMs: 10_000, tries: 3, backoffMs: 1000, timers: realTimers, ...limits }
+  }
 
-  async sample(): Promise<GpuSample | null> {
-    const csv = await this.run([
-      'nvidia-smi',
-      `--query-gpu=${GPU_QUERY_FIELDS.join(',')}`,
-      '--format=csv,noheader,nounits',
-    ])
-    if (csv === null) return null
-    if (this.cuda === undefined) this.cuda = parseCudaVersion((await this.run(['nvidia-smi'])) ?? '')
+  private async query(): Promise<CommandResult | null> {
+    const r = await this.run(
+      ['nvidia-smi', `--query-gpu=${GPU_QUERY_FIELDS.join(',')}`, '--format=csv,noheader,nounits'],
+      this.limits.timeoutMs,
+    )
+    const problem = reasonOf(r)
+    const missing = r === null || (typeof r !== 'string' && r.missing)
+    if (problem !== this.lastProblem && problem && !missing)
+      log.warn('nvidia-smi failed', { reason: problem })
+    this.lastProblem = problem
+    return r
+  }
+
+  private async parse(csv: string): Promise<GpuSample | null> {
+    if (this.cuda === undefined) {
+      const banner = await this.run(['nvidia-smi'], this.limits.timeoutMs)
+      this.cuda = parseCudaVersion(typeof banner === 'string' ? banner : '')
+    }
     const sample = parseNvidiaSmi(csv, this.cuda, this.only)
     return sample.gpus.length ? sample : null
+  }
+
+  async sample(): Promise<GpuSample | null> {
+    const r = await this.query()
+    return typeof r === 'string' ? this.parse(r) : null
+  }
+
+  /**
+   * docs/worker.md "GPUs": at the start, whether every GPU `--gpus` names is one nvidia-smi lists:
+   * null when so, else the line the daemon exits with. nvidia-smi is asked up to `tries` times
+   * (a driver still loading after a reboot), each failure logged with its reason and the wait.
+   */
+  async checkSelected(): Promise<string | null> {
+    const only = this.only
+    if (!only) return null
+    const named = `--gpus ${only.join(',')}`
+    const { tries, backoffMs, timers } = this.limits
+    let r: CommandResult | null = null
+    for (let i = 1; i <= tries; i++) {
+      r = await this.query()
+      if (typeof r === 'string' || r === null || r.missing || i === tries) break
+      const wait = backoffMs * 2 ** (i - 1)
+      log.warn('nvidia-smi failed; asking again', { reason: r.failed, try: i, of: tries, retry_in_ms: wait })
+      await timers.sleep(wait)
+    }
+    if (typeof r !== 'string')
+      return `${named}: nvidia-smi could not list the GPUs (${reasonOf(r)}${r !== null && !r.missing ? `; ${tries} tries` : ''})`
+    const listed = parseNvidiaSmi(r).devices.map((d) => d.index)
+    const absent = only.filter((i) => !listed.includes(i))
+    if (absent.length === 0) return null
+    return `${named}: nvidia-smi lists no GPU ${absent.join(', ')} (${listed.length ? `it lists ${listed.join(', ')}` : 'it lists none'})`
   }
 }

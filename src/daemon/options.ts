@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import { homedir, hostname } from 'node:os'
 import { extname, join } from 'node:path'
 import { type Static, Type as T } from '@sinclair/typebox'
@@ -55,6 +56,13 @@ export const DaemonOptionsSchema = T.Object({
     description: 'Control plane base URL, e.g. http://gridkeep:8080',
   }),
   key: T.String({ pattern: '^gk-', description: 'Organization worker key (gk-…); never logged' }),
+  key_file: T.Optional(
+    T.String({
+      minLength: 1,
+      description:
+        'File whose first line is the worker key (/dev/stdin: what the service manager opened for the daemon): the key out of argv and the environment',
+    }),
+  ),
   ca_file: T.Optional(
     T.String({
       minLength: 1,
@@ -187,6 +195,9 @@ export const DaemonOptionsSchema = T.Object({
       description: 'Token sent to the hub as a bearer token (gated repositories); never logged',
     }),
   ),
+  hub_token_file: T.Optional(
+    T.String({ minLength: 1, description: 'File whose first line is the hub token (as --key-file)' }),
+  ),
   progress_interval: Num(5, 0.05, 3600, 'Seconds between progress reports of a job'),
   poll_interval: Num(5, 0.05, 3600, 'Seconds between polls while nothing is compatible'),
   poll_wait: Num(
@@ -246,10 +257,11 @@ export type DaemonOptions = Omit<
 
 type Field = keyof typeof DaemonOptionsSchema.properties
 
-/** Environment variable of each option (GRIDKEEP_<NAME>, with the two the issue names). */
+/** Environment variable of each option (docs/worker.md's options table): GRIDKEEP_<NAME>, but GRIDKEEP_WORKER_KEY and HF_TOKEN. */
 export const ENV_NAMES: Record<Field, string> = {
   server: 'GRIDKEEP_SERVER',
   key: 'GRIDKEEP_WORKER_KEY',
+  key_file: 'GRIDKEEP_WORKER_KEY_FILE',
   ca_file: 'GRIDKEEP_CA_FILE',
   runtime: 'GRIDKEEP_RUNTIME',
   runtime_url: 'GRIDKEEP_RUNTIME_URL',
@@ -273,6 +285,8 @@ export const ENV_NAMES: Record<Field, string> = {
   hub_url: 'GRIDKEEP_HUB_URL',
   // The name Hugging Face's own tools read, so a machine already set up for them needs nothing more.
   hub_token: 'HF_TOKEN',
+  // huggingface_hub's own name for the file holding its token.
+  hub_token_file: 'HF_TOKEN_PATH',
   progress_interval: 'GRIDKEEP_PROGRESS_INTERVAL',
   poll_interval: 'GRIDKEEP_POLL_INTERVAL',
   poll_wait: 'GRIDKEEP_POLL_WAIT',
@@ -334,6 +348,11 @@ export async function parseDaemonOptions(
   }
 
   const fromFile = configPath ? await readConfigFile(configPath) : {}
+  // Secrets given as flags themselves, before their files are read into the same fields.
+  const onArgv = SECRET_FILES.map(([, field]) => field).filter((f) => flags[f] !== undefined)
+  readSecretFiles(flags, flagOf)
+  readSecretFiles(fromEnv, (f) => ENV_NAMES[f])
+  readSecretFiles(fromFile, (f) => `${f} in ${configPath}`)
   const merged = { ...fromFile, ...fromEnv, ...flags }
   const converted = Value.Default(DaemonOptionsSchema, Value.Convert(DaemonOptionsSchema, merged)) as Record<
     string,
@@ -349,14 +368,67 @@ export async function parseDaemonOptions(
       missing || name === 'key' || name === 'hub_token' ? '' : ` (got ${JSON.stringify(converted[name])})`
     throw new OptionsError(`${where}: ${missing ? 'required' : describe(first.schema)}${got}`)
   }
-  return { help: false, options: finish(converted as Parsed) }
+  return { help: false, options: finish(converted as Parsed, onArgv) }
 }
 
-function finish(p: Parsed): DaemonOptions {
+/** Each file option and the secret it holds. */
+const SECRET_FILES = [
+  ['key_file', 'key'],
+  ['hub_token_file', 'hub_token'],
+] as const
+
+/** Reads one source's secret files into their fields; a secret and its file in one source is an error. */
+function readSecretFiles(source: Record<string, unknown>, where: (f: Field) => string) {
+  for (const [file, field] of SECRET_FILES) {
+    const path = source[file]
+    if (path === undefined) continue
+    if (source[field] !== undefined)
+      throw new OptionsError(`${where(field)} and ${where(file)}: give one of them`)
+    let text: string
+    try {
+      text = readFileSync(String(path), 'utf8')
+    } catch (e) {
+      throw new OptionsError(
+        `${where(file)}: cannot read ${path} (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`,
+      )
+    }
+    const secret = text.split('\n')[0]!.trim()
+    if (!secret) throw new OptionsError(`${where(file)}: ${path} is empty`)
+    source[field] = secret
+  }
+}
+
+/** What an option holding a secret may be given by instead of argv (docs/worker.md "What an engine sees"). */
+const SAFER: Record<(typeof SECRET_FILES)[number][1], string> = {
+  key: '--key-file FILE or GRIDKEEP_WORKER_KEY',
+  hub_token: '--hub-token-file FILE or HF_TOKEN',
+}
+
+function finish(p: Parsed, onArgv: readonly (typeof SECRET_FILES)[number][1][] = []): DaemonOptions {
   const model_files: Record<string, string[]> = {}
   for (const [name, v] of Object.entries(p.model_files ?? {})) model_files[name] = Array.isArray(v) ? v : [v]
   const launched = isLaunched(p.runtime)
   const managed = (p.runtime === 'llama.cpp' && p.models_dir !== undefined) || launched
+  // docs/worker.md "What an engine sees": argv is readable by every process of the machine
+  // (/proc/<pid>/cmdline), the engines this daemon starts included.
+  for (const field of onArgv)
+    if (managed)
+      throw new OptionsError(
+        `${flagOf(field)} on the command line is readable by every process on this machine, the engines this daemon starts included: give it with ${SAFER[field]}`,
+      )
+  const secrets = [
+    ['the worker key', p.key],
+    ['the hub token', p.hub_token],
+  ] as const
+  for (const [what, text] of [
+    ['--launch-command', p.launch_command],
+    ['--engine-args', p.engine_args],
+  ] as const)
+    for (const [name, secret] of secrets)
+      if (text && secret && text.includes(secret))
+        throw new OptionsError(
+          `${what} holds ${name}: an engine never gets it (docs/worker.md "What an engine sees")`,
+        )
   if (p.launch_command !== undefined && !launched)
     throw new OptionsError(
       `--launch-command is for --runtime vllm, sglang or command (got --runtime ${p.runtime})`,
@@ -498,6 +570,7 @@ function describe(schema: any): string {
 const PLACEHOLDER: Partial<Record<Field, string>> = {
   server: 'URL',
   key: 'gk-…',
+  key_file: 'FILE',
   ca_file: 'FILE',
   runtime: 'openai|ollama|llama.cpp|vllm|sglang|command',
   runtime_url: 'URL',
@@ -520,6 +593,7 @@ const PLACEHOLDER: Partial<Record<Field, string>> = {
   capabilities: 'LIST|none',
   hub_url: 'URL',
   hub_token: 'TOKEN',
+  hub_token_file: 'FILE',
   progress_interval: 'S',
   poll_interval: 'S',
   poll_wait: 'S',
@@ -532,9 +606,9 @@ const PLACEHOLDER: Partial<Record<Field, string>> = {
 export function helpText(): string {
   const lines = [
     'Usage: gridkeep worker --server URL --key gk-… --runtime openai|ollama [options]',
-    '       gridkeep worker --server URL --key gk-… --runtime llama.cpp --models-dir DIR [options]',
-    '       gridkeep worker --server URL --key gk-… --runtime vllm|sglang --models-dir DIR [--launch-command CMD]',
-    '       gridkeep worker --server URL --key gk-… --runtime command --engine NAME --models-dir DIR --launch-command CMD',
+    '       gridkeep worker --server URL --key-file FILE --runtime llama.cpp --models-dir DIR [options]',
+    '       gridkeep worker --server URL --key-file FILE --runtime vllm|sglang --models-dir DIR [--launch-command CMD]',
+    '       gridkeep worker --server URL --key-file FILE --runtime command --engine NAME --models-dir DIR --launch-command CMD',
     '',
     'The reference worker daemon: registers with a gridkeep control plane, heartbeats, claims batches,',
     'runs every line against a local inference runtime and uploads the results. With --runtime llama.cpp',

@@ -11,7 +11,7 @@ export interface OpenDbOptions {
   synchronous?: 'normal' | 'full'
 }
 
-/** Opens the database with the pragmas every connection needs (issue 2, point 1). */
+/** Opens the database with the pragmas every connection needs (ARCHITECTURE.md "The storage seam"). */
 export function openDb({ path, synchronous = 'normal' }: OpenDbOptions): { db: Db; sqlite: Database } {
   if (path !== ':memory:') mkdirSync(dirname(path), { recursive: true })
   const sqlite = new Database(path, { create: true, strict: true })

@@ -81,7 +81,7 @@ const errorCode = (error: unknown) => (error as { code?: string | number } | nul
 
 /**
  * Every request is logged and counted exactly once, here, when its response is ready: errors and
- * unmatched paths included (issue 6). The status is the response's own. The log carries the path
+ * unmatched paths included (docs/operations.md "Logs" and "Metrics"). The status is the response's own. The log carries the path
  * without its query string (a query may carry a token); metrics carry only the route pattern
  * (bounded label cardinality).
  */

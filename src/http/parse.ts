@@ -1,7 +1,7 @@
 import { AppError, badRequest, tooLarge } from '../lib/errors'
 import { pathOf } from './context'
 
-// The request body policy (issue 2 "Errors"): JSON only, at most MAX_JSON_BYTES, at most
+// The request body policy (docs/api.md §0: JSON in and out, one error envelope): JSON only, at most MAX_JSON_BYTES, at most
 // MAX_JSON_DEPTH levels deep; anything else is a 4xx in the envelope, never a 5xx.
 //
 // It is split by cost. `checkBodyHeaders` runs for every request before routing and decides from

@@ -1,4 +1,4 @@
-// Structured JSON-line logs (issue 6). One process-wide logger: the server is one process, and
+// Structured JSON-line logs (docs/operations.md "Logs"). One process-wide logger: the server is one process, and
 // tests swap the sink to read everything the suite logged.
 //
 // Secrets never reach the output (docs/api.md: secrets never reach logs). Callers do not log them, and as

@@ -2,7 +2,7 @@ import { Counter, Gauge, Registry } from 'prom-client'
 import pkg from '../../package.json'
 import { createHttpMetrics } from './http-metrics'
 
-// Prometheus metrics (issue 6, docs/api.md §10), one registry per server so tests that build several
+// Prometheus metrics (docs/api.md §10, docs/operations.md "Metrics"), one registry per server so tests that build several
 // apps in one process never share counts. Modules increment these directly; gauges that describe
 // stored state (batches by status, workers by status) are computed at scrape time by the
 // metrics module. Names follow Prometheus conventions: gridkeep_ prefix, _total for counters,

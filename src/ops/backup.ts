@@ -12,7 +12,7 @@ import {
 } from 'node:fs'
 import { resolve } from 'node:path'
 
-// `gridkeep backup <path>` (issue 6): a consistent copy of the live database, taken while the server
+// `gridkeep backup <path>` (docs/operations.md "Backups and restore"): a consistent copy of the live database, taken while the server
 // runs. VACUUM INTO reads inside one read transaction, so in WAL mode it sees a single snapshot and
 // never blocks the server's writers; the copy is compact and self-contained (no -wal beside it).
 // It is written to a temporary file, checked, synced, and only then put in place, so `path` is

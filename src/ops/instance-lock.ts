@@ -2,7 +2,7 @@ import { Database } from 'bun:sqlite'
 import { mkdirSync } from 'node:fs'
 import { dirname } from 'node:path'
 
-// One server per database file (issue 6). Two servers on one SQLite file would each run the
+// One server per database file (docs/deployment.md "The single binary"). Two servers on one SQLite file would each run the
 // sweeper, the validator and the claim logic as if alone; SQLite would keep the file intact, but
 // not the rules built on it.
 //

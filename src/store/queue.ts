@@ -229,7 +229,7 @@ export interface QueueStore {
    */
   sweep(now: number, cutoff: number): Promise<SweepOutcome>
   /**
-   * GET /metrics (issue 13, docs/api.md §14): validated batches by owner class — `idle`, the owner has
+   * GET /metrics (docs/operations.md "Metrics", docs/api.md §14): validated batches by owner class — `idle`, the owner has
    * nothing in progress; `running`, the owner already runs something.
    */
   queuedByOwnerClass(): Promise<{ idle: number; running: number }>

@@ -15,6 +15,7 @@ import {
   SupervisedChild,
 } from '../../src/daemon/engines/child'
 import { StateDir } from '../../src/daemon/state'
+import { capturedLogLines } from '../helpers/secrets'
 import { until } from '../helpers/until'
 
 // The supervised engine process (src/daemon/engines/child.ts) with a stand-in engine: a small Bun
@@ -311,6 +312,62 @@ describe('one supervisor: its states, its back-off, its group ended on every end
       await c.stop().catch(() => {})
       ticking = false
       await moving
+    }
+  })
+
+  test('a process that dies at every restart is given up after RestartBackoff.GIVE_UP_AFTER ends in a row, saying why; nothing starts it again on its own', async () => {
+    const state = new StateDir(mkdtempSync(join(root, 's-')))
+    const timers = manualTimers(Date.now())
+    const spawned: number[] = []
+    const c = new SupervisedChild({
+      name: 'stand-in',
+      state,
+      timers,
+      restart: 'always',
+      // The first start serves; every later one dies at once, as a router whose GPU went away.
+      command: (port) => {
+        spawned.push(port)
+        return spawned.length === 1
+          ? ['bun', '-e', SERVE, String(port)]
+          : ['bun', '-e', "console.log('CUDA error: no CUDA-capable device is detected'); process.exit(3)"]
+      },
+      ready: async (url) => (await fetch(url)).ok,
+    })
+    let ticking = true
+    const ticker = (async () => {
+      while (ticking) {
+        timers.advance(1000)
+        await Bun.sleep(5)
+      }
+    })()
+    const logFrom = capturedLogLines().length
+    const gaveUp = () =>
+      capturedLogLines()
+        .slice(logFrom)
+        .map((l) => JSON.parse(l))
+        .find((r) => r.msg === 'engine restart given up; it starts again when next needed')
+    try {
+      await c.start()
+      process.kill(c.pid!, 'SIGKILL')
+      const line = await until('the restarts given up', gaveUp, 60_000)
+      expect(line).toMatchObject({ engine: 'stand-in', ends_in_a_row: RestartBackoff.GIVE_UP_AFTER })
+      expect(line.error).toContain('exited with code 3 before answering')
+      expect(line.error).toContain('CUDA error: no CUDA-capable device is detected')
+      // The first run, then a start for each end in a row but the first (the kill).
+      expect(spawned).toHaveLength(RestartBackoff.GIVE_UP_AFTER)
+      expect(c.state).toBe('stopped')
+      // Many longest waits later, no wait was asked and nothing was started.
+      const asked = timers.asked.length
+      for (let i = 0; i < 10; i++) {
+        timers.advance(RestartBackoff.MAX_MS)
+        await Bun.sleep(5)
+      }
+      expect(timers.asked.length).toBe(asked)
+      expect(spawned).toHaveLength(RestartBackoff.GIVE_UP_AFTER)
+    } finally {
+      await c.stop().catch(() => {})
+      ticking = false
+      await ticker
     }
   })
 })

@@ -21,6 +21,9 @@ describe('gridkeep worker CLI', () => {
     expect(await runWorkerCommand(['--help'], {})).toBe(0)
     expect(await runWorkerCommand(['--server', 'http://x', '--runtime', 'openai'], {})).toBe(2)
     expect(await runWorkerCommand(['--nope'], {})).toBe(2)
+    // docs/worker.md "What an engine sees": a daemon that starts engines takes no key in argv.
+    const managed = ['--server', 'http://x', '--runtime', 'llama.cpp', '--models-dir', dir]
+    expect(await runWorkerCommand([...managed, '--key', `gk-${'k'.repeat(40)}`], {})).toBe(2)
   })
 
   test('runs as its own process: JSON log lines, never the key; SIGTERM finishes the job and exits 0', async () => {

@@ -12,10 +12,12 @@ import {
 } from 'node:fs'
 import { hostname, tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { manualTimers } from '../../src/daemon/backoff'
 import {
   type DownloadProgress,
   type DownloadRequest,
   downloadModel,
+  INTERRUPTIONS_PER_RETRY,
   LOCK_STALE_MS,
   type ModelLayout,
   modelsDirLayout,
@@ -282,6 +284,31 @@ describe('failures leave nothing behind', () => {
     expect(tree(dir)).toEqual([])
   })
 
+  test('a hub that sends a little each time and cuts again: failed after retries × INTERRUPTIONS_PER_RETRY, each retry logged with its reason and wait', async () => {
+    const h = hub()
+    const file = h.put(REPO, 'm.gguf', seededBytes(100_000, 12))
+    // Each response brings 1000 new bytes: no run of fruitless attempts ever reaches the retries.
+    h.misbehave(REPO, 'm.gguf', { trickle: 1000, times: 'always' })
+    const dir = modelsDir()
+    const logFrom = capturedLogLines().length
+    const { error } = await failing(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+    )
+    const attempts = 3 * INTERRUPTIONS_PER_RETRY
+    expect(error).toBe(
+      `m.gguf: the connection ended early (interrupted ${attempts} times; ${attempts * 1000} of 100000 bytes had arrived)`,
+    )
+    expect(h.requests.filter((r) => r.method !== 'HEAD')).toHaveLength(attempts)
+    const retried = capturedLogLines()
+      .slice(logFrom)
+      .map((l) => JSON.parse(l))
+      .filter((r) => r.msg === 'download interrupted; resuming')
+    expect(retried).toHaveLength(attempts - 1)
+    expect(retried.every((r) => r.error === 'the connection ended early' && r.retry_in_ms >= 0)).toBe(true)
+    expect(tree(dir)).toEqual([])
+  })
+
   test('a hub that always stops halfway: failed after the retries, no partial', async () => {
     const h = hub()
     const file = h.put(REPO, 'm.gguf', seededBytes(2_000_000, 11))
@@ -511,25 +538,31 @@ describe('a destination already there is hashed, never replaced', () => {
     expect(tree(dir)).toEqual(['m.gguf'])
   })
 
-  test('a long hash of what is there keeps reporting verifying, so the ask never lapses for silence', async () => {
+  test('a long hash of what is there keeps reporting verifying, so the ask never lapses for silence (on the injected clock)', async () => {
     const h = hub()
     const bytes = seededBytes(1000, 49)
     const file = h.put(REPO, 'm.gguf', bytes)
     const dir = modelsDir()
     writeFileSync(join(dir, 'm.gguf'), bytes)
+    const timers = manualTimers()
     const { req, progress } = request(
       h,
       modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
       {
-        hashReportMs: 1,
-        // A hash that ends only once three reports have gone out meanwhile.
+        timers,
+        // A hash that ends only once the clock has moved past three reports (5 s each by default).
         hash: async (path) => {
-          await until('reports while hashing', () => progress.length >= 4)
+          for (let i = 1; i <= 3; i++) {
+            expect(progress).toHaveLength(i)
+            timers.advance(5000)
+            await until('a report as the clock passes 5 s', () => progress.length === i + 1)
+          }
           return sha256Of(readFileSync(path))
         },
       },
     )
     expect((await downloadModel(req)).found).toBe(true)
+    expect(progress).toHaveLength(5)
     expect(progress.every((p) => p.status === 'verifying')).toBe(true)
   })
 
@@ -660,6 +693,39 @@ describe('the lock of a partial download (two daemons on one models directory)',
     expect(readFileSync(lockOf(dir, 'm.gguf'), 'utf8')).toBe(lock)
   })
 
+  test('on the injected clock: the lock is refreshed every minute while a stalled response waits, and the stall is cut when the clock passes stallMs', async () => {
+    const h = hub()
+    const file = h.put(REPO, 'm.gguf', seededBytes(2000, 53))
+    h.misbehave(REPO, 'm.gguf', { stallAt: 1000, times: 'once' })
+    const dir = modelsDir()
+    const timers = manualTimers()
+    const { req, progress } = request(
+      h,
+      modelsDirLayout(dir, 'm', [{ path: 'm.gguf', ...file, size_bytes: file.size }]),
+      { timers, stallMs: 120_000 },
+    )
+    let settled = false
+    const done = downloadModel(req).finally(() => {
+      settled = true
+    })
+    await until('the first 1000 bytes', () => progress.some((p) => p.completed_bytes === 1000))
+    const lock = lockOf(dir, 'm.gguf')
+    const old = new Date(Date.now() - 30 * 60_000)
+    utimesSync(lock, old, old)
+    // A minute on the clock: the lock is refreshed, and the response (silent for 60 s of 120) goes on.
+    timers.advance(60_000)
+    await until('the lock refreshed', () => statSync(lock).mtimeMs > old.getTime() + 60_000)
+    expect(settled).toBe(false)
+    expect(h.requests).toHaveLength(1)
+    // Past 120 s of silence the response is cut, and the resume fetches the rest.
+    const cut = (l: string) => l.includes('download interrupted; resuming') && l.includes('no byte for 120 s')
+    timers.advance(61_000)
+    await until('the stall cut', () => capturedLogLines().some(cut))
+    timers.advance(1000)
+    expect((await done).bytes).toBe(2000)
+    expect(h.requests.map((r) => r.range)).toEqual([null, 'bytes=1000-'])
+  })
+
   test("a dead holder's lock is taken over: its process gone on this host, or not refreshed for LOCK_STALE_MS", async () => {
     const h = hub()
     const file = h.put(REPO, 'm.gguf', seededBytes(1000, 52))
@@ -706,6 +772,15 @@ describe('reclaiming partial downloads nobody finished', () => {
     writeFileSync(join(dir, '.c.gguf.partial'), 'x')
     age(join(dir, '.c.gguf.partial'), old)
     writeFileSync(join(dir, '.c.gguf.partial.lock'), JSON.stringify({ pid: process.pid, host: hostname() }))
+    // Old, locked by a daemon on another host that refreshes its lock (a shared disk): kept.
+    writeFileSync(join(dir, '.d.gguf.partial'), 'x')
+    age(join(dir, '.d.gguf.partial'), old)
+    writeFileSync(join(dir, '.d.gguf.partial.lock'), JSON.stringify({ pid: 1, host: 'gpu-07.lab' }))
+    // Old, its lock from another host not refreshed since (a holder gone): reclaimed, lock and all.
+    writeFileSync(join(dir, '.e.gguf.partial'), 'x')
+    age(join(dir, '.e.gguf.partial'), old)
+    writeFileSync(join(dir, '.e.gguf.partial.lock'), JSON.stringify({ pid: 1, host: 'gpu-08.lab' }))
+    age(join(dir, '.e.gguf.partial.lock'), old)
     // Not of the downloader's making: never touched, however old.
     writeFileSync(join(dir, '.cache'), 'x')
     writeFileSync(join(dir, 'notes.partial'), 'x')
@@ -714,6 +789,7 @@ describe('reclaiming partial downloads nobody finished', () => {
 
     expect(reclaimPartials(dir, { nowMs: now }).sort()).toEqual([
       join(dir, '.a.gguf.partial'),
+      join(dir, '.e.gguf.partial'),
       join(dir, 'org/.m.partial'),
     ])
     expect(tree(dir)).toEqual([
@@ -721,6 +797,8 @@ describe('reclaiming partial downloads nobody finished', () => {
       '.c.gguf.partial',
       '.c.gguf.partial.lock',
       '.cache',
+      '.d.gguf.partial',
+      '.d.gguf.partial.lock',
       'notes.partial',
       'org',
     ])

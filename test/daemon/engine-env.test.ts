@@ -1,15 +1,23 @@
 import { afterAll, describe, expect, test } from 'bun:test'
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { engineEnv } from '../../src/daemon/engines/env'
+import { alive } from '../../src/daemon/engines/child'
+import { engineEnv, redactArgv } from '../../src/daemon/engines/env'
 import { OptionsError, parseDaemonOptions } from '../../src/daemon/options'
 import { randomBase62 } from '../../src/lib/ids'
 import { chatLines } from '../helpers/daemon'
 import { startFakeControlPlane } from '../helpers/fake-control-plane'
 import { rememberSecret } from '../helpers/secrets'
 import { until } from '../helpers/until'
-import { ENV_ENGINE, readDump, spawnWorker, standInRouter } from '../helpers/worker-process'
+import {
+  ENV_ENGINE,
+  type EngineDump,
+  readDump,
+  spawnWorker,
+  standInRouter,
+  UNPRIVILEGED_UID,
+} from '../helpers/worker-process'
 
 // What an engine sees of the daemon's environment (src/daemon/engines/env.ts, docs/worker.md "What
 // an engine sees"): an allow-list, the names --engine-env adds, never the worker key or the hub
@@ -85,6 +93,38 @@ describe('the allow-list', () => {
       expect(env).not.toHaveProperty(name)
   })
 
+  test('an engine’s argv as logs show it: a credential’s value redacted, whatever form it takes', () => {
+    expect(
+      redactArgv([
+        'vllm',
+        'serve',
+        '/m',
+        '--api-key',
+        'sk-1',
+        '--hf-token=hf_2',
+        'API_KEY=k3',
+        '--max-num-seqs',
+        '8',
+        'MODE=x',
+        '--port',
+        '8000',
+      ]),
+    ).toEqual([
+      'vllm',
+      'serve',
+      '/m',
+      '--api-key',
+      '…',
+      '--hf-token=…',
+      'API_KEY=…',
+      '--max-num-seqs',
+      '8',
+      'MODE=x',
+      '--port',
+      '8000',
+    ])
+  })
+
   test('--engine-env: repeatable, a comma list in GRIDKEEP_ENGINE_ENV; the daemon’s own names and the hub token are refused', async () => {
     const base = ['--server', 'http://cp', '--key', key, '--runtime', 'openai']
     const parse = async (argv: string[], env: Record<string, string> = {}) => {
@@ -138,6 +178,12 @@ describe('the environment an engine process sees', () => {
   }
   const passed = ['--engine-env', 'LAB_SETTING', '--engine-env', 'TOOLS_*,KEY_COPY']
 
+  /** Once the daemon has exited, the engine and the worker it started in its group are gone. */
+  function expectGone(dump: EngineDump | null) {
+    expect(dump).not.toBeNull()
+    expect([dump!.pid, dump!.worker].filter(alive)).toEqual([])
+  }
+
   function expectScrubbed(env: Record<string, string>) {
     expect(env).toMatchObject({
       PATH: daemonEnv.PATH,
@@ -177,14 +223,16 @@ describe('the environment an engine process sees', () => {
       daemonEnv,
       { outputDir: work },
     )
+    let dump: EngineDump | null = null
     try {
-      const dump = await until('the router started', () => readDump(join(work, 'router.json')))
+      dump = await until('the router started', () => readDump(join(work, 'router.json')))
       expectScrubbed(dump.env)
     } finally {
       worker.proc.kill('SIGTERM')
       expect(await worker.exited()).toBe(0)
       await cp.stop()
     }
+    expectGone(dump)
   })
 
   test('a launched engine, started for a job’s model', async () => {
@@ -215,15 +263,54 @@ describe('the environment an engine process sees', () => {
       daemonEnv,
       { outputDir: work },
     )
+    let dump: EngineDump | null = null
     try {
       await cp.waitFor(() => cp.uploads.length === 1, 'the job done', 20_000)
       expect(cp.uploads[0]!.completed).toBe(2)
-      const dump = await until('the engine started', () => readDump(join(work, 'alpha.json')))
+      dump = await until('the engine started', () => readDump(join(work, 'alpha.json')))
       expectScrubbed(dump.env)
     } finally {
       worker.proc.kill('SIGTERM')
       expect(await worker.exited()).toBe(0)
       await cp.stop()
+    }
+    expectGone(dump)
+  })
+
+  test('the daemon is not dumpable: its engine cannot read its /proc/<pid>/environ, while a process of the same user that did nothing is read', async () => {
+    const cp = startFakeControlPlane({ key })
+    // Outside `dir` (root's alone): the user it runs as reaches it.
+    const work = mkdtempSync(join(tmpdir(), 'gk-dumpable-'))
+    mkdirSync(join(work, 'models'))
+    const router = standInRouter(work)
+    // Run as a user without CAP_SYS_PTRACE (the tests' root reads any process's /proc).
+    for (const p of [work, join(work, 'models'), router]) chownSync(p, UNPRIVILEGED_UID, UNPRIVILEGED_UID)
+    const worker = spawnWorker(
+      [
+        '--server',
+        cp.url,
+        '--runtime',
+        'llama.cpp',
+        '--models-dir',
+        join(work, 'models'),
+        '--llama-server',
+        router,
+        '--engine-args',
+        `--dump ${work}`,
+        '--state-dir',
+        join(work, 'state'),
+      ],
+      { ...daemonEnv, HOME: work },
+      { outputDir: work, unprivileged: true },
+    )
+    try {
+      const dump = await until('the router started', () => readDump(join(work, 'router.json')))
+      expect(dump.reads).toEqual({ daemon: 'EACCES', worker: 'read' })
+    } finally {
+      worker.proc.kill('SIGTERM')
+      expect(await worker.exited()).toBe(0)
+      await cp.stop()
+      rmSync(work, { recursive: true, force: true })
     }
   })
 })

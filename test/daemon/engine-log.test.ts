@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import { manualTimers, type Timers } from '../../src/daemon/backoff'
 import { SupervisedChild } from '../../src/daemon/engines/child'
 import { StateDir } from '../../src/daemon/state'
 import { until } from '../helpers/until'
@@ -21,11 +22,12 @@ const size = (path: string) => (existsSync(path) ? statSync(path).size : 0)
 const ECHO =
   "Bun.serve({ hostname: '127.0.0.1', port: Number(process.argv.at(-1)), fetch: (r) => { console.log('request ' + new URL(r.url).pathname); return new Response('ok') } })"
 
-function child(state: StateDir, command: (port: number) => string[], checkMs = 3_600_000) {
+function child(state: StateDir, command: (port: number) => string[], checkMs = 3_600_000, timers?: Timers) {
   return new SupervisedChild({
     name: 'stand-in',
     state,
     command,
+    ...(timers ? { timers } : {}),
     ready: async (url) => {
       await fetch(url)
       return true
@@ -90,6 +92,43 @@ describe('an engine log', () => {
       )
     } finally {
       await c.stop()
+    }
+  })
+
+  test('the interval is the injected clock’s: nothing trims a log past its limit until the clock passes checkMs', async () => {
+    const state = new StateDir(mkdtempSync(join(root, 's-')))
+    const timers = manualTimers(Date.now())
+    const c = child(
+      state,
+      (port) => ['bun', ENGINE, '--noise', '3000', '--port', String(port)],
+      60_000,
+      timers,
+    )
+    // The clock moves only when told: a ticker moves it (10 ms a step) while the start and the stop wait on it.
+    let ticking = true
+    const tick = async () => {
+      while (ticking) {
+        timers.advance(10)
+        await Bun.sleep(5)
+      }
+    }
+    let ticker = tick()
+    try {
+      await c.start()
+      ticking = false
+      await ticker
+      await until('the noise written', () => readFileSync(c.logPath, 'utf8').includes('noise done'))
+      // Far past its limit, and no check has come due on the clock.
+      expect(size(c.logPath)).toBeGreaterThan(4 * LIMIT)
+      timers.advance(60_000)
+      await until('the log rotated once the clock passed a check', () => existsSync(`${c.logPath}.1`))
+      expect(size(c.logPath)).toBeLessThanOrEqual(LIMIT)
+    } finally {
+      ticking = true
+      ticker = tick()
+      await c.stop()
+      ticking = false
+      await ticker
     }
   })
 

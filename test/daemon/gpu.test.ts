@@ -1,6 +1,20 @@
-import { describe, expect, test } from 'bun:test'
+import { afterAll, describe, expect, test } from 'bun:test'
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { GPU_QUERY_FIELDS, GpuProbe, gpuEnv, parseCudaVersion, parseNvidiaSmi } from '../../src/daemon/gpu'
+import { manualTimers } from '../../src/daemon/backoff'
+import { alive } from '../../src/daemon/engines/child'
+import {
+  GPU_QUERY_FIELDS,
+  GpuProbe,
+  gpuEnv,
+  parseCudaVersion,
+  parseNvidiaSmi,
+  runCommand,
+} from '../../src/daemon/gpu'
+import { capturedLogLines } from '../helpers/secrets'
+import { until } from '../helpers/until'
+import { spawnWorker } from '../helpers/worker-process'
 
 const fixture = (name: string) => Bun.file(join(import.meta.dir, '../fixtures/nvidia-smi', name)).text()
 
@@ -32,8 +46,9 @@ describe('GPU discovery from recorded nvidia-smi output', () => {
         name: 'NVIDIA GeForce RTX 4090',
         total_gb: 24,
         used_gb: 17.8,
-        // What the driver says is free (it keeps some for itself): less than total − used.
-        free_gb: 5.8,
+        // What the driver says is free (it keeps some for itself): less than total − used;
+        // 5934 MiB is 5.795 GiB, rounded down.
+        free_gb: 5.7,
         utilization: 97,
       },
       {
@@ -41,8 +56,9 @@ describe('GPU discovery from recorded nvidia-smi output', () => {
         uuid: 'GPU-7d8e9f0a-1b2c-4d3e-8f5a-6b7c8d9e0f1a',
         name: 'NVIDIA GeForce RTX 4090',
         total_gb: 24,
-        used_gb: 0,
-        free_gb: 23.6,
+        // 1 MiB used is reported, rounded up; 24144 MiB free (23.578 GiB) rounded down.
+        used_gb: 0.1,
+        free_gb: 23.5,
         utilization: 0,
       },
     ])
@@ -54,6 +70,21 @@ describe('GPU discovery from recorded nvidia-smi output', () => {
     const probe = new GpuProbe(async (cmd) => (cmd.length === 1 ? '' : csv), [1])
     expect((await probe.sample())?.devices.map((d) => d.index)).toEqual([1])
     expect(await new GpuProbe(async (cmd) => (cmd.length === 1 ? '' : csv), [5]).sample()).toBeNull()
+  })
+
+  test('free memory is rounded down and used memory up, never over-reporting what is free; a total to the nearest', () => {
+    // 6140 MiB is 5.996 GiB: to the nearest that would be 6.0 free, more than the driver has.
+    const line = (total: number, used: number, free: number) =>
+      `0, GPU-1, NVIDIA Test, ${total}, ${used}, ${free}, 0, 550.54.14`
+    const [a] = parseNvidiaSmi(line(24564, 5940, 6140)).devices
+    expect(a).toMatchObject({ total_gb: 24, used_gb: 5.9, free_gb: 5.9 })
+    // Exact tenths stay as they are.
+    const [b] = parseNvidiaSmi(line(25088, 2048, 23040)).devices
+    expect(b).toMatchObject({ total_gb: 24.5, used_gb: 2, free_gb: 22.5 })
+    // Without memory.free, total − used, rounded down.
+    const [c] = parseNvidiaSmi(line(24576, 5940, Number.NaN).replace('NaN', '[N/A]')).devices
+    expect(c!.free_gb).toBe(18.1)
+    expect(parseNvidiaSmi(line(24564, 5940, 6140)).memory_used_gb).toBe(5.9)
   })
 
   test('the variables that give an engine its GPU set: nvidia-smi’s numbering, in its order', () => {
@@ -91,5 +122,99 @@ describe('GPU discovery from recorded nvidia-smi output', () => {
     expect(calls.filter((c) => c.length === 1)).toHaveLength(1)
     expect(await new GpuProbe(async () => null).sample()).toBeNull()
     expect(await new GpuProbe(async () => '').sample()).toBeNull()
+  })
+})
+
+describe('--gpus checked against nvidia-smi at the start (docs/worker.md "GPUs")', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gk-gpu-'))
+  afterAll(() => rmSync(dir, { recursive: true, force: true }))
+  const script = (name: string, body: string) => {
+    const path = join(dir, name)
+    writeFileSync(path, `#!/bin/sh\n${body}\n`)
+    chmodSync(path, 0o755)
+    return path
+  }
+  /** nvidia-smi's calls, run as `path` instead. */
+  const as = (path: string) => (cmd: string[], timeoutMs: number) =>
+    runCommand([path, ...cmd.slice(1)], timeoutMs)
+
+  test('a GPU nvidia-smi does not list is one line naming it and what it lists; the listed ones pass', async () => {
+    const csv = await fixture('two-rtx4090.csv')
+    const run = async () => csv
+    expect(await new GpuProbe(run, [0, 3]).checkSelected()).toBe(
+      '--gpus 0,3: nvidia-smi lists no GPU 3 (it lists 0, 1)',
+    )
+    expect(await new GpuProbe(run, [1]).checkSelected()).toBeNull()
+    expect(await new GpuProbe(run).checkSelected()).toBeNull()
+    expect(await new GpuProbe(async () => null, [0]).checkSelected()).toBe(
+      '--gpus 0: nvidia-smi could not list the GPUs (nvidia-smi is not there)',
+    )
+  })
+
+  test('a hung nvidia-smi: each call cut at its time limit and killed, asked a bounded number of times with a growing wait, each failure logged with its reason', async () => {
+    const pids = join(dir, 'pids')
+    const hung = script('hung', `echo $$ >> ${pids}\nexec sleep 600`)
+    const timers = manualTimers()
+    const logFrom = capturedLogLines().length
+    const probe = new GpuProbe(as(hung), [0], { timeoutMs: 200, tries: 3, backoffMs: 1000, timers })
+    const checked = probe.checkSelected()
+    await until('the first wait asked', () => timers.asked.length === 1)
+    timers.advance(1000)
+    await until('the second wait asked', () => timers.asked.length === 2)
+    timers.advance(2000)
+    expect(await checked).toBe(
+      `--gpus 0: nvidia-smi could not list the GPUs (${hung} did not answer within 0.2 s; 3 tries)`,
+    )
+    expect(timers.asked).toEqual([1000, 2000])
+    const said = capturedLogLines()
+      .slice(logFrom)
+      .map((l) => JSON.parse(l))
+      .filter((r) => r.msg === 'nvidia-smi failed; asking again')
+    expect(said.map((r) => [r.reason, r.retry_in_ms])).toEqual([
+      [`${hung} did not answer within 0.2 s`, 1000],
+      [`${hung} did not answer within 0.2 s`, 2000],
+    ])
+    // Every call's process is gone: none is left running.
+    const started = readFileSync(pids, 'utf8').trim().split('\n').map(Number)
+    expect(started).toHaveLength(3)
+    await until('the hung calls ended', () => started.every((pid) => !alive(pid)))
+  })
+
+  test('one that fails says how (its last line), and a sample reports no GPU', async () => {
+    const failing = script(
+      'failing',
+      'echo "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver." >&2\nexit 9',
+    )
+    const probe = new GpuProbe(as(failing), undefined, { timeoutMs: 5000 })
+    expect(await probe.sample()).toBeNull()
+    const r = await runCommand([failing], 5000)
+    expect(r).toEqual({
+      failed: `${failing} exited with code 9: NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.`,
+    })
+  })
+
+  test('the daemon does not start on a --gpus nvidia-smi does not list: exit 2 with the line', async () => {
+    const bin = mkdtempSync(join(dir, 'bin-'))
+    const csv = await fixture('two-rtx4090.csv')
+    writeFileSync(join(dir, 'two.csv'), csv)
+    script(`${bin.slice(dir.length + 1)}/nvidia-smi`, `[ $# -eq 0 ] && exit 0\ncat ${join(dir, 'two.csv')}`)
+    const worker = spawnWorker(
+      [
+        '--server',
+        'http://127.0.0.1:9',
+        '--runtime',
+        'openai',
+        '--gpus',
+        '1,2',
+        '--state-dir',
+        join(dir, 'state'),
+      ],
+      { PATH: `${bin}:${process.env.PATH}`, HOME: dir, GRIDKEEP_WORKER_KEY: `gk-${'x'.repeat(40)}` },
+      { outputDir: dir },
+    )
+    expect(await worker.exited()).toBe(2)
+    expect(worker.output()).toContain(
+      'gridkeep worker: --gpus 1,2: nvidia-smi lists no GPU 2 (it lists 0, 1)',
+    )
   })
 })

@@ -33,13 +33,17 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true })
 })
 
-const engine = (state: StateDir, o: { command?: string; extraArgs?: string[] } = {}) =>
+const engine = (
+  state: StateDir,
+  o: { command?: string; extraArgs?: string[]; loadTimeoutMs?: number } = {},
+) =>
   new LaunchedEngine({
     engine: 'vllm',
     state,
     modelsDir,
     command: o.command ?? LAUNCH,
     extraArgs: o.extraArgs,
+    ...(o.loadTimeoutMs ? { loadTimeoutMs: o.loadTimeoutMs } : {}),
     // The stand-in's control knobs (engines get an allow-list of the daemon's environment).
     env: engineEnv(process.env, { pass: ['FAKE_VLLM_*'] }),
   })
@@ -195,6 +199,7 @@ test('a launch command beginning with env: its variables and the GPU set go on t
   // never the engine's.
   process.env.GK_TEST_UNLISTED = 'daemon-only'
   const e = engine(state, { command: `env FAKE_VLLM_LOAD_MS=5 EXTRA=a=b ${LAUNCH}` })
+  const logFrom = capturedLogLines().length
   try {
     await e.start()
     await e.load('alpha', {}, { gpus: [1, 3] })
@@ -218,6 +223,12 @@ test('a launch command beginning with env: its variables and the GPU set go on t
   expect(environ).toContain('CUDA_VISIBLE_DEVICES=1,3')
   expect(environ).toContain(`PATH=${process.env.PATH}`)
   expect(environ.filter((v) => v.startsWith('GK_TEST_UNLISTED='))).toEqual([])
+  // The log names the variables, never their values (one may be a credential).
+  const started = capturedLogLines()
+    .slice(logFrom)
+    .map((l) => JSON.parse(l))
+    .find((r) => r.msg === 'engine started')
+  expect(started.env).toEqual(['FAKE_VLLM_LOAD_MS', 'EXTRA', 'CUDA_DEVICE_ORDER', 'CUDA_VISIBLE_DEVICES'])
   await e.stop()
 })
 
@@ -240,4 +251,25 @@ test('what a killed daemon left on a GPU set is adopted with that set; one recor
   await third.start()
   expect(alive(left.pid)).toBe(false)
   expect((await third.status()).models[0]).toMatchObject({ name: 'alpha', state: 'unloaded' })
+})
+
+test('a load given up on an engine that wrote nothing says how it was started (credentials redacted), never an empty reason', async () => {
+  const state = new StateDir(mkdtempSync(join(dir, 'state-')))
+  const secret = 'sk-not-for-logs-0123456789'
+  // Silent, and never answering: only the load timeout ends it.
+  const e = engine(state, {
+    command: `${process.execPath} -e "await Bun.sleep(3600000)" {model_path} --api-key ${secret} --port {port}`,
+    loadTimeoutMs: 300,
+  })
+  const logFrom = capturedLogLines().length
+  await e.start()
+  const failed = await e.load('alpha', {}, NO_GPUS).catch((x) => x)
+  expect(failed).toBeInstanceOf(LoadFailed)
+  expect(failed.message).toMatch(
+    /^gave up loading alpha after \d+ s \(no output for \d+ s, --load-timeout 0.3\); the engine wrote nothing; its command: \S+ -e await Bun.sleep\(3600000\) \S+alpha --api-key … --port \d+$/,
+  )
+  expect(record(state)).toBeUndefined()
+  for (const line of [failed.message, ...capturedLogLines().slice(logFrom)])
+    expect(line).not.toContain(secret)
+  await e.stop()
 })

@@ -6,16 +6,18 @@ import { helpText, OptionsError, parseDaemonOptions } from '../../src/daemon/opt
 // other launched engines"): --runtime vllm|sglang|command, --models-dir, --launch-command.
 
 const KEY = 'gk-' + 'A'.repeat(40)
-const base = ['--server', 'http://cp:8080', '--key', KEY]
+// The key from the environment: a daemon that starts engines refuses it in argv (docs/worker.md).
+const base = ['--server', 'http://cp:8080']
+const keyEnv = { GRIDKEEP_WORKER_KEY: KEY }
 
 async function parse(argv: string[], env: Record<string, string> = {}) {
-  const r = await parseDaemonOptions([...base, ...argv], env)
+  const r = await parseDaemonOptions([...base, ...argv], { ...keyEnv, ...env })
   if (r.help) throw new Error('unexpected help')
   return r.options
 }
 
 const refused = async (argv: string[]) => {
-  const e = await parseDaemonOptions([...base, ...argv], {}).catch((x) => x)
+  const e = await parseDaemonOptions([...base, ...argv], keyEnv).catch((x) => x)
   expect(e).toBeInstanceOf(OptionsError)
   return (e as Error).message
 }

@@ -10,8 +10,9 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }))
 const KEY = 'gk-' + 'A'.repeat(40)
 const base = ['--server', 'http://cp:8080', '--key', KEY, '--runtime', 'openai']
 
+// The key from the environment unless a test gives it otherwise: a managed engine refuses it in argv.
 async function parse(argv: string[], env: Record<string, string> = {}) {
-  const r = await parseDaemonOptions(argv, env)
+  const r = await parseDaemonOptions(argv, { GRIDKEEP_WORKER_KEY: KEY, ...env })
   if (r.help) throw new Error('unexpected help')
   return r.options
 }
@@ -62,7 +63,7 @@ describe('daemon options', () => {
   })
 
   test('llama.cpp: --models-dir runs the router (no URL yet), --runtime-url attaches; one of the two, and only for llama.cpp', async () => {
-    const llama = ['--server', 'http://cp', '--key', KEY, '--runtime', 'llama.cpp']
+    const llama = ['--server', 'http://cp', '--runtime', 'llama.cpp']
     const managed = await parse([
       ...llama,
       '--models-dir',
@@ -293,5 +294,91 @@ describe('daemon options', () => {
       'GRIDKEEP_WORKER_KEY',
     ])
       expect(text).toContain(s)
+  })
+})
+
+describe('secrets out of argv (docs/worker.md "What an engine sees")', () => {
+  const TOKEN = 'hf_' + 'T'.repeat(30)
+  const llama = ['--server', 'http://cp', '--runtime', 'llama.cpp', '--models-dir', '/models']
+  const secretFile = (name: string, text: string) => {
+    const path = join(dir, name)
+    writeFileSync(path, text)
+    return path
+  }
+
+  test('a daemon that starts engines refuses --key and --hub-token as flags, pointing to the file or the variable, never echoing them', async () => {
+    for (const runtime of [llama, ['--server', 'http://cp', '--runtime', 'vllm', '--models-dir', '/m']]) {
+      const key = await parseDaemonOptions([...runtime, '--key', KEY], {}).catch((e) => e)
+      expect(key).toBeInstanceOf(OptionsError)
+      expect(key.message).toBe(
+        '--key on the command line is readable by every process on this machine, the engines this daemon starts included: give it with --key-file FILE or GRIDKEEP_WORKER_KEY',
+      )
+      const token = await parseDaemonOptions([...runtime, '--hub-token', TOKEN], {
+        GRIDKEEP_WORKER_KEY: KEY,
+      }).catch((e) => e)
+      expect(token.message).toContain('--hub-token on the command line')
+      expect(token.message).toContain('--hub-token-file FILE or HF_TOKEN')
+      for (const e of [key, token]) {
+        expect(e.message).not.toContain(KEY)
+        expect(e.message).not.toContain(TOKEN)
+      }
+    }
+    // A daemon that starts no engine (an engine already running) may still take them as flags.
+    expect((await parse([...base, '--hub-token', TOKEN])).key).toBe(KEY)
+  })
+
+  test('--key-file and --hub-token-file (GRIDKEEP_WORKER_KEY_FILE, HF_TOKEN_PATH) read the first line; the flag wins over the environment', async () => {
+    const keyFile = secretFile('key', `${KEY}\nignored\n`)
+    const tokenFile = secretFile('token', `  ${TOKEN}  \n`)
+    const flags = await parseDaemonOptions([...llama, '--key-file', keyFile, '--hub-token-file', tokenFile], {
+      GRIDKEEP_WORKER_KEY: 'gk-from-the-environment',
+    })
+    expect(flags.help ? null : flags.options).toMatchObject({ key: KEY, hub_token: TOKEN })
+    const env = await parseDaemonOptions(llama, {
+      GRIDKEEP_WORKER_KEY_FILE: keyFile,
+      HF_TOKEN_PATH: tokenFile,
+    })
+    expect(env.help ? null : env.options).toMatchObject({ key: KEY, hub_token: TOKEN })
+  })
+
+  test('a secret file missing, empty, or given with its secret in one place is one clear line', async () => {
+    const message = (argv: string[], env: Record<string, string> = {}) =>
+      parseDaemonOptions([...llama, ...argv], env).then(
+        () => '',
+        (e) => (e as Error).message,
+      )
+    expect(await message(['--key-file', join(dir, 'none')])).toBe(
+      `--key-file: cannot read ${join(dir, 'none')} (ENOENT)`,
+    )
+    const empty = secretFile('empty', '\n')
+    expect(await message([], { GRIDKEEP_WORKER_KEY_FILE: empty })).toBe(
+      `GRIDKEEP_WORKER_KEY_FILE: ${empty} is empty`,
+    )
+    expect(await message([], { GRIDKEEP_WORKER_KEY: KEY, GRIDKEEP_WORKER_KEY_FILE: empty })).toBe(
+      'GRIDKEEP_WORKER_KEY and GRIDKEEP_WORKER_KEY_FILE: give one of them',
+    )
+  })
+
+  test('a launch command (its `env NAME=VALUE` too) or engine args holding the key or the hub token are refused, never echoed', async () => {
+    const env = { GRIDKEEP_WORKER_KEY: KEY, HF_TOKEN: TOKEN }
+    const launched = ['--server', 'http://cp', '--runtime', 'command', '--models-dir', '/m']
+    const cases: [string[], string][] = [
+      [
+        [...launched, '--launch-command', `env API_KEY=${KEY} serve {model_path} --port {port}`],
+        '--launch-command holds the worker key',
+      ],
+      [
+        [...launched, '--launch-command', `serve {model_path} --port {port} --token ${TOKEN}`],
+        '--launch-command holds the hub token',
+      ],
+      [[...llama, '--engine-args', `--api-key ${KEY}`], '--engine-args holds the worker key'],
+    ]
+    for (const [argv, want] of cases) {
+      const e = await parseDaemonOptions(argv, env).catch((x) => x)
+      expect(e).toBeInstanceOf(OptionsError)
+      expect(e.message).toStartWith(want)
+      expect(e.message).not.toContain(KEY)
+      expect(e.message).not.toContain(TOKEN)
+    }
   })
 })

@@ -4,13 +4,16 @@
 // `POST /v1/chat/completions`). Its own flags (ignored by nothing else, passed by the test through
 // --engine-args or the launch command):
 //
-//   --dump DIR    at start it writes DIR/<served name, or "router">.json: {pid, worker, env} —
-//                 its pid, the pid of a worker it starts in its own process group (as vLLM's
-//                 EngineCore or the router's model processes are), and the environment it sees
+//   --dump DIR    at start it writes DIR/<served name, or "router">.json: {pid, worker, env,
+//                 reads} — its pid, the pid of a worker it starts in its own process group (as
+//                 vLLM's EngineCore or the router's model processes are), the environment it sees,
+//                 and what came of reading /proc/<pid>/environ of its parent (the daemon) and of its
+//                 worker (a process of the same user that did nothing to prevent it): 'read' or the
+//                 error's code
 //   --noise N     once listening, writes N lines of output (about 100 bytes each), then `noise done`
 //   --port P      where it listens; --served-model-name NAME the model it serves
 
-import { writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
 const args = process.argv.slice(2)
@@ -28,10 +31,24 @@ const worker = Bun.spawn(['sh', '-c', 'trap "" TERM; while :; do sleep 1; done']
   stderr: 'ignore',
 })
 
+function readEnviron(pid: number): string {
+  try {
+    readFileSync(`/proc/${pid}/environ`)
+    return 'read'
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code ?? 'error'
+  }
+}
+
 if (dump)
   writeFileSync(
     join(dump, `${(served ?? 'router').replaceAll('/', '_')}.json`),
-    JSON.stringify({ pid: process.pid, worker: worker.pid, env: process.env }),
+    JSON.stringify({
+      pid: process.pid,
+      worker: worker.pid,
+      env: process.env,
+      reads: { daemon: readEnviron(process.ppid), worker: readEnviron(worker.pid) },
+    }),
   )
 
 const json = (body: unknown, status = 200) => Response.json(body, { status })

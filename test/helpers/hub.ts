@@ -12,6 +12,10 @@ import { join } from 'node:path'
 //                     ('once': only the first response; 'always': every response, so no resume
 //                     ever gets further)
 //   status            answer that status (404, 503 …) every time
+//   trickle N         every response sends N bytes from where it starts, then ends short (a hub
+//                     that keeps cutting the connection, each resume a little further)
+//   stallAt N, times  send the file up to byte N, then nothing more, the response left open (a
+//                     hub that stalls: only the client's own watchdog ends it); 'once' or 'always'
 // `token`: every request must carry `Authorization: Bearer <token>` (else 401).
 // `compress`: like a proxy that compresses, a whole-file answer to a request whose Accept-Encoding
 // allows gzip is sent gzipped (`Content-Encoding: gzip`, the compressed length as Content-Length).
@@ -32,6 +36,8 @@ export interface Misbehaviour {
   stopAt?: number
   times?: 'once' | 'always'
   status?: number
+  stallAt?: number
+  trickle?: number
 }
 
 export interface StandInHub {
@@ -130,7 +136,20 @@ export function startStandInHub(
     let bytes = file.bytes
     if (fault?.wrongBytes) bytes = bytes.map((b) => b ^ 0xff)
     const served = fault ? fault.served++ : 0
-    const stopAt = fault?.stopAt
+    if (fault?.stallAt !== undefined && !(fault.times === 'once' && served > 0)) {
+      const prefix = bytes.subarray(start, Math.max(start, fault.stallAt))
+      let sent = false
+      const held = new ReadableStream<Uint8Array>({
+        // The prefix, then a pull that never ends: the connection stays open with nothing on it.
+        pull: (c) => {
+          if (sent || !prefix.length) return new Promise<void>(() => {})
+          sent = true
+          c.enqueue(prefix)
+        },
+      })
+      return new Response(held, { status, headers })
+    }
+    const stopAt = fault?.trickle !== undefined ? start + fault.trickle : fault?.stopAt
     if (stopAt === undefined || (fault!.times === 'once' && served > 0))
       return new Response(bytes.subarray(start), { status, headers })
     // Up to byte `stopAt` of the file (nothing when the response starts there), then the body

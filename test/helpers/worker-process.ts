@@ -20,6 +20,14 @@ export function standInRouter(dir: string): string {
   return path
 }
 
+/**
+ * What runs a process as an unprivileged user (nobody) when the tests run as root, whose
+ * CAP_SYS_PTRACE reads any process's /proc files; nothing otherwise. Its files need to be nobody's.
+ */
+export const UNPRIVILEGED =
+  process.getuid?.() === 0 ? ['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups'] : []
+export const UNPRIVILEGED_UID = process.getuid?.() === 0 ? 65534 : (process.getuid?.() ?? 0)
+
 export interface WorkerProcess {
   proc: Subprocess
   /** Everything it wrote so far (stdout and stderr). */
@@ -32,13 +40,13 @@ export interface WorkerProcess {
 export function spawnWorker(
   args: string[],
   env: Record<string, string>,
-  o: { outputDir: string; entry?: string },
+  o: { outputDir: string; entry?: string; unprivileged?: boolean },
 ): WorkerProcess {
   const out = join(o.outputDir, `worker-${Date.now()}-${Math.random().toString(36).slice(2)}.log`)
   // One descriptor, appending, for both streams: two would each write from the file's start.
   const fd = openSync(out, 'a')
   const proc = ownProcess(
-    Bun.spawn([process.execPath, o.entry ?? WORKER_CLI, ...args], {
+    Bun.spawn([...(o.unprivileged ? UNPRIVILEGED : []), process.execPath, o.entry ?? WORKER_CLI, ...args], {
       cwd: REPO,
       env,
       stdin: 'ignore',
@@ -64,6 +72,8 @@ export interface EngineDump {
   pid: number
   worker: number
   env: Record<string, string>
+  /** Reading /proc/<pid>/environ of the daemon and of the engine's own worker: 'read' or the error code. */
+  reads: { daemon: string; worker: string }
 }
 
 export function readDump(path: string): EngineDump | null {

@@ -2,10 +2,10 @@ import { closeSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, st
 import { join } from 'node:path'
 import type { Subprocess } from 'bun'
 import { log as rootLog } from '../../lib/logger'
-import { RestartBackoff, realTimers, type Timers } from '../backoff'
+import { every, RestartBackoff, realTimers, type Timers } from '../backoff'
 import type { StateDir } from '../state'
 import { beginLog, LOG_CHECK_MS, LOG_MAX_BYTES, lastLogLines, openLog, rotateLog } from './engine-log'
-import { engineEnv } from './env'
+import { engineEnv, redactArgv } from './env'
 
 // An engine process the daemon owns, for both engine kinds (ARCHITECTURE.md's supervisor rule,
 // docs/worker.md "Managed engines"): Erlang's supervisor and systemd's KillMode=control-group in
@@ -102,11 +102,19 @@ export interface ChildSpec {
 /** A start given up: the process went silent for longer than its limit before it answered. */
 export class StartTimeout extends Error {
   constructor(
-    readonly totalSeconds: number,
     readonly silentSeconds: number,
     readonly lastLines: string[],
+    /** Its argv, credentials redacted (engines/env.ts). */
+    readonly argv: string[] = [],
   ) {
     super(`no output for ${silentSeconds} s`)
+  }
+
+  /** What the engine said last (its last `n` lines), or, when it wrote nothing, how it was started: never empty. */
+  said(n: number): string {
+    return this.lastLines.length
+      ? `the engine's last lines: ${this.lastLines.slice(-n).join(' | ')}`
+      : `the engine wrote nothing; its command: ${this.argv.join(' ')}`
   }
 }
 
@@ -243,7 +251,7 @@ export class SupervisedChild {
       log.warn('stopping an engine a previous run left (another command, or not answering)', {
         engine: this.spec.name,
         pid: left.pid,
-        argv: left.argv.join(' '),
+        argv: redactArgv(left.argv).join(' '),
       })
       await stopPid(left.pid, this.timers)
     }
@@ -383,8 +391,9 @@ export class SupervisedChild {
       engine: this.spec.name,
       pid: proc.pid,
       port,
-      argv: argv.join(' '),
-      ...(Object.keys(extra).length ? { env: extra } : {}),
+      argv: redactArgv(argv).join(' '),
+      // Variables by name only: a value (an `env K=V` of the launch command) may be a credential.
+      ...(Object.keys(extra).length ? { env: Object.keys(extra) } : {}),
     })
   }
 
@@ -392,8 +401,7 @@ export class SupervisedChild {
   private async waitReady(run: Run, program: string) {
     const proc = run.proc!
     const silenceMs = this.spec.silenceMs ?? 60_000
-    const began = this.timers.nowMs()
-    let heardMs = began
+    let heardMs = this.timers.nowMs()
     let size = this.outputSize()
     for (;;) {
       if (proc.exitCode !== null || proc.signalCode !== null)
@@ -409,9 +417,9 @@ export class SupervisedChild {
         heardMs = now
       } else if (now - heardMs > silenceMs)
         throw new StartTimeout(
-          Math.round((now - began) / 1000),
           Math.round((now - heardMs) / 1000),
           this.lastLines(),
+          redactArgv(run.record.argv),
         )
       await this.timers.sleep(50, this.stopAsked.signal)
     }
@@ -426,7 +434,10 @@ export class SupervisedChild {
       this.finish(run)
       this.backoff.ended(run.record.started_at_ms, this.timers.nowMs())
       const reason = `the engine ${how}${tailText(this.lastLines())}`
-      const again = (this.spec.restart ?? 'always') === 'always' && !this.stopAsked.signal.aborted
+      const again =
+        (this.spec.restart ?? 'always') === 'always' &&
+        !this.stopAsked.signal.aborted &&
+        !this.backoff.exhausted
       log.error(again ? 'engine ended unexpectedly; restarting it' : 'engine ended unexpectedly', {
         engine: this.spec.name,
         pid: run.record.pid,
@@ -439,7 +450,11 @@ export class SupervisedChild {
     return run.ending
   }
 
-  /** Starts it again until it runs or stop() is asked (each try after the back-off). */
+  /**
+   * Starts it again until it runs, stop() is asked, or the back-off gives up (each try after the
+   * back-off; RestartBackoff.GIVE_UP_AFTER ends in a row): a router that dies at every start is not
+   * started forever, and the log says why it was left stopped.
+   */
   private async restartLoop() {
     const stopped = this.stopAsked.signal
     while (!stopped.aborted && this.current === 'stopped') {
@@ -447,10 +462,23 @@ export class SupervisedChild {
         await this.start()
       } catch (e) {
         if (stopped.aborted) return
-        log.error('engine restart failed', { engine: this.spec.name, error: (e as Error).message })
+        const error = (e as Error).message
         // The port may be taken now: the next try takes another.
         this.lastPort = 0
         this.backoff.ended(this.timers.nowMs(), this.timers.nowMs())
+        if (this.backoff.exhausted) {
+          log.error('engine restart given up; it starts again when next needed', {
+            engine: this.spec.name,
+            ends_in_a_row: this.backoff.count,
+            error,
+          })
+          return
+        }
+        log.error('engine restart failed', {
+          engine: this.spec.name,
+          error,
+          restart_in_ms: this.backoff.delayMs,
+        })
       }
     }
   }
@@ -493,9 +521,7 @@ export class SupervisedChild {
   /** While a run lasts its log's size is looked at on an interval (the run's end stops it). */
   private checkLog(run: Run) {
     this.trimLog()
-    const check = setInterval(() => this.trimLog(), this.spec.log?.checkMs ?? LOG_CHECK_MS)
-    check.unref?.()
-    run.over.signal.addEventListener('abort', () => clearInterval(check), { once: true })
+    every(this.timers, this.spec.log?.checkMs ?? LOG_CHECK_MS, () => this.trimLog(), run.over.signal)
   }
 }
 

@@ -54,8 +54,8 @@ export const ENGINE_ENV_PREFIXES = [
 
 const CREDENTIAL = /TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|API_?KEY/i
 
-/** Hub tokens under the names Hugging Face's tools read them (the daemon's --hub-token is HF_TOKEN). */
-const HUB_TOKEN_NAMES = new Set(['HF_TOKEN', 'HUGGING_FACE_HUB_TOKEN', 'HF_API_TOKEN'])
+/** Hub tokens (and the file of one) under the names Hugging Face's tools read them (the daemon's --hub-token is HF_TOKEN, --hub-token-file HF_TOKEN_PATH). */
+const HUB_TOKEN_NAMES = new Set(['HF_TOKEN', 'HUGGING_FACE_HUB_TOKEN', 'HF_API_TOKEN', 'HF_TOKEN_PATH'])
 
 /** Why `name` may never be passed to an engine, or null when it may (options.ts checks --engine-env). */
 export function neverPassed(name: string): string | null {
@@ -88,6 +88,34 @@ export function engineEnv(
       (ENGINE_ENV_PREFIXES.some((p) => name.startsWith(p)) && !CREDENTIAL.test(name)) ||
       listed(name)
     if (allowed) out[name] = value
+  }
+  return out
+}
+
+const ENV_ASSIGNMENT = /^([A-Za-z_][A-Za-z0-9_]*)=/
+
+/** Whether a flag (`--api-key`, `--hf-token`) or a variable's name reads like a credential. */
+const credentialName = (name: string) => CREDENTIAL.test(name.replace(/^-+/, '').replaceAll('-', '_'))
+
+/**
+ * An engine's argv as logs and errors show it: the value of a flag or a `NAME=VALUE` whose name
+ * reads like a credential (`--api-key X`, `--hf-token=X`, `API_KEY=X`) becomes `…`.
+ */
+export function redactArgv(argv: readonly string[]): string[] {
+  const out: string[] = []
+  for (let i = 0; i < argv.length; i++) {
+    const word = argv[i]!
+    const eq = word.indexOf('=')
+    const name = word.startsWith('-') ? (eq > 0 ? word.slice(0, eq) : word) : ENV_ASSIGNMENT.exec(word)?.[1]
+    if (!name || !credentialName(name)) out.push(word)
+    else if (eq > 0) out.push(`${word.slice(0, eq)}=…`)
+    else {
+      out.push(word)
+      if (i + 1 < argv.length) {
+        out.push('…')
+        i++
+      }
+    }
   }
   return out
 }

@@ -220,10 +220,7 @@ export class LaunchedEngine implements ManagedEngine {
       const why =
         e instanceof StartTimeout
           ? `gave up loading ${name} after ${Math.round((this.timers.nowMs() - began) / 1000)} s ` +
-            `(no output for ${e.silentSeconds} s, --load-timeout ${this.loadTimeoutMs / 1000})` +
-            (e.lastLines.length
-              ? `; the engine's last lines: ${e.lastLines.slice(-LINES_PER_ERROR).join(' | ')}`
-              : '')
+            `(no output for ${e.silentSeconds} s, --load-timeout ${this.loadTimeoutMs / 1000}); ${e.said(LINES_PER_ERROR)}`
           : (e as Error).message
       this.failed.set(name, why)
       throw new LoadFailed(why)

@@ -127,7 +127,7 @@ export class LocalBlobStore implements BlobStore {
 
   async prepare() {
     mkdirSync(join(this.root, SCRATCH_PREFIX), { recursive: true })
-    // docs/api.md (issue 12 gap 7): `.part` files and scratch files left by a crash mid-upload.
+    // docs/scale-out.md ("like `.part` files on local disk"): `.part` files and scratch files left by a crash mid-upload.
     let removed = 0
     for (const dir of ['', SCRATCH_PREFIX]) {
       for (const name of await readdir(join(this.root, dir))) {

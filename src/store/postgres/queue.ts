@@ -64,7 +64,7 @@ export async function requeueLocked(
 
 // The claim's statements are Bun SQL tagged queries, prepared once per connection by the client:
 // a poll is the hot path of every instance, and building its queries through drizzle cost more
-// CPU than PostgreSQL spent running them (issue 10 profile).
+// CPU than PostgreSQL spent running them (profiled under bench/poll.ts).
 
 /** One (model, needs) pair a worker may claim batches of (docs/api.md §7 Poll rule 7). */
 export interface HeadKey {
