@@ -48,6 +48,8 @@ const domainOf = (email: string) => email.slice(email.lastIndexOf('@') + 1)
  * The plan for one sign-in. `linked`: the account the identity is linked to; `byEmail`: the
  * account holding the provider's email (looked up only when nothing is linked). Throws the 4xx
  * of docs/api.md §2 when the sign-in is refused; a refused sign-in creates and links nothing.
+ * An email the provider has not verified is no email: it admits no domain, joins no account and
+ * makes none (anyone may type any address at many providers).
  */
 export function planSsoSignIn(
   claims: SsoClaims,
@@ -56,11 +58,17 @@ export function planSsoSignIn(
   byEmail: UserRow | undefined,
 ): SsoPlan {
   const email = claims.email?.trim().toLowerCase() || undefined
+  const verified = email !== undefined && claims.email_verified === true
   if (policy.allowedDomains.length > 0) {
     if (!email)
       throw forbidden(
         'email_required',
         'The identity provider sent no email address, and this server admits only some email domains',
+      )
+    if (!verified)
+      throw forbidden(
+        'email_not_verified',
+        `The identity provider has not verified ${email}, and this server admits only verified email addresses of some domains; ask the provider's administrator to verify it`,
       )
     if (!policy.allowedDomains.includes(domainOf(email)))
       throw forbidden(
@@ -76,15 +84,15 @@ export function planSsoSignIn(
   if (linked) return { kind: 'sign_in', user: active(linked), role }
   if (!email)
     throw forbidden('email_required', 'The identity provider sent no email address for this account')
-  if (byEmail) {
-    // An account is only ever joined to the identity that proves its email (docs/api.md §2).
-    if (claims.email_verified !== true)
-      throw forbidden(
-        'email_not_verified',
-        `An account with ${email} exists, and the identity provider has not verified that this email is yours`,
-      )
-    return { kind: 'link', user: active(byEmail), email, role }
-  }
+  if (!verified)
+    throw forbidden(
+      'email_not_verified',
+      byEmail
+        ? // An account is only ever joined to the identity that proves its email (docs/api.md §2).
+          `An account with ${email} exists, and the identity provider has not verified that this email is yours`
+        : `The identity provider has not verified ${email}; an account is made only for a verified email address. Ask the provider's administrator to verify it, then sign in again`,
+    )
+  if (byEmail) return { kind: 'link', user: active(byEmail), email, role }
   return { kind: 'create', email, full_name: fullNameOf(claims, email), role: role ?? 'user' }
 }
 

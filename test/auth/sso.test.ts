@@ -165,9 +165,31 @@ describe('sign-in with OpenID Connect', () => {
     ).toBe(200)
   })
 
-  test('an unverified email with no account behind it gets a new account', async () => {
-    const signedIn = await signIn('victor')
-    expect(signedIn.user.email).toBe(PEOPLE.victor.email)
+  test('an unverified email gets no account and passes no OIDC_ALLOWED_DOMAINS: 403 email_not_verified', async () => {
+    const d = await dance(send, APP_PUBLIC_URL, 'victor')
+    await refused(d.back, 403, 'email_not_verified')
+    expect(await t.deps.store.accounts.findUserByEmail(PEOPLE.victor.email)).toBeUndefined()
+    expect(await t.deps.store.sso.findLinkedUser(provider.issuer, 'victor')).toBeUndefined()
+
+    // A linked person whose email the provider no longer vouches for is out too (the domain check).
+    const login = await person({ email: uniqueLabEmail() })
+    await signIn(login)
+    await provider.configure({ accounts: { [login]: { email_verified: false } } })
+    await refused((await dance(send, APP_PUBLIC_URL, login)).back, 403, 'email_not_verified')
+  })
+
+  test('without OIDC_ALLOWED_DOMAINS an unverified email still makes no account', async () => {
+    const open = makeTestApp(ssoEnv(provider))
+    try {
+      const d = await dance((r) => open.app.handle(r), APP_PUBLIC_URL, 'victor')
+      expect(d.back.status).toBe(403)
+      const body = (await d.back.json()) as any
+      expect(body.error.code).toBe('email_not_verified')
+      expect(body.error.message).toContain('an account is made only for a verified email address')
+      expect(await open.deps.store.accounts.findUserByEmail(PEOPLE.victor.email)).toBeUndefined()
+    } finally {
+      open.close()
+    }
   })
 
   test('the admin group makes a superadmin; out of the group, the next sign-in takes the role away', async () => {
