@@ -102,6 +102,12 @@ export const ConfigSchema = T.Object({
   RATE_LIMIT_LOGIN_PER_MINUTE: Int(10, 0, 1_000_000, 'Logins per email+IP per minute (0 = off)'),
   RATE_LIMIT_FORGOT_PER_HOUR: Int(5, 0, 1_000_000, 'Forgot-password requests per email per hour (0 = off)'),
   RATE_LIMIT_KEYS_PER_MINUTE: Int(10, 0, 1_000_000, 'API key creations per caller per minute (0 = off)'),
+  RATE_LIMIT_SSO_PER_MINUTE: Int(
+    60,
+    0,
+    1_000_000,
+    'Single sign-ins started (GET /v1/auth/oidc/start) per client address per minute (0 = off); behind a proxy every client has its address',
+  ),
   MAX_UPLOAD_BYTES: Int(200 * MiB, 1, 64 * 1024 * MiB, 'Largest accepted file upload'),
   MAX_LINE_BYTES: Int(MiB, 16, 256 * MiB, 'Longest accepted line of a batch input file'),
   MAX_REQUESTS_PER_BATCH: Int(50_000, 1, 10_000_000, 'Most request lines in one batch input file'),

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, setSystemTime, test } from 'bun:test'
+import { count } from 'drizzle-orm'
 import { SYSTEM_AUDIT } from '../../src/domain/audit'
 import { makeTestApp, type TestApp } from '../helpers/app'
 import { makeUser } from '../helpers/builders'
@@ -16,6 +17,7 @@ import {
   startOidcProvider,
   type TestProvider,
 } from '../helpers/oidc-provider'
+import { rowsOf } from '../helpers/rows'
 
 // docs/api.md §2 "Single sign-on": the authorization code flow against a real OpenID provider
 // (oidc-provider in its own process, its login and consent pages walked over HTTP), and every way
@@ -349,6 +351,40 @@ describe('sign-in with OpenID Connect', () => {
     expect(page).toContain('Sign-in failed')
     expect(page).toContain('This sign-in is unknown, was used already or has expired')
     expect(page).toContain('href="/"')
+  })
+
+  test('starts are limited per client address (RATE_LIMIT_SSO_PER_MINUTE): a 429 that stores nothing', async () => {
+    const limited = makeTestApp(ssoEnv(provider, { RATE_LIMIT_SSO_PER_MINUTE: '3' }))
+    const start = (headers: Record<string, string> = {}) =>
+      limited.app.handle(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`, { headers }))
+    const stored = async () => {
+      const { db, tables } = rowsOf(limited.deps)
+      return Number((await db.select({ n: count() }).from(tables.ssoLogins))[0]!.n)
+    }
+    try {
+      for (let i = 0; i < 3; i++) expect((await start()).status).toBe(302)
+      expect(await stored()).toBe(3)
+      const refusedStart = await start()
+      expect(refusedStart.status).toBe(429)
+      expect(refusedStart.headers.get('retry-after')).toBe('60')
+      expect(((await refusedStart.json()) as any).error).toMatchObject({
+        type: 'rate_limit_error',
+        code: 'rate_limit_exceeded',
+        message: 'Too many sign-ins were started from this address in the last minute; try again in 60 s',
+      })
+      // A browser gets it in words, with the same Retry-After.
+      const page = await start({ accept: 'text/html' })
+      expect(page.status).toBe(429)
+      expect(page.headers.get('retry-after')).toBe('60')
+      expect(await page.text()).toContain('Too many sign-ins were started from this address')
+      expect(await stored()).toBe(3)
+      // A minute on, the address may start again.
+      limited.clock.advance(60)
+      expect((await start()).status).toBe(302)
+      expect(await stored()).toBe(4)
+    } finally {
+      limited.close()
+    }
   })
 
   test('return_to is a path of this server; anything else is a 400', async () => {

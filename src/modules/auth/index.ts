@@ -85,9 +85,9 @@ export const authRoutes = (deps: Deps & CredentialState & OidcState) =>
     })
     .get(
       '/oidc/start',
-      ({ query, request }) =>
+      ({ query, request, server }) =>
         inBrowser(request, async () => {
-          const { location, state } = await sso.startSignIn(deps, query)
+          const { location, state } = await sso.startSignIn(deps, query, auditContext(request, server))
           return redirect(location, ssoCookie(deps, state, sso.SSO_LOGIN_TTL_SECONDS))
         }),
       {
@@ -178,6 +178,7 @@ async function inBrowser(request: Request, answer: () => Promise<Response>): Pro
         'x-content-type-options': 'nosniff',
         'referrer-policy': 'no-referrer',
         'set-cookie': `${sso.SSO_COOKIE}=; Path=/v1/auth/oidc; Max-Age=0; HttpOnly; SameSite=Lax`,
+        ...error.headers,
       },
     })
   }

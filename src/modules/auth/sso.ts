@@ -69,6 +69,7 @@ export interface StartQuery {
 export async function startSignIn(
   deps: SsoDeps,
   query: StartQuery,
+  audit: AuditContext,
 ): Promise<{ location: string; state: string }> {
   const provider = providerOf(deps)
   const terminal = query.redirect_uri !== undefined
@@ -89,6 +90,7 @@ export async function startSignIn(
       query.code_challenge !== undefined ? 'code_challenge' : 'state',
     )
   const returnTo = terminal ? null : checkReturnTo(query.return_to)
+  await limitStarts(deps, audit.ip)
   const state = oidc.randomState()
   const nonce = oidc.randomNonce()
   const codeVerifier = oidc.randomPKCECodeVerifier()
@@ -111,6 +113,27 @@ export async function startSignIn(
     expires_at: now + SSO_LOGIN_TTL_SECONDS,
   })
   return { location, state }
+}
+
+/**
+ * docs/api.md §3 rate limits: each start stores a sign-in for anyone who asks, so the starts of one
+ * client address are limited (RATE_LIMIT_SSO_PER_MINUTE), before the provider is asked or a row
+ * written.
+ */
+async function limitStarts(deps: SsoDeps, ip: string | null) {
+  try {
+    await deps.store.limits.take('sso_start', ip ?? 'local', deps.config.RATE_LIMIT_SSO_PER_MINUTE, 60)
+  } catch (error) {
+    if (!(error instanceof AppError) || error.status !== 429) throw error
+    const wait = error.headers['retry-after']
+    throw new AppError(
+      429,
+      'rate_limit_exceeded',
+      `Too many sign-ins were started from this address in the last minute; try again in ${wait} s`,
+      null,
+      error.headers,
+    )
+  }
 }
 
 const invalidState = (why: string) => badRequest('invalid_state', `${why}; start the sign-in again`, 'state')
