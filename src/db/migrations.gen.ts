@@ -19,6 +19,7 @@ import m15 from '../../drizzle/0015_pull_failures.sql' with { type: 'text' }
 import m16 from '../../drizzle/0016_execution_order.sql' with { type: 'text' }
 import m17 from '../../drizzle/0017_join_lease_hosting_seq.sql' with { type: 'text' }
 import m18 from '../../drizzle/0018_audit_events.sql' with { type: 'text' }
+import m19 from '../../drizzle/0019_sso_browser_binding.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -43,5 +44,6 @@ export const embeddedMigrations = {
     '0016_execution_order': m16,
     '0017_join_lease_hosting_seq': m17,
     '0018_audit_events': m18,
+    '0019_sso_browser_binding': m19,
   } as Record<string, string>,
 }

@@ -14,6 +14,8 @@ export interface NewSsoLogin {
   redirect_uri: string | null
   client_state: string | null
   code_challenge: string | null
+  /** The SHA-256 of the browser's gk_sso cookie value. */
+  browser_hash: string
   created_at: number
   expires_at: number
 }
@@ -31,10 +33,33 @@ export const SSO_LOGIN_KEPT_SECONDS = 3600
 export interface SsoStore {
   /** /start: stores a sign-in; deletes those expired more than SSO_LOGIN_KEPT_SECONDS ago. */
   startLogin(login: NewSsoLogin): Promise<void>
-  /** The callback: claims the sign-in by its state, once, while unexpired; undefined otherwise. */
-  takeLogin(stateHash: string, now: number): Promise<SsoLoginRow | undefined>
-  /** The callback's end: the one-time code (its hash) for `userId`, on the sign-in claimed. */
-  grantCode(stateHash: string, codeHash: string, userId: string, expiresAt: number): Promise<void>
+  /**
+   * The callback: claims the sign-in by its state, once, while unexpired, in the browser that
+   * started it (`browserHash`, its cookie's); undefined otherwise, and nothing claimed.
+   */
+  takeLogin(stateHash: string, browserHash: string, now: number): Promise<SsoLoginRow | undefined>
+  /**
+   * The callback's end, on the sign-in claimed: the account the provider vouched for, with the
+   * one-time code (its hash) — or, for a terminal's sign-in, without one: the code waits for the
+   * person's confirmation (confirmLogin).
+   */
+  grantCode(
+    stateHash: string,
+    userId: string,
+    code: { hash: string; expires_at: number } | null,
+  ): Promise<void>
+  /**
+   * A terminal's sign-in confirmed in its browser: the one-time code set on the sign-in of that
+   * browser that waits for it (claimed, vouched for, no code yet, unexpired), once; undefined
+   * when none waits.
+   */
+  confirmLogin(
+    browserHash: string,
+    code: { hash: string; expires_at: number },
+    now: number,
+  ): Promise<SsoLoginRow | undefined>
+  /** A terminal's sign-in cancelled in its browser: the waiting sign-in deleted, once (as confirmLogin). */
+  cancelLogin(browserHash: string, now: number): Promise<SsoLoginRow | undefined>
   /** The exchange: claims the one-time code, once, while unexpired; undefined otherwise. */
   redeemCode(codeHash: string, now: number): Promise<SsoLoginRow | undefined>
   /** The account linked to this identity, if any. */

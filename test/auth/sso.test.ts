@@ -7,6 +7,7 @@ import { type FakeOidc, startFakeOidc, type TokenFault } from '../helpers/fake-o
 import {
   ADMIN_GROUP,
   APP_PUBLIC_URL,
+  answerTerminal,
   CLIENT_ID,
   CookieJar,
   dance,
@@ -90,7 +91,12 @@ describe('sign-in with OpenID Connect', () => {
     expect(to.searchParams.get('scope')).toBe('openid email profile groups')
     const state = to.searchParams.get('state')!
     const cookie = start.headers.get('set-cookie')!
-    expect(cookie).toStartWith(`gk_sso=${state};`)
+    // The browser's cookie is a random value of its own, never the state (which URLs and proxy
+    // logs carry), and it appears in no URL.
+    const browser = /^gk_sso=([\w-]{43});/.exec(cookie)?.[1]
+    expect(browser).toBeDefined()
+    expect(browser).not.toBe(state)
+    expect(start.headers.get('location')).not.toContain(browser!)
     expect(cookie).toContain('HttpOnly')
     expect(cookie).toContain('SameSite=Lax')
     expect(cookie).toContain('Path=/v1/auth/oidc')
@@ -242,28 +248,34 @@ describe('sign-in with OpenID Connect', () => {
   test('a replayed callback (the same state again) is a 400 invalid_state', async () => {
     const d = await dance(send, APP_PUBLIC_URL, 'alice')
     expect(d.back.status).toBe(302)
-    const again = await send(
-      new Request(d.callback, {
-        headers: { cookie: `gk_sso=${new URL(d.callback).searchParams.get('state')}` },
-      }),
-    )
+    const again = await send(new Request(d.callback, { headers: { cookie: d.jar.header(APP_PUBLIC_URL) } }))
     await refused(again, 400, 'invalid_state')
   })
 
-  test('a callback without the cookie of the browser that started it, or with another, is a 400 invalid_state', async () => {
+  test('a callback without the cookie of the browser that started it, with another, or with the state as cookie, is a 400 invalid_state', async () => {
+    const mine = new CookieJar()
     const start = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
+    mine.take(APP_PUBLIC_URL, start.headers)
     const callback = await signInAtProvider(start.headers.get('location')!, 'alice')
     await refused(await send(new Request(callback)), 400, 'invalid_state')
-    const other = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
-    const otherState = new URL(other.headers.get('location')!).searchParams.get('state')
+    const theirs = new CookieJar()
+    theirs.take(APP_PUBLIC_URL, (await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))).headers)
     await refused(
-      await send(new Request(callback, { headers: { cookie: `gk_sso=${otherState}` } })),
+      await send(new Request(callback, { headers: { cookie: theirs.header(APP_PUBLIC_URL) } })),
       400,
       'invalid_state',
     )
-    // Neither refusal spent the sign-in: with its own cookie it still completes.
+    // The state, which the URL shows, is not the cookie: knowing it does not make a browser.
     const state = new URL(callback).searchParams.get('state')
-    expect((await send(new Request(callback, { headers: { cookie: `gk_sso=${state}` } }))).status).toBe(302)
+    await refused(
+      await send(new Request(callback, { headers: { cookie: `gk_sso=${state}` } })),
+      400,
+      'invalid_state',
+    )
+    // No refusal spent the sign-in: with its own cookie it still completes.
+    expect(
+      (await send(new Request(callback, { headers: { cookie: mine.header(APP_PUBLIC_URL) } }))).status,
+    ).toBe(302)
   })
 
   test('an unknown state, and a sign-in older than 10 minutes, are a 400 invalid_state', async () => {
@@ -324,12 +336,14 @@ describe('sign-in with OpenID Connect', () => {
   })
 
   test('the provider refusing the sign-in (access_denied) is a 400 sso_refused', async () => {
+    const jar = new CookieJar()
     const start = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
+    jar.take(APP_PUBLIC_URL, start.headers)
     const state = new URL(start.headers.get('location')!).searchParams.get('state')!
     const res = await send(
       new Request(
         `${APP_PUBLIC_URL}/v1/auth/oidc/callback?error=access_denied&error_description=End-User+aborted&state=${state}&iss=${encodeURIComponent(provider.issuer)}`,
-        { headers: { cookie: `gk_sso=${state}` } },
+        { headers: { cookie: jar.header(APP_PUBLIC_URL) } },
       ),
     )
     expect(res.status).toBe(400)
@@ -349,7 +363,9 @@ describe('sign-in with OpenID Connect', () => {
     expect(res.headers.get('set-cookie')).toContain('Max-Age=0')
     const page = await res.text()
     expect(page).toContain('Sign-in failed')
-    expect(page).toContain('This sign-in is unknown, was used already or has expired')
+    expect(page).toContain(
+      'This sign-in is unknown, was used already, has expired, or was started in another browser',
+    )
     expect(page).toContain('href="/"')
   })
 
@@ -440,28 +456,134 @@ describe('a terminal signs in (RFC 8252 loopback redirect with PKCE)', () => {
     )
   }
 
-  test('the callback sends the browser to the loopback with a one-time code, exchanged with the verifier', async () => {
-    const d = await dance(send, APP_PUBLIC_URL, 'alice', terminalQuery())
-    expect(d.back.status).toBe(302)
-    const to = new URL(d.back.headers.get('location')!)
+  /** A terminal's sign-in as `login`, up to the page asking the person to confirm it. */
+  async function asked(login = 'alice') {
+    const d = await dance(send, APP_PUBLIC_URL, login, terminalQuery())
+    expect(d.back.status).toBe(200)
+    return d
+  }
+
+  /** The sign-in rows of the app (the one-time code set or not). */
+  async function loginRows() {
+    const { db, tables } = rowsOf(t.deps)
+    return db.select().from(tables.ssoLogins)
+  }
+
+  test('the callback asks the person first: "A terminal is asking to sign in as …", and no code exists yet', async () => {
+    const d = await asked()
+    expect(d.back.headers.get('location')).toBeNull()
+    expect(d.back.headers.get('content-type')).toStartWith('text/html')
+    expect(d.back.headers.get('content-security-policy')).toContain("frame-ancestors 'none'")
+    const page = await d.back.text()
+    expect(page).toContain(`A terminal is asking to sign in as ${PEOPLE.alice.email}`)
+    expect(page).toContain('127.0.0.1:53121')
+    expect(page).toContain('<form method="post" action="/v1/auth/oidc/confirm">')
+    expect(page).toContain('>Continue</button>')
+    expect(page).toContain('formaction="/v1/auth/oidc/cancel">Cancel</button>')
+    // Nothing in the page names the sign-in or a code: the form posts with the browser's cookie.
+    expect(page).not.toContain(new URL(d.callback).searchParams.get('state')!)
+    expect(page).not.toContain('code=')
+    // The sign-in is vouched for, and no one-time code has been made for any loopback.
+    const rows = await loginRows()
+    const mine = rows.find((r) => r.redirect_uri === loopback && r.user_id !== null && r.code_hash === null)
+    expect(mine).toBeDefined()
+  })
+
+  test('without the confirmation of the browser that signed in, no code reaches the loopback', async () => {
+    const d = await asked()
+    const waiting = async () =>
+      (await loginRows()).filter(
+        (r) => r.redirect_uri === loopback && r.user_id !== null && r.code_hash === null,
+      ).length
+    const before = await waiting()
+    expect(before).toBeGreaterThan(0)
+    // A POST without the cookie (another site's form: SameSite=Lax keeps it off), with another
+    // browser's, or from another site's page: refused, nothing sent anywhere, nothing spent.
+    const other = await dance(send, APP_PUBLIC_URL, 'alice', terminalQuery())
+    for (const attempt of [
+      await answerTerminal(send, APP_PUBLIC_URL, { jar: new CookieJar() }, 'confirm'),
+      await answerTerminal(send, APP_PUBLIC_URL, { jar: new CookieJar() }, 'cancel'),
+      await answerTerminal(send, APP_PUBLIC_URL, d, 'confirm', { origin: 'https://evil.example' }),
+    ]) {
+      expect(attempt.status).toBeGreaterThanOrEqual(400)
+      expect(attempt.headers.get('location')).toBeNull()
+    }
+    // A GET of the confirmation is no answer.
+    expect(
+      (
+        await send(
+          new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/confirm`, {
+            headers: { cookie: d.jar.header(APP_PUBLIC_URL) },
+          }),
+        )
+      ).status,
+    ).toBe(404)
+    expect(await waiting()).toBe(before + 1)
+    // Its own browser's answer sends the code on; the other sign-in still waits for its own.
+    const yes = await answerTerminal(send, APP_PUBLIC_URL, d, 'confirm', { origin: APP_PUBLIC_URL })
+    expect(yes.status).toBe(303)
+    expect(new URL(yes.headers.get('location')!).searchParams.get('code')).toBeTruthy()
+    expect(await waiting()).toBe(before)
+    const no = await answerTerminal(send, APP_PUBLIC_URL, other, 'cancel')
+    expect(no.status).toBe(303)
+    expect(await waiting()).toBe(before - 1)
+  })
+
+  test('Continue sends the browser to the loopback with a one-time code, exchanged with the verifier', async () => {
+    const d = await asked()
+    const yes = await answerTerminal(send, APP_PUBLIC_URL, d, 'confirm')
+    expect(yes.status).toBe(303)
+    expect(yes.headers.get('set-cookie')).toContain('Max-Age=0')
+    const to = new URL(yes.headers.get('location')!)
     expect(`${to.origin}${to.pathname}`).toBe(loopback)
     expect(to.searchParams.get('state')).toBe('terminal-state')
     const code = to.searchParams.get('code')!
+    // Answered once: a second Continue finds nothing waiting.
+    const twice = await answerTerminal(send, APP_PUBLIC_URL, d, 'confirm')
+    expect(twice.status).toBe(400)
+    expect(((await twice.json()) as any).error.code).toBe('invalid_state')
     // Without the verifier, or with another, the code is refused (and spent).
     const wrong = await redeem(code, 'x'.repeat(43))
     expect(wrong.status).toBe(400)
     expect(wrong.body.error.code).toBe('invalid_code')
     expect((await redeem(code, verifier)).status).toBe(400)
 
-    const again = await dance(send, APP_PUBLIC_URL, 'alice', terminalQuery())
-    const code2 = new URL(again.back.headers.get('location')!).searchParams.get('code')!
+    const again = await asked()
+    const code2 = new URL(
+      (await answerTerminal(send, APP_PUBLIC_URL, again, 'confirm')).headers.get('location')!,
+    ).searchParams.get('code')!
     const missing = await redeem(code2)
     expect(missing.status).toBe(400)
-    const third = await dance(send, APP_PUBLIC_URL, 'alice', terminalQuery())
-    const code3 = new URL(third.back.headers.get('location')!).searchParams.get('code')!
+    const third = await asked()
+    const code3 = new URL(
+      (await answerTerminal(send, APP_PUBLIC_URL, third, 'confirm')).headers.get('location')!,
+    ).searchParams.get('code')!
     const ok = await redeem(code3, verifier)
     expect(ok.status).toBe(200)
     expect(ok.body.user.email).toBe(PEOPLE.alice.email)
+  })
+
+  test('Cancel tells the loopback access_denied, and the sign-in is gone', async () => {
+    const d = await asked()
+    const no = await answerTerminal(send, APP_PUBLIC_URL, d, 'cancel')
+    expect(no.status).toBe(303)
+    const to = new URL(no.headers.get('location')!)
+    expect(`${to.origin}${to.pathname}`).toBe(loopback)
+    expect(to.searchParams.get('error')).toBe('access_denied')
+    expect(to.searchParams.get('error_description')).toBe('The sign-in was cancelled in the browser')
+    expect(to.searchParams.get('state')).toBe('terminal-state')
+    expect(to.searchParams.get('code')).toBeNull()
+    const late = await answerTerminal(send, APP_PUBLIC_URL, d, 'confirm', { accept: 'text/html' })
+    expect(late.status).toBe(400)
+    expect(await late.text()).toContain('No sign-in of a terminal waits for confirmation in this browser')
+  })
+
+  test("a confirmation later than the sign-in's ten minutes finds nothing", async () => {
+    const d = await asked()
+    t.clock.advance(601)
+    const late = await answerTerminal(send, APP_PUBLIC_URL, d, 'confirm')
+    expect(late.status).toBe(400)
+    expect(late.headers.get('location')).toBeNull()
   })
 
   test("a refusal at the callback goes to the terminal's loopback with the error", async () => {

@@ -57,6 +57,56 @@ describeWith(chromium, 'single sign-on in a browser', () => {
     await s.finish()
   })
 
+  test('a terminal\'s sign-in: the browser asks "A terminal is asking to sign in as …" and sends the code to the loopback only after Continue', async () => {
+    // The terminal's loopback listener (as `gridkeep login --sso` runs one), recording what reaches it.
+    const arrived: URL[] = []
+    const listener = Bun.serve({
+      hostname: '127.0.0.1',
+      port: 0,
+      fetch(req) {
+        arrived.push(new URL(req.url))
+        return new Response('<!doctype html><p>Signed in.</p>', { headers: { 'content-type': 'text/html' } })
+      },
+    })
+    const loopback = `http://127.0.0.1:${listener.port}`
+    const verifier = `v-${crypto.randomUUID()}-${crypto.randomUUID()}`
+    const start = new URL(`${server.url}/v1/auth/oidc/start`)
+    start.search = new URLSearchParams({
+      redirect_uri: `${loopback}/callback`,
+      code_challenge: new Bun.CryptoHasher('sha256').update(verifier).digest('base64url'),
+      code_challenge_method: 'S256',
+      state: 'terminal-state',
+    }).toString()
+    const s = await openSession(browser, server.url, { alsoAllow: [provider.issuer, loopback] })
+    try {
+      await s.page.goto(start.href)
+      await s.page.waitForURL(`${provider.issuer}/**`)
+      await s.page.getByPlaceholder('Enter any login').fill('alice')
+      await s.page.getByPlaceholder('and password').fill('any-password')
+      await s.page.getByRole('button', { name: 'Sign-in' }).click()
+      await s.page.getByRole('button', { name: 'Continue' }).click()
+
+      await s.page
+        .getByRole('heading', { name: `A terminal is asking to sign in as ${PEOPLE.alice.email}` })
+        .waitFor()
+      // Back from the provider, the browser is on gridkeep's question: nothing went to the loopback.
+      expect(new URL(s.page.url()).origin).toBe(server.url)
+      expect(arrived).toEqual([])
+      await s.page.getByRole('button', { name: 'Continue' }).click()
+      await s.page.getByText('Signed in.').waitFor()
+      expect(arrived).toHaveLength(1)
+      expect(arrived[0]!.searchParams.get('state')).toBe('terminal-state')
+      const session = await server.req('POST', '/v1/auth/oidc/token', {
+        body: { code: arrived[0]!.searchParams.get('code'), code_verifier: verifier },
+      })
+      expect(session.status).toBe(200)
+      expect(session.body.user.email).toBe(PEOPLE.alice.email)
+      await s.finish()
+    } finally {
+      await listener.stop(true)
+    }
+  })
+
   test('a stale return from the provider says why, with a way back; passwords off leaves only the button', async () => {
     const s = await openSession(browser, server.url, { alsoAllow: [provider.issuer] })
     s.allowStatus(400)

@@ -21,6 +21,7 @@ import m17 from '../../../drizzle/postgres/0017_pull_failures.sql' with { type: 
 import m18 from '../../../drizzle/postgres/0018_execution_order.sql' with { type: 'text' }
 import m19 from '../../../drizzle/postgres/0019_join_lease_hosting_seq.sql' with { type: 'text' }
 import m20 from '../../../drizzle/postgres/0020_audit_events.sql' with { type: 'text' }
+import m21 from '../../../drizzle/postgres/0021_sso_browser_binding.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -47,5 +48,6 @@ export const embeddedMigrations = {
     '0018_execution_order': m18,
     '0019_join_lease_hosting_seq': m19,
     '0020_audit_events': m20,
+    '0021_sso_browser_binding': m21,
   } as Record<string, string>,
 }

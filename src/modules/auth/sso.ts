@@ -10,7 +10,7 @@ import {
   planSsoSignIn,
   type SsoClaims,
 } from '../../domain/sso-rules'
-import { AppError, badRequest, notFound } from '../../lib/errors'
+import { AppError, badRequest, forbidden, notFound } from '../../lib/errors'
 import { constantTimeEqual, generateResetToken, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
 import type { Identity } from '../../store/sso'
@@ -21,15 +21,19 @@ import { issueSession, signInRefused } from './service'
 // Single sign-on (docs/api.md §2 "Single sign-on"): the authorization code flow with PKCE, state and
 // nonce, from the dashboard or from `gridkeep login --sso` (RFC 8252: a loopback redirect with
 // PKCE). The sign-in's state lives in the store, claimed once (any instance may serve the
-// callback), and is tied to the browser that started it by an HttpOnly cookie. The callback ends in
-// a one-time code that the dashboard (holding that cookie) or the terminal (holding its PKCE
-// verifier) exchanges for the login JWT, through the same issueSession as a password login.
+// callback), and is tied to the browser that started it by an HttpOnly cookie holding a random
+// value of its own (the state travels in URLs, which proxies log; the cookie's value never does).
+// The callback ends in a one-time code that the dashboard (holding that cookie) or the terminal
+// (holding its PKCE verifier) exchanges for the login JWT, through the same issueSession as a
+// password login. A terminal's code goes to its loopback only once the person said yes in the
+// browser (a POST that carries the cookie): a link that starts a sign-in for someone else's
+// listener on a shared machine gets nowhere without it.
 
 /** How long a person has at the provider (typing a password, a second factor). */
 export const SSO_LOGIN_TTL_SECONDS = 600
 /** How long the one-time code lives between the callback's redirect and its exchange. */
 export const SSO_CODE_TTL_SECONDS = 60
-/** The cookie tying a sign-in to the browser that started it (its value: the state). */
+/** The cookie tying a sign-in to the browser that started it (a random value, stored hashed). */
 export const SSO_COOKIE = 'gk_sso'
 /** The dashboard's page that exchanges the one-time code (docs/api.md §11). */
 export const SSO_PAGE = '/app/sso'
@@ -64,13 +68,13 @@ export interface StartQuery {
 
 /**
  * GET /v1/auth/oidc/start: a new sign-in, stored; answers where to send the browser (the provider)
- * and the state for the browser's cookie.
+ * and the value of the browser's cookie.
  */
 export async function startSignIn(
   deps: SsoDeps,
   query: StartQuery,
   audit: AuditContext,
-): Promise<{ location: string; state: string }> {
+): Promise<{ location: string; browser: string }> {
   const provider = providerOf(deps)
   const terminal = query.redirect_uri !== undefined
   if (terminal && query.return_to !== undefined)
@@ -92,6 +96,7 @@ export async function startSignIn(
   const returnTo = terminal ? null : checkReturnTo(query.return_to)
   await limitStarts(deps, audit.ip)
   const state = oidc.randomState()
+  const browser = oidc.randomState()
   const nonce = oidc.randomNonce()
   const codeVerifier = oidc.randomPKCECodeVerifier()
   const location = await provider.authorizationUrl({
@@ -109,10 +114,11 @@ export async function startSignIn(
     redirect_uri: redirectUri,
     client_state: terminal ? (query.state ?? null) : null,
     code_challenge: codeChallenge,
+    browser_hash: sha256Hex(browser),
     created_at: now,
     expires_at: now + SSO_LOGIN_TTL_SECONDS,
   })
-  return { location, state }
+  return { location, browser }
 }
 
 /**
@@ -138,26 +144,31 @@ async function limitStarts(deps: SsoDeps, ip: string | null) {
 
 const invalidState = (why: string) => badRequest('invalid_state', `${why}; start the sign-in again`, 'state')
 
+/** Where the callback sends the browser, or the question it asks first (a terminal's sign-in). */
+export type CallbackAnswer = { redirect: string } | { confirm: { email: string; loopback: string } }
+
 /**
- * GET /v1/auth/oidc/callback: the provider's answer. The sign-in is claimed by its state (once),
- * the code redeemed and the ID token checked, the account found, linked or created; answers where
- * the browser goes next, with a one-time code: the dashboard's page, or the terminal's loopback.
- * Once the sign-in is known to be a terminal's, a refusal goes to the loopback too (RFC 6749
- * §4.1.2.1), so that the terminal can say why.
+ * GET /v1/auth/oidc/callback: the provider's answer. The sign-in is claimed by its state (once, in
+ * the browser that started it), the code redeemed and the ID token checked, the account found,
+ * linked or created. The dashboard's sign-in goes on to its page with a one-time code; a
+ * terminal's waits for the person's confirmation (confirmSignIn). Once the sign-in is known to be
+ * a terminal's, a refusal goes to its loopback (RFC 6749 §4.1.2.1), so that the terminal can say why.
  */
 export async function finishSignIn(
   deps: SsoDeps,
   query: URLSearchParams,
   cookie: string | undefined,
   audit: AuditContext,
-) {
+): Promise<CallbackAnswer> {
   const provider = providerOf(deps)
   const state = query.get('state')
   if (!state) throw invalidState('The answer carries no state')
-  if (!cookie || !constantTimeEqual(cookie, state))
-    throw invalidState('This sign-in was not started in this browser, or its cookie has expired')
-  const login = await deps.store.sso.takeLogin(sha256Hex(state), deps.clock.now())
-  if (!login) throw invalidState('This sign-in is unknown, was used already or has expired')
+  if (!cookie) throw invalidState('This sign-in was not started in this browser, or its cookie has expired')
+  const login = await deps.store.sso.takeLogin(sha256Hex(state), sha256Hex(cookie), deps.clock.now())
+  if (!login)
+    throw invalidState(
+      'This sign-in is unknown, was used already, has expired, or was started in another browser',
+    )
   try {
     const claims = await provider.redeem(new URL(`${callbackUrl(deps)}?${query}`), {
       state,
@@ -165,26 +176,72 @@ export async function finishSignIn(
       codeVerifier: login.code_verifier,
     })
     const user = await admitIdentity(deps, provider.issuer, claims, audit)
+    if (login.redirect_uri) {
+      await deps.store.sso.grantCode(login.state_hash, user.id, null)
+      return { confirm: { email: user.email, loopback: new URL(login.redirect_uri).host } }
+    }
     const code = generateResetToken()
-    await deps.store.sso.grantCode(
-      login.state_hash,
-      sha256Hex(code),
-      user.id,
-      deps.clock.now() + SSO_CODE_TTL_SECONDS,
-    )
-    if (login.redirect_uri) return loopback(login.redirect_uri, { code, state: login.client_state })
+    await deps.store.sso.grantCode(login.state_hash, user.id, {
+      hash: sha256Hex(code),
+      expires_at: deps.clock.now() + SSO_CODE_TTL_SECONDS,
+    })
     const fragment = new URLSearchParams({ code, return_to: login.return_to ?? '/app/batches' })
-    return `${SSO_PAGE}#${fragment}`
+    return { redirect: `${SSO_PAGE}#${fragment}` }
   } catch (error) {
     // A refusal or an unreachable provider (502) is the terminal's to report; a bug (500) is not.
     if (login.redirect_uri && error instanceof AppError && error.status !== 500)
-      return loopback(login.redirect_uri, {
-        error: error.errorCode ?? 'sso_failed',
-        error_description: error.message,
-        state: login.client_state,
-      })
+      return {
+        redirect: loopback(login.redirect_uri, {
+          error: error.errorCode ?? 'sso_failed',
+          error_description: error.message,
+          state: login.client_state,
+        }),
+      }
     throw error
   }
+}
+
+const nothingWaits = () =>
+  badRequest(
+    'invalid_state',
+    'No sign-in of a terminal waits for confirmation in this browser: it was answered already or has expired; start it again',
+  )
+
+/**
+ * POST /v1/auth/oidc/confirm and /cancel: the person's answer to "a terminal is asking to sign in"
+ * (docs/api.md §2). The cookie names the sign-in and is the proof that the answer comes from the
+ * browser that signed in at the provider: SameSite=Lax keeps it off another site's POST, and an
+ * Origin other than this server's is refused. Confirmed, the terminal's loopback gets the one-time
+ * code; cancelled, the sign-in is deleted and the loopback told `access_denied`.
+ */
+export async function answerTerminal(
+  deps: SsoDeps,
+  confirmed: boolean,
+  cookie: string | undefined,
+  origin: string | null,
+): Promise<string> {
+  providerOf(deps)
+  if (origin !== null && origin !== new URL(deps.config.PUBLIC_URL).origin)
+    throw forbidden('cross_site_request', 'This answer did not come from a page of this server')
+  if (!cookie) throw nothingWaits()
+  const now = deps.clock.now()
+  if (!confirmed) {
+    const login = await deps.store.sso.cancelLogin(sha256Hex(cookie), now)
+    if (!login?.redirect_uri) throw nothingWaits()
+    return loopback(login.redirect_uri, {
+      error: 'access_denied',
+      error_description: 'The sign-in was cancelled in the browser',
+      state: login.client_state,
+    })
+  }
+  const code = generateResetToken()
+  const login = await deps.store.sso.confirmLogin(
+    sha256Hex(cookie),
+    { hash: sha256Hex(code), expires_at: now + SSO_CODE_TTL_SECONDS },
+    now,
+  )
+  if (!login?.redirect_uri) throw nothingWaits()
+  return loopback(login.redirect_uri, { code, state: login.client_state })
 }
 
 function loopback(redirectUri: string, params: Record<string, string | null>): string {
@@ -273,7 +330,7 @@ export async function redeemCode(
       !constantTimeEqual(await oidc.calculatePKCECodeChallenge(verifier), login.code_challenge)
     )
       throw invalid('code_verifier does not match the sign-in’s code_challenge')
-  } else if (!cookie || !constantTimeEqual(sha256Hex(cookie), login.state_hash)) {
+  } else if (!cookie || !login.browser_hash || !constantTimeEqual(sha256Hex(cookie), login.browser_hash)) {
     throw invalid('This sign-in code belongs to another browser')
   }
   const user = await deps.store.accounts.findUserById(login.user_id)

@@ -1,4 +1,4 @@
-import { and, eq, gt, isNull, lt, sql } from 'drizzle-orm'
+import { and, eq, gt, isNotNull, isNull, lt, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { SsoLoginRow, UserRow } from '../../db/schema'
 import { type AuditContext, identityLinked, ssoActors, ssoRoleChanged } from '../../domain/audit'
@@ -51,6 +51,16 @@ async function setRole(
   )
 }
 
+/** A terminal's sign-in in this browser, vouched for, whose code waits for the person's word. */
+const awaitingConfirmation = (browserHash: string, now: number) =>
+  and(
+    eq(ssoLogins.browser_hash, browserHash),
+    isNotNull(ssoLogins.redirect_uri),
+    isNotNull(ssoLogins.user_id),
+    isNull(ssoLogins.code_hash),
+    gt(ssoLogins.expires_at, now),
+  )
+
 export function postgresSso(db: PgDb): SsoStore {
   return {
     async startLogin(login) {
@@ -58,13 +68,14 @@ export function postgresSso(db: PgDb): SsoStore {
       await db.insert(ssoLogins).values(login)
     },
 
-    async takeLogin(stateHash, now) {
+    async takeLogin(stateHash, browserHash, now) {
       const [row] = await db
         .update(ssoLogins)
         .set({ state_used_at: now })
         .where(
           and(
             eq(ssoLogins.state_hash, stateHash),
+            eq(ssoLogins.browser_hash, browserHash),
             isNull(ssoLogins.state_used_at),
             gt(ssoLogins.expires_at, now),
           ),
@@ -73,11 +84,27 @@ export function postgresSso(db: PgDb): SsoStore {
       return row as SsoLoginRow | undefined
     },
 
-    async grantCode(stateHash, codeHash, userId, expiresAt) {
+    async grantCode(stateHash, userId, code) {
       await db
         .update(ssoLogins)
-        .set({ code_hash: codeHash, user_id: userId, code_expires_at: expiresAt })
-        .where(and(eq(ssoLogins.state_hash, stateHash), isNull(ssoLogins.code_hash)))
+        .set({ user_id: userId, code_hash: code?.hash ?? null, code_expires_at: code?.expires_at ?? null })
+        .where(
+          and(eq(ssoLogins.state_hash, stateHash), isNull(ssoLogins.user_id), isNull(ssoLogins.code_hash)),
+        )
+    },
+
+    async confirmLogin(browserHash, code, now) {
+      const [row] = await db
+        .update(ssoLogins)
+        .set({ code_hash: code.hash, code_expires_at: code.expires_at })
+        .where(awaitingConfirmation(browserHash, now))
+        .returning()
+      return row as SsoLoginRow | undefined
+    },
+
+    async cancelLogin(browserHash, now) {
+      const [row] = await db.delete(ssoLogins).where(awaitingConfirmation(browserHash, now)).returning()
+      return row as SsoLoginRow | undefined
     },
 
     async redeemCode(codeHash, now) {

@@ -1,4 +1,4 @@
-import { and, eq, gt, isNull, lt, sql } from 'drizzle-orm'
+import { and, eq, gt, isNotNull, isNull, lt, sql } from 'drizzle-orm'
 import { ssoLogins, type UserRow, userIdentities, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import { type AuditContext, identityLinked, ssoActors, ssoRoleChanged } from '../../domain/audit'
@@ -57,6 +57,16 @@ function setRole(
   appendAudit(tx, ssoActors(audit, userId).groups, ssoRoleChanged(userId, before.role, role, issuer), now)
 }
 
+/** A terminal's sign-in in this browser, vouched for, whose code waits for the person's word. */
+const awaitingConfirmation = (browserHash: string, now: number) =>
+  and(
+    eq(ssoLogins.browser_hash, browserHash),
+    isNotNull(ssoLogins.redirect_uri),
+    isNotNull(ssoLogins.user_id),
+    isNull(ssoLogins.code_hash),
+    gt(ssoLogins.expires_at, now),
+  )
+
 export function sqliteSso({ db }: SqliteDeps): SsoStore {
   return {
     async startLogin(login) {
@@ -68,13 +78,14 @@ export function sqliteSso({ db }: SqliteDeps): SsoStore {
       })
     },
 
-    async takeLogin(stateHash, now) {
+    async takeLogin(stateHash, browserHash, now) {
       return db
         .update(ssoLogins)
         .set({ state_used_at: now })
         .where(
           and(
             eq(ssoLogins.state_hash, stateHash),
+            eq(ssoLogins.browser_hash, browserHash),
             isNull(ssoLogins.state_used_at),
             gt(ssoLogins.expires_at, now),
           ),
@@ -83,11 +94,26 @@ export function sqliteSso({ db }: SqliteDeps): SsoStore {
         .get()
     },
 
-    async grantCode(stateHash, codeHash, userId, expiresAt) {
+    async grantCode(stateHash, userId, code) {
       db.update(ssoLogins)
-        .set({ code_hash: codeHash, user_id: userId, code_expires_at: expiresAt })
-        .where(and(eq(ssoLogins.state_hash, stateHash), isNull(ssoLogins.code_hash)))
+        .set({ user_id: userId, code_hash: code?.hash ?? null, code_expires_at: code?.expires_at ?? null })
+        .where(
+          and(eq(ssoLogins.state_hash, stateHash), isNull(ssoLogins.user_id), isNull(ssoLogins.code_hash)),
+        )
         .run()
+    },
+
+    async confirmLogin(browserHash, code, now) {
+      return db
+        .update(ssoLogins)
+        .set({ code_hash: code.hash, code_expires_at: code.expires_at })
+        .where(awaitingConfirmation(browserHash, now))
+        .returning()
+        .get()
+    },
+
+    async cancelLogin(browserHash, now) {
+      return db.delete(ssoLogins).where(awaitingConfirmation(browserHash, now)).returning().get()
     },
 
     async redeemCode(codeHash, now) {
