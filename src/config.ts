@@ -85,7 +85,7 @@ export const ConfigSchema = T.Object({
   ),
   OIDC_ADMIN_GROUPS: T.Optional(
     Str(
-      'Comma-separated values of the groups claim that make a superadmin; set, every SSO sign-in makes the role follow the groups (unset = SSO never changes a role)',
+      'Comma-separated values of the groups claim that make a superadmin; set, every SSO sign-in with a groups claim makes the role follow it, except that the last active superadmin is never demoted (unset = SSO never changes a role)',
     ),
   ),
   OIDC_TIMEOUT_SECONDS: Int(
@@ -349,6 +349,19 @@ function checkSignIn(raw: Raw) {
     fail('OIDC_ALLOWED_DOMAINS: expected at least one domain')
   if (raw.OIDC_ADMIN_GROUPS !== undefined && listSetting(raw.OIDC_ADMIN_GROUPS).length === 0)
     fail('OIDC_ADMIN_GROUPS: expected at least one group')
+}
+
+/**
+ * Settings that work but likely not as meant: logged once at the start (src/index.ts), never
+ * refused, since the operator may know better (Authentik and GitLab send groups without a scope).
+ */
+export function configWarnings(config: Config): string[] {
+  const warnings: string[] = []
+  if (listSetting(config.OIDC_ADMIN_GROUPS).length > 0 && !config.OIDC_SCOPES.split(/\s+/).includes('groups'))
+    warnings.push(
+      `OIDC_ADMIN_GROUPS is set but OIDC_SCOPES (${JSON.stringify(config.OIDC_SCOPES)}) does not ask for groups: unless the provider sends the groups claim anyway, no sign-in carries groups and OIDC_ADMIN_GROUPS changes no role`,
+    )
+  return warnings
 }
 
 function isPostgresUrl(value: string): boolean {

@@ -16,11 +16,18 @@ export function losesSuperadmin(target: Pick<UserRow, 'platform_role' | 'is_acti
   )
 }
 
+/** Would this change take away the last active superadmin (`otherActiveSuperadmins` counted in its transaction)? */
+export const takesLastSuperadmin = (
+  target: Pick<UserRow, 'platform_role' | 'is_active'>,
+  changes: UserChanges,
+  otherActiveSuperadmins: number,
+) => losesSuperadmin(target, changes) && otherActiveSuperadmins === 0
+
 export function checkLastSuperadmin(
   target: Pick<UserRow, 'platform_role' | 'is_active'>,
   changes: UserChanges,
   otherActiveSuperadmins: number,
 ): void {
-  if (losesSuperadmin(target, changes) && otherActiveSuperadmins === 0)
+  if (takesLastSuperadmin(target, changes, otherActiveSuperadmins))
     throw badRequest('last_superadmin', 'The last active superadmin cannot be demoted or deactivated')
 }

@@ -35,11 +35,13 @@ export type SsoPlan =
 
 /**
  * OIDC_ADMIN_GROUPS set: the groups claim decides the role at every sign-in, both ways (removed from
- * the group, the next sign-in removes the role). Unset: single sign-on never changes a role.
+ * the group, the next sign-in removes the role). Unset: single sign-on never changes a role. A
+ * sign-in without a groups claim leaves the role alone: a provider that sends none (the scope or
+ * mapper is missing) says nothing about anyone's groups, and must not demote every admin.
  */
 export function roleFromGroups(groups: string[] | undefined, adminGroups: string[]): Role | undefined {
-  if (adminGroups.length === 0) return undefined
-  return (groups ?? []).some((g) => adminGroups.includes(g)) ? 'superadmin' : 'user'
+  if (adminGroups.length === 0 || groups === undefined) return undefined
+  return groups.some((g) => adminGroups.includes(g)) ? 'superadmin' : 'user'
 }
 
 const domainOf = (email: string) => email.slice(email.lastIndexOf('@') + 1)

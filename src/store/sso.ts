@@ -67,8 +67,9 @@ export interface SsoStore {
   /**
    * A sign-in of a linked identity: its time recorded and, when given, the account's role set
    * (docs/api.md §2 OIDC_ADMIN_GROUPS) with its `user.role_changed` entry when the role changes
-   * (docs/api.md §17; the actors of src/domain/audit.ts ssoActors), in one transaction. Returns the
-   * account.
+   * (docs/api.md §17; the actors of src/domain/audit.ts ssoActors), in one transaction — except
+   * that the last active superadmin keeps the role, with a `user.role_change_refused` entry.
+   * Returns the account.
    */
   recordSignIn(
     issuer: string,

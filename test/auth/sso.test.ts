@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, setSystemTime, test } from 'bun:test'
 import { count } from 'drizzle-orm'
 import { SYSTEM_AUDIT } from '../../src/domain/audit'
-import { makeTestApp, type TestApp } from '../helpers/app'
-import { makeUser } from '../helpers/builders'
+import { makeTestApp, startTestServer, type TestApp } from '../helpers/app'
+import { makeSuperadmin, makeUser } from '../helpers/builders'
 import { type FakeOidc, startFakeOidc, type TokenFault } from '../helpers/fake-oidc'
 import {
   ADMIN_GROUP,
@@ -19,6 +19,7 @@ import {
   type TestProvider,
 } from '../helpers/oidc-provider'
 import { rowsOf } from '../helpers/rows'
+import { capturedLogLines } from '../helpers/secrets'
 
 // docs/api.md §2 "Single sign-on": the authorization code flow against a real OpenID provider
 // (oidc-provider in its own process, its login and consent pages walked over HTTP), and every way
@@ -425,6 +426,96 @@ describe('sign-in with OpenID Connect', () => {
       expect(after.user.id).toBe(before.user.id)
     } finally {
       setSystemTime()
+    }
+  })
+})
+
+describe('OIDC_ADMIN_GROUPS and the last superadmin', () => {
+  const noGroupsWarnings = () =>
+    capturedLogLines().filter((l) => l.includes('the identity provider sent no groups claim')).length
+
+  test('a provider that sends no groups claim changes no role, and the server says so once', async () => {
+    // OIDC_SCOPES without groups: the provider sends no groups claim at all.
+    const t = makeTestApp(
+      ssoEnv(provider, { OIDC_ADMIN_GROUPS: ADMIN_GROUP, OIDC_SCOPES: 'openid email profile' }),
+    )
+    const send = (r: Request) => t.app.handle(r)
+    try {
+      await makeSuperadmin(t)
+      const root = await makeSuperadmin(t)
+      const login = await person({ email: root.email, groups: [] })
+      const before = noGroupsWarnings()
+      for (let i = 0; i < 2; i++) {
+        const d = await dance(send, APP_PUBLIC_URL, login)
+        const answer = await json(await exchange(send, APP_PUBLIC_URL, d))
+        expect(answer.body.user.id).toBe(root.id)
+        expect(answer.body.platform_role).toBe('superadmin')
+      }
+      expect((await t.deps.store.accounts.findUserById(root.id))?.platform_role).toBe('superadmin')
+      expect(noGroupsWarnings()).toBe(before + 1)
+      // A new account without a groups claim is an ordinary user.
+      const fresh = await person({ email: uniqueLabEmail(), groups: [ADMIN_GROUP] })
+      const d = await dance(send, APP_PUBLIC_URL, fresh)
+      expect((await json(await exchange(send, APP_PUBLIC_URL, d))).body.platform_role).toBe('user')
+    } finally {
+      t.close()
+    }
+  })
+
+  test('the last active superadmin out of the group keeps the role; the refusal is in the audit log', async () => {
+    const t = makeTestApp(ssoEnv(provider, { OIDC_ADMIN_GROUPS: ADMIN_GROUP }))
+    const send = (r: Request) => t.app.handle(r)
+    try {
+      const root = await makeSuperadmin(t)
+      const login = await person({ email: root.email, groups: ['physics'] })
+      const d = await dance(send, APP_PUBLIC_URL, login)
+      const answer = await json(await exchange(send, APP_PUBLIC_URL, d))
+      expect(answer.status).toBe(200)
+      expect(answer.body).toMatchObject({ platform_role: 'superadmin', user: { id: root.id } })
+      expect((await t.req('GET', '/v1/admin/users', { token: answer.body.access_token })).status).toBe(200)
+      const refused = await t.req(
+        'GET',
+        `/v1/audit-events?action=user.role_change_refused&target_id=${root.id}`,
+        {
+          token: root.token,
+        },
+      )
+      expect(refused.body.data).toEqual([
+        expect.objectContaining({
+          actor: { kind: 'system', id: null, user_id: null },
+          target: { kind: 'user', id: root.id },
+          details: {
+            from: 'superadmin',
+            to: 'user',
+            via: 'sso',
+            issuer: provider.issuer,
+            reason: 'last_superadmin',
+          },
+        }),
+      ])
+      expect(
+        (
+          await t.req('GET', `/v1/audit-events?action=user.role_changed&target_id=${root.id}`, {
+            token: root.token,
+          })
+        ).body.data,
+      ).toEqual([])
+    } finally {
+      t.close()
+    }
+  })
+
+  test('OIDC_ADMIN_GROUPS without the groups scope: a warning at the start', async () => {
+    const before = capturedLogLines().filter((l) => l.includes('does not ask for groups')).length
+    const server = await startTestServer(
+      ssoEnv(provider, { OIDC_ADMIN_GROUPS: ADMIN_GROUP, OIDC_SCOPES: 'openid email profile' }),
+    )
+    try {
+      const warned = capturedLogLines().filter((l) => l.includes('does not ask for groups'))
+      expect(warned).toHaveLength(before + 1)
+      expect(JSON.parse(warned.at(-1)!)).toMatchObject({ level: 'warn' })
+    } finally {
+      await server.stop()
     }
   })
 })

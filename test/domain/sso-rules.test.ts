@@ -1,6 +1,6 @@
 import { describe, expect, test } from 'bun:test'
 import type { UserRow } from '../../src/db/schema'
-import { planSsoSignIn, type SsoClaims, type SsoPolicy } from '../../src/domain/sso-rules'
+import { planSsoSignIn, roleFromGroups, type SsoClaims, type SsoPolicy } from '../../src/domain/sso-rules'
 
 // docs/api.md §2 "Single sign-on": which account a provider's sign-in reaches, decided once.
 
@@ -66,6 +66,30 @@ describe('an email the provider has not verified is no email', () => {
     })
     expect(planSsoSignIn(claims({ email: undefined }), open, user(), undefined)).toMatchObject({
       kind: 'sign_in',
+    })
+  })
+})
+
+describe('OIDC_ADMIN_GROUPS', () => {
+  test('the groups claim decides the role both ways; unset, no role is decided', () => {
+    expect(roleFromGroups(['physics', 'admins'], ['admins'])).toBe('superadmin')
+    expect(roleFromGroups(['physics'], ['admins'])).toBe('user')
+    expect(roleFromGroups([], ['admins'])).toBe('user')
+    expect(roleFromGroups(['admins'], [])).toBeUndefined()
+  })
+
+  test('a sign-in without a groups claim leaves the role alone (and a new account is a user)', () => {
+    expect(roleFromGroups(undefined, ['admins'])).toBeUndefined()
+    const admins: SsoPolicy = { allowedDomains: [], adminGroups: ['admins'] }
+    const superadmin = user({ platform_role: 'superadmin' })
+    expect(planSsoSignIn(claims({ groups: undefined }), admins, superadmin, undefined)).toEqual({
+      kind: 'sign_in',
+      user: superadmin,
+      role: undefined,
+    })
+    expect(planSsoSignIn(claims({ groups: undefined }), admins, undefined, undefined)).toMatchObject({
+      kind: 'create',
+      role: 'user',
     })
   })
 })

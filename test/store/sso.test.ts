@@ -10,13 +10,17 @@ import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stor
 
 const ISSUER = 'https://idp.example.test/realms/lab'
 let n = 0
-const newUser = (store: Store, identity?: { issuer: string; subject: string }) =>
+const newUser = (
+  store: Store,
+  identity?: { issuer: string; subject: string },
+  platform_role: 'user' | 'superadmin' = 'user',
+) =>
   store.accounts.createUser(
     {
       email: `sso${++n}@lab.example`,
       password_hash: '',
       full_name: 'Grace',
-      platform_role: 'user',
+      platform_role,
       must_change_password: false,
       now: 10,
     },
@@ -234,6 +238,8 @@ for (const [kind, open] of storeEngines) {
         }),
       ])
 
+      // Another superadmin: a's role may be taken away below (never the last one's).
+      await newUser(h.store, undefined, 'superadmin')
       const a = await newUser(h.store)
       await h.store.sso.link(
         a.id,
@@ -290,11 +296,57 @@ for (const [kind, open] of storeEngines) {
       expect(
         (await h.store.sso.recordSignIn(ISSUER, 'ada', 60, undefined, SYSTEM_AUDIT))?.platform_role,
       ).toBe('superadmin')
-      await h.store.accounts.updateUser(a.id, { is_active: false }, 70, SYSTEM_AUDIT).catch(() => {})
       expect(await h.store.sso.recordSignIn(ISSUER, 'nobody', 60, 'user', SYSTEM_AUDIT)).toBeUndefined()
+      await newUser(h.store, undefined, 'superadmin')
       const demoted = await h.store.sso.recordSignIn(ISSUER, 'ada', 80, 'user', SYSTEM_AUDIT)
       expect(demoted?.platform_role).toBe('user')
       expect(await h.store.sso.hasLinkedSuperadmin(ISSUER)).toBe(false)
+    })
+
+    test('OIDC_ADMIN_GROUPS never demotes the last active superadmin: the role is kept, the refusal recorded', async () => {
+      h = await open()
+      const request: AuditContext = {
+        actor: { kind: 'anonymous', id: null, user_id: null },
+        ip: '10.0.0.8',
+        user_agent: 'browser',
+      }
+      const entries = async (action: AuditAction, target: string) =>
+        (await h.store.audit.page({ actions: [action], target_id: target }, {})).rows
+      const root = await newUser(h.store, { issuer: ISSUER, subject: 'root' }, 'superadmin')
+      // An inactive superadmin is no other superadmin.
+      const inactive = await newUser(h.store, undefined, 'superadmin')
+      await h.store.accounts.updateUser(inactive.id, { is_active: false }, 5, SYSTEM_AUDIT)
+      const kept = await h.store.sso.recordSignIn(ISSUER, 'root', 50, 'user', request)
+      expect(kept?.platform_role).toBe('superadmin')
+      expect(await entries('user.role_changed', root.id)).toEqual([])
+      expect(await entries('user.role_change_refused', root.id)).toEqual([
+        expect.objectContaining({
+          created_at: 50,
+          actor_kind: 'system',
+          ip: '10.0.0.8',
+          details: { from: 'superadmin', to: 'user', via: 'sso', issuer: ISSUER, reason: 'last_superadmin' },
+        }),
+      ])
+      // Linking the last superadmin's account while out of the group: linked, the role kept.
+      const joined = await h.store.sso.link(
+        root.id,
+        { issuer: 'https://other.example.test', subject: 'root', email: null },
+        60,
+        'user',
+        request,
+      )
+      expect(joined.platform_role).toBe('superadmin')
+      expect(await entries('user.role_change_refused', root.id)).toHaveLength(2)
+
+      // Two superadmins demoted at once: one keeps the role.
+      const other = await newUser(h.store, { issuer: ISSUER, subject: 'other' }, 'superadmin')
+      const both = await Promise.all([
+        h.store.sso.recordSignIn(ISSUER, 'root', 70, 'user', request),
+        h.store.sso.recordSignIn(ISSUER, 'other', 70, 'user', request),
+      ])
+      expect(both.map((u) => u?.platform_role).sort()).toEqual(['superadmin', 'user'])
+      const left = both.find((u) => u?.platform_role === 'superadmin')!
+      expect(left.id === root.id || left.id === other.id).toBe(true)
     })
   })
 }

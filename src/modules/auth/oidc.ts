@@ -32,8 +32,22 @@ export interface AuthorizationChecks {
 /** The provider of this server: its discovered configuration, kept once found. */
 export class IdentityProvider {
   private configuration: Promise<oidc.Configuration> | null = null
+  private warnedNoGroups = false
 
   constructor(private readonly config: Config) {}
+
+  /**
+   * docs/deployment.md "Single sign-on": OIDC_ADMIN_GROUPS is set and a sign-in came without a
+   * groups claim, so it changed no role. Said once per server: every sign-in would say it again.
+   */
+  noGroupsClaim() {
+    if (this.warnedNoGroups) return
+    this.warnedNoGroups = true
+    log.warn(
+      'the identity provider sent no groups claim: OIDC_ADMIN_GROUPS changes no role until it does (add the scope that carries groups to OIDC_SCOPES, or a groups mapper at the provider)',
+      { issuer: this.issuer },
+    )
+  }
 
   /** The issuer, as configured (the identities' key, docs/api.md §2). */
   get issuer(): string {

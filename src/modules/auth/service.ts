@@ -1,3 +1,4 @@
+import { ConfigError } from '../../config'
 import type { UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import {
@@ -216,14 +217,12 @@ export async function ensureSuperadmin(
     SYSTEM_AUDIT,
   ).catch(async (error) => {
     // docs/api.md §12: instances starting together race for the first superadmin; the losers find
-    // the winner's. An ordinary user holding ADMIN_EMAIL still stops the start.
-    if (
-      error instanceof AppError &&
-      error.errorCode === 'email_taken' &&
-      (await deps.store.accounts.hasSuperadmin())
+    // the winner's. An ordinary user holding ADMIN_EMAIL still stops the start, with one line.
+    if (!(error instanceof AppError) || error.errorCode !== 'email_taken') throw error
+    if (await deps.store.accounts.hasSuperadmin()) return null
+    throw new ConfigError(
+      `invalid configuration: ADMIN_EMAIL: there is no superadmin, and ${deps.config.ADMIN_EMAIL} is an account that is not one, so no first superadmin can be made; set ADMIN_EMAIL to an unused address to make one, then sign in with it and give the role back on the Admin page`,
     )
-      return null
-    throw error
   })
   if (!user) return null
   log.info('created superadmin', { user_id: user.id, email: user.email })

@@ -272,6 +272,7 @@ async function admitIdentity(
     allowedDomains: listSetting(deps.config.OIDC_ALLOWED_DOMAINS).map((d) => d.toLowerCase()),
     adminGroups: listSetting(deps.config.OIDC_ADMIN_GROUPS),
   }
+  if (policy.adminGroups.length > 0 && claims.groups === undefined) providerOf(deps).noGroupsClaim()
   const linked = await deps.store.sso.findLinkedUser(issuer, claims.subject)
   const email = claims.email?.trim().toLowerCase()
   const byEmail = linked || !email ? undefined : await deps.store.accounts.findUserByEmail(email)
