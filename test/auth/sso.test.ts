@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, setSystemTime, test } from 'bun:test'
 import { count } from 'drizzle-orm'
 import { SYSTEM_AUDIT } from '../../src/domain/audit'
+import { createUser } from '../../src/modules/users/service'
 import { makeTestApp, startTestServer, type TestApp } from '../helpers/app'
 import { makeSuperadmin, makeUser } from '../helpers/builders'
 import { type FakeOidc, startFakeOidc, type TokenFault } from '../helpers/fake-oidc'
@@ -857,6 +858,117 @@ describe('without single sign-on, and with passwords off', () => {
       }
       const d = await dance((r) => t.app.handle(r), APP_PUBLIC_URL, 'alice')
       expect((await exchange((r) => t.app.handle(r), APP_PUBLIC_URL, d)).status).toBe(200)
+    } finally {
+      t.close()
+    }
+  })
+})
+
+describe('must_change_password is about passwords: a single sign-on session is not held back', () => {
+  /** A sign-in by SSO as `login` at `t`: the login answer. */
+  async function ssoSession(t: TestApp, login: string) {
+    const send = (r: Request) => t.app.handle(r)
+    const d = await dance(send, APP_PUBLIC_URL, login)
+    expect(d.back.status).toBe(302)
+    const answer = await json(await exchange(send, APP_PUBLIC_URL, d))
+    expect(answer.status).toBe(200)
+    return answer.body
+  }
+
+  test('an admin-made account with a first password to change: its SSO session and keys work, its password session still waits', async () => {
+    const t = makeTestApp(ssoEnv(provider))
+    try {
+      const admin = await makeSuperadmin(t)
+      const email = uniqueLabEmail()
+      const made = await t.req('POST', '/v1/admin/users', {
+        token: admin.token,
+        body: { email, full_name: 'New Person', password: 'first-password-1' },
+      })
+      expect(made.body.must_change_password).toBe(true)
+      const session = await ssoSession(t, await person({ email }))
+      expect(session).toMatchObject({ must_change_password: false, user: { must_change_password: false } })
+      const token = session.access_token
+      expect((await t.req('GET', '/v1/auth/me', { token })).body.must_change_password).toBe(false)
+      expect((await t.req('GET', '/v1/orgs', { token })).status).toBe(200)
+      const key = await t.req('POST', '/v1/users/me/api-keys', { token, body: { name: 'cli' } })
+      expect(key.status).toBe(201)
+      expect((await t.req('GET', '/v1/batches', { token: key.body.key })).status).toBe(200)
+      // A password login of the same account is still held back until the password is changed.
+      const password = await t.req('POST', '/v1/auth/login', {
+        body: { email, password: 'first-password-1' },
+      })
+      expect(password.body.must_change_password).toBe(true)
+      const held = await t.req('GET', '/v1/orgs', { token: password.body.access_token })
+      expect([held.status, held.body.error.code]).toEqual([403, 'password_change_required'])
+      expect(
+        (await t.req('GET', '/v1/auth/me', { token: password.body.access_token })).body.must_change_password,
+      ).toBe(true)
+    } finally {
+      t.close()
+    }
+  })
+
+  test('PASSWORD_LOGIN=false: an admin makes an account without a password, and its owner signs in by SSO', async () => {
+    const t = makeTestApp(ssoEnv(provider, { PASSWORD_LOGIN: 'false' }))
+    try {
+      const root = await createUser(
+        t.deps,
+        { email: uniqueLabEmail(), full_name: 'Root', platform_role: 'superadmin' },
+        SYSTEM_AUDIT,
+      )
+      const admin = await ssoSession(t, await person({ email: root.email }))
+      const email = uniqueLabEmail()
+      const refused = await t.req('POST', '/v1/admin/users', {
+        token: admin.access_token,
+        body: { email, full_name: 'New Person', password: 'first-password-1' },
+      })
+      expect([refused.status, refused.body.error.code, refused.body.error.param]).toEqual([
+        400,
+        'password_login_disabled',
+        'password',
+      ])
+      const made = await t.req('POST', '/v1/admin/users', {
+        token: admin.access_token,
+        body: { email, full_name: 'New Person' },
+      })
+      expect(made.status).toBe(201)
+      expect(made.body).toMatchObject({ email, must_change_password: false })
+      const session = await ssoSession(t, await person({ email }))
+      expect(session).toMatchObject({ must_change_password: false, user: { id: made.body.id } })
+      expect((await t.req('GET', '/v1/orgs', { token: session.access_token })).status).toBe(200)
+
+      // An account that still has the flag from before passwords were turned off is not stuck either.
+      const earlier = await createUser(
+        t.deps,
+        {
+          email: uniqueLabEmail(),
+          full_name: 'Earlier',
+          password: 'temporary-pass-1',
+          must_change_password: true,
+        },
+        SYSTEM_AUDIT,
+      )
+      const again = await ssoSession(t, await person({ email: earlier.email }))
+      expect(again.must_change_password).toBe(false)
+      expect((await t.req('GET', '/v1/orgs', { token: again.access_token })).status).toBe(200)
+    } finally {
+      t.close()
+    }
+  })
+
+  test('with passwords on, an admin still gives a first password', async () => {
+    const t = makeTestApp(ssoEnv(provider))
+    try {
+      const admin = await makeSuperadmin(t)
+      const res = await t.req('POST', '/v1/admin/users', {
+        token: admin.token,
+        body: { email: uniqueLabEmail(), full_name: 'No Password' },
+      })
+      expect([res.status, res.body.error.code, res.body.error.param]).toEqual([
+        400,
+        'invalid_value',
+        'password',
+      ])
     } finally {
       t.close()
     }

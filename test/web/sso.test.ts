@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, expect, setDefaultTimeout, test } from 'bun:test'
 import type { Browser } from 'playwright-core'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
+import { createUser } from '../../src/modules/users/service'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { launchBrowser, openSession } from '../helpers/browser'
 import { freePort, PEOPLE, ssoEnv, startOidcProvider, type TestProvider } from '../helpers/oidc-provider'
@@ -104,6 +106,57 @@ describeWith(chromium, 'single sign-on in a browser', () => {
       await s.finish()
     } finally {
       await listener.stop(true)
+    }
+  })
+
+  test('passwords off: an account with a first password to change signs in by SSO to the dashboard; the Admin page adds users without a password', async () => {
+    const port = freePort()
+    const url = `http://127.0.0.1:${port}`
+    await provider.configure({
+      redirect_uris: [`${server.url}/v1/auth/oidc/callback`, `${url}/v1/auth/oidc/callback`],
+    })
+    const ssoOnly = await startTestServer(
+      ssoEnv(provider, {
+        PORT: String(port),
+        PUBLIC_URL: url,
+        PASSWORD_LOGIN: 'false',
+        OIDC_ADMIN_GROUPS: 'gridkeep-admins',
+      }),
+    )
+    try {
+      // Made while passwords were on: a first password never changed.
+      await createUser(
+        ssoOnly.deps,
+        {
+          email: PEOPLE.ada.email,
+          full_name: 'Ada Admin',
+          password: 'temporary-pass-1',
+          must_change_password: true,
+        },
+        SYSTEM_AUDIT,
+      )
+      const s = await openSession(browser, ssoOnly.url, { alsoAllow: [provider.issuer] })
+      await s.page.goto(ssoOnly.url)
+      await s.page.getByRole('button', { name: 'Sign in with Lab SSO', exact: true }).click()
+      await s.page.waitForURL(`${provider.issuer}/**`)
+      await s.page.getByPlaceholder('Enter any login').fill('ada')
+      await s.page.getByPlaceholder('and password').fill('any-password')
+      await s.page.getByRole('button', { name: 'Sign-in' }).click()
+      await s.page.getByRole('button', { name: 'Continue' }).click()
+
+      // The dashboard itself, not the forced password change.
+      await s.page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Admin' }).click()
+      const form = s.page.getByRole('form', { name: 'Add user' })
+      await form.getByLabel('Full name').fill('Grace Hopper')
+      expect(await form.getByLabel('First password').count()).toBe(0)
+      await form.getByLabel('Email').fill('grace@lab.example')
+      await form.getByRole('button', { name: 'Add user' }).click()
+      await s.page.getByText('grace@lab.example added: they sign in with Lab SSO.').waitFor()
+      const grace = await ssoOnly.deps.store.accounts.findUserByEmail('grace@lab.example')
+      expect(grace).toMatchObject({ password_hash: '', must_change_password: false })
+      await s.finish()
+    } finally {
+      await ssoOnly.stop()
     }
   })
 

@@ -104,21 +104,26 @@ export async function issueSession(deps: Deps, user: UserRow, method: SignInMeth
     throw forbidden('account_disabled', 'This account has been deactivated')
   }
   await deps.store.audit.record(asUser(audit, user.id), [signedIn(user, method)], deps.clock.now())
-  const { token, expiresIn } = await deps.tokens.sign(user.id, user.token_version)
+  const sso = method === 'sso'
+  const { token, expiresIn } = await deps.tokens.sign(user.id, user.token_version, { sso })
   log.info('signed in', { user_id: user.id, method })
+  // docs/api.md §1: must_change_password is about passwords; a single sign-on session is not held back.
+  const mustChange = user.must_change_password && !sso
   return {
     access_token: token,
     token_type: 'bearer' as const,
     expires_in: expiresIn,
     platform_role: user.platform_role,
-    must_change_password: user.must_change_password,
-    user: toUserObject(user),
+    must_change_password: mustChange,
+    user: { ...toUserObject(user), must_change_password: mustChange },
   }
 }
 
+/** The caller's profile; `must_change_password` as it holds for this session (docs/api.md §1). */
 export async function me(deps: Deps & CredentialState, principal: UserPrincipal) {
   const memberships = await deps.store.orgs.listMembershipsOf(principal.user.id)
-  return { ...toUserObject(principal.user), memberships }
+  const user = toUserObject(principal.user)
+  return { ...user, must_change_password: user.must_change_password && !principal.sso, memberships }
 }
 
 export async function changePassword(
