@@ -857,7 +857,14 @@ describe('without single sign-on, and with passwords off', () => {
         expect(res.body.error.code).toBe('password_login_disabled')
       }
       const d = await dance((r) => t.app.handle(r), APP_PUBLIC_URL, 'alice')
-      expect((await exchange((r) => t.app.handle(r), APP_PUBLIC_URL, d)).status).toBe(200)
+      const session = await json(await exchange((r) => t.app.handle(r), APP_PUBLIC_URL, d))
+      expect(session.status).toBe(200)
+      // No password is set either: it could never be used.
+      const change = await t.req('POST', '/v1/auth/change-password', {
+        token: session.body.access_token,
+        body: { current_password: 'anything-at-all', new_password: 'a-long-password' },
+      })
+      expect([change.status, change.body.error.code]).toEqual([403, 'password_login_disabled'])
     } finally {
       t.close()
     }
@@ -951,6 +958,26 @@ describe('must_change_password is about passwords: a single sign-on session is n
       const again = await ssoSession(t, await person({ email: earlier.email }))
       expect(again.must_change_password).toBe(false)
       expect((await t.req('GET', '/v1/orgs', { token: again.access_token })).status).toBe(200)
+    } finally {
+      t.close()
+    }
+  })
+
+  test('an account made by SSO has no current password to give: change-password says to set one with forgot-password', async () => {
+    const t = makeTestApp(ssoEnv(provider))
+    try {
+      const session = await ssoSession(t, await person({ email: uniqueLabEmail() }))
+      const change = await t.req('POST', '/v1/auth/change-password', {
+        token: session.access_token,
+        body: { current_password: 'anything-at-all', new_password: 'a-long-password' },
+      })
+      expect([change.status, change.body.error.code, change.body.error.param]).toEqual([
+        400,
+        'invalid_current_password',
+        'current_password',
+      ])
+      expect(change.body.error.message).toContain('This account has no password')
+      expect((await t.req('GET', '/v1/auth/me', { token: session.access_token })).status).toBe(200)
     } finally {
       t.close()
     }

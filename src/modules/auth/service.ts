@@ -132,7 +132,15 @@ export async function changePassword(
   input: { current_password: string; new_password: string },
   audit: AuditContext,
 ) {
+  checkPasswordLogin(deps)
   const user = principal.user
+  // docs/api.md §2: an account made by single sign-on has no password to give as the current one.
+  if (user.password_hash === '')
+    throw badRequest(
+      'invalid_current_password',
+      `This account has no password (it signs in with ${deps.config.OIDC_NAME}); set one with forgot-password`,
+      'current_password',
+    )
   if (!(await deps.passwords.verify(input.current_password, user.password_hash))) {
     throw badRequest('invalid_current_password', 'The current password is not correct', 'current_password')
   }
