@@ -66,7 +66,8 @@ export interface SsoStore {
   findLinkedUser(issuer: string, subject: string): Promise<UserRow | undefined>
   /**
    * A sign-in of a linked identity: its time recorded and, when given, the account's role set
-   * (docs/api.md §2 OIDC_ADMIN_GROUPS) with its `user.role_changed` entry when the role changes
+   * (docs/api.md §2 OIDC_ADMIN_GROUPS) — a new role bumps the token version (docs/api.md §1) — with
+   * its `user.role_changed` entry when the role changes
    * (docs/api.md §17; the actors of src/domain/audit.ts ssoActors), in one transaction — except
    * that the last active superadmin keeps the role, with a `user.role_change_refused` entry.
    * Returns the account.

@@ -215,6 +215,36 @@ describe('sign-in with OpenID Connect', () => {
     expect((await t.req('GET', '/v1/admin/users', { token: demoted.access_token })).status).toBe(403)
   })
 
+  test('a role OIDC_ADMIN_GROUPS changes ends the sessions issued before it; the new session works at once (docs/api.md §1)', async () => {
+    await makeSuperadmin(t) // not the last superadmin, whom no sign-in demotes
+    const login = await person({ email: uniqueLabEmail(), groups: [ADMIN_GROUP] })
+    const admin = await signIn(login)
+    const again = await signIn(login)
+    // The same role: the earlier session goes on.
+    expect((await t.req('GET', '/v1/admin/users', { token: admin.access_token })).status).toBe(200)
+
+    await provider.configure({ accounts: { [login]: { groups: ['physics'] } } })
+    const demoted = await signIn(login)
+    expect(demoted.platform_role).toBe('user')
+    for (const old of [admin, again]) {
+      const res = await t.req('GET', '/v1/admin/users', { token: old.access_token })
+      expect([res.status, res.body.error.code]).toEqual([401, 'token_revoked'])
+    }
+    // This server had the user kept under the old token version: forgotten, not a 401.
+    expect((await t.req('GET', '/v1/auth/me', { token: demoted.access_token })).body.platform_role).toBe(
+      'user',
+    )
+
+    // Linked and promoted at once: the password session from before is over too.
+    const email = uniqueLabEmail()
+    const existing = await makeUser(t, { email })
+    expect((await t.req('GET', '/v1/auth/me', { token: existing.token })).status).toBe(200)
+    const promoted = await signIn(await person({ email, groups: [ADMIN_GROUP] }))
+    expect(promoted).toMatchObject({ platform_role: 'superadmin', user: { id: existing.id } })
+    expect((await t.req('GET', '/v1/auth/me', { token: existing.token })).status).toBe(401)
+    expect((await t.req('GET', '/v1/admin/users', { token: promoted.access_token })).status).toBe(200)
+  })
+
   test('a person of a domain not allowed gets a 403 and no account', async () => {
     const d = await dance(send, APP_PUBLIC_URL, 'otto')
     await refused(d.back, 403, 'email_domain_not_allowed')

@@ -10,6 +10,7 @@ import {
   planSsoSignIn,
   type SsoClaims,
 } from '../../domain/sso-rules'
+import { type CredentialState, credentialsChanged } from '../../http/credential-cache'
 import { AppError, badRequest, forbidden, notFound } from '../../lib/errors'
 import { constantTimeEqual, generateResetToken, sha256Hex } from '../../lib/keys'
 import { log } from '../../lib/logger'
@@ -38,7 +39,7 @@ export const SSO_COOKIE = 'gk_sso'
 /** The dashboard's page that exchanges the one-time code (docs/api.md §11). */
 export const SSO_PAGE = '/app/sso'
 
-type SsoDeps = Deps & OidcState
+type SsoDeps = Deps & OidcState & CredentialState
 
 export const callbackUrl = (deps: Deps) => `${deps.config.PUBLIC_URL}/v1/auth/oidc/callback`
 
@@ -296,11 +297,15 @@ async function admitIdentity(
       const user = await deps.store.sso.recordSignIn(issuer, claims.subject, now, plan.role, audit)
       // Unlinked between the two reads (the account was deleted): as if it had never been.
       if (!user) throw invalidState('This account changed during the sign-in')
-      return user
+      return roleHolds(deps, plan.user, user)
     }
     case 'link':
       log.info('linked identity', { user_id: plan.user.id, issuer })
-      return deps.store.sso.link(plan.user.id, identity, now, plan.role, audit)
+      return roleHolds(
+        deps,
+        plan.user,
+        await deps.store.sso.link(plan.user.id, identity, now, plan.role, audit),
+      )
     case 'create':
       return createUser(
         deps,
@@ -308,6 +313,16 @@ async function admitIdentity(
         audit,
       )
   }
+}
+
+/**
+ * docs/api.md §1: a role OIDC_ADMIN_GROUPS changed is a change of credentials (the store bumped the
+ * token version): the user as kept by every instance is forgotten, so the older JWTs stop working
+ * and the session about to be issued is not refused by a kept row.
+ */
+function roleHolds(deps: SsoDeps, before: UserRow, after: UserRow): UserRow {
+  if (after.token_version !== before.token_version) credentialsChanged(deps, [after.id])
+  return after
 }
 
 /**

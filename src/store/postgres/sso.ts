@@ -61,7 +61,7 @@ async function setRole(
   }
   await tx
     .update(users)
-    .set({ platform_role: role, updated_at: now })
+    .set({ platform_role: role, token_version: sql`${users.token_version} + 1`, updated_at: now })
     .where(and(eq(users.id, userId), sql`${users.platform_role} <> ${role}`))
   await appendAudit(tx, actor, ssoRoleChanged(userId, before.platform_role, role, issuer), now)
 }
