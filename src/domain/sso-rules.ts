@@ -153,3 +153,35 @@ export function checkCodeChallenge(challenge: string | undefined, method: string
     )
   return challenge
 }
+
+/** The parameters of the provider's redirect to the callback (RFC 6749 §4.1.2, RFC 9207) and their longest. */
+const CALLBACK_PARAMS = { code: 4096, state: 512, iss: 2000, error: 200, error_description: 2000 } as const
+
+/**
+ * docs/api.md §2 callback: the shape of the provider's answer, before anything of it is believed —
+ * each parameter at most once and not too long; a `state`; then either a `code` or an `error`,
+ * never both, never neither. Anything else is a 400 `invalid_callback`. `state` alone is asked for
+ * first (`stateOnly`): without it, no sign-in can be found to tell.
+ */
+export function checkCallback(query: URLSearchParams, stateOnly = false): string {
+  const invalid = (why: string, param: string) =>
+    badRequest(
+      'invalid_callback',
+      `The identity provider's answer is malformed: ${why}; start the sign-in again`,
+      param,
+    )
+  for (const [param, longest] of Object.entries(CALLBACK_PARAMS)) {
+    const values = query.getAll(param)
+    if (values.length > 1) throw invalid(`${param} is given more than once`, param)
+    if ((values[0]?.length ?? 0) > longest)
+      throw invalid(`${param} is longer than ${longest} characters`, param)
+  }
+  const state = query.get('state')
+  if (!state) throw invalid('it carries no state', 'state')
+  if (stateOnly) return state
+  const code = query.get('code')
+  const error = query.get('error')
+  if (code && error) throw invalid('it carries both a code and an error', 'code')
+  if (!code && !error) throw invalid('it carries neither a code nor an error', 'code')
+  return state
+}

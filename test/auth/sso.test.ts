@@ -384,6 +384,51 @@ describe('sign-in with OpenID Connect', () => {
     expect(body.error.message).toContain('access_denied')
   })
 
+  test('a malformed callback is a 400 invalid_callback, in the envelope and in words for a browser, never a 5xx', async () => {
+    const iss = `iss=${encodeURIComponent(provider.issuer)}`
+    const cases: [query: string, param: string, words: string][] = [
+      ['', 'state', 'it carries no state'],
+      ['code=abc', 'state', 'it carries no state'],
+      [`error=access_denied&${iss}`, 'state', 'it carries no state'],
+      ['STATE', 'code', 'it carries neither a code nor an error'],
+      [`STATE&code=&${iss}`, 'code', 'it carries neither a code nor an error'],
+      [`STATE&error=&${iss}`, 'code', 'it carries neither a code nor an error'],
+      [`STATE&code=abc&error=access_denied&${iss}`, 'code', 'it carries both a code and an error'],
+      [`STATE&code=abc&code=def&${iss}`, 'code', 'code is given more than once'],
+      [`STATE&state=other&code=abc&${iss}`, 'state', 'state is given more than once'],
+      [`STATE&code=${'c'.repeat(4097)}&${iss}`, 'code', 'code is longer than 4096 characters'],
+      // The provider names itself in its answers (RFC 9207): a code or an error without it, or
+      // naming another issuer, is no answer of it.
+      ['STATE&code=abc', 'iss', 'it does not name its issuer (iss)'],
+      ['STATE&error=access_denied', 'iss', 'it does not name its issuer (iss)'],
+      ['STATE&code=abc&iss=http%3A%2F%2Fevil.example', 'iss', 'it names another issuer (iss)'],
+    ]
+    for (const accept of ['application/json', 'text/html']) {
+      for (const [query, param, words] of cases) {
+        const jar = new CookieJar()
+        const start = await send(new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/start`))
+        jar.take(APP_PUBLIC_URL, start.headers)
+        const state = new URL(start.headers.get('location')!).searchParams.get('state')!
+        const res = await send(
+          new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/callback?${query.replace('STATE', `state=${state}`)}`, {
+            headers: { accept, cookie: jar.header(APP_PUBLIC_URL) },
+          }),
+        )
+        expect([query, accept, res.status]).toEqual([query, accept, 400])
+        if (accept === 'text/html') {
+          const page = await res.text()
+          expect(page).toContain('Sign-in failed')
+          expect(page).toContain(`The identity provider&#39;s answer is malformed: ${words}`)
+          expect(page).toContain('400 invalid_callback')
+        } else {
+          const { error } = (await res.json()) as any
+          expect([query, error.code, error.param]).toEqual([query, 'invalid_callback', param])
+          expect(error.message).toContain(words)
+        }
+      }
+    }
+  })
+
   test('a browser gets a refusal as a page in words, its cookie cleared', async () => {
     const res = await send(
       new Request(`${APP_PUBLIC_URL}/v1/auth/oidc/callback?code=abc&state=nope`, {

@@ -169,6 +169,14 @@ describeWith(chromium, 'single sign-on in a browser', () => {
     await s.page.getByRole('link', { name: 'Back to sign-in' }).click()
     await s.page.getByRole('button', { name: 'Sign in with Lab SSO', exact: true }).waitFor()
     expect(await s.page.getByLabel('Password').count()).toBe(1)
+    // A malformed return (here: no state) is a page in words too, never a server error.
+    await s.page.goto(`${server.url}/v1/auth/oidc/callback?error=access_denied`)
+    await s.page
+      .getByText("The identity provider's answer is malformed: it carries no state; start the sign-in again")
+      .waitFor()
+    await s.page.getByText('400 invalid_callback').waitFor()
+    await s.page.getByRole('link', { name: 'Back to sign-in' }).click()
+    await s.page.getByRole('button', { name: 'Sign in with Lab SSO', exact: true }).waitFor()
     await s.finish()
 
     const ssoOnly = await startTestServer(

@@ -76,6 +76,7 @@ export class IdentityProvider {
   async redeem(callbackUrl: URL, checks: AuthorizationChecks): Promise<SsoClaims> {
     const configuration = await this.discover()
     try {
+      checkIssuerParameter(callbackUrl.searchParams, configuration.serverMetadata())
       const tokens = await oidc.authorizationCodeGrant(configuration, callbackUrl, {
         expectedState: checks.state,
         expectedNonce: checks.nonce,
@@ -178,6 +179,30 @@ export class IdentityProvider {
       ? (error as AppError)
       : new AppError(500, 'internal_error', 'Internal server error')
   }
+}
+
+/**
+ * RFC 9207: a provider that says it names itself in its answers (Keycloak, oidc-provider …) must, and
+ * with its own issuer; an answer that does not is malformed (docs/api.md §2: 400 `invalid_callback`),
+ * whether it carries a code or an error — no ID token was looked at.
+ */
+function checkIssuerParameter(query: URLSearchParams, metadata: oidc.ServerMetadata) {
+  const iss = query.get('iss')
+  const wrong =
+    iss === null
+      ? metadata.authorization_response_iss_parameter_supported === true
+        ? 'it does not name its issuer (iss)'
+        : null
+      : iss !== metadata.issuer
+        ? `it names another issuer (iss) than ${metadata.issuer}`
+        : null
+  if (wrong)
+    throw new AppError(
+      400,
+      'invalid_callback',
+      `The identity provider's answer is malformed: ${wrong}; start the sign-in again`,
+      'iss',
+    )
 }
 
 /** The library's words and those of its cause: `unexpected JWT "aud" (audience) claim value`. */

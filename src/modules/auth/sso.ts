@@ -4,6 +4,7 @@ import type { UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { AuditContext, SignInRefusal } from '../../domain/audit'
 import {
+  checkCallback,
   checkCodeChallenge,
   checkLoopbackRedirect,
   checkReturnTo,
@@ -162,8 +163,7 @@ export async function finishSignIn(
   audit: AuditContext,
 ): Promise<CallbackAnswer> {
   const provider = providerOf(deps)
-  const state = query.get('state')
-  if (!state) throw invalidState('The answer carries no state')
+  const state = checkCallback(query, true)
   if (!cookie) throw invalidState('This sign-in was not started in this browser, or its cookie has expired')
   const login = await deps.store.sso.takeLogin(sha256Hex(state), sha256Hex(cookie), deps.clock.now())
   if (!login)
@@ -171,6 +171,7 @@ export async function finishSignIn(
       'This sign-in is unknown, was used already, has expired, or was started in another browser',
     )
   try {
+    checkCallback(query)
     const claims = await provider.redeem(new URL(`${callbackUrl(deps)}?${query}`), {
       state,
       nonce: login.nonce,
