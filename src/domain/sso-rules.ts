@@ -47,6 +47,14 @@ export function roleFromGroups(groups: string[] | undefined, adminGroups: string
 const domainOf = (email: string) => email.slice(email.lastIndexOf('@') + 1)
 
 /**
+ * Could the provider's `email` pass OIDC_ALLOWED_DOMAINS (the check of planSsoSignIn)? Every email
+ * does when the list is empty; none without an email when it is not.
+ */
+export const domainAllowed = (email: string | null, allowedDomains: string[]) =>
+  allowedDomains.length === 0 ||
+  (email !== null && allowedDomains.includes(domainOf(email.trim().toLowerCase())))
+
+/**
  * The plan for one sign-in. `linked`: the account the identity is linked to; `byEmail`: the
  * account holding the provider's email (looked up only when nothing is linked). Throws the 4xx
  * of docs/api.md §2 when the sign-in is refused; a refused sign-in creates and links nothing.

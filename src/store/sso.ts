@@ -91,6 +91,9 @@ export interface SsoStore {
     role: UserRow['platform_role'] | undefined,
     audit: AuditContext,
   ): Promise<UserRow>
-  /** docs/api.md §2 PASSWORD_LOGIN=false: is there an active superadmin linked at this issuer? */
-  hasLinkedSuperadmin(issuer: string): Promise<boolean>
+  /**
+   * docs/api.md §2 PASSWORD_LOGIN=false: the active superadmins linked at this issuer, each with the
+   * email the provider gave for it (null when it gave none), whose domain OIDC_ALLOWED_DOMAINS judges.
+   */
+  linkedSuperadmins(issuer: string): Promise<{ user_id: string; email: string | null }[]>
 }

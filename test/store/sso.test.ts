@@ -285,14 +285,14 @@ for (const [kind, open] of storeEngines) {
       expect(await entries('user.role_changed', b.id)).toEqual([])
     })
 
-    test('recordSignIn sets the role the groups decide; hasLinkedSuperadmin sees an active linked superadmin', async () => {
+    test('recordSignIn sets the role the groups decide; linkedSuperadmins sees the active linked superadmins, with their provider emails', async () => {
       h = await open()
       const a = await newUser(h.store, { issuer: ISSUER, subject: 'ada' })
-      expect(await h.store.sso.hasLinkedSuperadmin(ISSUER)).toBe(false)
+      expect(await h.store.sso.linkedSuperadmins(ISSUER)).toEqual([])
       const promoted = await h.store.sso.recordSignIn(ISSUER, 'ada', 50, 'superadmin', SYSTEM_AUDIT)
       expect(promoted).toMatchObject({ id: a.id, platform_role: 'superadmin' })
-      expect(await h.store.sso.hasLinkedSuperadmin(ISSUER)).toBe(true)
-      expect(await h.store.sso.hasLinkedSuperadmin('https://other.example.test')).toBe(false)
+      expect(await h.store.sso.linkedSuperadmins(ISSUER)).toEqual([{ user_id: a.id, email: null }])
+      expect(await h.store.sso.linkedSuperadmins('https://other.example.test')).toEqual([])
       expect(
         (await h.store.sso.recordSignIn(ISSUER, 'ada', 60, undefined, SYSTEM_AUDIT))?.platform_role,
       ).toBe('superadmin')
@@ -300,7 +300,7 @@ for (const [kind, open] of storeEngines) {
       await newUser(h.store, undefined, 'superadmin')
       const demoted = await h.store.sso.recordSignIn(ISSUER, 'ada', 80, 'user', SYSTEM_AUDIT)
       expect(demoted?.platform_role).toBe('user')
-      expect(await h.store.sso.hasLinkedSuperadmin(ISSUER)).toBe(false)
+      expect(await h.store.sso.linkedSuperadmins(ISSUER)).toEqual([])
     })
 
     test('OIDC_ADMIN_GROUPS never demotes the last active superadmin: the role is kept, the refusal recorded', async () => {

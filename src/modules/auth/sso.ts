@@ -8,6 +8,7 @@ import {
   checkCodeChallenge,
   checkLoopbackRedirect,
   checkReturnTo,
+  domainAllowed,
   planSsoSignIn,
   type SsoClaims,
 } from '../../domain/sso-rules'
@@ -357,13 +358,18 @@ export async function redeemCode(
 
 /**
  * docs/api.md §2: with PASSWORD_LOGIN=false the start is refused unless a superadmin can sign in by
- * single sign-on: OIDC_ADMIN_GROUPS makes one at sign-in, or a superadmin is linked already.
+ * single sign-on: OIDC_ADMIN_GROUPS makes one at sign-in, or a superadmin is linked already whose
+ * provider email OIDC_ALLOWED_DOMAINS admits (one of another domain is refused at every sign-in).
  */
 export async function checkSuperadminCanSignIn(deps: Deps) {
-  const { PASSWORD_LOGIN, OIDC_ISSUER, OIDC_ADMIN_GROUPS } = deps.config
+  const { PASSWORD_LOGIN, OIDC_ISSUER, OIDC_ADMIN_GROUPS, OIDC_ALLOWED_DOMAINS } = deps.config
   if (PASSWORD_LOGIN || !OIDC_ISSUER || listSetting(OIDC_ADMIN_GROUPS).length > 0) return
-  if (await deps.store.sso.hasLinkedSuperadmin(OIDC_ISSUER)) return
+  const allowed = listSetting(OIDC_ALLOWED_DOMAINS).map((d) => d.toLowerCase())
+  const linked = await deps.store.sso.linkedSuperadmins(OIDC_ISSUER)
+  if (linked.some((s) => domainAllowed(s.email, allowed))) return
   throw new ConfigError(
-    'invalid configuration: PASSWORD_LOGIN: false, but no superadmin could sign in: none is linked to OIDC_ISSUER and OIDC_ADMIN_GROUPS is unset (set OIDC_ADMIN_GROUPS, or have a superadmin sign in once by SSO first)',
+    linked.length === 0
+      ? 'invalid configuration: PASSWORD_LOGIN: false, but no superadmin could sign in: none is linked to OIDC_ISSUER and OIDC_ADMIN_GROUPS is unset (set OIDC_ADMIN_GROUPS, or have a superadmin sign in once by SSO first)'
+      : `invalid configuration: PASSWORD_LOGIN: false, but no superadmin could sign in: the ${linked.length} linked to OIDC_ISSUER have no email at a domain of OIDC_ALLOWED_DOMAINS, and OIDC_ADMIN_GROUPS is unset (set OIDC_ADMIN_GROUPS, or allow the superadmins' domain)`,
   )
 }

@@ -178,9 +178,9 @@ export function postgresSso(db: PgDb): SsoStore {
       }
     },
 
-    async hasLinkedSuperadmin(issuer) {
-      const [row] = await db
-        .select({ id: users.id })
+    async linkedSuperadmins(issuer) {
+      return db
+        .select({ user_id: users.id, email: userIdentities.email })
         .from(userIdentities)
         .innerJoin(users, eq(users.id, userIdentities.user_id))
         .where(
@@ -190,8 +190,6 @@ export function postgresSso(db: PgDb): SsoStore {
             eq(users.is_active, true),
           ),
         )
-        .limit(1)
-      return !!row
     },
   }
 }

@@ -186,9 +186,9 @@ export function sqliteSso({ db }: SqliteDeps): SsoStore {
       })
     },
 
-    async hasLinkedSuperadmin(issuer) {
-      return !!db
-        .select({ id: users.id })
+    async linkedSuperadmins(issuer) {
+      return db
+        .select({ user_id: users.id, email: userIdentities.email })
         .from(userIdentities)
         .innerJoin(users, eq(users.id, userIdentities.user_id))
         .where(
@@ -198,7 +198,7 @@ export function sqliteSso({ db }: SqliteDeps): SsoStore {
             eq(users.is_active, true),
           ),
         )
-        .get()
+        .all()
     },
   }
 }
