@@ -2,6 +2,7 @@ import { join } from 'node:path'
 import { type Static, Type as T } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { parseStorageUrl } from './lib/blobs/s3'
+import { keepOutOfLogs } from './lib/logger'
 
 // The one reader of process.env (ARCHITECTURE.md: config is parsed once, up front). Every variable of
 // docs/api.md §10 and the issues lives here with its default; a bad value stops the start with one
@@ -71,7 +72,9 @@ export const ConfigSchema = T.Object({
   ),
   OIDC_CLIENT_ID: T.Optional(Str("gridkeep's client id at the provider (required with OIDC_ISSUER)")),
   OIDC_CLIENT_SECRET: T.Optional(
-    Str("gridkeep's client secret at the provider (unset: a public client, PKCE only)"),
+    Str(
+      "gridkeep's client secret at the provider (unset: a public client, PKCE only); never written to the log, wherever a line would quote it",
+    ),
   ),
   OIDC_NAME: Str('The provider\'s name on the sign-in button: "Sign in with <OIDC_NAME>"', 'SSO'),
   OIDC_SCOPES: Str(
@@ -291,6 +294,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     )
   }
   checkSignIn(raw)
+  // docs/configuration.md OIDC_CLIENT_SECRET: never in the log, whatever line would quote it.
+  keepOutOfLogs(raw.OIDC_CLIENT_SECRET)
   return {
     ...raw,
     DATA_DIR: raw.DATA_DIR,

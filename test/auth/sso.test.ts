@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, setSystemTime, test } from 'bun:test'
 import { count } from 'drizzle-orm'
 import { SYSTEM_AUDIT } from '../../src/domain/audit'
+import { log } from '../../src/lib/logger'
+import { CLOCK_TOLERANCE_SECONDS } from '../../src/modules/auth/oidc'
 import { createUser } from '../../src/modules/users/service'
 import { makeTestApp, startTestServer, type TestApp } from '../helpers/app'
 import { makeSuperadmin, makeUser } from '../helpers/builders'
@@ -13,6 +15,7 @@ import {
   CookieJar,
   dance,
   exchange,
+  ID_TOKEN_TTL_SECONDS,
   PEOPLE,
   signInAtProvider,
   ssoEnv,
@@ -20,7 +23,7 @@ import {
   type TestProvider,
 } from '../helpers/oidc-provider'
 import { rowsOf } from '../helpers/rows'
-import { capturedLogLines } from '../helpers/secrets'
+import { capturedLogLines, rememberSecret } from '../helpers/secrets'
 
 // docs/api.md §2 "Single sign-on": the authorization code flow against a real OpenID provider
 // (oidc-provider in its own process, its login and consent pages walked over HTTP), and every way
@@ -502,6 +505,78 @@ describe('sign-in with OpenID Connect', () => {
       expect(after.user.id).toBe(before.user.id)
     } finally {
       setSystemTime()
+    }
+  })
+})
+
+test('OIDC_CLIENT_SECRET never reaches the log: a refused client is logged without it, and any line quoting it is redacted', async () => {
+  const secret = `client-secret-${crypto.randomUUID()}`
+  rememberSecret(secret)
+  const t = makeTestApp(ssoEnv(provider, { OIDC_CLIENT_SECRET: secret }))
+  try {
+    const from = capturedLogLines().length
+    // The provider does not know this secret: the token request is refused (invalid_client).
+    const d = await dance((r) => t.app.handle(r), APP_PUBLIC_URL, 'alice')
+    expect(d.back.status).toBe(502)
+    const { error } = (await d.back.json()) as any
+    expect(error.code).toBe('sso_provider_unavailable')
+    expect(error.message).toContain(
+      "refused gridkeep's request (invalid_client); check OIDC_CLIENT_ID and OIDC_CLIENT_SECRET",
+    )
+    // A line that would quote it, as a library's error text might.
+    log.warn(`a message quoting ${secret}`, {
+      why: `invalid_client for ${secret}`,
+      nested: { detail: secret },
+    })
+    const lines = capturedLogLines().slice(from)
+    expect(
+      lines.some((l) => l.includes('identity provider unavailable') && l.includes('invalid_client')),
+    ).toBe(true)
+    const quoted = lines.find((l) => l.includes('a message quoting'))!
+    expect(JSON.parse(quoted)).toMatchObject({
+      msg: 'a message quoting [redacted]',
+      why: 'invalid_client for [redacted]',
+      nested: { detail: '[redacted]' },
+    })
+    expect(lines.filter((l) => l.includes(secret))).toEqual([])
+  } finally {
+    t.close()
+  }
+})
+
+describe("an ID token's expiry, with the small skew, at the real provider", () => {
+  test(`just inside ${CLOCK_TOLERANCE_SECONDS} s past exp is accepted; just outside is a 401 invalid_id_token and no account`, async () => {
+    const t = makeTestApp(ssoEnv(provider))
+    try {
+      /** A sign-in whose callback finds our clock `late` seconds past the ID token's exp. */
+      const signInLate = (login: string, late: number) =>
+        dance(
+          async (r) => {
+            if (!new URL(r.url).pathname.endsWith('/oidc/callback')) return t.app.handle(r)
+            // The provider issues the token during this callback, with its own (real) clock.
+            setSystemTime(new Date(Date.now() + (ID_TOKEN_TTL_SECONDS + late) * 1000))
+            try {
+              return await t.app.handle(r)
+            } finally {
+              setSystemTime()
+            }
+          },
+          APP_PUBLIC_URL,
+          login,
+        )
+      const outsideEmail = uniqueLabEmail()
+      const outside = await signInLate(await person({ email: outsideEmail }), CLOCK_TOLERANCE_SECONDS + 5)
+      expect(outside.back.status).toBe(401)
+      const body = (await outside.back.json()) as any
+      expect(body.error.code).toBe('invalid_id_token')
+      expect(body.error.message).toMatch(/exp|timestamp/)
+      expect(await t.deps.store.accounts.findUserByEmail(outsideEmail)).toBeUndefined()
+
+      const inside = await signInLate(await person({ email: uniqueLabEmail() }), CLOCK_TOLERANCE_SECONDS - 5)
+      expect(inside.back.status).toBe(302)
+      expect((await exchange((r) => t.app.handle(r), APP_PUBLIC_URL, inside)).status).toBe(200)
+    } finally {
+      t.close()
     }
   })
 })

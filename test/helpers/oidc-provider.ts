@@ -14,6 +14,10 @@ import { rememberSecret } from './secrets'
 
 export const CLIENT_ID = 'gridkeep-test'
 export const CLIENT_SECRET = 'gridkeep-test-client-secret'
+// A credential like any other: the suite's end checks it never appeared in a log line.
+rememberSecret(CLIENT_SECRET)
+/** How long the provider's ID tokens are valid (their `exp` is this after their issue). */
+export const ID_TOKEN_TTL_SECONDS = 600
 export const ADMIN_GROUP = 'gridkeep-admins'
 /** The callback of the in-process test apps (their PUBLIC_URL): the provider redirects there, the test follows. */
 export const APP_PUBLIC_URL = 'http://gridkeep.test'
@@ -77,6 +81,7 @@ export async function startOidcProvider(
           client_secret: CLIENT_SECRET,
           redirect_uris: redirectUris,
           accounts: PEOPLE,
+          id_token_ttl: ID_TOKEN_TTL_SECONDS,
         }),
       },
       stdout: 'pipe',

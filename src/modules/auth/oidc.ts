@@ -75,6 +75,7 @@ export class IdentityProvider {
    */
   async redeem(callbackUrl: URL, checks: AuthorizationChecks): Promise<SsoClaims> {
     const configuration = await this.discover()
+    let asking: 'token' | 'userinfo' = 'token'
     try {
       checkIssuerParameter(callbackUrl.searchParams, configuration.serverMetadata())
       const tokens = await oidc.authorizationCodeGrant(configuration, callbackUrl, {
@@ -84,6 +85,7 @@ export class IdentityProvider {
         idTokenExpected: true,
       })
       const idToken = tokens.claims()!
+      asking = 'userinfo'
       // GitLab and others put groups and email only in the userinfo answer; its subject must be
       // the ID token's (openid-client checks it).
       const userinfo = configuration.serverMetadata().userinfo_endpoint
@@ -91,7 +93,7 @@ export class IdentityProvider {
         : {}
       return claimsOf({ ...idToken, ...userinfo, sub: idToken.sub })
     } catch (error) {
-      throw this.failure(error)
+      throw this.failure(error, asking)
     }
   }
 
@@ -121,7 +123,7 @@ export class IdentityProvider {
   }
 
   /** docs/api.md §2 "Single sign-on", errors: what a failure of the provider exchange answers. */
-  private failure(error: unknown): AppError {
+  private failure(error: unknown, asking: 'token' | 'userinfo' = 'token'): AppError {
     if (error instanceof AppError) return error
     const timeout = this.config.OIDC_TIMEOUT_SECONDS
     const unavailable = (why: string) => {
@@ -147,8 +149,13 @@ export class IdentityProvider {
         `refused gridkeep's request (${error.error}); check OIDC_CLIENT_ID and OIDC_CLIENT_SECRET`,
       )
     }
+    // A 401 with WWW-Authenticate: at the token endpoint, the client's credentials (invalid_client).
     if (error instanceof oidc.WWWAuthenticateChallengeError)
-      return unavailable('refused the userinfo request')
+      return asking === 'userinfo'
+        ? unavailable('refused the userinfo request')
+        : unavailable(
+            `refused gridkeep's request (${error.cause[0]?.parameters.error ?? error.status}); check OIDC_CLIENT_ID and OIDC_CLIENT_SECRET`,
+          )
     const code = (error as { code?: unknown }).code
     // A fetch that never got an answer (refused, reset, unresolvable); openid-client's own argument
     // errors are TypeErrors too, with ERR_INVALID_ARG_* codes, and are bugs.
