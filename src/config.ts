@@ -3,6 +3,7 @@ import { type Static, Type as T } from '@sinclair/typebox'
 import { Value } from '@sinclair/typebox/value'
 import { parseStorageUrl } from './lib/blobs/s3'
 import { TrustedProxies } from './lib/client-address'
+import { keepOutOfLogs } from './lib/logger'
 
 // The one reader of process.env (ARCHITECTURE.md: config is parsed once, up front). Every variable of
 // docs/configuration.md lives here with its default; a bad value stops the start with one
@@ -77,7 +78,9 @@ export const ConfigSchema = T.Object({
   ),
   OIDC_CLIENT_ID: T.Optional(Str("gridkeep's client id at the provider (required with OIDC_ISSUER)")),
   OIDC_CLIENT_SECRET: T.Optional(
-    Str("gridkeep's client secret at the provider (unset: a public client, PKCE only)"),
+    Str(
+      "gridkeep's client secret at the provider (unset: a public client, PKCE only); never written to the log, wherever a line would quote it",
+    ),
   ),
   OIDC_NAME: Str('The provider\'s name on the sign-in button: "Sign in with <OIDC_NAME>"', 'SSO'),
   OIDC_SCOPES: Str(
@@ -91,7 +94,7 @@ export const ConfigSchema = T.Object({
   ),
   OIDC_ADMIN_GROUPS: T.Optional(
     Str(
-      'Comma-separated values of the groups claim that make a superadmin; set, every SSO sign-in makes the role follow the groups (unset = SSO never changes a role)',
+      'Comma-separated values of the groups claim that make a superadmin; set, every SSO sign-in with a groups claim makes the role follow it, except that the last active superadmin is never demoted (unset = SSO never changes a role)',
     ),
   ),
   OIDC_TIMEOUT_SECONDS: Int(
@@ -113,6 +116,12 @@ export const ConfigSchema = T.Object({
   ),
   RATE_LIMIT_FORGOT_PER_HOUR: Int(5, 0, 1_000_000, 'Forgot-password requests per email per hour (0 = off)'),
   RATE_LIMIT_KEYS_PER_MINUTE: Int(10, 0, 1_000_000, 'API key creations per caller per minute (0 = off)'),
+  RATE_LIMIT_SSO_PER_MINUTE: Int(
+    60,
+    0,
+    1_000_000,
+    'Single sign-ins started (GET /v1/auth/oidc/start) per client address per minute (0 = off); behind a proxy every client has its address',
+  ),
   MAX_UPLOAD_BYTES: Int(200 * MiB, 1, 64 * 1024 * MiB, 'Largest accepted file upload'),
   MAX_LINE_BYTES: Int(MiB, 16, 256 * MiB, 'Longest accepted line of a batch input file'),
   MAX_REQUESTS_PER_BATCH: Int(50_000, 1, 10_000_000, 'Most request lines in one batch input file'),
@@ -301,6 +310,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`invalid configuration: TRUSTED_PROXIES: ${(error as Error).message}`)
   }
   checkSignIn(raw)
+  // docs/configuration.md OIDC_CLIENT_SECRET: never in the log, whatever line would quote it.
+  keepOutOfLogs(raw.OIDC_CLIENT_SECRET)
   return {
     ...raw,
     DATA_DIR: raw.DATA_DIR,
@@ -359,6 +370,19 @@ function checkSignIn(raw: Raw) {
     fail('OIDC_ALLOWED_DOMAINS: expected at least one domain')
   if (raw.OIDC_ADMIN_GROUPS !== undefined && listSetting(raw.OIDC_ADMIN_GROUPS).length === 0)
     fail('OIDC_ADMIN_GROUPS: expected at least one group')
+}
+
+/**
+ * Settings that work but likely not as meant: logged once at the start (src/index.ts), never
+ * refused, since the operator may know better (Authentik and GitLab send groups without a scope).
+ */
+export function configWarnings(config: Config): string[] {
+  const warnings: string[] = []
+  if (listSetting(config.OIDC_ADMIN_GROUPS).length > 0 && !config.OIDC_SCOPES.split(/\s+/).includes('groups'))
+    warnings.push(
+      `OIDC_ADMIN_GROUPS is set but OIDC_SCOPES (${JSON.stringify(config.OIDC_SCOPES)}) does not ask for groups: unless the provider sends the groups claim anyway, no sign-in carries groups and OIDC_ADMIN_GROUPS changes no role`,
+    )
+  return warnings
 }
 
 function isPostgresUrl(value: string): boolean {

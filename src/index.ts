@@ -1,7 +1,7 @@
 import { collectDefaultMetrics } from 'prom-client'
 import { createApp } from './app'
 import { createServer, type Server } from './compose'
-import { type Config, ConfigError, loadConfig } from './config'
+import { type Config, ConfigError, configWarnings, loadConfig } from './config'
 import { BlobStoreUnavailableError } from './lib/blobs'
 import { log, setLogLevel } from './lib/logger'
 import { readTlsPair, TlsFilesError, type TlsPair, watchTlsFiles } from './lib/tls-files'
@@ -65,6 +65,7 @@ export async function startServer(
 ): Promise<RunningServer> {
   const relistenDelaysMs = opts.relistenDelaysMs ?? RELISTEN_DELAYS_MS
   setLogLevel(config.LOG_LEVEL)
+  for (const warning of configWarnings(config)) log.warn(warning)
   // Before the database is opened or migrated: a second server must not touch it at all.
   // PostgreSQL is shared by design (docs/api.md §12): several instances, no lock.
   const lock = config.DATABASE_URL ? { release() {} } : acquireInstanceLock(config.DATABASE_PATH)

@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'bun:test'
-import { ConfigError, configRows, loadConfig } from '../src/config'
+import { ConfigError, configRows, configWarnings, loadConfig } from '../src/config'
 
 describe('loadConfig', () => {
   test('defaults serve one machine', () => {
@@ -141,6 +141,21 @@ describe('loadConfig', () => {
     expect(() => loadConfig({ TRUSTED_PROXIES: '10.0.0.0/40' })).toThrow(
       /TRUSTED_PROXIES: .*"10\.0\.0\.0\/40"/,
     )
+  })
+
+  test('OIDC_ADMIN_GROUPS without the groups scope is a warning, not a refusal', () => {
+    const sso = { OIDC_ISSUER: 'https://idp.lab.example/realms/lab', OIDC_CLIENT_ID: 'gridkeep' }
+    const warned = configWarnings(loadConfig({ ...sso, OIDC_ADMIN_GROUPS: 'admins' }))
+    expect(warned).toEqual([
+      'OIDC_ADMIN_GROUPS is set but OIDC_SCOPES ("openid email profile") does not ask for groups: unless the provider sends the groups claim anyway, no sign-in carries groups and OIDC_ADMIN_GROUPS changes no role',
+    ])
+    expect(
+      configWarnings(
+        loadConfig({ ...sso, OIDC_ADMIN_GROUPS: 'admins', OIDC_SCOPES: 'openid  groups email' }),
+      ),
+    ).toEqual([])
+    expect(configWarnings(loadConfig(sso))).toEqual([])
+    expect(configWarnings(loadConfig({}))).toEqual([])
   })
 
   test('a bad secret value is never echoed back', () => {

@@ -6,8 +6,9 @@ import type { View } from './view'
 // `gridkeep login --sso` (docs/guide.md "Signing in with SSO"; docs/api.md §2 "Single sign-on"): the
 // sign-in of a native app, RFC 8252. The client listens on a loopback address of a random port,
 // sends the browser to the server's /v1/auth/oidc/start with that address and a PKCE challenge,
-// and waits there for the server's redirect with a one-time code, which it exchanges with its
-// verifier for the login JWT. The address is always printed: it is what a person opens where no
+// and waits there for the server's redirect with a one-time code — sent once the person confirmed
+// in the browser that this terminal may sign in as them — which it exchanges with its verifier for
+// the login JWT. The address is always printed: it is what a person opens where no
 // browser can be started (an SSH session), on this machine, since the loopback is this machine's.
 
 /** As long as the server keeps a sign-in (docs/api.md §2): a person may need a while at the provider. */
@@ -59,6 +60,13 @@ export async function signInWithBrowser(api: Api, env: Env, view: View): Promise
         'the sign-in answer did not carry this login’s state; run gridkeep login --sso again',
       )
     const error = params.get('error')
+    // docs/api.md §2: the server's confirmation page answered Cancel.
+    if (error === 'access_denied')
+      throw new ClientError(
+        EXIT.auth,
+        'the sign-in was cancelled in the browser; run gridkeep login --sso again to sign in',
+        { code: error },
+      )
     if (error)
       throw new ClientError(
         EXIT.auth,

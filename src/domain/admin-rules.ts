@@ -7,6 +7,13 @@ import { badRequest } from '../lib/errors'
 /** What a superadmin may change on a user (docs/api.md §9), and the first-login gate. */
 export type UserChanges = Partial<Pick<UserRow, 'is_active' | 'platform_role' | 'must_change_password'>>
 
+/**
+ * docs/api.md §1: a new platform role changes the user's credentials, as a new password does — the
+ * token version is bumped, so no JWT issued before it goes on under the old role.
+ */
+export const changesRole = (target: Pick<UserRow, 'platform_role'>, changes: UserChanges) =>
+  changes.platform_role !== undefined && changes.platform_role !== target.platform_role
+
 /** Does this change take an active superadmin away? */
 export function losesSuperadmin(target: Pick<UserRow, 'platform_role' | 'is_active'>, changes: UserChanges) {
   return (
@@ -16,11 +23,18 @@ export function losesSuperadmin(target: Pick<UserRow, 'platform_role' | 'is_acti
   )
 }
 
+/** Would this change take away the last active superadmin (`otherActiveSuperadmins` counted in its transaction)? */
+export const takesLastSuperadmin = (
+  target: Pick<UserRow, 'platform_role' | 'is_active'>,
+  changes: UserChanges,
+  otherActiveSuperadmins: number,
+) => losesSuperadmin(target, changes) && otherActiveSuperadmins === 0
+
 export function checkLastSuperadmin(
   target: Pick<UserRow, 'platform_role' | 'is_active'>,
   changes: UserChanges,
   otherActiveSuperadmins: number,
 ): void {
-  if (losesSuperadmin(target, changes) && otherActiveSuperadmins === 0)
+  if (takesLastSuperadmin(target, changes, otherActiveSuperadmins))
     throw badRequest('last_superadmin', 'The last active superadmin cannot be demoted or deactivated')
 }

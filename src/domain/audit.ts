@@ -56,6 +56,11 @@ export const AUDIT_ACTIONS = {
     target: 'user',
     description: "A user's platform role was changed (by an admin, or by OIDC_ADMIN_GROUPS at a sign-in)",
   },
+  'user.role_change_refused': {
+    target: 'user',
+    description:
+      'OIDC_ADMIN_GROUPS would have taken the role of the last active superadmin at a sign-in; the role was kept',
+  },
   'user.identity_linked': {
     target: 'user',
     description:
@@ -229,6 +234,19 @@ export const ssoRoleChanged = (
   to: UserRow['platform_role'],
   issuer: string,
 ): AuditEvent[] => (from === to ? [] : [event('user.role_changed', userId, { from, to, via: 'sso', issuer })])
+
+/**
+ * OIDC_ADMIN_GROUPS would have demoted the last active superadmin (docs/api.md §2): the role is
+ * kept, and the refusal recorded.
+ */
+export const ssoRoleRefused = (
+  userId: string,
+  from: UserRow['platform_role'],
+  to: UserRow['platform_role'],
+  issuer: string,
+): AuditEvent[] => [
+  event('user.role_change_refused', userId, { from, to, via: 'sso', issuer, reason: 'last_superadmin' }),
+]
 
 /**
  * Who an sso sign-in's changes are by (docs/api.md §17): linking the identity is the signing-in

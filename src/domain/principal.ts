@@ -8,6 +8,8 @@ export type UserPrincipal = {
   via: 'jwt' | 'personal_key'
   user: UserRow
   keyId: string | null
+  /** A JWT of a session begun by single sign-on (docs/api.md §1: must_change_password holds it not back). */
+  sso?: boolean
 }
 export type WorkerPrincipal = { kind: 'worker'; orgId: string; keyId: string }
 export type AnonymousPrincipal = { kind: 'anonymous' }

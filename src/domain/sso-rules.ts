@@ -35,19 +35,31 @@ export type SsoPlan =
 
 /**
  * OIDC_ADMIN_GROUPS set: the groups claim decides the role at every sign-in, both ways (removed from
- * the group, the next sign-in removes the role). Unset: single sign-on never changes a role.
+ * the group, the next sign-in removes the role). Unset: single sign-on never changes a role. A
+ * sign-in without a groups claim leaves the role alone: a provider that sends none (the scope or
+ * mapper is missing) says nothing about anyone's groups, and must not demote every admin.
  */
 export function roleFromGroups(groups: string[] | undefined, adminGroups: string[]): Role | undefined {
-  if (adminGroups.length === 0) return undefined
-  return (groups ?? []).some((g) => adminGroups.includes(g)) ? 'superadmin' : 'user'
+  if (adminGroups.length === 0 || groups === undefined) return undefined
+  return groups.some((g) => adminGroups.includes(g)) ? 'superadmin' : 'user'
 }
 
 const domainOf = (email: string) => email.slice(email.lastIndexOf('@') + 1)
 
 /**
+ * Could the provider's `email` pass OIDC_ALLOWED_DOMAINS (the check of planSsoSignIn)? Every email
+ * does when the list is empty; none without an email when it is not.
+ */
+export const domainAllowed = (email: string | null, allowedDomains: string[]) =>
+  allowedDomains.length === 0 ||
+  (email !== null && allowedDomains.includes(domainOf(email.trim().toLowerCase())))
+
+/**
  * The plan for one sign-in. `linked`: the account the identity is linked to; `byEmail`: the
  * account holding the provider's email (looked up only when nothing is linked). Throws the 4xx
  * of docs/api.md §2 when the sign-in is refused; a refused sign-in creates and links nothing.
+ * An email the provider has not verified is no email: it admits no domain, joins no account and
+ * makes none (anyone may type any address at many providers).
  */
 export function planSsoSignIn(
   claims: SsoClaims,
@@ -56,11 +68,17 @@ export function planSsoSignIn(
   byEmail: UserRow | undefined,
 ): SsoPlan {
   const email = claims.email?.trim().toLowerCase() || undefined
+  const verified = email !== undefined && claims.email_verified === true
   if (policy.allowedDomains.length > 0) {
     if (!email)
       throw forbidden(
         'email_required',
         'The identity provider sent no email address, and this server admits only some email domains',
+      )
+    if (!verified)
+      throw forbidden(
+        'email_not_verified',
+        `The identity provider has not verified ${email}, and this server admits only verified email addresses of some domains; ask the provider's administrator to verify it`,
       )
     if (!policy.allowedDomains.includes(domainOf(email)))
       throw forbidden(
@@ -76,15 +94,15 @@ export function planSsoSignIn(
   if (linked) return { kind: 'sign_in', user: active(linked), role }
   if (!email)
     throw forbidden('email_required', 'The identity provider sent no email address for this account')
-  if (byEmail) {
-    // An account is only ever joined to the identity that proves its email (docs/api.md §2).
-    if (claims.email_verified !== true)
-      throw forbidden(
-        'email_not_verified',
-        `An account with ${email} exists, and the identity provider has not verified that this email is yours`,
-      )
-    return { kind: 'link', user: active(byEmail), email, role }
-  }
+  if (!verified)
+    throw forbidden(
+      'email_not_verified',
+      byEmail
+        ? // An account is only ever joined to the identity that proves its email (docs/api.md §2).
+          `An account with ${email} exists, and the identity provider has not verified that this email is yours`
+        : `The identity provider has not verified ${email}; an account is made only for a verified email address. Ask the provider's administrator to verify it, then sign in again`,
+    )
+  if (byEmail) return { kind: 'link', user: active(byEmail), email, role }
   return { kind: 'create', email, full_name: fullNameOf(claims, email), role: role ?? 'user' }
 }
 
@@ -142,4 +160,36 @@ export function checkCodeChallenge(challenge: string | undefined, method: string
       'code_challenge',
     )
   return challenge
+}
+
+/** The parameters of the provider's redirect to the callback (RFC 6749 §4.1.2, RFC 9207) and their longest. */
+const CALLBACK_PARAMS = { code: 4096, state: 512, iss: 2000, error: 200, error_description: 2000 } as const
+
+/**
+ * docs/api.md §2 callback: the shape of the provider's answer, before anything of it is believed —
+ * each parameter at most once and not too long; a `state`; then either a `code` or an `error`,
+ * never both, never neither. Anything else is a 400 `invalid_callback`. `state` alone is asked for
+ * first (`stateOnly`): without it, no sign-in can be found to tell.
+ */
+export function checkCallback(query: URLSearchParams, stateOnly = false): string {
+  const invalid = (why: string, param: string) =>
+    badRequest(
+      'invalid_callback',
+      `The identity provider's answer is malformed: ${why}; start the sign-in again`,
+      param,
+    )
+  for (const [param, longest] of Object.entries(CALLBACK_PARAMS)) {
+    const values = query.getAll(param)
+    if (values.length > 1) throw invalid(`${param} is given more than once`, param)
+    if ((values[0]?.length ?? 0) > longest)
+      throw invalid(`${param} is longer than ${longest} characters`, param)
+  }
+  const state = query.get('state')
+  if (!state) throw invalid('it carries no state', 'state')
+  if (stateOnly) return state
+  const code = query.get('code')
+  const error = query.get('error')
+  if (code && error) throw invalid('it carries both a code and an error', 'code')
+  if (!code && !error) throw invalid('it carries neither a code nor an error', 'code')
+  return state
 }

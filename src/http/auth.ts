@@ -96,9 +96,11 @@ export const check = (level: AuthLevel, p: Principal, keyId?: string): Principal
   return p
 }
 
-// docs/api.md §1: until the password is changed, a user may only read /me and change the password.
+// docs/api.md §1: until the password is changed, a password login's session may only read /me and
+// change the password. The flag is about passwords: a session begun by single sign-on, and the
+// personal keys (which only a session not held back can have made), are not held back.
 function gate(_level: AuthLevel, p: Principal): Principal {
-  if (p.kind === 'user' && p.user.must_change_password) {
+  if (p.kind === 'user' && p.via === 'jwt' && !p.sso && p.user.must_change_password) {
     throw forbidden('password_change_required', 'Change your password first (POST /v1/auth/change-password)')
   }
   return p

@@ -59,7 +59,7 @@ function jwtPrincipal(claims: TokenClaims, user: UserRow | undefined): Principal
   if (!user?.is_active) throw unauthorized('invalid_token', 'Invalid or expired token')
   // A password change or reset bumps token_version: every JWT issued before it stops working.
   if (claims.tv !== user.token_version) throw unauthorized('token_revoked', 'This token is no longer valid')
-  return { kind: 'user', via: 'jwt', user, keyId: null }
+  return { kind: 'user', via: 'jwt', user, keyId: null, ...(claims.sso ? { sso: true } : {}) }
 }
 
 /** The user behind a JWT or personal key, kept per server (credential-cache.ts). */

@@ -6,7 +6,9 @@ import type { Clock } from './clock'
 import { randomBase62 } from './ids'
 import { log } from './logger'
 
-// Login JWTs (docs/api.md §1): HS256 with claims sub, iat, exp and tv (the user's token version).
+// Login JWTs (docs/api.md §1): HS256 with claims sub, iat, exp, tv (the user's token version) and,
+// for a session begun by single sign-on, sso: true (must_change_password holds back only the
+// sessions of a password login).
 // Signing and verification go through @elysiajs/jwt (jose underneath), which pins the algorithm to
 // the key type: `alg: none` and tokens signed with another secret are refused.
 
@@ -14,10 +16,16 @@ export interface TokenClaims {
   sub: string
   tv: number
   exp: number
+  /** The session began by single sign-on, not with a password. */
+  sso: boolean
 }
 
 export interface Tokens {
-  sign(userId: string, tokenVersion: number): Promise<{ token: string; expiresIn: number }>
+  sign(
+    userId: string,
+    tokenVersion: number,
+    how?: { sso: boolean },
+  ): Promise<{ token: string; expiresIn: number }>
   /** The token's claims; a token verified before is answered without a promise. */
   verify(token: string): TokenClaims | null | Promise<TokenClaims | null>
 }
@@ -31,9 +39,14 @@ export function createTokens(secret: string, ttlSeconds: number, clock: Clock): 
   // against the clock at every use, as jose checks it (valid while exp > now).
   const verified = new Map<string, TokenClaims>()
   return {
-    async sign(userId, tokenVersion) {
+    async sign(userId, tokenVersion, how) {
       const exp = clock.now() + ttlSeconds
-      const token = await signer.sign({ sub: userId, tv: tokenVersion, exp })
+      const token = await signer.sign({
+        sub: userId,
+        tv: tokenVersion,
+        exp,
+        ...(how?.sso ? { sso: true } : {}),
+      })
       return { token, expiresIn: ttlSeconds }
     },
     verify(token) {
@@ -55,7 +68,7 @@ export function createTokens(secret: string, ttlSeconds: number, clock: Clock): 
     })
     if (!payload || typeof payload.sub !== 'string' || typeof payload.tv !== 'number') return null
     if (typeof payload.exp !== 'number') return null
-    const claims = { sub: payload.sub, tv: payload.tv, exp: payload.exp }
+    const claims = { sub: payload.sub, tv: payload.tv, exp: payload.exp, sso: payload.sso === true }
     if (verified.size >= VERIFIED_KEPT) verified.delete(verified.keys().next().value!)
     verified.set(token, claims)
     return claims

@@ -49,8 +49,9 @@ export interface AccountsStore {
   listUsers(page: PageParams): Promise<RowsPage<UserRow>>
   /**
    * PATCH /v1/admin/users/{id}: undefined for an unknown user; 400 `last_superadmin` when the
-   * change would leave no active superadmin (checked race-free against concurrent changes). Writes
-   * an entry per change of role or activation.
+   * change would leave no active superadmin (checked race-free against concurrent changes). A new
+   * platform role bumps `token_version` (src/domain/admin-rules.ts changesRole). Writes an entry
+   * per change of role or activation.
    */
   updateUser(id: string, changes: UserChanges, now: number, audit: AuditContext): Promise<UserRow | undefined>
   /**

@@ -14,6 +14,8 @@ export interface NewSsoLogin {
   redirect_uri: string | null
   client_state: string | null
   code_challenge: string | null
+  /** The SHA-256 of the browser's gk_sso cookie value. */
+  browser_hash: string
   created_at: number
   expires_at: number
 }
@@ -31,19 +33,44 @@ export const SSO_LOGIN_KEPT_SECONDS = 3600
 export interface SsoStore {
   /** /start: stores a sign-in; deletes those expired more than SSO_LOGIN_KEPT_SECONDS ago. */
   startLogin(login: NewSsoLogin): Promise<void>
-  /** The callback: claims the sign-in by its state, once, while unexpired; undefined otherwise. */
-  takeLogin(stateHash: string, now: number): Promise<SsoLoginRow | undefined>
-  /** The callback's end: the one-time code (its hash) for `userId`, on the sign-in claimed. */
-  grantCode(stateHash: string, codeHash: string, userId: string, expiresAt: number): Promise<void>
+  /**
+   * The callback: claims the sign-in by its state, once, while unexpired, in the browser that
+   * started it (`browserHash`, its cookie's); undefined otherwise, and nothing claimed.
+   */
+  takeLogin(stateHash: string, browserHash: string, now: number): Promise<SsoLoginRow | undefined>
+  /**
+   * The callback's end, on the sign-in claimed: the account the provider vouched for, with the
+   * one-time code (its hash) — or, for a terminal's sign-in, without one: the code waits for the
+   * person's confirmation (confirmLogin).
+   */
+  grantCode(
+    stateHash: string,
+    userId: string,
+    code: { hash: string; expires_at: number } | null,
+  ): Promise<void>
+  /**
+   * A terminal's sign-in confirmed in its browser: the one-time code set on the sign-in of that
+   * browser that waits for it (claimed, vouched for, no code yet, unexpired), once; undefined
+   * when none waits.
+   */
+  confirmLogin(
+    browserHash: string,
+    code: { hash: string; expires_at: number },
+    now: number,
+  ): Promise<SsoLoginRow | undefined>
+  /** A terminal's sign-in cancelled in its browser: the waiting sign-in deleted, once (as confirmLogin). */
+  cancelLogin(browserHash: string, now: number): Promise<SsoLoginRow | undefined>
   /** The exchange: claims the one-time code, once, while unexpired; undefined otherwise. */
   redeemCode(codeHash: string, now: number): Promise<SsoLoginRow | undefined>
   /** The account linked to this identity, if any. */
   findLinkedUser(issuer: string, subject: string): Promise<UserRow | undefined>
   /**
    * A sign-in of a linked identity: its time recorded and, when given, the account's role set
-   * (docs/api.md §2 OIDC_ADMIN_GROUPS) with its `user.role_changed` entry when the role changes
-   * (docs/api.md §17; the actors of src/domain/audit.ts ssoActors), in one transaction. Returns the
-   * account.
+   * (docs/api.md §2 OIDC_ADMIN_GROUPS) — a new role bumps the token version (docs/api.md §1) — with
+   * its `user.role_changed` entry when the role changes
+   * (docs/api.md §17; the actors of src/domain/audit.ts ssoActors), in one transaction — except
+   * that the last active superadmin keeps the role, with a `user.role_change_refused` entry.
+   * Returns the account.
    */
   recordSignIn(
     issuer: string,
@@ -64,6 +91,9 @@ export interface SsoStore {
     role: UserRow['platform_role'] | undefined,
     audit: AuditContext,
   ): Promise<UserRow>
-  /** docs/api.md §2 PASSWORD_LOGIN=false: is there an active superadmin linked at this issuer? */
-  hasLinkedSuperadmin(issuer: string): Promise<boolean>
+  /**
+   * docs/api.md §2 PASSWORD_LOGIN=false: the active superadmins linked at this issuer, each with the
+   * email the provider gave for it (null when it gave none), whose domain OIDC_ALLOWED_DOMAINS judges.
+   */
+  linkedSuperadmins(issuer: string): Promise<{ user_id: string; email: string | null }[]>
 }

@@ -104,15 +104,48 @@ describe('PATCH /v1/admin/users/{id}', () => {
       body: { platform_role: 'superadmin' },
     })
     expect(promoted.body.platform_role).toBe('superadmin')
-    expect((await solo.req('GET', '/v1/admin/users', { token: u.token })).status).toBe(200)
+    const promotedAgain = await loginAs(solo, u.email, u.password)
+    expect((await solo.req('GET', '/v1/admin/users', { token: promotedAgain.token })).status).toBe(200)
     // Now there are two: one may step down.
     const down = await solo.req('PATCH', `/v1/admin/users/${sa.id}`, {
       token: sa.token,
       body: { platform_role: 'user' },
     })
     expect(down.status).toBe(200)
-    expect((await solo.req('GET', '/v1/admin/users', { token: sa.token })).status).toBe(403)
+    const demoted = await loginAs(solo, sa.email, sa.password)
+    expect((await solo.req('GET', '/v1/admin/users', { token: demoted.token })).status).toBe(403)
     solo.close()
+  })
+
+  test('a new platform role ends the sessions issued before it (docs/api.md §1); the same role, or a key, goes on', async () => {
+    const sa = await makeSuperadmin(t)
+    const u = await makeUser(t)
+    const key = await makePersonalKey(t, u)
+    const same = await t.req('PATCH', `/v1/admin/users/${u.id}`, {
+      token: sa.token,
+      body: { platform_role: 'user' },
+    })
+    expect(same.status).toBe(200)
+    expect((await t.req('GET', '/v1/auth/me', { token: u.token })).status).toBe(200)
+
+    const up = await t.req('PATCH', `/v1/admin/users/${u.id}`, {
+      token: sa.token,
+      body: { platform_role: 'superadmin' },
+    })
+    expect(up.body.platform_role).toBe('superadmin')
+    const before = await t.req('GET', '/v1/auth/me', { token: u.token })
+    expect([before.status, before.body.error.code]).toEqual([401, 'token_revoked'])
+    expect((await t.req('GET', '/v1/batches', { token: key.key })).status).toBe(200)
+    const promoted = await loginAs(t, u.email, u.password)
+    expect((await t.req('GET', '/v1/auth/me', { token: promoted.token })).body.platform_role).toBe(
+      'superadmin',
+    )
+
+    await t.req('PATCH', `/v1/admin/users/${u.id}`, { token: sa.token, body: { platform_role: 'user' } })
+    const superSession = await t.req('GET', '/v1/admin/users', { token: promoted.token })
+    expect([superSession.status, superSession.body.error.code]).toEqual([401, 'token_revoked'])
+    // The admin who made both changes keeps their own session.
+    expect((await t.req('GET', '/v1/admin/users', { token: sa.token })).status).toBe(200)
   })
 
   test('unknown user 404; unknown field and bad value 400', async () => {

@@ -200,6 +200,22 @@ test('refused sign-ins: auth.sign_in_failed with the reason, and nothing made or
   })
   expect(await auditEntries(t, admin, { action: 'user.identity_linked', target_id: existing.id })).toEqual([])
 
+  // An email the provider has not verified, with no account behind it: no account is made.
+  await refusedAt('victor', 403, 'email_not_verified')
+  const [unverifiedNew] = await failures(PEOPLE.victor.email)
+  expect(unverifiedNew).toMatchObject({
+    actor: ANONYMOUS,
+    target: { kind: 'user', id: null },
+    details: {
+      email: PEOPLE.victor.email,
+      reason: 'email_not_verified',
+      method: 'sso',
+      issuer: provider.issuer,
+    },
+  })
+  expect(await failures(PEOPLE.victor.email)).toHaveLength(1)
+  expect(await t.deps.store.accounts.findUserByEmail(PEOPLE.victor.email)).toBeUndefined()
+
   // A deactivated account, at the callback.
   const offEmail = labEmail()
   const off = await person({ email: offEmail })

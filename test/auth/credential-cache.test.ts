@@ -160,17 +160,22 @@ describe('every write that changes a credential holds from the very next request
     expect((await files(k.key)).status).toBe(200)
   })
 
-  test('a platform role granted or taken holds from the next request', async () => {
+  test('a platform role granted or taken holds from the next request: older JWTs 401 token_revoked, a key with the new role', async () => {
     const admin = await makeSuperadmin(t)
     const u = await makeUser(t)
-    const adminView = () => t.req('GET', '/v1/admin/users', { token: u.token })
-    expect((await adminView()).status).toBe(403)
+    const key = await makePersonalKey(t, u)
+    // Another org's audit log: a superadmin's to read (docs/api.md §17), no one else's.
+    const adminView = () => t.req('GET', `/v1/audit-events?org_id=${admin.personalOrgId}`, { token: key.key })
+    expect((await adminView()).status).toBe(404)
+    expect((await me(u.token)).status).toBe(200)
     const role = (platform_role: string) =>
       t.req('PATCH', `/v1/admin/users/${u.id}`, { token: admin.token, body: { platform_role } })
     expect((await role('superadmin')).status).toBe(200)
     expect((await adminView()).status).toBe(200)
+    const old = await me(u.token)
+    expect([old.status, old.body.error.code]).toEqual([401, 'token_revoked'])
     expect((await role('user')).status).toBe(200)
-    expect((await adminView()).status).toBe(403)
+    expect((await adminView()).status).toBe(404)
   })
 
   test('a password change → older JWTs are 401 token_revoked; the new one works', async () => {

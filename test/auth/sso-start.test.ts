@@ -89,3 +89,36 @@ test('PASSWORD_LOGIN=false is fine once an active superadmin is linked at OIDC_I
     t.close()
   }
 })
+
+test('PASSWORD_LOGIN=false and OIDC_ALLOWED_DOMAINS: a linked superadmin of a domain not allowed does not count', async () => {
+  const t = makeTestApp({ ...ssoOnly, OIDC_ALLOWED_DOMAINS: 'lab.example, Physics.Lab.Example' })
+  const superadmin = (email: string) =>
+    t.deps.store.accounts.createUser(
+      {
+        email,
+        password_hash: '',
+        full_name: 'Root',
+        platform_role: 'superadmin',
+        must_change_password: false,
+        now: 1,
+      },
+      "Root's Personal Org",
+      SYSTEM_AUDIT,
+    )
+  const link = (userId: string, subject: string, email: string | null) =>
+    t.deps.store.sso.link(userId, { issuer: ISSUER, subject, email }, 1, undefined, SYSTEM_AUDIT)
+  try {
+    // The provider's email decides, as at every sign-in: not the account's own address.
+    await link((await superadmin('root@lab.example')).id, 'root', 'root@elsewhere.example')
+    await link((await superadmin('quiet@lab.example')).id, 'quiet', null)
+    const refused = checkSuperadminCanSignIn(t.deps)
+    await expect(refused).rejects.toBeInstanceOf(ConfigError)
+    await expect(refused).rejects.toThrow(
+      'invalid configuration: PASSWORD_LOGIN: false, but no superadmin could sign in: the 2 linked to OIDC_ISSUER have no email at a domain of OIDC_ALLOWED_DOMAINS, and OIDC_ADMIN_GROUPS is unset',
+    )
+    await link((await superadmin('grace@physics.lab.example')).id, 'grace', 'Grace@Physics.Lab.Example')
+    await checkSuperadminCanSignIn(t.deps)
+  } finally {
+    t.close()
+  }
+})

@@ -2,9 +2,12 @@ import { afterAll, beforeAll, describe, expect, test } from 'bun:test'
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import { SYSTEM_AUDIT } from '../../src/domain/audit'
+import { createUser } from '../../src/modules/users/service'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { ownProcess } from '../helpers/children'
 import {
+  answerTerminal,
   CookieJar,
   freePort,
   PEOPLE,
@@ -80,15 +83,28 @@ function loginSso() {
   }
 }
 
-/** The person at the browser: opens the address, signs in at the provider as `login`, follows back. */
-async function openInBrowser(url: string, login: string): Promise<string> {
+/**
+ * The person at the browser: opens the address, signs in at the provider as `login`, follows back;
+ * asked whether a terminal may sign in as them, gives `answer`, and follows to the loopback.
+ */
+async function openInBrowser(
+  url: string,
+  login: string,
+  answer: 'confirm' | 'cancel' = 'confirm',
+): Promise<string> {
   const jar = new CookieJar()
   const start = await fetch(url, { redirect: 'manual' })
   expect(start.status).toBe(302)
   jar.take(url, start.headers)
   const callback = await signInAtProvider(start.headers.get('location')!, login)
-  const back = await fetch(callback, { redirect: 'manual', headers: { cookie: jar.header(callback) } })
-  expect(back.status).toBe(302)
+  let back = await fetch(callback, { redirect: 'manual', headers: { cookie: jar.header(callback) } })
+  if (back.status === 200) {
+    expect(await back.text()).toMatch(/A terminal is asking to sign in as [^<@]+@lab\.example/)
+    back = await answerTerminal((r) => fetch(r, { redirect: 'manual' }), server.url, { jar }, answer, {
+      origin: server.url,
+    })
+    expect(back.status).toBe(303)
+  } else expect(back.status).toBe(302)
   // The server sends the browser to the client's loopback listener, which answers a page.
   const loopback = back.headers.get('location')!
   expect(loopback).toStartWith('http://127.0.0.1:')
@@ -115,6 +131,33 @@ describe('gridkeep login --sso', () => {
     const saved = JSON.parse(readFileSync(join(run.env.XDG_CONFIG_HOME, 'gridkeep', 'config.json'), 'utf8'))
     expect(saved).toMatchObject({ server: server.url, email: PEOPLE.alice.email, key_name: 'sso-terminal' })
     expect((await server.req('GET', '/v1/batches', { token: saved.api_key })).status).toBe(200)
+  })
+
+  test('an account with a first password still to change gets its key all the same (docs/api.md §1)', async () => {
+    const email = `pending-${crypto.randomUUID().slice(0, 8)}@lab.example`
+    await createUser(
+      server.deps,
+      { email, full_name: 'Pending', password: 'temporary-pass-1', must_change_password: true },
+      SYSTEM_AUDIT,
+    )
+    await provider.configure({ accounts: { pending: { email, email_verified: true, name: 'Pending' } } })
+    const run = loginSso()
+    expect(await openInBrowser(await run.url(), 'pending')).toContain('Signed in')
+    const { code, stderr } = await run.done()
+    expect(stderr).not.toContain('must change its password')
+    expect(code).toBe(0)
+    const saved = JSON.parse(readFileSync(join(run.env.XDG_CONFIG_HOME, 'gridkeep', 'config.json'), 'utf8'))
+    expect(saved.email).toBe(email)
+    expect((await server.req('GET', '/v1/batches', { token: saved.api_key })).status).toBe(200)
+  })
+
+  test('Cancel on the confirmation page ends the client with exit 4, and saves nothing', async () => {
+    const run = loginSso()
+    expect(await openInBrowser(await run.url(), 'alice', 'cancel')).toContain('The sign-in failed')
+    const { code, stderr, lines } = await run.done()
+    expect(code).toBe(4)
+    expect(stderr).toContain('the sign-in was cancelled in the browser')
+    expect(lines.find((l) => l.event === 'login')).toBeUndefined()
   })
 
   test('a sign-in the server refuses ends the client with the reason and exit 4, and saves nothing', async () => {

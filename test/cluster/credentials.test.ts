@@ -90,11 +90,14 @@ describeWith(postgres, 'two instances share credentials', () => {
     expect((await patch({ is_active: true })).status).toBe(200)
     await untilStatus(() => me(b, u.token), 200)
 
-    expect((await b.req('GET', '/v1/admin/users', { token: u.token })).status).toBe(403)
+    // A new role ends the older JWTs (docs/api.md §1); the key goes on with the new role.
+    const adminView = () => b.req('GET', `/v1/audit-events?org_id=${admin.personalOrgId}`, { token: k.key })
+    expect((await adminView()).status).toBe(404)
     expect((await patch({ platform_role: 'superadmin' })).status).toBe(200)
-    await untilStatus(() => b.req('GET', '/v1/admin/users', { token: u.token }), 200)
+    await untilStatus(() => me(b, u.token), 401)
+    await untilStatus(adminView, 200)
     expect((await patch({ platform_role: 'user' })).status).toBe(200)
-    await untilStatus(() => b.req('GET', '/v1/admin/users', { token: u.token }), 403)
+    await untilStatus(adminView, 404)
   })
 
   test('a password changed or reset on A ends older JWTs on B', async () => {

@@ -71,6 +71,7 @@ export async function populate(t: TestApp) {
     redirect_uri: null,
     client_state: null,
     code_challenge: null,
+    browser_hash: 'b'.repeat(64),
     created_at: t.clock.now(),
     expires_at: t.clock.now() + 600,
   })

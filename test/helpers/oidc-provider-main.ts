@@ -16,6 +16,8 @@ interface Options {
   client_secret: string
   redirect_uris: string[]
   accounts: Record<string, Record<string, unknown>>
+  /** How long an ID token it issues is valid. */
+  id_token_ttl: number
 }
 
 const options = JSON.parse(process.env.OP_OPTIONS ?? '{}') as Options
@@ -43,6 +45,7 @@ function build() {
     ],
     jwks: { keys: [key] as never },
     cookies: { keys: ['gridkeep-test-provider-cookie-key'] },
+    ttl: { IdToken: options.id_token_ttl },
     scopes: ['openid', 'email', 'profile', 'groups'],
     claims: {
       openid: ['sub'],

@@ -14,6 +14,10 @@ import { rememberSecret } from './secrets'
 
 export const CLIENT_ID = 'gridkeep-test'
 export const CLIENT_SECRET = 'gridkeep-test-client-secret'
+// A credential like any other: the suite's end checks it never appeared in a log line.
+rememberSecret(CLIENT_SECRET)
+/** How long the provider's ID tokens are valid (their `exp` is this after their issue). */
+export const ID_TOKEN_TTL_SECONDS = 600
 export const ADMIN_GROUP = 'gridkeep-admins'
 /** The callback of the in-process test apps (their PUBLIC_URL): the provider redirects there, the test follows. */
 export const APP_PUBLIC_URL = 'http://gridkeep.test'
@@ -77,6 +81,7 @@ export async function startOidcProvider(
           client_secret: CLIENT_SECRET,
           redirect_uris: redirectUris,
           accounts: PEOPLE,
+          id_token_ttl: ID_TOKEN_TTL_SECONDS,
         }),
       },
       stdout: 'pipe',
@@ -195,7 +200,10 @@ export interface Dance {
   start: Response
   /** Where the provider sent the browser back (the callback with code and state). */
   callback: string
-  /** The callback's answer (302 to the dashboard's page or a loopback, or a refusal). */
+  /**
+   * The callback's answer: 302 to the dashboard's page, a terminal's page asking to confirm, 302
+   * to a terminal's loopback with a refusal, or a refusal.
+   */
   back: Response
 }
 
@@ -211,7 +219,9 @@ export async function dance(send: Send, base: string, login: string, query = '')
   const callback = await signInAtProvider(start.headers.get('location')!, login, jar)
   const back = await send(new Request(callback, { headers: { cookie: jar.header(base) } }))
   jar.take(base, back.headers)
-  // The state, the provider's code and the one-time code are credentials: never in a log line.
+  // The state, the provider's code, the one-time code and the browser's cookie are credentials:
+  // never in a log line.
+  rememberSecret(jar.get(base, 'gk_sso'))
   const answer = new URL(callback).searchParams
   const location = back.headers.get('location') ?? ''
   for (const secret of [
@@ -222,6 +232,28 @@ export async function dance(send: Send, base: string, login: string, query = '')
   ])
     rememberSecret(secret)
   return { jar, start, callback, back }
+}
+
+/**
+ * The person's answer, in the browser of a dance, to a terminal's sign-in ("A terminal is asking
+ * to sign in as …"): the form's POST to /confirm or /cancel, with that browser's cookies.
+ */
+export async function answerTerminal(
+  send: Send,
+  base: string,
+  d: Pick<Dance, 'jar'>,
+  answer: 'confirm' | 'cancel',
+  headers: Record<string, string> = {},
+): Promise<Response> {
+  const res = await send(
+    new Request(`${base}/v1/auth/oidc/${answer}`, {
+      method: 'POST',
+      headers: { cookie: d.jar.header(base), ...headers },
+    }),
+  )
+  const location = res.headers.get('location')
+  if (location?.startsWith('http')) rememberSecret(new URL(location).searchParams.get('code'))
+  return res
 }
 
 /** The dashboard's exchange of the one-time code in a dance's redirect (`/app/sso#code=…`). */

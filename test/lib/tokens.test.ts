@@ -11,13 +11,21 @@ test('a verified token keeps working until its exp, then is refused, kept or not
   const clock = manualClock()
   const tokens = createTokens(SECRET, 60, clock)
   const { token } = await tokens.sign('user_1', 3)
-  const claims = { sub: 'user_1', tv: 3, exp: clock.now() + 60 }
+  const claims = { sub: 'user_1', tv: 3, exp: clock.now() + 60, sso: false }
   expect(await tokens.verify(token)).toEqual(claims)
   clock.advance(59)
   expect(await tokens.verify(token)).toEqual(claims)
   clock.advance(1)
   expect(await tokens.verify(token)).toBeNull()
   expect(await tokens.verify(token)).toBeNull()
+})
+
+test('a single sign-on session says so in its token (docs/api.md §1)', async () => {
+  const clock = manualClock()
+  const tokens = createTokens(SECRET, 60, clock)
+  const { token } = await tokens.sign('user_1', 3, { sso: true })
+  expect(await tokens.verify(token)).toEqual({ sub: 'user_1', tv: 3, exp: clock.now() + 60, sso: true })
+  expect((await tokens.verify((await tokens.sign('user_1', 3, { sso: false })).token))?.sso).toBe(false)
 })
 
 test('a kept token lends nothing to a token that differs from it: another signature, another secret', async () => {

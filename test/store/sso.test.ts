@@ -10,13 +10,17 @@ import { describeEngine, type StoreHarness, storeEngines } from '../helpers/stor
 
 const ISSUER = 'https://idp.example.test/realms/lab'
 let n = 0
-const newUser = (store: Store, identity?: { issuer: string; subject: string }) =>
+const newUser = (
+  store: Store,
+  identity?: { issuer: string; subject: string },
+  platform_role: 'user' | 'superadmin' = 'user',
+) =>
   store.accounts.createUser(
     {
       email: `sso${++n}@lab.example`,
       password_hash: '',
       full_name: 'Grace',
-      platform_role: 'user',
+      platform_role,
       must_change_password: false,
       now: 10,
     },
@@ -33,6 +37,7 @@ const login = (over: Partial<NewSsoLogin> = {}): NewSsoLogin => ({
   redirect_uri: null,
   client_state: null,
   code_challenge: null,
+  browser_hash: `browser-${n}`,
   created_at: 100,
   expires_at: 700,
   ...over,
@@ -53,19 +58,82 @@ for (const [kind, open] of storeEngines) {
       await h?.close()
     })
 
-    test('a state is claimed once, by one of many racing callers, and only while unexpired', async () => {
+    test('a state is claimed once, by one of many racing callers, only while unexpired and in its browser', async () => {
       h = await open()
       const started = login()
       await h.store.sso.startLogin(started)
+      // Another browser's cookie claims nothing, and spends nothing.
+      expect(await h.store.sso.takeLogin(started.state_hash, 'another-browser', 200)).toBeUndefined()
       const claims = await Promise.all(
-        Array.from({ length: 8 }, () => h.store.sso.takeLogin(started.state_hash, 200)),
+        Array.from({ length: 8 }, () => h.store.sso.takeLogin(started.state_hash, started.browser_hash, 200)),
       )
       expect(claims.filter(Boolean)).toHaveLength(1)
       expect(claims.find(Boolean)).toMatchObject({ nonce: 'nonce', state_used_at: 200 })
       const late = login()
       await h.store.sso.startLogin(late)
-      expect(await h.store.sso.takeLogin(late.state_hash, 700)).toBeUndefined()
-      expect(await h.store.sso.takeLogin('unknown', 200)).toBeUndefined()
+      expect(await h.store.sso.takeLogin(late.state_hash, late.browser_hash, 700)).toBeUndefined()
+      expect(await h.store.sso.takeLogin('unknown', started.browser_hash, 200)).toBeUndefined()
+    })
+
+    test("a terminal's sign-in waits for its browser's answer: confirmed once (the code set) or cancelled once (deleted)", async () => {
+      h = await open()
+      const user = await newUser(h.store)
+      const terminal = () =>
+        login({ return_to: null, redirect_uri: 'http://127.0.0.1:5000/cb', code_challenge: 'c'.repeat(43) })
+      const confirmed = terminal()
+      await h.store.sso.startLogin(confirmed)
+      // Before the provider vouched for anyone, nothing waits.
+      expect(
+        await h.store.sso.confirmLogin(confirmed.browser_hash, { hash: 'early', expires_at: 260 }, 200),
+      ).toBeUndefined()
+      await h.store.sso.takeLogin(confirmed.state_hash, confirmed.browser_hash, 200)
+      await h.store.sso.grantCode(confirmed.state_hash, user.id, null)
+      expect(await h.store.sso.redeemCode('early', 210)).toBeUndefined()
+      // Another browser's answer finds nothing.
+      expect(
+        await h.store.sso.confirmLogin('another-browser', { hash: 'x', expires_at: 260 }, 210),
+      ).toBeUndefined()
+      expect(await h.store.sso.cancelLogin('another-browser', 210)).toBeUndefined()
+      const answers = await Promise.all(
+        Array.from({ length: 6 }, (_, i) =>
+          h.store.sso.confirmLogin(confirmed.browser_hash, { hash: `code-${i}`, expires_at: 270 }, 210),
+        ),
+      )
+      expect(answers.filter(Boolean)).toHaveLength(1)
+      const won = answers.find(Boolean)!
+      expect(won).toMatchObject({ user_id: user.id, redirect_uri: 'http://127.0.0.1:5000/cb' })
+      expect(await h.store.sso.cancelLogin(confirmed.browser_hash, 220)).toBeUndefined()
+      expect((await h.store.sso.redeemCode(won.code_hash!, 220))?.user_id).toBe(user.id)
+
+      const cancelled = terminal()
+      await h.store.sso.startLogin(cancelled)
+      await h.store.sso.takeLogin(cancelled.state_hash, cancelled.browser_hash, 200)
+      await h.store.sso.grantCode(cancelled.state_hash, user.id, null)
+      expect((await h.store.sso.cancelLogin(cancelled.browser_hash, 210))?.redirect_uri).toBe(
+        'http://127.0.0.1:5000/cb',
+      )
+      expect(await h.store.sso.cancelLogin(cancelled.browser_hash, 210)).toBeUndefined()
+      expect(
+        await h.store.sso.confirmLogin(cancelled.browser_hash, { hash: 'late', expires_at: 270 }, 210),
+      ).toBeUndefined()
+
+      // Past the sign-in's ten minutes, nothing waits either.
+      const stale = terminal()
+      await h.store.sso.startLogin(stale)
+      await h.store.sso.takeLogin(stale.state_hash, stale.browser_hash, 200)
+      await h.store.sso.grantCode(stale.state_hash, user.id, null)
+      expect(
+        await h.store.sso.confirmLogin(stale.browser_hash, { hash: 's', expires_at: 760 }, 700),
+      ).toBeUndefined()
+
+      // The dashboard's sign-in has its code at once and waits for nothing.
+      const dashboard = login()
+      await h.store.sso.startLogin(dashboard)
+      await h.store.sso.takeLogin(dashboard.state_hash, dashboard.browser_hash, 200)
+      await h.store.sso.grantCode(dashboard.state_hash, user.id, null)
+      expect(
+        await h.store.sso.confirmLogin(dashboard.browser_hash, { hash: 'd', expires_at: 260 }, 210),
+      ).toBeUndefined()
     })
 
     test('a one-time code is redeemed once, while unexpired; long-expired sign-ins are cleared by the next start', async () => {
@@ -73,8 +141,8 @@ for (const [kind, open] of storeEngines) {
       const user = await newUser(h.store)
       const started = login()
       await h.store.sso.startLogin(started)
-      await h.store.sso.takeLogin(started.state_hash, 200)
-      await h.store.sso.grantCode(started.state_hash, 'code-hash', user.id, 260)
+      await h.store.sso.takeLogin(started.state_hash, started.browser_hash, 200)
+      await h.store.sso.grantCode(started.state_hash, user.id, { hash: 'code-hash', expires_at: 260 })
       const redeemed = await Promise.all(
         Array.from({ length: 8 }, () => h.store.sso.redeemCode('code-hash', 230)),
       )
@@ -83,8 +151,8 @@ for (const [kind, open] of storeEngines) {
 
       const other = login()
       await h.store.sso.startLogin(other)
-      await h.store.sso.takeLogin(other.state_hash, 200)
-      await h.store.sso.grantCode(other.state_hash, 'other-code', user.id, 260)
+      await h.store.sso.takeLogin(other.state_hash, other.browser_hash, 200)
+      await h.store.sso.grantCode(other.state_hash, user.id, { hash: 'other-code', expires_at: 260 })
       expect(await h.store.sso.redeemCode('other-code', 260)).toBeUndefined()
 
       // An hour past their expiry (700), sign-ins are deleted when another starts.
@@ -170,6 +238,8 @@ for (const [kind, open] of storeEngines) {
         }),
       ])
 
+      // Another superadmin: a's role may be taken away below (never the last one's).
+      await newUser(h.store, undefined, 'superadmin')
       const a = await newUser(h.store)
       await h.store.sso.link(
         a.id,
@@ -215,22 +285,68 @@ for (const [kind, open] of storeEngines) {
       expect(await entries('user.role_changed', b.id)).toEqual([])
     })
 
-    test('recordSignIn sets the role the groups decide; hasLinkedSuperadmin sees an active linked superadmin', async () => {
+    test('recordSignIn sets the role the groups decide; linkedSuperadmins sees the active linked superadmins, with their provider emails', async () => {
       h = await open()
       const a = await newUser(h.store, { issuer: ISSUER, subject: 'ada' })
-      expect(await h.store.sso.hasLinkedSuperadmin(ISSUER)).toBe(false)
+      expect(await h.store.sso.linkedSuperadmins(ISSUER)).toEqual([])
       const promoted = await h.store.sso.recordSignIn(ISSUER, 'ada', 50, 'superadmin', SYSTEM_AUDIT)
       expect(promoted).toMatchObject({ id: a.id, platform_role: 'superadmin' })
-      expect(await h.store.sso.hasLinkedSuperadmin(ISSUER)).toBe(true)
-      expect(await h.store.sso.hasLinkedSuperadmin('https://other.example.test')).toBe(false)
+      expect(await h.store.sso.linkedSuperadmins(ISSUER)).toEqual([{ user_id: a.id, email: null }])
+      expect(await h.store.sso.linkedSuperadmins('https://other.example.test')).toEqual([])
       expect(
         (await h.store.sso.recordSignIn(ISSUER, 'ada', 60, undefined, SYSTEM_AUDIT))?.platform_role,
       ).toBe('superadmin')
-      await h.store.accounts.updateUser(a.id, { is_active: false }, 70, SYSTEM_AUDIT).catch(() => {})
       expect(await h.store.sso.recordSignIn(ISSUER, 'nobody', 60, 'user', SYSTEM_AUDIT)).toBeUndefined()
+      await newUser(h.store, undefined, 'superadmin')
       const demoted = await h.store.sso.recordSignIn(ISSUER, 'ada', 80, 'user', SYSTEM_AUDIT)
       expect(demoted?.platform_role).toBe('user')
-      expect(await h.store.sso.hasLinkedSuperadmin(ISSUER)).toBe(false)
+      expect(await h.store.sso.linkedSuperadmins(ISSUER)).toEqual([])
+    })
+
+    test('OIDC_ADMIN_GROUPS never demotes the last active superadmin: the role is kept, the refusal recorded', async () => {
+      h = await open()
+      const request: AuditContext = {
+        actor: { kind: 'anonymous', id: null, user_id: null },
+        ip: '10.0.0.8',
+        user_agent: 'browser',
+      }
+      const entries = async (action: AuditAction, target: string) =>
+        (await h.store.audit.page({ actions: [action], target_id: target }, {})).rows
+      const root = await newUser(h.store, { issuer: ISSUER, subject: 'root' }, 'superadmin')
+      // An inactive superadmin is no other superadmin.
+      const inactive = await newUser(h.store, undefined, 'superadmin')
+      await h.store.accounts.updateUser(inactive.id, { is_active: false }, 5, SYSTEM_AUDIT)
+      const kept = await h.store.sso.recordSignIn(ISSUER, 'root', 50, 'user', request)
+      expect(kept?.platform_role).toBe('superadmin')
+      expect(await entries('user.role_changed', root.id)).toEqual([])
+      expect(await entries('user.role_change_refused', root.id)).toEqual([
+        expect.objectContaining({
+          created_at: 50,
+          actor_kind: 'system',
+          ip: '10.0.0.8',
+          details: { from: 'superadmin', to: 'user', via: 'sso', issuer: ISSUER, reason: 'last_superadmin' },
+        }),
+      ])
+      // Linking the last superadmin's account while out of the group: linked, the role kept.
+      const joined = await h.store.sso.link(
+        root.id,
+        { issuer: 'https://other.example.test', subject: 'root', email: null },
+        60,
+        'user',
+        request,
+      )
+      expect(joined.platform_role).toBe('superadmin')
+      expect(await entries('user.role_change_refused', root.id)).toHaveLength(2)
+
+      // Two superadmins demoted at once: one keeps the role.
+      const other = await newUser(h.store, { issuer: ISSUER, subject: 'other' }, 'superadmin')
+      const both = await Promise.all([
+        h.store.sso.recordSignIn(ISSUER, 'root', 70, 'user', request),
+        h.store.sso.recordSignIn(ISSUER, 'other', 70, 'user', request),
+      ])
+      expect(both.map((u) => u?.platform_role).sort()).toEqual(['superadmin', 'user'])
+      const left = both.find((u) => u?.platform_role === 'superadmin')!
+      expect(left.id === root.id || left.id === other.id).toBe(true)
     })
   })
 }

@@ -119,7 +119,7 @@ describe('docs/api.md §6 the execution order is decided at validation and store
     )
   })
 
-  test('docs/api.md §7 input_path: a worker that did not declare shards gets SPEC §4’s plain path and runs the file order', async () => {
+  test('docs/api.md §7 input_path: a worker that did not declare shards gets the plain path and runs the file order', async () => {
     const s = await setup(app(), (m) => questionMajor(m, 4, 3), 1, {})
     expect((await batchRow(s.t.deps, s.batch.id)).ordered).toBe(true)
     const job = (await poll(s.t, s.f.key, s.workers[0]!))!

@@ -1,8 +1,8 @@
 import { useState } from 'preact/hooks'
 import { ErrorNote, Field, ListState, Pager, Section } from '../components/ui'
-import { ApiError, client, ok } from '../lib/api'
+import { ApiError, anonymousClient, client, ok } from '../lib/api'
 import { formatTime } from '../lib/format'
-import { usePaged } from '../lib/hooks'
+import { usePaged, useResource } from '../lib/hooks'
 import type { UserObject } from '../lib/types'
 import { WorkerTable } from './workers'
 
@@ -89,8 +89,16 @@ function Users() {
   )
 }
 
-/** docs/api.md §9 (ext): the new user must change this password at first sign-in. */
+/**
+ * docs/api.md §9 (ext): the new user must change this password at first sign-in; with passwords
+ * off (PASSWORD_LOGIN=false) there is none, and they sign in by single sign-on.
+ */
 function AddUser({ onAdded }: { onAdded: () => void }) {
+  const methods = useResource(
+    (signal) => ok(anonymousClient.v1.auth.methods.get({ fetch: { signal } })),
+    'auth-methods',
+  )
+  const passwords = methods.data?.password ?? true
   const [fullName, setFullName] = useState('')
   const [email, setEmail] = useState('')
   const [password, setPassword] = useState('')
@@ -103,7 +111,7 @@ function AddUser({ onAdded }: { onAdded: () => void }) {
     setError(null)
     setAdded(null)
     try {
-      await ok(client.v1.admin.users.post({ full_name: fullName, email, password }))
+      await ok(client.v1.admin.users.post({ full_name: fullName, email, ...(passwords ? { password } : {}) }))
       setAdded(email)
       setFullName('')
       setEmail('')
@@ -134,22 +142,27 @@ function AddUser({ onAdded }: { onAdded: () => void }) {
         error={at('email')}
         onInput={(e) => setEmail(e.currentTarget.value)}
       />
-      <Field
-        label="First password"
-        type="password"
-        autocomplete="new-password"
-        required
-        value={password}
-        error={at('password')}
-        onInput={(e) => setPassword(e.currentTarget.value)}
-      />
+      {passwords ? (
+        <Field
+          label="First password"
+          type="password"
+          autocomplete="new-password"
+          required
+          value={password}
+          error={at('password')}
+          onInput={(e) => setPassword(e.currentTarget.value)}
+        />
+      ) : null}
       <button type="submit" disabled={busy}>
         Add user
       </button>
       {named ? null : <ErrorNote error={error} />}
       {added ? (
         <p role="status" class="notice">
-          {added} added: they choose their own password at first sign-in.
+          {added} added:{' '}
+          {passwords
+            ? 'they choose their own password at first sign-in.'
+            : `they sign in with ${methods.data?.sso?.name ?? 'single sign-on'}.`}
         </p>
       ) : null}
     </form>

@@ -46,6 +46,9 @@ export const ssoLogins = sqliteTable(
     redirect_uri: text(),
     client_state: text(),
     code_challenge: text(),
+    // The SHA-256 of the random value in the browser's gk_sso cookie, which ties the sign-in to the
+    // browser that started it; the value itself never goes into a URL (the state does).
+    browser_hash: text().unique(),
     created_at: integer().notNull(),
     expires_at: integer().notNull(),
     state_used_at: integer(),

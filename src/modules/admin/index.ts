@@ -27,7 +27,11 @@ export const adminRoutes = (deps: Deps & CredentialState) =>
       {
         superadmin: true,
         ...jsonBody(AdminModel.createUser),
-        detail: { tags, summary: 'Create a user who must change the password at first login' },
+        detail: {
+          tags,
+          summary:
+            'Create a user who must change the password at first login (with PASSWORD_LOGIN=false: no password, single sign-on)',
+        },
       },
     )
     .patch(

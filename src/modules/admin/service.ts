@@ -3,7 +3,7 @@ import type { AuditContext } from '../../domain/audit'
 import type { UserPrincipal } from '../../domain/principal'
 import type { CredentialState } from '../../http/credential-cache'
 import { credentialsChanged } from '../../http/credential-cache'
-import { notFound } from '../../lib/errors'
+import { badRequest, notFound } from '../../lib/errors'
 import { log } from '../../lib/logger'
 import { type PageParams, toPage } from '../../lib/pagination'
 import { toUserObject } from '../users/model'
@@ -16,14 +16,33 @@ export async function listUsers(deps: Deps & CredentialState, query: PageParams)
   return toPage(rows.map(toUserObject), has_more)
 }
 
-/** (ext) An admin-made account must change its password at first login. */
+/**
+ * (ext) An admin-made account must change its first password at first login. With
+ * PASSWORD_LOGIN=false there are no passwords (docs/api.md §9): it gets none, and its owner signs in
+ * by single sign-on, which joins the account through the provider's verified email.
+ */
 export async function createUserAsAdmin(
   deps: Deps & CredentialState,
   by: UserPrincipal,
-  input: { email: string; full_name: string; password: string },
+  input: { email: string; full_name: string; password?: string },
   audit: AuditContext,
 ) {
-  const user = await createUser(deps, { ...input, must_change_password: true }, audit)
+  const { email, full_name, password } = input
+  if (!deps.config.PASSWORD_LOGIN && password !== undefined)
+    throw badRequest(
+      'password_login_disabled',
+      `Passwords are not used on this server (PASSWORD_LOGIN=false): leave password out; the user signs in with ${deps.config.OIDC_NAME}`,
+      'password',
+    )
+  if (deps.config.PASSWORD_LOGIN && password === undefined)
+    throw badRequest('invalid_value', 'password is required: the user signs in with it first', 'password')
+  const user = await createUser(
+    deps,
+    password === undefined
+      ? { email, full_name }
+      : { email, full_name, password, must_change_password: true },
+    audit,
+  )
   log.info('user created by admin', { user_id: user.id, by: by.user.id })
   return toUserObject(user)
 }

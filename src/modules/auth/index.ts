@@ -85,10 +85,10 @@ export const authRoutes = (deps: Deps & CredentialState & OidcState) =>
     })
     .get(
       '/oidc/start',
-      ({ query, request }) =>
+      ({ query, request, server }) =>
         inBrowser(request, async () => {
-          const { location, state } = await sso.startSignIn(deps, query)
-          return redirect(location, ssoCookie(deps, state, sso.SSO_LOGIN_TTL_SECONDS))
+          const { location, browser } = await sso.startSignIn(deps, query, auditContext(request, server))
+          return redirect(location, ssoCookie(deps, browser, sso.SSO_LOGIN_TTL_SECONDS))
         }),
       {
         public: true,
@@ -102,23 +102,56 @@ export const authRoutes = (deps: Deps & CredentialState & OidcState) =>
     .get(
       '/oidc/callback',
       ({ request, server }) =>
-        inBrowser(request, async () =>
-          redirect(
-            await sso.finishSignIn(
-              deps,
-              new URL(request.url).searchParams,
-              readSsoCookie(request),
-              auditContext(request, server),
-            ),
-          ),
-        ),
+        inBrowser(request, async () => {
+          const answer = await sso.finishSignIn(
+            deps,
+            new URL(request.url).searchParams,
+            readSsoCookie(request),
+            auditContext(request, server),
+          )
+          return 'redirect' in answer ? redirect(answer.redirect) : confirmPage(answer.confirm)
+        }),
       {
         public: true,
         query: SsoModel.callback,
         detail: {
           tags,
           summary:
-            "The identity provider's answer (the redirect URI to register); 302 to the dashboard or the terminal's loopback with a one-time code",
+            "The identity provider's answer (the redirect URI to register); 302 to the dashboard with a one-time code, or, for a terminal, a page asking the person to confirm",
+        },
+      },
+    )
+    .post(
+      '/oidc/confirm',
+      ({ request }) =>
+        inBrowser(request, async () =>
+          seeOther(
+            await sso.answerTerminal(deps, true, readSsoCookie(request), request.headers.get('origin')),
+          ),
+        ),
+      {
+        public: true,
+        detail: {
+          tags,
+          summary:
+            "A terminal's sign-in confirmed in the browser (the form of the callback's page); 303 to the terminal's loopback with a one-time code",
+        },
+      },
+    )
+    .post(
+      '/oidc/cancel',
+      ({ request }) =>
+        inBrowser(request, async () =>
+          seeOther(
+            await sso.answerTerminal(deps, false, readSsoCookie(request), request.headers.get('origin')),
+          ),
+        ),
+      {
+        public: true,
+        detail: {
+          tags,
+          summary:
+            "A terminal's sign-in cancelled in the browser; 303 to the terminal's loopback with error=access_denied",
         },
       },
     )
@@ -141,6 +174,15 @@ const redirect = (location: string, cookie?: string) =>
     status: 302,
     headers: { location, 'cache-control': 'no-store', ...(cookie ? { 'set-cookie': cookie } : {}) },
   })
+
+/** The answer to a terminal's confirmation: the form's POST becomes a GET of the loopback. */
+const seeOther = (location: string) =>
+  new Response(null, {
+    status: 303,
+    headers: { location, 'cache-control': 'no-store', 'set-cookie': CLEARED_COOKIE },
+  })
+
+const CLEARED_COOKIE = `${sso.SSO_COOKIE}=; Path=/v1/auth/oidc; Max-Age=0; HttpOnly; SameSite=Lax`
 
 /**
  * docs/api.md §2: the cookie that ties a sign-in to the browser that started it. SameSite=Lax: the
@@ -177,7 +219,8 @@ async function inBrowser(request: Request, answer: () => Promise<Response>): Pro
         'cache-control': 'no-store',
         'x-content-type-options': 'nosniff',
         'referrer-policy': 'no-referrer',
-        'set-cookie': `${sso.SSO_COOKIE}=; Path=/v1/auth/oidc; Max-Age=0; HttpOnly; SameSite=Lax`,
+        'set-cookie': CLEARED_COOKIE,
+        ...error.headers,
       },
     })
   }
@@ -197,4 +240,37 @@ function errorPage(error: AppError): string {
     '<p><a href="/">Back to sign-in</a></p>',
     '</main></body></html>',
   ].join('\n')
+}
+
+/**
+ * docs/api.md §2: before a terminal's one-time code goes to its loopback, the person says yes. The
+ * form posts with no body: the gk_sso cookie names the sign-in, so nothing of it is in the page.
+ * No script runs here; no other site may frame it (a click on Continue is the person's own).
+ * Referrer-Policy same-origin: the form's POST carries this server's Origin, which confirm checks.
+ */
+function confirmPage(ask: { email: string; loopback: string }): Response {
+  const page = [
+    '<!doctype html>',
+    '<html lang="en"><head><meta charset="utf-8"><title>Confirm the sign-in · gridkeep</title></head>',
+    '<body><main>',
+    `<h1>A terminal is asking to sign in as ${escapeHtml(ask.email)}</h1>`,
+    `<p>The program listening at ${escapeHtml(ask.loopback)} on this computer will get a session as ${escapeHtml(ask.email)}.</p>`,
+    '<p>Continue only if you just ran <code>gridkeep login --sso</code> here. If you did not, cancel: someone may be trying to get into your account.</p>',
+    '<form method="post" action="/v1/auth/oidc/confirm">',
+    '<button type="submit">Continue</button>',
+    '<button type="submit" formaction="/v1/auth/oidc/cancel">Cancel</button>',
+    '</form>',
+    '</main></body></html>',
+  ].join('\n')
+  return new Response(page, {
+    status: 200,
+    headers: {
+      'content-type': 'text/html; charset=utf-8',
+      'content-security-policy': "default-src 'none'; frame-ancestors 'none'",
+      'x-frame-options': 'DENY',
+      'cache-control': 'no-store',
+      'x-content-type-options': 'nosniff',
+      'referrer-policy': 'same-origin',
+    },
+  })
 }

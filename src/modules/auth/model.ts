@@ -56,13 +56,15 @@ export const SsoModel = {
     },
     { additionalProperties: false },
   ),
+  // Described, not validated here: a malformed answer is a 400 invalid_callback, in words for a
+  // browser, checked by src/domain/sso-rules.ts checkCallback (a failed schema would answer JSON).
   callback: t.Object(
     {
-      code: t.Optional(t.String({ maxLength: 4096 })),
-      state: t.Optional(t.String({ maxLength: 512 })),
-      iss: t.Optional(t.String({ maxLength: 2000 })),
-      error: t.Optional(t.String({ maxLength: 200 })),
-      error_description: t.Optional(t.String({ maxLength: 2000 })),
+      code: t.Optional(t.Unknown({ description: 'The authorization code (at most 4096 characters)' })),
+      state: t.Optional(t.Unknown({ description: 'The sign-in’s state (at most 512 characters)' })),
+      iss: t.Optional(t.Unknown({ description: 'The issuer, RFC 9207 (at most 2000 characters)' })),
+      error: t.Optional(t.Unknown({ description: 'The provider’s refusal (at most 200 characters)' })),
+      error_description: t.Optional(t.Unknown({ description: 'Its words (at most 2000 characters)' })),
     },
     // Providers add their own parameters (Keycloak's session_state …).
     { additionalProperties: true },

@@ -32,8 +32,22 @@ export interface AuthorizationChecks {
 /** The provider of this server: its discovered configuration, kept once found. */
 export class IdentityProvider {
   private configuration: Promise<oidc.Configuration> | null = null
+  private warnedNoGroups = false
 
   constructor(private readonly config: Config) {}
+
+  /**
+   * docs/deployment.md "Single sign-on": OIDC_ADMIN_GROUPS is set and a sign-in came without a
+   * groups claim, so it changed no role. Said once per server: every sign-in would say it again.
+   */
+  noGroupsClaim() {
+    if (this.warnedNoGroups) return
+    this.warnedNoGroups = true
+    log.warn(
+      'the identity provider sent no groups claim: OIDC_ADMIN_GROUPS changes no role until it does (add the scope that carries groups to OIDC_SCOPES, or a groups mapper at the provider)',
+      { issuer: this.issuer },
+    )
+  }
 
   /** The issuer, as configured (the identities' key, docs/api.md §2). */
   get issuer(): string {
@@ -61,7 +75,9 @@ export class IdentityProvider {
    */
   async redeem(callbackUrl: URL, checks: AuthorizationChecks): Promise<SsoClaims> {
     const configuration = await this.discover()
+    let asking: 'token' | 'userinfo' = 'token'
     try {
+      checkIssuerParameter(callbackUrl.searchParams, configuration.serverMetadata())
       const tokens = await oidc.authorizationCodeGrant(configuration, callbackUrl, {
         expectedState: checks.state,
         expectedNonce: checks.nonce,
@@ -69,6 +85,7 @@ export class IdentityProvider {
         idTokenExpected: true,
       })
       const idToken = tokens.claims()!
+      asking = 'userinfo'
       // GitLab and others put groups and email only in the userinfo answer; its subject must be
       // the ID token's (openid-client checks it).
       const userinfo = configuration.serverMetadata().userinfo_endpoint
@@ -76,7 +93,7 @@ export class IdentityProvider {
         : {}
       return claimsOf({ ...idToken, ...userinfo, sub: idToken.sub })
     } catch (error) {
-      throw this.failure(error)
+      throw this.failure(error, asking)
     }
   }
 
@@ -106,7 +123,7 @@ export class IdentityProvider {
   }
 
   /** docs/api.md §2 "Single sign-on", errors: what a failure of the provider exchange answers. */
-  private failure(error: unknown): AppError {
+  private failure(error: unknown, asking: 'token' | 'userinfo' = 'token'): AppError {
     if (error instanceof AppError) return error
     const timeout = this.config.OIDC_TIMEOUT_SECONDS
     const unavailable = (why: string) => {
@@ -132,8 +149,13 @@ export class IdentityProvider {
         `refused gridkeep's request (${error.error}); check OIDC_CLIENT_ID and OIDC_CLIENT_SECRET`,
       )
     }
+    // A 401 with WWW-Authenticate: at the token endpoint, the client's credentials (invalid_client).
     if (error instanceof oidc.WWWAuthenticateChallengeError)
-      return unavailable('refused the userinfo request')
+      return asking === 'userinfo'
+        ? unavailable('refused the userinfo request')
+        : unavailable(
+            `refused gridkeep's request (${error.cause[0]?.parameters.error ?? error.status}); check OIDC_CLIENT_ID and OIDC_CLIENT_SECRET`,
+          )
     const code = (error as { code?: unknown }).code
     // A fetch that never got an answer (refused, reset, unresolvable); openid-client's own argument
     // errors are TypeErrors too, with ERR_INVALID_ARG_* codes, and are bugs.
@@ -164,6 +186,30 @@ export class IdentityProvider {
       ? (error as AppError)
       : new AppError(500, 'internal_error', 'Internal server error')
   }
+}
+
+/**
+ * RFC 9207: a provider that says it names itself in its answers (Keycloak, oidc-provider …) must, and
+ * with its own issuer; an answer that does not is malformed (docs/api.md §2: 400 `invalid_callback`),
+ * whether it carries a code or an error — no ID token was looked at.
+ */
+function checkIssuerParameter(query: URLSearchParams, metadata: oidc.ServerMetadata) {
+  const iss = query.get('iss')
+  const wrong =
+    iss === null
+      ? metadata.authorization_response_iss_parameter_supported === true
+        ? 'it does not name its issuer (iss)'
+        : null
+      : iss !== metadata.issuer
+        ? `it names another issuer (iss) than ${metadata.issuer}`
+        : null
+  if (wrong)
+    throw new AppError(
+      400,
+      'invalid_callback',
+      `The identity provider's answer is malformed: ${wrong}; start the sign-in again`,
+      'iss',
+    )
 }
 
 /** The library's words and those of its cause: `unexpected JWT "aud" (audience) claim value`. */

@@ -1,3 +1,4 @@
+import { ConfigError } from '../../config'
 import type { UserRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import {
@@ -103,21 +104,26 @@ export async function issueSession(deps: Deps, user: UserRow, method: SignInMeth
     throw forbidden('account_disabled', 'This account has been deactivated')
   }
   await deps.store.audit.record(asUser(audit, user.id), [signedIn(user, method)], deps.clock.now())
-  const { token, expiresIn } = await deps.tokens.sign(user.id, user.token_version)
+  const sso = method === 'sso'
+  const { token, expiresIn } = await deps.tokens.sign(user.id, user.token_version, { sso })
   log.info('signed in', { user_id: user.id, method })
+  // docs/api.md §1: must_change_password is about passwords; a single sign-on session is not held back.
+  const mustChange = user.must_change_password && !sso
   return {
     access_token: token,
     token_type: 'bearer' as const,
     expires_in: expiresIn,
     platform_role: user.platform_role,
-    must_change_password: user.must_change_password,
-    user: toUserObject(user),
+    must_change_password: mustChange,
+    user: { ...toUserObject(user), must_change_password: mustChange },
   }
 }
 
+/** The caller's profile; `must_change_password` as it holds for this session (docs/api.md §1). */
 export async function me(deps: Deps & CredentialState, principal: UserPrincipal) {
   const memberships = await deps.store.orgs.listMembershipsOf(principal.user.id)
-  return { ...toUserObject(principal.user), memberships }
+  const user = toUserObject(principal.user)
+  return { ...user, must_change_password: user.must_change_password && !principal.sso, memberships }
 }
 
 export async function changePassword(
@@ -126,7 +132,15 @@ export async function changePassword(
   input: { current_password: string; new_password: string },
   audit: AuditContext,
 ) {
+  checkPasswordLogin(deps)
   const user = principal.user
+  // docs/api.md §2: an account made by single sign-on has no password to give as the current one.
+  if (user.password_hash === '')
+    throw badRequest(
+      'invalid_current_password',
+      `This account has no password (it signs in with ${deps.config.OIDC_NAME}); set one with forgot-password`,
+      'current_password',
+    )
   if (!(await deps.passwords.verify(input.current_password, user.password_hash))) {
     throw badRequest('invalid_current_password', 'The current password is not correct', 'current_password')
   }
@@ -216,14 +230,12 @@ export async function ensureSuperadmin(
     SYSTEM_AUDIT,
   ).catch(async (error) => {
     // docs/api.md §12: instances starting together race for the first superadmin; the losers find
-    // the winner's. An ordinary user holding ADMIN_EMAIL still stops the start.
-    if (
-      error instanceof AppError &&
-      error.errorCode === 'email_taken' &&
-      (await deps.store.accounts.hasSuperadmin())
+    // the winner's. An ordinary user holding ADMIN_EMAIL still stops the start, with one line.
+    if (!(error instanceof AppError) || error.errorCode !== 'email_taken') throw error
+    if (await deps.store.accounts.hasSuperadmin()) return null
+    throw new ConfigError(
+      `invalid configuration: ADMIN_EMAIL: there is no superadmin, and ${deps.config.ADMIN_EMAIL} is an account that is not one, so no first superadmin can be made; set ADMIN_EMAIL to an unused address to make one, then sign in with it and give the role back on the Admin page`,
     )
-      return null
-    throw error
   })
   if (!user) return null
   log.info('created superadmin', { user_id: user.id, email: user.email })

@@ -31,8 +31,11 @@ export type NewUser = {
   must_change_password?: boolean
 } & (
   | { password: string; identity?: undefined }
-  /** An account made by single sign-on has no password until its owner sets one. */
-  | { password?: undefined; identity: Identity }
+  /**
+   * No password until its owner sets one: an account made by single sign-on (with its identity),
+   * or by an admin while passwords are off (docs/api.md §9).
+   */
+  | { password?: undefined; identity?: Identity }
 )
 
 /** The one place an account is made: the user, their Personal Org and its owner membership. */

@@ -138,7 +138,7 @@ export async function claimBatch(
       input_file_id: batch.input_file_id,
       // docs/api.md §16: a shard's input path serves exactly its lines; docs/api.md §7 input_path: a
       // whole batch in an order of its own is served in that order to a worker that declared
-      // shards, and any other (an older daemon, a third-party worker) gets SPEC §4's plain path and
+      // shards, and any other (an older daemon, a third-party worker) gets the plain path and
       // runs the file order.
       input_path: shard
         ? `/v1/files/${batch.input_file_id}/content?shard=${shard.id}`

@@ -1,7 +1,7 @@
 import { and, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { UserRow } from '../../db/schema'
-import { checkLastSuperadmin } from '../../domain/admin-rules'
+import { changesRole, checkLastSuperadmin } from '../../domain/admin-rules'
 import { passwordChanged, passwordReset, userChanged, userCreated } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
@@ -125,7 +125,11 @@ export function postgresAccounts(db: PgDb): AccountsStore {
         checkLastSuperadmin(target, changes, others)
         const [row] = await tx
           .update(users)
-          .set({ ...changes, updated_at: now })
+          .set({
+            ...changes,
+            ...(changesRole(target, changes) ? { token_version: sql`${users.token_version} + 1` } : {}),
+            updated_at: now,
+          })
           .where(eq(users.id, id))
           .returning()
         await appendAudit(tx, audit, userChanged(target, row!), now)

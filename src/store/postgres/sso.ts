@@ -1,7 +1,14 @@
-import { and, eq, gt, isNull, lt, sql } from 'drizzle-orm'
+import { and, eq, gt, isNotNull, isNull, lt, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { SsoLoginRow, UserRow } from '../../db/schema'
-import { type AuditContext, identityLinked, ssoActors, ssoRoleChanged } from '../../domain/audit'
+import { takesLastSuperadmin } from '../../domain/admin-rules'
+import {
+  type AuditContext,
+  identityLinked,
+  ssoActors,
+  ssoRoleChanged,
+  ssoRoleRefused,
+} from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { SSO_LOGIN_KEPT_SECONDS, type SsoStore } from '../sso'
 import { appendAudit } from './audit'
@@ -21,8 +28,11 @@ export const identityConflict = () =>
   )
 
 /**
- * The role OIDC_ADMIN_GROUPS decides, and its entry when it changes (docs/api.md §17): the row is
- * locked first, so two sign-ins at once record the change once.
+ * The role OIDC_ADMIN_GROUPS decides, and its entry when it changes (docs/api.md §17). The last
+ * active superadmin is never demoted by it (src/domain/admin-rules.ts): the role is kept, and the
+ * refusal recorded. The account and every active superadmin are locked first, in the order
+ * PATCH /v1/admin/users takes them: two demotions at once take turns, and the second counts what
+ * the first left.
  */
 async function setRole(
   tx: PgTx,
@@ -33,23 +43,38 @@ async function setRole(
   audit: AuditContext,
 ) {
   if (role === undefined) return
-  const [before] = await tx
-    .select({ role: users.platform_role })
+  const locked = await tx
+    .select()
     .from(users)
-    .where(eq(users.id, userId))
-    .for('update')
-  if (!before || before.role === role) return
+    .where(or(eq(users.id, userId), and(eq(users.platform_role, 'superadmin'), eq(users.is_active, true))))
+    .orderBy(users.seq)
+    .for('no key update')
+  const before = locked.find((u) => u.id === userId) as UserRow | undefined
+  if (!before || before.platform_role === role) return
+  const others = locked.filter(
+    (u) => u.id !== userId && u.platform_role === 'superadmin' && u.is_active,
+  ).length
+  const actor = ssoActors(audit, userId).groups
+  if (takesLastSuperadmin(before, { platform_role: role }, others)) {
+    await appendAudit(tx, actor, ssoRoleRefused(userId, before.platform_role, role, issuer), now)
+    return
+  }
   await tx
     .update(users)
-    .set({ platform_role: role, updated_at: now })
+    .set({ platform_role: role, token_version: sql`${users.token_version} + 1`, updated_at: now })
     .where(and(eq(users.id, userId), sql`${users.platform_role} <> ${role}`))
-  await appendAudit(
-    tx,
-    ssoActors(audit, userId).groups,
-    ssoRoleChanged(userId, before.role as UserRow['platform_role'], role, issuer),
-    now,
-  )
+  await appendAudit(tx, actor, ssoRoleChanged(userId, before.platform_role, role, issuer), now)
 }
+
+/** A terminal's sign-in in this browser, vouched for, whose code waits for the person's word. */
+const awaitingConfirmation = (browserHash: string, now: number) =>
+  and(
+    eq(ssoLogins.browser_hash, browserHash),
+    isNotNull(ssoLogins.redirect_uri),
+    isNotNull(ssoLogins.user_id),
+    isNull(ssoLogins.code_hash),
+    gt(ssoLogins.expires_at, now),
+  )
 
 export function postgresSso(db: PgDb): SsoStore {
   return {
@@ -58,13 +83,14 @@ export function postgresSso(db: PgDb): SsoStore {
       await db.insert(ssoLogins).values(login)
     },
 
-    async takeLogin(stateHash, now) {
+    async takeLogin(stateHash, browserHash, now) {
       const [row] = await db
         .update(ssoLogins)
         .set({ state_used_at: now })
         .where(
           and(
             eq(ssoLogins.state_hash, stateHash),
+            eq(ssoLogins.browser_hash, browserHash),
             isNull(ssoLogins.state_used_at),
             gt(ssoLogins.expires_at, now),
           ),
@@ -73,11 +99,27 @@ export function postgresSso(db: PgDb): SsoStore {
       return row as SsoLoginRow | undefined
     },
 
-    async grantCode(stateHash, codeHash, userId, expiresAt) {
+    async grantCode(stateHash, userId, code) {
       await db
         .update(ssoLogins)
-        .set({ code_hash: codeHash, user_id: userId, code_expires_at: expiresAt })
-        .where(and(eq(ssoLogins.state_hash, stateHash), isNull(ssoLogins.code_hash)))
+        .set({ user_id: userId, code_hash: code?.hash ?? null, code_expires_at: code?.expires_at ?? null })
+        .where(
+          and(eq(ssoLogins.state_hash, stateHash), isNull(ssoLogins.user_id), isNull(ssoLogins.code_hash)),
+        )
+    },
+
+    async confirmLogin(browserHash, code, now) {
+      const [row] = await db
+        .update(ssoLogins)
+        .set({ code_hash: code.hash, code_expires_at: code.expires_at })
+        .where(awaitingConfirmation(browserHash, now))
+        .returning()
+      return row as SsoLoginRow | undefined
+    },
+
+    async cancelLogin(browserHash, now) {
+      const [row] = await db.delete(ssoLogins).where(awaitingConfirmation(browserHash, now)).returning()
+      return row as SsoLoginRow | undefined
     },
 
     async redeemCode(codeHash, now) {
@@ -136,9 +178,9 @@ export function postgresSso(db: PgDb): SsoStore {
       }
     },
 
-    async hasLinkedSuperadmin(issuer) {
-      const [row] = await db
-        .select({ id: users.id })
+    async linkedSuperadmins(issuer) {
+      return db
+        .select({ user_id: users.id, email: userIdentities.email })
         .from(userIdentities)
         .innerJoin(users, eq(users.id, userIdentities.user_id))
         .where(
@@ -148,8 +190,6 @@ export function postgresSso(db: PgDb): SsoStore {
             eq(users.is_active, true),
           ),
         )
-        .limit(1)
-      return !!row
     },
   }
 }

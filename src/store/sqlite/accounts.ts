@@ -2,7 +2,7 @@ import { and, count, eq, gt, inArray, isNull, ne, sql } from 'drizzle-orm'
 import { preparedOnce } from '../../db/prepared'
 import { memberships, organizations, passwordResetTokens, type UserRow, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
-import { checkLastSuperadmin } from '../../domain/admin-rules'
+import { changesRole, checkLastSuperadmin } from '../../domain/admin-rules'
 import { passwordChanged, passwordReset, userChanged, userCreated } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { newId } from '../../lib/ids'
@@ -104,7 +104,11 @@ export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
         checkLastSuperadmin(target, changes, others)
         const updated = tx
           .update(users)
-          .set({ ...changes, updated_at: now })
+          .set({
+            ...changes,
+            ...(changesRole(target, changes) ? { token_version: sql`${users.token_version} + 1` } : {}),
+            updated_at: now,
+          })
           .where(eq(users.id, id))
           .returning()
           .get()

@@ -1,7 +1,14 @@
-import { and, eq, gt, isNull, lt, sql } from 'drizzle-orm'
+import { and, count, eq, gt, isNotNull, isNull, lt, ne, sql } from 'drizzle-orm'
 import { ssoLogins, type UserRow, userIdentities, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
-import { type AuditContext, identityLinked, ssoActors, ssoRoleChanged } from '../../domain/audit'
+import { takesLastSuperadmin } from '../../domain/admin-rules'
+import {
+  type AuditContext,
+  identityLinked,
+  ssoActors,
+  ssoRoleChanged,
+  ssoRoleRefused,
+} from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { type Identity, SSO_LOGIN_KEPT_SECONDS, type SsoStore } from '../sso'
 import { appendAudit } from './audit'
@@ -38,7 +45,11 @@ export function insertIdentity(tx: Tx, userId: string, identity: Identity, now: 
     .run()
 }
 
-/** The role OIDC_ADMIN_GROUPS decides, and its entry when it changes (docs/api.md §17). */
+/**
+ * The role OIDC_ADMIN_GROUPS decides, and its entry when it changes (docs/api.md §17). The last
+ * active superadmin is never demoted by it (src/domain/admin-rules.ts): the role is kept, and the
+ * refusal recorded.
+ */
 function setRole(
   tx: Tx,
   userId: string,
@@ -48,14 +59,34 @@ function setRole(
   audit: AuditContext,
 ) {
   if (role === undefined) return
-  const before = tx.select({ role: users.platform_role }).from(users).where(eq(users.id, userId)).get()
-  if (!before || before.role === role) return
+  const before = tx.select().from(users).where(eq(users.id, userId)).get()
+  if (!before || before.platform_role === role) return
+  const others = tx
+    .select({ n: count() })
+    .from(users)
+    .where(and(eq(users.platform_role, 'superadmin'), eq(users.is_active, true), ne(users.id, userId)))
+    .get()!.n
+  const actor = ssoActors(audit, userId).groups
+  if (takesLastSuperadmin(before, { platform_role: role }, others)) {
+    appendAudit(tx, actor, ssoRoleRefused(userId, before.platform_role, role, issuer), now)
+    return
+  }
   tx.update(users)
-    .set({ platform_role: role, updated_at: now })
+    .set({ platform_role: role, token_version: sql`${users.token_version} + 1`, updated_at: now })
     .where(and(eq(users.id, userId), sql`${users.platform_role} <> ${role}`))
     .run()
-  appendAudit(tx, ssoActors(audit, userId).groups, ssoRoleChanged(userId, before.role, role, issuer), now)
+  appendAudit(tx, actor, ssoRoleChanged(userId, before.platform_role, role, issuer), now)
 }
+
+/** A terminal's sign-in in this browser, vouched for, whose code waits for the person's word. */
+const awaitingConfirmation = (browserHash: string, now: number) =>
+  and(
+    eq(ssoLogins.browser_hash, browserHash),
+    isNotNull(ssoLogins.redirect_uri),
+    isNotNull(ssoLogins.user_id),
+    isNull(ssoLogins.code_hash),
+    gt(ssoLogins.expires_at, now),
+  )
 
 export function sqliteSso({ db }: SqliteDeps): SsoStore {
   return {
@@ -68,13 +99,14 @@ export function sqliteSso({ db }: SqliteDeps): SsoStore {
       })
     },
 
-    async takeLogin(stateHash, now) {
+    async takeLogin(stateHash, browserHash, now) {
       return db
         .update(ssoLogins)
         .set({ state_used_at: now })
         .where(
           and(
             eq(ssoLogins.state_hash, stateHash),
+            eq(ssoLogins.browser_hash, browserHash),
             isNull(ssoLogins.state_used_at),
             gt(ssoLogins.expires_at, now),
           ),
@@ -83,11 +115,26 @@ export function sqliteSso({ db }: SqliteDeps): SsoStore {
         .get()
     },
 
-    async grantCode(stateHash, codeHash, userId, expiresAt) {
+    async grantCode(stateHash, userId, code) {
       db.update(ssoLogins)
-        .set({ code_hash: codeHash, user_id: userId, code_expires_at: expiresAt })
-        .where(and(eq(ssoLogins.state_hash, stateHash), isNull(ssoLogins.code_hash)))
+        .set({ user_id: userId, code_hash: code?.hash ?? null, code_expires_at: code?.expires_at ?? null })
+        .where(
+          and(eq(ssoLogins.state_hash, stateHash), isNull(ssoLogins.user_id), isNull(ssoLogins.code_hash)),
+        )
         .run()
+    },
+
+    async confirmLogin(browserHash, code, now) {
+      return db
+        .update(ssoLogins)
+        .set({ code_hash: code.hash, code_expires_at: code.expires_at })
+        .where(awaitingConfirmation(browserHash, now))
+        .returning()
+        .get()
+    },
+
+    async cancelLogin(browserHash, now) {
+      return db.delete(ssoLogins).where(awaitingConfirmation(browserHash, now)).returning().get()
     },
 
     async redeemCode(codeHash, now) {
@@ -139,9 +186,9 @@ export function sqliteSso({ db }: SqliteDeps): SsoStore {
       })
     },
 
-    async hasLinkedSuperadmin(issuer) {
-      return !!db
-        .select({ id: users.id })
+    async linkedSuperadmins(issuer) {
+      return db
+        .select({ user_id: users.id, email: userIdentities.email })
         .from(userIdentities)
         .innerJoin(users, eq(users.id, userIdentities.user_id))
         .where(
@@ -151,7 +198,7 @@ export function sqliteSso({ db }: SqliteDeps): SsoStore {
             eq(users.is_active, true),
           ),
         )
-        .get()
+        .all()
     },
   }
 }

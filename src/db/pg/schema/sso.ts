@@ -33,6 +33,7 @@ export const ssoLogins = pgTable(
     redirect_uri: text(),
     client_state: text(),
     code_challenge: text(),
+    browser_hash: text().unique(),
     created_at: bigint({ mode: 'number' }).notNull(),
     expires_at: bigint({ mode: 'number' }).notNull(),
     state_used_at: bigint({ mode: 'number' }),
