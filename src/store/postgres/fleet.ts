@@ -6,7 +6,7 @@ import type { WorkerRow } from '../../db/schema'
 import { workerRemoved } from '../../domain/audit'
 import { inventoryPlan } from '../../domain/inventory-plan'
 import { machineLookup, orgGone, registerPlan } from '../../domain/register-plan'
-import { type RequeueOutcome, type RequeueReason, removedRequeue } from '../../domain/requeue'
+import { type RequeueCause, type RequeueOutcome, removedRequeue } from '../../domain/requeue'
 import { isShardId } from '../../domain/shards'
 import { checkHolder, checkProgress } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
@@ -177,8 +177,7 @@ async function requeueAllHeld(
   tx: PgTx,
   maxAttempts: number,
   workerId: string,
-  reason: RequeueReason,
-  error: string,
+  cause: RequeueCause,
   now: number,
 ): Promise<RequeueOutcome[]> {
   const requeued: RequeueOutcome[] = []
@@ -201,11 +200,11 @@ async function requeueAllHeld(
     .orderBy(asc(batchAssignments.seq))
     .for('update', { of: batches })
   for (const b of held) {
-    const outcome = await requeueLocked(tx, maxAttempts, b, reason, error, now)
+    const outcome = await requeueLocked(tx, maxAttempts, b, cause, now)
     if (outcome) requeued.push(outcome)
   }
   // docs/api.md §16: and each shard it held, as that shard's attempt.
-  requeued.push(...(await requeueHeldShards(tx, maxAttempts, workerId, reason, error, now)))
+  requeued.push(...(await requeueHeldShards(tx, maxAttempts, workerId, cause, now)))
   return requeued
 }
 
@@ -245,9 +244,8 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       const requeued: RequeueOutcome[] = []
       let worker: WorkerRow
       if (plan.kind === 'reuse') {
-        const { reason, error } = plan.requeue
         // docs/api.md §7: whatever the old incarnation held is requeued as a failed attempt.
-        requeued.push(...(await requeueAllHeld(tx, maxAttempts, plan.workerId, reason, error, r.now)))
+        requeued.push(...(await requeueAllHeld(tx, maxAttempts, plan.workerId, plan.requeue, r.now)))
         ;[worker] = (await tx
           .update(workers)
           .set({ ...plan.set, hosting_seq: sql`${workers.hosting_seq} + 1` })
@@ -290,8 +288,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .where(and(eq(workers.id, workerId), eq(workers.org_id, orgId)))
           .for('update')) as WorkerRow[]
         if (!worker) return undefined
-        const { reason, error } = removedRequeue(worker)
-        const requeued = await requeueAllHeld(tx, maxAttempts, worker.id, reason, error, now)
+        const requeued = await requeueAllHeld(tx, maxAttempts, worker.id, removedRequeue(worker), now)
         // Its runtimes, GPUs, models, pull asks and back-offs go with it (ON DELETE CASCADE).
         await tx.delete(workers).where(eq(workers.id, worker.id))
         await appendAudit(

@@ -5,7 +5,7 @@ import * as schema from '../../db/pg/schema'
 import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
 import { BATCH_TRANSITIONS } from '../../domain/batch-states'
 import { placeHeads, slugsToAge } from '../../domain/placement'
-import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
+import { countsAttempt, type RequeueCause, type RequeueOutcome, requeueDecision } from '../../domain/requeue'
 import { isShardId, tallyShards } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
@@ -52,11 +52,10 @@ export async function requeueLocked(
   tx: PgTx,
   maxAttempts: number,
   batch: { id: string; attempts: number; request_counts_total: number; model: string | null },
-  reason: RequeueReason,
-  errorText: string,
+  { reason, error }: RequeueCause,
   now: number,
 ): Promise<RequeueOutcome | null> {
-  const decision = requeueDecision(batch, maxAttempts, errorText, now, countsAttempt(reason))
+  const decision = requeueDecision(batch, maxAttempts, error, now, countsAttempt(reason))
   await tx.delete(batchAssignments).where(eq(batchAssignments.batch_id, batch.id))
   if (!(await transition(tx, batch.id, decision.event, now, decision.changes, reason))) return null
   return decision.outcome
@@ -404,15 +403,8 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
         if (isShardId(r.jobId)) {
           const locked = heldShard(await lockShard(tx, r.jobId), r.workerId, r.assignmentId)
           // Locked and seen running, its batch in_progress, by the holder rule: this copy ends.
-          return (await endShardCopyLocked(
-            tx,
-            maxAttempts,
-            locked,
-            locked.copy,
-            'reported_failure',
-            r.error,
-            r.now,
-          ))!
+          const cause = { reason: 'reported_failure', error: r.error } as const
+          return (await endShardCopyLocked(tx, maxAttempts, locked, locked.copy, cause, r.now))!
         }
         const [row] = await tx
           .select({
@@ -431,7 +423,13 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .for('update', { of: batches })
         const held = checkHolder(row, r.workerId, r.assignmentId)
         // Locked and seen in_progress by the holder rule: the requeue happens.
-        return (await requeueLocked(tx, maxAttempts, held, 'reported_failure', r.error, r.now))!
+        return (await requeueLocked(
+          tx,
+          maxAttempts,
+          held,
+          { reason: 'reported_failure', error: r.error },
+          r.now,
+        ))!
       })
     },
 
@@ -467,9 +465,9 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .for('update', { of: batches })
         const requeues: SweepOutcome['requeues'] = []
         for (const o of orphans) {
-          const { reason, error } = silentRequeue(o.worker_id)
-          const outcome = await requeueLocked(tx, maxAttempts, o, reason, error, now)
-          if (outcome) requeues.push({ ...outcome, reason })
+          const cause = silentRequeue(o.worker_id)
+          const outcome = await requeueLocked(tx, maxAttempts, o, cause, now)
+          if (outcome) requeues.push({ ...outcome, reason: cause.reason })
         }
         for (const outcome of await requeueSilentShards(tx, maxAttempts, cutoff, now)) {
           requeues.push({ ...outcome, reason: SILENT_REASON })

@@ -4,7 +4,13 @@ import { alias } from 'drizzle-orm/pg-core'
 import * as schema from '../../db/pg/schema'
 import type { BatchRow, BatchShardRow } from '../../db/schema'
 import { BATCH_TRANSITIONS } from '../../domain/batch-states'
-import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
+import {
+  countsAttempt,
+  type RequeueCause,
+  type RequeueOutcome,
+  type RequeueReason,
+  requeueDecision,
+} from '../../domain/requeue'
 import {
   type BackupCandidate,
   type CopyCounts,
@@ -407,14 +413,13 @@ export async function endShardCopyLocked(
   maxAttempts: number,
   locked: LockedShard,
   copy: ShardCopy,
-  reason: RequeueReason,
-  errorText: string,
+  cause: RequeueCause,
   now: number,
 ): Promise<RequeueOutcome | null> {
   const { shard, batch } = locked
   if (shard.status !== 'running' || batch.status !== 'in_progress') return null
-  const plan = copyEnded(shard, copy, errorText, countsAttempt(reason))
-  if (plan.kind === 'requeue') return requeueShardLocked(tx, maxAttempts, locked, reason, errorText, now)
+  const plan = copyEnded(shard, copy, cause.error, countsAttempt(cause.reason))
+  if (plan.kind === 'requeue') return requeueShardLocked(tx, maxAttempts, shard, batch, cause, now)
   const { holder, backup } = copiesOf(shard)
   const before = shardCounts(holder, backup)
   const after = plan.kind === 'promote' ? backup! : holder
@@ -474,25 +479,24 @@ export async function endShardCopyLocked(
 }
 
 /**
- * One failed attempt of a running shard with no other copy, locked by the caller (the requeue rule,
- * per shard: docs/api.md §16). The shard waits again, offered before any new shard; the batch fails
- * when the shard's attempts are used up, goes back to validated when no other shard runs or is
- * done, and otherwise stays in_progress with its shards' highest attempts. Null for a stale caller.
+ * One failed attempt of a running shard with no other copy, locked by the caller and seen running in
+ * its in_progress batch (the requeue rule, per shard: docs/api.md §16). The shard waits again,
+ * offered before any new shard; the batch fails when the shard's attempts are used up, goes back to
+ * validated when no other shard runs or is done, and otherwise stays in_progress with its shards'
+ * highest attempts. Null for a stale caller.
  */
 async function requeueShardLocked(
   tx: PgTx,
   maxAttempts: number,
-  locked: LockedShard,
-  reason: RequeueReason,
-  errorText: string,
+  shard: BatchShardRow,
+  batch: BatchRow,
+  { reason, error }: RequeueCause,
   now: number,
 ): Promise<RequeueOutcome | null> {
-  const { shard, batch } = locked
-  if (shard.status !== 'running' || batch.status !== 'in_progress') return null
   const decision = requeueDecision(
     { ...batch, attempts: shard.attempts },
     maxAttempts,
-    errorText,
+    error,
     now,
     countsAttempt(reason),
   )
@@ -617,7 +621,7 @@ async function endLeases(tx: PgTx, maxAttempts: number, leases: Lease[], reason:
           ? 'backup'
           : null
     if (!copy) continue
-    out[i] = await endShardCopyLocked(tx, maxAttempts, locked, copy, reason, l.error, now)
+    out[i] = await endShardCopyLocked(tx, maxAttempts, locked, copy, { reason, error: l.error }, now)
   }
   return out.filter((o) => o !== null)
 }
@@ -627,8 +631,7 @@ export async function requeueHeldShards(
   tx: PgTx,
   maxAttempts: number,
   workerId: string,
-  reason: RequeueReason,
-  error: string,
+  { reason, error }: RequeueCause,
   now: number,
 ) {
   const held = (await tx.execute(sql`

@@ -360,9 +360,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         let worker: WorkerRow
         if (plan.kind === 'reuse') {
           // docs/api.md §7: whatever the old incarnation held is requeued as a failed attempt.
-          requeued.push(
-            ...requeueHeldInTx(deps, plan.workerId, plan.requeue.reason, plan.requeue.error, r.now),
-          )
+          requeued.push(...requeueHeldInTx(deps, plan.workerId, plan.requeue, r.now))
           worker = tx
             .update(workers)
             .set({ ...plan.set, hosting_seq: sql`${workers.hosting_seq} + 1` })
@@ -393,8 +391,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
           .where(and(eq(workers.id, workerId), eq(workers.org_id, orgId)))
           .get()
         if (!worker) return undefined
-        const { reason, error } = removedRequeue(worker)
-        const requeued = requeueHeldInTx(deps, worker.id, reason, error, now)
+        const requeued = requeueHeldInTx(deps, worker.id, removedRequeue(worker), now)
         // Its runtimes, GPUs, models, pull asks and back-offs go with it (ON DELETE CASCADE).
         tx.delete(workers).where(eq(workers.id, worker.id)).run()
         appendAudit(tx, audit, [workerRemoved(worker, [...new Set(requeued.map((r) => r.batch_id))])], now)

@@ -4,7 +4,7 @@ import { preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches, files, modelPulls, workers } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { placeHeads, slugsToAge } from '../../domain/placement'
-import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
+import { countsAttempt, type RequeueCause, type RequeueOutcome, requeueDecision } from '../../domain/requeue'
 import { checkShardHolder, isShardId, type ShardState, tallyShards } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
@@ -171,39 +171,26 @@ const stmts = preparedOnce((db: Db) => ({
 export function requeueInTx(
   deps: SqliteDeps,
   batchId: string,
-  reason: RequeueReason,
-  errorText: string,
+  { reason, error }: RequeueCause,
   now: number,
 ): RequeueOutcome | null {
   const s = stmts(deps)
   const batch = s.batch.get({ id: batchId })
   if (batch?.status !== 'in_progress') return null
-  const decision = requeueDecision(
-    batch,
-    deps.config.MAX_BATCH_ATTEMPTS,
-    errorText,
-    now,
-    countsAttempt(reason),
-  )
+  const decision = requeueDecision(batch, deps.config.MAX_BATCH_ATTEMPTS, error, now, countsAttempt(reason))
   s.dropAssignment.run({ id: batchId })
   if (!transition(deps, batchId, decision.event, now, decision.changes, reason)) return null
   return decision.outcome
 }
 
 /** Inside the caller's writeTx: requeues every batch `workerId` still holds (re-registration, removal). */
-export function requeueHeldInTx(
-  deps: SqliteDeps,
-  workerId: string,
-  reason: RequeueReason,
-  error: string,
-  now: number,
-) {
+export function requeueHeldInTx(deps: SqliteDeps, workerId: string, cause: RequeueCause, now: number) {
   const out: RequeueOutcome[] = []
   for (const a of stmts(deps).held.all({ id: workerId })) {
-    const outcome = requeueInTx(deps, a.batch_id, reason, error, now)
+    const outcome = requeueInTx(deps, a.batch_id, cause, now)
     if (outcome) out.push(outcome)
   }
-  out.push(...requeueHeldShardsInTx(deps, workerId, reason, error, now))
+  out.push(...requeueHeldShardsInTx(deps, workerId, cause, now))
   return out
 }
 
@@ -327,16 +314,17 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
     },
 
     async reportFailure(r: FailureReport) {
+      const cause = { reason: 'reported_failure', error: r.error } as const
       return writeTx(deps.db, () => {
         if (isShardId(r.jobId)) {
           const s = shardStatements(deps)
           const held = checkShardHolder(s.holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
           // Seen running, its batch in_progress, by the holder rule: this copy ends.
-          return endShardCopyInTx(deps, r.jobId, held.copy, 'reported_failure', r.error, r.now)!
+          return endShardCopyInTx(deps, r.jobId, held.copy, cause, r.now)!
         }
         checkHolder(stmts(deps).holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
         // The holder rule saw the batch in_progress inside this transaction: the requeue happens.
-        return requeueInTx(deps, r.jobId, 'reported_failure', r.error, r.now)!
+        return requeueInTx(deps, r.jobId, cause, r.now)!
       })
     },
 
@@ -365,9 +353,9 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           .all()
         const requeues: SweepOutcome['requeues'] = []
         for (const o of orphans) {
-          const { reason, error } = silentRequeue(o.worker_id)
-          const outcome = requeueInTx(deps, o.batch_id, reason, error, now)
-          if (outcome) requeues.push({ ...outcome, reason })
+          const cause = silentRequeue(o.worker_id)
+          const outcome = requeueInTx(deps, o.batch_id, cause, now)
+          if (outcome) requeues.push({ ...outcome, reason: cause.reason })
         }
         for (const outcome of requeueSilentShardsInTx(deps, cutoff, now)) {
           requeues.push({ ...outcome, reason: SILENT_REASON })
