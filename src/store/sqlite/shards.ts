@@ -50,6 +50,15 @@ interface Holding {
 
 const stmts = preparedOnce((db: Db) => {
   const id = sql.placeholder('id')
+  // A shard running on the polling worker: what a take of a waiting shard and a cut of a new one write.
+  const running = {
+    status: 'running' as const,
+    worker_id: sql.placeholder('worker_id') as never,
+    org_id: sql.placeholder('org_id') as never,
+    assignment_id: sql.placeholder('assignment_id') as never,
+    assigned_at: sql.placeholder('now') as never,
+    updated_at: sql.placeholder('now') as never,
+  }
   return {
     // Guided sizing: the online shard-capable workers hosting one of the model's runtime names.
     eligible: db.$client.prepare<{ n: number }, { names: string; cutoff: number }>(
@@ -92,14 +101,7 @@ const stmts = preparedOnce((db: Db) => {
     ),
     take: db
       .update(batchShards)
-      .set({
-        status: 'running',
-        worker_id: sql.placeholder('worker_id') as never,
-        org_id: sql.placeholder('org_id') as never,
-        assignment_id: sql.placeholder('assignment_id') as never,
-        assigned_at: sql.placeholder('now') as never,
-        updated_at: sql.placeholder('now') as never,
-      })
+      .set(running)
       .where(and(eq(batchShards.id, id), eq(batchShards.status, 'waiting')))
       .returning()
       .prepare(),
@@ -113,12 +115,7 @@ const stmts = preparedOnce((db: Db) => {
           sql`(SELECT count(*) FROM batch_shards WHERE batch_id = ${sql.placeholder('batch_id')})` as never,
         first_request: sql.placeholder('first') as never,
         requests: sql.placeholder('requests') as never,
-        status: 'running',
-        worker_id: sql.placeholder('worker_id') as never,
-        org_id: sql.placeholder('org_id') as never,
-        assignment_id: sql.placeholder('assignment_id') as never,
-        assigned_at: sql.placeholder('now') as never,
-        updated_at: sql.placeholder('now') as never,
+        ...running,
       })
       .returning()
       .prepare(),
