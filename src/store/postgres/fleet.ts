@@ -11,6 +11,7 @@ import { isShardId } from '../../domain/shards'
 import { checkHolder, checkProgress } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
+import { hostedModelColumns } from '../columns'
 import {
   type Beat,
   type BeatAnswer,
@@ -29,7 +30,7 @@ import { appendAudit } from './audit'
 import { type PgDb, type PgTx, pipelined } from './db'
 import { isForeignKeyViolation } from './errors'
 import { pageRows } from './page'
-import { requeueLocked } from './queue'
+import { lockHolding, requeueLocked } from './queue'
 import { recordShardProgress, requeueHeldShards } from './shards'
 
 // The fleet on PostgreSQL, where several instances share one database. A read-then-write that
@@ -384,21 +385,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     async recordProgress(p) {
       await db.transaction(async (tx) => {
         if (isShardId(p.jobId)) return recordShardProgress(tx, p, (held) => checkProgress(held, p))
-        const [row] = await tx
-          .select({
-            status: batches.status,
-            total: batches.request_counts_total,
-            completed: batches.request_counts_completed,
-            failed: batches.request_counts_failed,
-            assignment_id: batchAssignments.id,
-            holder: batchAssignments.worker_id,
-            assignment_completed_at: batchAssignments.completed_at,
-          })
-          .from(batches)
-          .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
-          .where(eq(batches.id, p.jobId))
-          .for('update', { of: batches })
-        checkProgress(checkHolder(row, p.workerId, p.assignmentId), p)
+        checkProgress(checkHolder(await lockHolding(tx, p.jobId), p.workerId, p.assignmentId), p)
         await tx
           .update(batches)
           .set({ request_counts_completed: p.completed, request_counts_failed: p.failed, updated_at: p.now })
@@ -534,15 +521,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .from(workerRuntimes)
           .where(eq(workerRuntimes.worker_id, workerId)),
         db
-          .select({
-            name: workerModels.name,
-            runtime: workerModels.runtime,
-            digest: workerModels.digest,
-            loaded: workerModels.loaded,
-            advertised: workerModels.advertised,
-            configured: workerModels.configured,
-            on_disk: workerModels.on_disk,
-          })
+          .select(hostedModelColumns(workerModels))
           .from(workerModels)
           .where(eq(workerModels.worker_id, workerId)),
       ])
@@ -610,16 +589,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .where(inArray(workerRuntimes.worker_id, ids))
           .orderBy(asc(workerRuntimes.seq)),
         db
-          .select({
-            worker_id: workerModels.worker_id,
-            name: workerModels.name,
-            runtime: workerModels.runtime,
-            digest: workerModels.digest,
-            loaded: workerModels.loaded,
-            advertised: workerModels.advertised,
-            configured: workerModels.configured,
-            on_disk: workerModels.on_disk,
-          })
+          .select({ worker_id: workerModels.worker_id, ...hostedModelColumns(workerModels) })
           .from(workerModels)
           .where(inArray(workerModels.worker_id, ids))
           .orderBy(asc(workerModels.seq)),

@@ -12,6 +12,7 @@ import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
+import { holdingColumns } from '../columns'
 import {
   type Claimed,
   type ClaimRequest,
@@ -46,6 +47,17 @@ import { batchRow, transition } from './transition'
 // rows instead of queueing behind them; UNIQUE(batch_id) stays the backstop.
 
 const { batches, batchAssignments, files, workers, modelPulls, maintenanceRuns } = schema
+
+/** The batch a worker says it works on, locked, with its current assignment (if any): what the holder rule reads. */
+export async function lockHolding(tx: PgTx, batchId: string) {
+  const [row] = await tx
+    .select(holdingColumns(batches, batchAssignments))
+    .from(batches)
+    .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
+    .where(eq(batches.id, batchId))
+    .for('update', { of: batches })
+  return row
+}
 
 /** One failed attempt (or, for a removed worker, none) of a batch the caller has locked and seen in_progress (requeue rule). */
 export async function requeueLocked(
@@ -368,18 +380,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
 
     async recordResults(r: DeliveredResults) {
       return db.transaction(async (tx) => {
-        const [held] = await tx
-          .select({
-            status: batches.status,
-            holder: batchAssignments.worker_id,
-            assignment_id: batchAssignments.id,
-            assignment_completed_at: batchAssignments.completed_at,
-          })
-          .from(batches)
-          .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
-          .where(eq(batches.id, r.batchId))
-          .for('update', { of: batches })
-        checkHolder(held, r.workerId, r.assignmentId)
+        checkHolder(await lockHolding(tx, r.batchId), r.workerId, r.assignmentId)
         const row = await transition(
           tx,
           r.batchId,
@@ -406,22 +407,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           const cause = { reason: 'reported_failure', error: r.error } as const
           return (await endShardCopyLocked(tx, maxAttempts, locked, locked.copy, cause, r.now))!
         }
-        const [row] = await tx
-          .select({
-            id: batches.id,
-            status: batches.status,
-            attempts: batches.attempts,
-            request_counts_total: batches.request_counts_total,
-            model: batches.model,
-            holder: batchAssignments.worker_id,
-            assignment_id: batchAssignments.id,
-            assignment_completed_at: batchAssignments.completed_at,
-          })
-          .from(batches)
-          .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
-          .where(eq(batches.id, r.jobId))
-          .for('update', { of: batches })
-        const held = checkHolder(row, r.workerId, r.assignmentId)
+        const held = checkHolder(await lockHolding(tx, r.jobId), r.workerId, r.assignmentId)
         // Locked and seen in_progress by the holder rule: the requeue happens.
         return (await requeueLocked(
           tx,

@@ -2,7 +2,6 @@ import { and, asc, count, eq, gt, inArray, type SQL, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
 import {
-  batchAssignments,
   batches,
   memberships,
   modelPullFailures,
@@ -23,6 +22,7 @@ import { isShardId } from '../../domain/shards'
 import { checkHolder, checkProgress } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
+import { hostedModelColumns } from '../columns'
 import {
   type Beat,
   type BeatAnswer,
@@ -38,7 +38,7 @@ import {
 import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
-import { requeueHeldInTx } from './queue'
+import { holdingOf, requeueHeldInTx } from './queue'
 import { recordShardProgressInTx } from './shards'
 
 // The fleet on SQLite: synchronous bodies on bun:sqlite, hot statements prepared once per
@@ -149,21 +149,6 @@ const stmts = preparedOnce((db: Db) => {
         ),
       )
       .prepare(),
-    // The batch a worker says it works on, with its current assignment (if any).
-    holding: db
-      .select({
-        status: batches.status,
-        total: batches.request_counts_total,
-        completed: batches.request_counts_completed,
-        failed: batches.request_counts_failed,
-        assignment_id: batchAssignments.id,
-        holder: batchAssignments.worker_id,
-        assignment_completed_at: batchAssignments.completed_at,
-      })
-      .from(batches)
-      .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
-      .where(eq(batches.id, sql.placeholder('job_id')))
-      .prepare(),
     setCounts: db
       .update(batches)
       .set({
@@ -179,15 +164,7 @@ const stmts = preparedOnce((db: Db) => {
       .where(eq(workerRuntimes.worker_id, id))
       .prepare(),
     models: db
-      .select({
-        name: workerModels.name,
-        runtime: workerModels.runtime,
-        digest: workerModels.digest,
-        loaded: workerModels.loaded,
-        advertised: workerModels.advertised,
-        configured: workerModels.configured,
-        on_disk: workerModels.on_disk,
-      })
+      .select(hostedModelColumns(workerModels))
       .from(workerModels)
       .where(eq(workerModels.worker_id, id))
       .prepare(),
@@ -436,7 +413,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         if (isShardId(p.jobId)) {
           return recordShardProgressInTx(deps, p, (held) => checkProgress(held, p), p)
         }
-        const held = checkHolder(s.holding.get({ job_id: p.jobId }), p.workerId, p.assignmentId)
+        const held = checkHolder(holdingOf(deps, p.jobId), p.workerId, p.assignmentId)
         checkProgress(held, p)
         s.setCounts.run({ job_id: p.jobId, completed: p.completed, failed: p.failed, now: p.now })
       })
@@ -586,16 +563,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         .orderBy(asc(workerRuntimes.seq))
         .all()
       const models = db
-        .select({
-          worker_id: workerModels.worker_id,
-          name: workerModels.name,
-          runtime: workerModels.runtime,
-          digest: workerModels.digest,
-          loaded: workerModels.loaded,
-          advertised: workerModels.advertised,
-          configured: workerModels.configured,
-          on_disk: workerModels.on_disk,
-        })
+        .select({ worker_id: workerModels.worker_id, ...hostedModelColumns(workerModels) })
         .from(workerModels)
         .where(inArray(workerModels.worker_id, ids))
         .orderBy(asc(workerModels.seq))

@@ -10,6 +10,7 @@ import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
+import { holdingColumns } from '../columns'
 import {
   type Claimed,
   type ClaimRequest,
@@ -145,13 +146,9 @@ const stmts = preparedOnce((db: Db) => ({
     .delete(batchAssignments)
     .where(eq(batchAssignments.batch_id, sql.placeholder('id')))
     .prepare(),
+  // The batch a worker says it works on, with its current assignment (if any).
   holding: db
-    .select({
-      status: batches.status,
-      holder: batchAssignments.worker_id,
-      assignment_id: batchAssignments.id,
-      assignment_completed_at: batchAssignments.completed_at,
-    })
+    .select(holdingColumns(batches, batchAssignments))
     .from(batches)
     .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
     .where(eq(batches.id, sql.placeholder('id')))
@@ -163,6 +160,11 @@ const stmts = preparedOnce((db: Db) => ({
     .orderBy(batchAssignments.seq)
     .prepare(),
 }))
+
+/** The batch a worker says it works on, with its current assignment (if any): what the holder rule reads. */
+export function holdingOf(deps: SqliteDeps, batchId: string) {
+  return stmts(deps).holding.get({ id: batchId })
+}
 
 /**
  * Inside the caller's writeTx: one failed attempt of an in_progress batch (the requeue rule; none
@@ -301,7 +303,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
 
     async recordResults(r: DeliveredResults) {
       return writeTx(db, (tx) => {
-        checkHolder(stmts(deps).holding.get({ id: r.batchId }), r.workerId, r.assignmentId)
+        checkHolder(holdingOf(deps, r.batchId), r.workerId, r.assignmentId)
         const row = transition(deps, r.batchId, 'results_delivered', r.now, r.changes, `worker ${r.workerId}`)
         if (!row) throw forbidden('not_assigned', 'This batch is not assigned to this worker')
         tx.update(batchAssignments)
@@ -322,7 +324,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           // Seen running, its batch in_progress, by the holder rule: this copy ends.
           return endShardCopyInTx(deps, r.jobId, held.copy, cause, r.now)!
         }
-        checkHolder(stmts(deps).holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
+        checkHolder(holdingOf(deps, r.jobId), r.workerId, r.assignmentId)
         // The holder rule saw the batch in_progress inside this transaction: the requeue happens.
         return requeueInTx(deps, r.jobId, cause, r.now)!
       })
