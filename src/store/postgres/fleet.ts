@@ -1,5 +1,5 @@
 import type { SQL as Driver } from 'bun'
-import { and, asc, count, desc, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
+import { and, asc, count, desc, eq, gt, inArray, or, sql } from 'drizzle-orm'
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { WorkerRow } from '../../db/schema'
@@ -11,7 +11,6 @@ import { isShardId } from '../../domain/shards'
 import { checkHolder, checkProgress } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
-import { hostedModelColumns } from '../columns'
 import {
   type Beat,
   type BeatAnswer,
@@ -26,6 +25,7 @@ import {
   type Registration,
   type WorkerHosting,
 } from '../fleet'
+import { hostedModelColumns, runningAssignment } from '../statements'
 import { appendAudit } from './audit'
 import { type PgDb, type PgTx, pipelined } from './db'
 import { isForeignKeyViolation } from './errors'
@@ -191,13 +191,7 @@ async function requeueAllHeld(
     })
     .from(batchAssignments)
     .innerJoin(batches, eq(batches.id, batchAssignments.batch_id))
-    .where(
-      and(
-        eq(batchAssignments.worker_id, workerId),
-        isNull(batchAssignments.completed_at),
-        eq(batches.status, 'in_progress'),
-      ),
-    )
+    .where(and(eq(batchAssignments.worker_id, workerId), runningAssignment(batchAssignments, batches)))
     .orderBy(asc(batchAssignments.seq))
     .for('update', { of: batches })
   for (const b of held) {

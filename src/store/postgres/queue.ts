@@ -12,7 +12,6 @@ import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import { holdingColumns } from '../columns'
 import {
   type Claimed,
   type ClaimRequest,
@@ -22,6 +21,7 @@ import {
   type SweepOutcome,
   takesNeeds,
 } from '../queue'
+import { holdingColumns } from '../statements'
 import type { PgDb, PgTx } from './db'
 import { postgresJoins } from './joins'
 import {

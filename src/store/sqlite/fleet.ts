@@ -22,7 +22,6 @@ import { isShardId } from '../../domain/shards'
 import { checkHolder, checkProgress } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
 import { newId } from '../../lib/ids'
-import { hostedModelColumns } from '../columns'
 import {
   type Beat,
   type BeatAnswer,
@@ -35,6 +34,7 @@ import {
   type Registration,
   type WorkerHosting,
 } from '../fleet'
+import { hostedModelColumns } from '../statements'
 import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'

@@ -10,7 +10,6 @@ import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import { holdingColumns } from '../columns'
 import {
   type Claimed,
   type ClaimRequest,
@@ -20,6 +19,7 @@ import {
   type SweepOutcome,
   takesNeeds,
 } from '../queue'
+import { holdingColumns } from '../statements'
 import type { SqliteDeps } from './deps'
 import { sqliteJoins } from './joins'
 import {

@@ -1,0 +1,110 @@
+import { and, eq, gt, isNull, or, type SQL, type SQLWrapper, sql } from 'drizzle-orm'
+import type { FileRow } from '../db/schema'
+
+// Pieces of statements both engines write alike, named once: column sets, conditions and row
+// changes. Each takes the engine's own tables (SQLite's or PostgreSQL's schema), so drizzle binds
+// every value through that engine's column.
+
+/** `names` maps each name a selection gives to the table's column it reads. */
+type Selection<T, M extends Record<string, keyof T>> = { [K in keyof M]: T[M[K]] }
+
+function select<T, const M extends Record<string, keyof T>>(table: T, names: M): Selection<T, M> {
+  return Object.fromEntries(
+    Object.entries(names).map(([as, column]) => [as, table[column as keyof T]]),
+  ) as Selection<T, M>
+}
+
+type BatchColumn =
+  | 'id'
+  | 'status'
+  | 'attempts'
+  | 'model'
+  | 'request_counts_total'
+  | 'request_counts_completed'
+  | 'request_counts_failed'
+
+/**
+ * A batch joined with its assignment, as the holder rule reads it (src/domain/worker-rules.ts
+ * checkHolder), with the counts a progress report is checked against (checkProgress, which names
+ * the total `total`) and what the requeue rule reads (src/domain/requeue.ts requeueDecision).
+ */
+export function holdingColumns<
+  B extends Record<BatchColumn, unknown>,
+  A extends Record<'worker_id' | 'id' | 'completed_at', unknown>,
+>(batches: B, assignments: A) {
+  return {
+    ...select(batches, {
+      id: 'id',
+      status: 'status',
+      attempts: 'attempts',
+      model: 'model',
+      request_counts_total: 'request_counts_total',
+      total: 'request_counts_total',
+      completed: 'request_counts_completed',
+      failed: 'request_counts_failed',
+    }),
+    ...select(assignments, {
+      holder: 'worker_id',
+      assignment_id: 'id',
+      assignment_completed_at: 'completed_at',
+    }),
+  }
+}
+
+const HOSTED = ['name', 'runtime', 'digest', 'loaded', 'advertised', 'configured', 'on_disk'] as const
+
+/** What a worker hosts (docs/api.md §7 "hosts"): a worker_models row as the matching reads it. */
+export function hostedModelColumns<M extends Record<(typeof HOSTED)[number], unknown>>(
+  models: M,
+): Pick<M, (typeof HOSTED)[number]> {
+  return select(
+    models,
+    Object.fromEntries(HOSTED.map((c) => [c, c])) as { [C in (typeof HOSTED)[number]]: C },
+  )
+}
+
+/** An assignment whose run is under way: not completed, its batch in_progress (the holder rule's view). */
+export function runningAssignment(
+  assignments: Record<'completed_at', SQLWrapper>,
+  batches: Record<'status', SQLWrapper>,
+): SQL {
+  return and(isNull(assignments.completed_at), eq(batches.status, 'in_progress'))!
+}
+
+/**
+ * docs/api.md §5 (workers read their job's input): the file is the input of a batch in progress
+ * that a current assignment of one of the org's workers holds.
+ */
+export function heldInputOf(
+  t: {
+    files: Record<'id', SQLWrapper>
+    batches: SQLWrapper & Record<'id' | 'status' | 'input_file_id', SQLWrapper>
+    assignments: SQLWrapper & Record<'batch_id' | 'org_id' | 'completed_at', SQLWrapper>
+  },
+  fileId: string,
+  orgId: string,
+): SQL {
+  const { files, batches: b, assignments: a } = t
+  return sql`${files.id} = ${fileId} AND ${files.id} IN (SELECT ${b.input_file_id} FROM ${a}
+    JOIN ${b} ON ${b.id} = ${a.batch_id}
+    WHERE ${a.org_id} = ${orgId} AND ${runningAssignment(a, b)} AND ${b.input_file_id} = ${fileId})`
+}
+
+type FileColumns = Record<'user_id' | 'purpose' | 'expires_at', SQLWrapper>
+
+/** Not expired at `now` (docs/api.md §15): no expiry, or one still ahead. */
+export function liveFile(files: FileColumns, now: number): SQL {
+  return or(isNull(files.expires_at), gt(files.expires_at, now))!
+}
+
+/** GET /v1/files: the owner's files not expired at `now`, of one purpose when asked. */
+export function listedFiles(
+  files: FileColumns,
+  filter: { ownerId: string; purpose?: FileRow['purpose']; now: number },
+): SQL {
+  return and(
+    eq(files.user_id, filter.ownerId),
+    filter.purpose ? eq(files.purpose, filter.purpose) : undefined,
+    liveFile(files, filter.now),
+  )!
+}
