@@ -1,5 +1,7 @@
-import { and, eq, gt, isNull, or, type SQL, type SQLWrapper, sql } from 'drizzle-orm'
+import { and, eq, gt, gte, inArray, isNull, lt, or, type SQL, type SQLWrapper, sql } from 'drizzle-orm'
 import type { FileRow } from '../db/schema'
+import type { AuditFilter } from '../domain/audit'
+import type { AttemptResult } from './webhooks'
 
 // Pieces of statements both engines write alike, named once: column sets, conditions and row
 // changes. Each takes the engine's own tables (SQLite's or PostgreSQL's schema), so drizzle binds
@@ -107,4 +109,51 @@ export function listedFiles(
     filter.purpose ? eq(files.purpose, filter.purpose) : undefined,
     liveFile(files, filter.now),
   )!
+}
+
+/** GET /v1/audit-events (docs/api.md §17): the entries within `f`. */
+export function auditWhere(
+  events: Record<
+    | 'actor_user_id'
+    | 'actor_id'
+    | 'actor_kind'
+    | 'action'
+    | 'target_kind'
+    | 'target_id'
+    | 'org_id'
+    | 'created_at',
+    SQLWrapper
+  >,
+  f: AuditFilter,
+): SQL | undefined {
+  const a = f.actor
+  return and(
+    a?.by === 'user' ? eq(events.actor_user_id, a.id) : undefined,
+    a?.by === 'key' ? eq(events.actor_id, a.id) : undefined,
+    a?.by === 'kind' ? eq(events.actor_kind, a.kind) : undefined,
+    f.actions ? inArray(events.action, f.actions) : undefined,
+    f.target_kind ? eq(events.target_kind, f.target_kind) : undefined,
+    f.target_id !== undefined ? eq(events.target_id, f.target_id) : undefined,
+    f.org_id !== undefined ? eq(events.org_id, f.org_id) : undefined,
+    f.visible_orgs ? inArray(events.org_id, f.visible_orgs) : undefined,
+    f.start !== undefined ? gte(events.created_at, f.start) : undefined,
+    f.end !== undefined ? lt(events.created_at, f.end) : undefined,
+  )
+}
+
+type MessageColumns = Record<'id' | 'lease' | 'attempts', SQLWrapper>
+
+/** docs/api.md §13: a delivery attempt's outcome on its message, whose lease it releases. */
+export function attemptOutcome(messages: MessageColumns, result: AttemptResult) {
+  return {
+    status: result.status,
+    next_attempt_at: result.next_attempt_at,
+    attempts: sql`${messages.attempts} + 1`,
+    lease: null,
+  }
+}
+
+/** The message while `lease` still holds it (a lapsed lease's deliverer writes nothing). */
+export function leaseHeld(messages: MessageColumns, messageId: string, lease: string): SQL {
+  return and(eq(messages.id, messageId), eq(messages.lease, lease))!
 }

@@ -1,6 +1,6 @@
 import { and, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
-import { preparedOnce } from '../../db/prepared'
+import { placeholders, preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches, files, modelPulls, workers } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { placeHeads, slugsToAge } from '../../domain/placement'
@@ -123,13 +123,7 @@ const stmts = preparedOnce((db: Db) => ({
   ),
   insertAssignment: db
     .insert(batchAssignments)
-    .values({
-      id: sql.placeholder('id') as never,
-      batch_id: sql.placeholder('batch_id') as never,
-      worker_id: sql.placeholder('worker_id') as never,
-      org_id: sql.placeholder('org_id') as never,
-      assigned_at: sql.placeholder('now') as never,
-    })
+    .values(placeholders(['id', 'batch_id', 'worker_id', 'org_id'], { assigned_at: 'now' }))
     .prepare(),
   batch: db
     .select({
