@@ -1,6 +1,6 @@
 import { and, asc, count, eq, gt, inArray, type SQL, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
-import { preparedOnce } from '../../db/prepared'
+import { placeholders, preparedOnce } from '../../db/prepared'
 import {
   batches,
   memberships,
@@ -108,12 +108,7 @@ const stmts = preparedOnce((db: Db) => {
       .insert(workerModels)
       .values({
         worker_id: id as never,
-        name: sql.placeholder('name') as never,
-        runtime_model_id: sql.placeholder('name') as never,
-        runtime: sql.placeholder('runtime') as never,
-        digest: sql.placeholder('digest') as never,
-        size_bytes: sql.placeholder('size_bytes') as never,
-        loaded: sql.placeholder('loaded') as never,
+        ...placeholders(['name', 'runtime', 'digest', 'size_bytes', 'loaded'], { runtime_model_id: 'name' }),
         on_disk: true,
       })
       .onConflictDoUpdate({
@@ -131,8 +126,7 @@ const stmts = preparedOnce((db: Db) => {
       .insert(workerModels)
       .values({
         worker_id: id as never,
-        name: sql.placeholder('name') as never,
-        runtime_model_id: sql.placeholder('name') as never,
+        ...placeholders(['name'], { runtime_model_id: 'name' }),
         loaded: true,
       })
       .onConflictDoUpdate({ target: [workerModels.worker_id, workerModels.name], set: { loaded: true } })
@@ -151,11 +145,13 @@ const stmts = preparedOnce((db: Db) => {
       .prepare(),
     setCounts: db
       .update(batches)
-      .set({
-        request_counts_completed: sql.placeholder('completed') as never,
-        request_counts_failed: sql.placeholder('failed') as never,
-        updated_at: sql.placeholder('now') as never,
-      })
+      .set(
+        placeholders([], {
+          request_counts_completed: 'completed',
+          request_counts_failed: 'failed',
+          updated_at: 'now',
+        }),
+      )
       .where(and(eq(batches.id, sql.placeholder('job_id')), eq(batches.status, 'in_progress')))
       .prepare(),
     runtimes: db

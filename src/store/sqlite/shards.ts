@@ -1,7 +1,7 @@
 import { and, asc, eq, sql } from 'drizzle-orm'
 import { alias } from 'drizzle-orm/sqlite-core'
 import type { Db } from '../../db/open'
-import { preparedOnce } from '../../db/prepared'
+import { placeholders, preparedOnce } from '../../db/prepared'
 import { type BatchShardRow, batches, batchShards, workers } from '../../db/schema'
 import { countsAttempt, type RequeueCause, type RequeueOutcome, requeueDecision } from '../../domain/requeue'
 import {
@@ -53,11 +53,7 @@ const stmts = preparedOnce((db: Db) => {
   // A shard running on the polling worker: what a take of a waiting shard and a cut of a new one write.
   const running = {
     status: 'running' as const,
-    worker_id: sql.placeholder('worker_id') as never,
-    org_id: sql.placeholder('org_id') as never,
-    assignment_id: sql.placeholder('assignment_id') as never,
-    assigned_at: sql.placeholder('now') as never,
-    updated_at: sql.placeholder('now') as never,
+    ...placeholders(['worker_id', 'org_id', 'assignment_id'], { assigned_at: 'now', updated_at: 'now' }),
   }
   return {
     // Guided sizing: the online shard-capable workers hosting one of the model's runtime names.
@@ -108,13 +104,9 @@ const stmts = preparedOnce((db: Db) => {
     cut: db
       .insert(batchShards)
       .values({
-        id: sql.placeholder('id') as never,
-        batch_id: sql.placeholder('batch_id') as never,
-        user_id: sql.placeholder('user_id') as never,
+        ...placeholders(['id', 'batch_id', 'user_id', 'requests'], { first_request: 'first' }),
         shard_index:
           sql`(SELECT count(*) FROM batch_shards WHERE batch_id = ${sql.placeholder('batch_id')})` as never,
-        first_request: sql.placeholder('first') as never,
-        requests: sql.placeholder('requests') as never,
         ...running,
       })
       .returning()
