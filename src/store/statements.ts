@@ -1,4 +1,4 @@
-import { and, eq, gt, gte, inArray, isNull, lt, or, type SQL, type SQLWrapper, sql } from 'drizzle-orm'
+import { and, eq, gt, gte, inArray, isNull, lt, lte, or, type SQL, type SQLWrapper, sql } from 'drizzle-orm'
 import type { FileRow } from '../db/schema'
 import type { AuditFilter } from '../domain/audit'
 import type { AttemptResult } from './webhooks'
@@ -156,4 +156,28 @@ export function attemptOutcome(messages: MessageColumns, result: AttemptResult) 
 /** The message while `lease` still holds it (a lapsed lease's deliverer writes nothing). */
 export function leaseHeld(messages: MessageColumns, messageId: string, lease: string): SQL {
   return and(eq(messages.id, messageId), eq(messages.lease, lease))!
+}
+
+type LivenessColumns = Record<'id' | 'status' | 'last_seen_at', SQLWrapper>
+
+/** src/domain/sweep.ts goesOffline in SQL: an online worker last seen at or before the cutoff. */
+export function goesOfflineWhere(workers: LivenessColumns, cutoff: number): SQL {
+  return and(eq(workers.status, 'online'), lte(workers.last_seen_at, cutoff))!
+}
+
+/**
+ * src/domain/sweep.ts holderSilent in SQL, over a batch left-joined with its assignment and its
+ * holder: an in_progress batch whose holder is gone, offline or silent. A split batch has no holder:
+ * its shards have theirs.
+ */
+export function orphanedBatch(
+  batches: Record<'status' | 'split', SQLWrapper>,
+  workers: LivenessColumns,
+  cutoff: number,
+): SQL {
+  return and(
+    eq(batches.status, 'in_progress'),
+    eq(batches.split, false),
+    or(isNull(workers.id), eq(workers.status, 'offline'), lte(workers.last_seen_at, cutoff)),
+  )!
 }

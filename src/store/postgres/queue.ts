@@ -1,5 +1,5 @@
 import type { SQL } from 'bun'
-import { and, eq, inArray, isNull, lte, or } from 'drizzle-orm'
+import { eq, inArray, lte } from 'drizzle-orm'
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
@@ -12,16 +12,8 @@ import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import {
-  type Claimed,
-  type ClaimRequest,
-  type DeliveredResults,
-  type FailureReport,
-  type QueueStore,
-  type SweepOutcome,
-  takesNeeds,
-} from '../queue'
-import { holdingColumns } from '../statements'
+import { type Claimed, type ClaimRequest, type QueueStore, type SweepOutcome, takesNeeds } from '../queue'
+import { goesOfflineWhere, holdingColumns, orphanedBatch } from '../statements'
 import type { PgDb, PgTx } from './db'
 import { postgresJoins } from './joins'
 import {
@@ -378,7 +370,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       }
     },
 
-    async recordResults(r: DeliveredResults) {
+    async recordResults(r) {
       return db.transaction(async (tx) => {
         checkHolder(await lockHolding(tx, r.batchId), r.workerId, r.assignmentId)
         const row = await transition(
@@ -399,7 +391,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       })
     },
 
-    async reportFailure(r: FailureReport) {
+    async reportFailure(r) {
       return db.transaction(async (tx) => {
         if (isShardId(r.jobId)) {
           const locked = heldShard(await lockShard(tx, r.jobId), r.workerId, r.assignmentId)
@@ -425,7 +417,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           await tx
             .update(workers)
             .set({ status: 'offline' })
-            .where(and(eq(workers.status, 'online'), lte(workers.last_seen_at, cutoff)))
+            .where(goesOfflineWhere(workers, cutoff))
             .returning({ id: workers.id })
         ).map((w) => w.id)
         // Every in_progress batch whose holder is not live: silent, offline, or no longer there.
@@ -440,14 +432,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .from(batches)
           .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
           .leftJoin(workers, eq(workers.id, batchAssignments.worker_id))
-          .where(
-            and(
-              eq(batches.status, 'in_progress'),
-              // A split batch has no holder: its shards have theirs (below).
-              eq(batches.split, false),
-              or(isNull(workers.id), eq(workers.status, 'offline'), lte(workers.last_seen_at, cutoff)),
-            ),
-          )
+          .where(orphanedBatch(batches, workers, cutoff))
           .for('update', { of: batches })
         const requeues: SweepOutcome['requeues'] = []
         for (const o of orphans) {

@@ -1,4 +1,4 @@
-import { and, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
+import { and, eq, inArray, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
 import { placeholders, preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches, files, modelPulls, workers } from '../../db/schema'
@@ -10,16 +10,8 @@ import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import {
-  type Claimed,
-  type ClaimRequest,
-  type DeliveredResults,
-  type FailureReport,
-  type QueueStore,
-  type SweepOutcome,
-  takesNeeds,
-} from '../queue'
-import { holdingColumns } from '../statements'
+import { type Claimed, type ClaimRequest, type QueueStore, type SweepOutcome, takesNeeds } from '../queue'
+import { goesOfflineWhere, holdingColumns, orphanedBatch } from '../statements'
 import type { SqliteDeps } from './deps'
 import { sqliteJoins } from './joins'
 import {
@@ -295,7 +287,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       }
     },
 
-    async recordResults(r: DeliveredResults) {
+    async recordResults(r) {
       return writeTx(db, (tx) => {
         checkHolder(holdingOf(deps, r.batchId), r.workerId, r.assignmentId)
         const row = transition(deps, r.batchId, 'results_delivered', r.now, r.changes, `worker ${r.workerId}`)
@@ -309,7 +301,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       })
     },
 
-    async reportFailure(r: FailureReport) {
+    async reportFailure(r) {
       const cause = { reason: 'reported_failure', error: r.error } as const
       return writeTx(deps.db, () => {
         if (isShardId(r.jobId)) {
@@ -329,7 +321,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
         const workers_offline = tx
           .update(workers)
           .set({ status: 'offline' })
-          .where(and(eq(workers.status, 'online'), lte(workers.last_seen_at, cutoff)))
+          .where(goesOfflineWhere(workers, cutoff))
           .returning({ id: workers.id })
           .all()
           .map((w) => w.id)
@@ -339,13 +331,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           .from(batches)
           .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
           .leftJoin(workers, eq(workers.id, batchAssignments.worker_id))
-          .where(
-            and(
-              eq(batches.status, 'in_progress'),
-              eq(batches.split, false),
-              or(isNull(workers.id), eq(workers.status, 'offline'), lte(workers.last_seen_at, cutoff)),
-            ),
-          )
+          .where(orphanedBatch(batches, workers, cutoff))
           .all()
         const requeues: SweepOutcome['requeues'] = []
         for (const o of orphans) {
