@@ -1,5 +1,5 @@
 import { and, eq, gt, gte, inArray, isNull, lt, lte, or, type SQL, type SQLWrapper, sql } from 'drizzle-orm'
-import type { FileRow } from '../db/schema'
+import type { BatchStatus, FileRow } from '../db/schema'
 import type { AuditFilter } from '../domain/audit'
 import type { AttemptResult } from './webhooks'
 
@@ -51,6 +51,15 @@ export function holdingColumns<
       assignment_completed_at: 'completed_at',
     }),
   }
+}
+
+const TIMES = ['status', 'created_at', 'in_progress_at', 'completed_at', 'failed_at'] as const
+
+/** A batch's status and the times it moved, from which the queue chart's points are rebuilt (timesSince). */
+export function batchTimesColumns<B extends Record<(typeof TIMES)[number], unknown>>(
+  batches: B,
+): Pick<B, (typeof TIMES)[number]> {
+  return select(batches, Object.fromEntries(TIMES.map((c) => [c, c])) as { [C in (typeof TIMES)[number]]: C })
 }
 
 const HOSTED = ['name', 'runtime', 'digest', 'loaded', 'advertised', 'configured', 'on_disk'] as const
@@ -180,4 +189,15 @@ export function orphanedBatch(
     eq(batches.split, false),
     or(isNull(workers.id), eq(workers.status, 'offline'), lte(workers.last_seen_at, cutoff)),
   )!
+}
+
+/** GET /v1/batches (docs/api.md §6): the owner's batches (all of them for no owner), of one status when asked. */
+export function listedBatches(
+  batches: Record<'user_id' | 'status', SQLWrapper>,
+  filter: { ownerId: string | null; status?: BatchStatus },
+): SQL | undefined {
+  return and(
+    filter.ownerId === null ? undefined : eq(batches.user_id, filter.ownerId),
+    filter.status ? eq(batches.status, filter.status) : undefined,
+  )
 }
