@@ -1,6 +1,7 @@
 import { and, eq, gt, gte, inArray, isNull, lt, lte, or, type SQL, type SQLWrapper, sql } from 'drizzle-orm'
 import type { BatchStatus, FileRow } from '../db/schema'
 import type { AuditFilter } from '../domain/audit'
+import { CATALOGUE_COLUMNS } from './catalogue'
 import type { AttemptResult } from './webhooks'
 
 // Pieces of statements both engines write alike, named once: column sets, conditions and row
@@ -14,6 +15,11 @@ function select<T, const M extends Record<string, keyof T>>(table: T, names: M):
   return Object.fromEntries(
     Object.entries(names).map(([as, column]) => [as, table[column as keyof T]]),
   ) as Selection<T, M>
+}
+
+/** The table's columns of these names, under their own names. */
+function columnsOf<T, const K extends keyof T & string>(table: T, names: readonly K[]): Pick<T, K> {
+  return Object.fromEntries(names.map((c) => [c, table[c]])) as Pick<T, K>
 }
 
 type BatchColumn =
@@ -53,25 +59,33 @@ export function holdingColumns<
   }
 }
 
-const TIMES = ['status', 'created_at', 'in_progress_at', 'completed_at', 'failed_at'] as const
-
 /** A batch's status and the times it moved, from which the queue chart's points are rebuilt (timesSince). */
-export function batchTimesColumns<B extends Record<(typeof TIMES)[number], unknown>>(
-  batches: B,
-): Pick<B, (typeof TIMES)[number]> {
-  return select(batches, Object.fromEntries(TIMES.map((c) => [c, c])) as { [C in (typeof TIMES)[number]]: C })
+export function batchTimesColumns<
+  B extends Record<'status' | 'created_at' | 'in_progress_at' | 'completed_at' | 'failed_at', unknown>,
+>(batches: B) {
+  return columnsOf(batches, ['status', 'created_at', 'in_progress_at', 'completed_at', 'failed_at'])
 }
 
 const HOSTED = ['name', 'runtime', 'digest', 'loaded', 'advertised', 'configured', 'on_disk'] as const
 
 /** What a worker hosts (docs/api.md §7 "hosts"): a worker_models row as the matching reads it. */
-export function hostedModelColumns<M extends Record<(typeof HOSTED)[number], unknown>>(
-  models: M,
-): Pick<M, (typeof HOSTED)[number]> {
-  return select(
-    models,
-    Object.fromEntries(HOSTED.map((c) => [c, c])) as { [C in (typeof HOSTED)[number]]: C },
-  )
+export function hostedModelColumns<M extends Record<(typeof HOSTED)[number], unknown>>(models: M) {
+  return columnsOf(models, HOSTED)
+}
+
+type Columns<K extends keyof typeof CATALOGUE_COLUMNS> = (typeof CATALOGUE_COLUMNS)[K][number]
+
+/** The catalogue as the poll and the heartbeat read it (src/store/catalogue.ts readCatalogue), per table. */
+export function catalogueColumns<
+  E extends Record<Columns<'entries'>, unknown>,
+  P extends Record<Columns<'profiles'>, unknown>,
+  F extends Record<Columns<'artifacts'>, unknown>,
+>(t: { entries: E; profiles: P; artifacts: F }) {
+  return {
+    entries: columnsOf(t.entries, CATALOGUE_COLUMNS.entries),
+    profiles: columnsOf(t.profiles, CATALOGUE_COLUMNS.profiles),
+    artifacts: columnsOf(t.artifacts, CATALOGUE_COLUMNS.artifacts),
+  }
 }
 
 /** An assignment whose run is under way: not completed, its batch in_progress (the holder rule's view). */
