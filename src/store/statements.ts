@@ -215,3 +215,21 @@ export function listedBatches(
     filter.status ? eq(batches.status, filter.status) : undefined,
   )
 }
+
+/**
+ * docs/api.md §2 password reset: the token is redeemable once — unused, not expired, and its user
+ * still active.
+ */
+export function redeemableToken(
+  tokens: Record<'token_hash' | 'used_at' | 'expires_at' | 'user_id', SQLWrapper>,
+  users: SQLWrapper & Record<'id' | 'is_active', SQLWrapper>,
+  tokenHash: string,
+  now: number,
+): SQL {
+  return and(
+    eq(tokens.token_hash, tokenHash),
+    isNull(tokens.used_at),
+    gt(tokens.expires_at, now),
+    sql`${tokens.user_id} IN (SELECT ${users.id} FROM ${users} WHERE ${eq(users.is_active, true)})`,
+  )!
+}
