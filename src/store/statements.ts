@@ -233,3 +233,13 @@ export function redeemableToken(
     sql`${tokens.user_id} IN (SELECT ${users.id} FROM ${users} WHERE ${eq(users.is_active, true)})`,
   )!
 }
+
+/** A new password: `must_change_password` cleared, older JWTs revoked by the token version. */
+export function newPassword(users: Record<'token_version', SQLWrapper>, hash: string, now: number) {
+  return {
+    password_hash: hash,
+    must_change_password: false,
+    token_version: sql`${users.token_version} + 1`,
+    updated_at: now,
+  }
+}

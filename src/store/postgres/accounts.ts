@@ -6,7 +6,7 @@ import { passwordChanged, passwordReset, userChanged, userCreated } from '../../
 import { conflict } from '../../lib/errors'
 import { type AccountsStore, type NewUser, newAccountRows } from '../accounts'
 import type { Identity } from '../sso'
-import { redeemableToken } from '../statements'
+import { newPassword, redeemableToken } from '../statements'
 import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 import { isUniqueViolation, uniqueOn } from './errors'
@@ -23,12 +23,7 @@ const { users, organizations, memberships, passwordResetTokens, userIdentities }
 async function storePassword(tx: PgTx, now: number, userId: string, hash: string) {
   const [row] = await tx
     .update(users)
-    .set({
-      password_hash: hash,
-      must_change_password: false,
-      token_version: sql`${users.token_version} + 1`,
-      updated_at: now,
-    })
+    .set(newPassword(users, hash, now))
     .where(eq(users.id, userId))
     .returning()
   return row as UserRow | undefined

@@ -7,7 +7,7 @@ import { passwordChanged, passwordReset, userChanged, userCreated } from '../../
 import { conflict } from '../../lib/errors'
 import { type AccountsStore, type NewUser, newAccountRows } from '../accounts'
 import type { Identity } from '../sso'
-import { redeemableToken } from '../statements'
+import { newPassword, redeemableToken } from '../statements'
 import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
@@ -24,16 +24,11 @@ const stmts = preparedOnce((db: SqliteDeps['db']) => ({
     .prepare(),
 }))
 
-/** A new password: `must_change_password` cleared, older JWTs revoked by the token version. */
+/** A new password for the user (statements.ts newPassword). */
 function storePassword(tx: Tx, now: number, userId: string, hash: string) {
   return tx
     .update(users)
-    .set({
-      password_hash: hash,
-      must_change_password: false,
-      token_version: sql`${users.token_version} + 1`,
-      updated_at: now,
-    })
+    .set(newPassword(users, hash, now))
     .where(eq(users.id, userId))
     .returning()
     .get()
