@@ -1,3 +1,4 @@
+import { sql } from 'drizzle-orm'
 import type { Db } from './open'
 
 /**
@@ -15,4 +16,18 @@ export function preparedOnce<T>(prepare: (db: Db) => T): (deps: { db: Db }) => T
     }
     return statements
   }
+}
+
+/**
+ * A prepared statement's values, each filled by the parameter of its own name (`same`) or of the
+ * name `renamed` gives it (several columns written from one `now`).
+ */
+export function placeholders<
+  const C extends string,
+  const R extends Record<string, string> = Record<never, string>,
+>(same: C[], renamed?: R): Record<C | keyof R, never> {
+  const names = [...same.map((c) => [c, c]), ...Object.entries(renamed ?? {})]
+  return Object.fromEntries(
+    names.map(([column, name]) => [column, sql.placeholder(name!) as never]),
+  ) as Record<C | keyof R, never>
 }

@@ -1,6 +1,6 @@
 import type { WorkerRow } from '../db/schema'
 import { unauthorized } from '../lib/errors'
-import type { RequeueReason } from './requeue'
+import type { RequeueCause } from './requeue'
 import { registeredState } from './worker-rules'
 
 // docs/api.md §7 registration: whether a registration reuses a worker (and which one) or makes a new
@@ -26,7 +26,7 @@ type Candidate = Pick<WorkerRow, 'id' | 'org_id' | 'machine_id'>
 export const orgGone = () => unauthorized('invalid_api_key', 'Invalid API key')
 
 /** docs/api.md §7: what a reused worker held is requeued as one failed attempt with this reason. */
-export const REREGISTERED: { reason: RequeueReason; error: string } = {
+export const REREGISTERED: RequeueCause = {
   reason: 'worker_reregistered',
   error: 'worker re-registered',
 }

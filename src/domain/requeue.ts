@@ -16,6 +16,12 @@ export type RequeueReason = 'reported_failure' | 'worker_silent' | 'worker_rereg
  */
 export const countsAttempt = (reason: RequeueReason) => reason !== 'worker_removed'
 
+/** Why held work is requeued: the reason (the transition's actor, whether an attempt counts) and the error stored. */
+export interface RequeueCause {
+  reason: RequeueReason
+  error: string
+}
+
 /** docs/api.md §3: how a removed worker's batches and shards are requeued, and the error they store. */
 export function removedRequeue(worker: { id: string; name: string }): {
   reason: 'worker_removed'

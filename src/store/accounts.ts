@@ -1,6 +1,7 @@
 import type { UserRow } from '../db/schema'
 import type { UserChanges } from '../domain/admin-rules'
 import type { AuditContext } from '../domain/audit'
+import { newId } from '../lib/ids'
 import type { PageParams, RowsPage } from '../lib/pagination'
 import type { Identity } from './sso'
 
@@ -17,6 +18,24 @@ export interface NewUser {
   platform_role: UserRow['platform_role']
   must_change_password: boolean
   now: number
+}
+
+/** A new account's rows: the user, its personal org, and the user as that org's owner. */
+export function newAccountRows(input: NewUser, personalOrgName: string) {
+  const { now } = input
+  const user = {
+    id: newId('user_'),
+    email: input.email,
+    password_hash: input.password_hash,
+    full_name: input.full_name,
+    platform_role: input.platform_role,
+    must_change_password: input.must_change_password,
+    created_at: now,
+    updated_at: now,
+  }
+  const org = { id: newId('org_'), name: personalOrgName, personal: true, created_at: now }
+  const membership = { org_id: org.id, user_id: user.id, role: 'owner' as const, created_at: now }
+  return { user, org, membership }
 }
 
 export interface NewResetToken {

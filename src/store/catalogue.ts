@@ -14,30 +14,38 @@ export interface UpsertOutcome {
   note?: string
 }
 
+/** The columns the matching predicate reads of each catalogue table (CatalogueRows). */
+export const CATALOGUE_COLUMNS = {
+  entries: [
+    'id',
+    'renamed_from',
+    'enabled',
+    'org_id',
+    'display_name',
+    'parameter_size',
+    'vram_gb',
+    'size_gb',
+    'digest',
+    'runtime',
+    'runtime_model_id',
+    'task_type',
+    'capabilities',
+    'source_type',
+    'source_ref',
+    'source_revision',
+  ],
+  profiles: ['catalog_id', 'runtime', 'runtime_model_id', 'params'],
+  artifacts: ['catalog_id', 'path', 'sha256', 'size_bytes'],
+} as const
+
+type Read<K extends keyof typeof CATALOGUE_COLUMNS> = (typeof CATALOGUE_COLUMNS)[K][number]
+
 /** Everything the matching predicate reads about the catalogue, in seq order. */
 export interface CatalogueRows {
-  entries: Pick<
-    CatalogEntryRow,
-    | 'id'
-    | 'renamed_from'
-    | 'enabled'
-    | 'org_id'
-    | 'display_name'
-    | 'parameter_size'
-    | 'vram_gb'
-    | 'size_gb'
-    | 'digest'
-    | 'runtime'
-    | 'runtime_model_id'
-    | 'task_type'
-    | 'capabilities'
-    | 'source_type'
-    | 'source_ref'
-    | 'source_revision'
-  >[]
-  profiles: Pick<ServingProfileRow, 'catalog_id' | 'runtime' | 'runtime_model_id' | 'params'>[]
+  entries: Pick<CatalogEntryRow, Read<'entries'>>[]
+  profiles: Pick<ServingProfileRow, Read<'profiles'>>[]
   /** In seq order: a download fetches them in manifest order (docs/api.md §7 pull_models). */
-  artifacts: Pick<ArtifactFileRow, 'catalog_id' | 'path' | 'sha256' | 'size_bytes'>[]
+  artifacts: Pick<ArtifactFileRow, Read<'artifacts'>>[]
 }
 
 export interface CatalogueStore {

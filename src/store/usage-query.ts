@@ -1,5 +1,12 @@
 import { type SQL, type SQLWrapper, sql, type Table } from 'drizzle-orm'
-import { DAY, type USAGE_TOKENS, type UsageGroup, type UsageScope, type UsageSums } from './usage'
+import {
+  DAY,
+  type USAGE_TOKENS,
+  type UsageGroup,
+  type UsageScope,
+  type UsageStore,
+  type UsageSums,
+} from './usage'
 
 // The usage aggregate (docs/api.md §14) in the SQL both engines accept; each engine brings its tables
 // and how it reads one token count out of batches.usage (json_extract, or jsonb ->>).
@@ -109,7 +116,7 @@ export type UsageRaw = Record<'batches' | 'requests' | (typeof USAGE_TOKENS)[num
   email: string | null
 }
 
-export function toSums(r: UsageRaw, groupBy: UsageGroup): UsageSums {
+function toSums(r: UsageRaw, groupBy: UsageGroup): UsageSums {
   return {
     group: groupBy === 'day' ? Number(r.grp) : r.grp,
     label: { prefix: r.prefix, name: r.name, email: r.email },
@@ -119,5 +126,19 @@ export function toSums(r: UsageRaw, groupBy: UsageGroup): UsageSums {
     cached_tokens: Number(r.cached_tokens),
     completion_tokens: Number(r.completion_tokens),
     total_tokens: Number(r.total_tokens),
+  }
+}
+
+/** The usage store of either engine: its tables, its dialect, and how it reads a statement's rows. */
+export function usageStore(
+  tables: UsageTables,
+  dialect: UsageDialect,
+  rows: (query: SQL) => Promise<UsageRaw[]> | UsageRaw[],
+): UsageStore {
+  return {
+    async sums(scope, range, groupBy) {
+      const raw = await rows(usageQuery(tables, scope, range, groupBy, dialect))
+      return raw.map((r) => toSums(r, groupBy))
+    },
   }
 }

@@ -1,12 +1,12 @@
-import { and, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
+import { and, eq, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { UserRow } from '../../db/schema'
 import { changesRole, checkLastSuperadmin } from '../../domain/admin-rules'
 import { passwordChanged, passwordReset, userChanged, userCreated } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
-import { newId } from '../../lib/ids'
-import type { AccountsStore, NewUser } from '../accounts'
+import { type AccountsStore, type NewUser, newAccountRows } from '../accounts'
 import type { Identity } from '../sso'
+import { newPassword, redeemableToken } from '../statements'
 import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 import { isUniqueViolation, uniqueOn } from './errors'
@@ -23,12 +23,7 @@ const { users, organizations, memberships, passwordResetTokens, userIdentities }
 async function storePassword(tx: PgTx, now: number, userId: string, hash: string) {
   const [row] = await tx
     .update(users)
-    .set({
-      password_hash: hash,
-      must_change_password: false,
-      token_version: sql`${users.token_version} + 1`,
-      updated_at: now,
-    })
+    .set(newPassword(users, hash, now))
     .where(eq(users.id, userId))
     .returning()
   return row as UserRow | undefined
@@ -45,26 +40,10 @@ export function postgresAccounts(db: PgDb): AccountsStore {
     async createUser(input: NewUser, personalOrgName: string, audit, identity?: Identity) {
       try {
         return await db.transaction(async (tx) => {
-          const [user] = await tx
-            .insert(users)
-            .values({
-              id: newId('user_'),
-              email: input.email,
-              password_hash: input.password_hash,
-              full_name: input.full_name,
-              platform_role: input.platform_role,
-              must_change_password: input.must_change_password,
-              created_at: input.now,
-              updated_at: input.now,
-            })
-            .returning()
-          const [org] = await tx
-            .insert(organizations)
-            .values({ id: newId('org_'), name: personalOrgName, personal: true, created_at: input.now })
-            .returning({ id: organizations.id })
-          await tx
-            .insert(memberships)
-            .values({ org_id: org!.id, user_id: user!.id, role: 'owner', created_at: input.now })
+          const rows = newAccountRows(input, personalOrgName)
+          const [user] = await tx.insert(users).values(rows.user).returning()
+          await tx.insert(organizations).values(rows.org)
+          await tx.insert(memberships).values(rows.membership)
           if (identity)
             await tx.insert(userIdentities).values({
               ...identity,
@@ -156,17 +135,7 @@ export function postgresAccounts(db: PgDb): AccountsStore {
         const [claimed] = await tx
           .update(passwordResetTokens)
           .set({ used_at: now })
-          .where(
-            and(
-              eq(passwordResetTokens.token_hash, tokenHash),
-              isNull(passwordResetTokens.used_at),
-              gt(passwordResetTokens.expires_at, now),
-              inArray(
-                passwordResetTokens.user_id,
-                tx.select({ id: users.id }).from(users).where(eq(users.is_active, true)),
-              ),
-            ),
-          )
+          .where(redeemableToken(passwordResetTokens, users, tokenHash, now))
           .returning({ user_id: passwordResetTokens.user_id })
         if (!claimed) return undefined
         await storePassword(tx, now, claimed.user_id, passwordHash)

@@ -1,14 +1,9 @@
-import { and, asc, eq, gte, inArray, lt, type SQL } from 'drizzle-orm'
+import { asc, inArray, lt } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { AuditEventRow } from '../../db/schema'
-import {
-  type AuditContext,
-  type AuditEvent,
-  type AuditFilter,
-  auditExpired,
-  auditRow,
-} from '../../domain/audit'
+import { type AuditContext, type AuditEvent, auditExpired, auditRow } from '../../domain/audit'
 import type { AuditStore } from '../audit'
+import { auditWhere } from '../statements'
 import type { PgDb, PgTx } from './db'
 import { pageRows } from './page'
 
@@ -31,22 +26,6 @@ export async function appendAudit(
   await tx.insert(auditEvents).values(events.map((e) => auditRow(ctx, e, now)))
 }
 
-function auditWhere(f: AuditFilter): SQL | undefined {
-  const a = f.actor
-  return and(
-    a?.by === 'user' ? eq(auditEvents.actor_user_id, a.id) : undefined,
-    a?.by === 'key' ? eq(auditEvents.actor_id, a.id) : undefined,
-    a?.by === 'kind' ? eq(auditEvents.actor_kind, a.kind) : undefined,
-    f.actions ? inArray(auditEvents.action, f.actions) : undefined,
-    f.target_kind ? eq(auditEvents.target_kind, f.target_kind) : undefined,
-    f.target_id !== undefined ? eq(auditEvents.target_id, f.target_id) : undefined,
-    f.org_id !== undefined ? eq(auditEvents.org_id, f.org_id) : undefined,
-    f.visible_orgs ? inArray(auditEvents.org_id, f.visible_orgs) : undefined,
-    f.start !== undefined ? gte(auditEvents.created_at, f.start) : undefined,
-    f.end !== undefined ? lt(auditEvents.created_at, f.end) : undefined,
-  )
-}
-
 export function postgresAudit(db: PgDb): AuditStore {
   return {
     async record(ctx, events, now) {
@@ -54,7 +33,7 @@ export function postgresAudit(db: PgDb): AuditStore {
     },
 
     async page(filter, query) {
-      return pageRows<AuditEventRow>(db, auditEvents, auditWhere(filter), query)
+      return pageRows<AuditEventRow>(db, auditEvents, auditWhere(auditEvents, filter), query)
     },
 
     async expire(before, limit, now, audit) {

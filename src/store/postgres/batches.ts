@@ -1,10 +1,11 @@
 import type { SQL } from 'bun'
 import { and, asc, eq, gt, inArray, isNull, lt, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
-import type { BatchErrorRow, BatchRow, FileRow } from '../../db/schema'
+import type { BatchRow, FileRow } from '../../db/schema'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import type { Tally } from '../../domain/waiting'
 import { type BatchesStore, lineIndexRow, newBatchRow, sumQueueTallies, validationMove } from '../batches'
+import { batchTimesColumns, listedBatches } from '../statements'
 import { type PgDb, pipelined } from './db'
 import { pageRows } from './page'
 import { batchRow, transitionEach } from './transition'
@@ -67,27 +68,17 @@ export function postgresBatches(db: PgDb): BatchesStore {
     },
 
     async page(filter, query) {
-      const where = and(
-        filter.ownerId === null ? undefined : eq(batches.user_id, filter.ownerId),
-        filter.status ? eq(batches.status, filter.status) : undefined,
-      )
-      return pageRows<BatchRow>(db, batches, where, query)
+      return pageRows<BatchRow>(db, batches, listedBatches(batches, filter), query)
     },
 
     async errorsOf(batchIds) {
-      const byBatch = new Map<string, BatchErrorRow[]>()
-      if (batchIds.length === 0) return byBatch
+      if (batchIds.length === 0) return new Map()
       const rows = await db
         .select()
         .from(batchErrors)
         .where(inArray(batchErrors.batch_id, batchIds))
         .orderBy(asc(batchErrors.seq))
-      for (const r of rows) {
-        const list = byBatch.get(r.batch_id)
-        if (list) list.push(r)
-        else byBatch.set(r.batch_id, [r])
-      }
-      return byBatch
+      return Map.groupBy(rows, (r) => r.batch_id)
     },
 
     async validatingIds() {
@@ -130,11 +121,7 @@ export function postgresBatches(db: PgDb): BatchesStore {
     async timesSince(since) {
       return db
         .select({
-          status: batches.status,
-          created_at: batches.created_at,
-          in_progress_at: batches.in_progress_at,
-          completed_at: batches.completed_at,
-          failed_at: batches.failed_at,
+          ...batchTimesColumns(batches),
           done: sql<number>`(${batches.request_counts_completed} + ${batches.request_counts_failed})::int`,
         })
         .from(batches)

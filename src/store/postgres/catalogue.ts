@@ -5,6 +5,7 @@ import { catalogueSeeded } from '../../domain/audit'
 import type { CatalogueEntry as ManifestEntry } from '../../domain/catalogue'
 import { childrenPlan, entryRowPlan } from '../../domain/catalogue-upsert'
 import { CatalogueCache, type CatalogueStore, type UpsertOutcome } from '../catalogue'
+import { catalogueColumns } from '../statements'
 import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 
@@ -12,6 +13,11 @@ import type { PgDb, PgTx } from './db'
 // transaction takes an advisory lock first, so two seeds never race on the same new id.
 
 const { artifactFiles, catalogEntries, servingProfiles } = schema
+const read = catalogueColumns({
+  entries: catalogEntries,
+  profiles: servingProfiles,
+  artifacts: artifactFiles,
+})
 
 // Any constant shared by every instance (pg_advisory_xact_lock keys are 64-bit integers).
 const SEED_LOCK = 7_146_251_878
@@ -59,45 +65,9 @@ async function upsertEntry(tx: PgTx, entry: ManifestEntry, now: number): Promise
 export function postgresCatalogue(db: PgDb): CatalogueStore {
   const cache = new CatalogueCache(async () => {
     const [entries, profiles, artifacts] = await Promise.all([
-      db
-        .select({
-          id: catalogEntries.id,
-          renamed_from: catalogEntries.renamed_from,
-          enabled: catalogEntries.enabled,
-          org_id: catalogEntries.org_id,
-          display_name: catalogEntries.display_name,
-          parameter_size: catalogEntries.parameter_size,
-          vram_gb: catalogEntries.vram_gb,
-          size_gb: catalogEntries.size_gb,
-          digest: catalogEntries.digest,
-          runtime: catalogEntries.runtime,
-          runtime_model_id: catalogEntries.runtime_model_id,
-          task_type: catalogEntries.task_type,
-          capabilities: catalogEntries.capabilities,
-          source_type: catalogEntries.source_type,
-          source_ref: catalogEntries.source_ref,
-          source_revision: catalogEntries.source_revision,
-        })
-        .from(catalogEntries)
-        .orderBy(asc(catalogEntries.seq)),
-      db
-        .select({
-          catalog_id: servingProfiles.catalog_id,
-          runtime: servingProfiles.runtime,
-          runtime_model_id: servingProfiles.runtime_model_id,
-          params: servingProfiles.params,
-        })
-        .from(servingProfiles)
-        .orderBy(asc(servingProfiles.seq)),
-      db
-        .select({
-          catalog_id: artifactFiles.catalog_id,
-          path: artifactFiles.path,
-          sha256: artifactFiles.sha256,
-          size_bytes: artifactFiles.size_bytes,
-        })
-        .from(artifactFiles)
-        .orderBy(asc(artifactFiles.seq)),
+      db.select(read.entries).from(catalogEntries).orderBy(asc(catalogEntries.seq)),
+      db.select(read.profiles).from(servingProfiles).orderBy(asc(servingProfiles.seq)),
+      db.select(read.artifacts).from(artifactFiles).orderBy(asc(artifactFiles.seq)),
     ])
     return { entries, profiles, artifacts }
   })

@@ -1,17 +1,15 @@
-import { and, asc, eq, gt, inArray, isNull, lte, notInArray, or, sql } from 'drizzle-orm'
+import { and, asc, eq, inArray, lte, notInArray, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { FileRow } from '../../db/schema'
 import { fileDeleted, filesExpired } from '../../domain/audit'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import type { FilesStore } from '../files'
+import { heldInputOf, listedFiles, liveFile } from '../statements'
 import { appendAudit } from './audit'
 import type { PgDb } from './db'
 import { pageRows } from './page'
 
 const { batchAssignments, batches, files, users } = schema
-
-/** Not expired at `now` (docs/api.md §15): no expiry, or one still ahead. */
-const live = (now: number) => or(isNull(files.expires_at), gt(files.expires_at, now))
 
 const bytesSum = sql<number>`coalesce(sum(${files.bytes}), 0)`.mapWith(Number)
 
@@ -55,38 +53,25 @@ export function postgresFiles(db: PgDb): FilesStore {
         .select()
         .from(files)
         .where(
-          and(eq(files.id, fileId), live(now), ownerId === null ? undefined : eq(files.user_id, ownerId)),
+          and(
+            eq(files.id, fileId),
+            liveFile(files, now),
+            ownerId === null ? undefined : eq(files.user_id, ownerId),
+          ),
         )
       return (row as FileRow | undefined) ?? null
     },
 
     async getForWorker(fileId, orgId) {
-      const held = db
-        .select({ id: batches.input_file_id })
-        .from(batchAssignments)
-        .innerJoin(batches, eq(batches.id, batchAssignments.batch_id))
-        .where(
-          and(
-            eq(batchAssignments.org_id, orgId),
-            isNull(batchAssignments.completed_at),
-            eq(batches.status, 'in_progress'),
-            eq(batches.input_file_id, fileId),
-          ),
-        )
       const [row] = await db
         .select()
         .from(files)
-        .where(and(eq(files.id, fileId), inArray(files.id, held)))
+        .where(heldInputOf({ files, batches, assignments: batchAssignments }, fileId, orgId))
       return (row as FileRow | undefined) ?? null
     },
 
     async page(filter, query) {
-      const where = and(
-        eq(files.user_id, filter.ownerId),
-        filter.purpose ? eq(files.purpose, filter.purpose) : undefined,
-        live(filter.now),
-      )
-      return pageRows<FileRow>(db, files, where, query)
+      return pageRows<FileRow>(db, files, listedFiles(files, filter), query)
     },
 
     async remove(fileId, ownerId, now, audit) {

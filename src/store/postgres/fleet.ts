@@ -1,12 +1,12 @@
 import type { SQL as Driver } from 'bun'
-import { and, asc, count, desc, eq, gt, inArray, isNull, or, sql } from 'drizzle-orm'
+import { and, asc, count, desc, eq, gt, inArray, or, sql } from 'drizzle-orm'
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { WorkerRow } from '../../db/schema'
 import { workerRemoved } from '../../domain/audit'
 import { inventoryPlan } from '../../domain/inventory-plan'
 import { machineLookup, orgGone, registerPlan } from '../../domain/register-plan'
-import { type RequeueOutcome, type RequeueReason, removedRequeue } from '../../domain/requeue'
+import { type RequeueCause, type RequeueOutcome, removedRequeue } from '../../domain/requeue'
 import { isShardId } from '../../domain/shards'
 import { checkHolder, checkProgress } from '../../domain/worker-rules'
 import { grouped } from '../../lib/grouped'
@@ -25,11 +25,12 @@ import {
   type Registration,
   type WorkerHosting,
 } from '../fleet'
+import { hostedModelColumns, runningAssignment } from '../statements'
 import { appendAudit } from './audit'
 import { type PgDb, type PgTx, pipelined } from './db'
 import { isForeignKeyViolation } from './errors'
 import { pageRows } from './page'
-import { requeueLocked } from './queue'
+import { lockHolding, requeueLocked } from './queue'
 import { recordShardProgress, requeueHeldShards } from './shards'
 
 // The fleet on PostgreSQL, where several instances share one database. A read-then-write that
@@ -177,8 +178,7 @@ async function requeueAllHeld(
   tx: PgTx,
   maxAttempts: number,
   workerId: string,
-  reason: RequeueReason,
-  error: string,
+  cause: RequeueCause,
   now: number,
 ): Promise<RequeueOutcome[]> {
   const requeued: RequeueOutcome[] = []
@@ -191,21 +191,15 @@ async function requeueAllHeld(
     })
     .from(batchAssignments)
     .innerJoin(batches, eq(batches.id, batchAssignments.batch_id))
-    .where(
-      and(
-        eq(batchAssignments.worker_id, workerId),
-        isNull(batchAssignments.completed_at),
-        eq(batches.status, 'in_progress'),
-      ),
-    )
+    .where(and(eq(batchAssignments.worker_id, workerId), runningAssignment(batchAssignments, batches)))
     .orderBy(asc(batchAssignments.seq))
     .for('update', { of: batches })
   for (const b of held) {
-    const outcome = await requeueLocked(tx, maxAttempts, b, reason, error, now)
+    const outcome = await requeueLocked(tx, maxAttempts, b, cause, now)
     if (outcome) requeued.push(outcome)
   }
   // docs/api.md §16: and each shard it held, as that shard's attempt.
-  requeued.push(...(await requeueHeldShards(tx, maxAttempts, workerId, reason, error, now)))
+  requeued.push(...(await requeueHeldShards(tx, maxAttempts, workerId, cause, now)))
   return requeued
 }
 
@@ -245,9 +239,8 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       const requeued: RequeueOutcome[] = []
       let worker: WorkerRow
       if (plan.kind === 'reuse') {
-        const { reason, error } = plan.requeue
         // docs/api.md §7: whatever the old incarnation held is requeued as a failed attempt.
-        requeued.push(...(await requeueAllHeld(tx, maxAttempts, plan.workerId, reason, error, r.now)))
+        requeued.push(...(await requeueAllHeld(tx, maxAttempts, plan.workerId, plan.requeue, r.now)))
         ;[worker] = (await tx
           .update(workers)
           .set({ ...plan.set, hosting_seq: sql`${workers.hosting_seq} + 1` })
@@ -290,8 +283,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .where(and(eq(workers.id, workerId), eq(workers.org_id, orgId)))
           .for('update')) as WorkerRow[]
         if (!worker) return undefined
-        const { reason, error } = removedRequeue(worker)
-        const requeued = await requeueAllHeld(tx, maxAttempts, worker.id, reason, error, now)
+        const requeued = await requeueAllHeld(tx, maxAttempts, worker.id, removedRequeue(worker), now)
         // Its runtimes, GPUs, models, pull asks and back-offs go with it (ON DELETE CASCADE).
         await tx.delete(workers).where(eq(workers.id, worker.id))
         await appendAudit(
@@ -387,21 +379,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
     async recordProgress(p) {
       await db.transaction(async (tx) => {
         if (isShardId(p.jobId)) return recordShardProgress(tx, p, (held) => checkProgress(held, p))
-        const [row] = await tx
-          .select({
-            status: batches.status,
-            total: batches.request_counts_total,
-            completed: batches.request_counts_completed,
-            failed: batches.request_counts_failed,
-            assignment_id: batchAssignments.id,
-            holder: batchAssignments.worker_id,
-            assignment_completed_at: batchAssignments.completed_at,
-          })
-          .from(batches)
-          .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
-          .where(eq(batches.id, p.jobId))
-          .for('update', { of: batches })
-        checkProgress(checkHolder(row, p.workerId, p.assignmentId), p)
+        checkProgress(checkHolder(await lockHolding(tx, p.jobId), p.workerId, p.assignmentId), p)
         await tx
           .update(batches)
           .set({ request_counts_completed: p.completed, request_counts_failed: p.failed, updated_at: p.now })
@@ -537,15 +515,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .from(workerRuntimes)
           .where(eq(workerRuntimes.worker_id, workerId)),
         db
-          .select({
-            name: workerModels.name,
-            runtime: workerModels.runtime,
-            digest: workerModels.digest,
-            loaded: workerModels.loaded,
-            advertised: workerModels.advertised,
-            configured: workerModels.configured,
-            on_disk: workerModels.on_disk,
-          })
+          .select(hostedModelColumns(workerModels))
           .from(workerModels)
           .where(eq(workerModels.worker_id, workerId)),
       ])
@@ -613,16 +583,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .where(inArray(workerRuntimes.worker_id, ids))
           .orderBy(asc(workerRuntimes.seq)),
         db
-          .select({
-            worker_id: workerModels.worker_id,
-            name: workerModels.name,
-            runtime: workerModels.runtime,
-            digest: workerModels.digest,
-            loaded: workerModels.loaded,
-            advertised: workerModels.advertised,
-            configured: workerModels.configured,
-            on_disk: workerModels.on_disk,
-          })
+          .select({ worker_id: workerModels.worker_id, ...hostedModelColumns(workerModels) })
           .from(workerModels)
           .where(inArray(workerModels.worker_id, ids))
           .orderBy(asc(workerModels.seq)),

@@ -1,26 +1,19 @@
 import type { SQL } from 'bun'
-import { and, eq, inArray, isNull, lte, or } from 'drizzle-orm'
+import { eq, inArray, lte } from 'drizzle-orm'
 import type { Config } from '../../config'
 import * as schema from '../../db/pg/schema'
 import type { BatchAssignmentRow, BatchRow } from '../../db/schema'
 import { BATCH_TRANSITIONS } from '../../domain/batch-states'
 import { placeHeads, slugsToAge } from '../../domain/placement'
-import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
+import { countsAttempt, type RequeueCause, type RequeueOutcome, requeueDecision } from '../../domain/requeue'
 import { isShardId, tallyShards } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import {
-  type Claimed,
-  type ClaimRequest,
-  type DeliveredResults,
-  type FailureReport,
-  type QueueStore,
-  type SweepOutcome,
-  takesNeeds,
-} from '../queue'
+import { type Claimed, type ClaimRequest, type QueueStore, type SweepOutcome, takesNeeds } from '../queue'
+import { goesOfflineWhere, holdingColumns, orphanedBatch } from '../statements'
 import type { PgDb, PgTx } from './db'
 import { postgresJoins } from './joins'
 import {
@@ -47,16 +40,26 @@ import { batchRow, transition } from './transition'
 
 const { batches, batchAssignments, files, workers, modelPulls, maintenanceRuns } = schema
 
+/** The batch a worker says it works on, locked, with its current assignment (if any): what the holder rule reads. */
+export async function lockHolding(tx: PgTx, batchId: string) {
+  const [row] = await tx
+    .select(holdingColumns(batches, batchAssignments))
+    .from(batches)
+    .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
+    .where(eq(batches.id, batchId))
+    .for('update', { of: batches })
+  return row
+}
+
 /** One failed attempt (or, for a removed worker, none) of a batch the caller has locked and seen in_progress (requeue rule). */
 export async function requeueLocked(
   tx: PgTx,
   maxAttempts: number,
   batch: { id: string; attempts: number; request_counts_total: number; model: string | null },
-  reason: RequeueReason,
-  errorText: string,
+  { reason, error }: RequeueCause,
   now: number,
 ): Promise<RequeueOutcome | null> {
-  const decision = requeueDecision(batch, maxAttempts, errorText, now, countsAttempt(reason))
+  const decision = requeueDecision(batch, maxAttempts, error, now, countsAttempt(reason))
   await tx.delete(batchAssignments).where(eq(batchAssignments.batch_id, batch.id))
   if (!(await transition(tx, batch.id, decision.event, now, decision.changes, reason))) return null
   return decision.outcome
@@ -367,20 +370,9 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       }
     },
 
-    async recordResults(r: DeliveredResults) {
+    async recordResults(r) {
       return db.transaction(async (tx) => {
-        const [held] = await tx
-          .select({
-            status: batches.status,
-            holder: batchAssignments.worker_id,
-            assignment_id: batchAssignments.id,
-            assignment_completed_at: batchAssignments.completed_at,
-          })
-          .from(batches)
-          .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
-          .where(eq(batches.id, r.batchId))
-          .for('update', { of: batches })
-        checkHolder(held, r.workerId, r.assignmentId)
+        checkHolder(await lockHolding(tx, r.batchId), r.workerId, r.assignmentId)
         const row = await transition(
           tx,
           r.batchId,
@@ -399,39 +391,23 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       })
     },
 
-    async reportFailure(r: FailureReport) {
+    async reportFailure(r) {
       return db.transaction(async (tx) => {
         if (isShardId(r.jobId)) {
           const locked = heldShard(await lockShard(tx, r.jobId), r.workerId, r.assignmentId)
           // Locked and seen running, its batch in_progress, by the holder rule: this copy ends.
-          return (await endShardCopyLocked(
-            tx,
-            maxAttempts,
-            locked,
-            locked.copy,
-            'reported_failure',
-            r.error,
-            r.now,
-          ))!
+          const cause = { reason: 'reported_failure', error: r.error } as const
+          return (await endShardCopyLocked(tx, maxAttempts, locked, locked.copy, cause, r.now))!
         }
-        const [row] = await tx
-          .select({
-            id: batches.id,
-            status: batches.status,
-            attempts: batches.attempts,
-            request_counts_total: batches.request_counts_total,
-            model: batches.model,
-            holder: batchAssignments.worker_id,
-            assignment_id: batchAssignments.id,
-            assignment_completed_at: batchAssignments.completed_at,
-          })
-          .from(batches)
-          .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
-          .where(eq(batches.id, r.jobId))
-          .for('update', { of: batches })
-        const held = checkHolder(row, r.workerId, r.assignmentId)
+        const held = checkHolder(await lockHolding(tx, r.jobId), r.workerId, r.assignmentId)
         // Locked and seen in_progress by the holder rule: the requeue happens.
-        return (await requeueLocked(tx, maxAttempts, held, 'reported_failure', r.error, r.now))!
+        return (await requeueLocked(
+          tx,
+          maxAttempts,
+          held,
+          { reason: 'reported_failure', error: r.error },
+          r.now,
+        ))!
       })
     },
 
@@ -441,7 +417,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           await tx
             .update(workers)
             .set({ status: 'offline' })
-            .where(and(eq(workers.status, 'online'), lte(workers.last_seen_at, cutoff)))
+            .where(goesOfflineWhere(workers, cutoff))
             .returning({ id: workers.id })
         ).map((w) => w.id)
         // Every in_progress batch whose holder is not live: silent, offline, or no longer there.
@@ -456,20 +432,13 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           .from(batches)
           .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
           .leftJoin(workers, eq(workers.id, batchAssignments.worker_id))
-          .where(
-            and(
-              eq(batches.status, 'in_progress'),
-              // A split batch has no holder: its shards have theirs (below).
-              eq(batches.split, false),
-              or(isNull(workers.id), eq(workers.status, 'offline'), lte(workers.last_seen_at, cutoff)),
-            ),
-          )
+          .where(orphanedBatch(batches, workers, cutoff))
           .for('update', { of: batches })
         const requeues: SweepOutcome['requeues'] = []
         for (const o of orphans) {
-          const { reason, error } = silentRequeue(o.worker_id)
-          const outcome = await requeueLocked(tx, maxAttempts, o, reason, error, now)
-          if (outcome) requeues.push({ ...outcome, reason })
+          const cause = silentRequeue(o.worker_id)
+          const outcome = await requeueLocked(tx, maxAttempts, o, cause, now)
+          if (outcome) requeues.push({ ...outcome, reason: cause.reason })
         }
         for (const outcome of await requeueSilentShards(tx, maxAttempts, cutoff, now)) {
           requeues.push({ ...outcome, reason: SILENT_REASON })

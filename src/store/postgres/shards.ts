@@ -1,10 +1,16 @@
 import type { SQL } from 'bun'
-import { and, asc, eq, getTableColumns, inArray, sql } from 'drizzle-orm'
-import { alias } from 'drizzle-orm/pg-core'
+import { and, asc, eq, getTableColumns, inArray, type SQLWrapper, sql } from 'drizzle-orm'
+import { alias, type PgUpdateSetSource } from 'drizzle-orm/pg-core'
 import * as schema from '../../db/pg/schema'
 import type { BatchRow, BatchShardRow } from '../../db/schema'
 import { BATCH_TRANSITIONS } from '../../domain/batch-states'
-import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
+import {
+  countsAttempt,
+  type RequeueCause,
+  type RequeueOutcome,
+  type RequeueReason,
+  requeueDecision,
+} from '../../domain/requeue'
 import {
   type BackupCandidate,
   type CopyCounts,
@@ -384,16 +390,56 @@ function copiesOf(shard: BatchShardRow): { holder: CopyCounts; backup: CopyCount
   }
 }
 
-/** The batch's live counts moved by `dc`, `df` (docs/api.md §16: the sum of its shards'). */
-async function moveBatchCounts(tx: PgTx, batchId: string, dc: number, df: number, now: number) {
+/**
+ * The in_progress batch's live counts moved as one shard's went from `before` to `after`
+ * (docs/api.md §16: the sum of its shards'); after a copy `ended`, its attempts are its shards'
+ * highest and its error the last one.
+ */
+async function moveBatchCounts(
+  tx: PgTx,
+  batchId: string,
+  before: CopyCounts,
+  after: CopyCounts,
+  now: number,
+  ended?: { attempts: number; error: string },
+) {
   await tx
     .update(batches)
     .set({
-      request_counts_completed: sql`${batches.request_counts_completed} + ${dc}`,
-      request_counts_failed: sql`${batches.request_counts_failed} + ${df}`,
+      ...(ended && { attempts: sql`greatest(${batches.attempts}, ${ended.attempts})`, error: ended.error }),
+      request_counts_completed: sql`${batches.request_counts_completed} + ${after.completed - before.completed}`,
+      request_counts_failed: sql`${batches.request_counts_failed} + ${after.failed - before.failed}`,
       updated_at: now,
     })
     .where(and(eq(batches.id, batchId), eq(batches.status, 'in_progress')))
+}
+
+/** The backup columns of a shard without a backup copy. */
+const NO_BACKUP = {
+  backup_worker_id: null,
+  backup_org_id: null,
+  backup_assignment_id: null,
+  backup_assigned_at: null,
+  backup_request_counts_completed: 0,
+  backup_request_counts_failed: 0,
+} as const
+
+/**
+ * A guarded write of a running shard (ARCHITECTURE.md rule 7): applied only while `lease` (the
+ * copy's assignment as the caller locked it) still stands; false for a stale caller.
+ */
+async function setRunningShard(
+  tx: PgTx,
+  shardId: string,
+  lease: SQLWrapper,
+  set: PgUpdateSetSource<typeof batchShards>,
+): Promise<boolean> {
+  const changed = await tx
+    .update(batchShards)
+    .set(set)
+    .where(and(eq(batchShards.id, shardId), eq(batchShards.status, 'running'), lease))
+    .returning({ id: batchShards.id })
+  return changed.length > 0
 }
 
 /**
@@ -407,28 +453,21 @@ export async function endShardCopyLocked(
   maxAttempts: number,
   locked: LockedShard,
   copy: ShardCopy,
-  reason: RequeueReason,
-  errorText: string,
+  cause: RequeueCause,
   now: number,
 ): Promise<RequeueOutcome | null> {
   const { shard, batch } = locked
   if (shard.status !== 'running' || batch.status !== 'in_progress') return null
-  const plan = copyEnded(shard, copy, errorText, countsAttempt(reason))
-  if (plan.kind === 'requeue') return requeueShardLocked(tx, maxAttempts, locked, reason, errorText, now)
+  const plan = copyEnded(shard, copy, cause.error, countsAttempt(cause.reason))
+  if (plan.kind === 'requeue') return requeueShardLocked(tx, maxAttempts, shard, batch, cause, now)
   const { holder, backup } = copiesOf(shard)
   const before = shardCounts(holder, backup)
   const after = plan.kind === 'promote' ? backup! : holder
-  const cleared = {
-    backup_worker_id: null,
-    backup_org_id: null,
-    backup_assignment_id: null,
-    backup_assigned_at: null,
-    backup_request_counts_completed: 0,
-    backup_request_counts_failed: 0,
-  }
-  const changed = await tx
-    .update(batchShards)
-    .set({
+  const changed = await setRunningShard(
+    tx,
+    shard.id,
+    eq(batchShards.backup_assignment_id, shard.backup_assignment_id!),
+    {
       ...(plan.kind === 'promote'
         ? {
             worker_id: shard.backup_worker_id,
@@ -439,30 +478,14 @@ export async function endShardCopyLocked(
             request_counts_failed: backup!.failed,
           }
         : {}),
-      ...cleared,
+      ...NO_BACKUP,
       attempts: plan.attempts,
       updated_at: now,
-    })
-    .where(
-      and(
-        eq(batchShards.id, shard.id),
-        eq(batchShards.status, 'running'),
-        eq(batchShards.backup_assignment_id, shard.backup_assignment_id!),
-      ),
-    )
-    .returning({ id: batchShards.id })
-  if (changed.length === 0) return null
-  // The batch stays in_progress: its attempts are its shards' highest, its error the last one.
-  await tx
-    .update(batches)
-    .set({
-      attempts: sql`greatest(${batches.attempts}, ${plan.attempts})`,
-      error: plan.error,
-      request_counts_completed: sql`${batches.request_counts_completed} + ${after.completed - before.completed}`,
-      request_counts_failed: sql`${batches.request_counts_failed} + ${after.failed - before.failed}`,
-      updated_at: now,
-    })
-    .where(and(eq(batches.id, batch.id), eq(batches.status, 'in_progress')))
+    },
+  )
+  if (!changed) return null
+  // The batch stays in_progress.
+  await moveBatchCounts(tx, batch.id, before, after, now, plan)
   return {
     status: 'validated',
     batch_id: batch.id,
@@ -474,57 +497,41 @@ export async function endShardCopyLocked(
 }
 
 /**
- * One failed attempt of a running shard with no other copy, locked by the caller (the requeue rule,
- * per shard: docs/api.md §16). The shard waits again, offered before any new shard; the batch fails
- * when the shard's attempts are used up, goes back to validated when no other shard runs or is
- * done, and otherwise stays in_progress with its shards' highest attempts. Null for a stale caller.
+ * One failed attempt of a running shard with no other copy, locked by the caller and seen running in
+ * its in_progress batch (the requeue rule, per shard: docs/api.md §16). The shard waits again,
+ * offered before any new shard; the batch fails when the shard's attempts are used up, goes back to
+ * validated when no other shard runs or is done, and otherwise stays in_progress with its shards'
+ * highest attempts. Null for a stale caller.
  */
 async function requeueShardLocked(
   tx: PgTx,
   maxAttempts: number,
-  locked: LockedShard,
-  reason: RequeueReason,
-  errorText: string,
+  shard: BatchShardRow,
+  batch: BatchRow,
+  { reason, error }: RequeueCause,
   now: number,
 ): Promise<RequeueOutcome | null> {
-  const { shard, batch } = locked
-  if (shard.status !== 'running' || batch.status !== 'in_progress') return null
   const decision = requeueDecision(
     { ...batch, attempts: shard.attempts },
     maxAttempts,
-    errorText,
+    error,
     now,
     countsAttempt(reason),
   )
   const attempts = Math.max(batch.attempts, decision.changes.attempts)
-  const released = await tx
-    .update(batchShards)
-    .set({
-      status: 'waiting',
-      attempts: decision.changes.attempts,
-      worker_id: null,
-      org_id: null,
-      assignment_id: null,
-      assigned_at: null,
-      request_counts_completed: 0,
-      request_counts_failed: 0,
-      backup_worker_id: null,
-      backup_org_id: null,
-      backup_assignment_id: null,
-      backup_assigned_at: null,
-      backup_request_counts_completed: 0,
-      backup_request_counts_failed: 0,
-      updated_at: now,
-    })
-    .where(
-      and(
-        eq(batchShards.id, shard.id),
-        eq(batchShards.status, 'running'),
-        eq(batchShards.assignment_id, shard.assignment_id!),
-      ),
-    )
-    .returning({ id: batchShards.id })
-  if (released.length === 0) return null
+  const released = await setRunningShard(tx, shard.id, eq(batchShards.assignment_id, shard.assignment_id!), {
+    status: 'waiting',
+    attempts: decision.changes.attempts,
+    worker_id: null,
+    org_id: null,
+    assignment_id: null,
+    assigned_at: null,
+    request_counts_completed: 0,
+    request_counts_failed: 0,
+    ...NO_BACKUP,
+    updated_at: now,
+  })
+  if (!released) return null
   const [{ n }] = (await tx
     .select({ n: sql<number>`count(*)::int` })
     .from(batchShards)
@@ -539,18 +546,9 @@ async function requeueShardLocked(
       return { ...decision.outcome, parts: await takeParts(tx, batch.id) }
     }
   } else {
-    // The batch stays in_progress: its attempts are its shards' highest, its error the last one,
-    // its live counts lose the shard's.
-    await tx
-      .update(batches)
-      .set({
-        attempts: sql`greatest(${batches.attempts}, ${attempts})`,
-        error: decision.changes.error,
-        request_counts_completed: sql`${batches.request_counts_completed} - ${shard.request_counts_completed}`,
-        request_counts_failed: sql`${batches.request_counts_failed} - ${shard.request_counts_failed}`,
-        updated_at: now,
-      })
-      .where(and(eq(batches.id, batch.id), eq(batches.status, 'in_progress')))
+    // The batch stays in_progress; its live counts lose the shard's.
+    const ended = { attempts, error: decision.changes.error }
+    await moveBatchCounts(tx, batch.id, copiesOf(shard).holder, { completed: 0, failed: 0 }, now, ended)
   }
   return decision.outcome
 }
@@ -617,7 +615,7 @@ async function endLeases(tx: PgTx, maxAttempts: number, leases: Lease[], reason:
           ? 'backup'
           : null
     if (!copy) continue
-    out[i] = await endShardCopyLocked(tx, maxAttempts, locked, copy, reason, l.error, now)
+    out[i] = await endShardCopyLocked(tx, maxAttempts, locked, copy, { reason, error: l.error }, now)
   }
   return out.filter((o) => o !== null)
 }
@@ -627,8 +625,7 @@ export async function requeueHeldShards(
   tx: PgTx,
   maxAttempts: number,
   workerId: string,
-  reason: RequeueReason,
-  error: string,
+  { reason, error }: RequeueCause,
   now: number,
 ) {
   const held = (await tx.execute(sql`
@@ -708,13 +705,7 @@ export async function recordShardProgress(
           },
     )
     .where(and(eq(batchShards.id, p.jobId), eq(batchShards.status, 'running')))
-  await moveBatchCounts(
-    tx,
-    locked.batch.id,
-    after.completed - before.completed,
-    after.failed - before.failed,
-    p.now,
-  )
+  await moveBatchCounts(tx, locked.batch.id, before, after, p.now)
 }
 
 /**
@@ -757,7 +748,7 @@ export async function recordShardResultsTx(tx: PgTx, r: DeliveredShard): Promise
         : {}),
     })
     .where(and(eq(batchShards.id, r.shardId), eq(batchShards.status, 'running')))
-  await moveBatchCounts(tx, locked.batch.id, r.completed - before.completed, r.failed - before.failed, r.now)
+  await moveBatchCounts(tx, locked.batch.id, before, r, r.now)
   const [batch] = (await tx.select().from(batches).where(eq(batches.id, locked.batch.id))) as BatchRow[]
   const [{ unfinished }] = (await tx.execute(sql`
     SELECT ${batch!.next_request < batch!.request_counts_total}::boolean

@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm'
 import { apiKeys, batchAssignments, batches, batchShards, users } from '../../db/pg/schema'
 import type { UsageStore } from '../usage'
-import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-query'
+import { type UsageDialect, type UsageRaw, usageStore } from '../usage-query'
 import type { PgDb } from './db'
 
 // docs/api.md §14 usage sums on PostgreSQL: usage columns are jsonb; their numbers are read as numeric.
@@ -11,16 +11,8 @@ export const postgresDialect: UsageDialect = {
 }
 
 export function postgresUsage(db: PgDb): UsageStore {
-  return {
-    async sums(scope, range, groupBy) {
-      const query = usageQuery(
-        { batches, batchAssignments, batchShards, apiKeys, users },
-        scope,
-        range,
-        groupBy,
-        postgresDialect,
-      )
-      return [...((await db.execute(query)) as unknown as UsageRaw[])].map((r) => toSums(r, groupBy))
-    },
-  }
+  const tables = { batches, batchAssignments, batchShards, apiKeys, users }
+  return usageStore(tables, postgresDialect, async (query) => [
+    ...((await db.execute(query)) as unknown as UsageRaw[]),
+  ])
 }

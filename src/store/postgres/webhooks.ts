@@ -4,6 +4,7 @@ import type { BatchRow, WebhookAttemptRow, WebhookRow } from '../../db/schema'
 import type { BatchEvent } from '../../domain/batch-states'
 import { WEBHOOK_EVENT_OF } from '../../domain/webhook-events'
 import { newId } from '../../lib/ids'
+import { attemptOutcome, leaseHeld } from '../statements'
 import type { LeasedMessage, WebhooksStore } from '../webhooks'
 import type { PgDb, PgTx } from './db'
 import { pageRows } from './page'
@@ -103,13 +104,8 @@ export function postgresWebhooks(db: PgDb): WebhooksStore {
       return db.transaction(async (tx) => {
         const updated = await tx
           .update(webhookMessages)
-          .set({
-            status: result.status,
-            next_attempt_at: result.next_attempt_at,
-            attempts: sql`${webhookMessages.attempts} + 1`,
-            lease: null,
-          })
-          .where(and(eq(webhookMessages.id, messageId), eq(webhookMessages.lease, lease)))
+          .set(attemptOutcome(webhookMessages, result))
+          .where(leaseHeld(webhookMessages, messageId, lease))
           .returning({ id: webhookMessages.id })
         if (updated.length === 0) return false
         await tx.insert(webhookAttempts).values(result.attempt)

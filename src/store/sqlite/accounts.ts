@@ -1,13 +1,13 @@
-import { and, count, eq, gt, inArray, isNull, ne, sql } from 'drizzle-orm'
+import { and, count, eq, ne, sql } from 'drizzle-orm'
 import { preparedOnce } from '../../db/prepared'
 import { memberships, organizations, passwordResetTokens, type UserRow, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import { changesRole, checkLastSuperadmin } from '../../domain/admin-rules'
 import { passwordChanged, passwordReset, userChanged, userCreated } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
-import { newId } from '../../lib/ids'
-import type { AccountsStore, NewUser } from '../accounts'
+import { type AccountsStore, type NewUser, newAccountRows } from '../accounts'
 import type { Identity } from '../sso'
+import { newPassword, redeemableToken } from '../statements'
 import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
@@ -24,16 +24,11 @@ const stmts = preparedOnce((db: SqliteDeps['db']) => ({
     .prepare(),
 }))
 
-/** A new password: `must_change_password` cleared, older JWTs revoked by the token version. */
+/** A new password for the user (statements.ts newPassword). */
 function storePassword(tx: Tx, now: number, userId: string, hash: string) {
   return tx
     .update(users)
-    .set({
-      password_hash: hash,
-      must_change_password: false,
-      token_version: sql`${users.token_version} + 1`,
-      updated_at: now,
-    })
+    .set(newPassword(users, hash, now))
     .where(eq(users.id, userId))
     .returning()
     .get()
@@ -48,28 +43,10 @@ export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
           throw conflict('email_taken', 'This email is already registered', 'email')
         }
         if (identity && linkedAlready(tx, identity)) throw identityConflict()
-        const user = tx
-          .insert(users)
-          .values({
-            id: newId('user_'),
-            email: input.email,
-            password_hash: input.password_hash,
-            full_name: input.full_name,
-            platform_role: input.platform_role,
-            must_change_password: input.must_change_password,
-            created_at: input.now,
-            updated_at: input.now,
-          })
-          .returning()
-          .get()
-        const org = tx
-          .insert(organizations)
-          .values({ id: newId('org_'), name: personalOrgName, personal: true, created_at: input.now })
-          .returning()
-          .get()
-        tx.insert(memberships)
-          .values({ org_id: org.id, user_id: user.id, role: 'owner', created_at: input.now })
-          .run()
+        const rows = newAccountRows(input, personalOrgName)
+        const user = tx.insert(users).values(rows.user).returning().get()
+        tx.insert(organizations).values(rows.org).run()
+        tx.insert(memberships).values(rows.membership).run()
         if (identity) insertIdentity(tx, user.id, identity, input.now)
         appendAudit(tx, audit, [userCreated(user, audit.actor, identity)], input.now)
         return user
@@ -135,17 +112,7 @@ export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
         const claimed = tx
           .update(passwordResetTokens)
           .set({ used_at: now })
-          .where(
-            and(
-              eq(passwordResetTokens.token_hash, tokenHash),
-              isNull(passwordResetTokens.used_at),
-              gt(passwordResetTokens.expires_at, now),
-              inArray(
-                passwordResetTokens.user_id,
-                tx.select({ id: users.id }).from(users).where(eq(users.is_active, true)),
-              ),
-            ),
-          )
+          .where(redeemableToken(passwordResetTokens, users, tokenHash, now))
           .returning({ user_id: passwordResetTokens.user_id })
           .get()
         if (!claimed) return undefined

@@ -1,15 +1,10 @@
-import { and, asc, eq, gte, inArray, lt, type SQL } from 'drizzle-orm'
+import { asc, inArray, lt } from 'drizzle-orm'
 import type { Db } from '../../db/open'
 import { type AuditEventRow, auditEvents } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
-import {
-  type AuditContext,
-  type AuditEvent,
-  type AuditFilter,
-  auditExpired,
-  auditRow,
-} from '../../domain/audit'
+import { type AuditContext, type AuditEvent, auditExpired, auditRow } from '../../domain/audit'
 import type { AuditStore } from '../audit'
+import { auditWhere } from '../statements'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
 
@@ -27,22 +22,6 @@ export function appendAudit(tx: Tx | Db, ctx: AuditContext, events: AuditEvent[]
     .run()
 }
 
-function auditWhere(f: AuditFilter): SQL | undefined {
-  const a = f.actor
-  return and(
-    a?.by === 'user' ? eq(auditEvents.actor_user_id, a.id) : undefined,
-    a?.by === 'key' ? eq(auditEvents.actor_id, a.id) : undefined,
-    a?.by === 'kind' ? eq(auditEvents.actor_kind, a.kind) : undefined,
-    f.actions ? inArray(auditEvents.action, f.actions) : undefined,
-    f.target_kind ? eq(auditEvents.target_kind, f.target_kind) : undefined,
-    f.target_id !== undefined ? eq(auditEvents.target_id, f.target_id) : undefined,
-    f.org_id !== undefined ? eq(auditEvents.org_id, f.org_id) : undefined,
-    f.visible_orgs ? inArray(auditEvents.org_id, f.visible_orgs) : undefined,
-    f.start !== undefined ? gte(auditEvents.created_at, f.start) : undefined,
-    f.end !== undefined ? lt(auditEvents.created_at, f.end) : undefined,
-  )
-}
-
 export function sqliteAudit(deps: SqliteDeps): AuditStore {
   const { db } = deps
   return {
@@ -51,7 +30,7 @@ export function sqliteAudit(deps: SqliteDeps): AuditStore {
     },
 
     async page(filter, query) {
-      return pageRows<AuditEventRow>(db, auditEvents, auditWhere(filter), query)
+      return pageRows<AuditEventRow>(db, auditEvents, auditWhere(auditEvents, filter), query)
     },
 
     async expire(before, limit, now, audit) {

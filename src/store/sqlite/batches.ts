@@ -1,18 +1,12 @@
 import { and, asc, eq, gt, inArray, or, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
 import { preparedOnce } from '../../db/prepared'
-import {
-  type BatchErrorRow,
-  type BatchRow,
-  batchErrors,
-  batches,
-  batchLineIndex,
-  files,
-} from '../../db/schema'
+import { type BatchRow, batchErrors, batches, batchLineIndex, files } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import type { Tally } from '../../domain/waiting'
 import { type BatchesStore, lineIndexRow, newBatchRow, sumQueueTallies, validationMove } from '../batches'
+import { batchTimesColumns, listedBatches } from '../statements'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
 import { transition } from './transition'
@@ -33,11 +27,7 @@ const stmts = preparedOnce((db: Db) => ({
   // failed batch has completed_at stamped too).
   recent: db
     .select({
-      status: batches.status,
-      created_at: batches.created_at,
-      in_progress_at: batches.in_progress_at,
-      completed_at: batches.completed_at,
-      failed_at: batches.failed_at,
+      ...batchTimesColumns(batches),
       done: sql<number>`${batches.request_counts_completed} + ${batches.request_counts_failed}`,
     })
     .from(batches)
@@ -91,28 +81,18 @@ export function sqliteBatches(deps: SqliteDeps): BatchesStore {
     },
 
     async page(filter, query) {
-      const where = and(
-        filter.ownerId === null ? undefined : eq(batches.user_id, filter.ownerId),
-        filter.status ? eq(batches.status, filter.status) : undefined,
-      )
-      return pageRows<BatchRow>(db, batches, where, query)
+      return pageRows<BatchRow>(db, batches, listedBatches(batches, filter), query)
     },
 
     async errorsOf(batchIds) {
-      const byBatch = new Map<string, BatchErrorRow[]>()
-      if (batchIds.length === 0) return byBatch
+      if (batchIds.length === 0) return new Map()
       const rows = db
         .select()
         .from(batchErrors)
         .where(inArray(batchErrors.batch_id, batchIds))
         .orderBy(asc(batchErrors.seq))
         .all()
-      for (const r of rows) {
-        const list = byBatch.get(r.batch_id)
-        if (list) list.push(r)
-        else byBatch.set(r.batch_id, [r])
-      }
-      return byBatch
+      return Map.groupBy(rows, (r) => r.batch_id)
     },
 
     async validatingIds() {

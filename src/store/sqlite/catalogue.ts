@@ -7,54 +7,22 @@ import { catalogueSeeded } from '../../domain/audit'
 import type { CatalogueEntry as ManifestEntry } from '../../domain/catalogue'
 import { childrenPlan, entryRowPlan } from '../../domain/catalogue-upsert'
 import { CatalogueCache, type CatalogueStore, type UpsertOutcome } from '../catalogue'
+import { catalogueColumns } from '../statements'
 import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 
 // The catalogue on SQLite. Poll and heartbeat read it through the prepared statements below.
 
+const read = catalogueColumns({
+  entries: catalogEntries,
+  profiles: servingProfiles,
+  artifacts: artifactFiles,
+})
+
 const stmts = preparedOnce((db: Db) => ({
-  entries: db
-    .select({
-      id: catalogEntries.id,
-      renamed_from: catalogEntries.renamed_from,
-      enabled: catalogEntries.enabled,
-      org_id: catalogEntries.org_id,
-      display_name: catalogEntries.display_name,
-      parameter_size: catalogEntries.parameter_size,
-      vram_gb: catalogEntries.vram_gb,
-      size_gb: catalogEntries.size_gb,
-      digest: catalogEntries.digest,
-      runtime: catalogEntries.runtime,
-      runtime_model_id: catalogEntries.runtime_model_id,
-      task_type: catalogEntries.task_type,
-      capabilities: catalogEntries.capabilities,
-      source_type: catalogEntries.source_type,
-      source_ref: catalogEntries.source_ref,
-      source_revision: catalogEntries.source_revision,
-    })
-    .from(catalogEntries)
-    .orderBy(asc(catalogEntries.seq))
-    .prepare(),
-  profiles: db
-    .select({
-      catalog_id: servingProfiles.catalog_id,
-      runtime: servingProfiles.runtime,
-      runtime_model_id: servingProfiles.runtime_model_id,
-      params: servingProfiles.params,
-    })
-    .from(servingProfiles)
-    .orderBy(asc(servingProfiles.seq))
-    .prepare(),
-  artifacts: db
-    .select({
-      catalog_id: artifactFiles.catalog_id,
-      path: artifactFiles.path,
-      sha256: artifactFiles.sha256,
-      size_bytes: artifactFiles.size_bytes,
-    })
-    .from(artifactFiles)
-    .orderBy(asc(artifactFiles.seq))
-    .prepare(),
+  entries: db.select(read.entries).from(catalogEntries).orderBy(asc(catalogEntries.seq)).prepare(),
+  profiles: db.select(read.profiles).from(servingProfiles).orderBy(asc(servingProfiles.seq)).prepare(),
+  artifacts: db.select(read.artifacts).from(artifactFiles).orderBy(asc(artifactFiles.seq)).prepare(),
   enabled: db
     .select()
     .from(catalogEntries)

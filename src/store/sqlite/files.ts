@@ -1,15 +1,13 @@
-import { and, asc, eq, gt, inArray, isNull, lte, notInArray, or, sql } from 'drizzle-orm'
+import { and, asc, eq, inArray, lte, notInArray, sql } from 'drizzle-orm'
 import { batchAssignments, batches, type FileRow, files } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { fileDeleted, filesExpired } from '../../domain/audit'
 import { NON_TERMINAL_STATUSES } from '../../domain/batch-states'
 import type { FilesStore } from '../files'
+import { heldInputOf, listedFiles, liveFile } from '../statements'
 import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
-
-/** Not expired at `now` (docs/api.md §15): no expiry, or one still ahead. */
-export const live = (now: number) => or(isNull(files.expires_at), gt(files.expires_at, now))
 
 const bytesSum = sql<number>`coalesce(sum(${files.bytes}), 0)`.mapWith(Number)
 
@@ -41,40 +39,23 @@ export function sqliteFiles(deps: SqliteDeps): FilesStore {
       const row = db
         .select()
         .from(files)
-        .where(and(eq(files.id, fileId), live(now)))
+        .where(and(eq(files.id, fileId), liveFile(files, now)))
         .get()
       return row && (ownerId === null || row.user_id === ownerId) ? row : null
     },
 
     async getForWorker(fileId, orgId) {
-      const held = db
-        .select({ id: batches.input_file_id })
-        .from(batchAssignments)
-        .innerJoin(batches, eq(batches.id, batchAssignments.batch_id))
-        .where(
-          and(
-            eq(batchAssignments.org_id, orgId),
-            isNull(batchAssignments.completed_at),
-            eq(batches.status, 'in_progress'),
-            eq(batches.input_file_id, fileId),
-          ),
-        )
       return (
         db
           .select()
           .from(files)
-          .where(and(eq(files.id, fileId), inArray(files.id, held)))
+          .where(heldInputOf({ files, batches, assignments: batchAssignments }, fileId, orgId))
           .get() ?? null
       )
     },
 
     async page(filter, query) {
-      const where = and(
-        eq(files.user_id, filter.ownerId),
-        filter.purpose ? eq(files.purpose, filter.purpose) : undefined,
-        live(filter.now),
-      )
-      return pageRows<FileRow>(db, files, where, query)
+      return pageRows<FileRow>(db, files, listedFiles(files, filter), query)
     },
 
     async remove(fileId, ownerId, now, audit) {

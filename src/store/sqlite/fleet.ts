@@ -1,8 +1,7 @@
 import { and, asc, count, eq, gt, inArray, type SQL, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
-import { preparedOnce } from '../../db/prepared'
+import { placeholders, preparedOnce } from '../../db/prepared'
 import {
-  batchAssignments,
   batches,
   memberships,
   modelPullFailures,
@@ -35,10 +34,11 @@ import {
   type Registration,
   type WorkerHosting,
 } from '../fleet'
+import { hostedModelColumns } from '../statements'
 import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
-import { requeueHeldInTx } from './queue'
+import { holdingOf, requeueHeldInTx } from './queue'
 import { recordShardProgressInTx } from './shards'
 
 // The fleet on SQLite: synchronous bodies on bun:sqlite, hot statements prepared once per
@@ -108,12 +108,7 @@ const stmts = preparedOnce((db: Db) => {
       .insert(workerModels)
       .values({
         worker_id: id as never,
-        name: sql.placeholder('name') as never,
-        runtime_model_id: sql.placeholder('name') as never,
-        runtime: sql.placeholder('runtime') as never,
-        digest: sql.placeholder('digest') as never,
-        size_bytes: sql.placeholder('size_bytes') as never,
-        loaded: sql.placeholder('loaded') as never,
+        ...placeholders(['name', 'runtime', 'digest', 'size_bytes', 'loaded'], { runtime_model_id: 'name' }),
         on_disk: true,
       })
       .onConflictDoUpdate({
@@ -131,8 +126,7 @@ const stmts = preparedOnce((db: Db) => {
       .insert(workerModels)
       .values({
         worker_id: id as never,
-        name: sql.placeholder('name') as never,
-        runtime_model_id: sql.placeholder('name') as never,
+        ...placeholders(['name'], { runtime_model_id: 'name' }),
         loaded: true,
       })
       .onConflictDoUpdate({ target: [workerModels.worker_id, workerModels.name], set: { loaded: true } })
@@ -149,28 +143,15 @@ const stmts = preparedOnce((db: Db) => {
         ),
       )
       .prepare(),
-    // The batch a worker says it works on, with its current assignment (if any).
-    holding: db
-      .select({
-        status: batches.status,
-        total: batches.request_counts_total,
-        completed: batches.request_counts_completed,
-        failed: batches.request_counts_failed,
-        assignment_id: batchAssignments.id,
-        holder: batchAssignments.worker_id,
-        assignment_completed_at: batchAssignments.completed_at,
-      })
-      .from(batches)
-      .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
-      .where(eq(batches.id, sql.placeholder('job_id')))
-      .prepare(),
     setCounts: db
       .update(batches)
-      .set({
-        request_counts_completed: sql.placeholder('completed') as never,
-        request_counts_failed: sql.placeholder('failed') as never,
-        updated_at: sql.placeholder('now') as never,
-      })
+      .set(
+        placeholders([], {
+          request_counts_completed: 'completed',
+          request_counts_failed: 'failed',
+          updated_at: 'now',
+        }),
+      )
       .where(and(eq(batches.id, sql.placeholder('job_id')), eq(batches.status, 'in_progress')))
       .prepare(),
     runtimes: db
@@ -179,15 +160,7 @@ const stmts = preparedOnce((db: Db) => {
       .where(eq(workerRuntimes.worker_id, id))
       .prepare(),
     models: db
-      .select({
-        name: workerModels.name,
-        runtime: workerModels.runtime,
-        digest: workerModels.digest,
-        loaded: workerModels.loaded,
-        advertised: workerModels.advertised,
-        configured: workerModels.configured,
-        on_disk: workerModels.on_disk,
-      })
+      .select(hostedModelColumns(workerModels))
       .from(workerModels)
       .where(eq(workerModels.worker_id, id))
       .prepare(),
@@ -360,9 +333,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         let worker: WorkerRow
         if (plan.kind === 'reuse') {
           // docs/api.md §7: whatever the old incarnation held is requeued as a failed attempt.
-          requeued.push(
-            ...requeueHeldInTx(deps, plan.workerId, plan.requeue.reason, plan.requeue.error, r.now),
-          )
+          requeued.push(...requeueHeldInTx(deps, plan.workerId, plan.requeue, r.now))
           worker = tx
             .update(workers)
             .set({ ...plan.set, hosting_seq: sql`${workers.hosting_seq} + 1` })
@@ -393,8 +364,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
           .where(and(eq(workers.id, workerId), eq(workers.org_id, orgId)))
           .get()
         if (!worker) return undefined
-        const { reason, error } = removedRequeue(worker)
-        const requeued = requeueHeldInTx(deps, worker.id, reason, error, now)
+        const requeued = requeueHeldInTx(deps, worker.id, removedRequeue(worker), now)
         // Its runtimes, GPUs, models, pull asks and back-offs go with it (ON DELETE CASCADE).
         tx.delete(workers).where(eq(workers.id, worker.id)).run()
         appendAudit(tx, audit, [workerRemoved(worker, [...new Set(requeued.map((r) => r.batch_id))])], now)
@@ -439,7 +409,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         if (isShardId(p.jobId)) {
           return recordShardProgressInTx(deps, p, (held) => checkProgress(held, p), p)
         }
-        const held = checkHolder(s.holding.get({ job_id: p.jobId }), p.workerId, p.assignmentId)
+        const held = checkHolder(holdingOf(deps, p.jobId), p.workerId, p.assignmentId)
         checkProgress(held, p)
         s.setCounts.run({ job_id: p.jobId, completed: p.completed, failed: p.failed, now: p.now })
       })
@@ -589,16 +559,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
         .orderBy(asc(workerRuntimes.seq))
         .all()
       const models = db
-        .select({
-          worker_id: workerModels.worker_id,
-          name: workerModels.name,
-          runtime: workerModels.runtime,
-          digest: workerModels.digest,
-          loaded: workerModels.loaded,
-          advertised: workerModels.advertised,
-          configured: workerModels.configured,
-          on_disk: workerModels.on_disk,
-        })
+        .select({ worker_id: workerModels.worker_id, ...hostedModelColumns(workerModels) })
         .from(workerModels)
         .where(inArray(workerModels.worker_id, ids))
         .orderBy(asc(workerModels.seq))

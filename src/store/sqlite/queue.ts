@@ -1,24 +1,17 @@
-import { and, eq, inArray, isNull, lte, or, sql } from 'drizzle-orm'
+import { and, eq, inArray, isNull, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
-import { preparedOnce } from '../../db/prepared'
+import { placeholders, preparedOnce } from '../../db/prepared'
 import { batchAssignments, batches, files, modelPulls, workers } from '../../db/schema'
 import { writeTx } from '../../db/tx'
 import { placeHeads, slugsToAge } from '../../domain/placement'
-import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
+import { countsAttempt, type RequeueCause, type RequeueOutcome, requeueDecision } from '../../domain/requeue'
 import { checkShardHolder, isShardId, type ShardState, tallyShards } from '../../domain/shards'
 import { SILENT_REASON, silentRequeue } from '../../domain/sweep'
 import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules'
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
-import {
-  type Claimed,
-  type ClaimRequest,
-  type DeliveredResults,
-  type FailureReport,
-  type QueueStore,
-  type SweepOutcome,
-  takesNeeds,
-} from '../queue'
+import { type Claimed, type ClaimRequest, type QueueStore, type SweepOutcome, takesNeeds } from '../queue'
+import { goesOfflineWhere, holdingColumns, orphanedBatch } from '../statements'
 import type { SqliteDeps } from './deps'
 import { sqliteJoins } from './joins'
 import {
@@ -122,13 +115,7 @@ const stmts = preparedOnce((db: Db) => ({
   ),
   insertAssignment: db
     .insert(batchAssignments)
-    .values({
-      id: sql.placeholder('id') as never,
-      batch_id: sql.placeholder('batch_id') as never,
-      worker_id: sql.placeholder('worker_id') as never,
-      org_id: sql.placeholder('org_id') as never,
-      assigned_at: sql.placeholder('now') as never,
-    })
+    .values(placeholders(['id', 'batch_id', 'worker_id', 'org_id'], { assigned_at: 'now' }))
     .prepare(),
   batch: db
     .select({
@@ -145,13 +132,9 @@ const stmts = preparedOnce((db: Db) => ({
     .delete(batchAssignments)
     .where(eq(batchAssignments.batch_id, sql.placeholder('id')))
     .prepare(),
+  // The batch a worker says it works on, with its current assignment (if any).
   holding: db
-    .select({
-      status: batches.status,
-      holder: batchAssignments.worker_id,
-      assignment_id: batchAssignments.id,
-      assignment_completed_at: batchAssignments.completed_at,
-    })
+    .select(holdingColumns(batches, batchAssignments))
     .from(batches)
     .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
     .where(eq(batches.id, sql.placeholder('id')))
@@ -164,6 +147,11 @@ const stmts = preparedOnce((db: Db) => ({
     .prepare(),
 }))
 
+/** The batch a worker says it works on, with its current assignment (if any): what the holder rule reads. */
+export function holdingOf(deps: SqliteDeps, batchId: string) {
+  return stmts(deps).holding.get({ id: batchId })
+}
+
 /**
  * Inside the caller's writeTx: one failed attempt of an in_progress batch (the requeue rule; none
  * for a removed worker), its assignment deleted. Null when the batch is not in_progress (a stale caller changes nothing).
@@ -171,39 +159,26 @@ const stmts = preparedOnce((db: Db) => ({
 export function requeueInTx(
   deps: SqliteDeps,
   batchId: string,
-  reason: RequeueReason,
-  errorText: string,
+  { reason, error }: RequeueCause,
   now: number,
 ): RequeueOutcome | null {
   const s = stmts(deps)
   const batch = s.batch.get({ id: batchId })
   if (batch?.status !== 'in_progress') return null
-  const decision = requeueDecision(
-    batch,
-    deps.config.MAX_BATCH_ATTEMPTS,
-    errorText,
-    now,
-    countsAttempt(reason),
-  )
+  const decision = requeueDecision(batch, deps.config.MAX_BATCH_ATTEMPTS, error, now, countsAttempt(reason))
   s.dropAssignment.run({ id: batchId })
   if (!transition(deps, batchId, decision.event, now, decision.changes, reason)) return null
   return decision.outcome
 }
 
 /** Inside the caller's writeTx: requeues every batch `workerId` still holds (re-registration, removal). */
-export function requeueHeldInTx(
-  deps: SqliteDeps,
-  workerId: string,
-  reason: RequeueReason,
-  error: string,
-  now: number,
-) {
+export function requeueHeldInTx(deps: SqliteDeps, workerId: string, cause: RequeueCause, now: number) {
   const out: RequeueOutcome[] = []
   for (const a of stmts(deps).held.all({ id: workerId })) {
-    const outcome = requeueInTx(deps, a.batch_id, reason, error, now)
+    const outcome = requeueInTx(deps, a.batch_id, cause, now)
     if (outcome) out.push(outcome)
   }
-  out.push(...requeueHeldShardsInTx(deps, workerId, reason, error, now))
+  out.push(...requeueHeldShardsInTx(deps, workerId, cause, now))
   return out
 }
 
@@ -312,9 +287,9 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       }
     },
 
-    async recordResults(r: DeliveredResults) {
+    async recordResults(r) {
       return writeTx(db, (tx) => {
-        checkHolder(stmts(deps).holding.get({ id: r.batchId }), r.workerId, r.assignmentId)
+        checkHolder(holdingOf(deps, r.batchId), r.workerId, r.assignmentId)
         const row = transition(deps, r.batchId, 'results_delivered', r.now, r.changes, `worker ${r.workerId}`)
         if (!row) throw forbidden('not_assigned', 'This batch is not assigned to this worker')
         tx.update(batchAssignments)
@@ -326,17 +301,18 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
       })
     },
 
-    async reportFailure(r: FailureReport) {
+    async reportFailure(r) {
+      const cause = { reason: 'reported_failure', error: r.error } as const
       return writeTx(deps.db, () => {
         if (isShardId(r.jobId)) {
           const s = shardStatements(deps)
           const held = checkShardHolder(s.holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
           // Seen running, its batch in_progress, by the holder rule: this copy ends.
-          return endShardCopyInTx(deps, r.jobId, held.copy, 'reported_failure', r.error, r.now)!
+          return endShardCopyInTx(deps, r.jobId, held.copy, cause, r.now)!
         }
-        checkHolder(stmts(deps).holding.get({ id: r.jobId }), r.workerId, r.assignmentId)
+        checkHolder(holdingOf(deps, r.jobId), r.workerId, r.assignmentId)
         // The holder rule saw the batch in_progress inside this transaction: the requeue happens.
-        return requeueInTx(deps, r.jobId, 'reported_failure', r.error, r.now)!
+        return requeueInTx(deps, r.jobId, cause, r.now)!
       })
     },
 
@@ -345,7 +321,7 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
         const workers_offline = tx
           .update(workers)
           .set({ status: 'offline' })
-          .where(and(eq(workers.status, 'online'), lte(workers.last_seen_at, cutoff)))
+          .where(goesOfflineWhere(workers, cutoff))
           .returning({ id: workers.id })
           .all()
           .map((w) => w.id)
@@ -355,19 +331,13 @@ export function sqliteQueue(deps: SqliteDeps): QueueStore {
           .from(batches)
           .leftJoin(batchAssignments, eq(batchAssignments.batch_id, batches.id))
           .leftJoin(workers, eq(workers.id, batchAssignments.worker_id))
-          .where(
-            and(
-              eq(batches.status, 'in_progress'),
-              eq(batches.split, false),
-              or(isNull(workers.id), eq(workers.status, 'offline'), lte(workers.last_seen_at, cutoff)),
-            ),
-          )
+          .where(orphanedBatch(batches, workers, cutoff))
           .all()
         const requeues: SweepOutcome['requeues'] = []
         for (const o of orphans) {
-          const { reason, error } = silentRequeue(o.worker_id)
-          const outcome = requeueInTx(deps, o.batch_id, reason, error, now)
-          if (outcome) requeues.push({ ...outcome, reason })
+          const cause = silentRequeue(o.worker_id)
+          const outcome = requeueInTx(deps, o.batch_id, cause, now)
+          if (outcome) requeues.push({ ...outcome, reason: cause.reason })
         }
         for (const outcome of requeueSilentShardsInTx(deps, cutoff, now)) {
           requeues.push({ ...outcome, reason: SILENT_REASON })

@@ -1,9 +1,9 @@
 import { and, asc, eq, sql } from 'drizzle-orm'
 import { alias } from 'drizzle-orm/sqlite-core'
 import type { Db } from '../../db/open'
-import { preparedOnce } from '../../db/prepared'
+import { placeholders, preparedOnce } from '../../db/prepared'
 import { type BatchShardRow, batches, batchShards, workers } from '../../db/schema'
-import { countsAttempt, type RequeueOutcome, type RequeueReason, requeueDecision } from '../../domain/requeue'
+import { countsAttempt, type RequeueCause, type RequeueOutcome, requeueDecision } from '../../domain/requeue'
 import {
   type BackupCandidate,
   type CutShard,
@@ -31,8 +31,30 @@ import { transition } from './transition'
 /** The worker running a shard's backup copy (GET /v1/batches/{id}/shards backup_worker_name). */
 const backupWorkers = alias(workers, 'backup_workers')
 
+/** A shard's copies and its batch's status, as the holding statement reads them. */
+interface Holding {
+  status: 'waiting' | 'running' | 'done'
+  worker_id: string | null
+  assignment_id: string | null
+  backup_worker_id: string | null
+  backup_assignment_id: string | null
+  batch_status: string
+  batch_id: string
+  requests: number
+  attempts: number
+  completed: number
+  failed: number
+  backup_completed: number
+  backup_failed: number
+}
+
 const stmts = preparedOnce((db: Db) => {
   const id = sql.placeholder('id')
+  // A shard running on the polling worker: what a take of a waiting shard and a cut of a new one write.
+  const running = {
+    status: 'running' as const,
+    ...placeholders(['worker_id', 'org_id', 'assignment_id'], { assigned_at: 'now', updated_at: 'now' }),
+  }
   return {
     // Guided sizing: the online shard-capable workers hosting one of the model's runtime names.
     eligible: db.$client.prepare<{ n: number }, { names: string; cutoff: number }>(
@@ -75,33 +97,17 @@ const stmts = preparedOnce((db: Db) => {
     ),
     take: db
       .update(batchShards)
-      .set({
-        status: 'running',
-        worker_id: sql.placeholder('worker_id') as never,
-        org_id: sql.placeholder('org_id') as never,
-        assignment_id: sql.placeholder('assignment_id') as never,
-        assigned_at: sql.placeholder('now') as never,
-        updated_at: sql.placeholder('now') as never,
-      })
+      .set(running)
       .where(and(eq(batchShards.id, id), eq(batchShards.status, 'waiting')))
       .returning()
       .prepare(),
     cut: db
       .insert(batchShards)
       .values({
-        id: sql.placeholder('id') as never,
-        batch_id: sql.placeholder('batch_id') as never,
-        user_id: sql.placeholder('user_id') as never,
+        ...placeholders(['id', 'batch_id', 'user_id', 'requests'], { first_request: 'first' }),
         shard_index:
           sql`(SELECT count(*) FROM batch_shards WHERE batch_id = ${sql.placeholder('batch_id')})` as never,
-        first_request: sql.placeholder('first') as never,
-        requests: sql.placeholder('requests') as never,
-        status: 'running',
-        worker_id: sql.placeholder('worker_id') as never,
-        org_id: sql.placeholder('org_id') as never,
-        assignment_id: sql.placeholder('assignment_id') as never,
-        assigned_at: sql.placeholder('now') as never,
-        updated_at: sql.placeholder('now') as never,
+        ...running,
       })
       .returning()
       .prepare(),
@@ -110,24 +116,7 @@ const stmts = preparedOnce((db: Db) => {
     ),
     batchRow: db.select().from(batches).where(eq(batches.id, id)).prepare(),
     shard: db.select().from(batchShards).where(eq(batchShards.id, id)).prepare(),
-    holding: db.$client.prepare<
-      {
-        status: 'waiting' | 'running' | 'done'
-        worker_id: string | null
-        assignment_id: string | null
-        backup_worker_id: string | null
-        backup_assignment_id: string | null
-        batch_status: string
-        batch_id: string
-        requests: number
-        attempts: number
-        completed: number
-        failed: number
-        backup_completed: number
-        backup_failed: number
-      },
-      { id: string }
-    >(
+    holding: db.$client.prepare<Holding, { id: string }>(
       `SELECT s.status, s.worker_id, s.assignment_id, s.backup_worker_id, s.backup_assignment_id,
          b.status AS batch_status, s.batch_id, s.requests, s.attempts,
          s.request_counts_completed AS completed, s.request_counts_failed AS failed,
@@ -411,28 +400,25 @@ export function claimShardInTx(
 }
 
 /**
- * Inside the caller's writeTx: one failed attempt of a running shard with no other copy (the requeue
- * rule, per shard: docs/api.md §16). The shard waits again, offered before any new shard; the batch
- * fails when the shard's attempts are used up, goes back to validated when no other shard runs or
- * is done, and otherwise stays in_progress with its shards' highest attempts. Null for a stale
- * caller.
+ * Inside the caller's writeTx: one failed attempt of a running shard with no other copy, `held` as
+ * the holding statement read it, running in its in_progress batch (the requeue rule, per shard:
+ * docs/api.md §16). The shard waits again, offered before any new shard; the batch fails when the
+ * shard's attempts are used up, goes back to validated when no other shard runs or is done, and
+ * otherwise stays in_progress with its shards' highest attempts. Null for a stale caller.
  */
 function requeueShardInTx(
   deps: SqliteDeps,
   shardId: string,
-  reason: RequeueReason,
-  errorText: string,
+  held: Holding,
+  { reason, error }: RequeueCause,
   now: number,
 ): RequeueOutcome | null {
   const s = stmts(deps)
-  const held = s.holding.get({ id: shardId })
-  if (held?.status !== 'running' || held.batch_status !== 'in_progress') return null
-  const shard = s.shard.get({ id: shardId })!
   const batch = s.batchRow.get({ id: held.batch_id })!
   const decision = requeueDecision(
-    { ...batch, attempts: shard.attempts },
+    { ...batch, attempts: held.attempts },
     deps.config.MAX_BATCH_ATTEMPTS,
-    errorText,
+    error,
     now,
     countsAttempt(reason),
   )
@@ -487,15 +473,14 @@ export function endShardCopyInTx(
   deps: SqliteDeps,
   shardId: string,
   copy: ShardCopy,
-  reason: RequeueReason,
-  errorText: string,
+  cause: RequeueCause,
   now: number,
 ): RequeueOutcome | null {
   const s = stmts(deps)
   const held = s.holding.get({ id: shardId })
   if (held?.status !== 'running' || held.batch_status !== 'in_progress') return null
-  const plan = copyEnded(held, copy, errorText, countsAttempt(reason))
-  if (plan.kind === 'requeue') return requeueShardInTx(deps, shardId, reason, errorText, now)
+  const plan = copyEnded(held, copy, cause.error, countsAttempt(cause.reason))
+  if (plan.kind === 'requeue') return requeueShardInTx(deps, shardId, held, cause, now)
   const { holder, backup } = countsOf(held)
   const before = shardCounts(holder, backup)
   const after = plan.kind === 'promote' ? backup : holder
@@ -525,27 +510,20 @@ function endWorkersCopyInTx(
   deps: SqliteDeps,
   shardId: string,
   workerId: string | null,
-  reason: RequeueReason,
-  errorText: string,
+  cause: RequeueCause,
   now: number,
 ) {
   const held = stmts(deps).holding.get({ id: shardId })
   const copy: ShardCopy | null =
     held?.worker_id === workerId ? 'holder' : held?.backup_worker_id === workerId ? 'backup' : null
-  return copy ? endShardCopyInTx(deps, shardId, copy, reason, errorText, now) : null
+  return copy ? endShardCopyInTx(deps, shardId, copy, cause, now) : null
 }
 
 /** Inside the caller's writeTx: ends every shard copy `workerId` runs, holder or backup (re-registration). */
-export function requeueHeldShardsInTx(
-  deps: SqliteDeps,
-  workerId: string,
-  reason: RequeueReason,
-  error: string,
-  now: number,
-): RequeueOutcome[] {
+export function requeueHeldShardsInTx(deps: SqliteDeps, workerId: string, cause: RequeueCause, now: number) {
   const out: RequeueOutcome[] = []
   for (const { id } of stmts(deps).heldBy.all({ worker_id: workerId })) {
-    const outcome = endWorkersCopyInTx(deps, id, workerId, reason, error, now)
+    const outcome = endWorkersCopyInTx(deps, id, workerId, cause, now)
     if (outcome) out.push(outcome)
   }
   return out
@@ -564,8 +542,7 @@ export function requeueSilentShardsInTx(deps: SqliteDeps, cutoff: number, now: n
     ]
     for (const workerId of ended) {
       if (workerId === undefined) continue
-      const { reason, error } = silentRequeue(workerId)
-      const outcome = endWorkersCopyInTx(deps, o.id, workerId, reason, error, now)
+      const outcome = endWorkersCopyInTx(deps, o.id, workerId, silentRequeue(workerId), now)
       if (outcome) out.push(outcome)
     }
   }

@@ -1,7 +1,7 @@
 import { sql } from 'drizzle-orm'
 import { apiKeys, batchAssignments, batches, batchShards, users } from '../../db/schema'
 import type { UsageStore } from '../usage'
-import { toSums, type UsageDialect, type UsageRaw, usageQuery } from '../usage-query'
+import { type UsageDialect, type UsageRaw, usageStore } from '../usage-query'
 import type { SqliteDeps } from './deps'
 
 // docs/api.md §14 usage sums on SQLite: usage columns are JSON text, read with json_extract.
@@ -13,16 +13,6 @@ export const sqliteDialect: UsageDialect = {
 }
 
 export function sqliteUsage({ db }: Pick<SqliteDeps, 'db'>): UsageStore {
-  return {
-    async sums(scope, range, groupBy) {
-      const query = usageQuery(
-        { batches, batchAssignments, batchShards, apiKeys, users },
-        scope,
-        range,
-        groupBy,
-        sqliteDialect,
-      )
-      return db.all<UsageRaw>(query).map((r) => toSums(r, groupBy))
-    },
-  }
+  const tables = { batches, batchAssignments, batchShards, apiKeys, users }
+  return usageStore(tables, sqliteDialect, (query) => db.all<UsageRaw>(query))
 }

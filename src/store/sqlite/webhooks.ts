@@ -1,6 +1,6 @@
 import { and, asc, eq, lte, sql } from 'drizzle-orm'
 import type { Db } from '../../db/open'
-import { preparedOnce } from '../../db/prepared'
+import { placeholders, preparedOnce } from '../../db/prepared'
 import {
   type BatchRow,
   type WebhookAttemptRow,
@@ -13,6 +13,7 @@ import { writeTx } from '../../db/tx'
 import type { BatchEvent } from '../../domain/batch-states'
 import { WEBHOOK_EVENT_OF } from '../../domain/webhook-events'
 import { newId } from '../../lib/ids'
+import { attemptOutcome, leaseHeld } from '../statements'
 import type { LeasedMessage, WebhooksStore } from '../webhooks'
 import { pageRows } from './page'
 
@@ -27,13 +28,11 @@ const stmts = preparedOnce((db: Db) => ({
   insertMessage: db
     .insert(webhookMessages)
     .values({
-      id: sql.placeholder('id') as never,
-      webhook_id: sql.placeholder('webhook_id') as never,
-      batch_id: sql.placeholder('batch_id') as never,
-      type: sql.placeholder('type') as never,
-      created_at: sql.placeholder('now') as never,
+      ...placeholders(['id', 'webhook_id', 'batch_id', 'type'], {
+        created_at: 'now',
+        next_attempt_at: 'now',
+      }),
       status: 'pending',
-      next_attempt_at: sql.placeholder('now') as never,
     })
     .prepare(),
   // Index-only on webhook_messages_due (status, next_attempt_at).
@@ -117,13 +116,8 @@ export function sqliteWebhooks(deps: { db: Db }): WebhooksStore {
       return writeTx(db, (tx) => {
         const updated = tx
           .update(webhookMessages)
-          .set({
-            status: result.status,
-            next_attempt_at: result.next_attempt_at,
-            attempts: sql`${webhookMessages.attempts} + 1`,
-            lease: null,
-          })
-          .where(and(eq(webhookMessages.id, messageId), eq(webhookMessages.lease, lease)))
+          .set(attemptOutcome(webhookMessages, result))
+          .where(leaseHeld(webhookMessages, messageId, lease))
           .returning({ id: webhookMessages.id })
           .all()
         if (updated.length === 0) return false
