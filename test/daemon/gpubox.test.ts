@@ -41,6 +41,8 @@ const control = join(dir, 'control')
 const sha = (b: Uint8Array) => new Bun.CryptoHasher('sha256').update(b).digest('hex')
 const weights = (seed: number) => new Uint8Array(4096).map((_, i) => (i * 31 + seed * 7) & 0xff)
 const PATH = process.env.PATH
+/** Each model's weights as the stand-in engine checks them: its catalogue vram_gb. */
+const WEIGHTS: Record<string, number> = {}
 let server: TestServer
 
 beforeAll(async () => {
@@ -48,6 +50,7 @@ beforeAll(async () => {
   const entries: object[] = []
   const model = (name: Name, seed: number, vram: number | null, params: object = {}) => {
     mkdirSync(join(modelsDir, name), { recursive: true })
+    if (vram !== null) WEIGHTS[name] = vram
     writeFileSync(join(modelsDir, name, 'model.safetensors'), weights(seed))
     writeFileSync(join(modelsDir, name, 'config.json'), '{"architectures": ["FakeForCausalLM"]}')
     entries.push({
@@ -85,7 +88,7 @@ afterAll(async () => {
 let boxes = 0
 /** A fresh box of two 24 GB GPUs, its nvidia-smi first on this process's PATH (the daemon's). */
 function box(): GpuBox {
-  const b = makeGpuBox(join(dir, `box-${++boxes}`), [24, 24])
+  const b = makeGpuBox(join(dir, `box-${++boxes}`), [24, 24], WEIGHTS)
   process.env.PATH = b.path
   return b
 }

@@ -34,8 +34,12 @@ export interface GpuBox {
   launchCommand(o?: { control?: string; loadMs?: number; requestMs?: number }): string
 }
 
-/** A box of `gpus` (GB each) in `dir`. */
-export function makeGpuBox(dir: string, gpus: number[]): GpuBox {
+/**
+ * A box of `gpus` (GB each) in `dir`. `weights`: each model's weights (GB, by served name), which
+ * its stand-in engine must fit in its fraction of the GPUs (the catalogue's vram_gb; a model left
+ * out is not checked).
+ */
+export function makeGpuBox(dir: string, gpus: number[], weights: Record<string, number> = {}): GpuBox {
   mkdirSync(join(dir, 'held'), { recursive: true })
   mkdirSync(join(dir, 'bin'), { recursive: true })
   writeFileSync(
@@ -47,6 +51,7 @@ export function makeGpuBox(dir: string, gpus: number[]): GpuBox {
         name: 'NVIDIA Simulated 24GB',
         total_mib: gb * 1024,
       })),
+      weights_gb: weights,
     }),
   )
   const smi = join(dir, 'bin', 'nvidia-smi')
