@@ -32,6 +32,8 @@ const ENTRY = {
   hang: 'box-hang-bf16',
   wide: 'box-wide-bf16',
   narrow: 'box-narrow-bf16',
+  sg1: 'box-sg-1-bf16',
+  sg2: 'box-sg-2-bf16',
 } as const
 type Name = keyof typeof ENTRY
 
@@ -48,7 +50,7 @@ let server: TestServer
 beforeAll(async () => {
   mkdirSync(control, { recursive: true })
   const entries: object[] = []
-  const model = (name: Name, seed: number, vram: number | null, params: object = {}) => {
+  const model = (name: Name, seed: number, vram: number | null, params: object = {}, runtime = 'vllm') => {
     mkdirSync(join(modelsDir, name), { recursive: true })
     if (vram !== null) WEIGHTS[name] = vram
     writeFileSync(join(modelsDir, name, 'model.safetensors'), weights(seed))
@@ -60,7 +62,7 @@ beforeAll(async () => {
       quantization: 'BF16',
       ...(vram === null ? {} : { vram_gb: vram }),
       digest: `sha256:${sha(weights(seed))}`,
-      serving_profiles: [{ runtime: 'vllm', runtime_model_id: name, params }],
+      serving_profiles: [{ runtime, runtime_model_id: name, params }],
     })
   }
   model('alpha', 1, 20)
@@ -73,6 +75,8 @@ beforeAll(async () => {
   model('hang', 8, 8)
   model('wide', 9, 8, { max_num_seqs: 8 })
   model('narrow', 10, 8, { max_num_seqs: 1 })
+  model('sg1', 11, 8, {}, 'sglang')
+  model('sg2', 12, 8, {}, 'sglang')
   const manifest = join(dir, 'models.yaml')
   writeFileSync(manifest, JSON.stringify({ models: entries }))
   server = await startTestServer({ CATALOGUE_PATH: manifest, LOG_LEVEL: 'info' })
@@ -313,6 +317,40 @@ test('two small models share one GPU (--gpus 0): each passed a fraction sized to
   } finally {
     await stopDaemon(d)
   }
+})
+
+test('two SGLang models share one GPU (--gpus 0): each fraction is of the memory free when it starts, so SGLang starts both', async () => {
+  const b = box()
+  const f = await managedFleet(server)
+  // SGLang takes mem_fraction_static of the memory free before it loads (its profile_max_num_token):
+  // the stand-in applies that rule.
+  const d = daemon(b, f.key, {
+    gpus: [0],
+    runtime: 'sglang',
+    engine: 'sglang',
+    launch_command: b.launchCommand({ control, engine: 'sglang' }),
+  })
+  try {
+    await f.completed(await f.submit(ENTRY.sg1, 2))
+    await f.completed(await f.submit(ENTRY.sg2, 2))
+    const [one] = starts('sg1')
+    const [two] = starts('sg2')
+    expect(alive(one!.pid) && alive(two!.pid)).toBe(true)
+    expect([one!.env.CUDA_VISIBLE_DEVICES, two!.env.CUDA_VISIBLE_DEVICES]).toEqual(['0', '0'])
+    // The first is sized to the whole free GPU, the second to what the first left (8 GB of ~15).
+    expect(flagAfter(one!.argv, '--mem-fraction-static')).toBe('0.37')
+    expect(flagAfter(two!.argv, '--mem-fraction-static')).toBe('0.57')
+    expect(
+      b
+        .holders()
+        .map((h) => h.model)
+        .sort(),
+    ).toEqual(['sg1', 'sg2'])
+    expect(b.refused()).toEqual([])
+  } finally {
+    await stopDaemon(d)
+  }
+  expect(b.holders()).toEqual([])
 })
 
 test('a model that needs a GPU others hold: on each GPU the least recently used idle model goes', async () => {

@@ -171,17 +171,25 @@ describe('planLoad over a ledger of GPUs', () => {
       gpu_count: 2,
       fraction: null,
       fraction_key: 'gpu_memory_utilization',
+      fraction_of: 'total',
     })
     expect(wants('vllm', { tensor_parallel_size: 2, pipeline_parallel_size: 2 }, true).gpu_count).toBe(4)
+    // SGLang's fraction is of the memory free when it starts, vLLM's of the whole GPU.
     expect(wants('sglang', { tp_size: 2, mem_fraction_static: 0.8 }, true)).toEqual({
       gpu_count: 2,
       fraction: 0.8,
       fraction_key: 'mem_fraction_static',
+      fraction_of: 'free',
     })
     // A command without {params} cannot be given a fraction; llama.cpp takes as few GPUs as it fits on.
     expect(wants('vllm', {}, false).fraction_key).toBeNull()
     expect(wants('llama.cpp', { tensor_parallel_size: 2 }, true).gpu_count).toBeNull()
-    expect(wants('tgi', {}, true)).toEqual({ gpu_count: 1, fraction: null, fraction_key: null })
+    expect(wants('tgi', {}, true)).toEqual({
+      gpu_count: 1,
+      fraction: null,
+      fraction_key: null,
+      fraction_of: null,
+    })
   })
 
   test('two models that each need most of a GPU go on two GPUs, the one with the most free first', () => {
@@ -306,6 +314,60 @@ describe('planLoad over a ledger of GPUs', () => {
     )
     expect(plan).toMatchObject({ do: 'load', gpus: [1], extra_params: {} })
     expect((plan as any).claim_gb).toBeCloseTo(14.4)
+  })
+
+  test('SGLang’s fraction is of the free memory: a second model on a GPU is given a larger one, sized to what is left', () => {
+    // SGLang 0.4–0.5 profile_max_num_token: its cache is fraction × (free before the load) − weights.
+    const first = planLoad([], want('a', 8, {}, 'sglang'), box(gpu(0, 24, 23.75)), true)
+    const f1 = Math.ceil((8 / 23.75 + FRACTION_MARGIN) * 100) / 100
+    expect(first).toMatchObject({ do: 'load', gpus: [0], extra_params: { mem_fraction_static: f1 } })
+    expect((first as any).claim_gb).toBeCloseTo(f1 * 23.75)
+    // The second sees what the first holds as taken: of the 14.96 GB left, 8 GB and the margin.
+    const held = f1 * 23.75
+    const second = planLoad(
+      [loaded('a', 8, on([0], held))],
+      want('b', 8, {}, 'sglang'),
+      box(gpu(0, 24, 23.75 - held)),
+      true,
+    )
+    const f2 = Math.ceil((8 / (23.75 - held) + FRACTION_MARGIN) * 100) / 100
+    expect(second).toMatchObject({
+      do: 'load',
+      gpus: [0],
+      unload: [],
+      extra_params: { mem_fraction_static: f2 },
+    })
+    expect(f2).toBeGreaterThan(f1)
+    // Its weights would not fit what a vLLM-style fraction of the whole GPU takes of what is free.
+    expect(f1 * (23.75 - held)).toBeLessThan(8)
+    expect(f2 * (23.75 - held)).toBeGreaterThan(8)
+    // Less free than the model and the margin: not there; the idle model is unloaded first.
+    const third = planLoad(
+      [loaded('a', 8, on([0], held)), loaded('b', 8, { ...on([0], f2 * (23.75 - held)), last_used_ms: 9 })],
+      want('c', 8, {}, 'sglang'),
+      box(gpu(0, 24, 23.75 - held - f2 * (23.75 - held))),
+      true,
+    )
+    expect(third).toMatchObject({ do: 'load', gpus: [0], unload: [{ name: 'a', why: LRU_WHY }] })
+  })
+
+  test('SGLang tensor parallel: one fraction of the fullest GPU’s free memory, held on each; a set fraction must hold the weights', () => {
+    const plan = planLoad(
+      [],
+      want('big', 20, { tp_size: 2 }, 'sglang'),
+      box(gpu(0, 24, 20), gpu(1, 24, 16)),
+      true,
+    )
+    const f = Math.ceil((10 / 16 + FRACTION_MARGIN) * 100) / 100
+    expect(plan).toMatchObject({ do: 'load', gpus: [0, 1], extra_params: { mem_fraction_static: f } })
+    expect((plan as any).claim_gb).toBeCloseTo(f * 16)
+    // A profile's own fraction of what is free must leave its weights room: 0.5 of the 12 GB another
+    // process left is not 8 GB (it waits), 0.5 of 20 GB is.
+    const own = want('a', 8, { mem_fraction_static: 0.5 }, 'sglang')
+    expect(planLoad([], own, box(gpu(0, 24, 12)), true)).toMatchObject({ do: 'wait', blockers: [] })
+    const there = planLoad([], own, box(gpu(0, 24, 20)), true)
+    expect(there).toMatchObject({ do: 'load', gpus: [0], extra_params: {} })
+    expect((there as any).claim_gb).toBeCloseTo(10)
   })
 
   test('a launched model of no declared size holds a whole GPU, and is unloaded first', () => {

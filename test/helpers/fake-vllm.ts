@@ -27,7 +27,9 @@
 // - SIGTERM: it says so and exits 0.
 //
 // On a simulated GPU box (GPUBOX_DIR set: test/helpers/gpubox.ts) it applies vLLM's own rules (its
-// V1 engine, vLLM 0.9.1 on):
+// V1 engine, vLLM 0.9.1 on) — or SGLang's, run as `fake-vllm.ts sglang --model-path DIR …` (SGLang
+// 0.4–0.5's profile_max_num_token: its fraction is of the memory free before it loads, see
+// engineCore()):
 // - It sees the GPUs of CUDA_VISIBLE_DEVICES as CUDA does (every GPU of the box when that is unset;
 //   none when it is empty; an entry naming no GPU of the box hides it and every entry after it) and
 //   runs on the first tensor_parallel_size × pipeline_parallel_size of them (SGLang: --tp-size,
@@ -61,6 +63,9 @@ if (process.argv[2] === '--engine-core') await engineCore(JSON.parse(process.arg
 
 const args = process.argv.slice(2)
 if (args[0] === 'serve') args.shift()
+/** SGLang's memory rule instead of vLLM's (`fake-vllm.ts sglang --model-path DIR …`). */
+const sglang = args[0] === 'sglang'
+if (sglang) args.shift()
 
 function flag(name: string): string | undefined {
   const i = args.indexOf(name)
@@ -271,7 +276,10 @@ async function startEngineCore(box: string) {
   const n =
     Number(flag('--tensor-parallel-size') ?? flag('--tp-size') ?? 1) *
     Number(flag('--pipeline-parallel-size') ?? flag('--pp-size') ?? 1)
-  const util = Number(flag('--gpu-memory-utilization') ?? flag('--mem-fraction-static') ?? 0.9)
+  // SGLang 0.4's default mem_fraction_static at tp_size 1 (server_args.py); vLLM's default utilization.
+  const util = Number(
+    (sglang ? flag('--mem-fraction-static') : flag('--gpu-memory-utilization')) ?? (sglang ? 0.88 : 0.9),
+  )
   const visible = visibleGpus(box)
   // torch's account of CUDA's cudaErrorNoDevice.
   if (visible.length === 0) fail(['RuntimeError: CUDA error: no CUDA-capable device is detected'])
@@ -281,14 +289,16 @@ async function startEngineCore(box: string) {
     ])
   const gpus = visible.slice(0, n)
   const weights = readBox(box).weights_gb?.[served] ?? null
-  info(`starting the engine core on GPUs ${gpus.join(',')} with gpu_memory_utilization ${util}`)
+  info(
+    `starting the engine core on GPUs ${gpus.join(',')} with ${sglang ? 'mem_fraction_static' : 'gpu_memory_utilization'} ${util}`,
+  )
   let ready = false
   const core = Bun.spawn(
     [
       process.execPath,
       import.meta.path,
       '--engine-core',
-      JSON.stringify({ box, gpus, util, model: served, weights_gb: weights }),
+      JSON.stringify({ box, gpus, util, model: served, weights_gb: weights, sglang }),
     ],
     {
       stdio: ['ignore', 'inherit', 'inherit'],
@@ -341,10 +351,15 @@ async function lockBox(box: string): Promise<() => void> {
 }
 
 /**
- * The engine core: takes its memory of the box's GPUs, or refuses as vLLM's V1 engine does; then
- * holds it until it ends. On each GPU it wants `util` × that GPU's own total, which must be free at
- * its start ("Free memory on device …"), and the model's weights (its share of them, with tensor
- * parallelism) must leave room for the cache in it ("No available memory for the cache blocks").
+ * The engine core: takes its memory of the box's GPUs, or refuses as the engine does; then holds it
+ * until it ends.
+ * - vLLM (its V1 engine): on each GPU it wants `util` × that GPU's own total, which must be free at
+ *   its start ("Free memory on device …"), and the model's weights (its share of them, with tensor
+ *   parallelism) must leave room for the cache in it ("No available memory for the cache blocks").
+ * - SGLang (ModelRunner.profile_max_num_token): its fraction is of the memory FREE before it loads
+ *   (the smallest of its GPUs'): the cache gets `util` × that free memory less the weights, and none
+ *   is "Not enough memory. Please try to increase --mem-fraction-static."; it holds `util` × that
+ *   free memory on each GPU. Another process's memory counts against it.
  */
 async function engineCore(o: {
   box: string
@@ -352,28 +367,36 @@ async function engineCore(o: {
   util: number
   model: string
   weights_gb: number | null
+  sglang: boolean
 }) {
   const unlock = await lockBox(o.box)
   let refused: string | null = null
   try {
     const mine = gpuState(o.box).filter((x) => o.gpus.includes(x.index))
+    const share = o.weights_gb === null ? 0 : (o.weights_gb / o.gpus.length) * 1024
     const mib: number[] = []
-    for (const g of mine) {
-      const want = o.util * g.total_mib
-      if (g.free_mib < want) {
-        refused =
-          `ValueError: Free memory on device cuda:${o.gpus.indexOf(g.index)} (${(g.free_mib / 1024).toFixed(2)}/${(g.total_mib / 1024).toFixed(2)} GiB) ` +
-          `on startup is less than desired GPU memory utilization (${o.util}, ${(want / 1024).toFixed(2)} GiB). ` +
-          'Decrease GPU memory utilization or reduce GPU memory used by other processes.'
-        break
+    if (o.sglang) {
+      const before = Math.min(...mine.map((g) => g.free_mib))
+      if (o.util * before - share <= 0)
+        refused = 'RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.'
+      else for (const _ of mine) mib.push(Math.round(o.util * before))
+    } else
+      for (const g of mine) {
+        const want = o.util * g.total_mib
+        if (g.free_mib < want) {
+          refused =
+            `ValueError: Free memory on device cuda:${o.gpus.indexOf(g.index)} (${(g.free_mib / 1024).toFixed(2)}/${(g.total_mib / 1024).toFixed(2)} GiB) ` +
+            `on startup is less than desired GPU memory utilization (${o.util}, ${(want / 1024).toFixed(2)} GiB). ` +
+            'Decrease GPU memory utilization or reduce GPU memory used by other processes.'
+          break
+        }
+        if (want <= share) {
+          refused =
+            'ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.'
+          break
+        }
+        mib.push(Math.round(want))
       }
-      if (o.weights_gb !== null && want <= (o.weights_gb / o.gpus.length) * 1024) {
-        refused =
-          'ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.'
-        break
-      }
-      mib.push(Math.round(want))
-    }
     if (!refused) {
       mkdirSync(join(o.box, 'held'), { recursive: true })
       writeFileSync(
