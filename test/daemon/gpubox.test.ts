@@ -353,6 +353,38 @@ test('two SGLang models share one GPU (--gpus 0): each fraction is of the memory
   expect(b.holders()).toEqual([])
 })
 
+test('a launch command without {params}: vLLM takes its default 0.9 of the GPU, so each model is charged the whole GPU and the second unloads the first', async () => {
+  const b = box()
+  const f = await managedFleet(server)
+  const d = daemon(b, f.key, {
+    gpus: [0],
+    launch_command: b.launchCommand({ control }).replace(' {params}', ''),
+  })
+  const from = capturedLogLines().length
+  try {
+    await f.completed(await f.submit(ENTRY.small1, 2))
+    const [one] = starts('small1').slice(-1)
+    expect(one!.argv).not.toContain('--gpu-memory-utilization')
+    // The ledger charges it the whole GPU, as vLLM takes it.
+    expect(
+      capturedLogLines()
+        .slice(from)
+        .some((l) => l.includes('"msg":"loading small1 for job') && l.includes('(GPU 0: 24 GB of 24 GB)')),
+    ).toBe(true)
+    await f.completed(await f.submit(ENTRY.small2, 2))
+    expect(alive(one!.pid)).toBe(false)
+    expect(
+      capturedLogLines()
+        .slice(from)
+        .some((l) => l.includes('"msg":"unloading small1: least recently used, no job needs it"')),
+    ).toBe(true)
+    expect(b.holders().map((h) => h.model)).toEqual(['small2'])
+    expect(b.refused()).toEqual([])
+  } finally {
+    await stopDaemon(d)
+  }
+})
+
 test('a model that needs a GPU others hold: on each GPU the least recently used idle model goes', async () => {
   const b = box()
   const f = await managedFleet(server)

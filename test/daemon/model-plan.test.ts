@@ -33,7 +33,8 @@ const want = (
   vram_gb: number | null,
   params: Record<string, unknown> = {},
   engine = 'llama.cpp',
-): ModelWant => ({ name, vram_gb, params_key: paramsKey(params), ...wants(engine, params, true) })
+  derives = true,
+): ModelWant => ({ name, vram_gb, params_key: paramsKey(params), ...wants(engine, params, derives) })
 const budget = (budget_gb: number | null) => ({ budget_gb })
 const gpu = (index: number, total_gb = 24, free_gb: number | null = total_gb): GpuRoom => ({
   index,
@@ -172,6 +173,7 @@ describe('planLoad over a ledger of GPUs', () => {
       fraction: null,
       fraction_key: 'gpu_memory_utilization',
       fraction_of: 'total',
+      whole: false,
     })
     expect(wants('vllm', { tensor_parallel_size: 2, pipeline_parallel_size: 2 }, true).gpu_count).toBe(4)
     // SGLang's fraction is of the memory free when it starts, vLLM's of the whole GPU.
@@ -180,15 +182,25 @@ describe('planLoad over a ledger of GPUs', () => {
       fraction: 0.8,
       fraction_key: 'mem_fraction_static',
       fraction_of: 'free',
+      whole: false,
     })
-    // A command without {params} cannot be given a fraction; llama.cpp takes as few GPUs as it fits on.
-    expect(wants('vllm', {}, false).fraction_key).toBeNull()
+    // A command without {params} cannot be given a fraction, nor the profile's: the engine takes its
+    // default of whole GPUs. llama.cpp takes as few GPUs as it fits on.
+    expect(wants('vllm', { gpu_memory_utilization: 0.5 }, false)).toEqual({
+      gpu_count: 1,
+      fraction: null,
+      fraction_key: null,
+      fraction_of: 'total',
+      whole: true,
+    })
+    expect(wants('sglang', { tp_size: 2 }, false)).toMatchObject({ gpu_count: 2, whole: true })
     expect(wants('llama.cpp', { tensor_parallel_size: 2 }, true).gpu_count).toBeNull()
     expect(wants('tgi', {}, true)).toEqual({
       gpu_count: 1,
       fraction: null,
       fraction_key: null,
       fraction_of: null,
+      whole: false,
     })
   })
 
@@ -385,6 +397,27 @@ describe('planLoad over a ledger of GPUs', () => {
     ).toMatchObject({
       gpus: [1],
       unload: [{ name: 'u', why: UNSIZED_WHY }],
+    })
+  })
+
+  test('vLLM or SGLang launched without {params} takes its default fraction: its model holds whole GPUs whatever its vram_gb', () => {
+    // vLLM takes 0.9 of the GPU: an 8 GB model is charged the whole GPU, not 8 GB of it.
+    const first = planLoad([], want('a', 8, {}, 'vllm', false), box(gpu(0), gpu(1)), true)
+    expect(first).toMatchObject({ do: 'load', gpus: [0], claim_gb: 24, extra_params: {} })
+    // A second goes to the other GPU, and a third finds no room beside them: the idle one goes.
+    const a = loaded('a', 8, { ...on([0], 24), last_used_ms: 1 })
+    expect(planLoad([a], want('b', 8, {}, 'vllm', false), box(gpu(0, 24, 2), gpu(1)), true)).toMatchObject({
+      gpus: [1],
+      unload: [],
+    })
+    const b = loaded('b', 8, { ...on([1], 24), last_used_ms: 2 })
+    expect(
+      planLoad([a, b], want('c', 8, {}, 'sglang', false), box(gpu(0, 24, 2), gpu(1, 24, 2)), true),
+    ).toMatchObject({ gpus: [0], unload: [{ name: 'a', why: LRU_WHY }] })
+    // A model larger than a GPU still never fits.
+    expect(planLoad([], want('big', 30, {}, 'vllm', false), box(gpu(0), gpu(1)), true)).toEqual({
+      do: 'fail',
+      why: 'big needs 30 GB on each of 1 GPU, the largest GPU of this worker holds 24 GB',
     })
   })
 

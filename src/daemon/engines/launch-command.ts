@@ -1,5 +1,6 @@
 import { closeSync, existsSync, openSync, readSync } from 'node:fs'
 import { isAbsolute, resolve } from 'node:path'
+import type { Engine } from '../../domain/catalogue'
 import { paramFlags } from '../../domain/serving-params'
 
 // The launch command of a per-model engine (docs/worker.md "vLLM and other launched engines"): one
@@ -103,6 +104,54 @@ export function launchCommandProblem(text: string): string | null {
   if (words.some((w) => w.includes('{params}') && w !== '{params}'))
     return '{params} must be a word of its own in the launch command (it expands to several flags)'
   if (words[0]!.includes('{')) return 'the launch command must begin with its program, not a placeholder'
+  return null
+}
+
+/**
+ * The flags that decide how many GPUs a vLLM or SGLang model takes or how much of each, with what to
+ * do instead: the daemon places each model by its serving-profile params (docs/worker.md "GPUs"), so
+ * such a flag among the launch command's words or --engine-args would start the engine on GPUs or
+ * with a fraction the daemon did not plan. Data parallelism is the daemon's copies of a model.
+ */
+const PARAM = (name: string) => `set ${name} in the model's serving-profile params instead`
+const COPIES =
+  'the daemon runs a model in demand as copies, each on GPUs of its own (docs/worker.md "Copies")'
+const PLACEMENT_FLAGS: Partial<Record<Engine, Record<string, string>>> = {
+  vllm: {
+    '--tensor-parallel-size': PARAM('tensor_parallel_size'),
+    '-tp': PARAM('tensor_parallel_size'),
+    '--pipeline-parallel-size': PARAM('pipeline_parallel_size'),
+    '-pp': PARAM('pipeline_parallel_size'),
+    '--gpu-memory-utilization': PARAM('gpu_memory_utilization'),
+    '--data-parallel-size': COPIES,
+    '-dp': COPIES,
+  },
+  sglang: {
+    '--tp-size': PARAM('tp_size'),
+    '--tp': PARAM('tp_size'),
+    '--tensor-parallel-size': PARAM('tp_size'),
+    '--pp-size': PARAM('pp_size'),
+    '--pipeline-parallel-size': PARAM('pp_size'),
+    '--mem-fraction-static': PARAM('mem_fraction_static'),
+    '--dp-size': COPIES,
+    '--dp': COPIES,
+    '--data-parallel-size': COPIES,
+  },
+}
+
+/**
+ * Why `words` (of `where`: --launch-command, --engine-args) may not be given to `engine`, or null.
+ * vLLM and SGLang read `--flag=value` and `--flag_name` as `--flag value` and `--flag-name`.
+ */
+export function placementFlagProblem(engine: Engine, where: string, words: readonly string[]): string | null {
+  const flags = PLACEMENT_FLAGS[engine]
+  if (!flags) return null
+  for (const w of words) {
+    const flag = w.split('=')[0]!.replace(/(?<=^--.*)_/g, '-')
+    const instead = flags[flag]
+    if (instead)
+      return `${where} ${flag}: the daemon chooses each ${engine} model's GPUs and memory fraction (docs/worker.md "GPUs"); ${instead}`
+  }
   return null
 }
 

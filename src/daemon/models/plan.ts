@@ -23,7 +23,9 @@ import { profileGpuCount } from '../../domain/gpu-fit'
 //     placement sees it, after what it unloads); it holds that fraction of that free memory on each.
 //     A fraction above 1 does not fit there.
 //   A profile that sets the fraction holds what it sets (of the total, or of the free memory). A model
-//   with no vram_gb holds whole GPUs (its GPU count of them; llama.cpp: every GPU).
+//   with no vram_gb holds whole GPUs (its GPU count of them; llama.cpp: every GPU); so does a vLLM or
+//   SGLang model whose launch command has no {params}: it cannot be told a fraction, and the engine
+//   takes its default one (vLLM 0.9 of each GPU) whatever the model's size.
 //
 // What is free on a GPU: the smaller of what the driver reports free and its total less the shares
 // of the models this daemon placed on it (a model still loading shows in the second before the
@@ -96,6 +98,11 @@ export interface ModelWant {
    * the engine starts (SGLang); null: the engine takes no fraction.
    */
   fraction_of: 'total' | 'free' | null
+  /**
+   * It holds whole GPUs whatever its vram_gb: the engine takes its own default fraction, the daemon
+   * unable to give it one (a vLLM or SGLang launch command without {params}).
+   */
+  whole: boolean
 }
 
 export interface Unload {
@@ -149,29 +156,24 @@ export function wants(
   engine: string,
   params: Record<string, unknown>,
   derives: boolean,
-): Pick<ModelWant, 'gpu_count' | 'fraction' | 'fraction_key' | 'fraction_of'> {
+): Pick<ModelWant, 'gpu_count' | 'fraction' | 'fraction_key' | 'fraction_of' | 'whole'> {
   const frac = (k: string) => {
     const v = params[k]
     return typeof v === 'number' && v > 0 && v <= 1 ? v : null
   }
   // The GPU count is the server's rule too (docs/api.md §7 Poll rule 2): one place decides it.
   const gpu_count = profileGpuCount(engine, params)
-  if (engine === 'vllm')
-    return {
-      gpu_count,
-      fraction: frac('gpu_memory_utilization'),
-      fraction_key: derives ? 'gpu_memory_utilization' : null,
-      fraction_of: 'total',
-    }
-  if (engine === 'sglang')
-    return {
-      gpu_count,
-      fraction: frac('mem_fraction_static'),
-      fraction_key: derives ? 'mem_fraction_static' : null,
-      fraction_of: 'free',
-    }
-  return { gpu_count, fraction: null, fraction_key: null, fraction_of: null }
+  const key =
+    engine === 'vllm' ? 'gpu_memory_utilization' : engine === 'sglang' ? 'mem_fraction_static' : null
+  if (!key) return { gpu_count, fraction: null, fraction_key: null, fraction_of: null, whole: false }
+  const fraction_of = engine === 'vllm' ? 'total' : 'free'
+  // Without {params} neither the profile's fraction nor one of the daemon's reaches the engine.
+  if (!derives) return { gpu_count, fraction: null, fraction_key: null, fraction_of, whole: true }
+  return { gpu_count, fraction: frac(key), fraction_key: key, fraction_of, whole: false }
 }
+
+/** Whether `want` holds whole GPUs: no declared size and no fraction, or an engine that takes its own. */
+const holdsWhole = (want: ModelWant) => want.whole || (want.vram_gb === null && want.fraction === null)
 
 /** One GPU as the rule sees it. */
 interface Slot {
@@ -349,7 +351,9 @@ function shareOn(
       return null
     return { per, extra: {} }
   }
-  if (want.vram_gb === null) {
+  if (holdsWhole(want) || want.vram_gb === null) {
+    // Whole GPUs, each of which must still hold its share of a declared size.
+    if (want.vram_gb !== null && set.some((s) => s.total + EPSILON < want.vram_gb! / n)) return null
     for (const s of set) per.set(s.index, s.total)
     return { per, extra: {} }
   }
@@ -399,7 +403,7 @@ function choose(
   budget: boolean,
 ): Choice | null {
   if (n > slots.length) return null
-  const whole = want.vram_gb === null && want.fraction === null
+  const whole = holdsWhole(want)
   // Each GPU on its own: what it would take to fit there (unloads), and what would be left.
   const ranked = slots
     .map((s) => {
