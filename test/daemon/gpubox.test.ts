@@ -7,7 +7,7 @@ import type { DaemonOptions } from '../../src/daemon/options'
 import { startTestServer, type TestServer } from '../helpers/app'
 import { daemonOptions, fastDeps, type RunningAgent, runAgent } from '../helpers/daemon'
 import { type GpuBox, makeGpuBox } from '../helpers/gpubox'
-import { managedFleet, stopDaemon } from '../helpers/managed'
+import { firstFailure, managedFleet, stopDaemon } from '../helpers/managed'
 import { rowsOf } from '../helpers/rows'
 import { capturedLogLines } from '../helpers/secrets'
 import { until } from '../helpers/until'
@@ -218,16 +218,23 @@ test('a busy model’s batch claimed for the spare GPU, where a copy pays: a sec
   const stall = join(control, 'gamma.stall')
   const before = starts('gamma').length
   const from = capturedLogLines().length
+  // Whether a copy pays reads the rates the fleet measured (docs/api.md §7 placement): the workers of
+  // the tests before, which measured their engines' hundreds of requests a second, are offline by
+  // now, and gamma's own rate is unmeasured (its job is held), so the server's default of 1 request/s
+  // decides — 40 waiting requests outlast any load of gamma under 40 s, however loaded the machine.
+  server.clock.advance(server.config.HEARTBEAT_TIMEOUT_SECONDS + 1)
+  let first = ''
+  let second = ''
   try {
     writeFileSync(stall, '')
-    const first = await f.submit(ENTRY.gamma, 4)
+    first = await f.submit(ENTRY.gamma, 4)
     await until('gamma loaded on GPU 0, its job held at the engine', async () => {
       const m = await f.models(d.agent.id)
       return m.gamma?.state === 'loaded'
     })
     // GPU 1 holds nothing in use: the poll says spare_gpu, gamma is the only model with work, and
     // its 40 waiting requests outlast a load (placement rule 5): the job says copy.
-    const second = await f.submit(ENTRY.gamma, 40)
+    second = await f.submit(ENTRY.gamma, 40)
     await until('a second copy of gamma loaded on GPU 1 while the first job holds the first', () =>
       capturedLogLines()
         .slice(from)
@@ -269,6 +276,8 @@ test('a busy model’s batch claimed for the spare GPU, where a copy pays: a sec
   } finally {
     rmSync(stall, { force: true })
     await stopDaemon(d)
+    // Batches are the whole server's: one left unfinished would be served by the next test's daemon.
+    for (const id of [first, second]) if (id) await drop(id)
   }
   expect(enginesRunning()).toEqual([])
   expect(b.holders()).toEqual([])
@@ -460,10 +469,13 @@ test('a load that goes silent past --load-timeout is given up: the engine and it
       const x = await f.batch(id)
       return x.attempts >= 1 ? x : null
     })
-    expect(requeued.error).toMatch(
+    const first = await firstFailure(id)
+    expect(first).toMatch(
       /^hang failed to load: gave up loading hang after \d+ s \(no output for \d+ s, --load-timeout 1\); the engine's last lines: /,
     )
-    expect(requeued.error).toContain('holds 0.37 of GPU')
+    expect(first).toContain('holds 0.37 of GPU')
+    // A later attempt here (the batch handed back at once) fails on the load's cooldown, with its reason.
+    expect(requeued.error).toContain('gave up loading hang after ')
     // Nothing of it is left, and its memory is back.
     expect(enginesRunning('hang')).toEqual([])
     expect(b.holders()).toEqual([])
