@@ -699,6 +699,7 @@ export class Agent {
             spareGpu,
             loadedModels: this.runtime.manager?.loadedNames(),
             modelsInUse: this.runtime.manager?.inUseNames(),
+            failedModels: this.runtime.manager?.coolingNames(),
           })
           failures = 0
           // docs/api.md §7: with no job, a download asked of this worker now (as a heartbeat would).

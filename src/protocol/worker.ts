@@ -191,6 +191,9 @@ export const WorkerBodies = {
       loaded_models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
       // …and of them, those a job is using now (the others sit idle on their GPUs).
       models_in_use: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
+      // docs/api.md §7 (ext): the models that failed to load on the worker and that it does not try
+      // to load again yet: no batch of them is claimed for it by this poll.
+      failed_models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
     },
     { additionalProperties: false },
   ),
