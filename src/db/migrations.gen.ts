@@ -20,6 +20,7 @@ import m16 from '../../drizzle/0016_execution_order.sql' with { type: 'text' }
 import m17 from '../../drizzle/0017_join_lease_hosting_seq.sql' with { type: 'text' }
 import m18 from '../../drizzle/0018_audit_events.sql' with { type: 'text' }
 import m19 from '../../drizzle/0019_gpu_placement.sql' with { type: 'text' }
+import m20 from '../../drizzle/0020_load_failures.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -45,5 +46,6 @@ export const embeddedMigrations = {
     '0017_join_lease_hosting_seq': m17,
     '0018_audit_events': m18,
     '0019_gpu_placement': m19,
+    '0020_load_failures': m20,
   } as Record<string, string>,
 }

@@ -174,6 +174,22 @@ export const WorkerBodies = {
           { maxItems: 1024 },
         ),
       ),
+      // docs/api.md §7 (ext): the models that failed to load on the worker and that it does not try
+      // to load again yet — why, how many times in a row, and for how many seconds more (omitted: none).
+      load_failures: t.Optional(
+        t.Array(
+          t.Object(
+            {
+              name: ModelName,
+              error: t.String({ maxLength: 4000 }),
+              failures: t.Integer({ minimum: 1, maximum: 1_000_000 }),
+              retry_in_seconds: t.Integer({ minimum: 0, maximum: 86_400 * 7 }),
+            },
+            { additionalProperties: false },
+          ),
+          { maxItems: 1024 },
+        ),
+      ),
     },
     { additionalProperties: false },
   ),

@@ -169,6 +169,14 @@ withRealEngine('the llama.cpp router on GPUs, and its loads held to a deadline',
       await until('the daemon polling again', () => server.deps.pollWaiters.isPolling(d.agent.id!))
       expect(await f.batch(id)).toMatchObject({ status: 'validated', attempts: 1 })
       expect(requeued.error).toMatch(gaveUp)
+      // Its heartbeats say so too: the worker row has beta load_failed, with why and until when.
+      const row = await until('the worker row saying beta failed to load', async () => {
+        const m = (await f.models(d.agent.id)).beta
+        return m?.state === 'load_failed' ? m : null
+      })
+      expect(row.failure.error).toStartWith('gave up loading beta after ')
+      expect(row.failure.failures).toBe(1)
+      expect(row.failure.retry_at).toBeGreaterThan(server.clock.now())
       const routerPid = recordOf(d).pid
       expect(modelProcesses(routerPid)).toEqual([])
       expect((await routerModels(d.agent.runtime.baseUrl)).beta!.value).toBe('unloaded')

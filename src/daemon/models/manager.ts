@@ -461,6 +461,21 @@ export class ModelManager {
   }
 
   /**
+   * The models that failed to load here and are not tried again yet, with why, how many loads in a
+   * row failed, and how long until the next is tried (heartbeat `load_failures`, docs/api.md §7).
+   */
+  loadFailures(): { name: string; error: string; failures: number; retry_in_seconds: number }[] {
+    return [...this.failedLoads]
+      .map(([name, f]) => ({
+        name,
+        error: f.why.slice(0, 4000),
+        failures: f.count,
+        retry_in_seconds: Math.ceil(this.cooldownLeft(name) / 1000),
+      }))
+      .filter((f) => f.retry_in_seconds > 0)
+  }
+
+  /**
    * The models that failed to load here and are not tried again yet (the poll's `failed_models`,
    * docs/api.md §7): the server hands this worker no batch of them meanwhile.
    */

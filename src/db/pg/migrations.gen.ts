@@ -22,6 +22,7 @@ import m18 from '../../../drizzle/postgres/0018_execution_order.sql' with { type
 import m19 from '../../../drizzle/postgres/0019_join_lease_hosting_seq.sql' with { type: 'text' }
 import m20 from '../../../drizzle/postgres/0020_audit_events.sql' with { type: 'text' }
 import m21 from '../../../drizzle/postgres/0021_gpu_placement.sql' with { type: 'text' }
+import m22 from '../../../drizzle/postgres/0022_load_failures.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -49,5 +50,6 @@ export const embeddedMigrations = {
     '0019_join_lease_hosting_seq': m19,
     '0020_audit_events': m20,
     '0021_gpu_placement': m21,
+    '0022_load_failures': m22,
   } as Record<string, string>,
 }
