@@ -175,6 +175,7 @@ export interface NamedHost {
     | 'vram_total_gb'
     | 'gpu_memory'
     | 'loading_models'
+    | 'load_failures'
     | 'shards'
   >
   hosting: WorkerHosting

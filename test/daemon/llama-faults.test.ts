@@ -177,6 +177,12 @@ withRealEngine('the llama.cpp router on GPUs, and its loads held to a deadline',
       expect(row.failure.error).toStartWith('gave up loading beta after ')
       expect(row.failure.failures).toBe(1)
       expect(row.failure.retry_at).toBeGreaterThan(server.clock.now())
+      // The batch says why it waits.
+      const waiting = (await f.batch(id)).waiting
+      expect(waiting.reason).toBe('load_failed')
+      expect(waiting.message).toStartWith(
+        `Worker ${d.agent.opts.name} failed to load ${ENTRY.beta}: gave up loading beta after `,
+      )
       const routerPid = recordOf(d).pid
       expect(modelProcesses(routerPid)).toEqual([])
       expect((await routerModels(d.agent.runtime.baseUrl)).beta!.value).toBe('unloaded')

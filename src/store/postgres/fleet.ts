@@ -589,6 +589,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           vram_total_gb: workers.vram_total_gb,
           gpu_memory: workers.gpu_memory,
           loading_models: workers.loading_models,
+          load_failures: workers.load_failures,
           shards: workers.shards,
         })
         .from(workers)

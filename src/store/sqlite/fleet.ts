@@ -565,6 +565,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
           vram_total_gb: workers.vram_total_gb,
           gpu_memory: workers.gpu_memory,
           loading_models: workers.loading_models,
+          load_failures: workers.load_failures,
           shards: workers.shards,
         })
         .from(workers)
