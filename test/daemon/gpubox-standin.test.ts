@@ -1,9 +1,10 @@
 import { afterAll, expect, test } from 'bun:test'
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
+import type { Subprocess } from 'bun'
 import { ownChild } from '../helpers/children'
-import { makeGpuBox } from '../helpers/gpubox'
+import { type GpuBox, makeGpuBox } from '../helpers/gpubox'
 import { until } from '../helpers/until'
 
 // The stand-in engine of the GPU-box simulator (test/helpers/fake-vllm.ts) is as strict as the real
@@ -22,13 +23,23 @@ writeFileSync(join(model, 'config.json'), '{"architectures": ["FakeForCausalLM"]
 afterAll(() => rmSync(dir, { recursive: true, force: true }))
 
 let boxes = 0
+let outs = 0
 /** Starts the stand-in on a box; resolves with its exit code and output once it exits or answers. */
 async function serve(
   gpus: number[],
-  o: { visible?: string; args?: string[]; weights?: number } = {},
-): Promise<{ code: number | null; output: string; box: ReturnType<typeof makeGpuBox>; stop(): void }> {
-  const box = makeGpuBox(join(dir, `box-${++boxes}`), gpus, o.weights === undefined ? {} : { m: o.weights })
-  const out = join(dir, `out-${boxes}.log`)
+  o: { visible?: string; args?: string[]; weights?: number; box?: GpuBox } = {},
+): Promise<{
+  code: number | null
+  output: string
+  box: GpuBox
+  /** The API process. */
+  proc: Subprocess
+  read(): Promise<string>
+  stop(): void
+}> {
+  const box =
+    o.box ?? makeGpuBox(join(dir, `box-${++boxes}`), gpus, o.weights === undefined ? {} : { m: o.weights })
+  const out = join(dir, `out-${++outs}.log`)
   const proc = Bun.spawn(
     [process.execPath, FAKE, 'serve', model, '--served-model-name', 'm', '--port', '0', ...(o.args ?? [])],
     {
@@ -61,7 +72,19 @@ async function serve(
     code: proc.exitCode,
     output: await read(),
     box,
+    proc,
+    read,
     stop,
+  }
+}
+
+/** Whether the process runs (a zombie does not). */
+const running = (pid: number) => {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    return stat[stat.lastIndexOf(')') + 2] !== 'Z'
+  } catch {
+    return false
   }
 }
 
@@ -135,5 +158,55 @@ test('a box lock left by a core that died is taken over, not waited on forever',
     expect(run.box.holders()).toHaveLength(1)
   } finally {
     run.stop()
+  }
+})
+
+test('an engine that wants more than is free is refused with vLLM’s words, and holds nothing', async () => {
+  const first = await serve([24], { args: ['--gpu-memory-utilization', '0.6'] })
+  try {
+    expect(first.code).toBeNull()
+    // 0.5 of 24 GB is 12 GB; 0.6 of it is held, and the driver keeps its own.
+    const second = await serve([24], { box: first.box, args: ['--gpu-memory-utilization', '0.5'] })
+    expect(second.code).toBe(1)
+    expect(second.output).toContain(
+      'ValueError: Free memory on device cuda:0 (9.35/24.00 GiB) on startup is less than desired GPU memory utilization (0.5, 12.00 GiB).',
+    )
+    expect(first.box.refused()).toEqual([expect.objectContaining({ model: 'm', gpus: [0] })])
+    expect(first.box.holders()).toHaveLength(1)
+  } finally {
+    first.stop()
+  }
+})
+
+test('a fraction outside (0, 1] is refused as vLLM’s config refuses it', async () => {
+  const over = await serve([24], { args: ['--gpu-memory-utilization', '1.5'] })
+  expect(over.code).toBe(1)
+  expect(over.output).toContain('ValueError: GPU memory utilization must be less than 1.0. Got 1.5.')
+  expect(over.box.holders()).toEqual([])
+})
+
+test('the engine core outlives a SIGKILLed API process, holding its memory; a core that dies takes the API process with it', async () => {
+  const run = await serve([24], { args: ['--gpu-memory-utilization', '0.5'] })
+  try {
+    const [core] = run.box.holders()
+    expect(core!.pid).not.toBe(run.proc.pid)
+    run.proc.kill('SIGKILL')
+    await run.proc.exited
+    // Its memory is still held: only ending the core gives it back.
+    expect(running(core!.pid)).toBe(true)
+    expect(run.box.holders().map((h) => h.pid)).toEqual([core!.pid])
+    expect(run.box.memory()[0]!.used_gb).toBeGreaterThan(12)
+  } finally {
+    run.stop()
+  }
+  const again = await serve([24], { args: ['--gpu-memory-utilization', '0.5'] })
+  try {
+    const [core] = again.box.holders()
+    process.kill(core!.pid, 'SIGKILL')
+    expect(await again.proc.exited).toBe(1)
+    expect(await again.read()).toContain('EngineDeadError: EngineCore encountered an issue.')
+    expect(again.box.holders()).toEqual([])
+  } finally {
+    again.stop()
   }
 })

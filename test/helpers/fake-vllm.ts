@@ -34,6 +34,7 @@
 //   none when it is empty; an entry naming no GPU of the box hides it and every entry after it) and
 //   runs on the first tensor_parallel_size × pipeline_parallel_size of them (SGLang: --tp-size,
 //   --pp-size); none is CUDA's "no CUDA-capable device is detected", fewer than that is vLLM's error.
+// - A fraction outside (0, 1] is refused as vLLM's config refuses it.
 // - Its engine core is a child process (vLLM's EngineCore, in the same process group) that takes
 //   gpu_memory_utilization (default 0.9; SGLang: --mem-fraction-static) × each of its GPUs' own
 //   total, and refuses to start — "Free memory on device … is less than desired GPU memory
@@ -42,7 +43,8 @@
 //   reading), refuses with "No available memory for the cache blocks" unless that fraction of each
 //   GPU holds more than its share of them. The memory is held in the box's ledger (held/<core
 //   pid>.json) for as long as the core process runs: a core whose API process died holds it until
-//   someone ends it. Cores take the box's lock (bounded, taken over from a dead owner) while they
+//   someone ends it. The API process does not outlive its core: a core that died makes it exit 1
+//   with vLLM's EngineDeadError (one stopped, exit 0, stops it too). Cores take the box's lock (bounded, taken over from a dead owner) while they
 //   read and claim free memory. Each refusal is appended to the box's refused.jsonl (benchmarks
 //   count them).
 
@@ -280,6 +282,9 @@ async function startEngineCore(box: string) {
   const util = Number(
     (sglang ? flag('--mem-fraction-static') : flag('--gpu-memory-utilization')) ?? (sglang ? 0.88 : 0.9),
   )
+  // vLLM's CacheConfig (SGLang's ServerArgs likewise): a fraction of the GPU, above 0 and at most 1.
+  if (!(util > 0 && util <= 1))
+    fail([`ValueError: GPU memory utilization must be less than 1.0. Got ${util}.`])
   const visible = visibleGpus(box)
   // torch's account of CUDA's cudaErrorNoDevice.
   if (visible.length === 0) fail(['RuntimeError: CUDA error: no CUDA-capable device is detected'])
@@ -309,6 +314,18 @@ async function startEngineCore(box: string) {
   )
   while (!ready && core.exitCode === null) await Bun.sleep(10)
   if (!ready) fail(['RuntimeError: Engine core initialization failed. See root cause above.'])
+  // The API process does not outlive its core: one stopped (its group's SIGTERM, exit 0) stops it
+  // too; one that died (a crash, SIGKILL) is vLLM's fatal error, and it exits 1.
+  core.exited.then((code) => {
+    if (code === 0) {
+      info('Shutting down FastAPI HTTP server.')
+      process.exit(0)
+    }
+    fail([
+      'ERROR fake-vllm Engine core proc EngineCore_0 died unexpectedly, shutting down client.',
+      'vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.',
+    ])
+  })
 }
 
 /**
