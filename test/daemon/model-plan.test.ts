@@ -34,7 +34,7 @@ const want = (
   params: Record<string, unknown> = {},
   engine = 'llama.cpp',
   derives = true,
-): ModelWant => ({ name, vram_gb, params_key: paramsKey(params), ...wants(engine, params, derives) })
+): ModelWant => ({ name, vram_gb, params_key: paramsKey(params), ...wants(engine, params, derives, vram_gb) })
 const budget = (budget_gb: number | null) => ({ budget_gb })
 const gpu = (index: number, total_gb = 24, free_gb: number | null = total_gb): GpuRoom => ({
   index,
@@ -168,16 +168,16 @@ describe('planLoad over a ledger of GPUs', () => {
   const on = (gpus: number[], claim_gb: number) => ({ gpus, claim_gb })
 
   test('what a model asks: its tensor-parallel size of GPUs, the fraction its profile sets', () => {
-    expect(wants('vllm', { tensor_parallel_size: 2 }, true)).toEqual({
+    expect(wants('vllm', { tensor_parallel_size: 2 }, true, 40)).toEqual({
       gpu_count: 2,
       fraction: null,
       fraction_key: 'gpu_memory_utilization',
       fraction_of: 'total',
       whole: false,
     })
-    expect(wants('vllm', { tensor_parallel_size: 2, pipeline_parallel_size: 2 }, true).gpu_count).toBe(4)
+    expect(wants('vllm', { tensor_parallel_size: 2, pipeline_parallel_size: 2 }, true, 40).gpu_count).toBe(4)
     // SGLang's fraction is of the memory free when it starts, vLLM's of the whole GPU.
-    expect(wants('sglang', { tp_size: 2, mem_fraction_static: 0.8 }, true)).toEqual({
+    expect(wants('sglang', { tp_size: 2, mem_fraction_static: 0.8 }, true, null)).toEqual({
       gpu_count: 2,
       fraction: 0.8,
       fraction_key: 'mem_fraction_static',
@@ -186,22 +186,26 @@ describe('planLoad over a ledger of GPUs', () => {
     })
     // A command without {params} cannot be given a fraction, nor the profile's: the engine takes its
     // default of whole GPUs. llama.cpp takes as few GPUs as it fits on.
-    expect(wants('vllm', { gpu_memory_utilization: 0.5 }, false)).toEqual({
+    expect(wants('vllm', { gpu_memory_utilization: 0.5 }, false, 8)).toEqual({
       gpu_count: 1,
       fraction: null,
       fraction_key: null,
       fraction_of: 'total',
       whole: true,
     })
-    expect(wants('sglang', { tp_size: 2 }, false)).toMatchObject({ gpu_count: 2, whole: true })
-    expect(wants('llama.cpp', { tensor_parallel_size: 2 }, true).gpu_count).toBeNull()
-    expect(wants('tgi', {}, true)).toEqual({
+    expect(wants('sglang', { tp_size: 2 }, false, 8)).toMatchObject({ gpu_count: 2, whole: true })
+    expect(wants('llama.cpp', { tensor_parallel_size: 2 }, true, 8).gpu_count).toBeNull()
+    expect(wants('tgi', {}, true, 8)).toEqual({
       gpu_count: 1,
       fraction: null,
       fraction_key: null,
       fraction_of: null,
       whole: false,
     })
+    // No declared size and no fraction: whole GPUs, whatever the engine; a set fraction is what it holds.
+    expect(wants('tgi', {}, true, null).whole).toBe(true)
+    expect(wants('vllm', {}, true, null).whole).toBe(true)
+    expect(wants('vllm', { gpu_memory_utilization: 0.5 }, true, null).whole).toBe(false)
   })
 
   test('two models that each need most of a GPU go on two GPUs, the one with the most free first', () => {

@@ -276,7 +276,7 @@ export class ModelManager {
           name: need.name,
           vram_gb: need.vram_gb,
           params_key: key,
-          ...wants(this.engine.engine, need.params, this.engine.appliesParams),
+          ...wants(this.engine.engine, need.params, this.engine.appliesParams, need.vram_gb),
         }
         // Rules that need no room first: a model loaded as wanted is used without reading the GPUs —
         // unless the job came for a spare GPU and a copy of it is worth making there (rule 2a).

@@ -1,4 +1,4 @@
-import { profileGpuCount } from '../../domain/gpu-fit'
+import { placementParams, profileGpuCount } from '../../domain/gpu-fit'
 
 // Where to load a job's model and what to unload first (docs/worker.md "GPUs"), decided once here as
 // a pure rule over the model manager's table and the daemon's GPU ledger (models/manager.ts applies
@@ -99,8 +99,9 @@ export interface ModelWant {
    */
   fraction_of: 'total' | 'free' | null
   /**
-   * It holds whole GPUs whatever its vram_gb: the engine takes its own default fraction, the daemon
-   * unable to give it one (a vLLM or SGLang launch command without {params}).
+   * It holds whole GPUs: no declared size and no fraction, or an engine that takes its own default
+   * fraction whatever its vram_gb, the daemon unable to give it one (a vLLM or SGLang launch command
+   * without {params}). Decided once, by wants().
    */
   whole: boolean
 }
@@ -156,24 +157,28 @@ export function wants(
   engine: string,
   params: Record<string, unknown>,
   derives: boolean,
+  vram_gb: number | null,
 ): Pick<ModelWant, 'gpu_count' | 'fraction' | 'fraction_key' | 'fraction_of' | 'whole'> {
-  const frac = (k: string) => {
-    const v = params[k]
-    return typeof v === 'number' && v > 0 && v <= 1 ? v : null
-  }
-  // The GPU count is the server's rule too (docs/api.md §7 Poll rule 2): one place decides it.
+  // The GPU count and the params that place a model are the server's rule too (docs/api.md §7 Poll
+  // rule 2): one place decides them (domain/gpu-fit.ts).
   const gpu_count = profileGpuCount(engine, params)
-  const key =
-    engine === 'vllm' ? 'gpu_memory_utilization' : engine === 'sglang' ? 'mem_fraction_static' : null
-  if (!key) return { gpu_count, fraction: null, fraction_key: null, fraction_of: null, whole: false }
-  const fraction_of = engine === 'vllm' ? 'total' : 'free'
-  // Without {params} neither the profile's fraction nor one of the daemon's reaches the engine.
-  if (!derives) return { gpu_count, fraction: null, fraction_key: null, fraction_of, whole: true }
-  return { gpu_count, fraction: frac(key), fraction_key: key, fraction_of, whole: false }
+  const placed = placementParams(engine)
+  if (!placed)
+    return { gpu_count, fraction: null, fraction_key: null, fraction_of: null, whole: vram_gb === null }
+  // Without {params} neither the profile's fraction nor one of the daemon's reaches the engine: it
+  // takes its own default of each GPU.
+  if (!derives)
+    return { gpu_count, fraction: null, fraction_key: null, fraction_of: placed.fraction_of, whole: true }
+  const v = params[placed.fraction]
+  const fraction = typeof v === 'number' && v > 0 && v <= 1 ? v : null
+  return {
+    gpu_count,
+    fraction,
+    fraction_key: placed.fraction,
+    fraction_of: placed.fraction_of,
+    whole: vram_gb === null && fraction === null,
+  }
 }
-
-/** Whether `want` holds whole GPUs: no declared size and no fraction, or an engine that takes its own. */
-const holdsWhole = (want: ModelWant) => want.whole || (want.vram_gb === null && want.fraction === null)
 
 /** One GPU as the rule sees it. */
 interface Slot {
@@ -351,7 +356,7 @@ function shareOn(
       return null
     return { per, extra: {} }
   }
-  if (holdsWhole(want) || want.vram_gb === null) {
+  if (want.whole || want.vram_gb === null) {
     // Whole GPUs, each of which must still hold its share of a declared size.
     if (want.vram_gb !== null && set.some((s) => s.total + EPSILON < want.vram_gb! / n)) return null
     for (const s of set) per.set(s.index, s.total)
@@ -403,7 +408,7 @@ function choose(
   budget: boolean,
 ): Choice | null {
   if (n > slots.length) return null
-  const whole = holdsWhole(want)
+  const whole = want.whole
   // Each GPU on its own: what it would take to fit there (unloads), and what would be left.
   const ranked = slots
     .map((s) => {
