@@ -1,6 +1,5 @@
 import { describe, expect, test } from 'bun:test'
 import {
-  FRACTION_MARGIN,
   type GpuRoom,
   LRU_WHY,
   type ModelWant,
@@ -211,8 +210,9 @@ describe('planLoad over a ledger of GPUs', () => {
   test('two models that each need most of a GPU go on two GPUs, the one with the most free first', () => {
     const first = planLoad([], want('a', 20, {}, 'vllm'), box(gpu(0), gpu(1, 24, 23)), true)
     expect(first).toMatchObject({ do: 'load', gpus: [0], unload: [] })
-    // vLLM takes its fraction of the whole GPU: the daemon derives it from vram_gb, with the margin.
-    const f = Math.ceil((20 / 24 + FRACTION_MARGIN) * 100) / 100
+    // vLLM takes its fraction of the whole GPU: the daemon derives it from vram_gb, with the margin
+    // (20 ÷ 24 = 0.8333, + 0.03, up to a hundredth).
+    const f = 0.87
     expect(first).toMatchObject({ extra_params: { gpu_memory_utilization: f } })
     expect((first as any).claim_gb).toBeCloseTo(f * 24)
     const second = planLoad(
@@ -335,7 +335,8 @@ describe('planLoad over a ledger of GPUs', () => {
   test('SGLang’s fraction is of the free memory: a second model on a GPU is given a larger one, sized to what is left', () => {
     // SGLang 0.4–0.5 profile_max_num_token: its cache is fraction × (free before the load) − weights.
     const first = planLoad([], want('a', 8, {}, 'sglang'), box(gpu(0, 24, 23.75)), true)
-    const f1 = Math.ceil((8 / 23.75 + FRACTION_MARGIN) * 100) / 100
+    // 8 GB of the 23.75 free, and the margin: 0.3368 + 0.03, up to a hundredth.
+    const f1 = 0.37
     expect(first).toMatchObject({ do: 'load', gpus: [0], extra_params: { mem_fraction_static: f1 } })
     expect((first as any).claim_gb).toBeCloseTo(f1 * 23.75)
     // The second sees what the first holds as taken: of the 14.96 GB left, 8 GB and the margin.
@@ -346,17 +347,16 @@ describe('planLoad over a ledger of GPUs', () => {
       box(gpu(0, 24, 23.75 - held)),
       true,
     )
-    const f2 = Math.ceil((8 / (23.75 - held) + FRACTION_MARGIN) * 100) / 100
+    // 8 GB of the 14.96 left (23.75 − 0.37 × 23.75), and the margin: 0.5347 + 0.03.
+    const f2 = 0.57
     expect(second).toMatchObject({
       do: 'load',
       gpus: [0],
       unload: [],
       extra_params: { mem_fraction_static: f2 },
     })
-    expect(f2).toBeGreaterThan(f1)
-    // Its weights would not fit what a vLLM-style fraction of the whole GPU takes of what is free.
+    // Given the first one's fraction, its cache would get 0.37 × 14.96 − 8 GB: none.
     expect(f1 * (23.75 - held)).toBeLessThan(8)
-    expect(f2 * (23.75 - held)).toBeGreaterThan(8)
     // Less free than the model and the margin: not there; the idle model is unloaded first.
     const third = planLoad(
       [loaded('a', 8, on([0], held)), loaded('b', 8, { ...on([0], f2 * (23.75 - held)), last_used_ms: 9 })],
@@ -374,7 +374,8 @@ describe('planLoad over a ledger of GPUs', () => {
       box(gpu(0, 24, 20), gpu(1, 24, 16)),
       true,
     )
-    const f = Math.ceil((10 / 16 + FRACTION_MARGIN) * 100) / 100
+    // 10 GB on each of the 16 free on the fuller GPU: 0.625 + 0.03, up to a hundredth.
+    const f = 0.66
     expect(plan).toMatchObject({ do: 'load', gpus: [0, 1], extra_params: { mem_fraction_static: f } })
     expect((plan as any).claim_gb).toBeCloseTo(f * 16)
     // A profile's own fraction of what is free must leave its weights room: 0.5 of the 12 GB another
@@ -454,7 +455,8 @@ describe('planLoad over a ledger of GPUs', () => {
 })
 
 describe('copies of a model (rule 2a: docs/worker.md "GPUs")', () => {
-  const f = Math.ceil((20 / 24 + FRACTION_MARGIN) * 100) / 100
+  // 20 GB of a 24 GB GPU, with the margin.
+  const f = 0.87
   const on = (gpus: number[]) => ({ gpus, claim_gb: f * 24 })
   const gamma = want('gamma', 20, {}, 'vllm')
 
