@@ -267,7 +267,7 @@ export function waitingReason(f: WaitingFacts): Waiting {
         : `A worker failed to load ${model}${all}; it is not loaded there again before ${when}.`,
       details: {
         worker_name: shown?.h.name ?? null,
-        error: shown?.f!.error ?? null,
+        error: shown ? shown.f!.error : null,
         failures: (shown ?? first).f!.failures,
         retry_at: first.f!.retry_at,
         workers: serving.length,
