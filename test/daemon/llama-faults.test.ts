@@ -150,6 +150,9 @@ withRealEngine('the llama.cpp router on GPUs, and its loads held to a deadline',
 
   test('a load silent past --load-timeout is given up: the router unloads it, its process is gone, the job says why', async () => {
     const router = holdableRouter('timeout')
+    // The workers of the tests before, which host beta too, are offline by now: this daemon is the
+    // only one that could serve it (what the batch's waiting reason reads).
+    server.clock.advance(server.config.HEARTBEAT_TIMEOUT_SECONDS + 1)
     const f = await managedFleet(server)
     // Its polls are held on the server (wait_seconds), where the test sees them.
     const d = daemon(f.key, { llama_server: router.script, load_timeout: 1, poll_wait: 5 })
