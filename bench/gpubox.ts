@@ -41,6 +41,7 @@ const LINES = Number(process.env.BENCH_LINES ?? (QUICK ? 200 : 400))
 const REQUEST_MS = 20
 const SLOTS = 8
 const LOAD_MS = 1000
+const VRAM_GB = 20
 const MODELS = ['alpha', 'beta', 'gamma'] as const
 const entryOf = (m: string) => `gpubox-${m}-bf16`
 
@@ -62,7 +63,7 @@ writeFileSync(
       display_name: m,
       task_type: 'chat',
       quantization: 'BF16',
-      vram_gb: 20,
+      vram_gb: VRAM_GB,
       digest: `sha256:${sha(weights(i + 1))}`,
       serving_profiles: [{ runtime: 'vllm', runtime_model_id: m, params: { max_num_seqs: SLOTS } }],
     })),
@@ -86,7 +87,12 @@ async function run(mode: 'gpus' | 'one budget', models: readonly string[] = MODE
   // Each run its own box, state directory and log.
   const name = `${mode.replace(' ', '-')}-${models.length}`
   const server = await benchServer({ CATALOGUE_PATH: manifest, LOG_LEVEL: 'error' })
-  const box = makeGpuBox(join(dir, `box-${name}`), [24, 24])
+  // Each engine must fit the model's weights (its vram_gb, the strictest reading) beside its cache.
+  const box = makeGpuBox(
+    join(dir, `box-${name}`),
+    [24, 24],
+    Object.fromEntries(MODELS.map((m) => [m, VRAM_GB])),
+  )
   const api = async (path: string, init: RequestInit & { token?: string } = {}) => {
     const res = await fetch(server.url + path, {
       ...init,

@@ -513,6 +513,8 @@ export class Agent {
       // docs/api.md §7 (ext): what a managed engine is loading, and what was measured per model.
       ...(manager ? { loading_models: manager.loading() } : {}),
       ...(stats.length ? { model_stats: stats } : {}),
+      // docs/api.md §7 (ext): the models it does not load again yet (docs/worker.md "Faults").
+      ...(manager ? { load_failures: manager.loadFailures() } : {}),
       // docs/api.md §7 (ext): each GPU's memory now, and the GPUs each loaded model sits on.
       ...(gpu
         ? {
@@ -699,6 +701,7 @@ export class Agent {
             spareGpu,
             loadedModels: this.runtime.manager?.loadedNames(),
             modelsInUse: this.runtime.manager?.inUseNames(),
+            failedModels: this.runtime.manager?.coolingNames(),
           })
           failures = 0
           // docs/api.md §7: with no job, a download asked of this worker now (as a heartbeat would).

@@ -102,6 +102,7 @@ export class ControlPlane {
       spareGpu?: boolean
       loadedModels?: string[]
       modelsInUse?: string[]
+      failedModels?: string[]
     } = {},
   ): Promise<PollAnswer> {
     const wait = o.waitSeconds ?? 0
@@ -114,6 +115,7 @@ export class ControlPlane {
         ...(o.spareGpu ? { spare_gpu: true } : {}),
         ...(o.loadedModels ? { loaded_models: o.loadedModels } : {}),
         ...(o.modelsInUse ? { models_in_use: o.modelsInUse } : {}),
+        ...(o.failedModels?.length ? { failed_models: o.failedModels } : {}),
       },
       { signal: o.signal, timeoutMs: CALL_TIMEOUT_MS + wait * 1000 },
     )

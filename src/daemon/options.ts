@@ -7,7 +7,12 @@ import { CAPABILITIES, type Capability, ENGINE_CAPABILITIES } from '../domain/ca
 import { ENGINES, type Engine } from '../domain/catalogue'
 import { readCaFile } from '../lib/tls-client'
 import { neverPassed } from './engines/env'
-import { DEFAULT_LAUNCH_COMMANDS, launchCommandProblem } from './engines/launch-command'
+import {
+  DEFAULT_LAUNCH_COMMANDS,
+  launchCommandProblem,
+  placementFlagProblem,
+  splitCommand,
+} from './engines/launch-command'
 
 // The daemon's options, parsed in this one place. The daemon is a separate program from the server
 // (src/config.ts is the server's), so it reads its own flags, environment and optional config file.
@@ -466,6 +471,15 @@ function finish(p: Parsed, onArgv: readonly (typeof SECRET_FILES)[number][1][] =
       : p.runtime === 'command'
         ? (p.engine ?? 'openai')
         : (p.engine ?? (p.runtime as Engine))
+  if (launched) {
+    // docs/worker.md "GPUs": a model's GPUs and memory fraction come from its serving profile.
+    const placement =
+      (p.launch_command === undefined
+        ? null
+        : placementFlagProblem(engine, '--launch-command', splitCommand(p.launch_command))) ??
+      placementFlagProblem(engine, '--engine-args', (p.engine_args ?? '').split(/\s+/).filter(Boolean))
+    if (placement) throw new OptionsError(placement)
+  }
   const listed = p.capabilities?.split(',').map((c) => c.trim())
   const gpus = p.gpus === undefined ? undefined : [...new Set(p.gpus.split(',').map((g) => Number(g.trim())))]
   let ca: string | undefined

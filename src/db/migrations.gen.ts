@@ -21,6 +21,7 @@ import m17 from '../../drizzle/0017_join_lease_hosting_seq.sql' with { type: 'te
 import m18 from '../../drizzle/0018_audit_events.sql' with { type: 'text' }
 import m19 from '../../drizzle/0019_gpu_placement.sql' with { type: 'text' }
 import m20 from '../../drizzle/0020_sso_browser_binding.sql' with { type: 'text' }
+import m21 from '../../drizzle/0021_load_failures.sql' with { type: 'text' }
 import journal from '../../drizzle/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -47,5 +48,6 @@ export const embeddedMigrations = {
     '0018_audit_events': m18,
     '0019_gpu_placement': m19,
     '0020_sso_browser_binding': m20,
+    '0021_load_failures': m21,
   } as Record<string, string>,
 }

@@ -5,6 +5,31 @@
 // (src/daemon/models/plan.ts) read the same rule.
 
 /**
+ * The serving-profile params that place a vLLM or SGLang model, by engine: those whose product is
+ * its GPU count, and the fraction of each GPU it takes — of the GPU's total (vLLM's
+ * gpu_memory_utilization) or of the memory free when it starts (SGLang's mem_fraction_static,
+ * docs/worker.md "GPUs"). Every rule that reads them reads this table: the GPU count here, the
+ * daemon's placement (src/daemon/models/plan.ts wants) and the flags it refuses to be given behind
+ * its back (src/daemon/engines/launch-command.ts).
+ */
+export const PLACEMENT_PARAMS = {
+  vllm: {
+    gpus: ['tensor_parallel_size', 'pipeline_parallel_size'],
+    fraction: 'gpu_memory_utilization',
+    fraction_of: 'total',
+  },
+  sglang: { gpus: ['tp_size', 'pp_size'], fraction: 'mem_fraction_static', fraction_of: 'free' },
+} as const satisfies Record<
+  string,
+  { gpus: readonly string[]; fraction: string; fraction_of: 'total' | 'free' }
+>
+
+export type PlacedEngine = keyof typeof PLACEMENT_PARAMS
+
+export const placementParams = (engine: string) =>
+  Object.hasOwn(PLACEMENT_PARAMS, engine) ? PLACEMENT_PARAMS[engine as PlacedEngine] : null
+
+/**
  * The GPUs a model runs on with a serving profile of `runtime` and `params`: vLLM's
  * `tensor_parallel_size` × `pipeline_parallel_size`, SGLang's `tp_size` × `pp_size`, else 1 (each
  * missing or not a whole number ≥ 1 counts 1). Null for llama.cpp, which splits a model over as
@@ -16,9 +41,7 @@ export function profileGpuCount(runtime: string, params: Readonly<Record<string,
     return typeof v === 'number' && Number.isInteger(v) && v >= 1 ? v : 1
   }
   if (runtime === 'llama.cpp') return null
-  if (runtime === 'vllm') return int('tensor_parallel_size') * int('pipeline_parallel_size')
-  if (runtime === 'sglang') return int('tp_size') * int('pp_size')
-  return 1
+  return placementParams(runtime)?.gpus.reduce((n, k) => n * int(k), 1) ?? 1
 }
 
 /**

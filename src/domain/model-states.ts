@@ -1,4 +1,11 @@
-import type { ModelGpus, ModelPullFailureRow, ModelPullRow, ModelStat, WorkerModelRow } from '../db/schema'
+import type {
+  LoadFailure,
+  ModelGpus,
+  ModelPullFailureRow,
+  ModelPullRow,
+  ModelStat,
+  WorkerModelRow,
+} from '../db/schema'
 
 // docs/api.md §7 "Worker row" `models`: what a worker holds and where each model stands, from its
 // model rows, the names its last heartbeat said were loading, the downloads asked of it, the
@@ -13,6 +20,7 @@ export type ModelState =
   | 'downloading'
   | 'verifying'
   | 'download_failed'
+  | 'load_failed'
 
 export interface ModelStateRow {
   name: string
@@ -24,7 +32,10 @@ export interface ModelStateRow {
   state: ModelState
   /** Bytes of a download under way; null otherwise. */
   progress: { completed_bytes: number | null; total_bytes: number | null } | null
-  /** A failed download this worker backs off from (docs/api.md §7 model-progress); null otherwise. */
+  /**
+   * A failed download this worker backs off from (docs/api.md §7 model-progress), or a failed load it
+   * does not try again yet (heartbeat load_failures); null otherwise.
+   */
   failure: { error: string; failures: number; retry_at: number } | null
   load_seconds: number | null
   requests_per_second: number | null
@@ -52,27 +63,41 @@ export function modelStates(
   /** Unix seconds: a back-off that ended is not shown. */
   now: number,
   placed: readonly ModelGpus[] = [],
+  loadFailures: readonly LoadFailure[] = [],
 ): ModelStateRow[] {
   const loadingSet = new Set(loading)
+  // A model on disk that failed to load there, until the worker tries it again.
+  const loadFailed = new Map(loadFailures.filter((f) => f.retry_at > now).map((f) => [f.name, f]))
   const gpusOf = new Map(placed.map((p) => [p.name, p.gpus]))
   const stat = new Map(stats.map((s) => [s.name, s]))
   const measured = (name: string) => ({
     load_seconds: stat.get(name)?.load_seconds ?? null,
     requests_per_second: stat.get(name)?.requests_per_second ?? null,
   })
-  const out: ModelStateRow[] = rows.map((m) => ({
-    name: m.name,
-    runtime: m.runtime,
-    runtime_model_id: m.runtime_model_id ?? m.name,
-    digest: m.digest,
-    status: m.status,
-    loaded: m.loaded,
-    state: m.loaded ? 'loaded' : loadingSet.has(m.name) ? 'loading' : m.on_disk ? 'on_disk' : 'advertised',
-    progress: null,
-    failure: null,
-    ...measured(m.name),
-    gpus: m.loaded || loadingSet.has(m.name) ? (gpusOf.get(m.name) ?? null) : null,
-  }))
+  const out: ModelStateRow[] = rows.map((m) => {
+    const failed = !m.loaded && !loadingSet.has(m.name) ? loadFailed.get(m.name) : undefined
+    return {
+      name: m.name,
+      runtime: m.runtime,
+      runtime_model_id: m.runtime_model_id ?? m.name,
+      digest: m.digest,
+      status: m.status,
+      loaded: m.loaded,
+      state: m.loaded
+        ? 'loaded'
+        : loadingSet.has(m.name)
+          ? 'loading'
+          : failed
+            ? 'load_failed'
+            : m.on_disk
+              ? 'on_disk'
+              : 'advertised',
+      progress: null,
+      failure: failed ? { error: failed.error, failures: failed.failures, retry_at: failed.retry_at } : null,
+      ...measured(m.name),
+      gpus: m.loaded || loadingSet.has(m.name) ? (gpusOf.get(m.name) ?? null) : null,
+    }
+  })
   // A download under way is a model the worker does not hold yet: its own row, until the model is
   // in the inventory (verified) and the ask ends.
   const held = new Set(rows.filter((m) => m.on_disk || m.loaded).map((m) => m.name))

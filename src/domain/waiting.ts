@@ -13,6 +13,7 @@ export type WaitingReason =
   | 'no_shard_worker'
   | 'downloading'
   | 'download_failed'
+  | 'load_failed'
   | 'loading'
   | 'queued'
 
@@ -53,6 +54,16 @@ export type Waiting =
         retry_at: number
       }
     >
+  | Of<
+      'load_failed',
+      {
+        worker_name: string | null
+        error: string | null
+        failures: number
+        retry_at: number
+        workers: number
+      }
+    >
   | Of<'loading', { worker_name: string | null; workers: number }>
   | Of<'queued', { ahead: Tally; running: Tally; workers: number }>
 
@@ -65,6 +76,8 @@ export interface WaitingHost {
   online: boolean
   /** docs/api.md §7 heartbeat `loading_models`, as last reported. */
   loading: readonly string[]
+  /** docs/api.md §7 heartbeat `load_failures`, as last reported, those whose `retry_at` is to come. */
+  loadFailures: readonly { name: string; error: string; failures: number; retry_at: number }[]
   /** docs/api.md §16: registered with capabilities.shards. */
   shards: boolean
   /**
@@ -232,8 +245,37 @@ export function waitingReason(f: WaitingFacts): Waiting {
     }
   }
 
-  // docs/api.md §7 Poll rule 5: nobody serving it has it in VRAM, and somebody is loading it.
   const names = new Set(entry.profiles.map((p) => p.runtime_model_id))
+  // docs/api.md §7 heartbeat load_failures and poll failed_models: every worker that could serve it
+  // failed to load it and does not try again yet.
+  const failedOn = serving.map((h) => ({ h, f: h.loadFailures.find((x) => names.has(x.name)) }))
+  if (failedOn.every((x) => x.f)) {
+    const sorted = [...failedOn].sort(
+      (a, b) => a.f!.retry_at - b.f!.retry_at || a.h.name.localeCompare(b.h.name),
+    )
+    const first = sorted[0]!
+    const shown = sorted.find((x) => sees(viewer, x.h.view.org_id)) ?? null
+    const when = `${new Date(first.f!.retry_at * 1000).toISOString().slice(0, 16).replace('T', ' ')} UTC`
+    const all =
+      serving.length === 1
+        ? ''
+        : ` (all ${plural(serving.length, 'online worker')} that can serve it failed to load it)`
+    return {
+      reason: 'load_failed',
+      message: shown
+        ? `Worker ${shown.h.name} failed to load ${model}: ${shown.f!.error}${all}. It is not loaded there again before ${when}.`
+        : `A worker failed to load ${model}${all}; it is not loaded there again before ${when}.`,
+      details: {
+        worker_name: shown?.h.name ?? null,
+        error: shown ? shown.f!.error : null,
+        failures: (shown ?? first).f!.failures,
+        retry_at: first.f!.retry_at,
+        workers: serving.length,
+      },
+    }
+  }
+
+  // docs/api.md §7 Poll rule 5: nobody serving it has it in VRAM, and somebody is loading it.
   const loading = serving
     .filter((h) => h.loading.some((n) => names.has(n)))
     .sort((a, b) => a.name.localeCompare(b.name))

@@ -174,6 +174,22 @@ export const WorkerBodies = {
           { maxItems: 1024 },
         ),
       ),
+      // docs/api.md §7 (ext): the models that failed to load on the worker and that it does not try
+      // to load again yet — why, how many times in a row, and for how many seconds more (omitted: none).
+      load_failures: t.Optional(
+        t.Array(
+          t.Object(
+            {
+              name: ModelName,
+              error: t.String({ maxLength: 4000 }),
+              failures: t.Integer({ minimum: 1, maximum: 1_000_000 }),
+              retry_in_seconds: t.Integer({ minimum: 0, maximum: 86_400 * 7 }),
+            },
+            { additionalProperties: false },
+          ),
+          { maxItems: 1024 },
+        ),
+      ),
     },
     { additionalProperties: false },
   ),
@@ -191,6 +207,9 @@ export const WorkerBodies = {
       loaded_models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
       // …and of them, those a job is using now (the others sit idle on their GPUs).
       models_in_use: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
+      // docs/api.md §7 (ext): the models that failed to load on the worker and that it does not try
+      // to load again yet: no batch of them is claimed for it by this poll.
+      failed_models: t.Optional(t.Array(ModelName, { maxItems: 1024 })),
     },
     { additionalProperties: false },
   ),

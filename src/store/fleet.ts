@@ -1,5 +1,6 @@
 import type {
   GpuMemory,
+  LoadFailure,
   ModelGpus,
   ModelPullFailureRow,
   ModelPullRow,
@@ -83,6 +84,8 @@ export interface Beat {
   gpu_memory?: GpuMemory[] | null
   /** docs/api.md §7 (ext): the GPUs of each loaded model (omitted: none known). */
   model_gpus?: ModelGpus[]
+  /** docs/api.md §7 (ext): the models it does not load again yet (omitted: none). */
+  load_failures?: LoadFailure[]
   now: number
   /** Seen at or before this instant = silent (workers/liveness.ts onlineCutoff). */
   cutoff: number
@@ -172,6 +175,7 @@ export interface NamedHost {
     | 'vram_total_gb'
     | 'gpu_memory'
     | 'loading_models'
+    | 'load_failures'
     | 'shards'
   >
   hosting: WorkerHosting

@@ -35,12 +35,12 @@ describe('launched-engine options', () => {
     })
     const sglang = await parse(['--runtime', 'sglang'], {
       GRIDKEEP_MODELS_DIR: '/models',
-      GRIDKEEP_ENGINE_ARGS: '--mem-fraction-static 0.8',
+      GRIDKEEP_ENGINE_ARGS: '--chunked-prefill-size 4096',
     })
     expect(sglang).toMatchObject({
       engine: 'sglang',
       launch_command: DEFAULT_LAUNCH_COMMANDS.sglang,
-      engine_args: ['--mem-fraction-static', '0.8'],
+      engine_args: ['--chunked-prefill-size', '4096'],
     })
     const own = await parse([
       '--runtime',
@@ -69,6 +69,60 @@ describe('launched-engine options', () => {
     expect(
       (await parse(['--runtime', 'command', '--models-dir', '/m'], { GRIDKEEP_LAUNCH_COMMAND: cmd })).engine,
     ).toBe('openai')
+  })
+
+  test('flags that would place a vLLM or SGLang model behind the daemon’s back are refused, saying what to set instead', async () => {
+    const vllm = ['--runtime', 'vllm', '--models-dir', '/m']
+    const sglang = ['--runtime', 'sglang', '--models-dir', '/m']
+    expect(await refused([...vllm, '--engine-args', '--max-model-len 4096 --tensor-parallel-size 2'])).toBe(
+      '--engine-args --tensor-parallel-size: the daemon chooses each vllm model\'s GPUs and memory fraction (docs/worker.md "GPUs"); set tensor_parallel_size in the model\'s serving-profile params instead',
+    )
+    expect(await refused([...vllm, '--engine-args', '--gpu_memory_utilization=0.5'])).toContain(
+      '--engine-args --gpu-memory-utilization: the daemon chooses',
+    )
+    expect(await refused([...vllm, '--engine-args', '-pp 2'])).toContain('set pipeline_parallel_size in')
+    expect(await refused([...vllm, '--engine-args', '-dp 2'])).toContain(
+      'the daemon runs a model in demand as copies, each on GPUs of its own (docs/worker.md "Copies")',
+    )
+    expect(
+      await refused([...vllm, '--launch-command', 'vllm serve {model_path} --port {port} -tp 2 {params}']),
+    ).toStartWith('--launch-command -tp: the daemon chooses each vllm model')
+    expect(await refused([...sglang, '--engine-args', '--mem-fraction-static 0.5'])).toContain(
+      'set mem_fraction_static in the model',
+    )
+    expect(await refused([...sglang, '--engine-args', '--tp 2'])).toContain('set tp_size in the model')
+    expect(await refused([...sglang, '--engine-args', '--dp-size=2'])).toContain('as copies')
+    // `--runtime command` with vLLM named as its engine is placed as vLLM is.
+    expect(
+      await refused([
+        '--runtime',
+        'command',
+        '--engine',
+        'vllm',
+        '--models-dir',
+        '/m',
+        '--launch-command',
+        '/opt/vllm serve {model_path} --port {port} --tensor-parallel-size=2',
+      ]),
+    ).toContain('--launch-command --tensor-parallel-size:')
+    // Other flags, and flags another engine gives another meaning, are the engine's own.
+    expect((await parse([...vllm, '--engine-args', '--max-model-len 4096 --tp-size 2'])).engine_args).toEqual(
+      ['--max-model-len', '4096', '--tp-size', '2'],
+    )
+    expect(
+      (
+        await parse([
+          '--runtime',
+          'command',
+          '--models-dir',
+          '/m',
+          '--launch-command',
+          'srv --model {model_path} --port {port}',
+          '--engine-args',
+          '--tensor-parallel-size 2',
+        ])
+      ).engine_args,
+    ).toEqual(['--tensor-parallel-size', '2'])
   })
 
   test('what cannot work is refused at start with one line saying why', async () => {

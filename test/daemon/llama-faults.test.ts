@@ -3,6 +3,7 @@ import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { spawnSync } from 'bun'
+import { eq } from 'drizzle-orm'
 import type { Engine } from '../../scripts/llama-server'
 import { alive, groupMembers } from '../../src/daemon/engines/child'
 import type { DaemonOptions } from '../../src/daemon/options'
@@ -12,12 +13,14 @@ import { makeGpuBox } from '../helpers/gpubox'
 import { withRealEngine } from '../helpers/llama'
 import {
   ENTRY,
+  firstFailure,
   managedFleet,
   managedOptions,
   routerModels,
   startManagedSetup,
   stopDaemon,
 } from '../helpers/managed'
+import { rowsOf } from '../helpers/rows'
 import { until } from '../helpers/until'
 
 // The real llama.cpp router under the daemon's GPU placement and fault rules (docs/worker.md
@@ -113,8 +116,9 @@ withRealEngine('the llama.cpp router on GPUs, and its loads held to a deadline',
     process.env.PATH = box.path
     const f = await managedFleet(server)
     const d = daemon(f.key, { vram_gb: undefined, gpus: [1] }, true)
+    let id = ''
     try {
-      const id = await f.submit(ENTRY.alpha, 2)
+      id = await f.submit(ENTRY.alpha, 2)
       const requeued = await until('the batch requeued', async () => {
         const b = await f.batch(id)
         return b.attempts >= 1 ? b : null
@@ -136,13 +140,22 @@ withRealEngine('the llama.cpp router on GPUs, and its loads held to a deadline',
     } finally {
       process.env.PATH = PATH
       await stopDaemon(d)
+      // Batches are the whole server's: the next test's daemon would take it.
+      if (id) {
+        const { db, tables } = rowsOf(server.deps)
+        await db.delete(tables.batches).where(eq(tables.batches.id, id))
+      }
     }
   })
 
   test('a load silent past --load-timeout is given up: the router unloads it, its process is gone, the job says why', async () => {
     const router = holdableRouter('timeout')
+    // The workers of the tests before, which host beta too, are offline by now: this daemon is the
+    // only one that could serve it (what the batch's waiting reason reads).
+    server.clock.advance(server.config.HEARTBEAT_TIMEOUT_SECONDS + 1)
     const f = await managedFleet(server)
-    const d = daemon(f.key, { llama_server: router.script, load_timeout: 1 })
+    // Its polls are held on the server (wait_seconds), where the test sees them.
+    const d = daemon(f.key, { llama_server: router.script, load_timeout: 1, poll_wait: 5 })
     try {
       await answering(d)
       router.hold()
@@ -151,8 +164,27 @@ withRealEngine('the llama.cpp router on GPUs, and its loads held to a deadline',
         const b = await f.batch(id)
         return b.attempts >= 1 ? b : null
       })
-      expect(requeued.error).toMatch(
-        /^beta failed to load: gave up loading beta after \d+ s \(no output for \d+ s, --load-timeout 1\); the engine's last lines: /,
+      const gaveUp =
+        /^beta failed to load: gave up loading beta after \d+ s \(no output for \d+ s, --load-timeout 1\); the engine's last lines: /
+      expect(await firstFailure(id)).toMatch(gaveUp)
+      // The daemon's next poll names beta among the models it does not load now (failed_models): held
+      // on the server, it has not been handed the batch back, which waits with one attempt spent.
+      await until('the daemon polling again', () => server.deps.pollWaiters.isPolling(d.agent.id!))
+      expect(await f.batch(id)).toMatchObject({ status: 'validated', attempts: 1 })
+      expect(requeued.error).toMatch(gaveUp)
+      // Its heartbeats say so too: the worker row has beta load_failed, with why and until when.
+      const row = await until('the worker row saying beta failed to load', async () => {
+        const m = (await f.models(d.agent.id)).beta
+        return m?.state === 'load_failed' ? m : null
+      })
+      expect(row.failure.error).toStartWith('gave up loading beta after ')
+      expect(row.failure.failures).toBe(1)
+      expect(row.failure.retry_at).toBeGreaterThan(server.clock.now())
+      // The batch says why it waits.
+      const waiting = (await f.batch(id)).waiting
+      expect(waiting.reason).toBe('load_failed')
+      expect(waiting.message).toStartWith(
+        `Worker ${d.agent.opts.name} failed to load ${ENTRY.beta}: gave up loading beta after `,
       )
       const routerPid = recordOf(d).pid
       expect(modelProcesses(routerPid)).toEqual([])

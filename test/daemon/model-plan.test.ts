@@ -1,6 +1,5 @@
 import { describe, expect, test } from 'bun:test'
 import {
-  FRACTION_MARGIN,
   type GpuRoom,
   LRU_WHY,
   type ModelWant,
@@ -33,7 +32,8 @@ const want = (
   vram_gb: number | null,
   params: Record<string, unknown> = {},
   engine = 'llama.cpp',
-): ModelWant => ({ name, vram_gb, params_key: paramsKey(params), ...wants(engine, params, true) })
+  derives = true,
+): ModelWant => ({ name, vram_gb, params_key: paramsKey(params), ...wants(engine, params, derives, vram_gb) })
 const budget = (budget_gb: number | null) => ({ budget_gb })
 const gpu = (index: number, total_gb = 24, free_gb: number | null = total_gb): GpuRoom => ({
   index,
@@ -167,28 +167,52 @@ describe('planLoad over a ledger of GPUs', () => {
   const on = (gpus: number[], claim_gb: number) => ({ gpus, claim_gb })
 
   test('what a model asks: its tensor-parallel size of GPUs, the fraction its profile sets', () => {
-    expect(wants('vllm', { tensor_parallel_size: 2 }, true)).toEqual({
+    expect(wants('vllm', { tensor_parallel_size: 2 }, true, 40)).toEqual({
       gpu_count: 2,
       fraction: null,
       fraction_key: 'gpu_memory_utilization',
+      fraction_of: 'total',
+      whole: false,
     })
-    expect(wants('vllm', { tensor_parallel_size: 2, pipeline_parallel_size: 2 }, true).gpu_count).toBe(4)
-    expect(wants('sglang', { tp_size: 2, mem_fraction_static: 0.8 }, true)).toEqual({
+    expect(wants('vllm', { tensor_parallel_size: 2, pipeline_parallel_size: 2 }, true, 40).gpu_count).toBe(4)
+    // SGLang's fraction is of the memory free when it starts, vLLM's of the whole GPU.
+    expect(wants('sglang', { tp_size: 2, mem_fraction_static: 0.8 }, true, null)).toEqual({
       gpu_count: 2,
       fraction: 0.8,
       fraction_key: 'mem_fraction_static',
+      fraction_of: 'free',
+      whole: false,
     })
-    // A command without {params} cannot be given a fraction; llama.cpp takes as few GPUs as it fits on.
-    expect(wants('vllm', {}, false).fraction_key).toBeNull()
-    expect(wants('llama.cpp', { tensor_parallel_size: 2 }, true).gpu_count).toBeNull()
-    expect(wants('tgi', {}, true)).toEqual({ gpu_count: 1, fraction: null, fraction_key: null })
+    // A command without {params} cannot be given a fraction, nor the profile's: the engine takes its
+    // default of whole GPUs. llama.cpp takes as few GPUs as it fits on.
+    expect(wants('vllm', { gpu_memory_utilization: 0.5 }, false, 8)).toEqual({
+      gpu_count: 1,
+      fraction: null,
+      fraction_key: null,
+      fraction_of: 'total',
+      whole: true,
+    })
+    expect(wants('sglang', { tp_size: 2 }, false, 8)).toMatchObject({ gpu_count: 2, whole: true })
+    expect(wants('llama.cpp', { tensor_parallel_size: 2 }, true, 8).gpu_count).toBeNull()
+    expect(wants('tgi', {}, true, 8)).toEqual({
+      gpu_count: 1,
+      fraction: null,
+      fraction_key: null,
+      fraction_of: null,
+      whole: false,
+    })
+    // No declared size and no fraction: whole GPUs, whatever the engine; a set fraction is what it holds.
+    expect(wants('tgi', {}, true, null).whole).toBe(true)
+    expect(wants('vllm', {}, true, null).whole).toBe(true)
+    expect(wants('vllm', { gpu_memory_utilization: 0.5 }, true, null).whole).toBe(false)
   })
 
   test('two models that each need most of a GPU go on two GPUs, the one with the most free first', () => {
     const first = planLoad([], want('a', 20, {}, 'vllm'), box(gpu(0), gpu(1, 24, 23)), true)
     expect(first).toMatchObject({ do: 'load', gpus: [0], unload: [] })
-    // vLLM takes its fraction of the whole GPU: the daemon derives it from vram_gb, with the margin.
-    const f = Math.ceil((20 / 24 + FRACTION_MARGIN) * 100) / 100
+    // vLLM takes its fraction of the whole GPU: the daemon derives it from vram_gb, with the margin
+    // (20 ÷ 24 = 0.8333, + 0.03, up to a hundredth).
+    const f = 0.87
     expect(first).toMatchObject({ extra_params: { gpu_memory_utilization: f } })
     expect((first as any).claim_gb).toBeCloseTo(f * 24)
     const second = planLoad(
@@ -308,6 +332,61 @@ describe('planLoad over a ledger of GPUs', () => {
     expect((plan as any).claim_gb).toBeCloseTo(14.4)
   })
 
+  test('SGLang’s fraction is of the free memory: a second model on a GPU is given a larger one, sized to what is left', () => {
+    // SGLang 0.4–0.5 profile_max_num_token: its cache is fraction × (free before the load) − weights.
+    const first = planLoad([], want('a', 8, {}, 'sglang'), box(gpu(0, 24, 23.75)), true)
+    // 8 GB of the 23.75 free, and the margin: 0.3368 + 0.03, up to a hundredth.
+    const f1 = 0.37
+    expect(first).toMatchObject({ do: 'load', gpus: [0], extra_params: { mem_fraction_static: f1 } })
+    expect((first as any).claim_gb).toBeCloseTo(f1 * 23.75)
+    // The second sees what the first holds as taken: of the 14.96 GB left, 8 GB and the margin.
+    const held = f1 * 23.75
+    const second = planLoad(
+      [loaded('a', 8, on([0], held))],
+      want('b', 8, {}, 'sglang'),
+      box(gpu(0, 24, 23.75 - held)),
+      true,
+    )
+    // 8 GB of the 14.96 left (23.75 − 0.37 × 23.75), and the margin: 0.5347 + 0.03.
+    const f2 = 0.57
+    expect(second).toMatchObject({
+      do: 'load',
+      gpus: [0],
+      unload: [],
+      extra_params: { mem_fraction_static: f2 },
+    })
+    // Given the first one's fraction, its cache would get 0.37 × 14.96 − 8 GB: none.
+    expect(f1 * (23.75 - held)).toBeLessThan(8)
+    // Less free than the model and the margin: not there; the idle model is unloaded first.
+    const third = planLoad(
+      [loaded('a', 8, on([0], held)), loaded('b', 8, { ...on([0], f2 * (23.75 - held)), last_used_ms: 9 })],
+      want('c', 8, {}, 'sglang'),
+      box(gpu(0, 24, 23.75 - held - f2 * (23.75 - held))),
+      true,
+    )
+    expect(third).toMatchObject({ do: 'load', gpus: [0], unload: [{ name: 'a', why: LRU_WHY }] })
+  })
+
+  test('SGLang tensor parallel: one fraction of the fullest GPU’s free memory, held on each; a set fraction must hold the weights', () => {
+    const plan = planLoad(
+      [],
+      want('big', 20, { tp_size: 2 }, 'sglang'),
+      box(gpu(0, 24, 20), gpu(1, 24, 16)),
+      true,
+    )
+    // 10 GB on each of the 16 free on the fuller GPU: 0.625 + 0.03, up to a hundredth.
+    const f = 0.66
+    expect(plan).toMatchObject({ do: 'load', gpus: [0, 1], extra_params: { mem_fraction_static: f } })
+    expect((plan as any).claim_gb).toBeCloseTo(f * 16)
+    // A profile's own fraction of what is free must leave its weights room: 0.5 of the 12 GB another
+    // process left is not 8 GB (it waits), 0.5 of 20 GB is.
+    const own = want('a', 8, { mem_fraction_static: 0.5 }, 'sglang')
+    expect(planLoad([], own, box(gpu(0, 24, 12)), true)).toMatchObject({ do: 'wait', blockers: [] })
+    const there = planLoad([], own, box(gpu(0, 24, 20)), true)
+    expect(there).toMatchObject({ do: 'load', gpus: [0], extra_params: {} })
+    expect((there as any).claim_gb).toBeCloseTo(10)
+  })
+
   test('a launched model of no declared size holds a whole GPU, and is unloaded first', () => {
     expect(planLoad([], want('u', null, {}, 'vllm'), box(gpu(0), gpu(1)), true)).toMatchObject({
       gpus: [0],
@@ -323,6 +402,27 @@ describe('planLoad over a ledger of GPUs', () => {
     ).toMatchObject({
       gpus: [1],
       unload: [{ name: 'u', why: UNSIZED_WHY }],
+    })
+  })
+
+  test('vLLM or SGLang launched without {params} takes its default fraction: its model holds whole GPUs whatever its vram_gb', () => {
+    // vLLM takes 0.9 of the GPU: an 8 GB model is charged the whole GPU, not 8 GB of it.
+    const first = planLoad([], want('a', 8, {}, 'vllm', false), box(gpu(0), gpu(1)), true)
+    expect(first).toMatchObject({ do: 'load', gpus: [0], claim_gb: 24, extra_params: {} })
+    // A second goes to the other GPU, and a third finds no room beside them: the idle one goes.
+    const a = loaded('a', 8, { ...on([0], 24), last_used_ms: 1 })
+    expect(planLoad([a], want('b', 8, {}, 'vllm', false), box(gpu(0, 24, 2), gpu(1)), true)).toMatchObject({
+      gpus: [1],
+      unload: [],
+    })
+    const b = loaded('b', 8, { ...on([1], 24), last_used_ms: 2 })
+    expect(
+      planLoad([a, b], want('c', 8, {}, 'sglang', false), box(gpu(0, 24, 2), gpu(1, 24, 2)), true),
+    ).toMatchObject({ gpus: [0], unload: [{ name: 'a', why: LRU_WHY }] })
+    // A model larger than a GPU still never fits.
+    expect(planLoad([], want('big', 30, {}, 'vllm', false), box(gpu(0), gpu(1)), true)).toEqual({
+      do: 'fail',
+      why: 'big needs 30 GB on each of 1 GPU, the largest GPU of this worker holds 24 GB',
     })
   })
 
@@ -355,7 +455,8 @@ describe('planLoad over a ledger of GPUs', () => {
 })
 
 describe('copies of a model (rule 2a: docs/worker.md "GPUs")', () => {
-  const f = Math.ceil((20 / 24 + FRACTION_MARGIN) * 100) / 100
+  // 20 GB of a 24 GB GPU, with the margin.
+  const f = 0.87
   const on = (gpus: number[]) => ({ gpus, claim_gb: f * 24 })
   const gamma = want('gamma', 20, {}, 'vllm')
 

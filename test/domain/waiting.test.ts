@@ -56,6 +56,7 @@ function host(o: Partial<WaitingHost> & { vram?: number | null; org?: string; mo
     name: 'box-a',
     online: true,
     loading: [],
+    loadFailures: [],
     shards: false,
     lacks: [],
     ...rest,
@@ -233,6 +234,47 @@ describe('names and figures', () => {
     expect(
       waitingReason(facts({ hosts: loading, viewer: { superadmin: false, orgIds: new Set() } })).details,
     ).toEqual({ worker_name: null, workers: 2 })
+  })
+
+  test('load_failed: every worker that can serve it failed to load it and does not try again yet; one that may, queued', () => {
+    const failure = (retry_at: number, error = 'exit code 1: model is corrupted') => [
+      { name: 'llama:8b', error, failures: 2, retry_at },
+    ]
+    // 2026-01-01 00:00 UTC, and a minute later.
+    const t0 = 1_767_225_600
+    const one = [host({ name: 'box-a', loadFailures: failure(t0 + 60) })]
+    expect(waitingReason(facts({ hosts: one }))).toEqual({
+      reason: 'load_failed',
+      message: `Worker box-a failed to load ${ENTRY.id}: exit code 1: model is corrupted. It is not loaded there again before 2026-01-01 00:01 UTC.`,
+      details: {
+        worker_name: 'box-a',
+        error: 'exit code 1: model is corrupted',
+        failures: 2,
+        retry_at: t0 + 60,
+        workers: 1,
+      },
+    })
+    // Two such workers: the first to try again says when; one of another org is not named.
+    const two = [
+      host({ name: 'a-theirs', org: 'org_else', loadFailures: failure(t0, 'their error') }),
+      host({ name: 'b-mine', loadFailures: failure(t0 + 60) }),
+    ]
+    expect(waitingReason(facts({ hosts: two }))).toMatchObject({
+      reason: 'load_failed',
+      message: `Worker b-mine failed to load ${ENTRY.id}: exit code 1: model is corrupted (all 2 online workers that can serve it failed to load it). It is not loaded there again before 2026-01-01 00:00 UTC.`,
+      details: { worker_name: 'b-mine', retry_at: t0, workers: 2 },
+    })
+    expect(waitingReason(facts({ hosts: two, viewer: { superadmin: false, orgIds: new Set() } }))).toEqual({
+      reason: 'load_failed',
+      message: `A worker failed to load ${ENTRY.id} (all 2 online workers that can serve it failed to load it); it is not loaded there again before 2026-01-01 00:00 UTC.`,
+      details: { worker_name: null, error: null, failures: 2, retry_at: t0, workers: 2 },
+    })
+    // Another model's failure, or a worker that may load it: it waits its turn.
+    expect(
+      waitingReason(facts({ hosts: [host({ loadFailures: [{ ...failure(t0)[0]!, name: 'other:1' }] })] }))
+        .reason,
+    ).toBe('queued')
+    expect(waitingReason(facts({ hosts: [...one, host({ name: 'box-b' })] })).reason).toBe('queued')
   })
 
   test('queued: the batches ahead and running, in words', () => {

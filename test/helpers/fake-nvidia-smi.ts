@@ -2,8 +2,9 @@
 // process: `bun test/helpers/fake-nvidia-smi.ts BOX_DIR [nvidia-smi's arguments]`; the box's
 // `bin/nvidia-smi` script calls it so, first on the daemon's PATH.
 //
-// - The box: `BOX_DIR/box.json` lists the GPUs ({index, uuid, name, total_mib}); what they hold is
-//   `BOX_DIR/held/<pid>.json` ({pid, gpus, mib}: each of `gpus` holds `mib`), written by the
+// - The box: `BOX_DIR/box.json` lists the GPUs ({index, uuid, name, total_mib}) and the weights of
+//   each model the stand-in engines serve (`weights_gb`, by served name); what the GPUs hold is
+//   `BOX_DIR/held/<pid>.json` ({pid, gpus, mib}: `mib[i]` held on `gpus[i]`), written by the
 //   processes that hold GPU memory (fake-vllm.ts's engine core). A holder counts while its process
 //   runs: memory is given back when the process that holds it is gone, as the driver does.
 // - `--query-gpu=F1,F2,… --format=csv,noheader,nounits` prints one line per GPU with the fields
@@ -24,7 +25,8 @@ export interface BoxGpu {
 export interface Holder {
   pid: number
   gpus: number[]
-  mib: number
+  /** What it holds on each of `gpus`, in their order (each GPU's own share of its own total). */
+  mib: number[]
   /** The model whose engine core holds it. */
   model?: string
 }
@@ -33,8 +35,16 @@ export interface Holder {
 export const RESERVED_MIB = 256
 const DRIVER = '550.54.14'
 
+export interface Box {
+  gpus: BoxGpu[]
+  /** The weights of each model (GB, by served name): what its engine must place before its cache. */
+  weights_gb?: Record<string, number>
+}
+
+export const readBox = (box: string): Box => JSON.parse(readFileSync(join(box, 'box.json'), 'utf8'))
+
 /** Whether the process runs (a zombie holds nothing). */
-function running(pid: number): boolean {
+export function running(pid: number): boolean {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
     return stat[stat.lastIndexOf(')') + 2] !== 'Z'
@@ -62,10 +72,15 @@ export function liveHolders(box: string): Holder[] {
 
 /** Each GPU with what is used and free on it now (MiB). */
 export function gpuState(box: string): (BoxGpu & { used_mib: number; free_mib: number })[] {
-  const gpus = (JSON.parse(readFileSync(join(box, 'box.json'), 'utf8')) as { gpus: BoxGpu[] }).gpus
+  const gpus = readBox(box).gpus
   const holders = liveHolders(box)
   return gpus.map((g) => {
-    const used = RESERVED_MIB + holders.filter((h) => h.gpus.includes(g.index)).reduce((a, h) => a + h.mib, 0)
+    const used =
+      RESERVED_MIB +
+      holders.reduce((a, h) => {
+        const at = h.gpus.indexOf(g.index)
+        return at < 0 ? a : a + (h.mib[at] ?? 0)
+      }, 0)
     return { ...g, used_mib: used, free_mib: Math.max(0, g.total_mib - used) }
   })
 }

@@ -5,9 +5,9 @@ import { gpuState, type Holder, liveHolders } from './fake-nvidia-smi'
 // A simulated GPU box for the daemon's tests and benchmarks: GPUs in a ledger directory, an
 // `nvidia-smi` that reads it (bin/nvidia-smi, to put first on the daemon's PATH), and the launch
 // command of a stand-in `vllm serve` (test/helpers/fake-vllm.ts) that applies vLLM's memory rules
-// against it. What the driver would say — each GPU's used and free memory, which process holds what
-// — is read back from the same ledger, and every engine start vLLM would refuse for memory is
-// counted (refused()).
+// against it (or SGLang's, launched as SGLang is). What the driver would say — each GPU's used and
+// free memory, which process holds what — is read back from the same ledger, and every engine start
+// the engine would refuse for memory is counted (refused()).
 
 const REPO = resolve(import.meta.dir, '../..')
 const FAKE_VLLM = join(REPO, 'test/helpers/fake-vllm.ts')
@@ -31,11 +31,21 @@ export interface GpuBox {
    * The launch command (`--launch-command`) of the stand-in vLLM on this box: its variables through
    * `env` (the box, the control directory, how long a load and a request take), then `serve`.
    */
-  launchCommand(o?: { control?: string; loadMs?: number; requestMs?: number }): string
+  launchCommand(o?: {
+    control?: string
+    loadMs?: number
+    requestMs?: number
+    /** The stand-in applies SGLang's memory rule, launched as SGLang is (default vllm). */
+    engine?: 'vllm' | 'sglang'
+  }): string
 }
 
-/** A box of `gpus` (GB each) in `dir`. */
-export function makeGpuBox(dir: string, gpus: number[]): GpuBox {
+/**
+ * A box of `gpus` (GB each) in `dir`. `weights`: each model's weights (GB, by served name), which
+ * its stand-in engine must fit in its fraction of the GPUs (the catalogue's vram_gb; a model left
+ * out is not checked).
+ */
+export function makeGpuBox(dir: string, gpus: number[], weights: Record<string, number> = {}): GpuBox {
   mkdirSync(join(dir, 'held'), { recursive: true })
   mkdirSync(join(dir, 'bin'), { recursive: true })
   writeFileSync(
@@ -47,6 +57,7 @@ export function makeGpuBox(dir: string, gpus: number[]): GpuBox {
         name: 'NVIDIA Simulated 24GB',
         total_mib: gb * 1024,
       })),
+      weights_gb: weights,
     }),
   )
   const smi = join(dir, 'bin', 'nvidia-smi')
@@ -88,7 +99,9 @@ export function makeGpuBox(dir: string, gpus: number[]): GpuBox {
         `FAKE_VLLM_REQUEST_MS=${o.requestMs ?? 0}`,
         process.execPath,
         FAKE_VLLM,
-        'serve {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} --enable-prompt-tokens-details {params}',
+        o.engine === 'sglang'
+          ? 'sglang --model-path {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} --enable-cache-report {params}'
+          : 'serve {model_path} --served-model-name {model} --host 127.0.0.1 --port {port} --enable-prompt-tokens-details {params}',
       ].join(' '),
   }
 }

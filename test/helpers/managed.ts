@@ -7,6 +7,7 @@ import type { DaemonOptions } from '../../src/daemon/options'
 import { startTestServer, type TestServer } from './app'
 import { makeUser, makeWorkerKey } from './builders'
 import { daemonOptions, fastDeps, type RunningAgent, runAgent } from './daemon'
+import { capturedLogLines } from './secrets'
 import { until } from './until'
 
 // For tests of a daemon that runs llama.cpp itself (docs/worker.md "Managed engines"): a models
@@ -177,6 +178,23 @@ export const runManaged = (opts: DaemonOptions, onEvent?: (e: AgentEvent) => voi
 export async function stopDaemon(d: RunningAgent) {
   d.agent.shutdown(true)
   expect(await d.done).toBe(0)
+}
+
+/**
+ * The error the daemon reported for the first failed attempt of job `jobId` (its `job failed;
+ * reporting` log line). The batch's own `error` is its latest attempt's: the server may hand the
+ * batch straight back to the same worker, whose next attempt fails at once for another reason
+ * (the model's load cooldown, docs/worker.md "Faults") before a test reads the batch.
+ */
+export function firstFailure(jobId: string): Promise<string> {
+  return until(`the first failure of ${jobId} reported`, () => {
+    for (const l of capturedLogLines()) {
+      if (!l.includes('"msg":"job failed; reporting"') || !l.includes(jobId)) continue
+      const r = JSON.parse(l)
+      if (r.job_id === jobId) return r.error as string
+    }
+    return null
+  })
 }
 
 /** The router's own view: GET /models of the engine at `url`, status by model. */

@@ -78,6 +78,8 @@ for (const [kind, open] of storeEngines) {
                  ('wrk_3', 'org_a', 'box-3', 'online', 'idle', 24, '[]', '[]', FALSE, 1, 5, 100);
         -- docs/api.md §7 Poll rule 2 reads each GPU's memory (heartbeat gpus).
         UPDATE workers SET gpu_memory = '[{"index":0,"memory_used_gb":2,"memory_total_gb":24}]' WHERE id = 'wrk_1';
+        -- docs/api.md §7 heartbeat load_failures: a model it does not load again yet.
+        UPDATE workers SET load_failures = '[{"name":"x:1","error":"exit code 1","failures":2,"retry_at":200}]' WHERE id = 'wrk_1';
         INSERT INTO worker_runtimes (worker_id, engine, base_url, status, capabilities)
           VALUES ('wrk_1', 'ollama', 'http://a', 'online', NULL),
                  ('wrk_1', 'vllm', 'http://b', 'online', '{"logprobs":false}');
@@ -99,6 +101,7 @@ for (const [kind, open] of storeEngines) {
             vram_total_gb: 24,
             gpu_memory: [{ index: 0, memory_used_gb: 2, memory_total_gb: 24 }],
             loading_models: ['x:1'],
+            load_failures: [{ name: 'x:1', error: 'exit code 1', failures: 2, retry_at: 200 }],
             shards: true,
           },
           hosting: {
@@ -139,6 +142,7 @@ for (const [kind, open] of storeEngines) {
             vram_total_gb: null,
             gpu_memory: [],
             loading_models: [],
+            load_failures: [],
             shards: false,
           },
           hosting: {

@@ -233,4 +233,43 @@ describeWith(chromium, 'the models a worker holds, on the Workers page', () => {
     await item.getByText('not asked again before', { exact: false }).waitFor()
     await s.finish()
   })
+
+  test('a load that failed: its state, why, and until when the worker does not load it again; once it may, on disk again without a reload', async () => {
+    const user = await makeUser(server)
+    const key = (await makeWorkerKey(server, user, user.personalOrgId)).key
+    const worker = await registerWorker(server, key, { name: 'lab-gpu-4', capabilities: { loads: true } })
+    const inventory = ['qwen', 'broken'].map((n) => inventoryItem(n, { loaded: n === 'qwen' }))
+    const error = 'exit code 1: E llama_model_load: model is corrupted or incomplete'
+    expect(
+      (
+        await heartbeat(server, key, worker, {
+          loaded_models: ['qwen'],
+          inventory,
+          load_failures: [{ name: 'broken', error, failures: 2, retry_in_seconds: 120 }],
+        })
+      ).status,
+    ).toBe(200)
+
+    const s = await openSession(browser, server.url)
+    const { page } = s
+    await page.goto(server.url)
+    await signIn(page, user.email, user.password)
+    await page.getByRole('link', { name: 'Workers', exact: true }).click()
+    const models = page
+      .getByRole('row', { name: /lab-gpu-4/ })
+      .getByRole('list', { name: 'Models of lab-gpu-4' })
+    const item = models.getByRole('listitem').filter({ hasText: 'broken' })
+    await item.getByText('load failed', { exact: true }).waitFor()
+    await item.getByText(error, { exact: false }).waitFor()
+    await item.getByText('not loaded there again before', { exact: false }).waitFor()
+    await s.screenshot('worker-load-failed')
+
+    // The worker may load it again: its next heartbeat leaves it out, and the page follows.
+    await page.evaluate(() => Object.assign(globalThis, { sameDocument: true }))
+    expect((await heartbeat(server, key, worker, { loaded_models: ['qwen'], inventory })).status).toBe(200)
+    await item.getByText('on disk', { exact: true }).waitFor({ timeout: 12_000 })
+    expect(await item.getByText('not loaded there again before', { exact: false }).count()).toBe(0)
+    expect(await page.evaluate(() => (globalThis as { sameDocument?: boolean }).sameDocument)).toBe(true)
+    await s.finish()
+  })
 })

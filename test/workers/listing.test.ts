@@ -231,6 +231,53 @@ describe('GET /v1/orgs/{org_id}/workers', () => {
     expect(bad.status).toBe(400)
   })
 
+  test('a model whose load failed: load_failed with why, the failures in a row and until when (the server’s clock), then on disk again (docs/api.md §7)', async () => {
+    const f = await makeFleet(t)
+    const wid = await registerWorker(t, f.key, { capabilities: { loads: true } })
+    const inventory = ['a:1', 'b:1', 'c:1'].map((n) => inventoryItem(n, { loaded: n === 'a:1' }))
+    const error = 'exit code 1: E llama_model_load: model is corrupted or incomplete'
+    const beat = await heartbeat(t, f.key, wid, {
+      loaded_models: ['a:1'],
+      loading_models: ['c:1'],
+      inventory,
+      load_failures: [
+        { name: 'b:1', error, failures: 2, retry_in_seconds: 90 },
+        // Being loaded again: the load under way is what it is.
+        { name: 'c:1', error, failures: 1, retry_in_seconds: 30 },
+      ],
+    })
+    expect(beat.status).toBe(200)
+    const at = t.clock.now()
+    const read = async () =>
+      Object.fromEntries(
+        (await t.req('GET', `/v1/orgs/${f.orgId}/workers`, { token: f.user.token })).body.data[0].models.map(
+          (m: any) => [m.name, [m.state, m.failure]],
+        ),
+      )
+    expect(await read()).toEqual({
+      'a:1': ['loaded', null],
+      'b:1': ['load_failed', { error, failures: 2, retry_at: at + 90 }],
+      'c:1': ['loading', null],
+    })
+    // Its time passed, it is on disk again, though the last heartbeat still names it.
+    t.clock.advance(91)
+    expect((await read())['b:1']).toEqual(['on_disk', null])
+    // Failed again; then a heartbeat without load_failures: none.
+    await heartbeat(t, f.key, wid, {
+      loaded_models: ['a:1'],
+      inventory,
+      load_failures: [{ name: 'b:1', error, failures: 3, retry_in_seconds: 180 }],
+    })
+    expect((await read())['b:1']).toEqual(['load_failed', { error, failures: 3, retry_at: at + 91 + 180 }])
+    await heartbeat(t, f.key, wid, { loaded_models: ['a:1'], inventory })
+    expect((await read())['b:1']).toEqual(['on_disk', null])
+    // Out of the protocol's bounds: a 400.
+    const bad = await heartbeat(t, f.key, wid, {
+      load_failures: [{ name: 'b:1', error, failures: 0, retry_in_seconds: 5 }],
+    })
+    expect(bad.status).toBe(400)
+  })
+
   test('paginates newest first', async () => {
     const f = await makeFleet(t)
     const ids = [

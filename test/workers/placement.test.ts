@@ -318,6 +318,27 @@ describe('docs/api.md §7 Placement: a worker of several GPUs (the poll says how
     expect([s.a, s.b]).toContain(kept!.catalogue_id)
   })
 
+  test('a model the poll names in failed_models is not claimed for it: its batch waits, another model’s is taken; named no more, it is', async () => {
+    const s = await setup()
+    const wid = await registerWorker(t, s.f.key, {
+      max_concurrent_jobs: 4,
+      capabilities: { loads: true },
+      runtimes: [{ engine: 'llama.cpp', base_url: 'http://127.0.0.1:8081', status: 'online' }],
+    })
+    expect((await beat(s, wid, [A])).status).toBe(200)
+    const [a] = await batches(s, s.a, 1)
+    const [b] = await batches(s, s.b, 1)
+    tick()
+    // a is loaded there, and older: without failed_models its batch would go first.
+    expect((await pollSaying(s, wid, { loaded_models: [A], failed_models: [A] }))?.job_id).toBe(b)
+    tick()
+    expect(
+      await pollSaying(s, wid, { loaded_models: [A], models_in_use: [B], failed_models: [A] }),
+    ).toBeNull()
+    tick()
+    expect((await pollSaying(s, wid, { loaded_models: [A], models_in_use: [B] }))?.job_id).toBe(a)
+  })
+
   test('a spare GPU takes the busy model’s work, saying copy while its waiting work outlasts a load there', async () => {
     const s = await setup()
     const wid = await registerWorker(t, s.f.key, {

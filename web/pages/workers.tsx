@@ -230,8 +230,9 @@ function WorkerGpus({ name, gpus, models }: { name: string; gpus: WorkerGpu[]; m
 
 /**
  * docs/api.md §11: each model the worker holds and where it stands (docs/api.md §7 "Worker row"
- * `models[].state`): loaded, loading, on disk, downloading with its progress, or a download that
- * failed, with why and until when the worker is not asked for it again.
+ * `models[].state`): loaded, loading, on disk, downloading with its progress, a download that
+ * failed, with why and until when the worker is not asked for it again, or a load that failed, with
+ * why and until when the worker does not load it again.
  */
 function WorkerModels({ name, models }: { name: string; models: WorkerModel[] }) {
   if (!models.length) return <>—</>
@@ -241,9 +242,10 @@ function WorkerModels({ name, models }: { name: string; models: WorkerModel[] })
     downloading: 2,
     verifying: 3,
     download_failed: 4,
+    load_failed: 5,
   }
   const sorted = [...models].sort(
-    (a, b) => (order[a.state] ?? 5) - (order[b.state] ?? 5) || a.name.localeCompare(b.name),
+    (a, b) => (order[a.state] ?? 6) - (order[b.state] ?? 6) || a.name.localeCompare(b.name),
   )
   return (
     <ul class="models" aria-label={`Models of ${name}`}>
@@ -254,7 +256,9 @@ function WorkerModels({ name, models }: { name: string; models: WorkerModel[] })
           {m.failure ? (
             <span class="muted download-failure">
               {' '}
-              {m.failure.error} (not asked again before {formatTime(m.failure.retry_at)})
+              {m.failure.error} (
+              {m.state === 'load_failed' ? 'not loaded there again before' : 'not asked again before'}{' '}
+              {formatTime(m.failure.retry_at)})
             </span>
           ) : null}
         </li>

@@ -1,5 +1,7 @@
 import { closeSync, existsSync, openSync, readSync } from 'node:fs'
 import { isAbsolute, resolve } from 'node:path'
+import type { Engine } from '../../domain/catalogue'
+import { PLACEMENT_PARAMS, type PlacedEngine, placementParams } from '../../domain/gpu-fit'
 import { paramFlags } from '../../domain/serving-params'
 
 // The launch command of a per-model engine (docs/worker.md "vLLM and other launched engines"): one
@@ -103,6 +105,56 @@ export function launchCommandProblem(text: string): string | null {
   if (words.some((w) => w.includes('{params}') && w !== '{params}'))
     return '{params} must be a word of its own in the launch command (it expands to several flags)'
   if (words[0]!.includes('{')) return 'the launch command must begin with its program, not a placeholder'
+  return null
+}
+
+/**
+ * The flags that decide how many GPUs a vLLM or SGLang model takes or how much of each, with what to
+ * do instead: the daemon places each model by its serving-profile params (docs/worker.md "GPUs"), so
+ * such a flag among the launch command's words or --engine-args would start the engine on GPUs or
+ * with a fraction the daemon did not plan. Each placing param is its long flag (domain/gpu-fit.ts
+ * PLACEMENT_PARAMS), with the engine's other spellings of it; data parallelism is the daemon's
+ * copies of a model.
+ */
+const PARAM = (name: string) => `set ${name} in the model's serving-profile params instead`
+const COPIES =
+  'the daemon runs a model in demand as copies, each on GPUs of its own (docs/worker.md "Copies")'
+const ALIASES: Record<PlacedEngine, Record<string, string>> = {
+  vllm: { '-tp': 'tensor_parallel_size', '-pp': 'pipeline_parallel_size' },
+  sglang: { '--tp': 'tp_size', '--tensor-parallel-size': 'tp_size', '--pipeline-parallel-size': 'pp_size' },
+}
+const DATA_PARALLEL: Record<PlacedEngine, string[]> = {
+  vllm: ['--data-parallel-size', '-dp'],
+  sglang: ['--dp-size', '--dp', '--data-parallel-size'],
+}
+const PLACEMENT_FLAGS = Object.fromEntries(
+  Object.entries(PLACEMENT_PARAMS).map(([engine, p]) => {
+    const e = engine as PlacedEngine
+    const params = [...p.gpus, p.fraction]
+    return [
+      e,
+      {
+        ...Object.fromEntries(params.map((k) => [`--${k.replaceAll('_', '-')}`, PARAM(k)])),
+        ...Object.fromEntries(Object.entries(ALIASES[e]).map(([flag, k]) => [flag, PARAM(k)])),
+        ...Object.fromEntries(DATA_PARALLEL[e].map((flag) => [flag, COPIES])),
+      },
+    ]
+  }),
+) as Record<PlacedEngine, Record<string, string>>
+
+/**
+ * Why `words` (of `where`: --launch-command, --engine-args) may not be given to `engine`, or null.
+ * vLLM and SGLang read `--flag=value` and `--flag_name` as `--flag value` and `--flag-name`.
+ */
+export function placementFlagProblem(engine: Engine, where: string, words: readonly string[]): string | null {
+  if (!placementParams(engine)) return null
+  const flags = PLACEMENT_FLAGS[engine as PlacedEngine]
+  for (const w of words) {
+    const flag = w.split('=')[0]!.replace(/(?<=^--.*)_/g, '-')
+    const instead = flags[flag]
+    if (instead)
+      return `${where} ${flag}: the daemon chooses each ${engine} model's GPUs and memory fraction (docs/worker.md "GPUs"); ${instead}`
+  }
   return null
 }
 

@@ -276,7 +276,7 @@ export class ModelManager {
           name: need.name,
           vram_gb: need.vram_gb,
           params_key: key,
-          ...wants(this.engine.engine, need.params, this.engine.appliesParams),
+          ...wants(this.engine.engine, need.params, this.engine.appliesParams, need.vram_gb),
         }
         // Rules that need no room first: a model loaded as wanted is used without reading the GPUs —
         // unless the job came for a spare GPU and a copy of it is worth making there (rule 2a).
@@ -452,13 +452,42 @@ export class ModelManager {
     return this.lastRoom
   }
 
+  /** How long the model stays unloaded here after its failed loads (ms from now; 0: none). */
+  private cooldownLeft(name: string): number {
+    const f = this.failedLoads.get(name)
+    if (!f) return 0
+    const waitMs = Math.min(FAILED_LOAD_MAX_MS, FAILED_LOAD_MS * 2 ** (f.count - 1))
+    return Math.max(0, f.atMs + waitMs - this.timers.nowMs())
+  }
+
+  /**
+   * The models that failed to load here and are not tried again yet, with why, how many loads in a
+   * row failed, and how long until the next is tried (heartbeat `load_failures`, docs/api.md §7).
+   */
+  loadFailures(): { name: string; error: string; failures: number; retry_in_seconds: number }[] {
+    return [...this.failedLoads]
+      .map(([name, f]) => ({
+        name,
+        error: f.why.slice(0, 4000),
+        failures: f.count,
+        retry_in_seconds: Math.ceil(this.cooldownLeft(name) / 1000),
+      }))
+      .filter((f) => f.retry_in_seconds > 0)
+  }
+
+  /**
+   * The models that failed to load here and are not tried again yet (the poll's `failed_models`,
+   * docs/api.md §7): the server hands this worker no batch of them meanwhile.
+   */
+  coolingNames(): string[] {
+    return [...this.failedLoads.keys()].filter((name) => this.cooldownLeft(name) > 0)
+  }
+
   /** A model that failed to load here a moment ago is not loaded again yet: the job fails with why. */
   private checkCooldown(name: string) {
     const f = this.failedLoads.get(name)
-    if (!f) return
-    const waitMs = Math.min(FAILED_LOAD_MAX_MS, FAILED_LOAD_MS * 2 ** (f.count - 1))
-    const left = f.atMs + waitMs - this.timers.nowMs()
-    if (left <= 0) return
+    const left = this.cooldownLeft(name)
+    if (!f || left <= 0) return
     throw new ModelUnavailable(
       `${name} failed to load on this worker ${Math.round((this.timers.nowMs() - f.atMs) / 1000)} s ago ` +
         `(not tried again here for ${Math.ceil(left / 1000)} s): ${f.why}`,

@@ -1,4 +1,4 @@
-import { profileGpuCount } from '../../domain/gpu-fit'
+import { placementParams, profileGpuCount } from '../../domain/gpu-fit'
 
 // Where to load a job's model and what to unload first (docs/worker.md "GPUs"), decided once here as
 // a pure rule over the model manager's table and the daemon's GPU ledger (models/manager.ts applies
@@ -10,11 +10,22 @@ import { profileGpuCount } from '../../domain/gpu-fit'
 //   pipeline-parallel size (`tensor_parallel_size` × `pipeline_parallel_size` for vLLM, `tp_size` ×
 //   `pp_size` for SGLang), else 1; llama.cpp splits a model over its device list, so it takes as
 //   few GPUs as it fits on.
-// - Its share of each: `vram_gb ÷ GPUs`. vLLM takes `gpu_memory_utilization` × the whole GPU
-//   whatever the model needs (SGLang `mem_fraction_static` likewise), so when the profile does not
-//   set it the daemon passes `vram_gb ÷ GPUs ÷ the GPU's total + FRACTION_MARGIN` (rounded up to a
-//   hundredth) and the model holds that fraction of each GPU; a profile that sets it holds what it
-//   sets. A model with no vram_gb holds whole GPUs (its GPU count of them; llama.cpp: every GPU).
+// - Its share of each: `vram_gb ÷ GPUs`. The engines take a fraction of the GPU whatever the model
+//   needs, each by its own rule, so when the profile does not set the fraction the daemon derives one
+//   (rounded up to a hundredth, FRACTION_MARGIN added) and the model holds what it takes:
+//   · vLLM's `gpu_memory_utilization` is of each GPU's TOTAL memory (its V1 engine, vLLM 0.9.1 on: a
+//     per-instance limit, and that much must be free at its start): `vram_gb ÷ GPUs ÷ the smallest
+//     GPU's total + margin`; it holds that fraction of each GPU's total.
+//   · SGLang's `mem_fraction_static` is of the memory FREE before it loads (SGLang 0.4–0.5
+//     profile_max_num_token: its cache gets `fraction × free before the load − the weights`, the
+//     free figure the smallest of its GPUs'), so memory another model holds counts against it:
+//     `vram_gb ÷ GPUs ÷ the free memory of the set's fullest GPU + margin` (the free memory as the
+//     placement sees it, after what it unloads); it holds that fraction of that free memory on each.
+//     A fraction above 1 does not fit there.
+//   A profile that sets the fraction holds what it sets (of the total, or of the free memory). A model
+//   with no vram_gb holds whole GPUs (its GPU count of them; llama.cpp: every GPU); so does a vLLM or
+//   SGLang model whose launch command has no {params}: it cannot be told a fraction, and the engine
+//   takes its default one (vLLM 0.9 of each GPU) whatever the model's size.
 //
 // What is free on a GPU: the smaller of what the driver reports free and its total less the shares
 // of the models this daemon placed on it (a model still loading shows in the second before the
@@ -82,6 +93,17 @@ export interface ModelWant {
   fraction: number | null
   /** Whether the daemon passes the engine a fraction of its own (fraction_key) when the profile sets none. */
   fraction_key: string | null
+  /**
+   * What the engine's fraction is of: each GPU's total memory (vLLM), or the memory free on it when
+   * the engine starts (SGLang); null: the engine takes no fraction.
+   */
+  fraction_of: 'total' | 'free' | null
+  /**
+   * It holds whole GPUs: no declared size and no fraction, or an engine that takes its own default
+   * fraction whatever its vram_gb, the daemon unable to give it one (a vLLM or SGLang launch command
+   * without {params}). Decided once, by wants().
+   */
+  whole: boolean
 }
 
 export interface Unload {
@@ -135,17 +157,27 @@ export function wants(
   engine: string,
   params: Record<string, unknown>,
   derives: boolean,
-): Pick<ModelWant, 'gpu_count' | 'fraction' | 'fraction_key'> {
-  const frac = (k: string) => {
-    const v = params[k]
-    return typeof v === 'number' && v > 0 && v <= 1 ? v : null
-  }
-  // The GPU count is the server's rule too (docs/api.md §7 Poll rule 2): one place decides it.
+  vram_gb: number | null,
+): Pick<ModelWant, 'gpu_count' | 'fraction' | 'fraction_key' | 'fraction_of' | 'whole'> {
+  // The GPU count and the params that place a model are the server's rule too (docs/api.md §7 Poll
+  // rule 2): one place decides them (domain/gpu-fit.ts).
   const gpu_count = profileGpuCount(engine, params)
-  const key =
-    engine === 'vllm' ? 'gpu_memory_utilization' : engine === 'sglang' ? 'mem_fraction_static' : null
-  if (!key) return { gpu_count, fraction: null, fraction_key: null }
-  return { gpu_count, fraction: frac(key), fraction_key: derives ? key : null }
+  const placed = placementParams(engine)
+  if (!placed)
+    return { gpu_count, fraction: null, fraction_key: null, fraction_of: null, whole: vram_gb === null }
+  // Without {params} neither the profile's fraction nor one of the daemon's reaches the engine: it
+  // takes its own default of each GPU.
+  if (!derives)
+    return { gpu_count, fraction: null, fraction_key: null, fraction_of: placed.fraction_of, whole: true }
+  const v = params[placed.fraction]
+  const fraction = typeof v === 'number' && v > 0 && v <= 1 ? v : null
+  return {
+    gpu_count,
+    fraction,
+    fraction_key: placed.fraction,
+    fraction_of: placed.fraction_of,
+    whole: vram_gb === null && fraction === null,
+  }
 }
 
 /** One GPU as the rule sees it. */
@@ -178,7 +210,7 @@ export function planLoad(
     }
     return placeIn(
       models,
-      { ...want, gpu_count: 1, fraction: null, fraction_key: null },
+      { ...want, gpu_count: 1, fraction: null, fraction_key: null, fraction_of: null },
       slotsOf(models, [{ index: 0, total_gb: room.budget_gb, free_gb: null }], true),
       true,
     )
@@ -297,27 +329,46 @@ function fitsOn(s: Slot, gone: ReadonlySet<string>, need: number, whole: boolean
   return r.byDriver === null || r.byDriver + EPSILON >= driverNeed
 }
 
-/** What `want` holds on each GPU of `set` (GB), and the fraction the daemon derives for it. */
+/**
+ * What `want` holds on each GPU of `set` (GB), and the fraction the daemon derives for it; null when
+ * it cannot be given a fraction there (more than all of it). `free`: each GPU's free memory as the
+ * placement sees it (what an engine whose fraction is of the free memory, SGLang, is given).
+ */
 function shareOn(
   want: ModelWant,
   set: readonly Slot[],
   budget: boolean,
+  free: (s: Slot) => number,
 ): { per: Map<number, number>; extra: Record<string, number> } | null {
   const n = set.length
   const per = new Map<number, number>()
+  // SGLang's fraction is of the smallest free memory of its GPUs (its ranks agree on one figure).
+  const base = (s: Slot) =>
+    want.fraction_of === 'free' ? Math.min(...set.map(free)) : want.fraction_of === 'total' ? s.total : 0
   if (want.fraction !== null) {
-    for (const s of set) per.set(s.index, want.fraction * s.total)
+    for (const s of set) per.set(s.index, want.fraction * base(s))
+    // Its weights must fit in what it takes of the free memory (SGLang: else "Not enough memory").
+    if (
+      want.fraction_of === 'free' &&
+      want.vram_gb !== null &&
+      want.fraction * base(set[0]!) < want.vram_gb / n
+    )
+      return null
     return { per, extra: {} }
   }
-  if (want.vram_gb === null) {
+  if (want.whole || want.vram_gb === null) {
+    // Whole GPUs, each of which must still hold its share of a declared size.
+    if (want.vram_gb !== null && set.some((s) => s.total + EPSILON < want.vram_gb! / n)) return null
     for (const s of set) per.set(s.index, s.total)
     return { per, extra: {} }
   }
   if (want.fraction_key && !budget) {
-    const smallest = Math.min(...set.map((s) => s.total))
-    const f = Math.ceil((want.vram_gb / n / smallest + FRACTION_MARGIN) * 100 - EPSILON) / 100
+    // vLLM: the smallest GPU's total decides (each then holds that fraction of its own total).
+    const of = want.fraction_of === 'free' ? base(set[0]!) : Math.min(...set.map((s) => s.total))
+    if (of <= 0) return null
+    const f = Math.ceil((want.vram_gb / n / of + FRACTION_MARGIN) * 100 - EPSILON) / 100
     if (f > 1) return null
-    for (const s of set) per.set(s.index, f * s.total)
+    for (const s of set) per.set(s.index, f * base(s))
     return { per, extra: { [want.fraction_key]: f } }
   }
   for (const s of set) per.set(s.index, want.vram_gb / n)
@@ -357,22 +408,23 @@ function choose(
   budget: boolean,
 ): Choice | null {
   if (n > slots.length) return null
-  const whole = want.vram_gb === null && want.fraction === null
+  const whole = want.whole
   // Each GPU on its own: what it would take to fit there (unloads), and what would be left.
   const ranked = slots
     .map((s) => {
       const gone = new Set(base)
-      // Its share there as if the set were all of its size (the smallest GPU decides a fraction:
-      // checked again below with the set chosen).
-      const share = shareOn(
-        want,
-        Array.from({ length: n }, () => s),
-        budget,
-      )
-      const need = share?.per.get(s.index) ?? Number.POSITIVE_INFINITY
+      // Its share there as if the set were all like it (the smallest GPU decides a fraction: checked
+      // again below with the set chosen), with what is unloaded so far.
+      const need = () =>
+        shareOn(
+          want,
+          Array.from({ length: n }, () => s),
+          budget,
+          (x) => freeOn(x, gone),
+        )?.per.get(s.index) ?? Number.POSITIVE_INFINITY
       const idle = idleOn(s, want.name)
       const dropped: TableModel[] = []
-      while (!fitsOn(s, gone, need, whole) && idle.length) {
+      while (!fitsOn(s, gone, need(), whole) && idle.length) {
         const m = idle.shift()!
         gone.add(m.name)
         dropped.push(m)
@@ -380,8 +432,8 @@ function choose(
       return {
         s,
         gone,
-        fits: fitsOn(s, gone, need, whole),
-        after: freeOn(s, gone) - need,
+        fits: fitsOn(s, gone, need(), whole),
+        after: freeOn(s, gone) - need(),
         // What its unloads cost: sized models lost, and how recently the newest of them was used.
         sized: dropped.filter((m) => m.vram_gb !== null).length,
         newest: Math.max(Number.NEGATIVE_INFINITY, ...dropped.map((m) => m.last_used_ms)),
@@ -401,7 +453,7 @@ function choose(
   const set = picked.map((r) => r.s).sort((a, b) => a.index - b.index)
   const gone = new Set(base)
   for (const r of picked) for (const g of r.gone) gone.add(g)
-  const share = shareOn(want, set, budget)
+  const share = shareOn(want, set, budget, (x) => freeOn(x, gone))
   if (!share) return null
   // A model unloaded for one GPU frees its share on its others too; with the set's own share
   // (its smallest GPU's), every GPU of the set must still fit.
@@ -496,7 +548,8 @@ function waitWhy(want: ModelWant, slots: Slot[], counts: number[], budget: boole
     return `${want.name} needs ${gb(need)}, ${gb(freeOn(slots[0]!))} free of ${gb(slots[0]!.total)}${held ? ` (${held})` : ''}`
   }
   const n = counts[0]!
-  const share = shareOn(want, slots.slice(0, Math.min(n, slots.length)), false)
+  // What it would hold on empty GPUs (an engine whose fraction is of the free memory: all of it free).
+  const share = shareOn(want, slots.slice(0, Math.min(n, slots.length)), false, (x) => x.total)
   const need = share ? Math.max(...share.per.values()) : 0
   const free = slots.map((s) => `GPU ${s.index} ${gb(freeOn(s))} free`).join(', ')
   const what = want.gpu_count === null ? 'GPUs' : gpuWord(n)

@@ -23,6 +23,7 @@ import m19 from '../../../drizzle/postgres/0019_join_lease_hosting_seq.sql' with
 import m20 from '../../../drizzle/postgres/0020_audit_events.sql' with { type: 'text' }
 import m21 from '../../../drizzle/postgres/0021_gpu_placement.sql' with { type: 'text' }
 import m22 from '../../../drizzle/postgres/0022_sso_browser_binding.sql' with { type: 'text' }
+import m23 from '../../../drizzle/postgres/0023_load_failures.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -51,5 +52,6 @@ export const embeddedMigrations = {
     '0020_audit_events': m20,
     '0021_gpu_placement': m21,
     '0022_sso_browser_binding': m22,
+    '0023_load_failures': m23,
   } as Record<string, string>,
 }

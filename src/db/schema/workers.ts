@@ -16,6 +16,17 @@ export interface ModelGpus {
   gpus: number[]
 }
 
+/**
+ * docs/api.md §7 heartbeat `load_failures` (ext): a model that failed to load on the worker, which it
+ * does not try to load again before `retry_at` (unix seconds, the server's clock).
+ */
+export interface LoadFailure {
+  name: string
+  error: string
+  failures: number
+  retry_at: number
+}
+
 /** docs/api.md §7 heartbeat `model_stats`: what a daemon measured of one model. */
 export interface ModelStat {
   name: string
@@ -70,6 +81,8 @@ export const workers = sqliteTable(
     // docs/api.md §7 heartbeat gpus and model_gpus (ext): each GPU's memory, the GPUs of each loaded model.
     gpu_memory: text({ mode: 'json' }).$type<GpuMemory[]>().notNull().default([]),
     model_gpus: text({ mode: 'json' }).$type<ModelGpus[]>().notNull().default([]),
+    // docs/api.md §7 heartbeat load_failures (ext): the models it does not load again yet.
+    load_failures: text({ mode: 'json' }).$type<LoadFailure[]>().notNull().default([]),
     registered_at: integer().notNull(),
     last_heartbeat_at: integer(), // null = never heartbeated (docs/api.md §7 Poll rule 6)
     last_seen_at: integer().notNull(), // liveness: register, heartbeat, model-progress

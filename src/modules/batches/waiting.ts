@@ -46,11 +46,13 @@ export async function readWaiting(deps: Deps, rows: readonly BatchRow[]): Promis
       }),
     ),
   ])
+  const now = deps.clock.now()
   const facts: WaitingHost[] = hosts.map(({ worker, hosting }) => ({
     view: workerView(worker, hosting),
     name: worker.name,
     online: isOnline(deps, worker),
     loading: worker.loading_models,
+    loadFailures: worker.load_failures.filter((f) => f.retry_at > now),
     shards: worker.shards,
     // Per batch, below: what it needs and this worker lacks.
     lacks: [],
@@ -64,7 +66,6 @@ export async function readWaiting(deps: Deps, rows: readonly BatchRow[]): Promis
   )
   const pullOf = new Map<string, PullWithWorker>(pulls.map((p) => [p.pull.catalog_id, p]))
   // Each entry's latest failed download whose worker still backs off (docs/api.md §7 model-progress).
-  const now = deps.clock.now()
   const failureOf = new Map<string, PullFailureWithWorker>()
   for (const f of failures) {
     if (f.failure.retry_at <= now) continue

@@ -49,9 +49,11 @@ export interface PollHints {
   spare: boolean
   loaded: readonly string[] | null
   inUse: readonly string[] | null
+  /** docs/api.md §7 `failed_models`: the models it will not load now (failed there a moment ago). */
+  failed: readonly string[]
 }
 
-export const NO_HINTS: PollHints = { spare: false, loaded: null, inUse: null }
+export const NO_HINTS: PollHints = { spare: false, loaded: null, inUse: null, failed: [] }
 
 export async function claimBatch(
   deps: Deps & PollState,
@@ -80,19 +82,24 @@ export async function claimBatch(
   // a job uploading its results holds work but no GPU).
   const fresh = placement && hints.loaded ? new Set(hints.loaded) : null
   const inUse = placement && hints.inUse ? new Set(hints.inUse) : null
-  const candidates = servable.map((s) => ({
-    model: s.model,
-    match: s.match,
-    names: s.names,
-    needs: s.needs,
-    key: s.key,
-    loaded: fresh
-      ? s.slugs.some((m) => held.has(m)) || s.names.some((n) => fresh.has(n))
-      : held.size
-        ? s.slugs.some((m) => held.has(m))
-        : s.match.loaded || s.names.some((n) => loading.has(n)),
-    busy: inUse ? s.names.some((n) => inUse.has(n)) : s.slugs.some((m) => held.has(m)),
-  }))
+  // docs/api.md §7 failed_models: a model the worker will not load now is not claimed for it; its
+  // batches wait for another worker (or for this one once it tries the model again).
+  const failed = new Set(hints.failed)
+  const candidates = servable
+    .filter((s) => !s.names.some((n) => failed.has(n)))
+    .map((s) => ({
+      model: s.model,
+      match: s.match,
+      names: s.names,
+      needs: s.needs,
+      key: s.key,
+      loaded: fresh
+        ? s.slugs.some((m) => held.has(m)) || s.names.some((n) => fresh.has(n))
+        : held.size
+          ? s.slugs.some((m) => held.has(m))
+          : s.match.loaded || s.names.some((n) => loading.has(n)),
+      busy: inUse ? s.names.some((n) => inUse.has(n)) : s.slugs.some((m) => held.has(m)),
+    }))
   const claimed = await deps.store.queue.claim({
     workerId,
     orgId: worker.org_id,

@@ -43,6 +43,7 @@ export const workerRoutes = (deps: Deps & CatalogueState & CredentialState & Pol
           spare: body.spare_gpu === true,
           loaded: body.loaded_models ?? null,
           inUse: body.models_in_use ?? null,
+          failed: body.failed_models ?? [],
         }),
       {
         worker: true,

@@ -56,6 +56,7 @@ export function toWorkerRows(deps: Deps, rows: ListedWorker[]) {
       w.pull_failures,
       deps.clock.now(),
       w.model_gpus,
+      w.load_failures,
     ),
     daemon_version: w.daemon_version,
     registered_at: w.registered_at,

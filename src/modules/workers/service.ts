@@ -196,6 +196,13 @@ export async function heartbeat(
     model_stats: body.model_stats ?? null,
     gpu_memory: body.gpus ?? null,
     model_gpus: body.model_gpus ?? [],
+    // In the server's time: the daemon says how long it waits, not until when by its own clock.
+    load_failures: (body.load_failures ?? []).map((f) => ({
+      name: f.name,
+      error: f.error,
+      failures: f.failures,
+      retry_at: deps.clock.now() + f.retry_in_seconds,
+    })),
     now: deps.clock.now(),
     cutoff: onlineCutoff(deps),
   })

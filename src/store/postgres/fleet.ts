@@ -69,6 +69,7 @@ const beatSql = (steady: string) =>
      concurrency = coalesce($12::int, concurrency),
      model_stats = coalesce($13::text::jsonb, model_stats), loading_models = $14::text::jsonb,
      gpu_memory = coalesce($15::text::jsonb, gpu_memory), model_gpus = $16::text::jsonb,
+     load_failures = $17::text::jsonb,
      loaded_models = $7::text::jsonb, current_job_id = $8, last_heartbeat_at = $9, last_seen_at = $9
    WHERE id = $10 AND org_id = $11 ${steady}
    RETURNING inventory_sig, max_download_gb,
@@ -80,7 +81,7 @@ const beatSql = (steady: string) =>
        UNION ALL
        SELECT id, 2, seq FROM batch_shards WHERE backup_worker_id = $10 AND status = 'running') held) AS assigned`
 const BEAT = beatSql('')
-const STEADY_BEAT = beatSql(`AND status = 'online' AND last_seen_at > $17 AND last_heartbeat_at IS NOT NULL
+const STEADY_BEAT = beatSql(`AND status = 'online' AND last_seen_at > $18 AND last_heartbeat_at IS NOT NULL
      AND ($2::float8 IS NULL OR vram_total_gb = $2::float8)`)
 
 function beatStatement(q: Driver, b: Beat, steady: boolean): Promise<BeatRow[]> {
@@ -101,6 +102,7 @@ function beatStatement(q: Driver, b: Beat, steady: boolean): Promise<BeatRow[]> 
     JSON.stringify(b.loading_models ?? []),
     b.gpu_memory ? JSON.stringify(b.gpu_memory) : null,
     JSON.stringify(b.model_gpus ?? []),
+    JSON.stringify(b.load_failures ?? []),
   ]
   return (steady ? q.unsafe(STEADY_BEAT, [...params, b.cutoff]) : q.unsafe(BEAT, params)) as Promise<
     BeatRow[]
@@ -557,6 +559,7 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           vram_total_gb: workers.vram_total_gb,
           gpu_memory: workers.gpu_memory,
           loading_models: workers.loading_models,
+          load_failures: workers.load_failures,
           shards: workers.shards,
         })
         .from(workers)

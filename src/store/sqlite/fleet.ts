@@ -59,6 +59,7 @@ const beatSql = (steady: string) =>
      concurrency = coalesce($concurrency, concurrency),
      model_stats = coalesce($model_stats, model_stats), loading_models = $loading_models,
      gpu_memory = coalesce($gpu_memory, gpu_memory), model_gpus = $model_gpus,
+     load_failures = $load_failures,
      loaded_models = $loaded_models, current_job_id = $current_job_id,
      last_heartbeat_at = $now, last_seen_at = $now
    WHERE id = $id AND org_id = $org_id ${steady}
@@ -287,6 +288,7 @@ function beat(s: ReturnType<typeof stmts>, b: Beat): BeatAnswer | null {
     loading_models: JSON.stringify(b.loading_models ?? []),
     gpu_memory: b.gpu_memory ? JSON.stringify(b.gpu_memory) : null,
     model_gpus: JSON.stringify(b.model_gpus ?? []),
+    load_failures: JSON.stringify(b.load_failures ?? []),
     loaded_models: JSON.stringify(b.loaded_models),
     current_job_id: b.current_job_id,
     now: b.now,
@@ -533,6 +535,7 @@ export function sqliteFleet(deps: SqliteDeps): FleetStore {
           vram_total_gb: workers.vram_total_gb,
           gpu_memory: workers.gpu_memory,
           loading_models: workers.loading_models,
+          load_failures: workers.load_failures,
           shards: workers.shards,
         })
         .from(workers)

@@ -10,7 +10,7 @@ import {
   text,
   unique,
 } from 'drizzle-orm/pg-core'
-import type { GpuMemory, ModelGpus, ModelStat } from '../../schema/workers'
+import type { GpuMemory, LoadFailure, ModelGpus, ModelStat } from '../../schema/workers'
 import { jsonb } from '../jsonb'
 import { organizations } from './accounts'
 import { catalogEntries } from './catalogue'
@@ -62,6 +62,8 @@ export const workers = pgTable(
     // docs/api.md §7 heartbeat gpus and model_gpus (ext): each GPU's memory, the GPUs of each loaded model.
     gpu_memory: jsonb().$type<GpuMemory[]>().notNull().default([]),
     model_gpus: jsonb().$type<ModelGpus[]>().notNull().default([]),
+    // docs/api.md §7 heartbeat load_failures (ext): the models it does not load again yet.
+    load_failures: jsonb().$type<LoadFailure[]>().notNull().default([]),
     registered_at: bigint({ mode: 'number' }).notNull(),
     last_heartbeat_at: bigint({ mode: 'number' }), // null = never heartbeated (docs/api.md §7 Poll rule 6)
     last_seen_at: bigint({ mode: 'number' }).notNull(), // liveness: register, heartbeat, model-progress

@@ -1,0 +1,1 @@
+ALTER TABLE `workers` ADD `load_failures` text DEFAULT '[]' NOT NULL;

@@ -1,0 +1,1 @@
+ALTER TABLE "workers" ADD COLUMN "load_failures" jsonb DEFAULT '[]'::jsonb NOT NULL;
