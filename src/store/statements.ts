@@ -1,6 +1,7 @@
 import { and, eq, gt, gte, inArray, isNull, lt, lte, or, type SQL, type SQLWrapper, sql } from 'drizzle-orm'
 import type { BatchStatus, FileRow } from '../db/schema'
 import type { AuditFilter } from '../domain/audit'
+import { pick } from '../lib/pick'
 import { CATALOGUE_COLUMNS } from './catalogue'
 import type { AttemptResult } from './webhooks'
 
@@ -15,11 +16,6 @@ function select<T, const M extends Record<string, keyof T>>(table: T, names: M):
   return Object.fromEntries(
     Object.entries(names).map(([as, column]) => [as, table[column as keyof T]]),
   ) as Selection<T, M>
-}
-
-/** The table's columns of these names, under their own names. */
-function columnsOf<T, const K extends keyof T & string>(table: T, names: readonly K[]): Pick<T, K> {
-  return Object.fromEntries(names.map((c) => [c, table[c]])) as Pick<T, K>
 }
 
 type BatchColumn =
@@ -63,14 +59,14 @@ export function holdingColumns<
 export function batchTimesColumns<
   B extends Record<'status' | 'created_at' | 'in_progress_at' | 'completed_at' | 'failed_at', unknown>,
 >(batches: B) {
-  return columnsOf(batches, ['status', 'created_at', 'in_progress_at', 'completed_at', 'failed_at'])
+  return pick(batches, ['status', 'created_at', 'in_progress_at', 'completed_at', 'failed_at'])
 }
 
 const HOSTED = ['name', 'runtime', 'digest', 'loaded', 'advertised', 'configured', 'on_disk'] as const
 
 /** What a worker hosts (docs/api.md §7 "hosts"): a worker_models row as the matching reads it. */
 export function hostedModelColumns<M extends Record<(typeof HOSTED)[number], unknown>>(models: M) {
-  return columnsOf(models, HOSTED)
+  return pick(models, HOSTED)
 }
 
 type Columns<K extends keyof typeof CATALOGUE_COLUMNS> = (typeof CATALOGUE_COLUMNS)[K][number]
@@ -82,9 +78,9 @@ export function catalogueColumns<
   F extends Record<Columns<'artifacts'>, unknown>,
 >(t: { entries: E; profiles: P; artifacts: F }) {
   return {
-    entries: columnsOf(t.entries, CATALOGUE_COLUMNS.entries),
-    profiles: columnsOf(t.profiles, CATALOGUE_COLUMNS.profiles),
-    artifacts: columnsOf(t.artifacts, CATALOGUE_COLUMNS.artifacts),
+    entries: pick(t.entries, CATALOGUE_COLUMNS.entries),
+    profiles: pick(t.profiles, CATALOGUE_COLUMNS.profiles),
+    artifacts: pick(t.artifacts, CATALOGUE_COLUMNS.artifacts),
   }
 }
 
