@@ -1,5 +1,6 @@
 import { and, eq, gt, gte, inArray, isNull, lt, lte, or, type SQL, type SQLWrapper, sql } from 'drizzle-orm'
-import type { BatchStatus, FileRow } from '../db/schema'
+import type { BatchStatus, FileRow, UserRow } from '../db/schema'
+import { changesRole, type UserChanges } from '../domain/admin-rules'
 import type { AuditFilter } from '../domain/audit'
 import { pick } from '../lib/pick'
 import { CATALOGUE_COLUMNS } from './catalogue'
@@ -236,6 +237,23 @@ export function newPassword(users: Record<'token_version', SQLWrapper>, hash: st
     password_hash: hash,
     must_change_password: false,
     token_version: sql`${users.token_version} + 1`,
+    updated_at: now,
+  }
+}
+
+/**
+ * PATCH /v1/admin/users/{id} (docs/api.md §9): the change, with the token version bumped when it
+ * moves the platform role (src/domain/admin-rules.ts changesRole), so older JWTs stop.
+ */
+export function userChange(
+  users: Record<'token_version', SQLWrapper>,
+  target: Pick<UserRow, 'platform_role'>,
+  changes: UserChanges,
+  now: number,
+) {
+  return {
+    ...changes,
+    ...(changesRole(target, changes) ? { token_version: sql`${users.token_version} + 1` } : {}),
     updated_at: now,
   }
 }
