@@ -4,6 +4,7 @@ import { changesRole, type UserChanges } from '../domain/admin-rules'
 import type { AuditFilter } from '../domain/audit'
 import { pick } from '../lib/pick'
 import { CATALOGUE_COLUMNS } from './catalogue'
+import type { KeyOwner } from './keys'
 import type { AttemptResult } from './webhooks'
 
 // Pieces of statements both engines write alike, named once: column sets, conditions and row
@@ -256,4 +257,14 @@ export function userChange(
     ...(changesRole(target, changes) ? { token_version: sql`${users.token_version} + 1` } : {}),
     updated_at: now,
   }
+}
+
+/** The keys of `owner` (docs/api.md §1–3): a user's personal keys, or an org's worker keys. */
+export function keyOwnedBy(
+  apiKeys: Record<'key_type' | 'user_id' | 'org_id', SQLWrapper>,
+  owner: KeyOwner,
+): SQL {
+  return owner.type === 'personal'
+    ? and(eq(apiKeys.key_type, 'personal'), eq(apiKeys.user_id, owner.userId))!
+    : and(eq(apiKeys.key_type, 'worker'), eq(apiKeys.org_id, owner.orgId))!
 }
