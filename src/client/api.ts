@@ -1,5 +1,5 @@
 import pkg from '../../package.json'
-import type { BATCH_STATUSES } from '../domain/batch-states'
+import type { BATCH_STATUSES, StateTimes } from '../domain/batch-states'
 import type { ShardTally } from '../domain/shards'
 import type { RequestCounts, ValidationErrorEvent } from '../lib/batch-events'
 import { cleartextWarning, sendsInClear, trusting } from '../lib/tls-client'
@@ -16,7 +16,7 @@ export const CLIENT_VERSION = pkg.version
 export type BatchStatus = (typeof BATCH_STATUSES)[number]
 
 /** docs/api.md §6: the batch object, the fields the client reads. */
-export interface Batch {
+export interface Batch extends StateTimes {
   id: string
   endpoint: string
   model: string | null
@@ -24,10 +24,6 @@ export interface Batch {
   status: BatchStatus
   output_file_id: string | null
   error_file_id: string | null
-  created_at: number
-  in_progress_at: number | null
-  completed_at: number | null
-  failed_at: number | null
   attempts: number
   error: string | null
   errors: { total: number; data: ValidationErrorEvent[] }

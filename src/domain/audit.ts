@@ -299,9 +299,14 @@ export function keyChanged(
   return out
 }
 
-/** A regeneration: the new key, and the keys it revoked. */
-export const keyRegenerated = (key: KeyFacts, replaced: string[]) =>
-  keyEvent('regenerated', key, { name: key.name, prefix: key.prefix, expires_at: key.expires_at, replaced })
+/** A regeneration: the new key, and the keys it revoked (their ids in the entry). */
+export const keyRegenerated = (key: KeyFacts, replaced: readonly Pick<ApiKeyRow, 'id'>[]) =>
+  keyEvent('regenerated', key, {
+    name: key.name,
+    prefix: key.prefix,
+    expires_at: key.expires_at,
+    replaced: replaced.map((r) => r.id),
+  })
 
 // ---- Organizations ----------------------------------------------------------------------------
 

@@ -13,6 +13,14 @@ import type { BatchRow, BatchStatus } from '../db/schema'
 
 export const BATCH_STATUSES = ['validating', 'validated', 'in_progress', 'completed', 'failed'] as const
 
+/** docs/api.md §6: when a batch was created and when it entered in_progress, completed or failed (null: not yet). */
+export interface StateTimes {
+  created_at: number
+  in_progress_at: number | null
+  completed_at: number | null
+  failed_at: number | null
+}
+
 /** Not yet terminal: such a batch still needs its input file (docs/api.md §5 file_in_use). */
 export const NON_TERMINAL_STATUSES = ['validating', 'validated', 'in_progress'] as const
 

@@ -1,5 +1,5 @@
 import type { BatchErrorRow, BatchRow, BatchStatus, FileRow } from '../db/schema'
-import type { BatchChanges, BatchEvent } from '../domain/batch-states'
+import type { BatchChanges, BatchEvent, StateTimes } from '../domain/batch-states'
 import { type Capability, needsKey } from '../domain/capabilities'
 import type { Tally } from '../domain/waiting'
 import type { ByteRange, LineSpans } from '../lib/blobs/spans'
@@ -152,12 +152,8 @@ export function validationMove(
 }
 
 /** A batch as the queue chart sees it (GET /v1/stats/queue). */
-export interface BatchTimes {
+export interface BatchTimes extends StateTimes {
   status: BatchStatus
-  created_at: number
-  in_progress_at: number | null
-  completed_at: number | null
-  failed_at: number | null
   /** completed + failed requests */
   done: number
 }

@@ -1,5 +1,6 @@
 import type { ApiKeyRow } from '../db/schema'
 import type { AuditContext } from '../domain/audit'
+import { newId } from '../lib/ids'
 import type { PageParams, RowsPage } from '../lib/pagination'
 
 // API keys (docs/api.md §1–3): personal keys owned by a user, worker keys owned by an org. Raw keys
@@ -31,6 +32,28 @@ export interface KeyChanges {
   expires_at?: number | null
   /** Revoking a revoked key keeps the first revocation time (DELETE is idempotent). */
   revoked_at?: number
+}
+
+/** The row of `owner`'s new key: a personal key names its user, a worker key its org. */
+export function newKeyRow(owner: KeyOwner, key: NewKey) {
+  return {
+    id: newId('key_'),
+    key_type: owner.type,
+    org_id: owner.type === 'worker' ? owner.orgId : null,
+    user_id: owner.type === 'personal' ? owner.userId : null,
+    ...key,
+  }
+}
+
+/** What an update writes on `current`: the fields given, and a revocation only of a live key. */
+export function keyUpdate(current: Pick<ApiKeyRow, 'revoked_at'>, changes: KeyChanges): KeyChanges {
+  return {
+    ...(changes.name !== undefined ? { name: changes.name } : {}),
+    ...(changes.expires_at !== undefined ? { expires_at: changes.expires_at } : {}),
+    ...(changes.revoked_at !== undefined && current.revoked_at === null
+      ? { revoked_at: changes.revoked_at }
+      : {}),
+  }
 }
 
 export interface KeysStore {

@@ -1,7 +1,10 @@
 import { and, eq, gt, gte, inArray, isNull, lt, lte, or, type SQL, type SQLWrapper, sql } from 'drizzle-orm'
-import type { BatchStatus, FileRow } from '../db/schema'
+import type { BatchStatus, FileRow, UserRow } from '../db/schema'
+import { changesRole, type UserChanges } from '../domain/admin-rules'
 import type { AuditFilter } from '../domain/audit'
+import { pick } from '../lib/pick'
 import { CATALOGUE_COLUMNS } from './catalogue'
+import type { KeyOwner } from './keys'
 import type { AttemptResult } from './webhooks'
 
 // Pieces of statements both engines write alike, named once: column sets, conditions and row
@@ -15,11 +18,6 @@ function select<T, const M extends Record<string, keyof T>>(table: T, names: M):
   return Object.fromEntries(
     Object.entries(names).map(([as, column]) => [as, table[column as keyof T]]),
   ) as Selection<T, M>
-}
-
-/** The table's columns of these names, under their own names. */
-function columnsOf<T, const K extends keyof T & string>(table: T, names: readonly K[]): Pick<T, K> {
-  return Object.fromEntries(names.map((c) => [c, table[c]])) as Pick<T, K>
 }
 
 type BatchColumn =
@@ -63,14 +61,14 @@ export function holdingColumns<
 export function batchTimesColumns<
   B extends Record<'status' | 'created_at' | 'in_progress_at' | 'completed_at' | 'failed_at', unknown>,
 >(batches: B) {
-  return columnsOf(batches, ['status', 'created_at', 'in_progress_at', 'completed_at', 'failed_at'])
+  return pick(batches, ['status', 'created_at', 'in_progress_at', 'completed_at', 'failed_at'])
 }
 
 const HOSTED = ['name', 'runtime', 'digest', 'loaded', 'advertised', 'configured', 'on_disk'] as const
 
 /** What a worker hosts (docs/api.md §7 "hosts"): a worker_models row as the matching reads it. */
 export function hostedModelColumns<M extends Record<(typeof HOSTED)[number], unknown>>(models: M) {
-  return columnsOf(models, HOSTED)
+  return pick(models, HOSTED)
 }
 
 type Columns<K extends keyof typeof CATALOGUE_COLUMNS> = (typeof CATALOGUE_COLUMNS)[K][number]
@@ -82,9 +80,9 @@ export function catalogueColumns<
   F extends Record<Columns<'artifacts'>, unknown>,
 >(t: { entries: E; profiles: P; artifacts: F }) {
   return {
-    entries: columnsOf(t.entries, CATALOGUE_COLUMNS.entries),
-    profiles: columnsOf(t.profiles, CATALOGUE_COLUMNS.profiles),
-    artifacts: columnsOf(t.artifacts, CATALOGUE_COLUMNS.artifacts),
+    entries: pick(t.entries, CATALOGUE_COLUMNS.entries),
+    profiles: pick(t.profiles, CATALOGUE_COLUMNS.profiles),
+    artifacts: pick(t.artifacts, CATALOGUE_COLUMNS.artifacts),
   }
 }
 
@@ -242,4 +240,31 @@ export function newPassword(users: Record<'token_version', SQLWrapper>, hash: st
     token_version: sql`${users.token_version} + 1`,
     updated_at: now,
   }
+}
+
+/**
+ * PATCH /v1/admin/users/{id} (docs/api.md §9): the change, with the token version bumped when it
+ * moves the platform role (src/domain/admin-rules.ts changesRole), so older JWTs stop.
+ */
+export function userChange(
+  users: Record<'token_version', SQLWrapper>,
+  target: Pick<UserRow, 'platform_role'>,
+  changes: UserChanges,
+  now: number,
+) {
+  return {
+    ...changes,
+    ...(changesRole(target, changes) ? { token_version: sql`${users.token_version} + 1` } : {}),
+    updated_at: now,
+  }
+}
+
+/** The keys of `owner` (docs/api.md §1–3): a user's personal keys, or an org's worker keys. */
+export function keyOwnedBy(
+  apiKeys: Record<'key_type' | 'user_id' | 'org_id', SQLWrapper>,
+  owner: KeyOwner,
+): SQL {
+  return owner.type === 'personal'
+    ? and(eq(apiKeys.key_type, 'personal'), eq(apiKeys.user_id, owner.userId))!
+    : and(eq(apiKeys.key_type, 'worker'), eq(apiKeys.org_id, owner.orgId))!
 }

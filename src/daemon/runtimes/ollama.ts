@@ -14,7 +14,7 @@ import {
   RuntimeHttpError,
   type RuntimeSnapshot,
   runtimeJson,
-  statusOf,
+  unreadSnapshot,
 } from './types'
 
 // Ollama's native API.
@@ -132,7 +132,7 @@ export class OllamaRuntime implements Runtime {
         runtimeJson<PsResponse>(`${this.baseUrl}/api/ps`),
       ])
     } catch (e) {
-      return { status: statusOf(e), inventory: [], models: [], loaded: [], error: (e as Error).message }
+      return unreadSnapshot(e)
     }
     const running = (ps.models ?? []).map((m) => m.name ?? m.model).filter((n): n is string => !!n)
     const runningSet = new Set(running.map(ollamaName))

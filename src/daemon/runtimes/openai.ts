@@ -9,7 +9,7 @@ import {
   RuntimeHttpError,
   type RuntimeSnapshot,
   runtimeJson,
-  statusOf,
+  unreadSnapshot,
 } from './types'
 
 // Any OpenAI-compatible server (vLLM, llama.cpp server, SGLang, LM Studio, Ollama's /v1). What it
@@ -108,7 +108,7 @@ export class OpenAIRuntime implements Runtime {
     try {
       ids = await this.modelIds()
     } catch (e) {
-      return { status: statusOf(e), inventory: [], models: [], loaded: [], error: (e as Error).message }
+      return unreadSnapshot(e)
     }
     const discovered = await this.discover(ids)
     const inventory: InventoryItem[] = []

@@ -115,6 +115,15 @@ export async function runtimeJson<T>(
 /** offline when the engine cannot be reached at all, error when it answers wrongly. */
 export const statusOf = (e: unknown): RuntimeStatus => (e instanceof RuntimeHttpError ? 'error' : 'offline')
 
+/** The snapshot of an engine that could not be read: nothing served, and why. */
+export const unreadSnapshot = (e: unknown): RuntimeSnapshot => ({
+  status: statusOf(e),
+  inventory: [],
+  models: [],
+  loaded: [],
+  error: (e as Error).message,
+})
+
 /**
  * The longest line the daemon reads (job input, pull progress): the largest MAX_LINE_BYTES the
  * server accepts (src/config.ts), so every line a validated batch can hold fits.

@@ -1,5 +1,6 @@
 import { t } from 'elysia'
 import type { BatchErrorRow, BatchRow, BatchShardRow } from '../../db/schema'
+import type { StateTimes } from '../../domain/batch-states'
 import { needsOf } from '../../domain/capabilities'
 import { type ShardTally, shardCounts } from '../../domain/shards'
 import { type BatchUsage, batchUsage } from '../../domain/usage'
@@ -70,7 +71,7 @@ export interface BatchErrorObject {
 }
 
 // docs/api.md §6: the OpenAI batch object, plus `errors.total` (the true count; `data` holds ≤ 100).
-export interface BatchObject {
+export interface BatchObject extends StateTimes {
   id: string
   object: 'batch'
   endpoint: string
@@ -82,10 +83,6 @@ export interface BatchObject {
   status: BatchRow['status']
   output_file_id: string | null
   error_file_id: string | null
-  created_at: number
-  in_progress_at: number | null
-  completed_at: number | null
-  failed_at: number | null
   expires_at: null
   attempts: number
   error: string | null

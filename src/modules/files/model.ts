@@ -1,6 +1,7 @@
 import { t } from 'elysia'
 import type { FileRow } from '../../db/schema'
 import { PageQuery } from '../../lib/pagination'
+import { pick } from '../../lib/pick'
 import { EXPIRES_AFTER_MAX_SECONDS, EXPIRES_AFTER_MIN_SECONDS } from './upload'
 
 export const FilePurpose = t.Union([t.Literal('batch'), t.Literal('batch_output')])
@@ -45,10 +46,7 @@ export type FileObject = typeof FileObject.static
 export const toFileObject = (f: FileRow): FileObject => ({
   id: f.id,
   object: 'file',
-  bytes: f.bytes,
-  created_at: f.created_at,
-  filename: f.filename,
-  purpose: f.purpose,
+  ...pick(f, ['bytes', 'created_at', 'filename', 'purpose']),
   status: 'processed',
   expires_at: f.expires_at,
 })

@@ -1,5 +1,6 @@
 import { t } from 'elysia'
 import type { UserRow } from '../../db/schema'
+import { pick } from '../../lib/pick'
 
 // The user object of docs/api.md §2. Never password, hashes, or keys.
 export const UserObject = t.Object({
@@ -17,12 +18,7 @@ export type UserObject = typeof UserObject.static
 export const toUserObject = (u: UserRow): UserObject => ({
   id: u.id,
   object: 'user',
-  email: u.email,
-  full_name: u.full_name,
-  platform_role: u.platform_role,
-  is_active: u.is_active,
-  must_change_password: u.must_change_password,
-  created_at: u.created_at,
+  ...pick(u, ['email', 'full_name', 'platform_role', 'is_active', 'must_change_password', 'created_at']),
 })
 
 export const Email = t.String({ minLength: 3, maxLength: 320, description: 'Email address' })

@@ -1,5 +1,6 @@
 import { t } from 'elysia'
 import { WEBHOOK_EVENT_TYPES, type WebhookAttemptRow, type WebhookRow } from '../../db/schema'
+import { pick } from '../../lib/pick'
 
 const EventType = t.Union(
   WEBHOOK_EVENT_TYPES.map((e) => t.Literal(e)),
@@ -31,9 +32,7 @@ export type WebhookRecord = typeof WebhookRecord.static
 export const toWebhookRecord = (w: WebhookRow): WebhookRecord => ({
   id: w.id,
   object: 'webhook',
-  url: w.url,
-  events: w.events,
-  created_at: w.created_at,
+  ...pick(w, ['url', 'events', 'created_at']),
 })
 
 export const DeliveryRecord = t.Object({
@@ -55,10 +54,5 @@ export const toDeliveryRecord = (a: WebhookAttemptRow): DeliveryRecord => ({
   object: 'webhook.delivery',
   event_id: a.message_id,
   event_type: a.type,
-  batch_id: a.batch_id,
-  attempted_at: a.attempted_at,
-  outcome: a.outcome,
-  status_code: a.status_code,
-  error: a.error,
-  duration_ms: a.duration_ms,
+  ...pick(a, ['batch_id', 'attempted_at', 'outcome', 'status_code', 'error', 'duration_ms']),
 })

@@ -1,12 +1,12 @@
 import { and, eq, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { UserRow } from '../../db/schema'
-import { changesRole, checkLastSuperadmin } from '../../domain/admin-rules'
+import { checkLastSuperadmin } from '../../domain/admin-rules'
 import { passwordChanged, passwordReset, userChanged, userCreated } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { type AccountsStore, type NewUser, newAccountRows } from '../accounts'
 import type { Identity } from '../sso'
-import { newPassword, redeemableToken } from '../statements'
+import { newPassword, redeemableToken, userChange } from '../statements'
 import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 import { isUniqueViolation, uniqueOn } from './errors'
@@ -104,11 +104,7 @@ export function postgresAccounts(db: PgDb): AccountsStore {
         checkLastSuperadmin(target, changes, others)
         const [row] = await tx
           .update(users)
-          .set({
-            ...changes,
-            ...(changesRole(target, changes) ? { token_version: sql`${users.token_version} + 1` } : {}),
-            updated_at: now,
-          })
+          .set(userChange(users, target, changes, now))
           .where(eq(users.id, id))
           .returning()
         await appendAudit(tx, audit, userChanged(target, row!), now)

@@ -3,8 +3,8 @@ import * as schema from '../../db/pg/schema'
 import type { ApiKeyRow } from '../../db/schema'
 import { keyChanged, keyCreated, keyRegenerated } from '../../domain/audit'
 import { checkRotatable } from '../../domain/key-rules'
-import { newId } from '../../lib/ids'
-import type { KeyOwner, KeysStore, NewKey } from '../keys'
+import { type KeyOwner, type KeysStore, keyUpdate, type NewKey, newKeyRow } from '../keys'
+import { keyOwnedBy } from '../statements'
 import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 import { pageRows } from './page'
@@ -30,22 +30,10 @@ async function lockOwner(tx: PgTx, owner: KeyOwner) {
       .for('no key update')
 }
 
-const ownedBy = (owner: KeyOwner): SQL =>
-  owner.type === 'personal'
-    ? and(eq(apiKeys.key_type, 'personal'), eq(apiKeys.user_id, owner.userId))!
-    : and(eq(apiKeys.key_type, 'worker'), eq(apiKeys.org_id, owner.orgId))!
+const ownedBy = (owner: KeyOwner): SQL => keyOwnedBy(apiKeys, owner)
 
 async function insertKey(tx: PgTx, owner: KeyOwner, key: NewKey): Promise<ApiKeyRow> {
-  const [row] = await tx
-    .insert(apiKeys)
-    .values({
-      id: newId('key_'),
-      key_type: owner.type,
-      org_id: owner.type === 'worker' ? owner.orgId : null,
-      user_id: owner.type === 'personal' ? owner.userId : null,
-      ...key,
-    })
-    .returning()
+  const [row] = await tx.insert(apiKeys).values(newKeyRow(owner, key)).returning()
   return row as ApiKeyRow
 }
 
@@ -103,13 +91,7 @@ export function postgresKeys(db: PgDb): KeysStore {
           .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
           .for('no key update')
         if (!current) return undefined
-        const changes = {
-          ...(input.name !== undefined ? { name: input.name } : {}),
-          ...(input.expires_at !== undefined ? { expires_at: input.expires_at } : {}),
-          ...(input.revoked_at !== undefined && current.revoked_at === null
-            ? { revoked_at: input.revoked_at }
-            : {}),
-        }
+        const changes = keyUpdate(current, input)
         if (Object.keys(changes).length === 0) return current as ApiKeyRow
         const [row] = await tx.update(apiKeys).set(changes).where(eq(apiKeys.id, keyId)).returning()
         await appendAudit(tx, audit, keyChanged(current as ApiKeyRow, row as ApiKeyRow), now)
@@ -127,7 +109,7 @@ export function postgresKeys(db: PgDb): KeysStore {
         checkRotatable(old, now)
         await tx.update(apiKeys).set({ revoked_at: now }).where(eq(apiKeys.id, keyId))
         const row = await insertKey(tx, owner, { ...replacement, name: old.name, expires_at: old.expires_at })
-        await appendAudit(tx, audit, [keyRegenerated(row, [keyId])], now)
+        await appendAudit(tx, audit, [keyRegenerated(row, [{ id: keyId }])], now)
         return row
       })
     },
@@ -141,17 +123,7 @@ export function postgresKeys(db: PgDb): KeysStore {
           .where(and(ownedBy(owner), isNull(apiKeys.revoked_at)))
           .returning({ id: apiKeys.id })
         const row = await insertKey(tx, owner, { ...replacement, name: 'default', expires_at: null })
-        await appendAudit(
-          tx,
-          audit,
-          [
-            keyRegenerated(
-              row,
-              replaced.map((r) => r.id),
-            ),
-          ],
-          now,
-        )
+        await appendAudit(tx, audit, [keyRegenerated(row, replaced)], now)
         return row
       })
     },

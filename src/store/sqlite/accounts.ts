@@ -2,12 +2,12 @@ import { and, count, eq, ne, sql } from 'drizzle-orm'
 import { preparedOnce } from '../../db/prepared'
 import { memberships, organizations, passwordResetTokens, type UserRow, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
-import { changesRole, checkLastSuperadmin } from '../../domain/admin-rules'
+import { checkLastSuperadmin } from '../../domain/admin-rules'
 import { passwordChanged, passwordReset, userChanged, userCreated } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { type AccountsStore, type NewUser, newAccountRows } from '../accounts'
 import type { Identity } from '../sso'
-import { newPassword, redeemableToken } from '../statements'
+import { newPassword, redeemableToken, userChange } from '../statements'
 import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
@@ -81,11 +81,7 @@ export function sqliteAccounts(deps: SqliteDeps): AccountsStore {
         checkLastSuperadmin(target, changes, others)
         const updated = tx
           .update(users)
-          .set({
-            ...changes,
-            ...(changesRole(target, changes) ? { token_version: sql`${users.token_version} + 1` } : {}),
-            updated_at: now,
-          })
+          .set(userChange(users, target, changes, now))
           .where(eq(users.id, id))
           .returning()
           .get()

@@ -4,8 +4,8 @@ import { type ApiKeyRow, apiKeys } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import { keyChanged, keyCreated, keyRegenerated } from '../../domain/audit'
 import { checkRotatable } from '../../domain/key-rules'
-import { newId } from '../../lib/ids'
-import type { KeyCredential, KeyOwner, KeysStore, NewKey } from '../keys'
+import { type KeyCredential, type KeyOwner, type KeysStore, keyUpdate, type NewKey, newKeyRow } from '../keys'
+import { keyOwnedBy } from '../statements'
 import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 import { pageRows } from './page'
@@ -26,23 +26,10 @@ const stmts = preparedOnce((db: SqliteDeps['db']) => ({
     .prepare(),
 }))
 
-const ownedBy = (owner: KeyOwner): SQL =>
-  owner.type === 'personal'
-    ? and(eq(apiKeys.key_type, 'personal'), eq(apiKeys.user_id, owner.userId))!
-    : and(eq(apiKeys.key_type, 'worker'), eq(apiKeys.org_id, owner.orgId))!
+const ownedBy = (owner: KeyOwner): SQL => keyOwnedBy(apiKeys, owner)
 
 function insertKey(tx: Tx, owner: KeyOwner, key: NewKey): ApiKeyRow {
-  return tx
-    .insert(apiKeys)
-    .values({
-      id: newId('key_'),
-      key_type: owner.type,
-      org_id: owner.type === 'worker' ? owner.orgId : null,
-      user_id: owner.type === 'personal' ? owner.userId : null,
-      ...key,
-    })
-    .returning()
-    .get()
+  return tx.insert(apiKeys).values(newKeyRow(owner, key)).returning().get()
 }
 
 export function sqliteKeys(deps: SqliteDeps): KeysStore {
@@ -84,13 +71,7 @@ export function sqliteKeys(deps: SqliteDeps): KeysStore {
           .where(and(ownedBy(owner), eq(apiKeys.id, keyId)))
           .get()
         if (!current) return undefined
-        const changes = {
-          ...(input.name !== undefined ? { name: input.name } : {}),
-          ...(input.expires_at !== undefined ? { expires_at: input.expires_at } : {}),
-          ...(input.revoked_at !== undefined && current.revoked_at === null
-            ? { revoked_at: input.revoked_at }
-            : {}),
-        }
+        const changes = keyUpdate(current, input)
         if (Object.keys(changes).length === 0) return current
         const updated = tx.update(apiKeys).set(changes).where(eq(apiKeys.id, keyId)).returning().get()
         appendAudit(tx, audit, keyChanged(current, updated), now)
@@ -108,7 +89,7 @@ export function sqliteKeys(deps: SqliteDeps): KeysStore {
         checkRotatable(old, now)
         tx.update(apiKeys).set({ revoked_at: now }).where(eq(apiKeys.id, keyId)).run()
         const row = insertKey(tx, owner, { ...replacement, name: old.name, expires_at: old.expires_at })
-        appendAudit(tx, audit, [keyRegenerated(row, [keyId])], now)
+        appendAudit(tx, audit, [keyRegenerated(row, [{ id: keyId }])], now)
         return row
       })
     },
@@ -122,17 +103,7 @@ export function sqliteKeys(deps: SqliteDeps): KeysStore {
           .returning({ id: apiKeys.id })
           .all()
         const row = insertKey(tx, owner, { ...replacement, name: 'default', expires_at: null })
-        appendAudit(
-          tx,
-          audit,
-          [
-            keyRegenerated(
-              row,
-              replaced.map((r) => r.id),
-            ),
-          ],
-          now,
-        )
+        appendAudit(tx, audit, [keyRegenerated(row, replaced)], now)
         return row
       })
     },
