@@ -1,4 +1,4 @@
-// Create → validated (issue 12), through HTTP on a real server:
+// Create → validated, through HTTP on a real server:
 // (1) 2,000 small batches (one 3-line file each, uploaded beforehand) created at full speed
 //     (concurrency 64); each timed from its create response to its validation's `done` event.
 //     Targets: p50 ≤ 1 s; the last one validated within 2 s of the last create. The bare baseline

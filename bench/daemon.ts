@@ -6,7 +6,7 @@ import { executeJob } from '../src/daemon/executor'
 import { startServer } from '../src/index'
 import { setLogLevel } from '../src/lib/logger'
 
-// Daemon throughput benchmark (issue 5). A stand-in runtime that answers at once runs in its own
+// Daemon throughput benchmark. A stand-in runtime that answers at once runs in its own
 // process. The daemon (`gridkeep worker`, its own process) registers with a real gridkeep server
 // (in this process), claims one batch and runs it at concurrency 64; we time the batch from the
 // daemon's start to `completed` and read the daemon's peak RSS (VmHWM). The bare baseline, measured

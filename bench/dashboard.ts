@@ -1,4 +1,4 @@
-// Dashboard budgets (issue 9): all JS+CSS ≤ 150 KB gzipped; the first page usable ≤ 1 s on loopback.
+// Dashboard budgets: all JS+CSS ≤ 150 KB gzipped; the first page usable ≤ 1 s on loopback.
 // Each figure beside a bare baseline measured in the same run: a Preact "hello" page bundled the
 // same way, and a static HTML page with one button served by a bare Bun.serve.
 //

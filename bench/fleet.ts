@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { type FakeRuntime, startFakeRuntime } from '../test/helpers/fake-runtime'
 import { type Bench, benchServer } from './lib/fixture'
 
-// One batch, the whole fleet (issue 20). Reference daemons (`gridkeep worker`, each its own process,
+// One batch, the whole fleet. Reference daemons (`gridkeep worker`, each its own process,
 // so one can be SIGKILLed), each with its own stand-in engine of fixed slots and latency
 // (test/helpers/fake-runtime.ts: requests past the slots queue, as llama-server's do), against a
 // real gridkeep server in this process (HEARTBEAT_TIMEOUT_SECONDS=6, so a killed worker is noticed

@@ -1,7 +1,6 @@
 // Heartbeat throughput at concurrency 64: gridkeep's POST /workers/{id}/heartbeat (auth, ownership,
 // worker update, inventory check, assigned jobs) against a bare Elysia route that validates the
-// same ~1 KB body with the same TypeBox schema and runs one UPDATE on the same engine. Target: ≥ 65 %
-// (issue 12).
+// same ~1 KB body with the same TypeBox schema and runs one UPDATE on the same engine. Target: ≥ 65 %.
 //
 //   bun run bench/heartbeat.ts            (6 paired rounds of 2.5 s per side)
 //   bun run bench/heartbeat.ts --quick    (3 paired rounds of 1 s per side)

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { fetchEngine, startLlamaServer, writeTinyModel } from '../scripts/llama-server'
 import { benchServer } from './lib/fixture'
 
-// A real engine end to end (issue 11). llama.cpp's llama-server (scripts/llama-server.ts, the tiny
+// A real engine end to end. llama.cpp's llama-server (scripts/llama-server.ts, the tiny
 // model) answers N chat requests twice, at the same concurrency:
 //   direct  a bare loop of concurrent fetches straight to llama-server, in its own process like the
 //           daemon (the baseline);
@@ -16,8 +16,8 @@ import { benchServer } from './lib/fixture'
 //   bun run bench/llama.ts                      1,000 requests at concurrency 8
 //   BENCH_LINES=N BENCH_CONCURRENCY=N BENCH_SLOTS=N   other sizes (slots: llama-server --parallel)
 //   BENCH_SWEEP=1                               instead: the daemon at --concurrency auto against
-//                                               each fixed concurrency of 1, 2, 4, 8, 16 (issue 20:
-//                                               auto within 10 % of the best fixed one)
+//                                               each fixed concurrency of 1, 2, 4, 8, 16
+//                                               (auto within 10 % of the best fixed one)
 
 const LINES = Number(process.env.BENCH_LINES ?? 1_000)
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8)

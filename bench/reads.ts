@@ -1,4 +1,4 @@
-// The read paths users feel (issue 12), at concurrency 64, each beside a bare `Bun.serve` that
+// The read paths users feel, at concurrency 64, each beside a bare `Bun.serve` that
 // answers the same bytes, measured in alternating pairs in this run:
 // (1) GET /v1/models with a JWT, with 200 online workers and with 10,000 (target ≥ 50 % of bare,
 //     and a cost independent of the fleet's size);

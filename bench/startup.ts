@@ -1,4 +1,4 @@
-// Startup benchmark (issue 6): time from spawning the compiled binary to its first 200 on /healthz,
+// Startup benchmark: time from spawning the compiled binary to its first 200 on /healthz,
 // on an empty database (targets < 500 ms) and on one holding 1,000,000 batches (< 2 s), next to a
 // bare baseline measured in the same run: a compiled minimal Bun.serve answering /healthz.
 //

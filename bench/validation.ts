@@ -1,4 +1,4 @@
-// Validation throughput and server memory (issue 3). Prints figures, not a pass/fail verdict.
+// Validation throughput and server memory. Prints figures, not a pass/fail verdict.
 //
 //   bun run bench/validation.ts              200 MB, 50,000-line chat file
 //   BENCH_QUICK=1 bun run bench/validation.ts   20 MB, 5,000 lines (smoke run)
