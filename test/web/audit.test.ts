@@ -76,6 +76,7 @@ describeWith(chromium, 'the Audit page, in a browser', () => {
     await row(page, 'org.member.added').waitFor()
     // Sign-ins belong to no organization: an owner does not read them.
     expect(await row(page, 'auth.signed_in').count()).toBe(0)
+    await s.screenshot('audit')
 
     await page.getByLabel('Action').selectOption('key.worker.*')
     await page.getByRole('button', { name: 'Apply filters' }).click()
