@@ -31,10 +31,11 @@ import { transition } from './transition'
 // bun:sqlite (ARCHITECTURE.md rule 8), its statements prepared once per database. One process owns the
 // database (src/ops/instance-lock.ts), so maintenance needs no shared lease.
 //
-// `col = +$param` in the claim's statements: compared with a bare parameter, SQLite's planner looks
-// at the bound value and so prepares the statement again at every new binding, every poll (a head
-// probe cost 9–14 µs instead of 1–2 with the SQLite 3.54 in Bun 1.4). Behind a unary + the value is an expression
-// the planner does not read; the comparison (TEXT affinity) and the index used are the same.
+// `col = +$param` in the claim's statements: with a bare parameter there, each run of the statement
+// cost about what preparing it costs (a head probe 9–14 µs instead of 1–2, the SQLite 3.54 of Bun
+// 1.4): SQLite prepares again a statement whose plan read a bound value, at every new binding, and
+// every poll binds anew. Behind a unary + the value is an expression the planner does not read; the
+// comparison (the column's TEXT affinity) and the index probe are the same (EXPLAIN QUERY PLAN).
 
 const stmts = preparedOnce((db: Db) => ({
   // docs/api.md §7 max_concurrent_jobs, counting held shards and backup copies too (docs/api.md §16).
