@@ -7,6 +7,7 @@
 import type { Subprocess } from 'bun'
 import { log as rootLog } from '../lib/logger'
 import { realTimers, type Timers } from './backoff'
+import { engineEnv } from './engines/env'
 
 const log = rootLog.child({ component: 'gpu' })
 
@@ -141,8 +142,9 @@ export type RunCommand = (cmd: string[], timeoutMs: number) => Promise<CommandRe
 export const runCommand: RunCommand = async (cmd, timeoutMs) => {
   let proc: Subprocess<'ignore', 'pipe', 'pipe'>
   try {
-    // Found on the daemon's PATH as it is now.
-    proc = Bun.spawn(cmd, { stdin: 'ignore', stdout: 'pipe', stderr: 'pipe', env: process.env })
+    // Found on the daemon's PATH as it is now, with what an engine may see of its environment
+    // (docs/worker.md "What an engine sees"): never the worker key or the hub token.
+    proc = Bun.spawn(cmd, { stdin: 'ignore', stdout: 'pipe', stderr: 'pipe', env: engineEnv(process.env) })
   } catch (e) {
     return { failed: `${cmd[0]} could not be run: ${(e as Error).message}`, missing: true }
   }

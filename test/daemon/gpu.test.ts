@@ -193,6 +193,37 @@ describe('--gpus checked against nvidia-smi at the start (docs/worker.md "GPUs")
     })
   })
 
+  test('nvidia-smi sees what an engine sees of the environment: never the worker key or the hub token', async () => {
+    const printEnv = script('print-env', 'env')
+    const saved = {
+      key: process.env.GRIDKEEP_WORKER_KEY,
+      hub: process.env.HF_TOKEN,
+      cuda: process.env.CUDA_CACHE_PATH,
+    }
+    process.env.GRIDKEEP_WORKER_KEY = 'gk-worker-key-never-passed'
+    process.env.HF_TOKEN = 'hf_token_never_passed'
+    process.env.CUDA_CACHE_PATH = '/var/cache/cuda'
+    try {
+      const out = await runCommand([printEnv], 5000)
+      expect(typeof out).toBe('string')
+      const names = (out as string).split('\n').map((l) => l.split('=')[0])
+      expect(names).not.toContain('GRIDKEEP_WORKER_KEY')
+      expect(names).not.toContain('HF_TOKEN')
+      expect(out).not.toContain('never-passed')
+      expect(out).not.toContain('never_passed')
+      expect(names).toContain('PATH')
+      expect(out).toContain('CUDA_CACHE_PATH=/var/cache/cuda')
+    } finally {
+      for (const [name, value] of [
+        ['GRIDKEEP_WORKER_KEY', saved.key],
+        ['HF_TOKEN', saved.hub],
+        ['CUDA_CACHE_PATH', saved.cuda],
+      ] as const)
+        if (value === undefined) delete process.env[name]
+        else process.env[name] = value
+    }
+  })
+
   test('the daemon does not start on a --gpus nvidia-smi does not list: exit 2 with the line', async () => {
     const bin = mkdtempSync(join(dir, 'bin-'))
     const csv = await fixture('two-rtx4090.csv')
