@@ -31,11 +31,10 @@ import { transition } from './transition'
 // bun:sqlite (ARCHITECTURE.md rule 8), its statements prepared once per database. One process owns the
 // database (src/ops/instance-lock.ts), so maintenance needs no shared lease.
 //
-// `col = +$param` in the claim's statements: with a bare parameter there, each run of the statement
-// cost about what preparing it costs (a head probe 9–14 µs instead of 1–2, the SQLite 3.54 of Bun
-// 1.4): SQLite prepares again a statement whose plan read a bound value, at every new binding, and
-// every poll binds anew. Behind a unary + the value is an expression the planner does not read; the
-// comparison (the column's TEXT affinity) and the index probe are the same (EXPLAIN QUERY PLAN).
+// `col = +$param` in the claim's statements: with a bare parameter compared to a column of a
+// multi-column index, each run cost 9–14 µs instead of 1–2 with the SQLite 3.54 of Bun 1.4 (measured;
+// more than preparing the statement anew costs, so not a re-prepare — the cause is not known). Behind
+// a unary + the comparison (the column's TEXT affinity) and the plan (EXPLAIN QUERY PLAN) are the same.
 
 const stmts = preparedOnce((db: Db) => ({
   // docs/api.md §7 max_concurrent_jobs, counting held shards and backup copies too (docs/api.md §16).
