@@ -676,7 +676,8 @@ describe('--input-order (docs/api.md §6 "Output order")', () => {
       const ran = jsonl(plain).map((l) => l.custom_id)
       expect(new Set(ran)).toEqual(new Set(succeeded))
       expect(ran).not.toEqual(succeeded)
-      expect(jsonl(plainErrors).map((l) => l.custom_id)).toEqual(['d0-q3', 'd1-q0'])
+      // The two failures in the order they finished, which concurrent requests make either way.
+      expect(new Set(jsonl(plainErrors).map((l) => l.custom_id))).toEqual(failing)
       // Restored: the input's order, in both files, by each command.
       expect(jsonl(ordered).map((l) => l.custom_id)).toEqual(succeeded)
       expect(jsonl(orderedErrors).map((l) => l.custom_id)).toEqual(['d1-q0', 'd0-q3'])
