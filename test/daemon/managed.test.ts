@@ -98,10 +98,12 @@ withRealEngine('a daemon that runs llama.cpp itself', (engine) => {
         const ctx = router[model]!.args[router[model]!.args.indexOf('--ctx-size') + 1]
         expect(ctx).toBe(model === 'alpha' ? '1024' : '2048')
         expect(router[model]!.args).toContain('--threads')
-        // The worker row says the same, with what the daemon measured.
+        // The worker row says the same, with what the daemon measured: a heartbeat sent while the
+        // job ran shows the model loaded before its rate was measured, so wait for one with both.
         const seen = await until(`round ${round} in the worker row`, async () => {
           const m = await f.models(d.agent.id)
-          return m[model]?.state === 'loaded' && m[other]?.state === 'on_disk' ? m : null
+          const measured = typeof m[model]?.requests_per_second === 'number'
+          return m[model]?.state === 'loaded' && m[other]?.state === 'on_disk' && measured ? m : null
         })
         expect(seen[model].load_seconds).toBeGreaterThan(0)
         expect(seen[model].requests_per_second).toBeGreaterThan(0)
