@@ -7,8 +7,8 @@
 //
 // The key: the prompt is cut at fixed character boundaries that double (256, 512, … 16,384, then the
 // whole prompt), and each level's hash chains the one before (vLLM's block hashes, at a doubling
-// block size): two lines share a level's hash exactly when (but for a hash collision, 1 in 2^53 a
-// pair) they share the prompt up to that boundary. Eight hashes, whatever the prompt's length. A
+// block size): two lines share a level's hash exactly when (but for a hash collision, about 1 in
+// 2^53 a pair) they share the prompt up to that boundary. Eight hashes, whatever the prompt's length. A
 // doubling step keeps the key small and still finds a shared part to within half its length; a
 // collision would only misplace a line, never lose one. A prompt of at most 256 characters is not
 // keyed at all: nothing it shares is worth a cache, and a batch of a million short lines pays nothing.
@@ -97,42 +97,67 @@ export function promptParts(
 /** How many characters a prompt's parts hold. */
 export const promptLength = (parts: readonly string[]) => parts.reduce((n, p) => n + p.length, 0)
 
+/** The chain's first seed. */
 const SEED = 0x9e3779b97f4a7c15n
-/** The whole prompt's level is marked as ending there: a prompt that stops at a boundary is not the
- * prefix of a longer one at that level. */
-const END = '\u0003'
+/**
+ * A part this short joins the short parts next to it in one link (each one's end marked by SEP)
+ * instead of a hash call of its own: a call costs what hashing some hundreds of characters does, and
+ * a chat prompt is half role names.
+ */
+const SHORT_PART = 64
+const SEP = '\u0000'
 
 /**
- * The prompt's key: KEY_LEVELS chained 64-bit hashes (xxHash3, kept to 53 bits so a number holds one
- * exactly), written into `out` (a fresh array when omitted). The parts are hashed one after another
- * (each a link of the chain, so two prompts whose parts split differently differ), cut where a level
- * boundary falls: level i < KEY_LEVELS − 1 is the chain up to PREFIX_LEVELS[i] characters when the
- * prompt is longer; from the first boundary it does not pass, every level holds the whole prompt's
- * hash. Nothing is joined or copied. Returns how many distinct levels the key has (the whole
- * prompt's level included).
+ * The prompt's key: KEY_LEVELS chained 64-bit hashes (wyhash, each link seeded with the chain so far;
+ * Bun's xxHash3 keeps only 32 bits of a seed, so a chain of it would hold 32 bits), each stored as the
+ * nearest double, written into `out` (a fresh array when omitted). The parts are hashed one after
+ * another, cut where a level boundary falls: level i < KEY_LEVELS − 1 is the chain up to
+ * PREFIX_LEVELS[i] characters when the prompt is longer; from the first boundary it does not pass,
+ * every level holds the whole prompt's hash, negated (−1 − h: a prompt that stops at a boundary is not
+ * the prefix of a longer one at that level). Each part is a link of its own (so two prompts whose
+ * parts split differently differ), except that consecutive parts of at most SHORT_PART characters are
+ * one link, each followed by SEP. Nothing long is joined or copied. Returns how many distinct levels
+ * the key has (the whole prompt's level included).
  */
 export function prefixKey(prompt: string | readonly string[], out = new Float64Array(KEY_LEVELS)): number {
   const parts = typeof prompt === 'string' ? [prompt] : prompt
   let h = SEED
   let at = 0
   let level = 0
+  let short = ''
   for (const part of parts) {
     let from = 0
     // A boundary inside the rest of this part, with more of the prompt after it: a level ends there.
     while (level < PREFIX_LEVELS.length && at + part.length - from > PREFIX_LEVELS[level]!) {
+      if (short) {
+        h = Bun.hash.wyhash(short, h)
+        short = ''
+      }
       const cut = from + PREFIX_LEVELS[level]! - at
-      h = Bun.hash.xxHash3(part.slice(from, cut), h)
-      out[level++] = Number(h >> 11n)
+      h = Bun.hash.wyhash(part.slice(from, cut), h)
+      out[level++] = Number(h)
       at += cut - from
       from = cut
     }
-    h = Bun.hash.xxHash3(from === 0 ? part : part.slice(from), h)
     at += part.length - from
+    if (from === 0 && part.length <= SHORT_PART) {
+      short = `${short}${part}${SEP}`
+      continue
+    }
+    if (short) {
+      h = Bun.hash.wyhash(short, h)
+      short = ''
+    }
+    h = Bun.hash.wyhash(from === 0 ? part : part.slice(from), h)
   }
-  h = Bun.hash.xxHash3(END, h)
-  out.fill(Number(h >> 11n), level)
+  if (short) h = Bun.hash.wyhash(short, h)
+  out.fill(-1 - Number(h), level)
   return level + 1
 }
+
+/** A key's top 32 bits (keys are whole numbers, |key| ≤ 2^64): its cell in the bit arrays, and its
+ * first slot in a level's table. */
+const high = (key: number) => (key / 4294967296) >>> 0
 
 /** Elements a column chunk holds (a power of two). */
 const CHUNK_BITS = 14
@@ -197,9 +222,6 @@ class Uint8Column {
 /** The smallest power of two that is at least `n` (and at least 1,024). */
 const pow2 = (n: number) => 2 ** Math.max(10, Math.ceil(Math.log2(Math.max(1, n))))
 
-/** A key's cell in the bit arrays: its high 32 bits (the table's slot takes its low ones). */
-const cellOf = (key: number) => (key / 2097152) >>> 0
-
 /**
  * One level's prefix nodes met so far: key → the ordinal of its first line (open addressing, grown
  * at half full). It holds only the keys the bit arrays let by, so it stays small unless many lines
@@ -219,7 +241,7 @@ class LevelTable {
   /** The first line of `key`'s node, or -1 when this is the first (then `o` is stored as that). */
   firstOr(key: number, o: number): number {
     const mask = this.keys.length - 1
-    for (let s = key & mask; ; s = (s + 1) & mask) {
+    for (let s = high(key) & mask; ; s = (s + 1) & mask) {
       const entry = this.firsts[s]!
       if (entry === 0) break
       if (this.keys[s] === key) return entry - 1
@@ -236,7 +258,7 @@ class LevelTable {
 
   private put(key: number, entry: number) {
     const mask = this.keys.length - 1
-    let s = key & mask
+    let s = high(key) & mask
     while (this.firsts[s] !== 0) s = (s + 1) & mask
     this.keys[s] = key
     this.firsts[s] = entry
@@ -350,7 +372,7 @@ export class PrefixOrder {
         const i = at + level
         at += levels
         if (reach[o] !== level || levels <= level) continue
-        const c = cellOf(keyChunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!) & mask
+        const c = high(keyChunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!) & mask
         const bit = 1 << (c & 31)
         if (once[c >>> 5]! & bit) twice[c >>> 5]! |= bit
         else once[c >>> 5]! |= bit
@@ -363,7 +385,7 @@ export class PrefixOrder {
         at += levels
         if (reach[o] !== level || levels <= level) continue
         const key = keyChunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!
-        const c = cellOf(key) & mask
+        const c = high(key) & mask
         if (!(twice[c >>> 5]! & (1 << (c & 31)))) continue
         const first = table.firstOr(key, o)
         if (first < 0) continue

@@ -130,6 +130,34 @@ describe('the key: chained hashes at doubling boundaries', () => {
     expect(d[1]).not.toBe(e[1])
   })
 
+  test('the chain holds 64 bits: 300,000 distinct prompts give 300,000 distinct keys', () => {
+    // A chain whose seed kept 32 bits (as Bun's xxHash3 does) would hold about ten equal keys here.
+    const seen = new Set<number>()
+    const key = new Float64Array(KEY_LEVELS)
+    const shared = long('shared document', 500)
+    for (let i = 0; i < 300_000; i++) {
+      const levels = prefixKey(['system', 'Answer briefly.', 'user', `${shared}\nQuestion ${i}?`], key)
+      seen.add(key[levels - 1]!)
+    }
+    expect(seen.size).toBe(300_000)
+  })
+
+  test('short parts (role names) make one link, and still tell prompts apart', () => {
+    const key = (...p: string[]) => {
+      const k = new Float64Array(KEY_LEVELS)
+      prefixKey(p, k)
+      return [...k]
+    }
+    const text = long('doc', 700)
+    expect(key('user', text)).toEqual(key('user', text))
+    expect(key('user', text)).not.toEqual(key('system', text))
+    // Two roles in a row are not the same in either order; a role as the last part is hashed too.
+    expect(key('user', 'assistant', text)).not.toEqual(key('assistant', 'user', text))
+    expect(key(text, 'user')).not.toEqual(key(text, 'system'))
+    // A role's name as text of its own is another prompt than the role.
+    expect(key('user', text)).not.toEqual(key('usera', text.slice(1)))
+  })
+
   test('a key has a fixed size: every level past the prompt holds the whole prompt', () => {
     const k = new Float64Array(KEY_LEVELS)
     expect(prefixKey('z'.repeat(700), k)).toBe(3)
