@@ -230,7 +230,8 @@ const pow2 = (n: number) => 2 ** Math.max(10, Math.ceil(Math.log2(Math.max(1, n)
 class LevelTable {
   private keys = new Float64Array(1024)
   private firsts = new Uint32Array(1024)
-  private size = 0
+  /** Keys it holds. */
+  size = 0
 
   /** Empty again, keeping its arrays (a level has no more lines than the one before). */
   clear() {
@@ -356,51 +357,81 @@ export class PrefixOrder {
     // The levels in which each keyed line takes part so far: level i looks at the lines whose reach
     // is i and whose key has more than i levels.
     const reach = new Uint8Array(k)
-    const once = new Uint32Array(pow2(16 * k) >>> 5)
-    const twice = new Uint32Array(once.length)
+    // The bit arrays, made when a level first needs them, at the first level's width (the widest).
+    let once: Uint32Array | null = null
+    let twice: Uint32Array | null = null
     const table = new LevelTable()
-    let members = k
-    for (let level = 0; level < KEY_LEVELS && members > 1; level++) {
-      // A cell of each bit array per key, of a width that follows the level's lines.
-      const mask = pow2(16 * members) - 1
-      once.fill(0, 0, (mask + 1) >>> 5)
-      twice.fill(0, 0, (mask + 1) >>> 5)
-      // The keys seen once, and twice or more: each line's key of this level, read in file order
-      // (`at`: where the line's key starts).
-      for (let o = 0, at = 0; o < k; o++) {
-        const levels = levelChunks[o >>> CHUNK_BITS]![o & IN_CHUNK]!
-        const i = at + level
-        at += levels
-        if (reach[o] !== level || levels <= level) continue
-        const c = high(keyChunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!) & mask
-        const bit = 1 << (c & 31)
-        if (once[c >>> 5]! & bit) twice[c >>> 5]! |= bit
-        else once[c >>> 5]! |= bit
-      }
-      table.clear()
-      let next = 0
-      for (let o = 0, at = 0; o < k; o++) {
-        const levels = levelChunks[o >>> CHUNK_BITS]![o & IN_CHUNK]!
-        const i = at + level
-        at += levels
-        if (reach[o] !== level || levels <= level) continue
-        const key = keyChunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!
-        const c = high(key) & mask
-        if (!(twice[c >>> 5]! & (1 << (c & 31)))) continue
-        const first = table.firstOr(key, o)
-        if (first < 0) continue
-        parent[o] = first
-        depth[o] = level + 1
-        reach[o] = level + 1
+    let level = 0
+    let next = 0
+    /** Line `o` shares this level's node with `first`, the node's first line. */
+    const matched = (o: number, first: number) => {
+      parent[o] = first
+      depth[o] = level + 1
+      reach[o] = level + 1
+      next++
+      if (reach[first] === level) {
+        reach[first] = level + 1
         next++
-        if (reach[first] === level) {
-          reach[first] = level + 1
-          next++
+      }
+    }
+    for (let members = k; level < KEY_LEVELS && members > 1; level++) {
+      next = 0
+      // First every member's key goes into the table, while it holds at most one key for 32
+      // members (no more than the bit arrays' false positives would make it hold): a level whose
+      // lines share most of their keys (the first levels of documents × questions) takes one pass
+      // and no bit arrays. Past that, the pass is undone and the level starts again with them.
+      table.clear()
+      const cap = Math.max(256, members >>> 5)
+      let stopped = -1
+      for (let o = 0, at = 0; o < k; o++) {
+        const levels = levelChunks[o >>> CHUNK_BITS]![o & IN_CHUNK]!
+        const i = at + level
+        at += levels
+        if (reach[o] !== level || levels <= level) continue
+        const first = table.firstOr(keyChunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!, o)
+        if (first >= 0) matched(o, first)
+        else if (table.size > cap) {
+          stopped = o
+          break
+        }
+      }
+      if (stopped >= 0) {
+        for (let o = 0; o < stopped; o++) if (reach[o] === level + 1) reach[o] = level
+        next = 0
+        once ??= new Uint32Array(pow2(16 * k) >>> 5)
+        twice ??= new Uint32Array(once.length)
+        // A cell of each bit array per key, of a width that follows the level's lines.
+        const mask = pow2(16 * members) - 1
+        once.fill(0, 0, (mask + 1) >>> 5)
+        twice.fill(0, 0, (mask + 1) >>> 5)
+        // The keys seen once, and twice or more: each line's key of this level, read in file order
+        // (`at`: where the line's key starts).
+        for (let o = 0, at = 0; o < k; o++) {
+          const levels = levelChunks[o >>> CHUNK_BITS]![o & IN_CHUNK]!
+          const i = at + level
+          at += levels
+          if (reach[o] !== level || levels <= level) continue
+          const c = high(keyChunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!) & mask
+          const bit = 1 << (c & 31)
+          if (once[c >>> 5]! & bit) twice[c >>> 5]! |= bit
+          else once[c >>> 5]! |= bit
+        }
+        table.clear()
+        for (let o = 0, at = 0; o < k; o++) {
+          const levels = levelChunks[o >>> CHUNK_BITS]![o & IN_CHUNK]!
+          const i = at + level
+          at += levels
+          if (reach[o] !== level || levels <= level) continue
+          const key = keyChunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!
+          const c = high(key) & mask
+          if (!(twice[c >>> 5]! & (1 << (c & 31)))) continue
+          const first = table.firstOr(key, o)
+          if (first >= 0) matched(o, first)
         }
       }
       this.peakBytes = Math.max(
         this.peakBytes,
-        this.bytes + 6 * k + once.byteLength + twice.byteLength + table.bytes,
+        this.bytes + 6 * k + (once?.byteLength ?? 0) + (twice?.byteLength ?? 0) + table.bytes,
       )
       members = next
     }

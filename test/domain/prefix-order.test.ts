@@ -258,6 +258,22 @@ describe('the execution order (a trie walk)', () => {
     }
   })
 
+  test('the same order when a level holds too many distinct keys for one pass (the bit arrays decide)', () => {
+    // 12,000 lines: groups that share a document (and some a question too), then many lines sharing
+    // nothing, then lines sharing only the first level with the groups. At the first level more than
+    // one key in 32 lines is distinct, so the first pass stops after the groups' lines matched and
+    // the level starts again: the last lines' parents are still the groups' first lines.
+    const prompts: string[] = []
+    for (let i = 0; i < 2_000; i++) prompts.push(`${long(`doc ${i % 40}`, 700)} question ${i % 7}`)
+    for (let i = 0; i < 8_000; i++) prompts.push(long(`alone ${i}`, 700))
+    for (let i = 0; i < 2_000; i++) prompts.push(`${long(`doc ${i % 40}`, 300)}${long(`other ${i}`, 400)}`)
+    const order = orderOf(prompts)
+    expect(order).toEqual(reference(prompts))
+    // The groups run together: doc 0's lines are next to each other.
+    const at = order!.indexOf(0)
+    expect(prompts[order![at + 1]!]!.startsWith(prompts[0]!.slice(0, 600))).toBe(true)
+  })
+
   test('memory: per keyed line its number, its key’s level count and 8 bytes a distinct level; no table entry for a key that occurs once', () => {
     const chunk = 2 ** 14 * 8
     // While lines stream in: 20,000 lines of 5,000 characters (100 MB of prompt) sharing their first
@@ -269,7 +285,8 @@ describe('the execution order (a trie walk)', () => {
     expect(order.finish()).toBeNull()
     // 20,000 lines sharing nothing: at the end, 6 bytes a line (parent, depth, reach), the two bit
     // arrays (16 bits each a line, rounded up to a power of two) and a table for the few keys they let
-    // by — a table for every key would be 262,144 bytes.
+    // by, or the one tried first, of at most a key for 32 lines — a table for every key would be
+    // 262,144 bytes.
     const distinct = new PrefixOrder()
     for (let i = 0; i < 20_000; i++) distinct.add(long(`line ${i}`, 600))
     const streamed = distinct.bytes
