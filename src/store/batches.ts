@@ -72,22 +72,28 @@ export function packLineSpans(
   order: { order: Uint32Array; bytes: number },
 ): Buffer {
   const out = Buffer.allocUnsafe(order.order.length * SPAN_BYTES)
+  const view = new DataView(out.buffer, out.byteOffset, out.byteLength)
   for (let k = 0; k < order.order.length; k++) {
     const line = order.order[k]!
+    const start = offsets[line]!
     const end = line + 1 < offsets.length ? offsets[line + 1]! : order.bytes
-    out.writeDoubleLE(offsets[line]!, k * SPAN_BYTES)
-    out.writeUInt32LE(end - offsets[line]!, k * SPAN_BYTES + 8)
+    view.setFloat64(k * SPAN_BYTES, start, true)
+    view.setUint32(k * SPAN_BYTES + 8, end - start, true)
   }
   return out
 }
 
-/** The batch_line_index row a validation that passed writes (both engines), or null for none. */
+/**
+ * The batch_line_index row a validation that passed writes (both engines), or null for none: the
+ * offsets, or (docs/api.md §6 "Execution order") the spans and no offsets, which nothing reads then.
+ */
 export function lineIndexRow(batchId: string, result: ValidationResult) {
   if (!result.passed || !result.line_offsets?.length) return null
+  const order = result.line_order
   return {
     batch_id: batchId,
-    offsets: packLineOffsets(result.line_offsets),
-    spans: result.line_order ? packLineSpans(result.line_offsets, result.line_order) : null,
+    offsets: order ? Buffer.alloc(0) : packLineOffsets(result.line_offsets),
+    spans: order ? packLineSpans(result.line_offsets, order) : null,
   }
 }
 

@@ -212,8 +212,9 @@ export const batchShards = sqliteTable(
 // validation (little-endian float64s, one per request line), so a shard's bytes are one range read
 // however large the file. docs/api.md §6 "Execution order": `spans` is the batch's request lines in
 // execution order (12 bytes each: the line's start, a little-endian float64, and its length in bytes
-// without the terminator, a little-endian uint32), so a shard's lines are one read of the index;
-// null when the execution order is the file order.
+// up to the next request line, its terminator included, a little-endian uint32), so a shard's lines
+// are one read of the index; null when the execution order is the file order. With `spans`,
+// `offsets` is empty: nothing reads it then.
 export const batchLineIndex = sqliteTable('batch_line_index', {
   batch_id: text()
     .primaryKey()
