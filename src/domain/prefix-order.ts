@@ -25,6 +25,15 @@
 // appearance is then this tree's walk with each line's children taken deepest-shared first, then in
 // file order (sorting the chunk-hash sequences and walking them gives the same order).
 
+import {
+  CHUNK_BITS,
+  Float64Column,
+  IN_CHUNK,
+  type NumbersAt,
+  Uint8Column,
+  Uint32Column,
+} from '../lib/columns'
+
 /** Characters of the prompt each level of the key covers; the last level is the whole prompt. */
 export const PREFIX_LEVELS = [256, 512, 1024, 2048, 4096, 8192, 16384] as const
 /** Hashes in a key: one per boundary, and the whole prompt. */
@@ -158,66 +167,6 @@ export function prefixKey(prompt: string | readonly string[], out = new Float64A
 /** A key's top 32 bits (keys are whole numbers, |key| ≤ 2^64): its cell in the bit arrays, and its
  * first slot in a level's table. */
 const high = (key: number) => (key / 4294967296) >>> 0
-
-/** Elements a column chunk holds (a power of two). */
-const CHUNK_BITS = 14
-const CHUNK = 1 << CHUNK_BITS
-const IN_CHUNK = CHUNK - 1
-
-/**
- * A column of numbers kept in chunks of CHUNK elements: appending never copies what it holds (a
- * doubling array would hold the old and the new copy at once, 1.5× its size, at its last growth).
- * The hot loops of finish() read `chunks` directly; one class per element type keeps each access
- * of one kind.
- */
-class Float64Column {
-  readonly chunks: Float64Array[] = []
-  length = 0
-
-  push(v: number) {
-    const c = this.length >>> CHUNK_BITS
-    if (c === this.chunks.length) this.chunks.push(new Float64Array(CHUNK))
-    this.chunks[c]![this.length++ & IN_CHUNK] = v
-  }
-
-  get bytes() {
-    return this.chunks.length * CHUNK * 8
-  }
-}
-
-class Uint32Column {
-  readonly chunks: Uint32Array[] = []
-  length = 0
-
-  push(v: number) {
-    const c = this.length >>> CHUNK_BITS
-    if (c === this.chunks.length) this.chunks.push(new Uint32Array(CHUNK))
-    this.chunks[c]![this.length++ & IN_CHUNK] = v
-  }
-
-  at(i: number): number {
-    return this.chunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!
-  }
-
-  get bytes() {
-    return this.chunks.length * CHUNK * 4
-  }
-}
-
-class Uint8Column {
-  readonly chunks: Uint8Array[] = []
-  length = 0
-
-  push(v: number) {
-    const c = this.length >>> CHUNK_BITS
-    if (c === this.chunks.length) this.chunks.push(new Uint8Array(CHUNK))
-    this.chunks[c]![this.length++ & IN_CHUNK] = v
-  }
-
-  get bytes() {
-    return this.chunks.length * CHUNK
-  }
-}
 
 /** The smallest power of two that is at least `n` (and at least 1,024). */
 const pow2 = (n: number) => 2 ** Math.max(10, Math.ceil(Math.log2(Math.max(1, n))))
@@ -439,12 +388,6 @@ export class PrefixOrder {
   }
 }
 
-/** What walkOrder reads of the keyed lines' numbers: a typed array, or a PrefixOrder column. */
-interface Lines {
-  readonly length: number
-  at(i: number): number | undefined
-}
-
 /**
  * The walk of the line tree over `n` lines. `line[o]` is the number of the o-th keyed line (in file
  * order), `depth[o]` how many key levels it shares with its parent `parent[o]` (an ordinal: the
@@ -460,7 +403,7 @@ interface Lines {
  */
 export function walkOrder(
   n: number,
-  line: Lines,
+  line: NumbersAt,
   parent: Uint32Array,
   depth: Uint8Array,
 ): Uint32Array | null {

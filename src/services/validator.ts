@@ -4,6 +4,7 @@ import { needsOf } from '../domain/capabilities'
 import { PrefixOrder } from '../domain/prefix-order'
 import type { BatchEventsState, ValidationErrorEvent } from '../lib/batch-events'
 import { StreamedReads } from '../lib/blobs/random-reads'
+import { Float64Column } from '../lib/columns'
 import { grouped } from '../lib/grouped'
 import { LineSplitter } from '../lib/lines'
 import { log } from '../lib/logger'
@@ -105,7 +106,7 @@ const finishAlone =
 export interface InputRead {
   result: CheckResult
   /** The byte offset of every request line, when the batch may be split (docs/api.md §16). */
-  lineOffsets: number[] | undefined
+  lineOffsets: Float64Column | undefined
   /** The input's size in bytes. */
   bytes: number
   /** docs/api.md §6 "Execution order": position → request line; null for the file order. */
@@ -137,7 +138,7 @@ export async function readInput(
   const prefixOrder = deps.config.PREFIX_ORDER ? new PrefixOrder() : undefined
   // docs/api.md §16: only a batch that may be split, or that runs in an order of its own, keeps its
   // request-line index.
-  const lineOffsets = deps.config.SHARD_MAX_REQUESTS > 0 || prefixOrder ? ([] as number[]) : undefined
+  const lineOffsets = deps.config.SHARD_MAX_REQUESTS > 0 || prefixOrder ? new Float64Column() : undefined
   const checker = new InputChecker({
     lineOffsets,
     prefixOrder,

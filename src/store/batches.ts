@@ -3,6 +3,7 @@ import type { BatchChanges, BatchEvent, StateTimes } from '../domain/batch-state
 import { type Capability, needsKey } from '../domain/capabilities'
 import type { Tally } from '../domain/waiting'
 import type { ByteRange, LineSpans } from '../lib/blobs/spans'
+import type { NumbersAt } from '../lib/columns'
 import type { PageParams } from '../lib/pagination'
 
 // Batches and their validation (docs/api.md §6, docs/api.md §6): creation, reads, and the validator's
@@ -43,7 +44,7 @@ export interface ValidationResult {
    * docs/api.md §16: where each request line starts in the input, for a batch that may be split; stored
    * with the batch when it passes.
    */
-  line_offsets?: readonly number[] | null
+  line_offsets?: NumbersAt | null
   /**
    * docs/api.md §6 "Execution order": position → request line, and the input's size in bytes; null
    * (or absent) for the file order. Stored with the index when it passes.
@@ -52,9 +53,9 @@ export interface ValidationResult {
 }
 
 /** The request-line index as stored: little-endian float64s, one per request line. */
-export function packLineOffsets(offsets: readonly number[]): Buffer {
+export function packLineOffsets(offsets: NumbersAt): Buffer {
   const out = Buffer.allocUnsafe(offsets.length * 8)
-  for (let i = 0; i < offsets.length; i++) out.writeDoubleLE(offsets[i]!, i * 8)
+  for (let i = 0; i < offsets.length; i++) out.writeDoubleLE(offsets.at(i)!, i * 8)
   return out
 }
 
@@ -67,16 +68,13 @@ export const SPAN_BYTES = 12
  * line, or the end of the input (little-endian uint32): its terminator, and any blank lines after it,
  * included.
  */
-export function packLineSpans(
-  offsets: readonly number[],
-  order: { order: Uint32Array; bytes: number },
-): Buffer {
+export function packLineSpans(offsets: NumbersAt, order: { order: Uint32Array; bytes: number }): Buffer {
   const out = Buffer.allocUnsafe(order.order.length * SPAN_BYTES)
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength)
   for (let k = 0; k < order.order.length; k++) {
     const line = order.order[k]!
-    const start = offsets[line]!
-    const end = line + 1 < offsets.length ? offsets[line + 1]! : order.bytes
+    const start = offsets.at(line)!
+    const end = line + 1 < offsets.length ? offsets.at(line + 1)! : order.bytes
     view.setFloat64(k * SPAN_BYTES, start, true)
     view.setUint32(k * SPAN_BYTES + 8, end - start, true)
   }

@@ -4,6 +4,7 @@ import { type BatchEndpoint, TOP_LEVEL } from '../../domain/batch-line'
 import { type Capability, endpointNeeds, lineNeeds, modelCapabilities } from '../../domain/capabilities'
 import { MIN_ORDERED_CHARS, type PrefixOrder, promptParts } from '../../domain/prefix-order'
 import type { ValidationErrorEvent } from '../../lib/batch-events'
+import type { Float64Column } from '../../lib/columns'
 import { CompactIdSet } from '../../lib/id-set'
 
 // The rules of a batch input line (docs/api.md §6 "Batch input line", docs/api.md §6 "Validation"), one
@@ -26,7 +27,7 @@ export interface CheckerOptions {
   maxRequests: number
   lookupModel: LookupModel
   /** When given, receives the byte offset of every request line (docs/api.md §16 request-line index). */
-  lineOffsets?: number[]
+  lineOffsets?: Float64Column
   /** When given, every request line's prompt goes into the execution order (docs/api.md §6). */
   prefixOrder?: PrefixOrder
   /** Reads `length` bytes at `offset` of the input (to confirm a suspected duplicate id). */
