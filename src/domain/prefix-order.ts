@@ -104,7 +104,11 @@ export function promptParts(
 }
 
 /** How many characters a prompt's parts hold. */
-export const promptLength = (parts: readonly string[]) => parts.reduce((n, p) => n + p.length, 0)
+export function promptLength(parts: readonly string[]): number {
+  let n = 0
+  for (let i = 0; i < parts.length; i++) n += parts[i]!.length
+  return n
+}
 
 /** The chain's first seed. */
 const SEED = 0x9e3779b97f4a7c15n

@@ -69,16 +69,21 @@ export const SPAN_BYTES = 12
  * included.
  */
 export function packLineSpans(offsets: NumbersAt, order: { order: Uint32Array; bytes: number }): Buffer {
-  const out = Buffer.allocUnsafe(order.order.length * SPAN_BYTES)
-  const view = new DataView(out.buffer, out.byteOffset, out.byteLength)
-  for (let k = 0; k < order.order.length; k++) {
+  const n = order.order.length
+  // Whole 32-bit words (the format's fields fall on 4-byte boundaries), written in this machine's
+  // byte order, which is little-endian wherever Bun runs (x64, arm64).
+  const words = new Uint32Array(n * (SPAN_BYTES / 4))
+  const start = new Float64Array(1)
+  const startWords = new Uint32Array(start.buffer)
+  for (let k = 0, w = 0; k < n; k++, w += 3) {
     const line = order.order[k]!
-    const start = offsets.at(line)!
+    start[0] = offsets.at(line)!
     const end = line + 1 < offsets.length ? offsets.at(line + 1)! : order.bytes
-    view.setFloat64(k * SPAN_BYTES, start, true)
-    view.setUint32(k * SPAN_BYTES + 8, end - start, true)
+    words[w] = startWords[0]!
+    words[w + 1] = startWords[1]!
+    words[w + 2] = end - start[0]
   }
-  return out
+  return Buffer.from(words.buffer)
 }
 
 /**
