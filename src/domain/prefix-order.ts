@@ -25,14 +25,7 @@
 // appearance is then this tree's walk with each line's children taken deepest-shared first, then in
 // file order (sorting the chunk-hash sequences and walking them gives the same order).
 
-import {
-  CHUNK_BITS,
-  Float64Column,
-  IN_CHUNK,
-  type NumbersAt,
-  Uint8Column,
-  Uint32Column,
-} from '../lib/columns'
+import { CHUNK_BITS, Float64Column, IN_CHUNK, Uint8Column, Uint32Column } from '../lib/columns'
 
 /** Characters of the prompt each level of the key covers; the last level is the whole prompt. */
 export const PREFIX_LEVELS = [256, 512, 1024, 2048, 4096, 8192, 16384] as const
@@ -112,59 +105,80 @@ export function promptLength(parts: readonly string[]): number {
 
 /** The chain's first seed. */
 const SEED = 0x9e3779b97f4a7c15n
+
 /**
- * A part this short joins the short parts next to it in one link (each one's end marked by SEP)
- * instead of a hash call of its own: a call costs what hashing some hundreds of characters does, and
- * a chat prompt is half role names.
+ * The last prompt keyed, and its chain after each part: a prompt's leading parts are often the one
+ * before's (the same system message, tools or instructions), and the chain over equal parts is the
+ * same, so it is taken from here instead of hashed again. It holds the last prompt's parts (the
+ * strings, not copies) and KEY_LEVELS numbers a part.
  */
-const SHORT_PART = 64
-const SEP = '\u0000'
+export class KeyChain {
+  parts: string[] = []
+  /** After part i: the chain, the characters hashed, the levels ended. */
+  chain: bigint[] = []
+  at: number[] = []
+  level: number[] = []
+  /** The levels the last prompt ended, in order. */
+  readonly out = new Float64Array(KEY_LEVELS)
+}
 
 /**
  * The prompt's key: KEY_LEVELS chained 64-bit hashes (wyhash, each link seeded with the chain so far;
  * Bun's xxHash3 keeps only 32 bits of a seed, so a chain of it would hold 32 bits), each stored as the
  * nearest double, written into `out` (a fresh array when omitted). The parts are hashed one after
- * another, cut where a level boundary falls: level i < KEY_LEVELS − 1 is the chain up to
- * PREFIX_LEVELS[i] characters when the prompt is longer; from the first boundary it does not pass,
- * every level holds the whole prompt's hash, negated (−1 − h: a prompt that stops at a boundary is not
- * the prefix of a longer one at that level). Each part is a link of its own (so two prompts whose
- * parts split differently differ), except that consecutive parts of at most SHORT_PART characters are
- * one link, each followed by SEP. Nothing long is joined or copied. Returns how many distinct levels
- * the key has (the whole prompt's level included).
+ * another, each a link of the chain (so two prompts whose parts split differently differ), cut where
+ * a level boundary falls: level i < KEY_LEVELS − 1 is the chain up to PREFIX_LEVELS[i] characters
+ * when the prompt is longer; from the first boundary it does not pass, every level holds the whole
+ * prompt's hash, negated (−1 − h: a prompt that stops at a boundary is not the prefix of a longer one
+ * at that level). With `last` (the prompt keyed before, KeyChain), the chain over the leading parts
+ * equal to its parts is taken from it, and `last` becomes this prompt. Nothing is joined or copied.
+ * Returns how many distinct levels the key has (the whole prompt's level included).
  */
-export function prefixKey(prompt: string | readonly string[], out = new Float64Array(KEY_LEVELS)): number {
+export function prefixKey(
+  prompt: string | readonly string[],
+  out = new Float64Array(KEY_LEVELS),
+  last?: KeyChain,
+): number {
   const parts = typeof prompt === 'string' ? [prompt] : prompt
   let h = SEED
   let at = 0
   let level = 0
-  let short = ''
-  for (const part of parts) {
+  let p = 0
+  if (last) {
+    const same = Math.min(parts.length, last.parts.length)
+    while (p < same && parts[p] === last.parts[p]) p++
+    if (p > 0) {
+      h = last.chain[p - 1]!
+      at = last.at[p - 1]!
+      level = last.level[p - 1]!
+      for (let i = 0; i < level; i++) out[i] = last.out[i]!
+    }
+    last.parts.length = last.chain.length = last.at.length = last.level.length = p
+  }
+  for (; p < parts.length; p++) {
+    const part = parts[p]!
     let from = 0
     // A boundary inside the rest of this part, with more of the prompt after it: a level ends there.
     while (level < PREFIX_LEVELS.length && at + part.length - from > PREFIX_LEVELS[level]!) {
-      if (short) {
-        h = Bun.hash.wyhash(short, h)
-        short = ''
-      }
       const cut = from + PREFIX_LEVELS[level]! - at
       h = Bun.hash.wyhash(part.slice(from, cut), h)
-      out[level++] = Number(h)
+      out[level] = Number(h)
+      if (last) last.out[level] = out[level]!
+      level++
       at += cut - from
       from = cut
     }
-    at += part.length - from
-    if (from === 0 && part.length <= SHORT_PART) {
-      short = `${short}${part}${SEP}`
-      continue
-    }
-    if (short) {
-      h = Bun.hash.wyhash(short, h)
-      short = ''
-    }
     h = Bun.hash.wyhash(from === 0 ? part : part.slice(from), h)
+    at += part.length - from
+    if (last) {
+      last.parts.push(part)
+      last.chain.push(h)
+      last.at.push(at)
+      last.level.push(level)
+    }
   }
-  if (short) h = Bun.hash.wyhash(short, h)
-  out.fill(-1 - Number(h), level)
+  const whole = -1 - Number(h)
+  for (let i = level; i < KEY_LEVELS; i++) out[i] = whole
   return level + 1
 }
 
@@ -242,6 +256,7 @@ export class PrefixOrder {
   /** Keyed line → its line number. */
   private line: Uint32Column | null = new Uint32Column()
   private readonly key = new Float64Array(KEY_LEVELS)
+  private readonly chain = new KeyChain()
   lines = 0
   /** The most bytes its arrays held at once, finish() included (the benchmark prints it). */
   peakBytes = 0
@@ -254,7 +269,7 @@ export class PrefixOrder {
     const j = this.lines++
     if (prompt === null) return
     if ((typeof prompt === 'string' ? prompt.length : promptLength(prompt)) <= MIN_ORDERED_CHARS) return
-    const levels = prefixKey(prompt, this.key)
+    const levels = prefixKey(prompt, this.key, this.chain)
     const keys = this.keys!
     this.line!.push(j)
     this.levels!.push(levels)
@@ -281,19 +296,21 @@ export class PrefixOrder {
    * every level (a level has no more lines than the one before).
    */
   finish(): Uint32Array | null {
-    const line = this.line!
     const { parent, depth } = this.parents()
-    // The keys are done with: the walk does not hold them.
+    // The keys are done with: the walk does not hold them, nor the column of line numbers, which it
+    // reads as one array.
     this.keys = this.levels = null
+    const column = this.line!
+    const line = column.toArray()
+    this.line = null
     const k = line.length
     let shared = 0
     for (let o = 0; o < k; o++) if (depth[o]) shared++
-    // The walk's arrays (walkOrder) beside the line numbers, parents and depths.
+    // The walk's arrays (walkOrder) beside the line numbers (column and array, at the copy),
+    // parents and depths.
     const walk = shared ? 4 * (k + 1) + 4 * shared + 4 * this.lines : 0
-    this.peakBytes = Math.max(this.peakBytes, line.bytes + 5 * k + walk)
-    const order = walkOrder(this.lines, line, parent, depth)
-    this.line = null
-    return order
+    this.peakBytes = Math.max(this.peakBytes, column.bytes + 4 * k + 5 * k, 4 * k + 5 * k + walk)
+    return walkOrder(this.lines, line, parent, depth)
   }
 
   /**
@@ -407,13 +424,18 @@ export class PrefixOrder {
  */
 export function walkOrder(
   n: number,
-  line: NumbersAt,
+  line: Uint32Array,
   parent: Uint32Array,
   depth: Uint8Array,
 ): Uint32Array | null {
   const k = line.length
   let shared = 0
-  for (let o = 0; o < k; o++) if (depth[o]) shared++
+  let deepest = 0
+  for (let o = 0; o < k; o++) {
+    const d = depth[o]!
+    if (d) shared++
+    if (d > deepest) deepest = d
+  }
   if (shared === 0) return null
   // Each keyed line's children, deepest first, then in file order: the children counted under their
   // parents, then placed from the back (by depth from the shallowest, in reverse file order), so
@@ -425,7 +447,7 @@ export function walkOrder(
     bound[o] = sum
   }
   const children = new Uint32Array(shared)
-  for (let d = 1; d <= KEY_LEVELS; d++)
+  for (let d = 1; d <= deepest; d++)
     for (let o = k - 1; o >= 0; o--) if (depth[o] === d) children[--bound[parent[o]!]!] = o
   // Depth-first from each root in file order: the lines that are no keyed line's child, keyed or not.
   const order = new Uint32Array(n)
@@ -434,19 +456,16 @@ export function walkOrder(
   let at = 0
   let identity = true
   let o = 0
-  const put = (j: number) => {
-    if (j !== at) identity = false
-    order[at++] = j
-  }
   for (let j = 0; j < n; j++) {
-    const keyed = o < k && line.at(o) === j
-    if (!keyed) {
-      put(j)
+    if (o >= k || line[o] !== j) {
+      if (j !== at) identity = false
+      order[at++] = j
       continue
     }
     const root = o++
     if (depth[root]) continue
-    put(j)
+    if (j !== at) identity = false
+    order[at++] = j
     let top = 0
     stack[0] = root
     cursor[0] = bound[root]!
@@ -458,7 +477,9 @@ export function walkOrder(
       }
       cursor[top] = c + 1
       const child = children[c]!
-      put(line.at(child)!)
+      const jc = line[child]!
+      if (jc !== at) identity = false
+      order[at++] = jc
       stack[++top] = child
       cursor[top] = bound[child]!
     }

@@ -44,6 +44,16 @@ export class Uint32Column {
     return this.chunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!
   }
 
+  /** Its numbers in one array. */
+  toArray(): Uint32Array {
+    const out = new Uint32Array(this.length)
+    for (let c = 0; c < this.chunks.length; c++) {
+      const from = c * CHUNK
+      out.set(this.chunks[c]!.subarray(0, Math.min(CHUNK, this.length - from)), from)
+    }
+    return out
+  }
+
   get bytes() {
     return this.chunks.length * CHUNK * 4
   }

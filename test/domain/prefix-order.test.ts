@@ -1,6 +1,7 @@
 import { describe, expect, test } from 'bun:test'
 import {
   KEY_LEVELS,
+  KeyChain,
   MIN_ORDERED_CHARS,
   PrefixOrder,
   prefixKey,
@@ -142,7 +143,7 @@ describe('the key: chained hashes at doubling boundaries', () => {
     expect(seen.size).toBe(300_000)
   })
 
-  test('short parts (role names) make one link, and still tell prompts apart', () => {
+  test('role names are links, and tell prompts apart', () => {
     const key = (...p: string[]) => {
       const k = new Float64Array(KEY_LEVELS)
       prefixKey(p, k)
@@ -156,6 +157,26 @@ describe('the key: chained hashes at doubling boundaries', () => {
     expect(key(text, 'user')).not.toEqual(key(text, 'system'))
     // A role's name as text of its own is another prompt than the role.
     expect(key('user', text)).not.toEqual(key('usera', text.slice(1)))
+  })
+
+  test('the chain over the leading parts the prompt before shares is taken from it: the same keys', () => {
+    const instructions = long('instructions', 2_000)
+    const prompts: string[][] = [
+      ['system', instructions, 'user', long('record 1', 300)],
+      ['system', instructions, 'user', long('record 2', 300)],
+      ['system', instructions, 'user', long('record 2', 300)],
+      ['system', instructions],
+      ['system', long('other instructions', 900), 'user', 'hi'],
+      [long('alone', 5_000)],
+      ['system', instructions, 'user', long('record 1', 300), 'assistant', long('answer', 700)],
+    ]
+    const chain = new KeyChain()
+    for (const p of prompts) {
+      const plain = new Float64Array(KEY_LEVELS)
+      const chained = new Float64Array(KEY_LEVELS)
+      expect(prefixKey(p, chained, chain)).toBe(prefixKey(p, plain))
+      expect([...chained]).toEqual([...plain])
+    }
   })
 
   test('a key has a fixed size: every level past the prompt holds the whole prompt', () => {
