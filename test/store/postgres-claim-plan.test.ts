@@ -80,8 +80,12 @@ describeWith(postgres, 'postgres claim plans', () => {
           // From the chosen head on: the entries before it were walked by the heads read already.
           expect(claim).toMatch(/Index Cond: .*\(seq >= /)
           expect(claim).not.toContain('batches_status_user')
-          // Nothing sorted but the worker's own open slots (at most max_concurrent_jobs rows).
+          // Nothing sorted but the worker's own open slots (at most max_concurrent_jobs rows), and its
+          // open assignments never walked: the slot probes and the index of those without one.
           expect(claim).not.toMatch(/Sort Key: (?!batch_assignments\.slot$)/m)
+          expect(claim).toContain('batch_assignments_slotless')
+          expect(claim).toContain('batch_assignments_slot ')
+          expect(claim).not.toContain('batch_assignments_worker')
         }
       })
     })
