@@ -12,7 +12,16 @@ import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import { type Claimed, type ClaimRequest, type QueueStore, type SweepOutcome, takesNeeds } from '../queue'
+import {
+  type Claimed,
+  type ClaimRequest,
+  type HeadKey,
+  type HeadsAsk,
+  type QueueStore,
+  type SweepOutcome,
+  takesNeeds,
+  type WaitingHead,
+} from '../queue'
 import { goesOfflineWhere, holdingColumns, orphanedBatch } from '../statements'
 import type { PgDb, PgTx } from './db'
 import { postgresJoins } from './joins'
@@ -69,30 +78,23 @@ export async function requeueLocked(
 // a poll is the hot path of every instance, and building its queries through drizzle cost more
 // CPU than PostgreSQL spent running them (profiled under bench/poll.ts).
 
-/** One (model, needs) pair a worker may claim batches of (docs/api.md §7 Poll rule 7). */
-export interface HeadKey {
-  model: string
-  needs: string
-}
-
 /**
  * The oldest validated batch of each owner of each candidate (model, needs) pair (docs/api.md §14,
- * §7 Poll rule 7): each step of the recursion is the head of the next owner after the last one,
- * one probe of batches_status_model (a skip scan over the owners), so the cost follows the owners
- * waiting, never the depth of the queue — batches whose needs the worker cannot meet are never
- * stepped over. The ORDER BY names every column of that index and `status = ANY('{…}')` is no
- * planner constant: only that index gives the order without a sort (batches_status_user would
- * walk every waiting batch of every model; the primary key, every batch). Run on `db.$claims`, it
- * is planned once per connection (generic plan). `wholeOnly`: a worker that takes whole batches
- * only never sees a split one (docs/api.md §16); a bound flag, so both forms are one statement and
- * one plan.
+ * §7 Poll rule 7), as the recursive CTE `heads` (a fragment for a WITH RECURSIVE): each step of the
+ * recursion is the head of the next owner after the last one, one probe of batches_status_model (a
+ * skip scan over the owners), so the cost follows the owners waiting, never the depth of the queue —
+ * batches whose needs the worker cannot meet are never stepped over. The ORDER BY names every
+ * column of that index and `status = ANY('{…}')` is no planner constant: only that index gives the
+ * order without a sort (batches_status_user would walk every waiting batch of every model; the
+ * primary key, every batch). Run on `db.$claims`, it is planned once per connection (generic plan).
+ * `wholeOnly`: a worker that takes whole batches only never sees a split one (docs/api.md §16); a
+ * bound flag, so both forms are one statement and one plan.
  */
-export function claimHeads(q: SQL, keys: readonly HeadKey[], wholeOnly = false) {
+export function headsCte(q: SQL, { keys, wholeOnly }: HeadsAsk) {
   const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
   const models = keys.map((k) => k.model)
   const needs = keys.map((k) => k.needs)
-  return q`
-    WITH RECURSIVE heads AS (
+  return q`heads AS (
       SELECT h.model, h.needs, h.user_id, h.id, h.seq
       FROM unnest(${models}::text[], ${needs}::text[]) AS m(model, needs)
       CROSS JOIN LATERAL (
@@ -109,11 +111,13 @@ export function claimHeads(q: SQL, keys: readonly HeadKey[], wholeOnly = false) 
           AND user_id > p.user_id AND NOT (split AND ${wholeOnly}::boolean)
         ORDER BY status, model, needs, user_id, seq LIMIT 1
       ) n
-    )
-    SELECT model, needs, user_id, id, seq::float8 AS seq FROM heads` as Promise<
-    { model: string; needs: string; user_id: string; id: string; seq: number }[]
-  >
+    )`
 }
+
+/** The waiting heads of `keys` (headsCte), read on their own. */
+export const claimHeads = (q: SQL, keys: readonly HeadKey[], wholeOnly = false) =>
+  q`WITH RECURSIVE ${headsCte(q, { keys, wholeOnly })}
+    SELECT model, needs, user_id, id, seq::float8 AS seq FROM heads` as Promise<WaitingHead[]>
 
 /**
  * docs/api.md §7 placement: each model's longest-waiting batch, one probe of batches_waiting per model
@@ -277,13 +281,16 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       // The heads are read before the claim: they only name whom to claim from, and the claim
       // re-checks everything, the worker's limit too (claimOne, claimFromHead). docs/api.md §16:
       // split batches in progress with shards left join the choice, those whose needs the worker
-      // meets (docs/api.md §7 Poll rule 7). The reads go out at once: one round trip.
+      // meets (docs/api.md §7 Poll rule 7). The reads go out at once: one round trip, none when the
+      // heads came with the worker's row and no other read is needed.
+      const takes = (r: WaitingHead) =>
+        byModel.has(r.model) && takesNeeds(byModel.get(r.model)!).includes(r.needs)
       const [found, split, waits] = await Promise.all([
-        claimHeads(db.$claims, keys, !req.shards),
+        req.heads ? req.heads.filter(takes) : claimHeads(db.$claims, keys, !req.shards),
         req.shards ? openSplitHeads(db.$claims, models) : [],
         aged.length ? oldestWaiting(db.$claims, aged) : [],
       ])
-      for (const r of split) if (takesNeeds(byModel.get(r.model)!).includes(r.needs)) found.push(r)
+      for (const r of split) if (takes(r)) found.push(r)
       const heads = found.map((r) => {
         const c = byModel.get(r.model)!
         return {
