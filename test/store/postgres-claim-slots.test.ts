@@ -86,7 +86,7 @@ describeWith(postgres, 'postgres claim slots', () => {
         { model: 'm-a', needs: '', user_id: 'user_a', seq: 0 },
         { id: 'asg_first', workerId: 'wrk_1', orgId: 'org_a', now: 100, maxConcurrent: 1 },
       )
-      expect(first.id).toBe('batch_1')
+      expect(first.batch?.id).toBe('batch_1')
       // This poll's snapshot sees slot 0 free too: it waits for the other, then finds it taken.
       const { result, finishedFirst } = await alongside(tx, 'COMMIT', () => claim(1))
       expect(finishedFirst).toBe(false)
@@ -218,7 +218,7 @@ describeWith(postgres, 'postgres claim slots', () => {
       { model: 'm-a', needs: '', user_id: 'user_a', seq: 0 },
       { id: 'asg_plain', workerId: 'wrk_1', orgId: 'org_a', now: 100, maxConcurrent: 2 },
     )
-    expect(got.id).toBe('batch_2')
+    expect(got.batch?.id).toBe('batch_2')
     const withJson = await queue().claim({
       workerId: 'wrk_1',
       orgId: 'org_a',

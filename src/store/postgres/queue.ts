@@ -41,7 +41,7 @@ import {
   shardsOf,
   shardWithBatch,
 } from './shards'
-import { batchRow, transition } from './transition'
+import { transition } from './transition'
 
 // The work queue on PostgreSQL, where any number of instances share one database. Claims lock the
 // head of each candidate model with FOR UPDATE SKIP LOCKED, so concurrent polls skip each other's
@@ -144,7 +144,9 @@ const runningOf = (q: SQL, owners: string[]) =>
  * The claim itself (the state table's `claimed` edge, ARCHITECTURE.md rule 7, and the assignment) in one
  * autocommit statement: the oldest validated batch of the chosen model and owner from the chosen
  * head on that no other poll holds (FOR UPDATE SKIP LOCKED), in a free slot of the worker; one row
- * saying whether the worker had no free slot (`full`), with the batch claimed, if any.
+ * saying whether the worker had no free slot (`full`), with the batch claimed, if any, as one JSON
+ * value (to_jsonb gives bigint columns as numbers: the row needs no conversion, as in
+ * fleet.ts findWorkerWithHosting).
  *
  * docs/api.md §7 max_concurrent_jobs, exactly, without a lock that makes a worker's polls take turns:
  * each open assignment holds one of the worker's slots (batch_assignments_slot, unique among open
@@ -217,8 +219,8 @@ export function claimOne(
       INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at, slot)
       SELECT ${a.id}, id, ${a.workerId}, ${a.orgId}, ${a.now}, (SELECT slot FROM open) FROM claimed
     )
-    SELECT open.slot IS NULL AS full, claimed.* FROM open LEFT JOIN claimed ON TRUE` as Promise<
-    [{ full: boolean; id: string | null } & Record<string, unknown>]
+    SELECT open.slot IS NULL AS full, to_jsonb(claimed) AS batch FROM open LEFT JOIN claimed ON TRUE` as Promise<
+    [{ full: boolean; batch: BatchRow | null }]
   >
 }
 
@@ -235,8 +237,8 @@ async function claimInSlot(
 ) {
   for (;;) {
     try {
-      const [{ full, ...batch }] = await claimOne(db.$claims, pick, a)
-      return { full, batch: batch.id === null ? null : batchRow(batch) }
+      const [{ full, batch }] = await claimOne(db.$claims, pick, a)
+      return { full, batch }
     } catch (e) {
       // Each retry follows a claim that committed for this worker: they end at its limit.
       if (!slotTaken(e)) throw e
