@@ -15,6 +15,7 @@ import type { CapabilityReport } from '../domain/capabilities'
 import type { HostedModel } from '../domain/inventory'
 import type { RequeueOutcome } from '../domain/requeue'
 import type { PageParams } from '../lib/pagination'
+import type { HeadsAsk, WaitingHead } from './queue'
 
 // The fleet's verbs (docs/api.md §12): workers and their reports, what the matching predicate reads,
 // pull_models asks, and the aggregates shown by pool capacity and /metrics. What to do is decided
@@ -302,12 +303,15 @@ export interface FleetStore {
   /**
    * POST /workers/poll (docs/api.md §7): the worker's row and what it hosts, read together (one
    * statement on PostgreSQL: the poll is every instance's hot path); the hosting is not read (null)
-   * when the row's hosting_seq is `knownSeq`: the caller keeps what it derived from it.
+   * when the row's hosting_seq is `knownSeq`: the caller keeps what it derived from it. With
+   * `heads`, PostgreSQL reads the waiting heads of those pairs in the same statement (the claim
+   * would read them next, a round trip later); SQLite leaves them to the claim (undefined).
    */
   findWorkerWithHosting(
     id: string,
     knownSeq?: number,
-  ): Promise<{ worker: WorkerRow; hosting: WorkerHosting | null } | undefined>
+    heads?: HeadsAsk,
+  ): Promise<{ worker: WorkerRow; hosting: WorkerHosting | null; heads?: WaitingHead[] } | undefined>
 
   /**
    * docs/api.md §6 `waiting`: every worker hosting a model named any of `names` (worker_models_name_idx),

@@ -35,6 +35,30 @@ export interface ClaimCandidate<M> {
 /** The stored needs a candidate may take (ClaimCandidate.needs). */
 export const takesNeeds = (c: Pick<ClaimCandidate<unknown>, 'needs'>): readonly string[] => c.needs ?? ['']
 
+/** One (model, needs) pair a worker may claim batches of (docs/api.md §7 Poll rule 7). */
+export interface HeadKey {
+  model: string
+  needs: string
+}
+
+/**
+ * The pairs whose waiting heads a poll reads with its worker's row (FleetStore.findWorkerWithHosting),
+ * and whether split batches are left out (a worker that takes whole batches only, docs/api.md §16).
+ */
+export interface HeadsAsk {
+  keys: readonly HeadKey[]
+  wholeOnly: boolean
+}
+
+/** The oldest validated batch of one owner of one (model, needs) pair (docs/api.md §14). */
+export interface WaitingHead {
+  model: string
+  needs: string
+  user_id: string
+  id: string
+  seq: number
+}
+
 export interface ClaimRequest<M> {
   workerId: string
   orgId: string
@@ -57,6 +81,12 @@ export interface ClaimRequest<M> {
    * (domain/placement.ts placeHeads). Absent: PLACEMENT=loaded_first, loaded models first.
    */
   placement?: Placement
+  /**
+   * The waiting heads of every candidate's pairs (and maybe of more: the engine keeps the
+   * candidates'), read with the worker's row, split batches left out unless `shards` is set.
+   * Absent: the engine reads them.
+   */
+  heads?: readonly WaitingHead[]
 }
 
 /** docs/api.md §7 placement: the work waiting for one batches.model slug. */

@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, expect, test } from 'bun:test'
 import type { SQL } from 'bun'
 import { closePostgres, migratePostgres, openPostgres, type PgDb } from '../../src/store/postgres/db'
-import { claimHeads, claimOne, oldestWaiting } from '../../src/store/postgres/queue'
+import { postgresFleet } from '../../src/store/postgres/fleet'
+import { claimHeads, claimOne, headsCte, oldestWaiting } from '../../src/store/postgres/queue'
 import { freshPostgresUrl } from '../helpers/postgres'
 import { describeWith, postgres } from '../helpers/requires'
 
@@ -44,10 +45,11 @@ describeWith(postgres, 'postgres claim plans', () => {
   /** Candidate models whose batches need nothing. */
   const keys = (...models: string[]) => models.map((model) => ({ model, needs: '' }))
 
-  /** The same tagged query, EXPLAINed. */
+  /** The same tagged query, EXPLAINed (a statement; a fragment of one, such as headsCte, as it is). */
   const explaining =
     (q: SQL) =>
     (strings: TemplateStringsArray, ...values: unknown[]) => {
+      if (!/^\s*(WITH|SELECT)\b/.test(strings[0]!)) return q(strings, ...values)
       const text = [`EXPLAIN ${strings[0]}`, ...strings.slice(1)]
       Object.defineProperty(text, 'raw', { value: text })
       return q(text as unknown as TemplateStringsArray, ...values)
@@ -80,8 +82,12 @@ describeWith(postgres, 'postgres claim plans', () => {
           // From the chosen head on: the entries before it were walked by the heads read already.
           expect(claim).toMatch(/Index Cond: .*\(seq >= /)
           expect(claim).not.toContain('batches_status_user')
-          // Nothing sorted but the worker's own open slots (at most max_concurrent_jobs rows).
+          // Nothing sorted but the worker's own open slots (at most max_concurrent_jobs rows), and its
+          // open assignments never walked: the slot probes and the index of those without one.
           expect(claim).not.toMatch(/Sort Key: (?!batch_assignments\.slot$)/m)
+          expect(claim).toContain('batch_assignments_slotless')
+          expect(claim).toContain('batch_assignments_slot ')
+          expect(claim).not.toContain('batch_assignments_worker')
         }
       })
     })
@@ -125,6 +131,40 @@ describeWith(postgres, 'postgres claim plans', () => {
     ])
   })
 
+  test('postgres claim: the heads read with the worker row (one statement) are the heads read alone, by the same probes', async () => {
+    await db.$client.unsafe(`
+    INSERT INTO organizations (id, name, personal, created_at) VALUES ('org_a', 'A', TRUE, 1);
+    INSERT INTO workers (id, org_id, name, status, activity, loaded_models, registered_at, last_seen_at)
+      VALUES ('wrk_p', 'org_a', 'p', 'online', 'idle', '[]', 1, 100);`)
+    const ask = {
+      keys: [...keys('m-late', 'm-other'), { model: 'm-late', needs: 'json_mode' }],
+      wholeOnly: true,
+    }
+    const fleet = postgresFleet(db, { MAX_BATCH_ATTEMPTS: 3 })
+    const found = await fleet.findWorkerWithHosting('wrk_p', undefined, ask)
+    expect(found?.worker.id).toBe('wrk_p')
+    expect(found?.hosting?.engines).toEqual([])
+    const order = (r: { model: string; needs: string; user_id: string }) =>
+      `${r.model} ${r.needs} ${r.user_id}`
+    const sorted = <T extends { model: string; needs: string; user_id: string }>(rows: T[]) =>
+      rows.map((r) => ({ ...r })).sort((x, y) => order(x).localeCompare(order(y)))
+    expect(sorted(found!.heads!)).toEqual(sorted(await claimHeads(db.$client, ask.keys, true)))
+    // No worker, no heads; without the ask, none read.
+    expect(await fleet.findWorkerWithHosting('wrk_none', undefined, ask)).toBeUndefined()
+    expect((await fleet.findWorkerWithHosting('wrk_p'))?.heads).toBeUndefined()
+    await db.$client.begin(async (q) => {
+      await q.unsafe('SET LOCAL plan_cache_mode = force_generic_plan')
+      const probe = await plan(
+        q,
+        (e) =>
+          e`WITH RECURSIVE ${headsCte(e, ask)} SELECT (SELECT count(*) FROM heads) FROM workers w WHERE w.id = 'wrk_p'`,
+      )
+      expect(probe).toContain('batches_status_model')
+      expect(probe).not.toContain('batches_pkey')
+      expect(probe).not.toContain('Sort')
+    })
+  })
+
   test('postgres claim: the poll runs its generic plans, planned once per connection', async () => {
     // Left to choose, PostgreSQL planned the heads anew for the models at hand at every poll (planning
     // cost more than running them): db.$claims always runs a prepared statement's generic plan.
@@ -132,7 +172,8 @@ describeWith(postgres, 'postgres claim plans', () => {
     try {
       for (let i = 0; i < 8; i++) await claimHeads(conn, keys('m-late'))
       const [stmt] = await conn`SELECT generic_plans::int AS generic, custom_plans::int AS custom
-      FROM pg_prepared_statements WHERE statement LIKE '%WITH RECURSIVE heads%'`
+      FROM pg_prepared_statements WHERE statement LIKE '%WITH RECURSIVE heads%'
+        AND statement NOT LIKE '%FROM workers%'`
       expect(stmt).toEqual({ generic: 8, custom: 0 })
     } finally {
       conn.release()

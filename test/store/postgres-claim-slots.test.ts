@@ -86,7 +86,7 @@ describeWith(postgres, 'postgres claim slots', () => {
         { model: 'm-a', needs: '', user_id: 'user_a', seq: 0 },
         { id: 'asg_first', workerId: 'wrk_1', orgId: 'org_a', now: 100, maxConcurrent: 1 },
       )
-      expect(first.id).toBe('batch_1')
+      expect(first.batch?.id).toBe('batch_1')
       // This poll's snapshot sees slot 0 free too: it waits for the other, then finds it taken.
       const { result, finishedFirst } = await alongside(tx, 'COMMIT', () => claim(1))
       expect(finishedFirst).toBe(false)
@@ -153,6 +153,63 @@ describeWith(postgres, 'postgres claim slots', () => {
     expect(await openAssignments()).toBe(2)
   })
 
+  /** Open assignments of wrk_1 in `slots` (batches batch_11, batch_12, … in progress). */
+  async function holding(slots: number[]) {
+    await db.$client.unsafe(`
+    INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status,
+        request_counts_total, created_at, updated_at)
+      SELECT 'batch_' || (10 + g), 'user_a', 'file-x', '/v1/chat/completions', '24h', 'm-a', 'in_progress',
+        1, 1, 1
+      FROM generate_series(1, ${slots.length}) g;
+    INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at, slot)
+      SELECT 'asg_' || s.i, 'batch_' || (10 + s.i), 'wrk_1', 'org_a', 1, s.slot
+      FROM unnest('{${slots.join(',')}}'::int[]) WITH ORDINALITY AS s(slot, i);`)
+  }
+
+  const openSlots = async () =>
+    (
+      await db.$client`SELECT slot FROM batch_assignments
+      WHERE worker_id = 'wrk_1' AND completed_at IS NULL ORDER BY slot`
+    ).map((r: { slot: number }) => r.slot)
+
+  test('postgres claim: the slot above the highest taken while it is below the limit, then the free ones below it', async () => {
+    // Slots 1 and 3 were given back (their jobs finished); the worker holds 0 and 2 of 5.
+    await holding([0, 2])
+    expect((await claim(5))?.batch.id).toBe('batch_1')
+    expect(await openSlots()).toEqual([0, 2, 3])
+    expect((await claim(5))?.batch.id).toBe('batch_2')
+    expect(await openSlots()).toEqual([0, 2, 3, 4])
+    // The highest is at the limit: the free slot below it.
+    expect((await claim(5))?.batch.id).toBe('batch_3')
+    expect(await openSlots()).toEqual([0, 1, 2, 3, 4])
+    expect(await claim(5)).toBeNull()
+  })
+
+  test('postgres claim: twelve polls of one worker at once, with slots given back below its highest: exactly up to the limit', async () => {
+    await db.$client.unsafe(`
+    INSERT INTO batches (id, user_id, input_file_id, endpoint, completion_window, model, status,
+        request_counts_total, created_at, updated_at)
+      SELECT 'batch_' || (100 + g), 'user_a', 'file-x', '/v1/chat/completions', '24h', 'm-a', 'validated',
+        1, 1, 1
+      FROM generate_series(1, 12) g;`)
+    await holding([1, 3])
+    const got = await Promise.all(Array.from({ length: 12 }, () => claim(4)))
+    expect(got.filter((c) => c !== null)).toHaveLength(2)
+    expect(await openSlots()).toEqual([0, 1, 2, 3])
+  })
+
+  test('postgres claim: an assignment without a slot lowers the bound of the slots', async () => {
+    // Slot 0 held and one assignment without a slot, of 3: one more, in slot 1, and no slot 2.
+    await holding([0])
+    await db.$client.unsafe(`
+    UPDATE batches SET status = 'in_progress' WHERE id = 'batch_4';
+    INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at)
+      VALUES ('asg_old', 'batch_4', 'wrk_1', 'org_a', 1);`)
+    expect((await claim(3))?.batch.id).toBe('batch_1')
+    expect(await claim(3)).toBeNull()
+    expect(await openSlots()).toEqual([0, 1, null])
+  })
+
   test('postgres claim: the claim takes only a batch with its head’s needs (docs/api.md §7 Poll rule 7)', async () => {
     // The owner's oldest batch needs json_mode; the head a worker without it read is batch_2.
     await db.$client`UPDATE batches SET needs = 'json_mode' WHERE id = 'batch_1'`
@@ -161,7 +218,7 @@ describeWith(postgres, 'postgres claim slots', () => {
       { model: 'm-a', needs: '', user_id: 'user_a', seq: 0 },
       { id: 'asg_plain', workerId: 'wrk_1', orgId: 'org_a', now: 100, maxConcurrent: 2 },
     )
-    expect(got.id).toBe('batch_2')
+    expect(got.batch?.id).toBe('batch_2')
     const withJson = await queue().claim({
       workerId: 'wrk_1',
       orgId: 'org_a',

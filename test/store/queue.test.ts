@@ -68,6 +68,19 @@ for (const [kind, open] of storeEngines) {
       expect(Number(a.n)).toBe(1)
     })
 
+    test('claim: the batch claimed is the row as stored, each column of its type', async () => {
+      h = await open()
+      await seed(h, 100)
+      const id = await batch(h, 'm-a')
+      await h.exec(`UPDATE batches SET metadata = '{"project": "alpha"}', usage = NULL WHERE id = '${id}'`)
+      const got = await claim(h, 'wrk_1', [{ model: 'm-a' }])
+      const stored = await h.store.batches.get(id, null)
+      expect(got?.batch).toEqual(stored!)
+      expect(got?.batch.metadata).toEqual({ project: 'alpha' })
+      expect(typeof got?.batch.seq).toBe('number')
+      expect(got?.batch.split).toBe(false)
+    })
+
     test('claim: a loaded model first (docs/api.md §7 Poll rule 5), nothing for other models, the worker limit', async () => {
       h = await open()
       await seed(h, 100)

@@ -2,6 +2,7 @@ import { afterAll, describe, expect, test } from 'bun:test'
 import { MATCH_CACHE_WORKERS, MatchCache } from '../../src/modules/workers/match-cache'
 import { loadCatalogue } from '../../src/modules/workers/matching'
 import { makeTestApp } from '../helpers/app'
+import { testEngine } from '../helpers/postgres'
 import {
   heartbeat,
   inventoryItem,
@@ -23,8 +24,8 @@ afterAll(() => t.close())
 function hostingReads() {
   const reads: boolean[] = []
   const find = t.deps.store.fleet.findWorkerWithHosting.bind(t.deps.store.fleet)
-  t.deps.store.fleet.findWorkerWithHosting = async (id, knownSeq) => {
-    const found = await find(id, knownSeq)
+  t.deps.store.fleet.findWorkerWithHosting = async (id, knownSeq, heads) => {
+    const found = await find(id, knownSeq, heads)
     reads.push(found?.hosting != null)
     return found
   }
@@ -96,6 +97,48 @@ describe('docs/api.md §7 a poll keeps what it derived from its worker', () => {
     expect(await poll(t, f.key, wid)).toBeNull()
     expect((await heartbeat(t, f.key, wid, { inventory: [inventoryItem('fourth:1')] })).status).toBe(200)
     expect((await poll(t, f.key, wid))?.job_id).toBe(big.id)
+  })
+})
+
+describe('docs/api.md §7 the waiting heads of what a poll derived last come with its worker row', () => {
+  test('asked with the row once something is kept, used only when the poll derived the same (read with the row on PostgreSQL)', async () => {
+    const f = await makeFleet(t)
+    const first = await makeCatalogEntry(t.deps, { runtime_model_id: 'ahead:1' })
+    const second = await makeCatalogEntry(t.deps, { runtime_model_id: 'ahead:2' })
+    const wid = await registerWorker(t, f.key, { models: ['ahead:1'], max_concurrent_jobs: 4 })
+    expect((await heartbeat(t, f.key, wid)).status).toBe(200)
+    const asked: boolean[] = []
+    const given: boolean[] = []
+    const find = t.deps.store.fleet.findWorkerWithHosting.bind(t.deps.store.fleet)
+    t.deps.store.fleet.findWorkerWithHosting = async (id, knownSeq, heads) => {
+      if (id === wid) asked.push(heads !== undefined)
+      return find(id, knownSeq, heads)
+    }
+    const claim = t.deps.store.queue.claim.bind(t.deps.store.queue)
+    t.deps.store.queue.claim = async (req) => {
+      if (req.workerId === wid) given.push(req.heads !== undefined)
+      return claim(req)
+    }
+    const batchOf = (model: string) => makeValidatedBatch(t.deps, { userId: f.user.id, model })
+    try {
+      const a = await batchOf(first.id)
+      const b = await batchOf(first.id)
+      // Nothing kept yet: the row alone, and the claim reads the heads.
+      expect((await poll(t, f.key, wid))?.job_id).toBe(a.id)
+      expect((await poll(t, f.key, wid))?.job_id).toBe(b.id)
+      expect(asked).toEqual([false, true])
+      expect(given).toEqual([false, testEngine === 'postgres'])
+      // A new inventory: the heads read with the row are of the models it had; the claim reads the
+      // new ones itself, and takes their batch.
+      const c = await batchOf(second.id)
+      expect((await heartbeat(t, f.key, wid, { inventory: [inventoryItem('ahead:2')] })).status).toBe(200)
+      expect((await poll(t, f.key, wid))?.job_id).toBe(c.id)
+      expect(asked).toEqual([false, true, true])
+      expect(given).toEqual([false, testEngine === 'postgres', false])
+    } finally {
+      t.deps.store.fleet.findWorkerWithHosting = find
+      t.deps.store.queue.claim = claim
+    }
   })
 })
 

@@ -24,6 +24,7 @@ import m20 from '../../../drizzle/postgres/0020_audit_events.sql' with { type: '
 import m21 from '../../../drizzle/postgres/0021_gpu_placement.sql' with { type: 'text' }
 import m22 from '../../../drizzle/postgres/0022_sso_browser_binding.sql' with { type: 'text' }
 import m23 from '../../../drizzle/postgres/0023_load_failures.sql' with { type: 'text' }
+import m24 from '../../../drizzle/postgres/0024_assignment_slotless.sql' with { type: 'text' }
 import journal from '../../../drizzle/postgres/meta/_journal.json'
 
 export const embeddedMigrations = {
@@ -53,5 +54,6 @@ export const embeddedMigrations = {
     '0021_gpu_placement': m21,
     '0022_sso_browser_binding': m22,
     '0023_load_failures': m23,
+    '0024_assignment_slotless': m24,
   } as Record<string, string>,
 }

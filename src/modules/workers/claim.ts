@@ -61,8 +61,16 @@ export async function claimBatch(
   workerId: string,
   hints: PollHints = NO_HINTS,
 ): Promise<{ job: Job | null; worker: WorkerRow }> {
-  // The worker's row, and what it can serve as this server keeps it while the row says it holds.
-  const { worker, catalogue, matches, servable } = await workerMatches(deps, principal, workerId)
+  // docs/api.md §16: only a worker that declared shards is handed them (split batches among them).
+  const takesShards = (shards: boolean) => shards && deps.config.SHARD_MAX_REQUESTS > 0
+  // The worker's row, and what it can serve as this server keeps it while the row says it holds;
+  // the waiting heads of that, read with the row when they can be.
+  const { worker, catalogue, matches, servable, heads } = await workerMatches(
+    deps,
+    principal,
+    workerId,
+    (shards) => !takesShards(shards),
+  )
   // A worker the sweeper would call silent gets no new work until it heartbeats again.
   if (!isOnline(deps, worker)) return { job: null, worker }
   if (matches.length === 0) return { job: null, worker }
@@ -106,16 +114,15 @@ export async function claimBatch(
     maxConcurrent: worker.max_concurrent_jobs,
     candidates,
     now: deps.clock.now(),
-    // docs/api.md §16: only a worker that declared shards is handed them.
-    shards:
-      worker.shards && deps.config.SHARD_MAX_REQUESTS > 0
-        ? {
-            bounds: { min: deps.config.SHARD_MIN_REQUESTS, max: deps.config.SHARD_MAX_REQUESTS },
-            cutoff: onlineCutoff(deps),
-            backups: deps.config.SHARD_BACKUPS,
-          }
-        : undefined,
+    shards: takesShards(worker.shards)
+      ? {
+          bounds: { min: deps.config.SHARD_MIN_REQUESTS, max: deps.config.SHARD_MAX_REQUESTS },
+          cutoff: onlineCutoff(deps),
+          backups: deps.config.SHARD_BACKUPS,
+        }
+      : undefined,
     placement,
+    heads,
   })
   if (!claimed) return { job: null, worker }
   deps.metrics.claims.inc()

@@ -4,6 +4,7 @@ import { takeableNeeds } from '../../domain/capabilities'
 import { type Catalogue, fitOf, type Match, matchesFor, workerView } from '../../domain/matching'
 import type { WorkerPrincipal } from '../../domain/principal'
 import type { WorkerHosting } from '../../store/fleet'
+import type { HeadKey } from '../../store/queue'
 import { loadCatalogue } from './matching'
 import { ownWorkerWithHosting } from './ownership'
 
@@ -32,12 +33,16 @@ export interface Servable {
 export interface WorkerMatches {
   matches: Match[]
   servable: Servable[]
+  /** Every (model, needs) pair of `servable`: whose waiting heads its claim reads. */
+  keys: HeadKey[]
   /** By slug: what the worker can do with it (the held polls' ServableModels, waiters.ts). */
   capabilities: ReadonlyMap<string, readonly string[]>
 }
 
 interface Kept {
   seq: number
+  /** The row's capabilities.shards when last read (docs/api.md §16: whether it takes split batches). */
+  shards: boolean
   hosting: WorkerHosting
   fit: string
   catalogue: Catalogue
@@ -57,7 +62,12 @@ function derive(worker: WorkerRow, hosting: WorkerHosting, catalogue: Catalogue)
     const slugs = catalogue.slugsOf(match.entry)
     return slugs.map((model) => ({ model, match, names, needs, key: match.entry.id, slugs }))
   })
-  return { matches, servable, capabilities: new Map(servable.map((s) => [s.model, s.match.capabilities])) }
+  return {
+    matches,
+    servable,
+    keys: servable.flatMap((s) => s.needs.map((needs) => ({ model: s.model, needs }))),
+    capabilities: new Map(servable.map((s) => [s.model, s.match.capabilities])),
+  }
 }
 
 /**
@@ -85,6 +95,14 @@ export class MatchCache {
   }
 
   /**
+   * What is kept for `workerId` as it was last derived, and the row's shards flag then: most polls
+   * derive the same, so a poll reads their heads with the row, at a guess (workerMatches).
+   */
+  last(workerId: string): { derived: WorkerMatches; shards: boolean } | undefined {
+    return this.kept.get(workerId)
+  }
+
+  /**
    * The worker's matches from its row (just read) and `hosting` (null: not read, the row's
    * hosting_seq being the one kept). Null when the hosting is needed and not kept (another poll of
    * the worker replaced it meanwhile): the caller reads it.
@@ -94,13 +112,21 @@ export class MatchCache {
     const kept = this.kept.get(worker.id)
     const same = kept?.seq === worker.hosting_seq ? kept : undefined
     if (same && same.fit === fit && same.catalogue === catalogue) {
+      same.shards = worker.shards
       this.keep(worker.id, same)
       return same.derived
     }
     const current = hosting ?? same?.hosting
     if (!current) return null
     const derived = derive(worker, current, catalogue)
-    this.keep(worker.id, { seq: worker.hosting_seq, hosting: current, fit, catalogue, derived })
+    this.keep(worker.id, {
+      seq: worker.hosting_seq,
+      shards: worker.shards,
+      hosting: current,
+      fit,
+      catalogue,
+      derived,
+    })
     return derived
   }
 
@@ -119,15 +145,30 @@ export interface MatchState {
 
 /**
  * POST /workers/poll: the key's worker (404/403 otherwise, ownership.ts) and what it can serve now,
- * with the catalogue they were matched against; the hosting is read only when it changed.
+ * with the catalogue they were matched against; the hosting is read only when it changed. With
+ * `wholeOnly` (a claim follows: docs/api.md §16, whether the worker takes whole batches only, by
+ * the row as last read), the waiting heads of what was derived last are read with the row where
+ * the engine can (FleetStore.findWorkerWithHosting): `heads` when the poll derived the same and
+ * the row agrees, else undefined and the claim reads them.
  */
-export async function workerMatches(deps: Deps & MatchState, principal: WorkerPrincipal, workerId: string) {
-  const [{ worker, hosting }, catalogue] = await Promise.all([
-    ownWorkerWithHosting(deps, principal, workerId, deps.matchCache.seqOf(workerId)),
+export async function workerMatches(
+  deps: Deps & MatchState,
+  principal: WorkerPrincipal,
+  workerId: string,
+  wholeOnly?: (shards: boolean) => boolean,
+) {
+  const last = deps.matchCache.last(workerId)
+  const ask =
+    wholeOnly && last?.derived.keys.length
+      ? { keys: last.derived.keys, wholeOnly: wholeOnly(last.shards) }
+      : undefined
+  const [{ worker, hosting, heads }, catalogue] = await Promise.all([
+    ownWorkerWithHosting(deps, principal, workerId, deps.matchCache.seqOf(workerId), ask),
     loadCatalogue(deps),
   ])
   const derived =
     deps.matchCache.matches(worker, hosting, catalogue) ??
     deps.matchCache.matches(worker, await deps.store.fleet.workerHosting(worker.id), catalogue)!
-  return { worker, catalogue, ...derived }
+  const same = ask && derived === last?.derived && ask.wholeOnly === wholeOnly!(worker.shards)
+  return { worker, catalogue, ...derived, heads: same ? heads : undefined }
 }

@@ -2,6 +2,7 @@ import type { WorkerRow } from '../../db/schema'
 import type { Deps } from '../../deps'
 import type { WorkerPrincipal } from '../../domain/principal'
 import { forbidden, notFound } from '../../lib/errors'
+import type { HeadsAsk } from '../../store/queue'
 
 // Which worker a key may act for (docs/api.md §7), apart from the service so that the service,
 // the poll and the claim all use it without importing each other.
@@ -17,16 +18,18 @@ export async function ownWorker(
 
 /**
  * ownWorker with what the worker hosts (POST /workers/poll), read at once; not read (null) when its
- * hosting_seq is `knownSeq` (FleetStore.findWorkerWithHosting).
+ * hosting_seq is `knownSeq`; with the waiting heads of `heads` where the engine reads them in the
+ * same statement (FleetStore.findWorkerWithHosting).
  */
 export async function ownWorkerWithHosting(
   deps: Deps,
   principal: WorkerPrincipal,
   workerId: string,
   knownSeq?: number,
+  heads?: HeadsAsk,
 ) {
-  const found = await deps.store.fleet.findWorkerWithHosting(workerId, knownSeq)
-  return { worker: checkOwner(found?.worker, principal), hosting: found!.hosting }
+  const found = await deps.store.fleet.findWorkerWithHosting(workerId, knownSeq, heads)
+  return { worker: checkOwner(found?.worker, principal), hosting: found!.hosting, heads: found!.heads }
 }
 
 function checkOwner(w: WorkerRow | undefined, principal: WorkerPrincipal): WorkerRow {

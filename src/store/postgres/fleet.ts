@@ -25,12 +25,13 @@ import {
   type Registration,
   type WorkerHosting,
 } from '../fleet'
+import type { WaitingHead } from '../queue'
 import { hostedModelColumns, runningAssignment } from '../statements'
 import { appendAudit } from './audit'
 import { type PgDb, type PgTx, pipelined } from './db'
 import { isForeignKeyViolation } from './errors'
 import { pageRows } from './page'
-import { lockHolding, requeueLocked } from './queue'
+import { headsCte, lockHolding, requeueLocked } from './queue'
 import { recordShardProgress, requeueHeldShards } from './shards'
 
 // The fleet on PostgreSQL, where several instances share one database. A read-then-write that
@@ -526,12 +527,13 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       return { engines: runtimes.map((r) => r.engine), reported, models }
     },
 
-    async findWorkerWithHosting(id, knownSeq) {
+    async findWorkerWithHosting(id, knownSeq, heads) {
       // One statement, one JSON value: to_jsonb gives bigint and double columns as numbers and
       // jsonb as it is, so the row needs no conversion (Bun's client returns bigint as strings).
-      const [row] = (await db.$client`
-        SELECT json_build_object(
-          'worker', to_jsonb(w),
+      // With the heads, on the claims' connections (their generic plan, queue.ts headsCte); the
+      // CTE runs only for a worker that is there.
+      const q = heads ? db.$claims : db.$client
+      const found = q`'worker', to_jsonb(w),
           'hosting', CASE WHEN w.hosting_seq = ${knownSeq ?? -1}::int THEN NULL ELSE json_build_object(
             'engines', ARRAY(SELECT engine FROM worker_runtimes WHERE worker_id = w.id),
             'reported', coalesce((SELECT json_object_agg(engine, capabilities) FROM worker_runtimes
@@ -539,9 +541,14 @@ export function postgresFleet(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
             'models', coalesce((SELECT json_agg(json_build_object('name', m.name, 'runtime', m.runtime,
                 'digest', m.digest, 'loaded', m.loaded, 'advertised', m.advertised,
                 'configured', m.configured, 'on_disk', m.on_disk))
-              FROM worker_models m WHERE m.worker_id = w.id), '[]')) END) AS found
-        FROM workers w WHERE w.id = ${id}`) as {
-        found: { worker: WorkerRow; hosting: WorkerHosting | null }
+              FROM worker_models m WHERE m.worker_id = w.id), '[]')) END`
+      const [row] = (await (heads
+        ? q`WITH RECURSIVE ${headsCte(q, heads)}
+            SELECT json_build_object(${found}, 'heads', (SELECT coalesce(json_agg(json_build_object(
+              'model', model, 'needs', needs, 'user_id', user_id, 'id', id, 'seq', seq)), '[]') FROM heads)) AS found
+            FROM workers w WHERE w.id = ${id}`
+        : q`SELECT json_build_object(${found}) AS found FROM workers w WHERE w.id = ${id}`)) as {
+        found: { worker: WorkerRow; hosting: WorkerHosting | null; heads?: WaitingHead[] }
       }[]
       return row?.found
     },

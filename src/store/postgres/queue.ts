@@ -12,7 +12,16 @@ import { checkHolder, ownersToCount, pickClaim } from '../../domain/worker-rules
 import { forbidden } from '../../lib/errors'
 import { newId } from '../../lib/ids'
 import { log } from '../../lib/logger'
-import { type Claimed, type ClaimRequest, type QueueStore, type SweepOutcome, takesNeeds } from '../queue'
+import {
+  type Claimed,
+  type ClaimRequest,
+  type HeadKey,
+  type HeadsAsk,
+  type QueueStore,
+  type SweepOutcome,
+  takesNeeds,
+  type WaitingHead,
+} from '../queue'
 import { goesOfflineWhere, holdingColumns, orphanedBatch } from '../statements'
 import type { PgDb, PgTx } from './db'
 import { postgresJoins } from './joins'
@@ -32,7 +41,7 @@ import {
   shardsOf,
   shardWithBatch,
 } from './shards'
-import { batchRow, transition } from './transition'
+import { transition } from './transition'
 
 // The work queue on PostgreSQL, where any number of instances share one database. Claims lock the
 // head of each candidate model with FOR UPDATE SKIP LOCKED, so concurrent polls skip each other's
@@ -69,30 +78,23 @@ export async function requeueLocked(
 // a poll is the hot path of every instance, and building its queries through drizzle cost more
 // CPU than PostgreSQL spent running them (profiled under bench/poll.ts).
 
-/** One (model, needs) pair a worker may claim batches of (docs/api.md §7 Poll rule 7). */
-export interface HeadKey {
-  model: string
-  needs: string
-}
-
 /**
  * The oldest validated batch of each owner of each candidate (model, needs) pair (docs/api.md §14,
- * §7 Poll rule 7): each step of the recursion is the head of the next owner after the last one,
- * one probe of batches_status_model (a skip scan over the owners), so the cost follows the owners
- * waiting, never the depth of the queue — batches whose needs the worker cannot meet are never
- * stepped over. The ORDER BY names every column of that index and `status = ANY('{…}')` is no
- * planner constant: only that index gives the order without a sort (batches_status_user would
- * walk every waiting batch of every model; the primary key, every batch). Run on `db.$claims`, it
- * is planned once per connection (generic plan). `wholeOnly`: a worker that takes whole batches
- * only never sees a split one (docs/api.md §16); a bound flag, so both forms are one statement and
- * one plan.
+ * §7 Poll rule 7), as the recursive CTE `heads` (a fragment for a WITH RECURSIVE): each step of the
+ * recursion is the head of the next owner after the last one, one probe of batches_status_model (a
+ * skip scan over the owners), so the cost follows the owners waiting, never the depth of the queue —
+ * batches whose needs the worker cannot meet are never stepped over. The ORDER BY names every
+ * column of that index and `status = ANY('{…}')` is no planner constant: only that index gives the
+ * order without a sort (batches_status_user would walk every waiting batch of every model; the
+ * primary key, every batch). Run on `db.$claims`, it is planned once per connection (generic plan).
+ * `wholeOnly`: a worker that takes whole batches only never sees a split one (docs/api.md §16); a
+ * bound flag, so both forms are one statement and one plan.
  */
-export function claimHeads(q: SQL, keys: readonly HeadKey[], wholeOnly = false) {
+export function headsCte(q: SQL, { keys, wholeOnly }: HeadsAsk) {
   const waiting = `{${BATCH_TRANSITIONS.claimed.from}}`
   const models = keys.map((k) => k.model)
   const needs = keys.map((k) => k.needs)
-  return q`
-    WITH RECURSIVE heads AS (
+  return q`heads AS (
       SELECT h.model, h.needs, h.user_id, h.id, h.seq
       FROM unnest(${models}::text[], ${needs}::text[]) AS m(model, needs)
       CROSS JOIN LATERAL (
@@ -109,11 +111,13 @@ export function claimHeads(q: SQL, keys: readonly HeadKey[], wholeOnly = false) 
           AND user_id > p.user_id AND NOT (split AND ${wholeOnly}::boolean)
         ORDER BY status, model, needs, user_id, seq LIMIT 1
       ) n
-    )
-    SELECT model, needs, user_id, id, seq::float8 AS seq FROM heads` as Promise<
-    { model: string; needs: string; user_id: string; id: string; seq: number }[]
-  >
+    )`
 }
+
+/** The waiting heads of `keys` (headsCte), read on their own. */
+export const claimHeads = (q: SQL, keys: readonly HeadKey[], wholeOnly = false) =>
+  q`WITH RECURSIVE ${headsCte(q, { keys, wholeOnly })}
+    SELECT model, needs, user_id, id, seq::float8 AS seq FROM heads` as Promise<WaitingHead[]>
 
 /**
  * docs/api.md §7 placement: each model's longest-waiting batch, one probe of batches_waiting per model
@@ -139,22 +143,28 @@ const runningOf = (q: SQL, owners: string[]) =>
 /**
  * The claim itself (the state table's `claimed` edge, ARCHITECTURE.md rule 7, and the assignment) in one
  * autocommit statement: the oldest validated batch of the chosen model and owner from the chosen
- * head on that no other poll holds (FOR UPDATE SKIP LOCKED), while the worker holds fewer than
- * `maxConcurrent` open assignments; one row with the worker's open assignments (`active`) and the
- * batch claimed, if any.
+ * head on that no other poll holds (FOR UPDATE SKIP LOCKED), in a free slot of the worker; one row
+ * saying whether the worker had no free slot (`full`), with the batch claimed, if any, as one JSON
+ * value (to_jsonb gives bigint columns as numbers: the row needs no conversion, as in
+ * fleet.ts findWorkerWithHosting).
  *
  * docs/api.md §7 max_concurrent_jobs, exactly, without a lock that makes a worker's polls take turns:
- * each open assignment holds one of the worker's slots 0 … max_concurrent_jobs − 1
- * (batch_assignments_slot, unique among open assignments), and the claim takes the lowest slot its
- * snapshot sees free: a claim in slot s counted at least s assignments open (slots 0 … s − 1) and
- * stayed under the limit, and no two open assignments share a slot, so no more than the limit are
- * ever open. Two polls of one worker that chose the same slot cannot both commit: the second fails
- * (23505) as a whole, its batch untouched, and tries again with a fresh snapshot. Assignments older
- * than the slots, or copied from SQLite (whose claims take turns and leave the slot null), count
- * but hold no slot; as they only ever finish, the same holds. So do held shards and backup copies
- * (docs/api.md §16: they count toward the limit): a worker without capabilities.shards holds none
- * past its registration, and the claims of a shard-capable worker take turns (shards.ts
- * claimFromHead, claimBackup), never this one.
+ * each open assignment holds one of the worker's slots (batch_assignments_slot, unique among open
+ * assignments), and the claim takes a slot below max_concurrent_jobs less what holds none — open
+ * assignments older than the slots, or copied from SQLite (whose claims take turns and leave the
+ * slot null), and held shards and backup copies (docs/api.md §16: they count toward the limit). A
+ * worker without capabilities.shards holds no shard past its registration, and the claims of a
+ * shard-capable worker take turns (shards.ts claimFromHead, claimBackup), never this one; what
+ * holds no slot only ever finishes. So every open assignment's slot lies below the limit less what
+ * holds none now, no two share one, and no more than the limit are ever open. Two polls of one
+ * worker that chose the same slot cannot both commit: the second fails (23505) as a whole, its
+ * batch untouched, and tries again with a fresh snapshot.
+ *
+ * The slot is the one above the highest taken (one probe of batch_assignments_slot from its end),
+ * or, once that reaches the bound, the lowest free below it (a walk over the worker's slots, at most
+ * max_concurrent_jobs of them); what holds none is counted by probes of indexes that hold only
+ * such rows (batch_assignments_slotless, batch_shards'). So the check costs the same however many
+ * assignments the worker holds, as long as its highest slot is below the bound.
  * A split batch is never claimed whole.
  *
  * Registration locks the worker's row (FOR UPDATE) while it requeues what the old incarnation held;
@@ -176,14 +186,24 @@ export function claimOne(
   return q`
     WITH worker AS (
       SELECT id FROM workers WHERE id = ${a.workerId} FOR KEY SHARE
+    ), bound AS (
+      SELECT (${a.maxConcurrent}::int
+        - (SELECT count(*) FROM batch_assignments
+           WHERE worker_id = ${a.workerId} AND slot IS NULL AND completed_at IS NULL)
+        - (SELECT count(*) FROM batch_shards WHERE worker_id = ${a.workerId} AND status = 'running')
+        - (SELECT count(*) FROM batch_shards
+           WHERE backup_worker_id = ${a.workerId} AND status = 'running'))::int AS n,
+        coalesce((SELECT slot FROM batch_assignments
+                  WHERE worker_id = ${a.workerId} AND slot IS NOT NULL AND completed_at IS NULL
+                  ORDER BY slot DESC LIMIT 1), -1) + 1 AS above
     ), open AS (
-      SELECT (count(*) + (SELECT count(*) FROM batch_shards
-                          WHERE worker_id = ${a.workerId} AND status = 'running')
-                       + (SELECT count(*) FROM batch_shards
-                          WHERE backup_worker_id = ${a.workerId} AND status = 'running'))::int AS active,
-        coalesce(min(i) FILTER (WHERE slot <> i), count(slot))::int AS slot
-      FROM (SELECT slot, (row_number() OVER (ORDER BY slot) - 1)::int AS i FROM batch_assignments
-            WHERE worker_id = ${a.workerId} AND completed_at IS NULL) held
+      SELECT CASE WHEN above < n THEN above ELSE (
+          SELECT min(i) FROM (
+            SELECT slot, (row_number() OVER (ORDER BY slot) - 1)::int AS i FROM batch_assignments
+            WHERE worker_id = ${a.workerId} AND slot IS NOT NULL AND completed_at IS NULL) held
+          WHERE slot <> i AND i < n)
+        END AS slot
+      FROM bound
     ), claimed AS (
       UPDATE batches SET status = ${to}, in_progress_at = ${a.now}, updated_at = ${a.now}
       WHERE id = (
@@ -193,14 +213,14 @@ export function claimOne(
         ORDER BY status, model, needs, user_id, seq LIMIT 1
         FOR UPDATE SKIP LOCKED
       ) AND status = ${from}
-        AND (SELECT active FROM open) < ${a.maxConcurrent} AND EXISTS (SELECT FROM worker)
+        AND (SELECT slot FROM open) IS NOT NULL AND EXISTS (SELECT FROM worker)
       RETURNING *
     ), assigned AS (
       INSERT INTO batch_assignments (id, batch_id, worker_id, org_id, assigned_at, slot)
       SELECT ${a.id}, id, ${a.workerId}, ${a.orgId}, ${a.now}, (SELECT slot FROM open) FROM claimed
     )
-    SELECT open.active, claimed.* FROM open LEFT JOIN claimed ON TRUE` as Promise<
-    [{ active: number; id: string | null } & Record<string, unknown>]
+    SELECT open.slot IS NULL AS full, to_jsonb(claimed) AS batch FROM open LEFT JOIN claimed ON TRUE` as Promise<
+    [{ full: boolean; batch: BatchRow | null }]
   >
 }
 
@@ -217,8 +237,8 @@ async function claimInSlot(
 ) {
   for (;;) {
     try {
-      const [{ active, ...batch }] = await claimOne(db.$claims, pick, a)
-      return { active, batch: batch.id === null ? null : batchRow(batch) }
+      const [{ full, batch }] = await claimOne(db.$claims, pick, a)
+      return { full, batch }
     } catch (e) {
       // Each retry follows a claim that committed for this worker: they end at its limit.
       if (!slotTaken(e)) throw e
@@ -263,13 +283,16 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
       // The heads are read before the claim: they only name whom to claim from, and the claim
       // re-checks everything, the worker's limit too (claimOne, claimFromHead). docs/api.md §16:
       // split batches in progress with shards left join the choice, those whose needs the worker
-      // meets (docs/api.md §7 Poll rule 7). The reads go out at once: one round trip.
+      // meets (docs/api.md §7 Poll rule 7). The reads go out at once: one round trip, none when the
+      // heads came with the worker's row and no other read is needed.
+      const takes = (r: WaitingHead) =>
+        byModel.has(r.model) && takesNeeds(byModel.get(r.model)!).includes(r.needs)
       const [found, split, waits] = await Promise.all([
-        claimHeads(db.$claims, keys, !req.shards),
+        req.heads ? req.heads.filter(takes) : claimHeads(db.$claims, keys, !req.shards),
         req.shards ? openSplitHeads(db.$claims, models) : [],
         aged.length ? oldestWaiting(db.$claims, aged) : [],
       ])
-      for (const r of split) if (takesNeeds(byModel.get(r.model)!).includes(r.needs)) found.push(r)
+      for (const r of split) if (takes(r)) found.push(r)
       const heads = found.map((r) => {
         const c = byModel.get(r.model)!
         return {
@@ -318,7 +341,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
           if (got.kind === 'full') return null
         } else {
           const assignmentId = newId('asg_')
-          const { active, batch } = await claimInSlot(db, best, {
+          const { full, batch } = await claimInSlot(db, best, {
             id: assignmentId,
             workerId: req.workerId,
             orgId: req.orgId,
@@ -336,7 +359,7 @@ export function postgresQueue(db: PgDb, config: Pick<Config, 'MAX_BATCH_ATTEMPTS
             })
             return { batch, assignmentId, match, shard: null, backup: false }
           }
-          if (active >= req.maxConcurrent) return null
+          if (full) return null
         }
         placed.splice(placed.indexOf(best), 1)
       }

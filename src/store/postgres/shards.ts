@@ -303,7 +303,7 @@ export async function claimBackup(
 /**
  * The whole batch `batchId`, for a shard-capable worker under its claim lock (lockWorker counted
  * its jobs): the state table's `claimed` edge and the assignment in one statement, in the lowest
- * free slot (claimOne).
+ * free slot (batch_assignments_slot: a claim of claimOne's may run beside it).
  */
 async function claimWholeById(
   q: SQL,

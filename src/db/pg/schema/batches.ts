@@ -158,12 +158,16 @@ export const batchAssignments = pgTable(
   // within a range, is one range probe.
   // (worker_id, slot) of the open assignments: two claims never hold one slot of a worker. Only
   // slotted rows are in it, so SQLite's claims (slot null) write no entry.
+  // (worker_id) of the open assignments without a slot (older, or copied from SQLite): the claim
+  // counts them with one probe of an index that is all but empty, not a walk over every open
+  // assignment of the worker (src/store/postgres/queue.ts claimOne).
   (t) => [
     index('batch_assignments_worker').on(t.worker_id, t.completed_at),
     index('batch_assignments_org').on(t.org_id, t.completed_at),
     uniqueIndex('batch_assignments_slot')
       .on(t.worker_id, t.slot)
       .where(sql`slot IS NOT NULL AND completed_at IS NULL`),
+    index('batch_assignments_slotless').on(t.worker_id).where(sql`slot IS NULL AND completed_at IS NULL`),
   ],
 )
 

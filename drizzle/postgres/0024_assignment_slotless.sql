@@ -1,0 +1,1 @@
+CREATE INDEX "batch_assignments_slotless" ON "batch_assignments" USING btree ("worker_id") WHERE slot IS NULL AND completed_at IS NULL;
