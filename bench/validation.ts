@@ -3,6 +3,7 @@
 //   bun run bench/validation.ts              200 MB, 50,000-line chat file
 //   BENCH_QUICK=1 bun run bench/validation.ts   20 MB, 5,000 lines (smoke run)
 //   bun run bench/validation.ts --order          section 4 alone
+//   BENCH_ROUNDS_1M=5 bun run bench/validation.ts --keyed   the million-line runs 5 times each (default 3)
 //
 // 1. Throughput: the validator (validateBatch on a real database) against a bare Bun loop that
 //    streams the same file, splits lines and JSON.parses each one — both in this run, best of N.
@@ -462,7 +463,7 @@ console.log('\n4. execution order by shared prefix (PREFIX_ORDER)')
 if (!KEYED_ONLY) await orderCost(path)
 const MILLION = QUICK ? 100_000 : 1_000_000
 // Taking turns, three times each (the machine is shared): the median of each figure.
-const ROUNDS_1M = 3
+const ROUNDS_1M = Number(process.env.BENCH_ROUNDS_1M ?? 3)
 /** The peak RSS above idle of validating a million-line batch before prefix order (MiB). */
 const PEAK_BEFORE_MIB = 224
 
