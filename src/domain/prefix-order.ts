@@ -241,6 +241,28 @@ class LevelTable {
 }
 
 /**
+ * Line `o` shares level `level`'s node with `first`, the node's first line: o's parent and depth,
+ * and both take part in the next level. Returns how many lines joined the next level (1 or 2).
+ * A function of its own, not a closure: a closure over the level's counters would keep them off
+ * the registers of finish()'s loops.
+ */
+function matched(
+  parent: Uint32Array,
+  depth: Uint8Array,
+  reach: Uint8Array,
+  o: number,
+  first: number,
+  level: number,
+): number {
+  parent[o] = first
+  depth[o] = level + 1
+  reach[o] = level + 1
+  if (reach[first] !== level) return 1
+  reach[first] = level + 1
+  return 2
+}
+
+/**
  * The execution order of a batch, built line by line in file order (add), decided at the end
  * (finish). While lines stream in it holds, for each line whose prompt is keyed (over
  * MIN_ORDERED_CHARS): its line number (4 bytes), how many distinct levels its key has (1 byte) and
@@ -331,21 +353,8 @@ export class PrefixOrder {
     let once: Uint32Array | null = null
     let twice: Uint32Array | null = null
     const table = new LevelTable()
-    let level = 0
-    let next = 0
-    /** Line `o` shares this level's node with `first`, the node's first line. */
-    const matched = (o: number, first: number) => {
-      parent[o] = first
-      depth[o] = level + 1
-      reach[o] = level + 1
-      next++
-      if (reach[first] === level) {
-        reach[first] = level + 1
-        next++
-      }
-    }
-    for (let members = k; level < KEY_LEVELS && members > 1; level++) {
-      next = 0
+    for (let level = 0, members = k; level < KEY_LEVELS && members > 1; level++) {
+      let next = 0
       // First every member's key goes into the table, while it holds at most one key for 32
       // members (no more than the bit arrays' false positives would make it hold): a level whose
       // lines share most of their keys (the first levels of documents × questions) takes one pass
@@ -359,7 +368,7 @@ export class PrefixOrder {
         at += levels
         if (reach[o] !== level || levels <= level) continue
         const first = table.firstOr(keyChunks[i >>> CHUNK_BITS]![i & IN_CHUNK]!, o)
-        if (first >= 0) matched(o, first)
+        if (first >= 0) next += matched(parent, depth, reach, o, first, level)
         else if (table.size > cap) {
           stopped = o
           break
@@ -396,7 +405,7 @@ export class PrefixOrder {
           const c = high(key) & mask
           if (!(twice[c >>> 5]! & (1 << (c & 31)))) continue
           const first = table.firstOr(key, o)
-          if (first >= 0) matched(o, first)
+          if (first >= 0) next += matched(parent, depth, reach, o, first, level)
         }
       }
       this.peakBytes = Math.max(
