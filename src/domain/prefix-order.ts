@@ -191,8 +191,8 @@ const pow2 = (n: number) => 2 ** Math.max(10, Math.ceil(Math.log2(Math.max(1, n)
 
 /**
  * One level's prefix nodes met so far: key → the ordinal of its first line (open addressing, grown
- * at half full). It holds only the keys the bit arrays let by, so it stays small unless many lines
- * share many nodes.
+ * at half full). It holds a level's first pass, stopped past one key for 32 members, or only the
+ * keys the bit arrays let by: it stays small unless many lines share many nodes.
  */
 class LevelTable {
   private keys = new Float64Array(1024)
