@@ -1,4 +1,18 @@
-import { and, eq, gt, gte, inArray, isNull, lt, lte, or, type SQL, type SQLWrapper, sql } from 'drizzle-orm'
+import {
+  and,
+  eq,
+  gt,
+  gte,
+  inArray,
+  isNotNull,
+  isNull,
+  lt,
+  lte,
+  or,
+  type SQL,
+  type SQLWrapper,
+  sql,
+} from 'drizzle-orm'
 import type { BatchStatus, FileRow, UserRow } from '../db/schema'
 import { changesRole, type UserChanges } from '../domain/admin-rules'
 import type { AuditFilter } from '../domain/audit'
@@ -267,4 +281,22 @@ export function keyOwnedBy(
   return owner.type === 'personal'
     ? and(eq(apiKeys.key_type, 'personal'), eq(apiKeys.user_id, owner.userId))!
     : and(eq(apiKeys.key_type, 'worker'), eq(apiKeys.org_id, owner.orgId))!
+}
+
+/**
+ * docs/api.md §2 "Single sign-on", a terminal's sign-in: in this browser, vouched for, its code
+ * waiting for the person's word (confirmed or cancelled in the browser that started it).
+ */
+export function awaitingConfirmation(
+  logins: Record<'browser_hash' | 'redirect_uri' | 'user_id' | 'code_hash' | 'expires_at', SQLWrapper>,
+  browserHash: string,
+  now: number,
+): SQL {
+  return and(
+    eq(logins.browser_hash, browserHash),
+    isNotNull(logins.redirect_uri),
+    isNotNull(logins.user_id),
+    isNull(logins.code_hash),
+    gt(logins.expires_at, now),
+  )!
 }

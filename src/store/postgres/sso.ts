@@ -1,4 +1,4 @@
-import { and, eq, gt, isNotNull, isNull, lt, or, sql } from 'drizzle-orm'
+import { and, eq, gt, isNull, lt, or, sql } from 'drizzle-orm'
 import * as schema from '../../db/pg/schema'
 import type { SsoLoginRow, UserRow } from '../../db/schema'
 import { takesLastSuperadmin } from '../../domain/admin-rules'
@@ -11,6 +11,7 @@ import {
 } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { SSO_LOGIN_KEPT_SECONDS, type SsoStore } from '../sso'
+import { awaitingConfirmation } from '../statements'
 import { appendAudit } from './audit'
 import type { PgDb, PgTx } from './db'
 import { isUniqueViolation } from './errors'
@@ -66,16 +67,6 @@ async function setRole(
   await appendAudit(tx, actor, ssoRoleChanged(userId, before.platform_role, role, issuer), now)
 }
 
-/** A terminal's sign-in in this browser, vouched for, whose code waits for the person's word. */
-const awaitingConfirmation = (browserHash: string, now: number) =>
-  and(
-    eq(ssoLogins.browser_hash, browserHash),
-    isNotNull(ssoLogins.redirect_uri),
-    isNotNull(ssoLogins.user_id),
-    isNull(ssoLogins.code_hash),
-    gt(ssoLogins.expires_at, now),
-  )
-
 export function postgresSso(db: PgDb): SsoStore {
   return {
     async startLogin(login) {
@@ -112,13 +103,16 @@ export function postgresSso(db: PgDb): SsoStore {
       const [row] = await db
         .update(ssoLogins)
         .set({ code_hash: code.hash, code_expires_at: code.expires_at })
-        .where(awaitingConfirmation(browserHash, now))
+        .where(awaitingConfirmation(ssoLogins, browserHash, now))
         .returning()
       return row as SsoLoginRow | undefined
     },
 
     async cancelLogin(browserHash, now) {
-      const [row] = await db.delete(ssoLogins).where(awaitingConfirmation(browserHash, now)).returning()
+      const [row] = await db
+        .delete(ssoLogins)
+        .where(awaitingConfirmation(ssoLogins, browserHash, now))
+        .returning()
       return row as SsoLoginRow | undefined
     },
 

@@ -1,4 +1,4 @@
-import { and, count, eq, gt, isNotNull, isNull, lt, ne, sql } from 'drizzle-orm'
+import { and, count, eq, gt, isNull, lt, ne, sql } from 'drizzle-orm'
 import { ssoLogins, type UserRow, userIdentities, users } from '../../db/schema'
 import { type Tx, writeTx } from '../../db/tx'
 import { takesLastSuperadmin } from '../../domain/admin-rules'
@@ -11,6 +11,7 @@ import {
 } from '../../domain/audit'
 import { conflict } from '../../lib/errors'
 import { type Identity, SSO_LOGIN_KEPT_SECONDS, type SsoStore } from '../sso'
+import { awaitingConfirmation } from '../statements'
 import { appendAudit } from './audit'
 import type { SqliteDeps } from './deps'
 
@@ -78,16 +79,6 @@ function setRole(
   appendAudit(tx, actor, ssoRoleChanged(userId, before.platform_role, role, issuer), now)
 }
 
-/** A terminal's sign-in in this browser, vouched for, whose code waits for the person's word. */
-const awaitingConfirmation = (browserHash: string, now: number) =>
-  and(
-    eq(ssoLogins.browser_hash, browserHash),
-    isNotNull(ssoLogins.redirect_uri),
-    isNotNull(ssoLogins.user_id),
-    isNull(ssoLogins.code_hash),
-    gt(ssoLogins.expires_at, now),
-  )
-
 export function sqliteSso({ db }: SqliteDeps): SsoStore {
   return {
     async startLogin(login) {
@@ -128,13 +119,17 @@ export function sqliteSso({ db }: SqliteDeps): SsoStore {
       return db
         .update(ssoLogins)
         .set({ code_hash: code.hash, code_expires_at: code.expires_at })
-        .where(awaitingConfirmation(browserHash, now))
+        .where(awaitingConfirmation(ssoLogins, browserHash, now))
         .returning()
         .get()
     },
 
     async cancelLogin(browserHash, now) {
-      return db.delete(ssoLogins).where(awaitingConfirmation(browserHash, now)).returning().get()
+      return db
+        .delete(ssoLogins)
+        .where(awaitingConfirmation(ssoLogins, browserHash, now))
+        .returning()
+        .get()
     },
 
     async redeemCode(codeHash, now) {
