@@ -25,6 +25,17 @@ afterEach(async () => {
 
 const doc = (d: number) => `Document ${d}. ${`Line ${d} of it, and more of it. `.repeat(40)}`
 
+/** 6 documents × 10 questions of `model`, question-major (custom_id `d<doc>-q<question>`). */
+const questionMajor = (model: string) =>
+  Array.from({ length: 10 }, (_, q) =>
+    Array.from({ length: 6 }, (_, d) =>
+      JSON.stringify({
+        custom_id: `d${d}-q${q}`,
+        body: { model, messages: [{ role: 'user', content: `${doc(d)}\nQuestion ${q}?` }] },
+      }),
+    ),
+  ).flat()
+
 test('a SIGKILLed daemon holding a shard of a prefix group: the rerun gets that group', async () => {
   const server = await startTestServer({
     SHARD_MIN_REQUESTS: '10',
@@ -37,16 +48,7 @@ test('a SIGKILLed daemon holding a shard of a prefix group: the rerun gets that 
   const entry = await makeCatalogEntry(server.deps, { runtime: 'openai', runtime_model_id: MODEL })
   // 6 documents × 10 questions, question-major: in execution order each document's 10 lines are
   // one run, and a shard of 30 holds three whole groups.
-  const lines: string[] = []
-  for (let q = 0; q < 10; q++)
-    for (let d = 0; d < 6; d++)
-      lines.push(
-        JSON.stringify({
-          custom_id: `d${d}-q${q}`,
-          body: { model: entry.id, messages: [{ role: 'user', content: `${doc(d)}\nQuestion ${q}?` }] },
-        }),
-      )
-  const batch = await makeBatch(server, f.user, jsonl(lines))
+  const batch = await makeBatch(server, f.user, jsonl(questionMajor(entry.id)))
   const token = f.user.token
   await until(
     'validated',
@@ -137,16 +139,7 @@ test('--engine llama.cpp: the engine receives each shard’s requests in executi
   const f = await makeFleet(server)
   const entry = await makeCatalogEntry(server.deps, { runtime: 'openai', runtime_model_id: MODEL })
   // 6 documents × 10 questions, question-major: two shards of 30, documents 0–2 and 3–5.
-  const lines: string[] = []
-  for (let q = 0; q < 10; q++)
-    for (let d = 0; d < 6; d++)
-      lines.push(
-        JSON.stringify({
-          custom_id: `d${d}-q${q}`,
-          body: { model: entry.id, messages: [{ role: 'user', content: `${doc(d)}\nQuestion ${q}?` }] },
-        }),
-      )
-  const batch = await makeBatch(server, f.user, jsonl(lines))
+  const batch = await makeBatch(server, f.user, jsonl(questionMajor(entry.id)))
   const token = f.user.token
   // The request bodies as the engine received them, in order of arrival.
   const received: { id: string; cache_prompt: unknown }[] = []
@@ -203,7 +196,7 @@ test('--engine llama.cpp: the engine receives each shard’s requests in executi
     [0, 30],
     [30, 30],
   ])
-  expect(received.map((r) => r.cache_prompt)).toEqual(lines.map(() => true))
+  expect(received.map((r) => r.cache_prompt)).toEqual(Array(60).fill(true))
   // Each shard's requests (its worker may run both at once, interleaved) in its run of the
   // execution order: its documents' groups whole, each in question order — not the file's order.
   const group = (docs: number[]) => docs.flatMap((d) => Array.from({ length: 10 }, (_, q) => `d${d}-q${q}`))

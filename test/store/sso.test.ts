@@ -58,6 +58,17 @@ for (const [kind, open] of storeEngines) {
       await h?.close()
     })
 
+    /** `l` started, its state claimed in its browser at 200, and the provider's word for `userId`. */
+    const vouched = async (
+      l: NewSsoLogin,
+      userId: string,
+      code: { hash: string; expires_at: number } | null = null,
+    ) => {
+      await h.store.sso.startLogin(l)
+      await h.store.sso.takeLogin(l.state_hash, l.browser_hash, 200)
+      await h.store.sso.grantCode(l.state_hash, userId, code)
+    }
+
     test('a state is claimed once, by one of many racing callers, only while unexpired and in its browser', async () => {
       h = await open()
       const started = login()
@@ -106,9 +117,7 @@ for (const [kind, open] of storeEngines) {
       expect((await h.store.sso.redeemCode(won.code_hash!, 220))?.user_id).toBe(user.id)
 
       const cancelled = terminal()
-      await h.store.sso.startLogin(cancelled)
-      await h.store.sso.takeLogin(cancelled.state_hash, cancelled.browser_hash, 200)
-      await h.store.sso.grantCode(cancelled.state_hash, user.id, null)
+      await vouched(cancelled, user.id)
       expect((await h.store.sso.cancelLogin(cancelled.browser_hash, 210))?.redirect_uri).toBe(
         'http://127.0.0.1:5000/cb',
       )
@@ -119,18 +128,14 @@ for (const [kind, open] of storeEngines) {
 
       // Past the sign-in's ten minutes, nothing waits either.
       const stale = terminal()
-      await h.store.sso.startLogin(stale)
-      await h.store.sso.takeLogin(stale.state_hash, stale.browser_hash, 200)
-      await h.store.sso.grantCode(stale.state_hash, user.id, null)
+      await vouched(stale, user.id)
       expect(
         await h.store.sso.confirmLogin(stale.browser_hash, { hash: 's', expires_at: 760 }, 700),
       ).toBeUndefined()
 
       // The dashboard's sign-in has its code at once and waits for nothing.
       const dashboard = login()
-      await h.store.sso.startLogin(dashboard)
-      await h.store.sso.takeLogin(dashboard.state_hash, dashboard.browser_hash, 200)
-      await h.store.sso.grantCode(dashboard.state_hash, user.id, null)
+      await vouched(dashboard, user.id)
       expect(
         await h.store.sso.confirmLogin(dashboard.browser_hash, { hash: 'd', expires_at: 260 }, 210),
       ).toBeUndefined()
@@ -140,9 +145,7 @@ for (const [kind, open] of storeEngines) {
       h = await open()
       const user = await newUser(h.store)
       const started = login()
-      await h.store.sso.startLogin(started)
-      await h.store.sso.takeLogin(started.state_hash, started.browser_hash, 200)
-      await h.store.sso.grantCode(started.state_hash, user.id, { hash: 'code-hash', expires_at: 260 })
+      await vouched(started, user.id, { hash: 'code-hash', expires_at: 260 })
       const redeemed = await Promise.all(
         Array.from({ length: 8 }, () => h.store.sso.redeemCode('code-hash', 230)),
       )
@@ -150,9 +153,7 @@ for (const [kind, open] of storeEngines) {
       expect(redeemed.find(Boolean)?.user_id).toBe(user.id)
 
       const other = login()
-      await h.store.sso.startLogin(other)
-      await h.store.sso.takeLogin(other.state_hash, other.browser_hash, 200)
-      await h.store.sso.grantCode(other.state_hash, user.id, { hash: 'other-code', expires_at: 260 })
+      await vouched(other, user.id, { hash: 'other-code', expires_at: 260 })
       expect(await h.store.sso.redeemCode('other-code', 260)).toBeUndefined()
 
       // An hour past their expiry (700), sign-ins are deleted when another starts.

@@ -99,6 +99,23 @@ async function inputIds(t: TestApp, key: string, path: string) {
     .map((l) => JSON.parse(l).custom_id as string)
 }
 
+/** Each job's lines uploaded as succeeded, in the order given; the batch after the last. */
+async function uploadAll(
+  s: Awaited<ReturnType<typeof setup>>,
+  jobs: { worker: string; job: Job; ids: string[] }[],
+) {
+  for (const { worker, job, ids } of jobs) {
+    const res = await upload(
+      s.t,
+      s.f.key,
+      { job_id: job.job_id, worker_id: worker, assignment_id: job.assignment_id },
+      ids.map((id) => okLine(id)).join('\n'),
+    )
+    expect(res.status).toBe(200)
+  }
+  return (await s.t.req('GET', `/v1/batches/${s.batch.id}`, { token: s.f.user.token })).body
+}
+
 describe('docs/api.md §6 the execution order is decided at validation and stored', () => {
   test('documents × questions in question-major order run document-major: the whole batch’s input_path serves that order', async () => {
     const s = await setup(app(), (m) => questionMajor(m, 4, 3))
@@ -205,16 +222,7 @@ describe('docs/api.md §16 shards are runs of the execution order', () => {
     }
 
     // Results uploaded in any order: the output file runs in execution order, shard by shard.
-    for (const { worker, job, ids } of [...jobs].reverse()) {
-      const res = await upload(
-        s.t,
-        s.f.key,
-        { job_id: job.job_id, worker_id: worker, assignment_id: job.assignment_id },
-        ids.map((id) => okLine(id)).join('\n'),
-      )
-      expect(res.status).toBe(200)
-    }
-    const batch = (await s.t.req('GET', `/v1/batches/${s.batch.id}`, { token: s.f.user.token })).body
+    const batch = await uploadAll(s, [...jobs].reverse())
     expect(batch).toMatchObject({
       status: 'completed',
       request_counts: { total: 120, completed: 120, failed: 0 },
@@ -248,16 +256,7 @@ describe('docs/api.md §16 shards are runs of the execution order', () => {
     }
     expect(next).toBe(120)
     // Results uploaded in any order: the output file is the file order.
-    for (const { worker, job, ids } of [...jobs].reverse()) {
-      const res = await upload(
-        s.t,
-        s.f.key,
-        { job_id: job.job_id, worker_id: worker, assignment_id: job.assignment_id },
-        ids.map((id) => okLine(id)).join('\n'),
-      )
-      expect(res.status).toBe(200)
-    }
-    const batch = (await s.t.req('GET', `/v1/batches/${s.batch.id}`, { token: s.f.user.token })).body
+    const batch = await uploadAll(s, [...jobs].reverse())
     expect(batch.status).toBe('completed')
     expect(await inputIds(s.t, s.f.user.token, `/v1/files/${batch.output_file_id}/content`)).toEqual(file)
   })
