@@ -27,6 +27,15 @@ describeWith(chromium, 'the models a worker holds, on the Workers page', () => {
     await server?.stop()
   })
 
+  /** A browser session of `user`, signed in, on the Workers page. */
+  async function workersPage(user: { email: string; password: string }) {
+    const s = await openSession(browser, server.url)
+    await s.page.goto(server.url)
+    await signIn(s.page, user.email, user.password)
+    await s.page.getByRole('link', { name: 'Workers', exact: true }).click()
+    return s
+  }
+
   test('loaded, loading, on disk and downloading with its progress; a finished load shows without a reload', async () => {
     const user = await makeUser(server)
     const key = (await makeWorkerKey(server, user, user.personalOrgId)).key
@@ -70,11 +79,8 @@ describeWith(chromium, 'the models a worker holds, on the Workers page', () => {
     })
     expect(progress.status).toBe(200)
 
-    const s = await openSession(browser, server.url)
+    const s = await workersPage(user)
     const { page } = s
-    await page.goto(server.url)
-    await signIn(page, user.email, user.password)
-    await page.getByRole('link', { name: 'Workers', exact: true }).click()
 
     await page.getByRole('columnheader', { name: 'Models' }).waitFor()
     const models = page
@@ -145,11 +151,8 @@ describeWith(chromium, 'the models a worker holds, on the Workers page', () => {
       ).status,
     ).toBe(200)
 
-    const s = await openSession(browser, server.url)
+    const s = await workersPage(user)
     const { page } = s
-    await page.goto(server.url)
-    await signIn(page, user.email, user.password)
-    await page.getByRole('link', { name: 'Workers', exact: true }).click()
     const row = page.getByRole('row', { name: /lab-gpu-2/ })
     const gpus = row.getByRole('list', { name: 'GPUs of lab-gpu-2' })
     await gpus.getByRole('listitem').first().waitFor()
@@ -218,11 +221,8 @@ describeWith(chromium, 'the models a worker holds, on the Workers page', () => {
     })
     expect(failed.status).toBe(200)
 
-    const s = await openSession(browser, server.url)
+    const s = await workersPage(user)
     const { page } = s
-    await page.goto(server.url)
-    await signIn(page, user.email, user.password)
-    await page.getByRole('link', { name: 'Workers', exact: true }).click()
     const item = page
       .getByRole('row', { name: /lab-gpu-2/ })
       .getByRole('list', { name: 'Models of lab-gpu-2' })
@@ -250,11 +250,8 @@ describeWith(chromium, 'the models a worker holds, on the Workers page', () => {
       ).status,
     ).toBe(200)
 
-    const s = await openSession(browser, server.url)
+    const s = await workersPage(user)
     const { page } = s
-    await page.goto(server.url)
-    await signIn(page, user.email, user.password)
-    await page.getByRole('link', { name: 'Workers', exact: true }).click()
     const models = page
       .getByRole('row', { name: /lab-gpu-4/ })
       .getByRole('list', { name: 'Models of lab-gpu-4' })
